@@ -1,0 +1,81 @@
+#include "common/config.h"
+
+#include <gtest/gtest.h>
+
+namespace weft {
+namespace {
+
+const char* kText = R"(
+cluster_token = "abc"
+[server]
+port = 7000
+address = "127.0.0.1"
+ratio = 0.5
+verbose = true
+peers = ["a:1", "b:2"]
+[[targets]]
+path = "/data/t0"
+[[targets]]
+path = "/data/t1"
+)";
+
+TEST(Config, ReadsTypedValues) {
+  auto cfg = Config::parse(kText, "test.toml");
+  ASSERT_TRUE(cfg) << cfg.error();
+  EXPECT_EQ(cfg->get_string("cluster_token").value(), "abc");
+  EXPECT_EQ(cfg->get_int("server.port").value(), 7000);
+  EXPECT_EQ(cfg->get_double("server.ratio").value(), 0.5);
+  EXPECT_EQ(cfg->get_double("server.port").value(), 7000.0);
+  EXPECT_TRUE(cfg->get_bool("server.verbose").value());
+  EXPECT_EQ(cfg->get_strings("server.peers").value().size(), 2u);
+  EXPECT_EQ(cfg->get_int("server.missing", 3).value(), 3);
+  auto targets = cfg->tables("targets");
+  ASSERT_TRUE(targets);
+  ASSERT_EQ(targets->size(), 2u);
+  EXPECT_EQ((*targets)[1].get_string("path").value(), "/data/t1");
+  auto server = cfg->table("server");
+  ASSERT_TRUE(server);
+  EXPECT_EQ(server->get_int("port").value(), 7000);
+}
+
+TEST(Config, ErrorsNameFileKeyAndExpectation) {
+  auto cfg = Config::parse(kText, "test.toml");
+  ASSERT_TRUE(cfg);
+  auto wrong = cfg->get_int("server.address");
+  ASSERT_FALSE(wrong);
+  EXPECT_EQ(wrong.error().code(), Code::kConfig);
+  const std::string& m = wrong.error().message();
+  EXPECT_NE(m.find("test.toml"), std::string::npos) << m;
+  EXPECT_NE(m.find("server.address"), std::string::npos) << m;
+  EXPECT_NE(m.find("expected an integer"), std::string::npos) << m;
+  EXPECT_NE(m.find("found a string"), std::string::npos) << m;
+  EXPECT_NE(m.find("line 5"), std::string::npos) << m;
+
+  // A default does not hide a wrongly typed key.
+  EXPECT_FALSE(cfg->get_int("server.address", 1));
+
+  auto missing = cfg->get_string("server.nothing");
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().message().find("missing key 'server.nothing'"), std::string::npos);
+
+  auto targets = cfg->tables("targets");
+  auto bad = (*targets)[0].get_int("path");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message().find("targets[0].path"), std::string::npos) << bad.error().message();
+
+  auto range = cfg->get_int_in("server.port", 0, 1, 1024);
+  ASSERT_FALSE(range);
+  EXPECT_NE(range.error().message().find("[1, 1024]"), std::string::npos);
+}
+
+TEST(Config, SyntaxErrorsAndMissingFiles) {
+  auto bad = Config::parse("a = \n[b", "broken.toml");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message().find("broken.toml"), std::string::npos);
+  auto none = Config::load_file("/nonexistent/weft.toml");
+  ASSERT_FALSE(none);
+  EXPECT_NE(none.error().message().find("/nonexistent/weft.toml"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace weft
