@@ -1,0 +1,108 @@
+// rpc/client.h
+// The RPC client: a pool of connections per endpoint, many calls in flight
+// per connection matched by request id, per-call deadlines, cancellation,
+// and reconnection with exponential backoff after connect failures.
+// Request payloads are gathered from caller memory and response payloads
+// can land directly in caller memory (CallOptions), never copied through
+// protobuf. Thread-safe: call from any thread or coroutine; a call's
+// completion resumes the caller on its own executor.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/buffer.h"
+#include "common/status.h"
+#include "rpc/cancel.h"
+#include "rpc/endpoint.h"
+#include "rpc/frame.h"
+#include "rpc/io_pool.h"
+#include "rpc/method.h"
+#include "rpc/task.h"
+
+namespace weft::rpc {
+
+struct ClientOptions {
+  std::string cluster_token;
+  uint64_t client_id = 0;  // 0: random per Client
+  std::string name = "client";
+  size_t connections_per_endpoint = 1;
+  uint32_t connect_timeout_ms = 3000;
+  uint32_t call_timeout_ms = 30000;  // default per-call deadline
+  uint32_t backoff_min_ms = 50;      // after a failed connect, wait before the next try
+  uint32_t backoff_max_ms = 2000;
+  size_t pending_max_per_connection = 65536;
+  FrameLimits limits;
+};
+
+struct CallOptions {
+  uint32_t timeout_ms = 0;  // 0: ClientOptions::call_timeout_ms
+  // Request payload, gathered as is; the memory must stay valid until the call completes.
+  std::vector<std::span<const std::byte>> payload;
+  // Where the response payload goes. Empty, or too small: an owned Buffer in RawResponse.
+  std::span<std::byte> response_payload;
+  CancelToken cancel;
+};
+
+struct RawResponse {
+  std::string body;
+  size_t payload_len = 0;
+  bool payload_in_destination = false;  // true: CallOptions::response_payload holds it
+  Buffer payload;                       // otherwise here
+};
+
+class ClientConnection;
+struct ChannelBackoff;
+
+class Client {
+ public:
+  Client(IoPool& io, ClientOptions options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  Task<Result<RawResponse>> call_raw(const Endpoint& ep, MethodId method, std::string body,
+                                     CallOptions options = {});
+
+  // Typed call: Req and Resp are protobuf messages.
+  template <class Resp, class Req>
+  Task<Result<Resp>> call(const Endpoint& ep, MethodId method, const Req& req, CallOptions options = {},
+                          RawResponse* raw = nullptr) {
+    std::string body;
+    if (!req.SerializeToString(&body)) co_return error(Code::kInvalidArgument, "cannot serialize request");
+    auto r = co_await call_raw(ep, method, std::move(body), std::move(options));
+    if (!r) co_return std::unexpected(std::move(r).error());
+    Resp resp;
+    if (!resp.ParseFromString(r->body))
+      co_return error(Code::kProtocol, "cannot parse the reply of method {}.{} from {}", method.service,
+                      method.method, ep.to_string());
+    if (raw) *raw = std::move(*r);
+    co_return resp;
+  }
+
+  uint64_t client_id() const { return options_.client_id; }
+  const ClientOptions& options() const { return options_; }
+  // Closes every connection; in-flight calls fail with kDisconnected.
+  void close_all();
+
+ private:
+  struct Channel {
+    std::vector<std::shared_ptr<ClientConnection>> conns;
+    size_t next = 0;
+    std::shared_ptr<ChannelBackoff> backoff;
+  };
+  Result<std::shared_ptr<ClientConnection>> connection_for(const Endpoint& ep);
+
+  IoPool& io_;
+  ClientOptions options_;
+  std::shared_ptr<const ClientOptions> shared_options_;  // outlives this Client in its connections
+  std::mutex mu_;
+  std::map<Endpoint, Channel> channels_;
+};
+
+}  // namespace weft::rpc

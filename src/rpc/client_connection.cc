@@ -1,0 +1,257 @@
+#include "rpc/client_connection.h"
+
+#include <asio/connect.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/write.hpp>
+
+#include "common/logging.h"
+#include "proto/rpc.pb.h"
+
+namespace weft::rpc {
+
+using namespace asio::experimental::awaitable_operators;
+using SteadyClock = std::chrono::steady_clock;
+
+ClientConnection::ClientConnection(asio::io_context& io, Endpoint ep, std::shared_ptr<const ClientOptions> options,
+                                   std::shared_ptr<ChannelBackoff> backoff)
+    : FrameStream(asio::ip::tcp::socket(io), options->limits),
+      ep_(std::move(ep)),
+      owned_options_(std::move(options)),
+      options_(*owned_options_),
+      backoff_(std::move(backoff)),
+      sweep_timer_(io) {}
+
+void ClientConnection::connect() {
+  auto self = std::static_pointer_cast<ClientConnection>(shared_from_this());
+  asio::co_spawn(executor(), [self] { return self->run_connect(); }, asio::detached);
+}
+
+void ClientConnection::connect_failed(Status why) {
+  {
+    std::lock_guard lock(backoff_->mu);
+    backoff_->backoff_ms = backoff_->backoff_ms == 0 ? options_.backoff_min_ms
+                                                     : std::min(backoff_->backoff_ms * 2, options_.backoff_max_ms);
+    backoff_->retry_at = SteadyClock::now() + std::chrono::milliseconds(backoff_->backoff_ms);
+    backoff_->last_error = why;
+  }
+  close(std::move(why));
+}
+
+Task<void> ClientConnection::run_connect() {
+  auto self = shared_from_this();
+  asio::ip::tcp::resolver resolver(executor());
+  auto rec_results_result = co_await resolver.async_resolve(ep_.host, std::to_string(ep_.port), use_nothrow);
+  auto& [rec, results] = rec_results_result;
+  if (rec) {
+    connect_failed(Status(Code::kUnavailable, fmt::format("cannot resolve {}: {}", ep_.to_string(), rec.message())));
+    co_return;
+  }
+  asio::steady_timer timer(executor(), std::chrono::milliseconds(options_.connect_timeout_ms));
+  auto outcome = co_await (asio::async_connect(socket_, results, use_nothrow) || timer.async_wait(use_nothrow));
+  if (outcome.index() == 1) {
+    connect_failed(Status(Code::kUnavailable, fmt::format("connect to {} timed out after {} ms", ep_.to_string(),
+                                                          options_.connect_timeout_ms)));
+    co_return;
+  }
+  auto [cec, unused] = std::get<0>(outcome);
+  if (cec) {
+    connect_failed(Status(Code::kUnavailable, fmt::format("cannot connect to {}: {}", ep_.to_string(), cec.message())));
+    co_return;
+  }
+  on_connected();
+  Status hs = co_await handshake();
+  if (!hs.ok()) {
+    if (hs.code() == Code::kUnauthenticated) WEFT_LOG_ERROR("{}", hs.message());
+    connect_failed(hs);
+    co_return;
+  }
+  {
+    std::lock_guard lock(backoff_->mu);
+    backoff_->backoff_ms = 0;
+    backoff_->retry_at = {};
+  }
+  start();
+  set_ready();
+}
+
+// Sends Hello and waits for its reply before any queued call is written.
+Task<Status> ClientConnection::handshake() {
+  proto::Hello hello;
+  hello.set_cluster_token(options_.cluster_token);
+  hello.set_client_id(options_.client_id);
+  hello.set_peer_name(options_.name);
+  hello.set_protocol_version(kProtocolVersion);
+  std::string body = hello.SerializeAsString();
+  FrameHeader h;
+  h.method = kHello.wire();
+  h.request_id = 0;
+  h.body_len = static_cast<uint32_t>(body.size());
+  std::array<std::byte, kFrameHeaderSize> hdr;
+  encode_header(h, hdr.data());
+  std::array<asio::const_buffer, 2> out{asio::buffer(hdr), asio::buffer(body)};
+  asio::steady_timer timer(executor(), std::chrono::milliseconds(options_.connect_timeout_ms));
+  timer.async_wait([this](asio::error_code ec) {
+    if (!ec) {  // the peer did not answer in time
+      asio::error_code ignored;
+      socket_.close(ignored);
+    }
+  });
+  std::string where = ep_.to_string();
+  auto wec_wn_result = co_await asio::async_write(socket_, out, use_nothrow);
+  auto& [wec, wn] = wec_wn_result;
+  if (wec) co_return Status(Code::kUnavailable, fmt::format("handshake with {}: {}", where, wec.message()));
+  auto rec_rn_result = co_await asio::async_read(socket_, asio::buffer(hdr), use_nothrow);
+  auto& [rec, rn] = rec_rn_result;
+  if (rec)
+    co_return Status(Code::kUnavailable, fmt::format("{} closed the connection during the handshake", where));
+  FrameHeader reply;
+  DecodeError err = decode_header(hdr.data(), options_.limits, &reply);
+  if (err != DecodeError::kOk || !reply.is_response() || reply.payload_len != 0)
+    co_return Status(Code::kProtocol, fmt::format("bad handshake reply from {}: {}", where, decode_error_name(err)));
+  std::string rbody(reply.body_len, '\0');
+  auto bec_bn_result = co_await asio::async_read(socket_, asio::buffer(rbody), use_nothrow);
+  auto& [bec, bn] = bec_bn_result;
+  timer.cancel();
+  if (bec) co_return Status(Code::kUnavailable, fmt::format("{} closed the connection during the handshake", where));
+  if (reply.status != 0) co_return Status(code_from_wire(reply.status), fmt::format("{} refused the connection: {}", where, rbody));
+  co_return Status();
+}
+
+void ClientConnection::start_call(MethodId method, std::string body, CallOptions options, Completion done) {
+  if (closed()) {
+    done(error(close_status_.ok() ? Status(Code::kDisconnected, "connection to " + ep_.to_string() + " is closed")
+                                  : close_status_));
+    return;
+  }
+  if (pending_.size() >= options_.pending_max_per_connection) {
+    done(error(Code::kOverloaded, "{} calls already in flight to {}", pending_.size(), ep_.to_string()));
+    return;
+  }
+  uint64_t id = next_id_++;
+  uint32_t timeout_ms = options.timeout_ms ? options.timeout_ms : options_.call_timeout_ms;
+  auto frame = std::make_shared<OutFrame>();
+  frame->header.method = method.wire();
+  frame->header.request_id = id;
+  frame->header.timeout_ms = timeout_ms;
+  frame->body = std::move(body);
+  frame->payload = std::move(options.payload);
+  frame->call_id = id;
+  Pending& p = pending_[id];
+  p.done = std::move(done);
+  p.timeout_ms = timeout_ms;
+  p.deadline = SteadyClock::now() + std::chrono::milliseconds(timeout_ms);
+  p.dest = options.response_payload;
+  p.frame = frame;
+  send(std::move(frame));
+  if (options.cancel) {
+    std::weak_ptr<FrameStream> weak = shared_from_this();
+    auto ex = executor();
+    options.cancel->on_cancel([weak, ex, id] {
+      asio::post(ex, [weak, id] {
+        if (auto self = weak.lock())
+          static_cast<ClientConnection*>(self.get())->abort_call(id, Status(Code::kCancelled, "call cancelled"));
+      });
+    });
+  }
+  if (!sweeping_) {
+    sweeping_ = true;
+    auto self = std::static_pointer_cast<ClientConnection>(shared_from_this());
+    asio::co_spawn(executor(), [self] { return self->sweep_deadlines(); }, asio::detached);
+  }
+}
+
+Task<void> ClientConnection::sweep_deadlines() {
+  auto self = shared_from_this();
+  std::vector<uint64_t> expired;
+  while (!pending_.empty() && !closed()) {
+    sweep_timer_.expires_after(std::chrono::milliseconds(5));
+    co_await sweep_timer_.async_wait(use_nothrow);
+    auto now = SteadyClock::now();
+    expired.clear();
+    for (auto& [id, p] : pending_)
+      if (p.deadline <= now && !p.abort_after_write) expired.push_back(id);
+    for (uint64_t id : expired) {
+      auto it = pending_.find(id);
+      if (it == pending_.end()) continue;
+      abort_call(id, Status(Code::kTimeout, fmt::format("call to {} timed out after {} ms", ep_.to_string(),
+                                                        it->second.timeout_ms)));
+    }
+  }
+  sweeping_ = false;
+}
+
+void ClientConnection::abort_call(uint64_t id, Status why) {
+  auto it = pending_.find(id);
+  if (it == pending_.end()) return;
+  Pending& p = it->second;
+  if (p.receiving) return;  // the answer is landing in the caller's buffer: let it finish
+  if (p.frame && p.frame->state == OutFrame::State::kWriting) {
+    p.abort_after_write = std::move(why);  // caller memory is in a writev: finish it first
+    return;
+  }
+  if (p.frame && p.frame->state == OutFrame::State::kQueued) p.frame->dropped = true;
+  complete(id, error(std::move(why)));
+}
+
+void ClientConnection::complete(uint64_t id, Result<RawResponse> r) {
+  auto it = pending_.find(id);
+  if (it == pending_.end()) return;
+  Completion done = std::move(it->second.done);
+  pending_.erase(it);
+  done(std::move(r));
+}
+
+void ClientConnection::on_frame_written(uint64_t call_id) {
+  auto it = pending_.find(call_id);
+  if (it == pending_.end()) return;
+  it->second.frame.reset();
+  if (it->second.abort_after_write) complete(call_id, error(std::move(*it->second.abort_after_write)));
+}
+
+PayloadTarget ClientConnection::payload_target(const FrameHeader& h) {
+  auto it = pending_.find(h.request_id);
+  if (it != pending_.end() && it->second.dest.size() >= h.payload_len && !it->second.abort_after_write) {
+    it->second.receiving = true;
+    return PayloadTarget{it->second.dest.data(), Buffer()};
+  }
+  PayloadTarget t;
+  t.owned = Buffer::allocate(h.payload_len);
+  t.data = t.owned.data();
+  return t;
+}
+
+void ClientConnection::on_frame(const FrameHeader& h, std::string body, PayloadTarget payload) {
+  if (!h.is_response()) {
+    close(Status(Code::kProtocol, ep_.to_string() + " sent a request on a client connection"));
+    return;
+  }
+  auto it = pending_.find(h.request_id);
+  if (it == pending_.end()) return;  // answer to a call that timed out or was cancelled
+  if (h.status != 0) {
+    complete(h.request_id, error(code_from_wire(h.status), std::move(body)));
+    return;
+  }
+  RawResponse r;
+  r.body = std::move(body);
+  r.payload_len = h.payload_len;
+  r.payload_in_destination = h.payload_len > 0 && payload.owned.empty();
+  r.payload = std::move(payload.owned);
+  complete(h.request_id, std::move(r));
+}
+
+void ClientConnection::on_closed(const Status& why) {
+  broken_.store(true, std::memory_order_release);
+  close_status_ = why.code() == Code::kDisconnected || why.code() == Code::kProtocol ||
+                          why.code() == Code::kUnavailable || why.code() == Code::kUnauthenticated
+                      ? why
+                      : Status(Code::kDisconnected, why.message());
+  sweep_timer_.cancel();
+  // close() cancelled every socket operation: no caller memory is in use any more.
+  auto pending = std::move(pending_);
+  pending_.clear();
+  for (auto& [id, p] : pending) p.done(error(close_status_));
+}
+
+}  // namespace weft::rpc

@@ -1,0 +1,80 @@
+// rpc/client_connection.h (internal to rpc)
+// The client end of one connection: connect + handshake, pending calls by
+// request id, deadlines swept every few milliseconds, cancellation.
+// Threading: all state lives on the connection's executor; start_call is
+// posted there by Client. broken() may be read from any thread.
+// Invariants: a pending call completes exactly once; its request payload is
+// not released to the caller while its frame is being written, and its
+// response destination is not released while the payload is being read.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <optional>
+#include <unordered_map>
+
+#include <asio/steady_timer.hpp>
+
+#include "common/clock.h"
+#include "rpc/client.h"
+#include "rpc/frame_stream.h"
+
+namespace weft::rpc {
+
+// Shared by the connections of one endpoint: when to try connecting again.
+struct ChannelBackoff {
+  std::mutex mu;
+  std::chrono::steady_clock::time_point retry_at{};
+  uint32_t backoff_ms = 0;
+  Status last_error;
+};
+
+using Completion = std::move_only_function<void(Result<RawResponse>)>;
+
+class ClientConnection final : public FrameStream {
+ public:
+  ClientConnection(asio::io_context& io, Endpoint ep, std::shared_ptr<const ClientOptions> options,
+                   std::shared_ptr<ChannelBackoff> backoff);
+
+  void connect();
+  bool broken() const { return broken_.load(std::memory_order_acquire); }
+  // On the connection's executor.
+  void start_call(MethodId method, std::string body, CallOptions options, Completion done);
+
+ protected:
+  PayloadTarget payload_target(const FrameHeader& h) override;
+  void on_frame(const FrameHeader& h, std::string body, PayloadTarget payload) override;
+  void on_frame_written(uint64_t call_id) override;
+  void on_closed(const Status& why) override;
+
+ private:
+  struct Pending {
+    Completion done;
+    std::chrono::steady_clock::time_point deadline;
+    uint32_t timeout_ms = 0;
+    std::span<std::byte> dest;
+    std::shared_ptr<OutFrame> frame;
+    bool receiving = false;
+    std::optional<Status> abort_after_write;
+  };
+
+  Task<void> run_connect();
+  Task<Status> handshake();
+  Task<void> sweep_deadlines();
+  void abort_call(uint64_t id, Status why);
+  void complete(uint64_t id, Result<RawResponse> r);
+  void connect_failed(Status why);
+
+  Endpoint ep_;
+  std::shared_ptr<const ClientOptions> owned_options_;
+  const ClientOptions& options_;
+  std::shared_ptr<ChannelBackoff> backoff_;
+  std::unordered_map<uint64_t, Pending> pending_;
+  uint64_t next_id_ = 1;
+  bool sweeping_ = false;
+  std::atomic<bool> broken_{false};
+  Status close_status_;
+  asio::steady_timer sweep_timer_;
+};
+
+}  // namespace weft::rpc

@@ -1,0 +1,217 @@
+#include "rpc/frame_stream.h"
+
+#include <cstring>
+
+#include <asio/read.hpp>
+#include <asio/write.hpp>
+
+#include "common/logging.h"
+
+namespace weft::rpc {
+namespace {
+
+constexpr size_t kReadBufferBytes = 64 * 1024;
+constexpr size_t kWriteBatchFramesMax = 128;
+constexpr size_t kWriteBatchBuffersMax = 512;  // under IOV_MAX (1024)
+
+std::string describe(const asio::ip::tcp::socket& s) {
+  asio::error_code ec;
+  auto ep = s.remote_endpoint(ec);
+  if (ec) return "unknown peer";
+  return ep.address().to_string() + ":" + std::to_string(ep.port());
+}
+
+}  // namespace
+
+FrameStream::FrameStream(asio::ip::tcp::socket socket, FrameLimits limits)
+    : socket_(std::move(socket)), limits_(limits), rbuf_(kReadBufferBytes), resume_(socket_.get_executor()) {
+  peer_ = describe(socket_);
+  asio::error_code ec;
+  socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+}
+
+void FrameStream::on_connected() {
+  peer_ = describe(socket_);
+  asio::error_code ec;
+  socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+}
+
+void FrameStream::start() {
+  asio::co_spawn(executor(), [self = shared_from_this()] { return self->read_loop(); }, asio::detached);
+}
+
+std::shared_ptr<OutFrame> FrameStream::send(std::shared_ptr<OutFrame> frame) {
+  if (closed_) {
+    frame->dropped = true;
+    return frame;
+  }
+  frame->header.body_len = static_cast<uint32_t>(frame->body.size());
+  size_t payload = 0;
+  for (auto s : frame->payload) payload += s.size();
+  frame->header.payload_len = static_cast<uint32_t>(payload);
+  encode_header(frame->header, frame->encoded.data());
+  outq_.push_back(frame);
+  if (ready_ && !writing_) {
+    writing_ = true;
+    asio::co_spawn(executor(), [self = shared_from_this()] { return self->write_loop(); }, asio::detached);
+  }
+  return frame;
+}
+
+void FrameStream::set_ready() {
+  ready_ = true;
+  if (!outq_.empty() && !writing_ && !closed_) {
+    writing_ = true;
+    asio::co_spawn(executor(), [self = shared_from_this()] { return self->write_loop(); }, asio::detached);
+  }
+}
+
+void FrameStream::close_after_flush(Status why) {
+  if (outq_.empty() && !writing_) return close(std::move(why));
+  close_after_flush_ = true;
+  close_reason_ = std::move(why);
+}
+
+void FrameStream::close(Status why) {
+  if (closed_) return;
+  closed_ = true;
+  asio::error_code ec;
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+  socket_.close(ec);
+  resume_.cancel();
+  for (auto& f : outq_)
+    if (f->state == OutFrame::State::kQueued) f->dropped = true;
+  on_closed(why);
+}
+
+void FrameStream::resume_reading() {
+  if (paused_) resume_.cancel();
+}
+
+Task<bool> FrameStream::fill(size_t n) {
+  if (rend_ - rpos_ >= n) co_return true;
+  if (rpos_ + n > rbuf_.size()) {
+    std::memmove(rbuf_.data(), rbuf_.data() + rpos_, rend_ - rpos_);
+    rend_ -= rpos_;
+    rpos_ = 0;
+    if (n > rbuf_.size()) rbuf_.resize(n);
+  }
+  while (rend_ - rpos_ < n) {
+    auto ec_got_result = co_await socket_.async_read_some(asio::buffer(rbuf_.data() + rend_, rbuf_.size() - rend_),
+                                                      use_nothrow);
+    auto& [ec, got] = ec_got_result;
+    if (ec) {
+      if (!closed_) {
+        if (ec == asio::error::eof && rend_ == rpos_)
+          close(Status(Code::kDisconnected, "connection closed by " + peer_));
+        else if (ec == asio::error::eof)
+          close(Status(Code::kDisconnected, "connection closed by " + peer_ + " in the middle of a frame"));
+        else
+          close(Status(Code::kDisconnected, "read from " + peer_ + ": " + ec.message()));
+      }
+      co_return false;
+    }
+    rend_ += got;
+  }
+  co_return true;
+}
+
+Task<void> FrameStream::read_loop() {
+  auto self = shared_from_this();  // keeps the stream alive while reading
+  while (!closed_) {
+    if (!co_await fill(kFrameHeaderSize)) co_return;
+    FrameHeader h;
+    DecodeError err = decode_header(rbuf_.data() + rpos_, limits_, &h);
+    if (err != DecodeError::kOk) {
+      WEFT_LOG_WARN("closing connection with {}: malformed frame ({})", peer_, decode_error_name(err));
+      close(Status(Code::kProtocol, fmt::format("malformed frame from {}: {}", peer_, decode_error_name(err))));
+      co_return;
+    }
+    if (Status s = check_header(h); !s.ok()) {
+      WEFT_LOG_WARN("closing connection with {}: {}", peer_, s.message());
+      close(std::move(s));
+      co_return;
+    }
+    rpos_ += kFrameHeaderSize;
+    if (!co_await fill(h.body_len)) co_return;
+    std::string body(reinterpret_cast<const char*>(rbuf_.data() + rpos_), h.body_len);
+    rpos_ += h.body_len;
+    PayloadTarget target;
+    if (h.payload_len > 0) {
+      target = payload_target(h);
+      size_t buffered = std::min<size_t>(rend_ - rpos_, h.payload_len);
+      std::memcpy(target.data, rbuf_.data() + rpos_, buffered);
+      rpos_ += buffered;
+      if (buffered < h.payload_len) {
+        auto ec_n_result = co_await asio::async_read(
+            socket_, asio::buffer(target.data + buffered, h.payload_len - buffered), use_nothrow);
+        auto& [ec, n] = ec_n_result;
+        if (ec) {
+          if (!closed_)
+            close(Status(Code::kDisconnected,
+                         fmt::format("{} disconnected in the middle of a payload: {}", peer_, ec.message())));
+          co_return;
+        }
+      }
+    }
+    if (rpos_ == rend_) rpos_ = rend_ = 0;
+    on_frame(h, std::move(body), std::move(target));
+    while (!closed_ && should_pause_reading()) {
+      paused_ = true;
+      resume_.expires_at(asio::steady_timer::time_point::max());
+      co_await resume_.async_wait(use_nothrow);
+      paused_ = false;
+    }
+  }
+}
+
+Task<void> FrameStream::write_loop() {
+  auto self = shared_from_this();
+  std::vector<asio::const_buffer> buffers;
+  std::vector<std::shared_ptr<OutFrame>> batch;
+  while (!closed_) {
+    buffers.clear();
+    batch.clear();
+    while (!outq_.empty() && batch.size() < kWriteBatchFramesMax &&
+           buffers.size() + 2 + outq_.front()->payload.size() <= kWriteBatchBuffersMax) {
+      auto f = std::move(outq_.front());
+      outq_.pop_front();
+      if (f->dropped) continue;
+      f->state = OutFrame::State::kWriting;
+      buffers.emplace_back(f->encoded.data(), f->encoded.size());
+      if (!f->body.empty()) buffers.emplace_back(f->body.data(), f->body.size());
+      for (auto s : f->payload)
+        if (!s.empty()) buffers.emplace_back(s.data(), s.size());
+      batch.push_back(std::move(f));
+    }
+    if (batch.empty()) {
+      // A single frame with more payload spans than one batch allows is split by asio.
+      if (!outq_.empty()) {
+        auto f = std::move(outq_.front());
+        outq_.pop_front();
+        if (f->dropped) continue;
+        f->state = OutFrame::State::kWriting;
+        buffers.emplace_back(f->encoded.data(), f->encoded.size());
+        buffers.emplace_back(f->body.data(), f->body.size());
+        for (auto s : f->payload) buffers.emplace_back(s.data(), s.size());
+        batch.push_back(std::move(f));
+      } else {
+        break;
+      }
+    }
+    auto ec_n_result = co_await asio::async_write(socket_, buffers, use_nothrow);
+    auto& [ec, n] = ec_n_result;
+    for (auto& f : batch) {
+      f->state = OutFrame::State::kDone;
+      if (f->call_id != 0) on_frame_written(f->call_id);
+    }
+    if (ec) {
+      if (!closed_) close(Status(Code::kDisconnected, fmt::format("write to {}: {}", peer_, ec.message())));
+      break;
+    }
+  }
+  writing_ = false;
+  if (close_after_flush_ && outq_.empty() && !closed_) close(close_reason_);
+}
+
+}  // namespace weft::rpc

@@ -1,0 +1,98 @@
+// rpc/frame_stream.h (internal to rpc)
+// One TCP connection carrying frames in both directions: a buffered reader
+// that parses frames and reads large payloads straight into their final
+// destination, and a writer that gathers many queued frames (header, body
+// and caller-owned payload spans) into one writev.
+// Threading: every method runs on the socket's executor (one I/O thread);
+// callers on other threads post to executor() first.
+// Invariants: a frame in `kWriting` state is never freed or modified until
+// its write completes; a dropped frame is never written.
+#pragma once
+
+#include <array>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <asio/ip/tcp.hpp>
+#include <asio/steady_timer.hpp>
+
+#include "common/buffer.h"
+#include "common/status.h"
+#include "rpc/frame.h"
+#include "rpc/task.h"
+
+namespace weft::rpc {
+
+struct OutFrame {
+  enum class State { kQueued, kWriting, kDone };
+  FrameHeader header;
+  std::array<std::byte, kFrameHeaderSize> encoded;
+  std::string body;
+  std::vector<std::span<const std::byte>> payload;  // gathered as is; not copied
+  std::shared_ptr<void> keepalive;                  // owns payload memory when needed
+  uint64_t call_id = 0;                             // client side: the pending call
+  State state = State::kQueued;
+  bool dropped = false;
+};
+
+// Where a frame's payload lands: caller memory (`data`) or an owned buffer.
+struct PayloadTarget {
+  std::byte* data = nullptr;
+  Buffer owned;
+};
+
+class FrameStream : public std::enable_shared_from_this<FrameStream> {
+ public:
+  FrameStream(asio::ip::tcp::socket socket, FrameLimits limits);
+  virtual ~FrameStream() = default;
+
+  asio::any_io_executor executor() { return socket_.get_executor(); }
+  bool closed() const { return closed_; }
+  const std::string& peer() const { return peer_; }
+
+  // Starts the read loop (and the writer, once ready).
+  void start();
+  // Frames queue until set_ready(); then they are written in order.
+  std::shared_ptr<OutFrame> send(std::shared_ptr<OutFrame> frame);
+  void set_ready();
+  // Closes after everything queued so far has been written.
+  void close_after_flush(Status why);
+  void close(Status why);
+
+ protected:
+  // Called for every decoded header before its body is read; an error closes the stream.
+  virtual Status check_header(const FrameHeader& /*h*/) { return {}; }
+  virtual PayloadTarget payload_target(const FrameHeader& h) = 0;
+  virtual void on_frame(const FrameHeader& h, std::string body, PayloadTarget payload) = 0;
+  virtual void on_frame_written(uint64_t /*call_id*/) {}
+  virtual void on_closed(const Status& why) = 0;
+  // Back-pressure: while true, the reader stops reading the socket.
+  virtual bool should_pause_reading() { return false; }
+  void resume_reading();
+  // After an outgoing connect: learns the peer address and sets TCP_NODELAY.
+  void on_connected();
+
+  asio::ip::tcp::socket socket_;
+
+ private:
+  Task<void> read_loop();
+  Task<void> write_loop();
+  Task<bool> fill(size_t n);  // ensures n unread bytes in rbuf_; false on EOF/error
+
+  FrameLimits limits_;
+  std::string peer_;
+  std::vector<std::byte> rbuf_;
+  size_t rpos_ = 0, rend_ = 0;
+  std::deque<std::shared_ptr<OutFrame>> outq_;
+  bool ready_ = false;
+  bool writing_ = false;
+  bool closed_ = false;
+  bool close_after_flush_ = false;
+  Status close_reason_;
+  bool paused_ = false;
+  asio::steady_timer resume_;
+};
+
+}  // namespace weft::rpc

@@ -1,0 +1,43 @@
+#include "rpc/io_pool.h"
+
+#include <pthread.h>
+
+#include "common/assert.h"
+
+namespace weft::rpc {
+namespace {
+thread_local const IoPool* t_pool = nullptr;
+}
+
+IoPool::IoPool(size_t threads, std::string name) {
+  WEFT_ASSERT(threads > 0);
+  for (size_t i = 0; i < threads; ++i) {
+    contexts_.push_back(std::make_unique<asio::io_context>(1));
+    guards_.emplace_back(contexts_.back()->get_executor());
+  }
+  for (size_t i = 0; i < threads; ++i) {
+    threads_.emplace_back([this, i, name] {
+      t_pool = this;
+      std::string thread_name = (name + "-" + std::to_string(i)).substr(0, 15);
+      pthread_setname_np(pthread_self(), thread_name.c_str());
+      contexts_[i]->run();
+    });
+  }
+}
+
+IoPool::~IoPool() { stop(); }
+
+asio::io_context& IoPool::next() { return *contexts_[next_.fetch_add(1, std::memory_order_relaxed) % contexts_.size()]; }
+
+bool IoPool::in_pool_thread() const { return t_pool == this; }
+
+void IoPool::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  guards_.clear();
+  for (auto& c : contexts_) c->stop();
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+}
+
+}  // namespace weft::rpc

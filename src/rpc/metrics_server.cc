@@ -1,0 +1,99 @@
+#include "rpc/metrics_server.h"
+
+#include <future>
+#include <thread>
+
+#include <asio/experimental/awaitable_operators.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read_until.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/streambuf.hpp>
+#include <asio/write.hpp>
+
+#include "rpc/task.h"
+
+namespace weft::rpc {
+
+using namespace asio::experimental::awaitable_operators;
+
+struct MetricsServer::Impl : std::enable_shared_from_this<Impl> {
+  Impl(IoPool& io, metrics::Registry& r) : io(io), registry(r), acceptor(io.at(0)) {}
+  IoPool& io;
+  metrics::Registry& registry;
+  asio::ip::tcp::acceptor acceptor;
+
+  Task<void> serve(asio::ip::tcp::socket socket) {
+    auto self = shared_from_this();
+    asio::streambuf buf(16 * 1024);  // bounded request size
+    asio::steady_timer timer(socket.get_executor(), std::chrono::seconds(5));
+    auto r = co_await (asio::async_read_until(socket, buf, "\r\n\r\n", use_nothrow) || timer.async_wait(use_nothrow));
+    if (r.index() != 0) co_return;  // too slow
+    if (std::get<0>(std::get<0>(r))) co_return;
+    std::string request(asio::buffers_begin(buf.data()), asio::buffers_end(buf.data()));
+    std::string first = request.substr(0, request.find("\r\n"));
+    std::string status = "200 OK", type = "text/plain; version=0.0.4", body;
+    if (first.rfind("GET /metrics", 0) == 0) {
+      body = registry.prometheus_text();
+    } else if (first.rfind("GET /health", 0) == 0) {
+      body = "ok\n";
+    } else if (first.rfind("GET ", 0) == 0) {
+      status = "404 Not Found";
+      body = "try /metrics\n";
+    } else {
+      status = "405 Method Not Allowed";
+      body = "only GET\n";
+    }
+    std::string head = "HTTP/1.1 " + status + "\r\nContent-Type: " + type +
+                       "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n";
+    std::array<asio::const_buffer, 2> out{asio::buffer(head), asio::buffer(body)};
+    co_await asio::async_write(socket, out, use_nothrow);
+    asio::error_code ec;
+    socket.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+  }
+
+  Task<void> accept_loop() {
+    auto self = shared_from_this();
+    while (true) {
+      auto ec_socket_result = co_await acceptor.async_accept(use_nothrow);
+      auto& [ec, socket] = ec_socket_result;
+      if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+      if (ec) continue;
+      asio::co_spawn(acceptor.get_executor(), serve(std::move(socket)), asio::detached);
+    }
+  }
+};
+
+MetricsServer::MetricsServer(IoPool& io, metrics::Registry& registry)
+    : impl_(std::make_shared<Impl>(io, registry)) {}
+
+MetricsServer::~MetricsServer() { stop(); }
+
+Result<uint16_t> MetricsServer::listen(const std::string& host, uint16_t port) {
+  asio::error_code ec;
+  auto address = asio::ip::make_address(host, ec);
+  if (ec) return error(Code::kInvalidArgument, "metrics: '{}' is not an IP address", host);
+  asio::ip::tcp::endpoint ep(address, port);
+  auto& a = impl_->acceptor;
+  a.open(ep.protocol(), ec);
+  if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) a.bind(ep, ec);
+  if (!ec) a.listen(64, ec);
+  if (ec) return error(code_from_errno(ec.value()), "metrics: cannot listen on {}:{}: {}", host, port, ec.message());
+  uint16_t bound = a.local_endpoint().port();
+  asio::co_spawn(a.get_executor(), impl_->accept_loop(), asio::detached);
+  return bound;
+}
+
+void MetricsServer::stop() {
+  auto impl = impl_;
+  std::promise<void> done;
+  auto fut = done.get_future();
+  asio::post(impl->acceptor.get_executor(), [impl, &done] {
+    asio::error_code ec;
+    impl->acceptor.close(ec);
+    done.set_value();
+  });
+  if (!impl->io.in_pool_thread()) fut.wait_for(std::chrono::seconds(2));
+}
+
+}  // namespace weft::rpc

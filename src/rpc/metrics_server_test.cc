@@ -1,0 +1,34 @@
+#include "rpc/metrics_server.h"
+
+#include <gtest/gtest.h>
+
+#include "rpc/test_util.h"
+
+namespace weft::rpc {
+namespace {
+
+std::string http_get(uint16_t port, const std::string& request) {
+  testing::RawSocket s(port);
+  EXPECT_TRUE(s.send_bytes(request.data(), request.size()));
+  std::string out;
+  char c;
+  while (s.recv_bytes(&c, 1, 2000)) out += c;
+  return out;
+}
+
+TEST(MetricsServer, ServesPrometheusText) {
+  metrics::Registry registry;
+  registry.counter("weft_test_hits_total", "Hits").inc(5);
+  IoPool io{1};
+  MetricsServer server(io, registry);
+  uint16_t port = server.listen("127.0.0.1", 0).value();
+  std::string r = http_get(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_NE(r.find("HTTP/1.1 200 OK"), std::string::npos) << r;
+  EXPECT_NE(r.find("weft_test_hits_total 5"), std::string::npos) << r;
+  EXPECT_NE(http_get(port, "GET /health HTTP/1.1\r\n\r\n").find("ok"), std::string::npos);
+  EXPECT_NE(http_get(port, "GET /nope HTTP/1.1\r\n\r\n").find("404"), std::string::npos);
+  EXPECT_NE(http_get(port, "POST /metrics HTTP/1.1\r\n\r\n").find("405"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace weft::rpc

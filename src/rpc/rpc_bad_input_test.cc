@@ -1,0 +1,248 @@
+// Hostile and broken peers: every malformed frame closes that one
+// connection (or is answered with an error) and the server keeps serving
+// everyone else; a broken server gives the client an error, not a hang.
+#include <gtest/gtest.h>
+
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/write.hpp>
+#include <thread>
+
+#include "proto/rpc.pb.h"
+#include "rpc/client.h"
+#include "rpc/echo_service.h"
+#include "rpc/server.h"
+#include "rpc/test_util.h"
+
+namespace weft::rpc {
+namespace {
+
+using testing::RawSocket;
+
+class BadInput : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions so;
+    so.cluster_token = "tok";
+    so.name = "bad-input-server";
+    so.limits.body_max = 1 << 20;
+    so.limits.payload_max = 8 << 20;
+    server_ = std::make_unique<Server>(io_, so, registry_);
+    register_echo_service(*server_);
+    port_ = server_->listen("127.0.0.1", 0).value();
+    ClientOptions co;
+    co.cluster_token = "tok";
+    client_ = std::make_unique<Client>(client_io_, co);
+  }
+  void TearDown() override {
+    client_.reset();
+    server_.reset();
+  }
+
+  // The server still answers a well-behaved client.
+  void expect_server_healthy() {
+    proto::EchoRequest req;
+    req.set_data("ok?");
+    auto r = block_on(client_io_.at(0).get_executor(),
+                      client_->call<proto::EchoReply>(Endpoint{"127.0.0.1", port_}, kEcho, req));
+    ASSERT_TRUE(r) << r.error();
+    EXPECT_EQ(r->data(), "ok?");
+  }
+
+  static std::string hello_body(const std::string& token) {
+    proto::Hello h;
+    h.set_cluster_token(token);
+    return h.SerializeAsString();
+  }
+
+  // A raw connection past the handshake.
+  std::unique_ptr<RawSocket> authenticated() {
+    auto s = std::make_unique<RawSocket>(port_);
+    FrameHeader h;
+    h.method = kHello.wire();
+    EXPECT_TRUE(s->send_frame(h, hello_body("tok")));
+    FrameHeader rh;
+    std::string body;
+    EXPECT_TRUE(s->recv_frame(&rh, &body));
+    EXPECT_EQ(rh.status, 0);
+    return s;
+  }
+
+  metrics::Registry registry_;
+  IoPool io_{1, "srv"};
+  IoPool client_io_{1, "cli"};
+  std::unique_ptr<Server> server_;
+  std::unique_ptr<Client> client_;
+  uint16_t port_ = 0;
+};
+
+TEST_F(BadInput, WrongMagicClosesConnection) {
+  RawSocket s(port_);
+  std::string junk(64, 'Z');
+  ASSERT_TRUE(s.send_bytes(junk.data(), junk.size()));
+  EXPECT_TRUE(s.closed_by_peer());
+  expect_server_healthy();
+}
+
+TEST_F(BadInput, WrongVersionAndCrcClose) {
+  for (int which = 0; which < 2; ++which) {
+    auto s = authenticated();
+    FrameHeader h;
+    h.method = kEcho.wire();
+    std::byte hdr[kFrameHeaderSize];
+    encode_header(h, hdr);
+    if (which == 0) hdr[4] = std::byte{9};   // version
+    else hdr[20] ^= std::byte{1};            // request id bit: CRC mismatch
+    ASSERT_TRUE(s->send_bytes(hdr, sizeof(hdr)));
+    EXPECT_TRUE(s->closed_by_peer()) << which;
+  }
+  expect_server_healthy();
+}
+
+TEST_F(BadInput, AbsurdLengthsClose) {
+  auto s = authenticated();
+  FrameHeader h;
+  h.method = kEcho.wire();
+  h.body_len = 0xfffffff0u;
+  std::byte hdr[kFrameHeaderSize];
+  encode_header(h, hdr);
+  ASSERT_TRUE(s->send_bytes(hdr, sizeof(hdr)));
+  EXPECT_TRUE(s->closed_by_peer());
+
+  auto s2 = authenticated();
+  h.body_len = 0;
+  h.payload_len = 1u << 30;
+  encode_header(h, hdr);
+  ASSERT_TRUE(s2->send_bytes(hdr, sizeof(hdr)));
+  EXPECT_TRUE(s2->closed_by_peer());
+  expect_server_healthy();
+}
+
+TEST_F(BadInput, TruncatedFrameAndMidPayloadDisconnect) {
+  {
+    auto s = authenticated();
+    std::byte hdr[kFrameHeaderSize];
+    FrameHeader h;
+    h.method = kEcho.wire();
+    h.body_len = 10;
+    encode_header(h, hdr);
+    ASSERT_TRUE(s->send_bytes(hdr, 17));  // half a header, then gone
+  }
+  {
+    auto s = authenticated();
+    FrameHeader h;
+    h.method = kEcho.wire();
+    h.payload_len = 1 << 20;
+    std::byte hdr[kFrameHeaderSize];
+    encode_header(h, hdr);
+    ASSERT_TRUE(s->send_bytes(hdr, sizeof(hdr)));
+    std::string part(300000, 'p');
+    ASSERT_TRUE(s->send_bytes(part.data(), part.size()));  // then disconnect mid-payload
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  expect_server_healthy();
+}
+
+TEST_F(BadInput, FirstFrameMustBeHello) {
+  RawSocket s(port_);
+  FrameHeader h;
+  h.method = kEcho.wire();
+  ASSERT_TRUE(s.send_frame(h, ""));
+  EXPECT_TRUE(s.closed_by_peer());
+
+  RawSocket bad_body(port_);
+  h.method = kHello.wire();
+  ASSERT_TRUE(bad_body.send_frame(h, std::string("\xff\xff\xff\xff", 4)));
+  FrameHeader rh;
+  std::string body;
+  ASSERT_TRUE(bad_body.recv_frame(&rh, &body));
+  EXPECT_EQ(rh.status, static_cast<uint16_t>(Code::kProtocol));
+  EXPECT_TRUE(bad_body.closed_by_peer());
+
+  RawSocket wrong(port_);
+  ASSERT_TRUE(wrong.send_frame(h, hello_body("nope")));
+  ASSERT_TRUE(wrong.recv_frame(&rh, &body));
+  EXPECT_EQ(rh.status, static_cast<uint16_t>(Code::kUnauthenticated));
+  EXPECT_NE(body.find("wrong cluster token"), std::string::npos);
+  EXPECT_TRUE(wrong.closed_by_peer());
+  expect_server_healthy();
+}
+
+TEST_F(BadInput, UnparsableBodyAndUnknownMethodAreAnsweredNotFatal) {
+  auto s = authenticated();
+  FrameHeader h;
+  h.method = kEcho.wire();
+  h.request_id = 5;
+  ASSERT_TRUE(s->send_frame(h, std::string("\x0a\xff\xff\xff\xff\x0f", 6)));
+  FrameHeader rh;
+  std::string body;
+  ASSERT_TRUE(s->recv_frame(&rh, &body));
+  EXPECT_EQ(rh.request_id, 5u);
+  EXPECT_EQ(rh.status, static_cast<uint16_t>(Code::kProtocol));
+
+  h.method = MethodId{77, 1}.wire();
+  h.request_id = 6;
+  ASSERT_TRUE(s->send_frame(h, ""));
+  ASSERT_TRUE(s->recv_frame(&rh, &body));
+  EXPECT_EQ(rh.request_id, 6u);
+  EXPECT_EQ(rh.status, static_cast<uint16_t>(Code::kUnknownMethod));
+
+  // The same connection still works.
+  proto::EchoRequest req;
+  req.set_data("still");
+  h.method = kEcho.wire();
+  h.request_id = 7;
+  ASSERT_TRUE(s->send_frame(h, req.SerializeAsString(), "pay"));
+  std::string payload;
+  ASSERT_TRUE(s->recv_frame(&rh, &body, &payload));
+  EXPECT_EQ(rh.status, 0);
+  EXPECT_EQ(payload, "pay");
+}
+
+TEST_F(BadInput, ResponseFlagFromClientCloses) {
+  auto s = authenticated();
+  FrameHeader h;
+  h.flags = kFlagResponse;
+  ASSERT_TRUE(s->send_frame(h, ""));
+  EXPECT_TRUE(s->closed_by_peer());
+  expect_server_healthy();
+}
+
+// A server that answers the handshake and then sends garbage: the client's
+// calls fail with an error instead of hanging.
+TEST(BadServer, GarbageFromServerFailsCalls) {
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  uint16_t port = acceptor.local_endpoint().port();
+  std::thread fake([&] {
+    asio::ip::tcp::socket s(io);
+    acceptor.accept(s);
+    std::byte hdr[kFrameHeaderSize];
+    asio::read(s, asio::buffer(hdr));
+    FrameHeader h;
+    ASSERT_EQ(decode_header(hdr, FrameLimits{}, &h), DecodeError::kOk);
+    std::string body(h.body_len, '\0');
+    asio::read(s, asio::buffer(body));
+    FrameHeader reply;
+    reply.flags = kFlagResponse;
+    encode_header(reply, hdr);
+    asio::write(s, asio::buffer(hdr));
+    std::byte req[kFrameHeaderSize];
+    asio::read(s, asio::buffer(req));  // the echo call
+    std::string junk(100, 'J');
+    asio::write(s, asio::buffer(junk));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  });
+  IoPool cio{1};
+  Client client(cio, ClientOptions{});
+  proto::EchoRequest req;
+  auto r = block_on(cio.at(0).get_executor(),
+                    client.call<proto::EchoReply>(Endpoint{"127.0.0.1", port}, kEcho, req));
+  fake.join();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), Code::kProtocol) << r.error();
+  EXPECT_NE(r.error().message().find("malformed frame"), std::string::npos) << r.error();
+}
+
+}  // namespace
+}  // namespace weft::rpc

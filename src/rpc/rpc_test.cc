@@ -1,0 +1,294 @@
+// End-to-end RPC behaviour over 127.0.0.1: round trips, payloads, many calls
+// in flight, deadlines, cancellation, errors, token refusal, reconnects,
+// overload and back-pressure.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <thread>
+
+#include "common/crc32c.h"
+#include "proto/rpc.pb.h"
+#include "rpc/client.h"
+#include "rpc/echo_service.h"
+#include "rpc/server.h"
+
+namespace weft::rpc {
+namespace {
+
+constexpr char kToken[] = "test-token";
+
+struct Cluster {
+  explicit Cluster(ServerOptions so = {}, ClientOptions co = {}) {
+    so.cluster_token = kToken;
+    so.name = "test-server";
+    server = std::make_unique<Server>(server_io, so, registry);
+    register_echo_service(*server);
+    port = server->listen("127.0.0.1", 0).value();
+    if (co.cluster_token.empty()) co.cluster_token = kToken;
+    client = std::make_unique<Client>(client_io, co);
+    ep = Endpoint{"127.0.0.1", port};
+  }
+  ~Cluster() {
+    client.reset();
+    server.reset();
+  }
+
+  Result<proto::EchoReply> echo(proto::EchoRequest req, CallOptions opts = {}, RawResponse* raw = nullptr,
+                                MethodId m = kEcho) {
+    return block_on(client_io.at(0).get_executor(),
+                    client->call<proto::EchoReply>(ep, m, req, std::move(opts), raw));
+  }
+
+  metrics::Registry registry;
+  IoPool server_io{1, "srv"};
+  IoPool client_io{1, "cli"};
+  std::unique_ptr<Server> server;
+  std::unique_ptr<Client> client;
+  uint16_t port = 0;
+  Endpoint ep;
+};
+
+proto::EchoRequest with_data(std::string data) {
+  proto::EchoRequest r;
+  r.set_data(std::move(data));
+  return r;
+}
+
+TEST(Rpc, EchoRoundTrip) {
+  Cluster c;
+  auto r = c.echo(with_data("hello"));
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_EQ(r->data(), "hello");
+  r = c.echo(with_data("hello"), {}, nullptr, kEchoBlocking);
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_EQ(r->data(), "hello");
+}
+
+TEST(Rpc, PayloadsGatherAndScatterWithoutLoss) {
+  Cluster c;
+  std::vector<std::byte> a(1 << 20), b(4097);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<std::byte>(i * 13);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::byte>(i * 7 + 1);
+  std::vector<std::byte> dest(a.size() + b.size());
+  CallOptions opts;
+  opts.payload = {a, b};
+  opts.response_payload = dest;
+  RawResponse raw;
+  auto r = c.echo(with_data("p"), std::move(opts), &raw);
+  ASSERT_TRUE(r) << r.error();
+  uint32_t crc = crc32c_extend(crc32c(a.data(), a.size()), b.data(), b.size());
+  EXPECT_EQ(r->payload_crc32c(), crc);
+  EXPECT_TRUE(raw.payload_in_destination);
+  EXPECT_EQ(raw.payload_len, dest.size());
+  EXPECT_EQ(std::memcmp(dest.data(), a.data(), a.size()), 0);
+  EXPECT_EQ(std::memcmp(dest.data() + a.size(), b.data(), b.size()), 0);
+
+  // No destination: the payload arrives in an owned buffer.
+  proto::EchoRequest big;
+  big.set_reply_payload_bytes(3 << 20);
+  RawResponse owned;
+  ASSERT_TRUE(c.echo(big, {}, &owned));
+  EXPECT_FALSE(owned.payload_in_destination);
+  ASSERT_EQ(owned.payload.size(), 3u << 20);
+  EXPECT_EQ(owned.payload.data()[12345], static_cast<std::byte>(12345 * 31 + 7));
+}
+
+TEST(Rpc, TenThousandConcurrentCallsOnOneConnection) {
+  Cluster c;
+  constexpr int kCalls = 10000;
+  std::atomic<int> ok{0}, wrong{0};
+  std::promise<void> all_done;
+  std::atomic<int> remaining{kCalls};
+  auto ex = c.client_io.at(0).get_executor();
+  for (int i = 0; i < kCalls; ++i) {
+    asio::co_spawn(
+        ex,
+        [&, i]() -> Task<void> {
+          std::string data = "call-" + std::to_string(i);
+          auto r = co_await c.client->call<proto::EchoReply>(c.ep, i % 2 ? kEcho : kEchoBlocking, with_data(data));
+          if (r && r->data() == data)
+            ok++;
+          else
+            wrong++;
+          if (--remaining == 0) all_done.set_value();
+        },
+        asio::detached);
+  }
+  ASSERT_EQ(all_done.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  EXPECT_EQ(ok.load(), kCalls);
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+TEST(Rpc, DeadlineExpiresAndConnectionStaysUsable) {
+  Cluster c;
+  proto::EchoRequest slow = with_data("slow");
+  slow.set_sleep_ms(1000);
+  CallOptions opts;
+  opts.timeout_ms = 100;
+  auto start = std::chrono::steady_clock::now();
+  auto r = c.echo(slow, std::move(opts));
+  auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), Code::kTimeout);
+  EXPECT_TRUE(r.error().retryable());
+  EXPECT_LT(took, std::chrono::milliseconds(1500));
+  EXPECT_GE(took, std::chrono::milliseconds(100));
+  auto again = c.echo(with_data("fast"));
+  ASSERT_TRUE(again) << again.error();
+}
+
+TEST(Rpc, CancellationCompletesTheCallEarly) {
+  Cluster c;
+  proto::EchoRequest slow = with_data("slow");
+  slow.set_sleep_ms(1000);
+  CancelSource source;
+  CallOptions opts;
+  opts.cancel = source.token();
+  auto fut = asio::co_spawn(c.client_io.at(0).get_executor(),
+                            c.client->call<proto::EchoReply>(c.ep, kEcho, slow, std::move(opts)), asio::use_future);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto start = std::chrono::steady_clock::now();
+  source.cancel();
+  ASSERT_EQ(fut.wait_for(std::chrono::seconds(2)), std::future_status::ready);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
+  auto r = fut.get();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), Code::kCancelled);
+
+  // A token cancelled before the call starts fails it at once.
+  CallOptions pre;
+  pre.cancel = source.token();
+  auto r2 = c.echo(with_data("x"), std::move(pre));
+  ASSERT_FALSE(r2);
+  EXPECT_EQ(r2.error().code(), Code::kCancelled);
+  EXPECT_TRUE(c.echo(with_data("after")));
+}
+
+TEST(Rpc, HandlerErrorsAndUnknownMethods) {
+  Cluster c;
+  proto::EchoRequest fail = with_data("boom");
+  fail.set_fail(true);
+  auto r = c.echo(fail);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), Code::kNotFound);
+  EXPECT_NE(r.error().message().find("boom"), std::string::npos);
+  auto u = c.echo(with_data("x"), {}, nullptr, MethodId{service::kTest, 999});
+  ASSERT_FALSE(u);
+  EXPECT_EQ(u.error().code(), Code::kUnknownMethod);
+  EXPECT_TRUE(c.echo(with_data("still fine")));
+}
+
+TEST(Rpc, WrongTokenIsRefusedClearly) {
+  ClientOptions co;
+  co.cluster_token = "not-the-token";
+  Cluster c({}, co);
+  auto r = c.echo(with_data("x"));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), Code::kUnauthenticated);
+  EXPECT_NE(r.error().message().find("wrong cluster token"), std::string::npos) << r.error();
+  EXPECT_EQ(c.registry.counter("weft_rpc_server_refused_total", "", {{"server", "test-server"}}).value(), 1u);
+
+  ClientOptions empty;
+  empty.cluster_token = "";
+  Client no_token(c.client_io, empty);
+  auto r2 = block_on(c.client_io.at(0).get_executor(), no_token.call<proto::EchoReply>(c.ep, kEcho, with_data("x")));
+  ASSERT_FALSE(r2);
+  EXPECT_EQ(r2.error().code(), Code::kUnauthenticated);
+}
+
+TEST(Rpc, ReconnectsAfterServerRestart) {
+  Cluster c;
+  ASSERT_TRUE(c.echo(with_data("before")));
+  c.server.reset();  // server gone: connection closes
+  auto down = c.echo(with_data("down"));
+  ASSERT_FALSE(down);
+  EXPECT_TRUE(down.error().retryable()) << down.error();
+
+  ServerOptions so;
+  so.cluster_token = kToken;
+  c.server = std::make_unique<Server>(c.server_io, so, c.registry);
+  register_echo_service(*c.server);
+  ASSERT_TRUE(c.server->listen("127.0.0.1", c.port));
+  Result<proto::EchoReply> r = error(Code::kInternal, "not tried");
+  for (int i = 0; i < 100 && !r; ++i) {
+    r = c.echo(with_data("after"));
+    if (!r) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_EQ(r->data(), "after");
+}
+
+TEST(Rpc, ConnectFailureBacksOff) {
+  metrics::Registry registry;
+  IoPool io{1};
+  ClientOptions co;
+  co.cluster_token = kToken;
+  co.backoff_min_ms = 200;
+  Client client(io, co);
+  // A port nobody listens on: bind one, then close it.
+  uint16_t port;
+  {
+    IoPool tmp{1};
+    Server s(tmp, {}, registry);
+    port = s.listen("127.0.0.1", 0).value();
+  }
+  Endpoint ep{"127.0.0.1", port};
+  auto first = block_on(io.at(0).get_executor(), client.call<proto::EchoReply>(ep, kEcho, with_data("x")));
+  ASSERT_FALSE(first);
+  EXPECT_EQ(first.error().code(), Code::kUnavailable) << first.error();
+  // Within the backoff window the client fails fast, saying when it retries.
+  auto second = block_on(io.at(0).get_executor(), client.call<proto::EchoReply>(ep, kEcho, with_data("x")));
+  ASSERT_FALSE(second);
+  EXPECT_EQ(second.error().code(), Code::kUnavailable);
+  EXPECT_NE(second.error().message().find("next attempt in"), std::string::npos) << second.error();
+}
+
+TEST(Rpc, BlockingPoolOverloadIsRetryable) {
+  ServerOptions so;
+  so.blocking_threads = 1;
+  so.blocking_queue_max = 2;
+  Cluster c(so);
+  proto::EchoRequest slow = with_data("slow");
+  slow.set_sleep_ms(300);
+  std::vector<std::future<Result<proto::EchoReply>>> futs;
+  for (int i = 0; i < 8; ++i)
+    futs.push_back(asio::co_spawn(c.client_io.at(0).get_executor(),
+                                  c.client->call<proto::EchoReply>(c.ep, kEchoBlocking, slow), asio::use_future));
+  int ok = 0, overloaded = 0;
+  for (auto& f : futs) {
+    auto r = f.get();
+    if (r) ok++;
+    else if (r.error().code() == Code::kOverloaded && r.error().retryable()) overloaded++;
+  }
+  EXPECT_EQ(ok + overloaded, 8);
+  EXPECT_GE(ok, 2);
+  EXPECT_GE(overloaded, 1);
+}
+
+TEST(Rpc, BackPressureStillCompletesEverything) {
+  ServerOptions so;
+  so.inflight_max = 4;
+  Cluster c(so);
+  proto::EchoRequest slow = with_data("bp");
+  slow.set_sleep_ms(20);
+  std::vector<std::future<Result<proto::EchoReply>>> futs;
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 40; ++i)
+    futs.push_back(asio::co_spawn(c.client_io.at(0).get_executor(),
+                                  c.client->call<proto::EchoReply>(c.ep, kEcho, slow), asio::use_future));
+  for (auto& f : futs) ASSERT_TRUE(f.get());
+  // 40 calls of 20 ms with at most 4 in progress take at least 10 rounds.
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(190));
+}
+
+TEST(Rpc, ManyConnectionsPerEndpoint) {
+  ClientOptions co;
+  co.connections_per_endpoint = 4;
+  Cluster c({}, co);
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(c.echo(with_data(std::to_string(i))));
+  EXPECT_EQ(c.registry.gauge("weft_rpc_server_connections", "", {{"server", "test-server"}}).value(), 4);
+}
+
+}  // namespace
+}  // namespace weft::rpc

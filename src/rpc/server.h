@@ -1,0 +1,89 @@
+// rpc/server.h
+// The RPC server: accepts connections, checks the cluster token in the
+// first frame (Hello), and dispatches requests to registered methods by
+// their stable number. Async handlers run on the connection's I/O thread
+// and must not block; blocking handlers (RocksDB, disk) run on a bounded
+// thread pool, and a full pool answers kOverloaded (retryable) instead of
+// queueing without bound. Per connection, at most `inflight_max` requests
+// and `inflight_bytes_max` payload bytes are in progress: beyond that the
+// server stops reading that socket (back-pressure), other connections go on.
+// Threading: register methods before listen(); stop() from any thread.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/buffer.h"
+#include "common/clock.h"
+#include "common/metrics.h"
+#include "common/status.h"
+#include "rpc/endpoint.h"
+#include "rpc/frame.h"
+#include "rpc/io_pool.h"
+#include "rpc/method.h"
+#include "rpc/task.h"
+
+namespace asio {
+class thread_pool;
+}
+
+namespace weft::rpc {
+
+struct ServerOptions {
+  std::string cluster_token;
+  std::string name = "server";
+  size_t blocking_threads = 4;
+  size_t blocking_queue_max = 4096;     // queued + running blocking requests, all connections
+  size_t inflight_max = 1024;           // per connection
+  size_t inflight_bytes_max = 256u << 20;  // request payload bytes held, per connection
+  FrameLimits limits;
+};
+
+// One request as a handler sees it, and the reply it fills in.
+struct ServerCall {
+  MethodId method;
+  uint64_t request_id = 0;
+  std::string peer;
+  uint64_t client_id = 0;  // from the connection's Hello
+  std::string body;
+  Buffer payload;
+  size_t payload_len = 0;  // as received (payload may be moved away by the handler)
+  std::chrono::steady_clock::time_point deadline;
+
+  std::string response_body;
+  std::vector<std::span<const std::byte>> response_payload;  // gathered as is
+  std::shared_ptr<void> response_keepalive;                  // owns response_payload memory
+};
+
+using AsyncHandler = std::function<Task<Status>(ServerCall&)>;
+using BlockingHandler = std::function<Status(ServerCall&)>;
+
+struct ServerState;
+
+class Server {
+ public:
+  Server(IoPool& io, ServerOptions options, metrics::Registry& registry = metrics::Registry::global());
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  void add_async(MethodId id, std::string name, AsyncHandler handler);
+  void add_blocking(MethodId id, std::string name, BlockingHandler handler);
+
+  // Binds and starts accepting; port 0 picks a free port. Returns the bound port.
+  Result<uint16_t> listen(const std::string& host, uint16_t port);
+  void stop();
+
+  const ServerOptions& options() const;
+
+ private:
+  std::shared_ptr<ServerState> state_;  // shared with connections: they may outlive the Server
+};
+
+}  // namespace weft::rpc

@@ -1,0 +1,134 @@
+#include "rpc/server_connection.h"
+
+#include "common/logging.h"
+#include "proto/rpc.pb.h"
+
+namespace weft::rpc {
+namespace {
+
+// Compares without an early exit, so timing does not reveal the token.
+bool same_token(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= static_cast<unsigned char>(x ^ y);
+  }
+  return diff == 0;
+}
+
+}  // namespace
+
+ServerConnection::ServerConnection(asio::ip::tcp::socket socket, std::shared_ptr<ServerState> server)
+    : FrameStream(std::move(socket), server->options.limits), state_(std::move(server)), server_(*state_) {
+  server_.connections_gauge->add(1);
+}
+
+ServerConnection::~ServerConnection() { server_.connections_gauge->add(-1); }
+
+Status ServerConnection::check_header(const FrameHeader& h) {
+  if (h.is_response()) return Status(Code::kProtocol, "peer sent a response on a server connection");
+  if (!authenticated_ && (h.method != kHello.wire() || h.payload_len != 0))
+    return Status(Code::kProtocol, "first frame is not a Hello");
+  return {};
+}
+
+PayloadTarget ServerConnection::payload_target(const FrameHeader& h) {
+  PayloadTarget t;
+  t.owned = Buffer::allocate(h.payload_len);
+  t.data = t.owned.data();
+  return t;
+}
+
+void ServerConnection::send_reply(const FrameHeader& request, uint16_t status, std::string body) {
+  auto frame = std::make_shared<OutFrame>();
+  frame->header.flags = kFlagResponse;
+  frame->header.status = status;
+  frame->header.method = request.method;
+  frame->header.request_id = request.request_id;
+  frame->body = std::move(body);
+  send(std::move(frame));
+}
+
+void ServerConnection::handle_hello(const FrameHeader& h, const std::string& body) {
+  proto::Hello hello;
+  if (!hello.ParseFromString(body)) {
+    server_.protocol_errors->inc();
+    send_reply(h, static_cast<uint16_t>(Code::kProtocol), "cannot parse Hello");
+    close_after_flush(Status(Code::kProtocol, "bad Hello from " + peer()));
+    set_ready();
+    return;
+  }
+  if (!same_token(hello.cluster_token(), server_.options.cluster_token)) {
+    server_.refused->inc();
+    WEFT_LOG_WARN("refused connection from {} ({}): wrong cluster token", peer(), hello.peer_name());
+    send_reply(h, static_cast<uint16_t>(Code::kUnauthenticated),
+               fmt::format("wrong cluster token: {} belongs to another cluster (check cluster_token in your config)",
+                           server_.options.name));
+    close_after_flush(Status(Code::kUnauthenticated, "wrong cluster token from " + peer()));
+    set_ready();
+    return;
+  }
+  authenticated_ = true;
+  client_id_ = hello.client_id();
+  proto::HelloReply reply;
+  reply.set_server_name(server_.options.name);
+  reply.set_protocol_version(kProtocolVersion);
+  send_reply(h, 0, reply.SerializeAsString());
+  set_ready();
+}
+
+void ServerConnection::on_frame(const FrameHeader& h, std::string body, PayloadTarget payload) {
+  if (!authenticated_) return handle_hello(h, body);
+  if (h.method == kHello.wire()) {
+    send_reply(h, static_cast<uint16_t>(Code::kProtocol), "Hello sent twice");
+    return;
+  }
+  auto call = std::make_shared<ServerCall>();
+  call->method = MethodId::from_wire(h.method);
+  call->request_id = h.request_id;
+  call->peer = peer();
+  call->client_id = client_id_;
+  call->body = std::move(body);
+  call->payload = std::move(payload.owned);
+  call->payload_len = h.payload_len;
+  auto now = std::chrono::steady_clock::now();
+  call->deadline = h.timeout_ms ? now + std::chrono::milliseconds(h.timeout_ms)
+                                : std::chrono::steady_clock::time_point::max();
+  ++inflight_;
+  inflight_bytes_ += call->payload_len;
+  server_.dispatch(std::static_pointer_cast<ServerConnection>(shared_from_this()), std::move(call));
+}
+
+bool ServerConnection::should_pause_reading() {
+  const auto& o = server_.options;
+  return inflight_ >= o.inflight_max || inflight_bytes_ >= o.inflight_bytes_max;
+}
+
+void ServerConnection::reply(const std::shared_ptr<ServerCall>& call, const Status& status) {
+  --inflight_;
+  inflight_bytes_ -= call->payload_len;
+  auto frame = std::make_shared<OutFrame>();
+  frame->header.flags = kFlagResponse;
+  frame->header.status = static_cast<uint16_t>(status.code());
+  frame->header.method = call->method.wire();
+  frame->header.request_id = call->request_id;
+  if (status.ok()) {
+    frame->body = std::move(call->response_body);
+    frame->payload = std::move(call->response_payload);
+    frame->keepalive = call;  // keeps response_keepalive and the payload memory alive
+  } else {
+    frame->body = status.message();
+  }
+  call->payload = Buffer();  // request payload no longer needed
+  send(std::move(frame));
+  resume_reading();
+}
+
+void ServerConnection::on_closed(const Status& why) {
+  if (why.code() == Code::kProtocol) server_.protocol_errors->inc();
+  WEFT_LOG_DEBUG("connection from {} closed: {}", peer(), why.message());
+}
+
+}  // namespace weft::rpc

@@ -1,0 +1,40 @@
+// rpc/server_connection.h (internal to rpc)
+// The server end of one connection: the Hello handshake (cluster token),
+// then requests handed to Server::dispatch, with back-pressure on the
+// number of requests and payload bytes in progress.
+// Threading: everything runs on the connection's executor.
+#pragma once
+
+#include "rpc/frame_stream.h"
+#include "rpc/server_state.h"
+
+namespace weft::rpc {
+
+class ServerConnection final : public FrameStream {
+ public:
+  ServerConnection(asio::ip::tcp::socket socket, std::shared_ptr<ServerState> server);
+  ~ServerConnection() override;
+
+  // Sends the reply of `call` (on this connection's executor).
+  void reply(const std::shared_ptr<ServerCall>& call, const Status& status);
+
+ protected:
+  Status check_header(const FrameHeader& h) override;
+  PayloadTarget payload_target(const FrameHeader& h) override;
+  void on_frame(const FrameHeader& h, std::string body, PayloadTarget payload) override;
+  void on_closed(const Status& why) override;
+  bool should_pause_reading() override;
+
+ private:
+  void handle_hello(const FrameHeader& h, const std::string& body);
+  void send_reply(const FrameHeader& request, uint16_t status, std::string body);
+
+  std::shared_ptr<ServerState> state_;
+  ServerState& server_;
+  bool authenticated_ = false;
+  uint64_t client_id_ = 0;
+  size_t inflight_ = 0;
+  size_t inflight_bytes_ = 0;
+};
+
+}  // namespace weft::rpc

@@ -1,0 +1,50 @@
+// rpc/server_state.h (internal to rpc)
+// Everything a Server's connections need, shared with them so that a
+// connection finishing after Server::stop() never touches freed memory.
+#pragma once
+
+#include <asio/ip/tcp.hpp>
+#include <asio/thread_pool.hpp>
+
+#include "rpc/server.h"
+
+namespace weft::rpc {
+
+class ServerConnection;
+
+struct ServerState {
+  struct Method {
+    std::string name;
+    AsyncHandler async;
+    BlockingHandler blocking;
+    metrics::Counter* requests = nullptr;
+    metrics::Counter* errors = nullptr;
+    metrics::Histogram* latency_us = nullptr;
+  };
+
+  ServerState(IoPool& io, ServerOptions options, metrics::Registry& registry);
+
+  void dispatch(const std::shared_ptr<ServerConnection>& conn, std::shared_ptr<ServerCall> call);
+  void finish(const std::shared_ptr<ServerConnection>& conn, const std::shared_ptr<ServerCall>& call,
+              const Method* m, Status status, std::chrono::steady_clock::time_point start);
+
+  IoPool& io;
+  const ServerOptions options;
+  metrics::Registry& registry;
+  std::unordered_map<uint32_t, Method> methods;  // fixed before listen()
+  asio::thread_pool pool;
+  std::mutex mu;
+  std::vector<std::unique_ptr<asio::ip::tcp::acceptor>> acceptors;  // guarded by mu
+  std::vector<std::weak_ptr<ServerConnection>> connections;         // guarded by mu
+  std::atomic<size_t> active_calls{0};
+  std::atomic<size_t> blocking_inflight{0};
+  std::atomic<bool> stopped{false};
+
+  metrics::Gauge* connections_gauge;
+  metrics::Gauge* blocking_queue_gauge;
+  metrics::Counter* overloaded;
+  metrics::Counter* refused;
+  metrics::Counter* protocol_errors;
+};
+
+}  // namespace weft::rpc
