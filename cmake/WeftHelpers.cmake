@@ -31,5 +31,5 @@ function(weft_test name)
   endif()
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}"
-                       ENVIRONMENT "WEFT_BIN=$<TARGET_FILE_DIR:${name}>/../src/cli/weft")
+                       ENVIRONMENT "WEFT_BIN=$<TARGET_FILE:weft>")
 endfunction()

@@ -1,14 +1,87 @@
 #include "common/buffer.h"
 
+#include <atomic>
+#include <bit>
 #include <cstring>
+#include <mutex>
 #include <new>
+#include <vector>
 
 #include "common/assert.h"
 
 namespace weft {
+namespace {
+
+constexpr int kMinClassLog2 = 16;  // 64 KiB
+constexpr int kMaxClassLog2 = 27;  // 128 MiB
+constexpr size_t kPoolCachedBytesMax = 256u << 20;
+
+// Free lists of 4 KiB-aligned blocks, one per power-of-two size. Thread-safe.
+class Pool {
+ public:
+  void* take(int cls) {
+    std::lock_guard lock(mu_[cls - kMinClassLog2]);
+    auto& list = free_[cls - kMinClassLog2];
+    if (list.empty()) return nullptr;
+    void* p = list.back();
+    list.pop_back();
+    cached_.fetch_sub(size_t{1} << cls, std::memory_order_relaxed);
+    return p;
+  }
+  void give(int cls, void* p) {
+    size_t bytes = size_t{1} << cls;
+    if (cached_.fetch_add(bytes, std::memory_order_relaxed) + bytes > kPoolCachedBytesMax) {
+      cached_.fetch_sub(bytes, std::memory_order_relaxed);
+      std::free(p);
+      return;
+    }
+    std::lock_guard lock(mu_[cls - kMinClassLog2]);
+    free_[cls - kMinClassLog2].push_back(p);
+  }
+  size_t cached() const { return cached_.load(std::memory_order_relaxed); }
+
+ private:
+  static constexpr int kClasses = kMaxClassLog2 - kMinClassLog2 + 1;
+  std::mutex mu_[kClasses];
+  std::vector<void*> free_[kClasses];
+  std::atomic<size_t> cached_{0};
+};
+
+Pool& pool() {
+  static auto* p = new Pool();  // never destroyed: buffers may be freed during exit
+  return *p;
+}
+
+int class_of(size_t size) {
+  int cls = kMinClassLog2;
+  while ((size_t{1} << cls) < size) ++cls;
+  return cls;
+}
+
+}  // namespace
+
+void detail::BufferFree::operator()(std::byte* p) const {
+  if (pooled_capacity != 0)
+    pool().give(std::countr_zero(pooled_capacity), p);
+  else
+    std::free(p);
+}
+
+size_t Buffer::pool_cached_bytes() { return pool().cached(); }
 
 Buffer Buffer::allocate(size_t size, size_t align) {
   Buffer b;
+  if (align <= kDefaultAlign && size >= (size_t{1} << kMinClassLog2) && size <= (size_t{1} << kMaxClassLog2)) {
+    int cls = class_of(size);
+    size_t capacity = size_t{1} << cls;
+    void* p = pool().take(cls);
+    if (p == nullptr) p = std::aligned_alloc(kDefaultAlign, capacity);
+    if (p == nullptr) throw std::bad_alloc();
+    b.data_ = std::unique_ptr<std::byte, Free>(static_cast<std::byte*>(p), Free{capacity});
+    b.size_ = size;
+    b.capacity_ = capacity;
+    return b;
+  }
   size_t rounded = (size + align - 1) / align * align;
   if (rounded == 0) rounded = align;
   void* p = std::aligned_alloc(align, rounded);

@@ -54,7 +54,8 @@ namespace weft {
   X(kBusy, 33, EBUSY, true)                       \
   X(kNotSupported, 34, EOPNOTSUPP, false)         \
   X(kTooManyLinks, 35, EMLINK, false)             \
-  X(kConfig, 36, EINVAL, false)
+  X(kConfig, 36, EINVAL, false)                  \
+  X(kTooBig, 37, E2BIG, false)
 
 enum class Code : uint16_t {
 #define WEFT_X(name, value, err, retry) name = value,

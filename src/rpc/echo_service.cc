@@ -15,6 +15,7 @@ namespace {
 
 // Fills the reply payload: the request's own bytes, or `n` bytes of a pattern.
 void fill_reply(const proto::EchoRequest& req, ServerCall& call) {
+  if (req.discard_payload()) return;
   if (req.reply_payload_bytes() == 0) {
     if (call.payload.size() > 0) {
       auto payload = std::make_shared<Buffer>(std::move(call.payload));
@@ -33,7 +34,7 @@ Result<proto::EchoReply> answer(const proto::EchoRequest& req, ServerCall& call)
   if (req.fail()) return error(Code::kNotFound, "echo asked to fail: {}", req.data());
   proto::EchoReply reply;
   reply.set_data(req.data());
-  reply.set_payload_crc32c(crc32c(call.payload.span()));
+  if (!req.discard_payload()) reply.set_payload_crc32c(crc32c(call.payload.span()));
   fill_reply(req, call);
   return reply;
 }

@@ -14,6 +14,12 @@ constexpr size_t kReadBufferBytes = 64 * 1024;
 constexpr size_t kWriteBatchFramesMax = 128;
 constexpr size_t kWriteBatchBuffersMax = 512;  // under IOV_MAX (1024)
 
+// asio's transfer_all moves at most 64 KiB per syscall; on virtual machines a
+// syscall costs tens of microseconds, so let one readv/writev move up to 16 MiB.
+struct TransferAllLarge {
+  size_t operator()(const asio::error_code& ec, size_t) const { return ec ? 0 : 16u << 20; }
+};
+
 std::string describe(const asio::ip::tcp::socket& s) {
   asio::error_code ec;
   auto ep = s.remote_endpoint(ec);
@@ -144,7 +150,7 @@ Task<void> FrameStream::read_loop() {
       rpos_ += buffered;
       if (buffered < h.payload_len) {
         auto ec_n_result = co_await asio::async_read(
-            socket_, asio::buffer(target.data + buffered, h.payload_len - buffered), use_nothrow);
+            socket_, asio::buffer(target.data + buffered, h.payload_len - buffered), TransferAllLarge{}, use_nothrow);
         auto& [ec, n] = ec_n_result;
         if (ec) {
           if (!closed_)
@@ -199,7 +205,7 @@ Task<void> FrameStream::write_loop() {
         break;
       }
     }
-    auto ec_n_result = co_await asio::async_write(socket_, buffers, use_nothrow);
+    auto ec_n_result = co_await asio::async_write(socket_, buffers, TransferAllLarge{}, use_nothrow);
     auto& [ec, n] = ec_n_result;
     for (auto& f : batch) {
       f->state = OutFrame::State::kDone;

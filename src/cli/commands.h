@@ -1,0 +1,19 @@
+// cli/commands.h
+// Each module adds its subcommands to the `weft` command line here. A
+// command's callback returns the process exit code; errors are printed as
+// one readable line ("weft: <what failed>: <why>").
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace weft::cli {
+
+// Set by a subcommand's callback; main() returns it.
+int& exit_code();
+// Prints "weft: <message>" to stderr and sets the exit code (1 unless given).
+void fail(const std::string& message, int code = 1);
+
+void add_serve_commands(CLI::App& app);
+void add_tool_commands(CLI::App& app);
+
+}  // namespace weft::cli

@@ -1,0 +1,32 @@
+// The `weft` binary: servers (`weft serve <role>`), cluster tools and file tools.
+#include <cstdio>
+
+#include "cli/commands.h"
+
+namespace weft::cli {
+
+int& exit_code() {
+  static int code = 0;
+  return code;
+}
+
+void fail(const std::string& message, int code) {
+  std::fprintf(stderr, "weft: %s\n", message.c_str());
+  exit_code() = code;
+}
+
+}  // namespace weft::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"weft: a parallel file system for AI training clusters"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "weft 0.1.0");
+  weft::cli::add_serve_commands(app);
+  weft::cli::add_tool_commands(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return weft::cli::exit_code();
+}

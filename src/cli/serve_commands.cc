@@ -1,0 +1,36 @@
+// `weft serve <role> --config FILE`: one server process per invocation.
+#include "cli/commands.h"
+#include "common/config.h"
+#include "rpc/service_runtime.h"
+
+namespace weft::cli {
+namespace {
+
+// Loads the config and the [server] section shared by every role.
+Result<rpc::ServiceConfig> load_service_config(const std::string& path, const std::string& role) {
+  WEFT_TRY(Config config, Config::load_file(path));
+  return rpc::ServiceConfig::from(config, role);
+}
+
+// `weft serve echo`: a server with only the diagnostic echo service. Useful
+// to check tokens, ports and metrics scraping on a new machine.
+void serve_echo(const std::string& config_path) {
+  auto sc = load_service_config(config_path, "echo");
+  if (!sc) return fail(sc.error().message());
+  rpc::ServiceRuntime runtime(*sc);
+  if (auto r = runtime.init(); !r) return fail(r.error().message());
+  if (auto r = runtime.run(); !r) return fail(r.error().message());
+}
+
+}  // namespace
+
+void add_serve_commands(CLI::App& app) {
+  auto* serve = app.add_subcommand("serve", "Run a server process (one role per process)");
+  serve->require_subcommand(1);
+  static std::string config_path;
+  auto* echo = serve->add_subcommand("echo", "Diagnostic server answering only the echo service");
+  echo->add_option("--config", config_path, "TOML config file")->required();
+  echo->callback([] { serve_echo(config_path); });
+}
+
+}  // namespace weft::cli

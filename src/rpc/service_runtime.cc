@@ -1,0 +1,119 @@
+#include "rpc/service_runtime.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+
+#include "common/fault.h"
+#include "common/logging.h"
+#include "rpc/echo_service.h"
+
+namespace weft::rpc {
+namespace {
+
+int g_signal_fd = -1;  // write end of the running runtime's stop pipe
+
+void on_signal(int) {
+  if (g_signal_fd >= 0) {
+    char c = 's';
+    [[maybe_unused]] ssize_t n = ::write(g_signal_fd, &c, 1);
+  }
+}
+
+}  // namespace
+
+Result<ServiceConfig> ServiceConfig::from(const Config& config, const std::string& default_name) {
+  ServiceConfig c;
+  WEFT_TRY(Config s, config.table("server"));
+  WEFT_TRY(std::string listen, s.get_string("listen", "127.0.0.1:0"));
+  auto ep = Endpoint::parse(listen);
+  if (!ep) return error(Code::kConfig, "{}: key 'server.listen': {}", config.source(), ep.error().message());
+  c.listen = *ep;
+  WEFT_TRY(c.metrics_listen, s.get_string("metrics_listen", c.metrics_listen));
+  if (!c.metrics_listen.empty()) {
+    auto m = Endpoint::parse(c.metrics_listen);
+    if (!m) return error(Code::kConfig, "{}: key 'server.metrics_listen': {}", config.source(), m.error().message());
+  }
+  WEFT_TRY(c.cluster_token, s.get_string("cluster_token"));
+  if (c.cluster_token.empty())
+    return error(Code::kConfig, "{}: key 'server.cluster_token' must not be empty", config.source());
+  WEFT_TRY(c.name, s.get_string("name", default_name));
+  WEFT_TRY(int64_t io_threads, s.get_int_in("io_threads", 2, 1, 64));
+  WEFT_TRY(int64_t blocking_threads, s.get_int_in("blocking_threads", 4, 1, 256));
+  c.io_threads = static_cast<size_t>(io_threads);
+  c.blocking_threads = static_cast<size_t>(blocking_threads);
+  WEFT_TRY(c.log_level, s.get_string("log_level", "info"));
+  WEFT_TRY(c.log_file, s.get_string("log_file", ""));
+  WEFT_TRY(c.port_file, s.get_string("port_file", ""));
+  return c;
+}
+
+ServiceRuntime::ServiceRuntime(ServiceConfig config) : config_(std::move(config)) {}
+
+ServiceRuntime::~ServiceRuntime() {
+  if (g_signal_fd == stop_pipe_[1]) g_signal_fd = -1;
+  metrics_.reset();
+  server_.reset();
+  io_.reset();
+  for (int fd : stop_pipe_)
+    if (fd >= 0) ::close(fd);
+}
+
+Result<void> ServiceRuntime::init() {
+  WEFT_RETURN_IF_ERROR(log_init({config_.log_level, config_.log_file, config_.name}));
+  std::string fault_error = fault::load_from_env();
+  if (!fault_error.empty()) return error(Code::kConfig, "{}", fault_error);
+  if (::pipe2(stop_pipe_, O_CLOEXEC) != 0) return errno_error(errno, "pipe");
+  io_ = std::make_unique<IoPool>(config_.io_threads, config_.name.substr(0, 8));
+  ServerOptions so;
+  so.cluster_token = config_.cluster_token;
+  so.name = config_.name;
+  so.blocking_threads = config_.blocking_threads;
+  server_ = std::make_unique<Server>(*io_, so);
+  register_echo_service(*server_);  // lets any tool probe any server
+  return {};
+}
+
+void ServiceRuntime::request_stop() {
+  char c = 's';
+  [[maybe_unused]] ssize_t n = ::write(stop_pipe_[1], &c, 1);
+}
+
+Result<void> ServiceRuntime::run(std::function<void()> on_listening) {
+  WEFT_TRY(rpc_port_, server_->listen(config_.listen.host, config_.listen.port));
+  if (!config_.metrics_listen.empty()) {
+    auto m = Endpoint::parse(config_.metrics_listen);
+    metrics_ = std::make_unique<MetricsServer>(*io_);
+    WEFT_TRY(metrics_port_, metrics_->listen(m->host, m->port));
+  }
+  if (!config_.port_file.empty()) {
+    std::string tmp = config_.port_file + ".tmp";
+    std::ofstream(tmp) << rpc_port_ << " " << metrics_port_ << "\n";
+    if (::rename(tmp.c_str(), config_.port_file.c_str()) != 0)
+      return errno_error(errno, "write port file " + config_.port_file);
+  }
+  WEFT_LOG_INFO("{} serving on {}:{} (metrics on port {})", config_.name, config_.listen.host, rpc_port_,
+                metrics_port_);
+  if (on_listening) on_listening();
+  g_signal_fd = stop_pipe_[1];
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  char c;
+  while (::read(stop_pipe_[0], &c, 1) < 0 && errno == EINTR) {
+  }
+  WEFT_LOG_INFO("{} stopping", config_.name);
+  if (metrics_) metrics_->stop();
+  server_->stop();
+  spdlog::default_logger()->flush();
+  return {};
+}
+
+}  // namespace weft::rpc

@@ -1,0 +1,73 @@
+// rpc/service_runtime.h
+// What every `weft serve <role>` process shares: its [server] config
+// section, logging, the I/O threads, the RPC server with its cluster token,
+// the Prometheus endpoint, fault points from WEFT_FAULTS, and a clean stop on
+// SIGINT/SIGTERM. A role registers its methods, then calls run().
+//
+// [server]
+// listen = "127.0.0.1:7000"     # RPC address (port 0: any free port)
+// metrics_listen = "127.0.0.1:0"  # Prometheus endpoint; "" disables it
+// cluster_token = "..."          # required; shared by every process of a cluster
+// name = "storage-1"             # for logs and metrics
+// io_threads = 2
+// blocking_threads = 4
+// log_level = "info"
+// log_file = ""                  # default: stderr
+// port_file = ""                 # if set, "rpc_port metrics_port" is written here once listening
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/config.h"
+#include "common/status.h"
+#include "rpc/endpoint.h"
+#include "rpc/io_pool.h"
+#include "rpc/metrics_server.h"
+#include "rpc/server.h"
+
+namespace weft::rpc {
+
+struct ServiceConfig {
+  Endpoint listen{"127.0.0.1", 0};
+  std::string metrics_listen = "127.0.0.1:0";
+  std::string cluster_token;
+  std::string name;
+  size_t io_threads = 2;
+  size_t blocking_threads = 4;
+  std::string log_level = "info";
+  std::string log_file;
+  std::string port_file;
+
+  static Result<ServiceConfig> from(const Config& config, const std::string& default_name);
+};
+
+class ServiceRuntime {
+ public:
+  explicit ServiceRuntime(ServiceConfig config);
+  ~ServiceRuntime();
+
+  // Logging and fault points; call first.
+  Result<void> init();
+  IoPool& io() { return *io_; }
+  Server& server() { return *server_; }
+  const ServiceConfig& config() const { return config_; }
+  uint16_t rpc_port() const { return rpc_port_; }
+  uint16_t metrics_port() const { return metrics_port_; }
+
+  // Listens, then blocks until SIGINT/SIGTERM or request_stop(); then stops the server.
+  Result<void> run(std::function<void()> on_listening = nullptr);
+  void request_stop();
+
+ private:
+  ServiceConfig config_;
+  std::unique_ptr<IoPool> io_;
+  std::unique_ptr<Server> server_;
+  std::unique_ptr<MetricsServer> metrics_;
+  uint16_t rpc_port_ = 0;
+  uint16_t metrics_port_ = 0;
+  int stop_pipe_[2] = {-1, -1};
+};
+
+}  // namespace weft::rpc

@@ -1,0 +1,130 @@
+// tests/integration/process.h
+// Starts real processes for integration tests and always stops them: a
+// Process kills its child (SIGKILL, by PID) in its destructor unless it
+// already exited, so a failing test never leaves servers behind.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace weft::testing {
+
+inline std::string weft_binary() {
+  const char* bin = std::getenv("WEFT_BIN");
+  return bin ? bin : "weft";
+}
+
+class Process {
+ public:
+  // Runs argv[0] with the given arguments; stdout+stderr go to log_path.
+  Process(std::vector<std::string> argv, const std::string& log_path,
+          std::vector<std::string> extra_env = {}) : log_path_(log_path) {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, 1);
+        ::dup2(fd, 2);
+      }
+      for (auto& e : extra_env) ::putenv(const_cast<char*>(e.c_str()));
+      std::vector<char*> args;
+      for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      ::execv(args[0], args.data());
+      ::_exit(127);
+    }
+  }
+  ~Process() {
+    if (running()) {
+      ::kill(pid_, SIGKILL);
+      wait_exit(std::chrono::seconds(10));
+    }
+  }
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  pid_t pid() const { return pid_; }
+  bool running() {
+    if (exited_) return false;
+    int status = 0;
+    pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      exited_ = true;
+      status_ = status;
+      return false;
+    }
+    return true;
+  }
+  void signal(int sig) {
+    if (running()) ::kill(pid_, sig);
+  }
+  // Waits for exit; returns the wait status, or nullopt on timeout.
+  std::optional<int> wait_exit(std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (running()) {
+      if (std::chrono::steady_clock::now() > deadline) return std::nullopt;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return status_;
+  }
+  std::string log() const {
+    std::ifstream in(log_path_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  int status_ = 0;
+  std::string log_path_;
+};
+
+// A fresh directory under $TMPDIR, removed at the end.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "weft-test-XXXXXX").string();
+    path_ = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+inline void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+// Waits until `path` exists and is non-empty; returns its content.
+inline std::optional<std::string> wait_for_file(const std::string& path, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    if (!ss.str().empty()) return ss.str();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return std::nullopt;
+}
+
+}  // namespace weft::testing

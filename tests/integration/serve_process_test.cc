@@ -1,0 +1,108 @@
+// A real `weft serve` process: config errors, token checks across
+// processes, the Prometheus endpoint, fault points from the environment and
+// a clean stop on SIGTERM.
+#include <gtest/gtest.h>
+
+#include "process.h"
+#include "proto/rpc.pb.h"
+#include "rpc/client.h"
+#include "rpc/test_util.h"
+
+namespace weft {
+namespace {
+
+using testing::Process;
+using testing::TempDir;
+
+std::string config_text(const TempDir& dir, const std::string& token) {
+  return "[server]\nlisten = \"127.0.0.1:0\"\nmetrics_listen = \"127.0.0.1:0\"\ncluster_token = \"" + token +
+         "\"\nname = \"echo-it\"\nport_file = \"" + dir.file("ports") + "\"\n";
+}
+
+struct Ports {
+  uint16_t rpc = 0, metrics = 0;
+};
+
+std::optional<Ports> read_ports(const TempDir& dir) {
+  auto text = testing::wait_for_file(dir.file("ports"), std::chrono::seconds(10));
+  if (!text) return std::nullopt;
+  Ports p;
+  std::istringstream in(*text);
+  in >> p.rpc >> p.metrics;
+  return p;
+}
+
+TEST(ServeProcess, ServesRefusesWrongTokenExportsMetricsAndStopsCleanly) {
+  TempDir dir;
+  testing::write_file(dir.file("echo.toml"), config_text(dir, "s3cret"));
+  Process server({testing::weft_binary(), "serve", "echo", "--config", dir.file("echo.toml")}, dir.file("log"));
+  auto ports = read_ports(dir);
+  ASSERT_TRUE(ports) << server.log();
+
+  rpc::IoPool io(1);
+  rpc::Endpoint ep{"127.0.0.1", ports->rpc};
+  rpc::ClientOptions good;
+  good.cluster_token = "s3cret";
+  rpc::Client client(io, good);
+  proto::EchoRequest req;
+  req.set_data("hi");
+  auto r = block_on(io.at(0).get_executor(), client.call<proto::EchoReply>(ep, rpc::kEcho, req));
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_EQ(r->data(), "hi");
+
+  rpc::ClientOptions bad;
+  bad.cluster_token = "guess";
+  rpc::Client intruder(io, bad);
+  auto refused = block_on(io.at(0).get_executor(), intruder.call<proto::EchoReply>(ep, rpc::kEcho, req));
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), Code::kUnauthenticated);
+
+  rpc::testing::RawSocket http(ports->metrics);
+  std::string get = "GET /metrics HTTP/1.1\r\n\r\n";
+  ASSERT_TRUE(http.send_bytes(get.data(), get.size()));
+  std::string text;
+  char c;
+  while (http.recv_bytes(&c, 1, 2000)) text += c;
+  EXPECT_NE(text.find("weft_rpc_server_requests_total{server=\"echo-it\",method=\"test.echo\"} 1"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("weft_rpc_server_refused_total{server=\"echo-it\"} 1"), std::string::npos) << text;
+
+  server.signal(SIGTERM);
+  auto status = server.wait_exit(std::chrono::seconds(10));
+  ASSERT_TRUE(status);
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << server.log();
+  EXPECT_NE(server.log().find("wrong cluster token"), std::string::npos) << server.log();
+}
+
+TEST(ServeProcess, BadConfigGivesOneClearLine) {
+  TempDir dir;
+  testing::write_file(dir.file("bad.toml"), "[server]\nlisten = \"127.0.0.1:0\"\ncluster_token = 42\n");
+  Process p({testing::weft_binary(), "serve", "echo", "--config", dir.file("bad.toml")}, dir.file("log"));
+  auto status = p.wait_exit(std::chrono::seconds(10));
+  ASSERT_TRUE(status);
+  EXPECT_NE(WEXITSTATUS(*status), 0);
+  std::string log = p.log();
+  EXPECT_NE(log.find("bad.toml"), std::string::npos) << log;
+  EXPECT_NE(log.find("server.cluster_token"), std::string::npos) << log;
+  EXPECT_NE(log.find("expected a string"), std::string::npos) << log;
+
+  Process missing({testing::weft_binary(), "serve", "echo", "--config", dir.file("nope.toml")}, dir.file("log2"));
+  status = missing.wait_exit(std::chrono::seconds(10));
+  ASSERT_TRUE(status);
+  EXPECT_NE(WEXITSTATUS(*status), 0);
+  EXPECT_NE(missing.log().find("nope.toml"), std::string::npos);
+}
+
+TEST(ServeProcess, MalformedFaultSpecIsRefused) {
+  TempDir dir;
+  testing::write_file(dir.file("echo.toml"), config_text(dir, "t"));
+  Process p({testing::weft_binary(), "serve", "echo", "--config", dir.file("echo.toml")}, dir.file("log"),
+            {"WEFT_FAULTS=x.y=7"});
+  auto status = p.wait_exit(std::chrono::seconds(10));
+  ASSERT_TRUE(status);
+  EXPECT_NE(WEXITSTATUS(*status), 0);
+  EXPECT_NE(p.log().find("WEFT_FAULTS"), std::string::npos) << p.log();
+}
+
+}  // namespace
+}  // namespace weft
