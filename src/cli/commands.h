@@ -13,7 +13,10 @@ int& exit_code();
 // Prints "weft: <message>" to stderr and sets the exit code (1 unless given).
 void fail(const std::string& message, int code = 1);
 
-void add_serve_commands(CLI::App& app);
+// `serve` is the `weft serve` subcommand: roles add themselves under it.
+void add_serve_commands(CLI::App& app, CLI::App& serve);
 void add_tool_commands(CLI::App& app);
+// Registered in main.cc, one line per module; each lives in its module's *_commands.cc.
+
 
 }  // namespace weft::cli

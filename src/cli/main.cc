@@ -21,7 +21,9 @@ int main(int argc, char** argv) {
   CLI::App app{"weft: a parallel file system for AI training clusters"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "weft 0.1.0");
-  weft::cli::add_serve_commands(app);
+  auto* serve = app.add_subcommand("serve", "Run a server process (one role per process)");
+  serve->require_subcommand(1);
+  weft::cli::add_serve_commands(app, *serve);
   weft::cli::add_tool_commands(app);
   try {
     app.parse(argc, argv);

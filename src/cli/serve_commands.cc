@@ -24,11 +24,9 @@ void serve_echo(const std::string& config_path) {
 
 }  // namespace
 
-void add_serve_commands(CLI::App& app) {
-  auto* serve = app.add_subcommand("serve", "Run a server process (one role per process)");
-  serve->require_subcommand(1);
+void add_serve_commands(CLI::App& /*app*/, CLI::App& serve) {
   static std::string config_path;
-  auto* echo = serve->add_subcommand("echo", "Diagnostic server answering only the echo service");
+  auto* echo = serve.add_subcommand("echo", "Diagnostic server answering only the echo service");
   echo->add_option("--config", config_path, "TOML config file")->required();
   echo->callback([] { serve_echo(config_path); });
 }
