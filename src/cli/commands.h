@@ -16,6 +16,9 @@ void fail(const std::string& message, int code = 1);
 // `serve` is the `weft serve` subcommand: roles add themselves under it.
 void add_serve_commands(CLI::App& app, CLI::App& serve);
 void add_tool_commands(CLI::App& app);
+void add_mgmt_commands(CLI::App& app, CLI::App& serve);     // cli/mgmt_commands.cc
+void add_storage_commands(CLI::App& app, CLI::App& serve);  // cli/storage_commands.cc
+void add_meta_commands(CLI::App& app, CLI::App& serve);     // cli/meta_commands.cc
 // Registered in main.cc, one line per module; each lives in its module's *_commands.cc.
 
 

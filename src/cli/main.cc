@@ -25,6 +25,9 @@ int main(int argc, char** argv) {
   serve->require_subcommand(1);
   weft::cli::add_serve_commands(app, *serve);
   weft::cli::add_tool_commands(app);
+  weft::cli::add_mgmt_commands(app, *serve);
+  weft::cli::add_storage_commands(app, *serve);
+  weft::cli::add_meta_commands(app, *serve);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
