@@ -1,0 +1,180 @@
+#include "mgmt/cluster_ops.h"
+
+#include <algorithm>
+#include <set>
+
+#include "common/assert.h"
+#include "mgmt/target_states.h"
+
+namespace weft::mgmt {
+namespace {
+
+NodeInfo* find_by_address(PersistedState& state, const std::string& address) {
+  for (auto& [id, node] : state.routing.nodes)
+    if (node.address == address) return &node;
+  return nullptr;
+}
+
+Result<void> check_register(const RegisterRequest& r) {
+  WEFT_RETURN_IF_ERROR(check_address(r.address));
+  if (r.kind != NodeKind::kStorage && r.kind != NodeKind::kMeta && r.kind != NodeKind::kClient)
+    return error(Code::kInvalidArgument, "register {}: unknown node kind", r.address);
+  if (r.incarnation == 0) return error(Code::kInvalidArgument, "register {}: incarnation must be > 0", r.address);
+  if (r.kind != NodeKind::kStorage && !r.targets.empty())
+    return error(Code::kInvalidArgument, "register {}: only storage nodes have targets", r.address);
+  if (r.targets.size() > kTargetsPerNodeMax)
+    return error(Code::kInvalidArgument, "register {}: {} targets exceed {}", r.address, r.targets.size(),
+                 kTargetsPerNodeMax);
+  std::set<std::string> names;
+  for (const auto& t : r.targets) {
+    if (t.name.empty() || t.name.size() > 1024)
+      return error(Code::kInvalidArgument, "register {}: target names must be 1..1024 bytes", r.address);
+    if (!names.insert(t.name).second)
+      return error(Code::kInvalidArgument, "register {}: target '{}' listed twice", r.address, t.name);
+  }
+  return {};
+}
+
+void fail_target_everywhere(PersistedState& state, TargetId target) {
+  for (auto& [id, chain] : state.routing.chains) fail_target(chain, target);
+}
+
+// Matches the request's targets to the node's known ones by name; new names get
+// new ids, known targets no longer listed FAIL.
+std::vector<TargetId> sync_targets(PersistedState& state, NodeId node, const RegisterRequest& r) {
+  std::vector<TargetId> ids;
+  std::set<TargetId> listed;
+  for (const TargetRegistration& reg : r.targets) {
+    auto it = std::find_if(state.routing.targets.begin(), state.routing.targets.end(), [&](const auto& kv) {
+      return kv.second.node_id == node && kv.second.name == reg.name;
+    });
+    TargetId id = it != state.routing.targets.end() ? it->first : state.ids.next_target++;
+    TargetInfo& t = state.routing.targets[id];
+    t.id = id, t.node_id = node, t.name = reg.name, t.reported = true;
+    t.capacity_bytes = reg.capacity_bytes, t.used_bytes = reg.used_bytes;
+    ids.push_back(id);
+    listed.insert(id);
+  }
+  for (auto& [id, t] : state.routing.targets) {
+    if (t.node_id != node || listed.contains(id)) continue;
+    t.reported = false;
+    fail_target_everywhere(state, id);
+  }
+  return ids;
+}
+
+}  // namespace
+
+bool target_alive(const PersistedState& state, TargetId target) {
+  auto t = state.routing.targets.find(target);
+  if (t == state.routing.targets.end() || !t->second.reported) return false;
+  auto n = state.routing.nodes.find(t->second.node_id);
+  return n != state.routing.nodes.end() && n->second.state == NodeState::kUp;
+}
+
+void revive_node(NodeInfo& node, TimePoint now, Duration lease) {
+  node.state = NodeState::kUp;
+  node.last_heartbeat = now;
+  node.lease_expiry = now + lease;
+}
+
+void declare_dead(PersistedState& state, NodeId node_id) {
+  NodeInfo& node = state.routing.nodes.at(node_id);
+  node.state = NodeState::kDown;
+  for (const auto& [id, t] : state.routing.targets)
+    if (t.node_id == node_id) fail_target_everywhere(state, id);
+}
+
+Result<RegisterReply> apply_register(PersistedState& state, const RegisterRequest& r, TimePoint now,
+                                     Duration lease) {
+  WEFT_RETURN_IF_ERROR(check_register(r));
+  NodeInfo* node = find_by_address(state, r.address);
+  if (node != nullptr && node->kind != r.kind)
+    return error(Code::kExists, "register {}: address already registered as a {} node (id {})", r.address,
+                 to_string(node->kind), node->id);
+  if (node != nullptr && r.incarnation < node->incarnation)
+    return error(Code::kNotPermitted, "register {}: incarnation {} is older than the registered {}", r.address,
+                 r.incarnation, node->incarnation);
+  if (node == nullptr) {
+    NodeId id = state.ids.next_node++;
+    node = &state.routing.nodes[id];
+    *node = NodeInfo{.id = id, .kind = r.kind, .address = r.address, .incarnation = r.incarnation};
+  } else if (r.incarnation > node->incarnation) {
+    // A restarted process: whatever its targets held may be behind.
+    declare_dead(state, node->id);
+    node->incarnation = r.incarnation;
+  }
+  revive_node(*node, now, lease);
+  RegisterReply reply{.node_id = node->id, .lease = lease};
+  reply.target_ids = sync_targets(state, node->id, r);
+  return reply;
+}
+
+Result<NodeInfo*> find_heartbeat_node(PersistedState& state, const HeartbeatRequest& r) {
+  auto it = state.routing.nodes.find(r.node_id);
+  if (it == state.routing.nodes.end())
+    return error(Code::kNotFound, "heartbeat from unknown node id {}: re-register", r.node_id);
+  NodeInfo& node = it->second;
+  if (r.incarnation < node.incarnation)
+    return error(Code::kNotPermitted, "heartbeat from node {} with incarnation {}: replaced by incarnation {}",
+                 r.node_id, r.incarnation, node.incarnation);
+  if (r.incarnation > node.incarnation)
+    return error(Code::kNotFound, "heartbeat from node {} with unregistered incarnation {}: re-register",
+                 r.node_id, r.incarnation);
+  return &node;
+}
+
+size_t apply_sync_done(PersistedState& state, NodeId node, const std::vector<SyncDoneReport>& reports) {
+  size_t ignored = 0;
+  for (const SyncDoneReport& r : reports) {
+    auto t = state.routing.targets.find(r.target_id);
+    auto c = state.routing.chains.find(r.chain_id);
+    bool ok = t != state.routing.targets.end() && t->second.node_id == node && c != state.routing.chains.end() &&
+              sync_done(c->second, r.target_id);
+    ignored += !ok;
+  }
+  return ignored;
+}
+
+size_t apply_usage(PersistedState& state, NodeId node, const std::vector<TargetUsage>& usage) {
+  size_t ignored = 0;
+  for (const TargetUsage& u : usage) {
+    auto t = state.routing.targets.find(u.target_id);
+    if (t == state.routing.targets.end() || t->second.node_id != node) {
+      ++ignored;
+      continue;
+    }
+    t->second.used_bytes = u.used_bytes;
+    t->second.capacity_bytes = u.capacity_bytes;
+  }
+  return ignored;
+}
+
+std::vector<NodeId> expired_nodes(const PersistedState& state, TimePoint now, const LeaseConfig& lease) {
+  std::vector<NodeId> out;
+  for (const auto& [id, node] : state.routing.nodes)
+    if (node.state == NodeState::kUp && now >= node.last_heartbeat + lease.lease + lease.grace) out.push_back(id);
+  return out;
+}
+
+Result<ChainTableId> apply_create_table(PersistedState& state, const ChainTableSpec& spec) {
+  std::vector<PlacementTarget> placement;
+  for (const auto& [id, t] : state.routing.targets) {
+    const NodeInfo& node = state.routing.nodes.at(t.node_id);
+    if (node.kind == NodeKind::kStorage && target_alive(state, id)) placement.push_back({id, t.node_id});
+  }
+  WEFT_TRY(auto chains, build_chains(std::move(placement), spec));
+  ChainTableId table_id = state.ids.next_table++;
+  ChainTableInfo& table = state.routing.tables[table_id];
+  table = ChainTableInfo{.id = table_id, .replicas = spec.replicas};
+  for (const auto& members : chains) {
+    ChainId chain_id = state.ids.next_chain++;
+    ChainInfo& chain = state.routing.chains[chain_id];
+    chain = ChainInfo{.id = chain_id, .table_id = table_id, .version = 1};
+    for (TargetId t : members) chain.entries.push_back({t, TargetState::kServing});
+    table.chains.push_back(chain_id);
+  }
+  return table_id;
+}
+
+}  // namespace weft::mgmt

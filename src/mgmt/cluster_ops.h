@@ -1,0 +1,42 @@
+// mgmt/cluster_ops.h
+// The policies behind ClusterState, as functions editing a PersistedState
+// value (ClusterState applies them to a copy under its mutex, then persists).
+// Internal to the mgmt module. Threading: pure functions on values.
+#pragma once
+
+#include <vector>
+
+#include "mgmt/cluster_state.h"
+
+namespace weft::mgmt {
+
+// A target can serve: its node is up and still lists it.
+bool target_alive(const PersistedState& state, TargetId target);
+
+Result<RegisterReply> apply_register(PersistedState& state, const RegisterRequest& request, TimePoint now,
+                                     Duration lease);
+// Errors for unknown nodes and wrong incarnations; renews the lease otherwise.
+Result<NodeInfo*> find_heartbeat_node(PersistedState& state, const HeartbeatRequest& request);
+// Applies sync-done reports of `node` (others' targets and stale reports are
+// ignored); returns how many were ignored.
+size_t apply_sync_done(PersistedState& state, NodeId node, const std::vector<SyncDoneReport>& reports);
+// Records usage of the node's own targets; returns how many reports were ignored.
+size_t apply_usage(PersistedState& state, NodeId node, const std::vector<TargetUsage>& usage);
+// Marks the node up (again) with a fresh lease.
+void revive_node(NodeInfo& node, TimePoint now, Duration lease);
+// Marks the node down and FAILs its targets in every chain.
+void declare_dead(PersistedState& state, NodeId node);
+// Nodes up whose last heartbeat is at least lease + grace old.
+std::vector<NodeId> expired_nodes(const PersistedState& state, TimePoint now, const LeaseConfig& lease);
+Result<ChainTableId> apply_create_table(PersistedState& state, const ChainTableSpec& spec);
+
+// RETURNs waiting targets that are alive and recomputes target summaries.
+// Call after every edit.
+void reconcile(PersistedState& state);
+// Bumps the version of every chain whose entries differ from `before` and the
+// routing version if anything a client sees differs. Returns the records to write.
+StoreBatch finalize(const PersistedState& before, PersistedState& after);
+// Checks a state loaded from disk: chain invariants, references, id counters.
+Result<void> validate_loaded(const PersistedState& state);
+
+}  // namespace weft::mgmt

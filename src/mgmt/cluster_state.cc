@@ -1,0 +1,208 @@
+#include "mgmt/cluster_state.h"
+
+#include <map>
+
+#include "common/logging.h"
+#include "mgmt/cluster_ops.h"
+
+namespace weft::mgmt {
+
+// Gauges describing the state; refreshed after every change and every tick.
+class ClusterState::Metrics {
+ public:
+  explicit Metrics(metrics::Registry& r)
+      : registry_(r),
+        routing_version_(r.gauge("weft_mgmt_routing_version", "Current routing version")),
+        heartbeats_(r.counter("weft_mgmt_heartbeats_total", "Heartbeats accepted")),
+        registrations_(r.counter("weft_mgmt_registrations_total", "Registrations accepted")),
+        declared_dead_(r.counter("weft_mgmt_nodes_declared_dead_total", "Nodes whose lease expired")),
+        ignored_reports_(r.counter("weft_mgmt_ignored_reports_total", "Stale or foreign heartbeat reports")) {
+    for (TargetState s : {TargetState::kServing, TargetState::kSyncing, TargetState::kOffline,
+                          TargetState::kLastServing})
+      targets_[s] = &r.gauge("weft_mgmt_targets", "Targets per state", {{"state", std::string(to_string(s))}});
+    for (NodeState s : {NodeState::kUp, NodeState::kDown})
+      nodes_[s] = &r.gauge("weft_mgmt_nodes", "Nodes per state", {{"state", std::string(to_string(s))}});
+  }
+
+  void refresh(const PersistedState& state, TimePoint now) {
+    routing_version_.set(static_cast<int64_t>(state.routing.version));
+    std::map<TargetState, int64_t> per_target;
+    for (const auto& [id, t] : state.routing.targets) ++per_target[t.state];
+    for (auto& [s, g] : targets_) g->set(per_target[s]);
+    std::map<NodeState, int64_t> per_node;
+    for (const auto& [id, n] : state.routing.nodes) {
+      ++per_node[n.state];
+      auto age = std::chrono::duration_cast<std::chrono::milliseconds>(now - n.last_heartbeat);
+      labelled(heartbeat_age_, "weft_mgmt_heartbeat_age_ms", "Time since the node's last heartbeat", "node", id)
+          .set(age.count());
+    }
+    for (auto& [s, g] : nodes_) g->set(per_node[s]);
+    for (const auto& [id, c] : state.routing.chains)
+      labelled(chain_version_, "weft_mgmt_chain_version", "Version of each chain", "chain", id)
+          .set(static_cast<int64_t>(c.version));
+  }
+
+  metrics::Counter& heartbeats() { return heartbeats_; }
+  metrics::Counter& registrations() { return registrations_; }
+  metrics::Counter& declared_dead() { return declared_dead_; }
+  metrics::Counter& ignored_reports() { return ignored_reports_; }
+
+ private:
+  template <class Id>
+  metrics::Gauge& labelled(std::map<Id, metrics::Gauge*>& cache, const char* name, const char* help,
+                           const char* label, Id id) {
+    auto [it, added] = cache.try_emplace(id, nullptr);
+    if (added) it->second = &registry_.gauge(name, help, {{label, std::to_string(id)}});
+    return *it->second;
+  }
+
+  metrics::Registry& registry_;
+  metrics::Gauge& routing_version_;
+  metrics::Counter& heartbeats_;
+  metrics::Counter& registrations_;
+  metrics::Counter& declared_dead_;
+  metrics::Counter& ignored_reports_;
+  std::map<TargetState, metrics::Gauge*> targets_;
+  std::map<NodeState, metrics::Gauge*> nodes_;
+  std::map<NodeId, metrics::Gauge*> heartbeat_age_;
+  std::map<ChainId, metrics::Gauge*> chain_version_;
+};
+
+Result<ClusterOptions> cluster_options_from_config(const Config& table) {
+  ClusterOptions o;
+  WEFT_TRY(int64_t lease_ms, table.get_int_in("lease_ms", 10'000, 100, 3'600'000));
+  WEFT_TRY(int64_t grace_ms, table.get_int_in("grace_ms", 5'000, 0, 3'600'000));
+  WEFT_TRY(o.db_dir, table.get_string("db_dir", ""));
+  o.lease = {.lease = std::chrono::milliseconds(lease_ms), .grace = std::chrono::milliseconds(grace_ms)};
+  return o;
+}
+
+ClusterState::ClusterState(ClusterOptions options, const Clock& clock, metrics::Registry& registry)
+    : options_(std::move(options)), clock_(clock), metrics_(std::make_unique<Metrics>(registry)) {}
+
+ClusterState::~ClusterState() = default;
+
+Result<std::unique_ptr<ClusterState>> ClusterState::open(ClusterOptions options, const Clock& clock,
+                                                         metrics::Registry& registry) {
+  if (options.lease.lease <= Duration::zero() || options.lease.grace < Duration::zero())
+    return error(Code::kInvalidArgument, "mgmt: lease must be > 0 and grace >= 0");
+  std::unique_ptr<ClusterState> state(new ClusterState(std::move(options), clock, registry));
+  WEFT_RETURN_IF_ERROR(state->load());
+  return state;
+}
+
+Result<void> ClusterState::load() {
+  std::lock_guard lock(mu_);
+  if (!options_.db_dir.empty()) {
+    WEFT_TRY(store_, StateStore::open(options_.db_dir));
+    WEFT_TRY(state_, store_->load());
+    WEFT_RETURN_IF_ERROR(validate_loaded(state_));
+  }
+  // Leases restart with mgmtd: every node gets a full lease from now.
+  TimePoint now = clock_.now();
+  for (auto& [id, node] : state_.routing.nodes) {
+    node.last_heartbeat = now;
+    node.lease_expiry = now + options_.lease.lease;
+  }
+  reconcile(state_);
+  metrics_->refresh(state_, now);
+  return {};
+}
+
+template <class Fn>
+auto ClusterState::mutate(Fn&& fn) -> decltype(fn(std::declval<PersistedState&>())) {
+  PersistedState next = state_;
+  auto result = fn(next);
+  if (!result) return result;
+  reconcile(next);
+  WEFT_RETURN_IF_ERROR(commit(std::move(next)));
+  return result;
+}
+
+Result<void> ClusterState::commit(PersistedState next) {
+  StoreBatch batch = finalize(state_, next);
+  if (store_ && !batch.empty()) {
+    auto written = store_->write(batch);
+    if (!written) {
+      WEFT_LOG_ERROR("mgmt: persisting a state change failed, change dropped: {}", written.error());
+      return written;
+    }
+  }
+  if (next.routing.version != state_.routing.version)
+    WEFT_LOG_INFO("mgmt: routing version {} -> {}", state_.routing.version, next.routing.version);
+  state_ = std::move(next);
+  metrics_->refresh(state_, clock_.now());
+  return {};
+}
+
+Result<RegisterReply> ClusterState::register_node(const RegisterRequest& request) {
+  std::lock_guard lock(mu_);
+  TimePoint now = clock_.now();
+  WEFT_TRY(RegisterReply reply, mutate([&](PersistedState& next) {
+             return apply_register(next, request, now, options_.lease.lease);
+           }));
+  reply.routing_version = state_.routing.version;
+  metrics_->registrations().inc();
+  return reply;
+}
+
+Result<HeartbeatReply> ClusterState::heartbeat(const HeartbeatRequest& request) {
+  std::lock_guard lock(mu_);
+  return heartbeat_locked(request);
+}
+
+Result<HeartbeatReply> ClusterState::heartbeat_locked(const HeartbeatRequest& request) {
+  TimePoint now = clock_.now();
+  Duration lease = options_.lease.lease;
+  WEFT_TRY(NodeInfo * node, find_heartbeat_node(state_, request));
+  size_t ignored = 0;
+  if (node->state == NodeState::kDown || !request.sync_done.empty()) {
+    WEFT_RETURN_IF_ERROR(mutate([&](PersistedState& next) -> Result<void> {
+      revive_node(next.routing.nodes.at(request.node_id), now, lease);
+      ignored = apply_sync_done(next, request.node_id, request.sync_done);
+      return {};
+    }));
+    node = &state_.routing.nodes.at(request.node_id);  // state_ was replaced
+  }
+  revive_node(*node, now, lease);  // in place: leases are neither versioned nor persisted
+  ignored += apply_usage(state_, request.node_id, request.usage);
+  if (ignored > 0) {
+    WEFT_LOG_DEBUG("mgmt: ignored {} stale or foreign reports from node {}", ignored, request.node_id);
+    metrics_->ignored_reports().inc(ignored);
+  }
+  metrics_->heartbeats().inc();
+  return HeartbeatReply{.routing_version = state_.routing.version, .lease = lease};
+}
+
+Result<std::vector<NodeId>> ClusterState::tick() {
+  std::lock_guard lock(mu_);
+  TimePoint now = clock_.now();
+  std::vector<NodeId> dead = expired_nodes(state_, now, options_.lease);
+  if (!dead.empty()) {
+    WEFT_RETURN_IF_ERROR(mutate([&](PersistedState& next) -> Result<void> {
+      for (NodeId id : dead) declare_dead(next, id);
+      return {};
+    }));
+    for (NodeId id : dead) WEFT_LOG_WARN("mgmt: node {} missed its lease: declared dead", id);
+    metrics_->declared_dead().inc(dead.size());
+  }
+  metrics_->refresh(state_, now);
+  return dead;
+}
+
+Result<ChainTableId> ClusterState::create_chain_table(const ChainTableSpec& spec) {
+  std::lock_guard lock(mu_);
+  return mutate([&](PersistedState& next) { return apply_create_table(next, spec); });
+}
+
+RoutingInfo ClusterState::routing() const {
+  std::lock_guard lock(mu_);
+  return state_.routing;
+}
+
+RoutingVersion ClusterState::routing_version() const {
+  std::lock_guard lock(mu_);
+  return state_.routing.version;
+}
+
+}  // namespace weft::mgmt

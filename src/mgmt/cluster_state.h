@@ -1,0 +1,146 @@
+// mgmt/cluster_state.h
+// The cluster manager's state and policies (the core of `weft serve mgmtd`,
+// without networking): membership, leases, target states in chains, chain
+// tables, the routing version, and their persistence.
+//
+// Membership. Nodes are identified by address. register_node():
+//   - unknown address: new node id, its targets get new target ids;
+//   - same address, same incarnation: idempotent (same ids, lease renewed);
+//     a node that was declared dead comes back (its targets RETURN);
+//   - same address, NEW (higher) incarnation: a restarted process; its targets
+//     FAIL in their chains, then RETURN (so they resync as syncing at the tail,
+//     except a last-serving one, which simply serves again);
+//   - lower incarnation: kNotPermitted (a zombie of a replaced process);
+//   - same address with another kind: kExists.
+// Targets are matched by their stable name on the node; a target the node no
+// longer lists FAILs. heartbeat(): unknown node id or a newer incarnation ->
+// kNotFound telling the caller to re-register; older incarnation ->
+// kNotPermitted. It renews the lease, records usage, applies sync-done
+// reports, revives a node declared dead, and returns the routing version.
+// tick() declares dead every up node whose last heartbeat is older than
+// lease + grace (mgmt/lease.h explains why that prevents split brain).
+// State transitions in chains: mgmt/target_states.h.
+//
+// Versions. Every operation that changes what a client must see (nodes,
+// targets or their states, chains, tables) bumps the routing version by one;
+// every chain whose entries changed gets its version bumped by one. Usage
+// reports and lease renewals change neither and are not persisted.
+// Persistence: each such operation is one synced RocksDB batch; if the write
+// fails the operation fails and the in-memory state stays as before. Reopening
+// reloads everything; nodes that were up get a full lease from the reopen.
+//
+// Threading: every public method is thread-safe (one mutex, short calls; a
+// changing operation copies the state, edits the copy, persists, then swaps).
+// Invariants: every chain passes check_chain(); every chain's targets sit on
+// distinct nodes; ids only grow; routing version never decreases.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/config.h"
+#include "common/metrics.h"
+#include "common/status.h"
+#include "mgmt/chain_table.h"
+#include "mgmt/lease.h"
+#include "mgmt/routing.h"
+#include "mgmt/state_codec.h"
+#include "mgmt/state_store.h"
+
+namespace weft::mgmt {
+
+inline constexpr size_t kTargetsPerNodeMax = 1024;
+
+struct ClusterOptions {
+  LeaseConfig lease;
+  std::string db_dir;  // RocksDB directory; empty keeps the state in memory only (tests, tools)
+};
+
+// Reads lease_ms, grace_ms and db_dir from a config table (all optional).
+Result<ClusterOptions> cluster_options_from_config(const Config& table);
+
+struct TargetRegistration {
+  std::string name;  // stable on its node, e.g. the target directory
+  uint64_t capacity_bytes = 0;
+  uint64_t used_bytes = 0;
+};
+
+struct RegisterRequest {
+  NodeKind kind = NodeKind::kStorage;
+  std::string address;       // host:port, the node's identity
+  uint64_t incarnation = 0;  // > 0, higher for every restart (e.g. start time in ns)
+  std::vector<TargetRegistration> targets;  // storage nodes only
+};
+
+struct RegisterReply {
+  NodeId node_id = kInvalidNode;
+  std::vector<TargetId> target_ids;  // in the order of the request
+  RoutingVersion routing_version = 0;
+  Duration lease{};  // a registration is also a heartbeat
+};
+
+struct TargetUsage {
+  TargetId target_id = 0;
+  uint64_t used_bytes = 0;
+  uint64_t capacity_bytes = 0;
+};
+
+struct SyncDoneReport {
+  ChainId chain_id = 0;
+  TargetId target_id = 0;
+};
+
+struct HeartbeatRequest {
+  NodeId node_id = kInvalidNode;
+  uint64_t incarnation = 0;
+  std::vector<TargetUsage> usage;
+  std::vector<SyncDoneReport> sync_done;
+};
+
+struct HeartbeatReply {
+  RoutingVersion routing_version = 0;
+  Duration lease{};  // valid from when the caller SENT the heartbeat (LeaseKeeper)
+};
+
+class ClusterState {
+ public:
+  static Result<std::unique_ptr<ClusterState>> open(ClusterOptions options, const Clock& clock,
+                                                    metrics::Registry& registry = metrics::Registry::global());
+  ~ClusterState();
+  ClusterState(const ClusterState&) = delete;
+  ClusterState& operator=(const ClusterState&) = delete;
+
+  Result<RegisterReply> register_node(const RegisterRequest& request);
+  Result<HeartbeatReply> heartbeat(const HeartbeatRequest& request);
+  // Declares expired nodes dead; returns their ids. Call about once per second.
+  Result<std::vector<NodeId>> tick();
+  // Builds a table over the targets of every up storage node (mgmt/chain_table.h).
+  Result<ChainTableId> create_chain_table(const ChainTableSpec& spec);
+
+  RoutingInfo routing() const;
+  RoutingVersion routing_version() const;
+  const ClusterOptions& options() const { return options_; }
+
+ private:
+  class Metrics;
+  ClusterState(ClusterOptions options, const Clock& clock, metrics::Registry& registry);
+  Result<void> load();
+  // Edits a copy of the state with fn(PersistedState&) -> Result<T>, then
+  // versions, persists and installs the copy. REQUIRES: mu_ held.
+  template <class Fn>
+  auto mutate(Fn&& fn) -> decltype(fn(std::declval<PersistedState&>()));
+  Result<void> commit(PersistedState next);  // REQUIRES: mu_ held
+  Result<HeartbeatReply> heartbeat_locked(const HeartbeatRequest& request);
+
+  const ClusterOptions options_;
+  const Clock& clock_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<StateStore> store_;  // null: memory only
+  mutable std::mutex mu_;
+  PersistedState state_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace weft::mgmt

@@ -1,0 +1,368 @@
+#include "mgmt/cluster_state.h"
+
+#include <set>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "mgmt/test_util.h"
+
+namespace weft::mgmt {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Harness;
+
+constexpr auto S = TargetState::kServing;
+constexpr auto Y = TargetState::kSyncing;
+constexpr auto O = TargetState::kOffline;
+constexpr auto L = TargetState::kLastServing;
+
+TEST(ClusterState, RegisterAssignsIdsAndSameIncarnationIsIdempotent) {
+  Harness h;
+  RoutingVersion v0 = h.state->routing_version();
+  RegisterReply a = h.add_storage(1, 2);
+  EXPECT_EQ(a.node_id, 1u);
+  EXPECT_EQ(a.target_ids, (std::vector<TargetId>{1, 2}));
+  EXPECT_EQ(a.lease, 10s);
+  EXPECT_GT(a.routing_version, v0);
+  RegisterReply again = h.add_storage(1, 2);
+  EXPECT_EQ(again.node_id, a.node_id);
+  EXPECT_EQ(again.target_ids, a.target_ids);
+  EXPECT_EQ(again.routing_version, a.routing_version) << "an idempotent registration changes nothing";
+  RegisterReply b = h.add_storage(2, 1);
+  EXPECT_EQ(b.node_id, 2u);
+  EXPECT_EQ(b.target_ids, (std::vector<TargetId>{3}));
+  RoutingInfo r = h.state->routing();
+  EXPECT_EQ(r.nodes.at(1).address, "host1:9000");
+  EXPECT_EQ(r.targets.at(2).name, "t1");
+  EXPECT_EQ(r.targets.at(3).node_id, 2u);
+}
+
+TEST(ClusterState, RegistrationErrors) {
+  Harness h;
+  h.add_storage(1, 1, /*incarnation=*/5);
+  auto reg = [&](RegisterRequest r) { return h.state->register_node(r); };
+  EXPECT_EQ(reg({.kind = NodeKind::kMeta, .address = "host1:9000", .incarnation = 9}).error().code(), Code::kExists);
+  EXPECT_EQ(reg({.kind = NodeKind::kStorage, .address = "host1:9000", .incarnation = 4}).error().code(),
+            Code::kNotPermitted);
+  EXPECT_EQ(reg({.kind = NodeKind::kStorage, .address = "nohost", .incarnation = 1}).error().code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(reg({.kind = NodeKind::kStorage, .address = "h:1", .incarnation = 0}).error().code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(reg({.kind = NodeKind::kClient, .address = "h:1", .incarnation = 1, .targets = {{.name = "x"}}})
+                .error().code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(reg({.kind = NodeKind::kStorage, .address = "h:1", .incarnation = 1,
+                 .targets = {{.name = "x"}, {.name = "x"}}}).error().code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(h.state->routing().nodes.size(), 1u) << "failed registrations leave no trace";
+}
+
+TEST(ClusterState, HeartbeatFromUnknownNodeOrIncarnationSaysReRegister) {
+  Harness h;
+  RegisterReply a = h.add_storage(1, 1, 7);
+  auto unknown = h.state->heartbeat({.node_id = 42, .incarnation = 1});
+  ASSERT_FALSE(unknown.has_value());
+  EXPECT_EQ(unknown.error().code(), Code::kNotFound);
+  EXPECT_NE(unknown.error().message().find("re-register"), std::string::npos) << unknown.error();
+  auto newer = h.state->heartbeat({.node_id = a.node_id, .incarnation = 8});
+  ASSERT_FALSE(newer.has_value());
+  EXPECT_EQ(newer.error().code(), Code::kNotFound);
+  EXPECT_NE(newer.error().message().find("re-register"), std::string::npos);
+  auto older = h.state->heartbeat({.node_id = a.node_id, .incarnation = 6});
+  ASSERT_FALSE(older.has_value());
+  EXPECT_EQ(older.error().code(), Code::kNotPermitted);
+  HeartbeatReply ok = h.beat(a.node_id, 7);
+  EXPECT_EQ(ok.routing_version, h.state->routing_version());
+  EXPECT_EQ(ok.lease, 10s);
+}
+
+TEST(ClusterState, LeaseExpiresOnlyAfterLeasePlusGraceSinceLastHeartbeat) {
+  Harness h;
+  NodeId n = h.add_storage(1, 1).node_id;
+  h.clock.advance(8s);
+  h.beat(n);
+  h.clock.advance(15s - 1ns);
+  EXPECT_TRUE(h.state->tick()->empty());
+  EXPECT_EQ(h.state->routing().nodes.at(n).state, NodeState::kUp);
+  h.clock.advance(1ns);
+  EXPECT_EQ(*h.state->tick(), std::vector<NodeId>{n});
+  EXPECT_EQ(h.state->routing().nodes.at(n).state, NodeState::kDown);
+  EXPECT_TRUE(h.state->tick()->empty()) << "declared once";
+}
+
+// The data path modelled on chain contents: every write goes down the write
+// path and is acknowledged only if every target on it is alive; serving
+// replicas must hold every acknowledged write at all times.
+class WriteModel {
+ public:
+  explicit WriteModel(Harness& h, ChainId chain) : h_(h), chain_(chain) {}
+  std::set<NodeId> killed;
+
+  // Returns whether the write was acknowledged.
+  bool write() {
+    int id = next_++;
+    RoutingInfo r = h_.state->routing();
+    auto route = route_chain(r.chains.at(chain_));
+    if (!route) return false;
+    for (TargetId t : route->write_path)
+      if (killed.contains(r.targets.at(t).node_id)) return false;  // stalls; the client retries later
+    for (TargetId t : route->write_path) data_[t].insert(id);
+    acked_.insert(id);
+    heads_.insert(route->head());
+    return true;
+  }
+  // The syncing target's predecessor copies what differs.
+  void sync(TargetId t) {
+    auto route = route_chain(h_.chain(chain_));
+    ASSERT_TRUE(route.has_value());
+    data_[t].insert(data_[route->head()].begin(), data_[route->head()].end());
+  }
+  void check_serving_replicas_complete() {
+    auto route = route_chain(h_.chain(chain_));
+    if (!route) return;
+    for (TargetId t : route->readable)
+      for (int id : acked_) ASSERT_TRUE(data_[t].contains(id)) << "target " << t << " misses write " << id;
+  }
+  size_t acked() const { return acked_.size(); }
+
+ private:
+  Harness& h_;
+  ChainId chain_;
+  int next_ = 0;
+  std::map<TargetId, std::set<int>> data_;
+  std::set<int> acked_;
+  std::set<TargetId> heads_;
+};
+
+TEST(ClusterState, KilledServerLeavesChainWritesContinueThenResyncsAtTail) {
+  Harness h;
+  std::vector<RegisterReply> nodes;
+  for (int i = 1; i <= 3; ++i) nodes.push_back(h.add_storage(i, 1));
+  auto table = h.state->create_chain_table({.replicas = 3});
+  ASSERT_TRUE(table.has_value()) << table.error();
+  ChainId id = h.state->routing().tables.at(*table).chains.at(0);
+  ChainInfo before = h.chain(id);
+  ASSERT_EQ(before.entries.size(), 3u);
+  TargetId victim_target = before.entries[1].target_id;  // the middle replica
+  NodeId victim = h.snapshot.targets.at(victim_target).node_id;
+
+  WriteModel model(h, id);
+  model.killed.insert(victim);
+  RoutingVersion v = h.state->routing_version();
+  for (int second = 0; second < 20; ++second) {  // the victim stops heartbeating
+    for (const auto& n : nodes)
+      if (n.node_id != victim) h.beat(n.node_id);
+    model.write();
+    model.check_serving_replicas_complete();
+    h.clock.advance(1s);
+    ASSERT_TRUE(h.state->tick().has_value());
+  }
+  ChainInfo shrunk = h.chain(id);
+  EXPECT_EQ(shrunk.version, before.version + 1);
+  EXPECT_GT(h.state->routing_version(), v);
+  EXPECT_EQ(shrunk.entries, (std::vector<ChainEntry>{{before.entries[0].target_id, S},
+                                                     {before.entries[2].target_id, S},
+                                                     {victim_target, O}}));
+  auto route = route_chain(shrunk);
+  ASSERT_TRUE(route.has_value());
+  EXPECT_EQ(route->head(), before.entries[0].target_id);
+  EXPECT_EQ(route->tail(), before.entries[2].target_id);
+  size_t acked_before = model.acked();
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(model.write()) << "writes continue on the shorter chain";
+  EXPECT_EQ(model.acked(), acked_before + 5);
+  EXPECT_EQ(h.state->routing().targets.at(victim_target).state, O);
+
+  // The server comes back (same process, network healed): syncing at the tail.
+  model.killed.clear();
+  h.beat(victim);
+  ChainInfo rejoined = h.chain(id);
+  EXPECT_EQ(rejoined.version, before.version + 2);
+  EXPECT_EQ(rejoined.entries.back(), (ChainEntry{victim_target, Y}));
+  EXPECT_EQ(route_chain(rejoined)->tail(), victim_target);
+  EXPECT_EQ(route_chain(rejoined)->readable.size(), 2u) << "a syncing target is not read";
+  EXPECT_TRUE(model.write());
+  model.sync(victim_target);
+  h.beat(victim, 1, {{id, victim_target}});
+  ChainInfo healed = h.chain(id);
+  EXPECT_EQ(healed.version, before.version + 3);
+  EXPECT_EQ(healed.entries.back(), (ChainEntry{victim_target, S}));
+  EXPECT_EQ(h.snapshot.targets.at(victim_target).state, S);
+  model.check_serving_replicas_complete();
+}
+
+TEST(ClusterState, LastServingReplicaKeepsChainUntilItReturnsWithoutResync) {
+  Harness h;
+  NodeId a = h.add_storage(1, 1).node_id, b = h.add_storage(2, 1).node_id;
+  ASSERT_TRUE(h.state->create_chain_table({.replicas = 2}).has_value());
+  ChainId id = h.state->routing().chains.begin()->first;
+  TargetId head = h.chain(id).entries[0].target_id, tail = h.chain(id).entries[1].target_id;
+  NodeId head_node = h.snapshot.targets.at(head).node_id, tail_node = head_node == a ? b : a;
+
+  h.clock.advance(16s);  // both leases ran out, but the head renews in time:
+  h.beat(head_node);     // only the tail is lost
+  ASSERT_TRUE(h.state->tick().has_value());
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, O}}));
+  h.clock.advance(16s);  // now the head dies too: it holds the only current copy
+  ASSERT_TRUE(h.state->tick().has_value());
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, L}, {tail, O}}));
+  EXPECT_EQ(route_chain(h.chain(id)).error().code(), Code::kUnavailable);
+  EXPECT_EQ(h.snapshot.targets.at(head).state, L);
+
+  h.beat(tail_node);  // the stale replica returns first: it must wait
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, L}, {tail, O}}));
+  EXPECT_EQ(h.snapshot.targets.at(tail).state, O);
+  ChainVersion v = h.chain(id).version;
+  h.beat(head_node);  // the last-serving one returns: serving at once, the other rejoins syncing
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, Y}}));
+  EXPECT_EQ(h.chain(id).version, v + 1);
+  h.beat(tail_node, 1, {{id, tail}});
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, S}}));
+}
+
+TEST(ClusterState, RestartWithNewIncarnationResyncsItsTargets) {
+  Harness h;
+  for (int i = 1; i <= 3; ++i) h.add_storage(i, 2);
+  ASSERT_TRUE(h.state->create_chain_table({.replicas = 3}).has_value());
+  RoutingInfo before = h.state->routing();
+  RegisterReply restarted = h.add_storage(2, 2, /*incarnation=*/2);
+  EXPECT_EQ(restarted.node_id, 2u);
+  EXPECT_EQ(restarted.target_ids, (std::vector<TargetId>{3, 4}));
+  RoutingInfo after = h.state->routing();
+  EXPECT_EQ(after.version, before.version + 1) << "one operation, one routing version";
+  for (const auto& [id, chain] : after.chains) {
+    for (TargetId t : {TargetId{3}, TargetId{4}}) {
+      bool member = std::any_of(chain.entries.begin(), chain.entries.end(),
+                                [&](const ChainEntry& e) { return e.target_id == t; });
+      if (!member) continue;
+      EXPECT_EQ(chain.entries.back(), (ChainEntry{t, Y})) << "chain " << id;
+      EXPECT_EQ(chain.version, before.chains.at(id).version + 1);
+    }
+  }
+  EXPECT_EQ(after.nodes.at(2).incarnation, 2u);
+  auto zombie = h.state->heartbeat({.node_id = 2, .incarnation = 1});
+  EXPECT_EQ(zombie.error().code(), Code::kNotPermitted) << "the old process is refused";
+}
+
+TEST(ClusterState, SameIncarnationReRegistrationRevivesADeadNode) {
+  Harness h;
+  for (int i = 1; i <= 2; ++i) h.add_storage(i, 1);
+  ASSERT_TRUE(h.state->create_chain_table({.replicas = 2}).has_value());
+  h.clock.advance(20s);
+  h.beat(1);
+  EXPECT_EQ(*h.state->tick(), std::vector<NodeId>{2});
+  h.add_storage(2, 1);  // same incarnation
+  EXPECT_EQ(h.state->routing().nodes.at(2).state, NodeState::kUp);
+  EXPECT_EQ(h.chain(1).entries, (std::vector<ChainEntry>{{1, S}, {2, Y}}));
+}
+
+TEST(ClusterState, TargetNoLongerListedFailsAndNewTargetsJoinLater) {
+  Harness h;
+  for (int i = 1; i <= 2; ++i) h.add_storage(i, 1);
+  ASSERT_TRUE(h.state->create_chain_table({.replicas = 2}).has_value());
+  RegisterRequest r{.kind = NodeKind::kStorage, .address = "host2:9000", .incarnation = 1,
+                    .targets = {{.name = "t9", .capacity_bytes = 100}}};
+  auto reply = h.state->register_node(r);
+  ASSERT_TRUE(reply.has_value()) << reply.error();
+  EXPECT_EQ(reply->target_ids, std::vector<TargetId>{3});
+  RoutingInfo info = h.state->routing();
+  EXPECT_FALSE(info.targets.at(2).reported);
+  EXPECT_EQ(info.targets.at(2).state, O);
+  EXPECT_EQ(info.chains.at(1).entries, (std::vector<ChainEntry>{{1, S}, {2, O}}));
+  EXPECT_EQ(info.targets.at(3).state, S);
+}
+
+TEST(ClusterState, StaleAndForeignReportsAreIgnoredAndCounted) {
+  Harness h;
+  for (int i = 1; i <= 2; ++i) h.add_storage(i, 1);
+  ASSERT_TRUE(h.state->create_chain_table({.replicas = 2}).has_value());
+  ChainInfo before = h.chain(1);
+  auto reply = h.state->heartbeat({.node_id = 1, .incarnation = 1,
+                                   .usage = {{.target_id = 1, .used_bytes = 77, .capacity_bytes = 1000},
+                                             {.target_id = 2, .used_bytes = 5, .capacity_bytes = 5}},
+                                   .sync_done = {{1, 1}, {1, 2}, {99, 1}}});
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(h.chain(1), before);
+  EXPECT_EQ(h.snapshot.targets.at(1).used_bytes, 77u);
+  EXPECT_EQ(h.snapshot.targets.at(2).used_bytes, 0u) << "node 1 cannot report node 2's target";
+  EXPECT_EQ(h.registry.counter("weft_mgmt_ignored_reports_total", "").value(), 4u);
+  EXPECT_EQ(reply->routing_version, h.state->routing_version());
+}
+
+TEST(ClusterState, MetaAndClientNodesExpireWithoutTouchingChains) {
+  Harness h;
+  for (int i = 1; i <= 2; ++i) h.add_storage(i, 1);
+  ASSERT_TRUE(h.state->create_chain_table({.replicas = 2}).has_value());
+  auto meta = h.state->register_node({.kind = NodeKind::kMeta, .address = "meta:8000", .incarnation = 1});
+  ASSERT_TRUE(meta.has_value());
+  h.clock.advance(16s);
+  h.beat(1);
+  h.beat(2);
+  EXPECT_EQ(*h.state->tick(), std::vector<NodeId>{meta->node_id});
+  EXPECT_EQ(h.chain(1).version, 1u);
+  EXPECT_EQ(h.snapshot.nodes.at(meta->node_id).state, NodeState::kDown);
+}
+
+TEST(ClusterState, ChainTableNeedsEnoughLiveServers) {
+  Harness h;
+  EXPECT_EQ(h.state->create_chain_table({.replicas = 1}).error().code(), Code::kInvalidArgument);
+  h.add_storage(1, 2);
+  h.add_storage(2, 2);
+  auto too_many = h.state->create_chain_table({.replicas = 3});
+  ASSERT_FALSE(too_many.has_value());
+  EXPECT_EQ(too_many.error().code(), Code::kInvalidArgument);
+  h.clock.advance(16s);
+  h.beat(1);
+  ASSERT_TRUE(h.state->tick().has_value());
+  EXPECT_EQ(h.state->create_chain_table({.replicas = 2}).error().code(), Code::kInvalidArgument)
+      << "a dead server's targets are not placed";
+  auto one = h.state->create_chain_table({.replicas = 1});
+  ASSERT_TRUE(one.has_value());
+  EXPECT_EQ(h.state->routing().tables.at(*one).chains.size(), 2u);
+}
+
+TEST(ClusterState, MetricsFollowTheState) {
+  Harness h;
+  for (int i = 1; i <= 3; ++i) h.add_storage(i, 1);
+  ASSERT_TRUE(h.state->create_chain_table({.replicas = 3}).has_value());
+  h.clock.advance(3s);
+  h.beat(1);
+  h.beat(2);
+  ASSERT_TRUE(h.state->tick().has_value());
+  auto gauge = [&](const std::string& name, metrics::Labels labels) {
+    return h.registry.gauge(name, "", labels).value();
+  };
+  EXPECT_EQ(gauge("weft_mgmt_heartbeat_age_ms", {{"node", "3"}}), 3000);
+  EXPECT_EQ(gauge("weft_mgmt_heartbeat_age_ms", {{"node", "1"}}), 0);
+  h.clock.advance(13s);
+  h.beat(1);
+  h.beat(2);
+  ASSERT_TRUE(h.state->tick().has_value());
+  EXPECT_EQ(gauge("weft_mgmt_targets", {{"state", "serving"}}), 2);
+  EXPECT_EQ(gauge("weft_mgmt_targets", {{"state", "offline"}}), 1);
+  EXPECT_EQ(gauge("weft_mgmt_chain_version", {{"chain", "1"}}), 2);
+  EXPECT_EQ(gauge("weft_mgmt_routing_version", {}), static_cast<int64_t>(h.state->routing_version()));
+  EXPECT_EQ(gauge("weft_mgmt_nodes", {{"state", "down"}}), 1);
+  EXPECT_NE(h.registry.prometheus_text().find("weft_mgmt_targets{state=\"offline\"} 1"), std::string::npos);
+}
+
+TEST(ClusterState, ConcurrentHeartbeatsAndTicksKeepInvariants) {
+  Harness h;
+  for (int i = 1; i <= 4; ++i) h.add_storage(i, 2);
+  ASSERT_TRUE(h.state->create_chain_table({.replicas = 3}).has_value());
+  std::vector<std::thread> threads;
+  for (NodeId n = 1; n <= 4; ++n)
+    threads.emplace_back([&, n] {
+      for (int i = 0; i < 300; ++i) {
+        (void)h.state->heartbeat({.node_id = n, .incarnation = 1});
+        if (n == 1) h.clock.advance(100ms);
+        (void)h.state->tick();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (const auto& [id, chain] : h.state->routing().chains) EXPECT_TRUE(check_chain(chain).has_value());
+}
+
+}  // namespace
+}  // namespace weft::mgmt

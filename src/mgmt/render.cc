@@ -1,0 +1,139 @@
+#include "mgmt/render.h"
+
+#include <algorithm>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace weft::mgmt {
+namespace {
+
+using Row = std::vector<std::string>;
+
+// Left-aligned columns separated by two spaces, header first.
+void append_table(std::string& out, const std::string& title, const std::vector<Row>& rows) {
+  out += title + "\n";
+  std::vector<size_t> width;
+  for (const Row& r : rows)
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (width.size() <= i) width.push_back(0);
+      width[i] = std::max(width[i], r[i].size());
+    }
+  for (const Row& r : rows) {
+    std::string line = " ";
+    for (size_t i = 0; i < r.size(); ++i)
+      line += " " + r[i] + (i + 1 < r.size() ? std::string(width[i] - r[i].size() + 1, ' ') : "");
+    out += line + "\n";
+  }
+}
+
+int64_t lease_left_ms(const NodeInfo& n, TimePoint now) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(n.lease_expiry - now).count();
+}
+
+std::string chain_members(const ChainInfo& c) {
+  std::string s;
+  for (const ChainEntry& e : c.entries) {
+    if (!s.empty()) s += " -> ";
+    s += fmt::format("{}({})", e.target_id, to_string(e.state));
+  }
+  return s;
+}
+
+std::string quoted(std::string_view s) { return "\"" + json_escape(s) + "\""; }
+
+}  // namespace
+
+std::string format_bytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  double v = static_cast<double>(bytes);
+  size_t unit = 0;
+  while (v >= 1024 && unit + 1 < std::size(kUnits)) v /= 1024, ++unit;
+  return fmt::format("{:.1f} {}", v, kUnits[unit]);
+}
+
+std::string json_escape(std::string_view s) {
+  std::string out;
+  for (char ch : s) {
+    unsigned char c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) out += fmt::format("\\u{:04x}", c);
+        else out += ch;
+    }
+  }
+  return out;
+}
+
+std::string render_text(const RoutingInfo& routing, TimePoint now) {
+  std::string out = fmt::format("routing version {}\n", routing.version);
+  std::vector<Row> nodes{{"ID", "KIND", "ADDRESS", "STATE", "INCARNATION", "LEASE LEFT"}};
+  for (const auto& [id, n] : routing.nodes)
+    nodes.push_back({std::to_string(id), std::string(to_string(n.kind)), n.address, std::string(to_string(n.state)),
+                     std::to_string(n.incarnation), fmt::format("{:.1f}s", lease_left_ms(n, now) / 1000.0)});
+  append_table(out, fmt::format("nodes ({})", routing.nodes.size()), nodes);
+  std::vector<Row> targets{{"ID", "NODE", "NAME", "STATE", "USED", "FREE", "CAPACITY"}};
+  for (const auto& [id, t] : routing.targets) {
+    uint64_t free = t.capacity_bytes > t.used_bytes ? t.capacity_bytes - t.used_bytes : 0;
+    targets.push_back({std::to_string(id), std::to_string(t.node_id), t.name, std::string(to_string(t.state)),
+                       format_bytes(t.used_bytes), format_bytes(free), format_bytes(t.capacity_bytes)});
+  }
+  append_table(out, fmt::format("targets ({})", routing.targets.size()), targets);
+  std::vector<Row> chains{{"CHAIN", "TABLE", "VERSION", "WRITABLE", "TARGETS (head first)"}};
+  for (const auto& [id, c] : routing.chains)
+    chains.push_back({std::to_string(id), std::to_string(c.table_id), std::to_string(c.version),
+                      route_chain(c).has_value() ? "yes" : "NO", chain_members(c)});
+  append_table(out, fmt::format("chains ({})", routing.chains.size()), chains);
+  return out;
+}
+
+std::string render_json(const RoutingInfo& routing, TimePoint now) {
+  std::string out = fmt::format("{{\"routing_version\":{},\"nodes\":[", routing.version);
+  bool first = true;
+  for (const auto& [id, n] : routing.nodes) {
+    out += fmt::format("{}{{\"id\":{},\"kind\":{},\"address\":{},\"state\":{},\"incarnation\":{},\"lease_left_ms\":{}}}",
+                       first ? "" : ",", id, quoted(to_string(n.kind)), quoted(n.address), quoted(to_string(n.state)),
+                       n.incarnation, lease_left_ms(n, now));
+    first = false;
+  }
+  out += "],\"targets\":[";
+  first = true;
+  for (const auto& [id, t] : routing.targets) {
+    uint64_t free = t.capacity_bytes > t.used_bytes ? t.capacity_bytes - t.used_bytes : 0;
+    out += fmt::format("{}{{\"id\":{},\"node_id\":{},\"name\":{},\"state\":{},\"used_bytes\":{},\"free_bytes\":{},"
+                       "\"capacity_bytes\":{}}}",
+                       first ? "" : ",", id, t.node_id, quoted(t.name), quoted(to_string(t.state)), t.used_bytes, free,
+                       t.capacity_bytes);
+    first = false;
+  }
+  out += "],\"chain_tables\":[";
+  first = true;
+  for (const auto& [id, t] : routing.tables) {
+    out += fmt::format("{}{{\"id\":{},\"replicas\":{},\"chains\":[{}]}}", first ? "" : ",", id, t.replicas,
+                       fmt::join(t.chains, ","));
+    first = false;
+  }
+  out += "],\"chains\":[";
+  first = true;
+  for (const auto& [id, c] : routing.chains) {
+    std::string entries;
+    for (const ChainEntry& e : c.entries)
+      entries += fmt::format("{}{{\"target_id\":{},\"state\":{}}}", entries.empty() ? "" : ",", e.target_id,
+                             quoted(to_string(e.state)));
+    out += fmt::format("{}{{\"id\":{},\"table_id\":{},\"version\":{},\"writable\":{},\"targets\":[{}]}}",
+                       first ? "" : ",", id, c.table_id, c.version, route_chain(c).has_value() ? "true" : "false",
+                       entries);
+    first = false;
+  }
+  return out + "]}";
+}
+
+}  // namespace weft::mgmt

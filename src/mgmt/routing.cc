@@ -1,0 +1,132 @@
+#include "mgmt/routing.h"
+
+#include <algorithm>
+#include <charconv>
+#include <set>
+
+namespace weft::mgmt {
+
+std::string_view to_string(NodeKind k) {
+  switch (k) {
+    case NodeKind::kStorage: return "storage";
+    case NodeKind::kMeta: return "meta";
+    case NodeKind::kClient: return "client";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(NodeState s) {
+  switch (s) {
+    case NodeState::kUp: return "up";
+    case NodeState::kDown: return "down";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(TargetState s) {
+  switch (s) {
+    case TargetState::kServing: return "serving";
+    case TargetState::kSyncing: return "syncing";
+    case TargetState::kOffline: return "offline";
+    case TargetState::kLastServing: return "last-serving";
+  }
+  return "unknown";
+}
+
+Result<const ChainInfo*> RoutingInfo::chain(ChainId id) const {
+  auto it = chains.find(id);
+  if (it == chains.end()) return error(Code::kNotFound, "unknown chain {}", id);
+  return &it->second;
+}
+
+Result<const TargetInfo*> RoutingInfo::target(TargetId id) const {
+  auto it = targets.find(id);
+  if (it == targets.end()) return error(Code::kNotFound, "unknown target {}", id);
+  return &it->second;
+}
+
+Result<const NodeInfo*> RoutingInfo::node(NodeId id) const {
+  auto it = nodes.find(id);
+  if (it == nodes.end()) return error(Code::kNotFound, "unknown node {}", id);
+  return &it->second;
+}
+
+Result<std::string> RoutingInfo::target_address(TargetId id) const {
+  WEFT_TRY(const TargetInfo* t, target(id));
+  WEFT_TRY(const NodeInfo* n, node(t->node_id));
+  return n->address;
+}
+
+Result<ChainRoute> route_chain(const ChainInfo& chain) {
+  ChainRoute route{.chain_id = chain.id, .version = chain.version};
+  for (const ChainEntry& e : chain.entries) {
+    if (e.state == TargetState::kServing) {
+      route.write_path.push_back(e.target_id);
+      route.readable.push_back(e.target_id);
+    } else if (e.state == TargetState::kSyncing) {
+      route.write_path.push_back(e.target_id);
+    }
+  }
+  if (route.readable.empty()) {
+    auto last = std::find_if(chain.entries.begin(), chain.entries.end(), [](const ChainEntry& e) {
+      return e.state == TargetState::kLastServing;
+    });
+    if (last != chain.entries.end())
+      return error(Code::kUnavailable, "chain {} has no serving target: last-serving target {} is down",
+                   chain.id, last->target_id);
+    return error(Code::kUnavailable, "chain {} has no serving target", chain.id);
+  }
+  return route;
+}
+
+namespace {
+int rank(TargetState s) {
+  switch (s) {
+    case TargetState::kServing: return 0;
+    case TargetState::kSyncing: return 1;
+    case TargetState::kLastServing: return 2;
+    case TargetState::kOffline: return 3;
+  }
+  return 4;
+}
+}  // namespace
+
+Result<void> check_chain(const ChainInfo& chain) {
+  std::set<TargetId> seen;
+  int serving = 0, syncing = 0, last = 0, prev_rank = 0;
+  for (const ChainEntry& e : chain.entries) {
+    if (!seen.insert(e.target_id).second)
+      return error(Code::kInternal, "chain {}: target {} appears twice", chain.id, e.target_id);
+    int r = rank(e.state);
+    if (r > 3) return error(Code::kInternal, "chain {}: bad state of target {}", chain.id, e.target_id);
+    if (r < prev_rank)
+      return error(Code::kInternal, "chain {}: target {} ({}) out of order", chain.id, e.target_id,
+                   to_string(e.state));
+    prev_rank = r;
+    serving += e.state == TargetState::kServing;
+    syncing += e.state == TargetState::kSyncing;
+    last += e.state == TargetState::kLastServing;
+  }
+  if (serving == 0 && last != 1)
+    return error(Code::kInternal, "chain {}: no serving and {} last-serving targets", chain.id, last);
+  if (last > 0 && (serving > 0 || syncing > 0))
+    return error(Code::kInternal, "chain {}: last-serving next to serving/syncing targets", chain.id);
+  return {};
+}
+
+Result<void> check_address(std::string_view address) {
+  size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == address.size())
+    return error(Code::kInvalidArgument, "address '{}' is not host:port", address);
+  std::string_view host = address.substr(0, colon), port = address.substr(colon + 1);
+  if (host.front() == '[' ? (host.size() < 3 || host.back() != ']')
+                          : host.find(':') != std::string_view::npos)
+    return error(Code::kInvalidArgument, "address '{}': bad host (IPv6 needs [brackets])", address);
+  unsigned value = 0;
+  auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (ec != std::errc() || end != port.data() + port.size() || value == 0 || value > 65535)
+    return error(Code::kInvalidArgument, "address '{}': port must be 1..65535", address);
+  return {};
+}
+
+}  // namespace weft::mgmt

@@ -1,0 +1,66 @@
+#include "mgmt/routing.h"
+
+#include <gtest/gtest.h>
+
+namespace weft::mgmt {
+namespace {
+
+TEST(Routing, RouteOrdersWritePathAndReadableReplicas) {
+  ChainInfo c{.id = 3, .version = 9,
+              .entries = {{10, TargetState::kServing}, {11, TargetState::kServing},
+                          {12, TargetState::kSyncing}, {13, TargetState::kOffline}}};
+  auto r = route_chain(c);
+  ASSERT_TRUE(r.has_value()) << r.error();
+  EXPECT_EQ(r->chain_id, 3u);
+  EXPECT_EQ(r->version, 9u);
+  EXPECT_EQ(r->write_path, (std::vector<TargetId>{10, 11, 12}));
+  EXPECT_EQ(r->readable, (std::vector<TargetId>{10, 11}));
+  EXPECT_EQ(r->head(), 10u);
+  EXPECT_EQ(r->tail(), 12u);
+}
+
+TEST(Routing, LastServingChainIsUnavailableWithReason) {
+  ChainInfo c{.id = 4, .entries = {{20, TargetState::kLastServing}, {21, TargetState::kOffline}}};
+  auto r = route_chain(c);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), Code::kUnavailable);
+  EXPECT_NE(r.error().message().find("last-serving target 20"), std::string::npos);
+}
+
+TEST(Routing, CheckChainRejectsBrokenInvariants) {
+  using E = std::vector<ChainEntry>;
+  auto bad = [](E e) { return !check_chain(ChainInfo{.id = 1, .entries = std::move(e)}).has_value(); };
+  EXPECT_TRUE(bad({}));
+  EXPECT_TRUE(bad({{1, TargetState::kOffline}}));
+  EXPECT_TRUE(bad({{1, TargetState::kSyncing}, {2, TargetState::kServing}}));
+  EXPECT_TRUE(bad({{1, TargetState::kServing}, {1, TargetState::kServing}}));
+  EXPECT_TRUE(bad({{1, TargetState::kServing}, {2, TargetState::kLastServing}}));
+  EXPECT_TRUE(bad({{1, TargetState::kLastServing}, {2, TargetState::kLastServing}}));
+  EXPECT_TRUE(bad({{1, TargetState::kOffline}, {2, TargetState::kServing}}));
+  EXPECT_FALSE(bad({{1, TargetState::kServing}, {2, TargetState::kSyncing}, {3, TargetState::kOffline}}));
+  EXPECT_FALSE(bad({{1, TargetState::kLastServing}, {3, TargetState::kOffline}}));
+}
+
+TEST(Routing, Addresses) {
+  EXPECT_TRUE(check_address("10.0.0.1:9000").has_value());
+  EXPECT_TRUE(check_address("host-a:1").has_value());
+  EXPECT_TRUE(check_address("[::1]:65535").has_value());
+  for (const char* bad : {"", "host", ":80", "host:", "host:0", "host:65536", "host:8x", "::1:80", "[]:80"})
+    EXPECT_EQ(check_address(bad).error().code(), Code::kInvalidArgument) << bad;
+}
+
+TEST(Routing, LookupsReportUnknownIds) {
+  RoutingInfo r;
+  r.nodes[1] = NodeInfo{.id = 1, .address = "a:1"};
+  r.targets[5] = TargetInfo{.id = 5, .node_id = 1};
+  r.targets[6] = TargetInfo{.id = 6, .node_id = 2};
+  EXPECT_EQ(*r.target_address(5), "a:1");
+  EXPECT_EQ(r.target_address(6).error().code(), Code::kNotFound);
+  EXPECT_EQ(r.target_address(7).error().code(), Code::kNotFound);
+  EXPECT_EQ(r.chain(1).error().code(), Code::kNotFound);
+  EXPECT_EQ(to_string(TargetState::kLastServing), "last-serving");
+  EXPECT_EQ(to_string(NodeKind::kMeta), "meta");
+}
+
+}  // namespace
+}  // namespace weft::mgmt

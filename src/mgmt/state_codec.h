@@ -1,0 +1,54 @@
+// mgmt/state_codec.h
+// Binary encoding of mgmtd's persistent state, one RocksDB record per object:
+//   "V"            -> meta: format, routing version, next ids
+//   "N" + be32 id  -> node   (id, kind, address, incarnation, state)
+//   "T" + be64 id  -> target (id, node, name, reported, capacity, used)
+//   "B" + be32 id  -> chain table (id, replicas, chain ids)
+//   "C" + be32 id  -> chain  (id, table, version, entries)
+// Values start with a format byte; integers are little-endian fixed width.
+// Leases and heartbeat times are not stored (they restart with mgmtd); target
+// summary states are recomputed on load. Decoding never trusts the bytes:
+// anything malformed is kCorruption naming the key.
+// Threading: pure functions.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "mgmt/routing.h"
+
+namespace weft::mgmt {
+
+struct IdCounters {
+  NodeId next_node = 1;
+  TargetId next_target = 1;
+  ChainId next_chain = 1;
+  ChainTableId next_table = 1;
+  bool operator==(const IdCounters&) const = default;
+};
+
+// Everything mgmtd persists (RoutingInfo's version, nodes, targets, tables, chains).
+struct PersistedState {
+  RoutingInfo routing;
+  IdCounters ids;
+};
+
+inline constexpr uint8_t kRecordFormat = 1;
+
+std::string meta_key();
+std::string node_key(NodeId id);
+std::string target_key(TargetId id);
+std::string table_key(ChainTableId id);
+std::string chain_key(ChainId id);
+
+std::string encode_meta(RoutingVersion version, const IdCounters& ids);
+std::string encode_node(const NodeInfo& node);
+std::string encode_target(const TargetInfo& target);
+std::string encode_table(const ChainTableInfo& table);
+std::string encode_chain(const ChainInfo& chain);
+
+// Decodes one record into `out` (dispatching on the key's prefix).
+Result<void> decode_record(std::string_view key, std::string_view value, PersistedState& out);
+
+}  // namespace weft::mgmt

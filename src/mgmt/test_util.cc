@@ -1,0 +1,57 @@
+#include "mgmt/test_util.h"
+
+#include <cstdlib>
+#include <unistd.h>
+
+#include "common/random.h"
+
+namespace weft::mgmt::testing {
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string tmpl = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/weft_mgmt_XXXXXX";
+  char* made = mkdtemp(tmpl.data());
+  EXPECT_NE(made, nullptr);
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+Harness::Harness(std::string db_dir, LeaseConfig lease) {
+  options.db_dir = std::move(db_dir);
+  options.lease = lease;
+  reopen();
+}
+
+void Harness::reopen() {
+  state.reset();
+  auto opened = ClusterState::open(options, clock, registry);
+  if (!opened) ADD_FAILURE() << opened.error();
+  else state = std::move(*opened);
+}
+
+RegisterReply Harness::add_storage(int i, int targets, uint64_t incarnation) {
+  RegisterRequest r{.kind = NodeKind::kStorage, .address = "host" + std::to_string(i) + ":9000",
+                    .incarnation = incarnation};
+  for (int t = 0; t < targets; ++t)
+    r.targets.push_back({.name = "t" + std::to_string(t), .capacity_bytes = 1ull << 40, .used_bytes = 0});
+  auto reply = state->register_node(r);
+  EXPECT_TRUE(reply.has_value()) << reply.error();
+  return reply.value_or(RegisterReply{});
+}
+
+HeartbeatReply Harness::beat(NodeId id, uint64_t incarnation, std::vector<SyncDoneReport> sync_done) {
+  auto reply = state->heartbeat({.node_id = id, .incarnation = incarnation, .sync_done = std::move(sync_done)});
+  EXPECT_TRUE(reply.has_value()) << reply.error();
+  return reply.value_or(HeartbeatReply{});
+}
+
+const ChainInfo& Harness::chain(ChainId id) {
+  snapshot = state->routing();
+  return snapshot.chains.at(id);
+}
+
+}  // namespace weft::mgmt::testing

@@ -1,0 +1,51 @@
+// mgmt/test_util.h
+// Helpers shared by the mgmt tests: a ClusterState on a ManualClock with its
+// own metrics registry, and shorthands for registering storage nodes.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "mgmt/cluster_state.h"
+
+namespace weft::mgmt {
+inline void PrintTo(const ChainEntry& e, std::ostream* os) { *os << e.target_id << ":" << to_string(e.state); }
+}  // namespace weft::mgmt
+
+namespace weft::mgmt::testing {
+
+using namespace std::chrono_literals;
+
+// A fresh directory under $TMPDIR (or /tmp), removed on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+struct Harness {
+  explicit Harness(std::string db_dir = "", LeaseConfig lease = {.lease = 10s, .grace = 5s});
+  // Reopens the state from db_dir (a restart of mgmtd).
+  void reopen();
+
+  // Registers a storage node "host<i>:9000" with `targets` targets named t0, t1, ...
+  RegisterReply add_storage(int i, int targets, uint64_t incarnation = 1);
+  // Heartbeats node `id` (ASSERTs success).
+  HeartbeatReply beat(NodeId id, uint64_t incarnation = 1, std::vector<SyncDoneReport> sync_done = {});
+  const ChainInfo& chain(ChainId id);  // from a fresh routing() snapshot
+
+  ManualClock clock;
+  metrics::Registry registry;
+  ClusterOptions options;
+  std::unique_ptr<ClusterState> state;
+  RoutingInfo snapshot;
+};
+
+}  // namespace weft::mgmt::testing

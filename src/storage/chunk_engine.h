@@ -1,0 +1,213 @@
+// storage/chunk_engine.h
+// The chunk engine of one storage target (a directory): stores chunks in
+// per-size-class slab files (slots of 4 KiB << k) and indexes them in RocksDB
+// (key 'c' + ChunkId::encode(), value ChunkMeta). Updates are copy-on-write:
+//   1. the new content (read-modify-write for partial updates) goes into a
+//      freshly allocated slot and is made durable (grouped fdatasync);
+//   2. stage() remembers it as the chunk's pending version (memory only);
+//   3. commit() puts the new index entry with one synced RocksDB write; the
+//      old slot is freed in memory afterwards (allocation state is derived
+//      from the index, so the same write batch is what frees it on disk).
+// A crash therefore leaves either the old or the new committed chunk. Pending
+// versions are NOT persisted: after a restart they are gone and the target
+// must be resynced by its chain predecessor (a restarted target always is).
+// Reads return the committed version only and verify the CRC32C of every
+// 4 KiB block they return; a mismatch is Code::kCorruption.
+//
+// Threading: every public method is thread-safe. Updates of one chunk are
+// serialised by a per-chunk lock (the chain head serialises them anyway);
+// reads never wait for updates. Blocking methods are meant for a bounded
+// worker pool; read_async() calls `done` on the ring's completion thread
+// (or inline on an early error): `done` must be short and never block.
+// Ownership: the engine owns its ring, slab files and index; callers must
+// finish all calls before destroying it.
+// Invariants: at most one pending version per chunk; a committed version only
+// changes through commit()/write()/remove(); SpaceManager::used_bytes() ==
+// sum of slot sizes of indexed + pending chunks (+ slots pinned by readers).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "common/buffer.h"
+#include "common/metrics.h"
+#include "common/status.h"
+#include "storage/chunk_id.h"
+#include "storage/chunk_meta.h"
+#include "storage/io_ring.h"
+#include "storage/slab_file.h"
+#include "storage/space_manager.h"
+
+namespace rocksdb {
+class DB;
+}
+
+namespace weft::storage {
+
+struct EngineOptions {
+  std::string target_id = "0";               // the metrics label
+  uint32_t chunk_size_max = 64u << 20;       // power of two in [4 KiB, 64 MiB]
+  uint64_t capacity_bytes = 0;               // 0: used + the filesystem's free space at open
+  uint64_t extent_bytes = 64u << 20;         // slab growth step (at least one slot)
+  unsigned ring_entries = 256;               // io_uring depth
+};
+
+// One update of a chunk's content.
+struct Update {
+  enum class Kind : uint8_t { kWrite, kTruncate, kReplace };
+  Kind kind = Kind::kWrite;
+  uint32_t offset = 0;                // kWrite: where `data` goes
+  uint32_t length = 0;                // kTruncate: new length (shrinks or zero-extends)
+  std::span<const std::byte> data;    // kWrite, kReplace
+  uint32_t chunk_size = 0;            // the file's chunk size; 0: the engine's maximum
+
+  static Update write(uint32_t offset, std::span<const std::byte> data, uint32_t chunk_size = 0) {
+    return {Kind::kWrite, offset, 0, data, chunk_size};
+  }
+  static Update truncate(uint32_t length, uint32_t chunk_size = 0) { return {Kind::kTruncate, 0, length, {}, chunk_size}; }
+  // Full replacement at any version (resync): the chunk becomes exactly `data`.
+  static Update replace(std::span<const std::byte> data) { return {Kind::kReplace, 0, 0, data, 0}; }
+};
+
+struct WriteResult {
+  uint64_t version = 0;
+  uint32_t length = 0;
+  uint32_t chunk_crc = 0;
+};
+
+struct ChunkInfo {
+  ChunkId id;
+  uint64_t version = 0;          // committed
+  uint32_t length = 0;
+  uint32_t chunk_crc = 0;
+  uint32_t size_class = 0;
+  uint64_t pending_version = 0;  // 0: none (stat only; list reports 0)
+};
+
+struct ReadResult {
+  Buffer buffer;          // 4 KiB aligned; the data starts at data_offset
+  size_t data_offset = 0;
+  size_t data_length = 0;
+  uint64_t version = 0;
+  uint32_t chunk_length = 0;
+  std::span<const std::byte> data() const { return buffer.span().subspan(data_offset, data_length); }
+};
+
+class ChunkEngine {
+ public:
+  static Result<std::unique_ptr<ChunkEngine>> open(const std::string& dir, EngineOptions options,
+                                                   metrics::Registry& registry = metrics::Registry::global());
+  ~ChunkEngine();
+  ChunkEngine(const ChunkEngine&) = delete;
+  ChunkEngine& operator=(const ChunkEngine&) = delete;
+
+  // stage(committed + 1) and commit in one step (a chain of one). Discards a
+  // pending version of the chunk, if any.
+  Result<WriteResult> write(const ChunkId& id, const Update& update);
+  // Writes the updated content to a new slot as the pending version.
+  // `version` must be committed + 1 (kVersionMismatch otherwise) unless the
+  // update is Kind::kReplace. Restaging the pending version replaces it.
+  Result<WriteResult> stage(const ChunkId& id, uint64_t version, const Update& update);
+  // Makes the pending `version` the committed one. Committing the version
+  // that is already committed (and nothing pending) succeeds: retries are idempotent.
+  Result<WriteResult> commit(const ChunkId& id, uint64_t version);
+  // Drops the pending version (if it is `version`).
+  Result<void> abort(const ChunkId& id, uint64_t version);
+  // Removes the committed and any pending version. kNotFound if neither exists.
+  Result<void> remove(const ChunkId& id);
+
+  // Reads [offset, offset + length) of the committed version, clamped to the
+  // chunk's length (a range past the end reads empty). kNotFound if no
+  // committed version; kInvalidArgument if offset > chunk_size_max.
+  Result<ReadResult> read(const ChunkId& id, uint32_t offset, uint32_t length);
+  using ReadDone = std::move_only_function<void(Result<ReadResult>)>;
+  void read_async(const ChunkId& id, uint32_t offset, uint32_t length, ReadDone done);
+  // Reads the whole committed chunk and checks every block CRC and the chunk CRC.
+  Result<void> verify(const ChunkId& id);
+
+  Result<ChunkInfo> stat(const ChunkId& id);
+  // Committed chunks in id order, starting at `start` (inclusive), at most `count_max`.
+  Result<std::vector<ChunkInfo>> list(std::optional<ChunkId> start, size_t count_max);
+
+  uint64_t used_bytes() const { return space_.used_bytes(); }
+  uint64_t capacity_bytes() const { return space_.capacity_bytes(); }
+  uint64_t free_bytes() const;
+  uint32_t chunk_size_max() const { return options_.chunk_size_max; }
+  const std::string& dir() const { return dir_; }
+  const EngineOptions& options() const { return options_; }
+  IoRing& ring() { return *ring_; }
+  // Path of the slab file of `size_class` (tests and tools).
+  std::string slab_path(uint32_t size_class) const;
+  // Where the committed chunk lives (tests and tools).
+  Result<ChunkMeta> committed_meta(const ChunkId& id);
+  // Sum of slot sizes over the index (a full scan; tests and tools).
+  Result<uint64_t> index_bytes();
+
+  struct Metrics;
+
+ private:
+  class ChunkLock;
+  struct Pending {
+    ChunkMeta meta;
+  };
+  struct Stripe {
+    std::shared_mutex mu;  // shared: reader looks up + pins; exclusive: slot free after commit
+  };
+  static constexpr size_t kStripes = 256;
+
+  ChunkEngine(std::string dir, EngineOptions options, metrics::Registry& registry, uint32_t class_count);
+  Result<void> rebuild();
+  Result<SlabFile*> slab(uint32_t size_class);
+  Stripe& stripe(const ChunkId& id) { return stripes_[ChunkIdHash{}(id) % kStripes]; }
+
+  Result<std::optional<ChunkMeta>> get_meta(const ChunkId& id);
+  Result<WriteResult> stage_locked(const ChunkId& id, uint64_t version, const Update& update);
+  Result<WriteResult> commit_locked(const ChunkId& id, uint64_t version);
+  Result<uint32_t> new_length(const Update& update, uint32_t old_length) const;
+  Result<Buffer> build_content(const ChunkId& id, const std::optional<ChunkMeta>& old, const Update& update,
+                               uint32_t length);
+  Result<void> read_verified(const ChunkMeta& meta, uint32_t first_block, uint32_t block_count, std::byte* out);
+  Result<ChunkMeta> store_new_slot(const Buffer& content, uint32_t length, uint64_t version);
+  void free_committed_slot(const ChunkId& id, const ChunkMeta& old);
+  std::optional<ChunkMeta> take_pending(const ChunkId& id);
+  // Checks the CRCs of blocks [first_block, first_block + count) held in `data`.
+  Result<void> check_blocks(const ChunkMeta& meta, uint32_t first_block, uint32_t count, const std::byte* data);
+  struct ReadPlan;
+  Result<ReadPlan> plan_read(const ChunkId& id, uint32_t offset, uint32_t length);
+  Result<ReadResult> finish_read(ReadPlan& plan, int res);
+  // Looks the chunk up and pins its slot (unpin when done); nullopt if absent.
+  Result<std::optional<ChunkMeta>> lookup_pinned(const ChunkId& id);
+
+  const std::string dir_;
+  const EngineOptions options_;
+  const uint32_t class_count_;
+  metrics::Registry& registry_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<rocksdb::DB> db_;
+  SpaceManager space_;
+  std::unique_ptr<IoRing> ring_;
+
+  std::mutex slabs_mu_;
+  std::vector<std::unique_ptr<SlabFile>> slabs_;  // GUARDED_BY(slabs_mu_) for creation
+
+  std::mutex locks_mu_;
+  std::condition_variable locks_cv_;
+  std::unordered_set<ChunkId, ChunkIdHash> locked_;  // GUARDED_BY(locks_mu_)
+
+  std::mutex pending_mu_;
+  std::unordered_map<ChunkId, Pending, ChunkIdHash> pending_;  // GUARDED_BY(pending_mu_)
+
+  std::vector<Stripe> stripes_;
+};
+
+}  // namespace weft::storage

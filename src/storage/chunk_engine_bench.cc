@@ -1,0 +1,246 @@
+// chunk_engine_bench: the chunk engine against a raw O_DIRECT baseline on the
+// same disk, in the same run.
+//   1 MiB sequential writes (durable: raw pwrite+fdatasync vs engine write),
+//   1 MiB sequential reads, 4 KiB random reads at queue depth --qd.
+// Usage: chunk_engine_bench [--dir /var/tmp] [--dataset-mib 512] [--threads 4]
+//                           [--qd 16] [--seconds 5]
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <liburing.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/buffer.h"
+#include "common/random.h"
+#include "storage/chunk_engine.h"
+
+using namespace weft;
+using namespace weft::storage;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr uint32_t kMiB = 1 << 20;
+
+struct Args {
+  std::string dir = "/var/tmp";
+  uint64_t dataset_mib = 512;
+  int threads = 4;
+  int qd = 16;
+  double seconds = 5;
+};
+
+struct Figure {
+  double mib_per_s = 0, iops = 0, p50_us = 0, p99_us = 0;
+};
+
+double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+Figure summarize(std::vector<double>& lat_us, uint64_t bytes, Clock::duration wall) {
+  Figure f;
+  std::sort(lat_us.begin(), lat_us.end());
+  f.mib_per_s = static_cast<double>(bytes) / kMiB / secs(wall);
+  f.iops = static_cast<double>(lat_us.size()) / secs(wall);
+  if (!lat_us.empty()) {
+    f.p50_us = lat_us[lat_us.size() / 2];
+    f.p99_us = lat_us[std::min(lat_us.size() - 1, lat_us.size() * 99 / 100)];
+  }
+  return f;
+}
+
+// Runs fn(thread, i) for i in [0, n) split over `threads` threads; returns latencies.
+template <class Fn>
+Figure run_parallel(int threads, uint64_t n, uint64_t bytes_each, Fn fn) {
+  std::vector<std::vector<double>> lat(threads);
+  auto start = Clock::now();
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t)
+    ts.emplace_back([&, t] {
+      for (uint64_t i = t; i < n; i += threads) {
+        auto s = Clock::now();
+        fn(t, i);
+        lat[t].push_back(secs(Clock::now() - s) * 1e6);
+      }
+    });
+  for (auto& th : ts) th.join();
+  auto wall = Clock::now() - start;
+  std::vector<double> all;
+  for (auto& v : lat) all.insert(all.end(), v.begin(), v.end());
+  return summarize(all, n * bytes_each, wall);
+}
+
+void die(const char* what) {
+  std::perror(what);
+  std::exit(1);
+}
+
+// Raw io_uring 4 KiB random reads at queue depth qd on one thread.
+Figure raw_random_reads(int fd, uint64_t blocks, int qd, double seconds) {
+  io_uring ring;
+  if (io_uring_queue_init(qd * 2, &ring, 0) < 0) die("io_uring_queue_init");
+  std::vector<Buffer> bufs;
+  std::vector<Clock::time_point> started(qd);
+  for (int i = 0; i < qd; ++i) bufs.push_back(Buffer::allocate(4096));
+  Xoshiro256 rng(1);
+  auto submit = [&](int slot) {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+    io_uring_prep_read(sqe, fd, bufs[slot].data(), 4096, rng.uniform(blocks) * 4096);
+    io_uring_sqe_set_data64(sqe, slot);
+    started[slot] = Clock::now();
+  };
+  std::vector<double> lat;
+  auto start = Clock::now();
+  auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  for (int i = 0; i < qd; ++i) submit(i);
+  io_uring_submit(&ring);
+  int inflight = qd;
+  while (inflight > 0) {
+    io_uring_cqe* cqe;
+    if (io_uring_wait_cqe(&ring, &cqe) < 0) die("io_uring_wait_cqe");
+    int slot = static_cast<int>(io_uring_cqe_get_data64(cqe));
+    if (cqe->res != 4096) die("raw read");
+    io_uring_cqe_seen(&ring, cqe);
+    auto now = Clock::now();
+    lat.push_back(secs(now - started[slot]) * 1e6);
+    if (now < end) {
+      submit(slot);
+      io_uring_submit(&ring);
+    } else {
+      --inflight;
+    }
+  }
+  auto wall = Clock::now() - start;
+  io_uring_queue_exit(&ring);
+  return summarize(lat, lat.size() * 4096, wall);
+}
+
+// Engine 4 KiB random reads: one driver thread keeps qd read_async calls in flight.
+Figure engine_random_reads(ChunkEngine& e, uint64_t chunks, int qd, double seconds) {
+  std::mutex mu;
+  std::vector<double> lat;
+  std::atomic<int> inflight{0};
+  std::atomic<bool> failed{false};
+  Xoshiro256 rng(2);
+  auto start = Clock::now();
+  auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  while (Clock::now() < end) {
+    int cur = inflight.load();
+    if (cur >= qd) {
+      inflight.wait(cur);
+      continue;
+    }
+    inflight.fetch_add(1);
+    ChunkId id{1, rng.uniform(chunks)};
+    uint32_t off = static_cast<uint32_t>(rng.uniform(kMiB / 4096) * 4096);
+    auto s = Clock::now();
+    e.read_async(id, off, 4096, [&, s](Result<ReadResult> r) {
+      if (!r || r->data_length != 4096) failed = true;
+      double us = secs(Clock::now() - s) * 1e6;
+      {
+        std::lock_guard lock(mu);
+        lat.push_back(us);
+      }
+      inflight.fetch_sub(1);
+      inflight.notify_one();
+    });
+  }
+  while (inflight.load() > 0) std::this_thread::yield();
+  auto wall = Clock::now() - start;
+  if (failed) die("engine random read");
+  return summarize(lat, lat.size() * 4096, wall);
+}
+
+void print(const char* what, const Figure& raw, const Figure& eng, bool iops) {
+  if (iops) {
+    std::printf("%-28s raw %9.0f IOPS p99 %7.0f us | engine %9.0f IOPS p99 %7.0f us | ratio %5.1f%%\n", what,
+                raw.iops, raw.p99_us, eng.iops, eng.p99_us, 100 * eng.iops / raw.iops);
+  } else {
+    std::printf("%-28s raw %9.1f MiB/s p99 %7.0f us | engine %9.1f MiB/s p99 %7.0f us | ratio %5.1f%%\n", what,
+                raw.mib_per_s, raw.p99_us, eng.mib_per_s, eng.p99_us, 100 * eng.mib_per_s / raw.mib_per_s);
+  }
+  std::fflush(stdout);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--dir") a.dir = v;
+    else if (k == "--dataset-mib") a.dataset_mib = std::stoull(v);
+    else if (k == "--threads") a.threads = std::stoi(v);
+    else if (k == "--qd") a.qd = std::stoi(v);
+    else if (k == "--seconds") a.seconds = std::stod(v);
+    else {
+      std::fprintf(stderr, "unknown option %s\n", k.c_str());
+      std::exit(2);
+    }
+  }
+  return a;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a = parse(argc, argv);
+  std::string root = a.dir + "/weft_chunk_bench_" + std::to_string(::getpid());
+  std::filesystem::create_directories(root);
+  uint64_t n = a.dataset_mib;
+  std::printf("dir %s, dataset %lu MiB, %d threads for 1 MiB I/O, qd %d for 4 KiB random reads\n", root.c_str(), n,
+              a.threads, a.qd);
+
+  std::string raw_path = root + "/raw.dat";
+  int fd = ::open(raw_path.c_str(), O_RDWR | O_CREAT | O_DIRECT, 0644);
+  if (fd < 0 || ::fallocate(fd, 0, 0, static_cast<off_t>(n * kMiB)) != 0) die("raw file");
+  EngineOptions o;
+  o.target_id = "bench";
+  o.chunk_size_max = kMiB;
+  auto opened = ChunkEngine::open(root + "/target", o);
+  if (!opened) {
+    std::fprintf(stderr, "open engine: %s\n", opened.error().to_string().c_str());
+    return 1;
+  }
+  ChunkEngine& e = **opened;
+  std::vector<Buffer> bufs;
+  for (int t = 0; t < a.threads; ++t) {
+    bufs.push_back(Buffer::allocate(kMiB));
+    for (uint32_t i = 0; i < kMiB; ++i) bufs[t].data()[i] = std::byte(i * 131 + t);
+  }
+
+  Figure raw_w = run_parallel(a.threads, n, kMiB, [&](int t, uint64_t i) {
+    if (::pwrite(fd, bufs[t].data(), kMiB, static_cast<off_t>(i * kMiB)) != kMiB || ::fdatasync(fd) != 0) die("raw write");
+  });
+  Figure eng_w = run_parallel(a.threads, n, kMiB, [&](int t, uint64_t i) {
+    auto r = e.write(ChunkId{1, i}, Update::write(0, bufs[t].span()));
+    if (!r) die(r.error().to_string().c_str());
+  });
+  print("1 MiB seq write (durable)", raw_w, eng_w, false);
+
+  Figure raw_r = run_parallel(a.threads, n, kMiB, [&](int t, uint64_t i) {
+    if (::pread(fd, bufs[t].data(), kMiB, static_cast<off_t>(i * kMiB)) != kMiB) die("raw read");
+  });
+  Figure eng_r = run_parallel(a.threads, n, kMiB, [&](int, uint64_t i) {
+    auto r = e.read(ChunkId{1, i}, 0, kMiB);
+    if (!r || r->data_length != kMiB) die("engine read");
+  });
+  print("1 MiB seq read", raw_r, eng_r, false);
+
+  Figure raw_rr = raw_random_reads(fd, n * kMiB / 4096, a.qd, a.seconds);
+  Figure eng_rr = engine_random_reads(e, n, a.qd, a.seconds);
+  print("4 KiB random read", raw_rr, eng_rr, true);
+
+  ::close(fd);
+  opened->reset();
+  std::filesystem::remove_all(root);
+  return 0;
+}

@@ -1,0 +1,146 @@
+// Read path of the chunk engine: range reads verified per 4 KiB block, and
+// whole-chunk verification for the scrubber.
+#include <atomic>
+#include <chrono>
+
+#include "common/clock.h"
+#include "common/crc32c.h"
+#include "common/fault.h"
+#include "storage/chunk_engine.h"
+#include "storage/engine_internal.h"
+
+namespace weft::storage {
+
+Result<void> ChunkEngine::check_blocks(const ChunkMeta& meta, uint32_t first_block, uint32_t count,
+                                       const std::byte* data) {
+  for (uint32_t i = 0; i < count; ++i) {
+    uint32_t b = first_block + i;
+    uint32_t valid = std::min<uint32_t>(kBlockBytes, meta.length - b * kBlockBytes);
+    uint32_t crc = crc32c(data + size_t{i} * kBlockBytes, valid);
+    if (crc != meta.block_crcs[b] || WEFT_FAULT("storage.read.crc_mismatch")) {
+      metrics_->checksum_failures.inc();
+      return error(Code::kCorruption, "block {} (class {} slot {}): crc32c {:08x}, index says {:08x}", b,
+                   meta.size_class, meta.slot, crc, meta.block_crcs[b]);
+    }
+  }
+  return {};
+}
+
+// REQUIRES: the slot of `meta` cannot be freed meanwhile (chunk lock or pin).
+Result<void> ChunkEngine::read_verified(const ChunkMeta& meta, uint32_t first_block, uint32_t block_count,
+                                        std::byte* out) {
+  WEFT_TRY(SlabFile * file, slab(meta.size_class));
+  WEFT_RETURN_IF_ERROR(file->read(*ring_, meta.slot, uint64_t{first_block} * kBlockBytes, out, block_count * kBlockBytes));
+  return check_blocks(meta, first_block, block_count, out);
+}
+
+// The stripe lock orders this lookup against free_committed_slot(): either
+// the slot is pinned before a commit frees it, or the lookup sees the new entry.
+Result<std::optional<ChunkMeta>> ChunkEngine::lookup_pinned(const ChunkId& id) {
+  std::shared_lock lock(stripe(id).mu);
+  WEFT_TRY(auto meta, get_meta(id));
+  if (meta) space_.pin(SlotRef{meta->size_class, meta->slot});
+  return meta;
+}
+
+// A read whose slot is pinned and whose buffer is allocated; `count` == 0
+// means there is nothing to transfer (range past the end).
+struct ChunkEngine::ReadPlan {
+  ChunkId id;
+  ChunkMeta meta;
+  uint32_t first = 0;
+  uint32_t count = 0;
+  int fd = -1;
+  uint64_t file_offset = 0;
+  ReadResult result;
+  std::chrono::steady_clock::time_point start;
+};
+
+Result<ChunkEngine::ReadPlan> ChunkEngine::plan_read(const ChunkId& id, uint32_t offset, uint32_t length) {
+  ReadPlan plan;
+  plan.start = std::chrono::steady_clock::now();
+  plan.id = id;
+  if (offset > options_.chunk_size_max)
+    return error(Code::kInvalidArgument, "read offset {} past chunk size maximum {}", offset, options_.chunk_size_max);
+  WEFT_TRY(auto found, lookup_pinned(id));
+  if (!found) return error(Code::kNotFound, "chunk {} not found", id);
+  plan.meta = std::move(*found);
+  const ChunkMeta& meta = plan.meta;
+  uint64_t end = std::min<uint64_t>(uint64_t{offset} + length, meta.length);
+  plan.result.version = meta.version;
+  plan.result.chunk_length = meta.length;
+  if (end <= offset) return plan;
+  auto file = slab(meta.size_class);
+  if (!file) {
+    space_.unpin(SlotRef{meta.size_class, meta.slot});
+    return error(file.error());
+  }
+  plan.first = offset / kBlockBytes;
+  plan.count = static_cast<uint32_t>((end - 1) / kBlockBytes) - plan.first + 1;
+  plan.fd = (*file)->fd();
+  plan.file_offset = uint64_t{meta.slot} * class_bytes(meta.size_class) + uint64_t{plan.first} * kBlockBytes;
+  plan.result.buffer = Buffer::allocate(size_t{plan.count} * kBlockBytes);
+  plan.result.data_offset = offset - plan.first * kBlockBytes;
+  plan.result.data_length = static_cast<size_t>(end - offset);
+  return plan;
+}
+
+// Unpins the slot, checks the transfer and the block CRCs. `res` as from the ring.
+Result<ReadResult> ChunkEngine::finish_read(ReadPlan& plan, int res) {
+  space_.unpin(SlotRef{plan.meta.size_class, plan.meta.slot});
+  if (plan.count > 0) {
+    if (res < 0) return errno_error(-res, fmt::format("read chunk {}", plan.id));
+    if (static_cast<uint32_t>(res) != plan.count * kBlockBytes)
+      return error(Code::kIoError, "short read of chunk {}: {} bytes", plan.id, res);
+    auto ok = check_blocks(plan.meta, plan.first, plan.count, plan.result.buffer.data());
+    if (!ok) return error(ok.error().with_context(fmt::format("read chunk {}", plan.id)));
+  }
+  metrics_->reads.inc();
+  metrics_->bytes_read.inc(plan.result.data_length);
+  metrics_->read_latency_us.observe(elapsed_us(plan.start));
+  return std::move(plan.result);
+}
+
+void ChunkEngine::read_async(const ChunkId& id, uint32_t offset, uint32_t length, ReadDone done) {
+  auto plan = plan_read(id, offset, length);
+  if (!plan) return done(error(plan.error()));
+  if (plan->count == 0) return done(finish_read(*plan, 0));
+  int fd = plan->fd;
+  uint64_t file_offset = plan->file_offset;
+  uint32_t bytes = plan->count * kBlockBytes;
+  std::byte* buf = plan->result.buffer.data();
+  ring_->submit_read(fd, buf, bytes, file_offset, [this, plan = std::move(*plan), done = std::move(done)](int res) mutable {
+    done(finish_read(plan, res));
+  });
+}
+
+// Blocking form: the CRC check runs on the caller's thread, not the ring's.
+Result<ReadResult> ChunkEngine::read(const ChunkId& id, uint32_t offset, uint32_t length) {
+  WEFT_TRY(ReadPlan plan, plan_read(id, offset, length));
+  int res = plan.count == 0 ? 0 : ring_->read(plan.fd, plan.result.buffer.data(), plan.count * kBlockBytes, plan.file_offset);
+  return finish_read(plan, res);
+}
+
+Result<void> ChunkEngine::verify(const ChunkId& id) {
+  WEFT_TRY(auto found, lookup_pinned(id));
+  if (!found) return error(Code::kNotFound, "chunk {} not found", id);
+  const ChunkMeta& meta = *found;
+  SlotRef ref{meta.size_class, meta.slot};
+  uint32_t count = blocks_for(meta.length);
+  Buffer buf = Buffer::allocate(size_t{count} * kBlockBytes);
+  auto checked = [&]() -> Result<void> {
+    if (count == 0) return {};
+    WEFT_RETURN_IF_ERROR(read_verified(meta, 0, count, buf.data()));
+    uint32_t whole = crc32c(buf.data(), meta.length);
+    if (whole != meta.chunk_crc) {
+      metrics_->checksum_failures.inc();
+      return error(Code::kCorruption, "chunk crc32c {:08x}, index says {:08x}", whole, meta.chunk_crc);
+    }
+    return {};
+  }();
+  space_.unpin(ref);
+  if (!checked) return error(checked.error().with_context(fmt::format("verify chunk {}", id)));
+  return {};
+}
+
+}  // namespace weft::storage

@@ -1,0 +1,346 @@
+#include "storage/chunk_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <cstring>
+#include <thread>
+
+#include "common/crc32c.h"
+#include "common/fault.h"
+#include "storage/test_util.h"
+
+namespace weft::storage {
+namespace {
+
+using testing::pattern;
+
+std::vector<std::byte> bytes_of(const ReadResult& r) { return {r.data().begin(), r.data().end()}; }
+
+class ChunkEngineTest : public ::testing::Test {
+ protected:
+  EngineOptions options() {
+    EngineOptions o;
+    o.target_id = "test";
+    o.chunk_size_max = 1 << 20;
+    o.extent_bytes = 1 << 20;
+    o.capacity_bytes = 256ull << 20;
+    return o;
+  }
+  void open() {
+    engine_.reset();
+    auto e = ChunkEngine::open(dir_.path(), options(), registry_);
+    ASSERT_TRUE(e.has_value()) << e.error();
+    engine_ = std::move(*e);
+  }
+  void SetUp() override { open(); }
+  std::vector<std::byte> read_all(const ChunkId& id) {
+    auto r = engine_->read(id, 0, 1 << 20);
+    EXPECT_TRUE(r.has_value()) << r.error();
+    return r ? bytes_of(*r) : std::vector<std::byte>{};
+  }
+  void expect_space_matches_index() {
+    auto idx = engine_->index_bytes();
+    ASSERT_TRUE(idx.has_value());
+    EXPECT_EQ(engine_->used_bytes(), *idx);
+  }
+
+  testing::TempDir dir_;
+  metrics::Registry registry_;
+  std::unique_ptr<ChunkEngine> engine_;
+};
+
+TEST_F(ChunkEngineTest, FullWriteReadRoundTrip) {
+  ChunkId id{42, 7};
+  auto data = pattern(100000, 1);
+  auto w = engine_->write(id, Update::write(0, data));
+  ASSERT_TRUE(w.has_value()) << w.error();
+  EXPECT_EQ(w->version, 1u);
+  EXPECT_EQ(w->length, 100000u);
+  EXPECT_EQ(w->chunk_crc, crc32c(data.data(), data.size()));
+  EXPECT_EQ(read_all(id), data);
+  auto r = engine_->read(id, 5000, 3);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(bytes_of(*r), std::vector<std::byte>(data.begin() + 5000, data.begin() + 5003));
+  EXPECT_EQ(r->version, 1u);
+  EXPECT_EQ(r->chunk_length, 100000u);
+  auto info = engine_->stat(id);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->version, 1u);
+  EXPECT_EQ(info->chunk_crc, w->chunk_crc);
+  EXPECT_EQ(engine_->used_bytes(), 128u * 1024);  // 100000 bytes -> 128 KiB class
+}
+
+TEST_F(ChunkEngineTest, PartialWritesAndRangeReads) {
+  ChunkId id{1, 0};
+  std::vector<std::byte> model = pattern(20000, 2);
+  ASSERT_TRUE(engine_->write(id, Update::write(0, model)).has_value());
+  auto patch = pattern(5000, 3);
+  ASSERT_TRUE(engine_->write(id, Update::write(3000, patch)).has_value());
+  std::copy(patch.begin(), patch.end(), model.begin() + 3000);
+  auto tail = pattern(100, 4);  // past the end: the gap reads as zeros
+  ASSERT_TRUE(engine_->write(id, Update::write(30000, tail)).has_value());
+  model.resize(30100, std::byte{0});
+  std::copy(tail.begin(), tail.end(), model.begin() + 30000);
+  EXPECT_EQ(read_all(id), model);
+  for (auto [off, len] : std::vector<std::pair<uint32_t, uint32_t>>{{0, 1}, {4095, 2}, {8191, 4097}, {29999, 500}}) {
+    auto r = engine_->read(id, off, len);
+    ASSERT_TRUE(r.has_value());
+    size_t end = std::min<size_t>(off + len, model.size());
+    EXPECT_EQ(bytes_of(*r), std::vector<std::byte>(model.begin() + off, model.begin() + end)) << off;
+  }
+  auto past = engine_->read(id, 40000, 100);
+  ASSERT_TRUE(past.has_value());
+  EXPECT_EQ(past->data_length, 0u);
+  EXPECT_EQ(engine_->stat(id)->version, 3u);
+  expect_space_matches_index();
+}
+
+TEST_F(ChunkEngineTest, TruncateShrinksAndExtends) {
+  ChunkId id{1, 1};
+  auto data = pattern(50000, 5);
+  ASSERT_TRUE(engine_->write(id, Update::write(0, data)).has_value());
+  auto t = engine_->write(id, Update::truncate(5000));
+  ASSERT_TRUE(t.has_value()) << t.error();
+  EXPECT_EQ(read_all(id), std::vector<std::byte>(data.begin(), data.begin() + 5000));
+  EXPECT_EQ(engine_->stat(id)->size_class, 1u);
+  ASSERT_TRUE(engine_->write(id, Update::truncate(9000)).has_value());
+  auto expect = std::vector<std::byte>(data.begin(), data.begin() + 5000);
+  expect.resize(9000, std::byte{0});
+  EXPECT_EQ(read_all(id), expect);
+  ASSERT_TRUE(engine_->write(id, Update::truncate(0)).has_value());
+  EXPECT_TRUE(read_all(id).empty());
+  EXPECT_EQ(engine_->stat(id)->length, 0u);
+  expect_space_matches_index();
+}
+
+TEST_F(ChunkEngineTest, RemoveAndUnknownChunks) {
+  ChunkId id{9, 9};
+  EXPECT_EQ(engine_->read(id, 0, 10).error().code(), Code::kNotFound);
+  EXPECT_EQ(engine_->stat(id).error().code(), Code::kNotFound);
+  EXPECT_EQ(engine_->remove(id).error().code(), Code::kNotFound);
+  EXPECT_EQ(engine_->verify(id).error().code(), Code::kNotFound);
+  ASSERT_TRUE(engine_->write(id, Update::write(0, pattern(10, 1))).has_value());
+  ASSERT_TRUE(engine_->remove(id).has_value());
+  EXPECT_EQ(engine_->read(id, 0, 10).error().code(), Code::kNotFound);
+  EXPECT_EQ(engine_->used_bytes(), 0u);
+  auto again = engine_->write(id, Update::write(0, pattern(10, 1)));
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->version, 1u);  // a removed chunk starts over
+}
+
+TEST_F(ChunkEngineTest, BadInputIsRejectedWithClearErrors) {
+  ChunkId id{3, 3};
+  auto big = pattern((1 << 20) + 1, 1);
+  auto r = engine_->write(id, Update::write(0, big));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.error().message().find("past chunk size"), std::string::npos) << r.error();
+  auto small = pattern(10, 1);
+  EXPECT_EQ(engine_->write(id, Update::write((1 << 20) + 1, small)).error().code(), Code::kInvalidArgument);
+  EXPECT_EQ(engine_->write(id, Update::write((1 << 20) - 5, small)).error().code(), Code::kInvalidArgument);
+  EXPECT_EQ(engine_->write(id, Update::write(4090, small, 4096)).error().code(), Code::kInvalidArgument);
+  EXPECT_EQ(engine_->write(id, Update::write(0, small, 2 << 20)).error().code(), Code::kInvalidArgument);
+  EXPECT_EQ(engine_->write(id, Update::truncate((1 << 20) + 1)).error().code(), Code::kInvalidArgument);
+  EXPECT_EQ(engine_->read(id, (1 << 20) + 1, 1).error().code(), Code::kInvalidArgument);
+  EXPECT_EQ(engine_->used_bytes(), 0u);  // nothing leaked
+  EXPECT_TRUE(engine_->write(id, Update::write((1 << 20) - 10, small)).has_value());  // exactly to the end
+}
+
+TEST_F(ChunkEngineTest, StageCommitVersions) {
+  ChunkId id{5, 0};
+  auto v1 = pattern(8000, 1), v2 = pattern(8000, 2);
+  ASSERT_TRUE(engine_->write(id, Update::write(0, v1)).has_value());
+  EXPECT_EQ(engine_->stage(id, 1, Update::write(0, v2)).error().code(), Code::kVersionMismatch);
+  EXPECT_EQ(engine_->stage(id, 3, Update::write(0, v2)).error().code(), Code::kVersionMismatch);
+  auto s = engine_->stage(id, 2, Update::write(0, v2));
+  ASSERT_TRUE(s.has_value()) << s.error();
+  // The committed version stays readable while v2 is pending.
+  auto r = engine_->read(id, 0, 8000);
+  EXPECT_EQ(r->version, 1u);
+  EXPECT_EQ(bytes_of(*r), v1);
+  EXPECT_EQ(engine_->stat(id)->pending_version, 2u);
+  EXPECT_EQ(engine_->commit(id, 3).error().code(), Code::kVersionMismatch);
+  auto c = engine_->commit(id, 2);
+  ASSERT_TRUE(c.has_value()) << c.error();
+  r = engine_->read(id, 0, 8000);
+  EXPECT_EQ(r->version, 2u);
+  EXPECT_EQ(bytes_of(*r), v2);
+  EXPECT_TRUE(engine_->commit(id, 2).has_value());  // idempotent retry
+  EXPECT_EQ(engine_->commit(id, 1).error().code(), Code::kVersionMismatch);
+  // Restaging replaces the pending slot; abort frees it.
+  ASSERT_TRUE(engine_->stage(id, 3, Update::write(0, v1)).has_value());
+  ASSERT_TRUE(engine_->stage(id, 3, Update::write(0, v1)).has_value());
+  EXPECT_EQ(engine_->used_bytes(), 2u * 8192);
+  ASSERT_TRUE(engine_->abort(id, 3).has_value());
+  EXPECT_EQ(engine_->used_bytes(), 8192u);
+  // A resync replacement may carry any version.
+  ASSERT_TRUE(engine_->stage(id, 10, Update::replace(v1)).has_value());
+  ASSERT_TRUE(engine_->commit(id, 10).has_value());
+  EXPECT_EQ(engine_->stat(id)->version, 10u);
+  EXPECT_EQ(read_all(id), v1);
+  expect_space_matches_index();
+}
+
+TEST_F(ChunkEngineTest, GrowingChunkMovesToLargerClassAndFreesOldSlot) {
+  ChunkId id{6, 0};
+  auto small = pattern(4096, 1);
+  ASSERT_TRUE(engine_->write(id, Update::write(0, small)).has_value());
+  ChunkMeta before = *engine_->committed_meta(id);
+  EXPECT_EQ(before.size_class, 0u);
+  auto more = pattern((1 << 20) - 4096, 2);
+  ASSERT_TRUE(engine_->write(id, Update::write(4096, more)).has_value());
+  ChunkMeta after = *engine_->committed_meta(id);
+  EXPECT_EQ(after.size_class, 8u);
+  EXPECT_EQ(engine_->used_bytes(), 1u << 20);  // the 4 KiB slot was freed
+  auto all = read_all(id);
+  ASSERT_EQ(all.size(), 1u << 20);
+  EXPECT_TRUE(std::equal(small.begin(), small.end(), all.begin()));
+  EXPECT_TRUE(std::equal(more.begin(), more.end(), all.begin() + 4096));
+  // The freed 4 KiB slot is reused by the next small chunk.
+  ASSERT_TRUE(engine_->write(ChunkId{6, 1}, Update::write(0, small)).has_value());
+  EXPECT_EQ(engine_->committed_meta(ChunkId{6, 1})->slot, before.slot);
+}
+
+TEST_F(ChunkEngineTest, ListInIdOrderFromStartKey) {
+  std::vector<ChunkId> ids{{2, 1}, {1, 5}, {1, 0}, {3, 0}, {2, 0}, {1, 300}};
+  for (auto& id : ids) ASSERT_TRUE(engine_->write(id, Update::write(0, pattern(100, id.index))).has_value());
+  auto all = engine_->list(std::nullopt, 100);
+  ASSERT_TRUE(all.has_value());
+  std::vector<ChunkId> got;
+  for (auto& c : *all) got.push_back(c.id);
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(got, ids);
+  auto page = engine_->list(ChunkId{1, 6}, 2);
+  ASSERT_EQ(page->size(), 2u);
+  EXPECT_EQ((*page)[0].id, (ChunkId{1, 300}));
+  EXPECT_EQ((*page)[1].id, (ChunkId{2, 0}));
+  EXPECT_EQ((*page)[0].length, 100u);
+  EXPECT_EQ((*page)[0].version, 1u);
+}
+
+TEST_F(ChunkEngineTest, ReopenKeepsDataAndRebuildsAllocation) {
+  std::map<ChunkId, std::vector<std::byte>> model;
+  for (uint64_t i = 0; i < 40; ++i) {
+    ChunkId id{i % 4, i};
+    model[id] = pattern(1000 + i * 7919, i);
+    ASSERT_TRUE(engine_->write(id, Update::write(0, model[id])).has_value());
+  }
+  ASSERT_TRUE(engine_->remove(ChunkId{0, 0}).has_value());
+  model.erase(ChunkId{0, 0});
+  ASSERT_TRUE(engine_->stage(ChunkId{1, 1}, 2, Update::write(0, pattern(10, 1))).has_value());  // dropped
+  uint64_t committed_bytes = *engine_->index_bytes();
+  open();
+  EXPECT_EQ(engine_->used_bytes(), committed_bytes);
+  for (auto& [id, data] : model) EXPECT_EQ(read_all(id), data) << id;
+  EXPECT_EQ(engine_->stat(ChunkId{1, 1})->pending_version, 0u);
+  // New allocations never overwrite live chunks.
+  for (uint64_t i = 100; i < 140; ++i)
+    ASSERT_TRUE(engine_->write(ChunkId{9, i}, Update::write(0, pattern(1000 + (i - 100) * 7919, i))).has_value());
+  for (auto& [id, data] : model) EXPECT_EQ(read_all(id), data) << id;
+  expect_space_matches_index();
+}
+
+TEST_F(ChunkEngineTest, FullTargetRejectsWritesAndKeepsServingReads) {
+  engine_.reset();
+  auto o = options();
+  o.capacity_bytes = 64 * 1024;
+  auto e = ChunkEngine::open(dir_.path(), o, registry_);
+  ASSERT_TRUE(e.has_value());
+  engine_ = std::move(*e);
+  auto d = pattern(32 * 1024, 1);
+  ASSERT_TRUE(engine_->write(ChunkId{1, 0}, Update::write(0, d)).has_value());
+  auto full = engine_->write(ChunkId{1, 1}, Update::write(0, pattern(40 * 1024, 2)));
+  ASSERT_FALSE(full.has_value());
+  EXPECT_EQ(full.error().code(), Code::kNoSpace);
+  EXPECT_NE(full.error().message().find("full"), std::string::npos);
+  // Copy-on-write needs room for the new slot too.
+  EXPECT_EQ(engine_->write(ChunkId{1, 0}, Update::write(0, pattern(32 * 1024 + 1, 3))).error().code(), Code::kNoSpace);
+  EXPECT_EQ(read_all(ChunkId{1, 0}), d);
+  EXPECT_EQ(engine_->free_bytes(), 32u * 1024);
+  EXPECT_TRUE(engine_->write(ChunkId{1, 2}, Update::write(0, pattern(100, 4))).has_value());
+  expect_space_matches_index();
+}
+
+TEST_F(ChunkEngineTest, DiskEnospcIsNoSpace) {
+  fault::Scope f("storage.slab.fallocate_enospc");
+  auto r = engine_->write(ChunkId{1, 0}, Update::write(0, pattern(100, 1)));
+  if (f.triggered() == 0) GTEST_SKIP() << "fault injection compiled out";
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), Code::kNoSpace);
+  EXPECT_EQ(engine_->used_bytes(), 0u);
+}
+
+TEST_F(ChunkEngineTest, DefaultCapacityIsFilesystemFreeSpace) {
+  engine_.reset();
+  auto o = options();
+  o.capacity_bytes = 0;
+  auto e = ChunkEngine::open(dir_.path(), o, registry_);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_GT((*e)->capacity_bytes(), 1u << 20);
+  EXPECT_NE(registry_.prometheus_text().find("weft_storage_free_bytes{target=\"test\"}"), std::string::npos);
+}
+
+TEST_F(ChunkEngineTest, ConcurrentWritersAndReaders) {
+  constexpr int kThreads = 6, kChunks = 8, kRounds = 12;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < kRounds; ++round) {
+        for (int c = 0; c < kChunks; ++c) {
+          ChunkId id{uint64_t(t), uint64_t(c)};
+          auto data = pattern(4096 * (1 + (round + c) % 20), t * 1000 + round * 10 + c);
+          if (!engine_->write(id, Update::write(0, data))) failures++;
+          auto r = engine_->read(id, 0, 1 << 20);
+          if (!r || bytes_of(*r) != data || r->version != uint64_t(round + 1)) failures++;
+          // Other threads read a shared chunk that keeps changing: never corrupt.
+          auto shared = engine_->read(ChunkId{0, 0}, 0, 1 << 20);
+          if (!shared && shared.error().code() != Code::kNotFound) failures++;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  expect_space_matches_index();
+  auto chunks = engine_->list(std::nullopt, 1000);
+  EXPECT_EQ(chunks->size(), size_t(kThreads * kChunks));
+}
+
+TEST_F(ChunkEngineTest, ConcurrentUpdatesOfOneChunkAreSerialised) {
+  ChunkId id{7, 7};
+  constexpr int kThreads = 4, kEach = 10;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        auto d = pattern(100, t * 100 + i);
+        (void)engine_->write(id, Update::write(uint32_t(t * 100), d));
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(engine_->stat(id)->version, uint64_t(kThreads * kEach));
+  auto all = read_all(id);
+  ASSERT_EQ(all.size(), 400u);
+  for (int t = 0; t < kThreads; ++t) {
+    auto d = pattern(100, t * 100 + kEach - 1);  // each region holds its writer's last write
+    EXPECT_TRUE(std::equal(d.begin(), d.end(), all.begin() + t * 100)) << t;
+  }
+  expect_space_matches_index();
+}
+
+TEST_F(ChunkEngineTest, MetricsCountBytesAndOps) {
+  ChunkId id{8, 0};
+  ASSERT_TRUE(engine_->write(id, Update::write(0, pattern(5000, 1))).has_value());
+  ASSERT_TRUE(engine_->read(id, 0, 5000).has_value());
+  std::string text = registry_.prometheus_text();
+  EXPECT_NE(text.find("weft_storage_bytes_written_total{target=\"test\"} 5000"), std::string::npos) << text;
+  EXPECT_NE(text.find("weft_storage_bytes_read_total{target=\"test\"} 5000"), std::string::npos);
+  EXPECT_NE(text.find("weft_storage_used_bytes{target=\"test\"} 8192"), std::string::npos);
+  EXPECT_NE(text.find("weft_storage_read_latency_us"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace weft::storage

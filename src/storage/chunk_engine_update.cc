@@ -1,0 +1,216 @@
+// Update path of the chunk engine: stage (copy-on-write into a new slot),
+// commit (flip the index entry), abort, remove.
+#include <chrono>
+#include <cstring>
+
+#include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
+
+#include "common/assert.h"
+#include "common/clock.h"
+#include "common/fault.h"
+#include "storage/chunk_engine.h"
+#include "storage/engine_internal.h"
+
+namespace weft::storage {
+namespace {
+
+rocksdb::WriteOptions synced() {
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  return wo;
+}
+
+}  // namespace
+
+Result<uint32_t> ChunkEngine::new_length(const Update& u, uint32_t old_length) const {
+  uint64_t limit = u.chunk_size == 0 ? options_.chunk_size_max : u.chunk_size;
+  if (limit > options_.chunk_size_max)
+    return error(Code::kInvalidArgument, "chunk size {} above this target's maximum {}", limit, options_.chunk_size_max);
+  switch (u.kind) {
+    case Update::Kind::kWrite: {
+      if (u.offset > limit) return error(Code::kInvalidArgument, "write offset {} past chunk size {}", u.offset, limit);
+      uint64_t end = uint64_t{u.offset} + u.data.size();
+      if (end > limit)
+        return error(Code::kInvalidArgument, "write of {} bytes at offset {} ends at {}, past chunk size {}",
+                     u.data.size(), u.offset, end, limit);
+      return static_cast<uint32_t>(std::max<uint64_t>(end, old_length));
+    }
+    case Update::Kind::kTruncate:
+      if (u.length > limit) return error(Code::kInvalidArgument, "truncate to {} past chunk size {}", u.length, limit);
+      return u.length;
+    case Update::Kind::kReplace:
+      if (u.data.size() > limit)
+        return error(Code::kInvalidArgument, "replacement of {} bytes past chunk size {}", u.data.size(), limit);
+      return static_cast<uint32_t>(u.data.size());
+  }
+  return error(Code::kInvalidArgument, "unknown update kind");
+}
+
+// The chunk's new content in an aligned buffer padded with zeros to 4 KiB.
+Result<Buffer> ChunkEngine::build_content(const ChunkId& id, const std::optional<ChunkMeta>& old, const Update& u,
+                                          uint32_t length) {
+  size_t padded = size_t{blocks_for(length)} * kBlockBytes;
+  Buffer buf = Buffer::allocate(padded);
+  buf.resize(padded);
+  uint32_t keep = 0;  // bytes of the old content that survive
+  bool overwritten = u.kind == Update::Kind::kWrite && u.offset == 0 && old && u.data.size() >= old->length;
+  if (old && u.kind != Update::Kind::kReplace && !overwritten) keep = std::min(old->length, length);
+  if (keep > 0) {
+    auto r = read_verified(*old, 0, blocks_for(keep), buf.data());
+    if (!r) return error(r.error().with_context(fmt::format("read-modify-write of chunk {}", id)));
+  }
+  // Zero only what neither the old content nor the new data covers.
+  size_t data_begin = u.kind == Update::Kind::kTruncate ? padded : u.offset;
+  size_t data_end = u.kind == Update::Kind::kTruncate ? padded : u.offset + u.data.size();
+  if (data_begin > keep) std::memset(buf.data() + keep, 0, data_begin - keep);
+  if (!u.data.empty()) std::memcpy(buf.data() + u.offset, u.data.data(), u.data.size());
+  size_t tail = std::max<size_t>(keep, data_end);
+  if (padded > tail) std::memset(buf.data() + tail, 0, padded - tail);
+  return buf;
+}
+
+Result<ChunkMeta> ChunkEngine::store_new_slot(const Buffer& content, uint32_t length, uint64_t version) {
+  ChunkMeta meta;
+  meta.size_class = class_for_length(length);
+  meta.length = length;
+  meta.version = version;
+  Checksums sums = compute_checksums(content.span().first(length));
+  meta.chunk_crc = sums.chunk_crc;
+  meta.block_crcs = std::move(sums.block_crcs);
+  WEFT_TRY(SlotRef ref, space_.allocate(meta.size_class));
+  meta.slot = ref.slot;
+  auto written = [&]() -> Result<void> {
+    WEFT_TRY(SlabFile * file, slab(meta.size_class));
+    WEFT_RETURN_IF_ERROR(file->ensure_slots(uint64_t{ref.slot} + 1));
+    if (content.size() == 0) return {};
+    return file->write_durable(*ring_, ref.slot, content.data(), static_cast<uint32_t>(content.size()));
+  }();
+  if (!written) {
+    space_.free(ref);
+    return error(written.error());
+  }
+  metrics_->bytes_written.inc(length);
+  return meta;
+}
+
+std::optional<ChunkMeta> ChunkEngine::take_pending(const ChunkId& id) {
+  std::lock_guard lock(pending_mu_);
+  auto it = pending_.find(id);
+  if (it == pending_.end()) return std::nullopt;
+  ChunkMeta meta = std::move(it->second.meta);
+  pending_.erase(it);
+  return meta;
+}
+
+// REQUIRES: the chunk's ChunkLock held.
+Result<WriteResult> ChunkEngine::stage_locked(const ChunkId& id, uint64_t version, const Update& u) {
+  auto start = std::chrono::steady_clock::now();
+  WEFT_TRY(auto old, get_meta(id));
+  uint64_t committed = old ? old->version : 0;
+  if (u.kind != Update::Kind::kReplace && version != committed + 1)
+    return error(Code::kVersionMismatch, "chunk {}: staged version {} but committed is {} (expected {})", id, version,
+                 committed, committed + 1);
+  if (version == 0) return error(Code::kInvalidArgument, "chunk {}: version 0 is reserved for 'absent'", id);
+  WEFT_TRY(uint32_t length, new_length(u, old ? old->length : 0));
+  WEFT_TRY(Buffer content, build_content(id, old, u, length));
+  if (WEFT_FAULT("storage.stage.fail")) return error(Code::kIoError, "injected: stage of chunk {}", id);
+  WEFT_TRY(ChunkMeta meta, store_new_slot(content, length, version));
+  WriteResult result{meta.version, meta.length, meta.chunk_crc};
+  std::optional<ChunkMeta> replaced = take_pending(id);
+  {
+    std::lock_guard lock(pending_mu_);
+    pending_[id] = Pending{std::move(meta)};
+  }
+  if (replaced) space_.free(SlotRef{replaced->size_class, replaced->slot});
+  metrics_->stages.inc();
+  metrics_->stage_latency_us.observe(elapsed_us(start));
+  return result;
+}
+
+// Frees the slot of a replaced committed version once no reader can still
+// be between its index lookup and its pin (see read_async).
+void ChunkEngine::free_committed_slot(const ChunkId& id, const ChunkMeta& old) {
+  std::unique_lock lock(stripe(id).mu);
+  space_.free(SlotRef{old.size_class, old.slot});
+}
+
+// REQUIRES: the chunk's ChunkLock held.
+Result<WriteResult> ChunkEngine::commit_locked(const ChunkId& id, uint64_t version) {
+  auto start = std::chrono::steady_clock::now();
+  WEFT_TRY(auto old, get_meta(id));
+  std::optional<ChunkMeta> pending;
+  {
+    std::lock_guard lock(pending_mu_);
+    auto it = pending_.find(id);
+    if (it != pending_.end() && it->second.meta.version == version) pending = it->second.meta;
+  }
+  if (!pending) {
+    if (old && old->version == version) return WriteResult{old->version, old->length, old->chunk_crc};
+    return error(Code::kVersionMismatch, "chunk {}: commit of version {} which is not pending (committed {})", id,
+                 version, old ? old->version : 0);
+  }
+  if (WEFT_FAULT("storage.commit.fail")) return error(Code::kIoError, "injected: commit of chunk {}", id);
+  rocksdb::WriteBatch batch;
+  batch.Put(chunk_key(id), pending->encode());
+  rocksdb::Status s = db_->Write(synced(), &batch);
+  if (!s.ok()) return error(Code::kIoError, "commit chunk {} version {}: {}", id, version, s.ToString());
+  take_pending(id);
+  if (old) free_committed_slot(id, *old);
+  metrics_->commits.inc();
+  metrics_->commit_latency_us.observe(elapsed_us(start));
+  return WriteResult{pending->version, pending->length, pending->chunk_crc};
+}
+
+Result<WriteResult> ChunkEngine::stage(const ChunkId& id, uint64_t version, const Update& update) {
+  ChunkLock lock(*this, id);
+  return stage_locked(id, version, update);
+}
+
+Result<WriteResult> ChunkEngine::commit(const ChunkId& id, uint64_t version) {
+  ChunkLock lock(*this, id);
+  return commit_locked(id, version);
+}
+
+Result<WriteResult> ChunkEngine::write(const ChunkId& id, const Update& update) {
+  ChunkLock lock(*this, id);
+  WEFT_TRY(auto old, get_meta(id));
+  uint64_t version = (old ? old->version : 0) + 1;
+  WEFT_RETURN_IF_ERROR(stage_locked(id, version, update));
+  return commit_locked(id, version);
+}
+
+Result<void> ChunkEngine::abort(const ChunkId& id, uint64_t version) {
+  ChunkLock lock(*this, id);
+  std::optional<ChunkMeta> pending;
+  {
+    std::lock_guard l(pending_mu_);
+    auto it = pending_.find(id);
+    if (it == pending_.end() || it->second.meta.version != version)
+      return error(Code::kVersionMismatch, "chunk {}: version {} is not pending", id, version);
+    pending = std::move(it->second.meta);
+    pending_.erase(it);
+  }
+  space_.free(SlotRef{pending->size_class, pending->slot});
+  return {};
+}
+
+Result<void> ChunkEngine::remove(const ChunkId& id) {
+  ChunkLock lock(*this, id);
+  WEFT_TRY(auto old, get_meta(id));
+  std::optional<ChunkMeta> pending = take_pending(id);
+  if (pending) space_.free(SlotRef{pending->size_class, pending->slot});
+  if (!old) {
+    if (pending) return {};
+    return error(Code::kNotFound, "chunk {} not found", id);
+  }
+  rocksdb::WriteBatch batch;
+  batch.Delete(chunk_key(id));
+  rocksdb::Status s = db_->Write(synced(), &batch);
+  if (!s.ok()) return error(Code::kIoError, "remove chunk {}: {}", id, s.ToString());
+  free_committed_slot(id, *old);
+  metrics_->removes.inc();
+  return {};
+}
+
+}  // namespace weft::storage

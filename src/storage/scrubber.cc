@@ -1,0 +1,107 @@
+#include "storage/scrubber.h"
+
+#include <optional>
+
+#include "common/logging.h"
+
+namespace weft::storage {
+
+Scrubber::Scrubber(ChunkEngine& engine, ScrubOptions options, metrics::Registry& registry)
+    : engine_(engine),
+      options_(std::move(options)),
+      bytes_scrubbed_(registry.counter("weft_storage_scrub_bytes_total", "Chunk bytes re-verified by the scrubber",
+                                       {{"target", engine.options().target_id}})),
+      corrupt_found_(registry.counter("weft_storage_scrub_corrupt_chunks_total", "Corrupt chunks found by the scrubber",
+                                      {{"target", engine.options().target_id}})),
+      passes_done_(registry.counter("weft_storage_scrub_passes_total", "Completed scrub passes",
+                                    {{"target", engine.options().target_id}})) {}
+
+Scrubber::~Scrubber() { stop(); }
+
+void Scrubber::start() {
+  if (thread_.joinable()) return;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = false;
+  }
+  thread_ = std::thread([this] {
+    for (;;) {
+      run_pass();
+      std::unique_lock lock(mu_);
+      if (cv_.wait_for(lock, options_.pass_interval, [&] { return stopping_; })) return;
+    }
+  });
+}
+
+void Scrubber::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool Scrubber::pace(std::chrono::steady_clock::time_point start, uint64_t bytes) {
+  auto due = start + std::chrono::microseconds(bytes * 1'000'000 / std::max<uint64_t>(options_.bytes_per_sec, 1));
+  std::unique_lock lock(mu_);
+  cv_.wait_until(lock, due, [&] { return stopping_; });
+  return !stopping_;
+}
+
+ScrubReport Scrubber::run_pass() {
+  ScrubReport report;
+  auto start = std::chrono::steady_clock::now();
+  std::optional<ChunkId> next = ChunkId{};
+  while (next) {
+    auto page = engine_.list(next, 256);
+    if (!page) {
+      WEFT_LOG_WARN("scrub of {}: {}", engine_.dir(), page.error());
+      report.interrupted = true;
+      break;
+    }
+    next.reset();
+    for (const ChunkInfo& c : *page) {
+      auto ok = engine_.verify(c.id);
+      if (!ok && ok.error().code() == Code::kCorruption) {
+        report.corrupt.push_back(c.id);
+        corrupt_found_.inc();
+        WEFT_LOG_ERROR("scrub of {}: {}", engine_.dir(), ok.error());
+        if (options_.on_corrupt) options_.on_corrupt(c.id, ok.error());
+      }
+      report.chunks++;
+      report.bytes += c.length;
+      bytes_scrubbed_.inc(c.length);
+      if (!pace(start, report.bytes)) {
+        report.interrupted = true;
+        break;
+      }
+    }
+    if (report.interrupted) break;
+    if (page->size() == 256) {
+      ChunkId last = page->back().id;
+      next = ChunkId{last.inode + (last.index == ~uint64_t{0} ? 1 : 0), last.index + 1};
+    }
+  }
+  std::lock_guard lock(mu_);
+  if (!report.interrupted) {
+    corrupt_ = report.corrupt;
+    ++passes_;
+    passes_done_.inc();
+  } else {
+    corrupt_.insert(corrupt_.end(), report.corrupt.begin(), report.corrupt.end());
+  }
+  return report;
+}
+
+std::vector<ChunkId> Scrubber::corrupt_chunks() const {
+  std::lock_guard lock(mu_);
+  return corrupt_;
+}
+
+uint64_t Scrubber::passes() const {
+  std::lock_guard lock(mu_);
+  return passes_;
+}
+
+}  // namespace weft::storage

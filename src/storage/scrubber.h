@@ -1,0 +1,72 @@
+// storage/scrubber.h
+// Background re-verification of every committed chunk of one engine (block
+// CRCs and whole-chunk CRC) at a bounded rate, so silent corruption is found
+// before a reader or a resync needs the data. Corrupt chunks are counted
+// (weft_storage_scrub_corrupt_chunks_total), handed to `on_corrupt`, and
+// kept in corrupt_chunks() until the next pass that no longer finds them.
+// Threading: start()/stop() from one owner thread; run_pass() and
+// corrupt_chunks() are thread-safe. on_corrupt runs on the scrub thread.
+// Ownership: borrows the engine, which must outlive the scrubber.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/metrics.h"
+#include "common/status.h"
+#include "storage/chunk_engine.h"
+
+namespace weft::storage {
+
+struct ScrubOptions {
+  uint64_t bytes_per_sec = 64u << 20;                         // read bandwidth bound
+  std::chrono::milliseconds pass_interval{std::chrono::hours(24)};  // pause between passes
+  std::function<void(const ChunkId&, const Status&)> on_corrupt;
+};
+
+struct ScrubReport {
+  uint64_t chunks = 0;
+  uint64_t bytes = 0;
+  std::vector<ChunkId> corrupt;
+  bool interrupted = false;
+};
+
+class Scrubber {
+ public:
+  Scrubber(ChunkEngine& engine, ScrubOptions options, metrics::Registry& registry = metrics::Registry::global());
+  ~Scrubber();
+  Scrubber(const Scrubber&) = delete;
+  Scrubber& operator=(const Scrubber&) = delete;
+
+  // Runs passes in a background thread until stop().
+  void start();
+  void stop();
+  // One full pass in the calling thread (rate-limited; ends early on stop()).
+  ScrubReport run_pass();
+  std::vector<ChunkId> corrupt_chunks() const;
+  uint64_t passes() const;
+
+ private:
+  // Sleeps until `bytes` fit the rate since `start`; false if stopped.
+  bool pace(std::chrono::steady_clock::time_point start, uint64_t bytes);
+
+  ChunkEngine& engine_;
+  ScrubOptions options_;
+  metrics::Counter& bytes_scrubbed_;
+  metrics::Counter& corrupt_found_;
+  metrics::Counter& passes_done_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;            // GUARDED_BY(mu_)
+  std::vector<ChunkId> corrupt_;     // GUARDED_BY(mu_)
+  uint64_t passes_ = 0;              // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+}  // namespace weft::storage

@@ -1,0 +1,69 @@
+// storage/slab_file.h
+// One slab file per size class: an array of equal-sized slots opened with
+// O_DIRECT. The file grows in fixed-size extents preallocated with fallocate,
+// so slot writes never extend the file. Durability of slot writes is grouped:
+// write_durable() writes through the ring, then one fdatasync covers every
+// write completed before it started, shared by all writers waiting at the time.
+// Threading: all methods are thread-safe. The SlabFile owns its fd.
+// Invariants: slot_count() * slot_bytes() <= file size; a failed fdatasync is
+// sticky (every later write_durable fails): the kernel may have dropped the
+// dirty pages, so nothing written since can be acknowledged.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "storage/io_ring.h"
+
+namespace weft::storage {
+
+class SlabFile {
+ public:
+  static Result<std::unique_ptr<SlabFile>> open(const std::string& path, uint64_t slot_bytes, uint64_t extent_bytes);
+  ~SlabFile();
+  SlabFile(const SlabFile&) = delete;
+  SlabFile& operator=(const SlabFile&) = delete;
+
+  int fd() const { return fd_; }
+  uint64_t slot_bytes() const { return slot_bytes_; }
+  const std::string& path() const { return path_; }
+  // Slots backed by preallocated space.
+  uint64_t slot_count() const;
+  // Preallocates whole extents until `slots` slots exist. ENOSPC -> kNoSpace.
+  Result<void> ensure_slots(uint64_t slots);
+
+  // Writes `len` bytes (4 KiB multiple, aligned buffer) at `offset` inside
+  // slot `slot`, then waits for a group fdatasync that covers the write.
+  Result<void> write_durable(IoRing& ring, uint32_t slot, const void* buf, uint32_t len);
+  // Reads `len` bytes at `offset_in_slot` of `slot` (both 4 KiB multiples).
+  Result<void> read(IoRing& ring, uint32_t slot, uint64_t offset_in_slot, void* buf, uint32_t len);
+
+  uint64_t sync_calls() const;
+
+ private:
+  SlabFile(std::string path, int fd, uint64_t slot_bytes, uint64_t extent_bytes, uint64_t file_bytes);
+  Result<void> group_sync(IoRing& ring);
+
+  const std::string path_;
+  const int fd_;
+  const uint64_t slot_bytes_;
+  const uint64_t extent_bytes_;
+
+  mutable std::mutex grow_mu_;
+  uint64_t file_bytes_;  // GUARDED_BY(grow_mu_)
+
+  mutable std::mutex sync_mu_;
+  std::condition_variable sync_cv_;
+  uint64_t writes_done_ = 0;       // GUARDED_BY(sync_mu_): tickets handed out
+  uint64_t writes_synced_ = 0;     // GUARDED_BY(sync_mu_): tickets covered by a finished sync
+  bool syncing_ = false;           // GUARDED_BY(sync_mu_)
+  std::optional<Status> failed_;   // GUARDED_BY(sync_mu_): sticky sync failure
+  uint64_t sync_calls_ = 0;        // GUARDED_BY(sync_mu_)
+};
+
+}  // namespace weft::storage
