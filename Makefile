@@ -6,6 +6,11 @@ BUILD := build/$(PRESET)
 JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 30
 
+# ccache hits across clones in different folders (CI builds a fresh clone).
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
+export CCACHE_MAXSIZE ?= 5G
+
 .PHONY: all build deps configure test unit-test fuzz bench format clean
 
 all: build
