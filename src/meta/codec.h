@@ -1,0 +1,102 @@
+// meta/codec.h
+// RocksDB key layout and the binary encoding of every value of the metadata
+// store. Keys use big-endian integers so one directory's entries, one inode's
+// sessions or xattrs sort together. Values start with a format version byte
+// followed by explicit little-endian fields; decoding checks every length and
+// returns kCorruption for truncated or garbage bytes (never asserts).
+// Threading: pure functions.
+//
+// Key prefixes:
+//   I<ino>             inode                     (Inode)
+//   D<parent><name>    directory entry           (DentryValue)
+//   S<ino><session>    write session             (SessionValue)
+//   X<ino><name>       extended attribute        (raw value bytes)
+//   T<ino>             directory times and nlink (DirStat; merge operand)
+//   G<ino>             GC queue: unlinked file   (Inode)
+//   R<client><seq>     retry record              (RequestRecord)
+//   Mnext_ino          inode id high-water mark  (u64)
+//   Cinodes            live inode count          (i64; merge operand)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "meta/types.h"
+
+namespace weft::meta {
+
+inline constexpr uint8_t kFormatVersion = 1;
+
+namespace key {
+std::string inode(Ino ino);
+std::string dentry(Ino parent, std::string_view name);
+std::string dentry_prefix(Ino parent);
+std::string session(Ino ino, uint64_t session_id);
+std::string session_prefix(Ino ino);
+std::string xattr(Ino ino, std::string_view name);
+std::string xattr_prefix(Ino ino);
+std::string dir_stat(Ino ino);
+std::string gc(Ino ino);
+std::string request(uint64_t client_id, uint64_t seq);
+inline constexpr std::string_view kNextIno = "Mnext_ino";
+inline constexpr std::string_view kInodeCount = "Cinodes";
+inline constexpr char kInodePrefix = 'I';
+inline constexpr char kDentryPrefix = 'D';
+inline constexpr char kSessionPrefix = 'S';
+inline constexpr char kGcPrefix = 'G';
+inline constexpr char kDirStatPrefix = 'T';
+inline constexpr char kCounterPrefix = 'C';
+
+// The smallest key greater than every key starting with `prefix` ("" if none):
+// an iterate_upper_bound that keeps scans inside one range.
+std::string prefix_end(std::string_view prefix);
+
+// Parses the big-endian u64 at `offset` of a key; kCorruption if too short.
+Result<uint64_t> u64_at(std::string_view key, size_t offset);
+}  // namespace key
+
+struct DentryValue {
+  Ino ino = 0;
+  InodeType type = InodeType::kFile;
+  bool operator==(const DentryValue&) const = default;
+};
+
+// Directory mtime/ctime and subdirectory link delta. Merged without locks:
+// times take the maximum, nlink_delta adds. A Put replaces the history.
+struct DirStat {
+  int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
+  int64_t nlink_delta = 0;
+  bool operator==(const DirStat&) const = default;
+};
+
+struct SessionValue {
+  uint64_t client_id = 0;
+  int64_t opened_ns = 0;
+  bool operator==(const SessionValue&) const = default;
+};
+
+// The stored outcome of one mutation, returned again on a retry.
+struct RequestRecord {
+  Code code = Code::kOk;
+  std::string message;
+  Reply reply;
+  int64_t time_ns = 0;
+};
+
+std::string encode_inode(const Inode& inode);
+Result<Inode> decode_inode(std::string_view bytes);
+std::string encode_dentry(const DentryValue& d);
+Result<DentryValue> decode_dentry(std::string_view bytes);
+std::string encode_dir_stat(const DirStat& s);
+Result<DirStat> decode_dir_stat(std::string_view bytes);
+std::string encode_session(const SessionValue& s);
+Result<SessionValue> decode_session(std::string_view bytes);
+std::string encode_request(const RequestRecord& r);
+Result<RequestRecord> decode_request(std::string_view bytes);
+std::string encode_i64(int64_t v);
+Result<int64_t> decode_i64(std::string_view bytes);
+
+}  // namespace weft::meta

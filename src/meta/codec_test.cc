@@ -1,0 +1,111 @@
+#include "meta/codec.h"
+
+#include <gtest/gtest.h>
+
+#include "common/random.h"
+
+namespace weft::meta {
+namespace {
+
+Inode sample_inode() {
+  Inode n;
+  n.ino = 0x0102030405060708;
+  n.type = InodeType::kSymlink;
+  n.mode = 04755;
+  n.uid = 1000;
+  n.gid = 100;
+  n.nlink = 3;
+  n.size = 1ull << 40;
+  n.atime_ns = -5;
+  n.mtime_ns = 1'700'000'000'000'000'000;
+  n.ctime_ns = 42;
+  n.parent = 7;
+  n.layout = {1 << 20, 16, 2, 5, 0xdeadbeefcafef00d};
+  n.symlink_target = "../some/where";
+  return n;
+}
+
+TEST(Codec, InodeRoundTrips) {
+  Inode n = sample_inode();
+  auto back = decode_inode(encode_inode(n));
+  ASSERT_TRUE(back.has_value()) << back.error();
+  EXPECT_EQ(*back, n);
+}
+
+TEST(Codec, OtherValuesRoundTrip) {
+  DentryValue d{99, InodeType::kDirectory};
+  EXPECT_EQ(*decode_dentry(encode_dentry(d)), d);
+  DirStat s{1, 2, -3};
+  EXPECT_EQ(*decode_dir_stat(encode_dir_stat(s)), s);
+  SessionValue sv{7, 8};
+  EXPECT_EQ(*decode_session(encode_session(sv)), sv);
+  EXPECT_EQ(*decode_i64(encode_i64(-12345)), -12345);
+  RequestRecord rec;
+  rec.code = Code::kExists;
+  rec.message = "exists";
+  rec.reply = reply_of(sample_inode(), 77);
+  rec.time_ns = 9;
+  auto r = decode_request(encode_request(rec));
+  ASSERT_TRUE(r.has_value()) << r.error();
+  EXPECT_EQ(r->code, Code::kExists);
+  EXPECT_EQ(r->message, "exists");
+  EXPECT_TRUE(r->reply.has_inode);
+  EXPECT_EQ(r->reply.inode, sample_inode());
+  EXPECT_EQ(r->reply.session_id, 77u);
+}
+
+TEST(Codec, EveryTruncationIsCorruption) {
+  std::string bytes = encode_inode(sample_inode());
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    auto r = decode_inode(std::string_view(bytes).substr(0, n));
+    ASSERT_FALSE(r.has_value()) << "prefix of " << n << " bytes decoded";
+    EXPECT_EQ(r.error().code(), Code::kCorruption);
+  }
+  EXPECT_EQ(decode_inode(bytes + "x").error().code(), Code::kCorruption);
+  std::string rec = encode_request({Code::kOk, "m", reply_of(sample_inode()), 1});
+  for (size_t n = 0; n < rec.size(); ++n) EXPECT_FALSE(decode_request(rec.substr(0, n)).has_value());
+  std::string d = encode_dentry({1, InodeType::kFile});
+  for (size_t n = 0; n < d.size(); ++n) EXPECT_FALSE(decode_dentry(d.substr(0, n)).has_value());
+}
+
+TEST(Codec, BadVersionTypeAndModeAreCorruption) {
+  std::string bytes = encode_inode(sample_inode());
+  std::string v = bytes;
+  v[0] = 2;
+  EXPECT_EQ(decode_inode(v).error().code(), Code::kCorruption);
+  std::string t = bytes;
+  t[9] = 9;  // type byte after version + ino
+  EXPECT_EQ(decode_inode(t).error().code(), Code::kCorruption);
+  std::string d = encode_dentry({1, InodeType::kFile});
+  d[1] = 0;
+  EXPECT_EQ(decode_dentry(d).error().code(), Code::kCorruption);
+}
+
+TEST(Codec, RandomGarbageNeverCrashes) {
+  Xoshiro256 rng(1234);
+  int decoded = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string g(rng.uniform(120), '\0');
+    for (char& c : g) c = static_cast<char>(rng.next_u64());
+    if (!g.empty() && rng.uniform(2)) g[0] = static_cast<char>(kFormatVersion);
+    decoded += decode_inode(g).has_value() + decode_request(g).has_value() + decode_dir_stat(g).has_value() +
+               decode_session(g).has_value() + decode_dentry(g).has_value();
+  }
+  SUCCEED() << decoded << " random buffers happened to decode";
+}
+
+TEST(Codec, KeysSortByParentThenName) {
+  EXPECT_LT(key::dentry(1, "zzz"), key::dentry(2, "a"));
+  EXPECT_LT(key::dentry(256, "a"), key::dentry(257, ""));
+  EXPECT_LT(key::dentry(5, "a"), key::dentry(5, "b"));
+  EXPECT_TRUE(key::dentry(5, "abc").starts_with(key::dentry_prefix(5)));
+  EXPECT_EQ(*key::u64_at(key::inode(0x1122334455667788), 1), 0x1122334455667788u);
+  EXPECT_FALSE(key::u64_at("I123", 1).has_value());
+  EXPECT_EQ(key::prefix_end("D\x01"), "D\x02");
+  EXPECT_EQ(key::prefix_end(std::string("D\x01\xff\xff")), "D\x02");
+  EXPECT_EQ(key::prefix_end(std::string("\xff")), "");
+  EXPECT_LT(key::dentry(5, std::string(255, '\xff')), key::prefix_end(key::dentry_prefix(5)));
+}
+
+}  // namespace
+}  // namespace weft::meta

@@ -1,0 +1,38 @@
+// meta/fsck.h
+// Offline consistency check of a metadata store (tests, and later the admin
+// command). Checks: every dentry names an existing inode of its type inside
+// a directory; file/symlink nlink = number of dentries; directory nlink = 2 +
+// subdirectories and exactly one dentry whose parent matches its ".."
+// pointer; no orphan inodes (except files with nlink 0 kept by a write
+// session); every directory reachable from the root (so no cycles); GC-queued
+// inodes have no live inode; sessions, xattrs and DirStats belong to live
+// inodes; the inode counter matches.
+// Threading: reads through one snapshot, so it may run on a live store, but
+// holds the whole namespace in memory (fine up to a few million inodes).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace rocksdb {
+class DB;
+}
+
+namespace weft::meta {
+
+struct FsckReport {
+  uint64_t inodes = 0;
+  uint64_t dentries = 0;
+  uint64_t sessions = 0;
+  uint64_t gc_queued = 0;
+  std::vector<std::string> problems;  // empty when consistent
+  bool ok() const { return problems.empty(); }
+  std::string summary() const;
+};
+
+Result<FsckReport> fsck(rocksdb::DB& db);
+
+}  // namespace weft::meta

@@ -1,0 +1,96 @@
+#include "meta/fsck.h"
+
+#include <rocksdb/db.h>
+
+#include "meta/codec.h"
+#include "meta/test_util.h"
+
+namespace weft::meta::testing {
+namespace {
+
+// Each test breaks one invariant behind the store's back and expects fsck to
+// name it. TearDown's own fsck is skipped by dropping the store first.
+class FsckTest : public StoreTest {
+ protected:
+  void TearDown() override { store_.reset(); }
+  void put(const std::string& k, const std::string& v) {
+    ASSERT_TRUE(s().db()->Put(rocksdb::WriteOptions(), k, v).ok());
+  }
+  void del(const std::string& k) { ASSERT_TRUE(s().db()->Delete(rocksdb::WriteOptions(), k).ok()); }
+  std::string problems() {
+    auto r = fsck(*s().db());
+    EXPECT_TRUE(r.has_value());
+    std::string all;
+    for (auto& p : r->problems) all += p + "\n";
+    return all;
+  }
+};
+
+TEST_F(FsckTest, CleanStoreHasNoProblems) {
+  Ino d = mkdir("d");
+  create("f", d);
+  ASSERT_OK(s().symlink(root(), d, "l", "f"));
+  auto r = fsck(*s().db());
+  ASSERT_OK(r);
+  EXPECT_TRUE(r->ok()) << r->summary();
+  EXPECT_EQ(r->inodes, 4u);
+  EXPECT_EQ(r->dentries, 3u);
+}
+
+TEST_F(FsckTest, DanglingDentry) {
+  Ino f = create("f");
+  del(key::inode(f));
+  EXPECT_NE(problems().find("names missing inode"), std::string::npos);
+}
+
+TEST_F(FsckTest, WrongLinkCountAndOrphan) {
+  Ino f = create("f");
+  Inode n = *s().getattr(root(), f);
+  n.nlink = 2;
+  put(key::inode(f), encode_inode(n));
+  Inode orphan = n;
+  orphan.ino = 999999;
+  orphan.nlink = 1;
+  put(key::inode(orphan.ino), encode_inode(orphan));
+  std::string p = problems();
+  EXPECT_NE(p.find("nlink 2 but 1 dentries"), std::string::npos) << p;
+  EXPECT_NE(p.find("orphan inode 999999"), std::string::npos) << p;
+  EXPECT_NE(p.find("inode counter"), std::string::npos) << p;
+}
+
+TEST_F(FsckTest, DirectoryCycleIsUnreachable) {
+  Ino a = mkdir("a");
+  Ino b = mkdir("b", a);
+  del(key::dentry(kRootIno, "a"));
+  put(key::dentry(b, "a"), encode_dentry({a, InodeType::kDirectory}));
+  std::string p = problems();
+  EXPECT_NE(p.find(fmt::format("directory {} unreachable", a)), std::string::npos) << p;
+  EXPECT_NE(p.find(fmt::format("directory {} unreachable", b)), std::string::npos) << p;
+}
+
+TEST_F(FsckTest, TypeMismatchBadParentAndGarbage) {
+  Ino d = mkdir("d");
+  Ino e = mkdir("e");
+  put(key::dentry(kRootIno, "fake"), encode_dentry({d, InodeType::kFile}));
+  Inode en = *s().getattr(root(), e);
+  en.parent = d;
+  en.nlink = 2;
+  put(key::inode(e), encode_inode(en));
+  put(key::inode(424242), "garbage");
+  std::string p = problems();
+  EXPECT_NE(p.find("type differs"), std::string::npos) << p;
+  EXPECT_NE(p.find("'..' is"), std::string::npos) << p;
+  EXPECT_NE(p.find("malformed inode"), std::string::npos) << p;
+}
+
+TEST_F(FsckTest, LiveInodeInGcQueueAndStraySession) {
+  Ino f = create("f");
+  put(key::gc(f), encode_inode(*s().getattr(root(), f)));
+  put(key::session(777777, 1), encode_session({1, 1}));
+  std::string p = problems();
+  EXPECT_NE(p.find("queued for GC"), std::string::npos) << p;
+  EXPECT_NE(p.find("session on missing inode 777777"), std::string::npos) << p;
+}
+
+}  // namespace
+}  // namespace weft::meta::testing

@@ -1,0 +1,225 @@
+#include "meta/meta_store.h"
+
+#include <chrono>
+#include <thread>
+
+#include <rocksdb/options.h>
+#include <rocksdb/utilities/transaction_db.h>
+
+#include "common/assert.h"
+#include "common/fault.h"
+#include "common/random.h"
+#include "meta/merge_operator.h"
+#include "meta/ops.h"
+#include "meta/txn.h"
+#include "meta/wal_syncer.h"
+
+namespace weft::meta {
+
+MetaStore::MetaStore(StoreOptions options) : options_(std::move(options)) {
+  if (!options_.clock) options_.clock = &SystemClock::instance();
+  if (!options_.registry) options_.registry = &metrics::Registry::global();
+  auto& reg = *options_.registry;
+  for (size_t i = 0; i < kOpCount; ++i) {
+    metrics::Labels l{{"op", std::string(op_name(static_cast<Op>(i)))}};
+    metrics_.push_back(std::make_unique<OpMetrics>(OpMetrics{
+        &reg.counter("weft_meta_ops_total", "Metadata operations", l),
+        &reg.counter("weft_meta_op_errors_total", "Metadata operations that failed", l),
+        &reg.histogram("weft_meta_op_latency_us", "Metadata operation latency", l)}));
+  }
+  commit_retries_ = &reg.counter("weft_meta_commit_retries_total", "Transactions retried after a lock conflict");
+  request_replays_ = &reg.counter("weft_meta_request_replays_total", "Retried requests answered from the record");
+}
+
+MetaStore::~MetaStore() {
+  syncer_.reset();  // joins its thread before the DB goes
+  delete db_;
+}
+
+rocksdb::DB* MetaStore::db() { return db_; }
+
+OpMetrics& MetaStore::metrics_of(Op op) { return *metrics_[static_cast<size_t>(op)]; }
+
+Layout MetaStore::default_layout() const {
+  Layout l;
+  l.stripe_count = std::max<uint32_t>(1, std::min<uint32_t>(16, options_.chain_count));
+  l.chain_table_id = options_.chain_table_id;
+  return l;
+}
+
+Result<std::unique_ptr<MetaStore>> MetaStore::open(StoreOptions options) {
+  if (options.path.empty()) return error(Code::kInvalidArgument, "meta store path is empty");
+  if (options.ino_batch == 0 || options.request_window == 0)
+    return error(Code::kInvalidArgument, "ino_batch and request_window must be positive");
+  std::unique_ptr<MetaStore> store(new MetaStore(std::move(options)));
+  WEFT_RETURN_IF_ERROR(store->init());
+  return store;
+}
+
+Result<void> MetaStore::init() {
+  rocksdb::Options opts;
+  opts.create_if_missing = true;
+  opts.merge_operator = make_merge_operator();
+  opts.IncreaseParallelism(2);
+  opts.max_successive_merges = 64;  // fold hot directories' DirStat operands on write
+  opts.enable_pipelined_write = false;
+  rocksdb::TransactionDBOptions topts;
+  topts.num_stripes = 64;
+  topts.default_lock_timeout = options_.lock_timeout_ms;
+  try {
+    auto s = rocksdb::TransactionDB::Open(opts, topts, options_.path, &db_);
+    if (!s.ok()) return error(from_rocks(s, "open meta store " + options_.path));
+    std::string raw;
+    s = db_->Get(rocksdb::ReadOptions(), key::kNextIno, &raw);
+    if (s.ok()) {
+      WEFT_TRY(uint64_t v, key::u64_at(raw, 0));
+      next_id_ = id_limit_ = v;
+    } else if (s.IsNotFound()) {
+      next_id_ = id_limit_ = kRootIno + 1;
+    } else {
+      return error(from_rocks(s, "read inode high-water mark"));
+    }
+  } catch (const std::exception& e) {
+    return error(Code::kInternal, "rocksdb threw: {}", e.what());
+  }
+  if (options_.sync && options_.group_sync) syncer_ = std::make_unique<WalSyncer>(db_, *options_.registry);
+  return create_root();
+}
+
+Result<void> MetaStore::create_root() {
+  std::string raw;
+  auto s = db_->Get(rocksdb::ReadOptions(), key::inode(kRootIno), &raw);
+  if (s.ok()) return {};
+  if (!s.IsNotFound()) return error(from_rocks(s, "read root inode"));
+  Inode root;
+  root.ino = kRootIno;
+  root.type = InodeType::kDirectory;
+  root.mode = 0755;
+  root.nlink = 2;
+  root.parent = kRootIno;
+  root.atime_ns = root.mtime_ns = root.ctime_ns = now_ns();
+  root.layout = default_layout();
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync;
+  Txn txn(std::unique_ptr<rocksdb::Transaction>(db_->BeginTransaction(wo)));
+  WEFT_RETURN_IF_ERROR(txn.put(key::inode(kRootIno), encode_inode(root)));
+  WEFT_RETURN_IF_ERROR(txn.put(key::dir_stat(kRootIno), encode_dir_stat({root.mtime_ns, root.ctime_ns, 0})));
+  WEFT_RETURN_IF_ERROR(txn.merge_untracked(std::string(key::kInodeCount), encode_i64(1)));
+  return txn.commit();
+}
+
+Result<uint64_t> MetaStore::alloc_id() {
+  std::lock_guard lock(alloc_mu_);
+  if (next_id_ == id_limit_) {
+    uint64_t limit = id_limit_ + options_.ino_batch;
+    std::string v = key::inode(limit).substr(1);  // big-endian u64
+    rocksdb::WriteOptions wo;
+    wo.sync = options_.sync;
+    auto s = db_->Put(wo, key::kNextIno, v);
+    if (!s.ok()) return error(from_rocks(s, "persist inode high-water mark"));
+    id_limit_ = limit;
+  }
+  return next_id_++;
+}
+
+Result<Reply> MetaStore::mutate(Op op, const Context& ctx, const Body& body) {
+  OpMetrics& m = metrics_of(op);
+  m.ops->inc();
+  metrics::ScopedLatency latency(*m.latency_us);
+  for (int attempt_no = 0; attempt_no <= options_.commit_retries_max; ++attempt_no) {
+    if (attempt_no > 0) {
+      commit_retries_->inc();
+      uint64_t backoff_us = 50 * static_cast<uint64_t>(std::min(attempt_no, 10)) +
+                            thread_random().uniform(100 * static_cast<uint64_t>(attempt_no));
+      std::this_thread::sleep_for(std::chrono::microseconds(backoff_us));
+    }
+    auto r = attempt(ctx, body);
+    if (!r) continue;  // lock conflict: run the whole operation again
+    if (!*r) m.errors->inc();
+    return std::move(*r);
+  }
+  m.errors->inc();
+  return error(Code::kBusy, "{}: gave up after {} lock conflicts", op_name(op), options_.commit_retries_max);
+}
+
+std::optional<Result<Reply>> MetaStore::attempt(const Context& ctx, const Body& body) {
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync && !syncer_;
+  rocksdb::TransactionOptions to;
+  to.lock_timeout = options_.lock_timeout_ms;
+  to.deadlock_detect = true;
+  Txn txn(std::unique_ptr<rocksdb::Transaction>(db_->BeginTransaction(wo, to)));
+  if (ctx.req.valid()) {
+    auto rec = txn.lock_raw(key::request(ctx.req.client_id, ctx.req.seq), true);
+    if (!rec && txn.conflict()) return std::nullopt;
+    if (!rec) return Result<Reply>(std::unexpected(rec.error()));
+    if (*rec) {
+      request_replays_->inc();
+      auto stored = decode_request(**rec);
+      if (!stored) return Result<Reply>(std::unexpected(stored.error()));
+      if (stored->code != Code::kOk) return Result<Reply>(error(stored->code, stored->message));
+      return Result<Reply>(std::move(stored->reply));
+    }
+  }
+  txn.set_save_point();
+  Result<Reply> r = body(txn);
+  if (!r && txn.conflict()) return std::nullopt;
+  if (!r && !ctx.req.valid()) return r;  // nothing to commit; destruction rolls back
+  if (!r) {
+    auto rb = txn.rollback_to_save_point();
+    if (!rb) return Result<Reply>(std::unexpected(rb.error()));
+  }
+  if (ctx.req.valid()) {
+    auto rec = record_request(txn, ctx, r);
+    if (!rec && txn.conflict()) return std::nullopt;
+    if (!rec) return Result<Reply>(std::unexpected(rec.error()));
+  }
+  if (WEFT_FAULT("meta.txn.conflict")) return std::nullopt;  // as if a lock timed out
+  // Widens race windows in tests: locks are held while we sleep.
+  if (WEFT_FAULT("meta.commit.delay")) std::this_thread::sleep_for(std::chrono::microseconds(500));
+  if (WEFT_FAULT("meta.commit.fail")) return Result<Reply>(error(Code::kIoError, "injected commit failure"));
+  auto c = txn.commit();
+  if (!c && txn.conflict()) return std::nullopt;
+  if (!c) return Result<Reply>(std::unexpected(c.error()));
+  if (syncer_) {
+    auto durable = syncer_->wait_durable();
+    if (!durable) return Result<Reply>(std::unexpected(durable.error()));
+  }
+  return r;
+}
+
+Result<void> MetaStore::record_request(Txn& txn, const Context& ctx, const Result<Reply>& r) {
+  RequestRecord rec;
+  rec.time_ns = now_ns();
+  if (r) {
+    rec.reply = *r;
+  } else {
+    rec.code = r.error().code();
+    rec.message = r.error().message();
+  }
+  WEFT_RETURN_IF_ERROR(txn.put(key::request(ctx.req.client_id, ctx.req.seq), encode_request(rec)));
+  if (ctx.req.seq >= options_.request_window)
+    WEFT_RETURN_IF_ERROR(txn.del_untracked(key::request(ctx.req.client_id, ctx.req.seq - options_.request_window)));
+  return {};
+}
+
+Result<uint64_t> MetaStore::expire_requests(int64_t age_ns) {
+  int64_t cutoff = now_ns() - age_ns;
+  uint64_t removed = 0;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  rocksdb::WriteBatch batch;
+  for (it->Seek("R"); it->Valid() && it->key().starts_with("R"); it->Next()) {
+    auto rec = decode_request(std::string_view(it->value().data(), it->value().size()));
+    if (rec && rec->time_ns >= cutoff) continue;
+    batch.Delete(it->key());
+    ++removed;
+  }
+  if (!it->status().ok()) return error(from_rocks(it->status(), "scan retry records"));
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync;
+  auto s = db_->Write(wo, &batch);
+  if (!s.ok()) return error(from_rocks(s, "expire retry records"));
+  return removed;
+}
+
+}  // namespace weft::meta

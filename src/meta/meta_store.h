@@ -1,0 +1,194 @@
+// meta/meta_store.h
+// The POSIX namespace of Weft on a RocksDB TransactionDB: inodes, directory
+// entries, layouts, xattrs, write sessions, file lengths and the chunk GC
+// queue, with POSIX permission checks against caller credentials.
+//
+// Threading: every method is thread-safe and synchronous; the RPC server calls
+// them from a bounded thread pool. Mutations run as pessimistic transactions
+// that lock the rows they depend on (GetForUpdate) and commit with a synced
+// WAL; there is no global lock, so concurrent commits share WAL syncs (RocksDB
+// group commit; by default through WalSyncer, which also releases row locks
+// before the fsync). Lock timeouts and deadlocks retry the whole operation up to
+// StoreOptions::commit_retries_max times, then fail with kBusy.
+//
+// Locking protocol (what makes concurrent operations correct):
+//   - a directory's inode is locked SHARED by every operation that adds or
+//     removes entries in it (create, mkdir, unlink, rename, ...) and
+//     EXCLUSIVE by operations that change or remove the directory itself
+//     (setattr, rmdir, rename of the directory). An emptiness check therefore
+//     sees every entry committed before it and none can appear after it.
+//   - a name is locked through its dentry key (exclusive).
+//   - a file's inode is locked exclusive by whatever changes it (nlink, size,
+//     sessions, attrs).
+//   - directory mtime/ctime and subdirectory count live in DirStat (T<ino>),
+//     merged without a lock so creates in one directory do not serialize.
+//
+// Retries: a mutation with a valid RequestId stores its outcome (success or
+// error) in the same transaction under R<client><seq>; the same id again
+// returns that outcome without re-executing. Bound: per client the records of
+// the last StoreOptions::request_window sequence numbers are kept (recording
+// seq deletes seq - window), and expire_requests(age) drops records of
+// clients that went away. Clients number their mutations consecutively.
+//
+// Names: "." and ".." are never stored. lookup resolves them; mkdir/create/
+// symlink/link of them -> kExists (EEXIST, as Linux); rmdir "." -> EINVAL,
+// rmdir ".." -> ENOTEMPTY; unlink of either -> EISDIR; rename of either ->
+// EINVAL (Linux says EBUSY for some cases; we have no EBUSY semantics).
+// readdir does not return "." and "..": clients synthesize them.
+//
+// Invariants (checked by fsck.h): every dentry points to an existing inode of
+// its type; file nlink = number of dentries; directory nlink = 2 + number of
+// subdirectories; every inode is reachable from the root unless it is a file
+// with nlink 0 kept alive by a write session; GC-queued inodes have no I key.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/metrics.h"
+#include "common/status.h"
+#include "meta/types.h"
+
+namespace rocksdb {
+class TransactionDB;
+class DB;
+class Snapshot;
+}  // namespace rocksdb
+
+namespace weft::meta {
+
+class Txn;
+class WalSyncer;
+enum class Op : uint8_t;  // meta/ops.h
+struct OpMetrics;         // meta/ops.h
+
+// kInvalidArgument unless chunk size is a power of two in [64 KiB, 64 MiB]
+// and the stripe count in [1, 4096].
+Result<void> validate_layout(const Layout& layout);
+
+struct StoreOptions {
+  std::string path;                  // RocksDB directory (created if missing)
+  uint32_t chain_count = 1;          // chains in the table: stripe default min(16, chains)
+  uint32_t chain_table_id = 1;
+  uint64_t ino_batch = 4096;         // inode ids reserved per persisted high-water step
+  uint64_t request_window = 1024;    // retry records kept per client
+  int commit_retries_max = 20;
+  int64_t lock_timeout_ms = 1000;
+  bool sync = true;                  // acknowledge commits only once the WAL is fsynced
+  bool group_sync = true;            // with sync: one WalSyncer fsync covers many commits
+                                     // (wal_syncer.h); false: RocksDB sync=true writes
+  uint64_t inodes_max = uint64_t{1} << 40;
+  // Cluster capacity and usage (bytes) for statfs; wired to mgmtd by the server.
+  std::function<std::pair<uint64_t, uint64_t>()> capacity_fn;
+  Clock* clock = nullptr;                  // default SystemClock
+  metrics::Registry* registry = nullptr;   // default Registry::global()
+};
+
+class MetaStore {
+ public:
+  static Result<std::unique_ptr<MetaStore>> open(StoreOptions options);
+  ~MetaStore();
+  MetaStore(const MetaStore&) = delete;
+  MetaStore& operator=(const MetaStore&) = delete;
+
+  // --- reads (no request id needed) ---
+  Result<Inode> lookup(const Context& ctx, Ino parent, std::string_view name);
+  Result<Inode> getattr(const Context& ctx, Ino ino);
+  Result<std::string> readlink(const Context& ctx, Ino ino);
+  // Entries after `cookie` ("" = from the start), at most `limit`, with attrs.
+  Result<DirPage> readdir(const Context& ctx, Ino dir, std::string_view cookie, size_t limit);
+  Result<StatFs> statfs(const Context& ctx);
+  Result<std::string> getxattr(const Context& ctx, Ino ino, std::string_view name);
+  Result<std::vector<std::string>> listxattr(const Context& ctx, Ino ino);
+  Result<Layout> get_layout(const Context& ctx, Ino dir);
+  Result<std::vector<GcItem>> gc_pending(size_t limit);
+
+  // --- mutations ---
+  // exclusive: kExists if the name exists; otherwise an existing file is
+  // opened. open_for_write also records a write session (reply.session_id).
+  Result<Reply> create(const Context& ctx, Ino parent, std::string_view name, uint32_t mode,
+                       bool exclusive, bool open_for_write);
+  Result<Inode> mkdir(const Context& ctx, Ino parent, std::string_view name, uint32_t mode);
+  Result<Inode> symlink(const Context& ctx, Ino parent, std::string_view name, std::string_view target);
+  Result<Inode> link(const Context& ctx, Ino ino, Ino new_parent, std::string_view new_name);
+  Result<void> unlink(const Context& ctx, Ino parent, std::string_view name);
+  Result<void> rmdir(const Context& ctx, Ino parent, std::string_view name);
+  Result<void> rename(const Context& ctx, Ino src_parent, std::string_view src_name, Ino dst_parent,
+                      std::string_view dst_name, RenameFlags flags = RenameFlags::kNone);
+  Result<Inode> setattr(const Context& ctx, Ino ino, const SetAttr& attr);
+  Result<void> setxattr(const Context& ctx, Ino ino, std::string_view name, std::string_view value,
+                        XattrFlags flags);
+  Result<void> removexattr(const Context& ctx, Ino ino, std::string_view name);
+  Result<void> set_layout(const Context& ctx, Ino dir, const Layout& layout);
+
+  // Read-only opens check permissions and write nothing. Write opens record a
+  // session (reply.session_id != 0) that close() removes.
+  Result<Reply> open(const Context& ctx, Ino ino, OpenFlags flags);
+  Result<void> close(const Context& ctx, Ino ino, uint64_t session_id);
+  // A writer reports the highest offset written; the length only grows.
+  // `session_id` must be an open write session of `ino` (kBadHandle otherwise).
+  Result<Inode> report_length(const Context& ctx, Ino ino, uint64_t session_id, uint64_t length);
+  // Closes every write session a client opened (the server calls this when
+  // the client's lease expires); unlinked files it kept alive go to GC.
+  // Returns how many sessions were closed.
+  Result<uint64_t> drop_sessions_of(uint64_t client_id);
+  // The GC worker removed the chunks of `ino` (root credentials only).
+  Result<void> gc_done(const Context& ctx, Ino ino);
+  // Drops retry records older than age_ns. Returns how many went.
+  Result<uint64_t> expire_requests(int64_t age_ns);
+
+  rocksdb::DB* db();
+  const StoreOptions& options() const { return options_; }
+  Layout default_layout() const;
+
+ private:
+  using Body = std::function<Result<Reply>(Txn&)>;
+
+  explicit MetaStore(StoreOptions options);
+  Result<void> init();
+  Result<void> create_root();
+  Result<uint64_t> alloc_id();
+  int64_t now_ns() const { return options_.clock->wall_ns(); }
+  OpMetrics& metrics_of(Op op);
+
+  // Runs `body` in a transaction with request de-duplication and bounded retries.
+  Result<Reply> mutate(Op op, const Context& ctx, const Body& body);
+  std::optional<Result<Reply>> attempt(const Context& ctx, const Body& body);
+  Result<void> record_request(Txn& txn, const Context& ctx, const Result<Reply>& r);
+
+  // Shared pieces of operations (store_*.cc).
+  // Locks `dir` shared and checks w+x. need_nlink: merge its DirStat in (only
+  // mkdir/rename need the link count; skipping it keeps creates cheap).
+  Result<Inode> lock_dir_for_entries(Txn& txn, const Context& ctx, Ino dir, bool need_nlink = false);
+  Result<Inode> new_inode(Txn& txn, const Context& ctx, const Inode& parent, InodeType type, uint32_t mode);
+  Result<void> add_entry(Txn& txn, const Inode& parent, std::string_view name, const Inode& child);
+  Result<void> touch_dir(Txn& txn, Ino dir, int64_t nlink_delta);
+  Result<void> drop_link(Txn& txn, Inode victim);
+  Result<void> destroy_inode(Txn& txn, const Inode& inode);
+  Result<uint64_t> begin_session(Txn& txn, const Context& ctx, Ino ino);
+  // Unlocked read (directories merged with their DirStat), optionally at a snapshot.
+  Result<Inode> read_inode(Ino ino, const rocksdb::Snapshot* snapshot = nullptr);
+  Result<Reply> do_create(Txn& txn, const Context& ctx, Ino parent, std::string_view name, uint32_t mode,
+                          bool exclusive, bool open_for_write);
+  Result<void> do_rename(Txn& txn, const Context& ctx, Ino sp, std::string_view sn, Ino dp,
+                         std::string_view dn, RenameFlags flags);
+  Result<void> check_not_ancestor(Txn& txn, Ino moved, Ino dst_parent);
+  Result<Inode> do_setattr(Txn& txn, const Context& ctx, Ino ino, const SetAttr& attr);
+
+  StoreOptions options_;
+  rocksdb::TransactionDB* db_ = nullptr;
+  std::unique_ptr<WalSyncer> syncer_;  // set when sync && group_sync
+  std::mutex alloc_mu_;
+  uint64_t next_id_ = 0;   // guarded by alloc_mu_
+  uint64_t id_limit_ = 0;  // guarded by alloc_mu_: persisted high-water mark
+  std::vector<std::unique_ptr<OpMetrics>> metrics_;
+  metrics::Counter* commit_retries_ = nullptr;
+  metrics::Counter* request_replays_ = nullptr;
+};
+
+}  // namespace weft::meta

@@ -1,0 +1,304 @@
+#include "meta/meta_store.h"
+
+#include "meta/test_util.h"
+
+namespace weft::meta::testing {
+namespace {
+
+using MetaStoreTest = StoreTest;
+
+TEST_F(MetaStoreTest, RootExistsAfterOpen) {
+  auto r = s().getattr(root(), kRootIno);
+  ASSERT_TRUE(r.has_value()) << r.error();
+  EXPECT_TRUE(r->is_dir());
+  EXPECT_EQ(r->mode, 0755u);
+  EXPECT_EQ(r->uid, 0u);
+  EXPECT_EQ(r->nlink, 2u);
+  EXPECT_EQ(r->parent, kRootIno);
+  EXPECT_EQ(r->layout.stripe_count, 16u);  // min(16, 32 chains)
+  EXPECT_EQ(r->layout.chunk_bytes, 1u << 20);
+}
+
+TEST_F(MetaStoreTest, MkdirCreateLookupGetattr) {
+  // The root directory is 0755 and owned by root.
+  EXPECT_CODE(s().mkdir(user(1000, 100), kRootIno, "d", 0750), Code::kPermissionDenied);
+  Ino d = mkdir("d");
+  auto dir = s().getattr(root(), d);
+  ASSERT_OK(dir);
+  EXPECT_EQ(dir->nlink, 2u);
+  EXPECT_EQ(dir->parent, kRootIno);
+  EXPECT_EQ(s().getattr(root(), kRootIno)->nlink, 3u);
+  Ino f = create("f", d, 0640);
+  auto got = s().lookup(root(), d, "f");
+  ASSERT_OK(got);
+  EXPECT_EQ(got->ino, f);
+  EXPECT_TRUE(got->is_file());
+  EXPECT_EQ(got->mode, 0640u);
+  EXPECT_EQ(got->nlink, 1u);
+  EXPECT_EQ(s().lookup(root(), d, ".")->ino, d);
+  EXPECT_EQ(s().lookup(root(), d, "..")->ino, kRootIno);
+  EXPECT_CODE(s().lookup(root(), d, "missing"), Code::kNotFound);
+  EXPECT_CODE(s().lookup(root(), f, "x"), Code::kNotDirectory);
+  EXPECT_CODE(s().getattr(root(), 999999), Code::kNotFound);
+}
+
+TEST_F(MetaStoreTest, NameValidation) {
+  EXPECT_CODE(s().mkdir(root(), kRootIno, "", 0755), Code::kInvalidArgument);
+  EXPECT_CODE(s().mkdir(root(), kRootIno, "a/b", 0755), Code::kInvalidArgument);
+  EXPECT_CODE(s().create(root(), kRootIno, std::string("a\0b", 3), 0644, true, false), Code::kInvalidArgument);
+  EXPECT_CODE(s().mkdir(root(), kRootIno, std::string(256, 'n'), 0755), Code::kNameTooLong);
+  EXPECT_NE(mkdir(std::string(255, 'n')), 0u);
+  EXPECT_CODE(s().mkdir(root(), kRootIno, ".", 0755), Code::kExists);
+  EXPECT_CODE(s().mkdir(root(), kRootIno, "..", 0755), Code::kExists);
+  EXPECT_CODE(s().create(root(), kRootIno, ".", 0644, true, false), Code::kExists);
+  EXPECT_CODE(s().create(root(), kRootIno, ".", 0644, false, false), Code::kIsDirectory);
+  EXPECT_CODE(s().rmdir(root(), kRootIno, "."), Code::kInvalidArgument);
+  EXPECT_CODE(s().rmdir(root(), kRootIno, ".."), Code::kNotEmpty);
+  EXPECT_CODE(s().unlink(root(), kRootIno, ".."), Code::kIsDirectory);
+  EXPECT_CODE(s().symlink(root(), kRootIno, ".", "x"), Code::kExists);
+}
+
+TEST_F(MetaStoreTest, CreateExclusiveAndOpenExisting) {
+  Ino f = create("f");
+  EXPECT_CODE(s().create(root(), kRootIno, "f", 0644, true, false), Code::kExists);
+  auto again = s().create(root(), kRootIno, "f", 0600, false, false);
+  ASSERT_OK(again);
+  EXPECT_EQ(again->inode.ino, f);
+  EXPECT_EQ(again->inode.mode, 0644u);  // existing file opened, mode untouched
+  Ino d = mkdir("d");
+  EXPECT_CODE(s().create(root(), kRootIno, "d", 0644, false, false), Code::kIsDirectory);
+  EXPECT_CODE(s().create(root(), kRootIno, "d", 0644, true, false), Code::kExists);
+  EXPECT_CODE(s().create(root(), f, "x", 0644, true, false), Code::kNotDirectory);
+  EXPECT_CODE(s().mkdir(root(), kRootIno, "f", 0755), Code::kExists);
+  EXPECT_NE(d, 0u);
+}
+
+TEST_F(MetaStoreTest, PermissionsOnEntryOperations) {
+  Ino d = mkdir("home");
+  ASSERT_OK(s().setattr(root(), d, SetAttr{.uid = 1000, .gid = 100}));
+  Context alice = user(1000, 100), bob = user(2000, 200);
+  Ino f = create("a", d, 0600, alice);
+  ASSERT_NE(f, 0u);
+  EXPECT_CODE(s().create(bob, d, "b", 0644, true, false), Code::kPermissionDenied);
+  EXPECT_CODE(s().unlink(bob, d, "a"), Code::kPermissionDenied);
+  EXPECT_CODE(s().mkdir(bob, d, "x", 0755), Code::kPermissionDenied);
+  EXPECT_CODE(s().create(bob, d, "a", 0644, false, false), Code::kPermissionDenied);  // no read on 0600
+  ASSERT_OK(s().setattr(alice, d, SetAttr{.mode = 0700}));
+  EXPECT_CODE(s().lookup(bob, d, "a"), Code::kPermissionDenied);  // no search permission
+  ASSERT_OK(s().lookup(alice, d, "a"));
+  EXPECT_CODE(s().readdir(bob, d, "", 10), Code::kPermissionDenied);
+  ASSERT_OK(s().unlink(alice, d, "a"));
+}
+
+TEST_F(MetaStoreTest, StickyDirectoryRestrictsRemoval) {
+  Ino tmp = mkdir("tmp", kRootIno, 01777);
+  Context alice = user(1000, 100), bob = user(2000, 200);
+  create("a", tmp, 0644, alice);
+  EXPECT_CODE(s().unlink(bob, tmp, "a"), Code::kNotPermitted);
+  EXPECT_CODE(s().rename(bob, tmp, "a", tmp, "b"), Code::kNotPermitted);
+  ASSERT_OK(s().unlink(alice, tmp, "a"));
+  create("c", tmp, 0644, alice);
+  ASSERT_OK(s().unlink(root(), tmp, "c"));
+}
+
+TEST_F(MetaStoreTest, UnlinkAndRmdirErrors) {
+  Ino d = mkdir("d");
+  create("f", d);
+  EXPECT_CODE(s().unlink(root(), kRootIno, "d"), Code::kIsDirectory);
+  EXPECT_CODE(s().rmdir(root(), d, "f"), Code::kNotDirectory);
+  EXPECT_CODE(s().rmdir(root(), kRootIno, "d"), Code::kNotEmpty);
+  EXPECT_CODE(s().unlink(root(), kRootIno, "nope"), Code::kNotFound);
+  EXPECT_CODE(s().rmdir(root(), kRootIno, "nope"), Code::kNotFound);
+  ASSERT_OK(s().unlink(root(), d, "f"));
+  ASSERT_OK(s().rmdir(root(), kRootIno, "d"));
+  EXPECT_CODE(s().getattr(root(), d), Code::kNotFound);
+  EXPECT_EQ(s().getattr(root(), kRootIno)->nlink, 2u);
+  EXPECT_CODE(s().create(root(), d, "late", 0644, true, false), Code::kNotFound);
+}
+
+TEST_F(MetaStoreTest, HardLinks) {
+  Ino d = mkdir("d");
+  Ino f = create("f");
+  auto l = s().link(root(), f, d, "g");
+  ASSERT_OK(l);
+  EXPECT_EQ(l->nlink, 2u);
+  EXPECT_EQ(s().lookup(root(), d, "g")->ino, f);
+  EXPECT_CODE(s().link(root(), d, kRootIno, "dl"), Code::kNotPermitted);
+  EXPECT_CODE(s().link(root(), f, d, "g"), Code::kExists);
+  EXPECT_CODE(s().link(root(), f, f, "x"), Code::kNotDirectory);
+  ASSERT_OK(s().unlink(root(), kRootIno, "f"));
+  EXPECT_EQ(s().getattr(root(), f)->nlink, 1u);
+  ASSERT_OK(s().unlink(root(), d, "g"));
+  EXPECT_CODE(s().getattr(root(), f), Code::kNotFound);
+  auto gc = s().gc_pending(10);
+  ASSERT_OK(gc);
+  ASSERT_EQ(gc->size(), 1u);
+  EXPECT_EQ((*gc)[0].ino, f);
+  EXPECT_CODE(s().link(root(), f, d, "again"), Code::kNotFound);
+}
+
+TEST_F(MetaStoreTest, Symlinks) {
+  auto l = s().symlink(root(), kRootIno, "ln", "a/b/c");
+  ASSERT_OK(l);
+  EXPECT_TRUE(l->is_symlink());
+  EXPECT_EQ(l->size, 5u);
+  EXPECT_EQ(*s().readlink(root(), l->ino), "a/b/c");
+  EXPECT_CODE(s().readlink(root(), kRootIno), Code::kInvalidArgument);
+  EXPECT_CODE(s().symlink(root(), kRootIno, "ln", "x"), Code::kExists);
+  EXPECT_CODE(s().symlink(root(), kRootIno, "e", ""), Code::kNotFound);
+  EXPECT_CODE(s().symlink(root(), kRootIno, "long", std::string(4096, 'x')), Code::kNameTooLong);
+  EXPECT_CODE(s().create(root(), kRootIno, "ln", 0644, false, false), Code::kLoop);
+  ASSERT_OK(s().unlink(root(), kRootIno, "ln"));
+  EXPECT_CODE(s().getattr(root(), l->ino), Code::kNotFound);
+  EXPECT_TRUE(s().gc_pending(10)->empty());  // symlinks have no chunks
+}
+
+TEST_F(MetaStoreTest, SetattrRules) {
+  Context alice = user(1000, 100, {300}), bob = user(2000, 200);
+  Ino d = mkdir("d", kRootIno, 0777);
+  Ino f = create("f", d, 06755, alice);
+  EXPECT_EQ(s().getattr(root(), f)->mode, 06755u);
+  EXPECT_CODE(s().setattr(bob, f, SetAttr{.mode = 0777}), Code::kNotPermitted);
+  EXPECT_CODE(s().setattr(alice, f, SetAttr{.uid = 2000}), Code::kNotPermitted);
+  EXPECT_CODE(s().setattr(alice, f, SetAttr{.gid = 200}), Code::kNotPermitted);
+  auto g = s().setattr(alice, f, SetAttr{.gid = 300});  // a group alice belongs to
+  ASSERT_OK(g);
+  EXPECT_EQ(g->gid, 300u);
+  EXPECT_EQ(g->mode, 0755u);  // chown cleared setuid and (group-exec) setgid
+  auto m = s().setattr(alice, f, SetAttr{.mode = 02755});
+  EXPECT_EQ(m->mode, 02755u);
+  auto m2 = s().setattr(user(1000, 100), f, SetAttr{.mode = 02755});  // no longer in group 300
+  EXPECT_EQ(m2->mode, 0755u);
+  auto o = s().setattr(root(), f, SetAttr{.uid = 2000});
+  EXPECT_EQ(o->uid, 2000u);
+  // size: needs write permission
+  EXPECT_CODE(s().setattr(alice, f, SetAttr{.size = 10}), Code::kPermissionDenied);
+  auto t = s().setattr(bob, f, SetAttr{.size = 12345});
+  ASSERT_OK(t);
+  EXPECT_EQ(t->size, 12345u);
+  EXPECT_CODE(s().setattr(root(), d, SetAttr{.size = 1}), Code::kIsDirectory);
+  // times: explicit only for the owner, "now" for writers too
+  EXPECT_CODE(s().setattr(alice, f, SetAttr{.mtime_ns = 5}), Code::kNotPermitted);
+  auto tm = s().setattr(bob, f, SetAttr{.atime_ns = 7, .mtime_ns = 5});
+  EXPECT_EQ(tm->mtime_ns, 5);
+  EXPECT_EQ(tm->atime_ns, 7);
+  EXPECT_CODE(s().setattr(alice, f, SetAttr{.mtime_ns = SetAttr::kTimeNow}), Code::kPermissionDenied);
+  ASSERT_OK(s().setattr(root(), f, SetAttr{.mode = 0666}));
+  auto now = s().setattr(alice, f, SetAttr{.mtime_ns = SetAttr::kTimeNow});
+  ASSERT_OK(now);
+  EXPECT_GT(now->mtime_ns, 5);
+}
+
+TEST_F(MetaStoreTest, DirectoryTimesAndUtimesToThePast) {
+  Ino d = mkdir("d");
+  auto before = s().getattr(root(), d);
+  auto past = s().setattr(root(), d, SetAttr{.mtime_ns = 1000});
+  ASSERT_OK(past);
+  EXPECT_EQ(past->mtime_ns, 1000);
+  EXPECT_EQ(s().getattr(root(), d)->mtime_ns, 1000);
+  create("f", d);
+  EXPECT_GE(s().getattr(root(), d)->mtime_ns, before->mtime_ns);
+  mkdir("sub", d);
+  EXPECT_EQ(s().getattr(root(), d)->nlink, 3u);
+  ASSERT_OK(s().setattr(root(), d, SetAttr{.mode = 0700}));
+  EXPECT_EQ(s().getattr(root(), d)->nlink, 3u);  // chmod keeps the subdirectory count
+}
+
+TEST_F(MetaStoreTest, SetgidDirectoryGroupInheritance) {
+  Ino d = mkdir("shared", kRootIno, 02777);
+  ASSERT_OK(s().setattr(root(), d, SetAttr{.gid = 500}));
+  ASSERT_OK(s().setattr(root(), d, SetAttr{.mode = 02777}));
+  auto sub = s().mkdir(user(1000, 100), d, "sub", 0755);
+  ASSERT_OK(sub);
+  EXPECT_EQ(sub->gid, 500u);
+  EXPECT_EQ(sub->mode & kModeSetGid, kModeSetGid);
+  Ino f = create("f", d, 0644, user(1000, 100));
+  EXPECT_EQ(s().getattr(root(), f)->gid, 500u);
+}
+
+TEST_F(MetaStoreTest, LayoutInheritanceAndValidation) {
+  Ino d = mkdir("ckpt");
+  Layout l;
+  l.chunk_bytes = 4 << 20;
+  l.stripe_count = 8;
+  l.chain_table_id = 3;
+  ASSERT_OK(s().set_layout(root(), d, l));
+  EXPECT_EQ(s().get_layout(root(), d)->chunk_bytes, 4u << 20);
+  Ino sub = mkdir("sub", d);
+  auto sl = s().get_layout(root(), sub);
+  EXPECT_EQ(sl->chunk_bytes, 4u << 20);
+  EXPECT_EQ(sl->stripe_count, 8u);
+  EXPECT_EQ(sl->chain_table_id, 3u);
+  Ino f1 = create("f1", sub), f2 = create("f2", sub);
+  auto a = s().getattr(root(), f1), b = s().getattr(root(), f2);
+  EXPECT_EQ(a->layout.chunk_bytes, 4u << 20);
+  EXPECT_EQ(a->layout.stripe_count, 8u);
+  EXPECT_LT(a->layout.first_chain, 32u);
+  EXPECT_NE(a->layout.shuffle_seed, b->layout.shuffle_seed);  // per-file seed
+  // Changing the directory later does not touch existing files.
+  l.chunk_bytes = 64 << 10;
+  ASSERT_OK(s().set_layout(root(), sub, l));
+  EXPECT_EQ(s().getattr(root(), f1)->layout.chunk_bytes, 4u << 20);
+  EXPECT_EQ(s().getattr(root(), create("f3", sub))->layout.chunk_bytes, 64u << 10);
+  Layout bad = l;
+  bad.chunk_bytes = 3 << 20;
+  EXPECT_CODE(s().set_layout(root(), d, bad), Code::kInvalidArgument);
+  bad.chunk_bytes = 32 << 10;
+  EXPECT_CODE(s().set_layout(root(), d, bad), Code::kInvalidArgument);
+  bad.chunk_bytes = 128 << 20;
+  EXPECT_CODE(s().set_layout(root(), d, bad), Code::kInvalidArgument);
+  bad = l;
+  bad.stripe_count = 0;
+  EXPECT_CODE(s().set_layout(root(), d, bad), Code::kInvalidArgument);
+  EXPECT_CODE(s().set_layout(root(), f1, l), Code::kNotDirectory);
+  EXPECT_CODE(s().set_layout(user(1000, 100), d, l), Code::kNotPermitted);
+}
+
+TEST_F(MetaStoreTest, StatfsCountsInodesAndAsksCapacity) {
+  auto st = s().statfs(root());
+  ASSERT_OK(st);
+  EXPECT_EQ(st->inodes_used, 1u);
+  mkdir("a");
+  create("b");
+  ASSERT_OK(s().symlink(root(), kRootIno, "c", "b"));
+  EXPECT_EQ(s().statfs(root())->inodes_used, 4u);
+  ASSERT_OK(s().unlink(root(), kRootIno, "b"));
+  EXPECT_EQ(s().statfs(root())->inodes_used, 3u);
+}
+
+class CapacityTest : public StoreTest {
+  StoreOptions options() override {
+    auto o = StoreTest::options();
+    o.capacity_fn = [] { return std::pair<uint64_t, uint64_t>{1000, 250}; };
+    return o;
+  }
+};
+
+TEST_F(CapacityTest, StatfsUsesCallback) {
+  auto st = s().statfs(root());
+  EXPECT_EQ(st->capacity_bytes, 1000u);
+  EXPECT_EQ(st->used_bytes, 250u);
+}
+
+TEST_F(MetaStoreTest, StateSurvivesReopenAndIdsNeverRepeat) {
+  Ino d = mkdir("d");
+  Ino f = create("f", d);
+  ASSERT_NO_FATAL_FAILURE(open());
+  EXPECT_EQ(s().lookup(root(), d, "f")->ino, f);
+  Ino g = create("g", d);
+  EXPECT_GT(g, f);
+  EXPECT_EQ(s().statfs(root())->inodes_used, 4u);
+}
+
+TEST_F(MetaStoreTest, MetricsCountOperations) {
+  create("m");
+  EXPECT_CODE(s().create(root(), kRootIno, "m", 0644, true, false), Code::kExists);
+  auto& ops = registry_.counter("weft_meta_ops_total", "", {{"op", "create"}});
+  auto& errs = registry_.counter("weft_meta_op_errors_total", "", {{"op", "create"}});
+  EXPECT_EQ(ops.value(), 2u);
+  EXPECT_EQ(errs.value(), 1u);
+  EXPECT_NE(registry_.prometheus_text().find("weft_meta_op_latency_us"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace weft::meta::testing

@@ -1,0 +1,30 @@
+// meta/permission.h
+// POSIX permission rules of the namespace, as pure functions of inodes and
+// caller credentials: rwx mode bits for owner/group/other (supplementary
+// groups count), root (uid 0) bypassing read/write always and execute when
+// any x bit is set or the inode is a directory, the sticky bit, and name
+// validation. Threading: pure functions.
+#pragma once
+
+#include <string_view>
+
+#include "common/status.h"
+#include "meta/types.h"
+
+namespace weft::meta {
+
+enum Access : uint32_t { kAccessRead = 4, kAccessWrite = 2, kAccessExec = 1 };
+
+// kPermissionDenied (EACCES) unless cred may access `inode` for every bit of `mask`.
+Result<void> check_access(const Inode& inode, const Cred& cred, uint32_t mask);
+
+// Removing or renaming `victim` out of `dir`: needs w+x on dir and, when dir is
+// sticky, the caller must own dir or victim or be root (kNotPermitted, EPERM).
+Result<void> check_remove(const Inode& dir, const Inode& victim, const Cred& cred);
+
+// A single path component: not empty, no '/' or NUL (kInvalidArgument), at
+// most 255 bytes (kNameTooLong). "." and ".." pass; callers decide.
+Result<void> check_name(std::string_view name);
+inline bool is_dot_or_dotdot(std::string_view name) { return name == "." || name == ".."; }
+
+}  // namespace weft::meta

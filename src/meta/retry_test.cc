@@ -1,0 +1,124 @@
+#include <thread>
+
+#include <rocksdb/db.h>
+
+#include "common/fault.h"
+#include "meta/test_util.h"
+
+namespace weft::meta::testing {
+namespace {
+
+using RetryTest = StoreTest;
+
+TEST_F(RetryTest, RetriedCreateReturnsOriginalResult) {
+  Context ctx = with_req(root(), 42, 1);
+  auto first = s().create(ctx, kRootIno, "f", 0644, true, true);
+  ASSERT_OK(first);
+  auto again = s().create(ctx, kRootIno, "f", 0644, true, true);
+  ASSERT_OK(again);  // not kExists
+  EXPECT_EQ(again->inode.ino, first->inode.ino);
+  EXPECT_EQ(again->session_id, first->session_id);
+  // A new request id executes again.
+  EXPECT_CODE(s().create(with_req(root(), 42, 2), kRootIno, "f", 0644, true, false), Code::kExists);
+  EXPECT_EQ(registry_.counter("weft_meta_request_replays_total", "").value(), 1u);
+  ASSERT_OK(s().close(root(), first->inode.ino, first->session_id));
+}
+
+TEST_F(RetryTest, RetriedUnlinkAndRenameDoNotFail) {
+  create("a");
+  create("b");
+  ASSERT_OK(s().unlink(with_req(root(), 7, 10), kRootIno, "a"));
+  ASSERT_OK(s().unlink(with_req(root(), 7, 10), kRootIno, "a"));  // not kNotFound
+  ASSERT_OK(s().rename(with_req(root(), 7, 11), kRootIno, "b", kRootIno, "c"));
+  ASSERT_OK(s().rename(with_req(root(), 7, 11), kRootIno, "b", kRootIno, "c"));
+  EXPECT_CODE(s().unlink(with_req(root(), 8, 10), kRootIno, "a"), Code::kNotFound);  // other client
+}
+
+TEST_F(RetryTest, ErrorsAreRecordedToo) {
+  Ino d = mkdir("d");
+  create("x", d);
+  Context ctx = with_req(root(), 9, 1);
+  EXPECT_CODE(s().rmdir(ctx, kRootIno, "d"), Code::kNotEmpty);
+  ASSERT_OK(s().unlink(root(), d, "x"));
+  // The retry returns the original error, it does not remove the now empty dir.
+  EXPECT_CODE(s().rmdir(ctx, kRootIno, "d"), Code::kNotEmpty);
+  EXPECT_EQ(s().lookup(root(), kRootIno, "d")->ino, d);
+}
+
+TEST_F(RetryTest, RecordsSurviveReopen) {
+  Context ctx = with_req(root(), 5, 3);
+  auto m = s().mkdir(ctx, kRootIno, "d", 0755);
+  ASSERT_OK(m);
+  ASSERT_NO_FATAL_FAILURE(open());
+  auto again = s().mkdir(ctx, kRootIno, "d", 0755);
+  ASSERT_OK(again);
+  EXPECT_EQ(again->ino, m->ino);
+}
+
+class WindowTest : public StoreTest {
+  StoreOptions options() override {
+    auto o = StoreTest::options();
+    o.request_window = 4;
+    return o;
+  }
+};
+
+TEST_F(WindowTest, OnlyTheLastWindowIsKept) {
+  for (uint64_t seq = 1; seq <= 10; ++seq)
+    ASSERT_OK(s().create(with_req(root(), 3, seq), kRootIno, fmt::format("f{}", seq), 0644, true, false));
+  // seq 7..10 are remembered: a retry succeeds with the original inode.
+  ASSERT_OK(s().create(with_req(root(), 3, 8), kRootIno, "f8", 0644, true, false));
+  // seq 2 fell out of the window: it executes again and sees the file.
+  EXPECT_CODE(s().create(with_req(root(), 3, 2), kRootIno, "f2", 0644, true, false), Code::kExists);
+  std::unique_ptr<rocksdb::Iterator> it(s().db()->NewIterator(rocksdb::ReadOptions()));
+  size_t records = 0;
+  for (it->Seek("R"); it->Valid() && it->key().starts_with("R"); it->Next()) ++records;
+  EXPECT_LE(records, 5u);
+}
+
+TEST_F(RetryTest, ExpireByAge) {
+  ASSERT_OK(s().mkdir(with_req(root(), 1, 1), kRootIno, "a", 0755));
+  ASSERT_OK(s().mkdir(with_req(root(), 2, 1), kRootIno, "b", 0755));
+  EXPECT_EQ(*s().expire_requests(int64_t{3600} * 1'000'000'000), 0u);
+  EXPECT_EQ(*s().expire_requests(-1), 2u);
+  EXPECT_CODE(s().mkdir(with_req(root(), 1, 1), kRootIno, "a", 0755), Code::kExists);
+}
+
+TEST_F(RetryTest, FailedCommitLeavesNoTrace) {
+  {
+    fault::Scope fail("meta.commit.fail", {.hits_max = 1});
+    EXPECT_CODE(s().create(with_req(root(), 4, 1), kRootIno, "f", 0644, true, false), Code::kIoError);
+  }
+  EXPECT_CODE(s().lookup(root(), kRootIno, "f"), Code::kNotFound);
+  ASSERT_OK(s().create(with_req(root(), 4, 1), kRootIno, "f", 0644, true, false));  // retry executes
+}
+
+TEST_F(RetryTest, LockConflictsAreRetriedThenGiveUp) {
+  auto& retries = registry_.counter("weft_meta_commit_retries_total", "");
+  {
+    fault::Scope conflict("meta.txn.conflict", {.hits_max = 3});
+    ASSERT_OK(s().mkdir(root(), kRootIno, "a", 0755));
+    EXPECT_EQ(conflict.triggered(), 3);
+  }
+  EXPECT_EQ(retries.value(), 3u);
+  {
+    fault::Scope conflict("meta.txn.conflict");
+    EXPECT_CODE(s().mkdir(root(), kRootIno, "b", 0755), Code::kBusy);
+  }
+  EXPECT_CODE(s().lookup(root(), kRootIno, "b"), Code::kNotFound);
+}
+
+TEST_F(RetryTest, ConcurrentSameRequestExecutesOnce) {
+  std::vector<std::thread> ts;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 4; ++i)
+    ts.emplace_back([&] {
+      if (s().create(with_req(root(), 77, 1), kRootIno, "once", 0644, true, false)) ok++;
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(ok.load(), 4);
+  EXPECT_EQ(s().statfs(root())->inodes_used, 2u);
+}
+
+}  // namespace
+}  // namespace weft::meta::testing

@@ -1,0 +1,195 @@
+// MetaStore attribute operations: setattr (chmod, chown, truncate, utimes),
+// extended attributes and directory layouts.
+#include <bit>
+
+#include <rocksdb/utilities/transaction_db.h>
+
+#include "meta/meta_store.h"
+#include "meta/ops.h"
+#include "meta/permission.h"
+#include "meta/txn.h"
+
+namespace weft::meta {
+namespace {
+
+constexpr size_t kXattrNameBytesMax = 255;    // XATTR_NAME_MAX
+constexpr size_t kXattrValueBytesMax = 65536; // XATTR_SIZE_MAX
+constexpr uint32_t kStripeMax = 4096;
+
+bool owner_or_root(const Inode& n, const Cred& c) { return c.uid == 0 || c.uid == n.uid; }
+
+Result<void> check_chown(const Inode& n, const Cred& c, const SetAttr& a) {
+  if (a.uid && *a.uid != n.uid && c.uid != 0) return error(Code::kNotPermitted, "only root may change the owner");
+  if (a.gid && *a.gid != n.gid && c.uid != 0 && !(c.uid == n.uid && c.in_group(*a.gid)))
+    return error(Code::kNotPermitted, "uid {} may not set group {}", c.uid, *a.gid);
+  if (a.uid && *a.uid == n.uid && c.uid != 0 && c.uid != n.uid)
+    return error(Code::kNotPermitted, "not the owner");
+  if (a.gid && *a.gid == n.gid && c.uid != 0 && c.uid != n.uid)
+    return error(Code::kNotPermitted, "not the owner");
+  return {};
+}
+
+Result<void> check_times(const Inode& n, const Cred& c, const SetAttr& a) {
+  bool explicit_time = (a.atime_ns && *a.atime_ns != SetAttr::kTimeNow) ||
+                       (a.mtime_ns && *a.mtime_ns != SetAttr::kTimeNow);
+  bool now_time = (a.atime_ns && *a.atime_ns == SetAttr::kTimeNow) ||
+                  (a.mtime_ns && *a.mtime_ns == SetAttr::kTimeNow);
+  if (explicit_time && !owner_or_root(n, c)) return error(Code::kNotPermitted, "only the owner may set times");
+  if (now_time && !owner_or_root(n, c)) WEFT_RETURN_IF_ERROR(check_access(n, c, kAccessWrite));
+  return {};
+}
+
+// Which namespace an xattr name is in, and may the caller touch it.
+Result<void> check_xattr_name(std::string_view name) {
+  if (name.empty() || name.size() > kXattrNameBytesMax)
+    return error(Code::kOutOfRange, "xattr name of {} bytes", name.size());
+  if (name.find('\0') != std::string_view::npos) return error(Code::kInvalidArgument, "xattr name contains NUL");
+  return {};
+}
+
+Result<void> check_xattr_access(const Inode& n, const Cred& c, std::string_view name, bool write) {
+  WEFT_RETURN_IF_ERROR(check_xattr_name(name));
+  if (name.starts_with("user.")) {
+    if (write && !n.is_file() && !n.is_dir())
+      return error(Code::kNotPermitted, "user xattrs only on files and directories");
+    return check_access(n, c, write ? kAccessWrite : kAccessRead);
+  }
+  if (name.starts_with("trusted.") || (write && name.starts_with("security."))) {
+    if (c.uid != 0) return error(Code::kNotPermitted, "xattr '{}' needs root", name);
+    return {};
+  }
+  if (name.starts_with("security.")) return {};
+  return error(Code::kNotSupported, "xattr namespace of '{}' not supported", name);
+}
+
+}  // namespace
+
+Result<Inode> MetaStore::do_setattr(Txn& txn, const Context& ctx, Ino ino, const SetAttr& a) {
+  WEFT_TRY(Inode n, txn.lock_existing(ino, true));
+  const Cred& c = ctx.cred;
+  int64_t now = now_ns();
+  WEFT_RETURN_IF_ERROR(check_chown(n, c, a));
+  WEFT_RETURN_IF_ERROR(check_times(n, c, a));
+  if (a.mode) {
+    if (!owner_or_root(n, c)) return error(Code::kNotPermitted, "only the owner may chmod inode {}", ino);
+    n.mode = *a.mode & kModePermMask;
+    if (c.uid != 0 && !c.in_group(a.gid.value_or(n.gid))) n.mode &= ~kModeSetGid;
+  }
+  if (a.size) {
+    if (n.is_dir()) return error(Code::kIsDirectory, "truncate of directory {}", ino);
+    if (!n.is_file()) return error(Code::kInvalidArgument, "truncate of non-file {}", ino);
+    WEFT_RETURN_IF_ERROR(check_access(n, c, kAccessWrite));
+    n.size = *a.size;
+    n.mtime_ns = now;
+  }
+  bool chown = (a.uid && *a.uid != n.uid) || (a.gid && *a.gid != n.gid);
+  if (a.uid) n.uid = *a.uid;
+  if (a.gid) n.gid = *a.gid;
+  if (chown && n.is_file()) {  // POSIX: chown clears setuid, and setgid when group-executable
+    n.mode &= ~kModeSetUid;
+    if (n.mode & 0010) n.mode &= ~kModeSetGid;
+  }
+  if (a.atime_ns) n.atime_ns = *a.atime_ns == SetAttr::kTimeNow ? now : *a.atime_ns;
+  if (a.mtime_ns) n.mtime_ns = *a.mtime_ns == SetAttr::kTimeNow ? now : *a.mtime_ns;
+  n.ctime_ns = now;
+  WEFT_RETURN_IF_ERROR(txn.put_inode(n));
+  if (n.is_dir()) {  // times live in DirStat too (max-merged): reset them exactly
+    WEFT_TRY(DirStat s, txn.dir_stat(ino));
+    WEFT_RETURN_IF_ERROR(txn.put(key::dir_stat(ino), encode_dir_stat({n.mtime_ns, n.ctime_ns, s.nlink_delta})));
+  }
+  return n;
+}
+
+Result<Inode> MetaStore::setattr(const Context& ctx, Ino ino, const SetAttr& attr) {
+  return to_inode(mutate(Op::kSetattr, ctx, [&](Txn& txn) -> Result<Reply> {
+    WEFT_TRY(Inode n, do_setattr(txn, ctx, ino, attr));
+    return reply_of(std::move(n));
+  }));
+}
+
+Result<void> MetaStore::setxattr(const Context& ctx, Ino ino, std::string_view name, std::string_view value,
+                                 XattrFlags flags) {
+  return to_void(mutate(Op::kSetxattr, ctx, [&](Txn& txn) -> Result<Reply> {
+           WEFT_RETURN_IF_ERROR(check_xattr_name(name));
+           if (value.size() > kXattrValueBytesMax) return error(Code::kTooBig, "xattr value of {} bytes", value.size());
+           WEFT_TRY(Inode n, txn.lock_existing(ino, true));
+           WEFT_RETURN_IF_ERROR(check_xattr_access(n, ctx.cred, name, true));
+           WEFT_TRY(auto old, txn.get_raw(key::xattr(ino, name)));
+           if (old && flags == XattrFlags::kCreate) return error(Code::kExists, "xattr '{}' exists", name);
+           if (!old && flags == XattrFlags::kReplace) return error(Code::kNoData, "no xattr '{}'", name);
+           WEFT_RETURN_IF_ERROR(txn.put(key::xattr(ino, name), std::string(value)));
+           n.ctime_ns = now_ns();
+           WEFT_RETURN_IF_ERROR(txn.put_inode(n));
+           return Reply{};
+  }));
+}
+
+Result<void> MetaStore::removexattr(const Context& ctx, Ino ino, std::string_view name) {
+  return to_void(mutate(Op::kRemovexattr, ctx, [&](Txn& txn) -> Result<Reply> {
+           WEFT_TRY(Inode n, txn.lock_existing(ino, true));
+           WEFT_RETURN_IF_ERROR(check_xattr_access(n, ctx.cred, name, true));
+           WEFT_TRY(auto old, txn.get_raw(key::xattr(ino, name)));
+           if (!old) return error(Code::kNoData, "no xattr '{}'", name);
+           WEFT_RETURN_IF_ERROR(txn.del(key::xattr(ino, name)));
+           n.ctime_ns = now_ns();
+           WEFT_RETURN_IF_ERROR(txn.put_inode(n));
+           return Reply{};
+  }));
+}
+
+Result<void> validate_layout(const Layout& l) {
+  if (!std::has_single_bit(l.chunk_bytes) || l.chunk_bytes < Layout::kChunkBytesMin ||
+      l.chunk_bytes > Layout::kChunkBytesMax)
+    return error(Code::kInvalidArgument, "chunk size {} is not a power of two in [64 KiB, 64 MiB]", l.chunk_bytes);
+  if (l.stripe_count < 1 || l.stripe_count > kStripeMax)
+    return error(Code::kInvalidArgument, "stripe count {} not in [1, {}]", l.stripe_count, kStripeMax);
+  return {};
+}
+
+Result<void> MetaStore::set_layout(const Context& ctx, Ino dir, const Layout& layout) {
+  return to_void(mutate(Op::kSetLayout, ctx, [&](Txn& txn) -> Result<Reply> {
+           WEFT_RETURN_IF_ERROR(validate_layout(layout));
+           WEFT_TRY(Inode n, txn.lock_existing(dir, true));
+           if (!n.is_dir()) return error(Code::kNotDirectory, "inode {} is not a directory", dir);
+           if (!owner_or_root(n, ctx.cred)) return error(Code::kNotPermitted, "only the owner may set a layout");
+           n.layout = layout;
+           n.layout.first_chain = 0;
+           n.layout.shuffle_seed = 0;
+           WEFT_RETURN_IF_ERROR(txn.put_inode(n));
+           return Reply{};
+  }));
+}
+
+}  // namespace weft::meta
+
+namespace weft::meta {
+
+Result<std::string> MetaStore::getxattr(const Context& ctx, Ino ino, std::string_view name) {
+  return observe(metrics_of(Op::kGetxattr), [&]() -> Result<std::string> {
+    WEFT_TRY(Inode n, read_inode(ino));
+    WEFT_RETURN_IF_ERROR(check_xattr_access(n, ctx.cred, name, false));
+    std::string value;
+    auto s = db()->Get(rocksdb::ReadOptions(), key::xattr(ino, name), &value);
+    if (s.IsNotFound()) return error(Code::kNoData, "no xattr '{}' on inode {}", name, ino);
+    if (!s.ok()) return error(from_rocks(s, "getxattr"));
+    return value;
+  });
+}
+
+Result<std::vector<std::string>> MetaStore::listxattr(const Context& ctx, Ino ino) {
+  return observe(metrics_of(Op::kListxattr), [&]() -> Result<std::vector<std::string>> {
+    WEFT_RETURN_IF_ERROR(read_inode(ino));
+    std::string prefix = key::xattr_prefix(ino);
+    std::vector<std::string> names;
+    std::unique_ptr<rocksdb::Iterator> it(db()->NewIterator(rocksdb::ReadOptions()));
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+      std::string name = it->key().ToString().substr(prefix.size());
+      if (name.starts_with("trusted.") && ctx.cred.uid != 0) continue;  // hidden, as Linux does
+      names.push_back(std::move(name));
+    }
+    if (!it->status().ok()) return error(from_rocks(it->status(), "listxattr"));
+    return names;
+  });
+}
+
+}  // namespace weft::meta

@@ -1,0 +1,220 @@
+// Entry operations of MetaStore: create, mkdir, symlink, link, unlink, rmdir,
+// and the helpers they share with rename and sessions.
+#include "common/random.h"
+#include "meta/meta_store.h"
+#include "meta/ops.h"
+#include "meta/permission.h"
+#include "meta/txn.h"
+
+namespace weft::meta {
+
+Result<Inode> MetaStore::lock_dir_for_entries(Txn& txn, const Context& ctx, Ino dir, bool need_nlink) {
+  WEFT_TRY(Inode parent, txn.lock_existing(dir, /*exclusive=*/false, need_nlink));
+  if (!parent.is_dir()) return error(Code::kNotDirectory, "inode {} is not a directory", dir);
+  WEFT_RETURN_IF_ERROR(check_access(parent, ctx.cred, kAccessWrite | kAccessExec));
+  return parent;
+}
+
+Result<Inode> MetaStore::new_inode(Txn& txn, const Context& ctx, const Inode& parent, InodeType type,
+                                   uint32_t mode) {
+  WEFT_TRY(uint64_t ino, alloc_id());
+  Inode n;
+  n.ino = ino;
+  n.type = type;
+  n.mode = mode & kModePermMask;
+  n.uid = ctx.cred.uid;
+  n.gid = ctx.cred.gid;
+  if (parent.mode & kModeSetGid) {  // BSD group semantics of setgid directories
+    n.gid = parent.gid;
+    if (type == InodeType::kDirectory) n.mode |= kModeSetGid;
+  }
+  if (type == InodeType::kFile && (n.mode & kModeSetGid) && ctx.cred.uid != 0 && !ctx.cred.in_group(n.gid))
+    n.mode &= ~kModeSetGid;
+  n.atime_ns = n.mtime_ns = n.ctime_ns = now_ns();
+  n.nlink = type == InodeType::kDirectory ? 2 : 1;
+  n.layout = parent.layout;
+  if (type == InodeType::kDirectory) {
+    n.parent = parent.ino;
+    n.layout.first_chain = 0;
+    n.layout.shuffle_seed = 0;
+    WEFT_RETURN_IF_ERROR(txn.put_untracked(key::dir_stat(ino), encode_dir_stat({n.mtime_ns, n.ctime_ns, 0})));
+  } else if (type == InodeType::kFile) {
+    n.layout.first_chain = static_cast<uint32_t>(thread_random().uniform(std::max<uint32_t>(1, options_.chain_count)));
+    n.layout.shuffle_seed = thread_random().next_u64();
+  }
+  WEFT_RETURN_IF_ERROR(txn.put_untracked(key::inode(ino), encode_inode(n)));
+  WEFT_RETURN_IF_ERROR(txn.merge_untracked(std::string(key::kInodeCount), encode_i64(1)));
+  return n;
+}
+
+Result<void> MetaStore::add_entry(Txn& txn, const Inode& parent, std::string_view name, const Inode& child) {
+  WEFT_RETURN_IF_ERROR(txn.put(key::dentry(parent.ino, name), encode_dentry({child.ino, child.type})));
+  return touch_dir(txn, parent.ino, child.is_dir() ? 1 : 0);
+}
+
+Result<void> MetaStore::touch_dir(Txn& txn, Ino dir, int64_t nlink_delta) {
+  int64_t now = now_ns();
+  return txn.merge_untracked(key::dir_stat(dir), encode_dir_stat({now, now, nlink_delta}));
+}
+
+Result<void> MetaStore::destroy_inode(Txn& txn, const Inode& inode) {
+  WEFT_RETURN_IF_ERROR(txn.del(key::inode(inode.ino)));
+  if (inode.is_dir()) WEFT_RETURN_IF_ERROR(txn.del(key::dir_stat(inode.ino)));
+  WEFT_TRY(auto xattrs, txn.scan(key::xattr_prefix(inode.ino), SIZE_MAX));
+  for (auto& [k, v] : xattrs) WEFT_RETURN_IF_ERROR(txn.del(k));
+  return txn.merge_untracked(std::string(key::kInodeCount), encode_i64(-1));
+}
+
+// REQUIRES: victim (a file or symlink) locked exclusive and its dentry removed.
+Result<void> MetaStore::drop_link(Txn& txn, Inode victim) {
+  if (victim.nlink == 0) return error(Code::kCorruption, "inode {} already has no links", victim.ino);
+  victim.nlink--;
+  victim.ctime_ns = now_ns();
+  if (victim.nlink > 0) return txn.put_inode(victim);
+  if (victim.is_file()) {
+    WEFT_TRY(bool open, txn.has_prefix(key::session_prefix(victim.ino)));
+    if (open) return txn.put_inode(victim);  // queued at last close
+  }
+  WEFT_RETURN_IF_ERROR(destroy_inode(txn, victim));
+  if (victim.is_file()) return txn.put_untracked(key::gc(victim.ino), encode_inode(victim));
+  return {};
+}
+
+Result<uint64_t> MetaStore::begin_session(Txn& txn, const Context& ctx, Ino ino) {
+  WEFT_TRY(uint64_t sid, alloc_id());
+  WEFT_RETURN_IF_ERROR(txn.put_untracked(key::session(ino, sid), encode_session({ctx.req.client_id, now_ns()})));
+  return sid;
+}
+
+Result<Reply> MetaStore::do_create(Txn& txn, const Context& ctx, Ino parent_ino, std::string_view name,
+                                   uint32_t mode, bool exclusive, bool open_for_write) {
+  WEFT_RETURN_IF_ERROR(check_name(name));
+  if (is_dot_or_dotdot(name))
+    return error(exclusive ? Code::kExists : Code::kIsDirectory, "create '{}': is a directory", name);
+  WEFT_TRY(Inode parent, txn.lock_existing(parent_ino, false, /*with_stat=*/false));
+  if (!parent.is_dir()) return error(Code::kNotDirectory, "inode {} is not a directory", parent_ino);
+  WEFT_RETURN_IF_ERROR(check_access(parent, ctx.cred, kAccessExec));
+  WEFT_TRY(auto existing, txn.lock_dentry(parent_ino, name));
+  Reply reply;
+  if (existing) {
+    if (exclusive) return error(Code::kExists, "'{}' exists in {}", name, parent_ino);
+    if (existing->type == InodeType::kDirectory) return error(Code::kIsDirectory, "'{}' is a directory", name);
+    if (existing->type == InodeType::kSymlink)
+      return error(Code::kLoop, "'{}' is a symlink: resolve it before create", name);
+    WEFT_TRY(Inode file, txn.lock_existing(existing->ino, false));
+    WEFT_RETURN_IF_ERROR(check_access(file, ctx.cred, open_for_write ? kAccessWrite : kAccessRead));
+    if (open_for_write) {
+      WEFT_TRY(reply.session_id, begin_session(txn, ctx, file.ino));
+    }
+    reply = reply_of(std::move(file), reply.session_id);
+    return reply;
+  }
+  WEFT_RETURN_IF_ERROR(check_access(parent, ctx.cred, kAccessWrite | kAccessExec));
+  WEFT_TRY(Inode file, new_inode(txn, ctx, parent, InodeType::kFile, mode));
+  WEFT_RETURN_IF_ERROR(add_entry(txn, parent, name, file));
+  if (open_for_write) {
+    WEFT_TRY(reply.session_id, begin_session(txn, ctx, file.ino));
+  }
+  reply = reply_of(std::move(file), reply.session_id);
+  return reply;
+}
+
+Result<Reply> MetaStore::create(const Context& ctx, Ino parent, std::string_view name, uint32_t mode,
+                                bool exclusive, bool open_for_write) {
+  return mutate(Op::kCreate, ctx, [&](Txn& txn) {
+    return do_create(txn, ctx, parent, name, mode, exclusive, open_for_write);
+  });
+}
+
+Result<Inode> MetaStore::mkdir(const Context& ctx, Ino parent_ino, std::string_view name, uint32_t mode) {
+  return to_inode(mutate(Op::kMkdir, ctx, [&](Txn& txn) -> Result<Reply> {
+    WEFT_RETURN_IF_ERROR(check_name(name));
+    if (is_dot_or_dotdot(name)) return error(Code::kExists, "mkdir '{}'", name);
+    WEFT_TRY(Inode parent, lock_dir_for_entries(txn, ctx, parent_ino, /*need_nlink=*/true));
+    if (parent.nlink >= kLinkCountMax) return error(Code::kTooManyLinks, "directory {} is full", parent_ino);
+    WEFT_TRY(auto existing, txn.lock_dentry(parent_ino, name));
+    if (existing) return error(Code::kExists, "'{}' exists in {}", name, parent_ino);
+    WEFT_TRY(Inode dir, new_inode(txn, ctx, parent, InodeType::kDirectory, mode));
+    WEFT_RETURN_IF_ERROR(add_entry(txn, parent, name, dir));
+    return reply_of(std::move(dir));
+  }));
+}
+
+Result<Inode> MetaStore::symlink(const Context& ctx, Ino parent_ino, std::string_view name,
+                                 std::string_view target) {
+  return to_inode(mutate(Op::kSymlink, ctx, [&](Txn& txn) -> Result<Reply> {
+    WEFT_RETURN_IF_ERROR(check_name(name));
+    if (target.empty()) return error(Code::kNotFound, "empty symlink target");
+    if (target.size() > kSymlinkBytesMax) return error(Code::kNameTooLong, "symlink target too long");
+    if (is_dot_or_dotdot(name)) return error(Code::kExists, "symlink '{}'", name);
+    WEFT_TRY(Inode parent, lock_dir_for_entries(txn, ctx, parent_ino));
+    WEFT_TRY(auto existing, txn.lock_dentry(parent_ino, name));
+    if (existing) return error(Code::kExists, "'{}' exists in {}", name, parent_ino);
+    WEFT_TRY(Inode link, new_inode(txn, ctx, parent, InodeType::kSymlink, 0777));
+    link.symlink_target = std::string(target);
+    link.size = target.size();
+    WEFT_RETURN_IF_ERROR(txn.put_untracked(key::inode(link.ino), encode_inode(link)));
+    WEFT_RETURN_IF_ERROR(add_entry(txn, parent, name, link));
+    return reply_of(std::move(link));
+  }));
+}
+
+Result<Inode> MetaStore::link(const Context& ctx, Ino ino, Ino parent_ino, std::string_view name) {
+  return to_inode(mutate(Op::kLink, ctx, [&](Txn& txn) -> Result<Reply> {
+    WEFT_RETURN_IF_ERROR(check_name(name));
+    if (is_dot_or_dotdot(name)) return error(Code::kExists, "link '{}'", name);
+    WEFT_TRY(Inode parent, lock_dir_for_entries(txn, ctx, parent_ino));
+    WEFT_TRY(auto existing, txn.lock_dentry(parent_ino, name));
+    if (existing) return error(Code::kExists, "'{}' exists in {}", name, parent_ino);
+    WEFT_TRY(Inode target, txn.lock_existing(ino, true));
+    if (target.is_dir()) return error(Code::kNotPermitted, "hard link to directory {}", ino);
+    if (target.nlink == 0) return error(Code::kNotFound, "inode {} was unlinked", ino);
+    if (target.nlink >= kLinkCountMax) return error(Code::kTooManyLinks, "inode {} has too many links", ino);
+    target.nlink++;
+    target.ctime_ns = now_ns();
+    WEFT_RETURN_IF_ERROR(txn.put_inode(target));
+    WEFT_RETURN_IF_ERROR(add_entry(txn, parent, name, target));
+    return reply_of(std::move(target));
+  }));
+}
+
+Result<void> MetaStore::unlink(const Context& ctx, Ino parent_ino, std::string_view name) {
+  WEFT_RETURN_IF_ERROR(mutate(Op::kUnlink, ctx, [&](Txn& txn) -> Result<Reply> {
+    WEFT_RETURN_IF_ERROR(check_name(name));
+    if (is_dot_or_dotdot(name)) return error(Code::kIsDirectory, "unlink '{}'", name);
+    WEFT_TRY(Inode parent, lock_dir_for_entries(txn, ctx, parent_ino));
+    WEFT_TRY(auto d, txn.lock_dentry(parent_ino, name));
+    if (!d) return error(Code::kNotFound, "no '{}' in {}", name, parent_ino);
+    if (d->type == InodeType::kDirectory) return error(Code::kIsDirectory, "unlink of directory '{}'", name);
+    WEFT_TRY(Inode victim, txn.lock_existing(d->ino, true));
+    WEFT_RETURN_IF_ERROR(check_remove(parent, victim, ctx.cred));
+    WEFT_RETURN_IF_ERROR(txn.del(key::dentry(parent_ino, name)));
+    WEFT_RETURN_IF_ERROR(touch_dir(txn, parent_ino, 0));
+    WEFT_RETURN_IF_ERROR(drop_link(txn, std::move(victim)));
+    return Reply{};
+  }));
+  return {};
+}
+
+Result<void> MetaStore::rmdir(const Context& ctx, Ino parent_ino, std::string_view name) {
+  WEFT_RETURN_IF_ERROR(mutate(Op::kRmdir, ctx, [&](Txn& txn) -> Result<Reply> {
+    WEFT_RETURN_IF_ERROR(check_name(name));
+    if (name == ".") return error(Code::kInvalidArgument, "rmdir '.'");
+    if (name == "..") return error(Code::kNotEmpty, "rmdir '..'");
+    WEFT_TRY(Inode parent, lock_dir_for_entries(txn, ctx, parent_ino));
+    WEFT_TRY(auto d, txn.lock_dentry(parent_ino, name));
+    if (!d) return error(Code::kNotFound, "no '{}' in {}", name, parent_ino);
+    if (d->type != InodeType::kDirectory) return error(Code::kNotDirectory, "rmdir of non-directory '{}'", name);
+    WEFT_TRY(Inode victim, txn.lock_existing(d->ino, true));
+    WEFT_RETURN_IF_ERROR(check_remove(parent, victim, ctx.cred));
+    WEFT_TRY(bool busy, txn.has_prefix(key::dentry_prefix(victim.ino)));
+    if (busy) return error(Code::kNotEmpty, "directory '{}' is not empty", name);
+    WEFT_RETURN_IF_ERROR(txn.del(key::dentry(parent_ino, name)));
+    WEFT_RETURN_IF_ERROR(touch_dir(txn, parent_ino, -1));
+    WEFT_RETURN_IF_ERROR(destroy_inode(txn, victim));
+    return Reply{};
+  }));
+  return {};
+}
+
+}  // namespace weft::meta

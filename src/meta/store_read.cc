@@ -1,0 +1,156 @@
+// MetaStore read operations. They run without a transaction and never write.
+#include <rocksdb/utilities/transaction_db.h>
+
+#include "meta/meta_store.h"
+#include "meta/ops.h"
+#include "meta/permission.h"
+#include "meta/txn.h"
+
+namespace weft::meta {
+namespace {
+
+constexpr size_t kReaddirLimitMax = 4096;
+
+class SnapshotHolder {
+ public:
+  explicit SnapshotHolder(rocksdb::DB* db) : db_(db), snap_(db->GetSnapshot()) {}
+  ~SnapshotHolder() { db_->ReleaseSnapshot(snap_); }
+  const rocksdb::Snapshot* get() const { return snap_; }
+
+ private:
+  rocksdb::DB* db_;
+  const rocksdb::Snapshot* snap_;
+};
+
+}  // namespace
+
+Result<Inode> MetaStore::read_inode(Ino ino, const rocksdb::Snapshot* snapshot) {
+  rocksdb::ReadOptions ro;
+  ro.snapshot = snapshot;
+  std::string raw;
+  auto s = db_->Get(ro, key::inode(ino), &raw);
+  if (s.IsNotFound()) return error(Code::kNotFound, "no inode {}", ino);
+  if (!s.ok()) return error(from_rocks(s, "read inode"));
+  WEFT_TRY(Inode n, decode_inode(raw));
+  if (n.ino != ino) return error(Code::kCorruption, "inode key {} holds inode {}", ino, n.ino);
+  if (!n.is_dir()) return n;
+  s = db_->Get(ro, key::dir_stat(ino), &raw);
+  if (s.IsNotFound()) return n;
+  if (!s.ok()) return error(from_rocks(s, "read dir stat"));
+  WEFT_TRY(DirStat stat, decode_dir_stat(raw));
+  return apply_dir_stat(std::move(n), stat);
+}
+
+Result<Inode> MetaStore::lookup(const Context& ctx, Ino parent_ino, std::string_view name) {
+  return observe(metrics_of(Op::kLookup), [&]() -> Result<Inode> {
+    WEFT_RETURN_IF_ERROR(check_name(name));
+    SnapshotHolder snap(db_);
+    WEFT_TRY(Inode parent, read_inode(parent_ino, snap.get()));
+    if (!parent.is_dir()) return error(Code::kNotDirectory, "inode {} is not a directory", parent_ino);
+    WEFT_RETURN_IF_ERROR(check_access(parent, ctx.cred, kAccessExec));
+    if (name == ".") return parent;
+    if (name == "..") return read_inode(parent.parent, snap.get());
+    rocksdb::ReadOptions ro;
+    ro.snapshot = snap.get();
+    std::string raw;
+    auto s = db_->Get(ro, key::dentry(parent_ino, name), &raw);
+    if (s.IsNotFound()) return error(Code::kNotFound, "no '{}' in {}", name, parent_ino);
+    if (!s.ok()) return error(from_rocks(s, "lookup"));
+    WEFT_TRY(DentryValue d, decode_dentry(raw));
+    auto child = read_inode(d.ino, snap.get());
+    if (!child && child.error().code() == Code::kNotFound)
+      return error(Code::kCorruption, "dentry '{}' in {} names missing inode {}", name, parent_ino, d.ino);
+    return child;
+  });
+}
+
+Result<Inode> MetaStore::getattr(const Context&, Ino ino) {
+  return observe(metrics_of(Op::kGetattr), [&] { return read_inode(ino); });
+}
+
+Result<std::string> MetaStore::readlink(const Context&, Ino ino) {
+  return observe(metrics_of(Op::kReadlink), [&]() -> Result<std::string> {
+    WEFT_TRY(Inode n, read_inode(ino));
+    if (!n.is_symlink()) return error(Code::kInvalidArgument, "inode {} is not a symlink", ino);
+    return n.symlink_target;
+  });
+}
+
+Result<DirPage> MetaStore::readdir(const Context& ctx, Ino dir, std::string_view cookie, size_t limit) {
+  return observe(metrics_of(Op::kReaddir), [&]() -> Result<DirPage> {
+    if (limit == 0) return error(Code::kInvalidArgument, "readdir limit 0");
+    if (!cookie.empty()) WEFT_RETURN_IF_ERROR(check_name(cookie));
+    limit = std::min(limit, kReaddirLimitMax);
+    SnapshotHolder snap(db_);
+    WEFT_TRY(Inode d, read_inode(dir, snap.get()));
+    if (!d.is_dir()) return error(Code::kNotDirectory, "inode {} is not a directory", dir);
+    WEFT_RETURN_IF_ERROR(check_access(d, ctx.cred, kAccessRead));
+    const std::string prefix = key::dentry_prefix(dir);
+    const std::string end = key::prefix_end(prefix);
+    rocksdb::Slice end_slice(end);
+    rocksdb::ReadOptions ro;
+    ro.snapshot = snap.get();
+    ro.iterate_upper_bound = &end_slice;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+    const std::string start = key::dentry(dir, cookie);
+    DirPage page;
+    // The cookie is the last name returned: resume strictly after it, whether
+    // or not it still exists.
+    for (it->Seek(start); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+      if (!cookie.empty() && it->key() == start) continue;
+      if (page.entries.size() == limit) break;
+      DirEntry e;
+      e.name = it->key().ToString().substr(prefix.size());
+      WEFT_TRY(DentryValue dv, decode_dentry(std::string_view(it->value().data(), it->value().size())));
+      e.ino = dv.ino;
+      e.type = dv.type;
+      WEFT_TRY(e.attr, read_inode(dv.ino, snap.get()));
+      page.entries.push_back(std::move(e));
+    }
+    if (!it->status().ok()) return error(from_rocks(it->status(), "readdir"));
+    page.eof = !it->Valid() || !it->key().starts_with(prefix);
+    page.cookie = page.entries.empty() ? std::string(cookie) : page.entries.back().name;
+    return page;
+  });
+}
+
+Result<StatFs> MetaStore::statfs(const Context&) {
+  return observe(metrics_of(Op::kStatfs), [&]() -> Result<StatFs> {
+    StatFs st;
+    if (options_.capacity_fn) std::tie(st.capacity_bytes, st.used_bytes) = options_.capacity_fn();
+    std::string raw;
+    auto s = db_->Get(rocksdb::ReadOptions(), key::kInodeCount, &raw);
+    if (!s.ok() && !s.IsNotFound()) return error(from_rocks(s, "read inode count"));
+    if (s.ok()) {
+      WEFT_TRY(int64_t n, decode_i64(raw));
+      st.inodes_used = static_cast<uint64_t>(std::max<int64_t>(0, n));
+    }
+    st.inodes_max = options_.inodes_max;
+    return st;
+  });
+}
+
+Result<Layout> MetaStore::get_layout(const Context&, Ino ino) {
+  return observe(metrics_of(Op::kGetLayout), [&]() -> Result<Layout> {
+    WEFT_TRY(Inode n, read_inode(ino));
+    if (n.is_symlink()) return error(Code::kInvalidArgument, "inode {} is a symlink", ino);
+    return n.layout;
+  });
+}
+
+Result<std::vector<GcItem>> MetaStore::gc_pending(size_t limit) {
+  return observe(metrics_of(Op::kGcPending), [&]() -> Result<std::vector<GcItem>> {
+    std::vector<GcItem> items;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+    const std::string prefix(1, key::kGcPrefix);
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix) && items.size() < limit; it->Next()) {
+      WEFT_TRY(Inode n, decode_inode(std::string_view(it->value().data(), it->value().size())));
+      WEFT_TRY(uint64_t ino, key::u64_at(std::string_view(it->key().data(), it->key().size()), 1));
+      items.push_back({ino, std::move(n)});
+    }
+    if (!it->status().ok()) return error(from_rocks(it->status(), "gc_pending"));
+    return items;
+  });
+}
+
+}  // namespace weft::meta

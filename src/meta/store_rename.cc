@@ -1,0 +1,121 @@
+// MetaStore::rename: POSIX rename(2) with RENAME_NOREPLACE and RENAME_EXCHANGE.
+//  1. lock both parents shared (lower ino first) and check w+x on them;
+//  2. lock both dentries (lower key first), then the inodes they name;
+//  3. refuse moving a directory into its own subtree (walk dst parent's
+//     ancestors, each locked shared so none can move meanwhile);
+//  4. rewrite the dentries, drop the replaced inode's link, fix parent
+//     pointers of moved directories and the parents' subdirectory counts.
+#include <map>
+
+#include "meta/meta_store.h"
+#include "meta/ops.h"
+#include "meta/permission.h"
+#include "meta/txn.h"
+
+namespace weft::meta {
+namespace {
+
+constexpr int kDepthMax = 4096;
+
+Result<void> check_rename_names(std::string_view sn, std::string_view dn) {
+  WEFT_RETURN_IF_ERROR(check_name(sn));
+  WEFT_RETURN_IF_ERROR(check_name(dn));
+  if (is_dot_or_dotdot(sn) || is_dot_or_dotdot(dn)) return error(Code::kInvalidArgument, "rename of '.' or '..'");
+  return {};
+}
+
+}  // namespace
+
+Result<void> MetaStore::check_not_ancestor(Txn& txn, Ino moved, Ino dst_parent) {
+  Ino cur = dst_parent;
+  for (int depth = 0; depth < kDepthMax; ++depth) {
+    if (cur == moved) return error(Code::kInvalidArgument, "cannot move directory {} into its own subtree", moved);
+    if (cur == kRootIno) return {};
+    WEFT_TRY(Inode dir, txn.lock_existing(cur, false));
+    cur = dir.parent;
+  }
+  return error(Code::kCorruption, "directory {} is deeper than {} levels or in a cycle", dst_parent, kDepthMax);
+}
+
+Result<void> MetaStore::rename(const Context& ctx, Ino sp, std::string_view sn, Ino dp, std::string_view dn,
+                               RenameFlags flags) {
+  return to_void(mutate(Op::kRename, ctx, [&](Txn& txn) -> Result<Reply> {
+           WEFT_RETURN_IF_ERROR(do_rename(txn, ctx, sp, sn, dp, dn, flags));
+           return Reply{};
+  }));
+}
+
+Result<void> MetaStore::do_rename(Txn& txn, const Context& ctx, Ino sp, std::string_view sn, Ino dp,
+                                  std::string_view dn, RenameFlags flags) {
+  WEFT_RETURN_IF_ERROR(check_rename_names(sn, dn));
+  bool exchange = flags == RenameFlags::kExchange;
+  bool noreplace = flags == RenameFlags::kNoReplace;
+  if (static_cast<uint32_t>(flags) > 2) return error(Code::kInvalidArgument, "bad rename flags");
+  // 1. parents
+  WEFT_TRY(Inode sdir, lock_dir_for_entries(txn, ctx, std::min(sp, dp), true));
+  Inode ddir = sdir;
+  if (sp != dp) {
+    WEFT_TRY(ddir, lock_dir_for_entries(txn, ctx, std::max(sp, dp), true));
+  }
+  if (sdir.ino != sp) std::swap(sdir, ddir);
+  // 2. dentries and inodes
+  bool src_first = key::dentry(sp, sn) <= key::dentry(dp, dn);
+  WEFT_TRY(auto d1, txn.lock_dentry(src_first ? sp : dp, src_first ? sn : dn));
+  WEFT_TRY(auto d2, txn.lock_dentry(src_first ? dp : sp, src_first ? dn : sn));
+  auto sd = src_first ? d1 : d2;
+  auto dd = src_first ? d2 : d1;
+  if (!sd) return error(Code::kNotFound, "no '{}' in {}", sn, sp);
+  if (exchange && !dd) return error(Code::kNotFound, "no '{}' in {}", dn, dp);
+  if (dd && noreplace) return error(Code::kExists, "'{}' exists in {}", dn, dp);
+  if (dd && dd->ino == sd->ino) return {};  // same inode (itself or a hard link): nothing to do
+  WEFT_TRY(Inode src, txn.lock_existing(sd->ino, true));
+  std::optional<Inode> dst;
+  if (dd) {
+    WEFT_TRY(dst, txn.lock_existing(dd->ino, true));
+  }
+  WEFT_RETURN_IF_ERROR(check_remove(sdir, src, ctx.cred));
+  if (dst) WEFT_RETURN_IF_ERROR(check_remove(ddir, *dst, ctx.cred));
+  if (sp != dp && src.is_dir()) WEFT_RETURN_IF_ERROR(check_access(src, ctx.cred, kAccessWrite));
+  if (sp != dp && exchange && dst->is_dir()) WEFT_RETURN_IF_ERROR(check_access(*dst, ctx.cred, kAccessWrite));
+  // 3. cycles
+  if (sp != dp && src.is_dir()) WEFT_RETURN_IF_ERROR(check_not_ancestor(txn, src.ino, dp));
+  if (sp != dp && exchange && dst->is_dir()) WEFT_RETURN_IF_ERROR(check_not_ancestor(txn, dst->ino, sp));
+  // 4. rewrite
+  std::map<Ino, int64_t> nlink_delta{{sp, 0}, {dp, 0}};
+  int64_t now = now_ns();
+  auto move = [&](Inode& node, Ino from, Ino to, std::string_view name) -> Result<void> {
+    WEFT_RETURN_IF_ERROR(txn.put(key::dentry(to, name), encode_dentry({node.ino, node.type})));
+    node.ctime_ns = now;
+    if (node.is_dir() && from != to) {
+      node.parent = to;
+      nlink_delta[from]--;
+      nlink_delta[to]++;
+    }
+    return txn.put_inode(node);
+  };
+  if (exchange) {
+    WEFT_RETURN_IF_ERROR(move(src, sp, dp, dn));
+    WEFT_RETURN_IF_ERROR(move(*dst, dp, sp, sn));
+  } else {
+    if (src.is_dir() && sp != dp && ddir.nlink >= kLinkCountMax && !(dst && dst->is_dir()))
+      return error(Code::kTooManyLinks, "directory {} is full", dp);
+    if (dst) {
+      if (src.is_dir() && !dst->is_dir()) return error(Code::kNotDirectory, "'{}' is not a directory", dn);
+      if (!src.is_dir() && dst->is_dir()) return error(Code::kIsDirectory, "'{}' is a directory", dn);
+      if (dst->is_dir()) {
+        WEFT_TRY(bool busy, txn.has_prefix(key::dentry_prefix(dst->ino)));
+        if (busy) return error(Code::kNotEmpty, "directory '{}' is not empty", dn);
+        WEFT_RETURN_IF_ERROR(destroy_inode(txn, *dst));
+        nlink_delta[dp]--;
+      } else {
+        WEFT_RETURN_IF_ERROR(drop_link(txn, *dst));
+      }
+    }
+    WEFT_RETURN_IF_ERROR(txn.del(key::dentry(sp, sn)));
+    WEFT_RETURN_IF_ERROR(move(src, sp, dp, dn));
+  }
+  for (auto& [dir, delta] : nlink_delta) WEFT_RETURN_IF_ERROR(touch_dir(txn, dir, delta));
+  return {};
+}
+
+}  // namespace weft::meta

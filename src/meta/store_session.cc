@@ -1,0 +1,104 @@
+// MetaStore write sessions, file length reports and the chunk GC queue.
+#include <rocksdb/utilities/transaction_db.h>
+
+#include "meta/meta_store.h"
+#include "meta/ops.h"
+#include "meta/permission.h"
+#include "meta/txn.h"
+
+namespace weft::meta {
+namespace {
+
+Result<void> check_openable(const Inode& n, const Cred& c, OpenFlags flags) {
+  if (n.is_dir() && flags.write) return error(Code::kIsDirectory, "inode {} is a directory", n.ino);
+  if (n.is_symlink()) return error(Code::kLoop, "inode {} is a symlink", n.ino);
+  uint32_t mask = (flags.read ? uint32_t{kAccessRead} : 0u) | (flags.write ? uint32_t{kAccessWrite} : 0u);
+  return check_access(n, c, mask);
+}
+
+}  // namespace
+
+Result<Reply> MetaStore::open(const Context& ctx, Ino ino, OpenFlags flags) {
+  if (!flags.write) {  // read-only: nothing is written
+    return observe(metrics_of(Op::kOpen), [&]() -> Result<Reply> {
+      WEFT_TRY(Inode n, read_inode(ino));
+      WEFT_RETURN_IF_ERROR(check_openable(n, ctx.cred, flags));
+      return reply_of(std::move(n));
+    });
+  }
+  return mutate(Op::kOpen, ctx, [&](Txn& txn) -> Result<Reply> {
+    WEFT_TRY(Inode n, txn.lock_existing(ino, false));
+    if (n.nlink == 0) return error(Code::kNotFound, "inode {} was unlinked", ino);
+    WEFT_RETURN_IF_ERROR(check_openable(n, ctx.cred, flags));
+    WEFT_TRY(uint64_t sid, begin_session(txn, ctx, ino));
+    return reply_of(std::move(n), sid);
+  });
+}
+
+Result<void> MetaStore::close(const Context& ctx, Ino ino, uint64_t session_id) {
+  return to_void(mutate(Op::kClose, ctx, [&](Txn& txn) -> Result<Reply> {
+           WEFT_TRY(auto n, txn.lock_inode(ino, true));
+           if (!n) return error(Code::kBadHandle, "no inode {} for session {}", ino, session_id);
+           WEFT_TRY(auto s, txn.lock_raw(key::session(ino, session_id), true));
+           if (!s) return error(Code::kBadHandle, "no session {} on inode {}", session_id, ino);
+           WEFT_RETURN_IF_ERROR(txn.del(key::session(ino, session_id)));
+           if (n->nlink > 0) return Reply{};
+           WEFT_TRY(bool others, txn.has_prefix(key::session_prefix(ino)));
+           if (others) return Reply{};
+           // The last writer of an unlinked file closed: queue its chunks for GC.
+           WEFT_RETURN_IF_ERROR(destroy_inode(txn, *n));
+           WEFT_RETURN_IF_ERROR(txn.put_untracked(key::gc(ino), encode_inode(*n)));
+           return Reply{};
+  }));
+}
+
+Result<Inode> MetaStore::report_length(const Context& ctx, Ino ino, uint64_t session_id, uint64_t length) {
+  return to_inode(mutate(Op::kReportLength, ctx, [&](Txn& txn) -> Result<Reply> {
+    WEFT_TRY(Inode n, txn.lock_existing(ino, true));
+    WEFT_TRY(auto s, txn.get_raw(key::session(ino, session_id)));
+    if (!s) return error(Code::kBadHandle, "no session {} on inode {}", session_id, ino);
+    if (!n.is_file()) return error(Code::kInvalidArgument, "inode {} is not a file", ino);
+    if (length > n.size) {
+      n.size = length;
+      n.mtime_ns = n.ctime_ns = now_ns();
+      WEFT_RETURN_IF_ERROR(txn.put_inode(n));
+    }
+    return reply_of(std::move(n));
+  }));
+}
+
+Result<uint64_t> MetaStore::drop_sessions_of(uint64_t client_id) {
+  std::vector<std::pair<Ino, uint64_t>> mine;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+    const std::string prefix(1, key::kSessionPrefix);
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+      std::string_view k(it->key().data(), it->key().size());
+      auto v = decode_session(std::string_view(it->value().data(), it->value().size()));
+      if (!v || v->client_id != client_id) continue;
+      WEFT_TRY(uint64_t ino, key::u64_at(k, 1));
+      WEFT_TRY(uint64_t sid, key::u64_at(k, 9));
+      mine.emplace_back(ino, sid);
+    }
+    if (!it->status().ok()) return error(from_rocks(it->status(), "scan sessions"));
+  }
+  uint64_t closed = 0;
+  for (auto [ino, sid] : mine) {
+    auto r = close(Context{}, ino, sid);
+    if (r) ++closed;
+    else if (r.error().code() != Code::kBadHandle) return std::unexpected(r.error());
+  }
+  return closed;
+}
+
+Result<void> MetaStore::gc_done(const Context& ctx, Ino ino) {
+  return to_void(mutate(Op::kGcDone, ctx, [&](Txn& txn) -> Result<Reply> {
+           if (ctx.cred.uid != 0) return error(Code::kNotPermitted, "gc_done needs root");
+           WEFT_TRY(auto g, txn.lock_raw(key::gc(ino), true));
+           if (!g) return error(Code::kNotFound, "inode {} is not queued for GC", ino);
+           WEFT_RETURN_IF_ERROR(txn.del(key::gc(ino)));
+           return Reply{};
+  }));
+}
+
+}  // namespace weft::meta

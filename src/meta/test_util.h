@@ -1,0 +1,102 @@
+// meta/test_util.h
+// Test helpers: a temporary directory and a fixture owning a MetaStore.
+#pragma once
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "meta/fsck.h"
+#include "meta/meta_store.h"
+
+namespace weft::meta::testing {
+
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/weft_meta_XXXXXX";
+    char* p = mkdtemp(tmpl.data());
+    if (p) path_ = p;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+inline Context user(uint32_t uid, uint32_t gid, std::vector<uint32_t> groups = {}) {
+  return Context{Cred{uid, gid, std::move(groups)}, {}};
+}
+inline Context root() { return Context{}; }
+inline Context with_req(Context ctx, uint64_t client, uint64_t seq) {
+  ctx.req = {client, seq};
+  return ctx;
+}
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(open()); }
+  void TearDown() override {
+    if (store_) {
+      auto report = fsck(*store_->db());
+      ASSERT_TRUE(report.has_value()) << report.error();
+      EXPECT_TRUE(report->ok()) << report->summary();
+    }
+  }
+  virtual StoreOptions options() {
+    StoreOptions o;
+    o.path = dir_.path() + "/db";
+    o.sync = false;
+    o.chain_count = 32;
+    o.registry = &registry_;
+    o.ino_batch = 64;
+    return o;
+  }
+  void open() {
+    store_.reset();
+    auto s = MetaStore::open(options());
+    ASSERT_TRUE(s.has_value()) << s.error();
+    store_ = std::move(*s);
+  }
+  MetaStore& s() { return *store_; }
+
+  Ino mkdir(const std::string& name, Ino parent = kRootIno, uint32_t mode = 0755, Context ctx = root()) {
+    auto r = store_->mkdir(ctx, parent, name, mode);
+    EXPECT_TRUE(r.has_value()) << r.error();
+    return r ? r->ino : 0;
+  }
+  Ino create(const std::string& name, Ino parent = kRootIno, uint32_t mode = 0644, Context ctx = root()) {
+    auto r = store_->create(ctx, parent, name, mode, true, false);
+    EXPECT_TRUE(r.has_value()) << r.error();
+    return r ? r->inode.ino : 0;
+  }
+  Code code_of(const Status& s) { return s.code(); }
+
+  TempDir dir_;
+  metrics::Registry registry_;
+  std::unique_ptr<MetaStore> store_;
+};
+
+#define EXPECT_CODE(expr, c)                                                  \
+  do {                                                                        \
+    auto weft_r_ = (expr);                                                    \
+    ASSERT_FALSE(weft_r_.has_value()) << #expr << " unexpectedly succeeded";  \
+    EXPECT_EQ(weft_r_.error().code(), (c)) << weft_r_.error();                \
+  } while (0)
+
+#define ASSERT_OK(expr)                                                       \
+  do {                                                                        \
+    auto weft_r_ = (expr);                                                    \
+    ASSERT_TRUE(weft_r_.has_value()) << #expr << ": " << weft_r_.error();     \
+  } while (0)
+
+}  // namespace weft::meta::testing

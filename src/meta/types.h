@@ -1,0 +1,143 @@
+// meta/types.h
+// Value types of the metadata store: inodes, layouts, credentials, request
+// ids and operation replies. Plain data, no behaviour beyond small helpers.
+// Times are nanoseconds since the Unix epoch; sizes are bytes.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <string>
+#include <vector>
+
+namespace weft::meta {
+
+using Ino = uint64_t;
+inline constexpr Ino kRootIno = 1;
+inline constexpr size_t kNameBytesMax = 255;
+inline constexpr size_t kSymlinkBytesMax = 4095;
+inline constexpr uint32_t kLinkCountMax = 65000;  // EMLINK beyond this
+
+enum class InodeType : uint8_t { kFile = 1, kDirectory = 2, kSymlink = 3 };
+
+// Permission bits as in st_mode & 07777.
+inline constexpr uint32_t kModeSetUid = 04000;
+inline constexpr uint32_t kModeSetGid = 02000;
+inline constexpr uint32_t kModeSticky = 01000;
+inline constexpr uint32_t kModePermMask = 07777;
+
+// How a file's chunks are placed. Directories hold the layout their children
+// inherit; files keep the one they got at create.
+struct Layout {
+  static constexpr uint32_t kChunkBytesMin = 64 << 10;
+  static constexpr uint32_t kChunkBytesMax = 64 << 20;
+  static constexpr uint32_t kChunkBytesDefault = 1 << 20;
+
+  uint32_t chunk_bytes = kChunkBytesDefault;  // power of two in [64 KiB, 64 MiB]
+  uint32_t stripe_count = 1;                  // >= 1
+  uint32_t chain_table_id = 0;
+  uint32_t first_chain = 0;   // files only: where the stripe starts
+  uint64_t shuffle_seed = 0;  // files only: portable_shuffle seed of the chain order
+
+  bool operator==(const Layout&) const = default;
+};
+
+struct Inode {
+  Ino ino = 0;
+  InodeType type = InodeType::kFile;
+  uint32_t mode = 0;  // permission bits only (07777)
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint32_t nlink = 0;
+  uint64_t size = 0;  // file length; symlink target length; 0 for directories
+  int64_t atime_ns = 0;
+  int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
+  Ino parent = 0;  // directories only: the ".." entry (root: itself)
+  Layout layout;
+  std::string symlink_target;
+
+  bool is_dir() const { return type == InodeType::kDirectory; }
+  bool is_file() const { return type == InodeType::kFile; }
+  bool is_symlink() const { return type == InodeType::kSymlink; }
+  bool operator==(const Inode&) const = default;
+};
+
+// The caller's identity; uid 0 is root.
+struct Cred {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::vector<uint32_t> groups;  // supplementary groups
+
+  bool in_group(uint32_t g) const;
+  static Cred root() { return {}; }
+};
+
+// Identifies one mutation for retry de-duplication. client_id 0 = none
+// (internal callers and tests that do not care).
+struct RequestId {
+  uint64_t client_id = 0;
+  uint64_t seq = 0;
+  bool valid() const { return client_id != 0; }
+};
+
+// What every operation carries.
+struct Context {
+  Cred cred;
+  RequestId req;
+};
+
+// Replies of mutations, also what the retry table stores.
+struct Reply {
+  bool has_inode = false;
+  Inode inode;
+  uint64_t session_id = 0;
+};
+
+inline Reply reply_of(Inode inode, uint64_t session_id = 0) { return Reply{true, std::move(inode), session_id}; }
+
+struct DirEntry {
+  std::string name;
+  Ino ino = 0;
+  InodeType type = InodeType::kFile;
+  Inode attr;  // readdirplus
+};
+
+struct DirPage {
+  std::vector<DirEntry> entries;
+  std::string cookie;  // pass back to continue after the last entry returned
+  bool eof = false;
+};
+
+struct StatFs {
+  uint64_t capacity_bytes = 0;
+  uint64_t used_bytes = 0;
+  uint64_t inodes_used = 0;
+  uint64_t inodes_max = 0;
+};
+
+struct SetAttr {
+  std::optional<uint32_t> mode;
+  std::optional<uint32_t> uid;
+  std::optional<uint32_t> gid;
+  std::optional<uint64_t> size;
+  std::optional<int64_t> atime_ns;  // kTimeNow = set to the current time
+  std::optional<int64_t> mtime_ns;
+  static constexpr int64_t kTimeNow = INT64_MIN;
+};
+
+enum class RenameFlags : uint32_t { kNone = 0, kNoReplace = 1, kExchange = 2 };
+enum class XattrFlags : uint32_t { kAny = 0, kCreate = 1, kReplace = 2 };
+
+struct OpenFlags {
+  bool read = true;
+  bool write = false;
+};
+
+// A file waiting for its chunks to be removed.
+struct GcItem {
+  Ino ino = 0;
+  Inode inode;  // size and layout tell which chunks exist
+};
+
+}  // namespace weft::meta

@@ -1,0 +1,71 @@
+#include "meta/test_util.h"
+
+namespace weft::meta::testing {
+namespace {
+
+using XattrTest = StoreTest;
+
+TEST_F(XattrTest, SetGetListRemove) {
+  Ino f = create("f");
+  EXPECT_CODE(s().getxattr(root(), f, "user.a"), Code::kNoData);
+  ASSERT_OK(s().setxattr(root(), f, "user.a", "1", XattrFlags::kAny));
+  ASSERT_OK(s().setxattr(root(), f, "user.b", std::string("\0bin\xff", 5), XattrFlags::kAny));
+  EXPECT_EQ(*s().getxattr(root(), f, "user.a"), "1");
+  EXPECT_EQ(*s().getxattr(root(), f, "user.b"), std::string("\0bin\xff", 5));
+  EXPECT_EQ(*s().listxattr(root(), f), (std::vector<std::string>{"user.a", "user.b"}));
+  ASSERT_OK(s().removexattr(root(), f, "user.a"));
+  EXPECT_CODE(s().removexattr(root(), f, "user.a"), Code::kNoData);
+  EXPECT_EQ(*s().listxattr(root(), f), (std::vector<std::string>{"user.b"}));
+  ASSERT_OK(s().setxattr(root(), f, "user.e", "", XattrFlags::kAny));
+  EXPECT_EQ(*s().getxattr(root(), f, "user.e"), "");
+}
+
+TEST_F(XattrTest, CreateAndReplaceFlags) {
+  Ino f = create("f");
+  EXPECT_CODE(s().setxattr(root(), f, "user.a", "x", XattrFlags::kReplace), Code::kNoData);
+  ASSERT_OK(s().setxattr(root(), f, "user.a", "x", XattrFlags::kCreate));
+  EXPECT_CODE(s().setxattr(root(), f, "user.a", "y", XattrFlags::kCreate), Code::kExists);
+  ASSERT_OK(s().setxattr(root(), f, "user.a", "z", XattrFlags::kReplace));
+  EXPECT_EQ(*s().getxattr(root(), f, "user.a"), "z");
+}
+
+TEST_F(XattrTest, LimitsLikeLinux) {
+  Ino f = create("f");
+  EXPECT_CODE(s().setxattr(root(), f, "user." + std::string(251, 'n'), "v", XattrFlags::kAny), Code::kOutOfRange);
+  ASSERT_OK(s().setxattr(root(), f, "user." + std::string(250, 'n'), "v", XattrFlags::kAny));
+  EXPECT_CODE(s().setxattr(root(), f, "", "v", XattrFlags::kAny), Code::kOutOfRange);
+  EXPECT_CODE(s().setxattr(root(), f, "user.big", std::string(65537, 'v'), XattrFlags::kAny), Code::kTooBig);
+  ASSERT_OK(s().setxattr(root(), f, "user.max", std::string(65536, 'v'), XattrFlags::kAny));
+  EXPECT_EQ(Status(Code::kTooBig, "").posix_errno(), E2BIG);
+  EXPECT_EQ(Status(Code::kNoData, "").posix_errno(), ENODATA);
+  EXPECT_CODE(s().setxattr(root(), f, "bogus.ns", "v", XattrFlags::kAny), Code::kNotSupported);
+}
+
+TEST_F(XattrTest, Permissions) {
+  Ino f = create("f", kRootIno, 0644);
+  Context alice = user(1000, 100);
+  ASSERT_OK(s().setxattr(root(), f, "user.a", "1", XattrFlags::kAny));
+  EXPECT_EQ(*s().getxattr(alice, f, "user.a"), "1");
+  EXPECT_CODE(s().setxattr(alice, f, "user.a", "2", XattrFlags::kAny), Code::kPermissionDenied);
+  EXPECT_CODE(s().removexattr(alice, f, "user.a"), Code::kPermissionDenied);
+  EXPECT_CODE(s().setxattr(alice, f, "trusted.t", "2", XattrFlags::kAny), Code::kNotPermitted);
+  ASSERT_OK(s().setxattr(root(), f, "trusted.t", "2", XattrFlags::kAny));
+  EXPECT_EQ(s().listxattr(alice, f)->size(), 1u);  // trusted.* hidden from non-root
+  EXPECT_EQ(s().listxattr(root(), f)->size(), 2u);
+  auto l = s().symlink(root(), kRootIno, "l", "f");
+  EXPECT_CODE(s().setxattr(root(), l->ino, "user.a", "1", XattrFlags::kAny), Code::kNotPermitted);
+}
+
+TEST_F(XattrTest, RemovedWithTheInode) {
+  Ino f = create("f");
+  Ino d = mkdir("d");
+  ASSERT_OK(s().setxattr(root(), f, "user.a", "1", XattrFlags::kAny));
+  ASSERT_OK(s().setxattr(root(), d, "user.a", "1", XattrFlags::kAny));
+  ASSERT_OK(s().unlink(root(), kRootIno, "f"));
+  ASSERT_OK(s().rmdir(root(), kRootIno, "d"));
+  EXPECT_CODE(s().listxattr(root(), f), Code::kNotFound);
+  // fsck in TearDown checks no xattr of a dead inode is left.
+}
+
+}  // namespace
+}  // namespace weft::meta::testing
