@@ -1,0 +1,105 @@
+// BatchRead: many ranges (possibly on several local targets) in one request.
+// Every range is submitted to its engine's io_uring at once; the reply body
+// holds one result per range and the payload the concatenated data.
+#include <asio/associated_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/post.hpp>
+
+#include "common/crc32c.h"
+#include "proto/storage.pb.h"
+#include "storage/storage_service.h"
+
+namespace weft::storage {
+namespace {
+
+struct RangeRead {
+  StorageTarget* target = nullptr;  // null: `result` already holds the error
+  ChunkId id;
+  uint32_t offset = 0;
+  uint32_t length = 0;
+  Result<ReadResult> result = error(Code::kInternal, "not read");
+};
+
+template <class Handler>
+struct ReadAllState {
+  explicit ReadAllState(size_t n, Handler h) : remaining(n), handler(std::move(h)) {}
+  std::atomic<size_t> remaining;
+  Handler handler;
+  void done_one() {
+    if (remaining.fetch_sub(1) != 1) return;
+    auto ex = asio::get_associated_executor(handler);
+    asio::post(ex, std::move(handler));
+  }
+};
+
+// Initiation: submits every read; completes when the last one finished.
+struct ReadAll {
+  std::vector<RangeRead>* reads;
+
+  template <class Handler>
+  void operator()(Handler&& handler) const {
+    using State = ReadAllState<std::decay_t<Handler>>;
+    auto state = std::make_shared<State>(reads->size() + 1, std::move(handler));
+    for (auto& r : *reads) {
+      if (!r.target) {
+        state->done_one();
+        continue;
+      }
+      RangeRead* slot = &r;
+      r.target->engine().read_async(r.id, r.offset, r.length, [state, slot](Result<ReadResult> res) {
+        slot->result = std::move(res);
+        state->done_one();
+      });
+    }
+    state->done_one();
+  }
+};
+
+}  // namespace
+
+Task<Result<pb::BatchReadReply>> StorageService::batch_read(const pb::BatchReadRequest& req, rpc::ServerCall& call) {
+  auto start = std::chrono::steady_clock::now();
+  auto reads = std::make_shared<std::vector<RangeRead>>(req.ranges_size());
+  for (int i = 0; i < req.ranges_size(); ++i) {
+    const auto& range = req.ranges(i);
+    RangeRead& r = (*reads)[i];
+    r.id = ChunkId{range.chunk().inode(), range.chunk().index()};
+    r.offset = range.offset();
+    r.length = range.length();
+    auto p = locate(range.chain_id(), range.chain_version());
+    if (!p) {
+      r.result = error(p.error());
+    } else if (!p->readable) {
+      r.result = error(Code::kUnavailable, "target {} is not serving in chain {}", p->target->id(), range.chain_id());
+    } else {
+      r.target = p->target;
+    }
+  }
+  co_await asio::async_initiate<decltype(asio::use_awaitable), void()>(ReadAll{reads.get()}, asio::use_awaitable);
+  pb::BatchReadReply reply;
+  for (auto& r : *reads) {
+    auto* out = reply.add_results();
+    if (!r.result) {
+      out->set_code(static_cast<uint32_t>(r.result.error().code()));
+      out->set_message(r.result.error().message());
+      if (r.target && r.result.error().code() == Code::kCorruption) r.target->metrics().read_checksum_failures.inc();
+      if (r.target) r.target->metrics().of(Op::kRead).errors->inc();
+      continue;
+    }
+    auto data = r.result->data();
+    out->set_length(static_cast<uint32_t>(data.size()));
+    out->set_version(r.result->version);
+    out->set_crc32c(crc32c(data));
+    out->set_chunk_length(r.result->chunk_length);
+    if (!data.empty()) call.response_payload.push_back(data);
+    auto& m = r.target->metrics().of(Op::kRead);
+    m.ops->inc();
+    m.bytes->inc(data.size());
+    m.latency_us->observe(static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count()));
+  }
+  call.response_keepalive = reads;
+  co_return reply;
+}
+
+}  // namespace weft::storage

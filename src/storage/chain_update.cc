@@ -1,0 +1,284 @@
+// The update path of the storage service: client writes at the head and
+// forwarded updates on the rest of the chain (protocol steps in
+// storage_service.h).
+#include <chrono>
+#include <cstring>
+
+#include "common/crc32c.h"
+#include "common/fault.h"
+#include "common/logging.h"
+#include "proto/storage.pb.h"
+#include "storage/service_methods.h"
+#include "storage/storage_service.h"
+
+namespace weft::storage {
+namespace {
+
+Update to_engine_update(const ChainUpdate& u) {
+  switch (u.kind) {
+    case pb::UPDATE_TRUNCATE: return Update::truncate(u.length, u.chunk_size);
+    case pb::UPDATE_REPLACE: return Update::replace(u.data);
+    default: return Update::write(u.offset, u.data, u.chunk_size);
+  }
+}
+
+// Step 3 on any member: stages `version` (0: committed + 1, the head's choice).
+struct StageJob {
+  ChunkEngine* engine;
+  const ChainUpdate* u;
+  uint64_t version;
+  bool has_expect;
+  uint32_t expect_length;
+  uint32_t expect_crc;
+
+  Result<StagedUpdate> operator()() const {
+    auto info = engine->stat(u->id);
+    if (!info && info.error().code() != Code::kNotFound) return error(info.error());
+    uint64_t committed = info ? info->version : 0;
+    uint64_t v = version == 0 ? committed + 1 : version;
+    if (has_expect && info && committed == v && info->chunk_crc == expect_crc && info->length == expect_length)
+      return StagedUpdate{WriteResult{v, info->length, info->chunk_crc}, true};
+    if (u->kind != pb::UPDATE_REPLACE && v != committed + 1)
+      return error(Code::kVersionMismatch, "chunk {}: update to version {} but committed is {}", u->id, v, committed);
+    WEFT_TRY(WriteResult r, engine->stage(u->id, v, to_engine_update(*u)));
+    if (has_expect && (r.chunk_crc != expect_crc || r.length != expect_length)) {
+      (void)engine->abort(u->id, v);
+      return error(Code::kVersionMismatch, "chunk {} version {}: staged content differs from the predecessor's",
+                   u->id, v);
+    }
+    return StagedUpdate{r, false};
+  }
+};
+
+struct CommitJob {
+  ChunkEngine* engine;
+  ChunkId id;
+  uint64_t version;
+  Result<WriteResult> operator()() const { return engine->commit(id, version); }
+};
+
+struct AbortJob {
+  ChunkEngine* engine;
+  ChunkId id;
+  uint64_t version;
+  Result<void> operator()() const { return engine->abort(id, version); }
+};
+
+struct RemoveJob {
+  ChunkEngine* engine;
+  ChunkId id;
+  Result<WriteResult> operator()() const {
+    auto r = engine->remove(id);
+    if (!r && r.error().code() != Code::kNotFound) return error(r.error());
+    return WriteResult{};
+  }
+};
+
+// The full new content of a chunk whose update `u` is staged here as `staged`:
+// the committed content (the version before) with `u` applied.
+struct FullContentJob {
+  ChunkEngine* engine;
+  const ChainUpdate* u;
+  WriteResult staged;
+
+  Result<std::vector<std::byte>> operator()() const {
+    std::vector<std::byte> out;
+    auto old = engine->read(u->id, 0, engine->chunk_size_max());
+    if (old) {
+      auto d = old->data();
+      out.assign(d.begin(), d.end());
+    } else if (old.error().code() != Code::kNotFound) {
+      return error(old.error());
+    }
+    if (u->kind == pb::UPDATE_TRUNCATE) {
+      out.resize(u->length);
+    } else {
+      out.resize(std::max<size_t>(out.size(), size_t{u->offset} + u->data.size()));
+      if (!u->data.empty()) std::memcpy(out.data() + u->offset, u->data.data(), u->data.size());
+    }
+    if (out.size() != staged.length || crc32c(out) != staged.chunk_crc)
+      return error(Code::kInternal, "chunk {}: rebuilt content does not match the staged version {}", u->id,
+                   staged.version);
+    return out;
+  }
+};
+
+pb::ForwardRequest forward_request(const Placement& p, const ChainUpdate& u, const WriteResult& staged, bool sync) {
+  pb::ForwardRequest req;
+  req.set_chain_id(p.route.chain_id);
+  req.set_chain_version(p.route.version);
+  req.set_target_id(p.successor->id);
+  req.mutable_chunk()->set_inode(u.id.inode);
+  req.mutable_chunk()->set_index(u.id.index);
+  req.set_kind(static_cast<pb::UpdateKind>(u.kind));
+  req.set_version(staged.version);
+  req.set_offset(u.offset);
+  req.set_length(u.length);
+  req.set_data_crc32c(crc32c(u.data));
+  req.set_chunk_size(u.chunk_size);
+  req.set_client_id(u.client_id);
+  req.set_sequence(u.sequence);
+  req.set_expect_chunk_length(staged.length);
+  req.set_expect_chunk_crc32c(staged.chunk_crc);
+  req.set_sync(sync);
+  return req;
+}
+
+template <class Reply>
+Reply write_reply(const WriteResult& r) {
+  Reply reply;
+  reply.set_version(r.version);
+  reply.set_chunk_length(r.length);
+  reply.set_chunk_crc32c(r.chunk_crc);
+  return reply;
+}
+
+void observe(TargetMetrics& m, Op op, bool ok, uint64_t bytes, std::chrono::steady_clock::time_point start) {
+  auto& o = m.of(op);
+  o.ops->inc();
+  if (!ok) o.errors->inc();
+  o.bytes->inc(bytes);
+  o.latency_us->observe(static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count()));
+}
+
+}  // namespace
+
+// Steps 3-5 on one member, with the chunk's lock held.
+Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const ChainUpdate& u, uint64_t version,
+                                                    const Expect* expect) {
+  ChunkEngine* engine = &p.target->engine();
+  if (u.kind == pb::UPDATE_REMOVE) {
+    if (p.successor) {
+      auto fwd = co_await forward_out(p, u, WriteResult{}, false);
+      if (!fwd) co_return error(fwd.error());
+    }
+    RemoveJob job{engine, u.id};
+    co_return co_await pool_.run(job);
+  }
+  StageJob stage{engine, &u, version, expect != nullptr, expect ? expect->length : 0, expect ? expect->crc : 0};
+  auto staged_r = co_await pool_.run(stage);
+  if (!staged_r) co_return error(staged_r.error());
+  StagedUpdate staged = *staged_r;
+  if (p.successor) {
+    auto fwd = co_await forward_out(p, u, staged.result, false);
+    if (!fwd) {
+      if (!staged.already) {
+        AbortJob abort{engine, u.id, staged.result.version};
+        (void)co_await pool_.run(abort);
+      }
+      co_return error(fwd.error());
+    }
+  }
+  if (staged.already) co_return staged.result;
+  if (WEFT_FAULT("storage.chain.commit.fail")) {
+    AbortJob abort{engine, u.id, staged.result.version};
+    (void)co_await pool_.run(abort);
+    co_return error(Code::kIoError, "injected: commit of chunk {}", u.id);
+  }
+  CommitJob commit{engine, u.id, staged.result.version};
+  co_return co_await pool_.run(commit);
+}
+
+// Step 4: sends the staged update to the successor; a successor that fell
+// behind answers kVersionMismatch and gets the whole chunk instead.
+Task<Result<void>> StorageService::forward_out(const Placement& p, const ChainUpdate& u, const WriteResult& staged,
+                                               bool sync) {
+  if (WEFT_FAULT("storage.forward.fail")) co_return error(Code::kUnavailable, "injected: forward of {}", u.id);
+  pb::ForwardRequest req = forward_request(p, u, staged, sync);
+  rpc::CallOptions options;
+  if (!u.data.empty()) options.payload.push_back(u.data);
+  auto r = co_await client_.call<pb::ForwardReply>(p.successor->endpoint, methods::kForward, req, std::move(options));
+  if (r) co_return Result<void>{};
+  bool rebuildable = u.kind == pb::UPDATE_WRITE || u.kind == pb::UPDATE_TRUNCATE;
+  if (r.error().code() != Code::kVersionMismatch || !rebuildable)
+    co_return error(r.error().with_context(fmt::format("forward to target {}", p.successor->id)));
+  FullContentJob rebuild{&p.target->engine(), &u, staged};
+  auto full = co_await pool_.run(rebuild);
+  if (!full) co_return error(full.error());
+  req.set_kind(pb::UPDATE_REPLACE);
+  req.set_offset(0);
+  req.set_length(static_cast<uint32_t>(full->size()));
+  req.set_data_crc32c(crc32c(*full));
+  rpc::CallOptions replace_options;
+  replace_options.payload.push_back(std::span<const std::byte>(*full));
+  auto r2 = co_await client_.call<pb::ForwardReply>(p.successor->endpoint, methods::kForward, req,
+                                                    std::move(replace_options));
+  if (!r2) co_return error(r2.error().with_context(fmt::format("forward (full chunk) to target {}", p.successor->id)));
+  co_return Result<void>{};
+}
+
+// Steps 1-2 at the head, then replicate().
+Task<Result<WriteResult>> StorageService::head_update(mgmt::ChainId chain, mgmt::ChainVersion version, Op op,
+                                                      const ChainUpdate& u) {
+  auto start = std::chrono::steady_clock::now();
+  WEFT_CO_TRY(Placement first, locate(chain, version));
+  if (first.index != 0)
+    co_return error(Code::kNotChainHead, "target {} is not the head of chain {}", first.target->id(), chain);
+  ChunkLocks::Guard guard = co_await first.target->locks().lock(u.id);
+  auto p = locate(chain, version);  // re-check: routing may have changed while waiting
+  if (!p) co_return error(p.error());
+  if (p->index != 0) co_return error(Code::kNotChainHead, "target {} is no longer the head of chain {}", p->target->id(), chain);
+  StorageTarget& t = *p->target;
+  if (auto hit = t.dedup().find(u.client_id, u.sequence)) {
+    t.metrics().dedup_hits.inc();
+    co_return WriteResult{hit->version, hit->chunk_length, hit->chunk_crc};
+  }
+  auto r = co_await replicate(*p, u, 0, nullptr);
+  if (r) t.dedup().record(u.client_id, u.sequence, {r->version, r->length, r->chunk_crc});
+  observe(t.metrics(), op, r.has_value(), u.data.size(), start);
+  co_return r;
+}
+
+Task<Result<pb::WriteReply>> StorageService::write(const pb::WriteRequest& req, rpc::ServerCall& call) {
+  WEFT_CO_TRY(Placement p, locate(req.chain_id(), req.chain_version()));
+  WEFT_CO_RETURN_IF_ERROR(check_payload(call, req.length(), req.data_crc32c(), *p.target));
+  ChainUpdate u{pb::UPDATE_WRITE, ChunkId{req.chunk().inode(), req.chunk().index()}, req.offset(), req.length(),
+                call.payload.span(), req.chunk_size(), req.client_id(), req.sequence()};
+  auto r = co_await head_update(req.chain_id(), req.chain_version(), Op::kWrite, u);
+  if (!r) co_return error(r.error());
+  co_return write_reply<pb::WriteReply>(*r);
+}
+
+Task<Result<pb::WriteReply>> StorageService::truncate(const pb::TruncateRequest& req, rpc::ServerCall&) {
+  ChainUpdate u{pb::UPDATE_TRUNCATE, ChunkId{req.chunk().inode(), req.chunk().index()}, 0, req.length(), {},
+                req.chunk_size(), req.client_id(), req.sequence()};
+  auto r = co_await head_update(req.chain_id(), req.chain_version(), Op::kTruncate, u);
+  if (!r) co_return error(r.error());
+  co_return write_reply<pb::WriteReply>(*r);
+}
+
+Task<Result<pb::RemoveReply>> StorageService::remove(const pb::RemoveRequest& req, rpc::ServerCall&) {
+  ChainUpdate u{pb::UPDATE_REMOVE, ChunkId{req.chunk().inode(), req.chunk().index()}, 0, 0, {}, 0,
+                req.client_id(), req.sequence()};
+  auto r = co_await head_update(req.chain_id(), req.chain_version(), Op::kRemove, u);
+  if (!r) co_return error(r.error());
+  co_return pb::RemoveReply{};
+}
+
+// Steps 3-5 on a successor.
+Task<Result<pb::ForwardReply>> StorageService::forward_in(const pb::ForwardRequest& req, rpc::ServerCall& call) {
+  auto start = std::chrono::steady_clock::now();
+  WEFT_CO_TRY(Placement first, locate(req.chain_id(), req.chain_version()));
+  if (first.target->id() != req.target_id() || first.index == 0)
+    co_return error(Code::kStaleRouting, "target {} is not at position {} of chain {}", req.target_id(), first.index,
+                    req.chain_id());
+  StorageTarget& t = *first.target;
+  bool has_data = req.kind() == pb::UPDATE_WRITE || req.kind() == pb::UPDATE_REPLACE;
+  if (has_data) WEFT_CO_RETURN_IF_ERROR(check_payload(call, req.length(), req.data_crc32c(), t));
+  ChainUpdate u{req.kind(), ChunkId{req.chunk().inode(), req.chunk().index()}, req.offset(), req.length(),
+                has_data ? call.payload.span() : std::span<const std::byte>{}, req.chunk_size(), req.client_id(),
+                req.sequence()};
+  ChunkLocks::Guard guard = co_await t.locks().lock(u.id);
+  auto p = locate(req.chain_id(), req.chain_version());
+  if (!p) co_return error(p.error());
+  if (req.sync()) p->successor.reset();  // resync copies stop at the syncing target
+  Expect expect{req.expect_chunk_length(), req.expect_chunk_crc32c()};
+  auto r = co_await replicate(*p, u, req.version(), req.kind() == pb::UPDATE_REMOVE ? nullptr : &expect);
+  if (r) t.dedup().record(u.client_id, u.sequence, {r->version, r->length, r->chunk_crc});
+  observe(t.metrics(), req.sync() ? Op::kSync : Op::kForward, r.has_value(), u.data.size(), start);
+  if (!r) co_return error(r.error());
+  co_return write_reply<pb::ForwardReply>(*r);
+}
+
+}  // namespace weft::storage

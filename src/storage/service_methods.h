@@ -1,0 +1,29 @@
+// storage/service_methods.h
+// Stable method numbers of the storage service (service 3); messages in
+// proto/storage.proto. Numbers are wire format: never reuse or renumber.
+#pragma once
+
+#include "rpc/method.h"
+
+namespace weft::storage::methods {
+
+using rpc::MethodId;
+inline constexpr uint16_t kService = rpc::service::kStorage;
+
+// Data path (clients).
+inline constexpr MethodId kBatchRead{kService, 1};
+inline constexpr MethodId kWrite{kService, 2};
+inline constexpr MethodId kRemove{kService, 3};
+inline constexpr MethodId kTruncate{kService, 4};
+inline constexpr MethodId kGetChunkMeta{kService, 5};
+inline constexpr MethodId kListChunks{kService, 6};
+
+// Chain-internal: the reply of kForward is the commit acknowledgement.
+inline constexpr MethodId kForward{kService, 20};
+inline constexpr MethodId kSyncDone{kService, 21};
+
+// Admin.
+inline constexpr MethodId kSetRouting{kService, 40};
+inline constexpr MethodId kTargetStatus{kService, 41};
+
+}  // namespace weft::storage::methods

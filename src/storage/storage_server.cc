@@ -1,0 +1,73 @@
+#include "storage/storage_server.h"
+
+#include <filesystem>
+
+namespace weft::storage {
+namespace {
+
+Result<TargetConfig> target_from(const Config& t) {
+  TargetConfig tc;
+  WEFT_TRY(int64_t id, t.get_int_in("id", 0, 1, INT64_MAX));
+  tc.id = static_cast<mgmt::TargetId>(id);
+  WEFT_TRY(tc.path, t.get_string("path"));
+  WEFT_TRY(int64_t capacity, t.get_int_in("capacity", 0, 0, INT64_MAX));
+  tc.capacity_bytes = static_cast<uint64_t>(capacity);
+  WEFT_TRY(int64_t chunk_max, t.get_int_in("chunk_size_max", 0, 0, 64 << 20));
+  tc.chunk_size_max = static_cast<uint32_t>(chunk_max);
+  return tc;
+}
+
+}  // namespace
+
+Result<StorageConfig> StorageConfig::from(const Config& config) {
+  StorageConfig sc;
+  WEFT_TRY(auto targets, config.tables("targets"));
+  if (targets.empty()) return error(Code::kConfig, "{}: no [[targets]]", config.source());
+  for (const auto& t : targets) {
+    WEFT_TRY(TargetConfig tc, target_from(t));
+    for (const auto& other : sc.targets)
+      if (other.id == tc.id) return error(Code::kConfig, "{}: target id {} appears twice", config.source(), tc.id);
+    sc.targets.push_back(std::move(tc));
+  }
+  if (config.has("storage")) {
+    WEFT_TRY(Config s, config.table("storage"));
+    WEFT_TRY(int64_t threads, s.get_int_in("disk_threads", 8, 1, 256));
+    sc.disk_threads = static_cast<size_t>(threads);
+    WEFT_TRY(int64_t timeout, s.get_int_in("forward_timeout_ms", 10000, 100, 600000));
+    sc.forward_timeout_ms = static_cast<uint32_t>(timeout);
+  }
+  if (config.has("routing")) {
+    WEFT_TRY(Config r, config.table("routing"));
+    WEFT_TRY(sc.routing, routing_from_config(r));
+  }
+  return sc;
+}
+
+Result<std::unique_ptr<StorageService>> open_storage_service(rpc::IoPool& io, const StorageConfig& config,
+                                                             const std::string& name, const std::string& cluster_token,
+                                                             metrics::Registry& registry) {
+  std::vector<std::unique_ptr<StorageTarget>> targets;
+  for (const auto& tc : config.targets) {
+    std::error_code ec;
+    std::filesystem::create_directories(tc.path, ec);
+    if (ec) return error(Code::kIoError, "create target directory {}: {}", tc.path, ec.message());
+    EngineOptions eo;
+    eo.target_id = std::to_string(tc.id);
+    eo.capacity_bytes = tc.capacity_bytes;
+    if (tc.chunk_size_max) eo.chunk_size_max = tc.chunk_size_max;
+    auto engine = ChunkEngine::open(tc.path, eo, registry);
+    if (!engine) return error(engine.error().with_context(fmt::format("open target {} at {}", tc.id, tc.path)));
+    targets.push_back(std::make_unique<StorageTarget>(tc.id, std::move(*engine), registry, name));
+  }
+  auto routing = std::make_shared<StaticRoutingProvider>();
+  if (config.routing) routing->set(*config.routing);
+  StorageServiceOptions so;
+  so.name = name;
+  so.cluster_token = cluster_token;
+  so.disk_threads = config.disk_threads;
+  so.forward_timeout_ms = config.forward_timeout_ms;
+  auto service = std::make_unique<StorageService>(io, so, routing, std::move(targets), registry);
+  return service;
+}
+
+}  // namespace weft::storage

@@ -1,0 +1,51 @@
+// storage/storage_server.h
+// Assembles a storage server from its config: opens every target's chunk
+// engine, sets up the routing (static, from [routing] or SetRouting) and the
+// StorageService. Used by `weft serve storage` and by in-process tests.
+//
+// [server]   ... see rpc/service_runtime.h
+// [storage]
+// disk_threads = 8            # engine calls run here
+// forward_timeout_ms = 10000  # per chain hop
+// [[targets]]
+// id = 101                    # cluster-wide target id
+// path = "/data/ssd0/weft"    # the target's directory
+// capacity = "0"              # bytes (integer); 0: the filesystem's free space
+// chunk_size_max = 1048576    # optional, power of two
+// [routing]                   # optional; see storage/routing_provider.h
+//
+// Threading: open() from one thread; the service is thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "rpc/service_runtime.h"
+#include "storage/storage_service.h"
+
+namespace weft::storage {
+
+struct TargetConfig {
+  mgmt::TargetId id = 0;
+  std::string path;
+  uint64_t capacity_bytes = 0;
+  uint32_t chunk_size_max = 0;  // 0: the engine's default
+};
+
+struct StorageConfig {
+  std::vector<TargetConfig> targets;
+  std::optional<mgmt::RoutingInfo> routing;
+  size_t disk_threads = 8;
+  uint32_t forward_timeout_ms = 10000;
+
+  static Result<StorageConfig> from(const Config& config);
+};
+
+// Opens every target and builds the service (not yet registered on a server).
+Result<std::unique_ptr<StorageService>> open_storage_service(rpc::IoPool& io, const StorageConfig& config,
+                                                             const std::string& name, const std::string& cluster_token,
+                                                             metrics::Registry& registry = metrics::Registry::global());
+
+}  // namespace weft::storage

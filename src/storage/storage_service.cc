@@ -1,0 +1,192 @@
+// Construction, method registration, placement and the per-target
+// inspection methods of the storage service.
+#include "storage/storage_service.h"
+
+#include <thread>
+
+#include "common/crc32c.h"
+#include "common/logging.h"
+#include "proto/storage.pb.h"
+#include "rpc/service.h"
+#include "storage/service_methods.h"
+
+namespace weft::storage {
+namespace {
+
+rpc::ClientOptions client_options(const StorageServiceOptions& o) {
+  rpc::ClientOptions c;
+  c.cluster_token = o.cluster_token;
+  c.name = o.name + "-chain";
+  c.call_timeout_ms = o.forward_timeout_ms;
+  c.connect_timeout_ms = 1000;
+  c.backoff_max_ms = 500;
+  return c;
+}
+
+void to_proto(const ChunkInfo& info, pb::ChunkMeta* out) {
+  out->mutable_chunk()->set_inode(info.id.inode);
+  out->mutable_chunk()->set_index(info.id.index);
+  out->set_version(info.version);
+  out->set_length(info.length);
+  out->set_chunk_crc32c(info.chunk_crc);
+  out->set_pending_version(info.pending_version);
+}
+
+}  // namespace
+
+StorageService::StorageService(rpc::IoPool& io, StorageServiceOptions options, std::shared_ptr<RoutingProvider> routing,
+                               std::vector<std::unique_ptr<StorageTarget>> targets, metrics::Registry& registry)
+    : io_(io),
+      options_(std::move(options)),
+      routing_(std::move(routing)),
+      registry_(registry),
+      pool_(options_.disk_threads, options_.disk_queue_max),
+      client_(io, client_options(options_)) {
+  for (auto& t : targets) targets_[t->id()] = std::move(t);
+  DiskPool* pool = &pool_;
+  registry_.gauge_fn("weft_storage_disk_queue_depth", "Engine jobs queued or running on the disk pool",
+                     {{"server", options_.name}}, [pool] { return static_cast<double>(pool->depth()); }, this);
+  registry_.gauge_fn("weft_storage_resyncs_running", "Resyncs this server drives as predecessor",
+                     {{"server", options_.name}}, [this] { return static_cast<double>(resyncs_running_.load()); },
+                     this);
+  routing_->on_change([this] { start_resyncs(); });
+}
+
+StorageService::~StorageService() {
+  stop();
+  registry_.remove_callbacks(this);
+  pool_.stop();
+}
+
+void StorageService::stop() {
+  stopping_ = true;
+  for (int i = 0; i < 3000 && resyncs_running_.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
+StorageTarget* StorageService::target(mgmt::TargetId id) {
+  auto it = targets_.find(id);
+  return it == targets_.end() ? nullptr : it->second.get();
+}
+
+void StorageService::set_sync_listener(SyncListener listener) {
+  std::lock_guard lock(mu_);
+  sync_listener_ = std::move(listener);
+}
+
+Result<Placement> StorageService::locate(mgmt::ChainId chain_id, mgmt::ChainVersion version) const {
+  Placement p;
+  p.routing = routing_->current();
+  auto chain = p.routing->chain(chain_id);
+  if (!chain)
+    return error(Code::kStaleRouting, "chain {} unknown at routing version {}", chain_id, p.routing->version);
+  if ((*chain)->version != version)
+    return error(Code::kStaleRouting, "chain {} is at version {}, request has {}", chain_id, (*chain)->version, version);
+  WEFT_TRY(p.route, mgmt::route_chain(**chain));
+  for (size_t i = 0; i < p.route.write_path.size() && !p.target; ++i) {
+    auto it = targets_.find(p.route.write_path[i]);
+    if (it == targets_.end()) continue;
+    p.target = it->second.get();
+    p.index = i;
+  }
+  if (!p.target)
+    return error(Code::kStaleRouting, "no target of {} on the write path of chain {} version {}", options_.name, chain_id,
+                 version);
+  for (auto t : p.route.readable) p.readable |= t == p.target->id();
+  if (p.index + 1 < p.route.write_path.size()) {
+    mgmt::TargetId next = p.route.write_path[p.index + 1];
+    WEFT_TRY(std::string address, p.routing->target_address(next));
+    WEFT_TRY(rpc::Endpoint ep, rpc::Endpoint::parse(address));
+    p.successor = Placement::Peer{next, std::move(ep)};
+  }
+  return p;
+}
+
+Result<void> StorageService::check_payload(const rpc::ServerCall& call, uint32_t length, uint32_t crc,
+                                           StorageTarget& t) const {
+  if (call.payload.size() != length)
+    return error(Code::kInvalidArgument, "payload has {} bytes, request says {}", call.payload.size(), length);
+  if (uint32_t got = crc32c(call.payload.span()); got != crc) {
+    t.metrics().payload_checksum_failures.inc();
+    return error(Code::kCorruption, "payload CRC32C {:08x} on arrival, sender computed {:08x}", got, crc);
+  }
+  return {};
+}
+
+namespace {
+
+struct StatJob {
+  ChunkEngine* engine;
+  ChunkId id;
+  Result<ChunkInfo> operator()() const { return engine->stat(id); }
+};
+
+struct ListJob {
+  ChunkEngine* engine;
+  std::optional<ChunkId> start;
+  size_t count_max;
+  Result<std::vector<ChunkInfo>> operator()() const { return engine->list(start, count_max); }
+};
+
+}  // namespace
+
+Task<Result<pb::GetChunkMetaReply>> StorageService::get_chunk_meta(const pb::GetChunkMetaRequest& req) {
+  StorageTarget* t = target(req.target_id());
+  if (!t) co_return error(Code::kNotFound, "no target {} on {}", req.target_id(), options_.name);
+  StatJob job{&t->engine(), ChunkId{req.chunk().inode(), req.chunk().index()}};
+  auto info = co_await pool_.run(job);
+  if (!info) co_return error(info.error());
+  pb::GetChunkMetaReply reply;
+  to_proto(*info, reply.mutable_meta());
+  co_return reply;
+}
+
+Task<Result<pb::ListChunksReply>> StorageService::list_chunks(const pb::ListChunksRequest& req) {
+  StorageTarget* t = target(req.target_id());
+  if (!t) co_return error(Code::kNotFound, "no target {} on {}", req.target_id(), options_.name);
+  size_t count_max = req.count_max() == 0 ? 1024 : std::min<size_t>(req.count_max(), 65536);
+  ListJob job{&t->engine(), std::nullopt, count_max + 1};
+  if (req.has_start()) job.start = ChunkId{req.start().inode(), req.start().index()};
+  auto list = co_await pool_.run(job);
+  if (!list) co_return error(list.error());
+  pb::ListChunksReply reply;
+  reply.set_more(list->size() > count_max);
+  if (list->size() > count_max) list->pop_back();
+  for (const auto& info : *list) to_proto(info, reply.add_chunks());
+  co_return reply;
+}
+
+void StorageService::register_methods(rpc::Server& server) {
+  using rpc::ServerCall;
+  rpc::add_async_method<pb::BatchReadRequest, pb::BatchReadReply>(
+      server, methods::kBatchRead, "storage.batch_read",
+      [this](const pb::BatchReadRequest& r, ServerCall& c) { return batch_read(r, c); });
+  rpc::add_async_method<pb::WriteRequest, pb::WriteReply>(
+      server, methods::kWrite, "storage.write",
+      [this](const pb::WriteRequest& r, ServerCall& c) { return write(r, c); });
+  rpc::add_async_method<pb::TruncateRequest, pb::WriteReply>(
+      server, methods::kTruncate, "storage.truncate",
+      [this](const pb::TruncateRequest& r, ServerCall& c) { return truncate(r, c); });
+  rpc::add_async_method<pb::RemoveRequest, pb::RemoveReply>(
+      server, methods::kRemove, "storage.remove",
+      [this](const pb::RemoveRequest& r, ServerCall& c) { return remove(r, c); });
+  rpc::add_async_method<pb::GetChunkMetaRequest, pb::GetChunkMetaReply>(
+      server, methods::kGetChunkMeta, "storage.get_chunk_meta",
+      [this](const pb::GetChunkMetaRequest& r, ServerCall&) { return get_chunk_meta(r); });
+  rpc::add_async_method<pb::ListChunksRequest, pb::ListChunksReply>(
+      server, methods::kListChunks, "storage.list_chunks",
+      [this](const pb::ListChunksRequest& r, ServerCall&) { return list_chunks(r); });
+  rpc::add_async_method<pb::ForwardRequest, pb::ForwardReply>(
+      server, methods::kForward, "storage.forward",
+      [this](const pb::ForwardRequest& r, ServerCall& c) { return forward_in(r, c); });
+  rpc::add_blocking_method<pb::SyncDoneRequest, pb::SyncDoneReply>(
+      server, methods::kSyncDone, "storage.sync_done",
+      [this](const pb::SyncDoneRequest& r, ServerCall&) { return sync_done(r); });
+  rpc::add_blocking_method<pb::SetRoutingRequest, pb::SetRoutingReply>(
+      server, methods::kSetRouting, "storage.set_routing",
+      [this](const pb::SetRoutingRequest& r, ServerCall&) { return set_routing(r); });
+  rpc::add_blocking_method<pb::TargetStatusRequest, pb::TargetStatusReply>(
+      server, methods::kTargetStatus, "storage.target_status",
+      [this](const pb::TargetStatusRequest& r, ServerCall&) { return target_status(r); });
+}
+
+}  // namespace weft::storage

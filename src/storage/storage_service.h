@@ -1,0 +1,190 @@
+// storage/storage_service.h
+// The storage service of one `weft serve storage` process: hosts several
+// targets and runs CRAQ chain replication between servers.
+//
+// Write protocol (Write/Truncate/Remove; numbered as in the code):
+//   1. the head checks the chain version (kStaleRouting if it differs) and
+//      that it is the head (kNotChainHead otherwise);
+//   2. it takes the chunk's lock (re-checking the chain version afterwards:
+//      routing may change while waiting), answers a retried (client id,
+//      sequence) from its dedup table, and assigns version committed + 1;
+//   3. it stages the update locally (copy-on-write, not yet visible);
+//   4. it forwards the update with that version to its successor, which
+//      locks, stages, forwards on in turn; the tail stages and commits;
+//   5. each member commits when its successor acknowledged (the Forward
+//      reply), so the client's ack means every replica on the write path
+//      (serving and syncing) has committed it. On any failure a member
+//      aborts its staged version and the error travels back.
+// A successor whose staged result differs from its predecessor's (it fell
+// behind, e.g. while syncing) answers kVersionMismatch and receives the full
+// chunk (UPDATE_REPLACE) instead.
+// Reads go to any serving replica and return the committed version.
+//
+// Resync: when routing shows a serving local target followed by a syncing
+// one, the local target copies to it every chunk whose version or CRC
+// differs (and removes chunks it does not have), each under the chunk's lock
+// so copies and forwarded writes are ordered; then sends SyncDone. The
+// syncing target records it (TargetStatus) and calls the sync listener.
+//
+// Threading: handlers run as coroutines on the RPC I/O threads; engine calls
+// go to the service's DiskPool. Invariant: a chunk's lock is held on a chain
+// member from staging until commit or abort, and locks are only awaited
+// towards the tail (no cycles).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/metrics.h"
+#include "rpc/client.h"
+#include "rpc/server.h"
+#include "storage/disk_pool.h"
+#include "storage/routing_provider.h"
+#include "storage/storage_target.h"
+
+namespace weft::proto::storage {
+class BatchReadRequest;
+class BatchReadReply;
+class WriteRequest;
+class WriteReply;
+class TruncateRequest;
+class RemoveRequest;
+class RemoveReply;
+class GetChunkMetaRequest;
+class GetChunkMetaReply;
+class ListChunksRequest;
+class ListChunksReply;
+class ForwardRequest;
+class ForwardReply;
+class SyncDoneRequest;
+class SyncDoneReply;
+class SetRoutingRequest;
+class SetRoutingReply;
+class TargetStatusRequest;
+class TargetStatusReply;
+}  // namespace weft::proto::storage
+
+namespace weft::storage {
+
+namespace pb = ::weft::proto::storage;
+
+struct StorageServiceOptions {
+  std::string name = "storage";
+  std::string cluster_token;
+  size_t disk_threads = 8;
+  size_t disk_queue_max = 4096;
+  uint32_t forward_timeout_ms = 10000;
+  size_t dedup_entries_max = 65536;
+  size_t resync_batch = 256;  // chunks listed per ListChunks call
+};
+
+// Where one request lands: this server's target in a chain, and its successor.
+struct Placement {
+  RoutingSnapshot routing;
+  StorageTarget* target = nullptr;
+  mgmt::ChainRoute route;
+  size_t index = 0;  // in route.write_path
+  bool readable = false;
+  struct Peer {
+    mgmt::TargetId id = 0;
+    rpc::Endpoint endpoint;
+  };
+  std::optional<Peer> successor;
+};
+
+// One update as it travels down the chain.
+struct ChainUpdate {
+  int kind = 0;  // pb::UpdateKind
+  ChunkId id;
+  uint32_t offset = 0;
+  uint32_t length = 0;
+  std::span<const std::byte> data;
+  uint32_t chunk_size = 0;
+  uint64_t client_id = 0;
+  uint64_t sequence = 0;
+};
+
+// What staging an update on one replica produced.
+struct StagedUpdate {
+  WriteResult result;
+  bool already = false;  // this replica already had exactly this version committed
+};
+
+class StorageService {
+ public:
+  using SyncListener = std::function<void(mgmt::TargetId, mgmt::ChainId, mgmt::ChainVersion)>;
+
+  StorageService(rpc::IoPool& io, StorageServiceOptions options, std::shared_ptr<RoutingProvider> routing,
+                 std::vector<std::unique_ptr<StorageTarget>> targets,
+                 metrics::Registry& registry = metrics::Registry::global());
+  ~StorageService();
+  StorageService(const StorageService&) = delete;
+  StorageService& operator=(const StorageService&) = delete;
+
+  void register_methods(rpc::Server& server);
+  // Hook for the mgmtd client: a local syncing target was brought up to date.
+  void set_sync_listener(SyncListener listener);
+  // Stops resyncs and waits for them (bounded); call before destroying.
+  void stop();
+
+  StorageTarget* target(mgmt::TargetId id);
+  RoutingProvider& routing() { return *routing_; }
+  size_t resyncs_running() const { return resyncs_running_.load(); }
+
+ private:
+  struct Expect {
+    uint32_t length = 0;
+    uint32_t crc = 0;
+  };
+
+  Result<Placement> locate(mgmt::ChainId chain, mgmt::ChainVersion version) const;
+  Result<void> check_payload(const rpc::ServerCall& call, uint32_t length, uint32_t crc, StorageTarget& t) const;
+
+  // Data path (storage_service.cc, chain_update.cc, batch_read.cc).
+  Task<Result<pb::BatchReadReply>> batch_read(const pb::BatchReadRequest& req, rpc::ServerCall& call);
+  Task<Result<pb::WriteReply>> write(const pb::WriteRequest& req, rpc::ServerCall& call);
+  Task<Result<pb::WriteReply>> truncate(const pb::TruncateRequest& req, rpc::ServerCall& call);
+  Task<Result<pb::RemoveReply>> remove(const pb::RemoveRequest& req, rpc::ServerCall& call);
+  Task<Result<pb::ForwardReply>> forward_in(const pb::ForwardRequest& req, rpc::ServerCall& call);
+  Task<Result<WriteResult>> head_update(mgmt::ChainId chain, mgmt::ChainVersion version, Op op,
+                                        const ChainUpdate& u);
+  Task<Result<WriteResult>> replicate(const Placement& p, const ChainUpdate& u, uint64_t version,
+                                      const Expect* expect);
+  Task<Result<void>> forward_out(const Placement& p, const ChainUpdate& u, const WriteResult& staged, bool sync);
+  Task<Result<pb::GetChunkMetaReply>> get_chunk_meta(const pb::GetChunkMetaRequest& req);
+  Task<Result<pb::ListChunksReply>> list_chunks(const pb::ListChunksRequest& req);
+
+  // Admin and resync (storage_admin.cc, resync.cc).
+  Result<pb::SetRoutingReply> set_routing(const pb::SetRoutingRequest& req);
+  Result<pb::TargetStatusReply> target_status(const pb::TargetStatusRequest& req);
+  Result<pb::SyncDoneReply> sync_done(const pb::SyncDoneRequest& req);
+  void start_resyncs();
+  Task<void> resync(mgmt::ChainId chain, mgmt::ChainVersion version, StorageTarget* source, Placement::Peer dest);
+  Task<Result<std::pair<uint64_t, uint64_t>>> resync_once(mgmt::ChainId chain, mgmt::ChainVersion version,
+                                                          StorageTarget* source, const Placement::Peer& dest);
+  Task<Result<bool>> copy_chunk(mgmt::ChainId chain, mgmt::ChainVersion version, StorageTarget* source,
+                                const Placement::Peer& dest, ChunkId id);
+
+  rpc::IoPool& io_;
+  const StorageServiceOptions options_;
+  std::shared_ptr<RoutingProvider> routing_;
+  std::map<mgmt::TargetId, std::unique_ptr<StorageTarget>> targets_;
+  metrics::Registry& registry_;
+  DiskPool pool_;
+  rpc::Client client_;
+
+  std::mutex mu_;
+  SyncListener sync_listener_;                                                  // GUARDED_BY(mu_)
+  std::set<std::tuple<mgmt::ChainId, mgmt::ChainVersion, mgmt::TargetId>> resyncs_;  // GUARDED_BY(mu_): started
+  std::atomic<size_t> resyncs_running_{0};
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace weft::storage

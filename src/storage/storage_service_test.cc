@@ -1,0 +1,346 @@
+// The storage service in one process: chains of 1, 2 and 3 servers on
+// loopback (writes replicate byte-identically, stale chain versions and
+// non-head writes are rejected, retries are de-duplicated, a corrupted
+// replica answers kCorruption while another serves the read, a syncing
+// target is resynced, a full target answers kNoSpace and still serves reads).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "common/fault.h"
+#include "proto/storage.pb.h"
+#include "rpc/server.h"
+#include "storage/storage_server.h"
+#include "storage/storage_test_client.h"
+#include "storage/test_util.h"
+
+namespace weft::storage {
+namespace {
+
+using mgmt::TargetState;
+using testing::ChainSpec;
+using testing::pattern;
+
+constexpr char kToken[] = "test-token";
+constexpr uint32_t kChunk = 256 * 1024;
+
+// One storage server with its own targets, in this process.
+class Node {
+ public:
+  Node(rpc::IoPool& io, const std::string& name, std::vector<mgmt::TargetId> targets, uint64_t capacity = 0) {
+    StorageConfig sc;
+    for (auto t : targets) sc.targets.push_back({t, dir_.path() + "/t" + std::to_string(t), capacity, 1u << 20});
+    sc.disk_threads = 4;
+    sc.forward_timeout_ms = 3000;
+    auto s = open_storage_service(io, sc, name, kToken);
+    EXPECT_TRUE(s.has_value()) << s.error();
+    service_ = std::move(*s);
+    server_ = std::make_unique<rpc::Server>(io, rpc::ServerOptions{.cluster_token = kToken, .name = name});
+    service_->register_methods(*server_);
+    port_ = *server_->listen("127.0.0.1", 0);
+  }
+  ~Node() {
+    server_->stop();
+    service_->stop();
+  }
+  rpc::Endpoint ep() const { return {"127.0.0.1", port_}; }
+  std::string address() const { return ep().to_string(); }
+  StorageService& service() { return *service_; }
+  ChunkEngine& engine(mgmt::TargetId t) { return service_->target(t)->engine(); }
+
+ private:
+  testing::TempDir dir_;
+  std::unique_ptr<StorageService> service_;
+  std::unique_ptr<rpc::Server> server_;
+  uint16_t port_ = 0;
+};
+
+class StorageServiceTest : public ::testing::Test {
+ protected:
+  void start(size_t servers, uint64_t capacity = 0) {
+    for (size_t i = 0; i < servers; ++i)
+      nodes_.push_back(std::make_unique<Node>(io_, "s" + std::to_string(i + 1),
+                                              std::vector<mgmt::TargetId>{target_of(i)}, capacity));
+  }
+  static mgmt::TargetId target_of(size_t node) { return 101 + 100 * node; }
+  // Chain 1 over the given nodes (all serving unless listed in `syncing`).
+  void route(std::vector<size_t> order, mgmt::ChainVersion cv, std::vector<size_t> syncing = {}) {
+    ChainSpec chain{1, cv, {}};
+    for (size_t n : order) chain.entries.push_back({target_of(n), TargetState::kServing});
+    for (size_t n : syncing) chain.entries.push_back({target_of(n), TargetState::kSyncing});
+    std::vector<rpc::Endpoint> eps;
+    std::vector<std::pair<mgmt::TargetId, std::string>> targets;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      eps.push_back(nodes_[i]->ep());
+      targets.push_back({target_of(i), nodes_[i]->address()});
+    }
+    auto r = client_.set_routing(eps, targets, {chain}, ++routing_version_);
+    ASSERT_TRUE(r.has_value()) << r.error();
+  }
+  Result<proto::storage::WriteReply> write(size_t node, mgmt::ChainVersion cv, ChunkId id, uint32_t off,
+                                           std::span<const std::byte> data, uint64_t client = 0, uint64_t seq = 0) {
+    return client_.write(nodes_[node]->ep(), 1, cv, id, off, data, client, seq, kChunk);
+  }
+  testing::ReadOut read(size_t node, mgmt::ChainVersion cv, ChunkId id) {
+    auto r = client_.read(nodes_[node]->ep(), 1, cv, id, 0, kChunk);
+    EXPECT_TRUE(r.has_value()) << r.error();
+    return r ? *r : testing::ReadOut{};
+  }
+  // Every chunk of every listed node: same list, same versions and bytes.
+  void expect_identical(std::vector<size_t> which, mgmt::ChainVersion cv) {
+    auto first = client_.list(nodes_[which[0]]->ep(), target_of(which[0]));
+    ASSERT_TRUE(first.has_value()) << first.error();
+    for (size_t n : which) {
+      auto l = client_.list(nodes_[n]->ep(), target_of(n));
+      ASSERT_TRUE(l.has_value());
+      ASSERT_EQ(l->chunks_size(), first->chunks_size()) << "node " << n;
+      for (int i = 0; i < l->chunks_size(); ++i) {
+        EXPECT_EQ(l->chunks(i).chunk().index(), first->chunks(i).chunk().index());
+        EXPECT_EQ(l->chunks(i).version(), first->chunks(i).version()) << "node " << n << " chunk " << i;
+        EXPECT_EQ(l->chunks(i).chunk_crc32c(), first->chunks(i).chunk_crc32c()) << "node " << n << " chunk " << i;
+      }
+    }
+    (void)cv;
+  }
+
+  rpc::IoPool io_{2};
+  testing::StorageTestClient client_{io_, kToken};
+  std::vector<std::unique_ptr<Node>> nodes_;
+  uint64_t routing_version_ = 0;
+};
+
+TEST_F(StorageServiceTest, ChainOfOneWritesReadsTruncatesRemoves) {
+  start(1);
+  route({0}, 1);
+  ChunkId id{5, 0};
+  auto data = pattern(100000, 1);
+  auto w = write(0, 1, id, 0, data);
+  ASSERT_TRUE(w.has_value()) << w.error();
+  EXPECT_EQ(w->version(), 1u);
+  auto w2 = write(0, 1, id, 4096, std::span(data).first(10));
+  ASSERT_TRUE(w2.has_value()) << w2.error();
+  EXPECT_EQ(w2->version(), 2u);
+  std::memcpy(data.data() + 4096, data.data(), 10);
+  auto r = read(0, 1, id);
+  EXPECT_EQ(r.result.code(), 0u) << r.result.message();
+  EXPECT_EQ(r.result.version(), 2u);
+  EXPECT_EQ(r.data, data);
+  EXPECT_EQ(r.result.crc32c(), crc32c(data));
+
+  proto::storage::TruncateRequest t;
+  t.set_chain_id(1);
+  t.set_chain_version(1);
+  t.mutable_chunk()->set_inode(5);
+  t.set_length(1000);
+  auto tr = client_.call<proto::storage::WriteReply>(nodes_[0]->ep(), methods::kTruncate, t);
+  ASSERT_TRUE(tr.has_value()) << tr.error();
+  EXPECT_EQ(tr->chunk_length(), 1000u);
+  EXPECT_EQ(read(0, 1, id).data.size(), 1000u);
+
+  ASSERT_TRUE(client_.remove(nodes_[0]->ep(), 1, 1, id).has_value());
+  EXPECT_EQ(read(0, 1, id).result.code(), static_cast<uint32_t>(Code::kNotFound));
+}
+
+TEST_F(StorageServiceTest, BatchReadSpansTargetsOfOneServer) {
+  nodes_.push_back(std::make_unique<Node>(io_, "multi", std::vector<mgmt::TargetId>{1, 2}));
+  auto ep = nodes_[0]->ep();
+  ASSERT_TRUE(client_
+                  .set_routing({ep}, {{1, nodes_[0]->address()}, {2, nodes_[0]->address()}},
+                               {ChainSpec{1, 1, {{1, TargetState::kServing}}}, ChainSpec{2, 1, {{2, TargetState::kServing}}}},
+                               1)
+                  .has_value());
+  auto a = pattern(5000, 1), b = pattern(7000, 2);
+  ASSERT_TRUE(client_.write(ep, 1, 1, ChunkId{1, 0}, 0, a).has_value());
+  ASSERT_TRUE(client_.write(ep, 2, 1, ChunkId{1, 1}, 0, b).has_value());
+  proto::storage::BatchReadRequest req;
+  auto add = [&](uint32_t chain, uint64_t index, uint32_t off, uint32_t len) {
+    auto* r = req.add_ranges();
+    r->set_chain_id(chain);
+    r->set_chain_version(1);
+    r->mutable_chunk()->set_inode(1);
+    r->mutable_chunk()->set_index(index);
+    r->set_offset(off);
+    r->set_length(len);
+  };
+  add(1, 0, 100, 1000);
+  add(2, 1, 0, 7000);
+  add(2, 9, 0, 10);  // absent
+  add(1, 0, 4000, 4000);  // clamped to 1000
+  rpc::RawResponse raw;
+  auto reply = client_.call<proto::storage::BatchReadReply>(ep, methods::kBatchRead, req, {}, &raw);
+  ASSERT_TRUE(reply.has_value()) << reply.error();
+  ASSERT_EQ(reply->results_size(), 4);
+  EXPECT_EQ(reply->results(2).code(), static_cast<uint32_t>(Code::kNotFound));
+  EXPECT_EQ(reply->results(3).length(), 1000u);
+  std::vector<std::byte> expect(a.begin() + 100, a.begin() + 1100);
+  expect.insert(expect.end(), b.begin(), b.end());
+  expect.insert(expect.end(), a.begin() + 4000, a.end());
+  ASSERT_EQ(raw.payload_len, expect.size());
+  EXPECT_EQ(0, std::memcmp(raw.payload.data(), expect.data(), expect.size()));
+}
+
+TEST_F(StorageServiceTest, ChainOfThreeReplicatesByteIdentically) {
+  start(3);
+  route({0, 1, 2}, 1);
+  for (uint64_t i = 0; i < 20; ++i) {
+    auto data = pattern(1000 + i * 5000, i);
+    auto w = write(0, 1, ChunkId{9, i}, static_cast<uint32_t>(i * 100), data);
+    ASSERT_TRUE(w.has_value()) << w.error();
+    if (i % 3 == 0) {
+      ASSERT_TRUE(write(0, 1, ChunkId{9, i}, 7, std::span(data).first(50)).has_value());
+    }
+  }
+  expect_identical({0, 1, 2}, 1);
+  for (size_t n = 0; n < 3; ++n) {
+    auto r = read(n, 1, ChunkId{9, 3});
+    EXPECT_EQ(r.result.version(), 2u);
+    EXPECT_EQ(r.data, read(0, 1, ChunkId{9, 3}).data);
+  }
+}
+
+TEST_F(StorageServiceTest, ConcurrentWritesToOneChunkGetDistinctVersions) {
+  start(2);
+  route({0, 1}, 1);
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 10; ++i) {
+        auto d = pattern(4096, t * 100 + i);
+        if (!write(0, 1, ChunkId{3, 0}, static_cast<uint32_t>(t * 4096), d)) failures++;
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(read(1, 1, ChunkId{3, 0}).result.version(), 40u);
+  expect_identical({0, 1}, 1);
+}
+
+TEST_F(StorageServiceTest, StaleVersionsAndNonHeadWritesAreRejected) {
+  start(2);
+  route({0, 1}, 2);
+  auto data = pattern(100, 1);
+  auto stale = write(0, 1, ChunkId{1, 1}, 0, data);
+  ASSERT_FALSE(stale.has_value());
+  EXPECT_EQ(stale.error().code(), Code::kStaleRouting);
+  EXPECT_TRUE(stale.error().retryable());
+  auto not_head = write(1, 2, ChunkId{1, 1}, 0, data);
+  ASSERT_FALSE(not_head.has_value());
+  EXPECT_EQ(not_head.error().code(), Code::kNotChainHead);
+  auto stale_read = client_.read(nodes_[1]->ep(), 1, 7, ChunkId{1, 1}, 0, 10);
+  ASSERT_TRUE(stale_read.has_value());
+  EXPECT_EQ(stale_read->result.code(), static_cast<uint32_t>(Code::kStaleRouting));
+  // A corrupted payload is refused on arrival.
+  proto::storage::WriteRequest req;
+  req.set_chain_id(1);
+  req.set_chain_version(2);
+  req.set_length(100);
+  req.set_data_crc32c(crc32c(data) ^ 1);
+  rpc::CallOptions o;
+  o.payload.push_back(data);
+  auto bad = client_.call<proto::storage::WriteReply>(nodes_[0]->ep(), methods::kWrite, req, std::move(o));
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_EQ(bad.error().code(), Code::kCorruption);
+}
+
+TEST_F(StorageServiceTest, ClientRetryIsNotAppliedTwice) {
+  start(2);
+  route({0, 1}, 1);
+  auto data = pattern(100, 1);
+  auto first = write(0, 1, ChunkId{2, 0}, 0, data, 77, 1);
+  ASSERT_TRUE(first.has_value()) << first.error();
+  auto retry = write(0, 1, ChunkId{2, 0}, 0, data, 77, 1);
+  ASSERT_TRUE(retry.has_value());
+  EXPECT_EQ(retry->version(), first->version());
+  EXPECT_EQ(read(1, 1, ChunkId{2, 0}).result.version(), 1u);
+  auto next = write(0, 1, ChunkId{2, 0}, 0, data, 77, 2);
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->version(), 2u);
+}
+
+TEST_F(StorageServiceTest, FailedForwardAbortsAndRetrySucceeds) {
+  start(2);
+  route({0, 1}, 1);
+  auto data = pattern(5000, 3);
+  {
+    fault::Scope fail("storage.forward.fail", {.hits_max = 1});
+    auto w = write(0, 1, ChunkId{4, 0}, 0, data, 5, 1);
+    ASSERT_FALSE(w.has_value());
+    EXPECT_EQ(w.error().code(), Code::kUnavailable);
+  }
+  auto w = write(0, 1, ChunkId{4, 0}, 0, data, 5, 1);
+  ASSERT_TRUE(w.has_value()) << w.error();
+  EXPECT_EQ(w->version(), 1u);
+  expect_identical({0, 1}, 1);
+}
+
+TEST_F(StorageServiceTest, CorruptReplicaAnswersCorruptionAndAnotherServesTheRead) {
+  start(2);
+  route({0, 1}, 1);
+  ChunkId id{8, 0};
+  auto data = pattern(64 * 1024, 8);
+  ASSERT_TRUE(write(0, 1, id, 0, data).has_value());
+  ChunkEngine& e = nodes_[1]->engine(target_of(1));
+  ChunkMeta meta = *e.committed_meta(id);
+  int fd = ::open(e.slab_path(meta.size_class).c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  off_t pos = static_cast<off_t>(uint64_t{meta.slot} * class_bytes(meta.size_class) + 5000);
+  unsigned char b = 0;
+  ASSERT_EQ(::pread(fd, &b, 1, pos), 1);
+  b ^= 0x40;
+  ASSERT_EQ(::pwrite(fd, &b, 1, pos), 1);
+  ::fsync(fd);
+  ::close(fd);
+  EXPECT_EQ(read(1, 1, id).result.code(), static_cast<uint32_t>(Code::kCorruption));
+  auto good = read(0, 1, id);
+  EXPECT_EQ(good.result.code(), 0u);
+  EXPECT_EQ(good.data, data);
+}
+
+TEST_F(StorageServiceTest, SyncingTargetIsResyncedWhileWritesGoOn) {
+  start(3);
+  route({0, 1}, 1);
+  for (uint64_t i = 0; i < 30; ++i) ASSERT_TRUE(write(0, 1, ChunkId{6, i}, 0, pattern(3000 + i * 997, i)).has_value());
+  ASSERT_TRUE(client_.remove(nodes_[0]->ep(), 1, 1, ChunkId{6, 0}).has_value());
+  // Node 2 holds stale and extra chunks from an earlier life.
+  auto& stale = nodes_[2]->engine(target_of(2));
+  ASSERT_TRUE(stale.write(ChunkId{6, 0}, Update::write(0, pattern(10, 99))).has_value());
+  ASSERT_TRUE(stale.write(ChunkId{6, 1}, Update::write(0, pattern(10, 99))).has_value());
+  ASSERT_TRUE(stale.write(ChunkId{6, 500}, Update::write(0, pattern(10, 99))).has_value());
+  route({0, 1}, 2, {2});
+  // Writes go on during the resync (partial writes reach the syncing tail as full chunks if it is behind).
+  for (uint64_t i = 1; i < 30; i += 4) ASSERT_TRUE(write(0, 2, ChunkId{6, i}, 10, pattern(100, i + 7)).has_value());
+  bool synced = false;
+  for (int i = 0; i < 500 && !synced; ++i) {
+    auto s = client_.status(nodes_[2]->ep(), target_of(2));
+    ASSERT_TRUE(s.has_value());
+    for (auto& c : s->targets(0).synced()) synced |= c.chain_id() == 1 && c.synced_chain_version() == 2;
+    if (!synced) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(synced);
+  expect_identical({0, 1, 2}, 2);
+  // The syncing target becomes serving; it answers reads with the same bytes.
+  route({0, 1, 2}, 3);
+  for (uint64_t i = 1; i < 30; ++i) EXPECT_EQ(read(2, 3, ChunkId{6, i}).data, read(0, 3, ChunkId{6, i}).data);
+}
+
+TEST_F(StorageServiceTest, FullTargetAnswersNoSpaceAndStillServesReads) {
+  start(1, 2u << 20);
+  route({0}, 1);
+  auto data = pattern(kChunk, 1);
+  ASSERT_TRUE(write(0, 1, ChunkId{1, 0}, 0, data).has_value());
+  Result<proto::storage::WriteReply> w;
+  for (uint64_t i = 1; i < 64; ++i) {
+    w = write(0, 1, ChunkId{1, i}, 0, data);
+    if (!w) break;
+  }
+  ASSERT_FALSE(w.has_value());
+  EXPECT_EQ(w.error().code(), Code::kNoSpace);
+  EXPECT_EQ(read(0, 1, ChunkId{1, 0}).data, data);
+}
+
+}  // namespace
+}  // namespace weft::storage

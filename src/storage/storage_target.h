@@ -1,0 +1,64 @@
+// storage/storage_target.h
+// One target as the storage service sees it: its chunk engine, per-chunk
+// chain locks, the retry dedup table, request metrics and resync state.
+// Threading: thread-safe (each member is).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/metrics.h"
+#include "mgmt/routing.h"
+#include "storage/chunk_engine.h"
+#include "storage/chunk_locks.h"
+#include "storage/dedup_table.h"
+
+namespace weft::storage {
+
+enum class Op : uint8_t { kRead, kWrite, kTruncate, kRemove, kForward, kSync, kCount };
+
+struct TargetMetrics {
+  TargetMetrics(metrics::Registry& r, const std::string& server, const std::string& target);
+  struct PerOp {
+    metrics::Counter* ops = nullptr;
+    metrics::Counter* errors = nullptr;
+    metrics::Counter* bytes = nullptr;
+    metrics::Histogram* latency_us = nullptr;
+  };
+  PerOp op[static_cast<size_t>(Op::kCount)];
+  metrics::Counter& payload_checksum_failures;  // request payloads whose CRC32C mismatched on arrival
+  metrics::Counter& read_checksum_failures;     // reads answered with kCorruption
+  metrics::Counter& dedup_hits;
+  PerOp& of(Op o) { return op[static_cast<size_t>(o)]; }
+};
+
+class StorageTarget {
+ public:
+  StorageTarget(mgmt::TargetId id, std::unique_ptr<ChunkEngine> engine, metrics::Registry& registry,
+                const std::string& server_name, size_t dedup_entries_max = 65536);
+  ~StorageTarget();
+
+  mgmt::TargetId id() const { return id_; }
+  ChunkEngine& engine() { return *engine_; }
+  ChunkLocks& locks() { return locks_; }
+  DedupTable& dedup() { return dedup_; }
+  TargetMetrics& metrics() { return metrics_; }
+
+  // This target was brought up to date in `chain` at `version` (by its predecessor).
+  void mark_synced(mgmt::ChainId chain, mgmt::ChainVersion version);
+  std::map<mgmt::ChainId, mgmt::ChainVersion> synced() const;
+
+ private:
+  const mgmt::TargetId id_;
+  std::unique_ptr<ChunkEngine> engine_;
+  metrics::Registry& registry_;
+  ChunkLocks locks_;
+  DedupTable dedup_;
+  TargetMetrics metrics_;
+  mutable std::mutex mu_;
+  std::map<mgmt::ChainId, mgmt::ChainVersion> synced_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace weft::storage
