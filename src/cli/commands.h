@@ -12,6 +12,8 @@ namespace weft::cli {
 int& exit_code();
 // Prints "weft: <message>" to stderr and sets the exit code (1 unless given).
 void fail(const std::string& message, int code = 1);
+// `weft admin`: created by the first module asking for it, shared by all (main.cc).
+CLI::App& admin_subcommand(CLI::App& app);
 
 // `serve` is the `weft serve` subcommand: roles add themselves under it.
 void add_serve_commands(CLI::App& app, CLI::App& serve);

@@ -15,6 +15,14 @@ void fail(const std::string& message, int code) {
   exit_code() = code;
 }
 
+CLI::App& admin_subcommand(CLI::App& app) {
+  auto named_admin = [](CLI::App* sub) { return sub->get_name() == "admin"; };
+  if (auto found = app.get_subcommands(named_admin); !found.empty()) return *found.front();
+  auto* admin = app.add_subcommand("admin", "Cluster administration");
+  admin->require_subcommand(1);
+  return *admin;
+}
+
 }  // namespace weft::cli
 
 int main(int argc, char** argv) {

@@ -1,8 +1,166 @@
-// Commands of the mgmt module: `weft serve mgmt...` and its admin tools.
+// Commands of the mgmt module: `weft serve mgmtd`, `weft status` and
+// `weft admin chain-table create|list`. Client commands find the cluster
+// through client/cluster_config.h (--config, $WEFT_CONFIG, ./weft-data/client.toml;
+// --cluster ADDR overrides the mgmtd address).
+#include <filesystem>
+#include <memory>
+
 #include "cli/commands.h"
+#include "client/cluster_config.h"
+#include "common/config.h"
+#include "mgmt/mgmt_rpc.h"
+#include "mgmt/proto_convert.h"
+#include "mgmt/render.h"
+#include "mgmt/service.h"
+#include "mgmt/service_methods.h"
+#include "rpc/service_runtime.h"
 
 namespace weft::cli {
+namespace {
 
-void add_mgmt_commands(CLI::App& /*app*/, CLI::App& /*serve*/) {}
+// `weft serve mgmtd --config FILE`: [server] (rpc/service_runtime.h) and [mgmtd] (mgmt/service.h).
+void serve_mgmtd(const std::string& path) {
+  auto config = Config::load_file(path);
+  if (!config) return fail(config.error().message());
+  auto sc = rpc::ServiceConfig::from(*config, "mgmtd");
+  if (!sc) return fail(sc.error().message());
+  auto mc = mgmt::MgmtdConfig::from(*config);
+  if (!mc) return fail(mc.error().message());
+  // Declared before the runtime: they outlive its I/O threads (long polls hold a reference).
+  std::unique_ptr<mgmt::ClusterState> state;
+  std::unique_ptr<mgmt::MgmtService> service;
+  rpc::ServiceRuntime runtime(*sc);
+  if (auto r = runtime.init(); !r) return fail(r.error().message());
+  std::error_code ec;
+  std::filesystem::create_directories(mc->data_dir, ec);
+  if (ec) return fail(fmt::format("{}: key 'mgmtd.data_dir': cannot create {}: {}", path, mc->data_dir, ec.message()));
+  auto opened = mgmt::ClusterState::open(mc->cluster, SystemClock::instance());
+  if (!opened) return fail(fmt::format("mgmtd: opening state in {}: {}", mc->cluster.db_dir, opened.error().message()));
+  state = std::move(*opened);
+  service = std::make_unique<mgmt::MgmtService>(*state, SystemClock::instance(), mc->service);
+  service->register_methods(runtime.server());
+  service->start();
+  auto ran = runtime.run();
+  service->stop();
+  if (!ran) return fail(ran.error().message());
+}
+
+struct ClusterFlags {
+  std::string config;
+  std::string cluster;
+};
+
+void add_cluster_flags(CLI::App* cmd, ClusterFlags& flags) {
+  cmd->add_option("--config", flags.config, "client config (default: $WEFT_CONFIG, else ./weft-data/client.toml)");
+  cmd->add_option("--cluster", flags.cluster, "mgmtd host:port (overrides the config's mgmtd list)");
+}
+
+// Runs fn(MgmtRpc&) against the configured cluster; errors become one line.
+template <class Fn>
+void with_mgmtd(const ClusterFlags& flags, Fn fn) {
+  auto cc = client::load_cluster_config(client::ClusterConfigQuery::from_flags(flags.config, flags.cluster));
+  if (!cc) return fail(cc.error().message());
+  rpc::IoPool io(1, "cli");
+  rpc::ClientOptions co;
+  co.cluster_token = cc->cluster_token;
+  co.name = "weft cli";
+  co.connect_timeout_ms = 2000;
+  co.call_timeout_ms = 10000;
+  rpc::Client client(io, co);
+  mgmt::MgmtRpc rpc(io, client, cc->mgmtd, 10000);
+  fn(rpc);
+}
+
+void status(const ClusterFlags& flags, bool json) {
+  with_mgmtd(flags, [json](mgmt::MgmtRpc& rpc) {
+    auto reply = rpc.call<mgmt::pb::StatusReply>(mgmt::kStatus, mgmt::pb::StatusRequest{});
+    if (!reply) return fail(fmt::format("status: {}", reply.error().message()));
+    auto routing = mgmt::from_proto(reply->routing());
+    if (!routing) return fail(fmt::format("status: {}", routing.error().message()));
+    TimePoint now = mgmt::from_ns(reply->now_ns());
+    std::string out = json ? mgmt::render_json(*routing, now) + "\n" : mgmt::render_text(*routing, now);
+    std::fputs(out.c_str(), stdout);
+  });
+}
+
+std::string chain_line(const mgmt::pb::Chain& c) {
+  std::string members;
+  for (const auto& e : c.entries()) {
+    auto state = mgmt::target_state_from_wire(e.state());
+    members += fmt::format("{}{}({})", members.empty() ? "" : " -> ", e.target_id(),
+                           state ? mgmt::to_string(*state) : "?");
+  }
+  return fmt::format("  chain {} (version {}): {}\n", c.id(), c.version(), members);
+}
+
+struct CreateTableFlags {
+  uint32_t replicas = 3;
+  uint32_t chains_per_target = 0;
+};
+
+void create_table(const ClusterFlags& flags, const CreateTableFlags& t) {
+  with_mgmtd(flags, [&t](mgmt::MgmtRpc& rpc) {
+    mgmt::pb::CreateChainTableRequest req;
+    req.set_replicas(t.replicas);
+    req.set_chains_per_target(t.chains_per_target);
+    auto reply = rpc.call<mgmt::pb::CreateChainTableReply>(mgmt::kCreateChainTable, req, 60000);
+    if (!reply) return fail(fmt::format("chain-table create: {}", reply.error().message()));
+    std::string out = fmt::format("created chain table {}: {} chains of {} replicas (routing version {})\n",
+                                  reply->table().id(), reply->chains_size(), reply->table().replicas(),
+                                  reply->routing_version());
+    for (const auto& c : reply->chains()) out += chain_line(c);
+    std::fputs(out.c_str(), stdout);
+  });
+}
+
+void list_tables(const ClusterFlags& flags) {
+  with_mgmtd(flags, [](mgmt::MgmtRpc& rpc) {
+    auto reply = rpc.call<mgmt::pb::ListChainTablesReply>(mgmt::kListChainTables, mgmt::pb::ListChainTablesRequest{});
+    if (!reply) return fail(fmt::format("chain-table list: {}", reply.error().message()));
+    std::string out = fmt::format("{} chain table(s) (routing version {})\n", reply->tables_size(),
+                                  reply->routing_version());
+    for (const auto& table : reply->tables()) {
+      out += fmt::format("chain table {}: {} replicas, {} chains\n", table.id(), table.replicas(), table.chains_size());
+      for (const auto& c : reply->chains())
+        if (c.table_id() == table.id()) out += chain_line(c);
+    }
+    std::fputs(out.c_str(), stdout);
+  });
+}
+
+}  // namespace
+
+void add_mgmt_commands(CLI::App& app, CLI::App& serve) {
+  static std::string config_path;
+  auto* mgmtd = serve.add_subcommand("mgmtd", "Run the cluster manager");
+  mgmtd->add_option("--config", config_path, "TOML config file ([server] and [mgmtd])")->required();
+  mgmtd->callback([] { serve_mgmtd(config_path); });
+
+  static ClusterFlags status_flags;
+  static bool json = false;
+  auto* st = app.add_subcommand("status", "Show nodes, targets and chains of the cluster");
+  add_cluster_flags(st, status_flags);
+  st->add_flag("--json", json, "machine-readable output");
+  st->callback([] { status(status_flags, json); });
+
+  CLI::App& admin = admin_subcommand(app);
+  auto* tables = admin.add_subcommand("chain-table", "Chain tables: which targets replicate together");
+  tables->require_subcommand(1);
+  static ClusterFlags create_flags;
+  static CreateTableFlags create_table_flags;
+  auto* create = tables->add_subcommand("create", "Build a chain table over every up storage target");
+  add_cluster_flags(create, create_flags);
+  create->add_option("--replicas", create_table_flags.replicas, "targets per chain (on distinct nodes)")
+      ->required()
+      ->check(CLI::Range(1, 16));
+  create->add_option("--chains-per-target", create_table_flags.chains_per_target,
+                     "chains each target joins (default: automatic)")
+      ->check(CLI::Range(0, 256));
+  create->callback([] { create_table(create_flags, create_table_flags); });
+  static ClusterFlags list_flags;
+  auto* list = tables->add_subcommand("list", "Show the chain tables and their chains");
+  add_cluster_flags(list, list_flags);
+  list->callback([] { list_tables(list_flags); });
+}
 
 }  // namespace weft::cli

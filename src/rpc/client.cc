@@ -1,5 +1,6 @@
 #include "rpc/client.h"
 
+#include <asio/dispatch.hpp>
 #include <asio/post.hpp>
 
 #include "common/random.h"
@@ -67,7 +68,8 @@ struct StartCall {
       asio::post(ex, [handler = std::move(handler), r = std::move(r)]() mutable { std::move(handler)(std::move(r)); });
     };
     auto target = conn->executor();
-    asio::post(target, [conn = std::move(conn), method = method, body = std::move(body), options = std::move(options),
+    // dispatch: runs inline when the caller already is on the connection's thread.
+    asio::dispatch(target, [conn = std::move(conn), method = method, body = std::move(body), options = std::move(options),
                         done = std::move(done)]() mutable {
       conn->start_call(method, std::move(body), std::move(options), std::move(done));
     });

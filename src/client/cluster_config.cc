@@ -1,0 +1,72 @@
+#include "client/cluster_config.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "common/config.h"
+
+namespace weft::client {
+
+ClusterConfigQuery ClusterConfigQuery::from_flags(std::string config_path, std::string cluster) {
+  ClusterConfigQuery q;
+  q.config_path = std::move(config_path);
+  q.cluster = std::move(cluster);
+  const char* env = std::getenv(kClusterConfigEnv);
+  if (env != nullptr) q.env_path = env;
+  return q;
+}
+
+ConfigLocation locate_cluster_config(const ClusterConfigQuery& q) {
+  if (!q.config_path.empty()) return {q.config_path, "--config"};
+  if (!q.env_path.empty()) return {q.env_path, std::string("$") + kClusterConfigEnv};
+  return {q.default_path, "default"};
+}
+
+namespace {
+
+Result<ClusterConfig> from_config(const Config& c) {
+  ClusterConfig out;
+  out.source = c.source();
+  if (!c.has("mgmtd")) return error(Code::kConfig, "{}: key 'mgmtd' is missing (a list of host:port)", c.source());
+  WEFT_TRY(std::vector<std::string> addresses, c.get_strings("mgmtd"));
+  if (addresses.empty()) return error(Code::kConfig, "{}: key 'mgmtd' lists no address", c.source());
+  for (const std::string& a : addresses) {
+    auto ep = rpc::Endpoint::parse(a);
+    if (!ep) return error(Code::kConfig, "{}: key 'mgmtd': {}", c.source(), ep.error().message());
+    out.mgmtd.push_back(*ep);
+  }
+  if (!c.has("cluster_token")) return error(Code::kConfig, "{}: key 'cluster_token' is missing", c.source());
+  WEFT_TRY(out.cluster_token, c.get_string("cluster_token"));
+  if (out.cluster_token.empty()) return error(Code::kConfig, "{}: key 'cluster_token' must not be empty", c.source());
+  return out;
+}
+
+}  // namespace
+
+Result<ClusterConfig> parse_cluster_config(const std::string& text, const std::string& source) {
+  WEFT_TRY(Config c, Config::parse(text, source));
+  return from_config(c);
+}
+
+Result<ClusterConfig> load_cluster_config(const ClusterConfigQuery& query) {
+  ConfigLocation where = locate_cluster_config(query);
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(where.path, ec))
+    return error(Code::kConfig,
+                 "no cluster config at {} (from {}); pass --config FILE, set ${} or run from the directory "
+                 "holding weft-data/",
+                 where.path, where.origin, kClusterConfigEnv);
+  WEFT_TRY(Config c, Config::load_file(where.path));
+  if (!query.cluster.empty()) {
+    auto ep = rpc::Endpoint::parse(query.cluster);
+    if (!ep) return error(Code::kConfig, "--cluster {}: {}", query.cluster, ep.error().message());
+    // The address list is replaced; the token still comes from the file.
+    if (!c.has("cluster_token")) return error(Code::kConfig, "{}: key 'cluster_token' is missing", c.source());
+    WEFT_TRY(std::string token, c.get_string("cluster_token"));
+    if (token.empty()) return error(Code::kConfig, "{}: key 'cluster_token' must not be empty", c.source());
+    return ClusterConfig{.mgmtd = {*ep}, .cluster_token = token, .source = c.source()};
+  }
+  return from_config(c);
+}
+
+}  // namespace weft::client

@@ -1,0 +1,50 @@
+// client/cluster_config.h
+// How a client command finds its cluster: a small TOML file
+//   mgmtd = ["127.0.0.1:7000", "10.0.0.2:7000"]   # tried in order
+//   cluster_token = "..."
+// looked up at --config FILE, else $WEFT_CONFIG, else ./weft-data/client.toml
+// (the file `weft up` writes). --cluster ADDR replaces the mgmtd list.
+// Every error is one line saying where the config was looked for and why it
+// was not usable.
+// Threading: pure functions (reads the file and the environment).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "rpc/endpoint.h"
+
+namespace weft::client {
+
+inline constexpr const char* kDefaultClusterConfigPath = "./weft-data/client.toml";
+inline constexpr const char* kClusterConfigEnv = "WEFT_CONFIG";
+
+struct ClusterConfig {
+  std::vector<rpc::Endpoint> mgmtd;
+  std::string cluster_token;
+  std::string source;  // the file it came from
+};
+
+struct ClusterConfigQuery {
+  std::string config_path;   // --config; empty: not given
+  std::string cluster;       // --cluster; empty: not given
+  std::string env_path;      // $WEFT_CONFIG; empty: unset
+  std::string default_path = kDefaultClusterConfigPath;
+
+  // Fills env_path from the process environment.
+  static ClusterConfigQuery from_flags(std::string config_path, std::string cluster);
+};
+
+// The file to read and why it was chosen ("--config", "$WEFT_CONFIG", "default").
+struct ConfigLocation {
+  std::string path;
+  std::string origin;
+};
+ConfigLocation locate_cluster_config(const ClusterConfigQuery& query);
+
+Result<ClusterConfig> load_cluster_config(const ClusterConfigQuery& query);
+// Parses the TOML text of a cluster config; `source` names it in messages.
+Result<ClusterConfig> parse_cluster_config(const std::string& text, const std::string& source);
+
+}  // namespace weft::client

@@ -1,0 +1,208 @@
+#include "mgmt/mgmt_client.h"
+
+#include "common/logging.h"
+#include "mgmt/proto_convert.h"
+#include "mgmt/service_methods.h"
+
+namespace weft::mgmt {
+
+uint64_t new_incarnation() { return static_cast<uint64_t>(SystemClock::instance().wall_ns()); }
+
+MgmtClient::MgmtClient(MgmtRpc& rpc, MgmtClientOptions options, const Clock& clock)
+    : rpc_(rpc), options_(std::move(options)), lease_(clock) {}
+
+MgmtClient::~MgmtClient() { stop(); }
+
+Result<void> MgmtClient::register_now() {
+  const RegisterRequest& r = options_.registration;
+  pb::RegisterRequest req;
+  to_proto(r, &req);
+  HeartbeatTicket ticket = lease_.begin_heartbeat();
+  auto reply = rpc_.call<pb::RegisterReply>(kRegister, req);
+  if (!reply) {
+    if (reply.error().code() == Code::kNotPermitted) {
+      fenced_ = true;
+      lease_.revoke();
+    }
+    return std::unexpected(reply.error().with_context(fmt::format("register {}", r.address)));
+  }
+  RegisterReply got = from_proto(*reply);
+  if (got.target_ids.size() != r.targets.size())
+    return error(Code::kProtocol, "register {}: {} target ids for {} targets", r.address, got.target_ids.size(),
+                 r.targets.size());
+  {
+    std::lock_guard lock(mu_);
+    if (node_id_ != kInvalidNode && node_id_ != got.node_id)
+      WEFT_LOG_WARN("mgmt client {}: node id changed {} -> {}", r.address, node_id_, got.node_id);
+    node_id_ = got.node_id;
+    target_ids_ = got.target_ids;
+    granted_ = got.lease;
+    accept_any_version_ = true;
+  }
+  lease_.on_granted(ticket, got.lease);
+  registrations_.fetch_add(1);
+  WEFT_LOG_INFO("mgmt client {}: registered as node {} (routing version {})", r.address, got.node_id,
+                got.routing_version);
+  if (auto routing = refresh(); !routing)
+    WEFT_LOG_WARN("mgmt client {}: fetching routing after registration: {}", r.address, routing.error());
+  return {};
+}
+
+Result<void> MgmtClient::heartbeat_now() {
+  HeartbeatRequest hb;
+  UsageSource usage;
+  {
+    std::lock_guard lock(mu_);
+    hb.node_id = node_id_;
+    hb.sync_done.swap(sync_done_);
+    usage = usage_;
+  }
+  if (hb.node_id == kInvalidNode) return register_now();
+  hb.incarnation = options_.registration.incarnation;
+  if (usage) hb.usage = usage();
+  pb::HeartbeatRequest req;
+  to_proto(hb, &req);
+  HeartbeatTicket ticket = lease_.begin_heartbeat();
+  auto reply = rpc_.call<pb::HeartbeatReply>(kHeartbeat, req);
+  if (!reply) return on_heartbeat_error(reply.error(), std::move(hb.sync_done));
+  HeartbeatReply got = from_proto(*reply);
+  lease_.on_granted(ticket, got.lease);
+  RoutingVersion cached = 0;
+  {
+    std::lock_guard lock(mu_);
+    granted_ = got.lease;
+    if (routing_) cached = routing_->version;
+  }
+  heartbeats_ok_.fetch_add(1);
+  if (got.routing_version != cached) {
+    if (auto r = refresh(); !r) WEFT_LOG_WARN("mgmt client: routing refresh failed: {}", r.error());
+  }
+  return {};
+}
+
+// Unknown node: re-register now. Replaced: fence. Anything else: retry later
+// (the lease runs out on its own if mgmtd stays unreachable).
+Result<void> MgmtClient::on_heartbeat_error(const Status& s, std::vector<SyncDoneReport> unsent) {
+  {
+    std::lock_guard lock(mu_);
+    sync_done_.insert(sync_done_.begin(), unsent.begin(), unsent.end());
+  }
+  if (s.code() == Code::kNotFound) {
+    WEFT_LOG_WARN("mgmt client {}: {}; registering again", options_.registration.address, s.message());
+    lease_.revoke();
+    {
+      std::lock_guard lock(mu_);
+      node_id_ = kInvalidNode;
+    }
+    return register_now();
+  }
+  if (s.code() == Code::kNotPermitted) {
+    WEFT_LOG_ERROR("mgmt client {}: fenced: {}", options_.registration.address, s.message());
+    fenced_ = true;
+    lease_.revoke();
+  }
+  return std::unexpected(s.with_context("heartbeat"));
+}
+
+Result<std::shared_ptr<const RoutingInfo>> MgmtClient::refresh(uint32_t wait_ms) {
+  pb::GetRoutingRequest req;
+  bool force = false;
+  {
+    std::lock_guard lock(mu_);
+    force = accept_any_version_;
+    if (routing_ && !force) req.set_known_version(routing_->version);
+  }
+  req.set_wait_ms(wait_ms);
+  auto reply = rpc_.call<pb::GetRoutingReply>(kGetRouting, req, wait_ms + 3000);
+  if (!reply) return std::unexpected(reply.error().with_context("get routing"));
+  if (!reply->unchanged()) {
+    WEFT_TRY(RoutingInfo info, from_proto(reply->routing()));
+    auto snapshot = std::make_shared<const RoutingInfo>(std::move(info));
+    if (install(snapshot, force)) {
+      RoutingListener listener;
+      {
+        std::lock_guard lock(mu_);
+        listener = listener_;
+      }
+      if (listener) listener(snapshot);
+    }
+  }
+  return routing();
+}
+
+bool MgmtClient::install(std::shared_ptr<const RoutingInfo> routing, bool force) {
+  std::lock_guard lock(mu_);
+  if (!force && routing_ && routing->version <= routing_->version) return false;
+  routing_ = std::move(routing);
+  accept_any_version_ = false;
+  return true;
+}
+
+std::shared_ptr<const RoutingInfo> MgmtClient::routing() const {
+  std::lock_guard lock(mu_);
+  return routing_;
+}
+
+NodeId MgmtClient::node_id() const {
+  std::lock_guard lock(mu_);
+  return node_id_;
+}
+
+std::vector<TargetId> MgmtClient::target_ids() const {
+  std::lock_guard lock(mu_);
+  return target_ids_;
+}
+
+void MgmtClient::set_usage_source(UsageSource source) {
+  std::lock_guard lock(mu_);
+  usage_ = std::move(source);
+}
+
+void MgmtClient::set_routing_listener(RoutingListener listener) {
+  std::lock_guard lock(mu_);
+  listener_ = std::move(listener);
+}
+
+void MgmtClient::report_sync_done(ChainId chain, TargetId target) {
+  std::lock_guard lock(mu_);
+  sync_done_.push_back({.chain_id = chain, .target_id = target});
+}
+
+Duration MgmtClient::interval() const {
+  if (options_.heartbeat_interval > Duration::zero()) return options_.heartbeat_interval;
+  std::lock_guard lock(mu_);
+  if (granted_ > Duration::zero()) return granted_ / 3;
+  return std::chrono::seconds(1);
+}
+
+void MgmtClient::start() {
+  {
+    std::lock_guard lock(loop_mu_);
+    stopping_ = false;
+  }
+  loop_ = std::thread([this] { run(); });
+}
+
+void MgmtClient::stop() {
+  {
+    std::lock_guard lock(loop_mu_);
+    stopping_ = true;
+  }
+  loop_cv_.notify_all();
+  if (loop_.joinable()) loop_.join();
+}
+
+void MgmtClient::run() {
+  std::unique_lock lock(loop_mu_);
+  while (!stopping_) {
+    lock.unlock();
+    Result<void> r = heartbeat_now();
+    if (!r) WEFT_LOG_DEBUG("mgmt client {}: {}", options_.registration.address, r.error());
+    Duration wait = r ? interval() : std::min(interval(), options_.retry_interval);
+    lock.lock();
+    if (fenced_) break;
+    loop_cv_.wait_for(lock, wait, [this] { return stopping_; });
+  }
+}
+
+}  // namespace weft::mgmt

@@ -1,0 +1,118 @@
+// mgmt/mgmt_client.h
+// What storage servers, meta servers and clients run to take part in a
+// cluster: registration with mgmtd, a heartbeat loop that feeds a
+// LeaseKeeper (mgmt/lease.h) and reports target usage and sync-done, and a
+// routing cache.
+//   - register: kind, address, incarnation, targets; the reply assigns the
+//     node and target ids and is also a lease grant.
+//   - heartbeat every lease/3 (or as configured). "Unknown node" (mgmtd
+//     restarted without state, or another incarnation registered in between)
+//     revokes the lease and re-registers at once. "Replaced by a newer
+//     incarnation" revokes the lease and FENCES this client: it stops for good
+//     (a zombie process must not serve).
+//   - routing: the latest RoutingInfo snapshot, swapped atomically; refreshed
+//     when a heartbeat reply shows a newer routing version and by refresh()
+//     (callers do this when a peer answers kStaleRouting). A snapshot never
+//     goes back to an older version, except right after re-registration
+//     (a mgmtd that lost its state starts counting again).
+// Threading: every public method is thread-safe; the loop runs on its own
+// thread between start() and stop(). Calls block: never call from an I/O
+// thread of the MgmtRpc's pool.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "mgmt/cluster_state.h"
+#include "mgmt/lease.h"
+#include "mgmt/mgmt_rpc.h"
+#include "mgmt/routing.h"
+
+namespace weft::mgmt {
+
+struct MgmtClientOptions {
+  RegisterRequest registration;          // kind, address, incarnation (> 0), targets
+  Duration heartbeat_interval{};         // 0: a third of the granted lease
+  Duration retry_interval = std::chrono::milliseconds(200);  // after a failed register/heartbeat
+};
+
+// A fresh incarnation number: wall-clock nanoseconds (grows across restarts).
+uint64_t new_incarnation();
+
+class MgmtClient {
+ public:
+  using UsageSource = std::function<std::vector<TargetUsage>()>;
+  using RoutingListener = std::function<void(std::shared_ptr<const RoutingInfo>)>;
+
+  MgmtClient(MgmtRpc& rpc, MgmtClientOptions options, const Clock& clock = SystemClock::instance());
+  ~MgmtClient();
+  MgmtClient(const MgmtClient&) = delete;
+  MgmtClient& operator=(const MgmtClient&) = delete;
+
+  // Registers (again) and fetches routing.
+  Result<void> register_now();
+  // One heartbeat (registers first if needed); re-registers when mgmtd says the node is unknown.
+  Result<void> heartbeat_now();
+  // Fetches routing unless the cached version is current; waits up to wait_ms for a change.
+  Result<std::shared_ptr<const RoutingInfo>> refresh(uint32_t wait_ms = 0);
+
+  // The heartbeat loop (registers first). stop() is idempotent and prompt.
+  void start();
+  void stop();
+
+  // Latest routing snapshot; null before the first fetch.
+  std::shared_ptr<const RoutingInfo> routing() const;
+  NodeId node_id() const;
+  std::vector<TargetId> target_ids() const;  // in the order of options.registration.targets
+  const LeaseKeeper& lease() const { return lease_; }
+  bool fenced() const { return fenced_.load(); }
+  uint64_t heartbeats_ok() const { return heartbeats_ok_.load(); }
+  uint64_t registrations() const { return registrations_.load(); }
+
+  // Called before each heartbeat, on the heartbeat thread.
+  void set_usage_source(UsageSource source);
+  // Called with every newly installed routing snapshot, on the thread that fetched it
+  // (e.g. to feed a storage server's RoutingProvider). Set before start().
+  void set_routing_listener(RoutingListener listener);
+  // Sent with the next heartbeat (again after a failed one).
+  void report_sync_done(ChainId chain, TargetId target);
+
+ private:
+  void run();
+  Duration interval() const;
+  // Returns true if `routing` replaced the cached snapshot.
+  bool install(std::shared_ptr<const RoutingInfo> routing, bool force);
+  Result<void> on_heartbeat_error(const Status& s, std::vector<SyncDoneReport> unsent);
+
+  MgmtRpc& rpc_;
+  const MgmtClientOptions options_;
+  LeaseKeeper lease_;
+
+  mutable std::mutex mu_;
+  NodeId node_id_ = kInvalidNode;        // GUARDED_BY(mu_)
+  std::vector<TargetId> target_ids_;     // GUARDED_BY(mu_)
+  Duration granted_{};                   // GUARDED_BY(mu_)
+  bool accept_any_version_ = false;      // GUARDED_BY(mu_): set by re-registration
+  std::vector<SyncDoneReport> sync_done_;  // GUARDED_BY(mu_)
+  UsageSource usage_;                    // GUARDED_BY(mu_)
+  RoutingListener listener_;             // GUARDED_BY(mu_)
+  std::shared_ptr<const RoutingInfo> routing_;  // GUARDED_BY(mu_)
+
+  std::atomic<bool> fenced_{false};
+  std::atomic<uint64_t> heartbeats_ok_{0};
+  std::atomic<uint64_t> registrations_{0};
+
+  std::mutex loop_mu_;
+  std::condition_variable loop_cv_;
+  bool stopping_ = false;  // GUARDED_BY(loop_mu_)
+  std::thread loop_;
+};
+
+}  // namespace weft::mgmt

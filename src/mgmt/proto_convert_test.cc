@@ -1,0 +1,122 @@
+// Round trips of the mgmt types through their protobuf messages, and
+// rejection of out-of-range enum values from the wire.
+#include "mgmt/proto_convert.h"
+
+#include <gtest/gtest.h>
+
+#include "mgmt/test_util.h"
+
+namespace weft::mgmt {
+namespace {
+
+RoutingInfo sample_routing() {
+  RoutingInfo r;
+  r.version = 42;
+  r.nodes[1] = {.id = 1, .kind = NodeKind::kStorage, .address = "10.0.0.1:9000", .incarnation = 7,
+                .state = NodeState::kUp, .lease_expiry = from_ns(123456789), .last_heartbeat = from_ns(1000)};
+  r.nodes[2] = {.id = 2, .kind = NodeKind::kMeta, .address = "[::1]:9001", .incarnation = 1ull << 62,
+                .state = NodeState::kDown, .lease_expiry = from_ns(-5), .last_heartbeat = from_ns(0)};
+  r.targets[10] = {.id = 10, .node_id = 1, .name = "/ssd/0", .state = TargetState::kSyncing, .reported = false,
+                   .capacity_bytes = 1ull << 40, .used_bytes = 12345};
+  r.targets[11] = {.id = 11, .node_id = 1, .name = "t\"1\n", .state = TargetState::kLastServing};
+  r.tables[1] = {.id = 1, .replicas = 2, .chains = {5, 6}};
+  r.chains[5] = {.id = 5, .table_id = 1, .version = 9,
+                 .entries = {{10, TargetState::kServing}, {11, TargetState::kOffline}}};
+  r.chains[6] = {.id = 6, .table_id = 1, .version = 1, .entries = {{11, TargetState::kLastServing}}};
+  return r;
+}
+
+TEST(ProtoConvert, RoutingRoundTripsExactly) {
+  RoutingInfo in = sample_routing();
+  pb::Routing wire;
+  to_proto(in, &wire);
+  std::string bytes;
+  ASSERT_TRUE(wire.SerializeToString(&bytes));
+  pb::Routing parsed;
+  ASSERT_TRUE(parsed.ParseFromString(bytes));
+  auto out = from_proto(parsed);
+  ASSERT_TRUE(out) << out.error();
+  EXPECT_EQ(out->version, in.version);
+  EXPECT_EQ(out->nodes, in.nodes);
+  EXPECT_EQ(out->targets, in.targets);
+  EXPECT_EQ(out->tables, in.tables);
+  EXPECT_EQ(out->chains, in.chains);
+}
+
+TEST(ProtoConvert, EmptyRoutingRoundTrips) {
+  pb::Routing wire;
+  to_proto(RoutingInfo{}, &wire);
+  auto out = from_proto(wire);
+  ASSERT_TRUE(out);
+  EXPECT_EQ(out->version, 0u);
+  EXPECT_TRUE(out->nodes.empty() && out->chains.empty());
+}
+
+TEST(ProtoConvert, RegisterAndHeartbeatRoundTrip) {
+  RegisterRequest reg{.kind = NodeKind::kStorage, .address = "h:1", .incarnation = 99,
+                      .targets = {{"a", 100, 5}, {"b", 200, 0}}};
+  pb::RegisterRequest preg;
+  to_proto(reg, &preg);
+  auto reg2 = from_proto(preg);
+  ASSERT_TRUE(reg2);
+  EXPECT_EQ(reg2->kind, reg.kind);
+  EXPECT_EQ(reg2->address, reg.address);
+  EXPECT_EQ(reg2->incarnation, reg.incarnation);
+  ASSERT_EQ(reg2->targets.size(), 2u);
+  EXPECT_EQ(reg2->targets[1].name, "b");
+  EXPECT_EQ(reg2->targets[1].capacity_bytes, 200u);
+  EXPECT_EQ(reg2->targets[0].used_bytes, 5u);
+
+  RegisterReply rr{.node_id = 3, .target_ids = {7, 8}, .routing_version = 5, .lease = std::chrono::seconds(3)};
+  pb::RegisterReply prr;
+  to_proto(rr, &prr);
+  RegisterReply rr2 = from_proto(prr);
+  EXPECT_EQ(rr2.node_id, 3u);
+  EXPECT_EQ(rr2.target_ids, rr.target_ids);
+  EXPECT_EQ(rr2.routing_version, 5u);
+  EXPECT_EQ(rr2.lease, rr.lease);
+
+  HeartbeatRequest hb{.node_id = 3, .incarnation = 99, .usage = {{7, 10, 100}}, .sync_done = {{4, 8}}};
+  pb::HeartbeatRequest phb;
+  to_proto(hb, &phb);
+  HeartbeatRequest hb2 = from_proto(phb);
+  EXPECT_EQ(hb2.node_id, 3u);
+  EXPECT_EQ(hb2.incarnation, 99u);
+  ASSERT_EQ(hb2.usage.size(), 1u);
+  EXPECT_EQ(hb2.usage[0].target_id, 7u);
+  EXPECT_EQ(hb2.usage[0].used_bytes, 10u);
+  EXPECT_EQ(hb2.usage[0].capacity_bytes, 100u);
+  ASSERT_EQ(hb2.sync_done.size(), 1u);
+  EXPECT_EQ(hb2.sync_done[0].chain_id, 4u);
+  EXPECT_EQ(hb2.sync_done[0].target_id, 8u);
+
+  HeartbeatReply hr{.routing_version = 12, .lease = std::chrono::milliseconds(1500)};
+  pb::HeartbeatReply phr;
+  to_proto(hr, &phr);
+  HeartbeatReply hr2 = from_proto(phr);
+  EXPECT_EQ(hr2.routing_version, 12u);
+  EXPECT_EQ(hr2.lease, hr.lease);
+}
+
+TEST(ProtoConvert, OutOfRangeEnumsAreProtocolErrors) {
+  pb::Routing wire;
+  to_proto(sample_routing(), &wire);
+  pb::Routing bad_node = wire;
+  bad_node.mutable_nodes(0)->set_kind(9);
+  EXPECT_EQ(from_proto(bad_node).error().code(), Code::kProtocol);
+  pb::Routing bad_state = wire;
+  bad_state.mutable_nodes(1)->set_state(0);
+  EXPECT_EQ(from_proto(bad_state).error().code(), Code::kProtocol);
+  pb::Routing bad_target = wire;
+  bad_target.mutable_targets(0)->set_state(5);
+  EXPECT_EQ(from_proto(bad_target).error().code(), Code::kProtocol);
+  pb::Routing bad_entry = wire;
+  bad_entry.mutable_chains(0)->mutable_entries(1)->set_state(0);
+  EXPECT_EQ(from_proto(bad_entry).error().code(), Code::kProtocol);
+  pb::RegisterRequest reg;
+  reg.set_kind(0);
+  EXPECT_EQ(from_proto(reg).error().code(), Code::kProtocol);
+}
+
+}  // namespace
+}  // namespace weft::mgmt

@@ -1,0 +1,183 @@
+#include "mgmt/service.h"
+
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+
+#include "common/logging.h"
+#include "mgmt/proto_convert.h"
+#include "mgmt/service_methods.h"
+#include "rpc/service.h"
+
+namespace weft::mgmt {
+namespace {
+
+using namespace std::chrono_literals;
+
+Result<pb::RegisterReply> do_register(ClusterState& state, const pb::RegisterRequest& req) {
+  WEFT_TRY(RegisterRequest request, from_proto(req));
+  WEFT_TRY(RegisterReply reply, state.register_node(request));
+  pb::RegisterReply out;
+  to_proto(reply, &out);
+  return out;
+}
+
+Result<pb::HeartbeatReply> do_heartbeat(ClusterState& state, const pb::HeartbeatRequest& req) {
+  WEFT_TRY(HeartbeatReply reply, state.heartbeat(from_proto(req)));
+  pb::HeartbeatReply out;
+  to_proto(reply, &out);
+  return out;
+}
+
+// Appends table `id` and its chains.
+template <class Reply>
+void add_table(const RoutingInfo& routing, const ChainTableInfo& table, Reply& out, pb::ChainTable* table_out) {
+  to_proto(table, table_out);
+  for (ChainId c : table.chains) {
+    auto it = routing.chains.find(c);
+    if (it != routing.chains.end()) to_proto(it->second, out.add_chains());
+  }
+}
+
+Result<pb::CreateChainTableReply> do_create_table(ClusterState& state, const pb::CreateChainTableRequest& req) {
+  ChainTableSpec spec{.replicas = req.replicas(), .chains_per_target = req.chains_per_target()};
+  WEFT_TRY(ChainTableId id, state.create_chain_table(spec));
+  RoutingInfo routing = state.routing();
+  auto it = routing.tables.find(id);
+  if (it == routing.tables.end()) return error(Code::kInternal, "mgmt: chain table {} vanished", id);
+  pb::CreateChainTableReply out;
+  add_table(routing, it->second, out, out.mutable_table());
+  out.set_routing_version(routing.version);
+  WEFT_LOG_INFO("mgmt: created chain table {} ({} chains of {} replicas)", id, it->second.chains.size(),
+                spec.replicas);
+  return out;
+}
+
+pb::ListChainTablesReply do_list_tables(const ClusterState& state) {
+  RoutingInfo routing = state.routing();
+  pb::ListChainTablesReply out;
+  for (const auto& [id, table] : routing.tables) add_table(routing, table, out, out.add_tables());
+  out.set_routing_version(routing.version);
+  return out;
+}
+
+}  // namespace
+
+Result<MgmtdConfig> MgmtdConfig::from(const Config& config) {
+  MgmtdConfig c;
+  WEFT_TRY(Config section, config.has("mgmtd") ? config.table("mgmtd") : Config::parse("", config.source()));
+  WEFT_TRY(c.data_dir, section.get_string("data_dir", "./weft-data/mgmtd"));
+  if (c.data_dir.empty()) return error(Code::kConfig, "{}: key 'mgmtd.data_dir' must not be empty", config.source());
+  WEFT_TRY(int64_t lease_ms, section.get_int_in("lease_ms", 3000, 100, 3'600'000));
+  WEFT_TRY(int64_t grace_ms, section.get_int_in("grace_ms", 1000, 0, 3'600'000));
+  WEFT_TRY(int64_t tick_ms, section.get_int_in("tick_ms", 200, 10, 60'000));
+  c.cluster.db_dir = c.data_dir + "/state";
+  c.cluster.lease = {.lease = std::chrono::milliseconds(lease_ms), .grace = std::chrono::milliseconds(grace_ms)};
+  c.service.tick = std::chrono::milliseconds(tick_ms);
+  return c;
+}
+
+MgmtService::MgmtService(ClusterState& state, const Clock& clock, MgmtServiceOptions options,
+                         metrics::Registry& registry)
+    : state_(state),
+      clock_(clock),
+      options_(options),
+      tick_errors_(registry.counter("weft_mgmt_tick_errors_total", "Failed lease checks (persisting failed)")),
+      long_polls_(registry.counter("weft_mgmt_routing_long_polls_total", "GetRouting calls that waited")) {}
+
+MgmtService::~MgmtService() { stop(); }
+
+void MgmtService::register_methods(rpc::Server& server) {
+  rpc::add_blocking_method<pb::RegisterRequest, pb::RegisterReply>(
+      server, kRegister, "mgmt.register",
+      [this](const pb::RegisterRequest& req, rpc::ServerCall&) { return do_register(state_, req); });
+  rpc::add_blocking_method<pb::HeartbeatRequest, pb::HeartbeatReply>(
+      server, kHeartbeat, "mgmt.heartbeat",
+      [this](const pb::HeartbeatRequest& req, rpc::ServerCall&) { return do_heartbeat(state_, req); });
+  rpc::add_async_method<pb::GetRoutingRequest, pb::GetRoutingReply>(
+      server, kGetRouting, "mgmt.get_routing",
+      [this](const pb::GetRoutingRequest& req, rpc::ServerCall&) { return get_routing(req); });
+  rpc::add_blocking_method<pb::CreateChainTableRequest, pb::CreateChainTableReply>(
+      server, kCreateChainTable, "mgmt.create_chain_table",
+      [this](const pb::CreateChainTableRequest& req, rpc::ServerCall&) { return do_create_table(state_, req); });
+  rpc::add_blocking_method<pb::ListChainTablesRequest, pb::ListChainTablesReply>(
+      server, kListChainTables, "mgmt.list_chain_tables",
+      [this](const pb::ListChainTablesRequest&, rpc::ServerCall&) -> Result<pb::ListChainTablesReply> {
+        return do_list_tables(state_);
+      });
+  rpc::add_blocking_method<pb::StatusRequest, pb::StatusReply>(
+      server, kStatus, "mgmt.status", [this](const pb::StatusRequest&, rpc::ServerCall&) -> Result<pb::StatusReply> {
+        pb::StatusReply out;
+        to_proto(state_.routing(), out.mutable_routing());
+        out.set_now_ns(to_ns(clock_.now()));
+        return out;
+      });
+}
+
+std::shared_ptr<const MgmtService::Snapshot> MgmtService::snapshot() {
+  std::lock_guard lock(snapshot_mu_);
+  if (!snapshot_ || snapshot_->version != state_.routing_version()) {
+    auto next = std::make_shared<Snapshot>();
+    RoutingInfo routing = state_.routing();
+    next->version = routing.version;
+    to_proto(routing, &next->routing);
+    snapshot_ = std::move(next);
+  }
+  return snapshot_;
+}
+
+// 1. Unknown or older version: answer with the current snapshot.
+// 2. Otherwise wait (timer polls of the version, no thread held) until it
+//    changes, wait_ms passes, or the service stops; answer "unchanged" then.
+Task<Result<pb::GetRoutingReply>> MgmtService::get_routing(pb::GetRoutingRequest req) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::min(req.wait_ms(), kRoutingWaitMsMax));
+  bool waited = false;
+  while (state_.routing_version() == req.known_version() && !stopping_.load() &&
+         std::chrono::steady_clock::now() < deadline) {
+    if (!waited) long_polls_.inc();
+    waited = true;
+    asio::steady_timer timer(co_await asio::this_coro::executor, options_.routing_poll);
+    co_await timer.async_wait(use_nothrow);
+  }
+  pb::GetRoutingReply reply;
+  RoutingVersion current = state_.routing_version();
+  if (current == req.known_version()) {
+    reply.set_unchanged(true);
+    reply.set_version(current);
+    co_return reply;
+  }
+  std::shared_ptr<const Snapshot> snap = snapshot();
+  reply.set_version(snap->version);
+  *reply.mutable_routing() = snap->routing;
+  co_return reply;
+}
+
+void MgmtService::start() {
+  stopping_ = false;
+  ticker_ = std::thread([this] { tick_loop(); });
+}
+
+void MgmtService::stop() {
+  {
+    std::lock_guard lock(tick_mu_);
+    stopping_ = true;
+  }
+  tick_cv_.notify_all();
+  if (ticker_.joinable()) ticker_.join();
+}
+
+void MgmtService::tick_loop() {
+  std::unique_lock lock(tick_mu_);
+  while (!stopping_) {
+    tick_cv_.wait_for(lock, options_.tick, [this] { return stopping_.load(); });
+    if (stopping_) break;
+    lock.unlock();
+    auto dead = state_.tick();
+    if (!dead) {
+      tick_errors_.inc();
+      WEFT_LOG_ERROR("mgmt: lease check failed: {}", dead.error());
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace weft::mgmt

@@ -1,0 +1,90 @@
+// mgmt/service.h
+// The cluster manager's RPC service (`weft serve mgmtd`): Register,
+// Heartbeat, CreateChainTable, ListChainTables and Status run as blocking
+// handlers on ClusterState (RocksDB writes, one mutex); GetRouting is async
+// so a long poll holds a timer, not a thread. A ticker thread calls
+// ClusterState::tick() every `tick` to declare expired nodes dead.
+// GetRouting serves a serialized snapshot cached per routing version: many
+// clients refreshing after a change cost one copy of the state. Usage bytes
+// and leases in that snapshot may lag (they change without a version bump);
+// Status always reads fresh state.
+// Threading: handlers run on the server's threads; start()/stop() from the
+// owner's thread. The service must outlive the Server's I/O threads (a long
+// poll may still be waiting on a timer when the server stops).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "common/clock.h"
+#include "common/config.h"
+#include "common/metrics.h"
+#include "common/status.h"
+#include "mgmt/cluster_state.h"
+#include "proto/mgmt.pb.h"
+#include "rpc/server.h"
+#include "rpc/task.h"
+
+namespace weft::mgmt {
+
+struct MgmtServiceOptions {
+  Duration tick = std::chrono::milliseconds(200);
+  Duration routing_poll = std::chrono::milliseconds(20);  // long-poll check interval
+};
+
+// The [mgmtd] section of `weft serve mgmtd --config FILE`:
+//   data_dir = "./weft-data/mgmtd"  # RocksDB state lives in data_dir/state
+//   lease_ms = 3000                 # lease granted per heartbeat
+//   grace_ms = 1000                 # extra wait before declaring a node dead
+//   tick_ms  = 200                  # how often expired leases are checked
+struct MgmtdConfig {
+  ClusterOptions cluster;
+  MgmtServiceOptions service;
+  std::string data_dir;
+
+  static Result<MgmtdConfig> from(const Config& config);
+};
+
+class MgmtService {
+ public:
+  MgmtService(ClusterState& state, const Clock& clock, MgmtServiceOptions options,
+              metrics::Registry& registry = metrics::Registry::global());
+  ~MgmtService();
+  MgmtService(const MgmtService&) = delete;
+  MgmtService& operator=(const MgmtService&) = delete;
+
+  // Call before the server listens.
+  void register_methods(rpc::Server& server);
+  // Starts the ticker thread.
+  void start();
+  // Stops the ticker and ends pending long polls (idempotent).
+  void stop();
+
+ private:
+  struct Snapshot {
+    RoutingVersion version = 0;
+    proto::mgmt::Routing routing;
+  };
+  std::shared_ptr<const Snapshot> snapshot();
+  Task<Result<proto::mgmt::GetRoutingReply>> get_routing(proto::mgmt::GetRoutingRequest req);
+  void tick_loop();
+
+  ClusterState& state_;
+  const Clock& clock_;
+  const MgmtServiceOptions options_;
+  metrics::Counter& tick_errors_;
+  metrics::Counter& long_polls_;
+
+  std::mutex snapshot_mu_;
+  std::shared_ptr<const Snapshot> snapshot_;  // GUARDED_BY(snapshot_mu_)
+
+  std::atomic<bool> stopping_{false};
+  std::mutex tick_mu_;
+  std::condition_variable tick_cv_;
+  std::thread ticker_;
+};
+
+}  // namespace weft::mgmt

@@ -1,0 +1,21 @@
+// mgmt/service_methods.h
+// Stable method numbers of the cluster manager service (rpc::service::kMgmt),
+// messages in proto/mgmt.proto. Numbers are wire format: never reuse or
+// renumber; add new methods at the end.
+#pragma once
+
+#include "rpc/method.h"
+
+namespace weft::mgmt {
+
+inline constexpr rpc::MethodId kRegister{rpc::service::kMgmt, 1};
+inline constexpr rpc::MethodId kHeartbeat{rpc::service::kMgmt, 2};
+inline constexpr rpc::MethodId kGetRouting{rpc::service::kMgmt, 3};
+inline constexpr rpc::MethodId kCreateChainTable{rpc::service::kMgmt, 4};
+inline constexpr rpc::MethodId kListChainTables{rpc::service::kMgmt, 5};
+inline constexpr rpc::MethodId kStatus{rpc::service::kMgmt, 6};
+
+// Upper bound on GetRoutingRequest.wait_ms (a long poll holds no thread, only a timer).
+inline constexpr uint32_t kRoutingWaitMsMax = 60'000;
+
+}  // namespace weft::mgmt

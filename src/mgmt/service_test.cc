@@ -1,0 +1,216 @@
+// MgmtService on a real rpc::Server (in process, 127.0.0.1) driven by
+// MgmtClients: registration, heartbeats, lease expiry through the ticker,
+// re-registration, fencing, long-polled routing, chain tables.
+#include "mgmt/service.h"
+
+#include <gtest/gtest.h>
+
+#include "mgmt/mgmt_client.h"
+#include "mgmt/proto_convert.h"
+#include "mgmt/service_methods.h"
+#include "mgmt/test_util.h"
+
+namespace weft::mgmt {
+namespace {
+
+using namespace std::chrono_literals;
+
+// An in-process mgmtd with a short lease, and the client side's RPC plumbing.
+struct Fixture {
+  explicit Fixture(std::string db_dir = "") {
+    options.db_dir = std::move(db_dir);
+    options.lease = {.lease = 300ms, .grace = 100ms};
+    start_server();
+  }
+  ~Fixture() {
+    stop_server();
+    server_io.stop();  // no long poll may outlive `service`
+  }
+
+  void start_server() {
+    auto opened = ClusterState::open(options, SystemClock::instance(), registry);
+    EXPECT_TRUE(opened) << opened.error();
+    state = std::move(*opened);
+    service = std::make_unique<MgmtService>(*state, SystemClock::instance(), MgmtServiceOptions{.tick = 20ms},
+                                            registry);
+    server = std::make_unique<rpc::Server>(server_io, rpc::ServerOptions{.cluster_token = "t", .name = "mgmtd"},
+                                           registry);
+    service->register_methods(*server);
+    auto port = server->listen("127.0.0.1", port_);
+    EXPECT_TRUE(port) << port.error();
+    port_ = *port;
+    service->start();
+  }
+  void stop_server() {
+    if (!server) return;
+    server->stop();
+    service->stop();
+  }
+
+  MgmtClientOptions storage(int i, uint64_t incarnation = 1) {
+    MgmtClientOptions o;
+    o.registration = {.kind = NodeKind::kStorage, .address = "127.0.0.1:" + std::to_string(9100 + i),
+                      .incarnation = incarnation, .targets = {{"t0", 1 << 30, 0}, {"t1", 1 << 30, 0}}};
+    return o;
+  }
+
+  ClusterOptions options;
+  metrics::Registry registry;
+  rpc::IoPool server_io{1};
+  std::unique_ptr<ClusterState> state;
+  std::unique_ptr<MgmtService> service;
+  std::unique_ptr<rpc::Server> server;
+  uint16_t port_ = 0;
+
+  rpc::IoPool client_io{1};
+  rpc::Client client{client_io, rpc::ClientOptions{.cluster_token = "t", .backoff_min_ms = 10, .backoff_max_ms = 50}};
+  std::unique_ptr<MgmtRpc> mgmt_rpc;
+  MgmtRpc& rpc() {
+    if (!mgmt_rpc)
+      mgmt_rpc = std::make_unique<MgmtRpc>(client_io, client, std::vector<rpc::Endpoint>{{"127.0.0.1", port_}}, 2000);
+    return *mgmt_rpc;
+  }
+};
+
+template <class Pred>
+bool eventually(Pred pred, Duration timeout = 5s) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return pred();
+}
+
+TEST(MgmtService, RegisterHeartbeatCreateTableAndRouting) {
+  Fixture f;
+  std::vector<std::unique_ptr<MgmtClient>> nodes;
+  for (int i = 0; i < 3; ++i) {
+    nodes.push_back(std::make_unique<MgmtClient>(f.rpc(), f.storage(i)));
+    ASSERT_TRUE(nodes.back()->register_now());
+    EXPECT_EQ(nodes.back()->target_ids().size(), 2u);
+    EXPECT_TRUE(nodes.back()->lease().can_serve_writes());
+  }
+  pb::CreateChainTableRequest create;
+  create.set_replicas(2);
+  auto table = f.rpc().call<pb::CreateChainTableReply>(kCreateChainTable, create);
+  ASSERT_TRUE(table) << table.error();
+  EXPECT_EQ(table->table().id(), 1u);
+  EXPECT_GT(table->chains_size(), 0);
+  for (const auto& c : table->chains()) EXPECT_EQ(c.entries_size(), 2);
+
+  // A heartbeat sees the newer routing version and refreshes the cache.
+  ASSERT_TRUE(nodes[0]->heartbeat_now());
+  ASSERT_TRUE(nodes[0]->routing());
+  EXPECT_EQ(nodes[0]->routing()->version, table->routing_version());
+  EXPECT_EQ(nodes[0]->routing()->chains.size(), static_cast<size_t>(table->chains_size()));
+
+  auto list = f.rpc().call<pb::ListChainTablesReply>(kListChainTables, pb::ListChainTablesRequest{});
+  ASSERT_TRUE(list);
+  ASSERT_EQ(list->tables_size(), 1);
+  EXPECT_EQ(list->tables(0).replicas(), 2u);
+
+  pb::CreateChainTableRequest too_many;
+  too_many.set_replicas(4);
+  auto refused = f.rpc().call<pb::CreateChainTableReply>(kCreateChainTable, too_many);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), Code::kInvalidArgument);
+}
+
+TEST(MgmtService, LongPollReturnsOnChangeOrTimeout) {
+  Fixture f;
+  MgmtClient a(f.rpc(), f.storage(0));
+  std::atomic<RoutingVersion> heard{0};
+  a.set_routing_listener([&heard](std::shared_ptr<const RoutingInfo> r) { heard = r->version; });
+  ASSERT_TRUE(a.register_now());
+  RoutingVersion v = a.routing()->version;
+  EXPECT_EQ(heard.load(), v);
+  auto start = std::chrono::steady_clock::now();
+  auto same = a.refresh(200);
+  ASSERT_TRUE(same);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 150ms);
+  EXPECT_EQ((*same)->version, v);
+
+  std::thread later([&] {
+    std::this_thread::sleep_for(100ms);
+    MgmtClient b(f.rpc(), f.storage(1));
+    EXPECT_TRUE(b.register_now());
+  });
+  auto changed = a.refresh(5000);
+  later.join();
+  ASSERT_TRUE(changed);
+  EXPECT_GT((*changed)->version, v);
+  EXPECT_EQ((*changed)->nodes.size(), 2u);
+  EXPECT_EQ(heard.load(), (*changed)->version);
+}
+
+TEST(MgmtService, ExpiredLeaseMarksNodeDownAndLoopRevivesIt) {
+  Fixture f;
+  MgmtClient a(f.rpc(), f.storage(0));
+  MgmtClient b(f.rpc(), f.storage(1));
+  a.start();
+  b.start();
+  ASSERT_TRUE(eventually([&] { return a.node_id() != 0 && b.node_id() != 0; }));
+  NodeId bid = b.node_id();
+  b.stop();
+  ASSERT_TRUE(eventually([&] { return f.state->routing().nodes.at(bid).state == NodeState::kDown; }));
+  EXPECT_EQ(f.state->routing().nodes.at(a.node_id()).state, NodeState::kUp);
+  // a's cache follows the change through its heartbeats.
+  ASSERT_TRUE(eventually([&] {
+    auto r = a.routing();
+    return r && r->nodes.count(bid) && r->nodes.at(bid).state == NodeState::kDown;
+  }));
+  b.start();
+  ASSERT_TRUE(eventually([&] { return f.state->routing().nodes.at(bid).state == NodeState::kUp; }));
+  a.stop();
+  b.stop();
+}
+
+TEST(MgmtService, RestartWithoutStateReRegistersAndNewerIncarnationFencesOld) {
+  Fixture f;
+  MgmtClient a(f.rpc(), f.storage(0, 5));
+  ASSERT_TRUE(a.register_now());
+  // mgmtd loses its state: the next heartbeat hears "unknown node" and registers again.
+  f.stop_server();
+  f.start_server();
+  uint64_t before = a.registrations();
+  ASSERT_TRUE(eventually([&] { return a.heartbeat_now().has_value(); }));
+  EXPECT_EQ(a.registrations(), before + 1);
+  EXPECT_EQ(f.state->routing().nodes.size(), 1u);
+
+  // A restarted process (newer incarnation) replaces it; the old one is fenced.
+  MgmtClient a2(f.rpc(), f.storage(0, 6));
+  ASSERT_TRUE(a2.register_now());
+  auto hb = a.heartbeat_now();
+  ASSERT_FALSE(hb);
+  EXPECT_EQ(hb.error().code(), Code::kNotPermitted);
+  EXPECT_TRUE(a.fenced());
+  EXPECT_FALSE(a.lease().can_serve_writes());
+  // An older incarnation cannot register.
+  MgmtClient zombie(f.rpc(), f.storage(0, 4));
+  auto z = zombie.register_now();
+  ASSERT_FALSE(z);
+  EXPECT_EQ(z.error().code(), Code::kNotPermitted);
+}
+
+TEST(MgmtService, UnknownNodeHeartbeatAndFailoverToSecondAddress) {
+  Fixture f;
+  pb::HeartbeatRequest hb;
+  hb.set_node_id(77);
+  hb.set_incarnation(1);
+  auto r = f.rpc().call<pb::HeartbeatReply>(kHeartbeat, hb);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), Code::kNotFound);
+
+  // The first configured address is dead: the call goes on to the second.
+  MgmtRpc two(f.client_io, f.client, {{"127.0.0.1", 1}, {"127.0.0.1", f.port_}}, 1000);
+  auto st = two.call<pb::StatusReply>(kStatus, pb::StatusRequest{});
+  ASSERT_TRUE(st) << st.error();
+  MgmtRpc none(f.client_io, f.client, {{"127.0.0.1", 1}}, 1000);
+  auto down = none.call<pb::StatusReply>(kStatus, pb::StatusRequest{});
+  ASSERT_FALSE(down);
+  EXPECT_TRUE(MgmtRpc::is_transport_error(down.error().code()));
+}
+
+}  // namespace
+}  // namespace weft::mgmt
