@@ -46,6 +46,7 @@ class ClientConnection final : public FrameStream {
   void on_frame(const FrameHeader& h, std::string body, PayloadTarget payload) override;
   void on_frame_written(uint64_t call_id) override;
   void on_closed(const Status& why) override;
+  bool prefer_immediate_write() override { return pending_.size() <= 1; }
 
  private:
   struct Pending {

@@ -57,11 +57,45 @@ std::shared_ptr<OutFrame> FrameStream::send(std::shared_ptr<OutFrame> frame) {
   frame->header.payload_len = static_cast<uint32_t>(payload);
   encode_header(frame->header, frame->encoded.data());
   outq_.push_back(frame);
+  if (ready_ && !writing_ && outq_.size() == 1 && prefer_immediate_write() && try_write_now()) return frame;
   if (ready_ && !writing_) {
     writing_ = true;
     asio::co_spawn(executor(), [self = shared_from_this()] { return self->write_loop(); }, asio::detached);
   }
   return frame;
+}
+
+// With nothing else to batch with, one non-blocking writev now saves a trip
+// through the event loop. A partial write leaves the rest to write_loop.
+bool FrameStream::try_write_now() {
+  auto& f = outq_.front();
+  if (f->payload.size() + 2 > 64) return false;  // asio gathers at most 64 buffers per call
+  std::vector<asio::const_buffer> buffers;
+  buffers.reserve(f->payload.size() + 2);
+  buffers.emplace_back(f->encoded.data(), f->encoded.size());
+  if (!f->body.empty()) buffers.emplace_back(f->body.data(), f->body.size());
+  for (auto p : f->payload)
+    if (!p.empty()) buffers.emplace_back(p.data(), p.size());
+  size_t total = asio::buffer_size(buffers);
+  asio::error_code ec;
+  if (!socket_.non_blocking()) socket_.non_blocking(true, ec);
+  f->state = OutFrame::State::kWriting;
+  size_t n = socket_.write_some(buffers, ec);
+  if (ec == asio::error::would_block || ec == asio::error::try_again) {
+    n = 0;
+  } else if (ec) {
+    close(Status(Code::kDisconnected, fmt::format("write to {}: {}", peer_, ec.message())));
+    return true;
+  }
+  if (n == total) {
+    auto done = std::move(outq_.front());
+    outq_.pop_front();
+    done->state = OutFrame::State::kDone;
+    if (done->call_id != 0) on_frame_written(done->call_id);
+    return true;
+  }
+  first_frame_written_ = n;  // write_loop goes on after these bytes
+  return false;
 }
 
 void FrameStream::set_ready() {
@@ -204,6 +238,13 @@ Task<void> FrameStream::write_loop() {
       } else {
         break;
       }
+    }
+    if (size_t skip = std::exchange(first_frame_written_, 0); skip > 0) {
+      // try_write_now() sent the start of the first frame already.
+      size_t i = 0;
+      while (skip >= buffers[i].size()) skip -= buffers[i++].size();
+      buffers[i] += skip;
+      buffers.erase(buffers.begin(), buffers.begin() + static_cast<std::ptrdiff_t>(i));
     }
     auto ec_n_result = co_await asio::async_write(socket_, buffers, TransferAllLarge{}, use_nothrow);
     auto& [ec, n] = ec_n_result;

@@ -68,6 +68,9 @@ class FrameStream : public std::enable_shared_from_this<FrameStream> {
   virtual void on_frame(const FrameHeader& h, std::string body, PayloadTarget payload) = 0;
   virtual void on_frame_written(uint64_t /*call_id*/) {}
   virtual void on_closed(const Status& why) = 0;
+  // True when a frame sent now has nothing to be batched with (one call in flight):
+  // send() then writes it at once instead of through the event loop.
+  virtual bool prefer_immediate_write() { return false; }
   // Back-pressure: while true, the reader stops reading the socket.
   virtual bool should_pause_reading() { return false; }
   void resume_reading();
@@ -80,6 +83,7 @@ class FrameStream : public std::enable_shared_from_this<FrameStream> {
   Task<void> read_loop();
   Task<void> write_loop();
   Task<bool> fill(size_t n);  // ensures n unread bytes in rbuf_; false on EOF/error
+  bool try_write_now();      // true: the lone queued frame was written (or the stream closed)
 
   FrameLimits limits_;
   std::string peer_;
@@ -92,6 +96,7 @@ class FrameStream : public std::enable_shared_from_this<FrameStream> {
   bool close_after_flush_ = false;
   Status close_reason_;
   bool paused_ = false;
+  size_t first_frame_written_ = 0;  // bytes of outq_.front() written by try_write_now()
   asio::steady_timer resume_;
 };
 

@@ -24,6 +24,7 @@ class ServerConnection final : public FrameStream {
   void on_frame(const FrameHeader& h, std::string body, PayloadTarget payload) override;
   void on_closed(const Status& why) override;
   bool should_pause_reading() override;
+  bool prefer_immediate_write() override { return inflight_ == 0; }
 
  private:
   void handle_hello(const FrameHeader& h, const std::string& body);
