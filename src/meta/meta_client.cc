@@ -1,0 +1,254 @@
+#include "meta/meta_client.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+
+#include "common/random.h"
+#include "meta/proto_convert.h"
+#include "meta/service_methods.h"
+
+namespace weft::meta {
+namespace {
+
+using Req = pb::MetaRequest;
+using Rep = pb::MetaReply;
+
+// Transport failures: the server may be gone, try the next address.
+bool is_transport_failure(Code c) {
+  return c == Code::kTimeout || c == Code::kDisconnected || c == Code::kUnavailable;
+}
+
+Result<Inode> inode_of(Result<Rep> r) {
+  if (!r) return std::unexpected(std::move(r).error());
+  return from_proto(r->inode());
+}
+
+Result<void> void_of(Result<Rep> r) {
+  if (!r) return std::unexpected(std::move(r).error());
+  return {};
+}
+
+Result<Reply> reply_of_rep(Result<Rep> r) {
+  if (!r) return std::unexpected(std::move(r).error());
+  return reply_from(*r);
+}
+
+Result<std::string> value_of(Result<Rep> r) {
+  if (!r) return std::unexpected(std::move(r).error());
+  return std::move(*r->mutable_value());
+}
+
+Req named(Ino ino, std::string_view name) {
+  Req q;
+  q.set_ino(ino);
+  q.set_name(std::string(name));
+  return q;
+}
+
+Req of_ino(Ino ino) {
+  Req q;
+  q.set_ino(ino);
+  return q;
+}
+
+}  // namespace
+
+MetaClient::MetaClient(rpc::IoPool& io, rpc::Client& rpc, MetaClientOptions options)
+    : io_(io),
+      rpc_(rpc),
+      options_(std::move(options)),
+      client_id_(options_.client_id != 0 ? options_.client_id : (thread_random().next_u64() | 1)) {}
+
+Task<Result<Rep>> MetaClient::call_async(rpc::MethodId method, Req req, bool mutation) {
+  if (options_.addresses.empty()) co_return error(Code::kConfig, "meta client has no server addresses");
+  if (mutation) to_proto(RequestId{client_id_, seq_.fetch_add(1) + 1}, req.mutable_req());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.retry_time_ms_max);
+  size_t addr = current_.load() % options_.addresses.size();
+  uint32_t backoff_ms = options_.backoff_min_ms;
+  for (int attempt = 1;; ++attempt) {
+    rpc::CallOptions call_options;
+    call_options.timeout_ms = options_.call_timeout_ms;
+    auto r = co_await rpc_.call<Rep>(options_.addresses[addr], method, req, std::move(call_options));
+    if (r) {
+      current_.store(addr);
+      co_return r;
+    }
+    const Code code = r.error().code();
+    if (!r.error().retryable() || attempt >= options_.attempts_max || std::chrono::steady_clock::now() >= deadline)
+      co_return r;
+    retries_.fetch_add(1);
+    if (is_transport_failure(code) && options_.addresses.size() > 1) {
+      addr = (addr + 1) % options_.addresses.size();
+      failovers_.fetch_add(1);
+    }
+    asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::milliseconds(backoff_ms));
+    co_await timer.async_wait(use_nothrow);
+    backoff_ms = std::min(backoff_ms * 2, options_.backoff_max_ms);
+  }
+}
+
+Result<Rep> MetaClient::call(rpc::MethodId method, Req req, bool mutation) {
+  size_t i = std::hash<std::thread::id>{}(std::this_thread::get_id()) % io_.size();
+  return block_on(io_.at(i).get_executor(), call_async(method, std::move(req), mutation));
+}
+
+Result<Rep> MetaClient::read(rpc::MethodId method, const Cred& cred, Req req) {
+  to_proto(cred, req.mutable_cred());
+  return call(method, std::move(req), false);
+}
+
+Result<Rep> MetaClient::mutate(rpc::MethodId method, const Cred& cred, Req req) {
+  to_proto(cred, req.mutable_cred());
+  return call(method, std::move(req), true);
+}
+
+Result<Inode> MetaClient::lookup(const Cred& cred, Ino parent, std::string_view name) {
+  return inode_of(read(method::kLookup, cred, named(parent, name)));
+}
+
+Result<Inode> MetaClient::getattr(const Cred& cred, Ino ino) {
+  return inode_of(read(method::kGetattr, cred, of_ino(ino)));
+}
+
+Result<std::string> MetaClient::readlink(const Cred& cred, Ino ino) {
+  return value_of(read(method::kReadlink, cred, of_ino(ino)));
+}
+
+Result<DirPage> MetaClient::readdir(const Cred& cred, Ino dir, std::string_view cookie, uint32_t limit) {
+  Req q = of_ino(dir);
+  q.set_value(std::string(cookie));
+  q.set_limit(limit);
+  WEFT_TRY(Rep r, read(method::kReaddir, cred, std::move(q)));
+  return dir_page_from(r);
+}
+
+Result<StatFs> MetaClient::statfs(const Cred& cred) {
+  WEFT_TRY(Rep r, read(method::kStatfs, cred, Req{}));
+  return from_proto(r.statfs());
+}
+
+Result<std::string> MetaClient::getxattr(const Cred& cred, Ino ino, std::string_view name) {
+  return value_of(read(method::kGetxattr, cred, named(ino, name)));
+}
+
+Result<std::vector<std::string>> MetaClient::listxattr(const Cred& cred, Ino ino) {
+  WEFT_TRY(Rep r, read(method::kListxattr, cred, of_ino(ino)));
+  return std::vector<std::string>(r.names().begin(), r.names().end());
+}
+
+Result<Layout> MetaClient::get_layout(const Cred& cred, Ino dir) {
+  WEFT_TRY(Rep r, read(method::kGetLayout, cred, of_ino(dir)));
+  return from_proto(r.layout());
+}
+
+Result<std::vector<Result<Inode>>> MetaClient::batch_stat(const Cred& cred, const std::vector<Ino>& inos) {
+  Req q;
+  for (Ino i : inos) q.add_inos(i);
+  WEFT_TRY(Rep r, read(method::kBatchStat, cred, std::move(q)));
+  if (r.inodes_size() != static_cast<int>(inos.size()) || r.codes_size() != r.inodes_size())
+    return error(Code::kProtocol, "batch_stat answered {} of {} inodes", r.inodes_size(), inos.size());
+  std::vector<Result<Inode>> out;
+  out.reserve(inos.size());
+  for (int i = 0; i < r.inodes_size(); ++i) {
+    if (r.codes(i) != 0) {
+      out.push_back(error(code_from_wire(r.codes(i)), "batch_stat of inode {}", inos[i]));
+    } else {
+      out.push_back(from_proto(r.inodes(i)));
+    }
+  }
+  return out;
+}
+
+Result<Reply> MetaClient::create(const Cred& cred, Ino parent, std::string_view name, uint32_t mode, bool exclusive,
+                                 bool open_for_write) {
+  Req q = named(parent, name);
+  q.set_mode(mode);
+  q.set_exclusive(exclusive);
+  q.set_open_write(open_for_write);
+  return reply_of_rep(mutate(method::kCreate, cred, std::move(q)));
+}
+
+Result<Inode> MetaClient::mkdir(const Cred& cred, Ino parent, std::string_view name, uint32_t mode) {
+  Req q = named(parent, name);
+  q.set_mode(mode);
+  return inode_of(mutate(method::kMkdir, cred, std::move(q)));
+}
+
+Result<Inode> MetaClient::symlink(const Cred& cred, Ino parent, std::string_view name, std::string_view target) {
+  Req q = named(parent, name);
+  q.set_value(std::string(target));
+  return inode_of(mutate(method::kSymlink, cred, std::move(q)));
+}
+
+Result<Inode> MetaClient::link(const Cred& cred, Ino ino, Ino new_parent, std::string_view new_name) {
+  Req q = of_ino(ino);
+  q.set_new_parent(new_parent);
+  q.set_new_name(std::string(new_name));
+  return inode_of(mutate(method::kLink, cred, std::move(q)));
+}
+
+Result<void> MetaClient::unlink(const Cred& cred, Ino parent, std::string_view name) {
+  return void_of(mutate(method::kUnlink, cred, named(parent, name)));
+}
+
+Result<void> MetaClient::rmdir(const Cred& cred, Ino parent, std::string_view name) {
+  return void_of(mutate(method::kRmdir, cred, named(parent, name)));
+}
+
+Result<void> MetaClient::rename(const Cred& cred, Ino src_parent, std::string_view src_name, Ino dst_parent,
+                                std::string_view dst_name, RenameFlags flags) {
+  Req q = named(src_parent, src_name);
+  q.set_new_parent(dst_parent);
+  q.set_new_name(std::string(dst_name));
+  q.set_flags(static_cast<uint32_t>(flags));
+  return void_of(mutate(method::kRename, cred, std::move(q)));
+}
+
+Result<Inode> MetaClient::setattr(const Cred& cred, Ino ino, const SetAttr& attr) {
+  Req q = of_ino(ino);
+  to_proto(attr, q.mutable_attr());
+  return inode_of(mutate(method::kSetattr, cred, std::move(q)));
+}
+
+Result<void> MetaClient::setxattr(const Cred& cred, Ino ino, std::string_view name, std::string_view value,
+                                  XattrFlags flags) {
+  Req q = named(ino, name);
+  q.set_value(std::string(value));
+  q.set_flags(static_cast<uint32_t>(flags));
+  return void_of(mutate(method::kSetxattr, cred, std::move(q)));
+}
+
+Result<void> MetaClient::removexattr(const Cred& cred, Ino ino, std::string_view name) {
+  return void_of(mutate(method::kRemovexattr, cred, named(ino, name)));
+}
+
+Result<void> MetaClient::set_layout(const Cred& cred, Ino dir, const Layout& layout) {
+  Req q = of_ino(dir);
+  to_proto(layout, q.mutable_layout());
+  return void_of(mutate(method::kSetLayout, cred, std::move(q)));
+}
+
+Result<Reply> MetaClient::open(const Cred& cred, Ino ino, OpenFlags flags) {
+  Req q = of_ino(ino);
+  q.set_open_read(flags.read);
+  q.set_open_write(flags.write);
+  return reply_of_rep(mutate(method::kOpen, cred, std::move(q)));
+}
+
+Result<void> MetaClient::close(const Cred& cred, Ino ino, uint64_t session_id) {
+  Req q = of_ino(ino);
+  q.set_session_id(session_id);
+  return void_of(mutate(method::kClose, cred, std::move(q)));
+}
+
+Result<Inode> MetaClient::report_length(const Cred& cred, Ino ino, uint64_t session_id, uint64_t length) {
+  Req q = of_ino(ino);
+  q.set_session_id(session_id);
+  q.set_length(length);
+  return inode_of(mutate(method::kReportLength, cred, std::move(q)));
+}
+
+}  // namespace weft::meta

@@ -1,0 +1,99 @@
+// meta/meta_client.h
+// Typed client of the metadata service over rpc::Client, for the client
+// library and tools: one method per operation, each taking the caller's
+// credentials. Synchronous methods block (call them from threads that are
+// not I/O threads of `io`); call_async is the coroutine form underneath.
+// Retries: retryable failures (timeouts, disconnects, kOverloaded, kBusy)
+// are retried with backoff until attempts_max or retry_time_ms_max; a
+// mutation keeps the SAME request id across retries, so a retried commit
+// returns the original outcome (MetaStore's retry table). Transport failures
+// (timeout, disconnect, unavailable) fail over to the next address in
+// order; the last address that answered is tried first next time.
+// Request ids: (client_id, seq): client_id is random per MetaClient unless
+// set (two MetaClients must never share one), seq counts mutations from 1.
+// Threading: every method is thread-safe.
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "meta/types.h"
+#include "proto/meta.pb.h"
+#include "rpc/client.h"
+#include "rpc/io_pool.h"
+#include "rpc/task.h"
+
+namespace weft::meta {
+
+struct MetaClientOptions {
+  std::vector<rpc::Endpoint> addresses;  // meta servers, in failover order
+  uint64_t client_id = 0;                // request-id namespace; 0: random per MetaClient
+  uint32_t call_timeout_ms = 10000;      // per attempt
+  int attempts_max = 100;
+  uint32_t retry_time_ms_max = 20000;    // stop retrying after this long
+  uint32_t backoff_min_ms = 10;
+  uint32_t backoff_max_ms = 500;
+};
+
+class MetaClient {
+ public:
+  MetaClient(rpc::IoPool& io, rpc::Client& rpc, MetaClientOptions options);
+
+  // --- reads ---
+  Result<Inode> lookup(const Cred& cred, Ino parent, std::string_view name);
+  Result<Inode> getattr(const Cred& cred, Ino ino);
+  Result<std::string> readlink(const Cred& cred, Ino ino);
+  Result<DirPage> readdir(const Cred& cred, Ino dir, std::string_view cookie, uint32_t limit);
+  Result<StatFs> statfs(const Cred& cred);
+  Result<std::string> getxattr(const Cred& cred, Ino ino, std::string_view name);
+  Result<std::vector<std::string>> listxattr(const Cred& cred, Ino ino);
+  Result<Layout> get_layout(const Cred& cred, Ino dir);
+  // One result per ino, in order.
+  Result<std::vector<Result<Inode>>> batch_stat(const Cred& cred, const std::vector<Ino>& inos);
+
+  // --- mutations ---
+  Result<Reply> create(const Cred& cred, Ino parent, std::string_view name, uint32_t mode, bool exclusive,
+                       bool open_for_write);
+  Result<Inode> mkdir(const Cred& cred, Ino parent, std::string_view name, uint32_t mode);
+  Result<Inode> symlink(const Cred& cred, Ino parent, std::string_view name, std::string_view target);
+  Result<Inode> link(const Cred& cred, Ino ino, Ino new_parent, std::string_view new_name);
+  Result<void> unlink(const Cred& cred, Ino parent, std::string_view name);
+  Result<void> rmdir(const Cred& cred, Ino parent, std::string_view name);
+  Result<void> rename(const Cred& cred, Ino src_parent, std::string_view src_name, Ino dst_parent,
+                      std::string_view dst_name, RenameFlags flags = RenameFlags::kNone);
+  Result<Inode> setattr(const Cred& cred, Ino ino, const SetAttr& attr);
+  Result<void> setxattr(const Cred& cred, Ino ino, std::string_view name, std::string_view value,
+                        XattrFlags flags = XattrFlags::kAny);
+  Result<void> removexattr(const Cred& cred, Ino ino, std::string_view name);
+  Result<void> set_layout(const Cred& cred, Ino dir, const Layout& layout);
+  Result<Reply> open(const Cred& cred, Ino ino, OpenFlags flags);
+  Result<void> close(const Cred& cred, Ino ino, uint64_t session_id);
+  Result<Inode> report_length(const Cred& cred, Ino ino, uint64_t session_id, uint64_t length);
+
+  // The coroutine form: sends `req` (cred set by the caller) with retries and
+  // failover; a mutation gets a fresh request id first.
+  Task<Result<proto::meta::MetaReply>> call_async(rpc::MethodId method, proto::meta::MetaRequest req, bool mutation);
+
+  uint64_t client_id() const { return client_id_; }
+  uint64_t retries() const { return retries_.load(); }
+  uint64_t failovers() const { return failovers_.load(); }
+
+ private:
+  Result<proto::meta::MetaReply> call(rpc::MethodId method, proto::meta::MetaRequest req, bool mutation);
+  Result<proto::meta::MetaReply> read(rpc::MethodId method, const Cred& cred, proto::meta::MetaRequest req);
+  Result<proto::meta::MetaReply> mutate(rpc::MethodId method, const Cred& cred, proto::meta::MetaRequest req);
+
+  rpc::IoPool& io_;
+  rpc::Client& rpc_;
+  const MetaClientOptions options_;
+  const uint64_t client_id_;
+  std::atomic<uint64_t> seq_{0};
+  std::atomic<size_t> current_{0};  // index of the address tried first
+  std::atomic<uint64_t> retries_{0};
+  std::atomic<uint64_t> failovers_{0};
+};
+
+}  // namespace weft::meta

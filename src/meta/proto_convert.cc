@@ -1,0 +1,163 @@
+#include "meta/proto_convert.h"
+
+namespace weft::meta {
+
+void to_proto(const Cred& c, pb::Cred* out) {
+  out->set_uid(c.uid);
+  out->set_gid(c.gid);
+  for (uint32_t g : c.groups) out->add_groups(g);
+}
+
+Cred from_proto(const pb::Cred& c) {
+  return Cred{c.uid(), c.gid(), std::vector<uint32_t>(c.groups().begin(), c.groups().end())};
+}
+
+void to_proto(const RequestId& r, pb::RequestId* out) {
+  out->set_client_id(r.client_id);
+  out->set_seq(r.seq);
+}
+
+RequestId from_proto(const pb::RequestId& r) { return RequestId{r.client_id(), r.seq()}; }
+
+void to_proto(const Layout& l, pb::Layout* out) {
+  out->set_chunk_bytes(l.chunk_bytes);
+  out->set_stripe_count(l.stripe_count);
+  out->set_chain_table_id(l.chain_table_id);
+  out->set_first_chain(l.first_chain);
+  out->set_shuffle_seed(l.shuffle_seed);
+}
+
+Layout from_proto(const pb::Layout& l) {
+  return Layout{l.chunk_bytes(), l.stripe_count(), l.chain_table_id(), l.first_chain(), l.shuffle_seed()};
+}
+
+Result<InodeType> inode_type_from_wire(uint32_t v) {
+  if (v < 1 || v > 3) return error(Code::kProtocol, "unknown inode type {}", v);
+  return static_cast<InodeType>(v);
+}
+
+Result<RenameFlags> rename_flags_from_wire(uint32_t v) {
+  if (v > 2) return error(Code::kInvalidArgument, "unknown rename flags {}", v);
+  return static_cast<RenameFlags>(v);
+}
+
+Result<XattrFlags> xattr_flags_from_wire(uint32_t v) {
+  if (v > 2) return error(Code::kInvalidArgument, "unknown xattr flags {}", v);
+  return static_cast<XattrFlags>(v);
+}
+
+void to_proto(const Inode& i, pb::Inode* out) {
+  out->set_ino(i.ino);
+  out->set_type(static_cast<uint32_t>(i.type));
+  out->set_mode(i.mode);
+  out->set_uid(i.uid);
+  out->set_gid(i.gid);
+  out->set_nlink(i.nlink);
+  out->set_size(i.size);
+  out->set_atime_ns(i.atime_ns);
+  out->set_mtime_ns(i.mtime_ns);
+  out->set_ctime_ns(i.ctime_ns);
+  out->set_parent(i.parent);
+  to_proto(i.layout, out->mutable_layout());
+  out->set_symlink_target(i.symlink_target);
+}
+
+Result<Inode> from_proto(const pb::Inode& i) {
+  WEFT_TRY(InodeType type, inode_type_from_wire(i.type()));
+  Inode r;
+  r.ino = i.ino();
+  r.type = type;
+  r.mode = i.mode();
+  r.uid = i.uid();
+  r.gid = i.gid();
+  r.nlink = i.nlink();
+  r.size = i.size();
+  r.atime_ns = i.atime_ns();
+  r.mtime_ns = i.mtime_ns();
+  r.ctime_ns = i.ctime_ns();
+  r.parent = i.parent();
+  r.layout = from_proto(i.layout());
+  r.symlink_target = i.symlink_target();
+  return r;
+}
+
+void to_proto(const SetAttr& a, pb::SetAttr* out) {
+  if (a.mode) out->set_has_mode(true), out->set_mode(*a.mode);
+  if (a.uid) out->set_has_uid(true), out->set_uid(*a.uid);
+  if (a.gid) out->set_has_gid(true), out->set_gid(*a.gid);
+  if (a.size) out->set_has_size(true), out->set_size(*a.size);
+  if (a.atime_ns) out->set_has_atime(true), out->set_atime_ns(*a.atime_ns);
+  if (a.mtime_ns) out->set_has_mtime(true), out->set_mtime_ns(*a.mtime_ns);
+}
+
+SetAttr from_proto(const pb::SetAttr& a) {
+  SetAttr r;
+  if (a.has_mode()) r.mode = a.mode();
+  if (a.has_uid()) r.uid = a.uid();
+  if (a.has_gid()) r.gid = a.gid();
+  if (a.has_size()) r.size = a.size();
+  if (a.has_atime()) r.atime_ns = a.atime_ns();
+  if (a.has_mtime()) r.mtime_ns = a.mtime_ns();
+  return r;
+}
+
+void to_proto(const StatFs& s, pb::StatFs* out) {
+  out->set_capacity_bytes(s.capacity_bytes);
+  out->set_used_bytes(s.used_bytes);
+  out->set_inodes_used(s.inodes_used);
+  out->set_inodes_max(s.inodes_max);
+}
+
+StatFs from_proto(const pb::StatFs& s) {
+  return StatFs{s.capacity_bytes(), s.used_bytes(), s.inodes_used(), s.inodes_max()};
+}
+
+void to_proto(const DirPage& p, pb::MetaReply* out) {
+  for (const auto& e : p.entries) {
+    auto* pe = out->add_entries();
+    pe->set_name(e.name);
+    pe->set_ino(e.ino);
+    pe->set_type(static_cast<uint32_t>(e.type));
+    to_proto(e.attr, pe->mutable_attr());
+  }
+  out->set_value(p.cookie);
+  out->set_eof(p.eof);
+}
+
+Result<DirPage> dir_page_from(const pb::MetaReply& r) {
+  DirPage page;
+  page.entries.reserve(r.entries_size());
+  for (const auto& pe : r.entries()) {
+    WEFT_TRY(InodeType type, inode_type_from_wire(pe.type()));
+    WEFT_TRY(Inode attr, from_proto(pe.attr()));
+    page.entries.push_back(DirEntry{pe.name(), pe.ino(), type, std::move(attr)});
+  }
+  page.cookie = r.value();
+  page.eof = r.eof();
+  return page;
+}
+
+void to_proto(const Reply& r, pb::MetaReply* out) {
+  out->set_inode_present(r.has_inode);
+  if (r.has_inode) to_proto(r.inode, out->mutable_inode());
+  out->set_session_id(r.session_id);
+}
+
+Result<Reply> reply_from(const pb::MetaReply& r) {
+  Reply out;
+  out.has_inode = r.inode_present();
+  if (out.has_inode) {
+    WEFT_TRY(out.inode, from_proto(r.inode()));
+  }
+  out.session_id = r.session_id();
+  return out;
+}
+
+Context context_from(const pb::MetaRequest& req) { return Context{from_proto(req.cred()), from_proto(req.req())}; }
+
+void set_context(const Context& ctx, pb::MetaRequest* req) {
+  to_proto(ctx.cred, req->mutable_cred());
+  if (ctx.req.valid()) to_proto(ctx.req, req->mutable_req());
+}
+
+}  // namespace weft::meta

@@ -1,0 +1,72 @@
+// meta/service.h
+// The metadata RPC service (`weft serve meta`): every MetaStore operation as
+// a blocking method (service_methods.h) on an rpc::Server. The store blocks
+// (RocksDB, WAL fsync), so handlers run on the server's bounded blocking
+// pool; with enough blocking threads concurrent commits share WAL syncs.
+// Credentials and request ids come from each request; the store enforces
+// permissions and de-duplicates retried mutations. Per-op counts, errors
+// and latency are the store's metrics (weft_meta_*); per-method request
+// counts are the RPC server's.
+// Fault point: "meta.service.drop_reply" answers kTimeout AFTER a mutation
+// committed (a lost reply), for retry tests.
+// Threading: handlers run concurrently; the service must outlive the server.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/config.h"
+#include "common/status.h"
+#include "meta/meta_store.h"
+#include "rpc/server.h"
+
+namespace weft::meta {
+
+// The [meta] section of `weft serve meta --config FILE`:
+//   data_dir = "./weft-data/meta"   # required; RocksDB lives in data_dir/store
+//   chain_count = 1                  # chains in the default layout's table
+//   chain_table_id = 1
+//   request_window = 1024            # retry records kept per client
+//   sync = true                      # acknowledge only after the WAL fsync
+//   request_record_age_s = 3600      # retry records of idle clients expire after this
+struct MetaServiceConfig {
+  std::string data_dir;
+  uint32_t chain_count = 1;
+  uint32_t chain_table_id = 1;
+  uint64_t request_window = 1024;
+  bool sync = true;
+  int64_t request_record_age_s = 3600;
+
+  static Result<MetaServiceConfig> from(const Config& config);
+  StoreOptions store_options() const;
+};
+
+// Registers every meta method on `server`; `store` must outlive it.
+void register_meta_service(rpc::Server& server, MetaStore& store);
+
+// Drops retry records older than `age` every `interval` on its own thread
+// (clients that went away leave up to request_window records each).
+// Stops promptly in the destructor.
+class RequestRecordExpirer {
+ public:
+  RequestRecordExpirer(MetaStore& store, std::chrono::nanoseconds age, std::chrono::milliseconds interval);
+  ~RequestRecordExpirer();
+  RequestRecordExpirer(const RequestRecordExpirer&) = delete;
+  RequestRecordExpirer& operator=(const RequestRecordExpirer&) = delete;
+
+ private:
+  void run();
+
+  MetaStore& store_;
+  const std::chrono::nanoseconds age_;
+  const std::chrono::milliseconds interval_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;  // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace weft::meta

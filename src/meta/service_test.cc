@@ -1,0 +1,330 @@
+// The meta service through RPC: every operation's success and main error
+// paths via MetaClient against an in-process server (errno codes and
+// credentials preserved), lost replies retried with the same request id,
+// and failover across addresses.
+#include "meta/service.h"
+
+#include <gtest/gtest.h>
+
+#include "common/fault.h"
+#include "meta/meta_client.h"
+#include "meta/test_util.h"
+#include "rpc/client.h"
+#include "rpc/server.h"
+
+namespace weft::meta {
+namespace {
+
+using testing::TempDir;
+
+const Cred kRoot{};
+const Cred kAlice{1000, 1000, {}};
+const Cred kBob{1001, 1001, {}};
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    StoreOptions so;
+    so.path = dir_.path() + "/store";
+    so.sync = false;
+    so.chain_count = 8;
+    so.registry = &registry_;
+    auto store = MetaStore::open(so);
+    ASSERT_TRUE(store.has_value()) << store.error();
+    store_ = std::move(*store);
+    rpc::ServerOptions opts;
+    opts.cluster_token = "t";
+    opts.blocking_threads = 8;
+    server_ = std::make_unique<rpc::Server>(io_, opts, registry_);
+    register_meta_service(*server_, *store_);
+    auto port = server_->listen("127.0.0.1", 0);
+    ASSERT_TRUE(port.has_value()) << port.error();
+    port_ = *port;
+    rpc_ = std::make_unique<rpc::Client>(io_, rpc::ClientOptions{.cluster_token = "t"});
+    client_ = make_client({rpc::Endpoint{"127.0.0.1", port_}});
+  }
+  void TearDown() override {
+    client_.reset();
+    rpc_.reset();
+    server_->stop();
+    auto report = fsck(*store_->db());
+    ASSERT_TRUE(report.has_value()) << report.error();
+    EXPECT_TRUE(report->ok()) << report->summary();
+  }
+  std::unique_ptr<MetaClient> make_client(std::vector<rpc::Endpoint> addrs) {
+    MetaClientOptions o;
+    o.addresses = std::move(addrs);
+    o.call_timeout_ms = 2000;
+    o.retry_time_ms_max = 5000;
+    return std::make_unique<MetaClient>(io_, *rpc_, o);
+  }
+  MetaClient& c() { return *client_; }
+
+  TempDir dir_;
+  metrics::Registry registry_;
+  rpc::IoPool io_{2};
+  std::unique_ptr<MetaStore> store_;
+  std::unique_ptr<rpc::Server> server_;
+  uint16_t port_ = 0;
+  std::unique_ptr<rpc::Client> rpc_;
+  std::unique_ptr<MetaClient> client_;
+};
+
+#define ASSERT_CODE(expr, want)                            \
+  do {                                                     \
+    auto r_ = (expr);                                      \
+    ASSERT_FALSE(r_.has_value()) << #expr;                 \
+    EXPECT_EQ(r_.error().code(), want) << r_.error();      \
+  } while (0)
+
+TEST_F(ServiceTest, NamespaceOperations) {
+  auto d = c().mkdir(kRoot, kRootIno, "d", 0755);
+  ASSERT_TRUE(d.has_value()) << d.error();
+  EXPECT_TRUE(d->is_dir());
+  ASSERT_CODE(c().mkdir(kRoot, kRootIno, "d", 0755), Code::kExists);
+
+  auto f = c().create(kRoot, d->ino, "f", 0644, true, false);
+  ASSERT_TRUE(f.has_value()) << f.error();
+  EXPECT_TRUE(f->has_inode);
+  EXPECT_EQ(f->inode.mode, 0644u);
+  ASSERT_CODE(c().create(kRoot, d->ino, "f", 0644, true, false), Code::kExists);
+  auto again = c().create(kRoot, d->ino, "f", 0644, false, false);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->inode.ino, f->inode.ino);
+
+  auto looked = c().lookup(kRoot, d->ino, "f");
+  ASSERT_TRUE(looked.has_value());
+  EXPECT_EQ(looked->ino, f->inode.ino);
+  ASSERT_CODE(c().lookup(kRoot, d->ino, "nope"), Code::kNotFound);
+  ASSERT_CODE(c().lookup(kRoot, f->inode.ino, "x"), Code::kNotDirectory);
+  auto attr = c().getattr(kRoot, d->ino);
+  ASSERT_TRUE(attr.has_value());
+  EXPECT_EQ(attr->nlink, 2u);
+  ASSERT_CODE(c().getattr(kRoot, 999999), Code::kNotFound);
+
+  auto s = c().symlink(kRoot, d->ino, "s", "f");
+  ASSERT_TRUE(s.has_value()) << s.error();
+  auto target = c().readlink(kRoot, s->ino);
+  ASSERT_TRUE(target.has_value());
+  EXPECT_EQ(*target, "f");
+  ASSERT_CODE(c().readlink(kRoot, f->inode.ino), Code::kInvalidArgument);
+
+  auto l = c().link(kRoot, f->inode.ino, kRootIno, "hard");
+  ASSERT_TRUE(l.has_value()) << l.error();
+  EXPECT_EQ(l->nlink, 2u);
+  ASSERT_CODE(c().link(kRoot, d->ino, kRootIno, "dirlink"), Code::kNotPermitted);
+
+  ASSERT_TRUE(c().rename(kRoot, d->ino, "f", d->ino, "g").has_value());
+  ASSERT_CODE(c().lookup(kRoot, d->ino, "f"), Code::kNotFound);
+  ASSERT_TRUE(c().create(kRoot, d->ino, "h", 0644, true, false).has_value());
+  ASSERT_CODE(c().rename(kRoot, d->ino, "g", d->ino, "h", RenameFlags::kNoReplace), Code::kExists);
+  ASSERT_TRUE(c().rename(kRoot, d->ino, "g", d->ino, "h", RenameFlags::kExchange).has_value());
+  ASSERT_CODE(c().rename(kRoot, d->ino, "zz", d->ino, "h"), Code::kNotFound);
+
+  ASSERT_CODE(c().rmdir(kRoot, kRootIno, "d"), Code::kNotEmpty);
+  ASSERT_CODE(c().unlink(kRoot, kRootIno, "d"), Code::kIsDirectory);
+  ASSERT_CODE(c().rmdir(kRoot, d->ino, "g"), Code::kNotDirectory);
+  for (const char* n : {"g", "h", "s"}) ASSERT_TRUE(c().unlink(kRoot, d->ino, n).has_value()) << n;
+  ASSERT_TRUE(c().unlink(kRoot, kRootIno, "hard").has_value());
+  ASSERT_TRUE(c().rmdir(kRoot, kRootIno, "d").has_value());
+  ASSERT_CODE(c().rmdir(kRoot, kRootIno, "d"), Code::kNotFound);
+}
+
+TEST_F(ServiceTest, ReaddirPagesAndBatchStat) {
+  std::vector<Ino> inos;
+  for (int i = 0; i < 25; ++i) {
+    auto f = c().create(kRoot, kRootIno, fmt::format("f{:02}", i), 0644, true, false);
+    ASSERT_TRUE(f.has_value());
+    inos.push_back(f->inode.ino);
+  }
+  std::vector<std::string> names;
+  std::string cookie;
+  for (int pages = 0; pages < 10; ++pages) {
+    auto page = c().readdir(kRoot, kRootIno, cookie, 10);
+    ASSERT_TRUE(page.has_value()) << page.error();
+    for (auto& e : page->entries) {
+      names.push_back(e.name);
+      EXPECT_EQ(e.attr.ino, e.ino);
+    }
+    cookie = page->cookie;
+    if (page->eof) break;
+  }
+  ASSERT_EQ(names.size(), 25u);
+  EXPECT_EQ(names.front(), "f00");
+  EXPECT_EQ(names.back(), "f24");
+  ASSERT_CODE(c().readdir(kRoot, inos[0], "", 10), Code::kNotDirectory);
+
+  inos.push_back(123456789);
+  auto stats = c().batch_stat(kRoot, inos);
+  ASSERT_TRUE(stats.has_value()) << stats.error();
+  ASSERT_EQ(stats->size(), 26u);
+  EXPECT_EQ((*stats)[3]->ino, inos[3]);
+  ASSERT_FALSE((*stats)[25].has_value());
+  EXPECT_EQ((*stats)[25].error().code(), Code::kNotFound);
+}
+
+TEST_F(ServiceTest, AttributesXattrsLayoutsAndStatfs) {
+  auto f = c().create(kRoot, kRootIno, "f", 0644, true, false);
+  ASSERT_TRUE(f.has_value());
+  Ino ino = f->inode.ino;
+  SetAttr a;
+  a.mode = 0600;
+  a.uid = 1000;
+  auto after = c().setattr(kRoot, ino, a);
+  ASSERT_TRUE(after.has_value()) << after.error();
+  EXPECT_EQ(after->mode, 0600u);
+  EXPECT_EQ(after->uid, 1000u);
+
+  ASSERT_TRUE(c().setxattr(kRoot, ino, "user.k", "v1").has_value());
+  ASSERT_CODE(c().setxattr(kRoot, ino, "user.k", "v2", XattrFlags::kCreate), Code::kExists);
+  ASSERT_CODE(c().setxattr(kRoot, ino, "user.none", "v", XattrFlags::kReplace), Code::kNoData);
+  auto v = c().getxattr(kRoot, ino, "user.k");
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(*v, "v1");
+  auto names = c().listxattr(kRoot, ino);
+  ASSERT_TRUE(names.has_value());
+  EXPECT_EQ(*names, std::vector<std::string>{"user.k"});
+  ASSERT_TRUE(c().removexattr(kRoot, ino, "user.k").has_value());
+  ASSERT_CODE(c().getxattr(kRoot, ino, "user.k"), Code::kNoData);
+
+  auto d = c().mkdir(kRoot, kRootIno, "d", 0755);
+  ASSERT_TRUE(d.has_value());
+  Layout l{1 << 20, 4, 1, 0, 0};
+  ASSERT_TRUE(c().set_layout(kRoot, d->ino, l).has_value());
+  auto got = c().get_layout(kRoot, d->ino);
+  ASSERT_TRUE(got.has_value()) << got.error();
+  EXPECT_EQ(got->stripe_count, 4u);
+  ASSERT_CODE(c().set_layout(kRoot, d->ino, Layout{1000, 1, 1, 0, 0}), Code::kInvalidArgument);
+
+  auto st = c().statfs(kRoot);
+  ASSERT_TRUE(st.has_value()) << st.error();
+  EXPECT_GE(st->inodes_used, 3u);
+}
+
+TEST_F(ServiceTest, SessionsAndLengths) {
+  auto f = c().create(kRoot, kRootIno, "f", 0644, true, true);
+  ASSERT_TRUE(f.has_value());
+  ASSERT_NE(f->session_id, 0u);
+  auto grown = c().report_length(kRoot, f->inode.ino, f->session_id, 4096);
+  ASSERT_TRUE(grown.has_value()) << grown.error();
+  EXPECT_EQ(grown->size, 4096u);
+  auto shrink = c().report_length(kRoot, f->inode.ino, f->session_id, 10);
+  ASSERT_TRUE(shrink.has_value());
+  EXPECT_EQ(shrink->size, 4096u);
+  ASSERT_CODE(c().report_length(kRoot, f->inode.ino, f->session_id + 1000, 1), Code::kBadHandle);
+  ASSERT_TRUE(c().close(kRoot, f->inode.ino, f->session_id).has_value());
+
+  auto ro = c().open(kRoot, f->inode.ino, OpenFlags{true, false});
+  ASSERT_TRUE(ro.has_value()) << ro.error();
+  EXPECT_EQ(ro->session_id, 0u);
+  auto rw = c().open(kRoot, f->inode.ino, OpenFlags{true, true});
+  ASSERT_TRUE(rw.has_value());
+  EXPECT_NE(rw->session_id, 0u);
+  ASSERT_TRUE(c().close(kRoot, f->inode.ino, rw->session_id).has_value());
+}
+
+TEST_F(ServiceTest, CredentialsAreEnforced) {
+  auto d = c().mkdir(kRoot, kRootIno, "alice", 0755);
+  ASSERT_TRUE(d.has_value());
+  SetAttr own;
+  own.uid = kAlice.uid;
+  own.gid = kAlice.gid;
+  ASSERT_TRUE(c().setattr(kRoot, d->ino, own).has_value());
+  ASSERT_CODE(c().mkdir(kAlice, kRootIno, "x", 0755), Code::kPermissionDenied);
+  auto f = c().create(kAlice, d->ino, "private", 0600, true, false);
+  ASSERT_TRUE(f.has_value()) << f.error();
+  EXPECT_EQ(f->inode.uid, kAlice.uid);
+  ASSERT_CODE(c().create(kBob, d->ino, "intruder", 0644, true, false), Code::kPermissionDenied);
+  ASSERT_CODE(c().open(kBob, f->inode.ino, OpenFlags{true, false}), Code::kPermissionDenied);
+  SetAttr chmod;
+  chmod.mode = 0777;
+  ASSERT_CODE(c().setattr(kBob, f->inode.ino, chmod), Code::kNotPermitted);
+  ASSERT_CODE(c().unlink(kBob, d->ino, "private"), Code::kPermissionDenied);
+  // A supplementary group grants access.
+  SetAttr group;
+  group.gid = 500;
+  group.mode = 0770;
+  ASSERT_TRUE(c().setattr(kRoot, d->ino, group).has_value());
+  Cred bob_in_group{kBob.uid, kBob.gid, {500}};
+  ASSERT_TRUE(c().create(bob_in_group, d->ino, "shared", 0644, true, false).has_value());
+  ASSERT_TRUE(c().unlink(kRoot, d->ino, "shared").has_value());
+  ASSERT_TRUE(c().unlink(kRoot, d->ino, "private").has_value());
+}
+
+TEST_F(ServiceTest, LostReplyIsRetriedWithTheSameRequestId) {
+  fault::Scope drop("meta.service.drop_reply", {.probability = 1.0, .hits_max = 1});
+  auto f = c().create(kRoot, kRootIno, "once", 0644, true, false);
+  ASSERT_TRUE(f.has_value()) << f.error();  // not EEXIST: the retry got the original result
+  EXPECT_EQ(drop.triggered(), 1);
+  EXPECT_GE(c().retries(), 1u);
+  auto looked = c().lookup(kRoot, kRootIno, "once");
+  ASSERT_TRUE(looked.has_value());
+  EXPECT_EQ(looked->ino, f->inode.ino);
+
+  fault::Scope drop2("meta.service.drop_reply", {.probability = 1.0, .hits_max = 1});
+  ASSERT_TRUE(c().unlink(kRoot, kRootIno, "once").has_value());  // not ENOENT on the retry
+  EXPECT_EQ(drop2.triggered(), 1);
+}
+
+TEST_F(ServiceTest, PersistentErrorsAreNotRetried) {
+  fault::Scope drop("meta.service.drop_reply", {.probability = 1.0, .hits_max = -1});
+  auto f = c().create(kRoot, kRootIno, "f", 0644, true, false);
+  ASSERT_FALSE(f.has_value());
+  EXPECT_EQ(f.error().code(), Code::kTimeout);  // bounded: gives up after retry_time_ms_max
+  ASSERT_CODE(c().lookup(kRoot, kRootIno, "missing"), Code::kNotFound);
+}
+
+TEST_F(ServiceTest, FailsOverToTheNextAddress) {
+  // The first address refuses connections (nothing listens there).
+  rpc::IoPool probe_io(1);
+  uint16_t dead_port = 0;
+  {
+    rpc::Server dead(probe_io, rpc::ServerOptions{.cluster_token = "t"}, registry_);
+    auto p = dead.listen("127.0.0.1", 0);
+    ASSERT_TRUE(p.has_value());
+    dead_port = *p;
+    dead.stop();
+  }
+  auto client = make_client({rpc::Endpoint{"127.0.0.1", dead_port}, rpc::Endpoint{"127.0.0.1", port_}});
+  auto d = client->mkdir(kRoot, kRootIno, "via-second", 0755);
+  ASSERT_TRUE(d.has_value()) << d.error();
+  EXPECT_GE(client->failovers(), 1u);
+  ASSERT_TRUE(client->rmdir(kRoot, kRootIno, "via-second").has_value());
+}
+
+TEST_F(ServiceTest, TwoMetaClientsOnOneRpcClientDoNotShareRequestIds) {
+  auto other = make_client({rpc::Endpoint{"127.0.0.1", port_}});
+  EXPECT_NE(other->client_id(), c().client_id());
+  auto a = c().create(kRoot, kRootIno, "a", 0644, true, false);
+  auto b = other->create(kRoot, kRootIno, "b", 0644, true, false);  // seq 1 too
+  ASSERT_TRUE(a.has_value() && b.has_value());
+  EXPECT_NE(a->inode.ino, b->inode.ino);
+  ASSERT_TRUE(c().lookup(kRoot, kRootIno, "b").has_value());
+}
+
+TEST_F(ServiceTest, ExpirerDropsOldRetryRecords) {
+  Context ctx{Cred{}, RequestId{77, 1}};
+  ASSERT_TRUE(store_->create(ctx, kRootIno, "x", 0644, true, false).has_value());
+  ASSERT_TRUE(store_->create(ctx, kRootIno, "x", 0644, true, false).has_value());  // replayed
+  {
+    RequestRecordExpirer expirer(*store_, std::chrono::nanoseconds(0), std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  auto again = store_->create(ctx, kRootIno, "x", 0644, true, false);  // executes again now
+  ASSERT_FALSE(again.has_value());
+  EXPECT_EQ(again.error().code(), Code::kExists);
+}
+
+TEST_F(ServiceTest, OpsAndLatenciesAreExported) {
+  ASSERT_TRUE(c().create(kRoot, kRootIno, "m", 0644, true, false).has_value());
+  ASSERT_TRUE(c().lookup(kRoot, kRootIno, "m").has_value());
+  ASSERT_FALSE(c().lookup(kRoot, kRootIno, "none").has_value());
+  std::string text = registry_.prometheus_text();
+  EXPECT_NE(text.find("weft_rpc_server_requests_total{server=\"server\",method=\"meta.lookup\"} 2"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("weft_meta_ops_total{op=\"create\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("weft_meta_op_latency_us"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace weft::meta
