@@ -10,6 +10,8 @@ FUZZ_SECONDS ?= 30
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 export CCACHE_MAXSIZE ?= 5G
+# Lets ccache cache translation units built with precompiled headers.
+export CCACHE_SLOPPINESS := pch_defines,time_macros,include_file_mtime,include_file_ctime
 
 .PHONY: all build deps configure test unit-test fuzz bench format clean
 

@@ -22,3 +22,6 @@ run() {
 
 run bench/rpc_bench --seconds "$SECONDS_PER_FIGURE"
 run src/storage/chunk_engine_bench --dir "$DATA_DIR" --dataset-mib 256 --seconds "$SECONDS_PER_FIGURE"
+run src/storage/storage_server_bench --dir "$DATA_DIR" --dataset-mib 256 --threads 4 --seconds "$SECONDS_PER_FIGURE"
+run src/meta/meta_store_bench --raw --files "${WEFT_BENCH_META_FILES:-2000}"
+run src/meta/meta_bench --files "${WEFT_BENCH_META_FILES:-2000}"
