@@ -98,7 +98,8 @@ TEST(Persistence, EverythingSurvivesReopen) {
   auto table = h.state->create_chain_table({.replicas = 1});
   ASSERT_TRUE(table.has_value());
   EXPECT_EQ(*table, 2u);
-  for (ChainId c : h.state->routing().tables.at(*table).chains)
+  RoutingInfo routing = h.state->routing();  // a range-for would not keep the temporary alive
+  for (ChainId c : routing.tables.at(*table).chains)
     EXPECT_GT(c, before.chains.rbegin()->first) << "chain ids are never reused";
 }
 
