@@ -27,6 +27,14 @@ std::string describe(const asio::ip::tcp::socket& s) {
   return ep.address().to_string() + ":" + std::to_string(ep.port());
 }
 
+// Header, body and payload spans of one frame, skipping empty parts.
+void append_buffers(const OutFrame& f, std::vector<asio::const_buffer>& out) {
+  out.emplace_back(f.encoded.data(), f.encoded.size());
+  if (!f.body.empty()) out.emplace_back(f.body.data(), f.body.size());
+  for (auto p : f.payload)
+    if (!p.empty()) out.emplace_back(p.data(), p.size());
+}
+
 }  // namespace
 
 FrameStream::FrameStream(asio::ip::tcp::socket socket, FrameLimits limits)
@@ -72,10 +80,7 @@ bool FrameStream::try_write_now() {
   if (f->payload.size() + 2 > 64) return false;  // asio gathers at most 64 buffers per call
   std::vector<asio::const_buffer> buffers;
   buffers.reserve(f->payload.size() + 2);
-  buffers.emplace_back(f->encoded.data(), f->encoded.size());
-  if (!f->body.empty()) buffers.emplace_back(f->body.data(), f->body.size());
-  for (auto p : f->payload)
-    if (!p.empty()) buffers.emplace_back(p.data(), p.size());
+  append_buffers(*f, buffers);
   size_t total = asio::buffer_size(buffers);
   asio::error_code ec;
   if (!socket_.non_blocking()) socket_.non_blocking(true, ec);
@@ -212,33 +217,17 @@ Task<void> FrameStream::write_loop() {
   while (!closed_) {
     buffers.clear();
     batch.clear();
-    while (!outq_.empty() && batch.size() < kWriteBatchFramesMax &&
-           buffers.size() + 2 + outq_.front()->payload.size() <= kWriteBatchBuffersMax) {
+    // The first frame always goes, however many spans it has (asio splits the writev).
+    while (!outq_.empty() && batch.size() < kWriteBatchFramesMax) {
+      if (!batch.empty() && buffers.size() + 2 + outq_.front()->payload.size() > kWriteBatchBuffersMax) break;
       auto f = std::move(outq_.front());
       outq_.pop_front();
       if (f->dropped) continue;
       f->state = OutFrame::State::kWriting;
-      buffers.emplace_back(f->encoded.data(), f->encoded.size());
-      if (!f->body.empty()) buffers.emplace_back(f->body.data(), f->body.size());
-      for (auto s : f->payload)
-        if (!s.empty()) buffers.emplace_back(s.data(), s.size());
+      append_buffers(*f, buffers);
       batch.push_back(std::move(f));
     }
-    if (batch.empty()) {
-      // A single frame with more payload spans than one batch allows is split by asio.
-      if (!outq_.empty()) {
-        auto f = std::move(outq_.front());
-        outq_.pop_front();
-        if (f->dropped) continue;
-        f->state = OutFrame::State::kWriting;
-        buffers.emplace_back(f->encoded.data(), f->encoded.size());
-        buffers.emplace_back(f->body.data(), f->body.size());
-        for (auto s : f->payload) buffers.emplace_back(s.data(), s.size());
-        batch.push_back(std::move(f));
-      } else {
-        break;
-      }
-    }
+    if (batch.empty()) break;
     if (size_t skip = std::exchange(first_frame_written_, 0); skip > 0) {
       // try_write_now() sent the start of the first frame already.
       size_t i = 0;
