@@ -1,12 +1,35 @@
 // Commands of the storage module: `weft serve storage --config FILE`.
 #include "cli/commands.h"
+#include "common/assert.h"
 #include "common/config.h"
 #include "common/logging.h"
 #include "rpc/service_runtime.h"
+#include "storage/mgmt_link.h"
+#include "storage/routing_provider.h"
 #include "storage/storage_server.h"
 
 namespace weft::cli {
 namespace {
+
+// Registers with mgmtd (which assigns the target ids) when [cluster] is set.
+Result<std::unique_ptr<storage::MgmtLink>> join_cluster(rpc::ServiceRuntime& runtime,
+                                                         storage::StorageConfig& config) {
+  const rpc::ServiceConfig& sc = runtime.config();
+  if (sc.listen.port == 0)
+    return error(Code::kConfig, "[server] listen needs a fixed port when [cluster] is set (it is the server's identity)");
+  storage::MgmtLinkOptions o;
+  for (const auto& a : config.mgmtd) {
+    WEFT_TRY(rpc::Endpoint ep, rpc::Endpoint::parse(a));
+    o.mgmtd.push_back(ep);
+  }
+  o.cluster_token = sc.cluster_token;
+  o.address = config.advertise.empty() ? sc.listen.to_string() : config.advertise;
+  for (const auto& t : config.targets) o.targets.push_back({t.path, t.capacity_bytes});
+  WEFT_TRY(auto link, storage::MgmtLink::connect(runtime.io(), std::move(o)));
+  std::vector<mgmt::TargetId> ids = link->target_ids();
+  for (size_t i = 0; i < config.targets.size(); ++i) config.targets[i].id = ids.at(i);
+  return link;
+}
 
 void serve_storage(const std::string& config_path) {
   auto config = Config::load_file(config_path);
@@ -17,11 +40,27 @@ void serve_storage(const std::string& config_path) {
   if (!storage_config) return fail(storage_config.error().message());
   rpc::ServiceRuntime runtime(*sc);
   if (auto r = runtime.init(); !r) return fail(r.error().message());
-  auto service = storage::open_storage_service(runtime.io(), *storage_config, sc->name, sc->cluster_token);
+  std::unique_ptr<storage::MgmtLink> link;
+  if (!storage_config->mgmtd.empty()) {
+    auto joined = join_cluster(runtime, *storage_config);
+    if (!joined) return fail(joined.error().message());
+    link = std::move(*joined);
+  }
+  std::function<bool()> fence;
+  if (link) fence = [l = link.get()] { return l->can_serve_writes(); };
+  auto service = storage::open_storage_service(runtime.io(), *storage_config, sc->name, sc->cluster_token,
+                                               metrics::Registry::global(), std::move(fence));
   if (!service) return fail(service.error().message());
   (*service)->register_methods(runtime.server());
-  WEFT_LOG_INFO("{}: serving {} targets", sc->name, storage_config->targets.size());
+  if (link) {
+    auto* routing = dynamic_cast<storage::StaticRoutingProvider*>(&(*service)->routing());
+    WEFT_ASSERT(routing != nullptr);
+    link->attach(**service, *routing);
+  }
+  WEFT_LOG_INFO("{}: serving {} targets{}", sc->name, storage_config->targets.size(),
+                link ? " (member of a cluster run by mgmtd)" : "");
   auto r = runtime.run();
+  if (link) link->stop();
   (*service)->stop();
   if (!r) return fail(r.error().message());
 }

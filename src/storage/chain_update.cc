@@ -212,6 +212,7 @@ Task<Result<void>> StorageService::forward_out(const Placement& p, const ChainUp
 Task<Result<WriteResult>> StorageService::head_update(mgmt::ChainId chain, mgmt::ChainVersion version, Op op,
                                                       const ChainUpdate& u) {
   auto start = std::chrono::steady_clock::now();
+  WEFT_CO_RETURN_IF_ERROR(check_write_fence());
   WEFT_CO_TRY(Placement first, locate(chain, version));
   if (first.index != 0)
     co_return error(Code::kNotChainHead, "target {} is not the head of chain {}", first.target->id(), chain);
@@ -259,6 +260,7 @@ Task<Result<pb::RemoveReply>> StorageService::remove(const pb::RemoveRequest& re
 // Steps 3-5 on a successor.
 Task<Result<pb::ForwardReply>> StorageService::forward_in(const pb::ForwardRequest& req, rpc::ServerCall& call) {
   auto start = std::chrono::steady_clock::now();
+  WEFT_CO_RETURN_IF_ERROR(check_write_fence());
   WEFT_CO_TRY(Placement first, locate(req.chain_id(), req.chain_version()));
   if (first.target->id() != req.target_id() || first.index == 0)
     co_return error(Code::kStaleRouting, "target {} is not at position {} of chain {}", req.target_id(), first.index,

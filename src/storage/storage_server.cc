@@ -5,9 +5,13 @@
 namespace weft::storage {
 namespace {
 
-Result<TargetConfig> target_from(const Config& t) {
+Result<TargetConfig> target_from(const Config& t, bool ids_assigned) {
   TargetConfig tc;
-  WEFT_TRY(int64_t id, t.get_int_in("id", 0, 1, INT64_MAX));
+  if (ids_assigned && t.has("id"))
+    return error(Code::kConfig, "{}: target ids are assigned by mgmtd when [cluster] is set: remove 'id'", t.source());
+  if (!ids_assigned && !t.has("id"))
+    return error(Code::kConfig, "{}: a target needs 'id' (or join a cluster with [cluster] mgmtd)", t.source());
+  WEFT_TRY(int64_t id, t.get_int_in("id", 0, ids_assigned ? 0 : 1, INT64_MAX));
   tc.id = static_cast<mgmt::TargetId>(id);
   WEFT_TRY(tc.path, t.get_string("path"));
   WEFT_TRY(int64_t capacity, t.get_int_in("capacity", 0, 0, INT64_MAX));
@@ -21,12 +25,25 @@ Result<TargetConfig> target_from(const Config& t) {
 
 Result<StorageConfig> StorageConfig::from(const Config& config) {
   StorageConfig sc;
+  if (config.has("cluster")) {
+    WEFT_TRY(Config c, config.table("cluster"));
+    WEFT_TRY(sc.mgmtd, c.get_strings("mgmtd"));
+    if (sc.mgmtd.empty()) return error(Code::kConfig, "{}: [cluster] mgmtd is empty", config.source());
+    if (c.has("advertise")) {
+      WEFT_TRY(sc.advertise, c.get_string("advertise"));
+    }
+    if (config.has("routing"))
+      return error(Code::kConfig, "{}: [routing] and [cluster] exclude each other: mgmtd provides the routing",
+                   config.source());
+  }
   WEFT_TRY(auto targets, config.tables("targets"));
   if (targets.empty()) return error(Code::kConfig, "{}: no [[targets]]", config.source());
   for (const auto& t : targets) {
-    WEFT_TRY(TargetConfig tc, target_from(t));
+    WEFT_TRY(TargetConfig tc, target_from(t, !sc.mgmtd.empty()));
     for (const auto& other : sc.targets)
-      if (other.id == tc.id) return error(Code::kConfig, "{}: target id {} appears twice", config.source(), tc.id);
+      if (other.path == tc.path) return error(Code::kConfig, "{}: target path {} appears twice", config.source(), tc.path);
+    for (const auto& other : sc.targets)
+      if (tc.id != 0 && other.id == tc.id) return error(Code::kConfig, "{}: target id {} appears twice", config.source(), tc.id);
     sc.targets.push_back(std::move(tc));
   }
   if (config.has("storage")) {
@@ -45,7 +62,8 @@ Result<StorageConfig> StorageConfig::from(const Config& config) {
 
 Result<std::unique_ptr<StorageService>> open_storage_service(rpc::IoPool& io, const StorageConfig& config,
                                                              const std::string& name, const std::string& cluster_token,
-                                                             metrics::Registry& registry) {
+                                                             metrics::Registry& registry,
+                                                             std::function<bool()> write_fence) {
   std::vector<std::unique_ptr<StorageTarget>> targets;
   for (const auto& tc : config.targets) {
     std::error_code ec;
@@ -66,6 +84,7 @@ Result<std::unique_ptr<StorageService>> open_storage_service(rpc::IoPool& io, co
   so.cluster_token = cluster_token;
   so.disk_threads = config.disk_threads;
   so.forward_timeout_ms = config.forward_timeout_ms;
+  so.write_fence = std::move(write_fence);
   auto service = std::make_unique<StorageService>(io, so, routing, std::move(targets), registry);
   return service;
 }

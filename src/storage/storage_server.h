@@ -13,10 +13,15 @@
 // capacity = "0"              # bytes (integer); 0: the filesystem's free space
 // chunk_size_max = 1048576    # optional, power of two
 // [routing]                   # optional; see storage/routing_provider.h
+// [cluster]                   # optional: join a cluster run by mgmtd (storage/mgmt_link.h)
+// mgmtd = ["127.0.0.1:7000"]  # then target ids are assigned by mgmtd (omit `id`),
+// advertise = "host:port"     # [routing] must be absent, and [server] listen needs a fixed port;
+//                             # advertise defaults to the listen address
 //
 // Threading: open() from one thread; the service is thread-safe.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +44,8 @@ struct StorageConfig {
   std::optional<mgmt::RoutingInfo> routing;
   size_t disk_threads = 8;
   uint32_t forward_timeout_ms = 10000;
+  std::vector<std::string> mgmtd;  // [cluster] mgmtd; empty: standalone (static routing)
+  std::string advertise;           // [cluster] advertise; empty: the listen address
 
   static Result<StorageConfig> from(const Config& config);
 };
@@ -46,6 +53,7 @@ struct StorageConfig {
 // Opens every target and builds the service (not yet registered on a server).
 Result<std::unique_ptr<StorageService>> open_storage_service(rpc::IoPool& io, const StorageConfig& config,
                                                              const std::string& name, const std::string& cluster_token,
-                                                             metrics::Registry& registry = metrics::Registry::global());
+                                                             metrics::Registry& registry = metrics::Registry::global(),
+                                                             std::function<bool()> write_fence = nullptr);
 
 }  // namespace weft::storage

@@ -101,6 +101,12 @@ Result<Placement> StorageService::locate(mgmt::ChainId chain_id, mgmt::ChainVers
   return p;
 }
 
+Result<void> StorageService::check_write_fence() const {
+  if (options_.write_fence && !options_.write_fence())
+    return error(Code::kLeaseExpired, "{}: lease from mgmtd expired: not accepting writes", options_.name);
+  return {};
+}
+
 Result<void> StorageService::check_payload(const rpc::ServerCall& call, uint32_t length, uint32_t crc,
                                            StorageTarget& t) const {
   if (call.payload.size() != length)

@@ -83,6 +83,10 @@ struct StorageServiceOptions {
   uint32_t forward_timeout_ms = 10000;
   size_t dedup_entries_max = 65536;
   size_t resync_batch = 256;  // chunks listed per ListChunks call
+  // Asked before every update (head and successors); false refuses it with
+  // kLeaseExpired. Set by a server whose lease comes from mgmtd: a server that
+  // cannot renew its lease stops taking writes before mgmtd may replace it.
+  std::function<bool()> write_fence;
 };
 
 // Where one request lands: this server's target in a chain, and its successor.
@@ -145,6 +149,7 @@ class StorageService {
   };
 
   Result<Placement> locate(mgmt::ChainId chain, mgmt::ChainVersion version) const;
+  Result<void> check_write_fence() const;
   Result<void> check_payload(const rpc::ServerCall& call, uint32_t length, uint32_t crc, StorageTarget& t) const;
 
   // Data path (storage_service.cc, chain_update.cc, batch_read.cc).

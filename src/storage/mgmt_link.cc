@@ -1,0 +1,90 @@
+#include "storage/mgmt_link.h"
+
+#include <thread>
+
+#include "common/logging.h"
+#include "mgmt/mgmt_client.h"
+#include "mgmt/mgmt_rpc.h"
+#include "rpc/client.h"
+#include "storage/routing_provider.h"
+#include "storage/storage_service.h"
+
+namespace weft::storage {
+
+struct MgmtLink::Impl {
+  Impl(rpc::IoPool& io, const MgmtLinkOptions& o)
+      : rpc_client(io, client_options(o)), rpc(io, rpc_client, o.mgmtd), client(rpc, registration(o)) {}
+
+  static rpc::ClientOptions client_options(const MgmtLinkOptions& o) {
+    rpc::ClientOptions co;
+    co.cluster_token = o.cluster_token;
+    co.name = "storage-mgmt";
+    co.connect_timeout_ms = 1000;
+    co.backoff_max_ms = 500;
+    return co;
+  }
+
+  static mgmt::MgmtClientOptions registration(const MgmtLinkOptions& o) {
+    mgmt::MgmtClientOptions mo;
+    mo.registration.kind = mgmt::NodeKind::kStorage;
+    mo.registration.address = o.address;
+    mo.registration.incarnation = mgmt::new_incarnation();
+    for (const auto& t : o.targets)
+      mo.registration.targets.push_back({.name = t.name, .capacity_bytes = t.capacity_bytes, .used_bytes = 0});
+    return mo;
+  }
+
+  rpc::Client rpc_client;
+  mgmt::MgmtRpc rpc;
+  mgmt::MgmtClient client;
+};
+
+MgmtLink::MgmtLink(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+MgmtLink::~MgmtLink() { stop(); }
+
+Result<std::unique_ptr<MgmtLink>> MgmtLink::connect(rpc::IoPool& io, MgmtLinkOptions options) {
+  WEFT_RETURN_IF_ERROR(mgmt::check_address(options.address));
+  auto impl = std::make_unique<Impl>(io, options);
+  auto deadline = std::chrono::steady_clock::now() + options.register_timeout;
+  for (int attempt = 0;; ++attempt) {
+    auto r = impl->client.register_now();
+    if (r) break;
+    // Only an unreachable mgmtd is worth waiting for; a refusal is final.
+    bool transient = mgmt::MgmtRpc::is_transport_error(r.error().code()) && !impl->client.fenced();
+    if (!transient || std::chrono::steady_clock::now() >= deadline)
+      return error(r.error().with_context("storage server " + options.address + ": joining the cluster"));
+    if (attempt == 0) WEFT_LOG_WARN("storage {}: mgmtd not reachable yet ({}); retrying", options.address, r.error());
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return std::unique_ptr<MgmtLink>(new MgmtLink(std::move(impl)));
+}
+
+std::vector<mgmt::TargetId> MgmtLink::target_ids() const { return impl_->client.target_ids(); }
+
+void MgmtLink::attach(StorageService& service, StaticRoutingProvider& routing) {
+  auto& client = impl_->client;
+  client.set_routing_listener([&routing](std::shared_ptr<const mgmt::RoutingInfo> info) { routing.set(*info); });
+  if (auto current = client.routing()) routing.set(*current);
+  std::vector<mgmt::TargetId> ids = client.target_ids();
+  client.set_usage_source([&service, ids] {
+    std::vector<mgmt::TargetUsage> usage;
+    for (mgmt::TargetId id : ids) {
+      StorageTarget* t = service.target(id);
+      if (t == nullptr) continue;
+      usage.push_back({id, t->engine().used_bytes(), t->engine().capacity_bytes()});
+    }
+    return usage;
+  });
+  service.set_sync_listener([&client](mgmt::TargetId target, mgmt::ChainId chain, mgmt::ChainVersion) {
+    client.report_sync_done(chain, target);
+  });
+  client.start();
+}
+
+void MgmtLink::stop() {
+  if (impl_) impl_->client.stop();
+}
+
+bool MgmtLink::can_serve_writes() const { return impl_->client.lease().can_serve_writes() && !impl_->client.fenced(); }
+
+}  // namespace weft::storage
