@@ -6,10 +6,55 @@
 #include "common/config.h"
 #include "meta/meta_store.h"
 #include "meta/service.h"
+#include "mgmt/mgmt_client.h"
+#include "mgmt/mgmt_rpc.h"
+#include "rpc/client.h"
 #include "rpc/service_runtime.h"
 
 namespace weft::cli {
 namespace {
+
+// A meta server in a cluster registers with mgmtd ([cluster] mgmtd = [...]),
+// which is how clients find it (routing lists it as a meta node).
+struct ClusterMembership {
+  std::unique_ptr<rpc::Client> rpc;
+  std::unique_ptr<mgmt::MgmtRpc> mgmt_rpc;
+  std::unique_ptr<mgmt::MgmtClient> client;
+};
+
+Result<std::optional<ClusterMembership>> join_cluster(const Config& config, rpc::ServiceRuntime& runtime) {
+  if (!config.has("cluster")) return std::optional<ClusterMembership>();
+  WEFT_TRY(Config c, config.table("cluster"));
+  WEFT_TRY(std::vector<std::string> addresses, c.get_strings("mgmtd"));
+  if (addresses.empty()) return error(Code::kConfig, "{}: [cluster] mgmtd is empty", config.source());
+  std::string advertise = runtime.config().listen.to_string();
+  if (c.has("advertise")) {
+    WEFT_TRY(advertise, c.get_string("advertise"));
+  }
+  if (runtime.config().listen.port == 0)
+    return error(Code::kConfig, "{}: [server] listen needs a fixed port when [cluster] is set", config.source());
+  std::vector<rpc::Endpoint> mgmtd;
+  for (const auto& a : addresses) {
+    WEFT_TRY(rpc::Endpoint ep, rpc::Endpoint::parse(a));
+    mgmtd.push_back(ep);
+  }
+  ClusterMembership m;
+  rpc::ClientOptions co;
+  co.cluster_token = runtime.config().cluster_token;
+  co.name = "meta-mgmt";
+  co.connect_timeout_ms = 1000;
+  co.backoff_max_ms = 500;
+  m.rpc = std::make_unique<rpc::Client>(runtime.io(), co);
+  m.mgmt_rpc = std::make_unique<mgmt::MgmtRpc>(runtime.io(), *m.rpc, mgmtd);
+  mgmt::MgmtClientOptions mo;
+  mo.registration.kind = mgmt::NodeKind::kMeta;
+  mo.registration.address = advertise;
+  mo.registration.incarnation = mgmt::new_incarnation();
+  m.client = std::make_unique<mgmt::MgmtClient>(*m.mgmt_rpc, mo);
+  // The loop registers (and keeps retrying while mgmtd is away).
+  m.client->start();
+  return std::optional<ClusterMembership>(std::move(m));
+}
 
 void serve_meta(const std::string& config_path) {
   auto config = Config::load_file(config_path);
@@ -28,9 +73,13 @@ void serve_meta(const std::string& config_path) {
   auto store = meta::MetaStore::open(mc->store_options());
   if (!store) return fail("cannot open the metadata store in " + mc->data_dir + ": " + store.error().message());
   meta::register_meta_service(runtime.server(), **store);
+  auto membership = join_cluster(*config, runtime);
+  if (!membership) return fail(membership.error().message());
   meta::RequestRecordExpirer expirer(**store, std::chrono::seconds(mc->request_record_age_s),
                                      std::chrono::seconds(60));
-  if (auto r = runtime.run(); !r) return fail(r.error().message());
+  auto r = runtime.run();
+  if (*membership) (*membership)->client->stop();
+  if (!r) return fail(r.error().message());
 }
 
 }  // namespace

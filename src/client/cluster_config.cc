@@ -38,6 +38,12 @@ Result<ClusterConfig> from_config(const Config& c) {
   if (!c.has("cluster_token")) return error(Code::kConfig, "{}: key 'cluster_token' is missing", c.source());
   WEFT_TRY(out.cluster_token, c.get_string("cluster_token"));
   if (out.cluster_token.empty()) return error(Code::kConfig, "{}: key 'cluster_token' must not be empty", c.source());
+  WEFT_TRY(std::vector<std::string> meta, c.get_strings("meta"));
+  for (const std::string& a : meta) {
+    auto ep = rpc::Endpoint::parse(a);
+    if (!ep) return error(Code::kConfig, "{}: key 'meta': {}", c.source(), ep.error().message());
+    out.meta.push_back(*ep);
+  }
   return out;
 }
 

@@ -2,6 +2,7 @@
 // How a client command finds its cluster: a small TOML file
 //   mgmtd = ["127.0.0.1:7000", "10.0.0.2:7000"]   # tried in order
 //   cluster_token = "..."
+//   meta = ["127.0.0.1:7001"]   # optional: else the meta servers registered with mgmtd
 // looked up at --config FILE, else $WEFT_CONFIG, else ./weft-data/client.toml
 // (the file `weft up` writes). --cluster ADDR replaces the mgmtd list.
 // Every error is one line saying where the config was looked for and why it
@@ -23,6 +24,7 @@ inline constexpr const char* kClusterConfigEnv = "WEFT_CONFIG";
 struct ClusterConfig {
   std::vector<rpc::Endpoint> mgmtd;
   std::string cluster_token;
+  std::vector<rpc::Endpoint> meta;  // optional
   std::string source;  // the file it came from
 };
 

@@ -1,0 +1,187 @@
+// weft/client.h — libweft, the native client of a Weft cluster.
+//
+// A Client finds the cluster through its client config (mgmtd addresses and
+// the cluster token; see ClientOptions), keeps the routing (chains and the
+// storage servers that hold them) current by long-polling mgmtd, asks the
+// metadata service for names, attributes and layouts, and moves file data
+// straight between the caller's buffers and the storage servers: chunks are
+// placed by the file's layout, computed here, never looked up.
+//
+// Two ways in:
+//   - inode-level calls (lookup/getattr/create/open(ino)...) for the FUSE
+//     mount, which keeps its own inode numbers = Weft inode ids;
+//   - path-level calls (stat/open/mkdirs/...) for tools and Python.
+// Every call takes the caller's credentials explicitly (Cred), or uses the
+// client's default (the process's uid/gid/groups unless ClientOptions says).
+//
+// Data path guarantees:
+//   - pwrite copies into a write-behind buffer and returns; full chunks are
+//     flushed in the background, in parallel across chains, within
+//     ClientOptions::write_buffer_bytes (writers block when it is full).
+//     fsync() and close() return only when every byte written through the
+//     File is acknowledged by every serving replica, and the file length is
+//     reported to meta. Several Files (in one or several processes) may write
+//     disjoint ranges of one file: only the bytes written are sent.
+//   - reads are CRC32C-checked end to end; a failing replica (error,
+//     checksum mismatch, unreachable) is skipped for the next one of the chain.
+//   - data calls ride out storage server failures: stale routing is refreshed
+//     and the call retried (writes carry a client id + sequence number, so a
+//     retried write is applied once) for up to retry_time_ms_max.
+//
+// Threading: Client and File are thread-safe. Calls block the calling thread;
+// never call them from a Weft I/O thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "meta/types.h"
+
+namespace weft {
+
+using meta::Cred;
+using meta::DirEntry;
+using meta::DirPage;
+using meta::Ino;
+using meta::Inode;
+using meta::InodeType;
+using meta::Layout;
+using meta::RenameFlags;
+using meta::SetAttr;
+using meta::StatFs;
+using meta::XattrFlags;
+inline constexpr Ino kRootIno = meta::kRootIno;
+
+struct ClientOptions {
+  // Where the cluster is (client/cluster_config.h): --config FILE, else
+  // $WEFT_CONFIG, else ./weft-data/client.toml; `cluster` replaces the mgmtd list.
+  std::string config_path;
+  std::string cluster;
+  // Default credentials; unset: the process's uid, gid and supplementary groups.
+  std::optional<Cred> cred;
+
+  size_t io_threads = 2;
+  size_t write_buffer_bytes = 256u << 20;   // dirty bytes buffered per client before writers wait
+  size_t inflight_bytes_max = 256u << 20;   // bytes in flight to storage per client
+  size_t readahead_bytes_max = 16u << 20;   // per sequential stream
+  uint32_t call_timeout_ms = 10000;         // per storage/meta attempt
+  uint32_t retry_time_ms_max = 60000;       // data calls retry through failures this long
+  std::string name = "weft-client";         // in server logs
+};
+
+class Client;
+
+// An open file. Obtained from Client::open/create; close() (or the last
+// shared_ptr going away) ends the write session. Offsets are absolute.
+class File {
+ public:
+  virtual ~File() = default;
+  virtual Ino ino() const = 0;
+  virtual Layout layout() const = 0;
+  // The length as this File knows it: meta's at open, grown by its own writes
+  // and truncates. refresh_size() asks meta again.
+  virtual uint64_t size() const = 0;
+  virtual Result<uint64_t> refresh_size() = 0;
+  virtual bool writable() const = 0;
+
+  // Reads up to dst.size() bytes; short only at the end of the file.
+  virtual Result<size_t> pread(std::span<std::byte> dst, uint64_t offset) = 0;
+  // Buffers the bytes (write-behind); errors of the background flush surface
+  // from a later pwrite, flush, fsync or close.
+  virtual Result<size_t> pwrite(std::span<const std::byte> src, uint64_t offset) = 0;
+  // Sends every buffered byte and waits for the acks; reports the length.
+  virtual Result<void> flush() = 0;
+  // flush(); data and length are durable when it returns.
+  virtual Result<void> fsync() = 0;
+  virtual Result<void> truncate(uint64_t length) = 0;
+  // flush() and end the session; later calls fail with kBadHandle.
+  virtual Result<void> close() = 0;
+};
+
+// One read of a batch: `length` bytes at `offset` of file `ino`, into `dst`
+// (dst.size() >= length). The layout is fetched once per inode per batch
+// unless given.
+struct ReadOp {
+  Ino ino = 0;
+  uint64_t offset = 0;
+  std::span<std::byte> dst;
+  std::optional<Layout> layout;
+  std::optional<uint64_t> file_size;  // clips the read; unset: asks meta
+};
+
+// One write of a batch, into an open writable File.
+struct WriteOp {
+  std::shared_ptr<File> file;
+  uint64_t offset = 0;
+  std::span<const std::byte> src;
+};
+
+class Client {
+ public:
+  static Result<std::unique_ptr<Client>> connect(const ClientOptions& options);
+  virtual ~Client() = default;
+
+  virtual const Cred& default_cred() const = 0;
+  virtual std::string cluster_description() const = 0;  // "mgmtd 127.0.0.1:7000 (from ./weft-data/client.toml)"
+
+  // ---- inode-level namespace (FUSE) ----
+  virtual Result<Inode> lookup(const Cred& cred, Ino parent, std::string_view name) = 0;
+  virtual Result<Inode> getattr(const Cred& cred, Ino ino) = 0;
+  // A size change truncates or extends the file (chunks beyond are removed).
+  virtual Result<Inode> setattr(const Cred& cred, Ino ino, const SetAttr& attr) = 0;
+  virtual Result<DirPage> readdir(const Cred& cred, Ino dir, std::string_view cookie, uint32_t limit) = 0;
+  virtual Result<Inode> mkdir(const Cred& cred, Ino parent, std::string_view name, uint32_t mode) = 0;
+  virtual Result<Inode> symlink(const Cred& cred, Ino parent, std::string_view name, std::string_view target) = 0;
+  virtual Result<std::string> readlink(const Cred& cred, Ino ino) = 0;
+  virtual Result<Inode> link(const Cred& cred, Ino ino, Ino new_parent, std::string_view new_name) = 0;
+  virtual Result<void> unlink(const Cred& cred, Ino parent, std::string_view name) = 0;
+  virtual Result<void> rmdir(const Cred& cred, Ino parent, std::string_view name) = 0;
+  virtual Result<void> rename(const Cred& cred, Ino parent, std::string_view name, Ino new_parent,
+                              std::string_view new_name, RenameFlags flags = RenameFlags::kNone) = 0;
+  virtual Result<StatFs> statfs(const Cred& cred) = 0;
+  virtual Result<std::string> getxattr(const Cred& cred, Ino ino, std::string_view name) = 0;
+  virtual Result<void> setxattr(const Cred& cred, Ino ino, std::string_view name, std::string_view value,
+                                XattrFlags flags = XattrFlags::kAny) = 0;
+  virtual Result<std::vector<std::string>> listxattr(const Cred& cred, Ino ino) = 0;
+  virtual Result<void> removexattr(const Cred& cred, Ino ino, std::string_view name) = 0;
+  virtual Result<Layout> get_layout(const Cred& cred, Ino dir) = 0;
+  virtual Result<void> set_layout(const Cred& cred, Ino dir, const Layout& layout) = 0;
+
+  // `flags`: O_RDONLY/O_WRONLY/O_RDWR, O_TRUNC, O_APPEND (O_CREAT/O_EXCL: create()).
+  virtual Result<std::shared_ptr<File>> open(const Cred& cred, Ino ino, int flags) = 0;
+  // Creates (exclusive when O_EXCL is in flags) and opens.
+  virtual Result<std::pair<Inode, std::shared_ptr<File>>> create(const Cred& cred, Ino parent, std::string_view name,
+                                                                 uint32_t mode, int flags) = 0;
+
+  // ---- path-level (tools, Python). Paths are absolute within the cluster ("/a/b"). ----
+  virtual Result<Inode> resolve(const Cred& cred, std::string_view path, bool follow_last = true) = 0;
+  virtual Result<std::shared_ptr<File>> open_path(const Cred& cred, std::string_view path, int flags,
+                                                  uint32_t mode = 0644) = 0;
+  virtual Result<void> mkdirs(const Cred& cred, std::string_view path, uint32_t mode = 0755) = 0;
+  virtual Result<void> remove_path(const Cred& cred, std::string_view path) = 0;  // file, symlink or empty dir
+  virtual Result<void> rename_path(const Cred& cred, std::string_view from, std::string_view to) = 0;
+  virtual Result<std::vector<DirEntry>> list_path(const Cred& cred, std::string_view path) = 0;
+
+  // ---- batches ----
+  // Many reads at once: grouped per storage server into one request each;
+  // results in the order of `ops` (bytes read, short at end of file).
+  virtual std::vector<Result<size_t>> read_batch(const Cred& cred, std::span<const ReadOp> ops) = 0;
+  // The asynchronous form; the ops' buffers must stay valid until the future is ready.
+  virtual std::future<std::vector<Result<size_t>>> submit_reads(const Cred& cred, std::vector<ReadOp> ops) = 0;
+  virtual std::future<std::vector<Result<size_t>>> submit_writes(std::vector<WriteOp> ops) = 0;
+};
+
+// Splits "/a/b/c" into its components; refuses empty components other than
+// leading/trailing slashes, and names longer than 255 bytes.
+Result<std::vector<std::string>> split_path(std::string_view path);
+
+}  // namespace weft

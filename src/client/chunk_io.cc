@@ -1,0 +1,307 @@
+#include "client/chunk_io.h"
+
+#include <algorithm>
+#include <map>
+
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+
+#include "common/crc32c.h"
+#include "common/logging.h"
+#include "common/random.h"
+#include "proto/storage.pb.h"
+#include "storage/service_methods.h"
+
+namespace weft::client {
+
+namespace pb = ::weft::proto::storage;
+namespace methods = ::weft::storage::methods;
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// Codes after which another attempt (maybe on a newer routing) can succeed.
+bool worth_retrying(Code c) { return code_retryable(c) || c == Code::kIoError; }
+
+Result<rpc::Endpoint> endpoint_of(const mgmt::RoutingInfo& routing, mgmt::TargetId target) {
+  WEFT_TRY(std::string address, routing.target_address(target));
+  return rpc::Endpoint::parse(address);
+}
+
+void set_chunk(pb::ChunkRef* ref, const ChunkAddress& c) {
+  ref->set_inode(c.ino);
+  ref->set_index(c.index);
+}
+
+// Spreads a file's reads over the replicas of a chain: the same chunk always
+// starts at the same replica (its cache stays warm), different chunks differ.
+size_t first_replica(const ChunkAddress& c, size_t n) {
+  return static_cast<size_t>((c.ino * 0x9E3779B97F4A7C15ull + c.index) % n);
+}
+
+}  // namespace
+
+ChunkIo::ChunkIo(rpc::IoPool& io, rpc::Client& rpc, RoutingCache& routing, ChunkIoOptions options)
+    : io_(io),
+      rpc_(rpc),
+      routing_(routing),
+      options_(options),
+      client_id_(options.client_id != 0 ? options.client_id : (thread_random().next_u64() | 1)) {}
+
+Task<bool> ChunkIo::backoff(int attempt, SteadyClock::time_point deadline) {
+  if (SteadyClock::now() >= deadline) co_return false;
+  retries_.fetch_add(1);
+  routing_.request_refresh();
+  auto delay = std::chrono::milliseconds(std::min(500, 10 << std::min(attempt, 6)));
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  timer.expires_after(std::min<SteadyClock::duration>(delay, deadline - SteadyClock::now()));
+  auto waited = co_await timer.async_wait(use_nothrow);
+  (void)waited;
+  co_return true;
+}
+
+Task<Result<void>> ChunkIo::send_update(UpdateKind kind, rpc::Endpoint ep, mgmt::ChainVersion cv, ChunkAddress c,
+                                        uint32_t offset, uint32_t length, std::span<const std::byte> src, uint32_t crc,
+                                        uint64_t seq) {
+  rpc::CallOptions o;
+  o.timeout_ms = options_.call_timeout_ms;
+  if (kind == UpdateKind::kWrite) {
+    pb::WriteRequest req;
+    req.set_chain_id(c.chain);
+    req.set_chain_version(cv);
+    set_chunk(req.mutable_chunk(), c);
+    req.set_offset(offset);
+    req.set_length(static_cast<uint32_t>(src.size()));
+    req.set_data_crc32c(crc);
+    req.set_chunk_size(c.chunk_bytes);
+    req.set_client_id(client_id_);
+    req.set_sequence(seq);
+    o.payload.push_back(src);
+    auto w = co_await rpc_.call<pb::WriteReply>(ep, methods::kWrite, req, std::move(o));
+    if (!w) co_return error(w.error());
+    co_return Result<void>{};
+  }
+  if (kind == UpdateKind::kTruncate) {
+    pb::TruncateRequest req;
+    req.set_chain_id(c.chain);
+    req.set_chain_version(cv);
+    set_chunk(req.mutable_chunk(), c);
+    req.set_length(length);
+    req.set_chunk_size(c.chunk_bytes);
+    req.set_client_id(client_id_);
+    req.set_sequence(seq);
+    auto w = co_await rpc_.call<pb::WriteReply>(ep, methods::kTruncate, req, std::move(o));
+    if (!w) co_return error(w.error());
+    co_return Result<void>{};
+  }
+  pb::RemoveRequest req;
+  req.set_chain_id(c.chain);
+  req.set_chain_version(cv);
+  set_chunk(req.mutable_chunk(), c);
+  req.set_client_id(client_id_);
+  req.set_sequence(seq);
+  auto w = co_await rpc_.call<pb::RemoveReply>(ep, methods::kRemove, req, std::move(o));
+  if (!w) co_return error(w.error());
+  co_return Result<void>{};
+}
+
+// The head of the chain now, and the chain version to send.
+Result<std::pair<rpc::Endpoint, mgmt::ChainVersion>> ChunkIo::head_of(mgmt::ChainId chain_id) const {
+  RoutingPtr routing = routing_.current();
+  WEFT_TRY(const mgmt::ChainInfo* chain, routing->chain(chain_id));
+  WEFT_TRY(mgmt::ChainRoute route, mgmt::route_chain(*chain));
+  WEFT_TRY(rpc::Endpoint ep, endpoint_of(*routing, route.head()));
+  return std::pair<rpc::Endpoint, mgmt::ChainVersion>(ep, route.version);
+}
+
+Task<Result<void>> ChunkIo::update(UpdateKind kind, ChunkAddress c, uint32_t offset, uint32_t length,
+                                   std::span<const std::byte> src) {
+  const uint64_t seq = seq_.fetch_add(1) + 1;
+  const auto deadline = SteadyClock::now() + std::chrono::milliseconds(options_.retry_time_ms_max);
+  const uint32_t crc = kind == UpdateKind::kWrite ? crc32c(src) : 0;
+  Status last(Code::kUnavailable, "no attempt made");
+  for (int attempt = 0;; ++attempt) {
+    auto head = head_of(c.chain);
+    if (head) {
+      auto r = co_await send_update(kind, head->first, head->second, c, offset, length, src, crc, seq);
+      if (r) co_return r;
+      last = r.error();
+    } else {
+      last = head.error();
+    }
+    // A chunk that is not there is already removed / truncated.
+    if (last.code() == Code::kNotFound && kind != UpdateKind::kWrite) co_return Result<void>{};
+    if (!worth_retrying(last.code())) break;
+    bool again = co_await backoff(attempt, deadline);
+    if (!again) break;
+  }
+  co_return error(last.with_context(fmt::format("chunk {}:{} on chain {}", c.ino, c.index, c.chain)));
+}
+
+Task<Result<void>> ChunkIo::write(ChunkAddress c, uint32_t offset, std::span<const std::byte> src) {
+  return update(UpdateKind::kWrite, c, offset, static_cast<uint32_t>(src.size()), src);
+}
+
+Task<Result<void>> ChunkIo::truncate(ChunkAddress c, uint32_t length) {
+  return update(UpdateKind::kTruncate, c, 0, length, {});
+}
+
+Task<Result<void>> ChunkIo::remove(ChunkAddress c) { return update(UpdateKind::kRemove, c, 0, 0, {}); }
+
+Task<Result<uint32_t>> ChunkIo::read_from(const mgmt::RoutingInfo& routing, mgmt::ChainVersion cv,
+                                          mgmt::TargetId target, ChunkAddress c, uint32_t offset,
+                                          std::span<std::byte> dst) {
+  WEFT_CO_TRY(rpc::Endpoint ep, endpoint_of(routing, target));
+  pb::BatchReadRequest req;
+  auto* range = req.add_ranges();
+  range->set_chain_id(c.chain);
+  range->set_chain_version(cv);
+  set_chunk(range->mutable_chunk(), c);
+  range->set_offset(offset);
+  range->set_length(static_cast<uint32_t>(dst.size()));
+  rpc::CallOptions o;
+  o.timeout_ms = options_.call_timeout_ms;
+  o.response_payload = dst;
+  rpc::RawResponse raw;
+  auto reply = co_await rpc_.call<pb::BatchReadReply>(ep, methods::kBatchRead, req, std::move(o), &raw);
+  if (!reply) co_return error(reply.error());
+  if (reply->results_size() != 1) co_return error(Code::kProtocol, "batch read from {}: {} results for 1 range",
+                                                  ep.to_string(), reply->results_size());
+  const pb::RangeResult& rr = reply->results(0);
+  Code code = code_from_wire(rr.code());
+  if (code == Code::kNotFound) co_return 0u;  // no such chunk: a hole
+  if (code != Code::kOk) co_return error(code, "target {} at {}: {}", target, ep.to_string(), rr.message());
+  if (rr.length() > dst.size() || rr.length() != raw.payload_len)
+    co_return error(Code::kProtocol, "batch read from {}: {} bytes for a range of {}", ep.to_string(), rr.length(),
+                    dst.size());
+  if (!raw.payload_in_destination && rr.length() > 0)
+    std::copy_n(raw.payload.data(), rr.length(), dst.data());
+  if (crc32c(dst.first(rr.length())) != rr.crc32c())
+    co_return error(Code::kCorruption, "target {} at {}: checksum mismatch on chunk {}:{}", target, ep.to_string(),
+                    c.ino, c.index);
+  co_return rr.length();
+}
+
+Task<Result<uint32_t>> ChunkIo::read_round(const mgmt::RoutingInfo& routing, ChunkAddress c, uint32_t offset,
+                                           std::span<std::byte> dst) {
+  WEFT_CO_TRY(const mgmt::ChainInfo* chain, routing.chain(c.chain));
+  WEFT_CO_TRY(mgmt::ChainRoute route, mgmt::route_chain(*chain));
+  if (route.readable.empty()) co_return error(Code::kUnavailable, "chain {} has no serving replica", c.chain);
+  size_t n = route.readable.size();
+  size_t first = first_replica(c, n);
+  Status last;
+  for (size_t i = 0; i < n; ++i) {
+    mgmt::TargetId target = route.readable[(first + i) % n];
+    auto r = co_await read_from(routing, route.version, target, c, offset, dst);
+    if (r) co_return r;
+    last = r.error();
+    if (i + 1 < n) {
+      replica_failovers_.fetch_add(1);
+      WEFT_LOG_DEBUG("read chunk {}:{}: {}; trying the next replica", c.ino, c.index, last);
+    }
+  }
+  co_return error(last);
+}
+
+Task<Result<uint32_t>> ChunkIo::read(ChunkAddress c, uint32_t offset, std::span<std::byte> dst) {
+  const auto deadline = SteadyClock::now() + std::chrono::milliseconds(options_.retry_time_ms_max);
+  Status last;
+  for (int attempt = 0;; ++attempt) {
+    RoutingPtr routing = routing_.current();
+    auto r = co_await read_round(*routing, c, offset, dst);
+    if (r) co_return r;
+    last = r.error();
+    if (!worth_retrying(last.code()) && last.code() != Code::kCorruption) break;
+    bool again = co_await backoff(attempt, deadline);
+    if (!again) break;
+  }
+  co_return error(last.with_context(fmt::format("read chunk {}:{} on chain {}", c.ino, c.index, c.chain)));
+}
+
+Task<void> ChunkIo::read_grouped(std::span<GroupedRead> reads) {
+  // Group by the server of the first-choice replica; one request per server.
+  RoutingPtr routing = routing_.current();
+  struct Group {
+    rpc::Endpoint ep;
+    std::vector<size_t> members;
+    std::vector<mgmt::ChainVersion> versions;
+  };
+  std::map<std::string, Group> groups;
+  std::vector<size_t> fallback;  // read one by one (routing trouble)
+  for (size_t i = 0; i < reads.size(); ++i) {
+    const GroupedRead& g = reads[i];
+    auto chain = routing->chain(g.chunk.chain);
+    auto route = chain ? mgmt::route_chain(**chain) : Result<mgmt::ChainRoute>(std::unexpected(chain.error()));
+    if (!route || route->readable.empty()) {
+      fallback.push_back(i);
+      continue;
+    }
+    mgmt::TargetId target = route->readable[first_replica(g.chunk, route->readable.size())];
+    auto address = routing->target_address(target);
+    auto ep = address ? rpc::Endpoint::parse(*address) : Result<rpc::Endpoint>(std::unexpected(address.error()));
+    if (!ep) {
+      fallback.push_back(i);
+      continue;
+    }
+    Group& group = groups[*address];
+    group.ep = *ep;
+    group.members.push_back(i);
+    group.versions.push_back(route->version);
+  }
+  for (auto& entry : groups) {
+    Group& group = entry.second;
+    pb::BatchReadRequest req;
+    size_t total = 0;
+    for (size_t k = 0; k < group.members.size(); ++k) {
+      const GroupedRead& g = reads[group.members[k]];
+      auto* range = req.add_ranges();
+      range->set_chain_id(g.chunk.chain);
+      range->set_chain_version(group.versions[k]);
+      set_chunk(range->mutable_chunk(), g.chunk);
+      range->set_offset(g.offset);
+      range->set_length(static_cast<uint32_t>(g.dst.size()));
+      total += g.dst.size();
+    }
+    (void)total;
+    rpc::CallOptions o;
+    o.timeout_ms = options_.call_timeout_ms;
+    rpc::RawResponse raw;
+    auto reply = co_await rpc_.call<pb::BatchReadReply>(group.ep, methods::kBatchRead, req, std::move(o), &raw);
+    if (!reply || reply->results_size() != static_cast<int>(group.members.size())) {
+      fallback.insert(fallback.end(), group.members.begin(), group.members.end());
+      continue;
+    }
+    size_t pos = 0;
+    for (size_t k = 0; k < group.members.size(); ++k) {
+      GroupedRead& g = reads[group.members[k]];
+      const pb::RangeResult& rr = reply->results(static_cast<int>(k));
+      Code code = code_from_wire(rr.code());
+      if (code == Code::kNotFound) {
+        g.result = 0u;
+        continue;
+      }
+      if (code != Code::kOk || rr.length() > g.dst.size() || pos + rr.length() > raw.payload_len) {
+        fallback.push_back(group.members[k]);
+        pos += code == Code::kOk ? rr.length() : 0;
+        continue;
+      }
+      std::span<const std::byte> bytes(raw.payload.data() + pos, rr.length());
+      pos += rr.length();
+      if (crc32c(bytes) != rr.crc32c()) {
+        fallback.push_back(group.members[k]);
+        continue;
+      }
+      std::copy(bytes.begin(), bytes.end(), g.dst.begin());
+      g.result = rr.length();
+    }
+  }
+  // Whatever the grouped pass could not serve goes through the full
+  // single-range path (other replicas, routing refresh, retries).
+  for (size_t i : fallback) {
+    GroupedRead& g = reads[i];
+    g.result = co_await read(g.chunk, g.offset, g.dst);
+  }
+}
+
+}  // namespace weft::client

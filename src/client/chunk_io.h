@@ -1,0 +1,96 @@
+// client/chunk_io.h
+// Chunk operations against the storage servers, as coroutines on the
+// client's I/O threads: each finds the chain's current route in the routing
+// cache, talks to the right replica, and rides out failures.
+//   - Updates (write, truncate, remove) go to the chain head with the chain
+//     version and a (client id, sequence) pair fixed for all attempts, so the
+//     head applies a retried update once. Retryable errors (stale routing, not
+//     head, lease expired, unreachable, timeouts...) refresh the routing and
+//     retry with backoff until `retry_time_ms_max`.
+//   - Reads go to a serving replica chosen by chunk (spreading load), checked
+//     with the CRC32C the server computed of the bytes it sent; an error or a
+//     mismatch moves on to the next replica of the chain, then to a routing
+//     refresh and another round. A chunk that does not exist reads as a hole.
+//   - read_grouped() reads many small ranges with one BatchRead request per
+//     storage server (the first-epoch case).
+// Threading: thread-safe; the coroutines run on any I/O thread of `io`.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "client/routing_cache.h"
+#include "mgmt/routing.h"
+#include "rpc/client.h"
+#include "rpc/io_pool.h"
+#include "rpc/task.h"
+
+namespace weft::client {
+
+struct ChunkAddress {
+  uint64_t ino = 0;
+  uint64_t index = 0;
+  mgmt::ChainId chain = 0;
+  uint32_t chunk_bytes = 0;
+};
+
+struct ChunkIoOptions {
+  uint32_t call_timeout_ms = 10000;
+  uint32_t retry_time_ms_max = 60000;
+  uint64_t client_id = 0;  // dedup namespace of updates (random when 0)
+};
+
+// One range of read_grouped(): reads into dst (dst.size() bytes at `offset`).
+struct GroupedRead {
+  ChunkAddress chunk;
+  uint32_t offset = 0;
+  std::span<std::byte> dst;
+  Result<uint32_t> result = 0;  // out: bytes the chunk holds in the range
+};
+
+class ChunkIo {
+ public:
+  ChunkIo(rpc::IoPool& io, rpc::Client& rpc, RoutingCache& routing, ChunkIoOptions options);
+
+  // Bytes of the range the chunk holds (< dst.size() past the chunk's end; 0 for a missing chunk).
+  Task<Result<uint32_t>> read(ChunkAddress c, uint32_t offset, std::span<std::byte> dst);
+  Task<Result<void>> write(ChunkAddress c, uint32_t offset, std::span<const std::byte> src);
+  Task<Result<void>> truncate(ChunkAddress c, uint32_t length);
+  Task<Result<void>> remove(ChunkAddress c);
+  // Fills every range's `result`.
+  Task<void> read_grouped(std::span<GroupedRead> reads);
+
+  uint64_t retries() const { return retries_.load(); }
+  uint64_t replica_failovers() const { return replica_failovers_.load(); }
+  rpc::IoPool& io() { return io_; }
+
+ private:
+  enum class UpdateKind { kWrite, kTruncate, kRemove };
+  Task<Result<void>> update(UpdateKind kind, ChunkAddress c, uint32_t offset, uint32_t length,
+                            std::span<const std::byte> src);
+  Task<Result<void>> send_update(UpdateKind kind, rpc::Endpoint ep, mgmt::ChainVersion cv, ChunkAddress c,
+                                 uint32_t offset, uint32_t length, std::span<const std::byte> src, uint32_t crc,
+                                 uint64_t seq);
+  Result<std::pair<rpc::Endpoint, mgmt::ChainVersion>> head_of(mgmt::ChainId chain) const;
+  // One round over the readable replicas; the error of the last replica tried.
+  Task<Result<uint32_t>> read_round(const mgmt::RoutingInfo& routing, ChunkAddress c, uint32_t offset,
+                                    std::span<std::byte> dst);
+  Task<Result<uint32_t>> read_from(const mgmt::RoutingInfo& routing, mgmt::ChainVersion cv, mgmt::TargetId target,
+                                   ChunkAddress c, uint32_t offset, std::span<std::byte> dst);
+  // Waits after a failed attempt; false when the retry time is used up.
+  Task<bool> backoff(int attempt, std::chrono::steady_clock::time_point deadline);
+
+  rpc::IoPool& io_;
+  rpc::Client& rpc_;
+  RoutingCache& routing_;
+  const ChunkIoOptions options_;
+  const uint64_t client_id_;
+  std::atomic<uint64_t> seq_{0};
+  std::atomic<uint64_t> retries_{0};
+  std::atomic<uint64_t> replica_failovers_{0};
+};
+
+}  // namespace weft::client

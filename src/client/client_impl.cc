@@ -1,0 +1,505 @@
+// The implementation of weft::Client (include/weft/client.h).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <map>
+
+#include "client/core.h"
+#include "client/file_impl.h"
+#include "client/placement.h"
+#include "client/truncate.h"
+#include "common/logging.h"
+#include "common/random.h"
+
+namespace weft {
+
+namespace client {
+namespace {
+
+constexpr int kSymlinkDepthMax = 40;
+
+Cred process_cred() {
+  Cred c;
+  c.uid = ::geteuid();
+  c.gid = ::getegid();
+  int n = ::getgroups(0, nullptr);
+  if (n > 0) {
+    std::vector<gid_t> groups(static_cast<size_t>(n));
+    n = ::getgroups(n, groups.data());
+    for (int i = 0; i < n; ++i)
+      if (groups[static_cast<size_t>(i)] != c.gid) c.groups.push_back(groups[static_cast<size_t>(i)]);
+  }
+  return c;
+}
+
+bool wants_write(int flags) { return (flags & O_ACCMODE) == O_WRONLY || (flags & O_ACCMODE) == O_RDWR; }
+bool wants_read(int flags) { return (flags & O_ACCMODE) == O_RDONLY || (flags & O_ACCMODE) == O_RDWR; }
+
+class ClientImpl final : public Client {
+ public:
+  explicit ClientImpl(std::unique_ptr<Core> core) : core_(std::move(core)) {
+    core_->dirty->set_pressure([this] { send_all_dirty(); });
+  }
+
+  ~ClientImpl() override {
+    // Close what the caller left open (flushes its data), then stop the threads.
+    std::vector<std::shared_ptr<FileImpl>> open;
+    {
+      std::lock_guard lock(files_mu_);
+      for (auto& [ino, list] : files_)
+        for (auto& w : list)
+          if (auto f = w.lock()) open.push_back(std::move(f));
+    }
+    for (auto& f : open) (void)f->close();
+    open.clear();
+    core_->routing->stop();
+    core_->io->stop();
+  }
+
+  const Cred& default_cred() const override { return core_->cred; }
+  std::string cluster_description() const override {
+    std::string addrs;
+    for (const auto& ep : core_->cluster.mgmtd) addrs += (addrs.empty() ? "" : ",") + ep.to_string();
+    return fmt::format("mgmtd {} (from {})", addrs, core_->cluster.source);
+  }
+
+  // ---- namespace ----
+  Result<Inode> lookup(const Cred& cred, Ino parent, std::string_view name) override {
+    WEFT_TRY(Inode n, core_->meta->lookup(cred, parent, name));
+    return with_local_size(std::move(n));
+  }
+  Result<Inode> getattr(const Cred& cred, Ino ino) override {
+    WEFT_TRY(Inode n, core_->meta->getattr(cred, ino));
+    return with_local_size(std::move(n));
+  }
+  Result<Inode> setattr(const Cred& cred, Ino ino, const SetAttr& attr) override {
+    if (attr.size) {
+      // Local writers first: their buffered bytes must not land after the cut.
+      for (auto& f : open_files(ino)) WEFT_RETURN_IF_ERROR(f->flush());
+      WEFT_TRY(Inode n, core_->meta->getattr(cred, ino));
+      uint64_t old_size = n.size;
+      for (auto& f : open_files(ino)) old_size = std::max(old_size, f->size());
+      WEFT_RETURN_IF_ERROR(truncate_file(*core_, cred, n, old_size, *attr.size));
+      for (auto& f : open_files(ino)) f->truncated_to(*attr.size);
+      SetAttr rest = attr;
+      rest.size.reset();
+      if (!rest.mode && !rest.uid && !rest.gid && !rest.atime_ns && !rest.mtime_ns) return getattr(cred, ino);
+      return core_->meta->setattr(cred, ino, rest);
+    }
+    WEFT_TRY(Inode n, core_->meta->setattr(cred, ino, attr));
+    return with_local_size(std::move(n));
+  }
+  Result<DirPage> readdir(const Cred& cred, Ino dir, std::string_view cookie, uint32_t limit) override {
+    return core_->meta->readdir(cred, dir, cookie, limit);
+  }
+  Result<Inode> mkdir(const Cred& cred, Ino parent, std::string_view name, uint32_t mode) override {
+    return core_->meta->mkdir(cred, parent, name, mode);
+  }
+  Result<Inode> symlink(const Cred& cred, Ino parent, std::string_view name, std::string_view target) override {
+    return core_->meta->symlink(cred, parent, name, target);
+  }
+  Result<std::string> readlink(const Cred& cred, Ino ino) override { return core_->meta->readlink(cred, ino); }
+  Result<Inode> link(const Cred& cred, Ino ino, Ino new_parent, std::string_view new_name) override {
+    return core_->meta->link(cred, ino, new_parent, new_name);
+  }
+  Result<void> unlink(const Cred& cred, Ino parent, std::string_view name) override {
+    return core_->meta->unlink(cred, parent, name);
+  }
+  Result<void> rmdir(const Cred& cred, Ino parent, std::string_view name) override {
+    return core_->meta->rmdir(cred, parent, name);
+  }
+  Result<void> rename(const Cred& cred, Ino parent, std::string_view name, Ino new_parent, std::string_view new_name,
+                      RenameFlags flags) override {
+    return core_->meta->rename(cred, parent, name, new_parent, new_name, flags);
+  }
+  Result<StatFs> statfs(const Cred& cred) override {
+    WEFT_TRY(StatFs s, core_->meta->statfs(cred));
+    // Capacity is what the storage targets report to mgmtd (divided by the
+    // replication of the first chain table: what files can actually hold).
+    auto routing = core_->routing->current();
+    uint64_t capacity = 0, used = 0;
+    for (const auto& [id, t] : routing->targets) {
+      capacity += t.capacity_bytes;
+      used += t.used_bytes;
+    }
+    uint32_t replicas = 1;
+    if (!routing->tables.empty()) replicas = std::max<uint32_t>(1, routing->tables.begin()->second.replicas);
+    if (capacity > 0) {
+      s.capacity_bytes = capacity / replicas;
+      s.used_bytes = used / replicas;
+    }
+    return s;
+  }
+  Result<std::string> getxattr(const Cred& cred, Ino ino, std::string_view name) override {
+    return core_->meta->getxattr(cred, ino, name);
+  }
+  Result<void> setxattr(const Cred& cred, Ino ino, std::string_view name, std::string_view value,
+                        XattrFlags flags) override {
+    return core_->meta->setxattr(cred, ino, name, value, flags);
+  }
+  Result<std::vector<std::string>> listxattr(const Cred& cred, Ino ino) override {
+    return core_->meta->listxattr(cred, ino);
+  }
+  Result<void> removexattr(const Cred& cred, Ino ino, std::string_view name) override {
+    return core_->meta->removexattr(cred, ino, name);
+  }
+  Result<Layout> get_layout(const Cred& cred, Ino dir) override { return core_->meta->get_layout(cred, dir); }
+  Result<void> set_layout(const Cred& cred, Ino dir, const Layout& layout) override {
+    return core_->meta->set_layout(cred, dir, layout);
+  }
+
+  // ---- files ----
+  Result<std::shared_ptr<File>> open(const Cred& cred, Ino ino, int flags) override {
+    bool write = wants_write(flags);
+    WEFT_TRY(meta::Reply reply, core_->meta->open(cred, ino, meta::OpenFlags{wants_read(flags), write}));
+    if (!reply.has_inode) {
+      WEFT_TRY(reply.inode, core_->meta->getattr(cred, ino));
+    }
+    if (reply.inode.is_dir()) {
+      if (reply.session_id) (void)core_->meta->close(cred, ino, reply.session_id);
+      return error(Code::kIsDirectory, "inode {} is a directory", ino);
+    }
+    WEFT_TRY(auto file, make_file(cred, std::move(reply.inode), reply.session_id, write));
+    if ((flags & O_TRUNC) && write) WEFT_RETURN_IF_ERROR(file->truncate(0));
+    return file;
+  }
+
+  Result<std::pair<Inode, std::shared_ptr<File>>> create(const Cred& cred, Ino parent, std::string_view name,
+                                                         uint32_t mode, int flags) override {
+    bool write = wants_write(flags);
+    WEFT_TRY(meta::Reply reply,
+             core_->meta->create(cred, parent, name, mode, (flags & O_EXCL) != 0, write));
+    if (!reply.has_inode) return error(Code::kProtocol, "create {}: meta answered without the inode", name);
+    Inode inode = reply.inode;
+    if (inode.is_dir()) return error(Code::kIsDirectory, "{} is a directory", name);
+    WEFT_TRY(auto file, make_file(cred, std::move(reply.inode), reply.session_id, write));
+    if ((flags & O_TRUNC) && write && inode.size > 0) {
+      WEFT_RETURN_IF_ERROR(file->truncate(0));
+      inode.size = 0;
+    }
+    return std::pair<Inode, std::shared_ptr<File>>(std::move(inode), std::move(file));
+  }
+
+  // ---- paths ----
+  Result<Inode> resolve(const Cred& cred, std::string_view path, bool follow_last) override {
+    int depth = 0;
+    return resolve_from(cred, kRootIno, path, follow_last, depth);
+  }
+
+  Result<std::shared_ptr<File>> open_path(const Cred& cred, std::string_view path, int flags, uint32_t mode) override {
+    if (flags & O_CREAT) {
+      WEFT_TRY(auto parent, resolve_parent(cred, path));
+      auto& [dir, name] = parent;
+      auto created = create(cred, dir.ino, name, mode, flags);
+      if (created) return created->second;
+      // An existing symlink is followed, as open(2) does without O_EXCL.
+      if (created.error().code() != Code::kExists || (flags & O_EXCL)) return error(path_error(created.error(), path));
+    }
+    auto n = resolve(cred, path, true);
+    if (!n) return error(path_error(n.error(), path));
+    auto f = open(cred, n->ino, flags);
+    if (!f) return error(path_error(f.error(), path));
+    return f;
+  }
+
+  Result<void> mkdirs(const Cred& cred, std::string_view path, uint32_t mode) override {
+    WEFT_TRY(auto parts, split_path(path));
+    Ino dir = kRootIno;
+    std::string so_far;
+    for (const auto& part : parts) {
+      so_far += "/" + part;
+      auto made = core_->meta->mkdir(cred, dir, part, mode);
+      if (made) {
+        dir = made->ino;
+        continue;
+      }
+      if (made.error().code() != Code::kExists) return error(path_error(made.error(), so_far));
+      WEFT_TRY(Inode n, resolve(cred, so_far, true));
+      if (!n.is_dir()) return error(Code::kNotDirectory, "{} exists and is not a directory", so_far);
+      dir = n.ino;
+    }
+    return {};
+  }
+
+  Result<void> remove_path(const Cred& cred, std::string_view path) override {
+    WEFT_TRY(auto parent, resolve_parent(cred, path));
+    auto& [dir, name] = parent;
+    auto n = core_->meta->lookup(cred, dir.ino, name);
+    if (!n) return error(path_error(n.error(), path));
+    auto r = n->is_dir() ? core_->meta->rmdir(cred, dir.ino, name) : core_->meta->unlink(cred, dir.ino, name);
+    if (!r) return error(path_error(r.error(), path));
+    return {};
+  }
+
+  Result<void> rename_path(const Cred& cred, std::string_view from, std::string_view to) override {
+    WEFT_TRY(auto src, resolve_parent(cred, from));
+    WEFT_TRY(auto dst, resolve_parent(cred, to));
+    auto r = core_->meta->rename(cred, src.first.ino, src.second, dst.first.ino, dst.second);
+    if (!r) return error(r.error().with_context(fmt::format("rename {} -> {}", from, to)));
+    return {};
+  }
+
+  Result<std::vector<DirEntry>> list_path(const Cred& cred, std::string_view path) override {
+    auto dir = resolve(cred, path, true);
+    if (!dir) return error(path_error(dir.error(), path));
+    if (!dir->is_dir()) return error(Code::kNotDirectory, "{} is not a directory", path);
+    std::vector<DirEntry> out;
+    std::string cookie;
+    while (true) {
+      auto page = core_->meta->readdir(cred, dir->ino, cookie, 1024);
+      if (!page) return error(path_error(page.error(), path));
+      for (auto& e : page->entries) out.push_back(std::move(e));
+      if (page->eof) break;
+      cookie = page->cookie;
+    }
+    return out;
+  }
+
+  // ---- batches ----
+  std::vector<Result<size_t>> read_batch(const Cred& cred, std::span<const ReadOp> ops) override;
+  std::future<std::vector<Result<size_t>>> submit_reads(const Cred& cred, std::vector<ReadOp> ops) override {
+    Cred c = cred;
+    return std::async(std::launch::async, [this, c, ops = std::move(ops)] { return read_batch(c, ops); });
+  }
+  std::future<std::vector<Result<size_t>>> submit_writes(std::vector<WriteOp> ops) override {
+    return std::async(std::launch::async, [ops = std::move(ops)] {
+      std::vector<Result<size_t>> out;
+      for (const auto& op : ops) out.push_back(op.file->pwrite(op.src, op.offset));
+      // Durable together: each distinct file is flushed once.
+      std::map<File*, Result<void>> flushed;
+      for (const auto& op : ops) flushed.try_emplace(op.file.get(), op.file->flush());
+      for (size_t i = 0; i < ops.size(); ++i) {
+        const auto& f = flushed.at(ops[i].file.get());
+        if (out[i] && !f) out[i] = std::unexpected(f.error());
+      }
+      return out;
+    });
+  }
+
+ private:
+  static Status path_error(const Status& s, std::string_view path) {
+    return Status(s.code(), fmt::format("{}: {}", path, s.message()));
+  }
+
+  Result<std::shared_ptr<FileImpl>> make_file(const Cred& cred, Inode inode, uint64_t session, bool write) {
+    WEFT_TRY(auto stripe, file_stripe(*core_, inode.layout));
+    Ino ino = inode.ino;
+    auto file = std::make_shared<FileImpl>(*core_, cred, std::move(inode), session, write);
+    file->set_stripe(std::move(stripe));
+    std::lock_guard lock(files_mu_);
+    auto& list = files_[ino];
+    std::erase_if(list, [](const std::weak_ptr<FileImpl>& w) { return w.expired(); });
+    list.push_back(file);
+    return file;
+  }
+
+  std::vector<std::shared_ptr<FileImpl>> open_files(Ino ino) {
+    std::vector<std::shared_ptr<FileImpl>> out;
+    std::lock_guard lock(files_mu_);
+    auto it = files_.find(ino);
+    if (it == files_.end()) return out;
+    for (auto& w : it->second)
+      if (auto f = w.lock(); f && f->is_open()) out.push_back(std::move(f));
+    if (out.empty()) files_.erase(it);
+    return out;
+  }
+
+  void send_all_dirty() {
+    std::vector<std::shared_ptr<FileImpl>> all;
+    {
+      std::lock_guard lock(files_mu_);
+      for (auto& [ino, list] : files_)
+        for (auto& w : list)
+          if (auto f = w.lock()) all.push_back(std::move(f));
+    }
+    for (auto& f : all) f->send_dirty();
+  }
+
+  // A file open here may be longer than meta knows (unreported writes).
+  Inode with_local_size(Inode n) {
+    if (!n.is_file()) return n;
+    for (auto& f : open_files(n.ino)) n.size = std::max(n.size, f->size());
+    return n;
+  }
+
+  Result<std::pair<Inode, std::string>> resolve_parent(const Cred& cred, std::string_view path) {
+    WEFT_TRY(auto parts, split_path(path));
+    if (parts.empty()) return error(Code::kInvalidArgument, "{}: the root has no parent", path);
+    std::string name = parts.back();
+    std::string parent_path;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) parent_path += "/" + parts[i];
+    auto dir = resolve(cred, parent_path.empty() ? "/" : parent_path, true);
+    if (!dir) return error(path_error(dir.error(), parent_path.empty() ? "/" : parent_path));
+    if (!dir->is_dir()) return error(Code::kNotDirectory, "{} is not a directory", parent_path);
+    return std::pair<Inode, std::string>(std::move(*dir), std::move(name));
+  }
+
+  Result<Inode> resolve_from(const Cred& cred, Ino start, std::string_view path, bool follow_last, int& depth) {
+    WEFT_TRY(auto parts, split_path(path));
+    Ino dir = path.starts_with('/') ? kRootIno : start;
+    WEFT_TRY(Inode current, core_->meta->getattr(cred, dir));
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (!current.is_dir()) return error(Code::kNotDirectory, "{} is not a directory", parts[i > 0 ? i - 1 : 0]);
+      WEFT_TRY(Inode next, core_->meta->lookup(cred, current.ino, parts[i]));
+      bool last = i + 1 == parts.size();
+      if (next.type == InodeType::kSymlink && (!last || follow_last)) {
+        if (++depth > kSymlinkDepthMax) return error(Code::kLoop, "too many levels of symbolic links");
+        WEFT_TRY(std::string target, core_->meta->readlink(cred, next.ino));
+        WEFT_TRY(next, resolve_from(cred, current.ino, target, true, depth));
+      }
+      current = std::move(next);
+    }
+    return with_local_size(std::move(current));
+  }
+
+  std::unique_ptr<Core> core_;
+  std::mutex files_mu_;
+  std::map<Ino, std::vector<std::weak_ptr<FileImpl>>> files_;  // GUARDED_BY(files_mu_)
+};
+
+std::vector<Result<size_t>> ClientImpl::read_batch(const Cred& cred, std::span<const ReadOp> ops) {
+  std::vector<Result<size_t>> out(ops.size(), Result<size_t>(0));
+  // Layouts and sizes: once per inode.
+  struct FileInfo {
+    Result<Inode> inode = error(Code::kInternal, "unset");
+    std::vector<mgmt::ChainId> stripe;
+  };
+  std::map<Ino, FileInfo> files;
+  for (const ReadOp& op : ops) {
+    if (files.contains(op.ino)) continue;
+    FileInfo& info = files[op.ino];
+    if (op.layout && op.file_size) {
+      Inode n;
+      n.ino = op.ino;
+      n.layout = *op.layout;
+      n.size = *op.file_size;
+      info.inode = n;
+    } else {
+      info.inode = getattr(cred, op.ino);
+    }
+    if (!info.inode) continue;
+    if (!info.inode->is_file()) {
+      info.inode = error(Code::kIsDirectory, "inode {} is not a regular file", op.ino);
+      continue;
+    }
+    auto stripe = file_stripe(*core_, info.inode->layout);
+    if (!stripe) info.inode = std::unexpected(stripe.error());
+    else info.stripe = std::move(*stripe);
+  }
+  std::vector<GroupedRead> reads;
+  std::vector<std::pair<size_t, uint64_t>> owner;  // (op index, bytes of the op before this range)
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const ReadOp& op = ops[i];
+    const FileInfo& info = files.at(op.ino);
+    if (!info.inode) {
+      out[i] = std::unexpected(info.inode.error());
+      continue;
+    }
+    uint64_t size = info.inode->size;
+    size_t want = op.offset >= size ? 0 : static_cast<size_t>(std::min<uint64_t>(op.dst.size(), size - op.offset));
+    out[i] = want;
+    for (const ChunkSpan& s : split_range(op.offset, want, info.inode->layout.chunk_bytes)) {
+      ChunkAddress a{op.ino, s.chunk_index, chain_of_chunk(info.stripe, s.chunk_index), info.inode->layout.chunk_bytes};
+      reads.push_back(GroupedRead{a, s.offset, op.dst.subspan(s.buffer_offset, s.length), 0u});
+      owner.emplace_back(i, s.buffer_offset);
+    }
+  }
+  if (reads.empty()) return out;
+  std::vector<Task<Result<void>>> tasks;
+  // One grouped pass; chunk_io falls back to single reads for what failed.
+  struct Runner {
+    static Task<Result<void>> run(ChunkIo& io, std::span<GroupedRead> r) {
+      co_await io.read_grouped(r);
+      co_return Result<void>{};
+    }
+  };
+  tasks.push_back(Runner::run(*core_->chunks, std::span<GroupedRead>(reads)));
+  (void)run_parallel(*core_->io, std::move(tasks));
+  for (size_t k = 0; k < reads.size(); ++k) {
+    size_t i = owner[k].first;
+    if (!out[i]) continue;
+    if (!reads[k].result) {
+      out[i] = std::unexpected(reads[k].result.error());
+      continue;
+    }
+    uint32_t got = *reads[k].result;
+    if (got < reads[k].dst.size()) std::memset(reads[k].dst.data() + got, 0, reads[k].dst.size() - got);
+  }
+  return out;
+}
+
+// The meta servers: from the client config, else those registered with mgmtd.
+Result<std::vector<rpc::Endpoint>> meta_addresses(const ClusterConfig& cluster, const mgmt::RoutingInfo& routing) {
+  if (!cluster.meta.empty()) return cluster.meta;
+  std::vector<rpc::Endpoint> out;
+  for (const auto& [id, node] : routing.nodes) {
+    if (node.kind != mgmt::NodeKind::kMeta) continue;
+    WEFT_TRY(rpc::Endpoint ep, rpc::Endpoint::parse(node.address));
+    if (node.state == mgmt::NodeState::kUp) out.insert(out.begin(), ep);
+    else out.push_back(ep);
+  }
+  if (out.empty())
+    return error(Code::kUnavailable, "no metadata server has registered with mgmtd (and {} lists none under 'meta')",
+                 cluster.source);
+  return out;
+}
+
+}  // namespace
+}  // namespace client
+
+Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
+  using namespace client;
+  auto core = std::make_unique<Core>();
+  core->options = options;
+  core->cred = options.cred ? *options.cred : process_cred();
+  WEFT_TRY(core->cluster, load_cluster_config(ClusterConfigQuery::from_flags(options.config_path, options.cluster)));
+  core->io = std::make_unique<rpc::IoPool>(std::max<size_t>(1, options.io_threads), "weft-client");
+  rpc::ClientOptions ro;
+  ro.cluster_token = core->cluster.cluster_token;
+  ro.name = options.name;
+  ro.call_timeout_ms = options.call_timeout_ms;
+  ro.connect_timeout_ms = 1000;
+  ro.backoff_max_ms = 500;
+  core->rpc = std::make_unique<rpc::Client>(*core->io, ro);
+  core->routing = std::make_unique<RoutingCache>(*core->io, *core->rpc, core->cluster.mgmtd);
+  if (auto r = core->routing->start(); !r)
+    return error(r.error().with_context("connect to the cluster at " + core->cluster.source));
+  WEFT_TRY(auto meta_eps, meta_addresses(core->cluster, *core->routing->current()));
+  meta::MetaClientOptions mo;
+  mo.addresses = std::move(meta_eps);
+  mo.call_timeout_ms = options.call_timeout_ms;
+  mo.retry_time_ms_max = options.retry_time_ms_max;
+  core->meta = std::make_unique<meta::MetaClient>(*core->io, *core->rpc, mo);
+  ChunkIoOptions co;
+  co.call_timeout_ms = options.call_timeout_ms;
+  co.retry_time_ms_max = options.retry_time_ms_max;
+  core->chunks = std::make_unique<ChunkIo>(*core->io, *core->rpc, *core->routing, co);
+  core->dirty = std::make_unique<ByteBudget>(options.write_buffer_bytes);
+  core->inflight = std::make_unique<ByteBudget>(options.inflight_bytes_max);
+  return std::unique_ptr<Client>(new ClientImpl(std::move(core)));
+}
+
+Result<std::vector<std::string>> split_path(std::string_view path) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < path.size()) {
+    while (i < path.size() && path[i] == '/') ++i;
+    size_t j = path.find('/', i);
+    if (j == std::string_view::npos) j = path.size();
+    if (j > i) {
+      std::string_view part = path.substr(i, j - i);
+      if (part.size() > 255) return error(Code::kNameTooLong, "path component of {} bytes (max 255)", part.size());
+      if (part.find('\0') != std::string_view::npos) return error(Code::kInvalidArgument, "path contains a NUL byte");
+      if (part == ".") {
+      } else if (part == "..") {
+        if (!out.empty()) out.pop_back();
+      } else {
+        out.emplace_back(part);
+      }
+    }
+    i = j;
+  }
+  return out;
+}
+
+}  // namespace weft

@@ -1,0 +1,108 @@
+// client/core.h
+// What every part of libweft shares: the I/O threads, the RPC client, the
+// routing cache, the metadata client, chunk I/O and the memory budgets.
+// Also the helpers that run chunk coroutines from a caller's thread.
+// Threading: thread-safe members; run_parallel blocks the caller (never an I/O thread).
+#pragma once
+
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <latch>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <asio/co_spawn.hpp>
+
+#include "client/chunk_io.h"
+#include "client/cluster_config.h"
+#include "client/routing_cache.h"
+#include "meta/meta_client.h"
+#include "rpc/client.h"
+#include "rpc/io_pool.h"
+#include "weft/client.h"
+
+namespace weft::client {
+
+// Bytes allowed at once (write-behind data, reads in flight). acquire() blocks
+// while the budget is used up; a request larger than the whole budget waits
+// until nothing else is held, then goes alone.
+class ByteBudget {
+ public:
+  explicit ByteBudget(size_t max) : max_(max) {}
+  // Called (without the lock) while an acquire() waits, at most every 50 ms:
+  // write-behind uses it to send partly written chunks that would otherwise
+  // sit in buffers forever while their owners wait here. Set before use.
+  void set_pressure(std::function<void()> pressure) { pressure_ = std::move(pressure); }
+  void acquire(size_t n) {
+    std::unique_lock lock(mu_);
+    auto fits = [&] { return used_ == 0 || used_ + n <= max_; };
+    while (!cv_.wait_for(lock, std::chrono::milliseconds(50), fits)) {
+      if (!pressure_) continue;
+      lock.unlock();
+      pressure_();
+      lock.lock();
+    }
+    used_ += n;
+  }
+  void release(size_t n) {
+    {
+      std::lock_guard lock(mu_);
+      used_ -= std::min(n, used_);
+    }
+    cv_.notify_all();
+  }
+  size_t used() const {
+    std::lock_guard lock(mu_);
+    return used_;
+  }
+
+ private:
+  const size_t max_;
+  std::function<void()> pressure_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  size_t used_ = 0;  // GUARDED_BY(mu_)
+};
+
+struct Core {
+  ClientOptions options;
+  Cred cred;
+  ClusterConfig cluster;
+  std::unique_ptr<rpc::IoPool> io;
+  std::unique_ptr<rpc::Client> rpc;
+  std::unique_ptr<RoutingCache> routing;
+  std::unique_ptr<meta::MetaClient> meta;
+  std::unique_ptr<ChunkIo> chunks;
+  std::unique_ptr<ByteBudget> dirty;     // write-behind bytes, held until acknowledged
+  std::unique_ptr<ByteBudget> inflight;  // read bytes in flight
+};
+
+// Runs every task on the I/O threads and waits for all; results in order.
+// An escaped exception becomes kInternal.
+template <class T>
+std::vector<Result<T>> run_parallel(rpc::IoPool& io, std::vector<Task<Result<T>>> tasks) {
+  std::vector<Result<T>> results(tasks.size(), Result<T>(std::unexpected(Status(Code::kInternal, "not run"))));
+  std::latch done(static_cast<std::ptrdiff_t>(tasks.size()));
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    auto* slot = &results[i];
+    auto* latch = &done;
+    asio::co_spawn(io.next().get_executor(), std::move(tasks[i]),
+                   [slot, latch](std::exception_ptr e, Result<T> r) {
+                     if (e) r = std::unexpected(Status(Code::kInternal, "exception in a chunk task"));
+                     *slot = std::move(r);
+                     latch->count_down();
+                   });
+  }
+  done.wait();
+  return results;
+}
+
+inline Result<void> first_error(const std::vector<Result<void>>& results) {
+  for (const auto& r : results)
+    if (!r) return r;
+  return {};
+}
+
+}  // namespace weft::client

@@ -1,0 +1,270 @@
+#include "client/file_impl.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "client/placement.h"
+#include "client/truncate.h"
+#include "common/logging.h"
+
+namespace weft::client {
+
+namespace {
+
+// The coroutine that sends one chunk's extents; owns the buffer until done.
+Task<Result<void>> send_chunk(ChunkIo& io, ChunkAddress address, Buffer data, std::map<uint32_t, uint32_t> extents) {
+  for (const auto& extent : extents) {
+    std::span<const std::byte> bytes(data.data() + extent.first, extent.second - extent.first);
+    auto r = co_await io.write(address, extent.first, bytes);
+    if (!r) co_return r;
+  }
+  co_return Result<void>{};
+}
+
+}  // namespace
+
+FileImpl::FileImpl(Core& core, Cred cred, Inode inode, uint64_t session_id, bool writable)
+    : core_(core), cred_(std::move(cred)), inode_(std::move(inode)), session_id_(session_id), writable_(writable) {
+  size_ = reported_ = inode_.size;
+}
+
+FileImpl::~FileImpl() {
+  bool open;
+  {
+    std::lock_guard lock(mu_);
+    open = !closed_;
+  }
+  if (open) {
+    if (auto r = close(); !r) WEFT_LOG_WARN("closing file {} on release: {}", inode_.ino, r.error());
+  }
+}
+
+uint64_t FileImpl::size() const {
+  std::lock_guard lock(mu_);
+  return size_;
+}
+
+Result<uint64_t> FileImpl::refresh_size() {
+  WEFT_TRY(Inode n, core_.meta->getattr(cred_, inode_.ino));
+  std::lock_guard lock(mu_);
+  size_ = std::max(size_, n.size);
+  if (n.size < reported_ && dirty_.empty() && in_flight_.empty() && written_end_ <= n.size) size_ = n.size;
+  return size_;
+}
+
+Result<ChunkAddress> FileImpl::address(uint64_t index) const {
+  if (stripe_.empty()) return error(Code::kInternal, "file {} has no stripe", inode_.ino);
+  return ChunkAddress{inode_.ino, index, chain_of_chunk(stripe_, index), inode_.layout.chunk_bytes};
+}
+
+Result<void> FileImpl::check_usable_locked() const {
+  if (closed_) return error(Code::kBadHandle, "file {} is closed", inode_.ino);
+  if (failed_) return std::unexpected(*failed_);
+  return {};
+}
+
+size_t FileImpl::add_extent(DirtyChunk& chunk, uint32_t start, uint32_t end) {
+  auto& ex = chunk.extents;
+  size_t before = chunk.bytes;
+  // Merge with every extent that overlaps or touches [start, end).
+  auto it = ex.upper_bound(start);
+  if (it != ex.begin() && std::prev(it)->second >= start) --it;
+  while (it != ex.end() && it->first <= end) {
+    start = std::min(start, it->first);
+    end = std::max(end, it->second);
+    chunk.bytes -= it->second - it->first;
+    it = ex.erase(it);
+  }
+  ex.emplace(start, end);
+  chunk.bytes += end - start;
+  return chunk.bytes - before;
+}
+
+Result<size_t> FileImpl::pwrite(std::span<const std::byte> src, uint64_t offset) {
+  if (!writable_) return error(Code::kBadHandle, "file {} is not open for writing", inode_.ino);
+  if (src.empty()) return 0;
+  const uint32_t cb = inode_.layout.chunk_bytes;
+  for (const ChunkSpan& s : split_range(offset, src.size(), cb)) {
+    // Worst case this span is all new dirty bytes; the unused part is given back below.
+    core_.dirty->acquire(s.length);
+    std::unique_lock lock(mu_);
+    if (auto usable = check_usable_locked(); !usable) {
+      core_.dirty->release(s.length);
+      return std::unexpected(usable.error());
+    }
+    // One update per chunk in flight: wait for this chunk's previous send (keeps the write order).
+    DirtyChunk& chunk = dirty_[s.chunk_index];
+    if (chunk.data.empty()) chunk.data = Buffer::allocate(cb);
+    std::memcpy(chunk.data.data() + s.offset, src.data() + s.buffer_offset, s.length);
+    size_t added = add_extent(chunk, s.offset, s.offset + s.length);
+    core_.dirty->release(s.length - added);
+    uint64_t end = offset + s.buffer_offset + s.length;
+    size_ = std::max(size_, end);
+    written_end_ = std::max(written_end_, end);
+    bool full = chunk.bytes == cb;
+    if (full) send_locked(s.chunk_index);
+    if (dirty_.size() > kDirtyChunksMax) {
+      for (auto& d : dirty_) send_locked(d.first);
+    }
+  }
+  return src.size();
+}
+
+void FileImpl::send_locked(uint64_t index) {
+  if (in_flight_.contains(index)) return;  // on_sent sends it again if still dirty
+  auto it = dirty_.find(index);
+  if (it == dirty_.end()) return;
+  auto address = this->address(index);
+  if (!address) {
+    failed_ = address.error();
+    return;
+  }
+  DirtyChunk chunk = std::move(it->second);
+  dirty_.erase(it);
+  in_flight_.insert(index);
+  size_t bytes = chunk.bytes;
+  auto self = shared_from_this();
+  asio::co_spawn(core_.io->next().get_executor(),
+                 send_chunk(*core_.chunks, *address, std::move(chunk.data), std::move(chunk.extents)),
+                 [self, index, bytes](std::exception_ptr e, Result<void> r) {
+                   if (e) r = std::unexpected(Status(Code::kInternal, "exception while writing a chunk"));
+                   self->on_sent(index, bytes, std::move(r));
+                 });
+}
+
+void FileImpl::on_sent(uint64_t index, size_t bytes, Result<void> r) {
+  core_.dirty->release(bytes);
+  {
+    std::lock_guard lock(mu_);
+    in_flight_.erase(index);
+    if (!r && !failed_) {
+      WEFT_LOG_WARN("file {}: writing chunk {} failed: {}", inode_.ino, index, r.error());
+      failed_ = r.error();
+    }
+    auto it = dirty_.find(index);
+    if (it != dirty_.end() && (flushing_ || it->second.bytes == inode_.layout.chunk_bytes || dirty_.size() > kDirtyChunksMax))
+      send_locked(index);
+  }
+  cv_.notify_all();
+}
+
+Result<void> FileImpl::flush_locked(std::unique_lock<std::mutex>& lock) {
+  flushing_ = true;
+  std::vector<uint64_t> indexes;
+  for (auto& d : dirty_) indexes.push_back(d.first);
+  for (uint64_t i : indexes) send_locked(i);
+  cv_.wait(lock, [&] { return in_flight_.empty() && (dirty_.empty() || failed_); });
+  flushing_ = false;
+  if (failed_) return std::unexpected(*failed_);
+  return report_length(lock);
+}
+
+Result<void> FileImpl::report_length(std::unique_lock<std::mutex>& lock) {
+  if (!writable_ || written_end_ <= reported_) return {};
+  uint64_t length = written_end_;
+  lock.unlock();
+  auto r = core_.meta->report_length(cred_, inode_.ino, session_id_, length);
+  lock.lock();
+  if (!r) return error(r.error().with_context(fmt::format("report the length of file {}", inode_.ino)));
+  reported_ = std::max(reported_, length);
+  size_ = std::max(size_, r->size);
+  return {};
+}
+
+void FileImpl::send_dirty() {
+  std::lock_guard lock(mu_);
+  std::vector<uint64_t> indexes;
+  for (auto& d : dirty_) indexes.push_back(d.first);
+  for (uint64_t i : indexes) send_locked(i);
+}
+
+Result<void> FileImpl::flush() {
+  std::unique_lock lock(mu_);
+  WEFT_RETURN_IF_ERROR(check_usable_locked());
+  if (!writable_) return {};
+  return flush_locked(lock);
+}
+
+Result<void> FileImpl::close() {
+  std::unique_lock lock(mu_);
+  if (closed_) return error(Code::kBadHandle, "file {} is closed", inode_.ino);
+  Result<void> flushed;
+  if (writable_) flushed = flush_locked(lock);
+  closed_ = true;
+  // Give back what failed writes still hold.
+  size_t held = 0;
+  for (auto& d : dirty_) held += d.second.bytes;
+  dirty_.clear();
+  lock.unlock();
+  if (held) core_.dirty->release(held);
+  if (session_id_ != 0) {
+    auto r = core_.meta->close(cred_, inode_.ino, session_id_);
+    if (!r && flushed) return error(r.error().with_context(fmt::format("close file {}", inode_.ino)));
+  }
+  return flushed;
+}
+
+Result<size_t> FileImpl::pread(std::span<std::byte> dst, uint64_t offset) {
+  uint64_t size;
+  {
+    std::unique_lock lock(mu_);
+    WEFT_RETURN_IF_ERROR(check_usable_locked());
+    // Read-your-writes: bytes still buffered here go out first.
+    if (writable_ && (!dirty_.empty() || !in_flight_.empty())) WEFT_RETURN_IF_ERROR(flush_locked(lock));
+    size = size_;
+    next_read_ = offset + dst.size();
+  }
+  if (offset + dst.size() > size) {
+    // Another client may have written past what this File knows.
+    WEFT_TRY(size, refresh_size());
+  }
+  if (offset >= size || dst.empty()) return 0;
+  size_t want = static_cast<size_t>(std::min<uint64_t>(dst.size(), size - offset));
+  auto spans = split_range(offset, want, inode_.layout.chunk_bytes);
+  size_t budget = std::min<size_t>(want, core_.options.inflight_bytes_max);
+  core_.inflight->acquire(budget);
+  std::vector<Task<Result<uint32_t>>> tasks;
+  tasks.reserve(spans.size());
+  for (const ChunkSpan& s : spans) {
+    auto address = this->address(s.chunk_index);
+    if (!address) {
+      core_.inflight->release(budget);
+      return std::unexpected(address.error());
+    }
+    tasks.push_back(core_.chunks->read(*address, s.offset, dst.subspan(s.buffer_offset, s.length)));
+  }
+  auto results = run_parallel(*core_.io, std::move(tasks));
+  core_.inflight->release(budget);
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (!results[i]) return std::unexpected(results[i].error());
+    // Past the end of a chunk (or a missing chunk) inside the file: a hole.
+    uint32_t got = *results[i];
+    if (got < spans[i].length)
+      std::memset(dst.data() + spans[i].buffer_offset + got, 0, spans[i].length - got);
+  }
+  return want;
+}
+
+Result<void> FileImpl::truncate(uint64_t length) {
+  if (!writable_) return error(Code::kBadHandle, "file {} is not open for writing", inode_.ino);
+  uint64_t old_size;
+  {
+    std::unique_lock lock(mu_);
+    WEFT_RETURN_IF_ERROR(check_usable_locked());
+    WEFT_RETURN_IF_ERROR(flush_locked(lock));
+    old_size = size_;
+  }
+  WEFT_TRY(Inode n, core_.meta->getattr(cred_, inode_.ino));
+  WEFT_RETURN_IF_ERROR(truncate_file(core_, cred_, n, std::max(old_size, n.size), length));
+  truncated_to(length);
+  return {};
+}
+
+void FileImpl::truncated_to(uint64_t length) {
+  std::lock_guard lock(mu_);
+  size_ = length;
+  written_end_ = std::min(written_end_, length);
+  reported_ = length;
+}
+
+}  // namespace weft::client

@@ -1,0 +1,104 @@
+// client/file_impl.h
+// An open file of libweft: reads straight from the storage servers, writes
+// through a write-behind buffer.
+// Write-behind: pwrite copies into per-chunk buffers and records the written
+// extents; a chunk is sent when it is full, when the file holds more than
+// kDirtyChunksMax dirty chunks, and on flush/fsync/close. Only the written
+// extents are sent (so writers of disjoint ranges never overwrite each other).
+// Invariants: at most one update of a given chunk is in flight from this File
+// (later bytes wait for it, so updates of a chunk apply in write order); every
+// dirty byte is counted in Core::dirty until its write is acknowledged.
+// A failed background write makes the File fail: the error is returned by the
+// next pwrite/flush/fsync/close (the data it carried is not acknowledged).
+// Threading: thread-safe (one mutex; no lock held across a wait on the network
+// except the condition-variable waits).
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+
+#include "client/core.h"
+#include "common/buffer.h"
+
+namespace weft::client {
+
+class FileImpl final : public File, public std::enable_shared_from_this<FileImpl> {
+ public:
+  FileImpl(Core& core, Cred cred, Inode inode, uint64_t session_id, bool writable);
+  ~FileImpl() override;
+
+  Ino ino() const override { return inode_.ino; }
+  Layout layout() const override { return inode_.layout; }
+  uint64_t size() const override;
+  Result<uint64_t> refresh_size() override;
+  bool writable() const override { return writable_; }
+  Result<size_t> pread(std::span<std::byte> dst, uint64_t offset) override;
+  Result<size_t> pwrite(std::span<const std::byte> src, uint64_t offset) override;
+  Result<void> flush() override;
+  Result<void> fsync() override { return flush(); }
+  Result<void> truncate(uint64_t length) override;
+  Result<void> close() override;
+
+  bool is_open() const {
+    std::lock_guard lock(mu_);
+    return !closed_;
+  }
+  // Sends every dirty chunk now without waiting (memory pressure).
+  void send_dirty();
+  // For Client: after a truncate through another path, the length is `length`.
+  void truncated_to(uint64_t length);
+  // The chunk of `index` (its chain from the layout).
+  Result<ChunkAddress> address(uint64_t index) const;
+
+  static constexpr size_t kDirtyChunksMax = 8;
+
+ private:
+  struct DirtyChunk {
+    Buffer data;                            // chunk_bytes, allocated on first write
+    std::map<uint32_t, uint32_t> extents;   // start -> end, disjoint, not adjacent
+    size_t bytes = 0;                       // sum of the extents
+  };
+
+  // Adds [start, end) to the chunk's extents; returns the bytes newly covered.
+  static size_t add_extent(DirtyChunk& chunk, uint32_t start, uint32_t end);
+  // Sends chunk `index` unless it is already in flight. REQUIRES(mu_).
+  void send_locked(uint64_t index);
+  void on_sent(uint64_t index, size_t bytes, Result<void> r);
+  // Sends every dirty chunk and waits until none is dirty or in flight; reports the length.
+  Result<void> flush_locked(std::unique_lock<std::mutex>& lock);
+  Result<void> check_usable_locked() const;
+  Result<void> report_length(std::unique_lock<std::mutex>& lock);
+
+  Core& core_;
+  const Cred cred_;
+  const Inode inode_;
+  const uint64_t session_id_;
+  const bool writable_;
+  std::vector<mgmt::ChainId> stripe_;  // set at open
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t size_ = 0;          // GUARDED_BY(mu_)
+  uint64_t written_end_ = 0;   // GUARDED_BY(mu_): highest byte written through this File
+  uint64_t reported_ = 0;      // GUARDED_BY(mu_): length last reported to meta
+  std::map<uint64_t, DirtyChunk> dirty_;  // GUARDED_BY(mu_)
+  std::set<uint64_t> in_flight_;          // GUARDED_BY(mu_)
+  bool flushing_ = false;                 // GUARDED_BY(mu_): re-send chunks as they complete
+  std::optional<Status> failed_;          // GUARDED_BY(mu_)
+  bool closed_ = false;                   // GUARDED_BY(mu_)
+  uint64_t next_read_ = UINT64_MAX;       // GUARDED_BY(mu_): end of the previous read (sequential detection)
+ public:
+  // Set by Client at open: stripe chains of this file.
+  void set_stripe(std::vector<mgmt::ChainId> stripe) { stripe_ = std::move(stripe); }
+  void set_size(uint64_t size) {
+    std::lock_guard lock(mu_);
+    size_ = size;
+    reported_ = size;
+  }
+};
+
+}  // namespace weft::client

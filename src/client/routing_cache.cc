@@ -1,0 +1,108 @@
+#include "client/routing_cache.h"
+
+#include "common/logging.h"
+#include "mgmt/mgmt_rpc.h"
+#include "mgmt/proto_convert.h"
+#include "mgmt/service_methods.h"
+#include "proto/mgmt.pb.h"
+#include "rpc/task.h"
+
+namespace weft::client {
+
+namespace {
+constexpr uint32_t kLongPollMs = 20000;
+constexpr auto kRetryDelay = std::chrono::milliseconds(200);
+}  // namespace
+
+RoutingCache::RoutingCache(rpc::IoPool& io, rpc::Client& rpc, std::vector<rpc::Endpoint> mgmtd)
+    : io_(io), rpc_(rpc), mgmtd_(std::move(mgmtd)) {}
+
+RoutingCache::~RoutingCache() { stop(); }
+
+Result<void> RoutingCache::start() {
+  WEFT_RETURN_IF_ERROR(fetch(0, nullptr));
+  thread_ = std::thread([this] { run(); });
+  return {};
+}
+
+void RoutingCache::stop() {
+  {
+    std::lock_guard lock(loop_mu_);
+    stopping_ = true;
+    if (poll_cancel_) poll_cancel_->cancel();
+  }
+  loop_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+RoutingPtr RoutingCache::current() const {
+  std::lock_guard lock(mu_);
+  return current_;
+}
+
+void RoutingCache::request_refresh() {
+  {
+    std::lock_guard lock(loop_mu_);
+    refresh_wanted_ = true;
+    if (poll_cancel_) poll_cancel_->cancel();
+  }
+  loop_cv_.notify_all();
+}
+
+Result<void> RoutingCache::fetch(uint32_t wait_ms, const rpc::CancelToken& cancel) {
+  proto::mgmt::GetRoutingRequest req;
+  req.set_known_version(version_.load());
+  req.set_wait_ms(wait_ms);
+  Status last(Code::kUnavailable, "no mgmtd address configured");
+  size_t start = preferred_.load();
+  for (size_t i = 0; i < mgmtd_.size(); ++i) {
+    size_t idx = (start + i) % mgmtd_.size();
+    rpc::CallOptions o;
+    o.timeout_ms = wait_ms + 3000;
+    o.cancel = cancel;
+    auto r = block_on(io_.at(0).get_executor(),
+                      rpc_.call<proto::mgmt::GetRoutingReply>(mgmtd_[idx], mgmt::kGetRouting, req, std::move(o)));
+    if (!r) {
+      last = Status(r.error().code(), fmt::format("mgmtd {}: {}", mgmtd_[idx].to_string(), r.error().message()));
+      if (r.error().code() == Code::kCancelled || !mgmt::MgmtRpc::is_transport_error(r.error().code()))
+        return std::unexpected(last);
+      continue;
+    }
+    preferred_ = idx;
+    fetches_.fetch_add(1);
+    if (r->unchanged()) return {};
+    WEFT_TRY(mgmt::RoutingInfo info, mgmt::from_proto(r->routing()));
+    std::lock_guard lock(mu_);
+    // Never go back to an older snapshot, except when mgmtd lost its state and
+    // counts again from the start (then every version we hold is from before).
+    if (current_ && info.version < current_->version && info.version > 1) return {};
+    version_ = info.version;
+    current_ = std::make_shared<const mgmt::RoutingInfo>(std::move(info));
+    return {};
+  }
+  return std::unexpected(last);
+}
+
+void RoutingCache::run() {
+  while (true) {
+    auto cancel = std::make_shared<rpc::CancelSource>();
+    uint32_t wait_ms = kLongPollMs;
+    {
+      std::lock_guard lock(loop_mu_);
+      if (stopping_) return;
+      if (refresh_wanted_) wait_ms = 0;
+      refresh_wanted_ = false;
+      poll_cancel_ = cancel;
+    }
+    auto r = fetch(wait_ms, cancel->token());
+    std::unique_lock lock(loop_mu_);
+    poll_cancel_.reset();
+    if (stopping_) return;
+    if (!r && r.error().code() != Code::kCancelled) {
+      WEFT_LOG_DEBUG("routing cache: {}", r.error());
+      loop_cv_.wait_for(lock, kRetryDelay, [this] { return stopping_; });
+    }
+  }
+}
+
+}  // namespace weft::client

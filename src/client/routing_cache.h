@@ -1,0 +1,69 @@
+// client/routing_cache.h
+// The client's copy of the cluster routing (chains, their targets, the
+// servers' addresses). start() fetches it once; a thread then long-polls
+// mgmtd (GetRouting with the known version) so a change arrives within one
+// round trip of mgmtd publishing it. Data-path code that meets a stale or
+// failed chain calls request_refresh() (does not block) and waits for
+// version() to move (or simply retries after a backoff).
+// Threading: thread-safe. The poll thread never runs on an I/O thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "mgmt/routing.h"
+#include "rpc/cancel.h"
+#include "rpc/client.h"
+#include "rpc/endpoint.h"
+#include "rpc/io_pool.h"
+
+namespace weft::client {
+
+using RoutingPtr = std::shared_ptr<const mgmt::RoutingInfo>;
+
+class RoutingCache {
+ public:
+  RoutingCache(rpc::IoPool& io, rpc::Client& rpc, std::vector<rpc::Endpoint> mgmtd);
+  ~RoutingCache();
+  RoutingCache(const RoutingCache&) = delete;
+  RoutingCache& operator=(const RoutingCache&) = delete;
+
+  // First fetch (fails when no mgmtd answers), then starts the poll thread.
+  Result<void> start();
+  void stop();
+
+  RoutingPtr current() const;
+  mgmt::RoutingVersion version() const { return version_.load(); }
+  // Makes the poll thread fetch at once (it may be mid long-poll: that poll is cut short).
+  void request_refresh();
+  uint64_t fetches() const { return fetches_.load(); }
+
+ private:
+  // One GetRouting against the mgmtd addresses in order; installs a newer snapshot.
+  Result<void> fetch(uint32_t wait_ms, const rpc::CancelToken& cancel);
+  void run();
+
+  rpc::IoPool& io_;
+  rpc::Client& rpc_;
+  const std::vector<rpc::Endpoint> mgmtd_;
+  std::atomic<size_t> preferred_{0};
+
+  mutable std::mutex mu_;
+  RoutingPtr current_;                    // GUARDED_BY(mu_)
+  std::atomic<mgmt::RoutingVersion> version_{0};
+  std::atomic<uint64_t> fetches_{0};
+
+  std::mutex loop_mu_;
+  std::condition_variable loop_cv_;
+  bool stopping_ = false;        // GUARDED_BY(loop_mu_)
+  bool refresh_wanted_ = false;  // GUARDED_BY(loop_mu_)
+  std::shared_ptr<rpc::CancelSource> poll_cancel_;  // GUARDED_BY(loop_mu_)
+  std::thread thread_;
+};
+
+}  // namespace weft::client

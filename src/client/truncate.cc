@@ -1,0 +1,53 @@
+#include "client/truncate.h"
+
+#include "client/placement.h"
+
+#include <thread>
+
+namespace weft::client {
+
+Result<std::vector<mgmt::ChainId>> file_stripe(Core& core, const Layout& layout) {
+  auto routing = core.routing->current();
+  auto stripe = stripe_chains(layout, *routing);
+  if (stripe) return stripe;
+  // The table may be new: fetch the routing again once.
+  core.routing->request_refresh();
+  for (int i = 0; i < 50 && core.routing->current() == routing; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return stripe_chains(layout, *core.routing->current());
+}
+
+Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uint64_t old_size, uint64_t new_size) {
+  if (!inode.is_file()) return error(Code::kIsDirectory, "inode {} is not a regular file", inode.ino);
+  if (new_size < old_size) {
+    // Permission first (meta checks it on setattr): no chunk is touched for a caller who may not truncate.
+    SetAttr probe;
+    probe.size = inode.size;
+    WEFT_RETURN_IF_ERROR(core.meta->setattr(cred, inode.ino, probe));
+    const uint32_t cb = inode.layout.chunk_bytes;
+    WEFT_TRY(auto stripe, file_stripe(core, inode.layout));
+    auto address = [&](uint64_t index) {
+      return ChunkAddress{inode.ino, index, chain_of_chunk(stripe, index), cb};
+    };
+    uint64_t keep = (new_size + cb - 1) / cb;  // chunks [0, keep) stay
+    uint64_t end = (old_size + cb - 1) / cb;
+    constexpr uint64_t kBatch = 256;
+    for (uint64_t first = keep; first < end; first += kBatch) {
+      std::vector<Task<Result<void>>> tasks;
+      for (uint64_t i = first; i < std::min(end, first + kBatch); ++i) tasks.push_back(core.chunks->remove(address(i)));
+      WEFT_RETURN_IF_ERROR(first_error(run_parallel(*core.io, std::move(tasks))));
+    }
+    if (new_size % cb != 0) {
+      std::vector<Task<Result<void>>> tasks;
+      tasks.push_back(core.chunks->truncate(address(new_size / cb), static_cast<uint32_t>(new_size % cb)));
+      WEFT_RETURN_IF_ERROR(first_error(run_parallel(*core.io, std::move(tasks))));
+    }
+  }
+  SetAttr attr;
+  attr.size = new_size;
+  WEFT_TRY(Inode updated, core.meta->setattr(cred, inode.ino, attr));
+  (void)updated;
+  return {};
+}
+
+}  // namespace weft::client

@@ -1,0 +1,18 @@
+// client/truncate.h
+// Changing a file's length: the chunks past the new end are removed and the
+// chunk holding the new end is cut, on the storage servers, BEFORE meta
+// records the new length (so a later extension reads zeros, never old bytes).
+// Threading: blocks the caller; never call from an I/O thread.
+#pragma once
+
+#include "client/core.h"
+
+namespace weft::client {
+
+// `old_size`: the largest length the file may have had (chunks up to it are cleared).
+Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uint64_t old_size, uint64_t new_size);
+
+// The stripe chains of a file from the current routing.
+Result<std::vector<mgmt::ChainId>> file_stripe(Core& core, const Layout& layout);
+
+}  // namespace weft::client
