@@ -6,6 +6,7 @@
 #include "common/config.h"
 #include "meta/meta_store.h"
 #include "meta/service.h"
+#include "client/chunk_gc.h"
 #include "mgmt/mgmt_client.h"
 #include "mgmt/mgmt_rpc.h"
 #include "rpc/client.h"
@@ -17,6 +18,7 @@ namespace {
 // A meta server in a cluster registers with mgmtd ([cluster] mgmtd = [...]),
 // which is how clients find it (routing lists it as a meta node).
 struct ClusterMembership {
+  std::vector<rpc::Endpoint> mgmtd;
   std::unique_ptr<rpc::Client> rpc;
   std::unique_ptr<mgmt::MgmtRpc> mgmt_rpc;
   std::unique_ptr<mgmt::MgmtClient> client;
@@ -39,6 +41,7 @@ Result<std::optional<ClusterMembership>> join_cluster(const Config& config, rpc:
     mgmtd.push_back(ep);
   }
   ClusterMembership m;
+  m.mgmtd = mgmtd;
   rpc::ClientOptions co;
   co.cluster_token = runtime.config().cluster_token;
   co.name = "meta-mgmt";
@@ -75,9 +78,20 @@ void serve_meta(const std::string& config_path) {
   meta::register_meta_service(runtime.server(), **store);
   auto membership = join_cluster(*config, runtime);
   if (!membership) return fail(membership.error().message());
+  // In a cluster, the chunks of unlinked files are removed from storage in the background.
+  std::unique_ptr<client::ChunkGc> gc;
+  if (*membership) {
+    meta::MetaStore* s = store->get();
+    client::ChunkGcHooks hooks;
+    hooks.pending = [s](size_t limit) { return s->gc_pending(limit); };
+    hooks.done = [s](meta::Ino ino) { return s->gc_done(meta::Context{meta::Cred::root(), {}}, ino); };
+    gc = std::make_unique<client::ChunkGc>((*membership)->mgmtd, sc->cluster_token, std::move(hooks));
+    gc->start();
+  }
   meta::RequestRecordExpirer expirer(**store, std::chrono::seconds(mc->request_record_age_s),
                                      std::chrono::seconds(60));
   auto r = runtime.run();
+  if (gc) gc->stop();
   if (*membership) (*membership)->client->stop();
   if (!r) return fail(r.error().message());
 }

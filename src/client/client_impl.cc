@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <tuple>
 
 #include "client/core.h"
 #include "client/file_impl.h"
@@ -52,6 +53,7 @@ class ClientImpl final : public Client {
     }
     for (auto& f : open) (void)f->close();
     open.clear();
+    core_->releaser->stop();
     core_->routing->stop();
     core_->io->stop();
   }
@@ -106,10 +108,12 @@ class ClientImpl final : public Client {
     return core_->meta->unlink(cred, parent, name);
   }
   Result<void> rmdir(const Cred& cred, Ino parent, std::string_view name) override {
+    forget_dirs();
     return core_->meta->rmdir(cred, parent, name);
   }
   Result<void> rename(const Cred& cred, Ino parent, std::string_view name, Ino new_parent, std::string_view new_name,
                       RenameFlags flags) override {
+    forget_dirs();
     return core_->meta->rename(cred, parent, name, new_parent, new_name, flags);
   }
   Result<StatFs> statfs(const Cred& cred) override {
@@ -226,6 +230,7 @@ class ClientImpl final : public Client {
     auto& [dir, name] = parent;
     auto n = core_->meta->lookup(cred, dir.ino, name);
     if (!n) return error(path_error(n.error(), path));
+    if (n->is_dir()) forget_dirs();
     auto r = n->is_dir() ? core_->meta->rmdir(cred, dir.ino, name) : core_->meta->unlink(cred, dir.ino, name);
     if (!r) return error(path_error(r.error(), path));
     return {};
@@ -234,6 +239,7 @@ class ClientImpl final : public Client {
   Result<void> rename_path(const Cred& cred, std::string_view from, std::string_view to) override {
     WEFT_TRY(auto src, resolve_parent(cred, from));
     WEFT_TRY(auto dst, resolve_parent(cred, to));
+    forget_dirs();
     auto r = core_->meta->rename(cred, src.first.ino, src.second, dst.first.ino, dst.second);
     if (!r) return error(r.error().with_context(fmt::format("rename {} -> {}", from, to)));
     return {};
@@ -337,20 +343,62 @@ class ClientImpl final : public Client {
   Result<Inode> resolve_from(const Cred& cred, Ino start, std::string_view path, bool follow_last, int& depth) {
     WEFT_TRY(auto parts, split_path(path));
     Ino dir = path.starts_with('/') ? kRootIno : start;
-    WEFT_TRY(Inode current, core_->meta->getattr(cred, dir));
+    if (parts.empty()) return getattr(cred, dir);
     for (size_t i = 0; i < parts.size(); ++i) {
-      if (!current.is_dir()) return error(Code::kNotDirectory, "{} is not a directory", parts[i > 0 ? i - 1 : 0]);
-      WEFT_TRY(Inode next, core_->meta->lookup(cred, current.ino, parts[i]));
       bool last = i + 1 == parts.size();
+      // Directories on the way come from the short-lived cache (the entry
+      // timeout of a FUSE mount, for the path API); the last component is
+      // always asked for, so attributes and sizes are current.
+      std::optional<Inode> cached;
+      if (!last) cached = cached_dir(cred, dir, parts[i]);
+      Inode next;
+      if (cached) {
+        next = std::move(*cached);
+      } else {
+        WEFT_TRY(next, core_->meta->lookup(cred, dir, parts[i]));
+      }
       if (next.type == InodeType::kSymlink && (!last || follow_last)) {
         if (++depth > kSymlinkDepthMax) return error(Code::kLoop, "too many levels of symbolic links");
         WEFT_TRY(std::string target, core_->meta->readlink(cred, next.ino));
-        WEFT_TRY(next, resolve_from(cred, current.ino, target, true, depth));
+        WEFT_TRY(next, resolve_from(cred, dir, target, true, depth));
       }
-      current = std::move(next);
+      if (!last) {
+        if (!next.is_dir()) return error(Code::kNotDirectory, "{} is not a directory", parts[i]);
+        if (!cached) remember_dir(cred, dir, parts[i], next);
+        dir = next.ino;
+        continue;
+      }
+      return with_local_size(std::move(next));
     }
-    return with_local_size(std::move(current));
+    return error(Code::kInternal, "unreachable");
   }
+
+  // ---- directory lookup cache (path API only) ----
+  // Keyed by the caller's uid too: a lookup is a permission check (search on the parent).
+  using DirKey = std::tuple<uint32_t, Ino, std::string>;
+  std::optional<Inode> cached_dir(const Cred& cred, Ino parent, const std::string& name) {
+    std::lock_guard lock(dir_cache_mu_);
+    auto it = dir_cache_.find(DirKey{cred.uid, parent, name});
+    if (it == dir_cache_.end()) return std::nullopt;
+    if (std::chrono::steady_clock::now() > it->second.first) {
+      dir_cache_.erase(it);
+      return std::nullopt;
+    }
+    return it->second.second;
+  }
+  void remember_dir(const Cred& cred, Ino parent, const std::string& name, const Inode& dir) {
+    std::lock_guard lock(dir_cache_mu_);
+    if (dir_cache_.size() > 65536) dir_cache_.clear();
+    dir_cache_[DirKey{cred.uid, parent, name}] = {std::chrono::steady_clock::now() + kDirCacheTtl, dir};
+  }
+  // Any namespace change made here: forget everything (renames and removals move directories).
+  void forget_dirs() {
+    std::lock_guard lock(dir_cache_mu_);
+    dir_cache_.clear();
+  }
+  static constexpr auto kDirCacheTtl = std::chrono::seconds(1);
+  std::mutex dir_cache_mu_;
+  std::map<DirKey, std::pair<std::chrono::steady_clock::time_point, Inode>> dir_cache_;  // GUARDED_BY(dir_cache_mu_)
 
   std::unique_ptr<Core> core_;
   std::mutex files_mu_;

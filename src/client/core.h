@@ -11,6 +11,7 @@
 #include <latch>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include <asio/co_spawn.hpp>
@@ -66,6 +67,51 @@ class ByteBudget {
   size_t used_ = 0;  // GUARDED_BY(mu_)
 };
 
+// Drops shared objects on a thread of its own: the last reference to a File
+// may be held by an I/O completion, and a File's destructor blocks (it closes
+// the file), which must never happen on an I/O thread.
+class Releaser {
+ public:
+  Releaser() : thread_([this] { run(); }) {}
+  ~Releaser() { stop(); }
+  void release(std::shared_ptr<void> p) {
+    {
+      std::lock_guard lock(mu_);
+      queue_.push_back(std::move(p));
+    }
+    cv_.notify_one();
+  }
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      while (!queue_.empty()) {
+        auto p = std::move(queue_.back());
+        queue_.pop_back();
+        lock.unlock();
+        p.reset();
+        lock.lock();
+      }
+      if (stopping_) return;
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::shared_ptr<void>> queue_;  // GUARDED_BY(mu_)
+  bool stopping_ = false;                     // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
 struct Core {
   ClientOptions options;
   Cred cred;
@@ -77,6 +123,7 @@ struct Core {
   std::unique_ptr<ChunkIo> chunks;
   std::unique_ptr<ByteBudget> dirty;     // write-behind bytes, held until acknowledged
   std::unique_ptr<ByteBudget> inflight;  // read bytes in flight
+  std::unique_ptr<Releaser> releaser = std::make_unique<Releaser>();
 };
 
 // Runs every task on the I/O threads and waits for all; results in order.

@@ -93,6 +93,7 @@ Result<size_t> FileImpl::pwrite(std::span<const std::byte> src, uint64_t offset)
       return std::unexpected(usable.error());
     }
     // One update per chunk in flight: wait for this chunk's previous send (keeps the write order).
+    prefetched_.erase(s.chunk_index);
     DirtyChunk& chunk = dirty_[s.chunk_index];
     if (chunk.data.empty()) chunk.data = Buffer::allocate(cb);
     std::memcpy(chunk.data.data() + s.offset, src.data() + s.buffer_offset, s.length);
@@ -126,9 +127,11 @@ void FileImpl::send_locked(uint64_t index) {
   auto self = shared_from_this();
   asio::co_spawn(core_.io->next().get_executor(),
                  send_chunk(*core_.chunks, *address, std::move(chunk.data), std::move(chunk.extents)),
-                 [self, index, bytes](std::exception_ptr e, Result<void> r) {
+                 [self, index, bytes](std::exception_ptr e, Result<void> r) mutable {
                    if (e) r = std::unexpected(Status(Code::kInternal, "exception while writing a chunk"));
                    self->on_sent(index, bytes, std::move(r));
+                   Releaser& releaser = *self->core_.releaser;
+                   releaser.release(std::move(self));
                  });
 }
 
@@ -206,13 +209,19 @@ Result<void> FileImpl::close() {
 
 Result<size_t> FileImpl::pread(std::span<std::byte> dst, uint64_t offset) {
   uint64_t size;
+  bool sequential;
   {
     std::unique_lock lock(mu_);
     WEFT_RETURN_IF_ERROR(check_usable_locked());
     // Read-your-writes: bytes still buffered here go out first.
     if (writable_ && (!dirty_.empty() || !in_flight_.empty())) WEFT_RETURN_IF_ERROR(flush_locked(lock));
     size = size_;
+    sequential = offset == next_read_;
     next_read_ = offset + dst.size();
+    if (!sequential) {
+      ra_window_ = 0;
+      prefetched_.clear();
+    }
   }
   if (offset + dst.size() > size) {
     // Another client may have written past what this File knows.
@@ -220,29 +229,90 @@ Result<size_t> FileImpl::pread(std::span<std::byte> dst, uint64_t offset) {
   }
   if (offset >= size || dst.empty()) return 0;
   size_t want = static_cast<size_t>(std::min<uint64_t>(dst.size(), size - offset));
-  auto spans = split_range(offset, want, inode_.layout.chunk_bytes);
-  size_t budget = std::min<size_t>(want, core_.options.inflight_bytes_max);
-  core_.inflight->acquire(budget);
-  std::vector<Task<Result<uint32_t>>> tasks;
-  tasks.reserve(spans.size());
-  for (const ChunkSpan& s : spans) {
-    auto address = this->address(s.chunk_index);
-    if (!address) {
-      core_.inflight->release(budget);
-      return std::unexpected(address.error());
-    }
-    tasks.push_back(core_.chunks->read(*address, s.offset, dst.subspan(s.buffer_offset, s.length)));
+  const uint32_t cb = inode_.layout.chunk_bytes;
+  if (sequential && core_.options.readahead_bytes_max >= cb) {
+    std::lock_guard lock(mu_);
+    uint32_t max_window = static_cast<uint32_t>(core_.options.readahead_bytes_max / cb);
+    ra_window_ = std::clamp<uint32_t>(ra_window_ * 2, 2, max_window);
+    prefetch_locked(offset / cb, size);
   }
-  auto results = run_parallel(*core_.io, std::move(tasks));
-  core_.inflight->release(budget);
-  for (size_t i = 0; i < spans.size(); ++i) {
-    if (!results[i]) return std::unexpected(results[i].error());
-    // Past the end of a chunk (or a missing chunk) inside the file: a hole.
-    uint32_t got = *results[i];
-    if (got < spans[i].length)
-      std::memset(dst.data() + spans[i].buffer_offset + got, 0, spans[i].length - got);
-  }
+  WEFT_RETURN_IF_ERROR(read_spans(dst, offset, want));
   return want;
+}
+
+void FileImpl::prefetch_locked(uint64_t first_chunk, uint64_t size) {
+  const uint32_t cb = inode_.layout.chunk_bytes;
+  // Chunks behind the reader are done with.
+  while (!prefetched_.empty() && prefetched_.begin()->first < first_chunk) prefetched_.erase(prefetched_.begin());
+  uint64_t end_chunk = (size + cb - 1) / cb;
+  for (uint64_t i = first_chunk; i < std::min(end_chunk, first_chunk + ra_window_); ++i) {
+    if (prefetched_.contains(i)) continue;
+    auto address = this->address(i);
+    if (!address) return;
+    auto p = std::make_shared<Prefetch>();
+    p->data = Buffer::allocate(cb);
+    prefetched_.emplace(i, p);
+    auto self = shared_from_this();
+    asio::co_spawn(core_.io->next().get_executor(), core_.chunks->read(*address, 0, p->data.span()),
+                   [self, p](std::exception_ptr e, Result<uint32_t> r) mutable {
+                     if (e) r = std::unexpected(Status(Code::kInternal, "exception while reading ahead"));
+                     {
+                       std::lock_guard lock(self->mu_);
+                       p->got = std::move(r);
+                       p->done = true;
+                     }
+                     self->cv_.notify_all();
+                     Releaser& releaser = *self->core_.releaser;
+                     releaser.release(std::move(self));
+                   });
+  }
+}
+
+Result<void> FileImpl::read_spans(std::span<std::byte> dst, uint64_t offset, size_t want) {
+  auto spans = split_range(offset, want, inode_.layout.chunk_bytes);
+  std::vector<std::shared_ptr<Prefetch>> ahead(spans.size());
+  {
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < spans.size(); ++i)
+      if (auto it = prefetched_.find(spans[i].chunk_index); it != prefetched_.end()) ahead[i] = it->second;
+  }
+  // Direct reads for the spans nobody fetched ahead, in parallel.
+  std::vector<size_t> direct;
+  std::vector<Task<Result<uint32_t>>> tasks;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (ahead[i]) continue;
+    WEFT_TRY(ChunkAddress address, this->address(spans[i].chunk_index));
+    direct.push_back(i);
+    tasks.push_back(core_.chunks->read(address, spans[i].offset, dst.subspan(spans[i].buffer_offset, spans[i].length)));
+  }
+  std::vector<uint32_t> got(spans.size(), 0);
+  if (!tasks.empty()) {
+    size_t budget = std::min<size_t>(want, core_.options.inflight_bytes_max);
+    core_.inflight->acquire(budget);
+    auto results = run_parallel(*core_.io, std::move(tasks));
+    core_.inflight->release(budget);
+    for (size_t k = 0; k < direct.size(); ++k) {
+      if (!results[k]) return std::unexpected(results[k].error());
+      got[direct[k]] = *results[k];
+    }
+  }
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (!ahead[i]) continue;
+    const ChunkSpan& s = spans[i];
+    Prefetch& p = *ahead[i];
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return p.done; });
+    }
+    if (!p.got) return std::unexpected(p.got.error());
+    uint32_t have = *p.got > s.offset ? std::min(*p.got - s.offset, s.length) : 0;
+    std::memcpy(dst.data() + s.buffer_offset, p.data.data() + s.offset, have);
+    got[i] = have;
+  }
+  // Past the end of a chunk (or a missing chunk) inside the file: a hole.
+  for (size_t i = 0; i < spans.size(); ++i)
+    if (got[i] < spans[i].length) std::memset(dst.data() + spans[i].buffer_offset + got[i], 0, spans[i].length - got[i]);
+  return {};
 }
 
 Result<void> FileImpl::truncate(uint64_t length) {
@@ -262,6 +332,7 @@ Result<void> FileImpl::truncate(uint64_t length) {
 
 void FileImpl::truncated_to(uint64_t length) {
   std::lock_guard lock(mu_);
+  prefetched_.clear();
   size_ = length;
   written_end_ = std::min(written_end_, length);
   reported_ = length;

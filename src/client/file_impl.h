@@ -91,6 +91,20 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   std::optional<Status> failed_;          // GUARDED_BY(mu_)
   bool closed_ = false;                   // GUARDED_BY(mu_)
   uint64_t next_read_ = UINT64_MAX;       // GUARDED_BY(mu_): end of the previous read (sequential detection)
+
+  // Read-ahead: once reads are sequential, whole chunks from the one being
+  // read onwards are fetched ahead (window doubling from 2 chunks up to
+  // readahead_bytes_max). Own writes drop the affected chunks.
+  struct Prefetch {
+    Buffer data;
+    bool done = false;  // GUARDED_BY(FileImpl::mu_)
+    Result<uint32_t> got = 0u;
+  };
+  std::map<uint64_t, std::shared_ptr<Prefetch>> prefetched_;  // GUARDED_BY(mu_)
+  uint32_t ra_window_ = 0;                                    // GUARDED_BY(mu_): chunks
+  void prefetch_locked(uint64_t first_chunk, uint64_t size);
+  // Reads [offset, offset + want) into dst, from prefetched chunks where it can.
+  Result<void> read_spans(std::span<std::byte> dst, uint64_t offset, size_t want);
  public:
   // Set by Client at open: stripe chains of this file.
   void set_stripe(std::vector<mgmt::ChainId> stripe) { stripe_ = std::move(stripe); }

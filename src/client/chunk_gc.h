@@ -1,0 +1,63 @@
+// client/chunk_gc.h
+// Removes the chunks of files that meta unlinked (the meta service queues a
+// file once its last link and last writer are gone). Runs inside the meta
+// server, with the client's chunk I/O: meta stays off the data path for
+// everything else.
+// Chunks [0, ceil(size / chunk)) are removed, `size` being the length meta
+// knew; bytes a crashed writer sent without ever reporting the length beyond
+// it are not found this way (a storage-side sweep is the remedy; not built).
+// Threading: one thread of its own between start() and stop().
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "client/chunk_io.h"
+#include "client/routing_cache.h"
+#include "common/status.h"
+#include "meta/types.h"
+
+namespace weft::client {
+
+struct ChunkGcHooks {
+  std::function<Result<std::vector<meta::GcItem>>(size_t limit)> pending;
+  std::function<Result<void>(meta::Ino)> done;
+};
+
+class ChunkGc {
+ public:
+  // Owns its own I/O threads, RPC client and routing cache.
+  ChunkGc(std::vector<rpc::Endpoint> mgmtd, std::string cluster_token, ChunkGcHooks hooks,
+          std::chrono::milliseconds interval = std::chrono::milliseconds(1000));
+  ~ChunkGc();
+  ChunkGc(const ChunkGc&) = delete;
+  ChunkGc& operator=(const ChunkGc&) = delete;
+
+  void start();
+  void stop();
+  // One pass over what is queued; returns the files finished.
+  Result<size_t> collect_once();
+  uint64_t files_collected() const { return files_.load(); }
+  uint64_t chunks_removed() const { return chunks_.load(); }
+
+ private:
+  void run();
+
+  struct Parts;
+  std::unique_ptr<Parts> parts_;
+  ChunkGcHooks hooks_;
+  const std::chrono::milliseconds interval_;
+  std::atomic<uint64_t> files_{0};
+  std::atomic<uint64_t> chunks_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;  // GUARDED_BY(mu_)
+  bool routing_started_ = false;
+  std::thread thread_;
+};
+
+}  // namespace weft::client
