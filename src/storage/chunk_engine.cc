@@ -138,6 +138,7 @@ Result<void> ChunkEngine::rebuild() {
       return error(Code::kConfig, "chunk {} has {} bytes slots, above chunk_size_max {}: reopen with a larger maximum",
                    *id, class_bytes(meta->size_class), options_.chunk_size_max);
     WEFT_RETURN_IF_ERROR(space_.mark_used(SlotRef{meta->size_class, meta->slot}));
+    stripe(*id).index[*id] = std::make_shared<const ChunkMeta>(std::move(*meta));
   }
   if (!it->status().ok()) return error(Code::kIoError, "scan chunk index: {}", it->status().ToString());
   for (uint32_t c = 0; c < class_count_; ++c) {
@@ -170,14 +171,16 @@ uint64_t ChunkEngine::free_bytes() const {
   return used >= cap ? 0 : cap - used;
 }
 
+std::optional<ChunkMeta> ChunkEngine::get_meta_locked(const ChunkId& id) {
+  const Stripe& st = stripe(id);
+  auto it = st.index.find(id);
+  if (it == st.index.end()) return std::nullopt;
+  return *it->second;
+}
+
 Result<std::optional<ChunkMeta>> ChunkEngine::get_meta(const ChunkId& id) {
-  std::string value;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), chunk_key(id), &value);
-  if (s.IsNotFound()) return std::optional<ChunkMeta>();
-  if (!s.ok()) return error(Code::kIoError, "index lookup of chunk {}: {}", id, s.ToString());
-  auto meta = ChunkMeta::decode(value);
-  if (!meta) return error(meta.error().with_context(fmt::format("index entry of chunk {}", id)));
-  return std::optional<ChunkMeta>(std::move(*meta));
+  std::shared_lock lock(stripe(id).mu);
+  return get_meta_locked(id);
 }
 
 Result<ChunkMeta> ChunkEngine::committed_meta(const ChunkId& id) {

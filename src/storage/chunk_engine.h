@@ -160,8 +160,13 @@ class ChunkEngine {
   struct Pending {
     ChunkMeta meta;
   };
+  // The committed index is mirrored in memory, sharded by stripe: a read then
+  // costs no RocksDB Get. RocksDB stays the truth; an entry changes only after
+  // the RocksDB write that changed the index succeeded (commit, remove), under
+  // the stripe's exclusive lock, and rebuild() loads them all at open.
   struct Stripe {
-    std::shared_mutex mu;  // shared: reader looks up + pins; exclusive: slot free after commit
+    std::shared_mutex mu;  // shared: reader looks up + pins; exclusive: index change + slot free
+    std::unordered_map<ChunkId, std::shared_ptr<const ChunkMeta>, ChunkIdHash> index;  // GUARDED_BY(mu)
   };
   static constexpr size_t kStripes = 256;
 
@@ -171,6 +176,8 @@ class ChunkEngine {
   Stripe& stripe(const ChunkId& id) { return stripes_[ChunkIdHash{}(id) % kStripes]; }
 
   Result<std::optional<ChunkMeta>> get_meta(const ChunkId& id);
+  // REQUIRES: stripe(id).mu held (shared or exclusive).
+  std::optional<ChunkMeta> get_meta_locked(const ChunkId& id);
   Result<WriteResult> stage_locked(const ChunkId& id, uint64_t version, const Update& update);
   Result<WriteResult> commit_locked(const ChunkId& id, uint64_t version);
   Result<uint32_t> new_length(const Update& update, uint32_t old_length) const;
@@ -178,7 +185,6 @@ class ChunkEngine {
                                uint32_t length);
   Result<void> read_verified(const ChunkMeta& meta, uint32_t first_block, uint32_t block_count, std::byte* out);
   Result<ChunkMeta> store_new_slot(const Buffer& content, uint32_t length, uint64_t version);
-  void free_committed_slot(const ChunkId& id, const ChunkMeta& old);
   std::optional<ChunkMeta> take_pending(const ChunkId& id);
   // Checks the CRCs of blocks [first_block, first_block + count) held in `data`.
   Result<void> check_blocks(const ChunkMeta& meta, uint32_t first_block, uint32_t count, const std::byte* data);

@@ -34,11 +34,12 @@ Result<void> ChunkEngine::read_verified(const ChunkMeta& meta, uint32_t first_bl
   return check_blocks(meta, first_block, block_count, out);
 }
 
-// The stripe lock orders this lookup against free_committed_slot(): either
-// the slot is pinned before a commit frees it, or the lookup sees the new entry.
+// The stripe lock orders this lookup against a commit or remove, which change
+// the entry and free the old slot under the exclusive lock: either the slot is
+// pinned before it is freed, or the lookup sees the new entry.
 Result<std::optional<ChunkMeta>> ChunkEngine::lookup_pinned(const ChunkId& id) {
   std::shared_lock lock(stripe(id).mu);
-  WEFT_TRY(auto meta, get_meta(id));
+  std::optional<ChunkMeta> meta = get_meta_locked(id);
   if (meta) space_.pin(SlotRef{meta->size_class, meta->slot});
   return meta;
 }

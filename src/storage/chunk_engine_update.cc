@@ -128,13 +128,6 @@ Result<WriteResult> ChunkEngine::stage_locked(const ChunkId& id, uint64_t versio
   return result;
 }
 
-// Frees the slot of a replaced committed version once no reader can still
-// be between its index lookup and its pin (see read_async).
-void ChunkEngine::free_committed_slot(const ChunkId& id, const ChunkMeta& old) {
-  std::unique_lock lock(stripe(id).mu);
-  space_.free(SlotRef{old.size_class, old.slot});
-}
-
 // REQUIRES: the chunk's ChunkLock held.
 Result<WriteResult> ChunkEngine::commit_locked(const ChunkId& id, uint64_t version) {
   auto start = std::chrono::steady_clock::now();
@@ -156,7 +149,11 @@ Result<WriteResult> ChunkEngine::commit_locked(const ChunkId& id, uint64_t versi
   rocksdb::Status s = db_->Write(synced(), &batch);
   if (!s.ok()) return error(Code::kIoError, "commit chunk {} version {}: {}", id, version, s.ToString());
   take_pending(id);
-  if (old) free_committed_slot(id, *old);
+  {
+    std::unique_lock lock(stripe(id).mu);
+    stripe(id).index[id] = std::make_shared<const ChunkMeta>(*pending);
+    if (old) space_.free(SlotRef{old->size_class, old->slot});
+  }
   metrics_->commits.inc();
   metrics_->commit_latency_us.observe(elapsed_us(start));
   return WriteResult{pending->version, pending->length, pending->chunk_crc};
@@ -208,7 +205,11 @@ Result<void> ChunkEngine::remove(const ChunkId& id) {
   batch.Delete(chunk_key(id));
   rocksdb::Status s = db_->Write(synced(), &batch);
   if (!s.ok()) return error(Code::kIoError, "remove chunk {}: {}", id, s.ToString());
-  free_committed_slot(id, *old);
+  {
+    std::unique_lock lock(stripe(id).mu);
+    stripe(id).index.erase(id);
+    space_.free(SlotRef{old->size_class, old->slot});
+  }
   metrics_->removes.inc();
   return {};
 }
