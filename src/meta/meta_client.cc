@@ -235,6 +235,8 @@ Result<Reply> MetaClient::open(const Cred& cred, Ino ino, OpenFlags flags) {
   Req q = of_ino(ino);
   q.set_open_read(flags.read);
   q.set_open_write(flags.write);
+  // Read-only opens write nothing: no request id, served inline by the server.
+  if (!flags.write) return reply_of_rep(read(method::kOpenRead, cred, std::move(q)));
   return reply_of_rep(mutate(method::kOpen, cred, std::move(q)));
 }
 

@@ -136,6 +136,10 @@ Result<Rep> do_set_layout(MetaStore& s, const Req& q) {
 Result<Rep> do_open(MetaStore& s, const Req& q) {
   return map(s.open(context_from(q), q.ino(), OpenFlags{q.open_read(), q.open_write()}), reply_with);
 }
+Result<Rep> do_open_read(MetaStore& s, const Req& q) {
+  if (q.open_write()) return error(Code::kInvalidArgument, "open_read with write access: use open");
+  return map(s.open(context_from(q), q.ino(), OpenFlags{q.open_read(), false}), reply_with);
+}
 Result<Rep> do_close(MetaStore& s, const Req& q) {
   return empty_reply(s.close(context_from(q), q.ino(), q.session_id()));
 }
@@ -178,6 +182,7 @@ constexpr MethodEntry kMethods[] = {
     {method::kOpen, "meta.open", do_open, true},
     {method::kClose, "meta.close", do_close, true},
     {method::kReportLength, "meta.report_length", do_report_length, true},
+    {method::kOpenRead, "meta.open_read", do_open_read, false, true},
 };
 
 }  // namespace

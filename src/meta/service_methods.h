@@ -38,5 +38,7 @@ inline constexpr MethodId kSetLayout{kSvc, 30};  // ino, layout
 inline constexpr MethodId kOpen{kSvc, 31};       // ino, open_read, open_write -> inode?, session_id
 inline constexpr MethodId kClose{kSvc, 32};      // ino, session_id
 inline constexpr MethodId kReportLength{kSvc, 33};  // ino, session_id, length -> inode
+// A read-only open: a permission check that writes nothing, served inline.
+inline constexpr MethodId kOpenRead{kSvc, 34};   // ino, open_read (open_write must be false) -> inode
 
 }  // namespace weft::meta::method
