@@ -5,6 +5,9 @@
 
 namespace weft::cli {
 
+void add_up_commands(CLI::App& app);  // cli/up_commands.cc (`weft up`, `weft down`)
+void add_file_commands(CLI::App& app);  // cli/file_commands.cc (`weft ls|stat|mkdir|rm|mv|put|get|cat|layout`)
+
 int& exit_code() {
   static int code = 0;
   return code;
@@ -36,6 +39,8 @@ int main(int argc, char** argv) {
   weft::cli::add_mgmt_commands(app, *serve);
   weft::cli::add_storage_commands(app, *serve);
   weft::cli::add_meta_commands(app, *serve);
+  weft::cli::add_up_commands(app);
+  weft::cli::add_file_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

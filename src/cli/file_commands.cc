@@ -1,0 +1,371 @@
+// File tools over libweft: `weft ls|stat|mkdir|rm|mv|put|get|cat|layout`.
+// Paths are absolute paths inside the cluster ("/data/a.bin"). Every command
+// finds the cluster like the other client commands (--config, $WEFT_CONFIG,
+// ./weft-data/client.toml; --cluster ADDR). Large put/get show a progress bar
+// when stderr is a terminal.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <cstring>
+#include <filesystem>
+
+#include "cli/commands.h"
+#include "weft/client.h"
+
+namespace weft::cli {
+namespace {
+
+struct FileFlags {
+  std::string config;
+  std::string cluster;
+};
+
+void add_flags(CLI::App* cmd, FileFlags& f) {
+  cmd->add_option("--config", f.config, "client config (default: $WEFT_CONFIG, else ./weft-data/client.toml)");
+  cmd->add_option("--cluster", f.cluster, "mgmtd host:port (overrides the config's mgmtd list)");
+}
+
+std::unique_ptr<Client> connect(const FileFlags& f) {
+  ClientOptions o;
+  o.config_path = f.config;
+  o.cluster = f.cluster;
+  auto c = Client::connect(o);
+  if (!c) {
+    fail(c.error().message());
+    return nullptr;
+  }
+  return std::move(*c);
+}
+
+std::string human(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", v, units[u]);
+}
+
+char type_char(InodeType t) { return t == InodeType::kDirectory ? 'd' : t == InodeType::kSymlink ? 'l' : '-'; }
+
+std::string mode_string(const Inode& n) {
+  std::string s(1, type_char(n.type));
+  const char* rwx = "rwxrwxrwx";
+  for (int i = 0; i < 9; ++i) s += (n.mode & (0400 >> i)) ? rwx[i] : '-';
+  return s;
+}
+
+std::string time_string(int64_t ns) {
+  std::time_t t = static_cast<std::time_t>(ns / 1000000000);
+  std::tm tm{};
+  ::localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+// A progress line on a terminal; nothing otherwise.
+class Progress {
+ public:
+  Progress(std::string what, uint64_t total) : what_(std::move(what)), total_(total), tty_(::isatty(2) == 1) {}
+  void update(uint64_t done) {
+    if (!tty_) return;
+    auto now = std::chrono::steady_clock::now();
+    if (done < total_ && now - last_ < std::chrono::milliseconds(200)) return;
+    last_ = now;
+    double secs = std::chrono::duration<double>(now - start_).count();
+    double rate = secs > 0 ? static_cast<double>(done) / secs : 0;
+    double frac = total_ ? static_cast<double>(done) / static_cast<double>(total_) : 1.0;
+    int bar = static_cast<int>(frac * 30);
+    double eta = rate > 0 ? static_cast<double>(total_ - done) / rate : 0;
+    std::fprintf(stderr, "\r%s [%-30s] %5.1f%% %s/s ETA %.0fs   ", what_.c_str(), std::string(bar, '#').c_str(),
+                 frac * 100, human(static_cast<uint64_t>(rate)).c_str(), eta);
+    if (done >= total_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  std::string what_;
+  uint64_t total_;
+  bool tty_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_{};
+};
+
+constexpr size_t kCopyBlock = 8u << 20;
+
+void cmd_ls(const FileFlags& f, const std::string& path, bool long_format) {
+  auto c = connect(f);
+  if (!c) return;
+  auto n = c->resolve(c->default_cred(), path, true);
+  if (!n) return fail(n.error().message());
+  std::vector<DirEntry> entries;
+  if (n->is_dir()) {
+    auto list = c->list_path(c->default_cred(), path);
+    if (!list) return fail(list.error().message());
+    entries = std::move(*list);
+  } else {
+    entries.push_back(DirEntry{path, n->ino, n->type, *n});
+  }
+  std::sort(entries.begin(), entries.end(), [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
+  for (const auto& e : entries) {
+    if (!long_format) {
+      std::printf("%s%s\n", e.name.c_str(), e.type == InodeType::kDirectory ? "/" : "");
+      continue;
+    }
+    const Inode& a = e.attr;
+    std::printf("%s %3u %5u %5u %12llu %s %s\n", mode_string(a).c_str(), a.nlink, a.uid, a.gid,
+                static_cast<unsigned long long>(a.size), time_string(a.mtime_ns).c_str(), e.name.c_str());
+  }
+}
+
+void cmd_stat(const FileFlags& f, const std::string& path) {
+  auto c = connect(f);
+  if (!c) return;
+  auto n = c->resolve(c->default_cred(), path, false);
+  if (!n) return fail(n.error().message());
+  std::printf("  path: %s\n  inode: %llu\n  type: %s\n  size: %llu (%s)\n  mode: %04o (%s)\n  uid/gid: %u/%u\n"
+              "  links: %u\n  mtime: %s\n  ctime: %s\n",
+              path.c_str(), static_cast<unsigned long long>(n->ino),
+              n->is_dir() ? "directory" : n->type == InodeType::kSymlink ? "symlink" : "file",
+              static_cast<unsigned long long>(n->size), human(n->size).c_str(), n->mode, mode_string(*n).c_str(),
+              n->uid, n->gid, n->nlink, time_string(n->mtime_ns).c_str(), time_string(n->ctime_ns).c_str());
+  const Layout& l = n->layout;
+  std::printf("  layout: chunk %s, stripe %u, chain table %u\n", human(l.chunk_bytes).c_str(), l.stripe_count,
+              l.chain_table_id);
+}
+
+void cmd_mkdir(const FileFlags& f, const std::string& path, bool parents, uint32_t mode) {
+  auto c = connect(f);
+  if (!c) return;
+  if (parents) {
+    if (auto r = c->mkdirs(c->default_cred(), path, mode); !r) fail(r.error().message());
+    return;
+  }
+  auto parts = split_path(path);
+  if (!parts) return fail(parts.error().message());
+  if (parts->empty()) return fail(path + ": exists");
+  std::string parent;
+  for (size_t i = 0; i + 1 < parts->size(); ++i) parent += "/" + (*parts)[i];
+  auto dir = c->resolve(c->default_cred(), parent.empty() ? "/" : parent, true);
+  if (!dir) return fail(dir.error().message());
+  auto r = c->mkdir(c->default_cred(), dir->ino, parts->back(), mode);
+  if (!r) fail(path + ": " + r.error().message());
+}
+
+Result<void> remove_tree(Client& c, const std::string& path) {
+  WEFT_TRY(Inode n, c.resolve(c.default_cred(), path, false));
+  if (n.is_dir()) {
+    WEFT_TRY(auto entries, c.list_path(c.default_cred(), path));
+    for (const auto& e : entries) WEFT_RETURN_IF_ERROR(remove_tree(c, path + "/" + e.name));
+  }
+  return c.remove_path(c.default_cred(), path);
+}
+
+void cmd_rm(const FileFlags& f, const std::vector<std::string>& paths, bool recursive) {
+  auto c = connect(f);
+  if (!c) return;
+  for (const auto& p : paths) {
+    auto r = recursive ? remove_tree(*c, p) : c->remove_path(c->default_cred(), p);
+    if (!r) fail(r.error().message());
+  }
+}
+
+void cmd_mv(const FileFlags& f, const std::string& from, const std::string& to) {
+  auto c = connect(f);
+  if (!c) return;
+  if (auto r = c->rename_path(c->default_cred(), from, to); !r) fail(r.error().message());
+}
+
+void cmd_put(const FileFlags& f, const std::string& local, const std::string& remote) {
+  int fd = ::open(local.c_str(), O_RDONLY);
+  if (fd < 0) return fail(fmt::format("{}: {}", local, std::strerror(errno)));
+  struct stat st {};
+  ::fstat(fd, &st);
+  auto c = connect(f);
+  if (!c) {
+    ::close(fd);
+    return;
+  }
+  std::string target = remote;
+  if (auto n = c->resolve(c->default_cred(), remote, true); n && n->is_dir())
+    target = remote + "/" + std::filesystem::path(local).filename().string();
+  auto file = c->open_path(c->default_cred(), target, O_CREAT | O_WRONLY | O_TRUNC, st.st_mode & 0777);
+  if (!file) {
+    ::close(fd);
+    return fail(file.error().message());
+  }
+  Progress progress("put " + target, static_cast<uint64_t>(st.st_size));
+  std::vector<std::byte> buf(kCopyBlock);
+  uint64_t off = 0;
+  while (true) {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0) {
+      ::close(fd);
+      return fail(fmt::format("{}: {}", local, std::strerror(errno)));
+    }
+    if (n == 0) break;
+    auto w = (*file)->pwrite(std::span(buf).first(static_cast<size_t>(n)), off);
+    if (!w) {
+      ::close(fd);
+      return fail(target + ": " + w.error().message());
+    }
+    off += static_cast<uint64_t>(n);
+    progress.update(off);
+  }
+  ::close(fd);
+  if (auto r = (*file)->close(); !r) return fail(target + ": " + r.error().message());
+  progress.update(off);
+}
+
+// Streams a remote file to `fd`; reads of the next block overlap the local write.
+void copy_out(Client& c, const std::string& remote, int fd, bool show_progress) {
+  auto file = c.open_path(c.default_cred(), remote, O_RDONLY);
+  if (!file) return fail(file.error().message());
+  uint64_t size = (*file)->size();
+  Progress progress("get " + remote, size);
+  std::vector<std::byte> buf(kCopyBlock);
+  uint64_t off = 0;
+  while (true) {
+    auto n = (*file)->pread(buf, off);
+    if (!n) return fail(remote + ": " + n.error().message());
+    if (*n == 0) break;
+    size_t done = 0;
+    while (done < *n) {
+      ssize_t w = ::write(fd, buf.data() + done, *n - done);
+      if (w < 0) return fail(fmt::format("write: {}", std::strerror(errno)));
+      done += static_cast<size_t>(w);
+    }
+    off += *n;
+    if (show_progress) progress.update(off);
+  }
+  (void)(*file)->close();
+}
+
+void cmd_get(const FileFlags& f, const std::string& remote, const std::string& local) {
+  auto c = connect(f);
+  if (!c) return;
+  std::string target = local;
+  struct stat st {};
+  if (::stat(local.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) target = local + "/" + std::filesystem::path(remote).filename().string();
+  int fd = ::open(target.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return fail(fmt::format("{}: {}", target, std::strerror(errno)));
+  copy_out(*c, remote, fd, true);
+  if (::close(fd) != 0) fail(fmt::format("{}: {}", target, std::strerror(errno)));
+}
+
+void cmd_cat(const FileFlags& f, const std::vector<std::string>& paths) {
+  auto c = connect(f);
+  if (!c) return;
+  for (const auto& p : paths) copy_out(*c, p, 1, false);
+}
+
+void cmd_layout_get(const FileFlags& f, const std::string& path) {
+  auto c = connect(f);
+  if (!c) return;
+  auto n = c->resolve(c->default_cred(), path, true);
+  if (!n) return fail(n.error().message());
+  Layout l = n->layout;
+  if (n->is_dir()) {
+    auto got = c->get_layout(c->default_cred(), n->ino);
+    if (!got) return fail(got.error().message());
+    l = *got;
+  }
+  std::printf("chunk_size = %u\nstripe_count = %u\nchain_table = %u\n", l.chunk_bytes, l.stripe_count,
+              l.chain_table_id);
+  if (!n->is_dir()) std::printf("first_chain = %u\nshuffle_seed = %llu\n", l.first_chain,
+                                static_cast<unsigned long long>(l.shuffle_seed));
+}
+
+void cmd_layout_set(const FileFlags& f, const std::string& path, uint32_t chunk, uint32_t stripe, uint32_t table) {
+  auto c = connect(f);
+  if (!c) return;
+  auto n = c->resolve(c->default_cred(), path, true);
+  if (!n) return fail(n.error().message());
+  if (!n->is_dir()) return fail(path + ": layouts are set on directories (new files inherit them)");
+  auto l = c->get_layout(c->default_cred(), n->ino);
+  if (!l) return fail(l.error().message());
+  if (chunk) l->chunk_bytes = chunk;
+  if (stripe) l->stripe_count = stripe;
+  if (table) l->chain_table_id = table;
+  if (auto r = c->set_layout(c->default_cred(), n->ino, *l); !r) return fail(path + ": " + r.error().message());
+}
+
+}  // namespace
+
+void add_file_commands(CLI::App& app) {
+  static FileFlags flags;
+  static std::string path, path2;
+  static std::vector<std::string> paths;
+  static bool long_format = false, parents = false, recursive = false;
+  static std::string mode_text = "755";
+  static uint32_t chunk = 0, stripe = 0, table = 0;
+
+  auto* ls = app.add_subcommand("ls", "List a directory of the cluster");
+  add_flags(ls, flags);
+  ls->add_flag("-l", long_format, "long format");
+  ls->add_option("path", path, "path in the cluster")->default_val("/");
+  ls->callback([] { cmd_ls(flags, path, long_format); });
+
+  auto* stat = app.add_subcommand("stat", "Show a file's attributes and layout");
+  add_flags(stat, flags);
+  stat->add_option("path", path)->required();
+  stat->callback([] { cmd_stat(flags, path); });
+
+  auto* mkdir = app.add_subcommand("mkdir", "Create a directory");
+  add_flags(mkdir, flags);
+  mkdir->add_flag("-p,--parents", parents, "create missing parents; no error if it exists");
+  mkdir->add_option("-m,--mode", mode_text, "permission bits, octal")->default_val("755");
+  mkdir->add_option("path", path)->required();
+  mkdir->callback([] { cmd_mkdir(flags, path, parents, static_cast<uint32_t>(std::stoul(mode_text, nullptr, 8))); });
+
+  auto* rm = app.add_subcommand("rm", "Remove files or (empty, or with -r any) directories");
+  add_flags(rm, flags);
+  rm->add_flag("-r,--recursive", recursive, "remove directories and their contents");
+  rm->add_option("paths", paths)->required();
+  rm->callback([] { cmd_rm(flags, paths, recursive); });
+
+  auto* mv = app.add_subcommand("mv", "Rename or move");
+  add_flags(mv, flags);
+  mv->add_option("from", path)->required();
+  mv->add_option("to", path2)->required();
+  mv->callback([] { cmd_mv(flags, path, path2); });
+
+  auto* put = app.add_subcommand("put", "Copy a local file into the cluster");
+  add_flags(put, flags);
+  put->add_option("local", path)->required();
+  put->add_option("remote", path2)->required();
+  put->callback([] { cmd_put(flags, path, path2); });
+
+  auto* get = app.add_subcommand("get", "Copy a file of the cluster to a local file");
+  add_flags(get, flags);
+  get->add_option("remote", path)->required();
+  get->add_option("local", path2)->required();
+  get->callback([] { cmd_get(flags, path, path2); });
+
+  auto* cat = app.add_subcommand("cat", "Write files of the cluster to stdout");
+  add_flags(cat, flags);
+  cat->add_option("paths", paths)->required();
+  cat->callback([] { cmd_cat(flags, paths); });
+
+  auto* layout = app.add_subcommand("layout", "Show or set a directory's layout (chunk size, stripe, chain table)");
+  layout->require_subcommand(1);
+  auto* lget = layout->add_subcommand("get", "Show the layout of a file or directory");
+  add_flags(lget, flags);
+  lget->add_option("path", path)->required();
+  lget->callback([] { cmd_layout_get(flags, path); });
+  auto* lset = layout->add_subcommand("set", "Set the layout new files in a directory inherit");
+  add_flags(lset, flags);
+  lset->add_option("path", path)->required();
+  lset->add_option("--chunk-size", chunk, "bytes, a power of two in [64 KiB, 64 MiB]");
+  lset->add_option("--stripe", stripe, "chains a file is spread over");
+  lset->add_option("--chain-table", table, "chain table id");
+  lset->callback([] { cmd_layout_set(flags, path, chunk, stripe, table); });
+}
+
+}  // namespace weft::cli

@@ -1,0 +1,287 @@
+// libweft against a real local cluster started with `weft up` (3 storage
+// servers x 2 targets, 2 replicas): data integrity across stripes, holes,
+// truncate, concurrent writers, batches, POSIX errors, and reads/writes that
+// carry on while a storage server is killed and restarted.
+// WEFT_TEST_CLIENT_CONFIG=FILE runs against an existing cluster instead
+// (then the kill test is skipped).
+#include <fcntl.h>
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "process.h"
+#include "weft/client.h"
+
+namespace weft {
+namespace {
+
+using weft::testing::TempDir;
+
+std::vector<std::byte> pattern(size_t n, uint64_t seed) {
+  std::vector<std::byte> v(n);
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i < n; i += 8) {
+    uint64_t x = rng();
+    for (size_t k = 0; k < 8 && i + k < n; ++k) v[i + k] = static_cast<std::byte>(x >> (8 * k));
+  }
+  return v;
+}
+
+int run(const std::string& cmd) { return std::system(cmd.c_str()); }
+
+class ClientTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (const char* existing = std::getenv("WEFT_TEST_CLIENT_CONFIG")) {
+      config_ = existing;
+    } else {
+      dir_ = new TempDir();
+      data_ = dir_->path() + "/cluster";
+      std::string cmd = fmt::format("{} up --data-dir {} --storage-servers 3 --targets-per-server 2 --replicas 2 > {}/up.log 2>&1",
+                                    weft_bin(), data_, dir_->path());
+      int rc = run(cmd);
+      if (rc != 0) {
+        std::ifstream in(dir_->path() + "/up.log");
+        std::stringstream ss;
+        ss << in.rdbuf();
+        FAIL() << "weft up failed:\n" << ss.str();
+      }
+      config_ = data_ + "/client.toml";
+    }
+    ClientOptions o;
+    o.config_path = config_;
+    o.retry_time_ms_max = 30000;
+    auto c = Client::connect(o);
+    ASSERT_TRUE(c.has_value()) << c.error();
+    client_ = c->release();
+  }
+
+  static void TearDownTestSuite() {
+    delete client_;
+    client_ = nullptr;
+    if (dir_) {
+      run(fmt::format("{} down --data-dir {} > /dev/null 2>&1", weft_bin(), data_));
+      delete dir_;
+      dir_ = nullptr;
+    }
+  }
+
+  static std::string weft_bin() { return weft::testing::weft_binary(); }
+
+  // A fresh directory per test.
+  std::string dir() {
+    std::string d = "/" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "-" +
+                    std::to_string(::getpid());
+    auto r = client_->mkdirs(client_->default_cred(), d);
+    EXPECT_TRUE(r.has_value()) << r.error();
+    return d;
+  }
+
+  std::shared_ptr<File> open(const std::string& path, int flags) {
+    auto f = client_->open_path(client_->default_cred(), path, flags, 0644);
+    EXPECT_TRUE(f.has_value()) << path << ": " << f.error();
+    return f ? *f : nullptr;
+  }
+
+  std::vector<std::byte> read_all(const std::string& path) {
+    auto f = open(path, O_RDONLY);
+    if (!f) return {};
+    std::vector<std::byte> out(f->size());
+    auto n = f->pread(out, 0);
+    EXPECT_TRUE(n.has_value()) << n.error();
+    out.resize(n ? *n : 0);
+    EXPECT_TRUE(f->close().has_value());
+    return out;
+  }
+
+  static inline TempDir* dir_ = nullptr;
+  static inline std::string data_;
+  static inline std::string config_;
+  static inline Client* client_ = nullptr;
+};
+
+TEST_F(ClientTest, LargeFileRoundTripAcrossStripesWithUnalignedWrites) {
+  std::string d = dir();
+  auto data = pattern(24 * 1024 * 1024 + 12345, 1);
+  auto f = open(d + "/big", O_CREAT | O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(f);
+  // Unaligned pieces of varying size, in order.
+  std::mt19937 rng(7);
+  size_t pos = 0;
+  while (pos < data.size()) {
+    size_t n = std::min<size_t>(data.size() - pos, 1 + rng() % (3 << 20));
+    auto w = f->pwrite(std::span(data).subspan(pos, n), pos);
+    ASSERT_TRUE(w.has_value()) << w.error();
+    pos += n;
+  }
+  ASSERT_TRUE(f->fsync().has_value());
+  ASSERT_TRUE(f->close().has_value());
+  auto st = client_->resolve(client_->default_cred(), d + "/big");
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->size, data.size());
+  EXPECT_EQ(read_all(d + "/big"), data);
+  // Unaligned reads at random places.
+  auto r = open(d + "/big", O_RDONLY);
+  for (int i = 0; i < 50; ++i) {
+    size_t off = rng() % data.size();
+    size_t n = 1 + rng() % (2 << 20);
+    std::vector<std::byte> buf(n);
+    auto got = r->pread(buf, off);
+    ASSERT_TRUE(got.has_value()) << got.error();
+    size_t expect = std::min(n, data.size() - off);
+    ASSERT_EQ(*got, expect);
+    ASSERT_TRUE(std::equal(buf.begin(), buf.begin() + static_cast<long>(expect), data.begin() + static_cast<long>(off)));
+  }
+  std::vector<std::byte> past(10);
+  EXPECT_EQ(*r->pread(past, data.size()), 0u);
+}
+
+TEST_F(ClientTest, HolesAndTruncateReadZeros) {
+  std::string d = dir();
+  auto f = open(d + "/sparse", O_CREAT | O_RDWR);
+  ASSERT_TRUE(f);
+  auto a = pattern(1000, 2);
+  ASSERT_TRUE(f->pwrite(a, 5 * 1024 * 1024).has_value());  // hole before
+  ASSERT_TRUE(f->flush().has_value());
+  EXPECT_EQ(f->size(), 5u * 1024 * 1024 + 1000);
+  std::vector<std::byte> buf(4096, std::byte{1});
+  ASSERT_EQ(*f->pread(buf, 1024 * 1024), 4096u);
+  EXPECT_TRUE(std::all_of(buf.begin(), buf.end(), [](std::byte b) { return b == std::byte{0}; }));
+  // Shrink into the middle of the data, then grow: the cut bytes read as zeros.
+  ASSERT_TRUE(f->truncate(5 * 1024 * 1024 + 100).has_value());
+  ASSERT_TRUE(f->truncate(5 * 1024 * 1024 + 1000).has_value());
+  std::vector<std::byte> tail(1000);
+  ASSERT_EQ(*f->pread(tail, 5 * 1024 * 1024), 1000u);
+  EXPECT_TRUE(std::equal(tail.begin(), tail.begin() + 100, a.begin()));
+  EXPECT_TRUE(std::all_of(tail.begin() + 100, tail.end(), [](std::byte b) { return b == std::byte{0}; }));
+  ASSERT_TRUE(f->close().has_value());
+  // setattr(size) through the namespace call behaves the same.
+  auto n = client_->resolve(client_->default_cred(), d + "/sparse");
+  SetAttr attr;
+  attr.size = 10;
+  auto t = client_->setattr(client_->default_cred(), n->ino, attr);
+  ASSERT_TRUE(t.has_value()) << t.error();
+  EXPECT_EQ(t->size, 10u);
+  EXPECT_EQ(read_all(d + "/sparse").size(), 10u);
+}
+
+TEST_F(ClientTest, WritersOnDisjointRangesOfOneChunkKeepEachOthersBytes) {
+  std::string d = dir();
+  auto f0 = open(d + "/shared", O_CREAT | O_WRONLY);
+  ASSERT_TRUE(f0);
+  auto f1 = open(d + "/shared", O_WRONLY);
+  ASSERT_TRUE(f1);
+  auto data = pattern(3 * 1024 * 1024, 3);
+  // Interleaved 64 KiB stripes from two handles, inside the same chunks.
+  std::thread t0([&] {
+    for (size_t off = 0; off < data.size(); off += 128 * 1024)
+      ASSERT_TRUE(f0->pwrite(std::span(data).subspan(off, 64 * 1024), off).has_value());
+    ASSERT_TRUE(f0->close().has_value());
+  });
+  std::thread t1([&] {
+    for (size_t off = 64 * 1024; off < data.size(); off += 128 * 1024)
+      ASSERT_TRUE(f1->pwrite(std::span(data).subspan(off, 64 * 1024), off).has_value());
+    ASSERT_TRUE(f1->close().has_value());
+  });
+  t0.join();
+  t1.join();
+  EXPECT_EQ(read_all(d + "/shared"), data);
+}
+
+TEST_F(ClientTest, ReadBatchManySmallFiles) {
+  std::string d = dir();
+  const int kFiles = 60;
+  std::vector<std::vector<std::byte>> contents;
+  std::vector<Ino> inos;
+  for (int i = 0; i < kFiles; ++i) {
+    contents.push_back(pattern(1000 + 977 * i, 100 + i));
+    auto f = open(fmt::format("{}/f{}", d, i), O_CREAT | O_WRONLY | O_EXCL);
+    ASSERT_TRUE(f);
+    ASSERT_TRUE(f->pwrite(contents.back(), 0).has_value());
+    ASSERT_TRUE(f->close().has_value());
+    inos.push_back(f->ino());
+  }
+  std::vector<std::vector<std::byte>> bufs(kFiles, std::vector<std::byte>(80 * 1024));
+  std::vector<ReadOp> ops;
+  for (int i = 0; i < kFiles; ++i) ops.push_back(ReadOp{inos[i], 0, bufs[i], std::nullopt, std::nullopt});
+  auto results = client_->read_batch(client_->default_cred(), ops);
+  ASSERT_EQ(results.size(), ops.size());
+  for (int i = 0; i < kFiles; ++i) {
+    ASSERT_TRUE(results[i].has_value()) << results[i].error();
+    ASSERT_EQ(*results[i], contents[i].size());
+    EXPECT_TRUE(std::equal(contents[i].begin(), contents[i].end(), bufs[i].begin())) << "file " << i;
+  }
+  auto fut = client_->submit_reads(client_->default_cred(), ops);
+  for (auto& r : fut.get()) EXPECT_TRUE(r.has_value());
+}
+
+TEST_F(ClientTest, PosixErrors) {
+  std::string d = dir();
+  const Cred& c = client_->default_cred();
+  auto missing = client_->open_path(c, d + "/nope", O_RDONLY);
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_EQ(missing.error().posix_errno(), ENOENT);
+  EXPECT_NE(missing.error().message().find("/nope"), std::string::npos);
+  auto isdir = client_->open_path(c, d, O_RDONLY);
+  ASSERT_FALSE(isdir.has_value());
+  EXPECT_EQ(isdir.error().posix_errno(), EISDIR);
+  ASSERT_TRUE(open(d + "/x", O_CREAT | O_WRONLY | O_EXCL));
+  auto again = client_->open_path(c, d + "/x", O_CREAT | O_WRONLY | O_EXCL);
+  ASSERT_FALSE(again.has_value());
+  EXPECT_EQ(again.error().posix_errno(), EEXIST);
+  auto notdir = client_->resolve(c, d + "/x/y");
+  ASSERT_FALSE(notdir.has_value());
+  EXPECT_EQ(notdir.error().posix_errno(), ENOTDIR);
+  auto ro = open(d + "/x", O_RDONLY);
+  auto w = ro->pwrite(pattern(10, 1), 0);
+  ASSERT_FALSE(w.has_value());
+  EXPECT_EQ(w.error().posix_errno(), EBADF);
+  ASSERT_TRUE(ro->close().has_value());
+  EXPECT_EQ(ro->close().error().posix_errno(), EBADF);
+  ASSERT_TRUE(client_->mkdirs(c, d + "/sub/a").has_value());
+  auto rm = client_->remove_path(c, d + "/sub");
+  ASSERT_FALSE(rm.has_value());
+  EXPECT_EQ(rm.error().posix_errno(), ENOTEMPTY);
+  ASSERT_TRUE(client_->rename_path(c, d + "/x", d + "/sub/a/x").has_value());
+  auto list = client_->list_path(c, d + "/sub/a");
+  ASSERT_TRUE(list.has_value());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].name, "x");
+}
+
+// Last: kills a storage server of the cluster this suite started.
+TEST_F(ClientTest, ReadsAndWritesCarryOnWhileAStorageServerDies) {
+  if (dir_ == nullptr) GTEST_SKIP() << "needs the cluster this test starts";
+  std::string d = dir();
+  auto data = pattern(8 * 1024 * 1024, 9);
+  auto f = open(d + "/survivor", O_CREAT | O_WRONLY);
+  ASSERT_TRUE(f);
+  ASSERT_TRUE(f->pwrite(data, 0).has_value());
+  ASSERT_TRUE(f->close().has_value());
+  std::ifstream pidfile(data_ + "/run/storage-1.pid");
+  pid_t pid = 0;
+  pidfile >> pid;
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  // Reads fail over to the other replica at once.
+  EXPECT_EQ(read_all(d + "/survivor"), data);
+  // Writes wait for mgmtd to take the dead server out of its chains, then go on.
+  auto g = open(d + "/after-kill", O_CREAT | O_WRONLY);
+  ASSERT_TRUE(g);
+  ASSERT_TRUE(g->pwrite(data, 0).has_value());
+  auto closed = g->close();
+  ASSERT_TRUE(closed.has_value()) << closed.error();
+  EXPECT_EQ(read_all(d + "/after-kill"), data);
+  // `weft up` restarts the dead server; everything still reads back.
+  ASSERT_EQ(run(fmt::format("{} up --data-dir {} > /dev/null 2>&1", weft_bin(), data_)), 0);
+  EXPECT_EQ(read_all(d + "/survivor"), data);
+  EXPECT_EQ(read_all(d + "/after-kill"), data);
+}
+
+}  // namespace
+}  // namespace weft

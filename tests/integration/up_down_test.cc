@@ -1,0 +1,207 @@
+// `weft up` / `weft down` as a user runs them: a small local cluster in a
+// temporary directory (2 storage servers, 1 target each, 2 replicas), a
+// second `up` that changes nothing, a SIGKILLed storage server that `up`
+// restarts alone, `down`, and an `up` on the same directory that keeps the
+// ports, the token and mgmtd's state. The fixture always runs `weft down`
+// and, as a last resort, SIGKILLs the PIDs from the pid files.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <map>
+
+#include "process.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Process;
+using testing::TempDir;
+
+struct CliResult {
+  int exit_code = -1;
+  std::string output;
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool pid_alive(pid_t pid) {
+  if (pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH)) return false;
+  std::string stat = read_text("/proc/" + std::to_string(pid) + "/stat");
+  auto close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return false;
+  return stat[close + 2] != 'Z' && stat[close + 2] != 'X';
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
+  return n;
+}
+
+const std::vector<std::string> kRoles = {"mgmtd", "storage-1", "storage-2", "meta"};
+
+class UpDownTest : public ::testing::Test {
+ protected:
+  void SetUp() override { data_ = tmp_.file("cluster"); }
+
+  void TearDown() override {
+    if (!std::filesystem::exists(data_ + "/cluster.toml")) return;
+    auto r = weft({"down", "--data-dir", data_}, 40s);
+    if (r.exit_code != 0) ADD_FAILURE() << "weft down in TearDown failed:\n" << r.output;
+    // Last resort: anything still running from our pid files.
+    for (const auto& role : kRoles) {
+      pid_t pid = pid_of(role);
+      if (pid > 0 && pid_alive(pid) &&
+          read_text("/proc/" + std::to_string(pid) + "/cmdline").find(data_) != std::string::npos) {
+        ADD_FAILURE() << role << " (pid " << pid << ") survived weft down";
+        ::kill(pid, SIGKILL);
+      }
+    }
+  }
+
+  // Runs the weft binary to completion; stdout and stderr together.
+  CliResult weft(std::vector<std::string> args, std::chrono::milliseconds timeout = 60s) {
+    args.insert(args.begin(), testing::weft_binary());
+    std::string log = tmp_.file("cli." + std::to_string(runs_++) + ".log");
+    Process p(args, log);
+    auto status = p.wait_exit(timeout);
+    CliResult r;
+    r.output = p.log();
+    if (!status) {
+      r.output += "\n(timed out)";
+      return r;
+    }
+    r.exit_code = WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status);
+    return r;
+  }
+
+  CliResult up(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"up", "--data-dir", data_, "--timeout", "30"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return weft(args, 90s);
+  }
+
+  pid_t pid_of(const std::string& role) const {
+    std::string text = read_text(data_ + "/run/" + role + ".pid");
+    return text.empty() ? -1 : static_cast<pid_t>(std::stol(text));
+  }
+
+  std::map<std::string, pid_t> pids() const {
+    std::map<std::string, pid_t> out;
+    for (const auto& role : kRoles) out[role] = pid_of(role);
+    return out;
+  }
+
+  std::string client_config() const { return data_ + "/client.toml"; }
+
+  // Every target of the cluster shows up serving in `weft status`.
+  void expect_status_serving() {
+    auto st = weft({"status", "--config", client_config()});
+    ASSERT_EQ(st.exit_code, 0) << st.output;
+    EXPECT_NE(st.output.find("targets (2)"), std::string::npos) << st.output;
+    for (const char* t : {"/data/storage-1/t0", "/data/storage-2/t0"})
+      EXPECT_NE(st.output.find(data_ + t), std::string::npos) << st.output;
+    EXPECT_GE(count(st.output, "serving"), 2u) << st.output;
+    EXPECT_EQ(count(st.output, "offline"), 0u) << st.output;
+  }
+
+  TempDir tmp_;
+  std::string data_;
+  int runs_ = 0;
+};
+
+TEST_F(UpDownTest, LifecycleKeepsPortsTokenAndState) {
+  auto first = up({"--storage-servers", "2", "--targets-per-server", "1", "--replicas", "2"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("is up"), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("created chain table"), std::string::npos) << first.output;
+  for (const char* f : {"cluster.toml", "client.toml", "conf/mgmtd.toml", "conf/meta.toml", "conf/storage-1.toml",
+                        "conf/storage-2.toml", "logs/mgmtd.log", "logs/meta.log", "logs/storage-1.log"})
+    EXPECT_TRUE(std::filesystem::exists(data_ + "/" + f)) << f;
+  auto started = pids();
+  for (const auto& [role, pid] : started) EXPECT_TRUE(pid_alive(pid)) << role << " pid " << pid;
+  const std::string cluster_toml = read_text(data_ + "/cluster.toml");
+  const std::string client_toml = read_text(client_config());
+  expect_status_serving();
+
+  // A second `up` says so and changes nothing.
+  auto again = up();
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("already running"), std::string::npos) << again.output;
+  EXPECT_EQ(pids(), started);
+
+  // Flags that disagree with the existing cluster are refused.
+  auto mismatch = up({"--storage-servers", "3"});
+  EXPECT_NE(mismatch.exit_code, 0) << mismatch.output;
+  EXPECT_NE(mismatch.output.find("--storage-servers"), std::string::npos) << mismatch.output;
+  EXPECT_EQ(pids(), started);
+
+  // A killed storage server is restarted alone.
+  pid_t victim = started["storage-1"];
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  for (int i = 0; i < 500 && pid_alive(victim); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_FALSE(pid_alive(victim));
+  auto restart = up();
+  ASSERT_EQ(restart.exit_code, 0) << restart.output;
+  EXPECT_NE(restart.output.find("restarting storage-1"), std::string::npos) << restart.output;
+  auto after = pids();
+  EXPECT_NE(after["storage-1"], victim);
+  EXPECT_TRUE(pid_alive(after["storage-1"]));
+  for (const char* role : {"mgmtd", "storage-2", "meta"}) EXPECT_EQ(after[role], started[role]) << role;
+  expect_status_serving();
+
+  // `down` stops everything.
+  auto down = weft({"down", "--data-dir", data_}, 40s);
+  ASSERT_EQ(down.exit_code, 0) << down.output;
+  for (const auto& role : kRoles) {
+    EXPECT_NE(down.output.find("stopped " + role), std::string::npos) << down.output;
+    EXPECT_FALSE(pid_alive(after[role])) << role;
+    EXPECT_FALSE(std::filesystem::exists(data_ + "/run/" + role + ".pid")) << role;
+  }
+  auto idle = weft({"down", "--data-dir", data_});
+  EXPECT_EQ(idle.exit_code, 0) << idle.output;
+  EXPECT_NE(idle.output.find("nothing running"), std::string::npos) << idle.output;
+
+  // A stale pid file naming a live process that is not ours (this test) is
+  // removed, and that process is left alone.
+  testing::write_file(data_ + "/run/meta.pid", std::to_string(::getpid()) + "\n");
+
+  // `up` again: same ports and token, mgmtd still knows the chain table.
+  auto back = up();
+  ASSERT_EQ(back.exit_code, 0) << back.output;
+  EXPECT_NE(back.output.find("removed stale pid file " + data_ + "/run/meta.pid"), std::string::npos) << back.output;
+  EXPECT_NE(pid_of("meta"), ::getpid());
+  EXPECT_TRUE(pid_alive(pid_of("meta")));
+  EXPECT_EQ(back.output.find("created chain table"), std::string::npos) << back.output;
+  EXPECT_EQ(read_text(data_ + "/cluster.toml"), cluster_toml);
+  EXPECT_EQ(read_text(client_config()), client_toml);
+  auto list = weft({"admin", "chain-table", "list", "--config", client_config()});
+  ASSERT_EQ(list.exit_code, 0) << list.output;
+  EXPECT_NE(list.output.find("1 chain table(s)"), std::string::npos) << list.output;
+  EXPECT_NE(list.output.find("2 replicas"), std::string::npos) << list.output;
+  expect_status_serving();
+}
+
+TEST_F(UpDownTest, BadFlagsAreClearErrors) {
+  auto r = up({"--storage-servers", "1", "--replicas", "2"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--replicas 2 needs at least 2 storage servers"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(data_ + "/cluster.toml"));
+
+  auto down = weft({"down", "--data-dir", data_});
+  EXPECT_EQ(down.exit_code, 0) << down.output;
+  EXPECT_NE(down.output.find("nothing to stop"), std::string::npos) << down.output;
+}
+
+}  // namespace
+}  // namespace weft
