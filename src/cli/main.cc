@@ -7,6 +7,9 @@ namespace weft::cli {
 
 void add_up_commands(CLI::App& app);  // cli/up_commands.cc (`weft up`, `weft down`)
 void add_file_commands(CLI::App& app);  // cli/file_commands.cc (`weft ls|stat|mkdir|rm|mv|put|get|cat|layout`)
+#ifdef WEFT_WITH_FUSE
+void add_fuse_commands(CLI::App& app);  // cli/fuse_commands.cc (`weft mount`, `weft umount`)
+#endif
 
 int& exit_code() {
   static int code = 0;
@@ -41,6 +44,9 @@ int main(int argc, char** argv) {
   weft::cli::add_meta_commands(app, *serve);
   weft::cli::add_up_commands(app);
   weft::cli::add_file_commands(app);
+#ifdef WEFT_WITH_FUSE
+  weft::cli::add_fuse_commands(app);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

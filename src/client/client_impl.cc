@@ -86,7 +86,8 @@ class ClientImpl final : public Client {
       SetAttr rest = attr;
       rest.size.reset();
       if (!rest.mode && !rest.uid && !rest.gid && !rest.atime_ns && !rest.mtime_ns) return getattr(cred, ino);
-      return core_->meta->setattr(cred, ino, rest);
+      WEFT_TRY(Inode updated, core_->meta->setattr(cred, ino, rest));
+      return with_local_size(std::move(updated));
     }
     WEFT_TRY(Inode n, core_->meta->setattr(cred, ino, attr));
     return with_local_size(std::move(n));

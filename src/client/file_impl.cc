@@ -223,8 +223,9 @@ Result<size_t> FileImpl::pread(std::span<std::byte> dst, uint64_t offset) {
       prefetched_.clear();
     }
   }
-  if (offset + dst.size() > size) {
-    // Another client may have written past what this File knows.
+  if (offset >= size) {
+    // Past the end this File knows: another client may have written there.
+    // (A read that only straddles the end uses the known length: close-to-open.)
     WEFT_TRY(size, refresh_size());
   }
   if (offset >= size || dst.empty()) return 0;

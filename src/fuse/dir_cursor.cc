@@ -1,0 +1,49 @@
+#include "fuse/dir_cursor.h"
+
+#include <algorithm>
+
+namespace weft::fuse {
+
+Result<void> DirCursor::load(uint64_t start, std::string cookie, const Fetch& fetch) {
+  // A page may come back empty without being the last one; give up only if
+  // the cookie stops moving.
+  for (int empty_pages = 0;; ++empty_pages) {
+    auto page = fetch(cookie);
+    ++pages_fetched_;
+    if (!page) return std::unexpected(page.error());
+    loaded_ = true;
+    cur_start_ = start;
+    cur_ = std::move(page->entries);
+    cur_eof_ = page->eof;
+    if (!cur_.empty() || cur_eof_) {
+      cur_next_ = std::move(page->cookie);
+      break;
+    }
+    if (page->cookie == cookie || empty_pages > 1000) {
+      return error(Code::kInternal, "readdir returned an empty page whose cookie does not advance");
+    }
+    cookie = std::move(page->cookie);
+  }
+  uint64_t next = cur_start_ + cur_.size();
+  if (!cur_eof_ && next > starts_.back().first) starts_.emplace_back(next, cur_next_);
+  return {};
+}
+
+Result<const meta::DirEntry*> DirCursor::at(uint64_t index, const Fetch& fetch) {
+  for (;;) {
+    if (loaded_ && index >= cur_start_) {
+      uint64_t end = cur_start_ + cur_.size();
+      if (index < end) return &cur_[index - cur_start_];
+      if (cur_eof_) return nullptr;
+      WEFT_RETURN_IF_ERROR(load(end, cur_next_, fetch));
+      continue;
+    }
+    // Seek: the last page start at or before `index`.
+    auto it =
+        std::upper_bound(starts_.begin(), starts_.end(), index, [](uint64_t i, const auto& s) { return i < s.first; });
+    --it;  // starts_[0] is 0 <= index
+    WEFT_RETURN_IF_ERROR(load(it->first, it->second, fetch));
+  }
+}
+
+}  // namespace weft::fuse

@@ -1,0 +1,46 @@
+// fuse/dir_cursor.h
+// Maps FUSE directory offsets (entry indexes) to Weft readdir cookies.
+// Weft's readdir hands back an opaque cookie that continues after the last
+// entry of a page; FUSE asks for "entries from offset N". A cursor remembers
+// the cookie that starts every page seen so far (memory: one string per
+// page, not per entry) and keeps the current page, so a sequential listing
+// costs one readdir call per page and a seek back re-reads from the nearest
+// page start.
+// Threading: not thread-safe; one per open directory, used under its lock.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "meta/types.h"
+
+namespace weft::fuse {
+
+class DirCursor {
+ public:
+  using Fetch = std::function<Result<meta::DirPage>(std::string_view cookie)>;
+
+  // The entry at `index` (0-based, Weft entries only: no "." or ".."), or
+  // nullptr past the end. The pointer is valid until the next call.
+  Result<const meta::DirEntry*> at(uint64_t index, const Fetch& fetch);
+
+  size_t pages_fetched() const { return pages_fetched_; }
+
+ private:
+  Result<void> load(uint64_t start, std::string cookie, const Fetch& fetch);
+
+  std::vector<std::pair<uint64_t, std::string>> starts_{{0, std::string()}};  // ascending
+  bool loaded_ = false;
+  uint64_t cur_start_ = 0;
+  std::vector<meta::DirEntry> cur_;
+  std::string cur_next_;
+  bool cur_eof_ = false;
+  size_t pages_fetched_ = 0;
+};
+
+}  // namespace weft::fuse

@@ -1,0 +1,945 @@
+#define FUSE_USE_VERSION 35
+#include "fuse/fuse_server.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fuse_lowlevel.h>
+#include <linux/fs.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "fuse/dir_cursor.h"
+#include "weft/client.h"
+
+namespace weft::fuse {
+
+namespace {
+
+constexpr uint32_t kReaddirPageEntries = 512;
+constexpr const char* kCapabilityXattr = "security.capability";
+
+int errno_of(const Status& s) {
+  int e = s.posix_errno();
+  return e > 0 ? e : EIO;
+}
+
+timespec timespec_of(int64_t ns) {
+  timespec ts{};
+  ts.tv_sec = ns / 1000000000;
+  ts.tv_nsec = ns % 1000000000;
+  if (ts.tv_nsec < 0) {
+    ts.tv_nsec += 1000000000;
+    ts.tv_sec -= 1;
+  }
+  return ts;
+}
+
+int64_t ns_of(const timespec& ts) { return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec; }
+
+mode_t type_bits(InodeType t) {
+  switch (t) {
+    case InodeType::kDirectory:
+      return S_IFDIR;
+    case InodeType::kSymlink:
+      return S_IFLNK;
+    case InodeType::kFile:
+      break;
+  }
+  return S_IFREG;
+}
+
+// An open file: fi->fh points at it (owned by the registry while open).
+struct OpenFile {
+  Ino ino = 0;
+  std::shared_ptr<File> file;
+  bool writable = false;
+  std::atomic<bool> dirty{false};  // written since the last flush
+};
+
+// An open directory: fi->fh points at it.
+struct OpenDir {
+  Ino ino = 0;
+  Ino parent = 0;
+  std::mutex mu;
+  DirCursor cursor;
+};
+
+OpenFile* file_of(fuse_file_info* fi) { return reinterpret_cast<OpenFile*>(fi->fh); }
+OpenDir* dir_of(fuse_file_info* fi) { return reinterpret_cast<OpenDir*>(fi->fh); }
+
+// Per-thread read buffer: reads are up to 1 MiB and faulting fresh pages in
+// for every request costs more than the copy.
+std::vector<std::byte>& read_buffer(size_t size) {
+  thread_local std::vector<std::byte> buf;
+  if (buf.size() < size) buf.resize(size);
+  return buf;
+}
+
+}  // namespace
+
+class FuseServer::Impl {
+ public:
+  Impl(Client& client, MountOptions options, std::string mountpoint)
+      : client_(client), options_(std::move(options)), mountpoint_(std::move(mountpoint)) {}
+
+  ~Impl() {
+    unmount();
+    if (session_) fuse_session_destroy(session_);
+    // Files the kernel never released (the daemon stopped while they were
+    // open): flush what they buffered.
+    std::unordered_map<Ino, std::vector<std::shared_ptr<OpenFile>>> left;
+    {
+      std::lock_guard lk(files_mu_);
+      left.swap(open_files_);
+    }
+    for (auto& [ino, files] : left) {
+      for (auto& f : files) (void)f->file->close();
+    }
+  }
+
+  Result<void> mount() {
+    static const fuse_lowlevel_ops ops = make_ops();
+    std::string opts = options_.fuse_option_string();
+    std::vector<std::string> argv_s = {"weft", "-o", opts};
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+    session_ = fuse_session_new(&args, &ops, sizeof(ops), this);
+    if (!session_) {
+      return error(Code::kInvalidArgument, "cannot create the FUSE session with options '{}' (see the message above)",
+                   opts);
+    }
+    if (fuse_session_mount(session_, mountpoint_.c_str()) != 0) {
+      return error(Code::kIoError, "cannot mount on {} (see the message above; is /dev/fuse usable?)", mountpoint_);
+    }
+    mounted_ = true;
+    return {};
+  }
+
+  Result<int> run() {
+    if (fuse_set_signal_handlers(session_) != 0) return error(Code::kInternal, "cannot install signal handlers");
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+    fuse_loop_config config{};
+    config.clone_fd = 1;
+    config.max_idle_threads = options_.max_idle_threads;
+    int r = fuse_session_loop_mt(session_, &config);
+    fuse_remove_signal_handlers(session_);
+    unmount();
+    if (r < 0) return error(Code::kIoError, "FUSE session loop failed: {}", std::strerror(-r));
+    return r;
+  }
+
+  void unmount() {
+    std::lock_guard lk(mount_mu_);
+    if (mounted_ && session_) {
+      fuse_session_unmount(session_);
+      mounted_ = false;
+    }
+  }
+
+  const std::string& mountpoint() const { return mountpoint_; }
+
+ private:
+  static Impl* self(fuse_req_t req) { return static_cast<Impl*>(fuse_req_userdata(req)); }
+
+  // ---- credentials, attributes ----
+
+  static Cred cred_of(fuse_req_t req) {
+    const fuse_ctx* ctx = fuse_req_ctx(req);
+    Cred cred;
+    cred.uid = ctx->uid;
+    cred.gid = ctx->gid;
+    if (ctx->uid != 0) {  // root passes every check: skip reading /proc
+      gid_t groups[64];
+      int n = fuse_req_getgroups(req, 64, groups);
+      if (n > 64) {
+        std::vector<gid_t> more(n);
+        n = fuse_req_getgroups(req, n, more.data());
+        if (n > 0) cred.groups.assign(more.begin(), more.begin() + std::min<size_t>(n, more.size()));
+      } else if (n > 0) {
+        cred.groups.assign(groups, groups + n);
+      }
+    }
+    return cred;
+  }
+
+  // The size the kernel should see: meta's, or more when files open here
+  // have buffered writes meta does not know yet.
+  void apply_local_size(Inode& in) {
+    if (!in.is_file()) return;
+    std::lock_guard lk(files_mu_);
+    auto it = open_files_.find(in.ino);
+    if (it == open_files_.end()) return;
+    for (auto& f : it->second) {
+      if (f->writable) in.size = std::max(in.size, f->file->size());
+    }
+  }
+
+  struct stat stat_of(const Inode& in) const {
+    struct stat st {};
+    st.st_ino = in.ino;
+    st.st_mode = type_bits(in.type) | (in.mode & 07777);
+    st.st_nlink = in.nlink;
+    st.st_uid = in.uid;
+    st.st_gid = in.gid;
+    st.st_size = static_cast<off_t>(in.size);
+    st.st_blksize = in.is_file() && in.layout.chunk_bytes ? in.layout.chunk_bytes : 4096;
+    st.st_blocks = static_cast<blkcnt_t>((in.size + 511) / 512);
+    st.st_atim = timespec_of(in.atime_ns);
+    st.st_mtim = timespec_of(in.mtime_ns);
+    st.st_ctim = timespec_of(in.ctime_ns);
+    return st;
+  }
+
+  fuse_entry_param entry_of(Inode in) {
+    apply_local_size(in);
+    fuse_entry_param e{};
+    e.ino = in.ino;
+    e.generation = 0;
+    e.attr = stat_of(in);
+    e.attr_timeout = options_.attr_timeout_s;
+    e.entry_timeout = options_.entry_timeout_s;
+    return e;
+  }
+
+  // ---- lookup counts ----
+
+  void add_lookup(Ino ino) {
+    std::lock_guard lk(lookups_mu_);
+    ++lookups_[ino];
+  }
+  void forget_ino(Ino ino, uint64_t n) {
+    std::lock_guard lk(lookups_mu_);
+    auto it = lookups_.find(ino);
+    if (it == lookups_.end()) return;
+    if (it->second <= n) {
+      lookups_.erase(it);
+    } else {
+      it->second -= n;
+    }
+  }
+
+  void reply_entry(fuse_req_t req, const Inode& in) {
+    fuse_entry_param e = entry_of(in);
+    if (fuse_reply_entry(req, &e) == 0) add_lookup(in.ino);
+  }
+
+  // ---- open files ----
+
+  std::shared_ptr<OpenFile> register_file(Ino ino, std::shared_ptr<File> file, bool writable) {
+    auto of = std::make_shared<OpenFile>();
+    of->ino = ino;
+    of->file = std::move(file);
+    of->writable = writable;
+    std::lock_guard lk(files_mu_);
+    open_files_[ino].push_back(of);
+    return of;
+  }
+
+  std::shared_ptr<OpenFile> unregister_file(OpenFile* raw) {
+    std::lock_guard lk(files_mu_);
+    auto it = open_files_.find(raw->ino);
+    if (it == open_files_.end()) return nullptr;
+    auto& v = it->second;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (v[i].get() == raw) {
+        auto of = std::move(v[i]);
+        v.erase(v.begin() + static_cast<ptrdiff_t>(i));
+        if (v.empty()) open_files_.erase(it);
+        return of;
+      }
+    }
+    return nullptr;
+  }
+
+  std::vector<std::shared_ptr<OpenFile>> files_of(Ino ino) {
+    std::lock_guard lk(files_mu_);
+    auto it = open_files_.find(ino);
+    if (it == open_files_.end()) return {};
+    return it->second;
+  }
+
+  // Sends what files open here buffered for `ino`, so that a read, a
+  // truncate or a time change sees (and orders after) every earlier write.
+  Result<void> flush_writers(Ino ino) {
+    for (auto& f : files_of(ino)) {
+      if (!f->writable || !f->dirty.exchange(false)) continue;
+      if (auto r = f->file->flush(); !r) {
+        f->dirty = true;
+        return r;
+      }
+    }
+    return {};
+  }
+
+  bool has_other_writers(Ino ino, const OpenFile* except) {
+    std::lock_guard lk(files_mu_);
+    auto it = open_files_.find(ino);
+    if (it == open_files_.end()) return false;
+    for (auto& f : it->second) {
+      if (f.get() != except && f->writable) return true;
+    }
+    return false;
+  }
+
+  int open_flags(int fuse_flags, bool create) const {
+    int flags = fuse_flags & (O_ACCMODE | O_TRUNC | (create ? O_EXCL : 0));
+    // The kernel fills partial pages of its write-back cache with reads,
+    // even through a handle opened write-only.
+    if (options_.writeback_cache && (flags & O_ACCMODE) == O_WRONLY) flags = (flags & ~O_ACCMODE) | O_RDWR;
+    if (create) flags |= O_CREAT;
+    return flags;
+  }
+
+  void set_open_reply(fuse_file_info* fi, OpenFile* of) const {
+    fi->fh = reinterpret_cast<uint64_t>(of);
+    fi->direct_io = options_.direct_io ? 1 : 0;
+    fi->keep_cache = options_.keep_cache ? 1 : 0;
+  }
+
+  // ---- operations ----
+
+  static void op_init(void* userdata, fuse_conn_info* conn) {
+    auto* s = static_cast<Impl*>(userdata);
+    conn->max_write = kMaxIoBytes;  // libfuse derives max_pages from it
+    conn->max_read = kMaxIoBytes;
+    conn->max_readahead = kMaxIoBytes;
+    conn->max_background = 64;
+    conn->congestion_threshold = 48;
+    conn->time_gran = 1;
+    auto want = [conn](unsigned cap, bool on) {
+      if (on && (conn->capable & cap)) {
+        conn->want |= cap;
+      } else {
+        conn->want &= ~cap;
+      }
+    };
+    want(FUSE_CAP_ATOMIC_O_TRUNC, true);
+    want(FUSE_CAP_ASYNC_READ, true);
+    want(FUSE_CAP_PARALLEL_DIROPS, true);
+    want(FUSE_CAP_READDIRPLUS, true);
+    want(FUSE_CAP_READDIRPLUS_AUTO, true);
+    want(FUSE_CAP_AUTO_INVAL_DATA, true);
+    want(FUSE_CAP_ASYNC_DIO, true);
+    want(FUSE_CAP_WRITEBACK_CACHE, s->options_.writeback_cache);
+    // The kernel clears setuid/setgid bits itself (through setattr).
+    want(FUSE_CAP_HANDLE_KILLPRIV, false);
+    want(FUSE_CAP_POSIX_LOCKS, false);
+    want(FUSE_CAP_FLOCK_LOCKS, false);
+    want(FUSE_CAP_SPLICE_READ, false);
+    want(FUSE_CAP_SPLICE_WRITE, false);
+    want(FUSE_CAP_SPLICE_MOVE, false);
+  }
+
+  static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+    auto* s = self(req);
+    auto r = s->client_.lookup(cred_of(req), parent, name);
+    if (!r) {
+      if (r.error().code() == Code::kNotFound && s->options_.negative_timeout_s > 0) {
+        fuse_entry_param e{};
+        e.ino = 0;
+        e.entry_timeout = s->options_.negative_timeout_s;
+        fuse_reply_entry(req, &e);
+        return;
+      }
+      fuse_reply_err(req, errno_of(r.error()));
+      return;
+    }
+    s->reply_entry(req, *r);
+  }
+
+  static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+    self(req)->forget_ino(ino, nlookup);
+    fuse_reply_none(req);
+  }
+
+  static void op_forget_multi(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
+    auto* s = self(req);
+    for (size_t i = 0; i < count; ++i) s->forget_ino(forgets[i].ino, forgets[i].nlookup);
+    fuse_reply_none(req);
+  }
+
+  static void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
+    auto* s = self(req);
+    auto r = s->client_.getattr(cred_of(req), ino);
+    if (!r) {
+      fuse_reply_err(req, errno_of(r.error()));
+      return;
+    }
+    s->apply_local_size(*r);
+    struct stat st = s->stat_of(*r);
+    fuse_reply_attr(req, &st, s->options_.attr_timeout_s);
+  }
+
+  static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
+    auto* s = self(req);
+    SetAttr sa;
+    if (to_set & FUSE_SET_ATTR_MODE) sa.mode = attr->st_mode & 07777;
+    if (to_set & FUSE_SET_ATTR_UID) sa.uid = attr->st_uid;
+    if (to_set & FUSE_SET_ATTR_GID) sa.gid = attr->st_gid;
+    if (to_set & FUSE_SET_ATTR_SIZE) sa.size = static_cast<uint64_t>(attr->st_size);
+    if (to_set & FUSE_SET_ATTR_ATIME_NOW) {
+      sa.atime_ns = SetAttr::kTimeNow;
+    } else if (to_set & FUSE_SET_ATTR_ATIME) {
+      sa.atime_ns = ns_of(attr->st_atim);
+    }
+    if (to_set & FUSE_SET_ATTR_MTIME_NOW) {
+      sa.mtime_ns = SetAttr::kTimeNow;
+    } else if (to_set & FUSE_SET_ATTR_MTIME) {
+      sa.mtime_ns = ns_of(attr->st_mtim);
+    }
+    bool any = sa.mode || sa.uid || sa.gid || sa.size || sa.atime_ns || sa.mtime_ns;
+    Cred cred = cred_of(req);
+    if (sa.size || sa.mtime_ns) {
+      // Earlier writes must land before the truncate (or the new time).
+      if (fi && fi->fh) {
+        OpenFile* of = file_of(fi);
+        if (of->writable && of->dirty.exchange(false)) {
+          if (auto r = of->file->flush(); !r) {
+            of->dirty = true;
+            fuse_reply_err(req, errno_of(r.error()));
+            return;
+          }
+        }
+      }
+      if (auto r = s->flush_writers(ino); !r) {
+        fuse_reply_err(req, errno_of(r.error()));
+        return;
+      }
+    }
+    auto r = any ? s->client_.setattr(cred, ino, sa) : s->client_.getattr(cred, ino);
+    if (!r) {
+      fuse_reply_err(req, errno_of(r.error()));
+      return;
+    }
+    if (sa.size) {
+      for (auto& f : s->files_of(ino)) (void)f->file->refresh_size();
+    }
+    s->apply_local_size(*r);
+    struct stat st = s->stat_of(*r);
+    fuse_reply_attr(req, &st, s->options_.attr_timeout_s);
+  }
+
+  static void op_readlink(fuse_req_t req, fuse_ino_t ino) {
+    auto r = self(req)->client_.readlink(cred_of(req), ino);
+    if (!r) {
+      fuse_reply_err(req, errno_of(r.error()));
+      return;
+    }
+    fuse_reply_readlink(req, r->c_str());
+  }
+
+  static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t /*rdev*/) {
+    auto* s = self(req);
+    if (!S_ISREG(mode)) {
+      // Weft stores files, directories and symlinks only.
+      fuse_reply_err(req, EPERM);
+      return;
+    }
+    auto r = s->client_.create(cred_of(req), parent, name, mode & 07777, O_CREAT | O_EXCL | O_WRONLY);
+    if (!r) {
+      fuse_reply_err(req, errno_of(r.error()));
+      return;
+    }
+    (void)r->second->close();
+    s->reply_entry(req, r->first);
+  }
+
+  static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+    auto* s = self(req);
+    auto r = s->client_.mkdir(cred_of(req), parent, name, mode & 07777);
+    if (!r) {
+      fuse_reply_err(req, errno_of(r.error()));
+      return;
+    }
+    s->reply_entry(req, *r);
+  }
+
+  static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+    auto r = self(req)->client_.unlink(cred_of(req), parent, name);
+    fuse_reply_err(req, r ? 0 : errno_of(r.error()));
+  }
+
+  static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+    auto r = self(req)->client_.rmdir(cred_of(req), parent, name);
+    fuse_reply_err(req, r ? 0 : errno_of(r.error()));
+  }
+
+  static void op_symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+    auto* s = self(req);
+    auto r = s->client_.symlink(cred_of(req), parent, name, link);
+    if (!r) {
+      fuse_reply_err(req, errno_of(r.error()));
+      return;
+    }
+    s->reply_entry(req, *r);
+  }
+
+  static void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
+                        unsigned int flags) {
+    RenameFlags rf = RenameFlags::kNone;
+    if (flags == RENAME_NOREPLACE) {
+      rf = RenameFlags::kNoReplace;
+    } else if (flags == RENAME_EXCHANGE) {
+      rf = RenameFlags::kExchange;
+    } else if (flags != 0) {
+      fuse_reply_err(req, EINVAL);  // RENAME_WHITEOUT and combinations
+      return;
+    }
+    auto r = self(req)->client_.rename(cred_of(req), parent, name, newparent, newname, rf);
+    fuse_reply_err(req, r ? 0 : errno_of(r.error()));
+  }
+
+  static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+    auto* s = self(req);
+    auto r = s->client_.link(cred_of(req), ino, newparent, newname);
+    if (!r) {
+      fuse_reply_err(req, errno_of(r.error()));
+      return;
+    }
+    s->reply_entry(req, *r);
+  }
+
+  static void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+    auto* s = self(req);
+    int flags = s->open_flags(fi->flags, false);
+    if (flags & O_TRUNC) {
+      if (auto r = s->flush_writers(ino); !r) {
+        fuse_reply_err(req, errno_of(r.error()));
+        return;
+      }
+    }
+    auto r = s->client_.open(cred_of(req), ino, flags);
+    if (!r) {
+      fuse_reply_err(req, errno_of(r.error()));
+      return;
+    }
+    bool writable = (flags & O_ACCMODE) != O_RDONLY;
+    auto of = s->register_file(ino, std::move(*r), writable);
+    if (flags & O_TRUNC) {
+      for (auto& f : s->files_of(ino)) {
+        if (f != of) (void)f->file->refresh_size();
+      }
+    }
+    s->set_open_reply(fi, of.get());
+    if (fuse_reply_open(req, fi) != 0) {  // interrupted: the kernel will not release it
+      s->unregister_file(of.get());
+      (void)of->file->close();
+    }
+  }
+
+  static void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+    auto* s = self(req);
+    int flags = s->open_flags(fi->flags, true);
+    auto r = s->client_.create(cred_of(req), parent, name, mode & 07777, flags);
+    if (!r) {
+      fuse_reply_err(req, errno_of(r.error()));
+      return;
+    }
+    auto& [inode, file] = *r;
+    auto of = s->register_file(inode.ino, std::move(file), (flags & O_ACCMODE) != O_RDONLY);
+    s->set_open_reply(fi, of.get());
+    fuse_entry_param e = s->entry_of(inode);
+    if (fuse_reply_create(req, &e, fi) == 0) {
+      s->add_lookup(inode.ino);
+    } else {
+      s->unregister_file(of.get());
+      (void)of->file->close();
+    }
+  }
+
+  static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+    auto* s = self(req);
+    OpenFile* of = file_of(fi);
+    if (auto r = s->flush_writers(ino); !r) {
+      fuse_reply_err(req, errno_of(r.error()));
+      return;
+    }
+    auto& buf = read_buffer(size);
+    auto r = of->file->pread(std::span<std::byte>(buf.data(), size), static_cast<uint64_t>(off));
+    if (!r) {
+      fuse_reply_err(req, errno_of(r.error()));
+      return;
+    }
+    size_t n = *r;
+    if (n < size && s->has_other_writers(ino, of)) {
+      // Another handle here may have grown the file since this one opened.
+      auto grown = of->file->refresh_size();
+      if (grown && *grown > static_cast<uint64_t>(off) + n) {
+        auto more = of->file->pread(std::span<std::byte>(buf.data() + n, size - n), static_cast<uint64_t>(off) + n);
+        if (more) n += *more;
+      }
+    }
+    fuse_reply_buf(req, reinterpret_cast<const char*>(buf.data()), n);
+  }
+
+  static void op_write(fuse_req_t req, fuse_ino_t /*ino*/, const char* buf, size_t size, off_t off,
+                       fuse_file_info* fi) {
+    OpenFile* of = file_of(fi);
+    auto r = of->file->pwrite(std::span<const std::byte>(reinterpret_cast<const std::byte*>(buf), size),
+                              static_cast<uint64_t>(off));
+    if (!r) {
+      fuse_reply_err(req, errno_of(r.error()));
+      return;
+    }
+    of->dirty = true;
+    fuse_reply_write(req, *r);
+  }
+
+  static void op_flush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
+    OpenFile* of = file_of(fi);
+    if (!of->writable) {
+      fuse_reply_err(req, 0);
+      return;
+    }
+    of->dirty = false;
+    auto r = of->file->flush();
+    if (!r) of->dirty = true;
+    fuse_reply_err(req, r ? 0 : errno_of(r.error()));
+  }
+
+  static void op_release(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
+    auto* s = self(req);
+    auto of = s->unregister_file(file_of(fi));
+    int err = 0;
+    if (of) {
+      auto r = of->file->close();
+      if (!r) err = errno_of(r.error());  // the kernel drops it; close(2) saw flush's result
+    }
+    fuse_reply_err(req, err);
+  }
+
+  static void op_fsync(fuse_req_t req, fuse_ino_t /*ino*/, int /*datasync*/, fuse_file_info* fi) {
+    OpenFile* of = file_of(fi);
+    if (!of->writable) {
+      fuse_reply_err(req, 0);
+      return;
+    }
+    of->dirty = false;
+    auto r = of->file->fsync();
+    if (!r) of->dirty = true;
+    fuse_reply_err(req, r ? 0 : errno_of(r.error()));
+  }
+
+  static void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+    auto* s = self(req);
+    auto r = s->client_.getattr(cred_of(req), ino);
+    if (!r) {
+      fuse_reply_err(req, errno_of(r.error()));
+      return;
+    }
+    if (!r->is_dir()) {
+      fuse_reply_err(req, ENOTDIR);
+      return;
+    }
+    auto* d = new OpenDir;
+    d->ino = ino;
+    d->parent = r->parent ? r->parent : ino;
+    fi->fh = reinterpret_cast<uint64_t>(d);
+    if (fuse_reply_open(req, fi) != 0) delete d;
+  }
+
+  void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus) {
+    OpenDir* d = dir_of(fi);
+    Cred cred = cred_of(req);
+    std::lock_guard lk(d->mu);
+    std::vector<char> buf(size);
+    size_t used = 0;
+    auto fetch = [&](std::string_view cookie) { return client_.readdir(cred, ino, cookie, kReaddirPageEntries); };
+    for (uint64_t o = static_cast<uint64_t>(off);; ++o) {
+      std::string name;
+      fuse_entry_param e{};
+      bool counted = false;
+      if (o == 0 || o == 1) {
+        name = o == 0 ? "." : "..";
+        e.attr.st_ino = o == 0 ? d->ino : d->parent;
+        e.attr.st_mode = S_IFDIR;
+      } else {
+        auto r = d->cursor.at(o - 2, fetch);
+        if (!r) {
+          if (used == 0) {
+            fuse_reply_err(req, errno_of(r.error()));
+            return;
+          }
+          break;
+        }
+        const DirEntry* de = *r;
+        if (!de) break;
+        name = de->name;
+        if (plus) {
+          Inode attr = de->attr;
+          if (attr.ino == 0) {  // no attributes in the page: ask
+            auto l = client_.lookup(cred, ino, de->name);
+            if (!l) {
+              if (used == 0) {
+                fuse_reply_err(req, errno_of(l.error()));
+                return;
+              }
+              break;
+            }
+            attr = *l;
+          }
+          e = entry_of(attr);
+          counted = true;
+        } else {
+          e.attr.st_ino = de->ino;
+          e.attr.st_mode = type_bits(de->type);
+        }
+      }
+      size_t room = size - used;
+      size_t need = plus ? fuse_add_direntry_plus(req, buf.data() + used, room, name.c_str(), &e, off_t(o + 1))
+                         : fuse_add_direntry(req, buf.data() + used, room, name.c_str(), &e.attr, off_t(o + 1));
+      if (need > room) break;
+      used += need;
+      if (counted) add_lookup(e.ino);
+    }
+    fuse_reply_buf(req, buf.data(), used);
+  }
+
+  static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+    self(req)->readdir_common(req, ino, size, off, fi, false);
+  }
+
+  static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+    self(req)->readdir_common(req, ino, size, off, fi, true);
+  }
+
+  static void op_releasedir(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
+    delete dir_of(fi);
+    fuse_reply_err(req, 0);
+  }
+
+  static void op_fsyncdir(fuse_req_t req, fuse_ino_t /*ino*/, int /*datasync*/, fuse_file_info* /*fi*/) {
+    fuse_reply_err(req, 0);  // namespace changes are durable when acknowledged
+  }
+
+  static void op_statfs(fuse_req_t req, fuse_ino_t /*ino*/) {
+    auto r = self(req)->client_.statfs(cred_of(req));
+    if (!r) {
+      fuse_reply_err(req, errno_of(r.error()));
+      return;
+    }
+    constexpr uint64_t kBlock = 4096;
+    struct statvfs st {};
+    st.f_bsize = kMaxIoBytes;
+    st.f_frsize = kBlock;
+    st.f_blocks = r->capacity_bytes / kBlock;
+    uint64_t free_bytes = r->capacity_bytes > r->used_bytes ? r->capacity_bytes - r->used_bytes : 0;
+    st.f_bfree = free_bytes / kBlock;
+    st.f_bavail = st.f_bfree;
+    st.f_files = r->inodes_max ? r->inodes_max : UINT64_MAX / 2;
+    st.f_ffree = st.f_files > r->inodes_used ? st.f_files - r->inodes_used : 0;
+    st.f_favail = st.f_ffree;
+    st.f_namemax = meta::kNameBytesMax;
+    fuse_reply_statfs(req, &st);
+  }
+
+  static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
+    if (std::strcmp(name, kCapabilityXattr) == 0) {
+      fuse_reply_err(req, EOPNOTSUPP);  // see op_getxattr
+      return;
+    }
+    XattrFlags xf = XattrFlags::kAny;
+    if (flags & XATTR_CREATE) {
+      xf = XattrFlags::kCreate;
+    } else if (flags & XATTR_REPLACE) {
+      xf = XattrFlags::kReplace;
+    }
+    auto r = self(req)->client_.setxattr(cred_of(req), ino, name, std::string_view(value, size), xf);
+    fuse_reply_err(req, r ? 0 : errno_of(r.error()));
+  }
+
+  static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+    if (std::strcmp(name, kCapabilityXattr) == 0) {
+      // The kernel asks for it before every write to clear file
+      // capabilities; Weft does not store them, so answer without a round trip.
+      fuse_reply_err(req, ENODATA);
+      return;
+    }
+    auto r = self(req)->client_.getxattr(cred_of(req), ino, name);
+    if (!r) {
+      fuse_reply_err(req, errno_of(r.error()));
+      return;
+    }
+    if (size == 0) {
+      fuse_reply_xattr(req, r->size());
+    } else if (size < r->size()) {
+      fuse_reply_err(req, ERANGE);
+    } else {
+      fuse_reply_buf(req, r->data(), r->size());
+    }
+  }
+
+  static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+    auto r = self(req)->client_.listxattr(cred_of(req), ino);
+    if (!r) {
+      fuse_reply_err(req, errno_of(r.error()));
+      return;
+    }
+    std::string names;
+    for (const auto& n : *r) {
+      names += n;
+      names.push_back('\0');
+    }
+    if (size == 0) {
+      fuse_reply_xattr(req, names.size());
+    } else if (size < names.size()) {
+      fuse_reply_err(req, ERANGE);
+    } else {
+      fuse_reply_buf(req, names.data(), names.size());
+    }
+  }
+
+  static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+    auto r = self(req)->client_.removexattr(cred_of(req), ino, name);
+    fuse_reply_err(req, r ? 0 : errno_of(r.error()));
+  }
+
+  // Used only without -o default_permissions (the kernel checks otherwise):
+  // the classic owner/group/other check on Weft's attributes.
+  static void op_access(fuse_req_t req, fuse_ino_t ino, int mask) {
+    Cred cred = cred_of(req);
+    auto r = self(req)->client_.getattr(cred, ino);
+    if (!r) {
+      fuse_reply_err(req, errno_of(r.error()));
+      return;
+    }
+    if (mask == F_OK) {
+      fuse_reply_err(req, 0);
+      return;
+    }
+    uint32_t mode = r->mode;
+    if (cred.uid == 0) {
+      // root: everything, except executing a file nobody may execute.
+      bool ok = !(mask & X_OK) || r->is_dir() || (mode & 0111);
+      fuse_reply_err(req, ok ? 0 : EACCES);
+      return;
+    }
+    uint32_t bits;
+    if (cred.uid == r->uid) {
+      bits = (mode >> 6) & 7;
+    } else if (cred.gid == r->gid || cred.in_group(r->gid)) {
+      bits = (mode >> 3) & 7;
+    } else {
+      bits = mode & 7;
+    }
+    uint32_t want = ((mask & R_OK) ? 4 : 0) | ((mask & W_OK) ? 2 : 0) | ((mask & X_OK) ? 1 : 0);
+    fuse_reply_err(req, (bits & want) == want ? 0 : EACCES);
+  }
+
+  static fuse_lowlevel_ops make_ops() {
+    fuse_lowlevel_ops ops{};
+    ops.init = op_init;
+    ops.lookup = op_lookup;
+    ops.forget = op_forget;
+    ops.forget_multi = op_forget_multi;
+    ops.getattr = op_getattr;
+    ops.setattr = op_setattr;
+    ops.readlink = op_readlink;
+    ops.mknod = op_mknod;
+    ops.mkdir = op_mkdir;
+    ops.unlink = op_unlink;
+    ops.rmdir = op_rmdir;
+    ops.symlink = op_symlink;
+    ops.rename = op_rename;
+    ops.link = op_link;
+    ops.open = op_open;
+    ops.read = op_read;
+    ops.write = op_write;
+    ops.flush = op_flush;
+    ops.release = op_release;
+    ops.fsync = op_fsync;
+    ops.opendir = op_opendir;
+    ops.readdir = op_readdir;
+    ops.readdirplus = op_readdirplus;
+    ops.releasedir = op_releasedir;
+    ops.fsyncdir = op_fsyncdir;
+    ops.statfs = op_statfs;
+    ops.setxattr = op_setxattr;
+    ops.getxattr = op_getxattr;
+    ops.listxattr = op_listxattr;
+    ops.removexattr = op_removexattr;
+    ops.access = op_access;
+    ops.create = op_create;
+    return ops;
+  }
+
+  Client& client_;
+  MountOptions options_;
+  std::string mountpoint_;
+  fuse_session* session_ = nullptr;
+  std::mutex mount_mu_;
+  bool mounted_ = false;
+
+  std::mutex lookups_mu_;
+  std::unordered_map<Ino, uint64_t> lookups_;
+
+  std::mutex files_mu_;
+  std::unordered_map<Ino, std::vector<std::shared_ptr<OpenFile>>> open_files_;
+};
+
+FuseServer::FuseServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+FuseServer::~FuseServer() = default;
+
+Result<std::unique_ptr<FuseServer>> FuseServer::mount(Client& client, const MountOptions& options,
+                                                      const std::string& mountpoint) {
+  WEFT_RETURN_IF_ERROR(check_mountpoint(mountpoint, options.nonempty));
+  auto impl = std::make_unique<Impl>(client, options, mountpoint);
+  WEFT_RETURN_IF_ERROR(impl->mount());
+  return std::unique_ptr<FuseServer>(new FuseServer(std::move(impl)));
+}
+
+Result<int> FuseServer::run() { return impl_->run(); }
+void FuseServer::unmount() { impl_->unmount(); }
+const std::string& FuseServer::mountpoint() const { return impl_->mountpoint(); }
+
+Result<void> check_mountpoint(const std::string& path, bool nonempty) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    int err = errno;
+    if (err == ENOENT) return error(Code::kNotFound, "mount point {} does not exist", path);
+    if (err == ENOTCONN) {
+      return error(Code::kUnavailable,
+                   "mount point {} is a dead FUSE mount (its daemon exited): run `weft umount --lazy {}` first", path,
+                   path);
+    }
+    return error(code_from_errno(err), "mount point {}: {}", path, std::strerror(err));
+  }
+  if (!S_ISDIR(st.st_mode)) return error(Code::kNotDirectory, "mount point {} is not a directory", path);
+  if (!nonempty) {
+    std::error_code ec;
+    std::filesystem::directory_iterator it(path, ec);
+    if (ec) return error(Code::kPermissionDenied, "mount point {}: {}", path, ec.message());
+    if (it != std::filesystem::directory_iterator()) {
+      return error(Code::kNotEmpty, "mount point {} is not empty (add -o nonempty to mount over it)", path);
+    }
+  }
+  return {};
+}
+
+void block_stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+}  // namespace weft::fuse

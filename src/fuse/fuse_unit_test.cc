@@ -1,0 +1,114 @@
+// Unit tests of the FUSE mount's pure parts: -o parsing and the mapping of
+// FUSE directory offsets to Weft readdir cookies.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "fuse/dir_cursor.h"
+#include "fuse/mount_options.h"
+
+namespace weft::fuse {
+namespace {
+
+TEST(MountOptions, Defaults) {
+  auto m = parse_mount_options({});
+  ASSERT_TRUE(m);
+  EXPECT_DOUBLE_EQ(m->attr_timeout_s, 1.0);
+  EXPECT_DOUBLE_EQ(m->entry_timeout_s, 1.0);
+  EXPECT_DOUBLE_EQ(m->negative_timeout_s, 0.0);
+  EXPECT_FALSE(m->writeback_cache);
+  EXPECT_EQ(m->fuse_option_string(), "fsname=weft,subtype=weft,max_read=1048576");
+}
+
+TEST(MountOptions, OwnAndPassedThrough) {
+  auto m = parse_mount_options({"attr_timeout=2.5,entry_timeout=0,negative_timeout=3", "writeback_cache,direct_io",
+                                "allow_other,default_permissions,noatime,rw"});
+  ASSERT_TRUE(m) << m.error();
+  EXPECT_DOUBLE_EQ(m->attr_timeout_s, 2.5);
+  EXPECT_DOUBLE_EQ(m->entry_timeout_s, 0.0);
+  EXPECT_DOUBLE_EQ(m->negative_timeout_s, 3.0);
+  EXPECT_TRUE(m->writeback_cache);
+  EXPECT_TRUE(m->direct_io);
+  EXPECT_TRUE(m->allow_other);
+  EXPECT_TRUE(m->default_permissions);
+  EXPECT_EQ(m->fuse_option_string(),
+            "fsname=weft,subtype=weft,max_read=1048576,allow_other,default_permissions,noatime");
+}
+
+TEST(MountOptions, Errors) {
+  EXPECT_FALSE(parse_mount_options({"attr_timeout=x"}));
+  EXPECT_FALSE(parse_mount_options({"attr_timeout=-1"}));
+  EXPECT_FALSE(parse_mount_options({"writeback_cache=1"}));
+  EXPECT_FALSE(parse_mount_options({"max_read=4096"}));
+  auto e = parse_mount_options({"entry_timeout=abc"});
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().message().find("entry_timeout=abc"), std::string::npos);
+}
+
+// A directory of n entries served in pages of `page` entries; cookies are
+// the index of the next entry as text.
+struct FakeDir {
+  int n = 0;
+  int page = 0;
+  int calls = 0;
+  Result<meta::DirPage> fetch(std::string_view cookie) {
+    ++calls;
+    int start = cookie.empty() ? 0 : std::stoi(std::string(cookie));
+    meta::DirPage p;
+    for (int i = start; i < std::min(n, start + page); ++i)
+      p.entries.push_back(meta::DirEntry{fmt::format("f{}", i), meta::Ino(i + 100)});
+    int next = std::min(n, start + page);
+    p.cookie = std::to_string(next);
+    p.eof = next >= n;
+    return p;
+  }
+};
+
+TEST(DirCursor, SequentialOneFetchPerPage) {
+  FakeDir d{1000, 64};
+  DirCursor c;
+  auto fetch = [&](std::string_view k) { return d.fetch(k); };
+  for (int i = 0; i < 1000; ++i) {
+    auto e = c.at(i, fetch);
+    ASSERT_TRUE(e);
+    ASSERT_NE(*e, nullptr);
+    EXPECT_EQ((*e)->name, fmt::format("f{}", i));
+  }
+  auto end = c.at(1000, fetch);
+  ASSERT_TRUE(end);
+  EXPECT_EQ(*end, nullptr);
+  EXPECT_EQ(d.calls, 16);
+}
+
+TEST(DirCursor, SeeksBackAndForth) {
+  FakeDir d{300, 7};
+  DirCursor c;
+  auto fetch = [&](std::string_view k) { return d.fetch(k); };
+  for (int i : {0, 299, 150, 3, 298, 151, 77, 0}) {
+    auto e = c.at(i, fetch);
+    ASSERT_TRUE(e);
+    ASSERT_NE(*e, nullptr) << i;
+    EXPECT_EQ((*e)->name, fmt::format("f{}", i));
+  }
+  auto end = c.at(5000, fetch);
+  ASSERT_TRUE(end);
+  EXPECT_EQ(*end, nullptr);
+}
+
+TEST(DirCursor, EmptyDirectory) {
+  FakeDir d{0, 10};
+  DirCursor c;
+  auto e = c.at(0, [&](std::string_view k) { return d.fetch(k); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(*e, nullptr);
+}
+
+TEST(DirCursor, ErrorsSurface) {
+  DirCursor c;
+  auto e = c.at(0, [](std::string_view) -> Result<meta::DirPage> { return error(Code::kPermissionDenied, "no"); });
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().code(), Code::kPermissionDenied);
+}
+
+}  // namespace
+}  // namespace weft::fuse

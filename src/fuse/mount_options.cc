@@ -1,0 +1,103 @@
+#include "fuse/mount_options.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+
+namespace weft::fuse {
+namespace {
+
+std::vector<std::string> split_commas(std::string_view s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = s.find(',', start);
+    if (comma == std::string_view::npos) comma = s.size();
+    if (comma > start) out.emplace_back(s.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+Result<double> parse_seconds(std::string_view key, std::string_view value) {
+  double v = 0;
+  auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (ec != std::errc() || p != value.data() + value.size() || !std::isfinite(v) || v < 0) {
+    return error(Code::kInvalidArgument, "mount option {}={}: expected a number of seconds >= 0", key, value);
+  }
+  return v;
+}
+
+Result<unsigned> parse_count(std::string_view key, std::string_view value, unsigned min, unsigned max) {
+  unsigned v = 0;
+  auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (ec != std::errc() || p != value.data() + value.size() || v < min || v > max) {
+    return error(Code::kInvalidArgument, "mount option {}={}: expected an integer in [{}, {}]", key, value, min, max);
+  }
+  return v;
+}
+
+}  // namespace
+
+std::string MountOptions::fuse_option_string() const {
+  std::string s = fmt::format("fsname={},subtype=weft,max_read={}", fsname, kMaxIoBytes);
+  for (const auto& o : fuse_options) {
+    s += ',';
+    s += o;
+  }
+  return s;
+}
+
+Result<MountOptions> parse_mount_options(const std::vector<std::string>& opt_lists) {
+  MountOptions m;
+  for (const auto& list : opt_lists) {
+    for (const auto& opt : split_commas(list)) {
+      auto eq = opt.find('=');
+      std::string key = opt.substr(0, eq);
+      std::string value = eq == std::string::npos ? std::string() : opt.substr(eq + 1);
+      bool has_value = eq != std::string::npos;
+      auto flag = [&](bool& field) -> Result<void> {
+        if (has_value) return error(Code::kInvalidArgument, "mount option {} takes no value", key);
+        field = true;
+        return {};
+      };
+      Result<void> r;
+      if (key == "attr_timeout" || key == "entry_timeout" || key == "negative_timeout") {
+        WEFT_TRY(double v, parse_seconds(key, value));
+        (key == "attr_timeout"    ? m.attr_timeout_s
+         : key == "entry_timeout" ? m.entry_timeout_s
+                                  : m.negative_timeout_s) = v;
+      } else if (key == "writeback_cache") {
+        r = flag(m.writeback_cache);
+      } else if (key == "no_writeback_cache") {
+        m.writeback_cache = false;
+      } else if (key == "direct_io") {
+        r = flag(m.direct_io);
+      } else if (key == "keep_cache" || key == "kernel_cache") {
+        r = flag(m.keep_cache);
+      } else if (key == "nonempty") {
+        r = flag(m.nonempty);
+      } else if (key == "max_idle_threads") {
+        WEFT_TRY(m.max_idle_threads, parse_count(key, value, 1, 1024));
+      } else if (key == "fsname") {
+        if (value.empty()) return error(Code::kInvalidArgument, "mount option fsname needs a value");
+        m.fsname = value;
+      } else if (key == "subtype" || key == "max_read") {
+        return error(Code::kInvalidArgument, "mount option {} is set by weft and cannot be changed", key);
+      } else if (key == "rw" || key == "defaults" || key == "_netdev" || key == "auto" || key == "noauto" ||
+                 key == "user" || key == "nouser" || key == "users") {
+        // fstab words: meaningless here.
+      } else {
+        if (key == "allow_other") m.allow_other = true;
+        if (key == "default_permissions") m.default_permissions = true;
+        if (key == "ro") m.read_only = true;
+        m.fuse_options.push_back(opt);
+      }
+      if (!r) return std::unexpected(r.error());
+    }
+  }
+  return m;
+}
+
+}  // namespace weft::fuse

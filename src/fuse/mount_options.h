@@ -1,0 +1,41 @@
+// fuse/mount_options.h
+// The `-o` options of `weft mount`: Weft's own (timeouts, caching) are parsed
+// here, everything else is handed to libfuse (allow_other, default_permissions,
+// ro, noatime, ...), which refuses what it does not know.
+// Threading: pure functions.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace weft::fuse {
+
+struct MountOptions {
+  double attr_timeout_s = 1.0;       // kernel keeps attributes this long
+  double entry_timeout_s = 1.0;      // kernel keeps name -> inode this long
+  double negative_timeout_s = 0.0;   // kernel keeps "no such name" this long (0: not at all)
+  bool writeback_cache = false;      // kernel buffers writes (FUSE_CAP_WRITEBACK_CACHE)
+  bool direct_io = false;            // no kernel page cache for file data (checkpoints)
+  bool keep_cache = false;           // keep the page cache across opens (read-only data sets)
+  bool allow_other = false;          // other users may use the mount
+  bool default_permissions = false;  // the kernel checks permissions from the attributes
+  bool read_only = false;
+  bool nonempty = false;           // allow mounting over a non-empty directory
+  unsigned max_idle_threads = 10;  // idle FUSE worker threads kept (libfuse caps workers at 10)
+  std::string fsname = "weft";
+  // Passed to libfuse as -o, in order (allow_other, default_permissions, ro included).
+  std::vector<std::string> fuse_options;
+
+  // "fsname=weft,subtype=weft,max_read=1048576,..." for fuse_session_new.
+  std::string fuse_option_string() const;
+};
+
+inline constexpr unsigned kMaxIoBytes = 1u << 20;  // max_read / max_write
+
+// Parses comma-separated options, as many -o as given. Errors name the option.
+Result<MountOptions> parse_mount_options(const std::vector<std::string>& opt_lists);
+
+}  // namespace weft::fuse

@@ -1,0 +1,754 @@
+// `weft mount` end to end: a local cluster (`weft up`) in a temporary
+// directory, mounted once for the suite with allow_other and
+// default_permissions, and exercised only through the mount with plain POSIX
+// calls. TearDownTestSuite always unmounts (lazily as a last resort) and runs
+// `weft down`, even when a test failed.
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <linux/fs.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "process.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Process;
+using testing::TempDir;
+
+struct Run {
+  int code = -1;  // exit code; -1: did not finish or died
+  std::string log;
+};
+
+Run run_weft(std::vector<std::string> args, const std::string& log, std::chrono::seconds timeout = 60s) {
+  args.insert(args.begin(), testing::weft_binary());
+  Process p(args, log);
+  auto status = p.wait_exit(timeout);
+  Run r;
+  r.log = p.log();
+  if (status && WIFEXITED(*status)) r.code = WEXITSTATUS(*status);
+  return r;
+}
+
+bool is_mounted(const std::string& path) {
+  std::ifstream in("/proc/self/mounts");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ss(line);
+    std::string dev, mp;
+    ss >> dev >> mp;
+    if (mp == path) return true;
+  }
+  return false;
+}
+
+// stat(path) in a child so that a hung mount cannot hang the test: the
+// errno (0 on success), or -1 if it did not return within `timeout`.
+int stat_with_timeout(const std::string& path, std::chrono::milliseconds timeout) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    struct stat st;
+    ::_exit(::stat(path.c_str(), &st) == 0 ? 0 : (errno & 0x7f));
+  }
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  int status = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    std::this_thread::sleep_for(5ms);
+  }
+  ::kill(pid, SIGKILL);  // a process stuck in a FUSE request dies on SIGKILL
+  ::waitpid(pid, &status, 0);
+  return -1;
+}
+
+pid_t read_pid(const std::string& pid_file) {
+  auto text = testing::wait_for_file(pid_file, 1s);
+  return text ? static_cast<pid_t>(std::stol(*text)) : -1;
+}
+
+bool wait_pid_gone(pid_t pid, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+    // A zombie (reparented, not yet reaped) counts as gone.
+    std::ifstream st("/proc/" + std::to_string(pid) + "/stat");
+    std::string s((std::istreambuf_iterator<char>(st)), std::istreambuf_iterator<char>());
+    auto close_paren = s.rfind(')');
+    if (close_paren != std::string::npos && close_paren + 2 < s.size() && s[close_paren + 2] == 'Z') return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+void unmount_hard(const std::string& mp) {
+  if (!is_mounted(mp)) return;
+  run_weft({"umount", mp}, mp + ".umount.log", 20s);
+  if (is_mounted(mp)) run_weft({"umount", "--lazy", mp}, mp + ".umount.log", 20s);
+  if (is_mounted(mp)) std::system(("fusermount3 -uz '" + mp + "' >/dev/null 2>&1").c_str());
+}
+
+std::string read_all(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return "<open failed: " + std::string(std::strerror(errno)) + ">";
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+bool write_all(const std::string& path, const std::string& data, mode_t mode = 0644) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, mode);
+  if (fd < 0) return false;
+  bool ok = ::write(fd, data.data(), data.size()) == static_cast<ssize_t>(data.size());
+  return ::close(fd) == 0 && ok;
+}
+
+// Deterministic content: byte i of a stream seeded with `seed`.
+void fill_pattern(char* dst, size_t n, uint64_t seed, uint64_t offset) {
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t x = (offset + i) * 0x9E3779B97F4A7C15ull ^ seed;
+    x ^= x >> 29;
+    dst[i] = static_cast<char>(x * 0xBF58476D1CE4E5B9ull >> 56);
+  }
+}
+
+// WEFT_FUSE_TEST_OPTIONS adds mount options (e.g. writeback_cache or
+// direct_io) to run the whole suite in another cache mode.
+std::string mount_options() {
+  std::string o = "allow_other,default_permissions";
+  if (const char* extra = std::getenv("WEFT_FUSE_TEST_OPTIONS"); extra && *extra) o += std::string(",") + extra;
+  return o;
+}
+
+class FuseTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir;
+    ::chmod(dir_->path().c_str(), 0755);  // the unprivileged child of the permission test walks through it
+    data_ = dir_->file("data");
+    mnt_ = dir_->file("mnt");
+    ::mkdir(mnt_.c_str(), 0755);
+    auto up =
+        run_weft({"up", "--data-dir", data_, "--storage-servers", "2", "--targets-per-server", "2", "--replicas", "2"},
+                 dir_->file("up.log"), 120s);
+    if (up.code != 0) {
+      setup_error_ = "weft up failed (" + std::to_string(up.code) + "):\n" + up.log;
+      return;
+    }
+    cluster_up_ = true;
+    auto m = run_weft({"mount", mnt_, "--config", data_ + "/client.toml", "--background", "--pid-file",
+                       dir_->file("mount.pid"), "--log-file", dir_->file("mount-daemon.log"), "-o", mount_options()},
+                      dir_->file("mount.log"), 60s);
+    if (m.code != 0) {
+      setup_error_ = "weft mount failed (" + std::to_string(m.code) + "):\n" + m.log;
+      return;
+    }
+    mount_pid_ = read_pid(dir_->file("mount.pid"));
+    mounted_ = true;
+  }
+
+  static void TearDownTestSuite() {
+    if (dir_ == nullptr) return;
+    unmount_hard(mnt_);
+    if (mount_pid_ > 0 && !wait_pid_gone(mount_pid_, 10s)) ::kill(mount_pid_, SIGKILL);
+    if (cluster_up_) run_weft({"down", "--data-dir", data_}, dir_->file("down.log"), 60s);
+    if (::testing::UnitTest::GetInstance()->current_test_suite()->failed_test_count() > 0 ||
+        std::getenv("WEFT_KEEP_LOGS")) {
+      std::fprintf(stderr, "--- mount daemon log ---\n%s\n",
+                   read_all(dir_->file("mount-daemon.log")).substr(0, 20000).c_str());
+    }
+    delete dir_;
+    dir_ = nullptr;
+  }
+
+  void SetUp() override {
+    if (!mounted_) GTEST_FAIL() << setup_error_;
+    // One directory per test, in the mount.
+    auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    base_ = mnt_ + "/" + info->name();
+    ASSERT_EQ(::mkdir(base_.c_str(), 0755), 0) << base_ << ": " << std::strerror(errno);
+  }
+
+  std::string p(const std::string& name) const { return base_ + "/" + name; }
+
+  static inline TempDir* dir_ = nullptr;
+  static inline std::string data_, mnt_, setup_error_;
+  static inline bool cluster_up_ = false, mounted_ = false;
+  static inline pid_t mount_pid_ = -1;
+  std::string base_;
+};
+
+TEST_F(FuseTest, CreateWriteReadStat) {
+  auto before = std::chrono::system_clock::now() - 5s;
+  int fd = ::open(p("a").c_str(), O_CREAT | O_EXCL | O_WRONLY, 0640);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::write(fd, "hello weft", 10), 10);
+  struct stat st {};
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  EXPECT_EQ(st.st_size, 10);
+  ASSERT_EQ(::close(fd), 0);
+
+  ASSERT_EQ(::stat(p("a").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  EXPECT_EQ(st.st_size, 10);
+  EXPECT_EQ(st.st_nlink, 1u);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_gid, 0u);
+  EXPECT_GE(st.st_mtime, std::chrono::system_clock::to_time_t(before));
+  EXPECT_LE(st.st_mtime, std::chrono::system_clock::to_time_t(std::chrono::system_clock::now() + 5s));
+  EXPECT_EQ(read_all(p("a")), "hello weft");
+
+  // O_EXCL on an existing name; O_TRUNC empties.
+  EXPECT_LT(::open(p("a").c_str(), O_CREAT | O_EXCL | O_WRONLY, 0640), 0);
+  EXPECT_EQ(errno, EEXIST);
+  fd = ::open(p("a").c_str(), O_WRONLY | O_TRUNC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "xy", 2), 2);
+  ASSERT_EQ(::close(fd), 0);
+  EXPECT_EQ(read_all(p("a")), "xy");
+
+  // Append.
+  fd = ::open(p("a").c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "z", 1), 1);
+  ASSERT_EQ(::close(fd), 0);
+  EXPECT_EQ(read_all(p("a")), "xyz");
+
+  // utimens, chmod.
+  timespec times[2] = {{1000, 5}, {2000, 7}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, p("a").c_str(), times, 0), 0) << std::strerror(errno);
+  ASSERT_EQ(::chmod(p("a").c_str(), 0600), 0);
+  ASSERT_EQ(::stat(p("a").c_str(), &st), 0);
+  EXPECT_EQ(st.st_atim.tv_sec, 1000);
+  EXPECT_EQ(st.st_mtim.tv_sec, 2000);
+  EXPECT_EQ(st.st_mtim.tv_nsec, 7);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+
+  // mknod of a regular file works, of a FIFO is refused.
+  EXPECT_EQ(::mknod(p("node").c_str(), S_IFREG | 0644, 0), 0) << std::strerror(errno);
+  EXPECT_NE(::mknod(p("fifo").c_str(), S_IFIFO | 0644, 0), 0);
+}
+
+TEST_F(FuseTest, MkdirRmdirUnlink) {
+  ASSERT_EQ(::mkdir(p("d").c_str(), 0750), 0);
+  struct stat st {};
+  ASSERT_EQ(::stat(p("d").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
+  EXPECT_EQ(::mkdir(p("d").c_str(), 0750), -1);
+  EXPECT_EQ(errno, EEXIST);
+  ASSERT_TRUE(write_all(p("d/f"), "x"));
+  EXPECT_EQ(::rmdir(p("d").c_str()), -1);
+  EXPECT_EQ(errno, ENOTEMPTY);
+  EXPECT_EQ(::rmdir(p("d/f").c_str()), -1);
+  EXPECT_EQ(errno, ENOTDIR);
+  EXPECT_EQ(::unlink(p("d").c_str()), -1);
+  EXPECT_EQ(errno, EISDIR);
+  ASSERT_EQ(::unlink(p("d/f").c_str()), 0);
+  EXPECT_EQ(::unlink(p("d/f").c_str()), -1);
+  EXPECT_EQ(errno, ENOENT);
+  ASSERT_EQ(::rmdir(p("d").c_str()), 0);
+  EXPECT_EQ(::stat(p("d").c_str(), &st), -1);
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_EQ(::unlink(p("missing").c_str()), -1);
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_EQ(::open(p("missing/x").c_str(), O_RDONLY), -1);
+  EXPECT_EQ(errno, ENOENT);
+}
+
+TEST_F(FuseTest, Rename) {
+  ASSERT_TRUE(write_all(p("a"), "A"));
+  ASSERT_TRUE(write_all(p("b"), "B"));
+  ASSERT_TRUE(write_all(p("c"), "C"));
+  ASSERT_EQ(::rename(p("a").c_str(), p("a2").c_str()), 0);
+  struct stat st {};
+  EXPECT_EQ(::stat(p("a").c_str(), &st), -1);
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_EQ(read_all(p("a2")), "A");
+  // Overwrite.
+  ASSERT_EQ(::rename(p("a2").c_str(), p("b").c_str()), 0);
+  EXPECT_EQ(read_all(p("b")), "A");
+  EXPECT_EQ(::stat(p("a2").c_str(), &st), -1);
+  // NOREPLACE.
+  EXPECT_EQ(::renameat2(AT_FDCWD, p("b").c_str(), AT_FDCWD, p("c").c_str(), RENAME_NOREPLACE), -1);
+  EXPECT_EQ(errno, EEXIST);
+  EXPECT_EQ(read_all(p("c")), "C");
+  ASSERT_EQ(::renameat2(AT_FDCWD, p("b").c_str(), AT_FDCWD, p("n").c_str(), RENAME_NOREPLACE), 0)
+      << std::strerror(errno);
+  EXPECT_EQ(read_all(p("n")), "A");
+  // EXCHANGE.
+  ASSERT_EQ(::renameat2(AT_FDCWD, p("n").c_str(), AT_FDCWD, p("c").c_str(), RENAME_EXCHANGE), 0)
+      << std::strerror(errno);
+  EXPECT_EQ(read_all(p("n")), "C");
+  EXPECT_EQ(read_all(p("c")), "A");
+  // Across directories, and a directory.
+  ASSERT_EQ(::mkdir(p("d1").c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(p("d2").c_str(), 0755), 0);
+  ASSERT_EQ(::rename(p("c").c_str(), p("d1/c").c_str()), 0);
+  ASSERT_EQ(::rename(p("d1").c_str(), p("d2/d1").c_str()), 0);
+  EXPECT_EQ(read_all(p("d2/d1/c")), "A");
+  // A directory onto a non-empty one.
+  ASSERT_EQ(::mkdir(p("d3").c_str(), 0755), 0);
+  EXPECT_EQ(::rename(p("d3").c_str(), p("d2").c_str()), -1);
+  EXPECT_EQ(errno, ENOTEMPTY);
+}
+
+TEST_F(FuseTest, SymlinkReadlink) {
+  ASSERT_TRUE(write_all(p("target"), "through the link"));
+  ASSERT_EQ(::symlink("target", p("l").c_str()), 0);
+  ASSERT_EQ(::symlink("/nowhere/at/all", p("dangling").c_str()), 0);
+  char buf[256] = {};
+  ASSERT_EQ(::readlink(p("l").c_str(), buf, sizeof buf), 6);
+  EXPECT_EQ(std::string(buf, 6), "target");
+  ssize_t n = ::readlink(p("dangling").c_str(), buf, sizeof buf);
+  ASSERT_EQ(n, 15);
+  EXPECT_EQ(std::string(buf, 15), "/nowhere/at/all");
+  struct stat st {};
+  ASSERT_EQ(::lstat(p("l").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+  EXPECT_EQ(st.st_size, 6);
+  EXPECT_EQ(read_all(p("l")), "through the link");
+  EXPECT_EQ(::stat(p("dangling").c_str(), &st), -1);
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_EQ(::readlink(p("target").c_str(), buf, sizeof buf), -1);
+  EXPECT_EQ(errno, EINVAL);
+}
+
+TEST_F(FuseTest, HardLinks) {
+  ASSERT_TRUE(write_all(p("a"), "shared"));
+  ASSERT_EQ(::link(p("a").c_str(), p("b").c_str()), 0) << std::strerror(errno);
+  struct stat sa {
+  }, sb{};
+  ASSERT_EQ(::stat(p("a").c_str(), &sa), 0);
+  ASSERT_EQ(::stat(p("b").c_str(), &sb), 0);
+  EXPECT_EQ(sa.st_ino, sb.st_ino);
+  EXPECT_EQ(sa.st_nlink, 2u);
+  EXPECT_EQ(sb.st_nlink, 2u);
+  ASSERT_EQ(::unlink(p("a").c_str()), 0);
+  ASSERT_EQ(::stat(p("b").c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_nlink, 1u);
+  EXPECT_EQ(read_all(p("b")), "shared");
+  ASSERT_EQ(::mkdir(p("d").c_str(), 0755), 0);
+  EXPECT_EQ(::link(p("d").c_str(), p("d2").c_str()), -1);
+  EXPECT_EQ(errno, EPERM);
+}
+
+TEST_F(FuseTest, TruncateGrowShrink) {
+  ASSERT_TRUE(write_all(p("f"), std::string(10000, 'x')));
+  ASSERT_EQ(::truncate(p("f").c_str(), 3 << 20), 0) << std::strerror(errno);  // past a chunk boundary
+  std::string s = read_all(p("f"));
+  ASSERT_EQ(s.size(), size_t(3 << 20));
+  EXPECT_EQ(s.substr(0, 10000), std::string(10000, 'x'));
+  EXPECT_EQ(s.find_first_not_of('\0', 10000), std::string::npos);
+  ASSERT_EQ(::truncate(p("f").c_str(), 3000), 0);
+  struct stat st {};
+  ASSERT_EQ(::stat(p("f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 3000);
+  EXPECT_EQ(read_all(p("f")), std::string(3000, 'x'));
+  // Shrink then grow: the cut bytes come back as zeros.
+  ASSERT_EQ(::truncate(p("f").c_str(), 5000), 0);
+  EXPECT_EQ(read_all(p("f")), std::string(3000, 'x') + std::string(2000, '\0'));
+  // ftruncate on a handle with buffered writes.
+  int fd = ::open(p("f").c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::pwrite(fd, "abcdef", 6, 100), 6);
+  ASSERT_EQ(::ftruncate(fd, 103), 0);
+  ASSERT_EQ(::close(fd), 0);
+  EXPECT_EQ(read_all(p("f")), std::string(100, 'x') + "abc");
+}
+
+TEST_F(FuseTest, ReaddirListsEveryEntryOnce) {
+  constexpr int kFiles = 300;
+  std::set<std::string> expected;
+  for (int i = 0; i < kFiles; ++i) {
+    std::string name = "file-" + std::to_string(i) + std::string(static_cast<size_t>(i % 40), 'n');
+    expected.insert(name);
+    int fd = ::open(p(name).c_str(), O_CREAT | O_WRONLY, 0644);
+    ASSERT_GE(fd, 0) << name << ": " << std::strerror(errno);
+    ::close(fd);
+  }
+  ASSERT_EQ(::mkdir(p("sub").c_str(), 0755), 0);
+  for (int pass = 0; pass < 2; ++pass) {
+    DIR* d = ::opendir(base_.c_str());
+    ASSERT_NE(d, nullptr);
+    std::map<std::string, int> seen;
+    long middle = -1;
+    std::string middle_name;
+    int count = 0;
+    while (dirent* e = ::readdir(d)) {
+      ++seen[e->d_name];
+      if (std::string(e->d_name) == "sub") {
+        EXPECT_EQ(e->d_type, DT_DIR);
+      } else if (e->d_name[0] != '.') {
+        EXPECT_EQ(e->d_type, DT_REG) << e->d_name;
+      }
+      if (++count == 150) {
+        middle = ::telldir(d);
+      } else if (count == 151) {
+        middle_name = e->d_name;
+      }
+    }
+    EXPECT_EQ(seen.size(), size_t(kFiles + 3));
+    for (auto& [name, n] : seen) EXPECT_EQ(n, 1) << name;
+    for (auto& name : expected) EXPECT_EQ(seen.count(name), 1u) << name;
+    EXPECT_EQ(seen.count("."), 1u);
+    EXPECT_EQ(seen.count(".."), 1u);
+    // Seek back into the middle.
+    ASSERT_GE(middle, 0);
+    ::seekdir(d, middle);
+    dirent* e = ::readdir(d);
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->d_name, middle_name);
+    ::closedir(d);
+  }
+  struct stat st {};
+  ASSERT_EQ(::stat(p("file-7nnnnnnn").c_str(), &st), 0);
+}
+
+TEST_F(FuseTest, Xattrs) {
+  ASSERT_TRUE(write_all(p("f"), "x"));
+  std::string f = p("f");
+  ASSERT_EQ(::setxattr(f.c_str(), "user.color", "blue", 4, 0), 0) << std::strerror(errno);
+  EXPECT_EQ(::getxattr(f.c_str(), "user.color", nullptr, 0), 4);
+  char buf[64];
+  EXPECT_EQ(::getxattr(f.c_str(), "user.color", buf, 2), -1);
+  EXPECT_EQ(errno, ERANGE);
+  ASSERT_EQ(::getxattr(f.c_str(), "user.color", buf, sizeof buf), 4);
+  EXPECT_EQ(std::string(buf, 4), "blue");
+  EXPECT_EQ(::setxattr(f.c_str(), "user.color", "red", 3, XATTR_CREATE), -1);
+  EXPECT_EQ(errno, EEXIST);
+  EXPECT_EQ(::setxattr(f.c_str(), "user.size", "1", 1, XATTR_REPLACE), -1);
+  EXPECT_EQ(errno, ENODATA);
+  ASSERT_EQ(::setxattr(f.c_str(), "user.color", "red", 3, XATTR_REPLACE), 0);
+  ASSERT_EQ(::setxattr(f.c_str(), "user.size", "", 0, 0), 0);
+  ssize_t n = ::listxattr(f.c_str(), nullptr, 0);
+  ASSERT_GT(n, 0);
+  std::string names(static_cast<size_t>(n), '\0');
+  EXPECT_EQ(::listxattr(f.c_str(), names.data(), 1), -1);
+  EXPECT_EQ(errno, ERANGE);
+  ASSERT_EQ(::listxattr(f.c_str(), names.data(), names.size()), n);
+  std::set<std::string> got;
+  for (size_t i = 0; i < names.size();) {
+    std::string name(names.c_str() + i);
+    got.insert(name);
+    i += name.size() + 1;
+  }
+  EXPECT_EQ(got, (std::set<std::string>{"user.color", "user.size"}));
+  ASSERT_EQ(::getxattr(f.c_str(), "user.color", buf, sizeof buf), 3);
+  EXPECT_EQ(std::string(buf, 3), "red");
+  ASSERT_EQ(::removexattr(f.c_str(), "user.color"), 0);
+  EXPECT_EQ(::getxattr(f.c_str(), "user.color", buf, sizeof buf), -1);
+  EXPECT_EQ(errno, ENODATA);
+  EXPECT_EQ(::removexattr(f.c_str(), "user.color"), -1);
+  EXPECT_EQ(errno, ENODATA);
+  // On a directory too.
+  ASSERT_EQ(::setxattr(base_.c_str(), "user.dir", "1", 1, 0), 0);
+  EXPECT_EQ(::getxattr(base_.c_str(), "user.dir", buf, sizeof buf), 1);
+}
+
+// Runs `fn` as uid/gid 4321 in a forked child; returns its exit code.
+template <class Fn>
+int as_other_user(Fn fn) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(4321, 4321, 4321) != 0 || ::setresuid(4321, 4321, 4321) != 0) {
+      ::_exit(100);
+    }
+    ::_exit(fn());
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 101;
+}
+
+TEST_F(FuseTest, PermissionsAsAnotherUser) {
+  std::string f = p("secret");
+  ASSERT_TRUE(write_all(f, "data", 0644));
+  // Readable by others at 0644: the child can read it (the mount allows other users).
+  EXPECT_EQ(as_other_user([&] {
+              int fd = ::open(f.c_str(), O_RDONLY);
+              if (fd < 0) return 10 + (errno == EACCES ? 1 : 2);
+              ::close(fd);
+              return ::access(f.c_str(), R_OK) == 0 ? 0 : 13;
+            }),
+            0);
+  ASSERT_EQ(::chmod(f.c_str(), 0600), 0);
+  EXPECT_EQ(as_other_user([&] {
+              if (::open(f.c_str(), O_RDONLY) >= 0) return 20;
+              if (errno != EACCES) return 21;
+              if (::access(f.c_str(), R_OK) == 0) return 22;
+              if (errno != EACCES) return 23;
+              if (::open(f.c_str(), O_WRONLY) >= 0 || errno != EACCES) return 24;
+              return 0;
+            }),
+            0);
+  // No write permission in the directory (0755, owner root): create fails.
+  EXPECT_EQ(as_other_user([&] {
+              int fd = ::open(p("new").c_str(), O_CREAT | O_WRONLY, 0644);
+              if (fd >= 0) return 30;
+              return errno == EACCES ? 0 : 31;
+            }),
+            0);
+  // A directory the other user owns: it may create there, and chmod its own file.
+  ASSERT_EQ(::mkdir(p("theirs").c_str(), 0755), 0);
+  ASSERT_EQ(::chown(p("theirs").c_str(), 4321, 4321), 0) << std::strerror(errno);
+  EXPECT_EQ(as_other_user([&] {
+              std::string g = p("theirs/mine");
+              int fd = ::open(g.c_str(), O_CREAT | O_WRONLY, 0644);
+              if (fd < 0) return 40;
+              ::close(fd);
+              struct stat st;
+              if (::stat(g.c_str(), &st) != 0 || st.st_uid != 4321 || st.st_gid != 4321) return 41;
+              if (::chmod(g.c_str(), 0600) != 0) return 42;
+              if (::chown(g.c_str(), 0, 0) == 0 || errno != EPERM) return 43;
+              return 0;
+            }),
+            0);
+}
+
+TEST_F(FuseTest, RandomOperationsMatchReference) {
+  std::string local = dir_->file("reference");
+  std::string remote = p("random");
+  int lfd = ::open(local.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  int rfd = ::open(remote.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(lfd, 0);
+  ASSERT_GE(rfd, 0);
+  std::mt19937_64 rng(12345);
+  constexpr uint64_t kSpan = 5u << 20;  // a few chunks
+  std::vector<char> buf(512 << 10), lbuf(512 << 10), rbuf(512 << 10);
+  int ops = 0;
+  for (; ops < 400 && !HasFailure(); ++ops) {
+    int op = static_cast<int>(rng() % 100);
+    uint64_t off = rng() % kSpan;
+    size_t len = 1 + rng() % (rng() % 4 == 0 ? buf.size() : 8192);
+    if (op < 45) {
+      fill_pattern(buf.data(), len, rng(), off);
+      ASSERT_EQ(::pwrite(lfd, buf.data(), len, static_cast<off_t>(off)), static_cast<ssize_t>(len));
+      ASSERT_EQ(::pwrite(rfd, buf.data(), len, static_cast<off_t>(off)), static_cast<ssize_t>(len))
+          << "op " << ops << ": " << std::strerror(errno);
+    } else if (op < 80) {
+      ssize_t ln = ::pread(lfd, lbuf.data(), len, static_cast<off_t>(off));
+      ssize_t rn = ::pread(rfd, rbuf.data(), len, static_cast<off_t>(off));
+      ASSERT_EQ(rn, ln) << "op " << ops << " pread " << len << " at " << off;
+      ASSERT_TRUE(std::equal(lbuf.begin(), lbuf.begin() + ln, rbuf.begin()))
+          << "op " << ops << " pread " << len << " at " << off;
+    } else if (op < 90) {
+      off_t size = static_cast<off_t>(rng() % kSpan);
+      ASSERT_EQ(::ftruncate(lfd, size), 0);
+      ASSERT_EQ(::ftruncate(rfd, size), 0) << "op " << ops << ": " << std::strerror(errno);
+    } else if (op < 95) {
+      ASSERT_EQ(::close(rfd), 0) << "op " << ops << ": " << std::strerror(errno);
+      rfd = ::open(remote.c_str(), O_RDWR);
+      ASSERT_GE(rfd, 0);
+    } else {
+      ASSERT_EQ(::fsync(rfd), 0) << "op " << ops;
+    }
+    struct stat ls {
+    }, rs{};
+    ASSERT_EQ(::fstat(lfd, &ls), 0);
+    ASSERT_EQ(::fstat(rfd, &rs), 0);
+    ASSERT_EQ(rs.st_size, ls.st_size) << "op " << ops;
+  }
+  ASSERT_EQ(::close(rfd), 0);
+  ::close(lfd);
+  std::string l = read_all(local), r = read_all(remote);
+  ASSERT_EQ(r.size(), l.size());
+  EXPECT_TRUE(r == l) << "content differs after " << ops << " operations";
+}
+
+TEST_F(FuseTest, ProcessesWriteDisjointRangesOfOneFile) {
+  constexpr int kProcs = 4, kRangesPerProc = 3;
+  constexpr size_t kMiB = 1 << 20;
+  std::string f = p("shared");
+  int fd = ::open(f.c_str(), O_CREAT | O_WRONLY, 0644);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  std::vector<pid_t> kids;
+  for (int w = 0; w < kProcs; ++w) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      int wfd = ::open(f.c_str(), O_WRONLY);
+      if (wfd < 0) ::_exit(1);
+      std::vector<char> b(kMiB);
+      for (int k = 0; k < kRangesPerProc; ++k) {
+        int range = k * kProcs + w;  // interleaved ranges
+        fill_pattern(b.data(), kMiB, 77, range * kMiB);
+        if (::pwrite(wfd, b.data(), kMiB, static_cast<off_t>(range * kMiB)) != static_cast<ssize_t>(kMiB)) {
+          ::_exit(2);
+        }
+      }
+      ::_exit(::close(wfd) == 0 ? 0 : 3);
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t k : kids) {
+    int status = 0;
+    ::waitpid(k, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "writer status " << status;
+  }
+  std::string all = read_all(f);
+  ASSERT_EQ(all.size(), kProcs * kRangesPerProc * kMiB);
+  std::vector<char> want(all.size());
+  fill_pattern(want.data(), want.size(), 77, 0);
+  for (size_t r = 0; r < kProcs * kRangesPerProc; ++r) {
+    EXPECT_EQ(std::memcmp(all.data() + r * kMiB, want.data() + r * kMiB, kMiB), 0) << "range " << r;
+  }
+}
+
+TEST_F(FuseTest, LargeFileRoundTrip) {
+  constexpr size_t kBlock = 1 << 20, kBlocks = 64;
+  std::string f = p("large");
+  int fd = ::open(f.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  std::vector<char> b(kBlock), r(kBlock);
+  auto start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < kBlocks; ++i) {
+    fill_pattern(b.data(), kBlock, 99, i * kBlock);
+    ASSERT_EQ(::write(fd, b.data(), kBlock), static_cast<ssize_t>(kBlock)) << "block " << i;
+  }
+  ASSERT_EQ(::close(fd), 0);
+  auto written = std::chrono::steady_clock::now();
+  struct stat st {};
+  ASSERT_EQ(::stat(f.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(kBlock * kBlocks));
+  fd = ::open(f.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  for (size_t i = 0; i < kBlocks; ++i) {
+    fill_pattern(b.data(), kBlock, 99, i * kBlock);
+    size_t got = 0;
+    while (got < kBlock) {
+      ssize_t n = ::read(fd, r.data() + got, kBlock - got);
+      ASSERT_GT(n, 0) << "block " << i;
+      got += static_cast<size_t>(n);
+    }
+    ASSERT_EQ(std::memcmp(b.data(), r.data(), kBlock), 0) << "block " << i;
+  }
+  char extra;
+  EXPECT_EQ(::read(fd, &extra, 1), 0);
+  ::close(fd);
+  auto read_done = std::chrono::steady_clock::now();
+  auto mibps = [](std::chrono::steady_clock::duration d) {
+    return 64.0 / std::max(1e-6, std::chrono::duration<double>(d).count());
+  };
+  std::fprintf(stderr, "64 MiB through FUSE: write %.0f MiB/s, read %.0f MiB/s\n", mibps(written - start),
+               mibps(read_done - written));
+}
+
+TEST_F(FuseTest, Statfs) {
+  struct statvfs st {};
+  ASSERT_EQ(::statvfs(mnt_.c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.f_namemax, 255u);
+  EXPECT_GT(st.f_blocks, 0u);
+  EXPECT_LE(st.f_bfree, st.f_blocks);
+}
+
+TEST_F(FuseTest, MountErrorsAreOneReadableLine) {
+  auto missing =
+      run_weft({"mount", dir_->file("no-such-dir"), "--config", data_ + "/client.toml"}, dir_->file("err1.log"), 30s);
+  EXPECT_NE(missing.code, 0);
+  EXPECT_NE(missing.log.find("does not exist"), std::string::npos) << missing.log;
+  std::string full = dir_->file("full");
+  ::mkdir(full.c_str(), 0755);
+  testing::write_file(full + "/x", "x");
+  auto nonempty =
+      run_weft({"mount", full, "--config", data_ + "/client.toml", "--background"}, dir_->file("err2.log"), 30s);
+  EXPECT_NE(nonempty.code, 0);
+  EXPECT_NE(nonempty.log.find("not empty"), std::string::npos) << nonempty.log;
+  std::string empty = dir_->file("empty");
+  ::mkdir(empty.c_str(), 0755);
+  auto no_cluster =
+      run_weft({"mount", empty, "--config", dir_->file("no-such.toml"), "--background"}, dir_->file("err3.log"), 30s);
+  EXPECT_NE(no_cluster.code, 0);
+  EXPECT_NE(no_cluster.log.find("no-such.toml"), std::string::npos) << no_cluster.log;
+  EXPECT_FALSE(is_mounted(empty));
+  auto bad_option = run_weft({"mount", empty, "--config", data_ + "/client.toml", "-o", "attr_timeout=soon"},
+                             dir_->file("err4.log"), 30s);
+  EXPECT_NE(bad_option.code, 0);
+  EXPECT_NE(bad_option.log.find("attr_timeout"), std::string::npos) << bad_option.log;
+}
+
+// Foreground: serves until SIGTERM, then unmounts and exits 0; a plain
+// `weft umount` also ends a foreground daemon with 0.
+TEST_F(FuseTest, ForegroundMountStopsCleanly) {
+  std::string mp3 = dir_->file("mnt3");
+  ASSERT_EQ(::mkdir(mp3.c_str(), 0755), 0);
+  for (int round = 0; round < 2; ++round) {
+    Process daemon({testing::weft_binary(), "mount", mp3, "--config", data_ + "/client.toml"},
+                   dir_->file("mount3.log"));
+    auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (!is_mounted(mp3) && daemon.running() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(20ms);
+    }
+    ASSERT_TRUE(is_mounted(mp3)) << daemon.log();
+    struct stat st {};
+    ASSERT_EQ(::stat((mp3 + "/" + base_.substr(mnt_.size() + 1)).c_str(), &st), 0);
+    EXPECT_TRUE(S_ISDIR(st.st_mode));
+    if (round == 0) {
+      daemon.signal(SIGTERM);
+    } else {
+      auto u = run_weft({"umount", mp3}, dir_->file("umount3.log"), 30s);
+      EXPECT_EQ(u.code, 0) << u.log;
+    }
+    auto status = daemon.wait_exit(30s);
+    ASSERT_TRUE(status.has_value()) << "the daemon did not exit";
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "status " << *status << "\n" << daemon.log();
+    EXPECT_FALSE(is_mounted(mp3));
+  }
+}
+
+// Last (gtest runs in declaration order): a second mount whose daemon is
+// SIGKILLed; `weft umount --lazy` must leave a usable directory behind.
+TEST_F(FuseTest, KilledDaemonThenLazyUmount) {
+  std::string mp2 = dir_->file("mnt2");
+  ASSERT_EQ(::mkdir(mp2.c_str(), 0755), 0);
+  std::string pid_file = dir_->file("mount2.pid");
+  auto m = run_weft({"mount", mp2, "--config", data_ + "/client.toml", "--background", "--pid-file", pid_file},
+                    dir_->file("mount2.log"), 60s);
+  ASSERT_EQ(m.code, 0) << m.log;
+  pid_t pid = read_pid(pid_file);
+  ASSERT_GT(pid, 0);
+  // The same file system: what the first mount wrote is visible here.
+  ASSERT_TRUE(write_all(p("seen-by-both"), "both"));
+  EXPECT_EQ(read_all(mp2 + "/" + base_.substr(mnt_.size() + 1) + "/seen-by-both"), "both");
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  EXPECT_TRUE(wait_pid_gone(pid, 10s));
+  int err = stat_with_timeout(mp2, 5s);
+  EXPECT_EQ(err, ENOTCONN) << "stat on a mount whose daemon died";
+  auto u = run_weft({"umount", "--lazy", mp2}, dir_->file("umount2.log"), 30s);
+  EXPECT_EQ(u.code, 0) << u.log;
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(stat_with_timeout(mp2, 5s), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  EXPECT_FALSE(is_mounted(mp2));
+  unmount_hard(mp2);
+}
+
+}  // namespace
+}  // namespace weft
