@@ -1,0 +1,146 @@
+// 4 KiB random reads through libweft at a fixed queue depth, beside the same
+// reads with O_DIRECT pread on a local file (the disk), in one run.
+// Usage: client_randread_bench --config DIR/client.toml [--file-mib 1024]
+//          [--qd 16] [--seconds 10] [--baseline-dir /var/tmp]
+// Queue depth = reader threads, each with one read outstanding (what the
+// BASELINES.md figure measured with fio-style QD16 on the disk).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "common/buffer.h"
+#include "weft/client.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Figures {
+  double iops = 0;
+  double p50_us = 0;
+  double p99_us = 0;
+  uint64_t errors = 0;
+};
+
+// Runs `qd` threads calling read_one(thread, offset) for `seconds`.
+template <class F>
+Figures run(int qd, double seconds, uint64_t file_bytes, F read_one) {
+  std::vector<std::vector<float>> lat(static_cast<size_t>(qd));
+  std::atomic<uint64_t> errors{0};
+  std::vector<std::thread> threads;
+  auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  for (int t = 0; t < qd; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(static_cast<uint64_t>(t) * 7919 + 1);
+      uint64_t blocks = file_bytes / 4096;
+      while (Clock::now() < end) {
+        uint64_t off = (rng() % blocks) * 4096;
+        auto start = Clock::now();
+        if (!read_one(t, off)) errors.fetch_add(1);
+        lat[static_cast<size_t>(t)].push_back(
+            std::chrono::duration<float, std::micro>(Clock::now() - start).count());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::vector<float> all;
+  for (auto& l : lat) all.insert(all.end(), l.begin(), l.end());
+  std::sort(all.begin(), all.end());
+  Figures f;
+  if (all.empty()) return f;
+  f.iops = static_cast<double>(all.size()) / seconds;
+  f.p50_us = all[all.size() / 2];
+  f.p99_us = all[all.size() * 99 / 100];
+  f.errors = errors.load();
+  return f;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"4 KiB random reads through libweft vs O_DIRECT on a local file"};
+  std::string config, baseline_dir = "/var/tmp";
+  uint64_t file_mib = 1024;
+  int qd = 16;
+  double seconds = 10;
+  app.add_option("--config", config, "client config")->required();
+  app.add_option("--file-mib", file_mib);
+  app.add_option("--qd", qd);
+  app.add_option("--seconds", seconds);
+  app.add_option("--baseline-dir", baseline_dir);
+  CLI11_PARSE(app, argc, argv);
+  const uint64_t bytes = file_mib << 20;
+
+  weft::ClientOptions o;
+  o.config_path = config;
+  auto client = weft::Client::connect(o);
+  if (!client) return std::fprintf(stderr, "connect: %s\n", client.error().to_string().c_str()), 1;
+  auto& c = **client;
+  std::string path = "/randread-bench.dat";
+  // The data file (reused when it is already there with the right size).
+  auto existing = c.resolve(c.default_cred(), path);
+  if (!existing || existing->size != bytes) {
+    auto f = c.open_path(c.default_cred(), path, O_CREAT | O_WRONLY | O_TRUNC);
+    if (!f) return std::fprintf(stderr, "create: %s\n", f.error().to_string().c_str()), 1;
+    std::vector<std::byte> block(8 << 20);
+    std::mt19937_64 rng(1);
+    for (auto& b : block) b = static_cast<std::byte>(rng());
+    for (uint64_t off = 0; off < bytes; off += block.size())
+      if (auto w = (*f)->pwrite(std::span(block).first(std::min<uint64_t>(block.size(), bytes - off)), off); !w)
+        return std::fprintf(stderr, "write: %s\n", w.error().to_string().c_str()), 1;
+    if (auto r = (*f)->close(); !r) return std::fprintf(stderr, "close: %s\n", r.error().to_string().c_str()), 1;
+  }
+  auto file = c.open_path(c.default_cred(), path, O_RDONLY);
+  if (!file) return std::fprintf(stderr, "open: %s\n", file.error().to_string().c_str()), 1;
+  std::vector<std::vector<std::byte>> bufs(static_cast<size_t>(qd), std::vector<std::byte>(4096));
+  Figures weft_fig = run(qd, seconds, bytes, [&](int t, uint64_t off) {
+    auto n = (*file)->pread(bufs[static_cast<size_t>(t)], off);
+    return n && *n == 4096;
+  });
+
+  // Baseline: the same reads on a local file, O_DIRECT (no page cache).
+  std::string local = baseline_dir + "/weft-randread-baseline.dat";
+  int fd = ::open(local.c_str(), O_RDWR | O_CREAT, 0644);
+  if (fd < 0) return std::perror("baseline file"), 1;
+  struct stat st {};
+  ::fstat(fd, &st);
+  if (static_cast<uint64_t>(st.st_size) != bytes) {
+    std::vector<char> block(8 << 20, 'x');
+    for (uint64_t off = 0; off < bytes; off += block.size())
+      if (::pwrite(fd, block.data(), std::min<uint64_t>(block.size(), bytes - off), static_cast<off_t>(off)) < 0)
+        return std::perror("baseline write"), 1;
+    ::fsync(fd);
+  }
+  ::close(fd);
+  int dfd = ::open(local.c_str(), O_RDONLY | O_DIRECT);
+  if (dfd < 0) return std::perror("baseline O_DIRECT"), 1;
+  std::vector<weft::Buffer> dbufs;
+  for (int t = 0; t < qd; ++t) dbufs.push_back(weft::Buffer::allocate(4096));
+  Figures disk = run(qd, seconds, bytes, [&](int t, uint64_t off) {
+    return ::pread(dfd, dbufs[static_cast<size_t>(t)].data(), 4096, static_cast<off_t>(off)) == 4096;
+  });
+  ::close(dfd);
+
+  std::printf("4 KiB random reads, QD %d, %.0f s, file %llu MiB\n", qd, seconds,
+              static_cast<unsigned long long>(file_mib));
+  std::printf("%-22s %10s %10s %10s %7s\n", "", "IOPS", "p50 us", "p99 us", "errors");
+  std::printf("%-22s %10.0f %10.0f %10.0f %7llu\n", "weft (native)", weft_fig.iops, weft_fig.p50_us, weft_fig.p99_us,
+              static_cast<unsigned long long>(weft_fig.errors));
+  std::printf("%-22s %10.0f %10.0f %10.0f %7llu\n", "local O_DIRECT", disk.iops, disk.p50_us, disk.p99_us,
+              static_cast<unsigned long long>(disk.errors));
+  std::printf("ratio weft/local IOPS: %.2f\n", disk.iops > 0 ? weft_fig.iops / disk.iops : 0.0);
+  return weft_fig.errors == 0 ? 0 : 1;
+}
