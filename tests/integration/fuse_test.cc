@@ -149,6 +149,13 @@ std::string mount_options() {
 class FuseTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    // A machine without FUSE (no /dev/fuse, or no permission) cannot run these: say so.
+    if (int fd = ::open("/dev/fuse", O_RDWR); fd < 0) {
+      no_fuse_ = std::string("/dev/fuse: ") + std::strerror(errno);
+      return;
+    } else {
+      ::close(fd);
+    }
     dir_ = new TempDir;
     ::chmod(dir_->path().c_str(), 0755);  // the unprivileged child of the permission test walks through it
     data_ = dir_->file("data");
@@ -188,6 +195,7 @@ class FuseTest : public ::testing::Test {
   }
 
   void SetUp() override {
+    if (!no_fuse_.empty()) GTEST_SKIP() << "FUSE is not available here: " << no_fuse_;
     if (!mounted_) GTEST_FAIL() << setup_error_;
     // One directory per test, in the mount.
     auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -198,6 +206,7 @@ class FuseTest : public ::testing::Test {
   std::string p(const std::string& name) const { return base_ + "/" + name; }
 
   static inline TempDir* dir_ = nullptr;
+  static inline std::string no_fuse_;
   static inline std::string data_, mnt_, setup_error_;
   static inline bool cluster_up_ = false, mounted_ = false;
   static inline pid_t mount_pid_ = -1;
