@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
@@ -219,89 +220,96 @@ Task<Result<uint32_t>> ChunkIo::read(ChunkAddress c, uint32_t offset, std::span<
   co_return error(last.with_context(fmt::format("read chunk {}:{} on chain {}", c.ino, c.index, c.chain)));
 }
 
-Task<void> ChunkIo::read_grouped(std::span<GroupedRead> reads) {
-  // Group by the server of the first-choice replica; one request per server.
+std::vector<std::vector<size_t>> ChunkIo::group_reads(std::span<GroupedRead> reads) {
   RoutingPtr routing = routing_.current();
   struct Group {
-    rpc::Endpoint ep;
     std::vector<size_t> members;
-    std::vector<mgmt::ChainVersion> versions;
+    size_t bytes = 0;
   };
-  std::map<std::string, Group> groups;
-  std::vector<size_t> fallback;  // read one by one (routing trouble)
+  std::map<std::string, std::vector<Group>> by_server;
   for (size_t i = 0; i < reads.size(); ++i) {
-    const GroupedRead& g = reads[i];
+    GroupedRead& g = reads[i];
+    auto chain = routing->chain(g.chunk.chain);
+    auto route = chain ? mgmt::route_chain(**chain) : Result<mgmt::ChainRoute>(std::unexpected(chain.error()));
+    auto address = route && !route->readable.empty()
+                       ? routing->target_address(route->readable[first_replica(g.chunk, route->readable.size())])
+                       : Result<std::string>(std::unexpected(Status(Code::kUnavailable, "no route")));
+    if (!address) {
+      g.retry_alone = true;
+      continue;
+    }
+    auto& groups = by_server[*address];
+    if (groups.empty() || groups.back().bytes + g.dst.size() > kGroupBytesMax) groups.emplace_back();
+    groups.back().members.push_back(i);
+    groups.back().bytes += g.dst.size();
+  }
+  std::vector<std::vector<size_t>> out;
+  for (auto& entry : by_server)
+    for (auto& g : entry.second) out.push_back(std::move(g.members));
+  return out;
+}
+
+Task<Result<void>> ChunkIo::read_group(std::span<GroupedRead> reads, std::vector<size_t> members) {
+  RoutingPtr routing = routing_.current();
+  pb::BatchReadRequest req;
+  std::optional<rpc::Endpoint> ep;
+  for (size_t i : members) {
+    GroupedRead& g = reads[i];
     auto chain = routing->chain(g.chunk.chain);
     auto route = chain ? mgmt::route_chain(**chain) : Result<mgmt::ChainRoute>(std::unexpected(chain.error()));
     if (!route || route->readable.empty()) {
-      fallback.push_back(i);
+      g.retry_alone = true;
       continue;
     }
-    mgmt::TargetId target = route->readable[first_replica(g.chunk, route->readable.size())];
-    auto address = routing->target_address(target);
-    auto ep = address ? rpc::Endpoint::parse(*address) : Result<rpc::Endpoint>(std::unexpected(address.error()));
     if (!ep) {
-      fallback.push_back(i);
+      auto e = endpoint_of(*routing, route->readable[first_replica(g.chunk, route->readable.size())]);
+      if (!e) {
+        for (size_t k : members) reads[k].retry_alone = true;
+        co_return Result<void>{};
+      }
+      ep = *e;
+    }
+    auto* range = req.add_ranges();
+    range->set_chain_id(g.chunk.chain);
+    range->set_chain_version(route->version);
+    set_chunk(range->mutable_chunk(), g.chunk);
+    range->set_offset(g.offset);
+    range->set_length(static_cast<uint32_t>(g.dst.size()));
+  }
+  std::erase_if(members, [&](size_t i) { return reads[i].retry_alone; });
+  if (members.empty()) co_return Result<void>{};
+  rpc::CallOptions o;
+  o.timeout_ms = options_.call_timeout_ms;
+  rpc::RawResponse raw;
+  auto reply = co_await rpc_.call<pb::BatchReadReply>(*ep, methods::kBatchRead, req, std::move(o), &raw);
+  if (!reply || reply->results_size() != static_cast<int>(members.size())) {
+    for (size_t i : members) reads[i].retry_alone = true;
+    co_return Result<void>{};
+  }
+  size_t pos = 0;
+  for (size_t k = 0; k < members.size(); ++k) {
+    GroupedRead& g = reads[members[k]];
+    const pb::RangeResult& rr = reply->results(static_cast<int>(k));
+    Code code = code_from_wire(rr.code());
+    if (code == Code::kNotFound) {
+      g.result = 0u;
       continue;
     }
-    Group& group = groups[*address];
-    group.ep = *ep;
-    group.members.push_back(i);
-    group.versions.push_back(route->version);
-  }
-  for (auto& entry : groups) {
-    Group& group = entry.second;
-    pb::BatchReadRequest req;
-    size_t total = 0;
-    for (size_t k = 0; k < group.members.size(); ++k) {
-      const GroupedRead& g = reads[group.members[k]];
-      auto* range = req.add_ranges();
-      range->set_chain_id(g.chunk.chain);
-      range->set_chain_version(group.versions[k]);
-      set_chunk(range->mutable_chunk(), g.chunk);
-      range->set_offset(g.offset);
-      range->set_length(static_cast<uint32_t>(g.dst.size()));
-      total += g.dst.size();
-    }
-    (void)total;
-    rpc::CallOptions o;
-    o.timeout_ms = options_.call_timeout_ms;
-    rpc::RawResponse raw;
-    auto reply = co_await rpc_.call<pb::BatchReadReply>(group.ep, methods::kBatchRead, req, std::move(o), &raw);
-    if (!reply || reply->results_size() != static_cast<int>(group.members.size())) {
-      fallback.insert(fallback.end(), group.members.begin(), group.members.end());
+    if (code != Code::kOk || rr.length() > g.dst.size() || pos + rr.length() > raw.payload_len) {
+      g.retry_alone = true;
+      pos += code == Code::kOk ? rr.length() : 0;
       continue;
     }
-    size_t pos = 0;
-    for (size_t k = 0; k < group.members.size(); ++k) {
-      GroupedRead& g = reads[group.members[k]];
-      const pb::RangeResult& rr = reply->results(static_cast<int>(k));
-      Code code = code_from_wire(rr.code());
-      if (code == Code::kNotFound) {
-        g.result = 0u;
-        continue;
-      }
-      if (code != Code::kOk || rr.length() > g.dst.size() || pos + rr.length() > raw.payload_len) {
-        fallback.push_back(group.members[k]);
-        pos += code == Code::kOk ? rr.length() : 0;
-        continue;
-      }
-      std::span<const std::byte> bytes(raw.payload.data() + pos, rr.length());
-      pos += rr.length();
-      if (crc32c(bytes) != rr.crc32c()) {
-        fallback.push_back(group.members[k]);
-        continue;
-      }
-      std::copy(bytes.begin(), bytes.end(), g.dst.begin());
-      g.result = rr.length();
+    std::span<const std::byte> bytes(raw.payload.data() + pos, rr.length());
+    pos += rr.length();
+    if (crc32c(bytes) != rr.crc32c()) {
+      g.retry_alone = true;
+      continue;
     }
+    std::copy(bytes.begin(), bytes.end(), g.dst.begin());
+    g.result = rr.length();
   }
-  // Whatever the grouped pass could not serve goes through the full
-  // single-range path (other replicas, routing refresh, retries).
-  for (size_t i : fallback) {
-    GroupedRead& g = reads[i];
-    g.result = co_await read(g.chunk, g.offset, g.dst);
-  }
+  co_return Result<void>{};
 }
 
 }  // namespace weft::client

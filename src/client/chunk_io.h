@@ -11,8 +11,10 @@
 //     with the CRC32C the server computed of the bytes it sent; an error or a
 //     mismatch moves on to the next replica of the chain, then to a routing
 //     refresh and another round. A chunk that does not exist reads as a hole.
-//   - read_grouped() reads many small ranges with one BatchRead request per
-//     storage server (the first-epoch case).
+//   - group_reads()/read_group() read many small ranges with one BatchRead
+//     request per storage server (the first-epoch case), at most
+//     kGroupBytesMax per request; the reply is copied out of the RPC payload
+//     (ranges of one request land in unrelated caller buffers).
 // Threading: thread-safe; the coroutines run on any I/O thread of `io`.
 #pragma once
 
@@ -49,6 +51,7 @@ struct GroupedRead {
   uint32_t offset = 0;
   std::span<std::byte> dst;
   Result<uint32_t> result = 0;  // out: bytes the chunk holds in the range
+  bool retry_alone = false;     // out: the grouped request could not serve it; use read()
 };
 
 class ChunkIo {
@@ -60,8 +63,13 @@ class ChunkIo {
   Task<Result<void>> write(ChunkAddress c, uint32_t offset, std::span<const std::byte> src);
   Task<Result<void>> truncate(ChunkAddress c, uint32_t length);
   Task<Result<void>> remove(ChunkAddress c);
-  // Fills every range's `result`.
-  Task<void> read_grouped(std::span<GroupedRead> reads);
+  static constexpr size_t kGroupBytesMax = 16u << 20;
+  // Indexes of `reads` grouped by the server of their first-choice replica
+  // (at most kGroupBytesMax per group). Ranges whose chain has no route now
+  // are marked retry_alone and left out.
+  std::vector<std::vector<size_t>> group_reads(std::span<GroupedRead> reads);
+  // One BatchRead for `members`; fills their result, or marks them retry_alone.
+  Task<Result<void>> read_group(std::span<GroupedRead> reads, std::vector<size_t> members);
 
   uint64_t retries() const { return retries_.load(); }
   uint64_t replica_failovers() const { return replica_failovers_.load(); }

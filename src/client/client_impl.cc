@@ -449,21 +449,27 @@ std::vector<Result<size_t>> ClientImpl::read_batch(const Cred& cred, std::span<c
     out[i] = want;
     for (const ChunkSpan& s : split_range(op.offset, want, info.inode->layout.chunk_bytes)) {
       ChunkAddress a{op.ino, s.chunk_index, chain_of_chunk(info.stripe, s.chunk_index), info.inode->layout.chunk_bytes};
-      reads.push_back(GroupedRead{a, s.offset, op.dst.subspan(s.buffer_offset, s.length), 0u});
+      reads.push_back(GroupedRead{a, s.offset, op.dst.subspan(s.buffer_offset, s.length), 0u, false});
       owner.emplace_back(i, s.buffer_offset);
     }
   }
   if (reads.empty()) return out;
-  std::vector<Task<Result<void>>> tasks;
-  // One grouped pass; chunk_io falls back to single reads for what failed.
-  struct Runner {
-    static Task<Result<void>> run(ChunkIo& io, std::span<GroupedRead> r) {
-      co_await io.read_grouped(r);
-      co_return Result<void>{};
-    }
-  };
-  tasks.push_back(Runner::run(*core_->chunks, std::span<GroupedRead>(reads)));
-  (void)run_parallel(*core_->io, std::move(tasks));
+  // One request per storage server (in parallel), then whatever those could
+  // not serve one range at a time through the full read path (other replicas,
+  // routing refresh, retries), also in parallel.
+  std::span<GroupedRead> all(reads);
+  std::vector<Task<Result<void>>> groups;
+  for (auto& members : core_->chunks->group_reads(all)) groups.push_back(core_->chunks->read_group(all, std::move(members)));
+  (void)run_parallel(*core_->io, std::move(groups));
+  std::vector<size_t> alone;
+  std::vector<Task<Result<uint32_t>>> singles;
+  for (size_t k = 0; k < reads.size(); ++k) {
+    if (!reads[k].retry_alone) continue;
+    alone.push_back(k);
+    singles.push_back(core_->chunks->read(reads[k].chunk, reads[k].offset, reads[k].dst));
+  }
+  auto single_results = run_parallel(*core_->io, std::move(singles));
+  for (size_t j = 0; j < alone.size(); ++j) reads[alone[j]].result = std::move(single_results[j]);
   for (size_t k = 0; k < reads.size(); ++k) {
     size_t i = owner[k].first;
     if (!out[i]) continue;

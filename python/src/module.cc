@@ -1,0 +1,615 @@
+// weft._native: the pybind11 binding of libweft (include/weft/client.h).
+//
+// Thin on purpose: the Python side (python/weft/__init__.py) builds the file
+// objects, stat results and the API. Rules kept here:
+//   - every call that may touch the network releases the GIL;
+//   - errors become OSError(errno, message, path), so Python picks the
+//     subclass (FileNotFoundError, PermissionError...) from the errno;
+//   - fork(): in a child the client's threads do not exist. A fork generation
+//     (bumped by pthread_atfork in the child) tells each object whether it was
+//     made in this process; an object from before the fork is leaked, never
+//     destroyed (its destructor would join threads that are gone and take
+//     locks that may be held forever), and a Client reconnects lazily.
+#include <fcntl.h>
+#include <pthread.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+// g++ 12 at -O2 reports false "may be used uninitialized" warnings on moves
+// out of std::expected (seen on Result<std::vector<DirEntry>>).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "weft/client.h"
+
+namespace py = pybind11;
+
+namespace {
+
+using weft::Code;
+using weft::Status;
+
+std::atomic<uint64_t> g_fork_generation{0};
+void after_fork_in_child() { g_fork_generation.fetch_add(1, std::memory_order_relaxed); }
+uint64_t fork_generation() { return g_fork_generation.load(std::memory_order_relaxed); }
+
+// Raises OSError(errno, "<strerror> (<weft message>)", path[, None, path2]).
+// Needs the GIL.
+[[noreturn]] void raise_status(const Status& s, const std::string& path, const std::string* path2 = nullptr) {
+  int err = s.posix_errno();
+  if (err == 0) err = EIO;
+  std::string text = std::strerror(err);
+  if (!s.message().empty()) text += " (" + s.message() + ")";
+  py::object os_error = py::reinterpret_borrow<py::object>(PyExc_OSError);
+  py::object exc = path2 ? os_error(err, text, path, py::none(), *path2) : os_error(err, text, path);
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+  throw py::error_already_set();
+}
+
+[[noreturn]] void raise_errno(int err, const std::string& message, const std::string& path) {
+  raise_status(Status(weft::code_from_errno(err), message), path);
+}
+
+template <class T>
+T check(weft::Result<T>&& r, const std::string& path) {
+  if (!r) raise_status(r.error(), path);
+  if constexpr (!std::is_void_v<T>) return std::move(*r);
+}
+
+// A contiguous view of a Python buffer, released on destruction (needs the GIL then).
+class BufferView {
+ public:
+  BufferView(py::handle obj, bool writable) {
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) throw py::error_already_set();
+    held_ = true;
+  }
+  BufferView(BufferView&& o) noexcept : view_(o.view_), held_(o.held_) { o.held_ = false; }
+  BufferView(const BufferView&) = delete;
+  BufferView& operator=(const BufferView&) = delete;
+  BufferView& operator=(BufferView&&) = delete;
+  ~BufferView() {
+    if (held_) PyBuffer_Release(&view_);
+  }
+  std::byte* data() const { return static_cast<std::byte*>(view_.buf); }
+  size_t size() const { return static_cast<size_t>(view_.len); }
+
+ private:
+  Py_buffer view_{};
+  bool held_ = false;
+};
+
+using LayoutTuple = std::tuple<uint32_t, uint32_t, uint32_t, uint32_t, uint64_t>;
+
+LayoutTuple to_tuple(const weft::Layout& l) {
+  return {l.chunk_bytes, l.stripe_count, l.chain_table_id, l.first_chain, l.shuffle_seed};
+}
+weft::Layout from_tuple(const LayoutTuple& t) {
+  weft::Layout l;
+  l.chunk_bytes = std::get<0>(t);
+  l.stripe_count = std::get<1>(t);
+  l.chain_table_id = std::get<2>(t);
+  l.first_chain = std::get<3>(t);
+  l.shuffle_seed = std::get<4>(t);
+  return l;
+}
+
+// Parent directory path and last component of an absolute cluster path.
+std::pair<std::string, std::string> split_parent(const std::string& path) {
+  auto parts = weft::split_path(path);
+  if (!parts) raise_status(parts.error(), path);
+  if (parts->empty()) raise_errno(EINVAL, "the root has no parent", path);
+  std::string parent;
+  for (size_t i = 0; i + 1 < parts->size(); ++i) parent += "/" + (*parts)[i];
+  if (parent.empty()) parent = "/";
+  return {parent, parts->back()};
+}
+
+// The connection, shared by the files opened through it (a File needs its
+// client's threads).
+struct Conn {
+  std::unique_ptr<weft::Client> client;
+  uint64_t generation = 0;
+};
+
+// Leaks a shared_ptr when it comes from before a fork.
+template <class T>
+void drop(std::shared_ptr<T>& p, uint64_t generation) {
+  if (p && generation != fork_generation()) new std::shared_ptr<T>(std::move(p));  // NOLINT: leaked on purpose
+  p.reset();
+}
+
+class PyFile {
+ public:
+  PyFile(std::shared_ptr<Conn> conn, std::shared_ptr<weft::File> file, std::string path)
+      : conn_(std::move(conn)), file_(std::move(file)), path_(std::move(path)), generation_(fork_generation()) {}
+  PyFile(const PyFile&) = delete;
+  PyFile& operator=(const PyFile&) = delete;
+  ~PyFile() {
+    // The native File closes itself when dropped (flushing its data); a file
+    // from before a fork is leaked.
+    if (generation_ != fork_generation()) {
+      drop(file_, generation_);
+      drop(conn_, generation_);
+      return;
+    }
+    if (file_) {
+      py::gil_scoped_release nogil;
+      file_.reset();
+      conn_.reset();
+    }
+  }
+
+  size_t pread(py::handle buffer, uint64_t offset) {
+    auto f = usable();
+    BufferView b(buffer, true);
+    weft::Result<size_t> r;
+    {
+      py::gil_scoped_release nogil;
+      r = f->pread(std::span<std::byte>(b.data(), b.size()), offset);
+    }
+    return check(std::move(r), path_);
+  }
+
+  size_t pwrite(py::handle buffer, uint64_t offset) {
+    auto f = usable();
+    BufferView b(buffer, false);
+    weft::Result<size_t> r;
+    {
+      py::gil_scoped_release nogil;
+      r = f->pwrite(std::span<const std::byte>(b.data(), b.size()), offset);
+    }
+    return check(std::move(r), path_);
+  }
+
+  uint64_t size() { return usable()->size(); }
+  uint64_t refresh_size() {
+    auto f = usable();
+    weft::Result<uint64_t> r;
+    {
+      py::gil_scoped_release nogil;
+      r = f->refresh_size();
+    }
+    return check(std::move(r), path_);
+  }
+  void flush() { call_void([](weft::File& f) { return f.flush(); }); }
+  void fsync() { call_void([](weft::File& f) { return f.fsync(); }); }
+  void truncate(uint64_t length) { call_void([length](weft::File& f) { return f.truncate(length); }); }
+
+  // Idempotent; a file from before a fork is just forgotten.
+  void close() {
+    if (!file_) return;
+    if (generation_ != fork_generation()) {
+      drop(file_, generation_);
+      drop(conn_, generation_);
+      return;
+    }
+    std::shared_ptr<weft::File> f = std::move(file_);
+    weft::Result<void> r;
+    {
+      py::gil_scoped_release nogil;
+      r = f->close();
+      f.reset();
+      conn_.reset();
+    }
+    check(std::move(r), path_);
+  }
+
+  bool closed() const { return !file_; }
+  bool writable() { return usable()->writable(); }
+  uint64_t ino() { return usable()->ino(); }
+  LayoutTuple layout() { return to_tuple(usable()->layout()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::shared_ptr<weft::File> usable() {
+    if (!file_) raise_errno(EBADF, "I/O operation on a closed weft file", path_);
+    if (generation_ != fork_generation())
+      raise_errno(EBADF, "this weft file was opened before fork(); open it again in this process", path_);
+    return file_;
+  }
+  template <class F>
+  void call_void(F fn) {
+    auto f = usable();
+    weft::Result<void> r;
+    {
+      py::gil_scoped_release nogil;
+      r = fn(*f);
+    }
+    check(std::move(r), path_);
+  }
+
+  std::shared_ptr<Conn> conn_;
+  std::shared_ptr<weft::File> file_;
+  std::string path_;
+  uint64_t generation_;
+};
+
+// One read of read_batch: (ino, offset, buffer, layout or None, file size or None).
+using ReadSpec = std::tuple<uint64_t, uint64_t, py::object, std::optional<LayoutTuple>, std::optional<uint64_t>>;
+
+class PyClient {
+ public:
+  PyClient(std::string config, std::string cluster, size_t io_threads, size_t write_buffer_bytes, std::string name) {
+    options_.config_path = std::move(config);
+    options_.cluster = std::move(cluster);
+    if (io_threads > 0) options_.io_threads = io_threads;
+    if (write_buffer_bytes > 0) options_.write_buffer_bytes = write_buffer_bytes;
+    options_.name = std::move(name);
+    (void)conn();  // connect now: configuration errors surface at connect()
+  }
+  PyClient(const PyClient&) = delete;
+  PyClient& operator=(const PyClient&) = delete;
+  ~PyClient() {
+    if (!conn_) return;
+    if (conn_->generation != fork_generation()) {
+      drop(conn_, conn_->generation);
+      return;
+    }
+    py::gil_scoped_release nogil;
+    conn_.reset();
+  }
+
+  std::string description() { return conn()->client->cluster_description(); }
+
+  // ---- files ----
+  std::unique_ptr<PyFile> open(const std::string& path, int flags, uint32_t mode) {
+    auto c = conn();
+    weft::Result<std::shared_ptr<weft::File>> r;
+    {
+      py::gil_scoped_release nogil;
+      r = c->client->open_path(c->client->default_cred(), path, flags, mode);
+    }
+    return std::make_unique<PyFile>(c, check(std::move(r), path), path);
+  }
+
+  // ---- namespace ----
+  weft::Inode stat(const std::string& path, bool follow) {
+    auto c = conn();
+    weft::Result<weft::Inode> r;
+    {
+      py::gil_scoped_release nogil;
+      r = c->client->resolve(c->client->default_cred(), path, follow);
+    }
+    return check(std::move(r), path);
+  }
+
+  // One resolve per path, in order; an error is (errno, message).
+  py::list stat_many(const std::vector<std::string>& paths, bool follow) {
+    auto c = conn();
+    std::vector<weft::Result<weft::Inode>> out;
+    out.reserve(paths.size());
+    {
+      py::gil_scoped_release nogil;
+      for (const auto& p : paths) out.push_back(c->client->resolve(c->client->default_cred(), p, follow));
+    }
+    py::list result;
+    for (auto& r : out) {
+      if (r) result.append(py::cast(std::move(*r)));
+      else result.append(py::make_tuple(r.error().posix_errno(), r.error().message()));
+    }
+    return result;
+  }
+
+  bool exists(const std::string& path, bool follow) {
+    auto c = conn();
+    weft::Result<weft::Inode> r;
+    {
+      py::gil_scoped_release nogil;
+      r = c->client->resolve(c->client->default_cred(), path, follow);
+    }
+    if (r) return true;
+    if (r.error().code() == Code::kNotFound || r.error().code() == Code::kNotDirectory) return false;
+    raise_status(r.error(), path);
+  }
+
+  // Entries of a directory: (name, Inode), in the directory's order.
+  std::vector<std::pair<std::string, weft::Inode>> scandir(const std::string& path) {
+    auto c = conn();
+    weft::Result<std::vector<weft::DirEntry>> r;
+    {
+      py::gil_scoped_release nogil;
+      r = c->client->list_path(c->client->default_cred(), path);
+    }
+    if (!r) raise_status(r.error(), path);
+    std::vector<std::pair<std::string, weft::Inode>> out;
+    out.reserve(r->size());
+    for (auto& e : *r) out.emplace_back(std::move(e.name), std::move(e.attr));
+    return out;
+  }
+
+  std::vector<std::string> listdir(const std::string& path) {
+    auto c = conn();
+    weft::Result<std::vector<weft::DirEntry>> r;
+    {
+      py::gil_scoped_release nogil;
+      r = c->client->list_path(c->client->default_cred(), path);
+    }
+    if (!r) raise_status(r.error(), path);
+    std::vector<std::string> out;
+    out.reserve(r->size());
+    for (auto& e : *r) out.push_back(std::move(e.name));
+    return out;
+  }
+
+  void mkdirs(const std::string& path, uint32_t mode) {
+    auto c = conn();
+    weft::Result<void> r;
+    {
+      py::gil_scoped_release nogil;
+      r = c->client->mkdirs(c->client->default_cred(), path, mode);
+    }
+    check(std::move(r), path);
+  }
+
+  void mkdir(const std::string& path, uint32_t mode) {
+    auto [parent_path, name] = split_parent(path);
+    auto c = conn();
+    weft::Result<weft::Inode> r;
+    {
+      py::gil_scoped_release nogil;
+      const auto& cred = c->client->default_cred();
+      auto parent = resolve_dir(*c->client, parent_path);
+      if (!parent) r = std::unexpected(parent.error());
+      else r = c->client->mkdir(cred, parent->ino, name, mode);
+    }
+    check(std::move(r), path);
+  }
+
+  // kind: 0 = file or symlink (unlink: EISDIR on a directory), 1 = empty directory (ENOTDIR on others).
+  void remove(const std::string& path, bool directory) {
+    auto [parent_path, name] = split_parent(path);
+    auto c = conn();
+    weft::Result<void> r;
+    {
+      py::gil_scoped_release nogil;
+      r = remove_locked(*c->client, parent_path, name, directory);
+    }
+    check(std::move(r), path);
+  }
+
+  // flags: 0 replace, 1 no-replace, 2 exchange.
+  void rename(const std::string& from, const std::string& to, uint32_t flags) {
+    auto [from_parent, from_name] = split_parent(from);
+    auto [to_parent, to_name] = split_parent(to);
+    auto c = conn();
+    weft::Result<void> r;
+    {
+      py::gil_scoped_release nogil;
+      r = [&]() -> weft::Result<void> {
+        WEFT_TRY(weft::Inode src, resolve_dir(*c->client, from_parent));
+        WEFT_TRY(weft::Inode dst, resolve_dir(*c->client, to_parent));
+        return c->client->rename(c->client->default_cred(), src.ino, from_name, dst.ino, to_name,
+                                 static_cast<weft::RenameFlags>(flags));
+      }();
+    }
+    if (!r) raise_status(r.error(), from, &to);
+  }
+
+  void symlink(const std::string& target, const std::string& path) {
+    auto [parent_path, name] = split_parent(path);
+    auto c = conn();
+    weft::Result<weft::Inode> r;
+    {
+      py::gil_scoped_release nogil;
+      auto parent = resolve_dir(*c->client, parent_path);
+      if (!parent) r = std::unexpected(parent.error());
+      else r = c->client->symlink(c->client->default_cred(), parent->ino, name, target);
+    }
+    check(std::move(r), path);
+  }
+
+  std::string readlink(const std::string& path) {
+    auto c = conn();
+    weft::Result<std::string> r;
+    {
+      py::gil_scoped_release nogil;
+      r = [&]() -> weft::Result<std::string> {
+        WEFT_TRY(weft::Inode n, c->client->resolve(c->client->default_cred(), path, false));
+        if (!n.is_symlink()) return weft::error(Code::kInvalidArgument, "not a symbolic link");
+        return c->client->readlink(c->client->default_cred(), n.ino);
+      }();
+    }
+    return check(std::move(r), path);
+  }
+
+  LayoutTuple get_layout(const std::string& path) {
+    auto c = conn();
+    weft::Result<weft::Layout> r;
+    {
+      py::gil_scoped_release nogil;
+      r = [&]() -> weft::Result<weft::Layout> {
+        WEFT_TRY(weft::Inode n, c->client->resolve(c->client->default_cred(), path, true));
+        if (!n.is_dir()) return n.layout;
+        return c->client->get_layout(c->client->default_cred(), n.ino);
+      }();
+    }
+    return to_tuple(check(std::move(r), path));
+  }
+
+  void set_layout(const std::string& path, const LayoutTuple& layout) {
+    auto c = conn();
+    weft::Result<void> r;
+    {
+      py::gil_scoped_release nogil;
+      r = [&]() -> weft::Result<void> {
+        WEFT_TRY(weft::Inode n, resolve_dir(*c->client, path));
+        return c->client->set_layout(c->client->default_cred(), n.ino, from_tuple(layout));
+      }();
+    }
+    check(std::move(r), path);
+  }
+
+  // ---- batches ----
+  // Reads every spec into its (writable, contiguous) buffer, as one batched
+  // request. Returns, in order, the bytes read or (errno, message).
+  py::list read_batch(const std::vector<ReadSpec>& specs) {
+    auto c = conn();
+    std::vector<BufferView> views;
+    std::vector<weft::ReadOp> ops;
+    views.reserve(specs.size());
+    ops.reserve(specs.size());
+    for (const auto& [ino, offset, buffer, layout, size] : specs) {
+      views.emplace_back(buffer, true);
+      weft::ReadOp op;
+      op.ino = ino;
+      op.offset = offset;
+      op.dst = std::span<std::byte>(views.back().data(), views.back().size());
+      if (layout) op.layout = from_tuple(*layout);
+      op.file_size = size;
+      ops.push_back(std::move(op));
+    }
+    std::vector<weft::Result<size_t>> results;
+    {
+      py::gil_scoped_release nogil;
+      results = c->client->read_batch(c->client->default_cred(), ops);
+    }
+    py::list out;
+    for (auto& r : results) {
+      if (r) out.append(*r);
+      else out.append(py::make_tuple(r.error().posix_errno(), r.error().message()));
+    }
+    return out;
+  }
+
+ private:
+  // The live connection of this process (reconnects after a fork).
+  std::shared_ptr<Conn> conn() {
+    if (conn_ && conn_->generation == fork_generation()) return conn_;
+    if (conn_) drop(conn_, conn_->generation);
+    weft::Result<std::unique_ptr<weft::Client>> r;
+    {
+      py::gil_scoped_release nogil;
+      r = weft::Client::connect(options_);
+    }
+    if (!r) {
+      std::string where = !options_.cluster.empty() ? options_.cluster : options_.config_path;
+      if (where.empty()) {
+        const char* env = std::getenv("WEFT_CONFIG");
+        where = env && *env ? env : "./weft-data/client.toml";
+      }
+      raise_status(r.error(), where);
+    }
+    auto c = std::make_shared<Conn>();
+    c->client = std::move(*r);
+    c->generation = fork_generation();
+    if (conn_ && conn_->generation == fork_generation()) {
+      // Another thread connected meanwhile: keep its connection.
+      py::gil_scoped_release nogil;
+      c.reset();
+      return conn_;
+    }
+    conn_ = c;
+    return conn_;
+  }
+
+  static weft::Result<weft::Inode> resolve_dir(weft::Client& client, const std::string& path) {
+    WEFT_TRY(weft::Inode n, client.resolve(client.default_cred(), path, true));
+    if (!n.is_dir()) return weft::error(Code::kNotDirectory, "{} is not a directory", path);
+    return n;
+  }
+
+  static weft::Result<void> remove_locked(weft::Client& client, const std::string& parent_path,
+                                          const std::string& name, bool directory) {
+    const auto& cred = client.default_cred();
+    WEFT_TRY(weft::Inode parent, resolve_dir(client, parent_path));
+    WEFT_TRY(weft::Inode n, client.lookup(cred, parent.ino, name));
+    if (directory) {
+      if (!n.is_dir()) return weft::error(Code::kNotDirectory, "not a directory");
+      return client.rmdir(cred, parent.ino, name);
+    }
+    if (n.is_dir()) return weft::error(Code::kIsDirectory, "is a directory");
+    return client.unlink(cred, parent.ino, name);
+  }
+
+  weft::ClientOptions options_;
+  std::shared_ptr<Conn> conn_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "libweft, the native client of a Weft cluster (use the weft package, not this module)";
+  static bool atfork_registered = [] { return pthread_atfork(nullptr, nullptr, after_fork_in_child) == 0; }();
+  (void)atfork_registered;
+
+  m.attr("O_RDONLY") = O_RDONLY;
+  m.attr("O_WRONLY") = O_WRONLY;
+  m.attr("O_RDWR") = O_RDWR;
+  m.attr("O_CREAT") = O_CREAT;
+  m.attr("O_EXCL") = O_EXCL;
+  m.attr("O_TRUNC") = O_TRUNC;
+  m.attr("O_APPEND") = O_APPEND;
+  m.attr("RENAME_REPLACE") = 0;
+  m.attr("RENAME_NOREPLACE") = static_cast<int>(weft::RenameFlags::kNoReplace);
+  m.attr("RENAME_EXCHANGE") = static_cast<int>(weft::RenameFlags::kExchange);
+  m.def("fork_generation", &fork_generation, "How many fork()s this process is away from where the module loaded.");
+
+  py::class_<weft::Inode>(m, "Inode")
+      .def_readonly("ino", &weft::Inode::ino)
+      .def_property_readonly("type", [](const weft::Inode& n) { return static_cast<int>(n.type); })
+      .def_readonly("mode", &weft::Inode::mode)
+      .def_readonly("uid", &weft::Inode::uid)
+      .def_readonly("gid", &weft::Inode::gid)
+      .def_readonly("nlink", &weft::Inode::nlink)
+      .def_readonly("size", &weft::Inode::size)
+      .def_readonly("atime_ns", &weft::Inode::atime_ns)
+      .def_readonly("mtime_ns", &weft::Inode::mtime_ns)
+      .def_readonly("ctime_ns", &weft::Inode::ctime_ns)
+      .def_property_readonly("layout", [](const weft::Inode& n) { return to_tuple(n.layout); })
+      .def("is_dir", &weft::Inode::is_dir)
+      .def("is_file", &weft::Inode::is_file)
+      .def("is_symlink", &weft::Inode::is_symlink)
+      .def("__repr__", [](const weft::Inode& n) {
+        return "<weft Inode " + std::to_string(n.ino) + " type " + std::to_string(static_cast<int>(n.type)) +
+               " size " + std::to_string(n.size) + ">";
+      });
+
+  py::class_<PyFile>(m, "File")
+      .def("pread", &PyFile::pread, py::arg("buffer"), py::arg("offset"),
+           "Reads into a writable contiguous buffer at offset; returns the bytes read (short only at EOF).")
+      .def("pwrite", &PyFile::pwrite, py::arg("buffer"), py::arg("offset"))
+      .def("size", &PyFile::size)
+      .def("refresh_size", &PyFile::refresh_size)
+      .def("flush", &PyFile::flush)
+      .def("fsync", &PyFile::fsync)
+      .def("truncate", &PyFile::truncate, py::arg("length"))
+      .def("close", &PyFile::close)
+      .def_property_readonly("closed", &PyFile::closed)
+      .def_property_readonly("writable", &PyFile::writable)
+      .def_property_readonly("ino", &PyFile::ino)
+      .def_property_readonly("layout", &PyFile::layout)
+      .def_property_readonly("path", &PyFile::path);
+
+  py::class_<PyClient>(m, "Client")
+      .def(py::init<std::string, std::string, size_t, size_t, std::string>(), py::arg("config") = "",
+           py::arg("cluster") = "", py::arg("io_threads") = 0, py::arg("write_buffer_bytes") = 0,
+           py::arg("name") = "weft-python")
+      .def("description", &PyClient::description)
+      .def("open", &PyClient::open, py::arg("path"), py::arg("flags"), py::arg("mode") = 0644)
+      .def("stat", &PyClient::stat, py::arg("path"), py::arg("follow") = true)
+      .def("stat_many", &PyClient::stat_many, py::arg("paths"), py::arg("follow") = true)
+      .def("exists", &PyClient::exists, py::arg("path"), py::arg("follow") = true)
+      .def("scandir", &PyClient::scandir, py::arg("path"))
+      .def("listdir", &PyClient::listdir, py::arg("path"))
+      .def("mkdirs", &PyClient::mkdirs, py::arg("path"), py::arg("mode") = 0755)
+      .def("mkdir", &PyClient::mkdir, py::arg("path"), py::arg("mode") = 0755)
+      .def("remove", &PyClient::remove, py::arg("path"), py::arg("directory") = false)
+      .def("rename", &PyClient::rename, py::arg("src"), py::arg("dst"), py::arg("flags") = 0)
+      .def("symlink", &PyClient::symlink, py::arg("target"), py::arg("path"))
+      .def("readlink", &PyClient::readlink, py::arg("path"))
+      .def("get_layout", &PyClient::get_layout, py::arg("path"))
+      .def("set_layout", &PyClient::set_layout, py::arg("path"), py::arg("layout"))
+      .def("read_batch", &PyClient::read_batch, py::arg("specs"));
+}

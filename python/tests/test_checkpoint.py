@@ -1,0 +1,120 @@
+"""weft.torch.save/load: equality, atomic replace, a save killed halfway."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import weft.torch as wt
+
+
+def state_dict():
+    g = torch.Generator().manual_seed(1)
+    base = torch.randn(8, 10, generator=g)
+    return {
+        "f32": torch.randn(300, 257, generator=g),
+        "f16": torch.randn(33, 7, generator=g).half(),
+        "bf16": torch.randn(5, 1000, generator=g).to(torch.bfloat16),
+        "i64": torch.arange(-50, 12345, dtype=torch.int64),
+        "bool": torch.rand(17, generator=g) > 0.5,
+        "scalar": torch.tensor(3.25),
+        "empty": torch.empty(0, 4),
+        "noncontig": base[:, ::3],
+        "transposed": base.t(),
+        "big": torch.randn(3 << 20, generator=g),  # 12 MiB: several pieces and chunks
+        "u8": torch.randint(0, 255, (1000,), dtype=torch.uint8, generator=g),
+        "nested": {"step": 12, "lr": [0.1, 0.01], "t": torch.ones(3, dtype=torch.int32)},
+        "name": "model-x",
+    }
+
+
+def assert_same(a, b):
+    assert type(a) == type(b) or isinstance(a, torch.Tensor)
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert_same(a[k], b[k])
+    elif isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor)
+        assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, b.dtype, a.shape, b.shape)
+        assert torch.equal(a, b)
+    else:
+        assert a == b
+
+
+def test_save_load_equality(client, root):
+    sd = state_dict()
+    wt.save(sd, f"{root}/ckpt", client=client)
+    assert sorted(client.listdir(root)) == ["ckpt"]  # no temporary left
+    back = wt.load(f"{root}/ckpt", client=client)
+    assert_same(sd, back)
+    assert back["noncontig"].is_contiguous()
+
+
+def test_shared_tensors_and_parameters(client, root):
+    w = torch.nn.Parameter(torch.randn(4, 4))
+    obj = {"a": w, "b": w, "list": [torch.zeros(2), 5]}
+    wt.save(obj, f"{root}/c", client=client)
+    back = wt.load(f"{root}/c", client=client)
+    assert back["a"] is back["b"] and isinstance(back["a"], torch.nn.Parameter)
+    assert torch.equal(back["a"], w) and back["list"][1] == 5
+
+
+def test_replace_existing(client, root):
+    wt.save({"v": torch.tensor([1])}, f"{root}/c", client=client)
+    wt.save({"v": torch.tensor([2])}, f"{root}/c", client=client)
+    assert wt.load(f"{root}/c", client=client)["v"].item() == 2
+    assert client.listdir(root) == ["c"]
+    with pytest.raises(FileNotFoundError):
+        wt.load(f"{root}/missing", client=client)
+
+
+SAVER = r"""
+import sys, torch, weft, weft.torch as wt
+c = weft.connect(config=sys.argv[1])
+sd = {f"t{i}": torch.full((256, 1024), float(i)) for i in range(40)}
+print("start", flush=True)
+wt.save(sd, sys.argv[2], client=c)
+print("done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("previous", [False, True])
+def test_killed_save_leaves_previous(client, root, cluster, previous):
+    path = f"{root}/ckpt"
+    if previous:
+        wt.save({"old": torch.arange(10)}, path, client=client)
+    env = dict(os.environ, WEFT_TORCH_SAVE_TEST_DELAY="0.2")
+    p = subprocess.Popen([sys.executable, "-c", SAVER, str(cluster / "client.toml"), path], env=env,
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "start"
+    # Wait until the temporary directory has data in it, then kill.
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        tmps = [n for n in client.listdir(root) if n.startswith(".ckpt.tmp-")]
+        if tmps and client.exists(f"{root}/{tmps[0]}/data.bin") and \
+                client.stat(f"{root}/{tmps[0]}/data.bin").st_size > (4 << 20):
+            break
+        time.sleep(0.05)
+    else:
+        p.kill()
+        pytest.fail("the save never started writing")
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    p.stdout.close()
+    assert p.returncode == -signal.SIGKILL
+    visible = [n for n in client.listdir(root) if not n.startswith(".")]
+    if previous:
+        assert visible == ["ckpt"]
+        assert torch.equal(wt.load(path, client=client)["old"], torch.arange(10))
+    else:
+        assert visible == []
+        with pytest.raises(FileNotFoundError):
+            wt.load(path, client=client)
+    # A later save succeeds and replaces whatever is there.
+    wt.save({"new": torch.ones(2)}, path, client=client)
+    assert torch.equal(wt.load(path, client=client)["new"], torch.ones(2))

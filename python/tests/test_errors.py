@@ -1,0 +1,80 @@
+"""libweft errors surface as the built-in OSError subclasses, with the path."""
+
+import errno
+
+import pytest
+
+
+def check(exc_type, path, fn, *args, **kwargs):
+    with pytest.raises(exc_type) as e:
+        fn(*args, **kwargs)
+    assert path in str(e.value), str(e.value)
+    assert e.value.filename == path
+    return e.value
+
+
+def test_error_mapping(client, root):
+    client.makedirs(f"{root}/d")
+    client.write_file(f"{root}/f", b"x")
+    client.write_file(f"{root}/d/inner", b"y")
+
+    check(FileNotFoundError, f"{root}/nope", client.open, f"{root}/nope", "rb")
+    check(FileNotFoundError, f"{root}/nope", client.stat, f"{root}/nope")
+    check(FileNotFoundError, f"{root}/nope/x", client.open, f"{root}/nope/x", "wb")
+    check(FileNotFoundError, f"{root}/nope", client.remove, f"{root}/nope")
+    check(FileNotFoundError, f"{root}/nope", client.listdir, f"{root}/nope")
+    check(IsADirectoryError, f"{root}/d", client.open, f"{root}/d", "rb")
+    check(IsADirectoryError, f"{root}/d", client.open, f"{root}/d", "wb")
+    check(IsADirectoryError, f"{root}/d", client.remove, f"{root}/d")
+    check(NotADirectoryError, f"{root}/f", client.listdir, f"{root}/f")
+    check(NotADirectoryError, f"{root}/f", client.rmdir, f"{root}/f")
+    check(NotADirectoryError, f"{root}/f/x", client.open, f"{root}/f/x", "rb")
+    check(FileExistsError, f"{root}/f", client.open, f"{root}/f", "xb")
+    check(FileExistsError, f"{root}/d", client.mkdir, f"{root}/d")
+    check(FileExistsError, f"{root}/f", client.makedirs, f"{root}/f", exist_ok=True)
+    e = check(OSError, f"{root}/d", client.rmdir, f"{root}/d")
+    assert e.errno == errno.ENOTEMPTY
+    e = check(FileExistsError, f"{root}/f", client.rename, f"{root}/f", f"{root}/d/inner", noreplace=True)
+    assert e.filename2 == f"{root}/d/inner"
+
+
+def test_permission_error(client, root, cluster):
+    import os
+
+    import weft
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to act as another user")
+    import shutil
+    import tempfile
+
+    # The other user must be able to read a client config.
+    conf_dir = tempfile.mkdtemp(prefix="weft-conf-")
+    os.chmod(conf_dir, 0o755)
+    conf = os.path.join(conf_dir, "client.toml")
+    shutil.copy(cluster / "client.toml", conf)
+    os.chmod(conf, 0o644)
+    client.makedirs(f"{root}/private")
+    client.write_file(f"{root}/private/secret", b"s")
+    # A client acting as uid 65534 cannot write a 0644 file of root.
+    script = f"""
+import os, sys
+os.setgid(65534); os.setuid(65534)
+import weft
+c = weft.connect(config={conf!r})
+try:
+    c.open({root + '/private/secret'!r}, 'wb')
+except PermissionError as e:
+    assert {root + '/private/secret'!r} in str(e), str(e)
+    sys.exit(0)
+sys.exit(5)
+"""
+    import subprocess
+    import sys
+
+    try:
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    finally:
+        shutil.rmtree(conf_dir)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert weft  # imported for the subprocess's PYTHONPATH

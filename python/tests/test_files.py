@@ -1,0 +1,203 @@
+"""File objects, namespace calls and read_batch through weft.Client."""
+
+import io
+import os
+import stat
+
+import numpy as np
+import pytest
+import torch
+
+
+def test_bytes_round_trip(client, root):
+    data = os.urandom(3 * (1 << 20) + 12345)  # several chunks and a partial one
+    with client.open(f"{root}/a.bin", "wb") as f:
+        assert f.writable() and not f.readable() and f.seekable()
+        for at in range(0, len(data), 100000):
+            f.write(data[at:at + 100000])
+    assert client.stat(f"{root}/a.bin").st_size == len(data)
+    with client.open(f"{root}/a.bin", "rb") as f:
+        assert f.read() == data
+    with client.open(f"{root}/a.bin", "rb") as f:
+        got = bytearray()
+        while chunk := f.read(77777):
+            got += chunk
+        assert got == data
+    assert client.read_file(f"{root}/a.bin") == data
+
+
+def test_file_object_behaviour(client, root):
+    p = f"{root}/b.bin"
+    with client.open(p, "wb") as f:
+        assert isinstance(f, io.BufferedWriter)
+        with pytest.raises(io.UnsupportedOperation):
+            f.fileno()
+        with pytest.raises(io.UnsupportedOperation):
+            f.read()
+        f.write(b"0123456789")
+    assert f.closed
+    with pytest.raises(ValueError):
+        f.write(b"x")
+    raw = client.open(p, "rb", buffering=0)
+    assert raw.readable() and not raw.writable() and raw.seekable()
+    b = bytearray(4)
+    assert raw.readinto(b) == 4 and b == b"0123"
+    assert raw.readall() == b"456789"
+    raw.close()
+    raw.close()  # idempotent
+    assert raw.closed
+    with pytest.raises(ValueError):
+        raw.read()
+
+
+def test_seek_tell_partial_reads(client, root):
+    p = f"{root}/c.bin"
+    data = bytes(range(256)) * 8192  # 2 MiB
+    client.write_file(p, data)
+    with client.open(p, "rb") as f:
+        assert f.tell() == 0
+        assert f.seek(1000) == 1000
+        assert f.read(10) == data[1000:1010]
+        assert f.tell() == 1010
+        assert f.seek(-10, io.SEEK_CUR) == 1000
+        assert f.read(5) == data[1000:1005]
+        assert f.seek(-100, io.SEEK_END) == len(data) - 100
+        assert f.read() == data[-100:]
+        assert f.read(10) == b""
+        f.seek(len(data) + 10)
+        assert f.read(10) == b""
+        f.seek((1 << 20) - 3)  # across a chunk boundary
+        assert f.read(6) == data[(1 << 20) - 3:(1 << 20) + 3]
+        with pytest.raises(OSError):
+            f.seek(-1)
+
+
+def test_modes(client, root):
+    p = f"{root}/m.bin"
+    with client.open(p, "xb") as f:
+        f.write(b"hello")
+    with pytest.raises(FileExistsError) as e:
+        client.open(p, "xb")
+    assert p in str(e.value)
+    with client.open(p, "ab") as f:
+        f.write(b" world")
+    assert client.read_file(p) == b"hello world"
+    with client.open(p, "r+b") as f:
+        f.seek(6)
+        f.write(b"WORLD")
+        f.seek(0)
+        assert f.read() == b"hello WORLD"
+    with client.open(p, "wb") as f:  # truncates
+        f.write(b"new")
+    assert client.read_file(p) == b"new"
+    with client.open(f"{root}/t.txt", "w") as f:
+        f.write("line 1\nline 2\n")
+    with client.open(f"{root}/t.txt", "r") as f:
+        assert f.readlines() == ["line 1\n", "line 2\n"]
+    with pytest.raises(ValueError):
+        client.open(p, "rw")
+
+
+def test_fsync_and_truncate(client, root):
+    import weft
+
+    p = f"{root}/s.bin"
+    with client.open(p, "wb") as f:
+        f.write(b"x" * 5000)
+        weft.fsync(f)
+        assert client.stat(p).st_size == 5000
+        f.truncate(100)
+    assert client.read_file(p) == b"x" * 100
+
+
+def test_torch_save_load_through_open(client, root):
+    obj = {"w": torch.randn(64, 33), "b": torch.arange(10), "meta": {"step": 7, "name": "x"}}
+    with client.open(f"{root}/model.pt", "wb") as f:
+        torch.save(obj, f)
+    with client.open(f"{root}/model.pt", "rb") as f:
+        back = torch.load(f)
+    assert torch.equal(back["w"], obj["w"]) and torch.equal(back["b"], obj["b"])
+    assert back["meta"] == obj["meta"]
+
+
+def test_namespace(client, root):
+    client.makedirs(f"{root}/x/y/z")
+    client.makedirs(f"{root}/x/y/z", exist_ok=True)
+    with pytest.raises(FileExistsError):
+        client.makedirs(f"{root}/x/y/z")
+    client.write_file(f"{root}/x/f1", b"abc")
+    client.write_file(f"{root}/x/f2", b"")
+    assert sorted(client.listdir(f"{root}/x")) == ["f1", "f2", "y"]
+    st = client.stat(f"{root}/x/f1")
+    assert stat.S_ISREG(st.st_mode) and st.st_size == 3 and st.st_mtime > 1e9 and st.st_nlink == 1
+    assert st.st_mode & 0o777 == 0o644
+    assert stat.S_ISDIR(client.stat(f"{root}/x/y").st_mode)
+    assert client.exists(f"{root}/x/f1") and not client.exists(f"{root}/x/nope")
+    assert not client.exists(f"{root}/x/f1/below")
+    assert client.isdir(f"{root}/x") and client.isfile(f"{root}/x/f1")
+    client.rename(f"{root}/x/f1", f"{root}/x/f3")
+    assert not client.exists(f"{root}/x/f1") and client.read_file(f"{root}/x/f3") == b"abc"
+    client.rename(f"{root}/x/f3", f"{root}/x/f2")  # replaces
+    assert client.read_file(f"{root}/x/f2") == b"abc"
+    client.write_file(f"{root}/x/f4", b"4")
+    client.rename(f"{root}/x/f2", f"{root}/x/f4", exchange=True)
+    assert client.read_file(f"{root}/x/f4") == b"abc" and client.read_file(f"{root}/x/f2") == b"4"
+    with pytest.raises(FileExistsError):
+        client.rename(f"{root}/x/f2", f"{root}/x/f4", noreplace=True)
+    client.remove(f"{root}/x/f4")
+    client.rmdir(f"{root}/x/y/z")
+    assert sorted(client.listdir(f"{root}/x")) == ["f2", "y"]
+    client.symlink("f2", f"{root}/x/link")
+    assert stat.S_ISLNK(client.lstat(f"{root}/x/link").st_mode)
+    assert client.readlink(f"{root}/x/link") == "f2"
+    assert client.read_file(f"{root}/x/link") == b"4"
+    client.rmtree(f"{root}/x")
+    assert not client.exists(f"{root}/x")
+
+
+def test_read_batch(client, root):
+    files = {f"{root}/r{i}": os.urandom(i * 70001) for i in range(6)}
+    for p, d in files.items():
+        client.write_file(p, d)
+    reqs = [(p, 0, len(d)) for p, d in files.items()]
+    reqs += [(f"{root}/r5", 100, 1000), (f"{root}/r3", 200000, 50000), (f"{root}/r2", 0, None)]
+    out = client.read_batch(reqs)
+    assert len(out) == len(reqs)
+    for (p, off, n), a in zip(reqs, out):
+        assert isinstance(a, np.ndarray) and a.dtype == np.uint8
+        d = files[p]
+        want = d[off:] if n is None else d[off:off + n]
+        assert a.tobytes() == want, (p, off, n)
+    # The arrays are the buffers the native code read into: zero-copy views work.
+    assert out[0].base is None or isinstance(out[0].base, np.ndarray)
+    t = torch.from_numpy(out[5])
+    assert t.numel() == len(files[f"{root}/r5"])
+    with pytest.raises(FileNotFoundError) as e:
+        client.read_batch([(f"{root}/r1", 0, 10), (f"{root}/missing", 0, 10)])
+    assert f"{root}/missing" in str(e.value)
+    res = client.read_batch([(f"{root}/r1", 0, 10), (f"{root}/missing", 0, 10)], errors="return")
+    assert res[0].tobytes() == files[f"{root}/r1"][:10] and isinstance(res[1], FileNotFoundError)
+
+
+def test_fork_child_reconnects(client, root):
+    client.write_file(f"{root}/before", b"parent")
+    f = client.open(f"{root}/before", "rb", buffering=0)
+    pid = os.fork()
+    if pid == 0:  # child: its own connection; files from before the fork are unusable
+        code = 1
+        try:
+            ok = client.read_file(f"{root}/before") == b"parent"
+            client.write_file(f"{root}/child", b"child")
+            try:
+                f.read()
+                ok = False
+            except OSError:
+                pass
+            code = 0 if ok else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert f.read() == b"parent"
+    f.close()
+    assert client.read_file(f"{root}/child") == b"child"

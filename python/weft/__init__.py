@@ -1,0 +1,532 @@
+"""weft: the Python client of a Weft cluster.
+
+    import weft
+    client = weft.connect()                      # $WEFT_CONFIG, else ./weft-data/client.toml
+    with client.open("/data/x.bin", "wb") as f:
+        f.write(b"hello")
+    with client.open("/data/x.bin", "rb") as f:
+        assert f.read() == b"hello"
+    arrays = client.read_batch([("/data/x.bin", 0, 5)])   # numpy uint8 arrays
+
+Paths are absolute within the cluster ("/a/b"). Errors are OSError subclasses
+chosen by errno (FileNotFoundError, PermissionError, ...) carrying the path.
+A Client may be used from several threads, and survives fork(): the child
+reconnects on its first call (files opened before the fork are unusable
+there). docs/python.md describes the API.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import stat as _stat
+import threading
+import weakref
+
+from . import _native
+
+__all__ = ["connect", "Client", "WeftFile", "StatResult"]
+
+_TYPE_BITS = {1: _stat.S_IFREG, 2: _stat.S_IFDIR, 3: _stat.S_IFLNK}
+
+# Buffered file objects use chunk-sized buffers: a round trip costs far more
+# than a copy.
+DEFAULT_BUFFER_SIZE = 1 << 20
+
+
+def connect(addr: str | None = None, config: str | None = None, *, io_threads: int = 0,
+            write_buffer_bytes: int = 0, name: str = "weft-python") -> "Client":
+    """Connects to a cluster.
+
+    addr: mgmtd "host:port", overriding the config's list. config: the client
+    config file (default $WEFT_CONFIG, else ./weft-data/client.toml; it also
+    holds the cluster token, so it is needed even with addr).
+    """
+    return Client(addr=addr, config=config, io_threads=io_threads,
+                  write_buffer_bytes=write_buffer_bytes, name=name)
+
+
+def _raise(err: int, message: str, path: str):
+    raise OSError(err, f"{os.strerror(err)} ({message})", path)
+
+
+def stat_result(inode) -> os.stat_result:
+    """An os.stat_result from a native Inode (st_dev 0, st_blksize the chunk size)."""
+    mode = _TYPE_BITS.get(inode.type, 0) | inode.mode
+    a, m, c = inode.atime_ns, inode.mtime_ns, inode.ctime_ns
+    chunk = inode.layout[0]
+    blocks = (inode.size + 511) // 512
+    return os.stat_result((mode, inode.ino, 0, inode.nlink, inode.uid, inode.gid, inode.size,
+                           a // 10**9, m // 10**9, c // 10**9,
+                           a / 1e9, m / 1e9, c / 1e9, a, m, c, chunk, blocks))
+
+
+StatResult = os.stat_result
+
+
+class DirEntry:
+    """What Client.scandir yields: like os.DirEntry, with the stat at hand."""
+
+    __slots__ = ("name", "path", "_inode")
+
+    def __init__(self, parent: str, name: str, inode):
+        self.name = name
+        self.path = parent.rstrip("/") + "/" + name
+        self._inode = inode
+
+    @property
+    def inode(self):
+        return self._inode.ino
+
+    def is_dir(self) -> bool:
+        return self._inode.is_dir()
+
+    def is_file(self) -> bool:
+        return self._inode.is_file()
+
+    def is_symlink(self) -> bool:
+        return self._inode.is_symlink()
+
+    def stat(self) -> os.stat_result:
+        return stat_result(self._inode)
+
+    @property
+    def native(self):
+        return self._inode
+
+    def __repr__(self):
+        return f"<weft.DirEntry {self.path!r}>"
+
+
+def _parse_mode(mode: str):
+    """(flags, readable, writable, append, binary) as open() reads `mode`."""
+    chars = set(mode)
+    if len(chars) != len(mode) or not chars <= set("rwaxb+t") or "b" in chars and "t" in chars:
+        raise ValueError(f"invalid mode: {mode!r}")
+    kinds = [c for c in "rwax" if c in chars]
+    if len(kinds) != 1:
+        raise ValueError("must have exactly one of create/read/write/append mode")
+    kind, plus = kinds[0], "+" in chars
+    n = _native
+    if kind == "r":
+        flags = n.O_RDWR if plus else n.O_RDONLY
+    elif kind == "w":
+        flags = (n.O_RDWR if plus else n.O_WRONLY) | n.O_CREAT | n.O_TRUNC
+    elif kind == "a":
+        flags = (n.O_RDWR if plus else n.O_WRONLY) | n.O_CREAT | n.O_APPEND
+    else:
+        flags = (n.O_RDWR if plus else n.O_WRONLY) | n.O_CREAT | n.O_EXCL
+    readable = kind == "r" or plus
+    writable = kind != "r" or plus
+    return flags, readable, writable, kind == "a", "b" in chars
+
+
+class WeftFile(io.RawIOBase):
+    """A raw (unbuffered) binary file of the cluster over native pread/pwrite.
+
+    Client.open wraps it in io.BufferedReader/Writer/Random as open() does.
+    Extra methods: fsync() (durable when it returns), size().
+    """
+
+    def __init__(self, native_file, path: str, mode: str, readable: bool, writable: bool, append: bool):
+        super().__init__()
+        self._f = native_file
+        self._pos = native_file.size() if append else 0
+        self._readable = readable
+        self._writable = writable
+        self._append = append
+        self.name = path
+        self.mode = mode
+
+    # -- capabilities --
+    def readable(self) -> bool:
+        self._check_open()
+        return self._readable
+
+    def writable(self) -> bool:
+        self._check_open()
+        return self._writable
+
+    def seekable(self) -> bool:
+        self._check_open()
+        return True
+
+    def fileno(self):
+        raise io.UnsupportedOperation("a weft file has no file descriptor")
+
+    def isatty(self) -> bool:
+        self._check_open()
+        return False
+
+    # -- data --
+    def readinto(self, b) -> int:
+        self._check_open()
+        if not self._readable:
+            raise io.UnsupportedOperation("not readable")
+        n = self._f.pread(b, self._pos)
+        self._pos += n
+        return n
+
+    def readall(self) -> bytes:
+        self._check_open()
+        if not self._readable:
+            raise io.UnsupportedOperation("not readable")
+        size = self._f.size()
+        buf = bytearray(max(0, size - self._pos))
+        got = self._f.pread(buf, self._pos) if buf else 0
+        del buf[got:]
+        self._pos += got
+        # The file may have grown since open (another writer): read on until EOF.
+        while got:
+            more = bytearray(DEFAULT_BUFFER_SIZE)
+            got = self._f.pread(more, self._pos)
+            buf += memoryview(more)[:got]
+            self._pos += got
+        return bytes(buf)
+
+    def write(self, b) -> int:
+        self._check_open()
+        if not self._writable:
+            raise io.UnsupportedOperation("not writable")
+        if self._append:
+            self._pos = self._f.size()
+        n = self._f.pwrite(b, self._pos)
+        self._pos += n
+        return n
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._check_open()
+        if whence == io.SEEK_SET:
+            pos = offset
+        elif whence == io.SEEK_CUR:
+            pos = self._pos + offset
+        elif whence == io.SEEK_END:
+            pos = self._f.size() + offset
+        else:
+            raise ValueError(f"invalid whence ({whence}, should be 0, 1 or 2)")
+        if pos < 0:
+            raise OSError(22, "Invalid argument (negative seek position)", self.name)
+        self._pos = pos
+        return pos
+
+    def tell(self) -> int:
+        self._check_open()
+        return self._pos
+
+    def truncate(self, size: int | None = None) -> int:
+        self._check_open()
+        if not self._writable:
+            raise io.UnsupportedOperation("not writable")
+        if size is None:
+            size = self._pos
+        self._f.truncate(size)
+        return size
+
+    def size(self) -> int:
+        """The length as this file knows it (at open, grown by its own writes)."""
+        self._check_open()
+        return self._f.size()
+
+    def flush(self) -> None:
+        # Sends buffered bytes to the storage servers (visible to other clients).
+        if self.closed or self._f.closed:
+            return
+        if self._writable:
+            self._f.flush()
+
+    def fsync(self) -> None:
+        """Data and length are durable when this returns."""
+        self._check_open()
+        self._f.fsync()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self._f.close()
+        finally:
+            super().close()
+
+    @property
+    def native(self):
+        return self._f
+
+    def _check_open(self):
+        if self.closed:
+            raise ValueError("I/O operation on closed file.")
+
+    def __repr__(self):
+        return f"<weft.WeftFile name={self.name!r} mode={self.mode!r}>"
+
+
+def _fsync_of(f):
+    raw = f
+    while not isinstance(raw, WeftFile):
+        inner = getattr(raw, "buffer", None) or getattr(raw, "raw", None)
+        if inner is None:
+            raise TypeError("not a weft file")
+        raw = inner
+    return raw
+
+
+def fsync(f) -> None:
+    """Makes what was written through a file of Client.open durable
+    (os.fsync does not apply: weft files have no descriptor)."""
+    f.flush()
+    _fsync_of(f).fsync()
+
+
+# Every live Client, to forget per-process state after fork().
+_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
+
+
+class Client:
+    """A connection to a cluster. Thread-safe; picklable (reconnects); fork-safe."""
+
+    def __init__(self, addr: str | None = None, config: str | None = None, *, io_threads: int = 0,
+                 write_buffer_bytes: int = 0, name: str = "weft-python"):
+        self._args = dict(addr=addr, config=config, io_threads=io_threads,
+                          write_buffer_bytes=write_buffer_bytes, name=name)
+        self._lock = threading.Lock()
+        self._native = None
+        self._native_connect()
+        _clients.add(self)
+
+    def _native_connect(self):
+        a = self._args
+        self._native = _native.Client(config=a["config"] or "", cluster=a["addr"] or "",
+                                      io_threads=a["io_threads"], write_buffer_bytes=a["write_buffer_bytes"],
+                                      name=a["name"])
+
+    @property
+    def native(self):
+        """The native client of this process (connects again after a fork)."""
+        n = self._native
+        if n is None:
+            with self._lock:
+                if self._native is None:
+                    self._native_connect()
+                n = self._native
+        return n
+
+    def _after_fork_in_child(self):
+        # The native client's threads do not exist here: leak it (never
+        # destroy it) and reconnect on the next use.
+        _leaked.append(self._native)
+        self._native = None
+        self._lock = threading.Lock()
+
+    def __reduce__(self):
+        return (_reconnect, (self._args,))
+
+    def __repr__(self):
+        return f"<weft.Client {self.native.description()}>"
+
+    # ---- files ----
+    def open(self, path: str, mode: str = "rb", buffering: int = -1, encoding: str | None = None,
+             errors: str | None = None, newline: str | None = None, perm: int = 0o644):
+        """Opens a file like open(): modes r, w, a, x, with + and b/t.
+
+        Binary modes give io.BufferedReader/Writer/Random over a WeftFile
+        (buffering=0: the WeftFile itself); text modes an io.TextIOWrapper.
+        """
+        flags, readable, writable, append, binary = _parse_mode(mode)
+        if binary and (encoding is not None or errors is not None or newline is not None):
+            raise ValueError("binary mode doesn't take an encoding, errors or newline argument")
+        if buffering == 0 and not binary:
+            raise ValueError("can't have unbuffered text I/O")
+        nf = self.native.open(path, flags, perm)
+        raw = WeftFile(nf, path, mode, readable, writable, append)
+        if buffering == 0:
+            return raw
+        size = DEFAULT_BUFFER_SIZE if buffering in (-1, 1) else buffering
+        try:
+            if readable and writable:
+                buffered = io.BufferedRandom(raw, size)
+            elif writable:
+                buffered = io.BufferedWriter(raw, size)
+            else:
+                buffered = io.BufferedReader(raw, size)
+            if binary:
+                return buffered
+            text = io.TextIOWrapper(buffered, encoding, errors, newline, line_buffering=buffering == 1)
+            text.mode = mode
+            return text
+        except BaseException:
+            raw.close()
+            raise
+
+    def read_file(self, path: str) -> bytes:
+        with self.open(path, "rb", buffering=0) as f:
+            return f.readall()
+
+    def write_file(self, path: str, data, fsync: bool = False) -> None:
+        with self.open(path, "wb", buffering=0) as f:
+            view = memoryview(data).cast("B")
+            while view:
+                n = f.write(view)
+                view = view[n:]
+            if fsync:
+                f.fsync()
+
+    # ---- batches ----
+    def read_batch(self, requests, errors: str = "raise"):
+        """Reads many (path, offset, length) ranges in one batched request.
+
+        Returns one numpy uint8 array per request (read straight into it by
+        the native code; shorter at end of file). length None or -1: to the
+        end of the file. errors="return": a failed read gives its OSError in
+        place of the array instead of raising.
+        """
+        import numpy as np
+
+        requests = list(requests)
+        paths = list(dict.fromkeys(r[0] for r in requests))
+        inodes = dict(zip(paths, self.native.stat_many(paths)))
+        specs, arrays, failed = [], [], {}
+        for i, (path, offset, length) in enumerate(requests):
+            n = inodes[path]
+            if isinstance(n, tuple):
+                failed[i] = OSError(n[0], f"{os.strerror(n[0])} ({n[1]})", path)
+                arrays.append(None)
+                continue
+            if not n.is_file():
+                err = 21 if n.is_dir() else 22
+                failed[i] = OSError(err, os.strerror(err), path)
+                arrays.append(None)
+                continue
+            if length is None or length < 0:
+                length = max(0, n.size - offset)
+            a = np.empty(length, dtype=np.uint8)
+            arrays.append(a)
+            specs.append((i, (n.ino, offset, a, n.layout, n.size)))
+        results = self.native.read_batch([s for _, s in specs]) if specs else []
+        for (i, _), r in zip(specs, results):
+            if isinstance(r, tuple):
+                failed[i] = OSError(r[0], f"{os.strerror(r[0])} ({r[1]})", requests[i][0])
+            elif r < len(arrays[i]):
+                arrays[i] = arrays[i][:r]
+        if failed:
+            if errors == "raise":
+                raise failed[min(failed)]
+            for i, e in failed.items():
+                arrays[i] = e
+        return arrays
+
+    def read_batch_into(self, specs):
+        """Low level: specs of (ino, offset, buffer, layout, file_size) as from
+        scandir/stat; returns bytes read per spec, or (errno, message)."""
+        return self.native.read_batch(specs)
+
+    # ---- namespace ----
+    def stat(self, path: str, follow_symlinks: bool = True) -> os.stat_result:
+        return stat_result(self.native.stat(path, follow_symlinks))
+
+    def lstat(self, path: str) -> os.stat_result:
+        return self.stat(path, follow_symlinks=False)
+
+    def inode(self, path: str, follow_symlinks: bool = True):
+        """The native Inode (ino, size, layout, ...) of a path."""
+        return self.native.stat(path, follow_symlinks)
+
+    def exists(self, path: str) -> bool:
+        return self.native.exists(path, True)
+
+    def isdir(self, path: str) -> bool:
+        try:
+            return self.native.stat(path, True).is_dir()
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+
+    def isfile(self, path: str) -> bool:
+        try:
+            return self.native.stat(path, True).is_file()
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+
+    def listdir(self, path: str = "/") -> list[str]:
+        return self.native.listdir(path)
+
+    def scandir(self, path: str = "/") -> list[DirEntry]:
+        return [DirEntry(path, name, n) for name, n in self.native.scandir(path)]
+
+    def walk(self, top: str = "/"):
+        """Like os.walk (top-down, symlinks not followed)."""
+        entries = self.scandir(top)
+        dirs = [e.name for e in entries if e.is_dir()]
+        files = [e.name for e in entries if not e.is_dir()]
+        yield top, dirs, files
+        for d in dirs:
+            yield from self.walk(top.rstrip("/") + "/" + d)
+
+    def makedirs(self, path: str, mode: int = 0o755, exist_ok: bool = False) -> None:
+        try:
+            n = self.native.stat(path, True)
+        except (FileNotFoundError, NotADirectoryError):
+            n = None
+        if n is not None and (not exist_ok or not n.is_dir()):
+            raise FileExistsError(17, "File exists", path)
+        self.native.mkdirs(path, mode)
+
+    def mkdir(self, path: str, mode: int = 0o755) -> None:
+        self.native.mkdir(path, mode)
+
+    def remove(self, path: str) -> None:
+        """Removes a file or symlink (IsADirectoryError on a directory)."""
+        self.native.remove(path, False)
+
+    unlink = remove
+
+    def rmdir(self, path: str) -> None:
+        self.native.remove(path, True)
+
+    def rmtree(self, path: str) -> None:
+        for e in self.scandir(path):
+            if e.is_dir():
+                self.rmtree(e.path)
+            else:
+                self.remove(e.path)
+        self.rmdir(path)
+
+    def rename(self, src: str, dst: str, *, exchange: bool = False, noreplace: bool = False) -> None:
+        """Renames src to dst, replacing dst (a file, or an empty directory)
+        as os.rename does; exchange=True swaps the two atomically (both must
+        exist); noreplace=True fails with FileExistsError if dst exists."""
+        if exchange and noreplace:
+            raise ValueError("exchange and noreplace exclude each other")
+        flags = _native.RENAME_EXCHANGE if exchange else _native.RENAME_NOREPLACE if noreplace else 0
+        self.native.rename(src, dst, flags)
+
+    replace = rename
+
+    def symlink(self, target: str, path: str) -> None:
+        self.native.symlink(target, path)
+
+    def readlink(self, path: str) -> str:
+        return self.native.readlink(path)
+
+    def get_layout(self, path: str) -> dict:
+        c, s, t, f, seed = self.native.get_layout(path)
+        return dict(chunk_bytes=c, stripe_count=s, chain_table_id=t, first_chain=f, shuffle_seed=seed)
+
+    def set_layout(self, path: str, chunk_bytes: int | None = None, stripe_count: int | None = None) -> None:
+        """Sets the layout new files of directory `path` get."""
+        c, s, t, f, seed = self.native.get_layout(path)
+        self.native.set_layout(path, (chunk_bytes or c, stripe_count or s, t, f, seed))
+
+
+def _reconnect(args):
+    return Client(**args)
+
+
+# Native clients dropped after a fork: kept referenced so that they are never
+# destroyed in the child.
+_leaked: list = []
+
+
+def _after_fork_in_child():
+    for c in list(_clients):
+        c._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,507 @@
+"""weft.torch: PyTorch datasets and checkpoints on a Weft cluster.
+
+Datasets (map-style; each DataLoader batch is one batched read):
+    ds = weft.torch.FileDataset("/data/train", transform=decode)
+    loader = weft.torch.DataLoader(ds, batch_size=64, shuffle=True, num_workers=4)
+
+    FileDataset: one sample per file under a directory (its bytes).
+    ShardDataset: one sample per (path, offset, length) record inside shard files.
+
+  Both implement __getitems__ (torch's DataLoader calls it with a batch's
+  indices) and prefetch: with weft.torch.DataLoader (or PrefetchBatchSampler)
+  every batch carries the batches that follow it, and the process that reads
+  a batch starts reading its own next batch in the background.
+
+Checkpoints:
+    weft.torch.save(model.state_dict(), "/ckpt/step-1000")
+    state = weft.torch.load("/ckpt/step-1000")
+
+  save writes every tensor's bytes into one data file at aligned offsets with
+  a pool of native writes, then a manifest; it is durable when it returns. A
+  checkpoint directory appears complete or not at all (built in a hidden
+  sibling, published by rename; an existing one is replaced by an atomic
+  exchange, then removed).
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures as _futures
+import io
+import os
+import pickle
+import threading
+import time
+import uuid
+
+import numpy as np
+import torch
+import torch.utils.data as _data
+
+import weft as _weft
+
+__all__ = ["FileDataset", "ShardDataset", "PrefetchBatchSampler", "DataLoader", "save", "load"]
+
+_default = None
+_default_lock = threading.Lock()
+
+
+def default_client() -> "_weft.Client":
+    """The client weft.torch uses when none is given (weft.connect())."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = _weft.connect()
+        return _default
+
+
+def _reset_after_fork():
+    global _default_lock
+    _default_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def _client(client):
+    return client if client is not None else default_client()
+
+
+# ---------------------------------------------------------------------------
+# Datasets
+
+
+class PlannedBatch(list):
+    """A batch of indices that also carries the batches after it (`upcoming`),
+    so that the process reading it can prefetch its own next batch."""
+
+    __slots__ = ("upcoming",)
+
+    def __init__(self, indices, upcoming=()):
+        super().__init__(indices)
+        self.upcoming = list(upcoming)
+
+    def __reduce__(self):
+        return (PlannedBatch, (list(self), self.upcoming))
+
+
+class PrefetchBatchSampler(_data.Sampler):
+    """A batch sampler (like torch's BatchSampler) whose batches carry the
+    `lookahead` batches that follow them; set lookahead >= num_workers (the
+    DataLoader deals batches to workers round-robin: a worker's next batch is
+    num_workers batches later)."""
+
+    def __init__(self, sampler, batch_size: int, drop_last: bool = False, lookahead: int = 1):
+        self.sampler = sampler
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.lookahead = max(1, lookahead)
+
+    def __iter__(self):
+        batches = iter(_data.BatchSampler(self.sampler, self.batch_size, self.drop_last))
+        window = collections.deque()
+        for b in batches:
+            window.append(b)
+            if len(window) > self.lookahead:
+                first = window.popleft()
+                yield PlannedBatch(first, list(window))
+        while window:
+            first = window.popleft()
+            yield PlannedBatch(first, list(window))
+
+    def __len__(self):
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else (n + self.batch_size - 1) // self.batch_size
+
+
+def DataLoader(dataset, batch_size: int = 1, shuffle: bool = False, sampler=None, drop_last: bool = False,
+               num_workers: int = 0, generator=None, **kwargs):
+    """torch.utils.data.DataLoader with a PrefetchBatchSampler (so that weft
+    datasets prefetch); other keyword arguments go to DataLoader."""
+    if sampler is None:
+        sampler = (_data.RandomSampler(dataset, generator=generator) if shuffle
+                   else _data.SequentialSampler(dataset))
+    elif shuffle:
+        raise ValueError("sampler and shuffle exclude each other")
+    batch_sampler = PrefetchBatchSampler(sampler, batch_size, drop_last, lookahead=max(1, num_workers))
+    return _data.DataLoader(dataset, batch_sampler=batch_sampler, num_workers=num_workers, **kwargs)
+
+
+class _ProcessState:
+    """What a dataset keeps per process: threads do not survive fork()."""
+
+    def __init__(self):
+        self.pid = os.getpid()
+        self.executor = None
+        self.pending = collections.OrderedDict()  # batch key -> future
+        self.lock = threading.Lock()
+
+
+class _BatchedDataset(_data.Dataset):
+    """Base: subclasses fill self._ops[i] = (ino, offset, length, layout, file_size)."""
+
+    _PENDING_MAX = 4
+
+    def __init__(self, client, transform, output: str, prefetch: bool):
+        if output not in ("numpy", "bytes", "tensor"):
+            raise ValueError(f"output must be 'numpy', 'bytes' or 'tensor', not {output!r}")
+        self.client = _client(client)
+        self.transform = transform
+        self.output = output
+        self.prefetch = prefetch
+        self._ops = []
+        self._labels = []
+        self._st = None
+
+    def __len__(self):
+        return len(self._ops)
+
+    def __getstate__(self):
+        d = dict(self.__dict__)
+        d["_st"] = None
+        return d
+
+    def _state(self) -> _ProcessState:
+        st = self._st
+        if st is None or st.pid != os.getpid():
+            st = self._st = _ProcessState()
+        return st
+
+    def _read(self, indices):
+        """One batched read of the samples `indices`: numpy uint8 views into
+        one buffer allocated for the batch."""
+        ops = [self._ops[i] for i in indices]
+        total = sum(op[2] for op in ops)
+        buf = np.empty(total, dtype=np.uint8)
+        specs, views, at = [], [], 0
+        for ino, offset, length, layout, size in ops:
+            v = buf[at:at + length]
+            at += length
+            views.append(v)
+            specs.append((ino, offset, v, layout, size))
+        results = self.client.read_batch_into(specs)
+        out = []
+        for i, v, r in zip(indices, views, results):
+            if isinstance(r, tuple):
+                raise OSError(r[0], f"{os.strerror(r[0])} ({r[1]})", self._name(i))
+            out.append(v[:r] if r < len(v) else v)
+        return out
+
+    def _name(self, i) -> str:
+        return str(i)
+
+    def _finish(self, arr):
+        if self.output == "bytes":
+            arr = arr.tobytes()
+        elif self.output == "tensor":
+            arr = torch.from_numpy(arr)
+        return self.transform(arr) if self.transform is not None else arr
+
+    def __getitem__(self, index):
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"index {index} out of range for {len(self)} samples")
+        return self._finish(self._read([index])[0])
+
+    def __getitems__(self, indices):
+        key = tuple(int(i) for i in indices)
+        n = len(self)
+        for i in key:
+            if not 0 <= i < n:
+                raise IndexError(f"index {i} out of range for {n} samples")
+        st = self._state()
+        fut = None
+        with st.lock:
+            fut = st.pending.pop(key, None)
+            upcoming = getattr(indices, "upcoming", None) if self.prefetch else None
+            if upcoming:
+                info = _data.get_worker_info()
+                stride = info.num_workers if info is not None else 1
+                if len(upcoming) >= stride:
+                    nxt = tuple(int(i) for i in upcoming[stride - 1])
+                    if nxt not in st.pending and all(0 <= i < n for i in nxt):
+                        if st.executor is None:
+                            st.executor = _futures.ThreadPoolExecutor(1, thread_name_prefix="weft-prefetch")
+                        st.pending[nxt] = st.executor.submit(self._read, nxt)
+                        while len(st.pending) > self._PENDING_MAX:
+                            _, old = st.pending.popitem(last=False)
+                            old.cancel()
+        arrays = fut.result() if fut is not None else self._read(key)
+        return [self._finish(a) for a in arrays]
+
+
+class FileDataset(_BatchedDataset):
+    """One sample per regular file under `root` (recursively by default), in
+    sorted path order. A sample is the file's bytes: a numpy uint8 array
+    (output="numpy", no copy), bytes, or a uint8 tensor; then `transform`.
+
+    The files are listed once, at construction (with their inode, size and
+    layout, so that reads ask the metadata service nothing); files changed
+    afterwards are read at their listed size.
+    """
+
+    def __init__(self, root: str, client=None, transform=None, recursive: bool = True, suffix: str | None = None,
+                 output: str = "numpy", prefetch: bool = True):
+        super().__init__(client, transform, output, prefetch)
+        self.root = root
+        found = []
+        stack = [root]
+        while stack:
+            d = stack.pop()
+            for e in self.client.scandir(d):
+                if e.is_dir():
+                    if recursive:
+                        stack.append(e.path)
+                elif e.is_file() and (suffix is None or e.name.endswith(suffix)):
+                    found.append((e.path, e.native))
+        found.sort(key=lambda x: x[0])
+        self.paths = [p for p, _ in found]
+        self._ops = [(n.ino, 0, n.size, n.layout, n.size) for _, n in found]
+
+    def _name(self, i) -> str:
+        return self.paths[i]
+
+
+class ShardDataset(_BatchedDataset):
+    """One sample per record (path, offset, length) inside large shard files.
+    Each shard is resolved once, at construction."""
+
+    def __init__(self, records, client=None, transform=None, output: str = "numpy", prefetch: bool = True):
+        super().__init__(client, transform, output, prefetch)
+        records = [(str(p), int(o), int(n)) for p, o, n in records]
+        paths = list(dict.fromkeys(p for p, _, _ in records))
+        inodes = {}
+        for p, n in zip(paths, self.client.native.stat_many(paths)):
+            if isinstance(n, tuple):
+                raise OSError(n[0], f"{os.strerror(n[0])} ({n[1]})", p)
+            if not n.is_file():
+                raise IsADirectoryError(21, "Is a directory", p)
+            inodes[p] = n
+        self.records = records
+        self._ops = []
+        for p, o, length in records:
+            n = inodes[p]
+            if o + length > n.size:
+                raise ValueError(f"record ({p!r}, {o}, {length}) ends past the end of the file ({n.size} bytes)")
+            self._ops.append((n.ino, o, length, n.layout, n.size))
+
+    def _name(self, i) -> str:
+        p, o, n = self.records[i]
+        return f"{p}[{o}:{o + n}]"
+
+
+# ---------------------------------------------------------------------------
+# Checkpoints
+
+_FORMAT = "weft-checkpoint"
+_VERSION = 1
+_MANIFEST = "manifest.pkl"
+_DATA = "data.bin"
+_ALIGN = 4096
+_PIECE = 8 << 20          # bytes per native write / read
+_READ_BATCH_BYTES = 32 << 20   # per read_batch call (under the 80 MiB RPC payload limit per server)
+
+
+def _split(path: str):
+    path = "/" + "/".join(p for p in path.split("/") if p)
+    if path == "/":
+        raise ValueError("a checkpoint cannot be the root directory")
+    parent, _, name = path.rpartition("/")
+    return path, parent or "/", name
+
+
+def _dtype_from_name(name: str) -> torch.dtype:
+    dt = getattr(torch, name.removeprefix("torch."), None)
+    if not isinstance(dt, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r} in checkpoint")
+    return dt
+
+
+def _flat_bytes(t: torch.Tensor) -> np.ndarray:
+    """The tensor's bytes in C order, as a numpy uint8 array (a copy only if
+    the tensor is not contiguous or not on the CPU)."""
+    t = t.detach()
+    if t.numel() == 0:
+        return np.empty(0, dtype=np.uint8)
+    if t.device.type != "cpu":
+        t = t.cpu()
+    t = t.contiguous().reshape(-1)
+    if t.dtype != torch.uint8:
+        t = t.view(torch.uint8)
+    return t.numpy()
+
+
+class _Pickler(pickle.Pickler):
+    def __init__(self, f, records, payloads):
+        super().__init__(f, protocol=pickle.HIGHEST_PROTOCOL)
+        self.records = records
+        self.payloads = payloads
+        self.seen = {}
+        self.offset = 0
+
+    def persistent_id(self, obj):
+        if not isinstance(obj, torch.Tensor) or obj.layout != torch.strided or obj.is_quantized:
+            return None
+        key = id(obj)
+        if key in self.seen:
+            return ("weft-tensor", self.seen[key][0])
+        data = _flat_bytes(obj)
+        index = len(self.records)
+        self.records.append(dict(offset=self.offset, nbytes=int(data.nbytes), dtype=str(obj.dtype),
+                                 shape=tuple(obj.shape), requires_grad=bool(obj.requires_grad),
+                                 parameter=isinstance(obj, torch.nn.Parameter)))
+        self.payloads.append(data)
+        self.seen[key] = (index, obj)  # keeps obj alive so id() stays unique
+        self.offset += (data.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
+        return ("weft-tensor", index)
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, f, tensors):
+        super().__init__(f)
+        self.tensors = tensors
+
+    def persistent_load(self, pid):
+        kind, index = pid
+        if kind != "weft-tensor":
+            raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+        return self.tensors[index]
+
+
+def _write_all(nf, view, offset):
+    while len(view):
+        n = nf.pwrite(view, offset)
+        view = view[n:]
+        offset += n
+
+
+def save(obj, path: str, client=None, threads: int = 8) -> None:
+    """Saves `obj` (a state dict, or any picklable object holding tensors) as
+    checkpoint directory `path`, durably and atomically (see module doc).
+
+    Tensors (CPU or not, any strided dtype) go into one data file; everything
+    else is pickled in the manifest. Tensors shared by identity are stored
+    once; views of one storage are stored separately.
+    """
+    client = _client(client)
+    path, parent, name = _split(path)
+    client.makedirs(parent, exist_ok=True)
+    tmp = f"{parent.rstrip('/')}/.{name}.tmp-{uuid.uuid4().hex[:12]}"
+    client.mkdir(tmp)
+    delay = float(os.environ.get("WEFT_TORCH_SAVE_TEST_DELAY", "0") or 0)  # test hook: seconds between tensors
+    try:
+        records, payloads = [], []
+        obj_buf = io.BytesIO()
+        _Pickler(obj_buf, records, payloads).dump(obj)
+
+        nf = client.native.open(f"{tmp}/{_DATA}", _weft._native.O_WRONLY | _weft._native.O_CREAT
+                                | _weft._native.O_EXCL, 0o644)
+        try:
+            if delay > 0:
+                for rec, data in zip(records, payloads):
+                    _write_all(nf, memoryview(data), rec["offset"])
+                    nf.flush()
+                    time.sleep(delay)
+            else:
+                with _futures.ThreadPoolExecutor(max(1, threads), thread_name_prefix="weft-save") as pool:
+                    jobs = []
+                    for rec, data in zip(records, payloads):
+                        view = memoryview(data)
+                        for at in range(0, len(view), _PIECE):
+                            jobs.append(pool.submit(_write_all, nf, view[at:at + _PIECE], rec["offset"] + at))
+                    for j in jobs:
+                        j.result()
+            nf.fsync()
+        finally:
+            nf.close()
+
+        manifest = dict(format=_FORMAT, version=_VERSION, data=_DATA, tensors=records, object=obj_buf.getvalue(),
+                        torch_version=torch.__version__)
+        with client.open(f"{tmp}/{_MANIFEST}", "xb", buffering=0) as f:
+            _write_all(f.native, memoryview(pickle.dumps(manifest, protocol=pickle.HIGHEST_PROTOCOL)), 0)
+            f.fsync()
+        _publish(client, tmp, path)
+    except BaseException:
+        try:
+            if client.exists(tmp):
+                client.rmtree(tmp)
+        except Exception:
+            pass
+        raise
+
+
+def _publish(client, tmp: str, path: str) -> None:
+    try:
+        client.rename(tmp, path, noreplace=True)
+        return
+    except FileExistsError:
+        pass
+    # Replace: swap atomically, then remove the old checkpoint (now under tmp).
+    client.rename(tmp, path, exchange=True)
+    if client.isdir(tmp):
+        client.rmtree(tmp)
+    else:
+        client.remove(tmp)
+
+
+def load(path: str, client=None, map_location=None, threads: int = 4):
+    """Loads a checkpoint written by save(); tensors are read in parallel
+    batched requests straight into their memory. map_location: a device (or
+    anything Tensor.to accepts) to move tensors to."""
+    client = _client(client)
+    path, _, _ = _split(path)
+    with client.open(f"{path}/{_MANIFEST}", "rb", buffering=0) as f:
+        manifest = pickle.loads(f.readall())
+    if manifest.get("format") != _FORMAT:
+        raise ValueError(f"{path}: not a weft checkpoint")
+    if manifest.get("version") != _VERSION:
+        raise ValueError(f"{path}: checkpoint version {manifest.get('version')} (this reads {_VERSION})")
+    records = manifest["tensors"]
+    data_path = f"{path}/{manifest['data']}"
+    node = client.inode(data_path)
+
+    buffers = [torch.empty(r["nbytes"], dtype=torch.uint8) for r in records]
+    # Pieces of at most _PIECE bytes, grouped into batches of ~_READ_BATCH_BYTES.
+    batches, batch, batch_bytes = [], [], 0
+    for r, b in zip(records, buffers):
+        arr = b.numpy()
+        for at in range(0, r["nbytes"], _PIECE):
+            piece = arr[at:at + _PIECE]
+            batch.append((node.ino, r["offset"] + at, piece, node.layout, node.size))
+            batch_bytes += len(piece)
+            if batch_bytes >= _READ_BATCH_BYTES:
+                batches.append(batch)
+                batch, batch_bytes = [], 0
+    if batch:
+        batches.append(batch)
+
+    def run(specs):
+        results = client.read_batch_into(specs)
+        for (ino, off, piece, _, _), res in zip(specs, results):
+            if isinstance(res, tuple):
+                raise OSError(res[0], f"{os.strerror(res[0])} ({res[1]})", data_path)
+            if res != len(piece):
+                raise OSError(5, f"Input/output error (checkpoint data ends early at offset {off + res})",
+                              data_path)
+
+    if len(batches) <= 1 or threads <= 1:
+        for b in batches:
+            run(b)
+    else:
+        with _futures.ThreadPoolExecutor(min(threads, len(batches)), thread_name_prefix="weft-load") as pool:
+            for j in [pool.submit(run, b) for b in batches]:
+                j.result()
+
+    tensors = []
+    for r, b in zip(records, buffers):
+        dtype = _dtype_from_name(r["dtype"])
+        t = b.view(dtype).reshape(r["shape"]) if r["nbytes"] else torch.empty(r["shape"], dtype=dtype)
+        if map_location is not None:
+            t = t.to(map_location)
+        if r.get("parameter"):
+            t = torch.nn.Parameter(t, requires_grad=r.get("requires_grad", True))
+        elif r.get("requires_grad") and (t.is_floating_point() or t.is_complex()):
+            t.requires_grad_(True)
+        tensors.append(t)
+    return _Unpickler(io.BytesIO(manifest["object"]), tensors).load()
