@@ -50,6 +50,12 @@ fuzz:
 bench: build
 	bash scripts/run-benchmarks.sh $(BUILD)
 
+# A local cluster, every workload (--quick) against it and a plain directory,
+# a table and an HTML report (scripts/demo.sh; `weft down` even on failure).
+.PHONY: demo
+demo:
+	bash scripts/demo.sh
+
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
 

@@ -10,6 +10,9 @@ void add_file_commands(CLI::App& app);  // cli/file_commands.cc (`weft ls|stat|m
 #ifdef WEFT_WITH_FUSE
 void add_fuse_commands(CLI::App& app);  // cli/fuse_commands.cc (`weft mount`, `weft umount`)
 #endif
+#ifdef WEFT_WITH_BENCH
+void add_bench_commands(CLI::App& app);  // cli/bench_commands.cc (`weft bench`)
+#endif
 
 int& exit_code() {
   static int code = 0;
@@ -46,6 +49,9 @@ int main(int argc, char** argv) {
   weft::cli::add_file_commands(app);
 #ifdef WEFT_WITH_FUSE
   weft::cli::add_fuse_commands(app);
+#endif
+#ifdef WEFT_WITH_BENCH
+  weft::cli::add_bench_commands(app);
 #endif
   try {
     app.parse(argc, argv);

@@ -1,0 +1,776 @@
+#include "benchsuite/workloads.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "benchsuite/cluster_control.h"
+#include "benchsuite/content.h"
+
+namespace weft::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+constexpr double kMiB = 1024.0 * 1024;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// Failed operations and checked bytes of one run.
+struct Tally {
+  std::atomic<uint64_t> errors{0};
+  std::atomic<uint64_t> checked{0};
+  std::atomic<uint64_t> mismatched{0};
+  std::atomic<uint64_t> unread{0};  // reads that failed: their bytes were not verified
+  std::mutex mu;
+  std::vector<std::string> first;
+  uint64_t shown = 0;
+
+  void fail(const std::string& what) {
+    errors.fetch_add(1);
+    std::lock_guard lock(mu);
+    if (first.size() < 5) first.push_back(what);
+  }
+  void into(Run& r) {
+    r.errors += errors.load();
+    r.checked_bytes += checked.load();
+    r.mismatched_bytes += mismatched.load();
+    r.failed_reads += unread.load();
+    for (auto& f : first) r.notes.push_back("error: " + f);
+    if (errors.load() > first.size())
+      r.notes.push_back(fmt::format("... and {} more errors", errors.load() - first.size()));
+  }
+};
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  size_t k = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())));
+  k = std::clamp<size_t>(k, 1, v.size()) - 1;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return v[k];
+}
+
+// Per-second throughput/latency and the longest time without a completed
+// operation (W7).
+class Recorder {
+ public:
+  explicit Recorder(Clock::time_point start) : start_(start) {}
+
+  void op(bool read, uint64_t bytes, double latency_ms, bool ok) {
+    double t = seconds(Clock::now() - start_);
+    size_t b = static_cast<size_t>(std::max(0.0, t));
+    std::lock_guard lock(mu_);
+    if (buckets_.size() <= b) buckets_.resize(b + 1);
+    auto& k = buckets_[b];
+    (read ? k.read : k.write) += bytes;
+    k.latencies.push_back(latency_ms);
+    if (!ok) {
+      ++k.errors;
+      return;
+    }
+    ++k.ops;
+    max_gap_ = std::max(max_gap_, t - last_);
+    last_ = t;
+  }
+  double now() const { return seconds(Clock::now() - start_); }
+  double max_stall(double end) {
+    std::lock_guard lock(mu_);
+    return std::max(max_gap_, end - last_);
+  }
+  std::vector<TimelinePoint> timeline(double end) {
+    std::lock_guard lock(mu_);
+    std::vector<TimelinePoint> out;
+    size_t n = std::min(buckets_.size(), static_cast<size_t>(std::ceil(end)));
+    for (size_t i = 0; i < n; ++i) {
+      const auto& k = buckets_[i];
+      TimelinePoint p;
+      double width = std::min(1.0, end - static_cast<double>(i));
+      if (width <= 0) break;
+      p.t = static_cast<double>(i) + width;
+      p.read_mib_per_s = static_cast<double>(k.read) / kMiB / width;
+      p.write_mib_per_s = static_cast<double>(k.write) / kMiB / width;
+      p.mib_per_s = p.read_mib_per_s + p.write_mib_per_s;
+      p.latency_p99_ms = percentile(k.latencies, 0.99);
+      p.ops = k.ops;
+      p.errors = k.errors;
+      out.push_back(p);
+    }
+    return out;
+  }
+
+ private:
+  struct Bucket {
+    uint64_t read = 0, write = 0, ops = 0, errors = 0;
+    std::vector<double> latencies;
+  };
+  const Clock::time_point start_;
+  std::mutex mu_;
+  std::vector<Bucket> buckets_;
+  double last_ = 0;
+  double max_gap_ = 0;
+};
+
+struct WriteDone {
+  bool ok = false;
+  Clock::time_point synced{};
+};
+
+// Writes a whole file (content of `key`) in io-sized writes, fsync, close.
+WriteDone write_file(Access& a, const std::string& name, uint64_t key, uint64_t size, uint64_t io,
+                     std::vector<std::byte>& buf, Progress* p, Recorder* rec, Tally& tally) {
+  WriteDone done;
+  auto h = a.open(name, O_WRONLY | O_CREAT | O_TRUNC);
+  if (!h) {
+    tally.fail(h.error().message());
+    if (rec) rec->op(false, 0, 0, false);
+    return done;
+  }
+  buf.resize(io);
+  for (uint64_t off = 0; off < size; off += io) {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(io, size - off));
+    std::span<std::byte> s(buf.data(), n);
+    fill_content(s, key, off);
+    auto t0 = Clock::now();
+    auto r = (*h)->pwrite(s, off);
+    if (rec) rec->op(false, r ? n : 0, ms(Clock::now() - t0), r.has_value());
+    if (!r) {
+      tally.fail(fmt::format("write {} at {}: {}", name, off, r.error().message()));
+      return done;
+    }
+    if (p) p->add(n);
+  }
+  auto t0 = Clock::now();
+  auto s = (*h)->fsync();
+  done.synced = Clock::now();
+  if (rec) rec->op(false, 0, ms(done.synced - t0), s.has_value());
+  if (!s) {
+    tally.fail(fmt::format("fsync {}: {}", name, s.error().message()));
+    return done;
+  }
+  if (auto c = (*h)->close(); !c) {
+    tally.fail(fmt::format("close {}: {}", name, c.error().message()));
+    return done;
+  }
+  done.ok = true;
+  return done;
+}
+
+// Reads a whole file in io-sized reads and checks every byte. False on an
+// error or a mismatch (both counted).
+bool read_file(Access& a, const std::string& name, uint64_t key, uint64_t size, uint64_t io,
+               std::vector<std::byte>& buf, Progress* p, Tally& tally) {
+  auto h = a.open(name, O_RDONLY);
+  if (!h) {
+    tally.unread.fetch_add(1);
+    tally.fail(h.error().message());
+    return false;
+  }
+  buf.resize(std::max<uint64_t>(1, std::min(io, size)));
+  uint64_t bad = 0, first_bad = 0;
+  uint64_t off = 0;
+  while (off < size) {
+    size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - off));
+    auto n = (*h)->pread(std::span(buf.data(), want), off);
+    if (!n) {
+      tally.unread.fetch_add(1);
+      tally.fail(fmt::format("read {} at {}: {}", name, off, n.error().message()));
+      return false;
+    }
+    uint64_t m = count_mismatches(std::span<const std::byte>(buf.data(), *n), key, off);
+    if (m && !bad) first_bad = off;
+    bad += m;
+    tally.checked.fetch_add(*n, std::memory_order_relaxed);
+    if (p) p->add(*n);
+    off += *n;
+    if (*n < want) break;
+  }
+  (void)(*h)->close();
+  if (off < size) {
+    tally.unread.fetch_add(1);
+    tally.fail(fmt::format("{}: {} bytes, expected {}", name, off, size));
+    return false;
+  }
+  if (bad) {
+    tally.mismatched.fetch_add(bad);
+    tally.fail(fmt::format("{}: {} bytes differ from the expected content (first in the block at offset {})", name,
+                           bad, first_bad));
+    return false;
+  }
+  return true;
+}
+
+std::string ckpt_name(const std::string& dir, uint32_t i) { return fmt::format("{}/ckpt-{}", dir, i); }
+std::string w3_name(const Options& o, uint32_t i) { return fmt::format("w3/d{:03}/f{:06}", i % o.dirs, i); }
+std::string w6_name(uint32_t i) { return fmt::format("w6/f{:04}", i); }
+
+template <class Fn>
+void parallel(uint32_t n, Fn fn) {
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) threads.emplace_back([&fn, i] { fn(i); });
+  for (auto& t : threads) t.join();
+}
+
+struct WriteStats {
+  double seconds = 0, gib_per_s = 0, writer_min = 0, writer_max = 0;
+};
+
+// W1's core: o.writers files of o.checkpoint_bytes under dir, in parallel.
+WriteStats checkpoint_write(Access& a, const std::string& dir, const Options& o, Progress* p, Recorder* rec,
+                            Tally& tally) {
+  if (auto r = a.mkdirs(dir); !r) tally.fail(r.error().message());
+  std::vector<Clock::time_point> start(o.writers), end(o.writers);
+  parallel(o.writers, [&](uint32_t i) {
+    std::vector<std::byte> buf;
+    std::string name = ckpt_name(dir, i);
+    start[i] = Clock::now();
+    auto d = write_file(a, name, file_key(name), o.checkpoint_bytes, o.io_bytes, buf, p, rec, tally);
+    end[i] = d.ok ? d.synced : Clock::now();
+  });
+  WriteStats s;
+  auto first = *std::min_element(start.begin(), start.end());
+  auto last = *std::max_element(end.begin(), end.end());
+  s.seconds = seconds(last - first);
+  s.gib_per_s = s.seconds > 0 ? static_cast<double>(o.writers) * static_cast<double>(o.checkpoint_bytes) / kGiB / s.seconds : 0;
+  s.writer_min = 1e300;
+  for (uint32_t i = 0; i < o.writers; ++i) {
+    double w = seconds(end[i] - start[i]);
+    s.writer_min = std::min(s.writer_min, w);
+    s.writer_max = std::max(s.writer_max, w);
+  }
+  return s;
+}
+
+struct ReadStats {
+  uint64_t files = 0, bytes = 0;
+  double seconds = 0;
+  std::vector<double> latencies;  // ms per file
+};
+
+// W3's read phase: o.readers readers take the files of `perm` in order
+// (each once); with `stop`, they cycle through it until *stop is set.
+ReadStats read_files(Access& a, const Options& o, const std::vector<uint32_t>& perm, Progress* p, Recorder* rec,
+                     Tally& tally, const std::atomic<bool>* stop) {
+  std::atomic<uint64_t> next{0};
+  std::mutex mu;
+  ReadStats s;
+  auto t0 = Clock::now();
+  parallel(o.readers, [&](uint32_t) {
+    std::vector<std::byte> buf;
+    std::vector<double> lat;
+    uint64_t files = 0, bytes = 0;
+    while (true) {
+      if (stop && stop->load()) break;
+      uint64_t k = next.fetch_add(1);
+      if (!stop && k >= perm.size()) break;
+      uint32_t i = perm[k % perm.size()];
+      std::string name = w3_name(o, i);
+      auto f0 = Clock::now();
+      bool ok = read_file(a, name, file_key(name), o.file_bytes, o.file_bytes, buf, nullptr, tally);
+      double l = ms(Clock::now() - f0);
+      if (rec) rec->op(true, ok ? o.file_bytes : 0, l, ok);
+      if (p) p->add(1);
+      if (ok) {
+        lat.push_back(l);
+        ++files;
+        bytes += o.file_bytes;
+      }
+    }
+    std::lock_guard lock(mu);
+    s.files += files;
+    s.bytes += bytes;
+    s.latencies.insert(s.latencies.end(), lat.begin(), lat.end());
+  });
+  s.seconds = seconds(Clock::now() - t0);
+  return s;
+}
+
+std::vector<uint32_t> permutation(const Options& o, uint64_t salt) {
+  std::vector<uint32_t> perm(o.files);
+  for (uint32_t i = 0; i < o.files; ++i) perm[i] = i;
+  std::mt19937_64 rng(o.seed + salt);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  return perm;
+}
+
+// Creates W3's files (o.readers threads); returns files/s.
+double w3_setup(Access& a, const Options& o, Progress& p, Tally& tally) {
+  for (uint32_t d = 0; d < o.dirs; ++d)
+    if (auto r = a.mkdirs(fmt::format("w3/d{:03}", d)); !r) tally.fail(r.error().message());
+  p.begin("W3 setup (create files)", o.files, "files");
+  std::atomic<uint32_t> next{0};
+  auto t0 = Clock::now();
+  parallel(o.readers, [&](uint32_t) {
+    std::vector<std::byte> buf;
+    for (uint32_t i = next.fetch_add(1); i < o.files; i = next.fetch_add(1)) {
+      std::string name = w3_name(o, i);
+      write_file(a, name, file_key(name), o.file_bytes, o.file_bytes, buf, nullptr, nullptr, tally);
+      p.add(1);
+    }
+  });
+  double s = seconds(Clock::now() - t0);
+  p.end();
+  return s > 0 ? o.files / s : 0;
+}
+
+void ensure_w3(Access& a, TargetState& st, const Options& o, Progress& p, Run& run, Tally& tally) {
+  if (st.w3_ready) return;
+  auto first = a.stat(w3_name(o, 0));
+  auto last = a.stat(w3_name(o, o.files - 1));
+  if (first && last && *first == o.file_bytes && *last == o.file_bytes) {
+    run.notes.push_back("reused W3's files already on the target");
+  } else {
+    run.notes.push_back("created W3's files first");
+    w3_setup(a, o, p, tally);
+  }
+  st.w3_ready = true;
+}
+
+// W4/W7 compare with W1 and W3 alone: measured earlier in this run, or now.
+void ensure_alone(Access& a, TargetState& st, const Options& o, Progress& p, Run& run, Tally& tally) {
+  if (!st.w3_p99_ms) {
+    run.notes.push_back("W3 alone: " + a.make_cold());
+    p.begin("W3 read alone", o.files, "files");
+    auto r = read_files(a, o, permutation(o, 3), &p, nullptr, tally, nullptr);
+    p.end();
+    st.w3_p99_ms = percentile(r.latencies, 0.99);
+  }
+  if (!st.w1_gib_per_s) {
+    p.begin("W1 write alone", uint64_t{o.writers} * o.checkpoint_bytes, "B");
+    auto w = checkpoint_write(a, "w4", o, &p, nullptr, tally);
+    p.end();
+    st.w1_gib_per_s = w.gib_per_s;
+  }
+}
+
+// ---------------- the workloads ----------------
+
+Run w1(Access& a, TargetState& st, const Options& o, Progress& p) {
+  Run run;
+  Tally tally;
+  p.begin("W1 checkpoint write", uint64_t{o.writers} * o.checkpoint_bytes, "B");
+  auto s = checkpoint_write(a, "w1", o, &p, nullptr, tally);
+  p.end();
+  run.figures = {{"gib_per_s", s.gib_per_s},
+                 {"seconds", s.seconds},
+                 {"writer_seconds_min", s.writer_min},
+                 {"writer_seconds_max", s.writer_max}};
+  tally.into(run);
+  if (run.errors == 0) st.w1_gib_per_s = s.gib_per_s;
+  return run;
+}
+
+Run w2(Access& a, TargetState&, const Options& o, Progress& p) {
+  Run run;
+  Tally tally;
+  bool present = true;
+  for (uint32_t i = 0; i < o.writers; ++i) {
+    auto s = a.stat(ckpt_name("w1", i));
+    if (!s || *s != o.checkpoint_bytes) present = false;
+  }
+  if (!present) {
+    run.notes.push_back("W1's files were missing: written first (not timed)");
+    p.begin("W2 setup (W1's files)", uint64_t{o.writers} * o.checkpoint_bytes, "B");
+    checkpoint_write(a, "w1", o, &p, nullptr, tally);
+    p.end();
+  }
+  run.notes.push_back("cache: " + a.make_cold());
+  p.begin("W2 checkpoint restore", uint64_t{o.writers} * o.checkpoint_bytes, "B");
+  auto t0 = Clock::now();
+  parallel(o.writers, [&](uint32_t i) {
+    std::vector<std::byte> buf;
+    std::string name = ckpt_name("w1", i);
+    read_file(a, name, file_key(name), o.checkpoint_bytes, o.io_bytes, buf, &p, tally);
+  });
+  double secs = seconds(Clock::now() - t0);
+  p.end();
+  run.figures = {{"gib_per_s", secs > 0 ? o.writers * static_cast<double>(o.checkpoint_bytes) / kGiB / secs : 0},
+                 {"seconds", secs}};
+  tally.into(run);
+  return run;
+}
+
+Run w3(Access& a, TargetState& st, const Options& o, Progress& p) {
+  Run run;
+  Tally tally;
+  double setup = w3_setup(a, o, p, tally);
+  st.w3_ready = true;
+  run.notes.push_back("cache: " + a.make_cold());
+  p.begin("W3 first epoch", o.files, "files");
+  auto r = read_files(a, o, permutation(o, 3), &p, nullptr, tally, nullptr);
+  p.end();
+  double p99 = percentile(r.latencies, 0.99);
+  run.figures = {{"files_per_s", r.seconds > 0 ? r.files / r.seconds : 0},
+                 {"mib_per_s", r.seconds > 0 ? r.bytes / kMiB / r.seconds : 0},
+                 {"latency_p50_ms", percentile(r.latencies, 0.5)},
+                 {"latency_p99_ms", p99},
+                 {"setup_files_per_s", setup}};
+  tally.into(run);
+  if (run.errors == 0) st.w3_p99_ms = p99;
+  return run;
+}
+
+// W3 readers cycling while W1 writers write once (into `dir`).
+struct Mixed {
+  WriteStats write;
+  ReadStats read;
+};
+Mixed mixed(Access& a, const Options& o, const std::string& dir, Progress* p, Recorder* rec, Tally& tally) {
+  std::atomic<bool> stop{false};
+  Mixed m;
+  std::thread readers([&] { m.read = read_files(a, o, permutation(o, 4), nullptr, rec, tally, &stop); });
+  m.write = checkpoint_write(a, dir, o, p, rec, tally);
+  stop = true;
+  readers.join();
+  return m;
+}
+
+Run w4(Access& a, TargetState& st, const Options& o, Progress& p) {
+  Run run;
+  Tally tally;
+  ensure_w3(a, st, o, p, run, tally);
+  ensure_alone(a, st, o, p, run, tally);
+  run.notes.push_back("cache: " + a.make_cold());
+  p.begin("W4 mixed (W1 + W3)", uint64_t{o.writers} * o.checkpoint_bytes, "B");
+  auto m = mixed(a, o, "w4", &p, nullptr, tally);
+  p.end();
+  double p99 = percentile(m.read.latencies, 0.99);
+  run.figures = {{"read_latency_p99_ratio", *st.w3_p99_ms > 0 ? p99 / *st.w3_p99_ms : 0},
+                 {"write_gib_per_s_ratio", *st.w1_gib_per_s > 0 ? m.write.gib_per_s / *st.w1_gib_per_s : 0},
+                 {"read_latency_p99_ms", p99},
+                 {"read_latency_p99_alone_ms", *st.w3_p99_ms},
+                 {"read_files_per_s", m.read.seconds > 0 ? m.read.files / m.read.seconds : 0},
+                 {"write_gib_per_s", m.write.gib_per_s},
+                 {"write_gib_per_s_alone", *st.w1_gib_per_s}};
+  tally.into(run);
+  return run;
+}
+
+Run w5(Access& a, TargetState&, const Options& o, Progress& p) {
+  Run run;
+  Tally tally;
+  (void)a.remove_tree("w5");
+  for (uint32_t c = 0; c < o.md_clients; ++c)
+    if (auto r = a.mkdirs(fmt::format("w5/c{}", c)); !r) tally.fail(r.error().message());
+  if (auto r = a.mkdirs("w5/shared"); !r) tally.fail(r.error().message());
+  std::vector<std::unique_ptr<Access>> clients;
+  for (uint32_t c = 0; c < o.md_clients; ++c) {
+    auto s = a.session();
+    if (!s) {
+      tally.fail(s.error().message());
+      tally.into(run);
+      return run;
+    }
+    clients.push_back(std::move(*s));
+  }
+  auto phase = [&](const std::string& figure, const std::string& label, auto op) {
+    p.begin(label, uint64_t{o.md_clients} * o.md_files, "ops");
+    auto t0 = Clock::now();
+    parallel(o.md_clients, [&](uint32_t c) {
+      for (uint32_t i = 0; i < o.md_files; ++i) {
+        Result<void> r = op(*clients[c], c, i);
+        if (!r) tally.fail(r.error().message());
+        p.add(1);
+      }
+    });
+    double s = seconds(Clock::now() - t0);
+    p.end();
+    run.figures[figure] = s > 0 ? o.md_clients * static_cast<double>(o.md_files) / s : 0;
+  };
+  auto create = [](Access& c, const std::string& name) -> Result<void> {
+    auto h = c.open(name, O_WRONLY | O_CREAT | O_EXCL);
+    if (!h) return std::unexpected(h.error());
+    return (*h)->close();
+  };
+  auto stat = [](Access& c, const std::string& name) -> Result<void> {
+    auto s = c.stat(name);
+    if (!s) return std::unexpected(s.error());
+    if (*s != 0) return error(Code::kInternal, "{}: size {}, expected 0", name, *s);
+    return {};
+  };
+  auto own = [](uint32_t c, uint32_t i) { return fmt::format("w5/c{}/f{}", c, i); };
+  auto shared = [](uint32_t c, uint32_t i) { return fmt::format("w5/shared/c{}-f{}", c, i); };
+  phase("create_ops_per_s", "W5 create (own dirs)", [&](Access& c, uint32_t k, uint32_t i) { return create(c, own(k, i)); });
+  phase("stat_ops_per_s", "W5 stat (own dirs)", [&](Access& c, uint32_t k, uint32_t i) { return stat(c, own(k, i)); });
+  phase("remove_ops_per_s", "W5 remove (own dirs)",
+        [&](Access& c, uint32_t k, uint32_t i) { return c.remove(own(k, i)); });
+  phase("shared_create_ops_per_s", "W5 create (shared dir)",
+        [&](Access& c, uint32_t k, uint32_t i) { return create(c, shared(k, i)); });
+  phase("shared_stat_ops_per_s", "W5 stat (shared dir)",
+        [&](Access& c, uint32_t k, uint32_t i) { return stat(c, shared(k, i)); });
+  phase("shared_remove_ops_per_s", "W5 remove (shared dir)",
+        [&](Access& c, uint32_t k, uint32_t i) { return c.remove(shared(k, i)); });
+  clients.clear();
+  (void)a.remove_tree("w5");
+  run.notes.push_back(fmt::format("{} clients ({})", o.md_clients,
+                                  a.kind() == "native" ? "one libweft Client each" : "threads, own fds"));
+  tally.into(run);
+  return run;
+}
+
+Run w6(Access& a, TargetState&, const Options& o, Progress& p) {
+  Run run;
+  Tally tally;
+  if (auto r = a.mkdirs("w6"); !r) tally.fail(r.error().message());
+  p.begin("W6 setup (files)", o.open_files, "files");
+  {
+    std::atomic<uint32_t> next{0};
+    parallel(4, [&](uint32_t) {
+      std::vector<std::byte> buf;
+      for (uint32_t i = next.fetch_add(1); i < o.open_files; i = next.fetch_add(1)) {
+        std::string name = w6_name(i);
+        write_file(a, name, file_key(name), o.open_read_bytes, o.open_read_bytes, buf, nullptr, nullptr, tally);
+        p.add(1);
+      }
+    });
+  }
+  p.end();
+  std::vector<std::unique_ptr<Access>> clients;
+  for (uint32_t c = 0; c < o.open_clients; ++c) {
+    auto s = a.session();
+    if (!s) {
+      tally.fail(s.error().message());
+      tally.into(run);
+      return run;
+    }
+    clients.push_back(std::move(*s));
+  }
+  std::mutex mu;
+  std::vector<double> all;
+  uint64_t total = 0;
+  p.begin("W6 many opens", 0, "opens", o.open_seconds);
+  auto t0 = Clock::now();
+  auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.open_seconds));
+  parallel(o.open_clients, [&](uint32_t c) {
+    std::mt19937_64 rng(o.seed * 977 + c);
+    std::vector<std::byte> buf;
+    std::vector<double> lat;
+    while (Clock::now() < deadline) {
+      uint32_t i = static_cast<uint32_t>(rng() % o.open_files);
+      std::string name = w6_name(i);
+      auto f0 = Clock::now();
+      bool ok = read_file(*clients[c], name, file_key(name), o.open_read_bytes, o.open_read_bytes, buf, nullptr, tally);
+      if (ok) lat.push_back(ms(Clock::now() - f0));
+      p.add(1);
+    }
+    std::lock_guard lock(mu);
+    total += lat.size();
+    all.insert(all.end(), lat.begin(), lat.end());
+  });
+  double secs = seconds(Clock::now() - t0);
+  p.end();
+  run.figures = {{"opens_per_s", secs > 0 ? total / secs : 0},
+                 {"latency_p50_ms", percentile(all, 0.5)},
+                 {"latency_p99_ms", percentile(all, 0.99)}};
+  run.notes.push_back(fmt::format("{} clients ({}), files of {} B", o.open_clients,
+                                  a.kind() == "native" ? "one libweft Client each" : "threads, own fds",
+                                  o.open_read_bytes));
+  tally.into(run);
+  return run;
+}
+
+std::string self_binary(const Options& o) {
+  if (!o.weft_binary.empty()) return o.weft_binary;
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "/proc/self/exe";
+}
+
+Run w7(Access& a, TargetState& st, const Options& o, Progress& p) {
+  Run run;
+  Tally tally;
+  if (o.data_dir.empty()) {
+    tally.fail("W7 needs --data-dir (the `weft up` directory of the cluster behind the target)");
+    tally.into(run);
+    return run;
+  }
+  auto watch = ClusterWatch::open(o.data_dir + "/client.toml");
+  if (!watch) {
+    tally.fail("W7: " + watch.error().message());
+    tally.into(run);
+    return run;
+  }
+  ensure_w3(a, st, o, p, run, tally);
+  ensure_alone(a, st, o, p, run, tally);
+  run.notes.push_back("cache: " + a.make_cold());
+  if (auto r = a.mkdirs("w7"); !r) tally.fail(r.error().message());
+
+  auto start = Clock::now();
+  Recorder rec(start);
+  std::atomic<bool> stop{false};
+  std::vector<uint64_t> generation(o.writers, 0);  // last generation written completely
+  std::vector<uint8_t> any_done(o.writers, 0);  // per writer; not vector<bool> (written concurrently)
+  std::atomic<uint64_t> written{0};
+  ReadStats reads;
+  std::thread readers([&] { reads = read_files(a, o, permutation(o, 7), &p, &rec, tally, &stop); });
+  std::vector<std::thread> writers;
+  for (uint32_t i = 0; i < o.writers; ++i) {
+    writers.emplace_back([&, i] {
+      std::vector<std::byte> buf;
+      std::string name = ckpt_name("w7", i);
+      for (uint64_t g = 1; !stop.load(); ++g) {
+        auto d = write_file(a, name, file_key(name, g), o.checkpoint_bytes, o.io_bytes, buf, nullptr, &rec, tally);
+        if (d.ok) {
+          generation[i] = g;
+          any_done[i] = 1;
+          written.fetch_add(o.checkpoint_bytes);
+        } else {
+          any_done[i] = 0;  // content unknown after a failed generation
+        }
+      }
+    });
+  }
+  double total_guess = o.kill_after_s + o.restart_after_s + 5 + o.tail_s;
+  p.begin("W7 failure under load", 0, "files", total_guess);
+  auto sleep_until = [&](double t) {
+    while (rec.now() < t) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  };
+  sleep_until(o.kill_after_s);
+  auto killed = kill_role(o.data_dir, o.kill_role);
+  double t_kill = rec.now();
+  bool seen_down = false;
+  double t_restart = -1, t_serving = -1;
+  pid_t up_pid = -1;
+  int up_status = -1;
+  if (!killed) {
+    tally.fail("W7 kill: " + killed.error().message());
+  } else {
+    run.events["kill"] = t_kill;
+    p.note(fmt::format("  W7: killed {} (pid {}) with SIGKILL at t={:.1f}s", o.kill_role, *killed, t_kill));
+    // Watch until the restart (to see mgmtd notice), restart, watch until all serve.
+    while (rec.now() < t_kill + o.restart_after_s) {
+      auto s = (*watch)->poll();
+      if (s && !s->all_serving && !seen_down) {
+        seen_down = true;
+        run.events["offline"] = rec.now();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    std::string log = o.data_dir + "/logs/bench-up.log";
+    auto up = spawn_up(self_binary(o), o.data_dir, log);
+    t_restart = rec.now();
+    run.events["restart"] = t_restart;
+    if (!up) {
+      tally.fail("W7 restart: " + up.error().message());
+    } else {
+      up_pid = *up;
+      p.note(fmt::format("  W7: restarting with `weft up --data-dir {}` at t={:.1f}s (log {})", o.data_dir, t_restart,
+                         log));
+      std::string last_detail;
+      while (rec.now() < t_restart + o.serving_timeout_s) {
+        if (up_pid > 0 && up_status < 0) {
+          int status = 0;
+          if (::waitpid(up_pid, &status, WNOHANG) == up_pid) up_status = status;
+        }
+        auto s = (*watch)->poll();
+        if (s) {
+          if (!s->all_serving) {
+            seen_down = true;
+            last_detail = s->detail;
+          } else if (seen_down || up_status == 0) {
+            t_serving = rec.now();
+            break;
+          }
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+      if (t_serving < 0) {
+        tally.fail(fmt::format("W7: not every target serving {} s after the restart:{}", o.serving_timeout_s,
+                               last_detail));
+      } else {
+        run.events["serving"] = t_serving;
+        p.note(fmt::format("  W7: every target serving again at t={:.1f}s ({:.1f}s after the restart)", t_serving,
+                           t_serving - t_restart));
+      }
+    }
+  }
+  sleep_until(std::max(rec.now(), (t_serving > 0 ? t_serving : rec.now())) + o.tail_s);
+  stop = true;
+  for (auto& w : writers) w.join();
+  readers.join();
+  double t_end = rec.now();
+  p.end();
+  if (up_pid > 0 && up_status < 0) {
+    for (int i = 0; i < 600 && up_status < 0; ++i) {
+      int status = 0;
+      if (::waitpid(up_pid, &status, WNOHANG) == up_pid) up_status = status;
+      else std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (up_status < 0) {
+      tally.fail("W7: `weft up` still running 60 s after the load stopped");
+    }
+  }
+  if (up_pid > 0 && up_status >= 0 && !(WIFEXITED(up_status) && WEXITSTATUS(up_status) == 0)) {
+    // `up` gives up after its own --timeout (30 s) while targets resync; what
+    // counts here is whether every target serves again (t_serving).
+    std::string what = fmt::format("`weft up --data-dir {}` exited with an error (see {}/logs/bench-up.log)",
+                                   o.data_dir, o.data_dir);
+    if (t_serving < 0) tally.fail("W7: " + what);
+    else run.notes.push_back(what + "; every target served again anyway");
+  }
+
+  // Every byte afterwards: the checkpoints as last written, and W3's files.
+  run.notes.push_back("verify after the load: " + a.make_cold());
+  p.begin("W7 verify every byte", uint64_t{o.writers} * o.checkpoint_bytes + o.files * o.file_bytes, "B");
+  parallel(o.writers, [&](uint32_t i) {
+    if (!any_done[i]) return;
+    std::vector<std::byte> buf;
+    std::string name = ckpt_name("w7", i);
+    read_file(a, name, file_key(name, generation[i]), o.checkpoint_bytes, o.io_bytes, buf, &p, tally);
+  });
+  {
+    std::atomic<uint32_t> next{0};
+    parallel(o.readers, [&](uint32_t) {
+      std::vector<std::byte> buf;
+      for (uint32_t i = next.fetch_add(1); i < o.files; i = next.fetch_add(1)) {
+        std::string name = w3_name(o, i);
+        read_file(a, name, file_key(name), o.file_bytes, o.file_bytes, buf, &p, tally);
+      }
+    });
+  }
+  p.end();
+
+  run.timeline = rec.timeline(t_end);
+  run.events["end"] = t_end;
+  double p99 = percentile(reads.latencies, 0.99);
+  double wgib = t_end > 0 ? static_cast<double>(written.load()) / kGiB / t_end : 0;
+  run.figures = {{"stall_max_s", rec.max_stall(t_end)},
+                 {"resync_s", t_serving > 0 ? t_serving - t_restart : -1},
+                 {"read_latency_p99_ms", p99},
+                 {"read_latency_p99_ratio", *st.w3_p99_ms > 0 ? p99 / *st.w3_p99_ms : 0},
+                 {"write_gib_per_s", wgib},
+                 {"write_gib_per_s_ratio", *st.w1_gib_per_s > 0 ? wgib / *st.w1_gib_per_s : 0},
+                 {"read_files_per_s", reads.seconds > 0 ? reads.files / reads.seconds : 0},
+                 {"load_seconds", t_end}};
+  tally.into(run);
+  return run;
+}
+
+}  // namespace
+
+Run run_workload(const std::string& id, Access& a, TargetState& st, const Options& o, Progress& p) {
+  if (id == "W1") return w1(a, st, o, p);
+  if (id == "W2") return w2(a, st, o, p);
+  if (id == "W3") return w3(a, st, o, p);
+  if (id == "W4") return w4(a, st, o, p);
+  if (id == "W5") return w5(a, st, o, p);
+  if (id == "W6") return w6(a, st, o, p);
+  if (id == "W7") return w7(a, st, o, p);
+  Run r;
+  r.errors = 1;
+  r.notes.push_back("unknown workload " + id);
+  return r;
+}
+
+}  // namespace weft::bench
