@@ -1,5 +1,6 @@
 #include "mgmt/mgmt_client.h"
 
+#include "common/fault.h"
 #include "common/logging.h"
 #include "mgmt/proto_convert.h"
 #include "mgmt/service_methods.h"
@@ -39,12 +40,16 @@ Result<void> MgmtClient::register_now() {
     granted_ = got.lease;
     accept_any_version_ = true;
   }
-  lease_.on_granted(ticket, got.lease);
   registrations_.fetch_add(1);
   WEFT_LOG_INFO("mgmt client {}: registered as node {} (routing version {})", r.address, got.node_id,
                 got.routing_version);
-  if (auto routing = refresh(); !routing)
+  // Routing first, lease second (mgmt/lease.h): never serve writes under a routing
+  // mgmtd has replaced. Without routing the lease waits for the next heartbeat.
+  if (auto routing = refresh(); !routing) {
     WEFT_LOG_WARN("mgmt client {}: fetching routing after registration: {}", r.address, routing.error());
+    return {};
+  }
+  lease_.on_granted(ticket, got.lease);
   return {};
 }
 
@@ -58,6 +63,10 @@ Result<void> MgmtClient::heartbeat_now() {
     usage = usage_;
   }
   if (hb.node_id == kInvalidNode) return register_now();
+  // A heartbeat lost on the way (tests: a server cut off from mgmtd while it keeps serving).
+  if (WEFT_FAULT("mgmt_client.heartbeat"))
+    return on_heartbeat_error(Status(Code::kUnavailable, "injected fault mgmt_client.heartbeat"),
+                              std::move(hb.sync_done));
   hb.incarnation = options_.registration.incarnation;
   if (usage) hb.usage = usage();
   pb::HeartbeatRequest req;
@@ -66,17 +75,26 @@ Result<void> MgmtClient::heartbeat_now() {
   auto reply = rpc_.call<pb::HeartbeatReply>(kHeartbeat, req);
   if (!reply) return on_heartbeat_error(reply.error(), std::move(hb.sync_done));
   HeartbeatReply got = from_proto(*reply);
-  lease_.on_granted(ticket, got.lease);
   RoutingVersion cached = 0;
+  bool any_version = false;
   {
     std::lock_guard lock(mu_);
     granted_ = got.lease;
     if (routing_) cached = routing_->version;
+    any_version = accept_any_version_ || !routing_;
   }
   heartbeats_ok_.fetch_add(1);
-  if (got.routing_version != cached) {
-    if (auto r = refresh(); !r) WEFT_LOG_WARN("mgmt client: routing refresh failed: {}", r.error());
+  // Routing first, lease second (mgmt/lease.h): a node that mgmtd declared dead
+  // meanwhile (its targets are no longer serving) must not take writes under its
+  // old routing in between. If the routing cannot be fetched the lease is not
+  // extended; the next heartbeat (retry_interval) tries again.
+  if (got.routing_version != cached || any_version) {
+    if (auto r = refresh(); !r) {
+      WEFT_LOG_WARN("mgmt client: routing refresh failed: {}", r.error());
+      return std::unexpected(r.error().with_context("heartbeat"));
+    }
   }
+  lease_.on_granted(ticket, got.lease);
   return {};
 }
 

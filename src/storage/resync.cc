@@ -128,11 +128,42 @@ Task<Result<std::pair<uint64_t, uint64_t>>> StorageService::resync_once(mgmt::Ch
     }
     more = r->size() == list.count_max;
   }
+  // A target keeps one chunk namespace for all its chains and a chunk's chain is
+  // not recorded. So this source's list holds chunks of its other chains too
+  // (copied along: stale copies nobody reads through this chain), and the
+  // successor's holds chunks of ITS other chains, which this source may lack or
+  // hold only as such a stale copy from an earlier resync. When the successor is
+  // in another chain: never remove a chunk this source lacks, and never replace
+  // a chunk with an older version (that would lose data another chain serves).
+  bool dest_elsewhere = false;
+  {
+    RoutingSnapshot routing = routing_->current();
+    for (const auto& [id, c] : routing->chains)
+      for (const auto& e : c.entries) dest_elsewhere |= id != chain && e.target_id == dest.id;
+  }
+  size_t kept = 0;
   std::vector<ChunkId> differing;
-  for (const auto& [id, seen] : local)
-    if (auto it = remote.find(id); it == remote.end() || !(it->second == seen)) differing.push_back(id);
-  for (const auto& [id, seen] : remote)
-    if (!local.contains(id)) differing.push_back(id);
+  for (const auto& [id, seen] : local) {
+    auto it = remote.find(id);
+    if (it != remote.end() && it->second == seen) continue;
+    if (dest_elsewhere && it != remote.end() && it->second.version > seen.version) {
+      ++kept;
+      continue;
+    }
+    differing.push_back(id);
+  }
+  for (const auto& [id, seen] : remote) {
+    if (local.contains(id)) continue;
+    if (dest_elsewhere) {
+      ++kept;
+      continue;
+    }
+    differing.push_back(id);
+  }
+  if (kept > 0)
+    WEFT_LOG_INFO("{}: resync of target {} in chain {}: kept {} chunks this source lacks or holds "
+                  "older (the target is in other chains too)",
+                  options_.name, dest.id, chain, kept);
   uint64_t copied = 0, removed = 0;
   for (const ChunkId& id : differing) {
     if (stopping_) co_return error(Code::kCancelled, "stopping");
