@@ -749,7 +749,8 @@ TEST_F(FuseTest, KilledDaemonThenLazyUmount) {
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
   EXPECT_TRUE(wait_pid_gone(pid, 10s));
   int err = stat_with_timeout(mp2, 5s);
-  EXPECT_EQ(err, ENOTCONN) << "stat on a mount whose daemon died";
+  // The kernel answers ENOTCONN, or ECONNABORTED while it is still tearing the connection down.
+  EXPECT_TRUE(err == ENOTCONN || err == ECONNABORTED) << "stat on a mount whose daemon died: " << std::strerror(err);
   auto u = run_weft({"umount", "--lazy", mp2}, dir_->file("umount2.log"), 30s);
   EXPECT_EQ(u.code, 0) << u.log;
   auto t0 = std::chrono::steady_clock::now();
