@@ -732,6 +732,33 @@ TEST_F(FuseTest, ForegroundMountStopsCleanly) {
   }
 }
 
+// Reads through the mount go on while a storage server is SIGKILLed (the
+// other replica answers) and after `weft up` restarted it; a write made while
+// it is down waits for mgmtd to take it out of its chains, then lands.
+TEST_F(FuseTest, ReadsSurviveAStorageServerKilledAndRestarted) {
+  std::string data(8 << 20, '\0');
+  fill_pattern(data.data(), data.size(), 7, 0);
+  ASSERT_TRUE(write_all(p("survivor"), data));
+  pid_t victim = read_pid(data_ + "/run/storage-1.pid");
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  ASSERT_TRUE(wait_pid_gone(victim, 10s));
+  // Drop the kernel's cached pages so the reads really go to the cluster.
+  int fd = ::open(p("survivor").c_str(), O_RDONLY | O_DIRECT);
+  if (fd < 0) fd = ::open(p("survivor").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  EXPECT_EQ(read_all(p("survivor")), data) << "read with one storage server dead";
+  std::string later(3 << 20, '\0');
+  fill_pattern(later.data(), later.size(), 8, 0);
+  ASSERT_TRUE(write_all(p("written-while-down"), later));
+  auto up = run_weft({"up", "--data-dir", data_}, dir_->file("up-again.log"), 120s);
+  ASSERT_EQ(up.code, 0) << up.log;
+  EXPECT_EQ(read_all(p("survivor")), data) << "read after the restart";
+  EXPECT_EQ(read_all(p("written-while-down")), later);
+}
+
 // Last (gtest runs in declaration order): a second mount whose daemon is
 // SIGKILLed; `weft umount --lazy` must leave a usable directory behind.
 TEST_F(FuseTest, KilledDaemonThenLazyUmount) {
