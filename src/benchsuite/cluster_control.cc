@@ -31,10 +31,7 @@ class WatchImpl final : public ClusterWatch {
       : io_(1, "bench-watch"), client_(io_, options(cc.cluster_token)), rpc_(io_, client_, cc.mgmtd, 2000) {}
 
   static rpc::ClientOptions options(const std::string& token) {
-    rpc::ClientOptions co;
-    co.cluster_token = token;
-    co.name = "weft bench";
-    co.connect_timeout_ms = 1000;
+    rpc::ClientOptions co = rpc::ClientOptions::in_cluster(token, "weft bench");
     co.call_timeout_ms = 2000;
     return co;
   }

@@ -360,10 +360,7 @@ struct ClusterRpc {
         mgmt(io, client, {rpc::Endpoint{kHost, spec.mgmtd_port}}, 3000) {}
 
   static rpc::ClientOptions options(const std::string& token) {
-    rpc::ClientOptions co;
-    co.cluster_token = token;
-    co.name = "weft up";
-    co.connect_timeout_ms = 1000;
+    rpc::ClientOptions co = rpc::ClientOptions::in_cluster(token, "weft up");
     co.call_timeout_ms = 3000;
     return co;
   }

@@ -42,12 +42,8 @@ Result<std::optional<ClusterMembership>> join_cluster(const Config& config, rpc:
   }
   ClusterMembership m;
   m.mgmtd = mgmtd;
-  rpc::ClientOptions co;
-  co.cluster_token = runtime.config().cluster_token;
-  co.name = "meta-mgmt";
-  co.connect_timeout_ms = 1000;
-  co.backoff_max_ms = 500;
-  m.rpc = std::make_unique<rpc::Client>(runtime.io(), co);
+  m.rpc = std::make_unique<rpc::Client>(runtime.io(),
+                                        rpc::ClientOptions::in_cluster(runtime.config().cluster_token, "meta-mgmt"));
   m.mgmt_rpc = std::make_unique<mgmt::MgmtRpc>(runtime.io(), *m.rpc, mgmtd);
   mgmt::MgmtClientOptions mo;
   mo.registration.kind = mgmt::NodeKind::kMeta;

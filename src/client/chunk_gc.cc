@@ -16,12 +16,7 @@ struct ChunkGc::Parts {
       : rpc(io, options(token)), routing(io, rpc, std::move(mgmtd)), chunks(io, rpc, routing, chunk_options()) {}
 
   static rpc::ClientOptions options(const std::string& token) {
-    rpc::ClientOptions o;
-    o.cluster_token = token;
-    o.name = "chunk-gc";
-    o.connect_timeout_ms = 1000;
-    o.backoff_max_ms = 500;
-    return o;
+    return rpc::ClientOptions::in_cluster(token, "chunk-gc");
   }
   static ChunkIoOptions chunk_options() {
     ChunkIoOptions o;

@@ -509,12 +509,8 @@ Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
   core->cred = options.cred ? *options.cred : process_cred();
   WEFT_TRY(core->cluster, load_cluster_config(ClusterConfigQuery::from_flags(options.config_path, options.cluster)));
   core->io = std::make_unique<rpc::IoPool>(std::max<size_t>(1, options.io_threads), "weft-client");
-  rpc::ClientOptions ro;
-  ro.cluster_token = core->cluster.cluster_token;
-  ro.name = options.name;
+  rpc::ClientOptions ro = rpc::ClientOptions::in_cluster(core->cluster.cluster_token, options.name);
   ro.call_timeout_ms = options.call_timeout_ms;
-  ro.connect_timeout_ms = 1000;
-  ro.backoff_max_ms = 500;
   core->rpc = std::make_unique<rpc::Client>(*core->io, ro);
   core->routing = std::make_unique<RoutingCache>(*core->io, *core->rpc, core->cluster.mgmtd);
   if (auto r = core->routing->start(); !r)

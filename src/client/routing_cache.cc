@@ -5,7 +5,6 @@
 #include "mgmt/proto_convert.h"
 #include "mgmt/service_methods.h"
 #include "proto/mgmt.pb.h"
-#include "rpc/task.h"
 
 namespace weft::client {
 
@@ -15,7 +14,7 @@ constexpr auto kRetryDelay = std::chrono::milliseconds(200);
 }  // namespace
 
 RoutingCache::RoutingCache(rpc::IoPool& io, rpc::Client& rpc, std::vector<rpc::Endpoint> mgmtd)
-    : io_(io), rpc_(rpc), mgmtd_(std::move(mgmtd)) {}
+    : rpc_(io, rpc, std::move(mgmtd)) {}
 
 RoutingCache::~RoutingCache() { stop(); }
 
@@ -53,34 +52,17 @@ Result<void> RoutingCache::fetch(uint32_t wait_ms, const rpc::CancelToken& cance
   proto::mgmt::GetRoutingRequest req;
   req.set_known_version(version_.load());
   req.set_wait_ms(wait_ms);
-  Status last(Code::kUnavailable, "no mgmtd address configured");
-  size_t start = preferred_.load();
-  for (size_t i = 0; i < mgmtd_.size(); ++i) {
-    size_t idx = (start + i) % mgmtd_.size();
-    rpc::CallOptions o;
-    o.timeout_ms = wait_ms + 3000;
-    o.cancel = cancel;
-    auto r = block_on(io_.at(0).get_executor(),
-                      rpc_.call<proto::mgmt::GetRoutingReply>(mgmtd_[idx], mgmt::kGetRouting, req, std::move(o)));
-    if (!r) {
-      last = Status(r.error().code(), fmt::format("mgmtd {}: {}", mgmtd_[idx].to_string(), r.error().message()));
-      if (r.error().code() == Code::kCancelled || !mgmt::MgmtRpc::is_transport_error(r.error().code()))
-        return std::unexpected(last);
-      continue;
-    }
-    preferred_ = idx;
-    fetches_.fetch_add(1);
-    if (r->unchanged()) return {};
-    WEFT_TRY(mgmt::RoutingInfo info, mgmt::from_proto(r->routing()));
-    std::lock_guard lock(mu_);
-    // Never go back to an older snapshot, except when mgmtd lost its state and
-    // counts again from the start (then every version we hold is from before).
-    if (current_ && info.version < current_->version && info.version > 1) return {};
-    version_ = info.version;
-    current_ = std::make_shared<const mgmt::RoutingInfo>(std::move(info));
-    return {};
-  }
-  return std::unexpected(last);
+  WEFT_TRY(auto reply, rpc_.call<proto::mgmt::GetRoutingReply>(mgmt::kGetRouting, req, wait_ms + 3000, cancel));
+  fetches_.fetch_add(1);
+  if (reply.unchanged()) return {};
+  WEFT_TRY(mgmt::RoutingInfo info, mgmt::from_proto(reply.routing()));
+  std::lock_guard lock(mu_);
+  // Never go back to an older snapshot, except when mgmtd lost its state and
+  // counts again from the start (then every version we hold is from before).
+  if (current_ && info.version < current_->version && info.version > 1) return {};
+  version_ = info.version;
+  current_ = std::make_shared<const mgmt::RoutingInfo>(std::move(info));
+  return {};
 }
 
 void RoutingCache::run() {

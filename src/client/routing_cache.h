@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "mgmt/mgmt_rpc.h"
 #include "mgmt/routing.h"
 #include "rpc/cancel.h"
 #include "rpc/client.h"
@@ -48,10 +49,7 @@ class RoutingCache {
   Result<void> fetch(uint32_t wait_ms, const rpc::CancelToken& cancel);
   void run();
 
-  rpc::IoPool& io_;
-  rpc::Client& rpc_;
-  const std::vector<rpc::Endpoint> mgmtd_;
-  std::atomic<size_t> preferred_{0};
+  mgmt::MgmtRpc rpc_;  // failover over the mgmtd addresses
 
   mutable std::mutex mu_;
   RoutingPtr current_;                    // GUARDED_BY(mu_)

@@ -24,14 +24,16 @@ class MgmtRpc {
   MgmtRpc(rpc::IoPool& io, rpc::Client& client, std::vector<rpc::Endpoint> mgmtd, uint32_t timeout_ms = 3000);
 
   // Resp, Req: protobuf messages. timeout_ms 0: the default given above.
+  // A cancelled call (kCancelled) is final: no other address is tried.
   template <class Resp, class Req>
-  Result<Resp> call(rpc::MethodId method, const Req& req, uint32_t timeout_ms = 0) {
+  Result<Resp> call(rpc::MethodId method, const Req& req, uint32_t timeout_ms = 0, rpc::CancelToken cancel = nullptr) {
     Status last(Code::kUnavailable, "no mgmtd address configured");
     size_t start = preferred_.load();
     for (size_t i = 0; i < mgmtd_.size(); ++i) {
       size_t idx = (start + i) % mgmtd_.size();
       rpc::CallOptions options;
       options.timeout_ms = timeout_ms != 0 ? timeout_ms : timeout_ms_;
+      options.cancel = cancel;
       auto r = block_on(io_.at(0).get_executor(), client_.call<Resp>(mgmtd_[idx], method, req, std::move(options)));
       if (r) {
         preferred_ = idx;

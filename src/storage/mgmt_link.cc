@@ -16,12 +16,7 @@ struct MgmtLink::Impl {
       : rpc_client(io, client_options(o)), rpc(io, rpc_client, o.mgmtd), client(rpc, registration(o)) {}
 
   static rpc::ClientOptions client_options(const MgmtLinkOptions& o) {
-    rpc::ClientOptions co;
-    co.cluster_token = o.cluster_token;
-    co.name = "storage-mgmt";
-    co.connect_timeout_ms = 1000;
-    co.backoff_max_ms = 500;
-    return co;
+    return rpc::ClientOptions::in_cluster(o.cluster_token, "storage-mgmt");
   }
 
   static mgmt::MgmtClientOptions registration(const MgmtLinkOptions& o) {

@@ -14,12 +14,8 @@ namespace weft::storage {
 namespace {
 
 rpc::ClientOptions client_options(const StorageServiceOptions& o) {
-  rpc::ClientOptions c;
-  c.cluster_token = o.cluster_token;
-  c.name = o.name + "-chain";
+  rpc::ClientOptions c = rpc::ClientOptions::in_cluster(o.cluster_token, o.name + "-chain");
   c.call_timeout_ms = o.forward_timeout_ms;
-  c.connect_timeout_ms = 1000;
-  c.backoff_max_ms = 500;
   return c;
 }
 
