@@ -1,11 +1,15 @@
 // Commands of the meta module: `weft serve meta --config FILE` runs the
 // metadata service (meta/service.h) on a RocksDB store in [meta] data_dir.
 #include <filesystem>
+#include <unordered_set>
 
 #include "cli/commands.h"
 #include "common/config.h"
 #include "meta/meta_store.h"
 #include "meta/service.h"
+#include "meta/session_reaper.h"
+#include "mgmt/proto_convert.h"
+#include "mgmt/service_methods.h"
 #include "client/chunk_gc.h"
 #include "mgmt/mgmt_client.h"
 #include "mgmt/mgmt_rpc.h"
@@ -35,6 +39,7 @@ Result<std::optional<ClusterMembership>> join_cluster(const Config& config, rpc:
   }
   if (runtime.config().listen.port == 0)
     return error(Code::kConfig, "{}: [server] listen needs a fixed port when [cluster] is set", config.source());
+  WEFT_RETURN_IF_ERROR(check_advertised_address(advertise, config.source()));
   std::vector<rpc::Endpoint> mgmtd;
   for (const auto& a : addresses) {
     WEFT_TRY(rpc::Endpoint ep, rpc::Endpoint::parse(a));
@@ -53,6 +58,24 @@ Result<std::optional<ClusterMembership>> join_cluster(const Config& config, rpc:
   // The loop registers (and keeps retrying while mgmtd is away).
   m.client->start();
   return std::optional<ClusterMembership>(std::move(m));
+}
+
+// Write sessions of clients without a lease at mgmtd are closed
+// (meta/session_reaper.h). [meta] session_reap_interval_ms (10 s) and
+// session_reap_min_age_s (120 s: younger sessions are always kept).
+Result<std::unique_ptr<meta::SessionReaper>> start_session_reaper(const Config& config, meta::MetaStore& store,
+                                                                  mgmt::MgmtRpc& mgmt) {
+  WEFT_TRY(int64_t interval_ms, config.get_int_in("meta.session_reap_interval_ms", 10'000, 100, 3'600'000));
+  WEFT_TRY(int64_t min_age_s, config.get_int_in("meta.session_reap_min_age_s", 120, 1, 30 * 86'400));
+  auto live = [&mgmt]() -> Result<std::optional<std::unordered_set<uint64_t>>> {
+    WEFT_TRY(auto reply, mgmt.call<mgmt::pb::ListClientsReply>(mgmt::kListClients, mgmt::pb::ListClientsRequest{}));
+    if (!reply.complete()) return std::optional<std::unordered_set<uint64_t>>();
+    std::unordered_set<uint64_t> ids;
+    for (const auto& c : reply.clients()) ids.insert(c.id());
+    return std::optional<std::unordered_set<uint64_t>>(std::move(ids));
+  };
+  return std::make_unique<meta::SessionReaper>(store, SystemClock::instance(), live,
+                                               std::chrono::milliseconds(interval_ms), std::chrono::seconds(min_age_s));
 }
 
 void serve_meta(const std::string& config_path) {
@@ -84,9 +107,16 @@ void serve_meta(const std::string& config_path) {
     gc = std::make_unique<client::ChunkGc>((*membership)->mgmtd, sc->cluster_token, std::move(hooks));
     gc->start();
   }
+  std::unique_ptr<meta::SessionReaper> reaper;
+  if (*membership) {
+    auto reaper_or = start_session_reaper(*config, **store, *(*membership)->mgmt_rpc);
+    if (!reaper_or) return fail(reaper_or.error().message());
+    reaper = std::move(*reaper_or);
+  }
   meta::RequestRecordExpirer expirer(**store, std::chrono::seconds(mc->request_record_age_s),
                                      std::chrono::seconds(60));
   auto r = runtime.run();
+  reaper.reset();
   if (gc) gc->stop();
   if (*membership) (*membership)->client->stop();
   if (!r) return fail(r.error().message());

@@ -78,7 +78,9 @@ void status(const ClusterFlags& flags, bool json) {
     auto routing = mgmt::from_proto(reply->routing());
     if (!routing) return fail(fmt::format("status: {}", routing.error().message()));
     TimePoint now = mgmt::from_ns(reply->now_ns());
-    std::string out = json ? mgmt::render_json(*routing, now) + "\n" : mgmt::render_text(*routing, now);
+    std::vector<mgmt::ClientInfo> clients;
+    for (const auto& c : reply->clients()) clients.push_back(mgmt::from_proto(c));
+    std::string out = json ? mgmt::render_json(*routing, now, clients) + "\n" : mgmt::render_text(*routing, now, clients);
     std::fputs(out.c_str(), stdout);
   });
 }

@@ -5,6 +5,7 @@
 #include <map>
 #include <tuple>
 
+#include "client/client_lease.h"
 #include "client/core.h"
 #include "client/file_impl.h"
 #include "client/placement.h"
@@ -38,7 +39,8 @@ bool wants_read(int flags) { return (flags & O_ACCMODE) == O_RDONLY || (flags & 
 
 class ClientImpl final : public Client {
  public:
-  explicit ClientImpl(std::unique_ptr<Core> core) : core_(std::move(core)) {
+  ClientImpl(std::unique_ptr<Core> core, std::unique_ptr<ClientLease> lease)
+      : core_(std::move(core)), lease_(std::move(lease)) {
     core_->dirty->set_pressure([this] { send_all_dirty(); });
   }
 
@@ -53,6 +55,7 @@ class ClientImpl final : public Client {
     }
     for (auto& f : open) (void)f->close();
     open.clear();
+    lease_->stop();
     core_->releaser->stop();
     core_->routing->stop();
     core_->io->stop();
@@ -402,6 +405,7 @@ class ClientImpl final : public Client {
   std::map<DirKey, std::pair<std::chrono::steady_clock::time_point, Inode>> dir_cache_;  // GUARDED_BY(dir_cache_mu_)
 
   std::unique_ptr<Core> core_;
+  std::unique_ptr<ClientLease> lease_;
   std::mutex files_mu_;
   std::map<Ino, std::vector<std::weak_ptr<FileImpl>>> files_;  // GUARDED_BY(files_mu_)
 };
@@ -516,18 +520,25 @@ Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
   if (auto r = core->routing->start(); !r)
     return error(r.error().with_context("connect to the cluster at " + core->cluster.source));
   WEFT_TRY(auto meta_eps, meta_addresses(core->cluster, *core->routing->current()));
+  // One id for the lease, meta's request ids (write sessions record it) and storage's dedup.
+  const uint64_t client_id = thread_random().next_u64() | 1;
+  auto lease = std::make_unique<ClientLease>(*core->io, *core->rpc, core->cluster.mgmtd, client_id,
+                                             ClientLease::default_label(options.name));
+  if (auto r = lease->start(); !r) WEFT_LOG_WARN("client lease at mgmtd: {} (retrying)", r.error());
   meta::MetaClientOptions mo;
+  mo.client_id = client_id;
   mo.addresses = std::move(meta_eps);
   mo.call_timeout_ms = options.call_timeout_ms;
   mo.retry_time_ms_max = options.retry_time_ms_max;
   core->meta = std::make_unique<meta::MetaClient>(*core->io, *core->rpc, mo);
   ChunkIoOptions co;
+  co.client_id = client_id;
   co.call_timeout_ms = options.call_timeout_ms;
   co.retry_time_ms_max = options.retry_time_ms_max;
   core->chunks = std::make_unique<ChunkIo>(*core->io, *core->rpc, *core->routing, co);
   core->dirty = std::make_unique<ByteBudget>(options.write_buffer_bytes);
   core->inflight = std::make_unique<ByteBudget>(options.inflight_bytes_max);
-  return std::unique_ptr<Client>(new ClientImpl(std::move(core)));
+  return std::unique_ptr<Client>(new ClientImpl(std::move(core), std::move(lease)));
 }
 
 Result<std::vector<std::string>> split_path(std::string_view path) {

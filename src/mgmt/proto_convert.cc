@@ -30,6 +30,22 @@ void to_proto(const NodeInfo& in, pb::Node* out) {
   out->set_last_heartbeat_ns(to_ns(in.last_heartbeat));
 }
 
+void to_proto(const ClientInfo& in, pb::Client* out) {
+  out->set_id(in.id);
+  out->set_label(in.label);
+  out->set_first_seen_ns(to_ns(in.first_seen));
+  out->set_last_heartbeat_ns(to_ns(in.last_heartbeat));
+  out->set_lease_expiry_ns(to_ns(in.lease_expiry));
+}
+
+ClientInfo from_proto(const pb::Client& in) {
+  return ClientInfo{.id = in.id(),
+                    .label = in.label(),
+                    .first_seen = from_ns(in.first_seen_ns()),
+                    .last_heartbeat = from_ns(in.last_heartbeat_ns()),
+                    .lease_expiry = from_ns(in.lease_expiry_ns())};
+}
+
 void to_proto(const TargetInfo& in, pb::Target* out) {
   out->set_id(in.id);
   out->set_node_id(in.node_id);

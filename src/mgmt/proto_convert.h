@@ -8,6 +8,7 @@
 #pragma once
 
 #include "common/status.h"
+#include "mgmt/client_table.h"
 #include "mgmt/cluster_state.h"
 #include "mgmt/routing.h"
 #include "proto/mgmt.pb.h"
@@ -28,6 +29,7 @@ void to_proto(const RegisterRequest& in, pb::RegisterRequest* out);
 void to_proto(const RegisterReply& in, pb::RegisterReply* out);
 void to_proto(const HeartbeatRequest& in, pb::HeartbeatRequest* out);
 void to_proto(const HeartbeatReply& in, pb::HeartbeatReply* out);
+void to_proto(const ClientInfo& in, pb::Client* out);
 
 Result<NodeInfo> from_proto(const pb::Node& in);
 Result<TargetInfo> from_proto(const pb::Target& in);
@@ -38,6 +40,7 @@ Result<RegisterRequest> from_proto(const pb::RegisterRequest& in);
 RegisterReply from_proto(const pb::RegisterReply& in);
 HeartbeatRequest from_proto(const pb::HeartbeatRequest& in);
 HeartbeatReply from_proto(const pb::HeartbeatReply& in);
+ClientInfo from_proto(const pb::Client& in);
 
 Result<NodeKind> node_kind_from_wire(uint32_t v);
 Result<NodeState> node_state_from_wire(uint32_t v);

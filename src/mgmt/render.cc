@@ -27,8 +27,12 @@ void append_table(std::string& out, const std::string& title, const std::vector<
   }
 }
 
-int64_t lease_left_ms(const NodeInfo& n, TimePoint now) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(n.lease_expiry - now).count();
+int64_t lease_left_ms(TimePoint expiry, TimePoint now) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(expiry - now).count();
+}
+
+int64_t age_ms(TimePoint since, TimePoint now) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(now - since).count();
 }
 
 std::string chain_members(const ChainInfo& c) {
@@ -73,12 +77,12 @@ std::string json_escape(std::string_view s) {
   return out;
 }
 
-std::string render_text(const RoutingInfo& routing, TimePoint now) {
+std::string render_text(const RoutingInfo& routing, TimePoint now, const std::vector<ClientInfo>& clients) {
   std::string out = fmt::format("routing version {}\n", routing.version);
   std::vector<Row> nodes{{"ID", "KIND", "ADDRESS", "STATE", "INCARNATION", "LEASE LEFT"}};
   for (const auto& [id, n] : routing.nodes)
     nodes.push_back({std::to_string(id), std::string(to_string(n.kind)), n.address, std::string(to_string(n.state)),
-                     std::to_string(n.incarnation), fmt::format("{:.1f}s", lease_left_ms(n, now) / 1000.0)});
+                     std::to_string(n.incarnation), fmt::format("{:.1f}s", lease_left_ms(n.lease_expiry, now) / 1000.0)});
   append_table(out, fmt::format("nodes ({})", routing.nodes.size()), nodes);
   std::vector<Row> targets{{"ID", "NODE", "NAME", "STATE", "USED", "FREE", "CAPACITY"}};
   for (const auto& [id, t] : routing.targets) {
@@ -92,16 +96,22 @@ std::string render_text(const RoutingInfo& routing, TimePoint now) {
     chains.push_back({std::to_string(id), std::to_string(c.table_id), std::to_string(c.version),
                       route_chain(c).has_value() ? "yes" : "NO", chain_members(c)});
   append_table(out, fmt::format("chains ({})", routing.chains.size()), chains);
+  std::vector<Row> client_rows{{"CLIENT", "LABEL", "CONNECTED", "LAST HEARTBEAT", "LEASE LEFT"}};
+  for (const ClientInfo& c : clients)
+    client_rows.push_back({fmt::format("{:016x}", c.id), c.label, fmt::format("{:.0f}s ago", age_ms(c.first_seen, now) / 1000.0),
+                           fmt::format("{:.1f}s ago", age_ms(c.last_heartbeat, now) / 1000.0),
+                           fmt::format("{:.1f}s", lease_left_ms(c.lease_expiry, now) / 1000.0)});
+  append_table(out, fmt::format("clients ({})", clients.size()), client_rows);
   return out;
 }
 
-std::string render_json(const RoutingInfo& routing, TimePoint now) {
+std::string render_json(const RoutingInfo& routing, TimePoint now, const std::vector<ClientInfo>& clients) {
   std::string out = fmt::format("{{\"routing_version\":{},\"nodes\":[", routing.version);
   bool first = true;
   for (const auto& [id, n] : routing.nodes) {
     out += fmt::format("{}{{\"id\":{},\"kind\":{},\"address\":{},\"state\":{},\"incarnation\":{},\"lease_left_ms\":{}}}",
                        first ? "" : ",", id, quoted(to_string(n.kind)), quoted(n.address), quoted(to_string(n.state)),
-                       n.incarnation, lease_left_ms(n, now));
+                       n.incarnation, lease_left_ms(n.lease_expiry, now));
     first = false;
   }
   out += "],\"targets\":[";
@@ -131,6 +141,16 @@ std::string render_json(const RoutingInfo& routing, TimePoint now) {
     out += fmt::format("{}{{\"id\":{},\"table_id\":{},\"version\":{},\"writable\":{},\"targets\":[{}]}}",
                        first ? "" : ",", id, c.table_id, c.version, route_chain(c).has_value() ? "true" : "false",
                        entries);
+    first = false;
+  }
+  out += "],\"clients\":[";
+  first = true;
+  for (const ClientInfo& c : clients) {
+    // Ids as hex strings: JSON numbers above 2^53 lose precision in most parsers.
+    out += fmt::format("{}{{\"id\":\"{:016x}\",\"label\":{},\"connected_ms\":{},\"heartbeat_age_ms\":{},"
+                       "\"lease_left_ms\":{}}}",
+                       first ? "" : ",", c.id, quoted(c.label), age_ms(c.first_seen, now),
+                       age_ms(c.last_heartbeat, now), lease_left_ms(c.lease_expiry, now));
     first = false;
   }
   return out + "]}";

@@ -9,14 +9,17 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/clock.h"
+#include "mgmt/client_table.h"
 #include "mgmt/routing.h"
 
 namespace weft::mgmt {
 
-std::string render_text(const RoutingInfo& routing, TimePoint now);
-std::string render_json(const RoutingInfo& routing, TimePoint now);
+// `clients`: the clients holding a lease (not part of the routing info).
+std::string render_text(const RoutingInfo& routing, TimePoint now, const std::vector<ClientInfo>& clients = {});
+std::string render_json(const RoutingInfo& routing, TimePoint now, const std::vector<ClientInfo>& clients = {});
 
 // "a\"b" -> a\"b (without the surrounding quotes); control bytes as \u00XX.
 std::string json_escape(std::string_view s);

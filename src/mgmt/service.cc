@@ -70,9 +70,13 @@ Result<MgmtdConfig> MgmtdConfig::from(const Config& config) {
   WEFT_TRY(int64_t lease_ms, section.get_int_in("lease_ms", 3000, 100, 3'600'000));
   WEFT_TRY(int64_t grace_ms, section.get_int_in("grace_ms", 1000, 0, 3'600'000));
   WEFT_TRY(int64_t tick_ms, section.get_int_in("tick_ms", 200, 10, 60'000));
+  WEFT_TRY(int64_t client_lease_ms, section.get_int_in("client_lease_ms", 30'000, 300, 3'600'000));
+  WEFT_TRY(int64_t client_grace_ms, section.get_int_in("client_grace_ms", 10'000, 0, 3'600'000));
   c.cluster.db_dir = c.data_dir + "/state";
   c.cluster.lease = {.lease = std::chrono::milliseconds(lease_ms), .grace = std::chrono::milliseconds(grace_ms)};
   c.service.tick = std::chrono::milliseconds(tick_ms);
+  c.service.client_lease = {.lease = std::chrono::milliseconds(client_lease_ms),
+                            .grace = std::chrono::milliseconds(client_grace_ms)};
   return c;
 }
 
@@ -81,6 +85,7 @@ MgmtService::MgmtService(ClusterState& state, const Clock& clock, MgmtServiceOpt
     : state_(state),
       clock_(clock),
       options_(options),
+      clients_(options.client_lease, clock, registry),
       tick_errors_(registry.counter("weft_mgmt_tick_errors_total", "Failed lease checks (persisting failed)")),
       long_polls_(registry.counter("weft_mgmt_routing_long_polls_total", "GetRouting calls that waited")) {}
 
@@ -108,6 +113,27 @@ void MgmtService::register_methods(rpc::Server& server) {
       server, kStatus, "mgmt.status", [this](const pb::StatusRequest&, rpc::ServerCall&) -> Result<pb::StatusReply> {
         pb::StatusReply out;
         to_proto(state_.routing(), out.mutable_routing());
+        for (const ClientInfo& c : clients_.list().clients) to_proto(c, out.add_clients());
+        out.set_now_ns(to_ns(clock_.now()));
+        return out;
+      });
+  // Client leases: a mutex and a hash map, cheap enough for the blocking pool
+  // never to matter, and kept off ClusterState's lock (which RocksDB writes hold).
+  rpc::add_blocking_method<pb::ClientHeartbeatRequest, pb::ClientHeartbeatReply>(
+      server, kClientHeartbeat, "mgmt.client_heartbeat",
+      [this](const pb::ClientHeartbeatRequest& req, rpc::ServerCall&) -> Result<pb::ClientHeartbeatReply> {
+        WEFT_TRY(Duration lease, clients_.heartbeat(req.client_id(), req.label()));
+        pb::ClientHeartbeatReply out;
+        out.set_lease_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(lease).count());
+        return out;
+      });
+  rpc::add_blocking_method<pb::ListClientsRequest, pb::ListClientsReply>(
+      server, kListClients, "mgmt.list_clients",
+      [this](const pb::ListClientsRequest&, rpc::ServerCall&) -> Result<pb::ListClientsReply> {
+        ClientList list = clients_.list();
+        pb::ListClientsReply out;
+        for (const ClientInfo& c : list.clients) to_proto(c, out.add_clients());
+        out.set_complete(list.complete);
         out.set_now_ns(to_ns(clock_.now()));
         return out;
       });
@@ -171,6 +197,7 @@ void MgmtService::tick_loop() {
     tick_cv_.wait_for(lock, options_.tick, [this] { return stopping_.load(); });
     if (stopping_) break;
     lock.unlock();
+    clients_.expire();
     auto dead = state_.tick();
     if (!dead) {
       tick_errors_.inc();

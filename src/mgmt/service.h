@@ -2,8 +2,10 @@
 // The cluster manager's RPC service (`weft serve mgmtd`): Register,
 // Heartbeat, CreateChainTable, ListChainTables and Status run as blocking
 // handlers on ClusterState (RocksDB writes, one mutex); GetRouting is async
-// so a long poll holds a timer, not a thread. A ticker thread calls
-// ClusterState::tick() every `tick` to declare expired nodes dead.
+// so a long poll holds a timer, not a thread. Client leases (ClientHeartbeat,
+// ListClients) live in a ClientTable (mgmt/client_table.h), in memory only.
+// A ticker thread calls ClusterState::tick() every `tick` to declare expired
+// nodes dead and expires client leases.
 // GetRouting serves a serialized snapshot cached per routing version: many
 // clients refreshing after a change cost one copy of the state. Usage bytes
 // and leases in that snapshot may lag (they change without a version bump);
@@ -23,6 +25,7 @@
 #include "common/config.h"
 #include "common/metrics.h"
 #include "common/status.h"
+#include "mgmt/client_table.h"
 #include "mgmt/cluster_state.h"
 #include "proto/mgmt.pb.h"
 #include "rpc/server.h"
@@ -33,6 +36,9 @@ namespace weft::mgmt {
 struct MgmtServiceOptions {
   Duration tick = std::chrono::milliseconds(200);
   Duration routing_poll = std::chrono::milliseconds(20);  // long-poll check interval
+  // Clients renew every lease/3; a crashed client's write sessions are closed
+  // by meta about lease + grace after its last heartbeat.
+  LeaseConfig client_lease{.lease = std::chrono::seconds(30), .grace = std::chrono::seconds(10)};
 };
 
 // The [mgmtd] section of `weft serve mgmtd --config FILE`:
@@ -40,6 +46,8 @@ struct MgmtServiceOptions {
 //   lease_ms = 3000                 # lease granted per heartbeat
 //   grace_ms = 1000                 # extra wait before declaring a node dead
 //   tick_ms  = 200                  # how often expired leases are checked
+//   client_lease_ms = 30000         # lease granted per client heartbeat
+//   client_grace_ms = 10000         # extra wait before a client's lease is dropped
 struct MgmtdConfig {
   ClusterOptions cluster;
   MgmtServiceOptions service;
@@ -63,6 +71,8 @@ class MgmtService {
   // Stops the ticker and ends pending long polls (idempotent).
   void stop();
 
+  const ClientTable& clients() const { return clients_; }
+
  private:
   struct Snapshot {
     RoutingVersion version = 0;
@@ -75,6 +85,7 @@ class MgmtService {
   ClusterState& state_;
   const Clock& clock_;
   const MgmtServiceOptions options_;
+  ClientTable clients_;
   metrics::Counter& tick_errors_;
   metrics::Counter& long_polls_;
 

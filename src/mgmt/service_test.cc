@@ -31,7 +31,7 @@ struct Fixture {
     auto opened = ClusterState::open(options, SystemClock::instance(), registry);
     EXPECT_TRUE(opened) << opened.error();
     state = std::move(*opened);
-    service = std::make_unique<MgmtService>(*state, SystemClock::instance(), MgmtServiceOptions{.tick = 20ms},
+    service = std::make_unique<MgmtService>(*state, SystemClock::instance(), MgmtServiceOptions{.tick = 20ms, .client_lease = {.lease = 300ms, .grace = 100ms}},
                                             registry);
     server = std::make_unique<rpc::Server>(server_io, rpc::ServerOptions{.cluster_token = "t", .name = "mgmtd"},
                                            registry);
@@ -210,6 +210,61 @@ TEST(MgmtService, UnknownNodeHeartbeatAndFailoverToSecondAddress) {
   auto down = none.call<pb::StatusReply>(kStatus, pb::StatusRequest{});
   ASSERT_FALSE(down);
   EXPECT_TRUE(MgmtRpc::is_transport_error(down.error().code()));
+}
+
+
+Result<pb::ClientHeartbeatReply> client_heartbeat(MgmtRpc& rpc, uint64_t id, std::string label) {
+  pb::ClientHeartbeatRequest req;
+  req.set_client_id(id);
+  req.set_label(std::move(label));
+  return rpc.call<pb::ClientHeartbeatReply>(kClientHeartbeat, req);
+}
+
+pb::ListClientsReply list_clients(MgmtRpc& rpc) {
+  auto r = rpc.call<pb::ListClientsReply>(kListClients, pb::ListClientsRequest{});
+  EXPECT_TRUE(r) << r.error();
+  return r ? *r : pb::ListClientsReply{};
+}
+
+TEST(MgmtServiceClients, HeartbeatIsARegistrationThatExpiresWithoutBumpingRouting) {
+  Fixture f;
+  RoutingVersion before = f.state->routing_version();
+  auto granted = client_heartbeat(f.rpc(), 0xabc, "host:42:test");
+  ASSERT_TRUE(granted) << granted.error();
+  EXPECT_EQ(granted->lease_ns(), 300'000'000);
+  ASSERT_TRUE(client_heartbeat(f.rpc(), 0xdef, "host:43:test"));
+  pb::ListClientsReply list = list_clients(f.rpc());
+  ASSERT_EQ(list.clients_size(), 2);
+  EXPECT_EQ(list.clients(0).id(), 0xabcu);
+  EXPECT_EQ(list.clients(0).label(), "host:42:test");
+  auto status = f.rpc().call<pb::StatusReply>(kStatus, pb::StatusRequest{});
+  ASSERT_TRUE(status);
+  EXPECT_EQ(status->clients_size(), 2) << "weft status shows clients";
+  EXPECT_EQ(f.state->routing_version(), before) << "clients are not part of the routing info";
+
+  // 0xdef keeps renewing, 0xabc stops: only 0xabc expires after lease + grace.
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  bool expired = false;
+  while (!expired && std::chrono::steady_clock::now() < deadline) {
+    ASSERT_TRUE(client_heartbeat(f.rpc(), 0xdef, "host:43:test"));
+    std::this_thread::sleep_for(50ms);
+    list = list_clients(f.rpc());
+    expired = list.clients_size() == 1;
+  }
+  ASSERT_TRUE(expired) << "a client that stops heartbeating loses its lease";
+  EXPECT_EQ(list.clients(0).id(), 0xdefu);
+  EXPECT_TRUE(list.complete()) << "mgmtd has run for longer than lease + grace";
+}
+
+TEST(MgmtServiceClients, BadHeartbeatsGetClearErrors) {
+  Fixture f;
+  auto zero = client_heartbeat(f.rpc(), 0, "x");
+  ASSERT_FALSE(zero);
+  EXPECT_EQ(zero.error().code(), Code::kInvalidArgument);
+  auto control = client_heartbeat(f.rpc(), 1, std::string("a\x01b"));
+  ASSERT_FALSE(control);
+  EXPECT_EQ(control.error().code(), Code::kInvalidArgument);
+  EXPECT_EQ(list_clients(f.rpc()).clients_size(), 0);
 }
 
 }  // namespace

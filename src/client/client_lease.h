@@ -1,0 +1,61 @@
+// client/client_lease.h
+// Keeps this client's lease at mgmtd (mgmt/client_table.h): one heartbeat at
+// start(), then a thread renews every lease/3 (every second after a failure).
+// The client id sent is the one the client also uses as its request-id
+// namespace at meta, which records it in every write session: when the lease
+// runs out (the process died or lost mgmtd for longer than lease + grace),
+// meta closes those sessions, so the files they kept alive can be collected.
+// A client that regains mgmtd simply renews; sessions meta closed meanwhile
+// answer kBadHandle (as a lost NFS lease does).
+// Threading: thread-safe; start()/stop() from the owner's thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "mgmt/mgmt_rpc.h"
+
+namespace weft::client {
+
+class ClientLease {
+ public:
+  ClientLease(rpc::IoPool& io, rpc::Client& rpc, std::vector<rpc::Endpoint> mgmtd, uint64_t client_id,
+              std::string label);
+  ~ClientLease();
+  ClientLease(const ClientLease&) = delete;
+  ClientLease& operator=(const ClientLease&) = delete;
+
+  // First heartbeat, then the renewal thread. A failed first heartbeat is
+  // returned (for the log) but the thread still starts and keeps trying.
+  Result<void> start();
+  void stop();
+
+  uint64_t client_id() const { return client_id_; }
+  uint64_t heartbeats_ok() const { return heartbeats_ok_.load(); }
+
+  // "host:pid:name", what `weft status` shows for this client.
+  static std::string default_label(std::string_view name);
+
+ private:
+  // One heartbeat; returns the lease granted.
+  Result<Duration> heartbeat();
+  void run(Duration interval);
+
+  mgmt::MgmtRpc rpc_;
+  const uint64_t client_id_;
+  const std::string label_;
+  std::atomic<uint64_t> heartbeats_ok_{0};
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;  // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+}  // namespace weft::client

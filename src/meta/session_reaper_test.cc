@@ -1,0 +1,94 @@
+#include "meta/session_reaper.h"
+
+#include <rocksdb/db.h>
+
+#include "meta/codec.h"
+#include "meta/test_util.h"
+
+namespace weft::meta::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+class SessionReaperTest : public StoreTest {
+ protected:
+  StoreOptions options() override {
+    StoreOptions o = StoreTest::options();
+    o.clock = &clock_;
+    return o;
+  }
+  size_t sessions_of(Ino ino) {
+    std::unique_ptr<rocksdb::Iterator> it(s().db()->NewIterator(rocksdb::ReadOptions()));
+    size_t n = 0;
+    std::string prefix = key::session_prefix(ino);
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) ++n;
+    return n;
+  }
+  Reply open_for_write(uint64_t client, const std::string& name) {
+    auto r = s().create(with_req(root(), client, ++seq_), kRootIno, name, 0644, true, /*open_for_write=*/true);
+    EXPECT_TRUE(r.has_value()) << r.error();
+    return r ? *r : Reply{};
+  }
+  ManualClock clock_;
+  uint64_t seq_ = 0;
+};
+
+TEST_F(SessionReaperTest, ClosesOnlyOldSessionsOfClientsWithoutALease) {
+  Reply dead_old = open_for_write(11, "dead-old");
+  Reply live_old = open_for_write(12, "live-old");
+  ASSERT_OK(s().unlink(root(), kRootIno, "dead-old"));  // kept alive by its session
+  clock_.advance(120s);
+  Reply dead_new = open_for_write(11, "dead-new");
+  auto alive = [](uint64_t id) { return id == 12; };
+  auto r = reap_sessions(s(), alive, clock_.wall_ns() - std::chrono::nanoseconds(60s).count());
+  ASSERT_OK(r);
+  EXPECT_EQ(r->scanned, 3u);
+  EXPECT_EQ(r->closed, 1u);
+  EXPECT_EQ(sessions_of(dead_old.inode.ino), 0u);
+  EXPECT_EQ(sessions_of(live_old.inode.ino), 1u) << "a client holding a lease keeps its sessions";
+  EXPECT_EQ(sessions_of(dead_new.inode.ino), 1u) << "young sessions are kept: the first heartbeat may be in flight";
+  auto gc = s().gc_pending(10);
+  ASSERT_OK(gc);
+  ASSERT_EQ(gc->size(), 1u) << "the unlinked file its session kept alive goes to GC";
+  EXPECT_EQ((*gc)[0].ino, dead_old.inode.ino);
+  ASSERT_OK(s().close(root(), live_old.inode.ino, live_old.session_id));
+  ASSERT_OK(s().close(root(), dead_new.inode.ino, dead_new.session_id));
+}
+
+TEST_F(SessionReaperTest, NeverClosesWithoutACompleteClientList) {
+  Reply f = open_for_write(11, "f");
+  clock_.advance(600s);
+  bool complete = false;
+  bool failing = true;
+  SessionReaper reaper(
+      s(), clock_,
+      [&]() -> Result<std::optional<std::unordered_set<uint64_t>>> {
+        if (failing) return error(Code::kUnavailable, "mgmtd away");
+        if (!complete) return std::optional<std::unordered_set<uint64_t>>();
+        return std::optional<std::unordered_set<uint64_t>>(std::unordered_set<uint64_t>{99});
+      },
+      std::chrono::hours(1), 60s);
+  EXPECT_FALSE(reaper.reap_once().has_value()) << "mgmtd unreachable: an error, nothing closed";
+  EXPECT_EQ(sessions_of(f.inode.ino), 1u);
+  failing = false;
+  ASSERT_OK(reaper.reap_once());
+  EXPECT_EQ(sessions_of(f.inode.ino), 1u) << "an incomplete list (mgmtd just restarted) proves nothing";
+  complete = true;
+  auto r = reaper.reap_once();
+  ASSERT_OK(r);
+  EXPECT_EQ(r->closed, 1u);
+  EXPECT_EQ(sessions_of(f.inode.ino), 0u);
+}
+
+TEST_F(SessionReaperTest, SessionsWithoutAClientIdAreKept) {
+  auto c = s().create(root(), kRootIno, "anon", 0644, true, true);  // no request id: client 0
+  ASSERT_OK(c);
+  clock_.advance(600s);
+  auto r = reap_sessions(s(), [](uint64_t) { return false; }, clock_.wall_ns());
+  ASSERT_OK(r);
+  EXPECT_EQ(r->closed, 0u);
+  ASSERT_OK(s().close(root(), c->inode.ino, c->session_id));
+}
+
+}  // namespace
+}  // namespace weft::meta::testing

@@ -1,0 +1,67 @@
+#include "mgmt/client_table.h"
+
+#include <gtest/gtest.h>
+
+namespace weft::mgmt {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct ClientTableTest : ::testing::Test {
+  ManualClock clock;
+  metrics::Registry registry;
+  ClientTable table{LeaseConfig{.lease = 30s, .grace = 10s}, clock, registry};
+};
+
+TEST_F(ClientTableTest, HeartbeatRegistersOnceAndRenews) {
+  ASSERT_EQ(*table.heartbeat(7, "host:1:weft"), 30s);
+  clock.advance(5s);
+  ASSERT_TRUE(table.heartbeat(7, "host:1:weft").has_value());
+  ClientList list = table.list();
+  ASSERT_EQ(list.clients.size(), 1u) << "a heartbeat from a known id renews, it does not add";
+  EXPECT_EQ(list.clients[0].label, "host:1:weft");
+  EXPECT_EQ(list.clients[0].last_heartbeat - list.clients[0].first_seen, 5s);
+  EXPECT_EQ(list.clients[0].lease_expiry, list.clients[0].last_heartbeat + 30s);
+}
+
+TEST_F(ClientTableTest, ExpiresOnlyAfterLeasePlusGrace) {
+  ASSERT_TRUE(table.heartbeat(1, "a").has_value());
+  ASSERT_TRUE(table.heartbeat(2, "b").has_value());
+  clock.advance(20s);
+  ASSERT_TRUE(table.heartbeat(2, "b").has_value());
+  clock.advance(20s - 1ns);  // client 1: 40 s - 1 ns after its heartbeat
+  EXPECT_EQ(table.expire(), 0u);
+  clock.advance(1ns);
+  EXPECT_EQ(table.expire(), 1u);
+  ClientList list = table.list();
+  ASSERT_EQ(list.clients.size(), 1u);
+  EXPECT_EQ(list.clients[0].id, 2u);
+  ASSERT_TRUE(table.heartbeat(1, "a").has_value()) << "an expired client comes back with its next heartbeat";
+  EXPECT_EQ(table.list().clients.size(), 2u);
+}
+
+TEST_F(ClientTableTest, ListIsCompleteOnlyAfterAFullLeaseAndGrace) {
+  EXPECT_FALSE(table.list().complete) << "a fresh mgmtd cannot know which clients hold leases";
+  clock.advance(40s - 1ns);
+  EXPECT_FALSE(table.list().complete);
+  clock.advance(1ns);
+  EXPECT_TRUE(table.list().complete);
+}
+
+TEST_F(ClientTableTest, RejectsBadInput) {
+  EXPECT_EQ(table.heartbeat(0, "x").error().code(), Code::kInvalidArgument);
+  EXPECT_EQ(table.heartbeat(1, std::string(kClientLabelBytesMax + 1, 'a')).error().code(), Code::kInvalidArgument);
+  EXPECT_EQ(table.heartbeat(1, std::string("a\nb")).error().code(), Code::kInvalidArgument);
+  EXPECT_TRUE(table.heartbeat(1, std::string(kClientLabelBytesMax, 'a')).has_value());
+  EXPECT_TRUE(table.list().clients.size() == 1);
+}
+
+TEST_F(ClientTableTest, ListIsOrderedById) {
+  for (uint64_t id : {5, 3, 9, 1}) ASSERT_TRUE(table.heartbeat(id, "c").has_value());
+  std::vector<uint64_t> ids;
+  for (const auto& c : table.list().clients) ids.push_back(c.id);
+  EXPECT_EQ(ids, (std::vector<uint64_t>{1, 3, 5, 9}));
+}
+
+}  // namespace
+}  // namespace weft::mgmt

@@ -1,0 +1,115 @@
+// Client leases end to end, with real processes on 127.0.0.1: every client
+// holds a lease at mgmtd (shown by `weft status`), and when a client dies
+// with a file open for writing, meta closes its write session once the lease
+// is gone, so a file unlinked while it was open is finally removed.
+// Short leases: mgmtd client_lease_ms 1000 + grace 500, meta reaps every
+// 200 ms sessions older than 1 s.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "cluster_fixture.h"
+#include "weft/client.h"
+
+namespace weft::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+class ClientLeaseTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // [mgmtd] is the last table of the fixture's config: these keys land in it.
+    std::ofstream(cluster_.dir().file("mgmtd.toml"), std::ios::app) << "client_lease_ms = 1000\nclient_grace_ms = 500\n";
+    ASSERT_TRUE(cluster_.start_mgmtd()) << cluster_.mgmtd_log();
+    cluster_.add_storage(2);
+    ASSERT_TRUE(cluster_.start_storage(0)) << cluster_.all_logs();
+    ASSERT_TRUE(cluster_.wait_nodes_up(1, 2)) << cluster_.all_logs();
+    auto table = cluster_.weft({"admin", "chain-table", "create", "--replicas", "1"});
+    ASSERT_EQ(table.exit_code, 0) << table.output;
+    uint16_t meta_port = free_port();
+    write_file(cluster_.dir().file("meta.toml"),
+               fmt::format("[server]\nlisten = \"127.0.0.1:{}\"\ncluster_token = \"{}\"\nname = \"meta\"\n"
+                           "[cluster]\nmgmtd = [\"127.0.0.1:{}\"]\n"
+                           "[meta]\ndata_dir = \"{}\"\nchain_count = 2\nchain_table_id = 1\n"
+                           "session_reap_interval_ms = 200\nsession_reap_min_age_s = 1\n",
+                           meta_port, cluster_.options().token, cluster_.mgmtd_port(), cluster_.dir().file("meta.data")));
+    meta_ = std::make_unique<Process>(
+        std::vector<std::string>{weft_binary(), "serve", "meta", "--config", cluster_.dir().file("meta.toml")},
+        cluster_.dir().file("meta.log"));
+    auto meta_up = [&] {
+      auto r = cluster_.status();
+      if (!r) return false;
+      for (auto& [id, n] : r->nodes)
+        if (n.kind == mgmt::NodeKind::kMeta && n.state == mgmt::NodeState::kUp) return true;
+      return false;
+    };
+    ASSERT_TRUE(eventually(meta_up, 20s)) << meta_->log();
+    ClientOptions o;
+    o.config_path = cluster_.dir().file("client.toml");
+    o.name = "lease-test";
+    auto c = Client::connect(o);
+    ASSERT_TRUE(c) << c.error();
+    client_ = std::move(*c);
+  }
+
+  // The labels of the clients `weft status --json` lists.
+  std::string status_json() { return cluster_.weft({"status", "--json"}).output; }
+
+  ClusterFixture cluster_;
+  std::unique_ptr<Process> meta_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(ClientLeaseTest, StatusListsConnectedClients) {
+  std::string mine = fmt::format(":{}:lease-test", ::getpid());
+  EXPECT_NE(status_json().find(mine), std::string::npos) << status_json();
+  auto text = cluster_.weft({"status"});
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("clients ("), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find(mine), std::string::npos) << text.output;
+  // Held across several lease periods: the client renews.
+  std::this_thread::sleep_for(2500ms);
+  EXPECT_NE(status_json().find(mine), std::string::npos) << "the lease is renewed while the client lives";
+}
+
+TEST_F(ClientLeaseTest, AKilledWritersSessionIsClosedAndItsUnlinkedFileRemoved) {
+  // `weft put FIFO /doomed` creates /doomed, opens it for writing and then
+  // blocks reading the FIFO: a writer we can SIGKILL mid-stream.
+  std::string fifo = cluster_.dir().file("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  int fifo_fd = ::open(fifo.c_str(), O_RDWR);  // O_RDWR: does not wait for a reader
+  ASSERT_GE(fifo_fd, 0);
+  Process put({weft_binary(), "put", fifo, "/doomed", "--config", cluster_.dir().file("client.toml")},
+              cluster_.dir().file("put.log"), {"WEFT_CONFIG="});
+  std::string label = fmt::format(":{}:", put.pid());
+  ASSERT_TRUE(eventually([&] { return client_->resolve(client_->default_cred(), "/doomed").has_value(); }, 20s))
+      << put.log();
+  ASSERT_TRUE(eventually([&] { return status_json().find(label) != std::string::npos; }, 10s)) << status_json();
+  std::string data(3 << 20, 'x');
+  ASSERT_EQ(::write(fifo_fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
+  auto doomed = client_->resolve(client_->default_cred(), "/doomed");
+  ASSERT_TRUE(doomed) << doomed.error();
+  ASSERT_TRUE(client_->remove_path(client_->default_cred(), "/doomed"));
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_TRUE(client_->getattr(client_->default_cred(), doomed->ino).has_value())
+      << "an unlinked file stays while its writer lives";
+
+  put.signal(SIGKILL);
+  ASSERT_TRUE(put.wait_exit(10s).has_value());
+  ::close(fifo_fd);
+  EXPECT_TRUE(eventually([&] { return status_json().find(label) == std::string::npos; }, 10s))
+      << "the dead client's lease runs out: " << status_json();
+  auto gone = [&] {
+    auto n = client_->getattr(client_->default_cred(), doomed->ino);
+    return !n && n.error().code() == Code::kNotFound;
+  };
+  EXPECT_TRUE(eventually(gone, 15s)) << "meta closed the dead writer's session and destroyed the inode\n"
+                                     << meta_->log();
+  EXPECT_NE(meta_->log().find("session reaper: closed 1"), std::string::npos) << meta_->log();
+}
+
+}  // namespace
+}  // namespace weft::testing
