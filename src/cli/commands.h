@@ -6,6 +6,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/status.h"
+
 namespace weft::cli {
 
 // Set by a subcommand's callback; main() returns it.
@@ -14,6 +16,11 @@ int& exit_code();
 void fail(const std::string& message, int code = 1);
 // `weft admin`: created by the first module asking for it, shared by all (main.cc).
 CLI::App& admin_subcommand(CLI::App& app);
+
+// A [cluster] member's advertised address ([cluster] advertise, else [server]
+// listen) is what every peer dials: a wildcard (0.0.0.0, ::) would send each
+// peer to itself, so it is a config error (cli/serve_commands.cc).
+Result<void> check_advertised_address(const std::string& address, const std::string& source);
 
 // `serve` is the `weft serve` subcommand: roles add themselves under it.
 void add_serve_commands(CLI::App& app, CLI::App& serve);

@@ -1,4 +1,8 @@
 // `weft serve <role> --config FILE`: one server process per invocation.
+#include <arpa/inet.h>
+
+#include <array>
+
 #include "cli/commands.h"
 #include "common/config.h"
 #include "rpc/service_runtime.h"
@@ -23,6 +27,19 @@ void serve_echo(const std::string& config_path) {
 }
 
 }  // namespace
+
+Result<void> check_advertised_address(const std::string& address, const std::string& source) {
+  WEFT_TRY(rpc::Endpoint ep, rpc::Endpoint::parse(address));
+  std::array<unsigned char, 16> bytes{};
+  bool ip = ::inet_pton(AF_INET, ep.host.c_str(), bytes.data()) == 1 ||
+            ::inet_pton(AF_INET6, ep.host.c_str(), bytes.data()) == 1;
+  bool wildcard = ip && bytes == std::array<unsigned char, 16>{};
+  if (wildcard)
+    return error(Code::kConfig,
+                 "{}: this server would advertise {} to its peers; set [cluster] advertise = \"<reachable host>:{}\"",
+                 source, address, ep.port);
+  return {};
+}
 
 void add_serve_commands(CLI::App& /*app*/, CLI::App& serve) {
   static std::string config_path;

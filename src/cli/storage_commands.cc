@@ -24,6 +24,7 @@ Result<std::unique_ptr<storage::MgmtLink>> join_cluster(rpc::ServiceRuntime& run
   }
   o.cluster_token = sc.cluster_token;
   o.address = config.advertise.empty() ? sc.listen.to_string() : config.advertise;
+  WEFT_RETURN_IF_ERROR(check_advertised_address(o.address, "storage server"));
   for (const auto& t : config.targets) o.targets.push_back({t.path, t.capacity_bytes});
   WEFT_TRY(auto link, storage::MgmtLink::connect(runtime.io(), std::move(o)));
   std::vector<mgmt::TargetId> ids = link->target_ids();
