@@ -115,6 +115,21 @@ def test_killed_save_leaves_previous(client, root, cluster, previous):
         assert visible == []
         with pytest.raises(FileNotFoundError):
             wt.load(path, client=client)
-    # A later save succeeds and replaces whatever is there.
+    assert [n for n in client.listdir(root) if n.startswith(".ckpt.tmp-")], "the killed save left its directory"
+    # A later save succeeds, replaces whatever is there and sweeps the dead saver's directory.
     wt.save({"new": torch.ones(2)}, path, client=client)
     assert torch.equal(wt.load(path, client=client)["new"], torch.ones(2))
+    assert [n for n in client.listdir(root) if n.startswith(".")] == []
+
+
+def test_sweep_keeps_live_savers(client, root):
+    """Only temporary directories of dead processes (or a day old) are swept."""
+    import socket
+    host = "".join(ch if ch.isalnum() else "_" for ch in socket.gethostname())[:64]
+    live = f".ck.tmp-{host}-{os.getpid()}-aaaa"         # this process: alive
+    other_host = f".ck.tmp-elsewhere-1-bbbb"             # another host, fresh: kept
+    client.mkdir(f"{root}/{live}")
+    client.mkdir(f"{root}/{other_host}")
+    wt.save({"x": torch.zeros(1)}, f"{root}/ck", client=client)
+    left = sorted(n for n in client.listdir(root) if n.startswith("."))
+    assert left == sorted([live, other_host])

@@ -20,7 +20,9 @@ Checkpoints:
   a pool of native writes, then a manifest; it is durable when it returns. A
   checkpoint directory appears complete or not at all (built in a hidden
   sibling, published by rename; an existing one is replaced by an atomic
-  exchange, then removed).
+  exchange, then removed). The hidden sibling of a killed save is removed by
+  the next save of the same path once its process is gone (same host) or it
+  is a day old.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import concurrent.futures as _futures
 import io
 import os
 import pickle
+import socket
 import threading
 import time
 import uuid
@@ -387,7 +390,8 @@ def save(obj, path: str, client=None, threads: int = 8) -> None:
     client = _client(client)
     path, parent, name = _split(path)
     client.makedirs(parent, exist_ok=True)
-    tmp = f"{parent.rstrip('/')}/.{name}.tmp-{uuid.uuid4().hex[:12]}"
+    _sweep_stale_tmp(client, parent, name)
+    tmp = f"{parent.rstrip('/')}/.{name}.tmp-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     client.mkdir(tmp)
     delay = float(os.environ.get("WEFT_TORCH_SAVE_TEST_DELAY", "0") or 0)  # test hook: seconds between tensors
     try:
@@ -429,6 +433,45 @@ def save(obj, path: str, client=None, threads: int = 8) -> None:
         except Exception:
             pass
         raise
+
+
+_HOST = "".join(ch if ch.isalnum() else "_" for ch in socket.gethostname())[:64] or "host"
+_STALE_TMP_AGE_S = 24 * 3600
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sweep_stale_tmp(client, parent: str, name: str) -> None:
+    """Removes what killed saves of `name` left behind: temporary directories
+    (".NAME.tmp-HOST-PID-ID") of processes of this host that are gone, and any
+    older than a day (their host may be gone; a save does not take that long).
+    A live saver's directory is never touched."""
+    prefix = f".{name}.tmp-"
+    try:
+        entries = [n for n in client.listdir(parent) if n.startswith(prefix)]
+    except OSError:
+        return
+    now = time.time()
+    for entry in entries:
+        parts = entry[len(prefix):].split("-")
+        dead = False
+        if len(parts) >= 3 and parts[-3] == _HOST and parts[-2].isdigit():
+            dead = not _pid_alive(int(parts[-2]))
+        full = f"{parent.rstrip('/')}/{entry}"
+        try:
+            if not dead and now - client.stat(full).st_mtime < _STALE_TMP_AGE_S:
+                continue
+            client.rmtree(full)
+        except OSError:
+            pass  # another sweeper or its owner removed it meanwhile
 
 
 def _publish(client, tmp: str, path: str) -> None:
