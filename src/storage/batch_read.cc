@@ -1,6 +1,8 @@
 // BatchRead: many ranges (possibly on several local targets) in one request.
-// Every range is submitted to its engine's io_uring at once; the reply body
-// holds one result per range and the payload the concatenated data.
+// Every range is submitted at once to the io_uring of the I/O thread that
+// runs the handler (storage/thread_ring.h; the engine's own ring where there
+// is none), so the completions come back on this thread without a hop; the
+// reply body holds one result per range and the payload the concatenated data.
 #include <asio/associated_executor.hpp>
 #include <asio/async_result.hpp>
 #include <asio/post.hpp>
@@ -8,6 +10,7 @@
 #include "common/crc32c.h"
 #include "proto/storage.pb.h"
 #include "storage/storage_service.h"
+#include "storage/thread_ring.h"
 
 namespace weft::storage {
 namespace {
@@ -35,6 +38,7 @@ struct ReadAllState {
 // Initiation: submits every read; completes when the last one finished.
 struct ReadAll {
   std::vector<RangeRead>* reads;
+  ReadSubmitter* via;  // null: each engine's own ring
 
   template <class Handler>
   void operator()(Handler&& handler) const {
@@ -46,10 +50,14 @@ struct ReadAll {
         continue;
       }
       RangeRead* slot = &r;
-      r.target->engine().read_async(r.id, r.offset, r.length, [state, slot](Result<ReadResult> res) {
+      auto done = [state, slot](Result<ReadResult> res) {
         slot->result = std::move(res);
         state->done_one();
-      });
+      };
+      if (via)
+        r.target->engine().read_async(r.id, r.offset, r.length, *via, std::move(done));
+      else
+        r.target->engine().read_async(r.id, r.offset, r.length, std::move(done));
     }
     state->done_one();
   }
@@ -75,7 +83,8 @@ Task<Result<pb::BatchReadReply>> StorageService::batch_read(const pb::BatchReadR
       r.target = p->target;
     }
   }
-  co_await asio::async_initiate<decltype(asio::use_awaitable), void()>(ReadAll{reads.get()}, asio::use_awaitable);
+  ReadAll read_all{reads.get(), ThreadRing::for_this_thread()};
+  co_await asio::async_initiate<decltype(asio::use_awaitable), void()>(std::move(read_all), asio::use_awaitable);
   pb::BatchReadReply reply;
   for (auto& r : *reads) {
     auto* out = reply.add_results();

@@ -14,18 +14,30 @@
 namespace weft::storage {
 namespace {
 
-Update to_engine_update(const ChainUpdate& u) {
+Update to_engine_update(const ChainUpdate& u, uint32_t chain) {
+  Update out;
   switch (u.kind) {
-    case pb::UPDATE_TRUNCATE: return Update::truncate(u.length, u.chunk_size);
-    case pb::UPDATE_REPLACE: return Update::replace(u.data);
-    default: return Update::write(u.offset, u.data, u.chunk_size);
+    case pb::UPDATE_TRUNCATE: out = Update::truncate(u.length, u.chunk_size); break;
+    case pb::UPDATE_REPLACE: out = Update::replace(u.data); break;
+    default: out = Update::write(u.offset, u.data, u.chunk_size); break;
   }
+  out.chain_id = chain;
+  return out;
+}
+
+// Whether a resync copy of `chain` must leave this replica's chunk alone: it
+// belongs to another chain, or its chain is unknown (written before chains
+// were recorded) and it is newer than the copy (it may be another chain's).
+bool keep_on_sync(const ChunkInfo& here, uint32_t chain, uint64_t copy_version) {
+  if (here.chain_id == kChainUnknown) return here.version > copy_version;
+  return here.chain_id != chain;
 }
 
 // Step 3 on any member: stages `version` (0: committed + 1, the head's choice).
 struct StageJob {
   ChunkEngine* engine;
   const ChainUpdate* u;
+  uint32_t chain;
   uint64_t version;
   bool has_expect;
   uint32_t expect_length;
@@ -36,11 +48,14 @@ struct StageJob {
     if (!info && info.error().code() != Code::kNotFound) return error(info.error());
     uint64_t committed = info ? info->version : 0;
     uint64_t v = version == 0 ? committed + 1 : version;
-    if (has_expect && info && committed == v && info->chunk_crc == expect_crc && info->length == expect_length)
+    if (u->sync && info && keep_on_sync(*info, chain, v))
+      return StagedUpdate{WriteResult{committed, info->length, info->chunk_crc}, true};
+    if (has_expect && info && committed == v && info->chunk_crc == expect_crc && info->length == expect_length &&
+        (info->chain_id == chain || !u->sync))
       return StagedUpdate{WriteResult{v, info->length, info->chunk_crc}, true};
     if (u->kind != pb::UPDATE_REPLACE && v != committed + 1)
       return error(Code::kVersionMismatch, "chunk {}: update to version {} but committed is {}", u->id, v, committed);
-    WEFT_TRY(WriteResult r, engine->stage(u->id, v, to_engine_update(*u)));
+    WEFT_TRY(WriteResult r, engine->stage(u->id, v, to_engine_update(*u, chain)));
     if (has_expect && (r.chunk_crc != expect_crc || r.length != expect_length)) {
       (void)engine->abort(u->id, v);
       return error(Code::kVersionMismatch, "chunk {} version {}: staged content differs from the predecessor's",
@@ -64,10 +79,18 @@ struct AbortJob {
   Result<void> operator()() const { return engine->abort(id, version); }
 };
 
+// A resync removal (`sync`) only removes a chunk recorded as `chain`'s.
 struct RemoveJob {
   ChunkEngine* engine;
   ChunkId id;
+  uint32_t chain;
+  bool sync;
   Result<WriteResult> operator()() const {
+    if (sync) {
+      auto info = engine->stat(id);
+      if (!info) return info.error().code() == Code::kNotFound ? Result<WriteResult>{} : error(info.error());
+      if (info->chain_id != chain) return WriteResult{};
+    }
     auto r = engine->remove(id);
     if (!r && r.error().code() != Code::kNotFound) return error(r.error());
     return WriteResult{};
@@ -153,10 +176,13 @@ Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const Ch
       auto fwd = co_await forward_out(p, u, WriteResult{}, false);
       if (!fwd) co_return error(fwd.error());
     }
-    RemoveJob job{engine, u.id};
-    co_return co_await pool_.run(job);
+    RemoveJob job{engine, u.id, p.route.chain_id, u.sync};
+    auto removed = co_await pool_.run(job);
+    if (removed && p.successor) note_delivered(p, u.id);
+    co_return removed;
   }
-  StageJob stage{engine, &u, version, expect != nullptr, expect ? expect->length : 0, expect ? expect->crc : 0};
+  StageJob stage{engine, &u, p.route.chain_id, version, expect != nullptr, expect ? expect->length : 0,
+                 expect ? expect->crc : 0};
   auto staged_r = co_await pool_.run(stage);
   if (!staged_r) co_return error(staged_r.error());
   StagedUpdate staged = *staged_r;
@@ -170,14 +196,19 @@ Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const Ch
       co_return error(fwd.error());
     }
   }
-  if (staged.already) co_return staged.result;
+  if (staged.already) {
+    if (p.successor) note_delivered(p, u.id);
+    co_return staged.result;
+  }
   if (WEFT_FAULT("storage.chain.commit.fail")) {
     AbortJob abort{engine, u.id, staged.result.version};
     (void)co_await pool_.run(abort);
     co_return error(Code::kIoError, "injected: commit of chunk {}", u.id);
   }
   CommitJob commit{engine, u.id, staged.result.version};
-  co_return co_await pool_.run(commit);
+  auto committed = co_await pool_.run(commit);
+  if (committed && p.successor) note_delivered(p, u.id);
+  co_return committed;
 }
 
 // Step 4: sends the staged update to the successor; a successor that fell
@@ -275,6 +306,7 @@ Task<Result<pb::ForwardReply>> StorageService::forward_in(const pb::ForwardReque
   auto p = locate(req.chain_id(), req.chain_version());
   if (!p) co_return error(p.error());
   if (req.sync()) p->successor.reset();  // resync copies stop at the syncing target
+  u.sync = req.sync();
   Expect expect{req.expect_chunk_length(), req.expect_chunk_crc32c()};
   auto r = co_await replicate(*p, u, req.version(), req.kind() == pb::UPDATE_REMOVE ? nullptr : &expect);
   if (r) t.dedup().record(u.client_id, u.sequence, {r->version, r->length, r->chunk_crc});

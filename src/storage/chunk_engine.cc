@@ -7,6 +7,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/iterator.h>
 #include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
 
 #include "common/assert.h"
 #include "storage/engine_internal.h"
@@ -67,7 +68,12 @@ static Result<void> validate(const EngineOptions& o) {
   return {};
 }
 
-static Result<std::unique_ptr<rocksdb::DB>> open_index(const std::string& path) {
+struct OpenedIndex {
+  std::unique_ptr<rocksdb::DB> db;
+  bool v1 = false;  // format 1: no per-chain index yet
+};
+
+static Result<OpenedIndex> open_index(const std::string& path) {
   rocksdb::Options options;
   options.create_if_missing = true;
   options.max_background_jobs = 2;
@@ -91,10 +97,10 @@ static Result<std::unique_ptr<rocksdb::DB>> open_index(const std::string& path) 
     if (!s.ok()) return error(Code::kIoError, "write format of {}: {}", path, s.ToString());
   } else if (!s.ok()) {
     return error(Code::kIoError, "read format of {}: {}", path, s.ToString());
-  } else if (format != kFormatValue) {
+  } else if (format != kFormatValue && format != kFormatValueV1) {
     return error(Code::kCorruption, "{} has unknown format '{}'", path, format);
   }
-  return db;
+  return OpenedIndex{std::move(db), format == kFormatValueV1};
 }
 
 Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const std::string& dir, EngineOptions options,
@@ -105,8 +111,9 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const std::string& dir, E
   if (ec) return error(Code::kIoError, "create target directory {}: {}", dir, ec.message());
   uint32_t class_count = class_for_length(options.chunk_size_max) + 1;
   std::unique_ptr<ChunkEngine> e(new ChunkEngine(dir, options, registry, class_count));
-  WEFT_TRY(e->db_, open_index(dir + "/index"));
-  WEFT_RETURN_IF_ERROR(e->rebuild());
+  WEFT_TRY(OpenedIndex index, open_index(dir + "/index"));
+  e->db_ = std::move(index.db);
+  WEFT_RETURN_IF_ERROR(e->rebuild(index.v1));
   uint64_t capacity = options.capacity_bytes;
   if (capacity == 0) {
     struct statvfs vfs {};
@@ -127,7 +134,10 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const std::string& dir, E
 }
 
 // Allocation state comes from the index alone: every entry marks its slot.
-Result<void> ChunkEngine::rebuild() {
+// Migrating a format-1 index adds every chunk to the per-chain index (under
+// the chain its record names: kChainUnknown) and bumps the format, in one batch.
+Result<void> ChunkEngine::rebuild(bool migrate) {
+  rocksdb::WriteBatch migration;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   std::string prefix(1, kChunkKeyPrefix);
   for (it->Seek(prefix); it->Valid() && is_chunk_key(it->key()); it->Next()) {
@@ -138,9 +148,18 @@ Result<void> ChunkEngine::rebuild() {
       return error(Code::kConfig, "chunk {} has {} bytes slots, above chunk_size_max {}: reopen with a larger maximum",
                    *id, class_bytes(meta->size_class), options_.chunk_size_max);
     WEFT_RETURN_IF_ERROR(space_.mark_used(SlotRef{meta->size_class, meta->slot}));
+    if (migrate) migration.Put(chain_key(meta->chain_id, *id), rocksdb::Slice());
     stripe(*id).index[*id] = std::make_shared<const ChunkMeta>(std::move(*meta));
   }
   if (!it->status().ok()) return error(Code::kIoError, "scan chunk index: {}", it->status().ToString());
+  if (migrate) {
+    migration.Put(rocksdb::Slice(kFormatKey.data(), kFormatKey.size()),
+                  rocksdb::Slice(kFormatValue.data(), kFormatValue.size()));
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    rocksdb::Status s = db_->Write(wo, &migration);
+    if (!s.ok()) return error(Code::kIoError, "migrate chunk index of {}: {}", dir_, s.ToString());
+  }
   for (uint32_t c = 0; c < class_count_; ++c) {
     uint64_t high = space_.slot_high_water(c);
     if (high == 0) continue;
@@ -198,7 +217,7 @@ Result<ChunkInfo> ChunkEngine::stat(const ChunkId& id) {
     if (it != pending_.end()) pending_version = it->second.meta.version;
   }
   if (!meta) return error(Code::kNotFound, "chunk {} has no committed version", id);
-  return ChunkInfo{id, meta->version, meta->length, meta->chunk_crc, meta->size_class, pending_version};
+  return ChunkInfo{id, meta->version, meta->length, meta->chunk_crc, meta->size_class, pending_version, meta->chain_id};
 }
 
 Result<std::vector<ChunkInfo>> ChunkEngine::list(std::optional<ChunkId> start, size_t count_max) {
@@ -209,9 +228,56 @@ Result<std::vector<ChunkInfo>> ChunkEngine::list(std::optional<ChunkId> start, s
     auto id = ChunkId::decode(std::string_view(it->key().data() + 1, ChunkId::kEncodedBytes));
     auto meta = ChunkMeta::decode(std::string_view(it->value().data(), it->value().size()));
     if (!meta) return error(meta.error().with_context(fmt::format("index entry of chunk {}", *id)));
-    out.push_back(ChunkInfo{*id, meta->version, meta->length, meta->chunk_crc, meta->size_class, 0});
+    out.push_back(ChunkInfo{*id, meta->version, meta->length, meta->chunk_crc, meta->size_class, 0, meta->chain_id});
   }
   if (!it->status().ok()) return error(Code::kIoError, "scan chunk index: {}", it->status().ToString());
+  return out;
+}
+
+namespace {
+
+// One prefix of the per-chain index, positioned at its next chunk id.
+struct ChainCursor {
+  std::unique_ptr<rocksdb::Iterator> it;
+  std::string prefix;
+  std::optional<ChunkId> id;  // nullopt: exhausted
+
+  void load() { id = it->Valid() ? chain_key_id(it->key(), prefix) : std::nullopt; }
+  void next() {
+    it->Next();
+    load();
+  }
+};
+
+}  // namespace
+
+// Merges the chain's index with the unknown-chain index in id order; the
+// records come from the in-memory mirror (a chunk removed since is skipped).
+Result<std::vector<ChunkInfo>> ChunkEngine::list_chain(uint32_t chain_id, std::optional<ChunkId> start,
+                                                       size_t count_max) {
+  std::vector<uint32_t> chains{chain_id};
+  if (chain_id != kChainUnknown) chains.push_back(kChainUnknown);
+  std::vector<ChainCursor> cursors;
+  for (uint32_t c : chains) {
+    ChainCursor cur{std::unique_ptr<rocksdb::Iterator>(db_->NewIterator(rocksdb::ReadOptions())), chain_prefix(c), {}};
+    cur.it->Seek(start ? chain_key(c, *start) : cur.prefix);
+    cur.load();
+    cursors.push_back(std::move(cur));
+  }
+  std::vector<ChunkInfo> out;
+  while (out.size() < count_max) {
+    std::optional<ChunkId> low;
+    for (auto& c : cursors)
+      if (c.id && (!low || *c.id < *low)) low = c.id;
+    if (!low) break;
+    for (auto& c : cursors)
+      if (c.id == low) c.next();  // an id in both (its chain was just recorded) is listed once
+    WEFT_TRY(auto meta, get_meta(*low));
+    if (!meta || (meta->chain_id != chain_id && meta->chain_id != kChainUnknown)) continue;
+    out.push_back(ChunkInfo{*low, meta->version, meta->length, meta->chunk_crc, meta->size_class, 0, meta->chain_id});
+  }
+  for (auto& c : cursors)
+    if (!c.it->status().ok()) return error(Code::kIoError, "scan chain index: {}", c.it->status().ToString());
   return out;
 }
 

@@ -1,7 +1,11 @@
 // storage/chunk_engine.h
 // The chunk engine of one storage target (a directory): stores chunks in
 // per-size-class slab files (slots of 4 KiB << k) and indexes them in RocksDB
-// (key 'c' + ChunkId::encode(), value ChunkMeta). Updates are copy-on-write:
+// (key 'c' + ChunkId::encode(), value ChunkMeta; plus a per-chain index so
+// that one chain's chunks list cheaply, see engine_internal.h). A target
+// serves several chains; every update says which chain it belongs to and the
+// record keeps it (kChainUnknown: written before chains were recorded).
+// Updates are copy-on-write:
 //   1. the new content (read-modify-write for partial updates) goes into a
 //      freshly allocated slot and is made durable (grouped fdatasync);
 //   2. stage() remembers it as the chunk's pending version (memory only);
@@ -18,7 +22,8 @@
 // serialised by a per-chunk lock (the chain head serialises them anyway);
 // reads never wait for updates. Blocking methods are meant for a bounded
 // worker pool; read_async() calls `done` on the ring's completion thread
-// (or inline on an early error): `done` must be short and never block.
+// (or the given submitter's; inline on an early error): `done` must be short
+// and never block.
 // Ownership: the engine owns its ring, slab files and index; callers must
 // finish all calls before destroying it.
 // Invariants: at most one pending version per chunk; a committed version only
@@ -70,6 +75,7 @@ struct Update {
   uint32_t length = 0;                // kTruncate: new length (shrinks or zero-extends)
   std::span<const std::byte> data;    // kWrite, kReplace
   uint32_t chunk_size = 0;            // the file's chunk size; 0: the engine's maximum
+  uint32_t chain_id = kChainUnknown;  // the chain of this update; kChainUnknown keeps the chunk's
 
   static Update write(uint32_t offset, std::span<const std::byte> data, uint32_t chunk_size = 0) {
     return {Kind::kWrite, offset, 0, data, chunk_size};
@@ -92,6 +98,7 @@ struct ChunkInfo {
   uint32_t chunk_crc = 0;
   uint32_t size_class = 0;
   uint64_t pending_version = 0;  // 0: none (stat only; list reports 0)
+  uint32_t chain_id = kChainUnknown;
 };
 
 struct ReadResult {
@@ -132,12 +139,18 @@ class ChunkEngine {
   Result<ReadResult> read(const ChunkId& id, uint32_t offset, uint32_t length);
   using ReadDone = std::move_only_function<void(Result<ReadResult>)>;
   void read_async(const ChunkId& id, uint32_t offset, uint32_t length, ReadDone done);
+  // The same, submitted through `via` (e.g. the calling RPC thread's ring,
+  // storage/thread_ring.h); `done` runs where `via` runs its callbacks.
+  void read_async(const ChunkId& id, uint32_t offset, uint32_t length, ReadSubmitter& via, ReadDone done);
   // Reads the whole committed chunk and checks every block CRC and the chunk CRC.
   Result<void> verify(const ChunkId& id);
 
   Result<ChunkInfo> stat(const ChunkId& id);
   // Committed chunks in id order, starting at `start` (inclusive), at most `count_max`.
   Result<std::vector<ChunkInfo>> list(std::optional<ChunkId> start, size_t count_max);
+  // The same for the chunks of one chain plus those of unknown chain (they may
+  // belong to it): a prefix scan of the per-chain index, whatever else the target holds.
+  Result<std::vector<ChunkInfo>> list_chain(uint32_t chain_id, std::optional<ChunkId> start, size_t count_max);
 
   uint64_t used_bytes() const { return space_.used_bytes(); }
   uint64_t capacity_bytes() const { return space_.capacity_bytes(); }
@@ -171,7 +184,8 @@ class ChunkEngine {
   static constexpr size_t kStripes = 256;
 
   ChunkEngine(std::string dir, EngineOptions options, metrics::Registry& registry, uint32_t class_count);
-  Result<void> rebuild();
+  // Loads the index; `migrate`: a format-1 index, whose per-chain index is written now.
+  Result<void> rebuild(bool migrate);
   Result<SlabFile*> slab(uint32_t size_class);
   Stripe& stripe(const ChunkId& id) { return stripes_[ChunkIdHash{}(id) % kStripes]; }
 
@@ -184,7 +198,7 @@ class ChunkEngine {
   Result<Buffer> build_content(const ChunkId& id, const std::optional<ChunkMeta>& old, const Update& update,
                                uint32_t length);
   Result<void> read_verified(const ChunkMeta& meta, uint32_t first_block, uint32_t block_count, std::byte* out);
-  Result<ChunkMeta> store_new_slot(const Buffer& content, uint32_t length, uint64_t version);
+  Result<ChunkMeta> store_new_slot(const Buffer& content, uint32_t length, uint64_t version, uint32_t chain_id);
   std::optional<ChunkMeta> take_pending(const ChunkId& id);
   // Checks the CRCs of blocks [first_block, first_block + count) held in `data`.
   Result<void> check_blocks(const ChunkMeta& meta, uint32_t first_block, uint32_t count, const std::byte* data);

@@ -1,6 +1,9 @@
 // Read path of the chunk engine: range reads verified per 4 KiB block, and
 // whole-chunk verification for the scrubber.
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 
 #include "common/clock.h"
@@ -103,6 +106,11 @@ Result<ReadResult> ChunkEngine::finish_read(ReadPlan& plan, int res) {
 }
 
 void ChunkEngine::read_async(const ChunkId& id, uint32_t offset, uint32_t length, ReadDone done) {
+  read_async(id, offset, length, *ring_, std::move(done));
+}
+
+void ChunkEngine::read_async(const ChunkId& id, uint32_t offset, uint32_t length, ReadSubmitter& via,
+                             ReadDone done) {
   auto plan = plan_read(id, offset, length);
   if (!plan) return done(error(plan.error()));
   if (plan->count == 0) return done(finish_read(*plan, 0));
@@ -110,15 +118,35 @@ void ChunkEngine::read_async(const ChunkId& id, uint32_t offset, uint32_t length
   uint64_t file_offset = plan->file_offset;
   uint32_t bytes = plan->count * kBlockBytes;
   std::byte* buf = plan->result.buffer.data();
-  ring_->submit_read(fd, buf, bytes, file_offset, [this, plan = std::move(*plan), done = std::move(done)](int res) mutable {
+  via.submit_read(fd, buf, bytes, file_offset, [this, plan = std::move(*plan), done = std::move(done)](int res) mutable {
     done(finish_read(plan, res));
   });
 }
 
-// Blocking form: the CRC check runs on the caller's thread, not the ring's.
+namespace {
+
+// pread until done, EOF or an error; bytes read or -errno (as a ring reports).
+int pread_full(int fd, std::byte* buf, uint32_t len, uint64_t offset) {
+  uint32_t done = 0;
+  while (done < len) {
+    ssize_t n = ::pread(fd, buf + done, len - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -errno;
+    if (n == 0) break;
+    done += static_cast<uint32_t>(n);
+  }
+  return static_cast<int>(done);
+}
+
+}  // namespace
+
+// Blocking form, for callers that block anyway (a disk pool thread): a plain
+// O_DIRECT pread on the caller's thread. Through the ring it would cost a
+// wake-up of the ring's completion thread and then one of the caller, and on
+// a busy machine each wake-up waits for a CPU. The CRC check runs here too.
 Result<ReadResult> ChunkEngine::read(const ChunkId& id, uint32_t offset, uint32_t length) {
   WEFT_TRY(ReadPlan plan, plan_read(id, offset, length));
-  int res = plan.count == 0 ? 0 : ring_->read(plan.fd, plan.result.buffer.data(), plan.count * kBlockBytes, plan.file_offset);
+  int res = plan.count == 0 ? 0 : pread_full(plan.fd, plan.result.buffer.data(), plan.count * kBlockBytes, plan.file_offset);
   return finish_read(plan, res);
 }
 

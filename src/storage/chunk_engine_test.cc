@@ -7,6 +7,9 @@
 #include <cstring>
 #include <thread>
 
+#include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
+
 #include "common/crc32c.h"
 #include "common/fault.h"
 #include "storage/test_util.h"
@@ -218,6 +221,103 @@ TEST_F(ChunkEngineTest, ListInIdOrderFromStartKey) {
   EXPECT_EQ((*page)[1].id, (ChunkId{2, 0}));
   EXPECT_EQ((*page)[0].length, 100u);
   EXPECT_EQ((*page)[0].version, 1u);
+}
+
+std::vector<ChunkId> ids_of(const Result<std::vector<ChunkInfo>>& list) {
+  std::vector<ChunkId> out;
+  if (list) {
+    for (auto& c : *list) out.push_back(c.id);
+  }
+  return out;
+}
+
+Update in_chain(Update u, uint32_t chain) {
+  u.chain_id = chain;
+  return u;
+}
+
+TEST_F(ChunkEngineTest, ChainIsRecordedAndListedPerChain) {
+  auto data = pattern(100, 1);
+  for (uint64_t i = 0; i < 6; ++i)
+    ASSERT_TRUE(engine_->write(ChunkId{i, 0}, in_chain(Update::write(0, data), 1 + i % 2)).has_value());
+  // An update without a chain keeps the chunk's; a truncate in chain 1 keeps it in chain 1.
+  ASSERT_TRUE(engine_->write(ChunkId{0, 0}, Update::write(0, data)).has_value());
+  ASSERT_TRUE(engine_->write(ChunkId{2, 0}, in_chain(Update::truncate(10), 1)).has_value());
+  EXPECT_EQ(engine_->stat(ChunkId{0, 0})->chain_id, 1u);
+  EXPECT_EQ(ids_of(engine_->list_chain(1, std::nullopt, 100)),
+            (std::vector<ChunkId>{{0, 0}, {2, 0}, {4, 0}}));
+  EXPECT_EQ(ids_of(engine_->list_chain(2, std::nullopt, 100)),
+            (std::vector<ChunkId>{{1, 0}, {3, 0}, {5, 0}}));
+  EXPECT_EQ(ids_of(engine_->list_chain(2, ChunkId{1, 1}, 1)), (std::vector<ChunkId>{{3, 0}}));
+  EXPECT_TRUE(engine_->list_chain(3, std::nullopt, 100)->empty());
+  // A chunk rewritten through another chain moves; a removed one leaves its chain.
+  ASSERT_TRUE(engine_->write(ChunkId{1, 0}, in_chain(Update::write(0, data), 1)).has_value());
+  ASSERT_TRUE(engine_->remove(ChunkId{4, 0}).has_value());
+  // Staged but not committed: still listed under its old chain.
+  ASSERT_TRUE(engine_->stage(ChunkId{3, 0}, 2, in_chain(Update::write(0, data), 1)).has_value());
+  auto expect_lists = [&] {
+    EXPECT_EQ(ids_of(engine_->list_chain(1, std::nullopt, 100)), (std::vector<ChunkId>{{0, 0}, {1, 0}, {2, 0}}));
+    EXPECT_EQ(ids_of(engine_->list_chain(2, std::nullopt, 100)), (std::vector<ChunkId>{{3, 0}, {5, 0}}));
+    auto all = engine_->list(std::nullopt, 100);
+    ASSERT_TRUE(all);
+    ASSERT_EQ(all->size(), 5u);
+    EXPECT_EQ((*all)[1].chain_id, 1u);
+    EXPECT_EQ((*all)[3].chain_id, 2u);
+  };
+  expect_lists();
+  open();  // the records and the per-chain index survive a restart
+  expect_lists();
+  expect_space_matches_index();
+}
+
+// Rewrites the index as format 1 wrote it: records without a chain, no
+// per-chain index, format "weft-chunk-engine-1".
+void downgrade_to_format1(const std::string& dir) {
+  rocksdb::DB* raw = nullptr;
+  ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), dir + "/index", &raw).ok());
+  std::unique_ptr<rocksdb::DB> db(raw);
+  rocksdb::WriteBatch batch;
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    std::string key = it->key().ToString();
+    if (key[0] == 'k') batch.Delete(key);
+    if (key[0] != 'c') continue;
+    auto m = ChunkMeta::decode(it->value().ToString());
+    ASSERT_TRUE(m);
+    std::string v = m->encode();
+    v.erase(24, 4);  // the chain id field
+    v[0] = 1;
+    v.resize(v.size() - 4);
+    uint32_t crc = crc32c(v.data(), v.size());
+    for (int i = 0; i < 4; ++i) v.push_back(static_cast<char>(crc >> (8 * i)));
+    batch.Put(key, v);
+  }
+  batch.Put("mformat", "weft-chunk-engine-1");
+  ASSERT_TRUE(db->Write(rocksdb::WriteOptions(), &batch).ok());
+}
+
+TEST_F(ChunkEngineTest, Format1IndexIsMigratedWithChainUnknown) {
+  auto data = pattern(5000, 3);
+  for (uint64_t i = 0; i < 4; ++i)
+    ASSERT_TRUE(engine_->write(ChunkId{i, 0}, in_chain(Update::write(0, data), 7)).has_value());
+  engine_.reset();
+  ASSERT_NO_FATAL_FAILURE(downgrade_to_format1(dir_.path()));
+  open();
+  for (uint64_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(read_all(ChunkId{i, 0}), data);
+    EXPECT_EQ(engine_->stat(ChunkId{i, 0})->chain_id, kChainUnknown);
+  }
+  // Unknown-chain chunks may belong to any chain: every chain lists them.
+  EXPECT_EQ(engine_->list_chain(7, std::nullopt, 100)->size(), 4u);
+  EXPECT_EQ(engine_->list_chain(8, std::nullopt, 100)->size(), 4u);
+  // Rewritten through chain 7, a chunk is known to be chain 7's from then on.
+  ASSERT_TRUE(engine_->write(ChunkId{1, 0}, in_chain(Update::write(0, data), 7)).has_value());
+  EXPECT_EQ(ids_of(engine_->list_chain(8, std::nullopt, 100)), (std::vector<ChunkId>{{0, 0}, {2, 0}, {3, 0}}));
+  open();  // migrated once; still the same after another restart
+  EXPECT_EQ(engine_->stat(ChunkId{1, 0})->chain_id, 7u);
+  EXPECT_EQ(ids_of(engine_->list_chain(7, std::nullopt, 100)).size(), 4u);
+  EXPECT_EQ(ids_of(engine_->list_chain(8, std::nullopt, 100)).size(), 3u);
+  expect_space_matches_index();
 }
 
 TEST_F(ChunkEngineTest, ReopenKeepsDataAndRebuildsAllocation) {

@@ -70,8 +70,10 @@ Result<Buffer> ChunkEngine::build_content(const ChunkId& id, const std::optional
   return buf;
 }
 
-Result<ChunkMeta> ChunkEngine::store_new_slot(const Buffer& content, uint32_t length, uint64_t version) {
+Result<ChunkMeta> ChunkEngine::store_new_slot(const Buffer& content, uint32_t length, uint64_t version,
+                                             uint32_t chain_id) {
   ChunkMeta meta;
+  meta.chain_id = chain_id;
   meta.size_class = class_for_length(length);
   meta.length = length;
   meta.version = version;
@@ -115,7 +117,8 @@ Result<WriteResult> ChunkEngine::stage_locked(const ChunkId& id, uint64_t versio
   WEFT_TRY(uint32_t length, new_length(u, old ? old->length : 0));
   WEFT_TRY(Buffer content, build_content(id, old, u, length));
   if (WEFT_FAULT("storage.stage.fail")) return error(Code::kIoError, "injected: stage of chunk {}", id);
-  WEFT_TRY(ChunkMeta meta, store_new_slot(content, length, version));
+  uint32_t chain_id = u.chain_id != kChainUnknown ? u.chain_id : old ? old->chain_id : kChainUnknown;
+  WEFT_TRY(ChunkMeta meta, store_new_slot(content, length, version, chain_id));
   WriteResult result{meta.version, meta.length, meta.chunk_crc};
   std::optional<ChunkMeta> replaced = take_pending(id);
   {
@@ -146,6 +149,10 @@ Result<WriteResult> ChunkEngine::commit_locked(const ChunkId& id, uint64_t versi
   if (WEFT_FAULT("storage.commit.fail")) return error(Code::kIoError, "injected: commit of chunk {}", id);
   rocksdb::WriteBatch batch;
   batch.Put(chunk_key(id), pending->encode());
+  if (!old || old->chain_id != pending->chain_id) {
+    if (old) batch.Delete(chain_key(old->chain_id, id));
+    batch.Put(chain_key(pending->chain_id, id), rocksdb::Slice());
+  }
   rocksdb::Status s = db_->Write(synced(), &batch);
   if (!s.ok()) return error(Code::kIoError, "commit chunk {} version {}: {}", id, version, s.ToString());
   take_pending(id);
@@ -203,6 +210,7 @@ Result<void> ChunkEngine::remove(const ChunkId& id) {
   }
   rocksdb::WriteBatch batch;
   batch.Delete(chunk_key(id));
+  batch.Delete(chain_key(old->chain_id, id));
   rocksdb::Status s = db_->Write(synced(), &batch);
   if (!s.ok()) return error(Code::kIoError, "remove chunk {}: {}", id, s.ToString());
   {

@@ -54,4 +54,12 @@ size_t ChunkLocks::held() const {
   return held_.size();
 }
 
+std::vector<ChunkId> ChunkLocks::held_ids() const {
+  std::lock_guard lock(mu_);
+  std::vector<ChunkId> out;
+  out.reserve(held_.size());
+  for (const auto& [id, waiters] : held_) out.push_back(id);
+  return out;
+}
+
 }  // namespace weft::storage

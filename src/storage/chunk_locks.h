@@ -14,6 +14,7 @@
 #include <functional>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "rpc/task.h"
 #include "storage/chunk_id.h"
@@ -47,6 +48,9 @@ class ChunkLocks {
 
   Task<Guard> lock(ChunkId id);
   size_t held() const;
+  // The chunks locked now. Locking each of them afterwards waits until every
+  // update in progress at the time of the call (and queued before) is done.
+  std::vector<ChunkId> held_ids() const;
 
  private:
   struct Enqueue;

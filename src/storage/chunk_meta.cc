@@ -87,6 +87,7 @@ std::string ChunkMeta::encode() const {
   put_u32(out, length);
   put_u64(out, version);
   put_u32(out, chunk_crc);
+  put_u32(out, chain_id);
   put_u32(out, static_cast<uint32_t>(block_crcs.size()));
   for (uint32_t c : block_crcs) put_u32(out, c);
   put_u32(out, crc32c(out.data(), out.size()));
@@ -98,9 +99,12 @@ Result<ChunkMeta> ChunkMeta::decode(std::string_view bytes) {
   ChunkMeta m;
   uint32_t format = 0, reserved = 0, count = 0;
   if (!r.u8(format) || !r.u8(m.size_class) || !r.u16(reserved) || !r.u32(m.slot) || !r.u32(m.length) ||
-      !r.u64(m.version) || !r.u32(m.chunk_crc) || !r.u32(count))
+      !r.u64(m.version) || !r.u32(m.chunk_crc))
     return error(Code::kCorruption, "chunk index value truncated ({} bytes)", bytes.size());
-  if (format != kMetaFormat) return error(Code::kCorruption, "chunk index value has unknown format {}", format);
+  if (format != 1 && format != kMetaFormat)
+    return error(Code::kCorruption, "chunk index value has unknown format {}", format);
+  if ((format >= 2 && !r.u32(m.chain_id)) || !r.u32(count))
+    return error(Code::kCorruption, "chunk index value truncated ({} bytes)", bytes.size());
   if (r.left() != 4ull * count + 4)
     return error(Code::kCorruption, "chunk index value: {} block crcs need {} bytes, have {}", count,
                  4ull * count + 4, r.left());

@@ -69,8 +69,29 @@ ChunkMeta sample() {
   m.length = 12000;
   m.version = 1234567890123ull;
   m.chunk_crc = 0xdeadbeef;
+  m.chain_id = 0x01020304;
   m.block_crcs = {1, 2, 3};
   return m;
+}
+
+// A record as format 1 wrote it (no chain id field).
+std::string format1(const ChunkMeta& m) {
+  std::string out;
+  auto u32 = [&](uint32_t v) {
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+  };
+  out.push_back(1);
+  out.push_back(static_cast<char>(m.size_class));
+  out.append(2, '\0');
+  u32(m.slot);
+  u32(m.length);
+  u32(static_cast<uint32_t>(m.version));
+  u32(static_cast<uint32_t>(m.version >> 32));
+  u32(m.chunk_crc);
+  u32(static_cast<uint32_t>(m.block_crcs.size()));
+  for (uint32_t c : m.block_crcs) u32(c);
+  u32(crc32c(out.data(), out.size()));
+  return out;
 }
 
 TEST(ChunkMeta, RoundTrip) {
@@ -78,6 +99,19 @@ TEST(ChunkMeta, RoundTrip) {
   auto d = ChunkMeta::decode(m.encode());
   ASSERT_TRUE(d.has_value()) << d.error();
   EXPECT_EQ(*d, m);
+  EXPECT_EQ(static_cast<uint8_t>(m.encode()[0]), kMetaFormat);
+}
+
+TEST(ChunkMeta, Format1RecordsDecodeWithChainUnknown) {
+  ChunkMeta m = sample();
+  auto d = ChunkMeta::decode(format1(m));
+  ASSERT_TRUE(d.has_value()) << d.error();
+  EXPECT_EQ(d->chain_id, kChainUnknown);
+  m.chain_id = kChainUnknown;
+  EXPECT_EQ(*d, m);
+  std::string bad = format1(m);
+  bad[0] = 3;  // a format nobody wrote
+  EXPECT_EQ(ChunkMeta::decode(bad).error().code(), Code::kCorruption);
 }
 
 TEST(ChunkMeta, DamagedValuesAreCorruptionNotCrashes) {

@@ -1,8 +1,13 @@
 // storage/engine_internal.h
 // Pieces shared by the chunk engine's translation units: the metrics bundle,
 // the per-chunk update lock and the index key format. Not a public header.
+// Keys: 'c' + ChunkId -> ChunkMeta (the record; one per committed chunk), and
+// 'k' + chain id (u32 big-endian) + ChunkId -> "" (the per-chain index: lists
+// one chain's chunks with a prefix scan). Both change in one write batch.
+// Chunks of format-1 records are indexed under kChainUnknown.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -42,8 +47,11 @@ class ChunkEngine::ChunkLock {
 };
 
 inline constexpr char kChunkKeyPrefix = 'c';
+inline constexpr char kChainKeyPrefix = 'k';
 inline constexpr std::string_view kFormatKey = "mformat";
-inline constexpr std::string_view kFormatValue = "weft-chunk-engine-1";
+// Format 2 added the per-chain index; a format-1 index is migrated at open.
+inline constexpr std::string_view kFormatValue = "weft-chunk-engine-2";
+inline constexpr std::string_view kFormatValueV1 = "weft-chunk-engine-1";
 
 inline std::string chunk_key(const ChunkId& id) {
   auto enc = id.encode();
@@ -54,6 +62,27 @@ inline std::string chunk_key(const ChunkId& id) {
 
 inline bool is_chunk_key(const rocksdb::Slice& key) {
   return key.size() == 1 + ChunkId::kEncodedBytes && key[0] == kChunkKeyPrefix;
+}
+
+inline std::string chain_prefix(uint32_t chain_id) {
+  std::string key(1, kChainKeyPrefix);
+  for (int i = 3; i >= 0; --i) key.push_back(static_cast<char>(chain_id >> (8 * i)));
+  return key;
+}
+
+inline std::string chain_key(uint32_t chain_id, const ChunkId& id) {
+  auto enc = id.encode();
+  std::string key = chain_prefix(chain_id);
+  key.append(enc.data(), enc.size());
+  return key;
+}
+
+inline constexpr size_t kChainKeyBytes = 1 + 4 + ChunkId::kEncodedBytes;
+
+// The chunk id of a chain key of `chain_id`; nullopt for any other key.
+inline std::optional<ChunkId> chain_key_id(const rocksdb::Slice& key, std::string_view prefix) {
+  if (key.size() != kChainKeyBytes || std::string_view(key.data(), prefix.size()) != prefix) return std::nullopt;
+  return ChunkId::decode(std::string_view(key.data() + prefix.size(), ChunkId::kEncodedBytes));
 }
 
 }  // namespace weft::storage

@@ -29,17 +29,27 @@
 
 namespace weft::storage {
 
-class IoRing {
+// Something that reads a file range asynchronously: an engine's IoRing, or
+// the ring of one RPC I/O thread (storage/thread_ring.h). `cb` gets the
+// bytes transferred or -errno; where it runs is the implementation's rule.
+class ReadSubmitter {
+ public:
+  using Callback = std::move_only_function<void(int res)>;
+  virtual ~ReadSubmitter() = default;
+  virtual void submit_read(int fd, void* buf, uint32_t len, uint64_t offset, Callback cb) = 0;
+};
+
+class IoRing final : public ReadSubmitter {
  public:
   // res: bytes transferred, 0 for a sync, or -errno.
-  using Callback = std::move_only_function<void(int res)>;
+  using Callback = ReadSubmitter::Callback;
 
   static Result<std::unique_ptr<IoRing>> create(unsigned entries, metrics::Gauge* depth_gauge = nullptr);
-  ~IoRing();
+  ~IoRing() override;
   IoRing(const IoRing&) = delete;
   IoRing& operator=(const IoRing&) = delete;
 
-  void submit_read(int fd, void* buf, uint32_t len, uint64_t offset, Callback cb);
+  void submit_read(int fd, void* buf, uint32_t len, uint64_t offset, Callback cb) override;
   void submit_write(int fd, const void* buf, uint32_t len, uint64_t offset, Callback cb);
   void submit_fdatasync(int fd, Callback cb);
 

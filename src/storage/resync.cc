@@ -1,13 +1,26 @@
-// Resync: a serving target copies what differs to its syncing successor
-// (see storage_service.h). One resync per (chain, chain version, successor);
-// a newer chain version starts a new one and the old one stops at its next
-// chunk (its requests fail with kStaleRouting).
+// Resync: a serving target brings its syncing successor up to date in one
+// chain (protocol in storage_service.h). One resync per (chain, chain
+// version, successor); a newer chain version starts a new one and the old one
+// stops at its next chunk (its requests fail with kStaleRouting).
+//   1. wait for the updates in progress on the source when it started (they
+//      may belong to the chain version before the successor joined);
+//   2. list the chain's chunks on both sides (paged, in id order) and merge:
+//      what differs is copied, the successor's chunks of the chain the source
+//      lacks are removed;
+//   3. copy with a few copies in flight, each under the source's chunk lock;
+//      skip a chunk whose update reached the successor through the chain at
+//      this version (it is already equal); retry a failed copy alone;
+//   4. SyncDone.
 // g++ 12 reports a false -Wmismatched-new-delete on asio's awaitable frame
 // operator delete for some coroutine bodies (resync_once).
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
+#include <algorithm>
+#include <unordered_set>
+
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
 #include <asio/steady_timer.hpp>
 
 #include "common/crc32c.h"
@@ -17,13 +30,29 @@
 #include "storage/storage_service.h"
 
 namespace weft::storage {
+
+using namespace asio::experimental::awaitable_operators;
+
 namespace {
+
+constexpr int kCopyAttemptsMax = 20;
+constexpr int kCopyBackoffMsMax = 1000;
+
+struct Seen {
+  ChunkId id;
+  uint64_t version = 0;
+  uint32_t crc = 0;
+  uint32_t length = 0;
+  uint32_t chain = kChainUnknown;
+  bool same_content(const Seen& o) const { return version == o.version && crc == o.crc && length == o.length; }
+};
 
 struct ListJob {
   ChunkEngine* engine;
+  uint32_t chain;
   std::optional<ChunkId> start;
   size_t count_max;
-  Result<std::vector<ChunkInfo>> operator()() const { return engine->list(start, count_max); }
+  Result<std::vector<ChunkInfo>> operator()() const { return engine->list_chain(chain, start, count_max); }
 };
 
 struct ReadWholeJob {
@@ -32,18 +61,53 @@ struct ReadWholeJob {
   Result<ReadResult> operator()() const { return engine->read(id, 0, engine->chunk_size_max()); }
 };
 
-struct Seen {
-  uint64_t version = 0;
-  uint32_t crc = 0;
-  uint32_t length = 0;
-  bool operator==(const Seen&) const = default;
-};
-
 ChunkId next_id(const ChunkId& id) {
   return id.index == UINT64_MAX ? ChunkId{id.inode + 1, 0} : ChunkId{id.inode, id.index + 1};
 }
 
+// One side's listing, a page at a time.
+struct Cursor {
+  std::vector<Seen> page;
+  size_t pos = 0;
+  bool more = true;
+  std::optional<ChunkId> start;
+
+  bool need_page() const { return pos == page.size() && more; }
+  const Seen* peek() const { return pos < page.size() ? &page[pos] : nullptr; }
+  void load(std::vector<Seen> next, bool has_more) {
+    page = std::move(next);
+    pos = 0;
+    more = has_more && !page.empty();
+    if (!page.empty()) start = next_id(page.back().id);
+  }
+};
+
 }  // namespace
+
+// The chunks whose update reached the successor through the chain since this
+// resync started (written on the I/O threads of forwarded updates).
+struct StorageService::Delivered {
+  std::mutex mu;
+  std::unordered_set<ChunkId, ChunkIdHash> ids;  // GUARDED_BY(mu)
+
+  bool contains(const ChunkId& id) {
+    std::lock_guard lock(mu);
+    return ids.contains(id);
+  }
+};
+
+// One pass. Its copy workers run on the executor of resync_once (one thread).
+struct StorageService::ResyncPass {
+  mgmt::ChainId chain;
+  mgmt::ChainVersion version;
+  StorageTarget* source;
+  Placement::Peer dest;
+  std::shared_ptr<Delivered> delivered;
+  std::vector<ChunkId> todo;
+  size_t next = 0;
+  uint64_t copied = 0, removed = 0, skipped = 0, kept = 0, retries = 0;
+  std::optional<Status> failure;
+};
 
 void StorageService::start_resyncs() {
   if (stopping_) return;
@@ -58,9 +122,11 @@ void StorageService::start_resyncs() {
       if (!address) continue;
       auto ep = rpc::Endpoint::parse(*address);
       if (!ep) continue;
+      ResyncKey key{chain_id, chain.version, e[i + 1].target_id};
       {
         std::lock_guard lock(mu_);
-        if (!resyncs_.insert({chain_id, chain.version, e[i + 1].target_id}).second) continue;
+        if (!resyncs_.insert(key).second) continue;
+        delivered_[key] = std::make_shared<Delivered>();
       }
       resyncs_running_++;
       asio::co_spawn(io_.next(), resync(chain_id, chain.version, source, Placement::Peer{e[i + 1].target_id, *ep}),
@@ -69,19 +135,39 @@ void StorageService::start_resyncs() {
   }
 }
 
-// Retries the whole pass until it succeeds, the chain moves on, or stop().
+void StorageService::note_delivered(const Placement& p, const ChunkId& id) {
+  if (resyncs_running_.load(std::memory_order_relaxed) == 0 || !p.successor) return;
+  std::shared_ptr<Delivered> d;
+  {
+    std::lock_guard lock(mu_);
+    auto it = delivered_.find(ResyncKey{p.route.chain_id, p.route.version, p.successor->id});
+    if (it == delivered_.end()) return;
+    d = it->second;
+  }
+  std::lock_guard lock(d->mu);
+  d->ids.insert(id);
+}
+
+// Retries the pass until it succeeds, the chain moves on, or stop().
 Task<void> StorageService::resync(mgmt::ChainId chain, mgmt::ChainVersion version, StorageTarget* source,
                                   Placement::Peer dest) {
+  auto started = std::chrono::steady_clock::now();
   WEFT_LOG_INFO("{}: resync of target {} from {} in chain {} version {} starts", options_.name, dest.id, source->id(),
                 chain, version);
+  // Step 1: updates that hold a lock now may be of the previous chain version
+  // (not forwarded to the successor); waiting for them keeps the listing honest.
+  for (const ChunkId& id : source->locks().held_ids()) {
+    ChunkLocks::Guard g = co_await source->locks().lock(id);
+  }
   while (!stopping_) {
     auto r = co_await resync_once(chain, version, source, dest);
     if (r) {
-      WEFT_LOG_INFO("{}: resync of target {} in chain {} done: {} chunks copied, {} removed", options_.name, dest.id,
-                    chain, r->first, r->second);
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      WEFT_LOG_INFO("{}: resync of target {} in chain {} done in {:.1f} s: {} chunks copied, {} removed", options_.name,
+                    dest.id, chain, s, r->first, r->second);
       break;
     }
-    if (r.error().code() == Code::kStaleRouting) {
+    if (r.error().code() == Code::kStaleRouting || r.error().code() == Code::kCancelled) {
       WEFT_LOG_INFO("{}: resync of target {} in chain {} version {} superseded: {}", options_.name, dest.id, chain,
                     version, r.error());
       break;
@@ -90,111 +176,157 @@ Task<void> StorageService::resync(mgmt::ChainId chain, mgmt::ChainVersion versio
     asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::milliseconds(200));
     co_await timer.async_wait(use_nothrow);
   }
+  {
+    std::lock_guard lock(mu_);
+    delivered_.erase(ResyncKey{chain, version, dest.id});
+  }
   resyncs_running_--;
 }
 
-// One pass: list both sides, copy what differs, then SyncDone.
+// One pass: list and compare, copy what differs, then SyncDone.
 Task<Result<std::pair<uint64_t, uint64_t>>> StorageService::resync_once(mgmt::ChainId chain,
                                                                          mgmt::ChainVersion version,
                                                                          StorageTarget* source,
                                                                          const Placement::Peer& dest) {
-  std::map<ChunkId, Seen> remote;
-  std::optional<ChunkId> start;
-  for (bool more = true; more && !stopping_;) {
-    pb::ListChunksRequest req;
-    req.set_target_id(dest.id);
-    req.set_count_max(static_cast<uint32_t>(options_.resync_batch));
-    if (start) {
-      req.mutable_start()->set_inode(start->inode);
-      req.mutable_start()->set_index(start->index);
-    }
-    auto r = co_await client_.call<pb::ListChunksReply>(dest.endpoint, methods::kListChunks, req);
-    if (!r) co_return error(r.error().with_context("list chunks of the syncing target"));
-    for (const auto& c : r->chunks()) {
-      ChunkId id{c.chunk().inode(), c.chunk().index()};
-      remote[id] = Seen{c.version(), c.chunk_crc32c(), c.length()};
-      start = next_id(id);
-    }
-    more = r->more() && r->chunks_size() > 0;
-  }
-  std::map<ChunkId, Seen> local;
-  ListJob list{&source->engine(), std::nullopt, options_.resync_batch};
-  for (bool more = true; more && !stopping_;) {
-    auto r = co_await pool_.run(list);
-    if (!r) co_return error(r.error());
-    for (const auto& c : *r) {
-      local[c.id] = Seen{c.version, c.chunk_crc, c.length};
-      list.start = next_id(c.id);
-    }
-    more = r->size() == list.count_max;
-  }
-  // A target keeps one chunk namespace for all its chains and a chunk's chain is
-  // not recorded. So this source's list holds chunks of its other chains too
-  // (copied along: stale copies nobody reads through this chain), and the
-  // successor's holds chunks of ITS other chains, which this source may lack or
-  // hold only as such a stale copy from an earlier resync. When the successor is
-  // in another chain: never remove a chunk this source lacks, and never replace
-  // a chunk with an older version (that would lose data another chain serves).
-  bool dest_elsewhere = false;
+  ResyncPass pass{chain, version, source, dest, nullptr, {}};
   {
-    RoutingSnapshot routing = routing_->current();
-    for (const auto& [id, c] : routing->chains)
-      for (const auto& e : c.entries) dest_elsewhere |= id != chain && e.target_id == dest.id;
+    std::lock_guard lock(mu_);
+    auto it = delivered_.find(ResyncKey{chain, version, dest.id});
+    pass.delivered = it != delivered_.end() ? it->second : std::make_shared<Delivered>();
   }
-  size_t kept = 0;
-  std::vector<ChunkId> differing;
-  for (const auto& [id, seen] : local) {
-    auto it = remote.find(id);
-    if (it != remote.end() && it->second == seen) continue;
-    if (dest_elsewhere && it != remote.end() && it->second.version > seen.version) {
-      ++kept;
-      continue;
-    }
-    differing.push_back(id);
-  }
-  for (const auto& [id, seen] : remote) {
-    if (local.contains(id)) continue;
-    if (dest_elsewhere) {
-      ++kept;
-      continue;
-    }
-    differing.push_back(id);
-  }
-  if (kept > 0)
-    WEFT_LOG_INFO("{}: resync of target {} in chain {}: kept {} chunks this source lacks or holds "
-                  "older (the target is in other chains too)",
-                  options_.name, dest.id, chain, kept);
-  uint64_t copied = 0, removed = 0;
-  for (const ChunkId& id : differing) {
-    if (stopping_) co_return error(Code::kCancelled, "stopping");
-    auto r = co_await copy_chunk(chain, version, source, dest, id);
-    if (!r) co_return error(r.error());
-    (*r ? copied : removed)++;
-  }
+  auto listed = co_await resync_lists(pass);
+  if (!listed) co_return error(listed.error());
+  if (pass.kept > 0)
+    WEFT_LOG_INFO("{}: resync of target {} in chain {}: kept {} chunks of unknown chain that are newer there",
+                  options_.name, dest.id, chain, pass.kept);
+  auto workers = (copy_worker(pass) && copy_worker(pass)) && (copy_worker(pass) && copy_worker(pass));
+  co_await std::move(workers);
+  if (pass.failure) co_return error(*pass.failure);
+  if (stopping_) co_return error(Code::kCancelled, "stopping");
+  WEFT_LOG_INFO("{}: resync of target {} in chain {}: {} differing chunks: {} copied, {} removed, {} already "
+                "delivered by writes, {} copy retries",
+                options_.name, dest.id, chain, pass.todo.size(), pass.copied, pass.removed, pass.skipped,
+                pass.retries);
   pb::SyncDoneRequest done;
   done.set_target_id(dest.id);
   done.set_chain_id(chain);
   done.set_chain_version(version);
-  done.set_chunks_copied(copied);
-  done.set_chunks_removed(removed);
+  done.set_chunks_copied(pass.copied);
+  done.set_chunks_removed(pass.removed);
   auto r = co_await client_.call<pb::SyncDoneReply>(dest.endpoint, methods::kSyncDone, done);
   if (!r) co_return error(r.error().with_context("sync done"));
-  co_return std::pair{copied, removed};
+  co_return std::pair{pass.copied, pass.removed};
+}
+
+// Step 2: merges both sides' listings of the chain into pass.todo. A chunk of
+// unknown chain on the successor is never removed and never replaced by an
+// older version (it may be another chain's).
+Task<Result<void>> StorageService::resync_lists(ResyncPass& pass) {
+  Cursor local, remote;
+  const size_t batch = options_.resync_batch;
+  while (!stopping_) {
+    if (remote.need_page()) {
+      pb::ListChunksRequest req;
+      req.set_target_id(pass.dest.id);
+      req.set_chain_id(pass.chain);
+      req.set_count_max(static_cast<uint32_t>(batch));
+      if (remote.start) {
+        req.mutable_start()->set_inode(remote.start->inode);
+        req.mutable_start()->set_index(remote.start->index);
+      }
+      auto r = co_await client_.call<pb::ListChunksReply>(pass.dest.endpoint, methods::kListChunks, req);
+      if (!r) co_return error(r.error().with_context("list chunks of the syncing target"));
+      std::vector<Seen> page;
+      for (const auto& c : r->chunks())
+        page.push_back(Seen{ChunkId{c.chunk().inode(), c.chunk().index()}, c.version(), c.chunk_crc32c(), c.length(),
+                            c.chain_id()});
+      remote.load(std::move(page), r->more());
+    }
+    if (local.need_page()) {
+      ListJob list{&pass.source->engine(), pass.chain, local.start, batch};
+      auto r = co_await pool_.run(list);
+      if (!r) co_return error(r.error());
+      std::vector<Seen> page;
+      for (const auto& c : *r) page.push_back(Seen{c.id, c.version, c.chunk_crc, c.length, c.chain_id});
+      bool more = r->size() == batch;
+      local.load(std::move(page), more);
+    }
+    const Seen* l = local.peek();
+    const Seen* r = remote.peek();
+    if (!l && !r) break;
+    if (!r || (l && l->id < r->id)) {  // only here
+      pass.todo.push_back(l->id);
+      local.pos++;
+    } else if (!l || r->id < l->id) {  // only there
+      if (r->chain == pass.chain) {
+        pass.todo.push_back(r->id);
+      } else {
+        pass.kept++;
+      }
+      remote.pos++;
+    } else {  // both
+      if (r->chain == kChainUnknown && r->version > l->version) {
+        pass.kept++;
+      } else if (!l->same_content(*r)) {
+        pass.todo.push_back(l->id);
+      }
+      local.pos++;
+      remote.pos++;
+    }
+  }
+  if (stopping_) co_return error(Code::kCancelled, "stopping");
+  co_return Result<void>{};
+}
+
+// Step 3: takes chunks off pass.todo until it is empty or a copy failed for good.
+Task<void> StorageService::copy_worker(ResyncPass& pass) {
+  while (!pass.failure && !stopping_ && pass.next < pass.todo.size()) {
+    ChunkId id = pass.todo[pass.next++];
+    auto r = co_await copy_chunk(pass, id);
+    if (!r) {
+      if (!pass.failure) pass.failure = r.error();
+      break;
+    }
+    switch (*r) {
+      case CopyOutcome::kCopied: pass.copied++; break;
+      case CopyOutcome::kRemoved: pass.removed++; break;
+      case CopyOutcome::kDelivered: pass.skipped++; break;
+    }
+  }
+}
+
+// Retries one chunk's copy (bounded, with backoff); a chain change ends it.
+Task<Result<StorageService::CopyOutcome>> StorageService::copy_chunk(ResyncPass& pass, ChunkId id) {
+  for (int attempt = 1;; ++attempt) {
+    auto r = co_await copy_chunk_once(pass, id);
+    if (r) co_return *r;
+    Code code = r.error().code();
+    if (code == Code::kStaleRouting || code == Code::kCancelled || stopping_ || attempt >= kCopyAttemptsMax)
+      co_return error(r.error().with_context(fmt::format("copy of chunk {} (attempt {})", id, attempt)));
+    pass.retries++;
+    WEFT_LOG_DEBUG("{}: resync copy of chunk {} to target {}: {}; retrying", options_.name, id, pass.dest.id,
+                   r.error());
+    auto wait_ms = std::min(kCopyBackoffMsMax, 20 << std::min(attempt, 6));
+    asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::milliseconds(wait_ms));
+    co_await timer.async_wait(use_nothrow);
+  }
 }
 
 // Copies one chunk's current committed state (or its absence) under its
-// lock, so it is ordered with forwarded updates. True: copied; false: removed.
-Task<Result<bool>> StorageService::copy_chunk(mgmt::ChainId chain, mgmt::ChainVersion version, StorageTarget* source,
-                                              const Placement::Peer& dest, ChunkId id) {
-  ChunkLocks::Guard guard = co_await source->locks().lock(id);
-  WEFT_CO_TRY(Placement p, locate(chain, version));
-  if (!p.successor || p.successor->id != dest.id || p.target != source)
-    co_return error(Code::kStaleRouting, "target {} is no longer the successor of {}", dest.id, source->id());
-  ReadWholeJob read{&source->engine(), id};
+// lock, so it is ordered with forwarded updates.
+Task<Result<StorageService::CopyOutcome>> StorageService::copy_chunk_once(ResyncPass& pass, ChunkId id) {
+  ChunkLocks::Guard guard = co_await pass.source->locks().lock(id);
+  WEFT_CO_TRY(Placement p, locate(pass.chain, pass.version));
+  if (!p.successor || p.successor->id != pass.dest.id || p.target != pass.source)
+    co_return error(Code::kStaleRouting, "target {} is no longer the successor of {}", pass.dest.id,
+                    pass.source->id());
+  if (pass.delivered->contains(id)) co_return CopyOutcome::kDelivered;
+  ReadWholeJob read{&pass.source->engine(), id};
   auto data = co_await pool_.run(read);
   if (!data && data.error().code() != Code::kNotFound) co_return error(data.error());
   ChainUpdate u;
   u.id = id;
+  u.sync = true;
   WriteResult state;
   if (data) {
     u.kind = pb::UPDATE_REPLACE;
@@ -206,7 +338,7 @@ Task<Result<bool>> StorageService::copy_chunk(mgmt::ChainId chain, mgmt::ChainVe
   }
   auto r = co_await forward_out(p, u, state, true);
   if (!r) co_return error(r.error());
-  co_return data.has_value();
+  co_return data ? CopyOutcome::kCopied : CopyOutcome::kRemoved;
 }
 
 }  // namespace weft::storage

@@ -26,6 +26,7 @@ void to_proto(const ChunkInfo& info, pb::ChunkMeta* out) {
   out->set_length(info.length);
   out->set_chunk_crc32c(info.chunk_crc);
   out->set_pending_version(info.pending_version);
+  out->set_chain_id(info.chain_id);
 }
 
 }  // namespace
@@ -124,9 +125,12 @@ struct StatJob {
 
 struct ListJob {
   ChunkEngine* engine;
+  uint32_t chain_id;  // kChainUnknown: every chunk
   std::optional<ChunkId> start;
   size_t count_max;
-  Result<std::vector<ChunkInfo>> operator()() const { return engine->list(start, count_max); }
+  Result<std::vector<ChunkInfo>> operator()() const {
+    return chain_id == kChainUnknown ? engine->list(start, count_max) : engine->list_chain(chain_id, start, count_max);
+  }
 };
 
 }  // namespace
@@ -146,7 +150,7 @@ Task<Result<pb::ListChunksReply>> StorageService::list_chunks(const pb::ListChun
   StorageTarget* t = target(req.target_id());
   if (!t) co_return error(Code::kNotFound, "no target {} on {}", req.target_id(), options_.name);
   size_t count_max = req.count_max() == 0 ? 1024 : std::min<size_t>(req.count_max(), 65536);
-  ListJob job{&t->engine(), std::nullopt, count_max + 1};
+  ListJob job{&t->engine(), req.chain_id(), std::nullopt, count_max + 1};
   if (req.has_start()) job.start = ChunkId{req.start().inode(), req.start().index()};
   auto list = co_await pool_.run(job);
   if (!list) co_return error(list.error());

@@ -20,11 +20,17 @@
 // chunk (UPDATE_REPLACE) instead.
 // Reads go to any serving replica and return the committed version.
 //
-// Resync: when routing shows a serving local target followed by a syncing
-// one, the local target copies to it every chunk whose version or CRC
-// differs (and removes chunks it does not have), each under the chunk's lock
-// so copies and forwarded writes are ordered; then sends SyncDone. The
-// syncing target records it (TargetStatus) and calls the sync listener.
+// Resync (resync.cc): when routing shows a serving local target followed by
+// a syncing one in chain C, the local target lists C's chunks on both sides
+// (chunk records name their chain), copies every chunk whose version or CRC
+// differs and removes the successor's chunks of C it does not have; then
+// sends SyncDone. The syncing target records it (TargetStatus) and calls the
+// sync listener. Updates of C reach the syncing target through the chain
+// meanwhile; each copy is made under the source's chunk lock, so it is
+// ordered with them, and a chunk whose update already reached the successor
+// at this chain version is not copied again. A failed copy is retried alone;
+// a bounded number of copies run at once. A copy never touches the
+// successor's chunks of other chains.
 //
 // Threading: handlers run as coroutines on the RPC I/O threads; engine calls
 // go to the service's DiskPool. Invariant: a chunk's lock is held on a chain
@@ -113,6 +119,7 @@ struct ChainUpdate {
   uint32_t chunk_size = 0;
   uint64_t client_id = 0;
   uint64_t sequence = 0;
+  bool sync = false;  // a resync copy (Forward with sync): never touches another chain's chunk
 };
 
 // What staging an update on one replica produced.
@@ -174,8 +181,17 @@ class StorageService {
   Task<void> resync(mgmt::ChainId chain, mgmt::ChainVersion version, StorageTarget* source, Placement::Peer dest);
   Task<Result<std::pair<uint64_t, uint64_t>>> resync_once(mgmt::ChainId chain, mgmt::ChainVersion version,
                                                           StorageTarget* source, const Placement::Peer& dest);
-  Task<Result<bool>> copy_chunk(mgmt::ChainId chain, mgmt::ChainVersion version, StorageTarget* source,
-                                const Placement::Peer& dest, ChunkId id);
+  struct ResyncPass;
+  struct Delivered;
+  using ResyncKey = std::tuple<mgmt::ChainId, mgmt::ChainVersion, mgmt::TargetId>;
+  enum class CopyOutcome : uint8_t { kCopied, kRemoved, kDelivered };
+  Task<Result<void>> resync_lists(ResyncPass& pass);
+  Task<void> copy_worker(ResyncPass& pass);
+  Task<Result<CopyOutcome>> copy_chunk(ResyncPass& pass, ChunkId id);
+  Task<Result<CopyOutcome>> copy_chunk_once(ResyncPass& pass, ChunkId id);
+  // After an update of p's chain committed here and on p's successor: if a
+  // resync to that successor runs, the chunk no longer needs copying.
+  void note_delivered(const Placement& p, const ChunkId& id);
 
   rpc::IoPool& io_;
   const StorageServiceOptions options_;
@@ -187,7 +203,8 @@ class StorageService {
 
   std::mutex mu_;
   SyncListener sync_listener_;                                                  // GUARDED_BY(mu_)
-  std::set<std::tuple<mgmt::ChainId, mgmt::ChainVersion, mgmt::TargetId>> resyncs_;  // GUARDED_BY(mu_): started
+  std::set<ResyncKey> resyncs_;                                                 // GUARDED_BY(mu_): started
+  std::map<ResyncKey, std::shared_ptr<Delivered>> delivered_;                   // GUARDED_BY(mu_): running
   std::atomic<size_t> resyncs_running_{0};
   std::atomic<bool> stopping_{false};
 };

@@ -446,6 +446,232 @@ TEST_F(FailoverTest, StorageKilledUnderWriteLoadResumesResyncsAndKeepsEveryAck) 
   verify_cold_chunks(cold);
 }
 
+// Updates through the head of the current routing, retried (same sequence
+// number) until acknowledged: writes, truncates and removes of any chunk.
+struct HeadOps {
+  explicit HeadOps(ClusterFixture& c) : cluster(c), client(io, c.options().token, kClientId) {}
+
+  template <class Fn>
+  Result<void> retry(mgmt::ChainId chain_id, Fn op) {
+    ++seq;
+    Status last;
+    auto deadline = SteadyClock::now() + 20s;
+    while (SteadyClock::now() < deadline) {
+      auto r = cluster.routing();
+      if (r) {
+        auto chain = r->chain(chain_id);
+        auto route = chain ? mgmt::route_chain(**chain) : Result<mgmt::ChainRoute>(error(chain.error()));
+        auto address = route ? r->target_address(route->head()) : Result<std::string>(error(route.error()));
+        auto ep = address ? rpc::Endpoint::parse(*address) : Result<rpc::Endpoint>(error(address.error()));
+        if (ep) {
+          Result<void> done = op(*ep, (*chain)->version);
+          if (done) return done;
+          last = done.error();
+          if (!retry_code(last.code())) return error(last);
+        }
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    return error(last);
+  }
+  Result<void> write(mgmt::ChainId chain, ChunkId id, const std::vector<std::byte>& data) {
+    return retry(chain, [&](const rpc::Endpoint& ep, mgmt::ChainVersion v) -> Result<void> {
+      auto w = client.write(ep, chain, v, id, 0, data, kClientId + 1, seq, 1u << 20);
+      if (!w) return error(w.error());
+      return {};
+    });
+  }
+  Result<void> truncate(mgmt::ChainId chain, ChunkId id, uint32_t length) {
+    return retry(chain, [&](const rpc::Endpoint& ep, mgmt::ChainVersion v) -> Result<void> {
+      proto::storage::TruncateRequest req;
+      req.set_chain_id(chain);
+      req.set_chain_version(v);
+      req.mutable_chunk()->set_inode(id.inode);
+      req.mutable_chunk()->set_index(id.index);
+      req.set_length(length);
+      req.set_chunk_size(1u << 20);
+      req.set_client_id(kClientId + 1);
+      req.set_sequence(seq);
+      auto w = client.call<proto::storage::WriteReply>(ep, storage::methods::kTruncate, req);
+      if (!w) return error(w.error());
+      return {};
+    });
+  }
+  Result<void> remove(mgmt::ChainId chain, ChunkId id) {
+    return retry(chain, [&](const rpc::Endpoint& ep, mgmt::ChainVersion v) -> Result<void> {
+      auto w = client.remove(ep, chain, v, id);
+      if (!w) return error(w.error());
+      return {};
+    });
+  }
+
+  ClusterFixture& cluster;
+  rpc::IoPool io{1};
+  storage::testing::StorageTestClient client;
+  uint64_t seq = 0;
+};
+
+// Issue 4: chunk records name their chain, and a resync of chain C makes the
+// successor's chunks of C exactly the predecessor's (removed chunks go, a
+// chunk removed and rewritten from version 1 is replaced) without touching
+// its chunks of other chains; it finishes in bounded time while a writer keeps
+// rewriting the same chunks.
+TEST_F(FailoverTest, ResyncMirrorsRemovalsAndRewritesPerChainUnderRewriteLoad) {
+  ClusterOptions o{.lease_ms = 1000, .grace_ms = 500, .tick_ms = 50};
+  ASSERT_NO_FATAL_FAILURE(start_cluster(o, 3, 2, 2));
+  const int victim = 2;
+  auto initial = cluster_->status();
+  ASSERT_TRUE(initial);
+  mgmt::NodeId node = ClusterFixture::node_of(*initial, cluster_->storage_address(victim));
+  auto victim_targets = ClusterFixture::targets_of(*initial, node);
+  std::vector<mgmt::ChainId> victim_chains;
+  for (auto& [id, c] : initial->chains)
+    for (auto t : victim_targets)
+      if (ClusterFixture::state_in(c, t)) victim_chains.push_back(id);
+  ASSERT_GT(victim_chains.size(), victim_targets.size()) << "each victim target should be in several chains";
+
+  // Per victim chain (inode kInode + 2, index = chain * 100 + k): k=0 removed
+  // while the victim is down, k=1 truncated and rewritten, k=2 removed and
+  // rewritten from version 1 (the victim holds version 3), k>=10 bulk chunks
+  // written while it is down (what the resync must copy).
+  constexpr uint64_t kOpsInode = kInode + 2;
+  constexpr int kBulk = 24;
+  auto id_of = [&](mgmt::ChainId c, uint64_t k) { return ChunkId{kOpsInode, c * 100 + k}; };
+  auto data_of = [&](mgmt::ChainId c, uint64_t k, uint64_t gen, size_t bytes) {
+    return storage::testing::pattern(bytes, c * 1'000'000 + k * 1000 + gen);
+  };
+  HeadOps ops(*cluster_);
+  DirectWriter direct(*cluster_);
+  auto cold = write_cold_chunks(direct, 4);
+  for (auto c : victim_chains)
+    for (uint64_t k = 0; k < 3; ++k)
+      for (uint64_t gen = 0; gen < 3; ++gen) ASSERT_TRUE(ops.write(c, id_of(c, k), data_of(c, k, gen, 40000)));
+
+  Writer writer(*cluster_, chains_, 2 * chains_.size());  // every chunk rewritten many times during the resync
+  writer.start();
+  ASSERT_TRUE(wait_acks(writer, 30, 60s)) << describe(writer) << cluster_->all_logs();
+  KillOutcome k = kill_and_measure(*cluster_, writer, victim, o);
+  (void)k;
+
+  std::map<ChunkId, std::vector<std::byte>> expect;  // final content of the chunks changed while down
+  std::vector<ChunkId> gone;
+  for (auto c : victim_chains) {
+    ASSERT_TRUE(ops.remove(c, id_of(c, 0)));
+    gone.push_back(id_of(c, 0));
+    ASSERT_TRUE(ops.truncate(c, id_of(c, 1), 1000));
+    auto tail = data_of(c, 1, 9, 5000);
+    ASSERT_TRUE(ops.write(c, id_of(c, 1), tail));
+    expect[id_of(c, 1)] = tail;
+    ASSERT_TRUE(ops.remove(c, id_of(c, 2)));
+    expect[id_of(c, 2)] = data_of(c, 2, 9, 20000);
+    ASSERT_TRUE(ops.write(c, id_of(c, 2), expect[id_of(c, 2)]));
+    for (uint64_t b = 10; b < 10 + kBulk; ++b) {
+      expect[id_of(c, b)] = data_of(c, b, 1, 256 * 1024);
+      ASSERT_TRUE(ops.write(c, id_of(c, b), expect[id_of(c, b)]));
+    }
+  }
+
+  // Restart under the rewrite load: every victim target serving again within the bound.
+  auto restarted = SteadyClock::now();
+  uint64_t acked_at_restart = writer.acked();
+  ASSERT_TRUE(cluster_->start_storage(victim)) << cluster_->storage_log(victim);
+  bool all_serving = eventually(
+      [&] {
+        auto r = cluster_->status();
+        if (!r || r->nodes.at(node).state != mgmt::NodeState::kUp) return false;
+        for (auto& [id, c] : r->chains)
+          for (auto t : victim_targets) {
+            auto s = ClusterFixture::state_in(c, t);
+            if (s && *s != TargetState::kServing) return false;
+          }
+        return true;
+      },
+      45s, 20ms);
+  double resync_s = std::chrono::duration<double>(SteadyClock::now() - restarted).count();
+  std::printf("[failover] restart to all serving under rewrites: %.1f s (%zu victim chains, %d x 256 KiB bulk each)\n",
+              resync_s, victim_chains.size(), kBulk);
+  ASSERT_TRUE(all_serving) << describe(writer) << cluster_->all_logs();
+  uint64_t acked_at_serving = writer.acked();
+  std::printf("[failover] writes acknowledged during the resync: %llu\n",
+              static_cast<unsigned long long>(acked_at_serving - acked_at_restart));
+  EXPECT_GT(acked_at_serving, acked_at_restart) << "the writer should have kept rewriting during the resync";
+  ASSERT_TRUE(wait_acks(writer, 30, 60s)) << describe(writer);
+  writer.stop();
+  EXPECT_TRUE(writer.unexpected().empty()) << describe(writer);
+  ASSERT_TRUE(cluster_->wait_all_serving(10s));
+  verify_replicas(writer);
+  verify_cold_chunks(cold);
+
+  auto r = cluster_->status();
+  ASSERT_TRUE(r);
+  rpc::IoPool io(1);
+  storage::testing::StorageTestClient reader(io, cluster_->options().token);
+  auto read_on = [&](mgmt::TargetId t, mgmt::ChainId c, ChunkId id) {
+    auto ep = rpc::Endpoint::parse(*r->target_address(t));
+    Result<storage::testing::ReadOut> got;
+    eventually(
+        [&] {
+          got = reader.read(*ep, c, (*r->chain(c))->version, id, 0, 1u << 20);
+          return !got || got->result.code() != static_cast<uint32_t>(Code::kStaleRouting);
+        },
+        5s);
+    return got;
+  };
+  for (auto c : victim_chains) {
+    for (auto& e : (*r->chain(c))->entries) {
+      auto got = read_on(e.target_id, c, id_of(c, 0));
+      ASSERT_TRUE(got) << got.error();
+      EXPECT_EQ(got->result.code(), static_cast<uint32_t>(Code::kNotFound))
+          << "removed chunk " << id_of(c, 0) << " is back on target " << e.target_id;
+      for (auto& [id, data] : expect) {
+        if (id.index / 100 != c) continue;
+        auto g = read_on(e.target_id, c, id);
+        ASSERT_TRUE(g) << g.error();
+        ASSERT_EQ(g->result.code(), 0u) << g->result.message() << " chunk " << id << " target " << e.target_id;
+        EXPECT_TRUE(g->data == data) << "chunk " << id << " on target " << e.target_id << " of chain " << c;
+      }
+    }
+  }
+  // Every replica of a chain lists the same chunks of it (version, length, CRC),
+  // and no target holds a chunk recorded for a chain it is not in.
+  for (auto& [cid, chain] : r->chains) {
+    std::optional<std::vector<std::tuple<uint64_t, uint64_t, uint64_t, uint32_t, uint32_t>>> first;
+    for (auto& e : chain.entries) {
+      auto ep = rpc::Endpoint::parse(*r->target_address(e.target_id));
+      proto::storage::ListChunksRequest req;
+      req.set_target_id(e.target_id);
+      req.set_chain_id(cid);
+      req.set_count_max(65536);
+      auto l = reader.call<proto::storage::ListChunksReply>(*ep, storage::methods::kListChunks, req);
+      ASSERT_TRUE(l) << l.error();
+      std::vector<std::tuple<uint64_t, uint64_t, uint64_t, uint32_t, uint32_t>> got;
+      for (auto& m : l->chunks()) {
+        EXPECT_EQ(m.chain_id(), cid) << "chunk " << m.chunk().inode() << "." << m.chunk().index();
+        got.emplace_back(m.chunk().inode(), m.chunk().index(), m.version(), m.length(), m.chunk_crc32c());
+      }
+      if (!first) {
+        first = got;
+      } else {
+        EXPECT_TRUE(*first == got) << "replicas of chain " << cid << " differ (" << first->size() << " vs "
+                                   << got.size() << " chunks)";
+      }
+    }
+  }
+  std::set<mgmt::TargetId> all_targets;
+  for (auto& [tid, t] : r->targets) all_targets.insert(tid);
+  for (auto tid : all_targets) {
+    std::set<mgmt::ChainId> member;
+    for (auto& [cid, chain] : r->chains)
+      if (ClusterFixture::state_in(chain, tid)) member.insert(cid);
+    auto ep = rpc::Endpoint::parse(*r->target_address(tid));
+    auto l = reader.list(*ep, tid);
+    ASSERT_TRUE(l) << l.error();
+    for (auto& m : l->chunks())
+      EXPECT_TRUE(member.contains(m.chain_id())) << "target " << tid << " holds chunk " << m.chunk().inode() << "."
+                                                 << m.chunk().index() << " of chain " << m.chain_id();
+  }
+}
+
 TEST_F(FailoverTest, MgmtdRestartedUnderWriteLoadKeepsNodesChainsAndWrites) {
   // A lease long enough to outlast mgmtd's restart on a loaded machine.
   ClusterOptions o{.lease_ms = 3000, .grace_ms = 500, .tick_ms = 50};
