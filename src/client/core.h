@@ -5,10 +5,10 @@
 // Threading: thread-safe members; run_parallel blocks the caller (never an I/O thread).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <functional>
-#include <latch>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -28,7 +28,10 @@ namespace weft::client {
 
 // Bytes allowed at once (write-behind data, reads in flight). acquire() blocks
 // while the budget is used up; a request larger than the whole budget waits
-// until nothing else is held, then goes alone.
+// until nothing else is held, then goes alone. An acquire that fits and a
+// release nobody waits for touch one atomic only: every small read passes
+// here, from many threads at once, and a contended mutex costs each of them
+// a sleep and a wake-up.
 class ByteBudget {
  public:
   explicit ByteBudget(size_t max) : max_(max) {}
@@ -37,34 +40,41 @@ class ByteBudget {
   // sit in buffers forever while their owners wait here. Set before use.
   void set_pressure(std::function<void()> pressure) { pressure_ = std::move(pressure); }
   void acquire(size_t n) {
+    if (try_acquire(n)) return;
     std::unique_lock lock(mu_);
-    auto fits = [&] { return used_ == 0 || used_ + n <= max_; };
-    while (!cv_.wait_for(lock, std::chrono::milliseconds(50), fits)) {
+    ++waiters_;  // before the re-check below: a release then sees us (or we see it)
+    while (!cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return try_acquire(n); })) {
       if (!pressure_) continue;
       lock.unlock();
       pressure_();
       lock.lock();
     }
-    used_ += n;
+    --waiters_;
   }
   void release(size_t n) {
-    {
-      std::lock_guard lock(mu_);
-      used_ -= std::min(n, used_);
+    size_t used = used_.load();
+    while (!used_.compare_exchange_weak(used, used - std::min(n, used))) {
     }
+    if (waiters_.load() == 0) return;
+    { std::lock_guard lock(mu_); }  // a waiter between its check and its wait gets the notify
     cv_.notify_all();
   }
-  size_t used() const {
-    std::lock_guard lock(mu_);
-    return used_;
-  }
+  size_t used() const { return used_.load(); }
 
  private:
+  bool try_acquire(size_t n) {
+    size_t used = used_.load();
+    while (used == 0 || used + n <= max_)
+      if (used_.compare_exchange_weak(used, used + n)) return true;
+    return false;
+  }
+
   const size_t max_;
   std::function<void()> pressure_;
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::condition_variable cv_;
-  size_t used_ = 0;  // GUARDED_BY(mu_)
+  std::atomic<size_t> used_{0};
+  std::atomic<size_t> waiters_{0};  // changed under mu_
 };
 
 // Drops shared objects on a thread of its own: the last reference to a File
@@ -126,12 +136,35 @@ struct Core {
   std::unique_ptr<Releaser> releaser = std::make_unique<Releaser>();
 };
 
+// A latch that sleeps at once. std::latch (libstdc++'s atomic wait) spins
+// and then calls sched_yield a few times before it sleeps: with many callers
+// waiting on few cores, those yields were more than half of all context
+// switches of a 4 KiB random-read benchmark, and took CPU from the I/O threads.
+class Countdown {
+ public:
+  explicit Countdown(size_t n) : left_(n) {}
+  void count_down() {
+    std::lock_guard lock(mu_);
+    // Under the lock: the waiter may destroy this as soon as it sees zero.
+    if (--left_ == 0) cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return left_ == 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t left_;  // GUARDED_BY(mu_)
+};
+
 // Runs every task on the I/O threads and waits for all; results in order.
 // An escaped exception becomes kInternal.
 template <class T>
 std::vector<Result<T>> run_parallel(rpc::IoPool& io, std::vector<Task<Result<T>>> tasks) {
   std::vector<Result<T>> results(tasks.size(), Result<T>(std::unexpected(Status(Code::kInternal, "not run"))));
-  std::latch done(static_cast<std::ptrdiff_t>(tasks.size()));
+  Countdown done(tasks.size());
   for (size_t i = 0; i < tasks.size(); ++i) {
     auto* slot = &results[i];
     auto* latch = &done;

@@ -22,21 +22,28 @@ void Client::close_all() {
     std::lock_guard lock(mu_);
     channels.swap(channels_);
   }
-  for (auto& [ep, ch] : channels)
-    for (auto& conn : ch.conns)
-      if (conn)
-        asio::post(conn->executor(), [conn] { conn->close(Status(Code::kDisconnected, "client closed")); });
+  auto close_one = [](const std::shared_ptr<ClientConnection>& conn) {
+    if (conn) asio::post(conn->executor(), [conn] { conn->close(Status(Code::kDisconnected, "client closed")); });
+  };
+  for (auto& [ep, ch] : channels) {
+    for (auto& conn : ch.conns) close_one(conn);
+    for (auto& conn : ch.local) close_one(conn);
+  }
 }
 
 Result<std::shared_ptr<ClientConnection>> Client::connection_for(const Endpoint& ep) {
+  const size_t per = options_.connections_per_endpoint;
+  const size_t here = io_.current_index();  // io_.size() outside the pool
   std::lock_guard lock(mu_);
   Channel& ch = channels_[ep];
   if (ch.conns.empty()) {
-    ch.conns.resize(options_.connections_per_endpoint);
+    ch.conns.resize(per);
+    ch.local.resize(io_.size() * per);
     ch.backoff = std::make_shared<ChannelBackoff>();
   }
-  size_t idx = ch.next++ % ch.conns.size();
-  auto& conn = ch.conns[idx];
+  size_t k = ch.next++ % per;
+  bool on_pool = here < io_.size();
+  auto& conn = on_pool ? ch.local[here * per + k] : ch.conns[k];
   if (conn && !conn->broken()) return conn;
   {
     std::lock_guard backoff_lock(ch.backoff->mu);
@@ -46,7 +53,7 @@ Result<std::shared_ptr<ClientConnection>> Client::connection_for(const Endpoint&
       return error(Code::kUnavailable, "{} (next attempt in {} ms)", ch.backoff->last_error.message(), wait_ms);
     }
   }
-  conn = std::make_shared<ClientConnection>(io_.next(), ep, shared_options_, ch.backoff);
+  conn = std::make_shared<ClientConnection>(on_pool ? io_.at(here) : io_.next(), ep, shared_options_, ch.backoff);
   conn->connect();
   return conn;
 }

@@ -5,7 +5,9 @@
 // Request payloads are gathered from caller memory and response payloads
 // can land directly in caller memory (CallOptions), never copied through
 // protobuf. Thread-safe: call from any thread or coroutine; a call's
-// completion resumes the caller on its own executor.
+// completion resumes the caller on its own executor. A call made on one of
+// the pool's I/O threads uses that thread's own connections to the endpoint
+// (so no thread hop either way); other threads share round-robin ones.
 #pragma once
 
 #include <cstdint>
@@ -103,7 +105,8 @@ class Client {
 
  private:
   struct Channel {
-    std::vector<std::shared_ptr<ClientConnection>> conns;
+    std::vector<std::shared_ptr<ClientConnection>> conns;  // for threads outside the pool
+    std::vector<std::shared_ptr<ClientConnection>> local;  // per I/O thread: [thread * per_endpoint + k]
     size_t next = 0;
     std::shared_ptr<ChannelBackoff> backoff;
   };

@@ -144,6 +144,7 @@ void ClientConnection::start_call(MethodId method, std::string body, CallOptions
   p.deadline = SteadyClock::now() + std::chrono::milliseconds(timeout_ms);
   p.dest = options.response_payload;
   p.frame = frame;
+  const auto deadline = p.deadline;  // send() may close the stream, which clears pending_
   send(std::move(frame));
   if (options.cancel) {
     std::weak_ptr<FrameStream> weak = shared_from_this();
@@ -155,29 +156,46 @@ void ClientConnection::start_call(MethodId method, std::string body, CallOptions
       });
     });
   }
-  if (!sweeping_) {
+  if (sweeping_ && deadline < sweep_timer_.expiry()) {
+    sweep_timer_.cancel();  // the sweep loop wakes and waits for this earlier deadline
+  } else if (!sweeping_) {
     sweeping_ = true;
     auto self = std::static_pointer_cast<ClientConnection>(shared_from_this());
     asio::co_spawn(executor(), [self] { return self->sweep_deadlines(); }, asio::detached);
   }
 }
 
+// The timer waits for the earliest deadline (start_call cancels it when a
+// call with an earlier one arrives), not a fixed tick: a periodic tick per
+// connection woke an otherwise idle I/O thread hundreds of times a second.
+// Calls that cannot be aborted yet (payload landing, or being written) are
+// looked at again after kSweepRetry.
 Task<void> ClientConnection::sweep_deadlines() {
+  constexpr auto kSweepRetry = std::chrono::milliseconds(5);
   auto self = shared_from_this();
   std::vector<uint64_t> expired;
   while (!pending_.empty() && !closed()) {
-    sweep_timer_.expires_after(std::chrono::milliseconds(5));
-    co_await sweep_timer_.async_wait(use_nothrow);
     auto now = SteadyClock::now();
+    auto next = SteadyClock::time_point::max();
     expired.clear();
-    for (auto& [id, p] : pending_)
-      if (p.deadline <= now && !p.abort_after_write) expired.push_back(id);
+    for (auto& [id, p] : pending_) {
+      if (p.abort_after_write) continue;
+      if (p.deadline <= now)
+        expired.push_back(id);
+      else
+        next = std::min(next, p.deadline);
+    }
     for (uint64_t id : expired) {
       auto it = pending_.find(id);
       if (it == pending_.end()) continue;
       abort_call(id, Status(Code::kTimeout, fmt::format("call to {} timed out after {} ms", ep_.to_string(),
                                                         it->second.timeout_ms)));
     }
+    if (pending_.empty() || closed()) break;
+    // Aborted calls may still be pending (see abort_call); so may calls whose write is in progress.
+    bool poll = !expired.empty() || next == SteadyClock::time_point::max();
+    sweep_timer_.expires_at(poll ? std::min(next, now + kSweepRetry) : next);
+    co_await sweep_timer_.async_wait(use_nothrow);
   }
   sweeping_ = false;
 }

@@ -28,6 +28,11 @@ class IoPool {
   size_t size() const { return contexts_.size(); }
   // True on one of this pool's threads.
   bool in_pool_thread() const;
+  // On an I/O thread of any IoPool: the io_context it runs (which outlives
+  // the thread, so thread-local state may refer to it); else null.
+  static asio::io_context* current_context();
+  // On one of this pool's threads: its index (for at()); else size().
+  size_t current_index() const;
   // Stops every context and joins the threads (idempotent).
   void stop();
 

@@ -138,6 +138,32 @@ TEST(Rpc, DeadlineExpiresAndConnectionStaysUsable) {
   ASSERT_TRUE(again) << again.error();
 }
 
+// The deadline sweep waits for the earliest deadline: a later call with a
+// shorter deadline on the same connection must re-arm it.
+TEST(Rpc, ShorterDeadlineBehindALongerOneStillExpiresOnTime) {
+  Cluster c;
+  proto::EchoRequest slow = with_data("slow");
+  slow.set_sleep_ms(1500);
+  CallOptions long_opts;
+  long_opts.timeout_ms = 10000;
+  CallOptions short_opts;
+  short_opts.timeout_ms = 100;
+  auto ex = c.client_io.at(0).get_executor();  // both calls from one I/O thread: one connection
+  auto first = asio::co_spawn(ex, c.client->call<proto::EchoReply>(c.ep, kEcho, slow, std::move(long_opts)),
+                              asio::use_future);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto start = std::chrono::steady_clock::now();
+  auto second = asio::co_spawn(ex, c.client->call<proto::EchoReply>(c.ep, kEcho, slow, std::move(short_opts)),
+                               asio::use_future);
+  auto r = second.get();
+  auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), Code::kTimeout);
+  EXPECT_LT(took, std::chrono::milliseconds(1000));
+  auto long_result = first.get();
+  EXPECT_TRUE(long_result) << long_result.error();
+}
+
 TEST(Rpc, CancellationCompletesTheCallEarly) {
   Cluster c;
   proto::EchoRequest slow = with_data("slow");
