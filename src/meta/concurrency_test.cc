@@ -199,5 +199,36 @@ TEST_F(DurableTest, OneWalSyncCoversManyConcurrentCommits) {
   std::printf("%d commits, %lu WAL syncs\n", kThreads * kFiles, static_cast<unsigned long>(used));
 }
 
+// The path the RPC service takes: commits under DeferSync return before their
+// sync; when_durable callbacks fire only after one sync covering all of them.
+TEST_F(DurableTest, DeferredCommitsAreAckedTogetherAfterOneSync) {
+  constexpr int kCommits = 8;
+  auto& syncs = registry_.counter("weft_meta_wal_syncs_total", "");
+  fault::Scope delay("meta.wal_sync.delay", {.probability = 1.0, .hits_max = 5});
+  uint64_t before = syncs.value();
+  std::atomic<int> acked{0}, failed{0};
+  for (int i = 0; i < kCommits; ++i) {
+    DeferSync defer;
+    ASSERT_OK(s().create(with_req(root(), 9, i + 1), kRootIno, fmt::format("d{}", i), 0644, true, false));
+    ASSERT_TRUE(defer.sync_pending());
+    s().when_durable([&](Result<void> r) { (r ? acked : failed)++; });
+  }
+  EXPECT_EQ(acked.load(), 0);  // the one sync is still held back by the fault point
+  for (int i = 0; i < 500 && acked.load() + failed.load() < kCommits; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_EQ(acked.load(), kCommits);
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(syncs.value() - before, 1u);
+}
+
+// A retried request answered from its record also waits for a sync: the
+// original commit may not have been durable yet.
+TEST_F(DurableTest, ReplayedRequestWaitsForTheSync) {
+  ASSERT_OK(s().create(with_req(root(), 9, 1), kRootIno, "r", 0644, true, false));
+  DeferSync defer;
+  ASSERT_OK(s().create(with_req(root(), 9, 1), kRootIno, "r", 0644, true, false));
+  EXPECT_TRUE(defer.sync_pending());
+}
+
 }  // namespace
 }  // namespace weft::meta::testing

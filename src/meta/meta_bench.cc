@@ -9,7 +9,8 @@
 // I/O threads, 16 blocking threads, synced WAL); --server HOST:PORT uses a
 // running `weft serve meta` instead.
 // Usage: meta_bench [--files N] [--clients 4] [--wide-clients 16] [--dir PATH]
-//                   [--posix-dir PATH] [--server HOST:PORT --token T] [--nosync] [--json FILE]
+//                   [--posix-dir PATH] [--server HOST:PORT --token T] [--nosync] [--no-linger]
+//                   [--json FILE]
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -47,6 +48,7 @@ struct Args {
   std::string server;
   std::string token = "bench";
   bool sync = true;
+  bool linger = true;
   std::string json;
 };
 
@@ -63,6 +65,7 @@ Args parse(int argc, char** argv) {
     else if (s == "--server") a.server = next();
     else if (s == "--token") a.token = next();
     else if (s == "--nosync") a.sync = false;
+    else if (s == "--no-linger") a.linger = false;
     else if (s == "--json") a.json = next();
     else {
       fmt::print(stderr, "unknown argument {}\n", s);
@@ -235,6 +238,7 @@ int run(const Args& a) {
     StoreOptions so;
     so.path = a.dir + "/store";
     so.sync = a.sync;
+    so.group_linger = a.linger;
     so.registry = &registry;
     auto s = MetaStore::open(so);
     if (!s) return fmt::print(stderr, "open store: {}\n", s.error()), 1;
@@ -270,8 +274,11 @@ int run(const Args& a) {
     for (const char* op : {"create", "mkdir", "unlink"})
       commits += registry.counter("weft_meta_ops_total", "", {{"op", op}}).value();
     uint64_t syncs = registry.counter("weft_meta_wal_syncs_total", "").value();
-    fmt::print("server: {} mutations, {} WAL fsyncs ({:.1f} commits per fsync)\n", commits, syncs,
-               syncs ? static_cast<double>(commits) / static_cast<double>(syncs) : 0.0);
+    auto& sync_us = registry.histogram("weft_meta_wal_sync_us", "");
+    fmt::print("server: {} mutations, {} WAL fsyncs ({:.1f} commits per fsync), fsync mean {:.0f} us, p50 {} us\n",
+               commits, syncs, syncs ? static_cast<double>(commits) / static_cast<double>(syncs) : 0.0,
+               sync_us.count() ? static_cast<double>(sync_us.sum()) / static_cast<double>(sync_us.count()) : 0.0,
+               sync_us.quantile(0.5));
   }
   if (!a.json.empty()) write_json(a.json, a, meta, posix);
   if (server) server->stop();

@@ -15,6 +15,16 @@
 #include "meta/wal_syncer.h"
 
 namespace weft::meta {
+namespace {
+thread_local DeferSync* tls_defer_sync = nullptr;
+}  // namespace
+
+DeferSync::DeferSync() : outer_(tls_defer_sync) { tls_defer_sync = this; }
+DeferSync::~DeferSync() {
+  WEFT_ASSERT(tls_defer_sync == this);  // scopes nest and stay on their thread
+  tls_defer_sync = outer_;
+}
+DeferSync* DeferSync::current() { return tls_defer_sync; }
 
 MetaStore::MetaStore(StoreOptions options) : options_(std::move(options)) {
   if (!options_.clock) options_.clock = &SystemClock::instance();
@@ -82,7 +92,8 @@ Result<void> MetaStore::init() {
   } catch (const std::exception& e) {
     return error(Code::kInternal, "rocksdb threw: {}", e.what());
   }
-  if (options_.sync && options_.group_sync) syncer_ = std::make_unique<WalSyncer>(db_, *options_.registry);
+  if (options_.sync && options_.group_sync)
+    syncer_ = std::make_unique<WalSyncer>(db_, *options_.registry, options_.group_linger);
   return create_root();
 }
 
@@ -114,7 +125,10 @@ Result<uint64_t> MetaStore::alloc_id() {
     uint64_t limit = id_limit_ + options_.ino_batch;
     std::string v = key::inode(limit).substr(1);  // big-endian u64
     rocksdb::WriteOptions wo;
-    wo.sync = options_.sync;
+    // With group sync no fsync here: every commit that uses an id from the
+    // new range sits later in the WAL, so the sync that makes it durable
+    // covers this write too.
+    wo.sync = options_.sync && !syncer_;
     auto s = db_->Put(wo, key::kNextIno, v);
     if (!s.ok()) return error(from_rocks(s, "persist inode high-water mark"));
     id_limit_ = limit;
@@ -157,6 +171,9 @@ std::optional<Result<Reply>> MetaStore::attempt(const Context& ctx, const Body& 
       request_replays_->inc();
       auto stored = decode_request(**rec);
       if (!stored) return Result<Reply>(std::unexpected(stored.error()));
+      // The original commit may not be synced yet (early lock release).
+      auto durable = await_sync();
+      if (!durable) return Result<Reply>(std::unexpected(durable.error()));
       if (stored->code != Code::kOk) return Result<Reply>(error(stored->code, stored->message));
       return Result<Reply>(std::move(stored->reply));
     }
@@ -181,11 +198,23 @@ std::optional<Result<Reply>> MetaStore::attempt(const Context& ctx, const Body& 
   auto c = txn.commit();
   if (!c && txn.conflict()) return std::nullopt;
   if (!c) return Result<Reply>(std::unexpected(c.error()));
-  if (syncer_) {
-    auto durable = syncer_->wait_durable();
-    if (!durable) return Result<Reply>(std::unexpected(durable.error()));
-  }
+  auto durable = await_sync();
+  if (!durable) return Result<Reply>(std::unexpected(durable.error()));
   return r;
+}
+
+Result<void> MetaStore::await_sync() {
+  if (!syncer_) return {};  // commits are synced by themselves, or not at all
+  if (DeferSync* d = DeferSync::current()) {
+    d->set_sync_pending();
+    return {};
+  }
+  return syncer_->wait_durable();
+}
+
+void MetaStore::when_durable(std::move_only_function<void(Result<void>)> done) {
+  if (!syncer_) return done(Result<void>());
+  syncer_->when_durable(std::move(done));
 }
 
 Result<void> MetaStore::record_request(Txn& txn, const Context& ctx, const Result<Reply>& r) {

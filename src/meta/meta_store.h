@@ -4,7 +4,8 @@
 // queue, with POSIX permission checks against caller credentials.
 //
 // Threading: every method is thread-safe and synchronous; the RPC server calls
-// them from a bounded thread pool. Mutations run as pessimistic transactions
+// cheap ones inline on its I/O threads (with DeferSync, so they never sleep on
+// an fsync) and the rest from a bounded thread pool. Mutations run as pessimistic transactions
 // that lock the rows they depend on (GetForUpdate) and commit with a synced
 // WAL; there is no global lock, so concurrent commits share WAL syncs (RocksDB
 // group commit; by default through WalSyncer, which also releases row locks
@@ -82,11 +83,33 @@ struct StoreOptions {
   bool sync = true;                  // acknowledge commits only once the WAL is fsynced
   bool group_sync = true;            // with sync: one WalSyncer fsync covers many commits
                                      // (wal_syncer.h); false: RocksDB sync=true writes
+  bool group_linger = true;          // the syncer waits briefly for a group to gather
   uint64_t inodes_max = uint64_t{1} << 40;
   // Cluster capacity and usage (bytes) for statfs; wired to mgmtd by the server.
   std::function<std::pair<uint64_t, uint64_t>()> capacity_fn;
   Clock* clock = nullptr;                  // default SystemClock
   metrics::Registry* registry = nullptr;   // default Registry::global()
+};
+
+// While a DeferSync is alive, mutations the calling thread runs return right
+// after their commit instead of blocking until the WAL sync covers it; then
+// sync_pending() says whether the caller must wait for MetaStore::when_durable
+// before it acknowledges. Scoped to one thread: never keep one across a co_await.
+class DeferSync {
+ public:
+  DeferSync();
+  ~DeferSync();
+  DeferSync(const DeferSync&) = delete;
+  DeferSync& operator=(const DeferSync&) = delete;
+
+  bool sync_pending() const { return sync_pending_; }
+  // The DeferSync of this thread, or null.
+  static DeferSync* current();
+  void set_sync_pending() { sync_pending_ = true; }
+
+ private:
+  DeferSync* outer_;
+  bool sync_pending_ = false;
 };
 
 class MetaStore {
@@ -142,6 +165,11 @@ class MetaStore {
   // Drops retry records older than age_ns. Returns how many went.
   Result<uint64_t> expire_requests(int64_t age_ns);
 
+  // Calls done once the WAL is synced past every commit that returned before
+  // this call (at once when commits are synced by themselves). done runs on
+  // the syncer's thread and must not block. See DeferSync.
+  void when_durable(std::move_only_function<void(Result<void>)> done);
+
   rocksdb::DB* db();
   const StoreOptions& options() const { return options_; }
   Layout default_layout() const;
@@ -160,6 +188,9 @@ class MetaStore {
   Result<Reply> mutate(Op op, const Context& ctx, const Body& body);
   std::optional<Result<Reply>> attempt(const Context& ctx, const Body& body);
   Result<void> record_request(Txn& txn, const Context& ctx, const Result<Reply>& r);
+  // After a commit (or a replayed record): waits for its WAL sync, or leaves
+  // that to the caller's DeferSync.
+  Result<void> await_sync();
 
   // Shared pieces of operations (store_*.cc).
   // Locks `dir` shared and checks w+x. need_nlink: merge its DirStat in (only

@@ -2,6 +2,10 @@
 
 #include <filesystem>
 
+#include <asio/associated_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/post.hpp>
+
 #include "common/fault.h"
 #include "common/logging.h"
 #include "meta/proto_convert.h"
@@ -39,60 +43,59 @@ Result<Rep> empty_reply(Result<void> r) {
   return Rep{};
 }
 
-using Handler = Result<Rep> (*)(MetaStore&, const Req&);
+using Handler = Result<Rep> (*)(MetaStore&, const Req&, const Context&);
 
-Result<Rep> do_lookup(MetaStore& s, const Req& q) {
-  return map(s.lookup(context_from(q), q.ino(), q.name()), reply_with_inode);
+Result<Rep> do_lookup(MetaStore& s, const Req& q, const Context& ctx) {
+  return map(s.lookup(ctx, q.ino(), q.name()), reply_with_inode);
 }
-Result<Rep> do_getattr(MetaStore& s, const Req& q) {
-  return map(s.getattr(context_from(q), q.ino()), reply_with_inode);
+Result<Rep> do_getattr(MetaStore& s, const Req& q, const Context& ctx) {
+  return map(s.getattr(ctx, q.ino()), reply_with_inode);
 }
-Result<Rep> do_readlink(MetaStore& s, const Req& q) {
-  return map(s.readlink(context_from(q), q.ino()), [](const std::string& v) {
+Result<Rep> do_readlink(MetaStore& s, const Req& q, const Context& ctx) {
+  return map(s.readlink(ctx, q.ino()), [](const std::string& v) {
     Rep r;
     r.set_value(v);
     return r;
   });
 }
-Result<Rep> do_readdir(MetaStore& s, const Req& q) {
-  return map(s.readdir(context_from(q), q.ino(), q.value(), q.limit() == 0 ? 1024 : q.limit()),
+Result<Rep> do_readdir(MetaStore& s, const Req& q, const Context& ctx) {
+  return map(s.readdir(ctx, q.ino(), q.value(), q.limit() == 0 ? 1024 : q.limit()),
              [](const DirPage& p) {
                Rep r;
                to_proto(p, &r);
                return r;
              });
 }
-Result<Rep> do_statfs(MetaStore& s, const Req& q) {
-  return map(s.statfs(context_from(q)), [](const StatFs& st) {
+Result<Rep> do_statfs(MetaStore& s, const Req&, const Context& ctx) {
+  return map(s.statfs(ctx), [](const StatFs& st) {
     Rep r;
     to_proto(st, r.mutable_statfs());
     return r;
   });
 }
-Result<Rep> do_getxattr(MetaStore& s, const Req& q) {
-  return map(s.getxattr(context_from(q), q.ino(), q.name()), [](const std::string& v) {
+Result<Rep> do_getxattr(MetaStore& s, const Req& q, const Context& ctx) {
+  return map(s.getxattr(ctx, q.ino(), q.name()), [](const std::string& v) {
     Rep r;
     r.set_value(v);
     return r;
   });
 }
-Result<Rep> do_listxattr(MetaStore& s, const Req& q) {
-  return map(s.listxattr(context_from(q), q.ino()), [](const std::vector<std::string>& names) {
+Result<Rep> do_listxattr(MetaStore& s, const Req& q, const Context& ctx) {
+  return map(s.listxattr(ctx, q.ino()), [](const std::vector<std::string>& names) {
     Rep r;
     for (const auto& n : names) r.add_names(n);
     return r;
   });
 }
-Result<Rep> do_get_layout(MetaStore& s, const Req& q) {
-  return map(s.get_layout(context_from(q), q.ino()), [](const Layout& l) {
+Result<Rep> do_get_layout(MetaStore& s, const Req& q, const Context& ctx) {
+  return map(s.get_layout(ctx, q.ino()), [](const Layout& l) {
     Rep r;
     to_proto(l, r.mutable_layout());
     return r;
   });
 }
-Result<Rep> do_batch_stat(MetaStore& s, const Req& q) {
+Result<Rep> do_batch_stat(MetaStore& s, const Req& q, const Context& ctx) {
   if (q.inos_size() > 4096) return error(Code::kTooBig, "batch_stat of {} inodes (max 4096)", q.inos_size());
-  Context ctx = context_from(q);
   Rep r;
   for (uint64_t ino : q.inos()) {
     auto a = s.getattr(ctx, ino);
@@ -102,87 +105,105 @@ Result<Rep> do_batch_stat(MetaStore& s, const Req& q) {
   return r;
 }
 
-Result<Rep> do_create(MetaStore& s, const Req& q) {
-  return map(s.create(context_from(q), q.ino(), q.name(), q.mode(), q.exclusive(), q.open_write()), reply_with);
+Result<Rep> do_create(MetaStore& s, const Req& q, const Context& ctx) {
+  return map(s.create(ctx, q.ino(), q.name(), q.mode(), q.exclusive(), q.open_write()), reply_with);
 }
-Result<Rep> do_mkdir(MetaStore& s, const Req& q) {
-  return map(s.mkdir(context_from(q), q.ino(), q.name(), q.mode()), reply_with_inode);
+Result<Rep> do_mkdir(MetaStore& s, const Req& q, const Context& ctx) {
+  return map(s.mkdir(ctx, q.ino(), q.name(), q.mode()), reply_with_inode);
 }
-Result<Rep> do_symlink(MetaStore& s, const Req& q) {
-  return map(s.symlink(context_from(q), q.ino(), q.name(), q.value()), reply_with_inode);
+Result<Rep> do_symlink(MetaStore& s, const Req& q, const Context& ctx) {
+  return map(s.symlink(ctx, q.ino(), q.name(), q.value()), reply_with_inode);
 }
-Result<Rep> do_link(MetaStore& s, const Req& q) {
-  return map(s.link(context_from(q), q.ino(), q.new_parent(), q.new_name()), reply_with_inode);
+Result<Rep> do_link(MetaStore& s, const Req& q, const Context& ctx) {
+  return map(s.link(ctx, q.ino(), q.new_parent(), q.new_name()), reply_with_inode);
 }
-Result<Rep> do_unlink(MetaStore& s, const Req& q) { return empty_reply(s.unlink(context_from(q), q.ino(), q.name())); }
-Result<Rep> do_rmdir(MetaStore& s, const Req& q) { return empty_reply(s.rmdir(context_from(q), q.ino(), q.name())); }
-Result<Rep> do_rename(MetaStore& s, const Req& q) {
+Result<Rep> do_unlink(MetaStore& s, const Req& q, const Context& ctx) {
+  return empty_reply(s.unlink(ctx, q.ino(), q.name()));
+}
+Result<Rep> do_rmdir(MetaStore& s, const Req& q, const Context& ctx) {
+  return empty_reply(s.rmdir(ctx, q.ino(), q.name()));
+}
+Result<Rep> do_rename(MetaStore& s, const Req& q, const Context& ctx) {
   WEFT_TRY(RenameFlags flags, rename_flags_from_wire(q.flags()));
-  return empty_reply(s.rename(context_from(q), q.ino(), q.name(), q.new_parent(), q.new_name(), flags));
+  return empty_reply(s.rename(ctx, q.ino(), q.name(), q.new_parent(), q.new_name(), flags));
 }
-Result<Rep> do_setattr(MetaStore& s, const Req& q) {
-  return map(s.setattr(context_from(q), q.ino(), from_proto(q.attr())), reply_with_inode);
+Result<Rep> do_setattr(MetaStore& s, const Req& q, const Context& ctx) {
+  return map(s.setattr(ctx, q.ino(), from_proto(q.attr())), reply_with_inode);
 }
-Result<Rep> do_setxattr(MetaStore& s, const Req& q) {
+Result<Rep> do_setxattr(MetaStore& s, const Req& q, const Context& ctx) {
   WEFT_TRY(XattrFlags flags, xattr_flags_from_wire(q.flags()));
-  return empty_reply(s.setxattr(context_from(q), q.ino(), q.name(), q.value(), flags));
+  return empty_reply(s.setxattr(ctx, q.ino(), q.name(), q.value(), flags));
 }
-Result<Rep> do_removexattr(MetaStore& s, const Req& q) {
-  return empty_reply(s.removexattr(context_from(q), q.ino(), q.name()));
+Result<Rep> do_removexattr(MetaStore& s, const Req& q, const Context& ctx) {
+  return empty_reply(s.removexattr(ctx, q.ino(), q.name()));
 }
-Result<Rep> do_set_layout(MetaStore& s, const Req& q) {
-  return empty_reply(s.set_layout(context_from(q), q.ino(), from_proto(q.layout())));
+Result<Rep> do_set_layout(MetaStore& s, const Req& q, const Context& ctx) {
+  return empty_reply(s.set_layout(ctx, q.ino(), from_proto(q.layout())));
 }
-Result<Rep> do_open(MetaStore& s, const Req& q) {
-  return map(s.open(context_from(q), q.ino(), OpenFlags{q.open_read(), q.open_write()}), reply_with);
+Result<Rep> do_open(MetaStore& s, const Req& q, const Context& ctx) {
+  return map(s.open(ctx, q.ino(), OpenFlags{q.open_read(), q.open_write()}), reply_with);
 }
-Result<Rep> do_open_read(MetaStore& s, const Req& q) {
+Result<Rep> do_open_read(MetaStore& s, const Req& q, const Context& ctx) {
   if (q.open_write()) return error(Code::kInvalidArgument, "open_read with write access: use open");
-  return map(s.open(context_from(q), q.ino(), OpenFlags{q.open_read(), false}), reply_with);
+  return map(s.open(ctx, q.ino(), OpenFlags{q.open_read(), false}), reply_with);
 }
-Result<Rep> do_close(MetaStore& s, const Req& q) {
-  return empty_reply(s.close(context_from(q), q.ino(), q.session_id()));
+Result<Rep> do_close(MetaStore& s, const Req& q, const Context& ctx) {
+  return empty_reply(s.close(ctx, q.ino(), q.session_id()));
 }
-Result<Rep> do_report_length(MetaStore& s, const Req& q) {
-  return map(s.report_length(context_from(q), q.ino(), q.session_id(), q.length()), reply_with_inode);
+Result<Rep> do_report_length(MetaStore& s, const Req& q, const Context& ctx) {
+  return map(s.report_length(ctx, q.ino(), q.session_id(), q.length()), reply_with_inode);
 }
+
+// Where a method runs. Point reads and cheap mutations run inline on the I/O
+// thread: a RocksDB Get from the block cache costs microseconds, the hand-off
+// to the blocking pool and back ~300 µs here. An inline mutation commits
+// without waiting for its fsync (DeferSync) and its coroutine resumes when the
+// group sync that covers it is done, so a create costs no thread hop besides
+// the syncer's. What may scan many keys (rmdir's emptiness check over
+// tombstones, rename's ancestor walk, readdir, statfs, batch_stat) stays on
+// the pool. Inline mutations may still wait briefly for a row lock held by a
+// pool transaction (or back off ~50 µs after a lock conflict); that never
+// deadlocks: pool and syncer threads never wait for I/O threads.
+// Close is the one mutation acknowledged before its WAL sync (kInlineUnsynced):
+// it only drops a write session (lengths are reported, durably, before it), and
+// a close lost in a crash leaves a session that the lease-based session reaper
+// drops, so an empty create (create-with-session + close) costs one fsync wait,
+// not two. Any later synced commit makes the close durable too (WAL order).
+enum class Run { kPool, kInline, kInlineUnsynced };
 
 struct MethodEntry {
   rpc::MethodId id;
   const char* name;
   Handler handler;
   bool mutation;
-  // Point reads run inline on the I/O thread: a RocksDB Get from the block
-  // cache costs microseconds, the hand-off to the blocking pool ~300 µs here.
-  // Scans (readdir, statfs, batch_stat) and everything that may fsync stay on the pool.
-  bool inline_read = false;
+  Run run;
 };
 
 constexpr MethodEntry kMethods[] = {
-    {method::kLookup, "meta.lookup", do_lookup, false, true},
-    {method::kGetattr, "meta.getattr", do_getattr, false, true},
-    {method::kReadlink, "meta.readlink", do_readlink, false, true},
-    {method::kReaddir, "meta.readdir", do_readdir, false},
-    {method::kStatfs, "meta.statfs", do_statfs, false},
-    {method::kGetxattr, "meta.getxattr", do_getxattr, false, true},
-    {method::kListxattr, "meta.listxattr", do_listxattr, false},
-    {method::kGetLayout, "meta.get_layout", do_get_layout, false, true},
-    {method::kBatchStat, "meta.batch_stat", do_batch_stat, false},
-    {method::kCreate, "meta.create", do_create, true},
-    {method::kMkdir, "meta.mkdir", do_mkdir, true},
-    {method::kSymlink, "meta.symlink", do_symlink, true},
-    {method::kLink, "meta.link", do_link, true},
-    {method::kUnlink, "meta.unlink", do_unlink, true},
-    {method::kRmdir, "meta.rmdir", do_rmdir, true},
-    {method::kRename, "meta.rename", do_rename, true},
-    {method::kSetattr, "meta.setattr", do_setattr, true},
-    {method::kSetxattr, "meta.setxattr", do_setxattr, true},
-    {method::kRemovexattr, "meta.removexattr", do_removexattr, true},
-    {method::kSetLayout, "meta.set_layout", do_set_layout, true},
-    {method::kOpen, "meta.open", do_open, true},
-    {method::kClose, "meta.close", do_close, true},
-    {method::kReportLength, "meta.report_length", do_report_length, true},
-    {method::kOpenRead, "meta.open_read", do_open_read, false, true},
+    {method::kLookup, "meta.lookup", do_lookup, false, Run::kInline},
+    {method::kGetattr, "meta.getattr", do_getattr, false, Run::kInline},
+    {method::kReadlink, "meta.readlink", do_readlink, false, Run::kInline},
+    {method::kReaddir, "meta.readdir", do_readdir, false, Run::kPool},
+    {method::kStatfs, "meta.statfs", do_statfs, false, Run::kPool},
+    {method::kGetxattr, "meta.getxattr", do_getxattr, false, Run::kInline},
+    {method::kListxattr, "meta.listxattr", do_listxattr, false, Run::kPool},
+    {method::kGetLayout, "meta.get_layout", do_get_layout, false, Run::kInline},
+    {method::kBatchStat, "meta.batch_stat", do_batch_stat, false, Run::kPool},
+    {method::kCreate, "meta.create", do_create, true, Run::kInline},
+    {method::kMkdir, "meta.mkdir", do_mkdir, true, Run::kInline},
+    {method::kSymlink, "meta.symlink", do_symlink, true, Run::kInline},
+    {method::kLink, "meta.link", do_link, true, Run::kInline},
+    {method::kUnlink, "meta.unlink", do_unlink, true, Run::kInline},
+    {method::kRmdir, "meta.rmdir", do_rmdir, true, Run::kPool},
+    {method::kRename, "meta.rename", do_rename, true, Run::kPool},
+    {method::kSetattr, "meta.setattr", do_setattr, true, Run::kInline},
+    {method::kSetxattr, "meta.setxattr", do_setxattr, true, Run::kInline},
+    {method::kRemovexattr, "meta.removexattr", do_removexattr, true, Run::kInline},
+    {method::kSetLayout, "meta.set_layout", do_set_layout, true, Run::kPool},
+    {method::kOpen, "meta.open", do_open, true, Run::kInline},
+    {method::kClose, "meta.close", do_close, true, Run::kInlineUnsynced},
+    {method::kReportLength, "meta.report_length", do_report_length, true, Run::kInline},
+    {method::kOpenRead, "meta.open_read", do_open_read, false, Run::kInline},
 };
 
 }  // namespace
@@ -218,22 +239,71 @@ namespace {
 struct InlineRead {
   Handler handler;
   MetaStore* store;
-  Task<Result<Rep>> operator()(const Req& q, rpc::ServerCall&) const { co_return handler(*store, q); }
+  Task<Result<Rep>> operator()(const Req& q, rpc::ServerCall&) const {
+    co_return handler(*store, q, context_from(q));
+  }
+};
+
+// An awaitable that completes on the awaiting coroutine's executor once the
+// WAL is synced past every commit that returned before it started.
+auto wal_synced(MetaStore* store) {
+  return asio::async_initiate<const asio::use_awaitable_t<>&, void(Result<void>)>(
+      [store](auto handler) {
+        auto ex = asio::get_associated_executor(handler);
+        store->when_durable([h = std::move(handler), ex](Result<void> r) mutable {
+          asio::post(ex, [h = std::move(h), r = std::move(r)]() mutable { std::move(h)(std::move(r)); });
+        });
+      },
+      asio::use_awaitable);
+}
+
+struct Deferred {
+  Result<Rep> reply;
+  bool sync_pending;
+};
+
+// Runs a mutation to its (unsynced) commit on this thread.
+Deferred run_deferred(Handler handler, MetaStore& store, const Req& q) {
+  DeferSync defer;
+  Result<Rep> r = handler(store, q, context_from(q));
+  return Deferred{std::move(r), defer.sync_pending()};
+}
+
+// A mutation run inline on the I/O thread; the reply waits for the group sync.
+struct InlineMutation {
+  Handler handler;
+  MetaStore* store;
+  bool wait_sync;
+  Task<Result<Rep>> operator()(const Req& q, rpc::ServerCall&) const {
+    Deferred d = run_deferred(handler, *store, q);
+    if (d.sync_pending && wait_sync) {
+      auto synced = wal_synced(store);
+      Result<void> durable = co_await std::move(synced);
+      if (!durable) co_return std::unexpected(durable.error());
+    }
+    co_return answer_mutation(std::move(d.reply));
+  }
 };
 
 }  // namespace
 
 void register_meta_service(rpc::Server& server, MetaStore& store) {
+  // Without the syncer a durable commit fsyncs in place: keep it off the I/O threads.
+  const bool inline_mutations = !store.options().sync || store.options().group_sync;
   for (const MethodEntry& m : kMethods) {
     Handler h = m.handler;
     MetaStore* s = &store;
-    if (m.inline_read) {
+    if (m.run != Run::kPool && m.mutation && inline_mutations) {
+      rpc::add_async_method<Req, Rep>(server, m.id, m.name, InlineMutation{h, s, m.run == Run::kInline});
+    } else if (m.run == Run::kInline && !m.mutation) {
       rpc::add_async_method<Req, Rep>(server, m.id, m.name, InlineRead{h, s});
     } else if (m.mutation) {
-      rpc::add_blocking_method<Req, Rep>(server, m.id, m.name,
-                                         [h, s](const Req& q, rpc::ServerCall&) { return answer_mutation(h(*s, q)); });
+      rpc::add_blocking_method<Req, Rep>(server, m.id, m.name, [h, s](const Req& q, rpc::ServerCall&) {
+        return answer_mutation(h(*s, q, context_from(q)));
+      });
     } else {
-      rpc::add_blocking_method<Req, Rep>(server, m.id, m.name, [h, s](const Req& q, rpc::ServerCall&) { return h(*s, q); });
+      rpc::add_blocking_method<Req, Rep>(server, m.id, m.name,
+                                         [h, s](const Req& q, rpc::ServerCall&) { return h(*s, q, context_from(q)); });
     }
   }
 }

@@ -1,8 +1,10 @@
 // meta/service.h
 // The metadata RPC service (`weft serve meta`): every MetaStore operation as
-// a blocking method (service_methods.h) on an rpc::Server. The store blocks
-// (RocksDB, WAL fsync), so handlers run on the server's bounded blocking
-// pool; with enough blocking threads concurrent commits share WAL syncs.
+// an RPC method (service_methods.h) on an rpc::Server. Point reads and cheap
+// mutations run inline on the I/O thread; a mutation's reply is sent when the
+// group WAL sync covering its commit is done (DeferSync, WalSyncer), so no
+// thread sleeps per request. Scans and heavy mutations (rmdir, rename, ...)
+// run on the server's bounded blocking pool (table in service.cc).
 // Credentials and request ids come from each request; the store enforces
 // permissions and de-duplicates retried mutations. Per-op counts, errors
 // and latency are the store's metrics (weft_meta_*); per-method request

@@ -26,7 +26,7 @@ class ServiceTest : public ::testing::Test {
   void SetUp() override {
     StoreOptions so;
     so.path = dir_.path() + "/store";
-    so.sync = false;
+    so.sync = durable();
     so.chain_count = 8;
     so.registry = &registry_;
     auto store = MetaStore::open(so);
@@ -59,6 +59,7 @@ class ServiceTest : public ::testing::Test {
     return std::make_unique<MetaClient>(io_, *rpc_, o);
   }
   MetaClient& c() { return *client_; }
+  virtual bool durable() const { return false; }
 
   TempDir dir_;
   metrics::Registry registry_;
@@ -324,6 +325,31 @@ TEST_F(ServiceTest, OpsAndLatenciesAreExported) {
       << text;
   EXPECT_NE(text.find("weft_meta_ops_total{op=\"create\"} 1"), std::string::npos) << text;
   EXPECT_NE(text.find("weft_meta_op_latency_us"), std::string::npos);
+}
+
+class DurableServiceTest : public ServiceTest {
+ protected:
+  bool durable() const override { return true; }
+};
+
+// Inline mutations commit on the I/O thread, but the reply waits for the WAL
+// sync that covers the commit; close alone is acknowledged before it.
+TEST_F(DurableServiceTest, MutationRepliesWaitForTheWalSyncButCloseDoesNot) {
+  auto& syncs = registry_.counter("weft_meta_wal_syncs_total", "");
+  uint64_t before = syncs.value();
+  auto delay = std::make_unique<fault::Scope>("meta.wal_sync.delay", fault::Spec{.probability = 1.0, .hits_max = 5});
+  auto start = std::chrono::steady_clock::now();
+  auto f = c().create(kRoot, kRootIno, "f", 0644, true, true);
+  ASSERT_TRUE(f.has_value()) << f.error();
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(45));
+  EXPECT_EQ(syncs.value(), before + 1);
+
+  delay = std::make_unique<fault::Scope>("meta.wal_sync.delay", fault::Spec{.probability = 1.0, .hits_max = 300});
+  ASSERT_TRUE(c().close(kRoot, f->inode.ino, f->session_id).has_value());
+  EXPECT_EQ(syncs.value(), before + 1);  // acked while its sync is held back for 3 s
+  delay.reset();
+  ASSERT_TRUE(c().unlink(kRoot, kRootIno, "f").has_value());  // synced: covers the close too
+  EXPECT_GE(syncs.value(), before + 2);
 }
 
 }  // namespace

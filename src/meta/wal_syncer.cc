@@ -2,12 +2,23 @@
 
 #include <rocksdb/db.h>
 
+#include <thread>
+
+#include "common/fault.h"
 #include "meta/txn.h"
 
 namespace weft::meta {
 
-WalSyncer::WalSyncer(rocksdb::DB* db, metrics::Registry& registry)
-    : db_(db), syncs_(&registry.counter("weft_meta_wal_syncs_total", "WAL fsyncs covering commits")) {
+namespace {
+constexpr int64_t kLingerUsMax = 1000;
+}  // namespace
+
+WalSyncer::WalSyncer(rocksdb::DB* db, metrics::Registry& registry, bool linger)
+    : db_(db),
+      linger_(linger),
+      syncs_(&registry.counter("weft_meta_wal_syncs_total", "WAL fsyncs covering commits")),
+      sync_us_(&registry.histogram("weft_meta_wal_sync_us", "Duration of one WAL fsync")),
+      batch_(&registry.histogram("weft_meta_wal_sync_batch", "Commits covered by one WAL fsync")) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -30,24 +41,74 @@ Result<void> WalSyncer::wait_durable() {
   return error(Code::kIoError, "WAL sync failed after commit");
 }
 
+void WalSyncer::when_durable(DurableFn done) {
+  {
+    std::lock_guard lock(mu_);
+    if (!stop_) {
+      waiting_.push_back(Waiter{++issued_, std::move(done)});
+      work_cv_.notify_one();
+      return;
+    }
+  }
+  done(error(Code::kUnavailable, "meta store closing before the commit was synced"));
+}
+
+void WalSyncer::linger(std::unique_lock<std::mutex>& lock) {
+  if (!linger_ || last_batch_ <= 1) return;
+  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(std::min(last_sync_us_, kLingerUsMax));
+  work_cv_.wait_until(lock, until, [&] { return stop_ || issued_ - std::max(synced_, failed_) >= last_batch_; });
+}
+
+std::deque<WalSyncer::Waiter> WalSyncer::take_covered(uint64_t target) {
+  std::deque<Waiter> out;
+  while (!waiting_.empty() && waiting_.front().ticket <= target) {
+    out.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  return out;
+}
+
 void WalSyncer::run() {
   std::unique_lock lock(mu_);
   for (;;) {
     work_cv_.wait(lock, [&] { return stop_ || issued_ > std::max(synced_, failed_); });
     if (stop_) break;
+    while (WEFT_FAULT("meta.wal_sync.delay")) {  // tests: let commits pile up before the sync starts
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      lock.lock();
+    }
+    linger(lock);
+    if (stop_) break;
     uint64_t target = issued_;  // every ticket <= target wrote its WAL before now
+    uint64_t covered = target - std::max(synced_, failed_);
     lock.unlock();
+    auto start = std::chrono::steady_clock::now();
     rocksdb::Status s = db_->SyncWAL();
+    last_sync_us_ =
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
+    last_batch_ = covered;
+    sync_us_->observe(static_cast<uint64_t>(last_sync_us_));
     syncs_->inc();
+    batch_->observe(covered);
     lock.lock();
     if (s.ok()) {
       synced_ = target;
     } else {
       failed_ = target;
     }
+    std::deque<Waiter> done = take_covered(target);
     done_cv_.notify_all();
+    lock.unlock();
+    Result<void> outcome;
+    if (!s.ok()) outcome = error(from_rocks(s, "WAL sync after commit"));
+    for (Waiter& w : done) w.done(outcome);
+    lock.lock();
   }
+  std::deque<Waiter> left = std::move(waiting_);
   done_cv_.notify_all();
+  lock.unlock();
+  for (Waiter& w : left) w.done(error(Code::kUnavailable, "meta store closing before the commit was synced"));
 }
 
 }  // namespace weft::meta
