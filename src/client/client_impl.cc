@@ -232,10 +232,13 @@ class ClientImpl final : public Client {
   Result<void> remove_path(const Cred& cred, std::string_view path) override {
     WEFT_TRY(auto parent, resolve_parent(cred, path));
     auto& [dir, name] = parent;
-    auto n = core_->meta->lookup(cred, dir.ino, name);
-    if (!n) return error(path_error(n.error(), path));
-    if (n->is_dir()) forget_dirs();
-    auto r = n->is_dir() ? core_->meta->rmdir(cred, dir.ino, name) : core_->meta->unlink(cred, dir.ino, name);
+    // Files first: one round trip (a lookup to learn the type would double it);
+    // meta refuses to unlink a directory with kIsDirectory, and then it is rmdir.
+    auto r = core_->meta->unlink(cred, dir.ino, name);
+    if (!r && r.error().code() == Code::kIsDirectory && name != "." && name != "..") {
+      forget_dirs();
+      r = core_->meta->rmdir(cred, dir.ino, name);
+    }
     if (!r) return error(path_error(r.error(), path));
     return {};
   }

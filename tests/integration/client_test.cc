@@ -252,6 +252,12 @@ TEST_F(ClientTest, PosixErrors) {
   ASSERT_TRUE(list.has_value());
   ASSERT_EQ(list->size(), 1u);
   EXPECT_EQ((*list)[0].name, "x");
+  // remove_path: a file, then the emptied directories (unlink first, rmdir on EISDIR).
+  ASSERT_TRUE(client_->remove_path(c, d + "/sub/a/x").has_value());
+  ASSERT_TRUE(client_->remove_path(c, d + "/sub/a").has_value());
+  ASSERT_TRUE(client_->remove_path(c, d + "/sub").has_value());
+  EXPECT_EQ(client_->resolve(c, d + "/sub").error().posix_errno(), ENOENT);
+  EXPECT_EQ(client_->remove_path(c, d + "/sub").error().posix_errno(), ENOENT);
 }
 
 // Last: kills a storage server of the cluster this suite started.
