@@ -203,6 +203,18 @@ class ClientImpl final : public Client {
       // An existing symlink is followed, as open(2) does without O_EXCL.
       if (created.error().code() != Code::kExists || (flags & O_EXCL)) return error(path_error(created.error(), path));
     }
+    if (auto parts = split_path(path); !wants_write(flags) && parts && !parts->empty()) {
+      // The first-epoch case: parent from the directory cache, then lookup +
+      // permission check in one round trip; symlinks take the general path.
+      WEFT_TRY(auto parent, resolve_parent(cred, path));
+      auto opened = core_->meta->open_read_at(cred, parent.first.ino, parent.second);
+      if (!opened) return error(path_error(opened.error(), path));
+      if (!opened->is_symlink()) {
+        if (opened->is_dir()) return error(Code::kIsDirectory, "{} is a directory", path);
+        WEFT_TRY(auto file, make_file(cred, std::move(*opened), 0, false));
+        return file;
+      }
+    }
     auto n = resolve(cred, path, true);
     if (!n) return error(path_error(n.error(), path));
     auto f = open(cred, n->ino, flags);

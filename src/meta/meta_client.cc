@@ -240,6 +240,12 @@ Result<Reply> MetaClient::open(const Cred& cred, Ino ino, OpenFlags flags) {
   return reply_of_rep(mutate(method::kOpen, cred, std::move(q)));
 }
 
+Result<Inode> MetaClient::open_read_at(const Cred& cred, Ino parent, std::string_view name) {
+  Req q = named(parent, name);
+  q.set_open_read(true);
+  return inode_of(read(method::kOpenReadAt, cred, std::move(q)));
+}
+
 Result<void> MetaClient::close(const Cred& cred, Ino ino, uint64_t session_id) {
   Req q = of_ino(ino);
   q.set_session_id(session_id);

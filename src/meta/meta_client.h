@@ -70,6 +70,9 @@ class MetaClient {
   Result<void> removexattr(const Cred& cred, Ino ino, std::string_view name);
   Result<void> set_layout(const Cred& cred, Ino dir, const Layout& layout);
   Result<Reply> open(const Cred& cred, Ino ino, OpenFlags flags);
+  // Lookup + read-only open of `name` in one round trip; a symlink comes back
+  // unopened (is_symlink(): follow it, then open the target).
+  Result<Inode> open_read_at(const Cred& cred, Ino parent, std::string_view name);
   Result<void> close(const Cred& cred, Ino ino, uint64_t session_id);
   Result<Inode> report_length(const Cred& cred, Ino ino, uint64_t session_id, uint64_t length);
 

@@ -147,6 +147,12 @@ Result<Rep> do_open_read(MetaStore& s, const Req& q, const Context& ctx) {
   if (q.open_write()) return error(Code::kInvalidArgument, "open_read with write access: use open");
   return map(s.open(ctx, q.ino(), OpenFlags{q.open_read(), false}), reply_with);
 }
+Result<Rep> do_open_read_at(MetaStore& s, const Req& q, const Context& ctx) {
+  if (q.open_write()) return error(Code::kInvalidArgument, "open_read_at with write access: use open");
+  WEFT_TRY(Inode n, s.lookup(ctx, q.ino(), q.name()));
+  if (n.is_symlink()) return reply_with_inode(n);
+  return map(s.open(ctx, n.ino, OpenFlags{q.open_read(), false}), reply_with);
+}
 Result<Rep> do_close(MetaStore& s, const Req& q, const Context& ctx) {
   return empty_reply(s.close(ctx, q.ino(), q.session_id()));
 }
@@ -204,6 +210,7 @@ constexpr MethodEntry kMethods[] = {
     {method::kClose, "meta.close", do_close, true, Run::kInlineUnsynced},
     {method::kReportLength, "meta.report_length", do_report_length, true, Run::kInline},
     {method::kOpenRead, "meta.open_read", do_open_read, false, Run::kInline},
+    {method::kOpenReadAt, "meta.open_read_at", do_open_read_at, false, Run::kInline},
 };
 
 }  // namespace

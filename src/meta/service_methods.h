@@ -40,5 +40,8 @@ inline constexpr MethodId kClose{kSvc, 32};      // ino, session_id
 inline constexpr MethodId kReportLength{kSvc, 33};  // ino, session_id, length -> inode
 // A read-only open: a permission check that writes nothing, served inline.
 inline constexpr MethodId kOpenRead{kSvc, 34};   // ino, open_read (open_write must be false) -> inode
+// Lookup + read-only open in one round trip (the first-epoch open). A symlink's
+// inode is returned unopened: the caller follows it and opens the target.
+inline constexpr MethodId kOpenReadAt{kSvc, 35};  // ino (parent), name, open_read -> inode
 
 }  // namespace weft::meta::method

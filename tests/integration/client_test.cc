@@ -220,6 +220,43 @@ TEST_F(ClientTest, ReadBatchManySmallFiles) {
   for (auto& r : fut.get()) EXPECT_TRUE(r.has_value());
 }
 
+// Read-only opens by path take one round trip (lookup + open at meta); the
+// answers must match the general path: symlinks followed, permissions checked.
+TEST_F(ClientTest, ReadOnlyOpenByPathFollowsSymlinksAndChecksPermissions) {
+  std::string d = dir();
+  const Cred& root = client_->default_cred();
+  auto data = pattern(5000, 9);
+  {
+    auto f = open(d + "/secret", O_CREAT | O_WRONLY | O_EXCL);
+    ASSERT_TRUE(f);
+    ASSERT_TRUE(f->pwrite(data, 0).has_value());
+    ASSERT_TRUE(f->close().has_value());
+  }
+  auto dir_inode = client_->resolve(root, d);
+  ASSERT_TRUE(dir_inode.has_value());
+  ASSERT_TRUE(client_->symlink(root, dir_inode->ino, "link", "secret").has_value());
+  auto via_link = client_->open_path(root, d + "/link", O_RDONLY);
+  ASSERT_TRUE(via_link.has_value()) << via_link.error();
+  std::vector<std::byte> back(data.size());
+  ASSERT_EQ(*(*via_link)->pread(back, 0), data.size());
+  EXPECT_EQ(back, data);
+  auto secret = client_->resolve(root, d + "/secret");
+  ASSERT_TRUE(secret.has_value());
+  SetAttr mode_0600;
+  mode_0600.mode = 0600;
+  ASSERT_TRUE(client_->setattr(root, secret->ino, mode_0600).has_value());
+  Cred user{.uid = 4321, .gid = 4321, .groups = {}};
+  auto denied = client_->open_path(user, d + "/secret", O_RDONLY);
+  ASSERT_FALSE(denied.has_value());
+  EXPECT_EQ(denied.error().posix_errno(), EACCES);
+  auto notdir = client_->open_path(root, d + "/secret/x", O_RDONLY);
+  ASSERT_FALSE(notdir.has_value());
+  EXPECT_EQ(notdir.error().posix_errno(), ENOTDIR);
+  auto root_dir = client_->open_path(root, "/", O_RDONLY);
+  ASSERT_FALSE(root_dir.has_value());
+  EXPECT_EQ(root_dir.error().posix_errno(), EISDIR);
+}
+
 TEST_F(ClientTest, PosixErrors) {
   std::string d = dir();
   const Cred& c = client_->default_cred();
