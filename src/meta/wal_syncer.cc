@@ -2,6 +2,7 @@
 
 #include <rocksdb/db.h>
 
+#include <optional>
 #include <thread>
 
 #include "common/fault.h"
@@ -31,14 +32,21 @@ WalSyncer::~WalSyncer() {
   thread_.join();
 }
 
+// Through when_durable, so a blocking waiter gets the outcome of the sync that
+// covered its ticket even when a later sync succeeds before it wakes (after a
+// failed fsync a later one may succeed without the lost pages: never trust it).
 Result<void> WalSyncer::wait_durable() {
-  std::unique_lock lock(mu_);
-  uint64_t ticket = ++issued_;
-  work_cv_.notify_one();
-  done_cv_.wait(lock, [&] { return synced_ >= ticket || failed_ >= ticket || stop_; });
-  if (synced_ >= ticket) return {};
-  if (stop_) return error(Code::kUnavailable, "meta store closing before the commit was synced");
-  return error(Code::kIoError, "WAL sync failed after commit");
+  std::mutex m;
+  std::condition_variable cv;
+  std::optional<Result<void>> outcome;
+  when_durable([&](Result<void> r) {
+    std::lock_guard lock(m);  // notify under the lock: the waiter's frame outlives it
+    outcome = std::move(r);
+    cv.notify_one();
+  });
+  std::unique_lock lock(m);
+  cv.wait(lock, [&] { return outcome.has_value(); });
+  return std::move(*outcome);
 }
 
 void WalSyncer::when_durable(DurableFn done) {
@@ -98,7 +106,6 @@ void WalSyncer::run() {
       failed_ = target;
     }
     std::deque<Waiter> done = take_covered(target);
-    done_cv_.notify_all();
     lock.unlock();
     Result<void> outcome;
     if (!s.ok()) outcome = error(from_rocks(s, "WAL sync after commit"));
@@ -106,7 +113,6 @@ void WalSyncer::run() {
     lock.lock();
   }
   std::deque<Waiter> left = std::move(waiting_);
-  done_cv_.notify_all();
   lock.unlock();
   for (Waiter& w : left) w.done(error(Code::kUnavailable, "meta store closing before the commit was synced"));
 }

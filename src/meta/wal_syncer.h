@@ -72,7 +72,7 @@ class WalSyncer {
 
   rocksdb::DB* db_;
   std::mutex mu_;
-  std::condition_variable work_cv_, done_cv_;
+  std::condition_variable work_cv_;
   uint64_t issued_ = 0;   // guarded by mu_: tickets handed out
   uint64_t synced_ = 0;   // guarded by mu_: tickets known durable
   uint64_t failed_ = 0;   // guarded by mu_: tickets whose covering sync failed
