@@ -212,6 +212,16 @@ bool read_file(Access& a, const std::string& name, uint64_t key, uint64_t size, 
 
 std::string ckpt_name(const std::string& dir, uint32_t i) { return fmt::format("{}/ckpt-{}", dir, i); }
 std::string w3_name(const Options& o, uint32_t i) { return fmt::format("w3/d{:03}/f{:06}", i % o.dirs, i); }
+// n independent clients of the target (W5 and W6 run one per simulated client).
+Result<std::vector<std::unique_ptr<Access>>> open_sessions(Access& a, uint32_t n) {
+  std::vector<std::unique_ptr<Access>> out;
+  for (uint32_t c = 0; c < n; ++c) {
+    WEFT_TRY(auto s, a.session());
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 std::string w6_name(uint32_t i) { return fmt::format("w6/f{:04}", i); }
 
 template <class Fn>
@@ -464,16 +474,13 @@ Run w5(Access& a, TargetState&, const Options& o, Progress& p) {
   for (uint32_t c = 0; c < o.md_clients; ++c)
     if (auto r = a.mkdirs(fmt::format("w5/c{}", c)); !r) tally.fail(r.error().message());
   if (auto r = a.mkdirs("w5/shared"); !r) tally.fail(r.error().message());
-  std::vector<std::unique_ptr<Access>> clients;
-  for (uint32_t c = 0; c < o.md_clients; ++c) {
-    auto s = a.session();
-    if (!s) {
-      tally.fail(s.error().message());
-      tally.into(run);
-      return run;
-    }
-    clients.push_back(std::move(*s));
+  auto sessions = open_sessions(a, o.md_clients);
+  if (!sessions) {
+    tally.fail(sessions.error().message());
+    tally.into(run);
+    return run;
   }
+  std::vector<std::unique_ptr<Access>> clients = std::move(*sessions);
   auto phase = [&](const std::string& figure, const std::string& label, auto op) {
     p.begin(label, uint64_t{o.md_clients} * o.md_files, "ops");
     auto t0 = Clock::now();
@@ -536,16 +543,13 @@ Run w6(Access& a, TargetState&, const Options& o, Progress& p) {
     });
   }
   p.end();
-  std::vector<std::unique_ptr<Access>> clients;
-  for (uint32_t c = 0; c < o.open_clients; ++c) {
-    auto s = a.session();
-    if (!s) {
-      tally.fail(s.error().message());
-      tally.into(run);
-      return run;
-    }
-    clients.push_back(std::move(*s));
+  auto sessions = open_sessions(a, o.open_clients);
+  if (!sessions) {
+    tally.fail(sessions.error().message());
+    tally.into(run);
+    return run;
   }
+  std::vector<std::unique_ptr<Access>> clients = std::move(*sessions);
   std::mutex mu;
   std::vector<double> all;
   uint64_t total = 0;

@@ -33,29 +33,6 @@
 
 namespace weft::testing {
 
-// A port that was free a moment ago (servers must come back on the same one).
-inline uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds timeout, std::chrono::milliseconds step = std::chrono::milliseconds(20)) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(step);
-  }
-  return pred();
-}
-
 struct CliResult {
   int exit_code = -1;
   std::string output;

@@ -29,28 +29,8 @@ using testing::Process;
 using testing::TempDir;
 namespace gpb = google::protobuf;
 
-// A port that was free a moment ago (mgmtd must come back on the same one).
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds timeout = 8s) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return pred();
-}
+using testing::eventually;
+using testing::free_port;
 
 struct CliResult {
   int exit_code = -1;

@@ -45,14 +45,10 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
+// Each poll runs `weft status` in a namespace: poll every 100 ms, not 20.
 template <class Pred>
 bool eventually(Pred pred, std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(100ms);
-  }
-  return pred();
+  return testing::eventually(pred, timeout, 100ms);
 }
 
 // What `weft status --json` says, reduced to what the test checks.
