@@ -158,6 +158,13 @@ class Client {
 
   // `flags`: O_RDONLY/O_WRONLY/O_RDWR, O_TRUNC, O_APPEND (O_CREAT/O_EXCL: create()).
   virtual Result<std::shared_ptr<File>> open(const Cred& cred, Ino ino, int flags) = 0;
+  // Opens for reading from an inode the caller fetched itself (lookup,
+  // getattr), with no round trip: the mount's read-only open while the
+  // attributes it holds are fresh. Read permission is checked here against
+  // `inode`; the caller answers for how recent it is (a size or mode changed
+  // since then is not seen). kIsDirectory for a directory, kInvalidArgument
+  // for a symlink.
+  virtual Result<std::shared_ptr<File>> open_read_known(const Cred& cred, const Inode& inode) = 0;
   // Creates (exclusive when O_EXCL is in flags) and opens.
   virtual Result<std::pair<Inode, std::shared_ptr<File>>> create(const Cred& cred, Ino parent, std::string_view name,
                                                                  uint32_t mode, int flags) = 0;

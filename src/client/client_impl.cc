@@ -12,6 +12,7 @@
 #include "client/truncate.h"
 #include "common/logging.h"
 #include "common/random.h"
+#include "meta/permission.h"
 
 namespace weft {
 
@@ -169,6 +170,15 @@ class ClientImpl final : public Client {
     }
     WEFT_TRY(auto file, make_file(cred, std::move(reply.inode), reply.session_id, write));
     if ((flags & O_TRUNC) && write) WEFT_RETURN_IF_ERROR(file->truncate(0));
+    return file;
+  }
+
+  Result<std::shared_ptr<File>> open_read_known(const Cred& cred, const Inode& inode) override {
+    if (inode.is_dir()) return error(Code::kIsDirectory, "inode {} is a directory", inode.ino);
+    if (!inode.is_file()) return error(Code::kInvalidArgument, "inode {} is not a regular file", inode.ino);
+    // The same rule meta applies to a read-only open (meta/permission.h).
+    WEFT_RETURN_IF_ERROR(meta::check_access(inode, cred, meta::kAccessRead));
+    WEFT_TRY(auto file, make_file(cred, inode, 0, false));
     return file;
   }
 

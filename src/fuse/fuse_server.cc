@@ -12,10 +12,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -230,19 +232,48 @@ class FuseServer::Impl {
     if (it == lookups_.end()) return;
     if (it->second <= n) {
       lookups_.erase(it);
+      known_.erase(ino);
     } else {
       it->second -= n;
     }
   }
 
+  // ---- inodes as meta last returned them here ----
+  // A read-only open of an inode fetched less than attr_timeout_s ago skips
+  // meta (one round trip of the three a first-epoch file costs): the kernel
+  // trusts the same attributes that long. Entries live while the kernel
+  // holds the inode (forget erases them) and are dropped when a handle that
+  // may change the file opens or closes here.
+  void remember(const Inode& in) {
+    if (!in.is_file() || options_.attr_timeout_s <= 0) return;
+    std::lock_guard lk(lookups_mu_);
+    known_[in.ino] = KnownInode{in, std::chrono::steady_clock::now()};
+  }
+  void drop_known(Ino ino) {
+    std::lock_guard lk(lookups_mu_);
+    known_.erase(ino);
+  }
+  std::optional<Inode> fresh_known(Ino ino) {
+    std::lock_guard lk(lookups_mu_);
+    auto it = known_.find(ino);
+    if (it == known_.end()) return std::nullopt;
+    std::chrono::duration<double> age = std::chrono::steady_clock::now() - it->second.at;
+    if (age.count() >= options_.attr_timeout_s) return std::nullopt;
+    return it->second.inode;
+  }
+
   void reply_entry(fuse_req_t req, const Inode& in) {
     fuse_entry_param e = entry_of(in);
-    if (fuse_reply_entry(req, &e) == 0) add_lookup(in.ino);
+    if (fuse_reply_entry(req, &e) == 0) {
+      add_lookup(in.ino);
+      remember(in);
+    }
   }
 
   // ---- open files ----
 
   std::shared_ptr<OpenFile> register_file(Ino ino, std::shared_ptr<File> file, bool writable) {
+    if (writable) drop_known(ino);
     auto of = std::make_shared<OpenFile>();
     of->ino = ino;
     of->file = std::move(file);
@@ -253,6 +284,7 @@ class FuseServer::Impl {
   }
 
   std::shared_ptr<OpenFile> unregister_file(OpenFile* raw) {
+    if (raw->writable) drop_known(raw->ino);  // its writes changed the size meta holds
     std::lock_guard lk(files_mu_);
     auto it = open_files_.find(raw->ino);
     if (it == open_files_.end()) return nullptr;
@@ -309,6 +341,7 @@ class FuseServer::Impl {
 
   void set_open_reply(fuse_file_info* fi, OpenFile* of) const {
     fi->fh = reinterpret_cast<uint64_t>(of);
+    fi->noflush = of->writable ? 0 : 1;  // nothing to flush: spare close(2) a round trip
     fi->direct_io = options_.direct_io ? 1 : 0;
     fi->keep_cache = options_.keep_cache ? 1 : 0;
   }
@@ -382,6 +415,7 @@ class FuseServer::Impl {
       fuse_reply_err(req, errno_of(r.error()));
       return;
     }
+    s->remember(*r);
     s->apply_local_size(*r);
     struct stat st = s->stat_of(*r);
     fuse_reply_attr(req, &st, s->options_.attr_timeout_s);
@@ -431,6 +465,7 @@ class FuseServer::Impl {
     if (sa.size) {
       for (auto& f : s->files_of(ino)) (void)f->file->refresh_size();
     }
+    s->remember(*r);
     s->apply_local_size(*r);
     struct stat st = s->stat_of(*r);
     fuse_reply_attr(req, &st, s->options_.attr_timeout_s);
@@ -525,12 +560,15 @@ class FuseServer::Impl {
         return;
       }
     }
-    auto r = s->client_.open(cred_of(req), ino, flags);
+    bool writable = (flags & O_ACCMODE) != O_RDONLY;
+    Cred cred = cred_of(req);
+    std::optional<Inode> known;
+    if (!writable && !(flags & O_TRUNC) && !s->has_other_writers(ino, nullptr)) known = s->fresh_known(ino);
+    auto r = known ? s->client_.open_read_known(cred, *known) : s->client_.open(cred, ino, flags);
     if (!r) {
       fuse_reply_err(req, errno_of(r.error()));
       return;
     }
-    bool writable = (flags & O_ACCMODE) != O_RDONLY;
     auto of = s->register_file(ino, std::move(*r), writable);
     if (flags & O_TRUNC) {
       for (auto& f : s->files_of(ino)) {
@@ -887,8 +925,13 @@ class FuseServer::Impl {
   std::mutex mount_mu_;
   bool mounted_ = false;
 
+  struct KnownInode {
+    Inode inode;
+    std::chrono::steady_clock::time_point at;
+  };
   std::mutex lookups_mu_;
   std::unordered_map<Ino, uint64_t> lookups_;
+  std::unordered_map<Ino, KnownInode> known_;  // see remember()
 
   std::mutex files_mu_;
   std::unordered_map<Ino, std::vector<std::shared_ptr<OpenFile>>> open_files_;

@@ -257,6 +257,47 @@ TEST_F(ClientTest, ReadOnlyOpenByPathFollowsSymlinksAndChecksPermissions) {
   EXPECT_EQ(root_dir.error().posix_errno(), EISDIR);
 }
 
+// The mount's read-only open from attributes it already holds: no round trip,
+// the same permission rule as meta's open, and data read by the given inode.
+TEST_F(ClientTest, ReadOnlyOpenOfAKnownInodeChecksPermissions) {
+  std::string d = dir();
+  const Cred& root = client_->default_cred();
+  auto data = pattern(70000, 4);
+  {
+    auto f = open(d + "/f", O_CREAT | O_WRONLY | O_EXCL);
+    ASSERT_TRUE(f);
+    ASSERT_TRUE(f->pwrite(data, 0).has_value());
+    ASSERT_TRUE(f->close().has_value());
+  }
+  auto inode = client_->resolve(root, d + "/f");
+  ASSERT_TRUE(inode.has_value());
+  auto f = client_->open_read_known(root, *inode);
+  ASSERT_TRUE(f.has_value()) << f.error();
+  std::vector<std::byte> back(data.size());
+  ASSERT_EQ(*(*f)->pread(back, 0), data.size());
+  EXPECT_EQ(back, data);
+  EXPECT_FALSE((*f)->writable());
+  EXPECT_FALSE((*f)->pwrite(data, 0).has_value());
+
+  Inode private_copy = *inode;
+  private_copy.mode = 0600;
+  Cred user{.uid = 4321, .gid = 4321, .groups = {}};
+  auto denied = client_->open_read_known(user, private_copy);
+  ASSERT_FALSE(denied.has_value());
+  EXPECT_EQ(denied.error().posix_errno(), EACCES);
+  Inode group_readable = private_copy;
+  group_readable.mode = 0640;
+  group_readable.gid = 77;
+  Cred member{.uid = 4321, .gid = 4321, .groups = {77}};
+  EXPECT_TRUE(client_->open_read_known(member, group_readable).has_value());
+
+  auto dir_inode = client_->resolve(root, d);
+  ASSERT_TRUE(dir_inode.has_value());
+  auto is_dir = client_->open_read_known(root, *dir_inode);
+  ASSERT_FALSE(is_dir.has_value());
+  EXPECT_EQ(is_dir.error().posix_errno(), EISDIR);
+}
+
 TEST_F(ClientTest, PosixErrors) {
   std::string d = dir();
   const Cred& c = client_->default_cred();

@@ -369,6 +369,31 @@ TEST_F(FuseTest, HardLinks) {
   EXPECT_EQ(errno, EPERM);
 }
 
+// Read-only opens reuse attributes fetched less than attr_timeout (1 s here)
+// ago instead of asking meta: a file rewritten by another client is seen
+// once that time has passed, never later.
+TEST_F(FuseTest, AnotherClientsRewriteIsSeenAfterTheAttributeTimeout) {
+  std::string f = p("shared");
+  ASSERT_TRUE(write_all(f, "first version"));
+  EXPECT_EQ(read_all(f), "first version");
+  std::string local = dir_->file("rewrite.txt");
+  std::string longer = "second version, longer than the first";
+  {
+    std::FILE* out = std::fopen(local.c_str(), "w");
+    ASSERT_NE(out, nullptr);
+    std::fwrite(longer.data(), 1, longer.size(), out);
+    std::fclose(out);
+  }
+  std::string remote = "/" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "/shared";
+  auto put = run_weft({"put", local, remote, "--config", data_ + "/client.toml"}, dir_->file("put.log"));
+  ASSERT_EQ(put.code, 0) << put.log;
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(read_all(f), longer);
+  struct stat st {};
+  ASSERT_EQ(::stat(f.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(longer.size()));
+}
+
 TEST_F(FuseTest, TruncateGrowShrink) {
   ASSERT_TRUE(write_all(p("f"), std::string(10000, 'x')));
   ASSERT_EQ(::truncate(p("f").c_str(), 3 << 20), 0) << std::strerror(errno);  // past a chunk boundary
