@@ -16,11 +16,14 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <unordered_map>
 #include <vector>
 
+#include "common/logging.h"
 #include "fuse/dir_cursor.h"
 #include "weft/client.h"
 
@@ -80,6 +83,45 @@ struct OpenDir {
 OpenFile* file_of(fuse_file_info* fi) { return reinterpret_cast<OpenFile*>(fi->fh); }
 OpenDir* dir_of(fuse_file_info* fi) { return reinterpret_cast<OpenDir*>(fi->fh); }
 
+// "major:minor" of the file system mounted last on `dir` (absolute, no
+// symlinks), from /proc/self/mountinfo. Never stat the mount point here: the
+// kernel would ask this daemon, which is not serving yet.
+Result<std::string> mounted_device(const std::string& dir) {
+  std::ifstream in("/proc/self/mountinfo");
+  if (!in) return error(Code::kIoError, "cannot read /proc/self/mountinfo");
+  std::string line, found;
+  while (std::getline(in, line)) {
+    // id parent major:minor root mount-point ... (spaces in paths are \040)
+    std::istringstream fields(line);
+    std::string id, parent, device, root, point;
+    if (!(fields >> id >> parent >> device >> root >> point)) continue;
+    for (size_t at; (at = point.find("\\040")) != std::string::npos;) point.replace(at, 4, " ");
+    if (point == dir) found = device;
+  }
+  if (found.empty()) return error(Code::kNotFound, "{} is not in /proc/self/mountinfo", dir);
+  return found;
+}
+
+// FUSE mounts get the kernel's default read-ahead of 128 KiB whatever the
+// daemon asks in init (max_readahead is only a cap), so sequential reads
+// arrive as 128 KiB requests. The mount's backing device info takes more:
+// /sys/class/bdi/MAJOR:MINOR/read_ahead_kb (root only).
+Result<void> set_read_ahead(const std::string& dir, unsigned kb) {
+  WEFT_TRY(std::string device, mounted_device(dir));
+  std::string path = "/sys/class/bdi/" + device + "/read_ahead_kb";
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return error(Code::kIoError, "read-ahead stays at the kernel's default: cannot open {}: {}", path,
+                 std::strerror(errno));
+  }
+  std::string value = std::to_string(kb);
+  bool ok = ::write(fd, value.data(), value.size()) == static_cast<ssize_t>(value.size());
+  int saved = errno;
+  ::close(fd);
+  if (!ok) return error(Code::kIoError, "read-ahead: writing {} to {}: {}", value, path, std::strerror(saved));
+  return {};
+}
+
 // Per-thread read buffer: reads are up to 1 MiB and faulting fresh pages in
 // for every request costs more than the copy.
 std::vector<std::byte>& read_buffer(size_t size) {
@@ -122,10 +164,16 @@ class FuseServer::Impl {
       return error(Code::kInvalidArgument, "cannot create the FUSE session with options '{}' (see the message above)",
                    opts);
     }
+    std::error_code ec;
+    std::string absolute = std::filesystem::canonical(mountpoint_, ec).string();  // before it is a FUSE mount
     if (fuse_session_mount(session_, mountpoint_.c_str()) != 0) {
       return error(Code::kIoError, "cannot mount on {} (see the message above; is /dev/fuse usable?)", mountpoint_);
     }
     mounted_ = true;
+    if (options_.read_ahead_kb > 0) {
+      // Not fatal: the mount works with the kernel's 128 KiB, only slower.
+      if (auto r = set_read_ahead(absolute, options_.read_ahead_kb); !r) WEFT_LOG_WARN("{}", r.error().message());
+    }
     return {};
   }
 
@@ -352,7 +400,8 @@ class FuseServer::Impl {
     auto* s = static_cast<Impl*>(userdata);
     conn->max_write = kMaxIoBytes;  // libfuse derives max_pages from it
     conn->max_read = kMaxIoBytes;
-    conn->max_readahead = kMaxIoBytes;
+    // The kernel keeps min(this, the bdi's read_ahead_kb set at mount).
+    conn->max_readahead = std::max<unsigned>(kMaxIoBytes, s->options_.read_ahead_kb * 1024u);
     conn->max_background = 64;
     conn->congestion_threshold = 48;
     conn->time_gran = 1;

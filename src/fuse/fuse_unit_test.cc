@@ -17,6 +17,7 @@ TEST(MountOptions, Defaults) {
   EXPECT_DOUBLE_EQ(m->entry_timeout_s, 1.0);
   EXPECT_DOUBLE_EQ(m->negative_timeout_s, 0.0);
   EXPECT_FALSE(m->writeback_cache);
+  EXPECT_EQ(m->read_ahead_kb, 4096u);
   EXPECT_EQ(m->fuse_option_string(), "fsname=weft,subtype=weft,max_read=1048576");
 }
 
@@ -40,6 +41,11 @@ TEST(MountOptions, Errors) {
   EXPECT_FALSE(parse_mount_options({"attr_timeout=-1"}));
   EXPECT_FALSE(parse_mount_options({"writeback_cache=1"}));
   EXPECT_FALSE(parse_mount_options({"max_read=4096"}));
+  EXPECT_FALSE(parse_mount_options({"read_ahead_kb=lots"}));
+  EXPECT_FALSE(parse_mount_options({"read_ahead_kb=2000000"}));
+  auto ra = parse_mount_options({"read_ahead_kb=0"});
+  ASSERT_TRUE(ra);
+  EXPECT_EQ(ra->read_ahead_kb, 0u);
   auto e = parse_mount_options({"entry_timeout=abc"});
   ASSERT_FALSE(e);
   EXPECT_NE(e.error().message().find("entry_timeout=abc"), std::string::npos);

@@ -25,6 +25,10 @@ struct MountOptions {
   bool read_only = false;
   bool nonempty = false;           // allow mounting over a non-empty directory
   unsigned max_idle_threads = 10;  // idle FUSE worker threads kept (libfuse caps workers at 10)
+  // Kernel read-ahead of this mount (its bdi's read_ahead_kb), 0: leave the
+  // kernel's 128 KiB. The default lets the kernel ask for 1 MiB per request
+  // with a few requests in flight per stream (restores, large files).
+  unsigned read_ahead_kb = 4096;
   std::string fsname = "weft";
   // Passed to libfuse as -o, in order (allow_other, default_permissions, ro included).
   std::vector<std::string> fuse_options;

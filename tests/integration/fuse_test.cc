@@ -10,6 +10,7 @@
 #include <linux/fs.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/statvfs.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -701,6 +702,18 @@ TEST_F(FuseTest, Statfs) {
   EXPECT_EQ(st.f_namemax, 255u);
   EXPECT_GT(st.f_blocks, 0u);
   EXPECT_LE(st.f_bfree, st.f_blocks);
+}
+
+// The daemon raises the mount's kernel read-ahead (FUSE starts at 128 KiB),
+// so sequential reads reach it as 1 MiB requests.
+TEST_F(FuseTest, ReadAheadIsRaised) {
+  if (::geteuid() != 0) GTEST_SKIP() << "only root may set a mount's read-ahead";
+  struct stat st {};
+  ASSERT_EQ(::stat(mnt_.c_str(), &st), 0);
+  std::string path = "/sys/class/bdi/" + std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev)) +
+                     "/read_ahead_kb";
+  std::string value = read_all(path);
+  EXPECT_EQ(value, "4096\n") << path;
 }
 
 TEST_F(FuseTest, MountErrorsAreOneReadableLine) {
