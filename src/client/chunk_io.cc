@@ -150,38 +150,79 @@ Task<Result<void>> ChunkIo::truncate(ChunkAddress c, uint32_t length) {
 
 Task<Result<void>> ChunkIo::remove(ChunkAddress c) { return update(UpdateKind::kRemove, c, 0, 0, {}); }
 
-Task<Result<uint32_t>> ChunkIo::read_from(const mgmt::RoutingInfo& routing, mgmt::ChainVersion cv,
-                                          mgmt::TargetId target, ChunkAddress c, uint32_t offset,
-                                          std::span<std::byte> dst) {
-  WEFT_CO_TRY(rpc::Endpoint ep, endpoint_of(routing, target));
+pb::BatchReadRequest ChunkIo::read_request(mgmt::ChainVersion cv, ChunkAddress c, uint32_t offset, size_t length) {
   pb::BatchReadRequest req;
   auto* range = req.add_ranges();
   range->set_chain_id(c.chain);
   range->set_chain_version(cv);
   set_chunk(range->mutable_chunk(), c);
   range->set_offset(offset);
-  range->set_length(static_cast<uint32_t>(dst.size()));
+  range->set_length(static_cast<uint32_t>(length));
+  return req;
+}
+
+// Checks one replica's answer and its CRC32C over the bytes in dst.
+Result<uint32_t> ChunkIo::read_reply(const Result<pb::BatchReadReply>& reply, const rpc::RawResponse& raw,
+                                     const rpc::Endpoint& ep, mgmt::TargetId target, ChunkAddress c,
+                                     std::span<std::byte> dst) {
+  if (!reply) return error(reply.error());
+  if (reply->results_size() != 1)
+    return error(Code::kProtocol, "batch read from {}: {} results for 1 range", ep.to_string(), reply->results_size());
+  const pb::RangeResult& rr = reply->results(0);
+  Code code = code_from_wire(rr.code());
+  if (code == Code::kNotFound) return 0u;  // no such chunk: a hole
+  if (code != Code::kOk) return error(code, "target {} at {}: {}", target, ep.to_string(), rr.message());
+  if (rr.length() > dst.size() || rr.length() != raw.payload_len)
+    return error(Code::kProtocol, "batch read from {}: {} bytes for a range of {}", ep.to_string(), rr.length(),
+                 dst.size());
+  if (!raw.payload_in_destination && rr.length() > 0) std::copy_n(raw.payload.data(), rr.length(), dst.data());
+  if (crc32c(dst.first(rr.length())) != rr.crc32c())
+    return error(Code::kCorruption, "target {} at {}: checksum mismatch on chunk {}:{}", target, ep.to_string(), c.ino,
+                 c.index);
+  return rr.length();
+}
+
+Task<Result<uint32_t>> ChunkIo::read_from(const mgmt::RoutingInfo& routing, mgmt::ChainVersion cv,
+                                          mgmt::TargetId target, ChunkAddress c, uint32_t offset,
+                                          std::span<std::byte> dst) {
+  WEFT_CO_TRY(rpc::Endpoint ep, endpoint_of(routing, target));
+  pb::BatchReadRequest req = read_request(cv, c, offset, dst.size());
   rpc::CallOptions o;
   o.timeout_ms = options_.call_timeout_ms;
   o.response_payload = dst;
   rpc::RawResponse raw;
   auto reply = co_await rpc_.call<pb::BatchReadReply>(ep, methods::kBatchRead, req, std::move(o), &raw);
-  if (!reply) co_return error(reply.error());
-  if (reply->results_size() != 1) co_return error(Code::kProtocol, "batch read from {}: {} results for 1 range",
-                                                  ep.to_string(), reply->results_size());
-  const pb::RangeResult& rr = reply->results(0);
-  Code code = code_from_wire(rr.code());
-  if (code == Code::kNotFound) co_return 0u;  // no such chunk: a hole
-  if (code != Code::kOk) co_return error(code, "target {} at {}: {}", target, ep.to_string(), rr.message());
-  if (rr.length() > dst.size() || rr.length() != raw.payload_len)
-    co_return error(Code::kProtocol, "batch read from {}: {} bytes for a range of {}", ep.to_string(), rr.length(),
-                    dst.size());
-  if (!raw.payload_in_destination && rr.length() > 0)
-    std::copy_n(raw.payload.data(), rr.length(), dst.data());
-  if (crc32c(dst.first(rr.length())) != rr.crc32c())
-    co_return error(Code::kCorruption, "target {} at {}: checksum mismatch on chunk {}:{}", target, ep.to_string(),
-                    c.ino, c.index);
-  co_return rr.length();
+  co_return read_reply(reply, raw, ep, target, c, dst);
+}
+
+Result<uint32_t> ChunkIo::read_from_blocking(const mgmt::RoutingInfo& routing, const pb::BatchReadRequest& req,
+                                             mgmt::TargetId target, ChunkAddress c, std::span<std::byte> dst) {
+  WEFT_TRY(rpc::Endpoint ep, endpoint_of(routing, target));
+  rpc::RawResponse raw;
+  auto reply = rpc_.call_blocking<pb::BatchReadReply>(ep, methods::kBatchRead, req, dst, options_.call_timeout_ms, &raw);
+  return read_reply(reply, raw, ep, target, c, dst);
+}
+
+Result<uint32_t> ChunkIo::read_blocking(ChunkAddress c, uint32_t offset, std::span<std::byte> dst) {
+  RoutingPtr routing = routing_.current();
+  WEFT_TRY(const mgmt::ChainInfo* chain, routing->chain(c.chain));
+  WEFT_TRY(mgmt::ChainRoute route, mgmt::route_chain(*chain));
+  if (route.readable.empty()) return error(Code::kUnavailable, "chain {} has no serving replica", c.chain);
+  const size_t n = route.readable.size();
+  const size_t first = first_replica(c, n);
+  const pb::BatchReadRequest req = read_request(route.version, c, offset, dst.size());
+  Status last;
+  for (size_t i = 0; i < n; ++i) {
+    mgmt::TargetId target = route.readable[(first + i) % n];
+    auto r = read_from_blocking(*routing, req, target, c, dst);
+    if (r) return r;
+    last = r.error();
+    if (i + 1 < n) {
+      replica_failovers_.fetch_add(1);
+      WEFT_LOG_DEBUG("read chunk {}:{}: {}; trying the next replica", c.ino, c.index, last);
+    }
+  }
+  return error(last.with_context(fmt::format("read chunk {}:{} on chain {}", c.ino, c.index, c.chain)));
 }
 
 Task<Result<uint32_t>> ChunkIo::read_round(const mgmt::RoutingInfo& routing, ChunkAddress c, uint32_t offset,

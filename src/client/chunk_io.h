@@ -11,6 +11,11 @@
 //     with the CRC32C the server computed of the bytes it sent; an error or a
 //     mismatch moves on to the next replica of the chain, then to a routing
 //     refresh and another round. A chunk that does not exist reads as a hole.
+//   - read_blocking() is read()'s first round on the calling thread (for
+//     threads outside the I/O pool): same replica order, fail-over and CRC
+//     check, over that thread's own blocking connections (rpc::Client::
+//     call_blocking). No backoff or routing refresh: when the round fails,
+//     the caller goes on with read().
 //   - group_reads()/read_group() read many small ranges with one BatchRead
 //     request per storage server (the first-epoch case), at most
 //     kGroupBytesMax per request; the reply is copied out of the RPC payload
@@ -29,6 +34,11 @@
 #include "rpc/client.h"
 #include "rpc/io_pool.h"
 #include "rpc/task.h"
+
+namespace weft::proto::storage {
+class BatchReadRequest;
+class BatchReadReply;
+}  // namespace weft::proto::storage
 
 namespace weft::client {
 
@@ -60,6 +70,8 @@ class ChunkIo {
 
   // Bytes of the range the chunk holds (< dst.size() past the chunk's end; 0 for a missing chunk).
   Task<Result<uint32_t>> read(ChunkAddress c, uint32_t offset, std::span<std::byte> dst);
+  // One round of read() on the calling thread. REQUIRES: not on an I/O thread.
+  Result<uint32_t> read_blocking(ChunkAddress c, uint32_t offset, std::span<std::byte> dst);
   Task<Result<void>> write(ChunkAddress c, uint32_t offset, std::span<const std::byte> src);
   Task<Result<void>> truncate(ChunkAddress c, uint32_t length);
   Task<Result<void>> remove(ChunkAddress c);
@@ -86,6 +98,13 @@ class ChunkIo {
   // One round over the readable replicas; the error of the last replica tried.
   Task<Result<uint32_t>> read_round(const mgmt::RoutingInfo& routing, ChunkAddress c, uint32_t offset,
                                     std::span<std::byte> dst);
+  static proto::storage::BatchReadRequest read_request(mgmt::ChainVersion cv, ChunkAddress c, uint32_t offset,
+                                                       size_t length);
+  static Result<uint32_t> read_reply(const Result<proto::storage::BatchReadReply>& reply, const rpc::RawResponse& raw,
+                                     const rpc::Endpoint& ep, mgmt::TargetId target, ChunkAddress c,
+                                     std::span<std::byte> dst);
+  Result<uint32_t> read_from_blocking(const mgmt::RoutingInfo& routing, const proto::storage::BatchReadRequest& req,
+                                      mgmt::TargetId target, ChunkAddress c, std::span<std::byte> dst);
   Task<Result<uint32_t>> read_from(const mgmt::RoutingInfo& routing, mgmt::ChainVersion cv, mgmt::TargetId target,
                                    ChunkAddress c, uint32_t offset, std::span<std::byte> dst);
   // Waits after a failed attempt; false when the retry time is used up.

@@ -105,6 +105,8 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   void prefetch_locked(uint64_t first_chunk, uint64_t size);
   // Reads [offset, offset + want) into dst, from prefetched chunks where it can.
   Result<void> read_spans(std::span<std::byte> dst, uint64_t offset, size_t want);
+  // One chunk range read on the calling thread (not an I/O thread), then through read() if that failed.
+  Result<uint32_t> read_chunk_here(ChunkAddress address, uint32_t offset, std::span<std::byte> dst);
  public:
   // Set by Client at open: stripe chains of this file.
   void set_stripe(std::vector<mgmt::ChainId> stripe) { stripe_ = std::move(stripe); }

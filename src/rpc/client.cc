@@ -1,10 +1,14 @@
 #include "rpc/client.h"
 
+#include <algorithm>
+
 #include <asio/dispatch.hpp>
 #include <asio/post.hpp>
 
+#include "common/assert.h"
 #include "common/random.h"
 #include "rpc/client_connection.h"
+#include "rpc/sync_channel.h"
 
 namespace weft::rpc {
 
@@ -17,6 +21,7 @@ Client::Client(IoPool& io, ClientOptions options) : io_(io), options_(std::move(
 Client::~Client() { close_all(); }
 
 void Client::close_all() {
+  generation_.fetch_add(1);
   std::map<Endpoint, Channel> channels;
   {
     std::lock_guard lock(mu_);
@@ -31,6 +36,13 @@ void Client::close_all() {
   }
 }
 
+std::shared_ptr<ChannelBackoff> Client::backoff_for(const Endpoint& ep) {
+  std::lock_guard lock(mu_);
+  Channel& ch = channels_[ep];
+  if (!ch.backoff) ch.backoff = std::make_shared<ChannelBackoff>();
+  return ch.backoff;
+}
+
 Result<std::shared_ptr<ClientConnection>> Client::connection_for(const Endpoint& ep) {
   const size_t per = options_.connections_per_endpoint;
   const size_t here = io_.current_index();  // io_.size() outside the pool
@@ -39,7 +51,7 @@ Result<std::shared_ptr<ClientConnection>> Client::connection_for(const Endpoint&
   if (ch.conns.empty()) {
     ch.conns.resize(per);
     ch.local.resize(io_.size() * per);
-    ch.backoff = std::make_shared<ChannelBackoff>();
+    if (!ch.backoff) ch.backoff = std::make_shared<ChannelBackoff>();
   }
   size_t k = ch.next++ % per;
   bool on_pool = here < io_.size();
@@ -93,6 +105,66 @@ Task<Result<RawResponse>> Client::call_raw(const Endpoint& ep, MethodId method, 
   StartCall start{std::move(*conn), method, std::move(body), std::move(options)};
   co_return co_await asio::async_initiate<const asio::use_awaitable_t<>&, void(Result<RawResponse>)>(
       std::move(start), asio::use_awaitable);
+}
+
+namespace {
+
+// The calling thread's blocking channels, most recently used last.
+struct SyncSlot {
+  const Client* owner;
+  std::weak_ptr<int> alive;
+  uint64_t generation;
+  std::unique_ptr<SyncChannel> channel;
+};
+thread_local std::vector<SyncSlot> t_sync_slots;
+
+}  // namespace
+
+Result<RawResponse> Client::call_blocking(const Endpoint& ep, MethodId method, const std::string& body,
+                                          std::span<std::byte> response_payload, uint32_t timeout_ms) {
+  WEFT_ASSERT_MSG(IoPool::current_context() == nullptr, "call_blocking on an I/O thread would stall its loop");
+  auto& slots = t_sync_slots;
+  const uint64_t generation = generation_.load(std::memory_order_relaxed);
+  auto it = std::find_if(slots.begin(), slots.end(), [&](const SyncSlot& s) {
+    return s.owner == this && !s.alive.expired() && s.channel->endpoint() == ep;
+  });
+  if (it != slots.end() && (it->generation != generation || it->channel->broken())) {
+    slots.erase(it);
+    it = slots.end();
+  }
+  if (it == slots.end()) {
+    std::erase_if(slots, [](const SyncSlot& s) { return s.alive.expired(); });
+    auto backoff = backoff_for(ep);
+    {
+      std::lock_guard lock(backoff->mu);
+      auto now = std::chrono::steady_clock::now();
+      if (now < backoff->retry_at) {
+        auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(backoff->retry_at - now).count();
+        return error(Code::kUnavailable, "{} (next attempt in {} ms)", backoff->last_error.message(), wait_ms);
+      }
+    }
+    auto channel = SyncChannel::open(ep, options_);
+    if (!channel) {
+      std::lock_guard lock(backoff->mu);
+      backoff->backoff_ms = backoff->backoff_ms == 0 ? options_.backoff_min_ms
+                                                     : std::min(backoff->backoff_ms * 2, options_.backoff_max_ms);
+      backoff->retry_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(backoff->backoff_ms);
+      backoff->last_error = channel.error();
+      return std::unexpected(std::move(channel).error());
+    }
+    {
+      std::lock_guard lock(backoff->mu);
+      backoff->backoff_ms = 0;
+      backoff->retry_at = {};
+    }
+    if (slots.size() >= kSyncChannelsPerThreadMax) slots.erase(slots.begin());
+    slots.push_back(SyncSlot{this, alive_, generation, std::move(*channel)});
+    it = slots.end() - 1;
+  } else if (it + 1 != slots.end()) {
+    std::rotate(it, it + 1, slots.end());  // most recently used last
+    it = slots.end() - 1;
+  }
+  return it->channel->call(method, body, response_payload, timeout_ms ? timeout_ms : options_.call_timeout_ms);
 }
 
 }  // namespace weft::rpc

@@ -8,8 +8,12 @@
 // completion resumes the caller on its own executor. A call made on one of
 // the pool's I/O threads uses that thread's own connections to the endpoint
 // (so no thread hop either way); other threads share round-robin ones.
+// call_blocking() is the synchronous form for threads outside every IoPool:
+// it runs on the caller's thread over a connection of that thread's own
+// (rpc/sync_channel.h), with no I/O thread involved.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -98,6 +102,28 @@ class Client {
     co_return resp;
   }
 
+  // Blocking call on the calling thread's own connection to `ep` (made on
+  // first use; at most kSyncChannelsPerThreadMax per thread, least recently
+  // used dropped). One call at a time per thread; no cancellation. The reply
+  // payload lands in `response_payload` when it fits. A failed connect starts
+  // the same backoff as call_raw's. REQUIRES: not on an I/O thread of any IoPool.
+  Result<RawResponse> call_blocking(const Endpoint& ep, MethodId method, const std::string& body,
+                                    std::span<std::byte> response_payload = {}, uint32_t timeout_ms = 0);
+  template <class Resp, class Req>
+  Result<Resp> call_blocking(const Endpoint& ep, MethodId method, const Req& req,
+                             std::span<std::byte> response_payload, uint32_t timeout_ms, RawResponse* raw = nullptr) {
+    std::string body;
+    if (!req.SerializeToString(&body)) return error(Code::kInvalidArgument, "cannot serialize request");
+    WEFT_TRY(RawResponse r, call_blocking(ep, method, body, response_payload, timeout_ms));
+    Resp resp;
+    if (!resp.ParseFromString(r.body))
+      return error(Code::kProtocol, "cannot parse the reply of method {}.{} from {}", method.service, method.method,
+                   ep.to_string());
+    if (raw) *raw = std::move(r);
+    return resp;
+  }
+  static constexpr size_t kSyncChannelsPerThreadMax = 64;
+
   uint64_t client_id() const { return options_.client_id; }
   const ClientOptions& options() const { return options_; }
   // Closes every connection; in-flight calls fail with kDisconnected.
@@ -111,12 +137,17 @@ class Client {
     std::shared_ptr<ChannelBackoff> backoff;
   };
   Result<std::shared_ptr<ClientConnection>> connection_for(const Endpoint& ep);
+  std::shared_ptr<ChannelBackoff> backoff_for(const Endpoint& ep);
 
   IoPool& io_;
   ClientOptions options_;
   std::shared_ptr<const ClientOptions> shared_options_;  // outlives this Client in its connections
   std::mutex mu_;
   std::map<Endpoint, Channel> channels_;
+  // Expires with this Client: the per-thread channels of a Client that is
+  // gone are never used again (they are dropped on the thread's next miss).
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);
+  std::atomic<uint64_t> generation_{0};  // close_all() retires every per-thread channel
 };
 
 }  // namespace weft::rpc
