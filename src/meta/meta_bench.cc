@@ -7,11 +7,15 @@
 // directory with POSIX calls (open(O_CREAT|O_EXCL)/close, stat, unlink) as a
 // same-run baseline. By default the server runs in this process (its own
 // I/O threads, 16 blocking threads, synced WAL); --server HOST:PORT uses a
-// running `weft serve meta` instead.
+// running `weft serve meta` instead. Each phase also reports the process's CPU
+// time (user + system) and context switches per operation: with the server in
+// process that is the whole cost of an operation, clients included, and it
+// holds up on a shared machine better than ops/s.
 // Usage: meta_bench [--files N] [--clients 4] [--wide-clients 16] [--dir PATH]
 //                   [--posix-dir PATH] [--server HOST:PORT --token T] [--nosync] [--no-linger]
-//                   [--json FILE]
+//                   [--json FILE] [--no-posix] [--own-only]
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -49,6 +53,8 @@ struct Args {
   std::string token = "bench";
   bool sync = true;
   bool linger = true;
+  bool posix = true;       // --no-posix: skip the baseline (profiling runs)
+  bool own_only = false;   // --own-only: only the own-directory phases
   std::string json;
 };
 
@@ -67,6 +73,8 @@ Args parse(int argc, char** argv) {
     else if (s == "--nosync") a.sync = false;
     else if (s == "--no-linger") a.linger = false;
     else if (s == "--json") a.json = next();
+    else if (s == "--no-posix") a.posix = false;
+    else if (s == "--own-only") a.own_only = true;
     else {
       fmt::print(stderr, "unknown argument {}\n", s);
       std::exit(2);
@@ -81,11 +89,26 @@ using OpFn = std::function<bool(int client, int i)>;
 struct PhaseResult {
   double ops_per_s = 0;
   uint64_t errors = 0;
+  double cpu_us_per_op = 0;  // whole process (clients + in-process server), user + system
+  double csw_per_op = 0;     // voluntary + involuntary context switches
 };
+
+struct Usage {
+  double cpu_us = 0;
+  double csw = 0;
+};
+
+Usage process_usage() {
+  struct rusage ru;
+  ::getrusage(RUSAGE_SELF, &ru);
+  auto us = [](const timeval& t) { return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_usec); };
+  return Usage{us(ru.ru_utime) + us(ru.ru_stime), static_cast<double>(ru.ru_nvcsw + ru.ru_nivcsw)};
+}
 
 PhaseResult run_phase(int clients, int files, const OpFn& op) {
   std::atomic<uint64_t> errors{0};
   std::vector<std::thread> threads;
+  Usage usage_start = process_usage();
   auto start = std::chrono::steady_clock::now();
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
@@ -94,8 +117,16 @@ PhaseResult run_phase(int clients, int files, const OpFn& op) {
     });
   }
   for (auto& t : threads) t.join();
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return PhaseResult{clients * static_cast<double>(files) / s, errors.load()};
+  auto end = std::chrono::steady_clock::now();
+  double s = std::chrono::duration<double>(end - start).count();
+  // steady_clock is CLOCK_MONOTONIC: `perf record -k CLOCK_MONOTONIC` + `perf report --time` slices a phase.
+  if (std::getenv("META_BENCH_PHASE_TIMES"))
+    fmt::print(stderr, "phase {:.6f},{:.6f}\n", std::chrono::duration<double>(start.time_since_epoch()).count(),
+               std::chrono::duration<double>(end.time_since_epoch()).count());
+  Usage usage_end = process_usage();
+  double ops = clients * static_cast<double>(files);
+  return PhaseResult{ops / s, errors.load(), (usage_end.cpu_us - usage_start.cpu_us) / ops,
+                     (usage_end.csw - usage_start.csw) / ops};
 }
 
 // The operations a W5 run needs, on one backend (RPC or POSIX).
@@ -112,6 +143,7 @@ std::string file_name(bool shared, int client, int i) {
 std::map<std::string, PhaseResult> run_w5(Backend& b, const Args& a, const std::string& tag) {
   std::map<std::string, PhaseResult> out;
   for (bool shared : {false, true}) {
+    if (shared && a.own_only) break;
     auto dir_of = [&](int c) { return shared ? tag + "-shared" : fmt::format("{}-own{}", tag, c); };
     if (shared) b.mkdir(0, dir_of(0));
     else
@@ -124,6 +156,7 @@ std::map<std::string, PhaseResult> run_w5(Backend& b, const Args& a, const std::
     out[prefix + "remove_ops_per_s"] =
         run_phase(a.clients, a.files, [&](int c, int i) { return b.remove(c, dir_of(c), file_name(shared, c, i)); });
   }
+  if (a.own_only) return out;
   std::string wide = fmt::format("{}-wide", tag);
   for (int c = 0; c < a.wide_clients; ++c) b.mkdir(c, fmt::format("{}{}", wide, c));
   out[fmt::format("create_{}_clients_ops_per_s", a.wide_clients)] = run_phase(
@@ -195,11 +228,12 @@ Backend posix_backend(const std::string& root) {
 }
 
 void print_table(const std::map<std::string, PhaseResult>& meta, const std::map<std::string, PhaseResult>& posix) {
-  fmt::print("{:<34} {:>12} {:>12} {:>8} {:>7}\n", "phase", "weft ops/s", "posix ops/s", "ratio", "errors");
+  fmt::print("{:<34} {:>12} {:>12} {:>8} {:>7} {:>10} {:>8}\n", "phase", "weft ops/s", "posix ops/s", "ratio",
+             "errors", "cpu us/op", "csw/op");
   for (const auto& [k, v] : meta) {
-    double p = posix.at(k).ops_per_s;
-    fmt::print("{:<34} {:>12.0f} {:>12.0f} {:>8.3f} {:>7}\n", k, v.ops_per_s, p, v.ops_per_s / p,
-               v.errors + posix.at(k).errors);
+    PhaseResult p = posix.contains(k) ? posix.at(k) : PhaseResult{};
+    fmt::print("{:<34} {:>12.0f} {:>12.0f} {:>8.3f} {:>7} {:>10.1f} {:>8.2f}\n", k, v.ops_per_s, p.ops_per_s,
+               p.ops_per_s > 0 ? v.ops_per_s / p.ops_per_s : 0.0, v.errors + p.errors, v.cpu_us_per_op, v.csw_per_op);
   }
 }
 
@@ -267,7 +301,8 @@ int run(const Args& a) {
     meta = run_w5(b, a, tag);
   }
   Backend pb = posix_backend(a.posix_dir);
-  auto posix = run_w5(pb, a, tag);
+  std::map<std::string, PhaseResult> posix;
+  if (a.posix) posix = run_w5(pb, a, tag);
   print_table(meta, posix);
   if (store) {
     uint64_t commits = 0;

@@ -9,8 +9,8 @@
 #include "common/assert.h"
 #include "common/fault.h"
 #include "common/random.h"
-#include "meta/merge_operator.h"
 #include "meta/ops.h"
+#include "meta/rocks_options.h"
 #include "meta/txn.h"
 #include "meta/wal_syncer.h"
 
@@ -67,12 +67,7 @@ Result<std::unique_ptr<MetaStore>> MetaStore::open(StoreOptions options) {
 }
 
 Result<void> MetaStore::init() {
-  rocksdb::Options opts;
-  opts.create_if_missing = true;
-  opts.merge_operator = make_merge_operator();
-  opts.IncreaseParallelism(2);
-  opts.max_successive_merges = 64;  // fold hot directories' DirStat operands on write
-  opts.enable_pipelined_write = false;
+  rocksdb::Options opts = store_rocks_options();
   rocksdb::TransactionDBOptions topts;
   topts.num_stripes = 64;
   topts.default_lock_timeout = options_.lock_timeout_ms;

@@ -202,8 +202,9 @@ class MetaStore {
   Result<void> drop_link(Txn& txn, Inode victim);
   Result<void> destroy_inode(Txn& txn, const Inode& inode);
   Result<uint64_t> begin_session(Txn& txn, const Context& ctx, Ino ino);
-  // Unlocked read (directories merged with their DirStat), optionally at a snapshot.
-  Result<Inode> read_inode(Ino ino, const rocksdb::Snapshot* snapshot = nullptr);
+  // Unlocked read, optionally at a snapshot. with_stat: merge a directory's
+  // DirStat in (nlink, mtime, ctime); a permission check needs only the base.
+  Result<Inode> read_inode(Ino ino, const rocksdb::Snapshot* snapshot = nullptr, bool with_stat = true);
   Result<Reply> do_create(Txn& txn, const Context& ctx, Ino parent, std::string_view name, uint32_t mode,
                           bool exclusive, bool open_for_write);
   Result<void> do_rename(Txn& txn, const Context& ctx, Ino sp, std::string_view sn, Ino dp,

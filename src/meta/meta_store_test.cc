@@ -1,5 +1,8 @@
 #include "meta/meta_store.h"
 
+#include <rocksdb/db.h>
+
+#include "meta/codec.h"
 #include "meta/test_util.h"
 
 namespace weft::meta::testing {
@@ -40,6 +43,29 @@ TEST_F(MetaStoreTest, MkdirCreateLookupGetattr) {
   EXPECT_CODE(s().lookup(root(), d, "missing"), Code::kNotFound);
   EXPECT_CODE(s().lookup(root(), f, "x"), Code::kNotDirectory);
   EXPECT_CODE(s().getattr(root(), 999999), Code::kNotFound);
+}
+
+// lookup reads the parent without its DirStat; a directory it returns must
+// still carry the merged link count and times.
+TEST_F(MetaStoreTest, LookupOfDirectoryMergesItsStats) {
+  Ino d = mkdir("d");
+  mkdir("sub", d);
+  EXPECT_EQ(s().lookup(root(), kRootIno, "d")->nlink, 3u);
+  EXPECT_EQ(s().lookup(root(), d, ".")->nlink, 3u);
+  EXPECT_EQ(s().lookup(root(), d, "sub")->nlink, 2u);
+  Ino f = create("f", d);
+  auto dir = s().lookup(root(), kRootIno, "d");
+  ASSERT_OK(dir);
+  EXPECT_GE(dir->mtime_ns, s().getattr(root(), f)->ctime_ns);
+}
+
+// A dentry naming a missing inode is reported, never returned as not found.
+TEST_F(MetaStoreTest, LookupOfDanglingDentryIsCorruption) {
+  Ino d = mkdir("d");
+  Ino f = create("f", d);
+  ASSERT_TRUE(s().db()->Delete(rocksdb::WriteOptions(), key::inode(f)).ok());
+  EXPECT_CODE(s().lookup(root(), d, "f"), Code::kCorruption);
+  store_.reset();  // no fsck in TearDown: the store is broken on purpose
 }
 
 TEST_F(MetaStoreTest, NameValidation) {

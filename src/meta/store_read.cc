@@ -24,7 +24,7 @@ class SnapshotHolder {
 
 }  // namespace
 
-Result<Inode> MetaStore::read_inode(Ino ino, const rocksdb::Snapshot* snapshot) {
+Result<Inode> MetaStore::read_inode(Ino ino, const rocksdb::Snapshot* snapshot, bool with_stat) {
   rocksdb::ReadOptions ro;
   ro.snapshot = snapshot;
   std::string raw;
@@ -33,7 +33,7 @@ Result<Inode> MetaStore::read_inode(Ino ino, const rocksdb::Snapshot* snapshot) 
   if (!s.ok()) return error(from_rocks(s, "read inode"));
   WEFT_TRY(Inode n, decode_inode(raw));
   if (n.ino != ino) return error(Code::kCorruption, "inode key {} holds inode {}", ino, n.ino);
-  if (!n.is_dir()) return n;
+  if (!n.is_dir() || !with_stat) return n;
   s = db_->Get(ro, key::dir_stat(ino), &raw);
   if (s.IsNotFound()) return n;
   if (!s.ok()) return error(from_rocks(s, "read dir stat"));
@@ -41,14 +41,17 @@ Result<Inode> MetaStore::read_inode(Ino ino, const rocksdb::Snapshot* snapshot) 
   return apply_dir_stat(std::move(n), stat);
 }
 
+// A stat storm is mostly lookups of files in a few directories: the parent is
+// read for its permission bits only; its DirStat, a merge chain of up to
+// max_successive_merges operands in a hot directory, is skipped.
 Result<Inode> MetaStore::lookup(const Context& ctx, Ino parent_ino, std::string_view name) {
   return observe(metrics_of(Op::kLookup), [&]() -> Result<Inode> {
     WEFT_RETURN_IF_ERROR(check_name(name));
     SnapshotHolder snap(db_);
-    WEFT_TRY(Inode parent, read_inode(parent_ino, snap.get()));
+    WEFT_TRY(Inode parent, read_inode(parent_ino, snap.get(), /*with_stat=*/false));
     if (!parent.is_dir()) return error(Code::kNotDirectory, "inode {} is not a directory", parent_ino);
     WEFT_RETURN_IF_ERROR(check_access(parent, ctx.cred, kAccessExec));
-    if (name == ".") return parent;
+    if (name == ".") return read_inode(parent_ino, snap.get());
     if (name == "..") return read_inode(parent.parent, snap.get());
     rocksdb::ReadOptions ro;
     ro.snapshot = snap.get();

@@ -77,6 +77,11 @@ class WalSyncer {
   uint64_t synced_ = 0;   // guarded by mu_: tickets known durable
   uint64_t failed_ = 0;   // guarded by mu_: tickets whose covering sync failed
   bool stop_ = false;     // guarded by mu_
+  // guarded by mu_: when_durable wakes the syncer once this many commits are
+  // pending (1 while idle, the linger target while lingering, never while a
+  // sync runs: the syncer looks again after it). The destructor always wakes it.
+  static constexpr uint64_t kNoWake = UINT64_MAX;
+  uint64_t wake_at_pending_ = 1;
   const bool linger_;
   uint64_t last_batch_ = 0;     // syncer thread only: commits the last sync covered
   int64_t last_sync_us_ = 0;    // syncer thread only: how long it took

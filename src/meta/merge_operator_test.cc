@@ -1,0 +1,63 @@
+#include "meta/merge_operator.h"
+
+#include <rocksdb/db.h>
+
+#include "meta/codec.h"
+#include "meta/test_util.h"
+
+namespace weft::meta::testing {
+namespace {
+
+class MergeOperatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    rocksdb::Options o;
+    o.create_if_missing = true;
+    o.merge_operator = make_merge_operator();
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(o, dir_.path() + "/db", &db).ok());
+    db_.reset(db);
+  }
+  void merge(const std::string& k, const std::string& v) {
+    ASSERT_TRUE(db_->Merge(rocksdb::WriteOptions(), k, v).ok());
+  }
+  std::string get(const std::string& k) {
+    std::string v;
+    EXPECT_TRUE(db_->Get(rocksdb::ReadOptions(), k, &v).ok());
+    return v;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<rocksdb::DB> db_;
+};
+
+TEST_F(MergeOperatorTest, DirStatFoldsTimesByMaxAndLinksBySum) {
+  std::string k = key::dir_stat(7);
+  merge(k, encode_dir_stat({10, 20, 1}));
+  merge(k, encode_dir_stat({30, 5, 1}));
+  merge(k, encode_dir_stat({15, 25, -1}));
+  EXPECT_EQ(decode_dir_stat(get(k)).value(), (DirStat{30, 25, 1}));
+  ASSERT_TRUE(db_->Put(rocksdb::WriteOptions(), k, encode_dir_stat({100, 100, 3})).ok());
+  merge(k, encode_dir_stat({50, 200, 2}));
+  merge(k, encode_dir_stat({60, 10, -1}));
+  EXPECT_EQ(decode_dir_stat(get(k)).value(), (DirStat{100, 200, 4}));
+}
+
+TEST_F(MergeOperatorTest, CounterAddsOverFlushes) {
+  std::string k(key::kInodeCount);
+  for (int i = 0; i < 10; ++i) merge(k, encode_i64(i % 3 == 0 ? -1 : 2));
+  ASSERT_TRUE(db_->Flush(rocksdb::FlushOptions()).ok());
+  merge(k, encode_i64(5));
+  EXPECT_EQ(decode_i64(get(k)).value(), 4 * -1 + 6 * 2 + 5);
+}
+
+TEST_F(MergeOperatorTest, MalformedOperandIsAnError) {
+  std::string k = key::dir_stat(9);
+  merge(k, encode_dir_stat({1, 1, 0}));
+  merge(k, "garbage");
+  std::string v;
+  EXPECT_FALSE(db_->Get(rocksdb::ReadOptions(), k, &v).ok());
+}
+
+}  // namespace
+}  // namespace weft::meta::testing
