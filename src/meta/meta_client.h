@@ -86,6 +86,7 @@ class MetaClient {
 
  private:
   Result<proto::meta::MetaReply> call(rpc::MethodId method, proto::meta::MetaRequest req, bool mutation);
+  Result<proto::meta::MetaReply> call_here(rpc::MethodId method, proto::meta::MetaRequest req, bool mutation);
   Result<proto::meta::MetaReply> read(rpc::MethodId method, const Cred& cred, proto::meta::MetaRequest req);
   Result<proto::meta::MetaReply> mutate(rpc::MethodId method, const Cred& cred, proto::meta::MetaRequest req);
 
