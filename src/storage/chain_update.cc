@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstring>
 
+#include <asio/experimental/awaitable_operators.hpp>
+
 #include "common/crc32c.h"
 #include "common/fault.h"
 #include "common/logging.h"
@@ -13,6 +15,8 @@
 
 namespace weft::storage {
 namespace {
+
+using namespace asio::experimental::awaitable_operators;
 
 Update to_engine_update(const ChainUpdate& u, uint32_t chain) {
   Update out;
@@ -126,6 +130,22 @@ struct FullContentJob {
   }
 };
 
+uint32_t data_crc_of(const ChainUpdate& u) { return u.data_crc ? *u.data_crc : crc32c(u.data); }
+
+// What staging `u` at `version` will produce, when that is known without
+// staging: a successor was told (`expect`); the head knows it for a write
+// that replaces the whole content. nullopt otherwise (partial write, truncate).
+std::optional<WriteResult> predict(ChunkEngine& engine, const ChainUpdate& u, uint64_t version,
+                                   const std::optional<std::pair<uint32_t, uint32_t>>& expect) {
+  if (expect) return WriteResult{version, expect->first, expect->second};
+  if (u.kind != pb::UPDATE_REPLACE && (u.kind != pb::UPDATE_WRITE || u.offset != 0)) return std::nullopt;
+  auto info = engine.stat(u.id);  // in memory: cheap enough for an I/O thread
+  if (!info && info.error().code() != Code::kNotFound) return std::nullopt;
+  if (u.kind == pb::UPDATE_WRITE && info && u.data.size() < info->length) return std::nullopt;
+  uint64_t v = version != 0 ? version : (info ? info->version : 0) + 1;
+  return WriteResult{v, static_cast<uint32_t>(u.data.size()), data_crc_of(u)};
+}
+
 pb::ForwardRequest forward_request(const Placement& p, const ChainUpdate& u, const WriteResult& staged, bool sync) {
   pb::ForwardRequest req;
   req.set_chain_id(p.route.chain_id);
@@ -137,7 +157,7 @@ pb::ForwardRequest forward_request(const Placement& p, const ChainUpdate& u, con
   req.set_version(staged.version);
   req.set_offset(u.offset);
   req.set_length(u.length);
-  req.set_data_crc32c(crc32c(u.data));
+  req.set_data_crc32c(data_crc_of(u));
   req.set_chunk_size(u.chunk_size);
   req.set_client_id(u.client_id);
   req.set_sequence(u.sequence);
@@ -181,21 +201,20 @@ Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const Ch
     if (removed && p.successor) note_delivered(p, u.id);
     co_return removed;
   }
-  StageJob stage{engine, &u, p.route.chain_id, version, expect != nullptr, expect ? expect->length : 0,
-                 expect ? expect->crc : 0};
-  auto staged_r = co_await pool_.run(stage);
+  std::optional<WriteResult> predicted;
+  if (p.successor) {
+    std::optional<std::pair<uint32_t, uint32_t>> told;
+    if (expect) told.emplace(expect->length, expect->crc);
+    predicted = predict(*engine, u, version, told);
+  }
+  Result<StagedUpdate> staged_r;
+  if (predicted) {
+    staged_r = co_await stage_and_forward(p, u, *predicted, expect);
+  } else {
+    staged_r = co_await stage_then_forward(p, u, version, expect);
+  }
   if (!staged_r) co_return error(staged_r.error());
   StagedUpdate staged = *staged_r;
-  if (p.successor) {
-    auto fwd = co_await forward_out(p, u, staged.result, false);
-    if (!fwd) {
-      if (!staged.already) {
-        AbortJob abort{engine, u.id, staged.result.version};
-        (void)co_await pool_.run(abort);
-      }
-      co_return error(fwd.error());
-    }
-  }
   if (staged.already) {
     if (p.successor) note_delivered(p, u.id);
     co_return staged.result;
@@ -209,6 +228,54 @@ Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const Ch
   auto committed = co_await pool_.run(commit);
   if (committed && p.successor) note_delivered(p, u.id);
   co_return committed;
+}
+
+Task<Result<StagedUpdate>> StorageService::stage_local(const Placement& p, const ChainUpdate& u, uint64_t version,
+                                                       const Expect* expect) {
+  StageJob stage{&p.target->engine(), &u, p.route.chain_id, version, expect != nullptr, expect ? expect->length : 0,
+                 expect ? expect->crc : 0};
+  co_return co_await pool_.run(stage);
+}
+
+// Step 3, then step 4 with the staged result (the head of a partial write).
+Task<Result<StagedUpdate>> StorageService::stage_then_forward(const Placement& p, const ChainUpdate& u,
+                                                              uint64_t version, const Expect* expect) {
+  auto staged = co_await stage_local(p, u, version, expect);
+  if (!staged || !p.successor) co_return staged;
+  auto fwd = co_await forward_out(p, u, staged->result, false);
+  if (!fwd) {
+    if (!staged->already) {
+      AbortJob abort{&p.target->engine(), u.id, staged->result.version};
+      (void)co_await pool_.run(abort);
+    }
+    co_return error(fwd.error());
+  }
+  co_return staged;
+}
+
+// Steps 3 and 4 at the same time: the local slot write and sync overlap the
+// successor's whole round trip. A failed forward aborts the local stage; a
+// failed local stage fails the update (the successor may have committed it:
+// a retry finds it there, or replaces it, see forward_out).
+Task<Result<StagedUpdate>> StorageService::stage_and_forward(const Placement& p, const ChainUpdate& u,
+                                                             WriteResult predicted, const Expect* expect) {
+  auto local = stage_local(p, u, predicted.version, expect);
+  auto remote = forward_out(p, u, predicted, false);
+  auto joined = std::move(local) && std::move(remote);
+  auto both = co_await std::move(joined);
+  Result<StagedUpdate> staged = std::move(std::get<0>(both));
+  const Result<void>& fwd = std::get<1>(both);
+  bool differs = staged && !staged->already &&
+                 (staged->result.length != predicted.length || staged->result.chunk_crc != predicted.chunk_crc);
+  if (staged && !staged->already && (!fwd || differs)) {
+    AbortJob abort{&p.target->engine(), u.id, staged->result.version};
+    (void)co_await pool_.run(abort);
+  }
+  if (!fwd) co_return error(fwd.error());
+  if (differs)
+    co_return error(Code::kInternal, "chunk {} version {}: staged result differs from the one forwarded", u.id,
+                    predicted.version);
+  co_return staged;
 }
 
 // Step 4: sends the staged update to the successor; a successor that fell
@@ -267,6 +334,7 @@ Task<Result<pb::WriteReply>> StorageService::write(const pb::WriteRequest& req, 
   WEFT_CO_RETURN_IF_ERROR(check_payload(call, req.length(), req.data_crc32c(), *p.target));
   ChainUpdate u{pb::UPDATE_WRITE, ChunkId{req.chunk().inode(), req.chunk().index()}, req.offset(), req.length(),
                 call.payload.span(), req.chunk_size(), req.client_id(), req.sequence()};
+  u.data_crc = req.data_crc32c();  // check_payload verified it
   auto r = co_await head_update(req.chain_id(), req.chain_version(), Op::kWrite, u);
   if (!r) co_return error(r.error());
   co_return write_reply<pb::WriteReply>(*r);
@@ -302,6 +370,7 @@ Task<Result<pb::ForwardReply>> StorageService::forward_in(const pb::ForwardReque
   ChainUpdate u{req.kind(), ChunkId{req.chunk().inode(), req.chunk().index()}, req.offset(), req.length(),
                 has_data ? call.payload.span() : std::span<const std::byte>{}, req.chunk_size(), req.client_id(),
                 req.sequence()};
+  if (has_data) u.data_crc = req.data_crc32c();  // check_payload verified it
   ChunkLocks::Guard guard = co_await t.locks().lock(u.id);
   auto p = locate(req.chain_id(), req.chain_version());
   if (!p) co_return error(p.error());

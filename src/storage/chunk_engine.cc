@@ -28,6 +28,8 @@ ChunkEngine::Metrics::Metrics(metrics::Registry& r, const std::string& target)
                                    {{"target", target}})),
       commit_latency_us(r.histogram("weft_storage_commit_latency_us", "Chunk index commit latency",
                                     {{"target", target}})),
+      commit_group_size(r.histogram("weft_storage_commit_group_size", "Index updates per synced index write",
+                                    {{"target", target}})),
       ring_depth(r.gauge("weft_storage_ring_queue_depth", "Queued + in-flight io_uring operations",
                          {{"target", target}})) {}
 
@@ -57,6 +59,7 @@ ChunkEngine::ChunkEngine(std::string dir, EngineOptions options, metrics::Regist
 
 ChunkEngine::~ChunkEngine() {
   registry_.remove_callbacks(this);
+  committer_.reset();
   ring_.reset();  // drains in-flight I/O before the slab files close
 }
 
@@ -77,6 +80,7 @@ static Result<OpenedIndex> open_index(const std::string& path) {
   rocksdb::Options options;
   options.create_if_missing = true;
   options.max_background_jobs = 2;
+  options.compression = rocksdb::kNoCompression;  // values are mostly CRC arrays: incompressible
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s;
   try {
@@ -122,6 +126,8 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const std::string& dir, E
   }
   e->space_.set_capacity_bytes(capacity);
   WEFT_TRY(e->ring_, IoRing::create(options.ring_entries, &e->metrics_->ring_depth));
+  e->committer_ = std::make_unique<IndexCommitter>(e->db_.get(), e->ring_.get(), &e->metrics_->commit_group_size,
+                                                   std::chrono::microseconds(options.commit_linger_us_max));
   ChunkEngine* self = e.get();
   metrics::Labels labels{{"target", options.target_id}};
   registry.gauge_fn("weft_storage_used_bytes", "Bytes of allocated slots", labels,

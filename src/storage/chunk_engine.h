@@ -7,11 +7,20 @@
 // record keeps it (kChainUnknown: written before chains were recorded).
 // Updates are copy-on-write:
 //   1. the new content (read-modify-write for partial updates) goes into a
-//      freshly allocated slot and is made durable (grouped fdatasync);
-//   2. stage() remembers it as the chunk's pending version (memory only);
-//   3. commit() puts the new index entry with one synced RocksDB write; the
-//      old slot is freed in memory afterwards (allocation state is derived
-//      from the index, so the same write batch is what frees it on disk).
+//      freshly allocated slot (a whole-chunk write from an aligned buffer is
+//      written straight from the caller's bytes);
+//   2. stage() makes the slot durable (grouped fdatasync) and remembers it
+//      as the chunk's pending version (memory only);
+//   3. commit() puts the new index entry through the index committer
+//      (storage/index_committer.h): concurrent commits share one synced
+//      RocksDB write, made only after the slots they point to are durable.
+//      The old slot is freed in memory once that write is durable
+//      (allocation state is derived from the index, so the same write batch
+//      is what frees it on disk).
+// With EngineOptions::fused_write_sync, write() (a chain of one) stages
+// without its own fdatasync: the commit group's leader syncs the slab files
+// of the whole group, then the index, so a group of concurrent writes costs
+// two syncs in all.
 // A crash therefore leaves either the old or the new committed chunk. Pending
 // versions are NOT persisted: after a restart they are gone and the target
 // must be resynced by its chain predecessor (a restarted target always is).
@@ -49,6 +58,7 @@
 #include "common/status.h"
 #include "storage/chunk_id.h"
 #include "storage/chunk_meta.h"
+#include "storage/index_committer.h"
 #include "storage/io_ring.h"
 #include "storage/slab_file.h"
 #include "storage/space_manager.h"
@@ -65,6 +75,12 @@ struct EngineOptions {
   uint64_t capacity_bytes = 0;               // 0: used + the filesystem's free space at open
   uint64_t extent_bytes = 64u << 20;         // slab growth step (at least one slot)
   unsigned ring_entries = 256;               // io_uring depth
+  uint32_t commit_linger_us_max = 2000;      // index group commit: longest wait for the group to gather
+  // write(): leave the slot's fdatasync to the commit group's leader (one
+  // slab sync + one index sync per group, in series) instead of syncing it
+  // in its own slab group (which overlaps other groups' index syncs). Off:
+  // fewer syncs, but not faster on the shared test VM (docs/storage.md).
+  bool fused_write_sync = false;
 };
 
 // One update of a chunk's content.
@@ -172,6 +188,7 @@ class ChunkEngine {
   class ChunkLock;
   struct Pending {
     ChunkMeta meta;
+    std::optional<SlabTicket> unsynced;  // the slot write, if not yet durable (write())
   };
   // The committed index is mirrored in memory, sharded by stripe: a read then
   // costs no RocksDB Get. RocksDB stays the truth; an entry changes only after
@@ -192,14 +209,22 @@ class ChunkEngine {
   Result<std::optional<ChunkMeta>> get_meta(const ChunkId& id);
   // REQUIRES: stripe(id).mu held (shared or exclusive).
   std::optional<ChunkMeta> get_meta_locked(const ChunkId& id);
-  Result<WriteResult> stage_locked(const ChunkId& id, uint64_t version, const Update& update);
+  // `durable`: sync the slot now; otherwise commit_locked's group syncs it.
+  Result<WriteResult> stage_locked(const ChunkId& id, uint64_t version, const Update& update, bool durable);
   Result<WriteResult> commit_locked(const ChunkId& id, uint64_t version);
   Result<uint32_t> new_length(const Update& update, uint32_t old_length) const;
-  Result<Buffer> build_content(const ChunkId& id, const std::optional<ChunkMeta>& old, const Update& update,
-                               uint32_t length);
+  // The bytes to write to the new slot, padded to 4 KiB: the caller's own
+  // bytes when they are the whole new content and aligned, else a new buffer.
+  struct Content {
+    Buffer owned;
+    std::span<const std::byte> bytes;
+  };
+  Result<Content> build_content(const ChunkId& id, const std::optional<ChunkMeta>& old, const Update& update,
+                                uint32_t length);
   Result<void> read_verified(const ChunkMeta& meta, uint32_t first_block, uint32_t block_count, std::byte* out);
-  Result<ChunkMeta> store_new_slot(const Buffer& content, uint32_t length, uint64_t version, uint32_t chain_id);
-  std::optional<ChunkMeta> take_pending(const ChunkId& id);
+  Result<Pending> store_new_slot(std::span<const std::byte> content, uint32_t length, uint64_t version,
+                                 uint32_t chain_id, bool durable);
+  std::optional<Pending> take_pending(const ChunkId& id);
   // Checks the CRCs of blocks [first_block, first_block + count) held in `data`.
   Result<void> check_blocks(const ChunkMeta& meta, uint32_t first_block, uint32_t count, const std::byte* data);
   struct ReadPlan;
@@ -216,6 +241,7 @@ class ChunkEngine {
   std::unique_ptr<rocksdb::DB> db_;
   SpaceManager space_;
   std::unique_ptr<IoRing> ring_;
+  std::unique_ptr<IndexCommitter> committer_;
 
   std::mutex slabs_mu_;
   std::vector<std::unique_ptr<SlabFile>> slabs_;  // GUARDED_BY(slabs_mu_) for creation

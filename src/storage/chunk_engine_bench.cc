@@ -1,12 +1,19 @@
 // chunk_engine_bench: the chunk engine against a raw O_DIRECT baseline on the
 // same disk, in the same run.
-//   1 MiB sequential writes (durable: raw pwrite+fdatasync vs engine write),
+//   1 MiB sequential writes (durable: raw pwrite+fdatasync vs engine write);
+//   --write-rounds N repeats that comparison N more times, each round on a
+//   fresh preallocated raw file and fresh chunks, raw and engine alternating,
+//   and prints every round's ratio and their median, with where the engine's
+//   time went (stage = slot write + its fdatasync, commit = synced index write;
+//   --linger-us and --fused set EngineOptions commit_linger_us_max and
+//   fused_write_sync), --reads 0 stops after the writes;
 //   1 MiB sequential reads, 4 KiB random reads at queue depth --qd: through
 //   the engine's own ring (any thread submits, a reaper thread completes) and
 //   through the per-I/O-thread ring the storage server's read handler uses
 //   (storage/thread_ring.h: submitted and completed on one event-loop thread).
 // Usage: chunk_engine_bench [--dir /var/tmp] [--dataset-mib 512] [--threads 4]
-//                           [--qd 16] [--seconds 5]
+//                           [--qd 16] [--seconds 5] [--write-rounds 0] [--reads 1] [--linger-us N]
+//                           [--fused 0]
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -47,6 +54,10 @@ struct Args {
   int threads = 4;
   int qd = 16;
   double seconds = 5;
+  int write_rounds = 0;
+  bool reads = true;  // --reads 0: write lines only
+  int linger_us = -1;  // --linger-us: the engine's commit_linger_us_max (-1: its default)
+  bool fused = false;  // --fused 1: EngineOptions::fused_write_sync
 };
 
 struct Figure {
@@ -232,6 +243,47 @@ void print(const char* what, const Figure& raw, const Figure& eng, bool iops) {
   std::fflush(stdout);
 }
 
+// Mean of the observations a histogram got since `before` (count, sum).
+struct HistMark {
+  uint64_t count = 0, sum = 0;
+};
+HistMark mark(const metrics::Histogram& h) { return {h.count(), h.sum()}; }
+double mean_since(const metrics::Histogram& h, HistMark before) {
+  uint64_t n = h.count() - before.count;
+  return n == 0 ? 0 : static_cast<double>(h.sum() - before.sum) / static_cast<double>(n);
+}
+
+// One more raw-vs-engine durable write round on fresh space: a new
+// preallocated raw file and chunks of inode `inode` (new slots).
+double write_round(const Args& a, const std::string& root, ChunkEngine& e, std::vector<Buffer>& bufs, uint64_t inode) {
+  uint64_t n = a.dataset_mib;
+  std::string path = root + "/raw_round.dat";
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0644);
+  if (fd < 0 || ::fallocate(fd, 0, 0, static_cast<off_t>(n * kMiB)) != 0) die("raw round file");
+  Figure raw = run_parallel(a.threads, n, kMiB, [&](int t, uint64_t i) {
+    if (::pwrite(fd, bufs[t].data(), kMiB, static_cast<off_t>(i * kMiB)) != kMiB || ::fdatasync(fd) != 0) die("raw write");
+  });
+  ::close(fd);
+  ::unlink(path.c_str());
+  auto& reg = metrics::Registry::global();
+  metrics::Labels l{{"target", "bench"}};
+  auto& stage = reg.histogram("weft_storage_stage_latency_us", "", l);
+  auto& commit = reg.histogram("weft_storage_commit_latency_us", "", l);
+  auto& group = reg.histogram("weft_storage_commit_group_size", "", l);
+  HistMark s0 = mark(stage), c0 = mark(commit), g0 = mark(group);
+  Figure eng = run_parallel(a.threads, n, kMiB, [&](int t, uint64_t i) {
+    auto r = e.write(ChunkId{inode, i}, Update::write(0, bufs[t].span()));
+    if (!r) die(r.error().to_string().c_str());
+  });
+  double ratio = 100 * eng.mib_per_s / raw.mib_per_s;
+  std::printf("  write round %-3lu raw %7.1f MiB/s | engine %7.1f MiB/s | ratio %5.1f%% | engine mean stage %6.0f us "
+              "commit %6.0f us group %4.1f\n",
+              inode, raw.mib_per_s, eng.mib_per_s, ratio, mean_since(stage, s0), mean_since(commit, c0),
+              mean_since(group, g0));
+  std::fflush(stdout);
+  return ratio;
+}
+
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -241,6 +293,10 @@ Args parse(int argc, char** argv) {
     else if (k == "--threads") a.threads = std::stoi(v);
     else if (k == "--qd") a.qd = std::stoi(v);
     else if (k == "--seconds") a.seconds = std::stod(v);
+    else if (k == "--write-rounds") a.write_rounds = std::stoi(v);
+    else if (k == "--reads") a.reads = v != "0";
+    else if (k == "--linger-us") a.linger_us = std::stoi(v);
+    else if (k == "--fused") a.fused = v != "0";
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       std::exit(2);
@@ -265,6 +321,8 @@ int main(int argc, char** argv) {
   EngineOptions o;
   o.target_id = "bench";
   o.chunk_size_max = kMiB;
+  if (a.linger_us >= 0) o.commit_linger_us_max = static_cast<uint32_t>(a.linger_us);
+  o.fused_write_sync = a.fused;
   auto opened = ChunkEngine::open(root + "/target", o);
   if (!opened) {
     std::fprintf(stderr, "open engine: %s\n", opened.error().to_string().c_str());
@@ -285,7 +343,21 @@ int main(int argc, char** argv) {
     if (!r) die(r.error().to_string().c_str());
   });
   print("1 MiB seq write (durable)", raw_w, eng_w, false);
+  if (a.write_rounds > 0) {
+    std::vector<double> ratios;
+    for (int r = 0; r < a.write_rounds; ++r) ratios.push_back(write_round(a, root, e, bufs, 100 + r));
+    std::sort(ratios.begin(), ratios.end());
+    std::printf("1 MiB seq write, %d rounds    median ratio %5.1f%% (min %5.1f%%, max %5.1f%%)\n", a.write_rounds,
+                ratios[ratios.size() / 2], ratios.front(), ratios.back());
+    std::fflush(stdout);
+  }
 
+  if (!a.reads) {
+    ::close(fd);
+    opened->reset();
+    std::filesystem::remove_all(root);
+    return 0;
+  }
   Figure raw_r = run_parallel(a.threads, n, kMiB, [&](int t, uint64_t i) {
     if (::pread(fd, bufs[t].data(), kMiB, static_cast<off_t>(i * kMiB)) != kMiB) die("raw read");
   });

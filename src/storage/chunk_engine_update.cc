@@ -3,9 +3,6 @@
 #include <chrono>
 #include <cstring>
 
-#include <rocksdb/db.h>
-#include <rocksdb/write_batch.h>
-
 #include "common/assert.h"
 #include "common/clock.h"
 #include "common/fault.h"
@@ -13,15 +10,6 @@
 #include "storage/engine_internal.h"
 
 namespace weft::storage {
-namespace {
-
-rocksdb::WriteOptions synced() {
-  rocksdb::WriteOptions wo;
-  wo.sync = true;
-  return wo;
-}
-
-}  // namespace
 
 Result<uint32_t> ChunkEngine::new_length(const Update& u, uint32_t old_length) const {
   uint64_t limit = u.chunk_size == 0 ? options_.chunk_size_max : u.chunk_size;
@@ -47,15 +35,21 @@ Result<uint32_t> ChunkEngine::new_length(const Update& u, uint32_t old_length) c
   return error(Code::kInvalidArgument, "unknown update kind");
 }
 
-// The chunk's new content in an aligned buffer padded with zeros to 4 KiB.
-Result<Buffer> ChunkEngine::build_content(const ChunkId& id, const std::optional<ChunkMeta>& old, const Update& u,
-                                          uint32_t length) {
+// The chunk's new content padded with zeros to 4 KiB. A write that replaces
+// the whole content from an aligned, 4 KiB-multiple buffer (a full chunk from
+// the network or a client's pooled buffer) is written from the caller's bytes:
+// no copy, no zeroing.
+Result<ChunkEngine::Content> ChunkEngine::build_content(const ChunkId& id, const std::optional<ChunkMeta>& old,
+                                                        const Update& u, uint32_t length) {
   size_t padded = size_t{blocks_for(length)} * kBlockBytes;
+  bool whole = u.kind == Update::Kind::kReplace ||
+               (u.kind == Update::Kind::kWrite && u.offset == 0 && (!old || u.data.size() >= old->length));
+  if (whole && u.data.size() == padded && reinterpret_cast<uintptr_t>(u.data.data()) % kBlockBytes == 0)
+    return Content{Buffer{}, u.data};
   Buffer buf = Buffer::allocate(padded);
   buf.resize(padded);
   uint32_t keep = 0;  // bytes of the old content that survive
-  bool overwritten = u.kind == Update::Kind::kWrite && u.offset == 0 && old && u.data.size() >= old->length;
-  if (old && u.kind != Update::Kind::kReplace && !overwritten) keep = std::min(old->length, length);
+  if (old && !whole) keep = std::min(old->length, length);
   if (keep > 0) {
     auto r = read_verified(*old, 0, blocks_for(keep), buf.data());
     if (!r) return error(r.error().with_context(fmt::format("read-modify-write of chunk {}", id)));
@@ -67,17 +61,19 @@ Result<Buffer> ChunkEngine::build_content(const ChunkId& id, const std::optional
   if (!u.data.empty()) std::memcpy(buf.data() + u.offset, u.data.data(), u.data.size());
   size_t tail = std::max<size_t>(keep, data_end);
   if (padded > tail) std::memset(buf.data() + tail, 0, padded - tail);
-  return buf;
+  std::span<const std::byte> bytes = buf.span();
+  return Content{std::move(buf), bytes};
 }
 
-Result<ChunkMeta> ChunkEngine::store_new_slot(const Buffer& content, uint32_t length, uint64_t version,
-                                             uint32_t chain_id) {
-  ChunkMeta meta;
+Result<ChunkEngine::Pending> ChunkEngine::store_new_slot(std::span<const std::byte> content, uint32_t length,
+                                                         uint64_t version, uint32_t chain_id, bool durable) {
+  Pending p;
+  ChunkMeta& meta = p.meta;
   meta.chain_id = chain_id;
   meta.size_class = class_for_length(length);
   meta.length = length;
   meta.version = version;
-  Checksums sums = compute_checksums(content.span().first(length));
+  Checksums sums = compute_checksums(content.first(length));
   meta.chunk_crc = sums.chunk_crc;
   meta.block_crcs = std::move(sums.block_crcs);
   WEFT_TRY(SlotRef ref, space_.allocate(meta.size_class));
@@ -85,28 +81,31 @@ Result<ChunkMeta> ChunkEngine::store_new_slot(const Buffer& content, uint32_t le
   auto written = [&]() -> Result<void> {
     WEFT_TRY(SlabFile * file, slab(meta.size_class));
     WEFT_RETURN_IF_ERROR(file->ensure_slots(uint64_t{ref.slot} + 1));
-    if (content.size() == 0) return {};
-    return file->write_durable(*ring_, ref.slot, content.data(), static_cast<uint32_t>(content.size()));
+    if (content.empty()) return {};
+    WEFT_TRY(uint64_t ticket, file->write(*ring_, ref.slot, content.data(), static_cast<uint32_t>(content.size())));
+    if (durable) return file->sync_to(*ring_, ticket);
+    p.unsynced = SlabTicket{file, ticket};
+    return {};
   }();
   if (!written) {
     space_.free(ref);
     return error(written.error());
   }
   metrics_->bytes_written.inc(length);
-  return meta;
+  return p;
 }
 
-std::optional<ChunkMeta> ChunkEngine::take_pending(const ChunkId& id) {
+std::optional<ChunkEngine::Pending> ChunkEngine::take_pending(const ChunkId& id) {
   std::lock_guard lock(pending_mu_);
   auto it = pending_.find(id);
   if (it == pending_.end()) return std::nullopt;
-  ChunkMeta meta = std::move(it->second.meta);
+  Pending p = std::move(it->second);
   pending_.erase(it);
-  return meta;
+  return p;
 }
 
 // REQUIRES: the chunk's ChunkLock held.
-Result<WriteResult> ChunkEngine::stage_locked(const ChunkId& id, uint64_t version, const Update& u) {
+Result<WriteResult> ChunkEngine::stage_locked(const ChunkId& id, uint64_t version, const Update& u, bool durable) {
   auto start = std::chrono::steady_clock::now();
   WEFT_TRY(auto old, get_meta(id));
   uint64_t committed = old ? old->version : 0;
@@ -115,17 +114,17 @@ Result<WriteResult> ChunkEngine::stage_locked(const ChunkId& id, uint64_t versio
                  committed, committed + 1);
   if (version == 0) return error(Code::kInvalidArgument, "chunk {}: version 0 is reserved for 'absent'", id);
   WEFT_TRY(uint32_t length, new_length(u, old ? old->length : 0));
-  WEFT_TRY(Buffer content, build_content(id, old, u, length));
+  WEFT_TRY(Content content, build_content(id, old, u, length));
   if (WEFT_FAULT("storage.stage.fail")) return error(Code::kIoError, "injected: stage of chunk {}", id);
   uint32_t chain_id = u.chain_id != kChainUnknown ? u.chain_id : old ? old->chain_id : kChainUnknown;
-  WEFT_TRY(ChunkMeta meta, store_new_slot(content, length, version, chain_id));
-  WriteResult result{meta.version, meta.length, meta.chunk_crc};
-  std::optional<ChunkMeta> replaced = take_pending(id);
+  WEFT_TRY(Pending staged, store_new_slot(content.bytes, length, version, chain_id, durable));
+  WriteResult result{staged.meta.version, staged.meta.length, staged.meta.chunk_crc};
+  std::optional<Pending> replaced = take_pending(id);
   {
     std::lock_guard lock(pending_mu_);
-    pending_[id] = Pending{std::move(meta)};
+    pending_[id] = std::move(staged);
   }
-  if (replaced) space_.free(SlotRef{replaced->size_class, replaced->slot});
+  if (replaced) space_.free(SlotRef{replaced->meta.size_class, replaced->meta.slot});
   metrics_->stages.inc();
   metrics_->stage_latency_us.observe(elapsed_us(start));
   return result;
@@ -136,10 +135,14 @@ Result<WriteResult> ChunkEngine::commit_locked(const ChunkId& id, uint64_t versi
   auto start = std::chrono::steady_clock::now();
   WEFT_TRY(auto old, get_meta(id));
   std::optional<ChunkMeta> pending;
+  std::optional<SlabTicket> unsynced;
   {
     std::lock_guard lock(pending_mu_);
     auto it = pending_.find(id);
-    if (it != pending_.end() && it->second.meta.version == version) pending = it->second.meta;
+    if (it != pending_.end() && it->second.meta.version == version) {
+      pending = it->second.meta;
+      unsynced = it->second.unsynced;
+    }
   }
   if (!pending) {
     if (old && old->version == version) return WriteResult{old->version, old->length, old->chunk_crc};
@@ -147,14 +150,16 @@ Result<WriteResult> ChunkEngine::commit_locked(const ChunkId& id, uint64_t versi
                  version, old ? old->version : 0);
   }
   if (WEFT_FAULT("storage.commit.fail")) return error(Code::kIoError, "injected: commit of chunk {}", id);
-  rocksdb::WriteBatch batch;
-  batch.Put(chunk_key(id), pending->encode());
+  std::vector<IndexOp> ops;
+  ops.push_back({chunk_key(id), pending->encode()});
   if (!old || old->chain_id != pending->chain_id) {
-    if (old) batch.Delete(chain_key(old->chain_id, id));
-    batch.Put(chain_key(pending->chain_id, id), rocksdb::Slice());
+    if (old) ops.push_back({chain_key(old->chain_id, id), std::nullopt});
+    ops.push_back({chain_key(pending->chain_id, id), std::string()});
   }
-  rocksdb::Status s = db_->Write(synced(), &batch);
-  if (!s.ok()) return error(Code::kIoError, "commit chunk {} version {}: {}", id, version, s.ToString());
+  // Returns once the slot (if staged by write()) and then the entry are durable.
+  auto committed = committer_->commit(std::move(ops), unsynced);
+  if (!committed)
+    return error(committed.error().with_context(fmt::format("commit chunk {} version {}", id, version)));
   take_pending(id);
   {
     std::unique_lock lock(stripe(id).mu);
@@ -168,7 +173,7 @@ Result<WriteResult> ChunkEngine::commit_locked(const ChunkId& id, uint64_t versi
 
 Result<WriteResult> ChunkEngine::stage(const ChunkId& id, uint64_t version, const Update& update) {
   ChunkLock lock(*this, id);
-  return stage_locked(id, version, update);
+  return stage_locked(id, version, update, true);
 }
 
 Result<WriteResult> ChunkEngine::commit(const ChunkId& id, uint64_t version) {
@@ -177,10 +182,13 @@ Result<WriteResult> ChunkEngine::commit(const ChunkId& id, uint64_t version) {
 }
 
 Result<WriteResult> ChunkEngine::write(const ChunkId& id, const Update& update) {
+  // Fused: the group being formed waits for this write's slot, then syncs it.
+  std::optional<IndexCommitter::Intent> intent;
+  if (options_.fused_write_sync) intent.emplace(*committer_);
   ChunkLock lock(*this, id);
   WEFT_TRY(auto old, get_meta(id));
   uint64_t version = (old ? old->version : 0) + 1;
-  WEFT_RETURN_IF_ERROR(stage_locked(id, version, update));
+  WEFT_RETURN_IF_ERROR(stage_locked(id, version, update, !options_.fused_write_sync));
   return commit_locked(id, version);
 }
 
@@ -202,17 +210,17 @@ Result<void> ChunkEngine::abort(const ChunkId& id, uint64_t version) {
 Result<void> ChunkEngine::remove(const ChunkId& id) {
   ChunkLock lock(*this, id);
   WEFT_TRY(auto old, get_meta(id));
-  std::optional<ChunkMeta> pending = take_pending(id);
-  if (pending) space_.free(SlotRef{pending->size_class, pending->slot});
+  std::optional<Pending> pending = take_pending(id);
+  if (pending) space_.free(SlotRef{pending->meta.size_class, pending->meta.slot});
   if (!old) {
     if (pending) return {};
     return error(Code::kNotFound, "chunk {} not found", id);
   }
-  rocksdb::WriteBatch batch;
-  batch.Delete(chunk_key(id));
-  batch.Delete(chain_key(old->chain_id, id));
-  rocksdb::Status s = db_->Write(synced(), &batch);
-  if (!s.ok()) return error(Code::kIoError, "remove chunk {}: {}", id, s.ToString());
+  std::vector<IndexOp> ops;
+  ops.push_back({chunk_key(id), std::nullopt});
+  ops.push_back({chain_key(old->chain_id, id), std::nullopt});
+  auto removed = committer_->commit(std::move(ops), std::nullopt);
+  if (!removed) return error(removed.error().with_context(fmt::format("remove chunk {}", id)));
   {
     std::unique_lock lock(stripe(id).mu);
     stripe(id).index.erase(id);

@@ -17,7 +17,7 @@ namespace weft::storage::testing {
 
 inline constexpr uint32_t kCrashChunkBytes = 64 * 1024;
 inline constexpr uint64_t kCrashInode = 77;
-inline constexpr int kCrashThreads = 2;
+inline constexpr int kCrashThreads = 4;  // odd threads use write() (grouped slot + index sync)
 inline constexpr int kCrashChunksPerThread = 6;
 
 struct CrashRecord {  // written to the pipe after each acknowledged commit
@@ -75,6 +75,7 @@ inline EngineOptions crash_engine_options() {
   o.chunk_size_max = kCrashChunkBytes;
   o.extent_bytes = 1 << 20;
   o.capacity_bytes = 1ull << 30;
+  o.fused_write_sync = true;  // write() threads: slot sync left to the commit group's leader
   return o;
 }
 

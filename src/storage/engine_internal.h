@@ -30,6 +30,7 @@ struct ChunkEngine::Metrics {
   metrics::Histogram& read_latency_us;
   metrics::Histogram& stage_latency_us;
   metrics::Histogram& commit_latency_us;
+  metrics::Histogram& commit_group_size;
   metrics::Gauge& ring_depth;
 };
 

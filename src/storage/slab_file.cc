@@ -50,14 +50,15 @@ Result<void> SlabFile::ensure_slots(uint64_t slots) {
   return {};
 }
 
-Result<void> SlabFile::write_durable(IoRing& ring, uint32_t slot, const void* buf, uint32_t len) {
+Result<uint64_t> SlabFile::write(IoRing& ring, uint32_t slot, const void* buf, uint32_t len) {
   WEFT_ASSERT(len <= slot_bytes_ && len % 4096 == 0);
   if (WEFT_FAULT("storage.slab.write_eio")) return error(Code::kIoError, "injected: write {}", path_);
   int res = ring.write(fd_, buf, len, uint64_t{slot} * slot_bytes_);
   if (res < 0) return errno_error(-res, fmt::format("write slot {} of {}", slot, path_));
   if (static_cast<uint32_t>(res) != len)
     return error(Code::kIoError, "short write to slot {} of {}: {} of {} bytes", slot, path_, res, len);
-  return group_sync(ring);
+  std::lock_guard lock(sync_mu_);
+  return ++writes_done_;
 }
 
 Result<void> SlabFile::read(IoRing& ring, uint32_t slot, uint64_t offset_in_slot, void* buf, uint32_t len) {
@@ -72,9 +73,9 @@ Result<void> SlabFile::read(IoRing& ring, uint32_t slot, uint64_t offset_in_slot
 // A ticket taken after the caller's write completed is covered by any sync
 // that starts after the ticket was taken. One waiter at a time leads a sync
 // for every ticket issued so far; the others wait for it.
-Result<void> SlabFile::group_sync(IoRing& ring) {
+Result<void> SlabFile::sync_to(IoRing& ring, uint64_t ticket) {
   std::unique_lock lock(sync_mu_);
-  uint64_t ticket = ++writes_done_;
+  WEFT_ASSERT(ticket <= writes_done_);
   while (writes_synced_ < ticket) {
     if (failed_) return error(*failed_);
     if (syncing_) {
@@ -96,6 +97,11 @@ Result<void> SlabFile::group_sync(IoRing& ring) {
     sync_cv_.notify_all();
   }
   return {};
+}
+
+uint64_t SlabFile::synced_ticket() const {
+  std::lock_guard lock(sync_mu_);
+  return writes_synced_;
 }
 
 uint64_t SlabFile::sync_calls() const {

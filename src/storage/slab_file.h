@@ -2,11 +2,13 @@
 // One slab file per size class: an array of equal-sized slots opened with
 // O_DIRECT. The file grows in fixed-size extents preallocated with fallocate,
 // so slot writes never extend the file. Durability of slot writes is grouped:
-// write_durable() writes through the ring, then one fdatasync covers every
-// write completed before it started, shared by all writers waiting at the time.
+// write() returns a ticket once the write completed; sync_to(ticket) waits
+// for one fdatasync that started after that, shared by all writers waiting at
+// the time. The chunk engine's index committer calls sync_to for the slots of
+// a whole commit group.
 // Threading: all methods are thread-safe. The SlabFile owns its fd.
 // Invariants: slot_count() * slot_bytes() <= file size; a failed fdatasync is
-// sticky (every later write_durable fails): the kernel may have dropped the
+// sticky (every later sync_to fails): the kernel may have dropped the
 // dirty pages, so nothing written since can be acknowledged.
 #pragma once
 
@@ -37,17 +39,20 @@ class SlabFile {
   // Preallocates whole extents until `slots` slots exist. ENOSPC -> kNoSpace.
   Result<void> ensure_slots(uint64_t slots);
 
-  // Writes `len` bytes (4 KiB multiple, aligned buffer) at `offset` inside
-  // slot `slot`, then waits for a group fdatasync that covers the write.
-  Result<void> write_durable(IoRing& ring, uint32_t slot, const void* buf, uint32_t len);
+  // Writes `len` bytes (4 KiB multiple, aligned buffer) at the start of slot
+  // `slot`; returns the write's sync ticket (not yet durable).
+  Result<uint64_t> write(IoRing& ring, uint32_t slot, const void* buf, uint32_t len);
+  // Waits for a group fdatasync that covers every write up to `ticket`.
+  Result<void> sync_to(IoRing& ring, uint64_t ticket);
   // Reads `len` bytes at `offset_in_slot` of `slot` (both 4 KiB multiples).
   Result<void> read(IoRing& ring, uint32_t slot, uint64_t offset_in_slot, void* buf, uint32_t len);
 
   uint64_t sync_calls() const;
+  // The highest ticket a finished fdatasync covers.
+  uint64_t synced_ticket() const;
 
  private:
   SlabFile(std::string path, int fd, uint64_t slot_bytes, uint64_t extent_bytes, uint64_t file_bytes);
-  Result<void> group_sync(IoRing& ring);
 
   const std::string path_;
   const int fd_;

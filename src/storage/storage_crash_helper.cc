@@ -1,6 +1,8 @@
 // Child process of chunk_engine_crash_test: applies the crash_model update
-// stream (stage + commit, several threads) to the engine in argv[1] and
-// reports every acknowledged commit on fd argv[2], until it is killed.
+// stream to the engine in argv[1] from several threads (even threads: stage +
+// commit; odd threads: write(), whose slot and index syncs are grouped with
+// the other writers') and reports every acknowledged commit on fd argv[2],
+// until it is killed.
 #include <unistd.h>
 
 #include <cstdio>
@@ -33,8 +35,14 @@ int main(int argc, char** argv) {
           auto info = (*engine)->stat(id);
           uint64_t version = (info ? info->version : 0) + 1;
           auto op = testing::crash_op(index, version);
-          auto staged = (*engine)->stage(id, version, op.update());
-          auto committed = staged ? (*engine)->commit(id, version) : staged;
+          weft::Result<WriteResult> committed;
+          if (t % 2 == 1) {
+            committed = (*engine)->write(id, op.update());
+            if (committed && committed->version != version) std::_Exit(3);
+          } else {
+            auto staged = (*engine)->stage(id, version, op.update());
+            committed = staged ? (*engine)->commit(id, version) : staged;
+          }
           if (!committed) {
             std::fprintf(stderr, "update %lu v%lu: %s\n", index, version, committed.error().to_string().c_str());
             std::_Exit(1);

@@ -10,7 +10,12 @@
 //      sequence) from its dedup table, and assigns version committed + 1;
 //   3. it stages the update locally (copy-on-write, not yet visible);
 //   4. it forwards the update with that version to its successor, which
-//      locks, stages, forwards on in turn; the tail stages and commits;
+//      locks, stages, forwards on in turn; the tail stages and commits.
+//      Steps 3 and 4 run at the same time (pipelined) whenever the member
+//      knows the staged result (length, CRC) before staging: a successor
+//      always does (its predecessor's result), the head for whole-chunk
+//      writes; otherwise (partial writes, truncates at the head) it stages
+//      first. Both must succeed before the member commits;
 //   5. each member commits when its successor acknowledged (the Forward
 //      reply), so the client's ack means every replica on the write path
 //      (serving and syncing) has committed it. On any failure a member
@@ -120,6 +125,7 @@ struct ChainUpdate {
   uint64_t client_id = 0;
   uint64_t sequence = 0;
   bool sync = false;  // a resync copy (Forward with sync): never touches another chain's chunk
+  std::optional<uint32_t> data_crc;  // CRC32C of `data` when already known (checked on arrival)
 };
 
 // What staging an update on one replica produced.
@@ -169,6 +175,13 @@ class StorageService {
                                         const ChainUpdate& u);
   Task<Result<WriteResult>> replicate(const Placement& p, const ChainUpdate& u, uint64_t version,
                                       const Expect* expect);
+  // Steps 3-4 at once when the staged result is known beforehand (`predicted`).
+  Task<Result<StagedUpdate>> stage_and_forward(const Placement& p, const ChainUpdate& u, WriteResult predicted,
+                                               const Expect* expect);
+  Task<Result<StagedUpdate>> stage_then_forward(const Placement& p, const ChainUpdate& u, uint64_t version,
+                                                const Expect* expect);
+  Task<Result<StagedUpdate>> stage_local(const Placement& p, const ChainUpdate& u, uint64_t version,
+                                         const Expect* expect);
   Task<Result<void>> forward_out(const Placement& p, const ChainUpdate& u, const WriteResult& staged, bool sync);
   Task<Result<pb::GetChunkMetaReply>> get_chunk_meta(const pb::GetChunkMetaRequest& req);
   Task<Result<pb::ListChunksReply>> list_chunks(const pb::ListChunksRequest& req);

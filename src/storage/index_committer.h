@@ -1,0 +1,110 @@
+// storage/index_committer.h
+// Group commit of the chunk index. Every change of the index (commit,
+// remove) goes through commit(): the calling thread queues its operations and
+// either leads a group or waits for the leader of the group that took them.
+// A leader, for everything queued so far:
+//   1. waits until every slab write the group's commits point to is durable
+//      (one grouped fdatasync per slab file: SlabFile::sync_to), so a new
+//      slot is always durable before the index entry that points to it;
+//   2. writes all the group's operations in ONE synced RocksDB write batch
+//      (one WAL append, one WAL sync for the whole group).
+// The batch is atomic: a failed step fails every commit of the group and
+// none of its operations is applied. A commit returns only after the sync
+// that covers it, so acknowledged = durable.
+// Gathering (linger): writers that each wait for their ack come back at
+// about the same time. A leader waits until every announced commit (Intent:
+// write() announces itself before it writes its slot) is queued, or, when
+// the previous group had k > 1 commits, until k are queued; at most as long
+// as the previous group took, capped at linger_us_max. Otherwise most of them
+// would be left to the group after it (the idea of meta/wal_syncer.h).
+// Threading: thread-safe; no thread of its own (the leader is a caller).
+// Invariants: groups are written one at a time, in queue order; a request is
+// completed exactly once, by the leader of the group that took it.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/metrics.h"
+#include "common/status.h"
+#include "storage/io_ring.h"
+#include "storage/slab_file.h"
+
+namespace rocksdb {
+class DB;
+}
+
+namespace weft::storage {
+
+// One key change: a put (value set) or a delete (no value).
+struct IndexOp {
+  std::string key;
+  std::optional<std::string> value;
+};
+
+// A slab write that must be durable before the commit: SlabFile::write's ticket.
+struct SlabTicket {
+  SlabFile* file = nullptr;
+  uint64_t ticket = 0;
+};
+
+class IndexCommitter {
+ public:
+  IndexCommitter(rocksdb::DB* db, IoRing* ring, metrics::Histogram* group_size = nullptr,
+                 std::chrono::microseconds linger_us_max = std::chrono::microseconds(2000));
+  IndexCommitter(const IndexCommitter&) = delete;
+  IndexCommitter& operator=(const IndexCommitter&) = delete;
+
+  // Makes `slab` (if any) durable, then applies `ops` atomically with a
+  // synced write; returns once that is durable (or failed).
+  Result<void> commit(std::vector<IndexOp> ops, std::optional<SlabTicket> slab);
+
+  // Announces a commit that is on its way (its slot is being written): a
+  // leader lingers for announced commits too. Scoped; hold it across commit().
+  class Intent {
+   public:
+    explicit Intent(IndexCommitter& c);
+    ~Intent();
+    Intent(const Intent&) = delete;
+    Intent& operator=(const Intent&) = delete;
+
+   private:
+    IndexCommitter& c_;
+  };
+
+  uint64_t groups() const;  // synced index writes made so far
+
+ private:
+  struct Request {
+    std::vector<IndexOp> ops;
+    std::optional<SlabTicket> slab;
+    bool done = false;
+    Result<void> result;
+  };
+
+  // REQUIRES: mu_ held via lock, leading_ set by the caller.
+  void linger(std::unique_lock<std::mutex>& lock);
+  Result<void> write_group(const std::vector<Request*>& group);
+
+  rocksdb::DB* db_;
+  IoRing* ring_;
+  metrics::Histogram* group_size_;
+  const std::chrono::microseconds linger_us_max_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Request*> queue_;  // GUARDED_BY(mu_): waiting for a leader
+  bool leading_ = false;        // GUARDED_BY(mu_): a group is being written
+  size_t last_group_ = 0;       // GUARDED_BY(mu_)
+  size_t intents_ = 0;          // GUARDED_BY(mu_): announced, not yet completed
+  std::chrono::microseconds last_group_us_{0};  // GUARDED_BY(mu_)
+  uint64_t groups_ = 0;         // GUARDED_BY(mu_)
+};
+
+}  // namespace weft::storage
