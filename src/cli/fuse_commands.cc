@@ -1,11 +1,14 @@
 // `weft mount MOUNTPOINT` serves a Weft cluster through FUSE (fuse/fuse_server.h);
 // `weft umount MOUNTPOINT` unmounts it. Options: docs/fuse.md.
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "common/fault.h"
 #include "fuse/fuse_server.h"
 #include "fuse/mount_options.h"
 #include "weft/client.h"
@@ -32,6 +36,9 @@ struct MountArgs {
   bool background = false;
   std::string pid_file;
   std::string log_file;
+  // --background waits this long for the daemon to serve; connecting alone
+  // retries for up to a minute while the cluster is away.
+  double ready_timeout_s = 90;
 };
 
 struct UmountArgs {
@@ -57,6 +64,7 @@ void write_all(int fd, std::string_view s) {
 // Connects, mounts and serves. `ready_fd` >= 0 (background): told "ok" once
 // the mount works, then stdin/stdout/stderr leave the terminal.
 void serve_mount(const MountArgs& a, const fuse::MountOptions& options, const std::string& mountpoint, int ready_fd) {
+  if (std::string e = fault::load_from_env(); !e.empty()) return fail(e);
   // The Client's threads must never take SIGINT/SIGTERM: they stop the loop.
   fuse::block_stop_signals();
   ClientOptions co;
@@ -74,6 +82,7 @@ void serve_mount(const MountArgs& a, const fuse::MountOptions& options, const st
   if (!server) return fail(server.error().message());
 
   if (ready_fd >= 0) {
+    if (WEFT_FAULT("mount.stall_before_ready")) ::pause();  // tests: a daemon that never serves
     if (!a.pid_file.empty()) {
       std::ofstream out(a.pid_file, std::ios::trunc);
       out << ::getpid() << "\n";
@@ -104,6 +113,19 @@ void serve_mount(const MountArgs& a, const fuse::MountOptions& options, const st
   exit_code() = 0;
 }
 
+int run_fusermount(const std::string& mountpoint, bool lazy);
+
+// Whether a Weft FUSE mount sits on `dir` (from /proc/self/mounts, without
+// touching the mount point itself, whose daemon may not answer).
+bool weft_mounted_on(const std::string& dir) {
+  std::ifstream in("/proc/self/mounts");
+  std::string source, point, type, rest;
+  while (in >> source >> point >> type && std::getline(in, rest)) {
+    if (point == dir && type == "fuse.weft") return true;
+  }
+  return false;
+}
+
 void run_mount(const MountArgs& a) {
   auto options = fuse::parse_mount_options(a.options);
   if (!options) return fail(options.error().message(), 2);
@@ -131,7 +153,18 @@ void run_mount(const MountArgs& a) {
   ::close(fds[1]);
   std::string msg;
   char buf[64];
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(static_cast<int64_t>(a.ready_timeout_s * 1000));
+  bool timed_out = false;
   for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd pfd{fds[0], POLLIN, 0};
+    int ready = left.count() > 0 ? ::poll(&pfd, 1, static_cast<int>(left.count())) : 0;
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) {
+      timed_out = true;
+      break;
+    }
     ssize_t n = ::read(fds[0], buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
@@ -139,6 +172,16 @@ void run_mount(const MountArgs& a) {
   }
   ::close(fds[0]);
   if (msg.starts_with("ok")) return;  // the daemon serves the mount
+  if (timed_out) {
+    // A daemon stuck before serving would hold the mount point (and every
+    // process that touches it) forever: stop it, then detach what it mounted.
+    ::kill(pid, SIGKILL);
+    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    if (weft_mounted_on(mountpoint)) (void)run_fusermount(mountpoint, true);
+    return fail(fmt::format("the mount daemon was not serving {} after {} s: stopped it", mountpoint,
+                            a.ready_timeout_s));
+  }
   // The child failed and said why on stderr; pass its exit code on.
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -202,6 +245,9 @@ void add_fuse_commands(CLI::App& app) {
   mount->add_flag("--background", mount_args.background, "return once mounted; a daemon keeps serving");
   mount->add_option("--pid-file", mount_args.pid_file, "with --background: write the daemon's pid here");
   mount->add_option("--log-file", mount_args.log_file, "with --background: the daemon's stderr goes here");
+  mount->add_option("--ready-timeout", mount_args.ready_timeout_s,
+                    "with --background: seconds to wait for the daemon to serve, then stop it (default 90)")
+      ->check(CLI::Range(1.0, 3600.0));
   mount->callback([] { run_mount(mount_args); });
 
   static UmountArgs umount_args;

@@ -743,6 +743,25 @@ TEST_F(FuseTest, MountErrorsAreOneReadableLine) {
 
 // Foreground: serves until SIGTERM, then unmounts and exits 0; a plain
 // `weft umount` also ends a foreground daemon with 0.
+// A daemon that mounted but never serves is stopped by `weft mount
+// --background` after --ready-timeout; no mount is left behind.
+TEST_F(FuseTest, BackgroundMountStopsADaemonThatNeverServes) {
+  std::string mp = dir_->file("stuck");
+  ASSERT_EQ(::mkdir(mp.c_str(), 0755), 0);
+  Process p({testing::weft_binary(), "mount", mp, "--config", data_ + "/client.toml", "--background",
+             "--ready-timeout", "2"},
+            dir_->file("stuck.log"), {"WEFT_FAULTS=mount.stall_before_ready"});
+  auto status = p.wait_exit(60s);
+  bool left_mounted = is_mounted(mp);
+  if (left_mounted) unmount_hard(mp);
+  ASSERT_TRUE(status.has_value()) << "weft mount --background did not return";
+  ASSERT_TRUE(WIFEXITED(*status));
+  EXPECT_NE(WEXITSTATUS(*status), 0);
+  EXPECT_NE(p.log().find("was not serving"), std::string::npos) << p.log();
+  EXPECT_FALSE(left_mounted);
+  EXPECT_EQ(stat_with_timeout(mp, 5000ms), 0);
+}
+
 TEST_F(FuseTest, ForegroundMountStopsCleanly) {
   std::string mp3 = dir_->file("mnt3");
   ASSERT_EQ(::mkdir(mp3.c_str(), 0755), 0);
