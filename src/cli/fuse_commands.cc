@@ -18,6 +18,7 @@
 
 #include "cli/commands.h"
 #include "common/fault.h"
+#include "common/mount_table.h"
 #include "fuse/fuse_server.h"
 #include "fuse/mount_options.h"
 #include "weft/client.h"
@@ -115,17 +116,6 @@ void serve_mount(const MountArgs& a, const fuse::MountOptions& options, const st
 
 int run_fusermount(const std::string& mountpoint, bool lazy);
 
-// Whether a Weft FUSE mount sits on `dir` (from /proc/self/mounts, without
-// touching the mount point itself, whose daemon may not answer).
-bool weft_mounted_on(const std::string& dir) {
-  std::ifstream in("/proc/self/mounts");
-  std::string source, point, type, rest;
-  while (in >> source >> point >> type && std::getline(in, rest)) {
-    if (point == dir && type == "fuse.weft") return true;
-  }
-  return false;
-}
-
 void run_mount(const MountArgs& a) {
   auto options = fuse::parse_mount_options(a.options);
   if (!options) return fail(options.error().message(), 2);
@@ -178,7 +168,8 @@ void run_mount(const MountArgs& a) {
     ::kill(pid, SIGKILL);
     while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
-    if (weft_mounted_on(mountpoint)) (void)run_fusermount(mountpoint, true);
+    // Only a Weft mount: never detach something else that sits there.
+    if (auto m = mount_at(mountpoint); m && m->type == "fuse.weft") (void)run_fusermount(mountpoint, true);
     return fail(fmt::format("the mount daemon was not serving {} after {} s: stopped it", mountpoint,
                             a.ready_timeout_s));
   }

@@ -1,3 +1,4 @@
+#include "common/mount_table.h"
 #include "cli/local_cluster.h"
 
 #include <arpa/inet.h>
@@ -341,27 +342,7 @@ Result<int> run_and_wait(const std::vector<std::string>& argv, const std::string
   return status;
 }
 
-// /proc/self/mounts escapes space, tab, newline and backslash as \ooo.
-std::string unescape_mount_path(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\' && i + 3 < s.size() && std::isdigit(static_cast<unsigned char>(s[i + 1]))) {
-      out += static_cast<char>(std::stoi(s.substr(i + 1, 3), nullptr, 8));
-      i += 3;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
-
-bool is_mounted(const std::string& path) {
-  std::ifstream in("/proc/self/mounts");
-  std::string dev, mnt, rest;
-  while (in >> dev >> mnt && std::getline(in, rest))
-    if (unescape_mount_path(mnt) == path) return true;
-  return false;
-}
+bool is_mounted(const std::string& path) { return mount_at(path).has_value(); }
 
 // A connection to the cluster for the waits (mgmtd Status, meta getattr).
 struct ClusterRpc {

@@ -16,14 +16,13 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <optional>
-#include <sstream>
 #include <unordered_map>
 #include <vector>
 
 #include "common/logging.h"
+#include "common/mount_table.h"
 #include "fuse/dir_cursor.h"
 #include "weft/client.h"
 
@@ -83,29 +82,12 @@ struct OpenDir {
 OpenFile* file_of(fuse_file_info* fi) { return reinterpret_cast<OpenFile*>(fi->fh); }
 OpenDir* dir_of(fuse_file_info* fi) { return reinterpret_cast<OpenDir*>(fi->fh); }
 
-// "major:minor" of the file system mounted last on `dir` (absolute, no
-// symlinks), from /proc/self/mountinfo. Never stat the mount point here: the
-// kernel would ask this daemon, which is not serving yet.
-Result<std::string> mounted_device(const std::string& dir) {
-  std::ifstream in("/proc/self/mountinfo");
-  if (!in) return error(Code::kIoError, "cannot read /proc/self/mountinfo");
-  std::string line, found;
-  while (std::getline(in, line)) {
-    // id parent major:minor root mount-point ... (spaces in paths are \040)
-    std::istringstream fields(line);
-    std::string id, parent, device, root, point;
-    if (!(fields >> id >> parent >> device >> root >> point)) continue;
-    for (size_t at; (at = point.find("\\040")) != std::string::npos;) point.replace(at, 4, " ");
-    if (point == dir) found = device;
-  }
-  if (found.empty()) return error(Code::kNotFound, "{} is not in /proc/self/mountinfo", dir);
-  return found;
-}
-
 // FUSE mounts get the kernel's default read-ahead of 128 KiB whatever the
 // daemon asks in init (max_readahead is only a cap), so sequential reads
 // arrive as 128 KiB requests. The mount's backing device info takes more:
-// /sys/class/bdi/MAJOR:MINOR/read_ahead_kb (root only).
+// /sys/class/bdi/MAJOR:MINOR/read_ahead_kb (root only). `dir` is absolute
+// without symlinks; the device comes from mountinfo, since statting the mount
+// point would ask this daemon, which is not serving yet.
 Result<void> set_read_ahead(const std::string& dir, unsigned kb) {
   WEFT_TRY(std::string device, mounted_device(dir));
   std::string path = "/sys/class/bdi/" + device + "/read_ahead_kb";
