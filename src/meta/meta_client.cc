@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include <asio/steady_timer.hpp>
@@ -63,31 +64,65 @@ MetaClient::MetaClient(rpc::IoPool& io, rpc::Client& rpc, MetaClientOptions opti
       options_(std::move(options)),
       client_id_(options_.client_id != 0 ? options_.client_id : (thread_random().next_u64() | 1)) {}
 
-Task<Result<Rep>> MetaClient::call_async(rpc::MethodId method, Req req, bool mutation) {
-  if (options_.addresses.empty()) co_return error(Code::kConfig, "meta client has no server addresses");
+// One call's retry and failover policy, shared by the coroutine and the
+// blocking form: which address to try, and after a failure whether to try
+// again and after how long. Starts at the address that answered last.
+class MetaClient::Attempts {
+ public:
+  explicit Attempts(MetaClient& c)
+      : c_(c),
+        deadline_(std::chrono::steady_clock::now() + std::chrono::milliseconds(c.options_.retry_time_ms_max)),
+        addr_(c.current_.load() % c.options_.addresses.size()),
+        backoff_ms_(c.options_.backoff_min_ms) {}
+
+  const rpc::Endpoint& address() const { return c_.options_.addresses[addr_]; }
+  void succeeded() { c_.current_.store(addr_); }
+
+  // nullopt: the failure is final (not retryable, out of attempts or time);
+  // else how long to wait before the next attempt (on the next address after
+  // a transport failure).
+  std::optional<std::chrono::milliseconds> after_failure(const Status& s) {
+    if (!s.retryable() || ++attempt_ > c_.options_.attempts_max || std::chrono::steady_clock::now() >= deadline_)
+      return std::nullopt;
+    c_.retries_.fetch_add(1);
+    if (is_transport_failure(s.code()) && c_.options_.addresses.size() > 1) {
+      addr_ = (addr_ + 1) % c_.options_.addresses.size();
+      c_.failovers_.fetch_add(1);
+    }
+    std::chrono::milliseconds wait(backoff_ms_);
+    backoff_ms_ = std::min(backoff_ms_ * 2, c_.options_.backoff_max_ms);
+    return wait;
+  }
+
+ private:
+  MetaClient& c_;
+  const std::chrono::steady_clock::time_point deadline_;
+  size_t addr_;
+  uint32_t backoff_ms_;
+  int attempt_ = 1;
+};
+
+Result<void> MetaClient::prepare(Req& req, bool mutation) {
+  if (options_.addresses.empty()) return error(Code::kConfig, "meta client has no server addresses");
   if (mutation) to_proto(RequestId{client_id_, seq_.fetch_add(1) + 1}, req.mutable_req());
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.retry_time_ms_max);
-  size_t addr = current_.load() % options_.addresses.size();
-  uint32_t backoff_ms = options_.backoff_min_ms;
-  for (int attempt = 1;; ++attempt) {
+  return {};
+}
+
+Task<Result<Rep>> MetaClient::call_async(rpc::MethodId method, Req req, bool mutation) {
+  if (auto ready = prepare(req, mutation); !ready) co_return std::unexpected(ready.error());
+  Attempts attempts(*this);
+  for (;;) {
     rpc::CallOptions call_options;
     call_options.timeout_ms = options_.call_timeout_ms;
-    auto r = co_await rpc_.call<Rep>(options_.addresses[addr], method, req, std::move(call_options));
+    auto r = co_await rpc_.call<Rep>(attempts.address(), method, req, std::move(call_options));
     if (r) {
-      current_.store(addr);
+      attempts.succeeded();
       co_return r;
     }
-    const Code code = r.error().code();
-    if (!r.error().retryable() || attempt >= options_.attempts_max || std::chrono::steady_clock::now() >= deadline)
-      co_return r;
-    retries_.fetch_add(1);
-    if (is_transport_failure(code) && options_.addresses.size() > 1) {
-      addr = (addr + 1) % options_.addresses.size();
-      failovers_.fetch_add(1);
-    }
-    asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::milliseconds(backoff_ms));
+    auto wait = attempts.after_failure(r.error());
+    if (!wait) co_return r;
+    asio::steady_timer timer(co_await asio::this_coro::executor, *wait);
     co_await timer.async_wait(use_nothrow);
-    backoff_ms = std::min(backoff_ms * 2, options_.backoff_max_ms);
   }
 }
 
@@ -97,32 +132,22 @@ Result<Rep> MetaClient::call(rpc::MethodId method, Req req, bool mutation) {
   return block_on(io_.at(i).get_executor(), call_async(method, std::move(req), mutation));
 }
 
-// call_async's retry and failover loop, run on the calling thread over its
-// own connection (rpc::Client::call_blocking): a lookup or a create then
-// costs one send and one blocking receive here instead of two hand-offs
-// through an I/O thread, which on 2 cores cost more than the round trip.
+// call_async on the calling thread over its own connection
+// (rpc::Client::call_blocking): a lookup or a create then costs one send and
+// one blocking receive here instead of two hand-offs through an I/O thread,
+// which on 2 cores cost more than the round trip.
 Result<Rep> MetaClient::call_here(rpc::MethodId method, Req req, bool mutation) {
-  if (options_.addresses.empty()) return error(Code::kConfig, "meta client has no server addresses");
-  if (mutation) to_proto(RequestId{client_id_, seq_.fetch_add(1) + 1}, req.mutable_req());
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.retry_time_ms_max);
-  size_t addr = current_.load() % options_.addresses.size();
-  uint32_t backoff_ms = options_.backoff_min_ms;
-  for (int attempt = 1;; ++attempt) {
-    auto r = rpc_.call_blocking<Rep>(options_.addresses[addr], method, req, {}, options_.call_timeout_ms);
+  WEFT_RETURN_IF_ERROR(prepare(req, mutation));
+  Attempts attempts(*this);
+  for (;;) {
+    auto r = rpc_.call_blocking<Rep>(attempts.address(), method, req, {}, options_.call_timeout_ms);
     if (r) {
-      current_.store(addr);
+      attempts.succeeded();
       return r;
     }
-    const Code code = r.error().code();
-    if (!r.error().retryable() || attempt >= options_.attempts_max || std::chrono::steady_clock::now() >= deadline)
-      return r;
-    retries_.fetch_add(1);
-    if (is_transport_failure(code) && options_.addresses.size() > 1) {
-      addr = (addr + 1) % options_.addresses.size();
-      failovers_.fetch_add(1);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
-    backoff_ms = std::min(backoff_ms * 2, options_.backoff_max_ms);
+    auto wait = attempts.after_failure(r.error());
+    if (!wait) return r;
+    std::this_thread::sleep_for(*wait);
   }
 }
 

@@ -87,6 +87,9 @@ class MetaClient {
  private:
   Result<proto::meta::MetaReply> call(rpc::MethodId method, proto::meta::MetaRequest req, bool mutation);
   Result<proto::meta::MetaReply> call_here(rpc::MethodId method, proto::meta::MetaRequest req, bool mutation);
+  class Attempts;
+  // Checks there is a server to ask; gives a mutation its request id (once, for all attempts).
+  Result<void> prepare(proto::meta::MetaRequest& req, bool mutation);
   Result<proto::meta::MetaReply> read(rpc::MethodId method, const Cred& cred, proto::meta::MetaRequest req);
   Result<proto::meta::MetaReply> mutate(rpc::MethodId method, const Cred& cred, proto::meta::MetaRequest req);
 
