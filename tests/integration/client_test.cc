@@ -88,6 +88,17 @@ class ClientTest : public ::testing::Test {
     return f ? *f : nullptr;
   }
 
+  // Creates `path` (it must not exist) holding `data`; true when every step worked.
+  bool write_new(const std::string& path, std::span<const std::byte> data) {
+    auto f = open(path, O_CREAT | O_WRONLY | O_EXCL);
+    if (!f) return false;
+    auto n = f->pwrite(data, 0);
+    EXPECT_TRUE(n.has_value()) << path << ": " << n.error();
+    auto closed = f->close();
+    EXPECT_TRUE(closed.has_value()) << path << ": " << closed.error();
+    return n && closed;
+  }
+
   std::vector<std::byte> read_all(const std::string& path) {
     auto f = open(path, O_RDONLY);
     if (!f) return {};
@@ -226,12 +237,7 @@ TEST_F(ClientTest, ReadOnlyOpenByPathFollowsSymlinksAndChecksPermissions) {
   std::string d = dir();
   const Cred& root = client_->default_cred();
   auto data = pattern(5000, 9);
-  {
-    auto f = open(d + "/secret", O_CREAT | O_WRONLY | O_EXCL);
-    ASSERT_TRUE(f);
-    ASSERT_TRUE(f->pwrite(data, 0).has_value());
-    ASSERT_TRUE(f->close().has_value());
-  }
+  ASSERT_TRUE(write_new(d + "/secret", data));
   auto dir_inode = client_->resolve(root, d);
   ASSERT_TRUE(dir_inode.has_value());
   ASSERT_TRUE(client_->symlink(root, dir_inode->ino, "link", "secret").has_value());
@@ -263,12 +269,7 @@ TEST_F(ClientTest, ReadOnlyOpenOfAKnownInodeChecksPermissions) {
   std::string d = dir();
   const Cred& root = client_->default_cred();
   auto data = pattern(70000, 4);
-  {
-    auto f = open(d + "/f", O_CREAT | O_WRONLY | O_EXCL);
-    ASSERT_TRUE(f);
-    ASSERT_TRUE(f->pwrite(data, 0).has_value());
-    ASSERT_TRUE(f->close().has_value());
-  }
+  ASSERT_TRUE(write_new(d + "/f", data));
   auto inode = client_->resolve(root, d + "/f");
   ASSERT_TRUE(inode.has_value());
   auto f = client_->open_read_known(root, *inode);
