@@ -246,6 +246,13 @@ Task<Result<uint32_t>> ChunkIo::read_round(const mgmt::RoutingInfo& routing, Chu
   co_return error(last);
 }
 
+Task<Result<uint32_t>> ChunkIo::read_once(ChunkAddress c, uint32_t offset, std::span<std::byte> dst) {
+  RoutingPtr routing = routing_.current();
+  auto r = co_await read_round(*routing, c, offset, dst);
+  if (!r) co_return error(r.error().with_context(fmt::format("read chunk {}:{} on chain {}", c.ino, c.index, c.chain)));
+  co_return r;
+}
+
 Task<Result<uint32_t>> ChunkIo::read(ChunkAddress c, uint32_t offset, std::span<std::byte> dst) {
   const auto deadline = SteadyClock::now() + std::chrono::milliseconds(options_.retry_time_ms_max);
   Status last;

@@ -11,6 +11,8 @@
 //     with the CRC32C the server computed of the bytes it sent; an error or a
 //     mismatch moves on to the next replica of the chain, then to a routing
 //     refresh and another round. A chunk that does not exist reads as a hole.
+//   - read_once() is one such round (read-ahead: the reader falls back to
+//     read() of its own range when a guess fails).
 //   - read_blocking() is read()'s first round on the calling thread (for
 //     threads outside the I/O pool): same replica order, fail-over and CRC
 //     check, over that thread's own blocking connections (rpc::Client::
@@ -70,6 +72,9 @@ class ChunkIo {
 
   // Bytes of the range the chunk holds (< dst.size() past the chunk's end; 0 for a missing chunk).
   Task<Result<uint32_t>> read(ChunkAddress c, uint32_t offset, std::span<std::byte> dst);
+  // One round of read() over the replicas, no backoff: for read-ahead, a
+  // guess that must not hold the reader behind it for read()'s retry time.
+  Task<Result<uint32_t>> read_once(ChunkAddress c, uint32_t offset, std::span<std::byte> dst);
   // One round of read() on the calling thread. REQUIRES: not on an I/O thread.
   Result<uint32_t> read_blocking(ChunkAddress c, uint32_t offset, std::span<std::byte> dst);
   Task<Result<void>> write(ChunkAddress c, uint32_t offset, std::span<const std::byte> src);

@@ -254,7 +254,7 @@ void FileImpl::prefetch_locked(uint64_t first_chunk, uint64_t size) {
     p->data = Buffer::allocate(cb);
     prefetched_.emplace(i, p);
     auto self = shared_from_this();
-    asio::co_spawn(core_.io->next().get_executor(), core_.chunks->read(*address, 0, p->data.span()),
+    asio::co_spawn(core_.io->next().get_executor(), core_.chunks->read_once(*address, 0, p->data.span()),
                    [self, p](std::exception_ptr e, Result<uint32_t> r) mutable {
                      if (e) r = std::unexpected(Status(Code::kInternal, "exception while reading ahead"));
                      {
@@ -287,6 +287,29 @@ Result<uint32_t> FileImpl::read_chunk_here(ChunkAddress address, uint32_t offset
   return r;
 }
 
+// Reads spans[i] for every i in `which` through the I/O threads, in
+// parallel, under the in-flight byte bound; got[i] is what each returned.
+Result<void> FileImpl::read_direct(std::span<const ChunkSpan> spans, std::span<const size_t> which,
+                                   std::span<std::byte> dst, std::vector<uint32_t>& got) {
+  if (which.empty()) return {};
+  std::vector<Task<Result<uint32_t>>> tasks;
+  size_t bytes = 0;
+  for (size_t i : which) {
+    WEFT_TRY(ChunkAddress address, this->address(spans[i].chunk_index));
+    tasks.push_back(core_.chunks->read(address, spans[i].offset, dst.subspan(spans[i].buffer_offset, spans[i].length)));
+    bytes += spans[i].length;
+  }
+  size_t budget = std::min<size_t>(bytes, core_.options.inflight_bytes_max);
+  core_.inflight->acquire(budget);
+  auto results = run_parallel(*core_.io, std::move(tasks));
+  core_.inflight->release(budget);
+  for (size_t k = 0; k < which.size(); ++k) {
+    if (!results[k]) return std::unexpected(results[k].error());
+    got[which[k]] = *results[k];
+  }
+  return {};
+}
+
 Result<void> FileImpl::read_spans(std::span<std::byte> dst, uint64_t offset, size_t want) {
   auto spans = split_range(offset, want, inode_.layout.chunk_bytes);
   std::vector<std::shared_ptr<Prefetch>> ahead(spans.size());
@@ -304,25 +327,16 @@ Result<void> FileImpl::read_spans(std::span<std::byte> dst, uint64_t offset, siz
     return {};
   }
   // Direct reads for the spans nobody fetched ahead, in parallel.
-  std::vector<size_t> direct;
-  std::vector<Task<Result<uint32_t>>> tasks;
-  for (size_t i = 0; i < spans.size(); ++i) {
-    if (ahead[i]) continue;
-    WEFT_TRY(ChunkAddress address, this->address(spans[i].chunk_index));
-    direct.push_back(i);
-    tasks.push_back(core_.chunks->read(address, spans[i].offset, dst.subspan(spans[i].buffer_offset, spans[i].length)));
-  }
   std::vector<uint32_t> got(spans.size(), 0);
-  if (!tasks.empty()) {
-    size_t budget = std::min<size_t>(want, core_.options.inflight_bytes_max);
-    core_.inflight->acquire(budget);
-    auto results = run_parallel(*core_.io, std::move(tasks));
-    core_.inflight->release(budget);
-    for (size_t k = 0; k < direct.size(); ++k) {
-      if (!results[k]) return std::unexpected(results[k].error());
-      got[direct[k]] = *results[k];
-    }
-  }
+  std::vector<size_t> direct;
+  for (size_t i = 0; i < spans.size(); ++i)
+    if (!ahead[i]) direct.push_back(i);
+  WEFT_RETURN_IF_ERROR(read_direct(spans, direct, dst, got));
+  // Spans fetched ahead. Read-ahead is a guess made on the reader's behalf:
+  // when it failed (a whole chunk read is the likelier to meet a bad block or
+  // a replica going away), the caller's own range is read again directly,
+  // with ChunkIo::read's failover and retries, rather than failing the read.
+  std::vector<size_t> failed;
   for (size_t i = 0; i < spans.size(); ++i) {
     if (!ahead[i]) continue;
     const ChunkSpan& s = spans[i];
@@ -330,12 +344,20 @@ Result<void> FileImpl::read_spans(std::span<std::byte> dst, uint64_t offset, siz
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] { return p.done; });
+      if (!p.got) {
+        WEFT_LOG_DEBUG("file {}: read-ahead of chunk {} failed ({}); reading the range directly", inode_.ino,
+                       s.chunk_index, p.got.error());
+        if (auto it = prefetched_.find(s.chunk_index); it != prefetched_.end() && it->second == ahead[i])
+          prefetched_.erase(it);
+        failed.push_back(i);
+        continue;
+      }
     }
-    if (!p.got) return std::unexpected(p.got.error());
     uint32_t have = *p.got > s.offset ? std::min(*p.got - s.offset, s.length) : 0;
     std::memcpy(dst.data() + s.buffer_offset, p.data.data() + s.offset, have);
     got[i] = have;
   }
+  WEFT_RETURN_IF_ERROR(read_direct(spans, failed, dst, got));
   // Past the end of a chunk (or a missing chunk) inside the file: a hole.
   for (size_t i = 0; i < spans.size(); ++i)
     if (got[i] < spans[i].length) std::memset(dst.data() + spans[i].buffer_offset + got[i], 0, spans[i].length - got[i]);

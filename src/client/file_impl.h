@@ -22,6 +22,7 @@
 #include <set>
 
 #include "client/core.h"
+#include "client/placement.h"
 #include "common/buffer.h"
 
 namespace weft::client {
@@ -105,6 +106,8 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   void prefetch_locked(uint64_t first_chunk, uint64_t size);
   // Reads [offset, offset + want) into dst, from prefetched chunks where it can.
   Result<void> read_spans(std::span<std::byte> dst, uint64_t offset, size_t want);
+  Result<void> read_direct(std::span<const ChunkSpan> spans, std::span<const size_t> which, std::span<std::byte> dst,
+                           std::vector<uint32_t>& got);
   // One chunk range read on the calling thread (not an I/O thread), then through read() if that failed.
   Result<uint32_t> read_chunk_here(ChunkAddress address, uint32_t offset, std::span<std::byte> dst);
  public:

@@ -110,5 +110,24 @@ TEST_F(RandReadTest, ReplicasAnsweringChecksumErrorsAreFailedOverUntilTheDataIsG
   EXPECT_EQ(random_reads(4, 200), 0);
 }
 
+TEST_F(RandReadTest, AFailedReadAheadDoesNotFailTheReadBehindIt) {
+  // Sequential reads make the client read whole chunks ahead; with a third of
+  // all 4 KiB block checks failing, a whole-chunk read (256 blocks) almost
+  // never passes on either replica, while each small read passes in a few
+  // tries. Every read must still return the right bytes.
+  ASSERT_NO_FATAL_FAILURE(start("WEFT_FAULTS=storage.read.crc_mismatch=0.33:-1:0"));
+  auto f = client_->open_path(client_->default_cred(), "/data", O_RDONLY);
+  ASSERT_TRUE(f.has_value()) << f.error();
+  std::vector<std::byte> buf(kBlock);
+  for (uint64_t off = 0; off < (3u << 20); off += 16 * kBlock) {
+    for (uint64_t k = 0; k < 2; ++k) {  // two reads in a row: the second is sequential
+      auto n = (*f)->pread(buf, off + k * kBlock);
+      ASSERT_TRUE(n.has_value()) << "read at " << off + k * kBlock << ": " << n.error();
+      ASSERT_EQ(*n, kBlock);
+      ASSERT_TRUE(std::equal(buf.begin(), buf.end(), data_bytes_.begin() + static_cast<long>(off + k * kBlock)));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace weft
