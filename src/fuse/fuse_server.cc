@@ -23,6 +23,7 @@
 
 #include "common/logging.h"
 #include "common/mount_table.h"
+#include "fuse/dir_ahead.h"
 #include "fuse/dir_cursor.h"
 #include "weft/client.h"
 
@@ -117,7 +118,10 @@ std::vector<std::byte>& read_buffer(size_t size) {
 class FuseServer::Impl {
  public:
   Impl(Client& client, MountOptions options, std::string mountpoint)
-      : client_(client), options_(std::move(options)), mountpoint_(std::move(mountpoint)) {}
+      : client_(client),
+        options_(std::move(options)),
+        mountpoint_(std::move(mountpoint)),
+        ahead_(ahead_options(options_)) {}
 
   ~Impl() {
     unmount();
@@ -239,15 +243,24 @@ class FuseServer::Impl {
     return st;
   }
 
-  fuse_entry_param entry_of(Inode in) {
+  // `age`: how old `in` already is (answered from a listing); the kernel
+  // trusts it only for what is left of the timeouts.
+  fuse_entry_param entry_of(Inode in, double age = 0) {
     apply_local_size(in);
     fuse_entry_param e{};
     e.ino = in.ino;
     e.generation = 0;
     e.attr = stat_of(in);
-    e.attr_timeout = options_.attr_timeout_s;
-    e.entry_timeout = options_.entry_timeout_s;
+    e.attr_timeout = std::max(0.0, options_.attr_timeout_s - age);
+    e.entry_timeout = std::max(0.0, options_.entry_timeout_s - age);
     return e;
+  }
+
+  static DirAhead::Options ahead_options(const MountOptions& m) {
+    DirAhead::Options o;
+    o.ttl_s = m.statahead_entries == 0 ? 0.0 : std::min(m.attr_timeout_s, m.entry_timeout_s);
+    o.entries_max = m.statahead_entries;
+    return o;
   }
 
   // ---- lookup counts ----
@@ -274,10 +287,10 @@ class FuseServer::Impl {
   // trusts the same attributes that long. Entries live while the kernel
   // holds the inode (forget erases them) and are dropped when a handle that
   // may change the file opens or closes here.
-  void remember(const Inode& in) {
+  void remember(const Inode& in, std::chrono::steady_clock::time_point at = std::chrono::steady_clock::now()) {
     if (!in.is_file() || options_.attr_timeout_s <= 0) return;
     std::lock_guard lk(lookups_mu_);
-    known_[in.ino] = KnownInode{in, std::chrono::steady_clock::now()};
+    known_[in.ino] = KnownInode{in, at};
   }
   void drop_known(Ino ino) {
     std::lock_guard lk(lookups_mu_);
@@ -292,18 +305,23 @@ class FuseServer::Impl {
     return it->second.inode;
   }
 
-  void reply_entry(fuse_req_t req, const Inode& in) {
-    fuse_entry_param e = entry_of(in);
+  void reply_entry(fuse_req_t req, const Inode& in,
+                   std::chrono::steady_clock::time_point at = std::chrono::steady_clock::now()) {
+    std::chrono::duration<double> age = std::chrono::steady_clock::now() - at;
+    fuse_entry_param e = entry_of(in, age.count());
     if (fuse_reply_entry(req, &e) == 0) {
       add_lookup(in.ino);
-      remember(in);
+      remember(in, at);
     }
   }
 
   // ---- open files ----
 
   std::shared_ptr<OpenFile> register_file(Ino ino, std::shared_ptr<File> file, bool writable) {
-    if (writable) drop_known(ino);
+    if (writable) {
+      drop_known(ino);
+      changed();
+    }
     auto of = std::make_shared<OpenFile>();
     of->ino = ino;
     of->file = std::move(file);
@@ -314,7 +332,10 @@ class FuseServer::Impl {
   }
 
   std::shared_ptr<OpenFile> unregister_file(OpenFile* raw) {
-    if (raw->writable) drop_known(raw->ino);  // its writes changed the size meta holds
+    if (raw->writable) {  // its writes changed the size meta holds
+      drop_known(raw->ino);
+      changed();
+    }
     std::lock_guard lk(files_mu_);
     auto it = open_files_.find(raw->ino);
     if (it == open_files_.end()) return nullptr;
@@ -411,9 +432,50 @@ class FuseServer::Impl {
     want(FUSE_CAP_SPLICE_MOVE, false);
   }
 
+  // Lists `dir` for DirAhead (after note_miss said so): its attributes, then
+  // every page, as `cred`.
+  void list_ahead(const Cred& cred, Ino dir) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const uint64_t generation = ahead_.generation();
+    auto attr = client_.getattr(cred, dir);
+    if (!attr || !attr->is_dir()) {
+      ahead_.give_up(dir, t0);
+      return;
+    }
+    std::vector<DirEntry> entries;
+    std::string cookie;
+    while (true) {
+      auto page = client_.readdir(cred, dir, cookie, kReaddirPageEntries);
+      if (!page || entries.size() + page->entries.size() > ahead_.options().entries_max) {
+        ahead_.give_up(dir, t0);
+        return;
+      }
+      std::move(page->entries.begin(), page->entries.end(), std::back_inserter(entries));
+      if (page->eof || page->cookie.empty()) break;
+      cookie = std::move(page->cookie);
+    }
+    ahead_.store(dir, *attr, std::move(entries), generation, t0);
+  }
+
+  // Something may have changed through this mount: statahead listings go.
+  void changed() { ahead_.changed(); }
+
   static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     auto* s = self(req);
-    auto r = s->client_.lookup(cred_of(req), parent, name);
+    const Cred cred = cred_of(req);
+    if (s->ahead_.enabled()) {
+      auto now = std::chrono::steady_clock::now();
+      auto hit = s->ahead_.find(parent, name, cred, now);
+      if (!hit && s->ahead_.note_miss(parent, now)) {
+        s->list_ahead(cred, parent);
+        hit = s->ahead_.find(parent, name, cred, std::chrono::steady_clock::now());
+      }
+      if (hit) {
+        s->reply_entry(req, hit->inode, hit->fetched);
+        return;
+      }
+    }
+    auto r = s->client_.lookup(cred, parent, name);
     if (!r) {
       if (r.error().code() == Code::kNotFound && s->options_.negative_timeout_s > 0) {
         fuse_entry_param e{};
@@ -489,6 +551,7 @@ class FuseServer::Impl {
       }
     }
     auto r = any ? s->client_.setattr(cred, ino, sa) : s->client_.getattr(cred, ino);
+    if (any) s->changed();
     if (!r) {
       fuse_reply_err(req, errno_of(r.error()));
       return;
@@ -519,6 +582,7 @@ class FuseServer::Impl {
       return;
     }
     auto r = s->client_.create(cred_of(req), parent, name, mode & 07777, O_CREAT | O_EXCL | O_WRONLY);
+    s->changed();
     if (!r) {
       fuse_reply_err(req, errno_of(r.error()));
       return;
@@ -530,6 +594,7 @@ class FuseServer::Impl {
   static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
     auto* s = self(req);
     auto r = s->client_.mkdir(cred_of(req), parent, name, mode & 07777);
+    s->changed();
     if (!r) {
       fuse_reply_err(req, errno_of(r.error()));
       return;
@@ -539,17 +604,20 @@ class FuseServer::Impl {
 
   static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
     auto r = self(req)->client_.unlink(cred_of(req), parent, name);
+    self(req)->changed();
     fuse_reply_err(req, r ? 0 : errno_of(r.error()));
   }
 
   static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
     auto r = self(req)->client_.rmdir(cred_of(req), parent, name);
+    self(req)->changed();
     fuse_reply_err(req, r ? 0 : errno_of(r.error()));
   }
 
   static void op_symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
     auto* s = self(req);
     auto r = s->client_.symlink(cred_of(req), parent, name, link);
+    s->changed();
     if (!r) {
       fuse_reply_err(req, errno_of(r.error()));
       return;
@@ -569,12 +637,14 @@ class FuseServer::Impl {
       return;
     }
     auto r = self(req)->client_.rename(cred_of(req), parent, name, newparent, newname, rf);
+    self(req)->changed();
     fuse_reply_err(req, r ? 0 : errno_of(r.error()));
   }
 
   static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
     auto* s = self(req);
     auto r = s->client_.link(cred_of(req), ino, newparent, newname);
+    s->changed();
     if (!r) {
       fuse_reply_err(req, errno_of(r.error()));
       return;
@@ -617,6 +687,7 @@ class FuseServer::Impl {
     auto* s = self(req);
     int flags = s->open_flags(fi->flags, true);
     auto r = s->client_.create(cred_of(req), parent, name, mode & 07777, flags);
+    s->changed();
     if (!r) {
       fuse_reply_err(req, errno_of(r.error()));
       return;
@@ -831,6 +902,7 @@ class FuseServer::Impl {
       xf = XattrFlags::kReplace;
     }
     auto r = self(req)->client_.setxattr(cred_of(req), ino, name, std::string_view(value, size), xf);
+    self(req)->changed();
     fuse_reply_err(req, r ? 0 : errno_of(r.error()));
   }
 
@@ -877,6 +949,7 @@ class FuseServer::Impl {
 
   static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
     auto r = self(req)->client_.removexattr(cred_of(req), ino, name);
+    self(req)->changed();
     fuse_reply_err(req, r ? 0 : errno_of(r.error()));
   }
 
@@ -963,6 +1036,7 @@ class FuseServer::Impl {
   std::mutex lookups_mu_;
   std::unordered_map<Ino, uint64_t> lookups_;
   std::unordered_map<Ino, KnownInode> known_;  // see remember()
+  DirAhead ahead_;
 
   std::mutex files_mu_;
   std::unordered_map<Ino, std::vector<std::shared_ptr<OpenFile>>> open_files_;

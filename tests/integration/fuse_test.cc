@@ -395,6 +395,58 @@ TEST_F(FuseTest, AnotherClientsRewriteIsSeenAfterTheAttributeTimeout) {
   EXPECT_EQ(st.st_size, static_cast<off_t>(longer.size()));
 }
 
+// Statahead (fuse/dir_ahead.h): lookups in a directory that keep missing
+// are answered from one listing. Whatever answered them, the names and
+// sizes must be right, a file another client creates is found at once (no
+// negative answers from a listing), a change through this mount shows at
+// once, and another client's removal or rewrite shows after the timeouts.
+TEST_F(FuseTest, StatAheadAnswersAreRightAndChangesShow) {
+  constexpr int kFiles = 40;
+  for (int i = 0; i < kFiles; ++i) ASSERT_TRUE(write_all(p("f" + std::to_string(i)), std::string(i, 'x')));
+  std::this_thread::sleep_for(1200ms);  // past entry_timeout: the kernel asks again
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < kFiles; ++i) {
+      struct stat st {};
+      ASSERT_EQ(::stat(p("f" + std::to_string(i)).c_str(), &st), 0) << i << ": " << std::strerror(errno);
+      EXPECT_EQ(st.st_size, i) << "f" << i;
+      EXPECT_TRUE(S_ISREG(st.st_mode));
+    }
+  }
+  const std::string remote_dir = "/" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name());
+  std::string local = dir_->file("statahead-late.txt");
+  {
+    std::FILE* out = std::fopen(local.c_str(), "w");
+    ASSERT_NE(out, nullptr);
+    std::fputs("created by another client", out);
+    std::fclose(out);
+  }
+  // Another client: a new file, a removal, a rewrite of f5 with 25 bytes.
+  auto put = run_weft({"put", local, remote_dir + "/late", "--config", data_ + "/client.toml"}, dir_->file("sa1.log"));
+  ASSERT_EQ(put.code, 0) << put.log;
+  auto rm = run_weft({"rm", remote_dir + "/f3", "--config", data_ + "/client.toml"}, dir_->file("sa2.log"));
+  ASSERT_EQ(rm.code, 0) << rm.log;
+  auto rewrite = run_weft({"put", local, remote_dir + "/f5", "--config", data_ + "/client.toml"}, dir_->file("sa3.log"));
+  ASSERT_EQ(rewrite.code, 0) << rewrite.log;
+  EXPECT_EQ(read_all(p("late")), "created by another client");
+  // Through this mount: seen at once.
+  ASSERT_EQ(::rename(p("f1").c_str(), p("g1").c_str()), 0);
+  struct stat st {};
+  EXPECT_EQ(::stat(p("f1").c_str(), &st), -1);
+  ASSERT_EQ(::stat(p("g1").c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 1);
+  // Other clients' changes: after the timeouts.
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(::stat(p("f3").c_str(), &st), -1);
+  EXPECT_EQ(errno, ENOENT);
+  ASSERT_EQ(::stat(p("f5").c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 25);
+  EXPECT_EQ(read_all(p("f5")), "created by another client");
+  for (int i = 6; i < kFiles; ++i) {
+    ASSERT_EQ(::stat(p("f" + std::to_string(i)).c_str(), &st), 0) << i;
+    EXPECT_EQ(st.st_size, i);
+  }
+}
+
 TEST_F(FuseTest, TruncateGrowShrink) {
   ASSERT_TRUE(write_all(p("f"), std::string(10000, 'x')));
   ASSERT_EQ(::truncate(p("f").c_str(), 3 << 20), 0) << std::strerror(errno);  // past a chunk boundary

@@ -1,0 +1,110 @@
+#include "fuse/dir_ahead.h"
+
+#include <algorithm>
+
+#include "meta/permission.h"
+
+namespace weft::fuse {
+
+DirAhead::Clock::duration DirAhead::ttl() const {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.ttl_s));
+}
+
+std::optional<DirAhead::Hit> DirAhead::find(Ino dir, std::string_view name, const Cred& cred, Clock::time_point now) {
+  if (!enabled() || meta::is_dot_or_dotdot(name)) return std::nullopt;
+  std::lock_guard lock(mu_);
+  auto it = dirs_.find(dir);
+  if (it == dirs_.end() || !fresh(it->second, now)) return std::nullopt;
+  const Dir& d = it->second;
+  auto e = d.entries.find(std::string(name));
+  if (e == d.entries.end()) return std::nullopt;
+  if (!meta::check_access(d.attr, cred, meta::kAccessExec)) return std::nullopt;  // meta says why
+  return Hit{e->second, d.fetched};
+}
+
+bool DirAhead::note_miss(Ino dir, Clock::time_point now) {
+  if (!enabled()) return false;
+  std::lock_guard lock(mu_);
+  if (dirs_.size() >= 4 * o_.dirs_max) trim_locked(now);
+  Dir& d = dirs_[dir];
+  if (d.listing || now < d.retry_after || fresh(d, now)) return false;
+  if (d.misses == 0 || now - d.first_miss >= ttl()) {
+    d.misses = 0;
+    d.first_miss = now;
+  }
+  if (++d.misses < o_.misses_before_listing) return false;
+  d.misses = 0;
+  d.listing = true;
+  return true;
+}
+
+uint64_t DirAhead::generation() const {
+  std::lock_guard lock(mu_);
+  return generation_;
+}
+
+void DirAhead::store(Ino dir, const Inode& dir_attr, std::vector<DirEntry> entries, uint64_t generation,
+                     Clock::time_point fetched) {
+  std::lock_guard lock(mu_);
+  Dir& d = dirs_[dir];
+  d.listing = false;
+  if (generation != generation_) return;  // changed meanwhile: the listing may be stale already
+  d.attr = dir_attr;
+  d.entries.clear();
+  for (auto& e : entries) {
+    if (e.attr.ino == 0) continue;  // a page without attributes: that name goes to meta
+    d.entries.emplace(std::move(e.name), std::move(e.attr));
+  }
+  d.listed = true;
+  d.fetched = fetched;
+  size_t listed = 0;
+  for (const auto& [ino, other] : dirs_) listed += other.listed ? 1 : 0;
+  if (listed > o_.dirs_max) trim_locked(fetched);
+}
+
+void DirAhead::give_up(Ino dir, Clock::time_point now) {
+  std::lock_guard lock(mu_);
+  Dir& d = dirs_[dir];
+  d.listing = false;
+  d.listed = false;
+  d.entries.clear();
+  d.retry_after = now + 10 * ttl();
+}
+
+void DirAhead::changed() {
+  std::lock_guard lock(mu_);
+  ++generation_;
+  // Keep the state of directories being listed or given up on; drop the rest.
+  std::erase_if(dirs_, [&](const auto& kv) { return !kv.second.listing && kv.second.retry_after == Clock::time_point{}; });
+  for (auto& [ino, d] : dirs_) {
+    d.listed = false;
+    d.entries.clear();
+  }
+}
+
+size_t DirAhead::listings() const {
+  std::lock_guard lock(mu_);
+  size_t n = 0;
+  for (const auto& [ino, d] : dirs_) n += d.listed ? 1 : 0;
+  return n;
+}
+
+// Drops what is stale; if listings are still over dirs_max, the oldest go.
+void DirAhead::trim_locked(Clock::time_point now) {
+  std::erase_if(dirs_, [&](const auto& kv) {
+    const Dir& d = kv.second;
+    return !d.listing && now >= d.retry_after && !fresh(d, now) && now - d.first_miss >= ttl();
+  });
+  std::vector<std::pair<Clock::time_point, Ino>> listed;
+  for (const auto& [ino, d] : dirs_)
+    if (d.listed) listed.emplace_back(d.fetched, ino);
+  if (listed.size() <= o_.dirs_max) return;
+  std::sort(listed.begin(), listed.end());
+  for (size_t i = 0; i + o_.dirs_max < listed.size(); ++i) {
+    Dir& d = dirs_[listed[i].second];
+    d.listed = false;
+    d.entries.clear();
+  }
+}
+
+}  // namespace weft::fuse

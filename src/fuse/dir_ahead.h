@@ -1,0 +1,99 @@
+// fuse/dir_ahead.h
+// Statahead for the mount's lookups. A first epoch opens every file of a data
+// set by name, so the kernel sends one LOOKUP per file and each is a meta
+// round trip. When lookups keep missing in one directory, the mount lists it
+// once, with attributes (readdir pages carry them), and answers the next
+// lookups in it from that listing.
+// Rules, so that an answer from a listing is one a lookup could have given:
+//   - A listing is trusted for `ttl_s` (the mount's min(entry, attr) timeout:
+//     as long as the kernel trusts what a lookup returns), counted from when
+//     its fetch started.
+//   - Anything changed through this mount (create, unlink, rename, setattr, a
+//     writable open or close, ...) drops every listing, and a listing whose
+//     fetch overlapped such a change is not stored (the generation).
+//     Changes by other clients show after ttl_s, as with the kernel's caches.
+//   - Names missing from a listing still go to meta: no negative answers, so
+//     a file created elsewhere is found at once.
+//   - A caller is answered only if it may search the directory (X on the
+//     directory's attributes, fetched with the listing; meta's rule).
+//   - A directory with more than `entries_max` entries is not kept (its
+//     first pages would seldom hold the name), nor is one whose listing
+//     failed; neither is tried again for 10 * ttl_s.
+// Threading: thread-safe (one mutex; no call into the client under it).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "meta/types.h"
+
+namespace weft::fuse {
+
+class DirAhead {
+ public:
+  using Cred = meta::Cred;
+  using DirEntry = meta::DirEntry;
+  using Ino = meta::Ino;
+  using Inode = meta::Inode;
+  using Clock = std::chrono::steady_clock;
+  struct Options {
+    double ttl_s = 1.0;                 // 0: statahead off
+    size_t entries_max = 4096;          // larger directories are not listed
+    size_t dirs_max = 256;              // listings kept at once
+    uint32_t misses_before_listing = 2;  // meta lookups in one directory within ttl_s
+  };
+  struct Hit {
+    Inode inode;
+    Clock::time_point fetched;  // when the listing's fetch started
+  };
+
+  explicit DirAhead(Options o) : o_(o) {}
+  bool enabled() const { return o_.ttl_s > 0; }
+  const Options& options() const { return o_; }
+
+  // `name` in `dir` from a fresh listing, if `cred` may search `dir`.
+  std::optional<Hit> find(Ino dir, std::string_view name, const Cred& cred, Clock::time_point now);
+  // Counts a lookup in `dir` that went to meta. True when the caller should
+  // list `dir` now: it then calls store() or give_up() (one lister at a time).
+  bool note_miss(Ino dir, Clock::time_point now);
+  // Taken before a fetch starts, handed back to store().
+  uint64_t generation() const;
+  // Keeps `entries` (from readdir with attributes) as `dir`'s listing unless
+  // something changed here since `generation`.
+  void store(Ino dir, const Inode& dir_attr, std::vector<DirEntry> entries, uint64_t generation,
+             Clock::time_point fetched);
+  // The listing failed or the directory is too large: not again for a while.
+  void give_up(Ino dir, Clock::time_point now);
+  // Something changed through this mount: every listing goes.
+  void changed();
+
+  size_t listings() const;  // for tests
+
+ private:
+  struct Dir {
+    Inode attr;
+    std::unordered_map<std::string, Inode> entries;
+    bool listed = false;
+    Clock::time_point fetched;
+    uint32_t misses = 0;
+    Clock::time_point first_miss;
+    bool listing = false;  // a caller is fetching it
+    Clock::time_point retry_after;
+  };
+  Clock::duration ttl() const;
+  bool fresh(const Dir& d, Clock::time_point now) const { return d.listed && now - d.fetched < ttl(); }
+  void trim_locked(Clock::time_point now);
+
+  const Options o_;
+  mutable std::mutex mu_;
+  uint64_t generation_ = 0;              // GUARDED_BY(mu_)
+  std::unordered_map<Ino, Dir> dirs_;    // GUARDED_BY(mu_)
+};
+
+}  // namespace weft::fuse
