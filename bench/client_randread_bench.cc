@@ -1,7 +1,8 @@
 // 4 KiB random reads through libweft at a fixed queue depth, beside the same
 // reads with O_DIRECT pread on a local file (the disk), in one run.
 // Usage: client_randread_bench --config DIR/client.toml [--file-mib 1024]
-//          [--qd 16] [--seconds 10] [--baseline-dir /var/tmp]
+//          [--qd 16] [--seconds 10] [--baseline-dir /var/tmp] [--block-kib 4]
+// --block-kib 128 --qd 1 shows what one W3-sized read costs beside the disk.
 // Queue depth = reader threads, each with one read outstanding (what the
 // BASELINES.md figure measured with fio-style QD16 on the disk).
 #include <fcntl.h>
@@ -37,7 +38,7 @@ struct Figures {
 
 // Runs `qd` threads calling read_one(thread, offset) for `seconds`.
 template <class F>
-Figures run(int qd, double seconds, uint64_t file_bytes, F read_one) {
+Figures run(int qd, double seconds, uint64_t file_bytes, size_t block, F read_one) {
   std::vector<std::vector<float>> lat(static_cast<size_t>(qd));
   std::atomic<uint64_t> errors{0};
   std::vector<std::thread> threads;
@@ -45,9 +46,9 @@ Figures run(int qd, double seconds, uint64_t file_bytes, F read_one) {
   for (int t = 0; t < qd; ++t) {
     threads.emplace_back([&, t] {
       std::mt19937_64 rng(static_cast<uint64_t>(t) * 7919 + 1);
-      uint64_t blocks = file_bytes / 4096;
+      uint64_t blocks = file_bytes / block;
       while (Clock::now() < end) {
-        uint64_t off = (rng() % blocks) * 4096;
+        uint64_t off = (rng() % blocks) * block;
         auto start = Clock::now();
         if (!read_one(t, off)) errors.fetch_add(1);
         lat[static_cast<size_t>(t)].push_back(
@@ -71,17 +72,20 @@ Figures run(int qd, double seconds, uint64_t file_bytes, F read_one) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"4 KiB random reads through libweft vs O_DIRECT on a local file"};
+  CLI::App app{"random reads (4 KiB by default) through libweft vs O_DIRECT on a local file"};
   std::string config, baseline_dir = "/var/tmp";
   uint64_t file_mib = 1024;
   int qd = 16;
   double seconds = 10;
+  size_t block_kib = 4;
   app.add_option("--config", config, "client config")->required();
   app.add_option("--file-mib", file_mib);
   app.add_option("--qd", qd);
   app.add_option("--seconds", seconds);
   app.add_option("--baseline-dir", baseline_dir);
+  app.add_option("--block-kib", block_kib, "read size, KiB (a power of two up to 1024)")->check(CLI::Range(1, 1024));
   CLI11_PARSE(app, argc, argv);
+  const size_t block = block_kib << 10;
   const uint64_t bytes = file_mib << 20;
 
   weft::ClientOptions o;
@@ -105,10 +109,10 @@ int main(int argc, char** argv) {
   }
   auto file = c.open_path(c.default_cred(), path, O_RDONLY);
   if (!file) return std::fprintf(stderr, "open: %s\n", file.error().to_string().c_str()), 1;
-  std::vector<std::vector<std::byte>> bufs(static_cast<size_t>(qd), std::vector<std::byte>(4096));
-  Figures weft_fig = run(qd, seconds, bytes, [&](int t, uint64_t off) {
+  std::vector<std::vector<std::byte>> bufs(static_cast<size_t>(qd), std::vector<std::byte>(block));
+  Figures weft_fig = run(qd, seconds, bytes, block, [&](int t, uint64_t off) {
     auto n = (*file)->pread(bufs[static_cast<size_t>(t)], off);
-    return n && *n == 4096;
+    return n && *n == block;
   });
 
   // Baseline: the same reads on a local file, O_DIRECT (no page cache).
@@ -128,13 +132,13 @@ int main(int argc, char** argv) {
   int dfd = ::open(local.c_str(), O_RDONLY | O_DIRECT);
   if (dfd < 0) return std::perror("baseline O_DIRECT"), 1;
   std::vector<weft::Buffer> dbufs;
-  for (int t = 0; t < qd; ++t) dbufs.push_back(weft::Buffer::allocate(4096));
-  Figures disk = run(qd, seconds, bytes, [&](int t, uint64_t off) {
-    return ::pread(dfd, dbufs[static_cast<size_t>(t)].data(), 4096, static_cast<off_t>(off)) == 4096;
+  for (int t = 0; t < qd; ++t) dbufs.push_back(weft::Buffer::allocate(block));
+  Figures disk = run(qd, seconds, bytes, block, [&](int t, uint64_t off) {
+    return ::pread(dfd, dbufs[static_cast<size_t>(t)].data(), block, static_cast<off_t>(off)) == static_cast<ssize_t>(block);
   });
   ::close(dfd);
 
-  std::printf("4 KiB random reads, QD %d, %.0f s, file %llu MiB\n", qd, seconds,
+  std::printf("%zu KiB random reads, QD %d, %.0f s, file %llu MiB\n", block_kib, qd, seconds,
               static_cast<unsigned long long>(file_mib));
   std::printf("%-22s %10s %10s %10s %7s\n", "", "IOPS", "p50 us", "p99 us", "errors");
   std::printf("%-22s %10.0f %10.0f %10.0f %7llu\n", "weft (native)", weft_fig.iops, weft_fig.p50_us, weft_fig.p99_us,

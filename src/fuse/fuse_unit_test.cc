@@ -19,6 +19,8 @@ TEST(MountOptions, Defaults) {
   EXPECT_DOUBLE_EQ(m->negative_timeout_s, 0.0);
   EXPECT_FALSE(m->writeback_cache);
   EXPECT_EQ(m->read_ahead_kb, 4096u);
+  EXPECT_EQ(m->statahead_entries, 4096u);
+  EXPECT_EQ(m->client_readahead_kb, 0u);
   EXPECT_EQ(m->fuse_option_string(), "fsname=weft,subtype=weft,max_read=1048576");
 }
 
@@ -44,9 +46,13 @@ TEST(MountOptions, Errors) {
   EXPECT_FALSE(parse_mount_options({"max_read=4096"}));
   EXPECT_FALSE(parse_mount_options({"read_ahead_kb=lots"}));
   EXPECT_FALSE(parse_mount_options({"read_ahead_kb=2000000"}));
-  auto ra = parse_mount_options({"read_ahead_kb=0"});
+  EXPECT_FALSE(parse_mount_options({"statahead_entries=many"}));
+  EXPECT_FALSE(parse_mount_options({"client_readahead_kb=-1"}));
+  auto ra = parse_mount_options({"read_ahead_kb=0,statahead_entries=0,client_readahead_kb=16384"});
   ASSERT_TRUE(ra);
   EXPECT_EQ(ra->read_ahead_kb, 0u);
+  EXPECT_EQ(ra->statahead_entries, 0u);
+  EXPECT_EQ(ra->client_readahead_kb, 16384u);
   auto e = parse_mount_options({"entry_timeout=abc"});
   ASSERT_FALSE(e);
   EXPECT_NE(e.error().message().find("entry_timeout=abc"), std::string::npos);

@@ -33,6 +33,13 @@ struct MountOptions {
   // at most this many entries list it once and are answered from the
   // listing for min(entry_timeout, attr_timeout). 0: off.
   unsigned statahead_entries = 4096;
+  // libweft's own read-ahead per open file (ClientOptions::readahead_bytes_max),
+  // on top of the kernel's; 0: none. Off by default: the kernel's read-ahead
+  // already keeps several 1 MiB reads in flight per stream, and its requests
+  // reach libweft on several FUSE threads slightly out of order, which resets
+  // libweft's sequential detection (W2 through the mount: 1.11 GiB/s without,
+  // 0.82 with, docs/BENCHMARKS.md).
+  unsigned client_readahead_kb = 0;
   std::string fsname = "weft";
   // Passed to libfuse as -o, in order (allow_other, default_permissions, ro included).
   std::vector<std::string> fuse_options;
