@@ -72,7 +72,7 @@ void serve_mount(const MountArgs& a, const fuse::MountOptions& options, const st
   co.config_path = a.config.empty() ? std::string() : absolute_path(a.config);
   co.cluster = a.cluster;
   co.name = "weft-mount";
-  co.readahead_bytes_max = size_t{options.client_readahead_kb} << 10;
+  co.readahead_bytes_max = size_t{options.client_readahead_kb_or_default()} << 10;
   auto client = Client::connect(co);
   if (!client) return fail("cannot connect to the cluster: " + client.error().message());
   auto root = (*client)->getattr(Cred::root(), kRootIno);

@@ -20,7 +20,7 @@ TEST(MountOptions, Defaults) {
   EXPECT_FALSE(m->writeback_cache);
   EXPECT_EQ(m->read_ahead_kb, 4096u);
   EXPECT_EQ(m->statahead_entries, 4096u);
-  EXPECT_EQ(m->client_readahead_kb, 0u);
+  EXPECT_EQ(m->client_readahead_kb_or_default(), 0u);
   EXPECT_EQ(m->fuse_option_string(), "fsname=weft,subtype=weft,max_read=1048576");
 }
 
@@ -52,7 +52,13 @@ TEST(MountOptions, Errors) {
   ASSERT_TRUE(ra);
   EXPECT_EQ(ra->read_ahead_kb, 0u);
   EXPECT_EQ(ra->statahead_entries, 0u);
-  EXPECT_EQ(ra->client_readahead_kb, 16384u);
+  EXPECT_EQ(ra->client_readahead_kb_or_default(), 16384u);
+  auto dio = parse_mount_options({"direct_io"});
+  ASSERT_TRUE(dio);
+  EXPECT_EQ(dio->client_readahead_kb_or_default(), 16384u) << "no kernel read-ahead with direct_io";
+  auto dio0 = parse_mount_options({"direct_io,client_readahead_kb=0"});
+  ASSERT_TRUE(dio0);
+  EXPECT_EQ(dio0->client_readahead_kb_or_default(), 0u);
   auto e = parse_mount_options({"entry_timeout=abc"});
   ASSERT_FALSE(e);
   EXPECT_NE(e.error().message().find("entry_timeout=abc"), std::string::npos);

@@ -83,7 +83,8 @@ Result<MountOptions> parse_mount_options(const std::vector<std::string>& opt_lis
       } else if (key == "read_ahead_kb") {
         WEFT_TRY(m.read_ahead_kb, parse_count(key, value, 0, 1u << 20));
       } else if (key == "client_readahead_kb") {
-        WEFT_TRY(m.client_readahead_kb, parse_count(key, value, 0, 1u << 20));
+        WEFT_TRY(unsigned kb, parse_count(key, value, 0, 1u << 20));
+        m.client_readahead_kb = kb;
       } else if (key == "statahead_entries") {
         WEFT_TRY(m.statahead_entries, parse_count(key, value, 0, 1u << 20));
       } else if (key == "fsname") {

@@ -5,6 +5,7 @@
 // Threading: pure functions.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,12 +35,14 @@ struct MountOptions {
   // listing for min(entry_timeout, attr_timeout). 0: off.
   unsigned statahead_entries = 4096;
   // libweft's own read-ahead per open file (ClientOptions::readahead_bytes_max),
-  // on top of the kernel's; 0: none. Off by default: the kernel's read-ahead
-  // already keeps several 1 MiB reads in flight per stream, and its requests
-  // reach libweft on several FUSE threads slightly out of order, which resets
-  // libweft's sequential detection (W2 through the mount: 1.11 GiB/s without,
-  // 0.82 with, docs/BENCHMARKS.md).
-  unsigned client_readahead_kb = 0;
+  // on top of the kernel's; 0: none. Unset: none, except with direct_io
+  // (no kernel read-ahead then) where libweft reads ahead 16 MiB. The
+  // kernel's read-ahead already keeps several 1 MiB reads in flight per
+  // stream, and its requests reach libweft on several FUSE threads slightly
+  // out of order, which resets libweft's sequential detection (W2 through
+  // the mount: 1.11 GiB/s without, 0.82 with, docs/BENCHMARKS.md).
+  std::optional<unsigned> client_readahead_kb;
+  unsigned client_readahead_kb_or_default() const { return client_readahead_kb.value_or(direct_io ? 16384 : 0); }
   std::string fsname = "weft";
   // Passed to libfuse as -o, in order (allow_other, default_permissions, ro included).
   std::vector<std::string> fuse_options;
