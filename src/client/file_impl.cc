@@ -216,8 +216,14 @@ Result<size_t> FileImpl::pread(std::span<std::byte> dst, uint64_t offset) {
     // Read-your-writes: bytes still buffered here go out first.
     if (writable_ && (!dirty_.empty() || !in_flight_.empty())) WEFT_RETURN_IF_ERROR(flush_locked(lock));
     size = size_;
-    sequential = offset == next_read_;
-    next_read_ = offset + dst.size();
+    // A stream starts with a read where the previous one ended. Once it runs
+    // (ra_window_ > 0), reads within kReorderChunks chunks of its end still
+    // belong to it: concurrent readers of one handle (the mount's FUSE
+    // threads serving the kernel's read-ahead) arrive slightly out of order.
+    const uint64_t slack = uint64_t{kReorderChunks} * inode_.layout.chunk_bytes;
+    sequential = offset == next_read_ ||
+                 (ra_window_ > 0 && offset + slack >= next_read_ && offset <= next_read_ + slack);
+    next_read_ = sequential ? std::max(next_read_, offset + dst.size()) : offset + dst.size();
     if (!sequential) {
       ra_window_ = 0;
       prefetched_.clear();
@@ -243,8 +249,9 @@ Result<size_t> FileImpl::pread(std::span<std::byte> dst, uint64_t offset) {
 
 void FileImpl::prefetch_locked(uint64_t first_chunk, uint64_t size) {
   const uint32_t cb = inode_.layout.chunk_bytes;
-  // Chunks behind the reader are done with.
-  while (!prefetched_.empty() && prefetched_.begin()->first < first_chunk) prefetched_.erase(prefetched_.begin());
+  // Chunks well behind the stream are done with (a straggler may still want the last few).
+  const uint64_t keep_from = first_chunk > kReorderChunks ? first_chunk - kReorderChunks : 0;
+  while (!prefetched_.empty() && prefetched_.begin()->first < keep_from) prefetched_.erase(prefetched_.begin());
   uint64_t end_chunk = (size + cb - 1) / cb;
   for (uint64_t i = first_chunk; i < std::min(end_chunk, first_chunk + ra_window_); ++i) {
     if (prefetched_.contains(i)) continue;

@@ -95,7 +95,9 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
 
   // Read-ahead: once reads are sequential, whole chunks from the one being
   // read onwards are fetched ahead (window doubling from 2 chunks up to
-  // readahead_bytes_max). Own writes drop the affected chunks.
+  // readahead_bytes_max). Own writes drop the affected chunks. A running
+  // stream tolerates reads up to kReorderChunks chunks around its end.
+  static constexpr uint64_t kReorderChunks = 4;
   struct Prefetch {
     Buffer data;
     bool done = false;  // GUARDED_BY(FileImpl::mu_)
