@@ -12,42 +12,13 @@
 #include "rpc/client.h"
 #include "rpc/echo_service.h"
 #include "rpc/server.h"
+#include "rpc/test_cluster.h"
 
 namespace weft::rpc {
 namespace {
 
-constexpr char kToken[] = "test-token";
-
-struct Cluster {
-  explicit Cluster(ServerOptions so = {}, ClientOptions co = {}) {
-    so.cluster_token = kToken;
-    so.name = "test-server";
-    server = std::make_unique<Server>(server_io, so, registry);
-    register_echo_service(*server);
-    port = server->listen("127.0.0.1", 0).value();
-    if (co.cluster_token.empty()) co.cluster_token = kToken;
-    client = std::make_unique<Client>(client_io, co);
-    ep = Endpoint{"127.0.0.1", port};
-  }
-  ~Cluster() {
-    client.reset();
-    server.reset();
-  }
-
-  Result<proto::EchoReply> echo(proto::EchoRequest req, CallOptions opts = {}, RawResponse* raw = nullptr,
-                                MethodId m = kEcho) {
-    return block_on(client_io.at(0).get_executor(),
-                    client->call<proto::EchoReply>(ep, m, req, std::move(opts), raw));
-  }
-
-  metrics::Registry registry;
-  IoPool server_io{1, "srv"};
-  IoPool client_io{1, "cli"};
-  std::unique_ptr<Server> server;
-  std::unique_ptr<Client> client;
-  uint16_t port = 0;
-  Endpoint ep;
-};
+using Cluster = testing::EchoCluster;
+constexpr const char* kToken = testing::kTestToken;
 
 proto::EchoRequest with_data(std::string data) {
   proto::EchoRequest r;

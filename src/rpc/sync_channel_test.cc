@@ -10,40 +10,25 @@
 #include "rpc/client.h"
 #include "rpc/echo_service.h"
 #include "rpc/server.h"
+#include "rpc/test_cluster.h"
 
 namespace weft::rpc {
 namespace {
 
-constexpr char kToken[] = "sync-token";
+constexpr const char* kToken = testing::kTestToken;
 
-struct Fixture {
-  explicit Fixture(std::string client_token = kToken) {
-    ServerOptions so;
-    so.cluster_token = kToken;
-    so.name = "sync-server";
-    server = std::make_unique<Server>(server_io, so, registry);
-    register_echo_service(*server);
-    port = server->listen("127.0.0.1", 0).value();
+// The shared echo cluster, called on the calling thread.
+struct Fixture : testing::EchoCluster {
+  explicit Fixture(std::string client_token = kToken) : testing::EchoCluster({}, client_options(client_token)) {}
+  static ClientOptions client_options(std::string token) {
     ClientOptions co;
-    co.cluster_token = std::move(client_token);
-    client = std::make_unique<Client>(client_io, co);
-    ep = Endpoint{"127.0.0.1", port};
-  }
-  int64_t server_connections() {
-    return registry.gauge("weft_rpc_server_connections", "Open connections", {{"server", "sync-server"}}).value();
+    co.cluster_token = std::move(token);
+    return co;
   }
   Result<proto::EchoReply> echo(const proto::EchoRequest& req, std::span<std::byte> dst = {},
                                 RawResponse* raw = nullptr, uint32_t timeout_ms = 0) {
-    return client->call_blocking<proto::EchoReply>(ep, kEcho, req, dst, timeout_ms, raw);
+    return echo_blocking(req, dst, raw, timeout_ms);
   }
-
-  metrics::Registry registry;
-  IoPool server_io{1, "srv"};
-  IoPool client_io{1, "cli"};
-  std::unique_ptr<Server> server;
-  std::unique_ptr<Client> client;
-  uint16_t port = 0;
-  Endpoint ep;
 };
 
 bool pattern_ok(const std::byte* p, size_t n) {
