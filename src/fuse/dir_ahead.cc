@@ -57,9 +57,7 @@ void DirAhead::store(Ino dir, const Inode& dir_attr, std::vector<DirEntry> entri
   }
   d.listed = true;
   d.fetched = fetched;
-  size_t listed = 0;
-  for (const auto& [ino, other] : dirs_) listed += other.listed ? 1 : 0;
-  if (listed > o_.dirs_max) trim_locked(fetched);
+  if (listed_locked() > o_.dirs_max) trim_locked(fetched);
 }
 
 void DirAhead::give_up(Ino dir, Clock::time_point now) {
@@ -84,9 +82,11 @@ void DirAhead::changed() {
 
 size_t DirAhead::listings() const {
   std::lock_guard lock(mu_);
-  size_t n = 0;
-  for (const auto& [ino, d] : dirs_) n += d.listed ? 1 : 0;
-  return n;
+  return listed_locked();
+}
+
+size_t DirAhead::listed_locked() const {
+  return static_cast<size_t>(std::count_if(dirs_.begin(), dirs_.end(), [](const auto& kv) { return kv.second.listed; }));
 }
 
 // Drops what is stale; if listings are still over dirs_max, the oldest go.

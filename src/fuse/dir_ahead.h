@@ -89,6 +89,7 @@ class DirAhead {
   Clock::duration ttl() const;
   bool fresh(const Dir& d, Clock::time_point now) const { return d.listed && now - d.fetched < ttl(); }
   void trim_locked(Clock::time_point now);
+  size_t listed_locked() const;
 
   const Options o_;
   mutable std::mutex mu_;
