@@ -3,6 +3,7 @@
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/table.h>
 
+#include "common/rocks_env.h"
 #include "meta/codec.h"
 #include "meta/merge_operator.h"
 
@@ -36,6 +37,7 @@ std::shared_ptr<const rocksdb::SliceTransform> make_insert_hint_prefix() {
 rocksdb::Options store_rocks_options() {
   rocksdb::Options opts;
   opts.create_if_missing = true;
+  opts.env = rocks_env();  // pre-zeroed WAL: a commit's sync is a data flush, not a journal commit
   opts.merge_operator = make_merge_operator();
   opts.IncreaseParallelism(2);
   // Fold a hot directory's DirStat (and the inode counter) on write once 16

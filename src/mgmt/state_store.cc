@@ -6,6 +6,7 @@
 #include <rocksdb/write_batch.h>
 
 #include "common/fault.h"
+#include "common/rocks_env.h"
 
 namespace weft::mgmt {
 namespace {
@@ -60,6 +61,7 @@ Result<std::unique_ptr<StateStore>> StateStore::open(const std::string& dir) {
     rocksdb::Options options;
     options.create_if_missing = true;
     options.keep_log_file_num = 4;
+    options.env = rocks_env();
     rocksdb::DB* raw = nullptr;
     rocksdb::Status s = rocksdb::DB::Open(options, dir, &raw);
     if (!s.ok()) return rocks_error(s, "open " + dir);

@@ -10,6 +10,7 @@
 #include <rocksdb/write_batch.h>
 
 #include "common/assert.h"
+#include "common/rocks_env.h"
 #include "storage/engine_internal.h"
 
 namespace weft::storage {
@@ -79,6 +80,7 @@ struct OpenedIndex {
 static Result<OpenedIndex> open_index(const std::string& path) {
   rocksdb::Options options;
   options.create_if_missing = true;
+  options.env = rocks_env();  // pre-zeroed WAL: an index commit's sync is a data flush, not a journal commit
   options.max_background_jobs = 2;
   options.compression = rocksdb::kNoCompression;  // values are mostly CRC arrays: incompressible
   rocksdb::DB* raw = nullptr;

@@ -1,0 +1,168 @@
+#include "common/rocks_env.h"
+
+#include <fcntl.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace weft {
+namespace {
+
+using rocksdb::IODebugContext;
+using rocksdb::IOOptions;
+using rocksdb::IOStatus;
+
+IOStatus errno_status(const std::string& what, const std::string& path, int err) {
+  if (err == ENOSPC || err == EDQUOT) return IOStatus::NoSpace(what + " " + path, std::strerror(err));
+  return IOStatus::IOError(what + " " + path, std::strerror(err));
+}
+
+// "000123.log": RocksDB's WAL names (the info log is "LOG", "LOG.old.<n>").
+bool is_wal_name(const std::string& path) {
+  size_t slash = path.rfind('/');
+  std::string_view name(path);
+  if (slash != std::string::npos) name.remove_prefix(slash + 1);
+  if (!name.ends_with(".log") || name.size() == 4) return false;
+  name.remove_suffix(4);
+  return std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// A WAL written at `size_` over zeros that reach `zeroed_`. Invariant: bytes
+// [size_, zeroed_) are zeros whose blocks and file size are durable, so a sync
+// after an Append below zeroed_ flushes data only.
+class PrezeroedWal final : public rocksdb::FSWritableFile {
+ public:
+  PrezeroedWal(std::string path, int fd, const rocksdb::FileOptions& options, uint64_t first_step,
+               uint64_t max_step)
+      : FSWritableFile(options), path_(std::move(path)), fd_(fd), step_(first_step), max_step_(max_step) {}
+  ~PrezeroedWal() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  IOStatus Append(const rocksdb::Slice& data, const IOOptions&, IODebugContext*) override {
+    if (size_ + data.size() > zeroed_) {
+      IOStatus s = zero_ahead(size_ + data.size());
+      if (!s.ok()) return s;
+    }
+    IOStatus s = pwrite_all(data.data(), data.size(), size_);
+    if (s.ok()) size_ += data.size();
+    return s;
+  }
+
+  // Only RocksDB's direct-I/O path truncates a WAL; honoured all the same.
+  IOStatus Truncate(uint64_t size, const IOOptions&, IODebugContext*) override {
+    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) return errno_status("truncate", path_, errno);
+    size_ = zeroed_ = size;
+    return IOStatus::OK();
+  }
+
+  IOStatus Close(const IOOptions&, IODebugContext*) override {
+    int fd = std::exchange(fd_, -1);
+    if (fd >= 0 && ::close(fd) != 0) return errno_status("close", path_, errno);
+    return IOStatus::OK();
+  }
+
+  IOStatus Flush(const IOOptions&, IODebugContext*) override { return IOStatus::OK(); }
+
+  IOStatus Sync(const IOOptions&, IODebugContext*) override {
+    if (::fdatasync(fd_) != 0) return errno_status("fdatasync", path_, errno);
+    return IOStatus::OK();
+  }
+
+  IOStatus Fsync(const IOOptions&, IODebugContext*) override {
+    if (::fsync(fd_) != 0) return errno_status("fsync", path_, errno);
+    return IOStatus::OK();
+  }
+
+  // pwrite and fdatasync of one fd may run concurrently.
+  bool IsSyncThreadSafe() const override { return true; }
+
+  uint64_t GetFileSize(const IOOptions&, IODebugContext*) override { return size_; }
+
+  // The zeros are the preallocation; RocksDB's fallocate would only add
+  // unwritten extents, whose first write is a metadata change again.
+  IOStatus Allocate(uint64_t, uint64_t, const IOOptions&, IODebugContext*) override { return IOStatus::OK(); }
+
+ private:
+  IOStatus pwrite_all(const char* p, size_t n, uint64_t offset) {
+    while (n > 0) {
+      ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(offset));
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return errno_status("write", path_, errno);
+      }
+      p += w;
+      n -= static_cast<size_t>(w);
+      offset += static_cast<uint64_t>(w);
+    }
+    return IOStatus::OK();
+  }
+
+  // Extends the zeros past `need` by the current step (which doubles up to
+  // max_step_: small logs stay small) and makes them durable.
+  IOStatus zero_ahead(uint64_t need) {
+    static const char kZeros[1 << 16] = {};
+    uint64_t end = std::max(need, zeroed_ + step_);
+    step_ = std::min(step_ * 2, max_step_);
+    for (uint64_t off = zeroed_; off < end;) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(sizeof kZeros, end - off));
+      IOStatus s = pwrite_all(kZeros, n, off);
+      if (!s.ok()) return s;
+      off += n;
+    }
+    if (::fdatasync(fd_) != 0) return errno_status("fdatasync", path_, errno);
+    zeroed_ = end;
+    return IOStatus::OK();
+  }
+
+  std::string path_;
+  int fd_;
+  uint64_t size_ = 0;
+  uint64_t zeroed_ = 0;
+  uint64_t step_;
+  uint64_t max_step_;
+};
+
+class PrezeroedWalFs final : public rocksdb::FileSystemWrapper {
+ public:
+  PrezeroedWalFs(std::shared_ptr<rocksdb::FileSystem> base, uint64_t first_step, uint64_t max_step)
+      : FileSystemWrapper(std::move(base)), first_step_(first_step), max_step_(std::max(first_step, max_step)) {}
+
+  static const char* kClassName() { return "WeftPrezeroedWalFs"; }
+  const char* Name() const override { return kClassName(); }
+
+  IOStatus NewWritableFile(const std::string& path, const rocksdb::FileOptions& options,
+                           std::unique_ptr<rocksdb::FSWritableFile>* result, IODebugContext* dbg) override {
+    if (!is_wal_name(path) || options.use_direct_writes || options.use_mmap_writes)
+      return target()->NewWritableFile(path, options, result, dbg);
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return errno_status("open", path, errno);
+    *result = std::make_unique<PrezeroedWal>(path, fd, options, first_step_, max_step_);
+    return IOStatus::OK();
+  }
+
+ private:
+  uint64_t first_step_;
+  uint64_t max_step_;
+};
+
+}  // namespace
+
+std::shared_ptr<rocksdb::FileSystem> prezeroed_wal_fs(std::shared_ptr<rocksdb::FileSystem> base,
+                                                      uint64_t first_step, uint64_t max_step) {
+  return std::make_shared<PrezeroedWalFs>(std::move(base), std::max<uint64_t>(first_step, 4096), max_step);
+}
+
+rocksdb::Env* rocks_env() {
+  static rocksdb::Env* env = rocksdb::NewCompositeEnv(prezeroed_wal_fs(rocksdb::FileSystem::Default())).release();
+  return env;
+}
+
+}  // namespace weft
