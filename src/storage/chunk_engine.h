@@ -17,10 +17,11 @@
 //      The old slot is freed in memory once that write is durable
 //      (allocation state is derived from the index, so the same write batch
 //      is what frees it on disk).
-// With EngineOptions::fused_write_sync, write() (a chain of one) stages
-// without its own fdatasync: the commit group's leader syncs the slab files
-// of the whole group, then the index, so a group of concurrent writes costs
-// two syncs in all.
+// With EngineOptions::defer_slot_sync (the default), stage() and write()
+// make no fdatasync of their own: the commit group's leader syncs the slab
+// files of the whole group, then the index, so a group of concurrent writes
+// costs two syncs in all. A staged but uncommitted slot need not be durable:
+// pending versions do not survive a restart anyway.
 // A crash therefore leaves either the old or the new committed chunk. Pending
 // versions are NOT persisted: after a restart they are gone and the target
 // must be resynced by its chain predecessor (a restarted target always is).
@@ -76,11 +77,11 @@ struct EngineOptions {
   uint64_t extent_bytes = 64u << 20;         // slab growth step (at least one slot)
   unsigned ring_entries = 256;               // io_uring depth
   uint32_t commit_linger_us_max = 2000;      // index group commit: longest wait for the group to gather
-  // write(): leave the slot's fdatasync to the commit group's leader (one
-  // slab sync + one index sync per group, in series) instead of syncing it
-  // in its own slab group (which overlaps other groups' index syncs). Off:
-  // fewer syncs, but not faster on the shared test VM (docs/storage.md).
-  bool fused_write_sync = false;
+  // write() and stage() leave the slot's fdatasync to the commit group's
+  // leader (one sync per slab file and one index sync per group, in series)
+  // instead of syncing it on their own (about one sync more per write).
+  // Measured better on a quiet VM (docs/storage.md); off only to compare.
+  bool defer_slot_sync = true;
 };
 
 // One update of a chunk's content.

@@ -5,15 +5,15 @@
 //   fresh preallocated raw file and fresh chunks, raw and engine alternating,
 //   and prints every round's ratio and their median, with where the engine's
 //   time went (stage = slot write + its fdatasync, commit = synced index write;
-//   --linger-us and --fused set EngineOptions commit_linger_us_max and
-//   fused_write_sync), --reads 0 stops after the writes;
+//   --linger-us and --defer-slot-sync set EngineOptions commit_linger_us_max
+//   and defer_slot_sync), --reads 0 stops after the writes;
 //   1 MiB sequential reads, 4 KiB random reads at queue depth --qd: through
 //   the engine's own ring (any thread submits, a reaper thread completes) and
 //   through the per-I/O-thread ring the storage server's read handler uses
 //   (storage/thread_ring.h: submitted and completed on one event-loop thread).
 // Usage: chunk_engine_bench [--dir /var/tmp] [--dataset-mib 512] [--threads 4]
 //                           [--qd 16] [--seconds 5] [--write-rounds 0] [--reads 1] [--linger-us N]
-//                           [--fused 0]
+//                           [--defer-slot-sync 1]
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -57,7 +57,7 @@ struct Args {
   int write_rounds = 0;
   bool reads = true;  // --reads 0: write lines only
   int linger_us = -1;  // --linger-us: the engine's commit_linger_us_max (-1: its default)
-  bool fused = false;  // --fused 1: EngineOptions::fused_write_sync
+  bool defer_slot_sync = true;  // --defer-slot-sync 0: EngineOptions::defer_slot_sync off
 };
 
 struct Figure {
@@ -296,7 +296,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--write-rounds") a.write_rounds = std::stoi(v);
     else if (k == "--reads") a.reads = v != "0";
     else if (k == "--linger-us") a.linger_us = std::stoi(v);
-    else if (k == "--fused") a.fused = v != "0";
+    else if (k == "--defer-slot-sync") a.defer_slot_sync = v != "0";
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       std::exit(2);
@@ -322,7 +322,7 @@ int main(int argc, char** argv) {
   o.target_id = "bench";
   o.chunk_size_max = kMiB;
   if (a.linger_us >= 0) o.commit_linger_us_max = static_cast<uint32_t>(a.linger_us);
-  o.fused_write_sync = a.fused;
+  o.defer_slot_sync = a.defer_slot_sync;
   auto opened = ChunkEngine::open(root + "/target", o);
   if (!opened) {
     std::fprintf(stderr, "open engine: %s\n", opened.error().to_string().c_str());

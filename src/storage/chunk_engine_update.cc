@@ -173,7 +173,7 @@ Result<WriteResult> ChunkEngine::commit_locked(const ChunkId& id, uint64_t versi
 
 Result<WriteResult> ChunkEngine::stage(const ChunkId& id, uint64_t version, const Update& update) {
   ChunkLock lock(*this, id);
-  return stage_locked(id, version, update, true);
+  return stage_locked(id, version, update, !options_.defer_slot_sync);
 }
 
 Result<WriteResult> ChunkEngine::commit(const ChunkId& id, uint64_t version) {
@@ -182,13 +182,13 @@ Result<WriteResult> ChunkEngine::commit(const ChunkId& id, uint64_t version) {
 }
 
 Result<WriteResult> ChunkEngine::write(const ChunkId& id, const Update& update) {
-  // Fused: the group being formed waits for this write's slot, then syncs it.
+  // Deferred: the group being formed waits for this write's slot, then syncs it.
   std::optional<IndexCommitter::Intent> intent;
-  if (options_.fused_write_sync) intent.emplace(*committer_);
+  if (options_.defer_slot_sync) intent.emplace(*committer_);
   ChunkLock lock(*this, id);
   WEFT_TRY(auto old, get_meta(id));
   uint64_t version = (old ? old->version : 0) + 1;
-  WEFT_RETURN_IF_ERROR(stage_locked(id, version, update, !options_.fused_write_sync));
+  WEFT_RETURN_IF_ERROR(stage_locked(id, version, update, !options_.defer_slot_sync));
   return commit_locked(id, version);
 }
 

@@ -75,7 +75,6 @@ inline EngineOptions crash_engine_options() {
   o.chunk_size_max = kCrashChunkBytes;
   o.extent_bytes = 1 << 20;
   o.capacity_bytes = 1ull << 30;
-  o.fused_write_sync = true;  // write() threads: slot sync left to the commit group's leader
   return o;
 }
 
