@@ -152,6 +152,10 @@ class MetaStore {
   // Read-only opens check permissions and write nothing. Write opens record a
   // session (reply.session_id != 0) that close() removes.
   Result<Reply> open(const Context& ctx, Ino ino, OpenFlags flags);
+  // Read-only open of `name` in `parent` (the first-epoch open: one round
+  // trip, nothing written); a symlink comes back unopened for the caller to
+  // follow.
+  Result<Reply> open_read_at(const Context& ctx, Ino parent, std::string_view name);
   Result<void> close(const Context& ctx, Ino ino, uint64_t session_id);
   // A writer reports the highest offset written; the length only grows.
   // `session_id` must be an open write session of `ino` (kBadHandle otherwise).
@@ -205,6 +209,9 @@ class MetaStore {
   // Unlocked read, optionally at a snapshot. with_stat: merge a directory's
   // DirStat in (nlink, mtime, ctime); a permission check needs only the base.
   Result<Inode> read_inode(Ino ino, const rocksdb::Snapshot* snapshot = nullptr, bool with_stat = true);
+  // lookup's reads, at `snapshot` or (null) each at the latest state.
+  Result<Inode> lookup_at(const Context& ctx, Ino parent_ino, std::string_view name,
+                          const rocksdb::Snapshot* snapshot);
   Result<Reply> do_create(Txn& txn, const Context& ctx, Ino parent, std::string_view name, uint32_t mode,
                           bool exclusive, bool open_for_write);
   Result<void> do_rename(Txn& txn, const Context& ctx, Ino sp, std::string_view sn, Ino dp,

@@ -149,9 +149,7 @@ Result<Rep> do_open_read(MetaStore& s, const Req& q, const Context& ctx) {
 }
 Result<Rep> do_open_read_at(MetaStore& s, const Req& q, const Context& ctx) {
   if (q.open_write()) return error(Code::kInvalidArgument, "open_read_at with write access: use open");
-  WEFT_TRY(Inode n, s.lookup(ctx, q.ino(), q.name()));
-  if (n.is_symlink()) return reply_with_inode(n);
-  return map(s.open(ctx, n.ino, OpenFlags{q.open_read(), false}), reply_with);
+  return map(s.open_read_at(ctx, q.ino(), q.name()), reply_with);
 }
 Result<Rep> do_close(MetaStore& s, const Req& q, const Context& ctx) {
   return empty_reply(s.close(ctx, q.ino(), q.session_id()));

@@ -44,27 +44,40 @@ Result<Inode> MetaStore::read_inode(Ino ino, const rocksdb::Snapshot* snapshot, 
 // A stat storm is mostly lookups of files in a few directories: the parent is
 // read for its permission bits only; its DirStat, a merge chain of up to
 // max_successive_merges operands in a hot directory, is skipped.
+// The three reads first go without a snapshot (taking and releasing one locks
+// the DB mutex, which every lookup and commit then contends on). Unlocked
+// reads may straddle a rename or unlink: a dentry read before it can name an
+// inode that is gone or unlinked when read. Only then are they read again at
+// one snapshot, so a lookup never answers from a mix of two states.
 Result<Inode> MetaStore::lookup(const Context& ctx, Ino parent_ino, std::string_view name) {
   return observe(metrics_of(Op::kLookup), [&]() -> Result<Inode> {
     WEFT_RETURN_IF_ERROR(check_name(name));
+    Result<Inode> r = lookup_at(ctx, parent_ino, name, nullptr);
+    bool torn = r ? r->nlink == 0 : r.error().code() == Code::kCorruption;
+    if (!torn) return r;
     SnapshotHolder snap(db_);
-    WEFT_TRY(Inode parent, read_inode(parent_ino, snap.get(), /*with_stat=*/false));
-    if (!parent.is_dir()) return error(Code::kNotDirectory, "inode {} is not a directory", parent_ino);
-    WEFT_RETURN_IF_ERROR(check_access(parent, ctx.cred, kAccessExec));
-    if (name == ".") return read_inode(parent_ino, snap.get());
-    if (name == "..") return read_inode(parent.parent, snap.get());
-    rocksdb::ReadOptions ro;
-    ro.snapshot = snap.get();
-    std::string raw;
-    auto s = db_->Get(ro, key::dentry(parent_ino, name), &raw);
-    if (s.IsNotFound()) return error(Code::kNotFound, "no '{}' in {}", name, parent_ino);
-    if (!s.ok()) return error(from_rocks(s, "lookup"));
-    WEFT_TRY(DentryValue d, decode_dentry(raw));
-    auto child = read_inode(d.ino, snap.get());
-    if (!child && child.error().code() == Code::kNotFound)
-      return error(Code::kCorruption, "dentry '{}' in {} names missing inode {}", name, parent_ino, d.ino);
-    return child;
+    return lookup_at(ctx, parent_ino, name, snap.get());
   });
+}
+
+Result<Inode> MetaStore::lookup_at(const Context& ctx, Ino parent_ino, std::string_view name,
+                                   const rocksdb::Snapshot* snapshot) {
+  WEFT_TRY(Inode parent, read_inode(parent_ino, snapshot, /*with_stat=*/false));
+  if (!parent.is_dir()) return error(Code::kNotDirectory, "inode {} is not a directory", parent_ino);
+  WEFT_RETURN_IF_ERROR(check_access(parent, ctx.cred, kAccessExec));
+  if (name == ".") return read_inode(parent_ino, snapshot);
+  if (name == "..") return read_inode(parent.parent, snapshot);
+  rocksdb::ReadOptions ro;
+  ro.snapshot = snapshot;
+  std::string raw;
+  auto s = db_->Get(ro, key::dentry(parent_ino, name), &raw);
+  if (s.IsNotFound()) return error(Code::kNotFound, "no '{}' in {}", name, parent_ino);
+  if (!s.ok()) return error(from_rocks(s, "lookup"));
+  WEFT_TRY(DentryValue d, decode_dentry(raw));
+  auto child = read_inode(d.ino, snapshot);
+  if (!child && child.error().code() == Code::kNotFound)
+    return error(Code::kCorruption, "dentry '{}' in {} names missing inode {}", name, parent_ino, d.ino);
+  return child;
 }
 
 Result<Inode> MetaStore::getattr(const Context&, Ino ino) {

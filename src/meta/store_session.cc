@@ -35,6 +35,16 @@ Result<Reply> MetaStore::open(const Context& ctx, Ino ino, OpenFlags flags) {
   });
 }
 
+Result<Reply> MetaStore::open_read_at(const Context& ctx, Ino parent, std::string_view name) {
+  WEFT_TRY(Inode n, lookup(ctx, parent, name));
+  if (n.is_symlink()) return reply_of(std::move(n));
+  // The inode lookup just read is the one opened: no second read.
+  return observe(metrics_of(Op::kOpen), [&]() -> Result<Reply> {
+    WEFT_RETURN_IF_ERROR(check_openable(n, ctx.cred, OpenFlags{true, false}));
+    return reply_of(std::move(n));
+  });
+}
+
 Result<void> MetaStore::close(const Context& ctx, Ino ino, uint64_t session_id) {
   return to_void(mutate(Op::kClose, ctx, [&](Txn& txn) -> Result<Reply> {
            WEFT_TRY(auto n, txn.lock_inode(ino, true));
