@@ -29,21 +29,19 @@ ChunkGc::ChunkGc(std::vector<rpc::Endpoint> mgmtd, std::string cluster_token, Ch
                  std::chrono::milliseconds interval)
     : parts_(std::make_unique<Parts>(std::move(mgmtd), cluster_token)), hooks_(std::move(hooks)), interval_(interval) {}
 
+// Files taken from meta per pass.
+constexpr size_t kPendingBatch = 64;
+
 ChunkGc::~ChunkGc() {
   stop();
   parts_->routing.stop();
   parts_->io.stop();
 }
 
-void ChunkGc::start() { thread_ = std::thread([this] { run(); }); }
+void ChunkGc::start() { thread_.emplace(PeriodicThread::Wait::zero(), [this] { return tick(); }); }
 
 void ChunkGc::stop() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (thread_) thread_->stop();
 }
 
 Result<size_t> ChunkGc::collect_once() {
@@ -51,7 +49,7 @@ Result<size_t> ChunkGc::collect_once() {
     WEFT_RETURN_IF_ERROR(parts_->routing.start());
     routing_started_ = true;
   }
-  WEFT_TRY(auto items, hooks_.pending(64));
+  WEFT_TRY(auto items, hooks_.pending(kPendingBatch));
   size_t finished = 0;
   for (const meta::GcItem& item : items) {
     const meta::Layout& layout = item.inode.layout;
@@ -75,18 +73,11 @@ Result<size_t> ChunkGc::collect_once() {
   return finished;
 }
 
-void ChunkGc::run() {
-  while (true) {
-    size_t done = 0;
-    auto r = collect_once();
-    if (!r) WEFT_LOG_WARN("chunk gc: {}", r.error());
-    else done = *r;
-    std::unique_lock lock(mu_);
-    if (stopping_) return;
-    // A full batch: go on at once.
-    if (done < 64) cv_.wait_for(lock, interval_, [this] { return stopping_; });
-    if (stopping_) return;
-  }
+PeriodicThread::Wait ChunkGc::tick() {
+  auto r = collect_once();
+  if (!r) WEFT_LOG_WARN("chunk gc: {}", r.error());
+  bool full_batch = r && *r >= kPendingBatch;  // more is queued: go on at once
+  return full_batch ? PeriodicThread::Wait::zero() : PeriodicThread::Wait(interval_);
 }
 
 }  // namespace weft::client

@@ -10,13 +10,12 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
-#include <thread>
+#include <optional>
 
 #include "client/chunk_io.h"
+#include "common/periodic.h"
 #include "client/routing_cache.h"
 #include "common/status.h"
 #include "meta/types.h"
@@ -45,7 +44,8 @@ class ChunkGc {
   uint64_t chunks_removed() const { return chunks_.load(); }
 
  private:
-  void run();
+  // A pass on the thread; returns the wait before the next (none after a full batch).
+  PeriodicThread::Wait tick();
 
   struct Parts;
   std::unique_ptr<Parts> parts_;
@@ -53,11 +53,8 @@ class ChunkGc {
   const std::chrono::milliseconds interval_;
   std::atomic<uint64_t> files_{0};
   std::atomic<uint64_t> chunks_{0};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;  // GUARDED_BY(mu_)
-  bool routing_started_ = false;
-  std::thread thread_;
+  bool routing_started_ = false;  // collect_once's thread only
+  std::optional<PeriodicThread> thread_;  // from start()
 };
 
 }  // namespace weft::client

@@ -46,33 +46,20 @@ Result<Duration> ClientLease::heartbeat() {
 Result<void> ClientLease::start() {
   auto first = heartbeat();
   Duration interval = first && *first > Duration::zero() ? *first / 3 : kRetryInterval;
-  thread_ = std::thread([this, interval] { run(interval); });
+  thread_.emplace(interval, [this] { return renew(); });
   if (!first) return std::unexpected(first.error());
   return {};
 }
 
 void ClientLease::stop() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (thread_) thread_->stop();
 }
 
-void ClientLease::run(Duration interval) {
-  std::unique_lock lock(mu_);
-  while (!cv_.wait_for(lock, interval, [this] { return stopping_; })) {
-    lock.unlock();
-    auto granted = heartbeat();
-    lock.lock();
-    if (granted && *granted > Duration::zero()) {
-      interval = *granted / 3;
-    } else {
-      if (!granted) WEFT_LOG_DEBUG("client {:016x}: lease heartbeat: {}", client_id_, granted.error());
-      interval = granted ? kDefaultInterval : Duration(kRetryInterval);
-    }
-  }
+Duration ClientLease::renew() {
+  auto granted = heartbeat();
+  if (granted && *granted > Duration::zero()) return *granted / 3;
+  if (!granted) WEFT_LOG_DEBUG("client {:016x}: lease heartbeat: {}", client_id_, granted.error());
+  return granted ? Duration(kDefaultInterval) : Duration(kRetryInterval);
 }
 
 }  // namespace weft::client

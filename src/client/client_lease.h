@@ -11,13 +11,12 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
+#include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/periodic.h"
 #include "common/status.h"
 #include "mgmt/mgmt_rpc.h"
 
@@ -45,17 +44,15 @@ class ClientLease {
  private:
   // One heartbeat; returns the lease granted.
   Result<Duration> heartbeat();
-  void run(Duration interval);
+  // A renewal on the thread; returns the wait before the next one.
+  Duration renew();
 
   mgmt::MgmtRpc rpc_;
   const uint64_t client_id_;
   const std::string label_;
   std::atomic<uint64_t> heartbeats_ok_{0};
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;  // GUARDED_BY(mu_)
-  std::thread thread_;
+  std::optional<PeriodicThread> thread_;  // from start()
 };
 
 }  // namespace weft::client

@@ -315,25 +315,14 @@ void register_meta_service(rpc::Server& server, MetaStore& store) {
 
 RequestRecordExpirer::RequestRecordExpirer(MetaStore& store, std::chrono::nanoseconds age,
                                            std::chrono::milliseconds interval)
-    : store_(store), age_(age), interval_(interval), thread_([this] { run(); }) {}
+    : store_(store), age_(age), thread_(interval, [this, interval] {
+        tick();
+        return interval;
+      }) {}
 
-RequestRecordExpirer::~RequestRecordExpirer() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
-}
-
-void RequestRecordExpirer::run() {
-  std::unique_lock lock(mu_);
-  while (!cv_.wait_for(lock, interval_, [this] { return stopping_; })) {
-    lock.unlock();
-    auto r = store_.expire_requests(age_.count());
-    if (!r) WEFT_LOG_WARN("expiring retry records: {}", r.error());
-    lock.lock();
-  }
+void RequestRecordExpirer::tick() {
+  auto r = store_.expire_requests(age_.count());
+  if (!r) WEFT_LOG_WARN("expiring retry records: {}", r.error());
 }
 
 }  // namespace weft::meta

@@ -15,12 +15,10 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <string>
-#include <thread>
 
 #include "common/config.h"
+#include "common/periodic.h"
 #include "common/status.h"
 #include "meta/meta_store.h"
 #include "rpc/server.h"
@@ -55,20 +53,13 @@ void register_meta_service(rpc::Server& server, MetaStore& store);
 class RequestRecordExpirer {
  public:
   RequestRecordExpirer(MetaStore& store, std::chrono::nanoseconds age, std::chrono::milliseconds interval);
-  ~RequestRecordExpirer();
-  RequestRecordExpirer(const RequestRecordExpirer&) = delete;
-  RequestRecordExpirer& operator=(const RequestRecordExpirer&) = delete;
 
  private:
-  void run();
+  void tick();
 
   MetaStore& store_;
   const std::chrono::nanoseconds age_;
-  const std::chrono::milliseconds interval_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;  // guarded by mu_
-  std::thread thread_;
+  PeriodicThread thread_;  // last: starts after the fields it uses
 };
 
 }  // namespace weft::meta

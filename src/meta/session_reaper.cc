@@ -62,18 +62,12 @@ SessionReaper::SessionReaper(MetaStore& store, const Clock& clock, LiveClients l
     : store_(store),
       clock_(clock),
       live_(std::move(live)),
-      interval_(interval),
       min_age_(min_age),
-      thread_([this] { run(); }) {}
-
-SessionReaper::~SessionReaper() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
-}
+      thread_(interval, [this, interval] {
+        auto r = reap_once();
+        if (!r) WEFT_LOG_WARN("session reaper: {}", r.error());
+        return interval;
+      }) {}
 
 Result<ReapResult> SessionReaper::reap_once() {
   WEFT_TRY(auto live, live_());
@@ -82,16 +76,6 @@ Result<ReapResult> SessionReaper::reap_once() {
   WEFT_TRY(ReapResult r, reap_sessions(store_, alive, clock_.wall_ns() - min_age_.count()));
   if (r.closed > 0) WEFT_LOG_INFO("session reaper: closed {} write sessions of clients without a lease", r.closed);
   return r;
-}
-
-void SessionReaper::run() {
-  std::unique_lock lock(mu_);
-  while (!cv_.wait_for(lock, interval_, [this] { return stopping_; })) {
-    lock.unlock();
-    auto r = reap_once();
-    if (!r) WEFT_LOG_WARN("session reaper: {}", r.error());
-    lock.lock();
-  }
 }
 
 }  // namespace weft::meta

@@ -15,14 +15,12 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <optional>
-#include <thread>
 #include <unordered_set>
 
 #include "common/clock.h"
+#include "common/periodic.h"
 #include "common/status.h"
 #include "meta/meta_store.h"
 
@@ -46,7 +44,6 @@ class SessionReaper {
 
   SessionReaper(MetaStore& store, const Clock& clock, LiveClients live, std::chrono::milliseconds interval,
                 std::chrono::nanoseconds min_age);
-  ~SessionReaper();
   SessionReaper(const SessionReaper&) = delete;
   SessionReaper& operator=(const SessionReaper&) = delete;
 
@@ -54,17 +51,11 @@ class SessionReaper {
   Result<ReapResult> reap_once();
 
  private:
-  void run();
-
   MetaStore& store_;
   const Clock& clock_;
   const LiveClients live_;
-  const std::chrono::milliseconds interval_;
   const std::chrono::nanoseconds min_age_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;  // GUARDED_BY(mu_)
-  std::thread thread_;
+  PeriodicThread thread_;  // last: starts after the fields it uses
 };
 
 }  // namespace weft::meta

@@ -1,0 +1,42 @@
+// common/periodic.h
+// A thread that calls `tick` after `first_wait`, then again after whatever
+// wait each tick returns, until stopped. The housekeeping loops of the
+// servers and the client (retry-record expiry, session reaping, lease
+// renewal) are this.
+// Threading: stop() (or the destructor) wakes the thread at once, even in
+// the middle of a wait, and joins it; a tick that is running finishes first.
+// `tick` runs on the periodic thread only. stop() is idempotent and must not
+// be called from the tick.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace weft {
+
+class PeriodicThread {
+ public:
+  using Wait = std::chrono::nanoseconds;
+  using Tick = std::function<Wait()>;  // returns the wait before the next tick
+
+  PeriodicThread(Wait first_wait, Tick tick);
+  ~PeriodicThread();
+  PeriodicThread(const PeriodicThread&) = delete;
+  PeriodicThread& operator=(const PeriodicThread&) = delete;
+
+  void stop();
+
+ private:
+  void run(Wait wait);
+
+  const Tick tick_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;  // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+}  // namespace weft
