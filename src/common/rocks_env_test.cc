@@ -3,6 +3,8 @@
 // syncs of records written over the zeros do not grow the file.
 #include "common/rocks_env.h"
 
+#include "common/crash_child.h"
+
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
@@ -140,33 +142,9 @@ TEST(RocksEnv, SigkillKeepsEverySyncedWrite) {
   for (uint64_t kill_after : {37u, 411u}) {
     SCOPED_TRACE(fmt::format("kill after {} acks", kill_after));
     TempDir dir;
-    int fds[2];
-    ASSERT_EQ(pipe(fds), 0);
-    pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      ::close(fds[0]);
-      setenv("WEFT_ROCKS_ENV_CRASH_DB", dir.path.c_str(), 1);
-      setenv("WEFT_ROCKS_ENV_CRASH_FD", std::to_string(fds[1]).c_str(), 1);
-      execl("/proc/self/exe", "rocks_env_crash_child", "--gtest_filter=RocksEnvCrashChild.Run", nullptr);
-      _exit(127);
-    }
-    ::close(fds[1]);
-    uint64_t acked = 0, idx = 0;
-    bool killed = false;
-    while (read(fds[0], &idx, sizeof(idx)) == static_cast<ssize_t>(sizeof(idx))) {
-      ASSERT_EQ(idx, acked);
-      ++acked;
-      if (!killed && acked >= kill_after) {
-        kill(pid, SIGKILL);
-        killed = true;  // keep reading: acks already in the pipe count too
-      }
-    }
-    ::close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    ASSERT_TRUE(killed) << "child ended by itself after " << acked << " acks, status " << status;
-    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    uint64_t acked = 0;
+    ASSERT_NO_FATAL_FAILURE(weft::testing::run_child_until_killed("RocksEnvCrashChild.Run", "WEFT_ROCKS_ENV_CRASH_FD",
+                                                            {{"WEFT_ROCKS_ENV_CRASH_DB", dir.path}}, kill_after, &acked));
 
     auto env = small_step_env();
     auto db = open_db(env.get(), dir.path);

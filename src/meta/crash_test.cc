@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "common/crash_child.h"
 #include "common/random.h"
 #include "meta/ops.h"
 #include "meta/test_util.h"
@@ -112,33 +113,9 @@ Model read_back(MetaStore& s) {
 void crash_round(uint64_t kill_after_acks) {
   TempDir dir;
   std::string db = dir.path() + "/db";
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::close(fds[0]);
-    setenv("WEFT_META_CRASH_DB", db.c_str(), 1);
-    setenv("WEFT_META_CRASH_FD", std::to_string(fds[1]).c_str(), 1);
-    execl("/proc/self/exe", "meta_crash_child", "--gtest_filter=CrashChild.Run", nullptr);
-    _exit(127);
-  }
-  ::close(fds[1]);
-  uint64_t acked = 0, idx = 0;
-  bool killed = false;
-  while (read(fds[0], &idx, sizeof(idx)) == static_cast<ssize_t>(sizeof(idx))) {
-    ASSERT_EQ(idx, acked);
-    ++acked;
-    if (!killed && acked >= kill_after_acks) {
-      kill(pid, SIGKILL);
-      killed = true;  // keep reading: acks already in the pipe count too
-    }
-  }
-  ::close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  ASSERT_TRUE(killed) << "child ended by itself after " << acked << " acks, status " << status;
-  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  uint64_t acked = 0;
+  ASSERT_NO_FATAL_FAILURE(weft::testing::run_child_until_killed("CrashChild.Run", "WEFT_META_CRASH_FD",
+                                                                {{"WEFT_META_CRASH_DB", db}}, kill_after_acks, &acked));
 
   auto store = MetaStore::open(durable_options(db));
   ASSERT_TRUE(store.has_value()) << store.error();
