@@ -5,7 +5,8 @@
 // (uint64_t, 0, 1, 2, ...) of each operation once it is acknowledged. The
 // parent SIGKILLs the child after `kill_after` acks, keeps reading the acks
 // already in the pipe, reaps the child and returns how many it read. A child
-// test does nothing (GTEST_SKIP) when `<fd_env>` is not set.
+// test does nothing (GTEST_SKIP) when `<fd_env>` is not set. The child gets no
+// GTEST_SHARD_* variables (it must run its one test whatever the sharding).
 // Failures (out-of-order acks, a child that ended by itself) are gtest
 // assertions: callers check HasFatalFailure().
 #pragma once
@@ -18,6 +19,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -28,14 +30,27 @@ inline void run_child_until_killed(const std::string& child_test, const std::str
                                    uint64_t* acked_out) {
   int fds[2];
   ASSERT_EQ(pipe(fds), 0);
+  // Everything the child needs is built before fork: the parent may have
+  // threads (RocksDB's), so the child calls nothing but execve.
+  std::vector<std::string> vars;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string_view var(*e);
+    bool replaced = var.starts_with(fd_env + "=") || var.starts_with("GTEST_SHARD_");
+    for (const auto& [k, v] : env) replaced = replaced || var.starts_with(k + "=");
+    if (!replaced) vars.emplace_back(var);
+  }
+  for (const auto& [k, v] : env) vars.push_back(k + "=" + v);
+  vars.push_back(fd_env + "=" + std::to_string(fds[1]));
+  std::vector<char*> envp;
+  for (std::string& v : vars) envp.push_back(v.data());
+  envp.push_back(nullptr);
+  std::string arg0 = "crash_child", filter = "--gtest_filter=" + child_test;
+  char* argv[] = {arg0.data(), filter.data(), nullptr};
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     ::close(fds[0]);
-    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-    setenv(fd_env.c_str(), std::to_string(fds[1]).c_str(), 1);
-    std::string filter = "--gtest_filter=" + child_test;
-    execl("/proc/self/exe", "crash_child", filter.c_str(), static_cast<char*>(nullptr));
+    execve("/proc/self/exe", argv, envp.data());
     _exit(127);
   }
   ::close(fds[1]);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,9 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
+
+#include "common/status.h"
 
 namespace weft {
 namespace {
@@ -130,6 +134,78 @@ class PrezeroedWal final : public rocksdb::FSWritableFile {
   uint64_t max_step_;
 };
 
+// RocksDB's log format (db/log_format.h, stable since LevelDB): 32 KiB blocks
+// of records, each a 7-byte header (crc32c 4, length 2 little-endian, type 1)
+// and its payload; a block's last < 7 bytes are zero padding.
+constexpr uint64_t kLogBlock = 32768;
+constexpr uint64_t kLogHeader = 7;
+
+// Where the log in `fd` ends: the first record header that is all zeros (the
+// pre-zeroed space), or the file's end. Records are overwrites of zeros, so a
+// power loss in the middle of a sync may keep a later page and lose an earlier
+// one; RocksDB's reader would skip the zeros of the lost page as padding and
+// replay what follows, i.e. a commit without one it depends on. Ending the
+// log at the first zero header keeps replay to a prefix, as with appends.
+Result<uint64_t> log_end(int fd, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return errno_error(errno, "stat " + path);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  std::vector<unsigned char> block(kLogBlock);
+  uint64_t block_start = UINT64_MAX, block_len = 0, pos = 0;
+  while (pos + kLogHeader <= size) {
+    uint64_t left = kLogBlock - pos % kLogBlock;
+    if (left < kLogHeader) {  // trailer
+      pos += left;
+      continue;
+    }
+    uint64_t start = pos - pos % kLogBlock;
+    if (start != block_start) {
+      ssize_t n = ::pread(fd, block.data(), kLogBlock, static_cast<off_t>(start));
+      if (n < 0) return errno_error(errno, "read " + path);
+      block_start = start;
+      block_len = static_cast<uint64_t>(n);
+    }
+    uint64_t at = pos - start;
+    if (at + kLogHeader > block_len) break;
+    const unsigned char* h = block.data() + at;
+    if (std::all_of(h, h + kLogHeader, [](unsigned char c) { return c == 0; })) return pos;
+    uint64_t length = h[4] | (uint64_t{h[5]} << 8);
+    pos += kLogHeader + length;  // past a block end: corrupt, RocksDB's reader says so
+  }
+  return size;
+}
+
+// Reads a WAL up to `limit` (log_end), then reports the end of the file.
+class PrefixReader final : public rocksdb::FSSequentialFile {
+ public:
+  PrefixReader(std::unique_ptr<rocksdb::FSSequentialFile> base, uint64_t limit)
+      : base_(std::move(base)), limit_(limit) {}
+
+  IOStatus Read(size_t n, const IOOptions& options, rocksdb::Slice* result, char* scratch,
+                IODebugContext* dbg) override {
+    n = static_cast<size_t>(std::min<uint64_t>(n, limit_ - pos_));
+    if (n == 0) {
+      *result = rocksdb::Slice();
+      return IOStatus::OK();
+    }
+    IOStatus s = base_->Read(n, options, result, scratch, dbg);
+    if (s.ok()) pos_ += result->size();
+    return s;
+  }
+
+  IOStatus Skip(uint64_t n) override {
+    n = std::min(n, limit_ - pos_);
+    IOStatus s = base_->Skip(n);
+    if (s.ok()) pos_ += n;
+    return s;
+  }
+
+ private:
+  std::unique_ptr<rocksdb::FSSequentialFile> base_;
+  const uint64_t limit_;
+  uint64_t pos_ = 0;
+};
+
 class PrezeroedWalFs final : public rocksdb::FileSystemWrapper {
  public:
   PrezeroedWalFs(std::shared_ptr<rocksdb::FileSystem> base, uint64_t first_step, uint64_t max_step)
@@ -145,6 +221,19 @@ class PrezeroedWalFs final : public rocksdb::FileSystemWrapper {
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return errno_status("open", path, errno);
     *result = std::make_unique<PrezeroedWal>(path, fd, options, first_step_, max_step_);
+    return IOStatus::OK();
+  }
+
+  IOStatus NewSequentialFile(const std::string& path, const rocksdb::FileOptions& options,
+                             std::unique_ptr<rocksdb::FSSequentialFile>* result, IODebugContext* dbg) override {
+    IOStatus s = target()->NewSequentialFile(path, options, result, dbg);
+    if (!s.ok() || !is_wal_name(path) || options.use_direct_reads) return s;
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno_status("open", path, errno);
+    Result<uint64_t> end = log_end(fd, path);
+    ::close(fd);
+    if (!end) return IOStatus::IOError("find the end of " + path, end.error().message());
+    *result = std::make_unique<PrefixReader>(std::move(*result), *end);
     return IOStatus::OK();
   }
 

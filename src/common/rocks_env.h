@@ -9,12 +9,20 @@
 // measured). Stores that commit grouped transactions wait for that sync, so
 // its cost is their commit latency.
 //
-// Safe because RocksDB's log reader treats an all-zero record header as
-// padding (record type 0, "reserved for preallocated files") and skips the
-// rest of the block: a log that ends in zeros replays exactly like one that
-// ends at its last record, and a torn last record followed by zeros is a torn
-// last record, as with appends. Only files named like WALs ("<digits>.log")
-// are affected; SSTs, MANIFEST and the info LOG are written as usual.
+// Safe because of two things. RocksDB's log reader treats an all-zero record
+// header as padding (record type 0, "reserved for preallocated files"), so a
+// log that ends in zeros replays like one that ends at its last record, and a
+// torn last record followed by zeros is a torn last record, as with appends.
+// And because overwrites have no journal commit to order them, a power loss
+// during a sync that covers several records may keep a later page and lose an
+// earlier one; where the lost page starts with a record header the reader
+// would skip its zeros as padding and replay the records after it (a commit
+// without one it depends on). So WALs are read through a view that ends at
+// the first all-zero record header: replay is always a prefix of the log.
+// Only files named like WALs ("<digits>.log") are affected; SSTs, MANIFEST
+// and the info LOG are written and read as usual.
+// Cost: the zeros are written ahead in steps, so a nearly full disk reports
+// ENOSPC up to one step (16 MiB at most) earlier, as a RocksDB write error.
 #pragma once
 
 #include <cstdint>

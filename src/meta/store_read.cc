@@ -47,13 +47,17 @@ Result<Inode> MetaStore::read_inode(Ino ino, const rocksdb::Snapshot* snapshot, 
 // The three reads first go without a snapshot (taking and releasing one locks
 // the DB mutex, which every lookup and commit then contends on). Unlocked
 // reads may straddle a rename or unlink: a dentry read before it can name an
-// inode that is gone or unlinked when read. Only then are they read again at
+// inode that is gone or unlinked when read (or, for "..", a parent that was
+// removed after its child moved away). Only then are they read again at
 // one snapshot, so a lookup never answers from a mix of two states.
 Result<Inode> MetaStore::lookup(const Context& ctx, Ino parent_ino, std::string_view name) {
   return observe(metrics_of(Op::kLookup), [&]() -> Result<Inode> {
     WEFT_RETURN_IF_ERROR(check_name(name));
     Result<Inode> r = lookup_at(ctx, parent_ino, name, nullptr);
-    bool torn = r ? r->nlink == 0 : r.error().code() == Code::kCorruption;
+    // ".." read after its directory was moved and its old parent removed: gone too.
+    bool dots = name == "." || name == "..";
+    bool torn = r ? r->nlink == 0
+                  : r.error().code() == Code::kCorruption || (dots && r.error().code() == Code::kNotFound);
     if (!torn) return r;
     SnapshotHolder snap(db_);
     return lookup_at(ctx, parent_ino, name, snap.get());
