@@ -111,10 +111,19 @@ class PrezeroedWal final : public rocksdb::FSWritableFile {
 
   // Extends the zeros past `need` by the current step (which doubles up to
   // max_step_: small logs stay small) and makes them durable.
+  // On a nearly full disk the step shrinks to what this append needs, so
+  // ENOSPC comes no earlier than it would for an append.
   IOStatus zero_ahead(uint64_t need) {
-    static const char kZeros[1 << 16] = {};
     uint64_t end = std::max(need, zeroed_ + step_);
     step_ = std::min(step_ * 2, max_step_);
+    IOStatus s = zero_to(end);
+    uint64_t just_enough = (need + 4095) / 4096 * 4096;
+    if (s.IsNoSpace() && just_enough < end) s = zero_to(just_enough);
+    return s;
+  }
+
+  IOStatus zero_to(uint64_t end) {
+    static const char kZeros[1 << 16] = {};
     for (uint64_t off = zeroed_; off < end;) {
       size_t n = static_cast<size_t>(std::min<uint64_t>(sizeof kZeros, end - off));
       IOStatus s = pwrite_all(kZeros, n, off);
