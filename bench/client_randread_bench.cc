@@ -83,6 +83,8 @@ int main(int argc, char** argv) {
   app.add_option("--qd", qd);
   app.add_option("--seconds", seconds);
   app.add_option("--baseline-dir", baseline_dir);
+  bool keep_baseline = false;
+  app.add_flag("--keep-baseline", keep_baseline, "keep the local baseline file for the next run (it is reused when its size matches)");
   app.add_option("--block-kib", block_kib, "read size, KiB (a power of two up to 1024)")->check(CLI::Range(1, 1024));
   CLI11_PARSE(app, argc, argv);
   const size_t block = block_kib << 10;
@@ -137,6 +139,7 @@ int main(int argc, char** argv) {
     return ::pread(dfd, dbufs[static_cast<size_t>(t)].data(), block, static_cast<off_t>(off)) == static_cast<ssize_t>(block);
   });
   ::close(dfd);
+  if (!keep_baseline) ::unlink(local.c_str());
 
   std::printf("%zu KiB random reads, QD %d, %.0f s, file %llu MiB\n", block_kib, qd, seconds,
               static_cast<unsigned long long>(file_mib));
