@@ -3,18 +3,17 @@
 #include <fcntl.h>
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include "common/status.h"
 
 namespace weft {
 namespace {
@@ -149,70 +148,75 @@ class PrezeroedWal final : public rocksdb::FSWritableFile {
 constexpr uint64_t kLogBlock = 32768;
 constexpr uint64_t kLogHeader = 7;
 
-// Where the log in `fd` ends: the first record header that is all zeros (the
-// pre-zeroed space), or the file's end. Records are overwrites of zeros, so a
-// power loss in the middle of a sync may keep a later page and lose an earlier
-// one; RocksDB's reader would skip the zeros of the lost page as padding and
-// replay what follows, i.e. a commit without one it depends on. Ending the
-// log at the first zero header keeps replay to a prefix, as with appends.
-Result<uint64_t> log_end(int fd, const std::string& path) {
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return errno_error(errno, "stat " + path);
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  std::vector<unsigned char> block(kLogBlock);
-  uint64_t block_start = UINT64_MAX, block_len = 0, pos = 0;
-  while (pos + kLogHeader <= size) {
-    uint64_t left = kLogBlock - pos % kLogBlock;
-    if (left < kLogHeader) {  // trailer
-      pos += left;
-      continue;
-    }
-    uint64_t start = pos - pos % kLogBlock;
-    if (start != block_start) {
-      ssize_t n = ::pread(fd, block.data(), kLogBlock, static_cast<off_t>(start));
-      if (n < 0) return errno_error(errno, "read " + path);
-      block_start = start;
-      block_len = static_cast<uint64_t>(n);
-    }
-    uint64_t at = pos - start;
-    if (at + kLogHeader > block_len) break;
-    const unsigned char* h = block.data() + at;
-    if (std::all_of(h, h + kLogHeader, [](unsigned char c) { return c == 0; })) return pos;
-    uint64_t length = h[4] | (uint64_t{h[5]} << 8);
-    pos += kLogHeader + length;  // past a block end: corrupt, RocksDB's reader says so
-  }
-  return size;
-}
-
-// Reads a WAL up to `limit` (log_end), then reports the end of the file.
+// Passes a WAL through up to its first all-zero record header (the pre-zeroed
+// space), then reports the end of the file. Records are overwrites of zeros,
+// so a power loss in the middle of a sync may keep a later page and lose an
+// earlier one; RocksDB's reader would skip the zeros of the lost page as
+// padding and replay what follows, i.e. a commit without one it depends on.
+// Ending the log at the first zero header keeps replay to a prefix, as with
+// appends. The headers are found in the bytes as they pass (no second read).
 class PrefixReader final : public rocksdb::FSSequentialFile {
  public:
-  PrefixReader(std::unique_ptr<rocksdb::FSSequentialFile> base, uint64_t limit)
-      : base_(std::move(base)), limit_(limit) {}
+  explicit PrefixReader(std::unique_ptr<rocksdb::FSSequentialFile> base) : base_(std::move(base)) {}
 
   IOStatus Read(size_t n, const IOOptions& options, rocksdb::Slice* result, char* scratch,
                 IODebugContext* dbg) override {
-    n = static_cast<size_t>(std::min<uint64_t>(n, limit_ - pos_));
-    if (n == 0) {
+    if (ended_) {
       *result = rocksdb::Slice();
       return IOStatus::OK();
     }
     IOStatus s = base_->Read(n, options, result, scratch, dbg);
-    if (s.ok()) pos_ += result->size();
-    return s;
+    if (!s.ok()) return s;
+    const uint64_t begin = pos_;
+    pos_ += result->size();
+    if (std::optional<uint64_t> end = scan(result->data(), begin)) {
+      ended_ = true;
+      // A zero header begun in an earlier read left < 7 zero bytes with
+      // RocksDB: a truncated header at the end of the log, which it ignores.
+      *result = rocksdb::Slice(result->data(), *end > begin ? *end - begin : 0);
+    }
+    return IOStatus::OK();
   }
 
+  // Read and drop: the headers in the skipped bytes are checked all the same.
   IOStatus Skip(uint64_t n) override {
-    n = std::min(n, limit_ - pos_);
-    IOStatus s = base_->Skip(n);
-    if (s.ok()) pos_ += n;
-    return s;
+    std::vector<char> scratch(std::min<uint64_t>(n, kLogBlock));
+    while (n > 0 && !ended_) {
+      rocksdb::Slice got;
+      IOStatus s = Read(static_cast<size_t>(std::min<uint64_t>(n, scratch.size())), IOOptions(), &got,
+                        scratch.data(), nullptr);
+      if (!s.ok()) return s;
+      if (got.empty()) break;
+      n -= got.size();
+    }
+    return IOStatus::OK();
   }
 
  private:
+  // Walks the record headers among bytes [begin, pos_) (`data` holds them);
+  // returns where the log ends if a zero header is among them.
+  std::optional<uint64_t> scan(const char* data, uint64_t begin) {
+    for (;;) {
+      uint64_t left = kLogBlock - next_header_ % kLogBlock;
+      if (left < kLogHeader) {  // a block's trailer
+        next_header_ += left;
+        continue;
+      }
+      for (; have_ < kLogHeader && next_header_ + have_ < pos_; ++have_)
+        header_[have_] = static_cast<unsigned char>(data[next_header_ + have_ - begin]);
+      if (have_ < kLogHeader) return std::nullopt;  // the rest comes with the next read
+      if (std::all_of(header_, header_ + kLogHeader, [](unsigned char c) { return c == 0; })) return next_header_;
+      next_header_ += kLogHeader + (header_[4] | (uint64_t{header_[5]} << 8));
+      have_ = 0;
+    }
+  }
+
   std::unique_ptr<rocksdb::FSSequentialFile> base_;
-  const uint64_t limit_;
-  uint64_t pos_ = 0;
+  uint64_t pos_ = 0;          // bytes read from base_
+  uint64_t next_header_ = 0;  // offset of the next record header
+  unsigned char header_[kLogHeader] = {};
+  uint64_t have_ = 0;         // bytes of that header seen so far
+  bool ended_ = false;
 };
 
 class PrezeroedWalFs final : public rocksdb::FileSystemWrapper {
@@ -237,12 +241,7 @@ class PrezeroedWalFs final : public rocksdb::FileSystemWrapper {
                              std::unique_ptr<rocksdb::FSSequentialFile>* result, IODebugContext* dbg) override {
     IOStatus s = target()->NewSequentialFile(path, options, result, dbg);
     if (!s.ok() || !is_wal_name(path) || options.use_direct_reads) return s;
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return errno_status("open", path, errno);
-    Result<uint64_t> end = log_end(fd, path);
-    ::close(fd);
-    if (!end) return IOStatus::IOError("find the end of " + path, end.error().message());
-    *result = std::make_unique<PrefixReader>(std::move(*result), *end);
+    *result = std::make_unique<PrefixReader>(std::move(*result));
     return IOStatus::OK();
   }
 
