@@ -25,12 +25,12 @@ struct ChunkGc::Parts {
   }
 };
 
+// Files taken from meta per pass.
+constexpr size_t kPendingBatch = 64;
+
 ChunkGc::ChunkGc(std::vector<rpc::Endpoint> mgmtd, std::string cluster_token, ChunkGcHooks hooks,
                  std::chrono::milliseconds interval)
     : parts_(std::make_unique<Parts>(std::move(mgmtd), cluster_token)), hooks_(std::move(hooks)), interval_(interval) {}
-
-// Files taken from meta per pass.
-constexpr size_t kPendingBatch = 64;
 
 ChunkGc::~ChunkGc() {
   stop();

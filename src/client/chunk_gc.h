@@ -15,8 +15,8 @@
 #include <optional>
 
 #include "client/chunk_io.h"
-#include "common/periodic.h"
 #include "client/routing_cache.h"
+#include "common/periodic.h"
 #include "common/status.h"
 #include "meta/types.h"
 

@@ -210,8 +210,7 @@ class ChunkEngine {
   Result<std::optional<ChunkMeta>> get_meta(const ChunkId& id);
   // REQUIRES: stripe(id).mu held (shared or exclusive).
   std::optional<ChunkMeta> get_meta_locked(const ChunkId& id);
-  // `durable`: sync the slot now; otherwise commit_locked's group syncs it.
-  Result<WriteResult> stage_locked(const ChunkId& id, uint64_t version, const Update& update, bool durable);
+  Result<WriteResult> stage_locked(const ChunkId& id, uint64_t version, const Update& update);
   Result<WriteResult> commit_locked(const ChunkId& id, uint64_t version);
   Result<uint32_t> new_length(const Update& update, uint32_t old_length) const;
   // The bytes to write to the new slot, padded to 4 KiB: the caller's own
@@ -223,8 +222,10 @@ class ChunkEngine {
   Result<Content> build_content(const ChunkId& id, const std::optional<ChunkMeta>& old, const Update& update,
                                 uint32_t length);
   Result<void> read_verified(const ChunkMeta& meta, uint32_t first_block, uint32_t block_count, std::byte* out);
+  // Writes the slot; syncs it now unless options_.defer_slot_sync (then
+  // commit_locked's group syncs it: Pending::unsynced).
   Result<Pending> store_new_slot(std::span<const std::byte> content, uint32_t length, uint64_t version,
-                                 uint32_t chain_id, bool durable);
+                                 uint32_t chain_id);
   std::optional<Pending> take_pending(const ChunkId& id);
   // Checks the CRCs of blocks [first_block, first_block + count) held in `data`.
   Result<void> check_blocks(const ChunkMeta& meta, uint32_t first_block, uint32_t count, const std::byte* data);

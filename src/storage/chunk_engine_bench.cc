@@ -4,7 +4,8 @@
 //   --write-rounds N repeats that comparison N more times, each round on a
 //   fresh preallocated raw file and fresh chunks, raw and engine alternating,
 //   and prints every round's ratio and their median, with where the engine's
-//   time went (stage = slot write + its fdatasync, commit = synced index write;
+//   time went (stage = slot write, plus its fdatasync unless deferred; commit =
+//   the group's slab and index syncs;
 //   --linger-us and --defer-slot-sync set EngineOptions commit_linger_us_max
 //   and defer_slot_sync), --reads 0 stops after the writes;
 //   1 MiB sequential reads, 4 KiB random reads at queue depth --qd: through

@@ -66,7 +66,7 @@ Result<ChunkEngine::Content> ChunkEngine::build_content(const ChunkId& id, const
 }
 
 Result<ChunkEngine::Pending> ChunkEngine::store_new_slot(std::span<const std::byte> content, uint32_t length,
-                                                         uint64_t version, uint32_t chain_id, bool durable) {
+                                                         uint64_t version, uint32_t chain_id) {
   Pending p;
   ChunkMeta& meta = p.meta;
   meta.chain_id = chain_id;
@@ -83,7 +83,7 @@ Result<ChunkEngine::Pending> ChunkEngine::store_new_slot(std::span<const std::by
     WEFT_RETURN_IF_ERROR(file->ensure_slots(uint64_t{ref.slot} + 1));
     if (content.empty()) return {};
     WEFT_TRY(uint64_t ticket, file->write(*ring_, ref.slot, content.data(), static_cast<uint32_t>(content.size())));
-    if (durable) return file->sync_to(*ring_, ticket);
+    if (!options_.defer_slot_sync) return file->sync_to(*ring_, ticket);
     p.unsynced = SlabTicket{file, ticket};
     return {};
   }();
@@ -105,7 +105,7 @@ std::optional<ChunkEngine::Pending> ChunkEngine::take_pending(const ChunkId& id)
 }
 
 // REQUIRES: the chunk's ChunkLock held.
-Result<WriteResult> ChunkEngine::stage_locked(const ChunkId& id, uint64_t version, const Update& u, bool durable) {
+Result<WriteResult> ChunkEngine::stage_locked(const ChunkId& id, uint64_t version, const Update& u) {
   auto start = std::chrono::steady_clock::now();
   WEFT_TRY(auto old, get_meta(id));
   uint64_t committed = old ? old->version : 0;
@@ -117,7 +117,7 @@ Result<WriteResult> ChunkEngine::stage_locked(const ChunkId& id, uint64_t versio
   WEFT_TRY(Content content, build_content(id, old, u, length));
   if (WEFT_FAULT("storage.stage.fail")) return error(Code::kIoError, "injected: stage of chunk {}", id);
   uint32_t chain_id = u.chain_id != kChainUnknown ? u.chain_id : old ? old->chain_id : kChainUnknown;
-  WEFT_TRY(Pending staged, store_new_slot(content.bytes, length, version, chain_id, durable));
+  WEFT_TRY(Pending staged, store_new_slot(content.bytes, length, version, chain_id));
   WriteResult result{staged.meta.version, staged.meta.length, staged.meta.chunk_crc};
   std::optional<Pending> replaced = take_pending(id);
   {
@@ -156,7 +156,7 @@ Result<WriteResult> ChunkEngine::commit_locked(const ChunkId& id, uint64_t versi
     if (old) ops.push_back({chain_key(old->chain_id, id), std::nullopt});
     ops.push_back({chain_key(pending->chain_id, id), std::string()});
   }
-  // Returns once the slot (if staged by write()) and then the entry are durable.
+  // Returns once the slot (if its stage left it unsynced) and then the entry are durable.
   auto committed = committer_->commit(std::move(ops), unsynced);
   if (!committed)
     return error(committed.error().with_context(fmt::format("commit chunk {} version {}", id, version)));
@@ -173,7 +173,7 @@ Result<WriteResult> ChunkEngine::commit_locked(const ChunkId& id, uint64_t versi
 
 Result<WriteResult> ChunkEngine::stage(const ChunkId& id, uint64_t version, const Update& update) {
   ChunkLock lock(*this, id);
-  return stage_locked(id, version, update, !options_.defer_slot_sync);
+  return stage_locked(id, version, update);
 }
 
 Result<WriteResult> ChunkEngine::commit(const ChunkId& id, uint64_t version) {
@@ -188,7 +188,7 @@ Result<WriteResult> ChunkEngine::write(const ChunkId& id, const Update& update) 
   ChunkLock lock(*this, id);
   WEFT_TRY(auto old, get_meta(id));
   uint64_t version = (old ? old->version : 0) + 1;
-  WEFT_RETURN_IF_ERROR(stage_locked(id, version, update, !options_.defer_slot_sync));
+  WEFT_RETURN_IF_ERROR(stage_locked(id, version, update));
   return commit_locked(id, version);
 }
 
