@@ -4,6 +4,7 @@
 #include "common/rocks_env.h"
 
 #include "common/crash_child.h"
+#include "common/temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
@@ -37,14 +38,7 @@ std::string key_of(uint64_t i) { return fmt::format("k{:08}", i); }
 // Values differ per key and are larger than a zero step's first few sizes.
 std::string value_of(uint64_t i) { return std::string(1000 + i % 3000, static_cast<char>('a' + i % 26)); }
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/weft-rocks-env-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using testing::TempDir;
 
 std::unique_ptr<rocksdb::DB> open_db(rocksdb::Env* env, const std::string& path) {
   rocksdb::Options o;
@@ -83,11 +77,11 @@ TEST(RocksEnv, LogEndingInZerosReplaysEveryWrite) {
   auto env = small_step_env();
   TempDir dir;
   {
-    auto db = open_db(env.get(), dir.path);
+    auto db = open_db(env.get(), dir.path());
     ASSERT_TRUE(db);
     for (uint64_t i = 0; i < 300; ++i) ASSERT_NO_FATAL_FAILURE(put_synced(*db, i));
     // The live WAL holds the zeros ahead of its last record.
-    auto wals = wal_files(dir.path);
+    auto wals = wal_files(dir.path());
     ASSERT_EQ(wals.size(), 1u);
     struct stat st {};
     ASSERT_EQ(::stat(wals[0].c_str(), &st), 0);
@@ -97,12 +91,12 @@ TEST(RocksEnv, LogEndingInZerosReplaysEveryWrite) {
   }
   // Reopen twice: the second replays a log written after the first replay.
   {
-    auto db = open_db(env.get(), dir.path);
+    auto db = open_db(env.get(), dir.path());
     ASSERT_TRUE(db);
     ASSERT_NO_FATAL_FAILURE(expect_keys(*db, 0, 300));
     for (uint64_t i = 300; i < 400; ++i) ASSERT_NO_FATAL_FAILURE(put_synced(*db, i));
   }
-  auto db = open_db(env.get(), dir.path);
+  auto db = open_db(env.get(), dir.path());
   ASSERT_TRUE(db);
   ASSERT_NO_FATAL_FAILURE(expect_keys(*db, 0, 400));
 }
@@ -110,18 +104,18 @@ TEST(RocksEnv, LogEndingInZerosReplaysEveryWrite) {
 TEST(RocksEnv, OnlyWalsArePrezeroed) {
   TempDir dir;
   {
-    auto db = open_db(rocks_env(), dir.path);
+    auto db = open_db(rocks_env(), dir.path());
     ASSERT_TRUE(db);
     ASSERT_NO_FATAL_FAILURE(put_synced(*db, 1));
     ASSERT_TRUE(db->Flush(rocksdb::FlushOptions()).ok());  // an SST
   }
-  for (auto& e : fs::directory_iterator(dir.path)) {
+  for (auto& e : fs::directory_iterator(dir.path())) {
     std::string name = e.path().filename();
     if (e.path().extension() == ".sst" || name.starts_with("MANIFEST")) {
       EXPECT_LT(fs::file_size(e.path()), 64u << 10) << name;  // written as usual, not padded
     }
   }
-  auto db = open_db(rocks_env(), dir.path);
+  auto db = open_db(rocks_env(), dir.path());
   ASSERT_TRUE(db);
   ASSERT_NO_FATAL_FAILURE(expect_keys(*db, 1, 2));
 }
@@ -139,13 +133,13 @@ TEST(RocksEnv, LostPageEndsReplayThere) {
   constexpr uint64_t kKeys = 64;
   const std::string value(4064, 'v');
   {
-    auto db = open_db(env.get(), dir.path);
+    auto db = open_db(env.get(), dir.path());
     ASSERT_TRUE(db);
     rocksdb::WriteOptions wo;
     wo.sync = true;
     for (uint64_t i = 0; i < kKeys; ++i) ASSERT_TRUE(db->Put(wo, key_of(i), value).ok());
   }
-  auto wals = wal_files(dir.path);
+  auto wals = wal_files(dir.path());
   ASSERT_EQ(wals.size(), 1u);
   constexpr off_t kLost = 3 * 32768 + 2 * 4096;  // record 26's page
   int fd = ::open(wals[0].c_str(), O_RDWR);
@@ -158,7 +152,7 @@ TEST(RocksEnv, LostPageEndsReplayThere) {
   ASSERT_EQ(::pwrite(fd, zeros.data(), zeros.size(), kLost), 4096);
   ::close(fd);
 
-  auto db = open_db(env.get(), dir.path);
+  auto db = open_db(env.get(), dir.path());
   ASSERT_TRUE(db);
   std::string v;
   for (uint64_t i = 0; i < 26; ++i) EXPECT_TRUE(db->Get(rocksdb::ReadOptions(), key_of(i), &v).ok()) << key_of(i);
@@ -170,7 +164,7 @@ TEST(RocksEnv, LostPageEndsReplayThere) {
 // what the append needs, so the log fills the disk as an appended one would.
 TEST(RocksEnv, FullDiskRefusesOnlyWhenFull) {
   TempDir dir;
-  std::string mnt = dir.path + "/small";
+  std::string mnt = dir.path() + "/small";
   fs::create_directory(mnt);
   if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=8m") != 0)
     GTEST_SKIP() << "cannot mount a small tmpfs here (needs root): " << std::strerror(errno);
@@ -222,10 +216,10 @@ TEST(RocksEnv, SigkillKeepsEverySyncedWrite) {
     TempDir dir;
     uint64_t acked = 0;
     ASSERT_NO_FATAL_FAILURE(weft::testing::run_child_until_killed("RocksEnvCrashChild.Run", "WEFT_ROCKS_ENV_CRASH_FD",
-                                                            {{"WEFT_ROCKS_ENV_CRASH_DB", dir.path}}, kill_after, &acked));
+                                                            {{"WEFT_ROCKS_ENV_CRASH_DB", dir.path()}}, kill_after, &acked));
 
     auto env = small_step_env();
-    auto db = open_db(env.get(), dir.path);
+    auto db = open_db(env.get(), dir.path());
     ASSERT_TRUE(db);
     ASSERT_NO_FATAL_FAILURE(expect_keys(*db, 0, acked));
     // Nothing past the write in flight at the kill.

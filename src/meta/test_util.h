@@ -10,28 +10,13 @@
 
 #include <gtest/gtest.h>
 
+#include "common/temp_dir.h"
 #include "meta/fsck.h"
 #include "meta/meta_store.h"
 
 namespace weft::meta::testing {
 
-class TempDir {
- public:
-  TempDir() {
-    const char* base = getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/weft_meta_XXXXXX";
-    char* p = mkdtemp(tmpl.data());
-    if (p) path_ = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using weft::testing::TempDir;
 
 inline Context user(uint32_t uid, uint32_t gid, std::vector<uint32_t> groups = {}) {
   return Context{Cred{uid, gid, std::move(groups)}, {}};

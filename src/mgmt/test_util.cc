@@ -7,19 +7,6 @@
 
 namespace weft::mgmt::testing {
 
-TempDir::TempDir() {
-  const char* base = std::getenv("TMPDIR");
-  std::string tmpl = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/weft_mgmt_XXXXXX";
-  char* made = mkdtemp(tmpl.data());
-  EXPECT_NE(made, nullptr);
-  path_ = tmpl;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
-
 Harness::Harness(std::string db_dir, LeaseConfig lease) {
   options.db_dir = std::move(db_dir);
   options.lease = lease;

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/temp_dir.h"
 #include "mgmt/cluster_state.h"
 
 namespace weft::mgmt {
@@ -19,16 +20,7 @@ namespace weft::mgmt::testing {
 
 using namespace std::chrono_literals;
 
-// A fresh directory under $TMPDIR (or /tmp), removed on destruction.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using weft::testing::TempDir;
 
 struct Harness {
   explicit Harness(std::string db_dir = "", LeaseConfig lease = {.lease = 10s, .grace = 5s});

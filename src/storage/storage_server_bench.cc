@@ -79,7 +79,7 @@ void print(const char* what, const Figure& w, const Figure& r, const Figure& rr)
 }
 
 void bench_engine(const Args& a, const std::vector<std::byte>& data) {
-  testing::TempDir dir;
+  storage::testing::TempDir dir;
   EngineOptions eo;
   eo.target_id = "bench-engine";
   eo.chunk_size_max = kMiB;
@@ -118,10 +118,10 @@ struct Node {
 };
 
 void bench_chain(const Args& a, const std::vector<std::byte>& data, int replicas) {
-  testing::TempDir dir;
+  storage::testing::TempDir dir;
   rpc::IoPool io(2);
   std::vector<std::unique_ptr<Node>> nodes;
-  testing::ChainSpec chain{1, 1, {}};
+  storage::testing::ChainSpec chain{1, 1, {}};
   std::vector<std::pair<mgmt::TargetId, std::string>> targets;
   std::vector<rpc::Endpoint> eps;
   for (int i = 0; i < replicas; ++i) {
@@ -131,7 +131,7 @@ void bench_chain(const Args& a, const std::vector<std::byte>& data, int replicas
     eps.push_back(nodes.back()->ep());
   }
   rpc::IoPool client_io(2);
-  testing::StorageTestClient client(client_io, kToken);
+  storage::testing::StorageTestClient client(client_io, kToken);
   if (auto r = client.set_routing(eps, targets, {chain}, 1); !r)
     return (void)std::fprintf(stderr, "routing: %s\n", r.error().to_string().c_str());
   auto head = nodes[0]->ep();
@@ -168,7 +168,7 @@ int main(int argc, char** argv) {
   }
   setenv("TMPDIR", a.dir.c_str(), 1);
   spdlog::set_level(spdlog::level::warn);
-  auto data = testing::pattern(kMiB, 7);
+  auto data = storage::testing::pattern(kMiB, 7);
   std::printf("dataset %llu MiB, %d client threads, dir %s\n", static_cast<unsigned long long>(a.dataset_mib),
               a.threads, a.dir.c_str());
   bench_engine(a, data);

@@ -10,27 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "common/temp_dir.h"
 #include "common/random.h"
 
 namespace weft::storage::testing {
 
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/weft_storage_XXXXXX";
-    char* made = ::mkdtemp(tmpl.data());
-    path_ = made ? made : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using weft::testing::TempDir;
 
 inline std::vector<std::byte> pattern(size_t n, uint64_t seed) {
   std::vector<std::byte> out(n);

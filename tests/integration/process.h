@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/temp_dir.h"
+
 namespace weft::testing {
 
 // A port on 127.0.0.1 that was free a moment ago (servers that restart must
@@ -121,24 +123,6 @@ class Process {
   bool exited_ = false;
   int status_ = 0;
   std::string log_path_;
-};
-
-// A fresh directory under $TMPDIR, removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "weft-test-XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
 };
 
 inline void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
