@@ -4,6 +4,7 @@
 #include "common/rocks_env.h"
 
 #include "common/crash_child.h"
+#include "common/small_fs.h"
 #include "common/temp_dir.h"
 
 #include <gtest/gtest.h>
@@ -164,14 +165,9 @@ TEST(RocksEnv, LostPageEndsReplayThere) {
 // what the append needs, so the log fills the disk as an appended one would.
 TEST(RocksEnv, FullDiskRefusesOnlyWhenFull) {
   TempDir dir;
-  std::string mnt = dir.path() + "/small";
-  fs::create_directory(mnt);
-  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=8m") != 0)
-    GTEST_SKIP() << "cannot mount a small tmpfs here (needs root): " << std::strerror(errno);
-  struct Unmount {
-    std::string path;
-    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
-  } unmount{mnt};
+  auto small = weft::testing::SmallFs::mount(dir.path(), 8 << 20, weft::testing::SmallFs::Type::kTmpfs);
+  if (!small) GTEST_SKIP() << "cannot mount a small filesystem here: " << small.error();
+  const std::string& mnt = (*small)->path();
   // Steps from 4 KiB up to 64 MiB: without the fallback the step due at ~4 MiB
   // of log (4 MiB of zeros more) would not fit in 8 MiB. The file is driven
   // directly: RocksDB itself (Debian's build keeps assertions) aborts on the

@@ -87,6 +87,7 @@ Result<void> MetaStore::init() {
   } catch (const std::exception& e) {
     return error(Code::kInternal, "rocksdb threw: {}", e.what());
   }
+  if (options_.reserve_bytes > 0) space_ = std::make_unique<FreeSpaceGuard>(options_.path, options_.reserve_bytes);
   if (options_.sync && options_.group_sync)
     syncer_ = std::make_unique<WalSyncer>(db_, *options_.registry, options_.group_linger);
   return create_root();
@@ -142,7 +143,7 @@ Result<Reply> MetaStore::mutate(Op op, const Context& ctx, const Body& body) {
                             thread_random().uniform(100 * static_cast<uint64_t>(attempt_no));
       std::this_thread::sleep_for(std::chrono::microseconds(backoff_us));
     }
-    auto r = attempt(ctx, body);
+    auto r = attempt(op, ctx, body);
     if (!r) continue;  // lock conflict: run the whole operation again
     if (!*r) m.errors->inc();
     return std::move(*r);
@@ -151,7 +152,23 @@ Result<Reply> MetaStore::mutate(Op op, const Context& ctx, const Body& body) {
   return error(Code::kBusy, "{}: gave up after {} lock conflicts", op_name(op), options_.commit_retries_max);
 }
 
-std::optional<Result<Reply>> MetaStore::attempt(const Context& ctx, const Body& body) {
+// Mutations that only take data away (or rewrite it in place): admitted by
+// the free-space guard down to a quarter of its reserve.
+static FreeSpaceGuard::Kind space_kind(Op op) {
+  switch (op) {
+    case Op::kUnlink:
+    case Op::kRmdir:
+    case Op::kRename:
+    case Op::kRemovexattr:
+    case Op::kClose:
+    case Op::kGcDone:
+      return FreeSpaceGuard::Kind::kRelease;
+    default:
+      return FreeSpaceGuard::Kind::kGrow;
+  }
+}
+
+std::optional<Result<Reply>> MetaStore::attempt(Op op, const Context& ctx, const Body& body) {
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync && !syncer_;
   rocksdb::TransactionOptions to;
@@ -172,6 +189,12 @@ std::optional<Result<Reply>> MetaStore::attempt(const Context& ctx, const Body& 
       if (stored->code != Code::kOk) return Result<Reply>(error(stored->code, stored->message));
       return Result<Reply>(std::move(stored->reply));
     }
+  }
+  // After the retry record: a retried request that succeeded is answered as
+  // it was, however full the disk is now.
+  if (space_) {
+    auto admitted = space_->admit(space_kind(op));
+    if (!admitted) return Result<Reply>(std::unexpected(admitted.error()));
   }
   txn.set_save_point();
   Result<Reply> r = body(txn);
@@ -228,6 +251,7 @@ Result<void> MetaStore::record_request(Txn& txn, const Context& ctx, const Resul
 }
 
 Result<uint64_t> MetaStore::expire_requests(int64_t age_ns) {
+  if (space_) WEFT_RETURN_IF_ERROR(space_->admit(FreeSpaceGuard::Kind::kRelease));
   int64_t cutoff = now_ns() - age_ns;
   uint64_t removed = 0;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));

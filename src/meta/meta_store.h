@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/free_space.h"
 #include "common/metrics.h"
 #include "common/status.h"
 #include "meta/types.h"
@@ -85,6 +86,10 @@ struct StoreOptions {
                                      // (wal_syncer.h); false: RocksDB sync=true writes
   bool group_linger = true;          // the syncer waits briefly for a group to gather
   uint64_t inodes_max = uint64_t{1} << 40;
+  // Bytes of the store's filesystem kept free: below it mutations that add
+  // data fail with kNoSpace (ENOSPC), removals below a quarter of it
+  // (common/free_space.h). 0: no guard.
+  uint64_t reserve_bytes = uint64_t{256} << 20;
   // Cluster capacity and usage (bytes) for statfs; wired to mgmtd by the server.
   std::function<std::pair<uint64_t, uint64_t>()> capacity_fn;
   Clock* clock = nullptr;                  // default SystemClock
@@ -190,7 +195,7 @@ class MetaStore {
 
   // Runs `body` in a transaction with request de-duplication and bounded retries.
   Result<Reply> mutate(Op op, const Context& ctx, const Body& body);
-  std::optional<Result<Reply>> attempt(const Context& ctx, const Body& body);
+  std::optional<Result<Reply>> attempt(Op op, const Context& ctx, const Body& body);
   Result<void> record_request(Txn& txn, const Context& ctx, const Result<Reply>& r);
   // After a commit (or a replayed record): waits for its WAL sync, or leaves
   // that to the caller's DeferSync.
@@ -222,6 +227,7 @@ class MetaStore {
   StoreOptions options_;
   rocksdb::TransactionDB* db_ = nullptr;
   std::unique_ptr<WalSyncer> syncer_;  // set when sync && group_sync
+  std::unique_ptr<FreeSpaceGuard> space_;  // set when reserve_bytes > 0
   std::mutex alloc_mu_;
   uint64_t next_id_ = 0;   // guarded by alloc_mu_
   uint64_t id_limit_ = 0;  // guarded by alloc_mu_: persisted high-water mark

@@ -222,6 +222,8 @@ Result<MetaServiceConfig> MetaServiceConfig::from(const Config& config) {
   WEFT_TRY(int64_t window, meta.get_int_in("request_window", 1024, 16, 1 << 20));
   WEFT_TRY(c.sync, meta.get_bool("sync", true));
   WEFT_TRY(c.request_record_age_s, meta.get_int_in("request_record_age_s", 3600, 1, int64_t{1} << 32));
+  WEFT_TRY(int64_t reserve_mib, meta.get_int_in("reserve_mib", 256, 0, int64_t{1} << 30));
+  c.reserve_bytes = static_cast<uint64_t>(reserve_mib) << 20;
   c.chain_count = static_cast<uint32_t>(chains);
   c.chain_table_id = static_cast<uint32_t>(table);
   c.request_window = static_cast<uint64_t>(window);
@@ -235,6 +237,7 @@ StoreOptions MetaServiceConfig::store_options() const {
   o.chain_table_id = chain_table_id;
   o.request_window = request_window;
   o.sync = sync;
+  o.reserve_bytes = reserve_bytes;
   return o;
 }
 

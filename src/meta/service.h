@@ -39,6 +39,7 @@ struct MetaServiceConfig {
   uint64_t request_window = 1024;
   bool sync = true;
   int64_t request_record_age_s = 3600;
+  uint64_t reserve_bytes = uint64_t{256} << 20;  // StoreOptions::reserve_bytes
 
   static Result<MetaServiceConfig> from(const Config& config);
   StoreOptions store_options() const;

@@ -6,6 +6,7 @@
 #include <rocksdb/write_batch.h>
 
 #include "common/fault.h"
+#include "common/free_space.h"
 #include "common/rocks_env.h"
 
 namespace weft::mgmt {
@@ -18,7 +19,8 @@ std::unexpected<Status> rocks_error(const rocksdb::Status& s, std::string_view w
 
 class RocksStateStore final : public StateStore {
  public:
-  explicit RocksStateStore(std::unique_ptr<rocksdb::DB> db) : db_(std::move(db)) {}
+  RocksStateStore(std::unique_ptr<rocksdb::DB> db, const std::string& dir)
+      : db_(std::move(db)), space_(dir, kReserveBytes) {}
 
   Result<PersistedState> load() override {
     try {
@@ -36,6 +38,10 @@ class RocksStateStore final : public StateStore {
 
   Result<void> write(const StoreBatch& batch) override {
     if (WEFT_FAULT("mgmt.store.write")) return error(Code::kIoError, "mgmt state store: injected write failure");
+    // The cluster's state changes are few and small: refused only once the
+    // disk is nearly full (Kind::kRelease: below a quarter of the reserve),
+    // before RocksDB could meet a full disk (common/free_space.h).
+    WEFT_RETURN_IF_ERROR(space_.admit(FreeSpaceGuard::Kind::kRelease));
     try {
       rocksdb::WriteBatch wb;
       for (const auto& [k, v] : batch.puts) wb.Put(k, v);
@@ -51,7 +57,9 @@ class RocksStateStore final : public StateStore {
   }
 
  private:
+  static constexpr uint64_t kReserveBytes = uint64_t{64} << 20;
   std::unique_ptr<rocksdb::DB> db_;
+  FreeSpaceGuard space_;
 };
 
 }  // namespace
@@ -65,7 +73,7 @@ Result<std::unique_ptr<StateStore>> StateStore::open(const std::string& dir) {
     rocksdb::DB* raw = nullptr;
     rocksdb::Status s = rocksdb::DB::Open(options, dir, &raw);
     if (!s.ok()) return rocks_error(s, "open " + dir);
-    return std::unique_ptr<StateStore>(new RocksStateStore(std::unique_ptr<rocksdb::DB>(raw)));
+    return std::unique_ptr<StateStore>(new RocksStateStore(std::unique_ptr<rocksdb::DB>(raw), dir));
   } catch (const std::exception& e) {
     return error(Code::kIoError, "mgmt state store: open {}: {}", dir, e.what());
   }

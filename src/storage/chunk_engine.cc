@@ -120,11 +120,13 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const std::string& dir, E
   WEFT_TRY(OpenedIndex index, open_index(dir + "/index"));
   e->db_ = std::move(index.db);
   WEFT_RETURN_IF_ERROR(e->rebuild(index.v1));
+  if (options.reserve_bytes > 0) e->space_guard_ = std::make_unique<FreeSpaceGuard>(dir, options.reserve_bytes);
   uint64_t capacity = options.capacity_bytes;
   if (capacity == 0) {
     struct statvfs vfs {};
     if (::statvfs(dir.c_str(), &vfs) != 0) return errno_error(errno, "statvfs " + dir);
-    capacity = e->space_.used_bytes() + uint64_t{vfs.f_bavail} * vfs.f_frsize;
+    uint64_t available = uint64_t{vfs.f_bavail} * vfs.f_frsize;
+    capacity = e->space_.used_bytes() + (available > options.reserve_bytes ? available - options.reserve_bytes : 0);
   }
   e->space_.set_capacity_bytes(capacity);
   WEFT_TRY(e->ring_, IoRing::create(options.ring_entries, &e->metrics_->ring_depth));

@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "common/buffer.h"
+#include "common/free_space.h"
 #include "common/metrics.h"
 #include "common/status.h"
 #include "storage/chunk_id.h"
@@ -73,7 +74,13 @@ namespace weft::storage {
 struct EngineOptions {
   std::string target_id = "0";               // the metrics label
   uint32_t chunk_size_max = 64u << 20;       // power of two in [4 KiB, 64 MiB]
-  uint64_t capacity_bytes = 0;               // 0: used + the filesystem's free space at open
+  uint64_t capacity_bytes = 0;               // 0: used + the filesystem's free space at open - reserve
+  // Bytes of the target's filesystem kept free for the index (RocksDB must
+  // never meet a full disk) and whatever else shares it (common/free_space.h):
+  // below it slab files do not grow (a write that needs a new extent fails
+  // with kNoSpace; slots freed inside the slabs are still used), below a
+  // quarter of it every write and removal fails. 0: no guard.
+  uint64_t reserve_bytes = uint64_t{256} << 20;
   uint64_t extent_bytes = 64u << 20;         // slab growth step (at least one slot)
   unsigned ring_entries = 256;               // io_uring depth
   uint32_t commit_linger_us_max = 2000;      // index group commit: longest wait for the group to gather
@@ -244,6 +251,7 @@ class ChunkEngine {
   SpaceManager space_;
   std::unique_ptr<IoRing> ring_;
   std::unique_ptr<IndexCommitter> committer_;
+  std::unique_ptr<FreeSpaceGuard> space_guard_;  // set when reserve_bytes > 0
 
   std::mutex slabs_mu_;
   std::vector<std::unique_ptr<SlabFile>> slabs_;  // GUARDED_BY(slabs_mu_) for creation

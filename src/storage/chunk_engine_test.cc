@@ -12,6 +12,7 @@
 
 #include "common/crc32c.h"
 #include "common/fault.h"
+#include "common/small_fs.h"
 #include "storage/test_util.h"
 
 namespace weft::storage {
@@ -370,6 +371,85 @@ TEST_F(ChunkEngineTest, DiskEnospcIsNoSpace) {
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().code(), Code::kNoSpace);
   EXPECT_EQ(engine_->used_bytes(), 0u);
+}
+
+// A target whose filesystem fills up for real (ext4 on a loop device: slabs
+// use O_DIRECT, which tmpfs refuses). The engine stops at its capacity (free
+// space at open minus the reserve) or at the reserve, whichever comes first,
+// so the index never meets a full disk; reads and removals go on; nothing
+// acknowledged is lost across a reopen.
+TEST(ChunkEngineFullDisk, KeepsItsReserveAndLosesNothing) {
+  weft::testing::TempDir dir;
+  auto fs = weft::testing::SmallFs::mount(dir.path(), 96 << 20, weft::testing::SmallFs::Type::kExt4);
+  if (!fs) GTEST_SKIP() << "cannot mount a small filesystem here: " << fs.error();
+  metrics::Registry registry;
+  EngineOptions o;
+  o.chunk_size_max = 1 << 20;
+  o.extent_bytes = 1 << 20;
+  o.capacity_bytes = 0;
+  o.reserve_bytes = 16 << 20;
+  const std::string path = (*fs)->path() + "/target";
+  auto opened = ChunkEngine::open(path, o, registry);
+  ASSERT_TRUE(opened) << opened.error();
+  std::unique_ptr<ChunkEngine> engine = std::move(*opened);
+  EXPECT_LE(engine->capacity_bytes(), (*fs)->available_bytes() - o.reserve_bytes + (1 << 20));
+
+  std::map<ChunkId, std::vector<std::byte>> model;
+  Result<WriteResult> w;
+  for (uint32_t i = 0; i < 1000; ++i) {
+    auto data = pattern(256 << 10, i);
+    w = engine->write(ChunkId{1, i}, Update::write(0, data));
+    if (!w) break;
+    model[ChunkId{1, i}] = std::move(data);
+  }
+  ASSERT_FALSE(w);
+  EXPECT_EQ(w.error().code(), Code::kNoSpace) << w.error();
+  EXPECT_GT(model.size(), 100u);
+  EXPECT_GT((*fs)->available_bytes(), o.reserve_bytes / 2) << "the reserve was eaten into";
+
+  // A removal frees a slot inside the slab: the next write of that size
+  // class uses it without growing the file, however little the disk has.
+  ASSERT_TRUE(engine->remove(ChunkId{1, 0}));
+  model.erase(ChunkId{1, 0});
+  auto reused = engine->write(ChunkId{1, 0}, Update::write(0, pattern(200 << 10, 5)));
+  ASSERT_TRUE(reused) << reused.error();
+  model[ChunkId{1, 0}] = pattern(200 << 10, 5);
+
+  // Someone else fills the filesystem below the reserve: a write that needs
+  // a slab to grow is refused (a new size class here), removals and reads go on.
+  ASSERT_TRUE((*fs)->fill_until(o.reserve_bytes / 2));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // older than the guard's last reading
+  auto refused = engine->write(ChunkId{2, 0}, Update::write(0, pattern(4096, 7)));
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), Code::kNoSpace);
+  ASSERT_TRUE(engine->remove(ChunkId{1, 1}));
+  model.erase(ChunkId{1, 1});
+  // Below a quarter of the reserve nothing is written, not even the index.
+  ASSERT_TRUE((*fs)->fill_until(o.reserve_bytes / 8));
+  EXPECT_EQ(engine->write(ChunkId{1, 1}, Update::write(0, pattern(4096, 8))).error().code(), Code::kNoSpace);
+  EXPECT_EQ(engine->remove(ChunkId{1, 2}).error().code(), Code::kNoSpace);
+  for (auto& [id, data] : model) {
+    auto r = engine->read(id, 0, 1 << 20);
+    ASSERT_TRUE(r) << r.error();
+    EXPECT_EQ(bytes_of(*r), data) << id;
+  }
+  (*fs)->unfill();  // back to where the engine itself stopped: slots freed inside its slabs are usable
+  auto after = engine->write(ChunkId{2, 0}, Update::write(0, pattern(256 << 10, 7)));
+  ASSERT_TRUE(after) << after.error();
+  model[ChunkId{2, 0}] = pattern(256 << 10, 7);
+
+  engine.reset();
+  opened = ChunkEngine::open(path, o, registry);
+  ASSERT_TRUE(opened) << opened.error();
+  engine = std::move(*opened);
+  for (auto& [id, data] : model) {
+    auto r = engine->read(id, 0, 1 << 20);
+    ASSERT_TRUE(r) << r.error();
+    EXPECT_EQ(bytes_of(*r), data) << id;
+  }
+  auto idx = engine->index_bytes();
+  ASSERT_TRUE(idx);
+  EXPECT_EQ(engine->used_bytes(), *idx);
 }
 
 TEST_F(ChunkEngineTest, DefaultCapacityIsFilesystemFreeSpace) {

@@ -16,6 +16,8 @@ Result<TargetConfig> target_from(const Config& t, bool ids_assigned) {
   WEFT_TRY(tc.path, t.get_string("path"));
   WEFT_TRY(int64_t capacity, t.get_int_in("capacity", 0, 0, INT64_MAX));
   tc.capacity_bytes = static_cast<uint64_t>(capacity);
+  WEFT_TRY(int64_t reserve_mib, t.get_int_in("reserve_mib", 256, 0, int64_t{1} << 30));
+  tc.reserve_bytes = static_cast<uint64_t>(reserve_mib) << 20;
   WEFT_TRY(int64_t chunk_max, t.get_int_in("chunk_size_max", 0, 0, 64 << 20));
   tc.chunk_size_max = static_cast<uint32_t>(chunk_max);
   return tc;
@@ -72,6 +74,7 @@ Result<std::unique_ptr<StorageService>> open_storage_service(rpc::IoPool& io, co
     EngineOptions eo;
     eo.target_id = std::to_string(tc.id);
     eo.capacity_bytes = tc.capacity_bytes;
+    eo.reserve_bytes = tc.reserve_bytes;
     if (tc.chunk_size_max) eo.chunk_size_max = tc.chunk_size_max;
     auto engine = ChunkEngine::open(tc.path, eo, registry);
     if (!engine) return error(engine.error().with_context(fmt::format("open target {} at {}", tc.id, tc.path)));

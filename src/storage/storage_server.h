@@ -36,6 +36,7 @@ struct TargetConfig {
   mgmt::TargetId id = 0;
   std::string path;
   uint64_t capacity_bytes = 0;
+  uint64_t reserve_bytes = uint64_t{256} << 20;  // EngineOptions::reserve_bytes
   uint32_t chunk_size_max = 0;  // 0: the engine's default
 };
 

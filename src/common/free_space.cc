@@ -1,0 +1,43 @@
+#include "common/free_space.h"
+
+#include <sys/statvfs.h>
+
+#include <cerrno>
+
+namespace weft {
+
+namespace {
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+FreeSpaceGuard::FreeSpaceGuard(std::string dir, uint64_t reserve_bytes, std::chrono::milliseconds max_age)
+    : dir_(std::move(dir)),
+      reserve_(reserve_bytes),
+      max_age_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(max_age).count()) {}
+
+Result<uint64_t> FreeSpaceGuard::available_bytes() {
+  struct statvfs vfs {};
+  if (::statvfs(dir_.c_str(), &vfs) != 0) return errno_error(errno, "statvfs " + dir_);
+  uint64_t available = uint64_t{vfs.f_bavail} * vfs.f_frsize;
+  last_available_.store(available, std::memory_order_relaxed);
+  last_read_ns_.store(now_ns(), std::memory_order_release);
+  return available;
+}
+
+Result<void> FreeSpaceGuard::admit(Kind kind) {
+  if (reserve_ == 0) return {};
+  int64_t read_at = last_read_ns_.load(std::memory_order_acquire);
+  uint64_t available = last_available_.load(std::memory_order_relaxed);
+  if (read_at == 0 || now_ns() - read_at > max_age_ns_ || available < 2 * reserve_) {
+    WEFT_TRY(available, available_bytes());
+  }
+  uint64_t floor = kind == Kind::kGrow ? reserve_ : reserve_ / 4;
+  if (available >= floor) return {};
+  return error(Code::kNoSpace, "{}: filesystem full ({} bytes free, {} kept in reserve for the store)", dir_,
+               available, reserve_);
+}
+
+}  // namespace weft

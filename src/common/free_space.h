@@ -1,0 +1,48 @@
+// common/free_space.h
+// Keeps a store from filling its filesystem. RocksDB aborts the process
+// (Debian's build keeps its assertions) when a WAL append failed for lack of
+// space and the log writer is used again, and its flushes and compactions
+// need room of their own; a chunk target's index lives beside its slabs. So
+// every store keeps `reserve` bytes of its filesystem free and answers
+// kNoSpace (ENOSPC) to new data below that, long before RocksDB could meet
+// a full disk. Writes that free space (removals) are admitted down to a
+// quarter of the reserve, so a full store can still be cleaned up.
+// Free space is statvfs's f_bavail (what an unprivileged writer may use),
+// read again when the last reading is older than `max_age`, and on every
+// call once it was within twice the reserve (near the edge, always fresh).
+// Threading: thread-safe; admit() is lock-free between readings.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace weft {
+
+class FreeSpaceGuard {
+ public:
+  enum class Kind : uint8_t { kGrow, kRelease };
+
+  FreeSpaceGuard(std::string dir, uint64_t reserve_bytes,
+                 std::chrono::milliseconds max_age = std::chrono::milliseconds(20));
+
+  // kNoSpace with a message naming the directory when a write of `kind`
+  // must be refused; kIoError when statvfs fails.
+  Result<void> admit(Kind kind);
+  // A fresh reading of the bytes available on the filesystem.
+  Result<uint64_t> available_bytes();
+  uint64_t reserve_bytes() const { return reserve_; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  const std::string dir_;
+  const uint64_t reserve_;
+  const int64_t max_age_ns_;
+  std::atomic<uint64_t> last_available_{0};
+  std::atomic<int64_t> last_read_ns_{0};  // 0: never read
+};
+
+}  // namespace weft

@@ -1,0 +1,55 @@
+#include "common/free_space.h"
+
+#include <gtest/gtest.h>
+
+#include "common/small_fs.h"
+#include "common/temp_dir.h"
+
+namespace weft {
+namespace {
+
+using testing::SmallFs;
+
+TEST(FreeSpaceGuard, RefusesGrowthBelowTheReserveAndReleasesBelowAQuarter) {
+  weft::testing::TempDir dir;
+  auto fs = SmallFs::mount(dir.path(), 16 << 20, SmallFs::Type::kTmpfs);
+  if (!fs) GTEST_SKIP() << "cannot mount a small filesystem here: " << fs.error();
+  const uint64_t reserve = 4 << 20;
+  FreeSpaceGuard guard((*fs)->path(), reserve, std::chrono::milliseconds(0));
+  EXPECT_TRUE(guard.admit(FreeSpaceGuard::Kind::kGrow));
+
+  // Below the reserve: growth refused with a message naming the directory, removal admitted.
+  ASSERT_TRUE((*fs)->fill_until(reserve - (1 << 20)));
+  auto refused = guard.admit(FreeSpaceGuard::Kind::kGrow);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), Code::kNoSpace);
+  EXPECT_NE(refused.error().message().find((*fs)->path()), std::string::npos) << refused.error().message();
+  EXPECT_TRUE(guard.admit(FreeSpaceGuard::Kind::kRelease));
+
+  // Below a quarter: removals refused too.
+  ASSERT_TRUE((*fs)->fill_until(reserve / 8));
+  EXPECT_EQ(guard.admit(FreeSpaceGuard::Kind::kRelease).error().code(), Code::kNoSpace);
+
+  // Near the edge every call reads afresh, however long max_age is: space
+  // freed is admitted at once.
+  FreeSpaceGuard slow((*fs)->path(), reserve, std::chrono::hours(1));
+  EXPECT_FALSE(slow.admit(FreeSpaceGuard::Kind::kGrow));
+  (*fs)->unfill();
+  EXPECT_TRUE(slow.admit(FreeSpaceGuard::Kind::kGrow));
+  EXPECT_TRUE(guard.admit(FreeSpaceGuard::Kind::kGrow));
+}
+
+TEST(FreeSpaceGuard, ZeroReserveAdmitsEverything) {
+  FreeSpaceGuard guard("/nonexistent/dir", 0);
+  EXPECT_TRUE(guard.admit(FreeSpaceGuard::Kind::kGrow));
+}
+
+TEST(FreeSpaceGuard, MissingDirectoryIsAnError) {
+  FreeSpaceGuard guard("/nonexistent/dir", 1 << 20);
+  auto r = guard.admit(FreeSpaceGuard::Kind::kGrow);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message().find("/nonexistent/dir"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace weft
