@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -36,6 +37,9 @@ bool is_wal_name(const std::string& path) {
   name.remove_suffix(4);
   return std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
+
+thread_local int t_without_flush = 0;          // live WalSyncWithoutFlush scopes on this thread
+std::atomic<uint64_t> g_deferred_syncs{0};
 
 // A WAL written at `size_` over zeros that reach `zeroed_`. Invariant: bytes
 // [size_, zeroed_) are zeros whose blocks and file size are durable, so a sync
@@ -75,6 +79,13 @@ class PrezeroedWal final : public rocksdb::FSWritableFile {
   IOStatus Flush(const IOOptions&, IODebugContext*) override { return IOStatus::OK(); }
 
   IOStatus Sync(const IOOptions&, IODebugContext*) override {
+    if (t_without_flush > 0) {
+      // The pages reach the device; its cache flush is the caller's (WalSyncWithoutFlush).
+      if (::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) != 0)
+        return errno_status("sync_file_range", path_, errno);
+      g_deferred_syncs.fetch_add(1, std::memory_order_relaxed);
+      return IOStatus::OK();
+    }
     if (::fdatasync(fd_) != 0) return errno_status("fdatasync", path_, errno);
     return IOStatus::OK();
   }
@@ -261,5 +272,9 @@ rocksdb::Env* rocks_env() {
   static rocksdb::Env* env = rocksdb::NewCompositeEnv(prezeroed_wal_fs(rocksdb::FileSystem::Default())).release();
   return env;
 }
+
+WalSyncWithoutFlush::WalSyncWithoutFlush() { ++t_without_flush; }
+WalSyncWithoutFlush::~WalSyncWithoutFlush() { --t_without_flush; }
+uint64_t WalSyncWithoutFlush::deferred_syncs() { return g_deferred_syncs.load(std::memory_order_relaxed); }
 
 }  // namespace weft

@@ -38,6 +38,25 @@ namespace weft {
 // Process-wide, never destroyed (a DB may outlive any owner we could give it).
 rocksdb::Env* rocks_env();
 
+// While one is alive on the calling thread, a WAL sync that RocksDB runs on
+// this thread writes the log's pages to the device and waits for them
+// (sync_file_range) but leaves out the flush of the device's volatile cache.
+// The caller owes that flush: before it acknowledges anything it must
+// fdatasync a file on the same device (any fdatasync flushes the device).
+// The chunk index uses it so that one flush covers a commit group's slot
+// writes and its index record (storage/index_committer.h). Only safe where no
+// other thread writes the same DB meanwhile (RocksDB may sync their records
+// in the scoped call).
+class WalSyncWithoutFlush {
+ public:
+  WalSyncWithoutFlush();
+  ~WalSyncWithoutFlush();
+  WalSyncWithoutFlush(const WalSyncWithoutFlush&) = delete;
+  WalSyncWithoutFlush& operator=(const WalSyncWithoutFlush&) = delete;
+  // How many WAL syncs in this process left their flush out (tests).
+  static uint64_t deferred_syncs();
+};
+
 // The file system behind rocks_env(), over `base`, zeroing WALs ahead in
 // steps growing from `first_step` bytes to `max_step` (tests use small steps
 // to cross many of them).

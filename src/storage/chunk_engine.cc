@@ -1,5 +1,6 @@
 #include "storage/chunk_engine.h"
 
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <rocksdb/write_batch.h>
 
 #include "common/assert.h"
+#include "common/logging.h"
 #include "common/rocks_env.h"
 #include "storage/engine_internal.h"
 
@@ -119,6 +121,8 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const std::string& dir, E
   std::unique_ptr<ChunkEngine> e(new ChunkEngine(dir, options, registry, class_count));
   WEFT_TRY(OpenedIndex index, open_index(dir + "/index"));
   e->db_ = std::move(index.db);
+  WEFT_TRY(e->ring_, IoRing::create(options.ring_entries, &e->metrics_->ring_depth));
+  WEFT_RETURN_IF_ERROR(e->check_last_group());
   WEFT_RETURN_IF_ERROR(e->rebuild(index.v1));
   if (options.reserve_bytes > 0) e->space_guard_ = std::make_unique<FreeSpaceGuard>(dir, options.reserve_bytes);
   uint64_t capacity = options.capacity_bytes;
@@ -129,9 +133,12 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const std::string& dir, E
     capacity = e->space_.used_bytes() + (available > options.reserve_bytes ? available - options.reserve_bytes : 0);
   }
   e->space_.set_capacity_bytes(capacity);
-  WEFT_TRY(e->ring_, IoRing::create(options.ring_entries, &e->metrics_->ring_depth));
+  // One flush per commit group needs the slabs on the index's device (a flush is per device).
+  struct stat target_st {}, index_st {};
+  bool one_flush = ::stat(dir.c_str(), &target_st) == 0 && ::stat((dir + "/index").c_str(), &index_st) == 0 &&
+                   target_st.st_dev == index_st.st_dev;
   e->committer_ = std::make_unique<IndexCommitter>(e->db_.get(), e->ring_.get(), &e->metrics_->commit_group_size,
-                                                   std::chrono::microseconds(options.commit_linger_us_max));
+                                                   std::chrono::microseconds(options.commit_linger_us_max), one_flush);
   ChunkEngine* self = e.get();
   metrics::Labels labels{{"target", options.target_id}};
   registry.gauge_fn("weft_storage_used_bytes", "Bytes of allocated slots", labels,
@@ -178,6 +185,67 @@ Result<void> ChunkEngine::rebuild(bool migrate) {
       return error(Code::kCorruption, "slab file {} holds {} slots but the index uses slot {}", file->path(),
                    file->slot_count(), high - 1);
   }
+  return {};
+}
+
+Result<bool> ChunkEngine::slot_verifies(const ChunkMeta& meta) {
+  if (meta.size_class >= class_count_) return false;
+  WEFT_TRY(SlabFile * file, slab(meta.size_class));
+  if (meta.slot >= file->slot_count()) return false;
+  uint32_t padded = (meta.length + 4095) / 4096 * 4096;
+  if (padded == 0) return meta.chunk_crc == compute_checksums({}).chunk_crc;
+  Buffer buf = Buffer::allocate(padded);
+  buf.resize(padded);
+  WEFT_RETURN_IF_ERROR(file->read(*ring_, meta.slot, 0, buf.data(), padded));
+  Checksums sums = compute_checksums(buf.span().first(meta.length));
+  return sums.chunk_crc == meta.chunk_crc && sums.block_crcs == meta.block_crcs;
+}
+
+// For each chunk of the last group: keep the new entry if its slot verifies;
+// else put the previous entry back if that one's slot verifies (the group was
+// never acknowledged, so either version is right); else keep the new entry
+// (reads report the corruption). Then drop the keys, all in one synced batch.
+Result<void> ChunkEngine::check_last_group() {
+  rocksdb::WriteBatch batch;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  const std::string prefix(1, kRestartKeyPrefix);
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    batch.Delete(it->key());
+    auto id = ChunkId::decode(std::string_view(it->key().data() + 1, it->key().size() - 1));
+    if (!id) return error(Code::kCorruption, "restart-check key of {} bytes in {}", it->key().size(), dir_);
+    std::string current_raw;
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), chunk_key(*id), &current_raw);
+    if (s.IsNotFound()) continue;  // removed since
+    if (!s.ok()) return error(Code::kIoError, "read index entry of chunk {}: {}", *id, s.ToString());
+    WEFT_TRY(ChunkMeta current, ChunkMeta::decode(current_raw));
+    WEFT_TRY(bool current_ok, slot_verifies(current));
+    if (current_ok) continue;
+    std::optional<ChunkMeta> previous;
+    if (!it->value().empty()) {
+      WEFT_TRY(previous, ChunkMeta::decode(std::string_view(it->value().data(), it->value().size())));
+      WEFT_TRY(bool previous_ok, slot_verifies(*previous));
+      if (!previous_ok) {
+        WEFT_LOG_WARN("chunk {} of the last commit group: neither version {} nor {} verifies; keeping {}", *id,
+                  current.version, previous->version, current.version);
+        continue;
+      }
+    }
+    WEFT_LOG_WARN("chunk {}: version {} of the last commit group did not reach the disk; back to {}", *id,
+              current.version, previous ? fmt::format("version {}", previous->version) : std::string("no chunk"));
+    batch.Delete(chain_key(current.chain_id, *id));
+    if (previous) {
+      batch.Put(chunk_key(*id), previous->encode());
+      batch.Put(chain_key(previous->chain_id, *id), rocksdb::Slice());
+    } else {
+      batch.Delete(chunk_key(*id));
+    }
+  }
+  if (!it->status().ok()) return error(Code::kIoError, "scan restart-check keys: {}", it->status().ToString());
+  if (batch.Count() == 0) return {};
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  rocksdb::Status s = db_->Write(wo, &batch);
+  if (!s.ok()) return error(Code::kIoError, "settle the last commit group of {}: {}", dir_, s.ToString());
   return {};
 }
 

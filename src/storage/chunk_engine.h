@@ -22,6 +22,13 @@
 // files of the whole group, then the index, so a group of concurrent writes
 // costs two syncs in all. A staged but uncommitted slot need not be durable:
 // pending versions do not survive a restart anyway.
+// When the slab files share the index's device, a group's index record is
+// written first and one device flush (the slab fdatasync) covers it and the
+// slots (index_committer.h); each commit of an unsynced slot also puts a
+// restart-check key naming the chunk and its previous entry, which the next
+// group deletes. At open, check_last_group() verifies the chunks those keys
+// name (only the last group can have lost a slot in a power cut) and puts
+// the previous entry back for any whose new slot fails its checksums.
 // A crash therefore leaves either the old or the new committed chunk. Pending
 // versions are NOT persisted: after a restart they are gone and the target
 // must be resynced by its chain predecessor (a restarted target always is).
@@ -211,6 +218,11 @@ class ChunkEngine {
   ChunkEngine(std::string dir, EngineOptions options, metrics::Registry& registry, uint32_t class_count);
   // Loads the index; `migrate`: a format-1 index, whose per-chain index is written now.
   Result<void> rebuild(bool migrate);
+  // The restart check (see above). Runs before rebuild(): reads slots
+  // through the ring and changes the index directly.
+  Result<void> check_last_group();
+  // True if `meta`'s slot holds content matching its checksums.
+  Result<bool> slot_verifies(const ChunkMeta& meta);
   Result<SlabFile*> slab(uint32_t size_class);
   Stripe& stripe(const ChunkId& id) { return stripes_[ChunkIdHash{}(id) % kStripes]; }
 

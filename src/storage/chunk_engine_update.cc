@@ -158,7 +158,10 @@ Result<WriteResult> ChunkEngine::commit_locked(const ChunkId& id, uint64_t versi
     if (old) ops.push_back({chain_key(old->chain_id, id), std::nullopt});
     ops.push_back({chain_key(pending->chain_id, id), std::string()});
   }
-  // Returns once the slot (if its stage left it unsynced) and then the entry are durable.
+  // An unsynced slot may be made durable after the entry (one flush per
+  // group): name the chunk and its previous entry for the restart check.
+  if (unsynced) ops.push_back({restart_key(id), old ? old->encode() : std::string(), true});
+  // Returns once the slot and the entry are durable.
   auto committed = committer_->commit(std::move(ops), unsynced);
   if (!committed)
     return error(committed.error().with_context(fmt::format("commit chunk {} version {}", id, version)));

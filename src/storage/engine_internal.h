@@ -5,6 +5,9 @@
 // 'k' + chain id (u32 big-endian) + ChunkId -> "" (the per-chain index: lists
 // one chain's chunks with a prefix scan). Both change in one write batch.
 // Chunks of format-1 records are indexed under kChainUnknown.
+// 'V' + ChunkId -> the chunk's previous ChunkMeta ("" if it had none): the
+// restart-check keys of the last commit group (IndexOp::until_next_group),
+// see ChunkEngine::check_last_group.
 #pragma once
 
 #include <optional>
@@ -49,6 +52,7 @@ class ChunkEngine::ChunkLock {
 
 inline constexpr char kChunkKeyPrefix = 'c';
 inline constexpr char kChainKeyPrefix = 'k';
+inline constexpr char kRestartKeyPrefix = 'V';
 inline constexpr std::string_view kFormatKey = "mformat";
 // Format 2 added the per-chain index; a format-1 index is migrated at open.
 inline constexpr std::string_view kFormatValue = "weft-chunk-engine-2";
@@ -57,6 +61,13 @@ inline constexpr std::string_view kFormatValueV1 = "weft-chunk-engine-1";
 inline std::string chunk_key(const ChunkId& id) {
   auto enc = id.encode();
   std::string key(1, kChunkKeyPrefix);
+  key.append(enc.data(), enc.size());
+  return key;
+}
+
+inline std::string restart_key(const ChunkId& id) {
+  auto enc = id.encode();
+  std::string key(1, kRestartKeyPrefix);
   key.append(enc.data(), enc.size());
   return key;
 }

@@ -6,12 +6,13 @@
 #include <rocksdb/write_batch.h>
 
 #include "common/fault.h"
+#include "common/rocks_env.h"
 
 namespace weft::storage {
 
 IndexCommitter::IndexCommitter(rocksdb::DB* db, IoRing* ring, metrics::Histogram* group_size,
-                               std::chrono::microseconds linger_us_max)
-    : db_(db), ring_(ring), group_size_(group_size), linger_us_max_(linger_us_max) {}
+                               std::chrono::microseconds linger_us_max, bool one_flush)
+    : db_(db), ring_(ring), group_size_(group_size), linger_us_max_(linger_us_max), one_flush_(one_flush) {}
 
 uint64_t IndexCommitter::groups() const {
   std::lock_guard lock(mu_);
@@ -72,7 +73,8 @@ void IndexCommitter::linger(std::unique_lock<std::mutex>& lock) {
 }
 
 Result<void> IndexCommitter::write_group(const std::vector<Request*>& group) {
-  // 1. Every slot the group points to is durable first (one sync per file).
+  if (failed_) return error(*failed_);
+  // One sync per slab file, up to the highest ticket the group holds.
   std::vector<SlabTicket> syncs;
   for (const Request* r : group) {
     if (!r->slab) continue;
@@ -83,15 +85,36 @@ Result<void> IndexCommitter::write_group(const std::vector<Request*>& group) {
       it->ticket = std::max(it->ticket, r->slab->ticket);
     }
   }
-  for (const SlabTicket& s : syncs) {
-    WEFT_RETURN_IF_ERROR(s.file->sync_to(*ring_, s.ticket));
+  if (!one_flush_ || syncs.empty()) {
+    for (const SlabTicket& s : syncs) WEFT_RETURN_IF_ERROR(s.file->sync_to(*ring_, s.ticket));
+    return write_index(group, false);
   }
-  // 2. One synced batch for the whole group.
+  // One flush: the record's pages reach the device, then the slab syncs flush
+  // it. The first must be a sync that starts after the record was written: one
+  // that a concurrent or earlier leader started may already cover the slots
+  // (their tickets) but not the record. The others need only cover their slots.
+  WEFT_RETURN_IF_ERROR(write_index(group, true));
+  for (size_t i = 0; i < syncs.size(); ++i) {
+    const SlabTicket& s = syncs[i];
+    Result<void> synced = i == 0 ? s.file->sync_from_now(*ring_) : s.file->sync_to(*ring_, s.ticket);
+    if (!synced) {
+      failed_ = synced.error().with_context(
+          "slab sync after the index record was written: the target refuses updates until it is reopened");
+      return error(*failed_);
+    }
+  }
+  return {};
+}
+
+Result<void> IndexCommitter::write_index(const std::vector<Request*>& group, bool without_flush) {
   rocksdb::WriteBatch batch;
+  for (const std::string& key : last_keys_) batch.Delete(key);  // first: this group may put one again
+  std::vector<std::string> keys;
   for (const Request* r : group)
     for (const IndexOp& op : r->ops) {
       if (op.value) {
         batch.Put(op.key, *op.value);
+        if (op.until_next_group) keys.push_back(op.key);
       } else {
         batch.Delete(op.key);
       }
@@ -99,8 +122,20 @@ Result<void> IndexCommitter::write_group(const std::vector<Request*>& group) {
   if (WEFT_FAULT("storage.index.write_fail")) return error(Code::kIoError, "injected: index write");
   rocksdb::WriteOptions wo;
   wo.sync = true;
-  rocksdb::Status s = db_->Write(wo, &batch);
-  if (!s.ok()) return error(Code::kIoError, "synced index write of {} updates: {}", group.size(), s.ToString());
+  rocksdb::Status s;
+  if (without_flush) {
+    WalSyncWithoutFlush scope;
+    s = db_->Write(wo, &batch);
+  } else {
+    s = db_->Write(wo, &batch);
+  }
+  if (!s.ok()) {
+    Status failed(Code::kIoError, fmt::format("synced index write of {} updates: {}", group.size(), s.ToString()));
+    // Without the flush the record may be on the device already, its slots not.
+    if (without_flush) failed_ = failed;
+    return error(failed);
+  }
+  last_keys_ = std::move(keys);
   if (group_size_) group_size_->observe(group.size());
   return {};
 }

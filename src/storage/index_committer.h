@@ -2,15 +2,27 @@
 // Group commit of the chunk index. Every change of the index (commit,
 // remove) goes through commit(): the calling thread queues its operations and
 // either leads a group or waits for the leader of the group that took them.
-// A leader, for everything queued so far:
-//   1. waits until every slab write the group's commits point to is durable
-//      (one grouped fdatasync per slab file: SlabFile::sync_to), so a new
-//      slot is always durable before the index entry that points to it;
-//   2. writes all the group's operations in ONE synced RocksDB write batch
-//      (one WAL append, one WAL sync for the whole group).
-// The batch is atomic: a failed step fails every commit of the group and
-// none of its operations is applied. A commit returns only after the sync
-// that covers it, so acknowledged = durable.
+// A leader writes all the group's operations in ONE synced RocksDB write
+// batch (one WAL append, one WAL sync for the whole group) and makes every
+// slab write the group's commits point to durable (one grouped fdatasync per
+// slab file: SlabFile::sync_to), in one of two orders:
+//   - one flush (when the slabs share the index's device: one_flush): the
+//     index record goes first, its WAL sync writing the log's pages without
+//     flushing the device (rocks_env.h WalSyncWithoutFlush), then the slab
+//     fdatasyncs, whose device flush covers the slots and the record at once.
+//     A crash before that flush may keep the record and lose a slot: the
+//     group's commits therefore put a restart-check key per chunk
+//     (IndexOp::until_next_group, deleted by the next group's batch), and
+//     the engine verifies those chunks at open (chunk_engine.h). Groups run
+//     one at a time, so only the last group's slots can be missing. A
+//     failure after the record was written is sticky: every later commit
+//     fails until the engine is reopened and the restart check has settled
+//     the group (otherwise its slots could be reused under a live record).
+//   - two flushes (otherwise, and for groups without slab writes): slabs
+//     first, then the record, so a slot is durable before the entry that
+//     points to it. A failure fails the group and applies nothing.
+// A commit returns only after the flush that covers it: acknowledged =
+// durable.
 // Gathering (linger): writers that each wait for their ack come back at
 // about the same time. A leader waits until every announced commit (Intent:
 // write() announces itself before it writes its slot) is queued, or, when
@@ -18,6 +30,8 @@
 // as the previous group took, capped at linger_us_max. Otherwise most of them
 // would be left to the group after it (the idea of meta/wal_syncer.h).
 // Threading: thread-safe; no thread of its own (the leader is a caller).
+// The committer must be the only writer of the DB while it runs (one_flush
+// relies on RocksDB syncing no one else's record without a flush).
 // Invariants: groups are written one at a time, in queue order; a request is
 // completed exactly once, by the leader of the group that took it.
 #pragma once
@@ -42,10 +56,13 @@ class DB;
 
 namespace weft::storage {
 
-// One key change: a put (value set) or a delete (no value).
+// One key change: a put (value set) or a delete (no value). A put with
+// until_next_group is deleted again by the next group's batch (restart-check
+// keys: they name the chunks of the last group written).
 struct IndexOp {
   std::string key;
   std::optional<std::string> value;
+  bool until_next_group = false;
 };
 
 // A slab write that must be durable before the commit: SlabFile::write's ticket.
@@ -57,7 +74,7 @@ struct SlabTicket {
 class IndexCommitter {
  public:
   IndexCommitter(rocksdb::DB* db, IoRing* ring, metrics::Histogram* group_size = nullptr,
-                 std::chrono::microseconds linger_us_max = std::chrono::microseconds(2000));
+                 std::chrono::microseconds linger_us_max = std::chrono::microseconds(2000), bool one_flush = false);
   IndexCommitter(const IndexCommitter&) = delete;
   IndexCommitter& operator=(const IndexCommitter&) = delete;
 
@@ -91,11 +108,18 @@ class IndexCommitter {
   // REQUIRES: mu_ held via lock, leading_ set by the caller.
   void linger(std::unique_lock<std::mutex>& lock);
   Result<void> write_group(const std::vector<Request*>& group);
+  // REQUIRES: called by the leader only (no lock needed for failed_/last_keys_).
+  Result<void> write_index(const std::vector<Request*>& group, bool without_flush);
 
   rocksdb::DB* db_;
   IoRing* ring_;
   metrics::Histogram* group_size_;
   const std::chrono::microseconds linger_us_max_;
+  const bool one_flush_;
+
+  // Leader-only state (one leader at a time; handed over under mu_).
+  std::vector<std::string> last_keys_;  // until_next_group keys of the last group written
+  std::optional<Status> failed_;        // sticky: a group failed after its record was written
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -13,6 +13,7 @@
 
 #include "common/buffer.h"
 #include "common/fault.h"
+#include "common/rocks_env.h"
 #include "storage/test_util.h"
 
 namespace weft::storage {
@@ -23,6 +24,7 @@ class IndexCommitterTest : public ::testing::Test {
   void SetUp() override {
     rocksdb::Options o;
     o.create_if_missing = true;
+    o.env = rocks_env();  // so that the one-flush order really leaves the WAL's flush out
     rocksdb::DB* raw = nullptr;
     ASSERT_TRUE(rocksdb::DB::Open(o, dir_.path() + "/index", &raw).ok());
     db_.reset(raw);
@@ -107,6 +109,75 @@ TEST_F(IndexCommitterTest, FailedSlabSyncFailsTheCommitBeforeTheIndexChanges) {
   auto r = c.commit({{"k", "v"}}, SlabTicket{slab_.get(), *t});
   ASSERT_FALSE(r.has_value());
   EXPECT_FALSE(get("k").has_value());
+}
+
+// One flush: the record is written first with its WAL sync leaving the device
+// flush out, then the slab sync flushes both; the commit is acknowledged after
+// that sync only.
+TEST_F(IndexCommitterTest, OneFlushWritesTheRecordThenSyncsTheSlab) {
+  IndexCommitter c(db_.get(), ring_.get(), nullptr, std::chrono::seconds(10), /*one_flush=*/true);
+  uint64_t deferred = WalSyncWithoutFlush::deferred_syncs();
+  std::vector<uint64_t> tickets;
+  auto results = commit_concurrently(c, 4, &tickets);  // checks synced_ticket >= ticket at each ack
+  for (auto& r : results) EXPECT_TRUE(r.has_value()) << r.error();
+  EXPECT_EQ(c.groups(), 1u);
+  EXPECT_EQ(slab_->sync_calls(), 1u);
+  EXPECT_EQ(WalSyncWithoutFlush::deferred_syncs(), deferred + 1);
+  // A group without slab writes has nothing to flush after it: a normal synced write.
+  ASSERT_TRUE(c.commit({{"r", "v"}}, std::nullopt));
+  EXPECT_EQ(WalSyncWithoutFlush::deferred_syncs(), deferred + 1);
+  EXPECT_EQ(get("r"), "v");
+}
+
+// The slot was already covered by an earlier slab sync (another group's
+// leader syncs every write done when it starts): the record still needs a
+// flush that starts after it was written, so the slab is synced again.
+TEST_F(IndexCommitterTest, OneFlushSyncsAfterTheRecordEvenWhenTheSlotIsSynced) {
+  IndexCommitter c(db_.get(), ring_.get(), nullptr, std::chrono::microseconds(100), /*one_flush=*/true);
+  Buffer b = Buffer::allocate(4096);
+  b.resize(4096);
+  auto t = slab_->write(*ring_, 0, b.data(), 4096);
+  ASSERT_TRUE(t.has_value());
+  ASSERT_TRUE(slab_->sync_to(*ring_, *t));
+  ASSERT_EQ(slab_->sync_calls(), 1u);
+  ASSERT_TRUE(c.commit({{"k", "v"}}, SlabTicket{slab_.get(), *t}));
+  EXPECT_EQ(slab_->sync_calls(), 2u);
+}
+
+// A slab sync that fails after the record was written: the record may be on
+// the disk with its slot lost, so the committer refuses everything after it
+// (the engine's restart check settles the group at the next open).
+TEST_F(IndexCommitterTest, OneFlushSlabSyncFailureIsSticky) {
+  IndexCommitter c(db_.get(), ring_.get(), nullptr, std::chrono::microseconds(100), /*one_flush=*/true);
+  Buffer b = Buffer::allocate(4096);
+  b.resize(4096);
+  auto t = slab_->write(*ring_, 0, b.data(), 4096);
+  ASSERT_TRUE(t.has_value());
+  {
+    fault::Scope fail("storage.slab.fdatasync_eio", {.hits_max = 1});
+    auto r = c.commit({{"k", "v"}}, SlabTicket{slab_.get(), *t});
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().code(), Code::kIoError);
+  }
+  EXPECT_EQ(get("k"), "v");  // written before the failed sync: why the failure is sticky
+  auto later = c.commit({{"k2", "v"}}, std::nullopt);
+  ASSERT_FALSE(later.has_value());
+  EXPECT_NE(later.error().message().find("reopen"), std::string::npos) << later.error();
+  EXPECT_FALSE(get("k2").has_value());
+}
+
+TEST_F(IndexCommitterTest, UntilNextGroupKeysLastOneGroup) {
+  IndexCommitter c(db_.get(), ring_.get(), nullptr, std::chrono::microseconds(100), /*one_flush=*/true);
+  ASSERT_TRUE(c.commit({{"a", "1"}, {"Va", "prev", true}}, std::nullopt));
+  EXPECT_EQ(get("Va"), "prev");
+  ASSERT_TRUE(c.commit({{"b", "1"}, {"Vb", "prev", true}}, std::nullopt));
+  EXPECT_FALSE(get("Va").has_value());
+  EXPECT_EQ(get("Vb"), "prev");
+  // The same key again in the next group: put after the delete, so it stays.
+  ASSERT_TRUE(c.commit({{"b", "2"}, {"Vb", "again", true}}, std::nullopt));
+  EXPECT_EQ(get("Vb"), "again");
+  ASSERT_TRUE(c.commit({{"c", "1"}}, std::nullopt));
+  EXPECT_FALSE(get("Vb").has_value());
 }
 
 }  // namespace

@@ -99,6 +99,17 @@ Result<void> SlabFile::sync_to(IoRing& ring, uint64_t ticket) {
   return {};
 }
 
+// A ticket taken now, as if a write completed now: only a sync that starts
+// later covers it (tickets need not stand for real writes).
+Result<void> SlabFile::sync_from_now(IoRing& ring) {
+  uint64_t ticket;
+  {
+    std::lock_guard lock(sync_mu_);
+    ticket = ++writes_done_;
+  }
+  return sync_to(ring, ticket);
+}
+
 uint64_t SlabFile::synced_ticket() const {
   std::lock_guard lock(sync_mu_);
   return writes_synced_;

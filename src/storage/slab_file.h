@@ -44,6 +44,10 @@ class SlabFile {
   Result<uint64_t> write(IoRing& ring, uint32_t slot, const void* buf, uint32_t len);
   // Waits for a group fdatasync that covers every write up to `ticket`.
   Result<void> sync_to(IoRing& ring, uint64_t ticket);
+  // Waits for an fdatasync that starts after this call (not one already
+  // running or done): its device flush then covers whatever reached the
+  // device before the call, e.g. an index record written without a flush.
+  Result<void> sync_from_now(IoRing& ring);
   // Reads `len` bytes at `offset_in_slot` of `slot` (both 4 KiB multiples).
   Result<void> read(IoRing& ring, uint32_t slot, uint64_t offset_in_slot, void* buf, uint32_t len);
 
