@@ -40,6 +40,12 @@ class IndexCommitterTest : public ::testing::Test {
     std::string v;
     return db_->Get(rocksdb::ReadOptions(), key, &v).ok() ? std::optional(v) : std::nullopt;
   }
+  // Writes a zeroed 4 KiB slot; its sync ticket.
+  Result<uint64_t> write_slot(uint32_t slot) {
+    Buffer b = Buffer::allocate(4096);
+    b.resize(4096);
+    return slab_->write(*ring_, slot, b.data(), 4096);
+  }
   // `n` threads announce themselves, then each writes a slot and commits key
   // k<i>; a long linger makes the leader wait for all of them.
   std::vector<Result<void>> commit_concurrently(IndexCommitter& c, int n, std::vector<uint64_t>* tickets = nullptr) {
@@ -52,9 +58,7 @@ class IndexCommitterTest : public ::testing::Test {
         IndexCommitter::Intent intent(c);
         announced++;
         while (announced.load() < n) std::this_thread::yield();
-        Buffer b = Buffer::allocate(4096);
-        b.resize(4096);
-        auto t = slab_->write(*ring_, static_cast<uint32_t>(i), b.data(), 4096);
+        auto t = write_slot(static_cast<uint32_t>(i));
         ASSERT_TRUE(t.has_value());
         got[i] = *t;
         results[i] = c.commit({{"k" + std::to_string(i), "v"}}, SlabTicket{slab_.get(), *t});
@@ -101,9 +105,7 @@ TEST_F(IndexCommitterTest, FailedGroupFailsAndAppliesNoneOfItsCommits) {
 
 TEST_F(IndexCommitterTest, FailedSlabSyncFailsTheCommitBeforeTheIndexChanges) {
   IndexCommitter c(db_.get(), ring_.get());
-  Buffer b = Buffer::allocate(4096);
-  b.resize(4096);
-  auto t = slab_->write(*ring_, 0, b.data(), 4096);
+  auto t = write_slot(0);
   ASSERT_TRUE(t.has_value());
   fault::Scope fail("storage.slab.fdatasync_eio", {.hits_max = 1});
   auto r = c.commit({{"k", "v"}}, SlabTicket{slab_.get(), *t});
@@ -134,9 +136,7 @@ TEST_F(IndexCommitterTest, OneFlushWritesTheRecordThenSyncsTheSlab) {
 // flush that starts after it was written, so the slab is synced again.
 TEST_F(IndexCommitterTest, OneFlushSyncsAfterTheRecordEvenWhenTheSlotIsSynced) {
   IndexCommitter c(db_.get(), ring_.get(), nullptr, std::chrono::microseconds(100), /*one_flush=*/true);
-  Buffer b = Buffer::allocate(4096);
-  b.resize(4096);
-  auto t = slab_->write(*ring_, 0, b.data(), 4096);
+  auto t = write_slot(0);
   ASSERT_TRUE(t.has_value());
   ASSERT_TRUE(slab_->sync_to(*ring_, *t));
   ASSERT_EQ(slab_->sync_calls(), 1u);
@@ -149,9 +149,7 @@ TEST_F(IndexCommitterTest, OneFlushSyncsAfterTheRecordEvenWhenTheSlotIsSynced) {
 // (the engine's restart check settles the group at the next open).
 TEST_F(IndexCommitterTest, OneFlushSlabSyncFailureIsSticky) {
   IndexCommitter c(db_.get(), ring_.get(), nullptr, std::chrono::microseconds(100), /*one_flush=*/true);
-  Buffer b = Buffer::allocate(4096);
-  b.resize(4096);
-  auto t = slab_->write(*ring_, 0, b.data(), 4096);
+  auto t = write_slot(0);
   ASSERT_TRUE(t.has_value());
   {
     fault::Scope fail("storage.slab.fdatasync_eio", {.hits_max = 1});
