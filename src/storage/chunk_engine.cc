@@ -14,6 +14,7 @@
 #include "common/logging.h"
 #include "common/rocks_env.h"
 #include "storage/engine_internal.h"
+#include "storage/flush_scope.h"
 
 namespace weft::storage {
 
@@ -133,12 +134,14 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const std::string& dir, E
     capacity = e->space_.used_bytes() + (available > options.reserve_bytes ? available - options.reserve_bytes : 0);
   }
   e->space_.set_capacity_bytes(capacity);
-  // One flush per commit group needs the slabs on the index's device (a flush is per device).
+  // One flush per commit group needs the slabs on the index's filesystem
+  // (a flush is per device) and a filesystem where any fdatasync flushes all.
   struct stat target_st {}, index_st {};
-  bool one_flush = ::stat(dir.c_str(), &target_st) == 0 && ::stat((dir + "/index").c_str(), &index_st) == 0 &&
-                   target_st.st_dev == index_st.st_dev;
+  e->one_flush_ = ::stat(dir.c_str(), &target_st) == 0 && ::stat((dir + "/index").c_str(), &index_st) == 0 &&
+                  target_st.st_dev == index_st.st_dev && one_fdatasync_flushes_all(dir);
   e->committer_ = std::make_unique<IndexCommitter>(e->db_.get(), e->ring_.get(), &e->metrics_->commit_group_size,
-                                                   std::chrono::microseconds(options.commit_linger_us_max), one_flush);
+                                                   std::chrono::microseconds(options.commit_linger_us_max),
+                                                   e->one_flush_);
   ChunkEngine* self = e.get();
   metrics::Labels labels{{"target", options.target_id}};
   registry.gauge_fn("weft_storage_used_bytes", "Bytes of allocated slots", labels,
@@ -242,6 +245,14 @@ Result<void> ChunkEngine::check_last_group() {
   }
   if (!it->status().ok()) return error(Code::kIoError, "scan restart-check keys: {}", it->status().ToString());
   if (batch.Count() == 0) return {};
+  // After a crash of the process alone the slots verified from the device's
+  // cache, and a grown slab's new extents may not be durable yet: make them
+  // so before the keys that could undo the group go.
+  for (uint32_t c = 0; c < class_count_; ++c) {
+    if (!std::filesystem::exists(slab_path(c))) continue;
+    WEFT_TRY(SlabFile * file, slab(c));
+    WEFT_RETURN_IF_ERROR(file->sync_from_now(*ring_));
+  }
   rocksdb::WriteOptions wo;
   wo.sync = true;
   rocksdb::Status s = db_->Write(wo, &batch);

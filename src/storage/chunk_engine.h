@@ -22,7 +22,9 @@
 // files of the whole group, then the index, so a group of concurrent writes
 // costs two syncs in all. A staged but uncommitted slot need not be durable:
 // pending versions do not survive a restart anyway.
-// When the slab files share the index's device, a group's index record is
+// When the slab files share the index's filesystem and it is one where any
+// fdatasync flushes everything written in place (storage/flush_scope.h: ext4
+// without data=journal, XFS), a group's index record is
 // written first and one device flush (the slab fdatasync) covers it and the
 // slots (index_committer.h); each commit of an unsynced slot also puts a
 // restart-check key naming the chunk and its previous entry, which the next
@@ -178,6 +180,8 @@ class ChunkEngine {
 
   Result<ChunkInfo> stat(const ChunkId& id);
   // Committed chunks in id order, starting at `start` (inclusive), at most `count_max`.
+  // Both lists read the index itself: a commit of a one-flush group shows
+  // there from its record on, a moment before the group's flush made it durable.
   Result<std::vector<ChunkInfo>> list(std::optional<ChunkId> start, size_t count_max);
   // The same for the chunks of one chain plus those of unknown chain (they may
   // belong to it): a prefix scan of the per-chain index, whatever else the target holds.
@@ -264,6 +268,7 @@ class ChunkEngine {
   std::unique_ptr<IoRing> ring_;
   std::unique_ptr<IndexCommitter> committer_;
   std::unique_ptr<FreeSpaceGuard> space_guard_;  // set when reserve_bytes > 0
+  bool one_flush_ = false;  // commit groups take one device flush (restart-check keys needed)
 
   std::mutex slabs_mu_;
   std::vector<std::unique_ptr<SlabFile>> slabs_;  // GUARDED_BY(slabs_mu_) for creation

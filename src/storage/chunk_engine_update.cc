@@ -160,7 +160,7 @@ Result<WriteResult> ChunkEngine::commit_locked(const ChunkId& id, uint64_t versi
   }
   // An unsynced slot may be made durable after the entry (one flush per
   // group): name the chunk and its previous entry for the restart check.
-  if (unsynced) ops.push_back({restart_key(id), old ? old->encode() : std::string(), true});
+  if (unsynced && one_flush_) ops.push_back({restart_key(id), old ? old->encode() : std::string(), true});
   // Returns once the slot and the entry are durable.
   auto committed = committer_->commit(std::move(ops), unsynced);
   if (!committed)

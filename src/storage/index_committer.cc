@@ -14,6 +14,19 @@ IndexCommitter::IndexCommitter(rocksdb::DB* db, IoRing* ring, metrics::Histogram
                                std::chrono::microseconds linger_us_max, bool one_flush)
     : db_(db), ring_(ring), group_size_(group_size), linger_us_max_(linger_us_max), one_flush_(one_flush) {}
 
+// The last group's restart-check keys are not needed once it is durable: an
+// idle target keeps them until the next group, a closed one drops them, so a
+// later open does not take damage to those chunks for a lost last group.
+IndexCommitter::~IndexCommitter() {
+  // Fault point: tests take this for a crash (the keys stay, as after a power cut).
+  if (last_keys_.empty() || failed_ || WEFT_FAULT("storage.index.keep_restart_keys")) return;
+  rocksdb::WriteBatch batch;
+  for (const std::string& key : last_keys_) batch.Delete(key);
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  db_->Write(wo, &batch);  // best effort: the keys are harmless where it fails
+}
+
 uint64_t IndexCommitter::groups() const {
   std::lock_guard lock(mu_);
   return groups_;
@@ -89,6 +102,9 @@ Result<void> IndexCommitter::write_group(const std::vector<Request*>& group) {
     for (const SlabTicket& s : syncs) WEFT_RETURN_IF_ERROR(s.file->sync_to(*ring_, s.ticket));
     return write_index(group, false);
   }
+  // A slab file whose sync failed fails every sync: learn it before the record is written.
+  for (const SlabTicket& s : syncs)
+    if (auto failed = s.file->failure()) return error(*failed);
   // One flush: the record's pages reach the device, then the slab syncs flush
   // it. The first must be a sync that starts after the record was written: one
   // that a concurrent or earlier leader started may already cover the slots

@@ -75,6 +75,7 @@ class IndexCommitter {
  public:
   IndexCommitter(rocksdb::DB* db, IoRing* ring, metrics::Histogram* group_size = nullptr,
                  std::chrono::microseconds linger_us_max = std::chrono::microseconds(2000), bool one_flush = false);
+  ~IndexCommitter();
   IndexCommitter(const IndexCommitter&) = delete;
   IndexCommitter& operator=(const IndexCommitter&) = delete;
 

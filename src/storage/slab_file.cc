@@ -115,6 +115,11 @@ uint64_t SlabFile::synced_ticket() const {
   return writes_synced_;
 }
 
+std::optional<Status> SlabFile::failure() const {
+  std::lock_guard lock(sync_mu_);
+  return failed_;
+}
+
 uint64_t SlabFile::sync_calls() const {
   std::lock_guard lock(sync_mu_);
   return sync_calls_;

@@ -51,6 +51,8 @@ class SlabFile {
   // Reads `len` bytes at `offset_in_slot` of `slot` (both 4 KiB multiples).
   Result<void> read(IoRing& ring, uint32_t slot, uint64_t offset_in_slot, void* buf, uint32_t len);
 
+  // The sticky failure of an earlier sync, if any (every later sync_to fails with it).
+  std::optional<Status> failure() const;
   uint64_t sync_calls() const;
   // The highest ticket a finished fdatasync covers.
   uint64_t synced_ticket() const;
