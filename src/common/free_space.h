@@ -7,6 +7,8 @@
 // kNoSpace (ENOSPC) to new data below that, long before RocksDB could meet
 // a full disk. Writes that free space (removals) are admitted down to a
 // quarter of the reserve, so a full store can still be cleaned up.
+// The reserve is at most a quarter of the filesystem's size (a small disk
+// keeps most of its room for data).
 // Free space is statvfs's f_bavail (what an unprivileged writer may use),
 // read again when the last reading is older than `max_age`, and on every
 // call once it was within twice the reserve (near the edge, always fresh).
@@ -34,12 +36,13 @@ class FreeSpaceGuard {
   Result<void> admit(Kind kind);
   // A fresh reading of the bytes available on the filesystem.
   Result<uint64_t> available_bytes();
-  uint64_t reserve_bytes() const { return reserve_; }
+  // The reserve in force: the configured one, capped once the filesystem's size is known.
+  uint64_t reserve_bytes() const { return reserve_.load(std::memory_order_relaxed); }
   const std::string& dir() const { return dir_; }
 
  private:
   const std::string dir_;
-  const uint64_t reserve_;
+  std::atomic<uint64_t> reserve_;
   const int64_t max_age_ns_;
   std::atomic<uint64_t> last_available_{0};
   std::atomic<int64_t> last_read_ns_{0};  // 0: never read

@@ -39,6 +39,17 @@ TEST(FreeSpaceGuard, RefusesGrowthBelowTheReserveAndReleasesBelowAQuarter) {
   EXPECT_TRUE(guard.admit(FreeSpaceGuard::Kind::kGrow));
 }
 
+TEST(FreeSpaceGuard, ReserveIsAtMostAQuarterOfTheFilesystem) {
+  weft::testing::TempDir dir;
+  auto fs = SmallFs::mount(dir.path(), 16 << 20, SmallFs::Type::kTmpfs);
+  if (!fs) GTEST_SKIP() << "cannot mount a small filesystem here: " << fs.error();
+  FreeSpaceGuard guard((*fs)->path(), 256 << 20, std::chrono::milliseconds(0));
+  EXPECT_TRUE(guard.admit(FreeSpaceGuard::Kind::kGrow));  // a 16 MiB disk is not full at once
+  EXPECT_EQ(guard.reserve_bytes(), 4u << 20);
+  ASSERT_TRUE((*fs)->fill_until(3 << 20));
+  EXPECT_EQ(guard.admit(FreeSpaceGuard::Kind::kGrow).error().code(), Code::kNoSpace);
+}
+
 TEST(FreeSpaceGuard, ZeroReserveAdmitsEverything) {
   FreeSpaceGuard guard("/nonexistent/dir", 0);
   EXPECT_TRUE(guard.admit(FreeSpaceGuard::Kind::kGrow));
