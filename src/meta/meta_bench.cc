@@ -317,6 +317,9 @@ int run(const Args& a) {
   }
   if (!a.json.empty()) write_json(a.json, a, meta, posix);
   if (server) server->stop();
+  server.reset();
+  store.reset();  // closed before its directory goes
+  std::filesystem::remove_all(a.dir, ec);
   std::filesystem::remove_all(a.posix_dir, ec);
   return 0;
 }
