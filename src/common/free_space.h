@@ -32,8 +32,9 @@ class FreeSpaceGuard {
                  std::chrono::milliseconds max_age = std::chrono::milliseconds(20));
 
   // kNoSpace with a message naming the directory when a write of `kind`
-  // must be refused; kIoError when statvfs fails.
-  Result<void> admit(Kind kind);
+  // that takes `bytes` more of the filesystem must be refused (the reserve
+  // must stay free after it); kIoError when statvfs fails.
+  Result<void> admit(Kind kind, uint64_t bytes = 0);
   // A fresh reading of the bytes available on the filesystem.
   Result<uint64_t> available_bytes();
   // The reserve in force: the configured one, capped once the filesystem's size is known.

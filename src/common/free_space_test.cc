@@ -26,6 +26,12 @@ TEST(FreeSpaceGuard, RefusesGrowthBelowTheReserveAndReleasesBelowAQuarter) {
   EXPECT_NE(refused.error().message().find((*fs)->path()), std::string::npos) << refused.error().message();
   EXPECT_TRUE(guard.admit(FreeSpaceGuard::Kind::kRelease));
 
+  // A write that would itself eat into the reserve is refused too.
+  (*fs)->unfill();
+  ASSERT_TRUE((*fs)->fill_until(reserve + (1 << 20)));
+  EXPECT_TRUE(guard.admit(FreeSpaceGuard::Kind::kGrow, 512 << 10));
+  EXPECT_EQ(guard.admit(FreeSpaceGuard::Kind::kGrow, 2 << 20).error().code(), Code::kNoSpace);
+
   // Below a quarter: removals refused too.
   ASSERT_TRUE((*fs)->fill_until(reserve / 8));
   EXPECT_EQ(guard.admit(FreeSpaceGuard::Kind::kRelease).error().code(), Code::kNoSpace);
@@ -59,6 +65,7 @@ TEST(FreeSpaceGuard, MissingDirectoryIsAnError) {
   FreeSpaceGuard guard("/nonexistent/dir", 1 << 20);
   auto r = guard.admit(FreeSpaceGuard::Kind::kGrow);
   ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), Code::kIoError);  // not ENOENT to a client whose create it refuses
   EXPECT_NE(r.error().message().find("/nonexistent/dir"), std::string::npos);
 }
 

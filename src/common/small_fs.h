@@ -45,8 +45,10 @@ class SmallFs {
     } else {
       std::string image = parent + "/small.img";
       int fd = ::open(image.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-      if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) return std::unexpected("create " + image);
+      if (fd < 0) return std::unexpected("create " + image);
+      bool sized = ::ftruncate(fd, static_cast<off_t>(bytes)) == 0;
       ::close(fd);
+      if (!sized) return std::unexpected("size " + image);
       std::string cmd = fmt::format("mkfs.ext4 -q -F -m 0 '{}' >/dev/null 2>&1 && mount -o loop '{}' '{}' 2>/dev/null",
                                     image, image, mnt);
       if (std::system(cmd.c_str()) != 0) return std::unexpected("mkfs.ext4 + mount -o loop failed (needs root)");

@@ -152,10 +152,13 @@ Result<Reply> MetaStore::mutate(Op op, const Context& ctx, const Body& body) {
   return error(Code::kBusy, "{}: gave up after {} lock conflicts", op_name(op), options_.commit_retries_max);
 }
 
-// Mutations that only take data away (or rewrite it in place): admitted by
-// the free-space guard down to a quarter of its reserve.
+// Mutations that only take data away or rewrite a record in place: admitted
+// by the free-space guard down to a quarter of its reserve. (A length report
+// or truncate refused here would hide data storage already accepted.)
 static FreeSpaceGuard::Kind space_kind(Op op) {
   switch (op) {
+    case Op::kReportLength:
+    case Op::kSetattr:
     case Op::kUnlink:
     case Op::kRmdir:
     case Op::kRename:

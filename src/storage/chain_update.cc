@@ -191,6 +191,12 @@ void observe(TargetMetrics& m, Op op, bool ok, uint64_t bytes, std::chrono::stea
 Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const ChainUpdate& u, uint64_t version,
                                                     const Expect* expect) {
   ChunkEngine* engine = &p.target->engine();
+  // A member short of space refuses before it forwards: its successors would
+  // otherwise apply what it does not (reads go to any replica).
+  if (p.successor) {
+    auto room = engine->check_space();
+    if (!room) co_return error(room.error());
+  }
   if (u.kind == pb::UPDATE_REMOVE) {
     if (p.successor) {
       auto fwd = co_await forward_out(p, u, WriteResult{}, false);

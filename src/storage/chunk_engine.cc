@@ -128,10 +128,13 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const std::string& dir, E
   if (options.reserve_bytes > 0) e->space_guard_ = std::make_unique<FreeSpaceGuard>(dir, options.reserve_bytes);
   uint64_t capacity = options.capacity_bytes;
   if (capacity == 0) {
-    struct statvfs vfs {};
-    if (::statvfs(dir.c_str(), &vfs) != 0) return errno_error(errno, "statvfs " + dir);
-    uint64_t available = uint64_t{vfs.f_bavail} * vfs.f_frsize;
-    capacity = e->space_.used_bytes() + (available > options.reserve_bytes ? available - options.reserve_bytes : 0);
+    // The slab files as they are (used and freed slots) plus what the
+    // filesystem has beyond the reserve (capped by the guard to a quarter of it).
+    FreeSpaceGuard probe(dir, options.reserve_bytes);
+    WEFT_TRY(uint64_t available, probe.available_bytes());
+    uint64_t reserve = probe.reserve_bytes();
+    WEFT_TRY(uint64_t slabs, e->slab_bytes());
+    capacity = std::max(slabs, e->space_.used_bytes()) + (available > reserve ? available - reserve : 0);
   }
   e->space_.set_capacity_bytes(capacity);
   // One flush per commit group needs the slabs on the index's filesystem
@@ -258,6 +261,23 @@ Result<void> ChunkEngine::check_last_group() {
   rocksdb::Status s = db_->Write(wo, &batch);
   if (!s.ok()) return error(Code::kIoError, "settle the last commit group of {}: {}", dir_, s.ToString());
   return {};
+}
+
+Result<uint64_t> ChunkEngine::slab_bytes() {
+  uint64_t total = 0;
+  for (uint32_t c = 0; c < class_count_; ++c) {
+    if (!std::filesystem::exists(slab_path(c))) continue;
+    WEFT_TRY(SlabFile * file, slab(c));
+    total += file->slot_count() * file->slot_bytes();
+  }
+  return total;
+}
+
+// Updates and removals are both admitted down to a quarter of the reserve
+// (EngineOptions::reserve_bytes); a slab's growth is checked where it happens.
+Result<void> ChunkEngine::check_space() {
+  if (!space_guard_) return {};
+  return space_guard_->admit(FreeSpaceGuard::Kind::kRelease);
 }
 
 std::string ChunkEngine::slab_path(uint32_t size_class) const {

@@ -83,7 +83,7 @@ namespace weft::storage {
 struct EngineOptions {
   std::string target_id = "0";               // the metrics label
   uint32_t chunk_size_max = 64u << 20;       // power of two in [4 KiB, 64 MiB]
-  uint64_t capacity_bytes = 0;               // 0: used + the filesystem's free space at open - reserve
+  uint64_t capacity_bytes = 0;               // 0: the slab files + the filesystem's free space at open - reserve
   // Bytes of the target's filesystem kept free for the index (RocksDB must
   // never meet a full disk) and whatever else shares it (common/free_space.h):
   // below it slab files do not grow (a write that needs a new extent fails
@@ -187,6 +187,11 @@ class ChunkEngine {
   // belong to it): a prefix scan of the per-chain index, whatever else the target holds.
   Result<std::vector<ChunkInfo>> list_chain(uint32_t chain_id, std::optional<ChunkId> start, size_t count_max);
 
+  // Whether an update (or a removal) would be refused for lack of space now
+  // (kNoSpace): the chain asks before forwarding one, so that its successors
+  // do not apply what this member then refuses.
+  Result<void> check_space();
+
   uint64_t used_bytes() const { return space_.used_bytes(); }
   uint64_t capacity_bytes() const { return space_.capacity_bytes(); }
   uint64_t free_bytes() const;
@@ -225,6 +230,8 @@ class ChunkEngine {
   // The restart check (see above). Runs before rebuild(): reads slots
   // through the ring and changes the index directly.
   Result<void> check_last_group();
+  // Bytes of the slab files that exist (used and free slots).
+  Result<uint64_t> slab_bytes();
   // True if `meta`'s slot holds content matching its checksums.
   Result<bool> slot_verifies(const ChunkMeta& meta);
   Result<SlabFile*> slab(uint32_t size_class);

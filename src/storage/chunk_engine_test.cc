@@ -34,6 +34,7 @@ class ChunkEngineTest : public ::testing::Test {
     o.chunk_size_max = 1 << 20;
     o.extent_bytes = 1 << 20;
     o.capacity_bytes = 256ull << 20;
+    o.reserve_bytes = 0;  // whatever /tmp has free (the full-disk test below sets one)
     return o;
   }
   void open() {

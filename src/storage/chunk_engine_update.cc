@@ -80,8 +80,8 @@ Result<ChunkEngine::Pending> ChunkEngine::store_new_slot(std::span<const std::by
   meta.slot = ref.slot;
   auto written = [&]() -> Result<void> {
     WEFT_TRY(SlabFile * file, slab(meta.size_class));
-    if (space_guard_ && ref.slot >= file->slot_count())  // the slab file must grow
-      WEFT_RETURN_IF_ERROR(space_guard_->admit(FreeSpaceGuard::Kind::kGrow));
+    if (space_guard_ && ref.slot >= file->slot_count())  // the slab file must grow: by one extent
+      WEFT_RETURN_IF_ERROR(space_guard_->admit(FreeSpaceGuard::Kind::kGrow, std::max(options_.extent_bytes, file->slot_bytes())));
     WEFT_RETURN_IF_ERROR(file->ensure_slots(uint64_t{ref.slot} + 1));
     if (content.empty()) return {};
     WEFT_TRY(uint64_t ticket, file->write(*ring_, ref.slot, content.data(), static_cast<uint32_t>(content.size())));
