@@ -87,7 +87,7 @@ Result<void> MetaStore::init() {
   } catch (const std::exception& e) {
     return error(Code::kInternal, "rocksdb threw: {}", e.what());
   }
-  if (options_.reserve_bytes > 0) space_ = std::make_unique<FreeSpaceGuard>(options_.path, options_.reserve_bytes);
+  space_ = std::make_unique<FreeSpaceGuard>(options_.path, options_.reserve_bytes);
   if (options_.sync && options_.group_sync)
     syncer_ = std::make_unique<WalSyncer>(db_, *options_.registry, options_.group_linger);
   return create_root();
@@ -195,10 +195,7 @@ std::optional<Result<Reply>> MetaStore::attempt(Op op, const Context& ctx, const
   }
   // After the retry record: a retried request that succeeded is answered as
   // it was, however full the disk is now.
-  if (space_) {
-    auto admitted = space_->admit(space_kind(op));
-    if (!admitted) return Result<Reply>(std::unexpected(admitted.error()));
-  }
+  if (auto admitted = space_->admit(space_kind(op)); !admitted) return Result<Reply>(std::unexpected(admitted.error()));
   txn.set_save_point();
   Result<Reply> r = body(txn);
   if (!r && txn.conflict()) return std::nullopt;
@@ -254,7 +251,7 @@ Result<void> MetaStore::record_request(Txn& txn, const Context& ctx, const Resul
 }
 
 Result<uint64_t> MetaStore::expire_requests(int64_t age_ns) {
-  if (space_) WEFT_RETURN_IF_ERROR(space_->admit(FreeSpaceGuard::Kind::kRelease));
+  WEFT_RETURN_IF_ERROR(space_->admit(FreeSpaceGuard::Kind::kRelease));
   int64_t cutoff = now_ns() - age_ns;
   uint64_t removed = 0;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));

@@ -227,7 +227,7 @@ class MetaStore {
   StoreOptions options_;
   rocksdb::TransactionDB* db_ = nullptr;
   std::unique_ptr<WalSyncer> syncer_;  // set when sync && group_sync
-  std::unique_ptr<FreeSpaceGuard> space_;  // set when reserve_bytes > 0
+  std::unique_ptr<FreeSpaceGuard> space_;  // admits everything when reserve_bytes is 0
   std::mutex alloc_mu_;
   uint64_t next_id_ = 0;   // guarded by alloc_mu_
   uint64_t id_limit_ = 0;  // guarded by alloc_mu_: persisted high-water mark

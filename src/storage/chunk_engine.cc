@@ -1,8 +1,5 @@
 #include "storage/chunk_engine.h"
 
-#include <sys/stat.h>
-#include <sys/statvfs.h>
-
 #include <filesystem>
 
 #include <rocksdb/db.h>
@@ -125,23 +122,22 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const std::string& dir, E
   WEFT_TRY(e->ring_, IoRing::create(options.ring_entries, &e->metrics_->ring_depth));
   WEFT_RETURN_IF_ERROR(e->check_last_group());
   WEFT_RETURN_IF_ERROR(e->rebuild(index.v1));
-  if (options.reserve_bytes > 0) e->space_guard_ = std::make_unique<FreeSpaceGuard>(dir, options.reserve_bytes);
+  e->space_guard_ = std::make_unique<FreeSpaceGuard>(dir, options.reserve_bytes);
   uint64_t capacity = options.capacity_bytes;
   if (capacity == 0) {
     // The slab files as they are (used and freed slots) plus what the
     // filesystem has beyond the reserve (capped by the guard to a quarter of it).
-    FreeSpaceGuard probe(dir, options.reserve_bytes);
-    WEFT_TRY(uint64_t available, probe.available_bytes());
-    uint64_t reserve = probe.reserve_bytes();
-    WEFT_TRY(uint64_t slabs, e->slab_bytes());
-    capacity = std::max(slabs, e->space_.used_bytes()) + (available > reserve ? available - reserve : 0);
+    WEFT_TRY(uint64_t available, e->space_guard_->available_bytes());
+    uint64_t reserve = e->space_guard_->reserve_bytes();
+    WEFT_TRY(auto slabs, e->existing_slabs());
+    uint64_t slab_bytes = 0;
+    for (SlabFile* file : slabs) slab_bytes += file->slot_count() * file->slot_bytes();
+    capacity = std::max(slab_bytes, e->space_.used_bytes()) + (available > reserve ? available - reserve : 0);
   }
   e->space_.set_capacity_bytes(capacity);
   // One flush per commit group needs the slabs on the index's filesystem
   // (a flush is per device) and a filesystem where any fdatasync flushes all.
-  struct stat target_st {}, index_st {};
-  e->one_flush_ = ::stat(dir.c_str(), &target_st) == 0 && ::stat((dir + "/index").c_str(), &index_st) == 0 &&
-                  target_st.st_dev == index_st.st_dev && one_fdatasync_flushes_all(dir);
+  e->one_flush_ = one_fdatasync_flushes_both(dir, dir + "/index");
   e->committer_ = std::make_unique<IndexCommitter>(e->db_.get(), e->ring_.get(), &e->metrics_->commit_group_size,
                                                    std::chrono::microseconds(options.commit_linger_us_max),
                                                    e->one_flush_);
@@ -251,11 +247,8 @@ Result<void> ChunkEngine::check_last_group() {
   // After a crash of the process alone the slots verified from the device's
   // cache, and a grown slab's new extents may not be durable yet: make them
   // so before the keys that could undo the group go.
-  for (uint32_t c = 0; c < class_count_; ++c) {
-    if (!std::filesystem::exists(slab_path(c))) continue;
-    WEFT_TRY(SlabFile * file, slab(c));
-    WEFT_RETURN_IF_ERROR(file->sync_from_now(*ring_));
-  }
+  WEFT_TRY(auto slabs, existing_slabs());
+  for (SlabFile* file : slabs) WEFT_RETURN_IF_ERROR(file->sync_from_now(*ring_));
   rocksdb::WriteOptions wo;
   wo.sync = true;
   rocksdb::Status s = db_->Write(wo, &batch);
@@ -263,20 +256,19 @@ Result<void> ChunkEngine::check_last_group() {
   return {};
 }
 
-Result<uint64_t> ChunkEngine::slab_bytes() {
-  uint64_t total = 0;
+Result<std::vector<SlabFile*>> ChunkEngine::existing_slabs() {
+  std::vector<SlabFile*> files;
   for (uint32_t c = 0; c < class_count_; ++c) {
     if (!std::filesystem::exists(slab_path(c))) continue;
     WEFT_TRY(SlabFile * file, slab(c));
-    total += file->slot_count() * file->slot_bytes();
+    files.push_back(file);
   }
-  return total;
+  return files;
 }
 
 // Updates and removals are both admitted down to a quarter of the reserve
 // (EngineOptions::reserve_bytes); a slab's growth is checked where it happens.
 Result<void> ChunkEngine::check_space() {
-  if (!space_guard_) return {};
   return space_guard_->admit(FreeSpaceGuard::Kind::kRelease);
 }
 

@@ -230,8 +230,8 @@ class ChunkEngine {
   // The restart check (see above). Runs before rebuild(): reads slots
   // through the ring and changes the index directly.
   Result<void> check_last_group();
-  // Bytes of the slab files that exist (used and free slots).
-  Result<uint64_t> slab_bytes();
+  // The slab files that exist on disk (opened if need be).
+  Result<std::vector<SlabFile*>> existing_slabs();
   // True if `meta`'s slot holds content matching its checksums.
   Result<bool> slot_verifies(const ChunkMeta& meta);
   Result<SlabFile*> slab(uint32_t size_class);
@@ -274,7 +274,7 @@ class ChunkEngine {
   SpaceManager space_;
   std::unique_ptr<IoRing> ring_;
   std::unique_ptr<IndexCommitter> committer_;
-  std::unique_ptr<FreeSpaceGuard> space_guard_;  // set when reserve_bytes > 0
+  std::unique_ptr<FreeSpaceGuard> space_guard_;  // admits everything when reserve_bytes is 0
   bool one_flush_ = false;  // commit groups take one device flush (restart-check keys needed)
 
   std::mutex slabs_mu_;

@@ -80,7 +80,7 @@ Result<ChunkEngine::Pending> ChunkEngine::store_new_slot(std::span<const std::by
   meta.slot = ref.slot;
   auto written = [&]() -> Result<void> {
     WEFT_TRY(SlabFile * file, slab(meta.size_class));
-    if (space_guard_ && ref.slot >= file->slot_count())  // the slab file must grow: by one extent
+    if (ref.slot >= file->slot_count())  // the slab file must grow: by one extent
       WEFT_RETURN_IF_ERROR(space_guard_->admit(FreeSpaceGuard::Kind::kGrow, std::max(options_.extent_bytes, file->slot_bytes())));
     WEFT_RETURN_IF_ERROR(file->ensure_slots(uint64_t{ref.slot} + 1));
     if (content.empty()) return {};
@@ -177,7 +177,7 @@ Result<WriteResult> ChunkEngine::commit_locked(const ChunkId& id, uint64_t versi
 }
 
 Result<WriteResult> ChunkEngine::stage(const ChunkId& id, uint64_t version, const Update& update) {
-  if (space_guard_) WEFT_RETURN_IF_ERROR(space_guard_->admit(FreeSpaceGuard::Kind::kRelease));
+  WEFT_RETURN_IF_ERROR(check_space());
   ChunkLock lock(*this, id);
   return stage_locked(id, version, update);
 }
@@ -188,7 +188,7 @@ Result<WriteResult> ChunkEngine::commit(const ChunkId& id, uint64_t version) {
 }
 
 Result<WriteResult> ChunkEngine::write(const ChunkId& id, const Update& update) {
-  if (space_guard_) WEFT_RETURN_IF_ERROR(space_guard_->admit(FreeSpaceGuard::Kind::kRelease));
+  WEFT_RETURN_IF_ERROR(check_space());
   // Deferred: the group being formed waits for this write's slot, then syncs it.
   std::optional<IndexCommitter::Intent> intent;
   if (options_.defer_slot_sync) intent.emplace(*committer_);
@@ -215,7 +215,7 @@ Result<void> ChunkEngine::abort(const ChunkId& id, uint64_t version) {
 }
 
 Result<void> ChunkEngine::remove(const ChunkId& id) {
-  if (space_guard_) WEFT_RETURN_IF_ERROR(space_guard_->admit(FreeSpaceGuard::Kind::kRelease));
+  WEFT_RETURN_IF_ERROR(check_space());
   ChunkLock lock(*this, id);
   WEFT_TRY(auto old, get_meta(id));
   std::optional<Pending> pending = take_pending(id);

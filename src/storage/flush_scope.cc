@@ -47,4 +47,10 @@ bool one_fdatasync_flushes_all(const std::string& dir) {
   return false;
 }
 
+bool one_fdatasync_flushes_both(const std::string& a, const std::string& b) {
+  struct stat sa {}, sb {};
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+         one_fdatasync_flushes_all(a);
+}
+
 }  // namespace weft::storage

@@ -15,5 +15,8 @@
 namespace weft::storage {
 
 bool one_fdatasync_flushes_all(const std::string& dir);
+// The same, for files in `a` and `b` together: both on one filesystem (a
+// flush is per device) and that filesystem one where the above holds.
+bool one_fdatasync_flushes_both(const std::string& a, const std::string& b);
 
 }  // namespace weft::storage

@@ -138,13 +138,10 @@ Result<void> IndexCommitter::write_index(const std::vector<Request*>& group, boo
   if (WEFT_FAULT("storage.index.write_fail")) return error(Code::kIoError, "injected: index write");
   rocksdb::WriteOptions wo;
   wo.sync = true;
-  rocksdb::Status s;
-  if (without_flush) {
-    WalSyncWithoutFlush scope;
-    s = db_->Write(wo, &batch);
-  } else {
-    s = db_->Write(wo, &batch);
-  }
+  std::optional<WalSyncWithoutFlush> scope;
+  if (without_flush) scope.emplace();
+  rocksdb::Status s = db_->Write(wo, &batch);
+  scope.reset();
   if (!s.ok()) {
     Status failed(Code::kIoError, fmt::format("synced index write of {} updates: {}", group.size(), s.ToString()));
     // Without the flush the record may be on the device already, its slots not.
