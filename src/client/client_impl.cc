@@ -124,8 +124,9 @@ class ClientImpl final : public Client {
   Result<StatFs> statfs(const Cred& cred) override {
     WEFT_TRY(StatFs s, core_->meta->statfs(cred));
     // Capacity is what the storage targets report to mgmtd (divided by the
-    // replication of the first chain table: what files can actually hold).
-    auto routing = core_->routing->current();
+    // replication of the first chain table: what files can actually hold),
+    // fetched now: mgmtd updates usage without a new routing version.
+    WEFT_TRY(auto routing, core_->routing->fetch_fresh());
     uint64_t capacity = 0, used = 0;
     for (const auto& [id, t] : routing->targets) {
       capacity += t.capacity_bytes;

@@ -56,13 +56,29 @@ Result<void> RoutingCache::fetch(uint32_t wait_ms, const rpc::CancelToken& cance
   fetches_.fetch_add(1);
   if (reply.unchanged()) return {};
   WEFT_TRY(mgmt::RoutingInfo info, mgmt::from_proto(reply.routing()));
+  install(std::move(info));
+  return {};
+}
+
+Result<RoutingPtr> RoutingCache::fetch_fresh() {
+  proto::mgmt::GetRoutingRequest req;
+  req.set_known_version(0);  // never "unchanged"
+  req.set_wait_ms(0);
+  WEFT_TRY(auto reply, rpc_.call<proto::mgmt::GetRoutingReply>(mgmt::kGetRouting, req, 3000, nullptr));
+  fetches_.fetch_add(1);
+  WEFT_TRY(mgmt::RoutingInfo info, mgmt::from_proto(reply.routing()));
+  return install(std::move(info));
+}
+
+RoutingPtr RoutingCache::install(mgmt::RoutingInfo info) {
   std::lock_guard lock(mu_);
   // Never go back to an older snapshot, except when mgmtd lost its state and
   // counts again from the start (then every version we hold is from before).
-  if (current_ && info.version < current_->version && info.version > 1) return {};
+  // The same version is taken: its usage figures are newer.
+  if (current_ && info.version < current_->version && info.version > 1) return current_;
   version_ = info.version;
   current_ = std::make_shared<const mgmt::RoutingInfo>(std::move(info));
-  return {};
+  return current_;
 }
 
 void RoutingCache::run() {

@@ -42,11 +42,17 @@ class RoutingCache {
   mgmt::RoutingVersion version() const { return version_.load(); }
   // Makes the poll thread fetch at once (it may be mid long-poll: that poll is cut short).
   void request_refresh();
+  // Fetches the whole snapshot from mgmtd now, whatever the version: usage and
+  // capacity of targets change in place there (heartbeats) without a new
+  // version, so statfs asks for them fresh. Installs it unless older.
+  Result<RoutingPtr> fetch_fresh();
   uint64_t fetches() const { return fetches_.load(); }
 
  private:
   // One GetRouting against the mgmtd addresses in order; installs a newer snapshot.
   Result<void> fetch(uint32_t wait_ms, const rpc::CancelToken& cancel);
+  // Installs `info` unless it is older than what is held; returns what is held.
+  RoutingPtr install(mgmt::RoutingInfo info);
   void run();
 
   mgmt::MgmtRpc rpc_;  // failover over the mgmtd addresses

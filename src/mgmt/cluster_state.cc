@@ -166,6 +166,7 @@ Result<HeartbeatReply> ClusterState::heartbeat_locked(const HeartbeatRequest& re
   }
   revive_node(*node, now, lease);  // in place: leases are neither versioned nor persisted
   ignored += apply_usage(state_, request.node_id, request.usage);
+  if (!request.usage.empty()) ++usage_generation_;
   if (ignored > 0) {
     WEFT_LOG_DEBUG("mgmt: ignored {} stale or foreign reports from node {}", ignored, request.node_id);
     metrics_->ignored_reports().inc(ignored);
@@ -203,6 +204,11 @@ RoutingInfo ClusterState::routing() const {
 RoutingVersion ClusterState::routing_version() const {
   std::lock_guard lock(mu_);
   return state_.routing.version;
+}
+
+uint64_t ClusterState::usage_generation() const {
+  std::lock_guard lock(mu_);
+  return usage_generation_;
 }
 
 }  // namespace weft::mgmt

@@ -122,6 +122,11 @@ class ClusterState {
 
   RoutingInfo routing() const;
   RoutingVersion routing_version() const;
+  // Counts heartbeats that carried usage: targets' used and capacity bytes
+  // change in place, without a new routing version (clients would refetch on
+  // every report). A cached copy of routing() is current only when both its
+  // version and this generation are.
+  uint64_t usage_generation() const;
   const ClusterOptions& options() const { return options_; }
 
  private:
@@ -141,6 +146,7 @@ class ClusterState {
   std::unique_ptr<StateStore> store_;  // null: memory only
   mutable std::mutex mu_;
   PersistedState state_;  // GUARDED_BY(mu_)
+  uint64_t usage_generation_ = 0;  // GUARDED_BY(mu_)
 };
 
 }  // namespace weft::mgmt

@@ -141,8 +141,12 @@ void MgmtService::register_methods(rpc::Server& server) {
 
 std::shared_ptr<const MgmtService::Snapshot> MgmtService::snapshot() {
   std::lock_guard lock(snapshot_mu_);
-  if (!snapshot_ || snapshot_->version != state_.routing_version()) {
+  // The generation is read before the copy: a report landing in between
+  // leaves the copy newer than its stamp, so the next call rebuilds it.
+  uint64_t generation = state_.usage_generation();
+  if (!snapshot_ || snapshot_->version != state_.routing_version() || snapshot_->usage_generation != generation) {
     auto next = std::make_shared<Snapshot>();
+    next->usage_generation = generation;
     RoutingInfo routing = state_.routing();
     next->version = routing.version;
     to_proto(routing, &next->routing);

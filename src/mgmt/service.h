@@ -76,6 +76,7 @@ class MgmtService {
  private:
   struct Snapshot {
     RoutingVersion version = 0;
+    uint64_t usage_generation = 0;
     proto::mgmt::Routing routing;
   };
   std::shared_ptr<const Snapshot> snapshot();

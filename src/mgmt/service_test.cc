@@ -144,6 +144,31 @@ TEST(MgmtService, LongPollReturnsOnChangeOrTimeout) {
   EXPECT_EQ(heard.load(), (*changed)->version);
 }
 
+// Usage changes in place (no new routing version), yet a full GetRouting
+// answers the reported figures, not a snapshot cached before the report.
+TEST(MgmtService, RoutingCarriesUsageReportedAfterTheVersion) {
+  Fixture f;
+  MgmtClient a(f.rpc(), f.storage(0));
+  ASSERT_TRUE(a.register_now());
+  auto full = [&] {
+    pb::GetRoutingRequest req;  // known_version 0: always the whole snapshot
+    auto r = f.rpc().call<pb::GetRoutingReply>(kGetRouting, req);
+    EXPECT_TRUE(r) << r.error();
+    auto info = from_proto(r->routing());
+    EXPECT_TRUE(info) << info.error();
+    return *info;
+  };
+  RoutingInfo before = full();
+  TargetId t0 = a.target_ids().at(0);
+  EXPECT_EQ(before.targets.at(t0).used_bytes, 0u);
+  a.set_usage_source([&] { return std::vector<TargetUsage>{{t0, 12345, 1 << 20}}; });
+  ASSERT_TRUE(a.heartbeat_now());
+  RoutingInfo after = full();
+  EXPECT_EQ(after.version, before.version);
+  EXPECT_EQ(after.targets.at(t0).used_bytes, 12345u);
+  EXPECT_EQ(after.targets.at(t0).capacity_bytes, 1u << 20);
+}
+
 TEST(MgmtService, ExpiredLeaseMarksNodeDownAndLoopRevivesIt) {
   Fixture f;
   MgmtClient a(f.rpc(), f.storage(0));
