@@ -3,6 +3,8 @@
 // Usage: client_randread_bench --config DIR/client.toml [--file-mib 1024]
 //          [--qd 16] [--seconds 10] [--baseline-dir /var/tmp] [--block-kib 4]
 // --block-kib 128 --qd 1 shows what one W3-sized read costs beside the disk.
+// --batch B: the same queue depth through submit_reads, qd/B batches of B
+// reads in flight from one thread (p50/p99 are then per batch).
 // Queue depth = reader threads, each with one read outstanding (what the
 // BASELINES.md figure measured with fio-style QD16 on the disk).
 #include <fcntl.h>
@@ -15,6 +17,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <future>
 #include <random>
 #include <string>
 #include <thread>
@@ -69,6 +73,54 @@ Figures run(int qd, double seconds, uint64_t file_bytes, size_t block, F read_on
   return f;
 }
 
+// One thread keeps qd/batch batches of `batch` reads in flight through
+// submit_reads (the native asynchronous path): it waits for the oldest and
+// submits the next in its place. Latency is per batch, submit to completion.
+Figures run_batches(weft::Client& c, const weft::Inode& inode, int qd, int batch, double seconds, uint64_t file_bytes,
+                    size_t block, std::vector<std::vector<std::byte>>& bufs) {
+  struct Pending {
+    Clock::time_point start;
+    std::future<std::vector<weft::Result<size_t>>> done;
+  };
+  int slots = std::max(1, qd / batch);
+  std::mt19937_64 rng(104729);
+  auto submit = [&](int slot) {
+    std::vector<weft::ReadOp> ops(static_cast<size_t>(batch));
+    for (int k = 0; k < batch; ++k) {
+      auto& op = ops[static_cast<size_t>(k)];
+      op.ino = inode.ino;
+      op.offset = (rng() % (file_bytes / block)) * block;
+      op.dst = bufs[static_cast<size_t>(slot * batch + k)];
+      op.layout = inode.layout;
+      op.file_size = inode.size;
+    }
+    return Pending{Clock::now(), c.submit_reads(c.default_cred(), std::move(ops))};
+  };
+  std::deque<std::pair<int, Pending>> inflight;
+  for (int s = 0; s < slots; ++s) inflight.emplace_back(s, submit(s));
+  std::vector<float> lat;
+  uint64_t errors = 0, reads = 0;
+  auto start = Clock::now();
+  auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  while (!inflight.empty()) {
+    auto [slot, p] = std::move(inflight.front());
+    inflight.pop_front();
+    for (auto& r : p.done.get()) errors += (!r || *r != block) ? 1 : 0;
+    lat.push_back(std::chrono::duration<float, std::micro>(Clock::now() - p.start).count());
+    reads += static_cast<uint64_t>(batch);
+    if (Clock::now() < end) inflight.emplace_back(slot, submit(slot));
+  }
+  double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  std::sort(lat.begin(), lat.end());
+  Figures f;
+  if (lat.empty()) return f;
+  f.iops = static_cast<double>(reads) / elapsed;
+  f.p50_us = lat[lat.size() / 2];
+  f.p99_us = lat[lat.size() * 99 / 100];
+  f.errors = errors;
+  return f;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -84,6 +136,9 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", seconds);
   app.add_option("--baseline-dir", baseline_dir);
   bool keep_baseline = false;
+  int batch = 1;
+  app.add_option("--batch", batch,
+                 "reads per submit_reads batch; one thread keeps qd/batch batches in flight (1: a pread per thread)");
   app.add_flag("--keep-baseline", keep_baseline, "keep the local baseline file for the next run (it is reused when its size matches)");
   app.add_option("--block-kib", block_kib, "read size, KiB (a power of two up to 1024)")->check(CLI::Range(1, 1024));
   CLI11_PARSE(app, argc, argv);
@@ -112,10 +167,17 @@ int main(int argc, char** argv) {
   auto file = c.open_path(c.default_cred(), path, O_RDONLY);
   if (!file) return std::fprintf(stderr, "open: %s\n", file.error().to_string().c_str()), 1;
   std::vector<std::vector<std::byte>> bufs(static_cast<size_t>(qd), std::vector<std::byte>(block));
-  Figures weft_fig = run(qd, seconds, bytes, block, [&](int t, uint64_t off) {
-    auto n = (*file)->pread(bufs[static_cast<size_t>(t)], off);
-    return n && *n == block;
-  });
+  Figures weft_fig;
+  if (batch <= 1) {
+    weft_fig = run(qd, seconds, bytes, block, [&](int t, uint64_t off) {
+      auto n = (*file)->pread(bufs[static_cast<size_t>(t)], off);
+      return n && *n == block;
+    });
+  } else {
+    auto inode = c.resolve(c.default_cred(), path);
+    if (!inode) return std::fprintf(stderr, "resolve: %s\n", inode.error().to_string().c_str()), 1;
+    weft_fig = run_batches(c, *inode, qd, batch, seconds, bytes, block, bufs);
+  }
 
   // Baseline: the same reads on a local file, O_DIRECT (no page cache).
   std::string local = baseline_dir + "/weft-randread-baseline.dat";

@@ -2,9 +2,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <future>
 #include <map>
 #include <tuple>
 
+#include "client/batch_workers.h"
 #include "client/client_lease.h"
 #include "client/core.h"
 #include "client/file_impl.h"
@@ -46,6 +48,7 @@ class ClientImpl final : public Client {
   }
 
   ~ClientImpl() override {
+    write_batches_.reset();  // finishes the submitted write batches
     // Close what the caller left open (flushes its data), then stop the threads.
     std::vector<std::shared_ptr<FileImpl>> open;
     {
@@ -292,13 +295,14 @@ class ClientImpl final : public Client {
   }
 
   // ---- batches ----
-  std::vector<Result<size_t>> read_batch(const Cred& cred, std::span<const ReadOp> ops) override;
-  std::future<std::vector<Result<size_t>>> submit_reads(const Cred& cred, std::vector<ReadOp> ops) override {
-    Cred c = cred;
-    return std::async(std::launch::async, [this, c, ops = std::move(ops)] { return read_batch(c, ops); });
+  std::vector<Result<size_t>> read_batch(const Cred& cred, std::span<const ReadOp> ops) override {
+    return submit_reads(cred, std::vector<ReadOp>(ops.begin(), ops.end())).get();
   }
+  std::future<std::vector<Result<size_t>>> submit_reads(const Cred& cred, std::vector<ReadOp> ops) override;
   std::future<std::vector<Result<size_t>>> submit_writes(std::vector<WriteOp> ops) override {
-    return std::async(std::launch::async, [ops = std::move(ops)] {
+    auto done = std::make_shared<std::promise<std::vector<Result<size_t>>>>();
+    auto future = done->get_future();
+    write_batches_->submit([done, ops = std::move(ops)] {
       std::vector<Result<size_t>> out;
       for (const auto& op : ops) out.push_back(op.file->pwrite(op.src, op.offset));
       // Durable together: each distinct file is flushed once.
@@ -308,11 +312,29 @@ class ClientImpl final : public Client {
         const auto& f = flushed.at(ops[i].file.get());
         if (out[i] && !f) out[i] = std::unexpected(f.error());
       }
-      return out;
+      done->set_value(std::move(out));
     });
+    return future;
   }
 
  private:
+  // One submitted read batch, from its plan to the promised results.
+  struct ReadJob {
+    std::vector<Result<size_t>> out;
+    std::vector<GroupedRead> reads;                  // the ops split at chunk boundaries
+    std::vector<std::pair<size_t, uint64_t>> owner;  // per read: (op index, bytes of the op before it)
+    std::promise<std::vector<Result<size_t>>> done;
+  };
+  // Fills job.out (sizes, or the error of an op's file) and job.reads;
+  // blocks for the metadata of ops given without layout and size.
+  void plan_reads(const Cred& cred, std::span<const ReadOp> ops, ReadJob& job);
+  // The reads run on the I/O threads: one request per storage server, then
+  // what those could not serve one range at a time through the full read
+  // path (other replicas, routing refresh, retries); then finish_reads.
+  void start_grouped_reads(std::shared_ptr<ReadJob> job);
+  void start_single_reads(std::shared_ptr<ReadJob> job);
+  static void finish_reads(ReadJob& job);
+
   static Status path_error(const Status& s, std::string_view path) {
     return Status(s.code(), fmt::format("{}: {}", path, s.message()));
   }
@@ -432,12 +454,22 @@ class ClientImpl final : public Client {
 
   std::unique_ptr<Core> core_;
   std::unique_ptr<ClientLease> lease_;
+  // Write batches run here; reset first in the destructor (its jobs need core_).
+  std::unique_ptr<BatchWorkers> write_batches_ = std::make_unique<BatchWorkers>(4);
   std::mutex files_mu_;
   std::map<Ino, std::vector<std::weak_ptr<FileImpl>>> files_;  // GUARDED_BY(files_mu_)
 };
 
-std::vector<Result<size_t>> ClientImpl::read_batch(const Cred& cred, std::span<const ReadOp> ops) {
-  std::vector<Result<size_t>> out(ops.size(), Result<size_t>(0));
+std::future<std::vector<Result<size_t>>> ClientImpl::submit_reads(const Cred& cred, std::vector<ReadOp> ops) {
+  auto job = std::make_shared<ReadJob>();
+  auto future = job->done.get_future();
+  plan_reads(cred, ops, *job);
+  start_grouped_reads(std::move(job));
+  return future;
+}
+
+void ClientImpl::plan_reads(const Cred& cred, std::span<const ReadOp> ops, ReadJob& job) {
+  job.out.assign(ops.size(), Result<size_t>(0));
   // Layouts and sizes: once per inode.
   struct FileInfo {
     Result<Inode> inode = error(Code::kInternal, "unset");
@@ -465,52 +497,61 @@ std::vector<Result<size_t>> ClientImpl::read_batch(const Cred& cred, std::span<c
     if (!stripe) info.inode = std::unexpected(stripe.error());
     else info.stripe = std::move(*stripe);
   }
-  std::vector<GroupedRead> reads;
-  std::vector<std::pair<size_t, uint64_t>> owner;  // (op index, bytes of the op before this range)
   for (size_t i = 0; i < ops.size(); ++i) {
     const ReadOp& op = ops[i];
     const FileInfo& info = files.at(op.ino);
     if (!info.inode) {
-      out[i] = std::unexpected(info.inode.error());
+      job.out[i] = std::unexpected(info.inode.error());
       continue;
     }
     uint64_t size = info.inode->size;
     size_t want = op.offset >= size ? 0 : static_cast<size_t>(std::min<uint64_t>(op.dst.size(), size - op.offset));
-    out[i] = want;
+    job.out[i] = want;
     for (const ChunkSpan& s : split_range(op.offset, want, info.inode->layout.chunk_bytes)) {
       ChunkAddress a{op.ino, s.chunk_index, chain_of_chunk(info.stripe, s.chunk_index), info.inode->layout.chunk_bytes};
-      reads.push_back(GroupedRead{a, s.offset, op.dst.subspan(s.buffer_offset, s.length), 0u, false});
-      owner.emplace_back(i, s.buffer_offset);
+      job.reads.push_back(GroupedRead{a, s.offset, op.dst.subspan(s.buffer_offset, s.length), 0u, false});
+      job.owner.emplace_back(i, s.buffer_offset);
     }
   }
-  if (reads.empty()) return out;
-  // One request per storage server (in parallel), then whatever those could
-  // not serve one range at a time through the full read path (other replicas,
-  // routing refresh, retries), also in parallel.
-  std::span<GroupedRead> all(reads);
+}
+
+void ClientImpl::start_grouped_reads(std::shared_ptr<ReadJob> job) {
+  std::span<GroupedRead> all(job->reads);
   std::vector<Task<Result<void>>> groups;
   for (auto& members : core_->chunks->group_reads(all)) groups.push_back(core_->chunks->read_group(all, std::move(members)));
-  (void)run_parallel(*core_->io, std::move(groups));
+  spawn_all(*core_->io, std::move(groups),
+            [this, job](std::vector<Result<void>>) mutable { start_single_reads(std::move(job)); });
+}
+
+void ClientImpl::start_single_reads(std::shared_ptr<ReadJob> job) {
   std::vector<size_t> alone;
   std::vector<Task<Result<uint32_t>>> singles;
-  for (size_t k = 0; k < reads.size(); ++k) {
-    if (!reads[k].retry_alone) continue;
+  for (size_t k = 0; k < job->reads.size(); ++k) {
+    GroupedRead& r = job->reads[k];
+    if (!r.retry_alone) continue;
     alone.push_back(k);
-    singles.push_back(core_->chunks->read(reads[k].chunk, reads[k].offset, reads[k].dst));
+    singles.push_back(core_->chunks->read(r.chunk, r.offset, r.dst));
   }
-  auto single_results = run_parallel(*core_->io, std::move(singles));
-  for (size_t j = 0; j < alone.size(); ++j) reads[alone[j]].result = std::move(single_results[j]);
-  for (size_t k = 0; k < reads.size(); ++k) {
-    size_t i = owner[k].first;
-    if (!out[i]) continue;
-    if (!reads[k].result) {
-      out[i] = std::unexpected(reads[k].result.error());
+  spawn_all(*core_->io, std::move(singles),
+            [job, alone = std::move(alone)](std::vector<Result<uint32_t>> results) {
+              for (size_t j = 0; j < alone.size(); ++j) job->reads[alone[j]].result = std::move(results[j]);
+              finish_reads(*job);
+            });
+}
+
+void ClientImpl::finish_reads(ReadJob& job) {
+  for (size_t k = 0; k < job.reads.size(); ++k) {
+    GroupedRead& r = job.reads[k];
+    size_t i = job.owner[k].first;
+    if (!job.out[i]) continue;
+    if (!r.result) {
+      job.out[i] = std::unexpected(r.result.error());
       continue;
     }
-    uint32_t got = *reads[k].result;
-    if (got < reads[k].dst.size()) std::memset(reads[k].dst.data() + got, 0, reads[k].dst.size() - got);
+    uint32_t got = *r.result;
+    if (got < r.dst.size()) std::memset(r.dst.data() + got, 0, r.dst.size() - got);
   }
-  return out;
+  job.done.set_value(std::move(job.out));
 }
 
 // The meta servers: from the client config, else those registered with mgmtd.

@@ -159,22 +159,44 @@ class Countdown {
   size_t left_;  // GUARDED_BY(mu_)
 };
 
+// Runs every task on the I/O threads without waiting; once the last one has
+// finished, calls then(results) (in the order of `tasks`) on the I/O thread
+// that finished it, or at once on this thread when there are no tasks. An
+// escaped exception becomes kInternal. `then` must not block.
+template <class T, class Then>
+void spawn_all(rpc::IoPool& io, std::vector<Task<Result<T>>> tasks, Then then) {
+  if (tasks.empty()) {
+    then(std::vector<Result<T>>{});
+    return;
+  }
+  struct State {
+    State(size_t n, Then t)
+        : results(n, Result<T>(std::unexpected(Status(Code::kInternal, "not run")))), left(n), then(std::move(t)) {}
+    std::vector<Result<T>> results;
+    std::atomic<size_t> left;
+    Then then;
+  };
+  auto state = std::make_shared<State>(tasks.size(), std::move(then));
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    asio::co_spawn(io.next().get_executor(), std::move(tasks[i]), [state, i](std::exception_ptr e, Result<T> r) {
+      if (e) r = std::unexpected(Status(Code::kInternal, "exception in a chunk task"));
+      state->results[i] = std::move(r);
+      // acq_rel: the last one sees every other task's result.
+      if (state->left.fetch_sub(1, std::memory_order_acq_rel) == 1) state->then(std::move(state->results));
+    });
+  }
+}
+
 // Runs every task on the I/O threads and waits for all; results in order.
-// An escaped exception becomes kInternal.
+// REQUIRES: not on an I/O thread of `io`.
 template <class T>
 std::vector<Result<T>> run_parallel(rpc::IoPool& io, std::vector<Task<Result<T>>> tasks) {
-  std::vector<Result<T>> results(tasks.size(), Result<T>(std::unexpected(Status(Code::kInternal, "not run"))));
-  Countdown done(tasks.size());
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    auto* slot = &results[i];
-    auto* latch = &done;
-    asio::co_spawn(io.next().get_executor(), std::move(tasks[i]),
-                   [slot, latch](std::exception_ptr e, Result<T> r) {
-                     if (e) r = std::unexpected(Status(Code::kInternal, "exception in a chunk task"));
-                     *slot = std::move(r);
-                     latch->count_down();
-                   });
-  }
+  std::vector<Result<T>> results;
+  Countdown done(1);
+  spawn_all(io, std::move(tasks), [&results, &done](std::vector<Result<T>> r) {
+    results = std::move(r);
+    done.count_down();
+  });
   done.wait();
   return results;
 }

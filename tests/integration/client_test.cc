@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <random>
 #include <thread>
 
@@ -229,6 +230,81 @@ TEST_F(ClientTest, ReadBatchManySmallFiles) {
   }
   auto fut = client_->submit_reads(client_->default_cred(), ops);
   for (auto& r : fut.get()) EXPECT_TRUE(r.has_value());
+}
+
+// The asynchronous batch calls: many batches in flight at once, each with its
+// own results (an op on a missing inode fails alone), and no thread per batch.
+TEST_F(ClientTest, AsyncBatchesInFlightTogetherWithoutAThreadEach) {
+  auto threads_now = [] {
+    std::ifstream in("/proc/self/status");
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+    return -1;
+  };
+  std::string d = dir();
+  const int kFiles = 16;
+  const size_t kBytes = 96 * 1024;
+  std::vector<std::vector<std::byte>> contents;
+  std::vector<std::shared_ptr<File>> files;
+  for (int i = 0; i < kFiles; ++i) {
+    contents.push_back(pattern(kBytes, 500 + i));
+    files.push_back(open(fmt::format("{}/a{}", d, i), O_CREAT | O_WRONLY | O_EXCL));
+    ASSERT_TRUE(files.back());
+  }
+  int before = threads_now();
+  // One write batch per file, two halves each, all submitted before any is awaited.
+  std::vector<std::future<std::vector<Result<size_t>>>> writes;
+  for (int i = 0; i < kFiles; ++i) {
+    std::span<const std::byte> all(contents[i]);
+    writes.push_back(client_->submit_writes({WriteOp{files[i], kBytes / 2, all.subspan(kBytes / 2)},
+                                             WriteOp{files[i], 0, all.first(kBytes / 2)}}));
+  }
+  int during_writes = threads_now();
+  for (auto& w : writes)
+    for (auto& r : w.get()) ASSERT_TRUE(r.has_value()) << r.error();
+  std::vector<Ino> inos;
+  for (auto& f : files) {
+    inos.push_back(f->ino());
+    ASSERT_TRUE(f->close().has_value());
+  }
+  // 64 read batches of 4 ranges each in flight; every 16th op names no inode.
+  const int kBatches = 64;
+  std::vector<std::vector<std::byte>> bufs(kBatches * 4, std::vector<std::byte>(8192));
+  std::vector<std::future<std::vector<Result<size_t>>>> reads;
+  std::mt19937_64 rng(7);
+  std::vector<std::pair<int, uint64_t>> where;  // per op: (file or -1, offset)
+  for (int b = 0; b < kBatches; ++b) {
+    std::vector<ReadOp> ops;
+    for (int k = 0; k < 4; ++k) {
+      size_t n = static_cast<size_t>(b * 4 + k);
+      int file = n % 16 == 15 ? -1 : static_cast<int>(rng() % kFiles);
+      uint64_t off = rng() % (kBytes - 8192);
+      where.emplace_back(file, off);
+      ops.push_back(ReadOp{file < 0 ? Ino{1u << 30} : inos[file], off, bufs[n], std::nullopt, std::nullopt});
+    }
+    reads.push_back(client_->submit_reads(client_->default_cred(), std::move(ops)));
+  }
+  int during_reads = threads_now();
+  for (int b = 0; b < kBatches; ++b) {
+    auto results = reads[b].get();
+    ASSERT_EQ(results.size(), 4u);
+    for (int k = 0; k < 4; ++k) {
+      size_t n = static_cast<size_t>(b * 4 + k);
+      auto [file, off] = where[n];
+      if (file < 0) {
+        ASSERT_FALSE(results[k].has_value());
+        EXPECT_EQ(results[k].error().code(), Code::kNotFound);
+        continue;
+      }
+      ASSERT_TRUE(results[k].has_value()) << results[k].error();
+      ASSERT_EQ(*results[k], 8192u);
+      EXPECT_TRUE(std::equal(bufs[n].begin(), bufs[n].end(), contents[file].begin() + static_cast<long>(off)))
+          << "batch " << b << " op " << k;
+    }
+  }
+  // At most the client's few write-batch workers were added.
+  EXPECT_LE(during_writes - before, 4);
+  EXPECT_LE(during_reads - before, 4);
 }
 
 // Read-only opens by path take one round trip (lookup + open at meta); the
