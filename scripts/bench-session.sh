@@ -4,7 +4,8 @@
 # targets, replicas 1) measured through the native client (4 KiB random reads
 # x3; W1, W2, W3, W5, W6 beside a local directory; W3 twice more) and through
 # a FUSE mount (W1-W3 beside the local directory, then W3 alternated with a
-# bindfs passthrough of a local directory, 3 times each).
+# bindfs passthrough of a local directory, 3 times each); random reads again
+# on a cluster with one storage server (pread and submit_reads batches).
 # Usage: scripts/bench-session.sh [OUT_DIR]   (default /var/tmp/weft-bench-<UTC time>)
 # Writes OUT_DIR/session.log (the printed tables), OUT_DIR/progress.log (the
 # benchmarks' progress lines) and OUT_DIR/json/*.json (`--json` of weft bench
@@ -45,7 +46,9 @@ step "weft up --storage-servers 3 --targets-per-server 2 --replicas 1"
 "$W" up --data-dir "$D" --storage-servers 3 --targets-per-server 2 --replicas 1 >/dev/null || exit 1
 for r in 1 2 3; do
   step "client_randread_bench --file-mib 256 --seconds 8, run $r"
-  "$BIN/bench/client_randread_bench" --config "$D/client.toml" --file-mib 256 --seconds 8
+  "$BIN/bench/client_randread_bench" --config "$D/client.toml" --file-mib 256 --seconds 8 --keep-baseline
+  step "client_randread_bench --file-mib 256 --seconds 8 --batch 8 (submit_reads), run $r"
+  "$BIN/bench/client_randread_bench" --config "$D/client.toml" --file-mib 256 --seconds 8 --batch 8 --keep-baseline
 done
 step "native W1,W2,W3,W5,W6 beside $B"
 bench --target weft:///n1 --config "$D/client.toml" --baseline "$B" --workloads W1,W2,W3,W5,W6 --json "$J/native.json"
@@ -67,4 +70,18 @@ if command -v bindfs >/dev/null && bindfs -o multithreaded "$SRC" "$BIND"; then
 else
   echo "bindfs not available: no FUSE passthrough baseline"
 fi
+fusermount3 -u "$MNT" 2>/dev/null
+fusermount3 -u "$BIND" 2>/dev/null
+"$W" down --data-dir "$D" >/dev/null 2>&1
+rm -rf "$D"
+
+# One storage server (how the peers of BASELINES.md ran): a read batch is one request.
+step "weft up --storage-servers 1 --targets-per-server 2 --replicas 1"
+"$W" up --data-dir "$D" --storage-servers 1 --targets-per-server 2 --replicas 1 >/dev/null || exit 1
+for r in 1 2 3; do
+  step "one server: client_randread_bench --file-mib 256 --seconds 8 --batch 8, run $r"
+  "$BIN/bench/client_randread_bench" --config "$D/client.toml" --file-mib 256 --seconds 8 --batch 8 --keep-baseline
+done
+step "one server: client_randread_bench --file-mib 256 --seconds 8 (pread)"
+"$BIN/bench/client_randread_bench" --config "$D/client.toml" --file-mib 256 --seconds 8
 step "done"
