@@ -210,9 +210,10 @@ class ClientImpl final : public Client {
 
   Result<std::shared_ptr<File>> open_path(const Cred& cred, std::string_view path, int flags, uint32_t mode) override {
     if (flags & O_CREAT) {
-      WEFT_TRY(auto parent, resolve_parent(cred, path));
-      auto& [dir, name] = parent;
-      auto created = create(cred, dir.ino, name, mode, flags);
+      using Created = std::pair<Inode, std::shared_ptr<File>>;
+      auto created = at_parent<Created>(cred, path, [&](const Inode& dir, const std::string& name) {
+        return create(cred, dir.ino, name, mode, flags);
+      });
       if (created) return created->second;
       // An existing symlink is followed, as open(2) does without O_EXCL.
       if (created.error().code() != Code::kExists || (flags & O_EXCL)) return error(path_error(created.error(), path));
@@ -220,8 +221,9 @@ class ClientImpl final : public Client {
     if (auto parts = split_path(path); !wants_write(flags) && parts && !parts->empty()) {
       // The first-epoch case: parent from the directory cache, then lookup +
       // permission check in one round trip; symlinks take the general path.
-      WEFT_TRY(auto parent, resolve_parent(cred, path));
-      auto opened = core_->meta->open_read_at(cred, parent.first.ino, parent.second);
+      auto opened = at_parent<Inode>(cred, path, [&](const Inode& dir, const std::string& name) {
+        return core_->meta->open_read_at(cred, dir.ino, name);
+      });
       if (!opened) return error(path_error(opened.error(), path));
       if (!opened->is_symlink()) {
         if (opened->is_dir()) return error(Code::kIsDirectory, "{} is a directory", path);
@@ -256,15 +258,16 @@ class ClientImpl final : public Client {
   }
 
   Result<void> remove_path(const Cred& cred, std::string_view path) override {
-    WEFT_TRY(auto parent, resolve_parent(cred, path));
-    auto& [dir, name] = parent;
     // Files first: one round trip (a lookup to learn the type would double it);
     // meta refuses to unlink a directory with kIsDirectory, and then it is rmdir.
-    auto r = core_->meta->unlink(cred, dir.ino, name);
-    if (!r && r.error().code() == Code::kIsDirectory && name != "." && name != "..") {
-      forget_dirs();
-      r = core_->meta->rmdir(cred, dir.ino, name);
-    }
+    auto r = at_parent<void>(cred, path, [&](const Inode& dir, const std::string& name) {
+      auto u = core_->meta->unlink(cred, dir.ino, name);
+      if (!u && u.error().code() == Code::kIsDirectory && name != "." && name != "..") {
+        forget_dirs();
+        u = core_->meta->rmdir(cred, dir.ino, name);
+      }
+      return u;
+    });
     if (!r) return error(path_error(r.error(), path));
     return {};
   }
@@ -273,7 +276,14 @@ class ClientImpl final : public Client {
     WEFT_TRY(auto src, resolve_parent(cred, from));
     WEFT_TRY(auto dst, resolve_parent(cred, to));
     forget_dirs();
-    auto r = core_->meta->rename(cred, src.first.ino, src.second, dst.first.ino, dst.second);
+    auto r = core_->meta->rename(cred, src.dir.ino, src.name, dst.dir.ino, dst.name);
+    if (!r && r.error().code() == Code::kNotFound && (src.cached || dst.cached)) {
+      // A cached parent may be gone (see at_parent); the cache is empty now.
+      WEFT_TRY(auto src2, resolve_parent(cred, from));
+      WEFT_TRY(auto dst2, resolve_parent(cred, to));
+      if (src2.dir.ino != src.dir.ino || dst2.dir.ino != dst.dir.ino)
+        r = core_->meta->rename(cred, src2.dir.ino, src2.name, dst2.dir.ino, dst2.name);
+    }
     if (!r) return error(r.error().with_context(fmt::format("rename {} -> {}", from, to)));
     return {};
   }
@@ -380,29 +390,67 @@ class ClientImpl final : public Client {
     return n;
   }
 
-  Result<std::pair<Inode, std::string>> resolve_parent(const Cred& cred, std::string_view path) {
+  // The directory a path's last name lives in, and that name. `cached`: the
+  // directory came from the directory cache (its key), so it may be up to a
+  // second old.
+  struct ParentDir {
+    Inode dir;
+    std::string name;
+    std::optional<std::tuple<uint32_t, Ino, std::string>> cached;
+  };
+  Result<ParentDir> resolve_parent(const Cred& cred, std::string_view path) {
     WEFT_TRY(auto parts, split_path(path));
     if (parts.empty()) return error(Code::kInvalidArgument, "{}: the root has no parent", path);
-    std::string name = parts.back();
+    ParentDir out;
+    out.name = parts.back();
     std::string parent_path;
     for (size_t i = 0; i + 1 < parts.size(); ++i) parent_path += "/" + parts[i];
-    auto dir = resolve(cred, parent_path.empty() ? "/" : parent_path, true);
+    // The parent is a directory on the way, so it may come from the directory
+    // cache like the others (the name in it is always asked for).
+    int depth = 0;
+    auto dir = resolve_from(cred, kRootIno, parent_path.empty() ? "/" : parent_path, true, depth,
+                            /*last_is_on_the_way=*/true, &out.cached);
     if (!dir) return error(path_error(dir.error(), parent_path.empty() ? "/" : parent_path));
     if (!dir->is_dir()) return error(Code::kNotDirectory, "{} is not a directory", parent_path);
-    return std::pair<Inode, std::string>(std::move(*dir), std::move(name));
+    out.dir = std::move(*dir);
+    return out;
   }
 
-  Result<Inode> resolve_from(const Cred& cred, Ino start, std::string_view path, bool follow_last, int& depth) {
+  // op(parent directory, name). A cached parent may have been removed (or
+  // moved and made again) by another client within the cache's second: when
+  // op then finds nothing, the parent is asked for afresh and, if it is
+  // another directory now, op runs again there. A name that is really
+  // missing costs one lookup more, as without the cache.
+  template <class T, class Op>
+  Result<T> at_parent(const Cred& cred, std::string_view path, Op op) {
+    WEFT_TRY(ParentDir parent, resolve_parent(cred, path));
+    Result<T> r = op(parent.dir, parent.name);
+    if (r || r.error().code() != Code::kNotFound || !parent.cached) return r;
+    forget_dir(*parent.cached);
+    WEFT_TRY(ParentDir fresh, resolve_parent(cred, path));
+    if (fresh.dir.ino == parent.dir.ino) return r;
+    return op(fresh.dir, fresh.name);
+  }
+
+  // `last_is_on_the_way`: the path names a directory the caller goes on
+  // through (the parent of what it opens, creates or removes), so its last
+  // component is treated like the others.
+  // `last_cached`, if given, is set to the cache key when the last
+  // component came from the cache.
+  Result<Inode> resolve_from(const Cred& cred, Ino start, std::string_view path, bool follow_last, int& depth,
+                             bool last_is_on_the_way = false,
+                             std::optional<std::tuple<uint32_t, Ino, std::string>>* last_cached = nullptr) {
     WEFT_TRY(auto parts, split_path(path));
     Ino dir = path.starts_with('/') ? kRootIno : start;
     if (parts.empty()) return getattr(cred, dir);
     for (size_t i = 0; i < parts.size(); ++i) {
       bool last = i + 1 == parts.size();
+      bool on_the_way = !last || last_is_on_the_way;
       // Directories on the way come from the short-lived cache (the entry
-      // timeout of a FUSE mount, for the path API); the last component is
-      // always asked for, so attributes and sizes are current.
+      // timeout of a FUSE mount, for the path API); a last component that is
+      // the target itself is always asked for, so attributes and sizes are current.
       std::optional<Inode> cached;
-      if (!last) cached = cached_dir(cred, dir, parts[i]);
+      if (on_the_way) cached = cached_dir(cred, dir, parts[i]);
       Inode next;
       if (cached) {
         next = std::move(*cached);
@@ -420,6 +468,8 @@ class ClientImpl final : public Client {
         dir = next.ino;
         continue;
       }
+      if (on_the_way && !cached && next.is_dir()) remember_dir(cred, dir, parts[i], next);
+      if (cached && last_cached) *last_cached = DirKey{cred.uid, dir, parts[i]};
       return with_local_size(std::move(next));
     }
     return error(Code::kInternal, "unreachable");
@@ -442,6 +492,10 @@ class ClientImpl final : public Client {
     std::lock_guard lock(dir_cache_mu_);
     if (dir_cache_.size() > 65536) dir_cache_.clear();
     dir_cache_[DirKey{cred.uid, parent, name}] = {std::chrono::steady_clock::now() + kDirCacheTtl, dir};
+  }
+  void forget_dir(const DirKey& key) {
+    std::lock_guard lock(dir_cache_mu_);
+    dir_cache_.erase(key);
   }
   // Any namespace change made here: forget everything (renames and removals move directories).
   void forget_dirs() {

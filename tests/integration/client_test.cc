@@ -100,6 +100,24 @@ class ClientTest : public ::testing::Test {
     return n && closed;
   }
 
+  static bool write_new_with(Client& c, const std::string& path, std::span<const std::byte> data) {
+    auto f = c.open_path(c.default_cred(), path, O_CREAT | O_WRONLY | O_EXCL, 0644);
+    if (!f) return false;
+    return (*f)->pwrite(data, 0).has_value() && (*f)->close().has_value();
+  }
+  // Through `other`: empties d/sub, removes it and makes it again holding only y.
+  static void remake_again(Client& other, const std::string& d, std::span<const std::byte> data) {
+    auto list = other.list_path(other.default_cred(), d + "/sub");
+    ASSERT_TRUE(list.has_value()) << list.error();
+    for (const auto& e : *list)
+      if (e.name != "." && e.name != "..") {
+        ASSERT_TRUE(other.remove_path(other.default_cred(), d + "/sub/" + e.name).has_value());
+      }
+    ASSERT_TRUE(other.remove_path(other.default_cred(), d + "/sub").has_value());
+    ASSERT_TRUE(other.mkdirs(other.default_cred(), d + "/sub").has_value());
+    ASSERT_TRUE(write_new_with(other, d + "/sub/y", data));
+  }
+
   std::vector<std::byte> read_all(const std::string& path) {
     auto f = open(path, O_RDONLY);
     if (!f) return {};
@@ -230,6 +248,44 @@ TEST_F(ClientTest, ReadBatchManySmallFiles) {
   }
   auto fut = client_->submit_reads(client_->default_cred(), ops);
   for (auto& r : fut.get()) EXPECT_TRUE(r.has_value());
+}
+
+// The path API keeps parent directories for a second. Another client that
+// removes a directory and makes it again inside that second must not make
+// this one's creates, opens, removals or renames fail or land in the removed
+// directory: they find the new one.
+TEST_F(ClientTest, PathCallsFindADirectoryAnotherClientMadeAgain) {
+  std::string d = dir();
+  ClientOptions o;
+  o.config_path = config_;
+  auto other = Client::connect(o);
+  ASSERT_TRUE(other.has_value()) << other.error();
+  const Cred& cred = client_->default_cred();
+  auto data = pattern(3000, 5);
+  ASSERT_TRUE(write_new(d + "/a", data));  // caches d
+  ASSERT_TRUE(client_->mkdirs(cred, d + "/sub").has_value());
+  ASSERT_TRUE(write_new(d + "/sub/x", data));  // caches d/sub
+
+  // The other client replaces d/sub with a new directory holding only y.
+  remake_again(**other, d, data);
+  // Create, then read back through the other client: the new directory.
+  ASSERT_TRUE(write_new(d + "/sub/z", data));
+  auto seen = (*other)->resolve(cred, d + "/sub/z");
+  ASSERT_TRUE(seen.has_value()) << seen.error();
+  EXPECT_EQ(seen->size, data.size());
+
+  remake_again(**other, d, data);
+  // Read-only open of a name only the new directory holds.
+  EXPECT_EQ(read_all(d + "/sub/y"), data);
+
+  remake_again(**other, d, data);
+  // Removal and rename of names in the new directory.
+  EXPECT_TRUE(client_->rename_path(cred, d + "/sub/y", d + "/sub/w").has_value());
+  EXPECT_TRUE(client_->remove_path(cred, d + "/sub/w").has_value());
+  // A name that is really missing is still ENOENT.
+  auto missing = client_->open_path(cred, d + "/sub/nothing", O_RDONLY);
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_EQ(missing.error().code(), Code::kNotFound);
 }
 
 // The asynchronous batch calls: many batches in flight at once, each with its
