@@ -288,6 +288,54 @@ TEST_F(ClientTest, PathCallsFindADirectoryAnotherClientMadeAgain) {
   EXPECT_EQ(missing.error().code(), Code::kNotFound);
 }
 
+// close() ends the write session: an unlinked file whose last writer closed
+// is destroyed at once (not after the client's lease), for empty and written
+// files, also when the client is destroyed right after its closes.
+TEST_F(ClientTest, ClosesEndTheirSessions) {
+  std::string d = dir();
+  const Cred& cred = client_->default_cred();
+  auto data = pattern(70000, 11);
+  auto gone = [&](Ino ino) {
+    auto n = client_->getattr(cred, ino);
+    return !n && n.error().code() == Code::kNotFound;
+  };
+  auto eventually_gone = [&](Ino ino) {
+    for (int i = 0; i < 250 && !gone(ino); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return gone(ino);
+  };
+  ClientOptions o;
+  o.config_path = config_;
+  {
+    auto writer = Client::connect(o);
+    ASSERT_TRUE(writer.has_value()) << writer.error();
+    auto f = (*writer)->open_path(cred, d + "/one", O_CREAT | O_WRONLY | O_EXCL, 0644);
+    ASSERT_TRUE(f.has_value()) << f.error();
+    ASSERT_TRUE((*f)->pwrite(data, 0).has_value());
+    ASSERT_TRUE(client_->remove_path(cred, d + "/one").has_value());
+    EXPECT_TRUE(client_->getattr(cred, (*f)->ino()).has_value()) << "kept while open for writing";
+    ASSERT_TRUE((*f)->close().has_value());
+    EXPECT_TRUE(eventually_gone((*f)->ino())) << "the last writer closed";
+  }
+  std::vector<Ino> inos;
+  {
+    auto writer = Client::connect(o);
+    ASSERT_TRUE(writer.has_value()) << writer.error();
+    std::vector<std::shared_ptr<File>> files;
+    for (int i = 0; i < 20; ++i) {
+      auto f = (*writer)->open_path(cred, fmt::format("{}/m{}", d, i), O_CREAT | O_WRONLY | O_EXCL, 0644);
+      ASSERT_TRUE(f.has_value()) << f.error();
+      if (i % 2 == 0) {
+        ASSERT_TRUE((*f)->pwrite(data, 0).has_value());  // half stay empty
+      }
+      ASSERT_TRUE(client_->remove_path(cred, fmt::format("{}/m{}", d, i)).has_value());
+      inos.push_back((*f)->ino());
+      files.push_back(std::move(*f));
+    }
+    for (auto& f : files) ASSERT_TRUE(f->close().has_value());
+  }  // the client goes at once
+  for (Ino ino : inos) EXPECT_TRUE(eventually_gone(ino)) << "inode " << ino;
+}
+
 // The asynchronous batch calls: many batches in flight at once, each with its
 // own results (an op on a missing inode fails alone), and no thread per batch.
 TEST_F(ClientTest, AsyncBatchesInFlightTogetherWithoutAThreadEach) {
