@@ -325,10 +325,15 @@ Result<std::vector<ChunkInfo>> ChunkEngine::list(std::optional<ChunkId> start, s
   std::vector<ChunkInfo> out;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   it->Seek(start ? chunk_key(*start) : std::string(1, kChunkKeyPrefix));
+  // Ids from the index, records from the in-memory mirror (as list_chain):
+  // a group's index record is written before its slots are flushed, and
+  // reads serve a version only once the group is durable, so the listing
+  // shows what a read would return. A chunk removed since is skipped.
   for (; it->Valid() && is_chunk_key(it->key()) && out.size() < count_max; it->Next()) {
     auto id = ChunkId::decode(std::string_view(it->key().data() + 1, ChunkId::kEncodedBytes));
-    auto meta = ChunkMeta::decode(std::string_view(it->value().data(), it->value().size()));
-    if (!meta) return error(meta.error().with_context(fmt::format("index entry of chunk {}", *id)));
+    if (!id) return error(Code::kCorruption, "chunk index key of {} bytes", it->key().size());
+    WEFT_TRY(auto meta, get_meta(*id));
+    if (!meta) continue;
     out.push_back(ChunkInfo{*id, meta->version, meta->length, meta->chunk_crc, meta->size_class, 0, meta->chain_id});
   }
   if (!it->status().ok()) return error(Code::kIoError, "scan chunk index: {}", it->status().ToString());
