@@ -13,7 +13,7 @@
 // holds up on a shared machine better than ops/s.
 // Usage: meta_bench [--files N] [--clients 4] [--wide-clients 16] [--dir PATH]
 //                   [--posix-dir PATH] [--server HOST:PORT --token T] [--nosync] [--no-linger]
-//                   [--json FILE] [--no-posix] [--own-only]
+//                   [--json FILE] [--no-posix] [--own-only] [--server-threads 2]
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -55,6 +55,7 @@ struct Args {
   bool linger = true;
   bool posix = true;       // --no-posix: skip the baseline (profiling runs)
   bool own_only = false;   // --own-only: only the own-directory phases
+  int server_threads = 2;  // --server-threads: RPC I/O threads of the in-process server
   std::string json;
 };
 
@@ -75,6 +76,7 @@ Args parse(int argc, char** argv) {
     else if (s == "--json") a.json = next();
     else if (s == "--no-posix") a.posix = false;
     else if (s == "--own-only") a.own_only = true;
+    else if (s == "--server-threads") a.server_threads = std::max(1, std::atoi(next().c_str()));
     else {
       fmt::print(stderr, "unknown argument {}\n", s);
       std::exit(2);
@@ -264,7 +266,7 @@ int run(const Args& a) {
   std::filesystem::create_directories(a.posix_dir);
 
   metrics::Registry registry;
-  rpc::IoPool server_io(2, "bench-server");
+  rpc::IoPool server_io(static_cast<size_t>(a.server_threads), "bench-server");
   std::unique_ptr<MetaStore> store;
   std::unique_ptr<rpc::Server> server;
   rpc::Endpoint ep{"127.0.0.1", 0};
