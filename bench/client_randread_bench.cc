@@ -166,7 +166,9 @@ int main(int argc, char** argv) {
   }
   auto file = c.open_path(c.default_cred(), path, O_RDONLY);
   if (!file) return std::fprintf(stderr, "open: %s\n", file.error().to_string().c_str()), 1;
-  std::vector<std::vector<std::byte>> bufs(static_cast<size_t>(qd), std::vector<std::byte>(block));
+  // One buffer per read in flight: qd, or qd/batch batches of `batch`.
+  size_t buffers = static_cast<size_t>(std::max(qd, std::max(1, qd / std::max(1, batch)) * batch));
+  std::vector<std::vector<std::byte>> bufs(buffers, std::vector<std::byte>(block));
   Figures weft_fig;
   if (batch <= 1) {
     weft_fig = run(qd, seconds, bytes, block, [&](int t, uint64_t off) {

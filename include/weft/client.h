@@ -182,7 +182,14 @@ class Client {
   // Many reads at once: grouped per storage server into one request each;
   // results in the order of `ops` (bytes read, short at end of file).
   virtual std::vector<Result<size_t>> read_batch(const Cred& cred, std::span<const ReadOp> ops) = 0;
-  // The asynchronous form; the ops' buffers must stay valid until the future is ready.
+  // The asynchronous forms: no thread per call (reads run on the client's
+  // I/O threads, write batches on a few workers in submission order). The
+  // ops' buffers (dst, src) must stay valid until the future is ready, and
+  // destroying the future does not wait for it: keep it, or the buffers,
+  // until then. submit_reads may block for the metadata of ops given without
+  // layout and file_size. A write batch's results come after every distinct
+  // file in it was flushed once. The Client must outlive its batches (its
+  // destructor waits for submitted ones).
   virtual std::future<std::vector<Result<size_t>>> submit_reads(const Cred& cred, std::vector<ReadOp> ops) = 0;
   virtual std::future<std::vector<Result<size_t>>> submit_writes(std::vector<WriteOp> ops) = 0;
 };

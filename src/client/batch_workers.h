@@ -56,6 +56,7 @@ class BatchWorkers {
       queue_.pop_front();
       lock.unlock();
       job();
+      job = nullptr;  // what it held (a File's last reference closes it) goes outside the lock
       lock.lock();
     }
   }

@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <future>
 #include <map>
 #include <tuple>
@@ -59,6 +60,11 @@ class ClientImpl final : public Client {
     }
     for (auto& f : open) (void)f->close();
     open.clear();
+    {
+      // Submitted read batches run on the I/O threads: let them finish first.
+      std::unique_lock lock(reads_mu_);
+      reads_cv_.wait(lock, [&] { return reads_running_ == 0; });
+    }
     lease_->stop();
     core_->releaser->stop();
     core_->routing->stop();
@@ -129,7 +135,9 @@ class ClientImpl final : public Client {
     // Capacity is what the storage targets report to mgmtd (divided by the
     // replication of the first chain table: what files can actually hold),
     // fetched now: mgmtd updates usage without a new routing version.
-    WEFT_TRY(auto routing, core_->routing->fetch_fresh());
+    auto fresh = core_->routing->fetch_fresh();
+    if (!fresh) WEFT_LOG_DEBUG("statfs: usage from the cached routing ({})", fresh.error());
+    RoutingPtr routing = fresh ? *fresh : core_->routing->current();
     uint64_t capacity = 0, used = 0;
     for (const auto& [id, t] : routing->targets) {
       capacity += t.capacity_bytes;
@@ -210,10 +218,8 @@ class ClientImpl final : public Client {
 
   Result<std::shared_ptr<File>> open_path(const Cred& cred, std::string_view path, int flags, uint32_t mode) override {
     if (flags & O_CREAT) {
-      using Created = std::pair<Inode, std::shared_ptr<File>>;
-      auto created = at_parent<Created>(cred, path, [&](const Inode& dir, const std::string& name) {
-        return create(cred, dir.ino, name, mode, flags);
-      });
+      WEFT_TRY(auto parent, resolve_parent(cred, path, ParentFrom::kMeta));
+      auto created = create(cred, parent.dir.ino, parent.name, mode, flags);
       if (created) return created->second;
       // An existing symlink is followed, as open(2) does without O_EXCL.
       if (created.error().code() != Code::kExists || (flags & O_EXCL)) return error(path_error(created.error(), path));
@@ -221,9 +227,7 @@ class ClientImpl final : public Client {
     if (auto parts = split_path(path); !wants_write(flags) && parts && !parts->empty()) {
       // The first-epoch case: parent from the directory cache, then lookup +
       // permission check in one round trip; symlinks take the general path.
-      auto opened = at_parent<Inode>(cred, path, [&](const Inode& dir, const std::string& name) {
-        return core_->meta->open_read_at(cred, dir.ino, name);
-      });
+      auto opened = open_read_at_path(cred, path);
       if (!opened) return error(path_error(opened.error(), path));
       if (!opened->is_symlink()) {
         if (opened->is_dir()) return error(Code::kIsDirectory, "{} is a directory", path);
@@ -260,30 +264,21 @@ class ClientImpl final : public Client {
   Result<void> remove_path(const Cred& cred, std::string_view path) override {
     // Files first: one round trip (a lookup to learn the type would double it);
     // meta refuses to unlink a directory with kIsDirectory, and then it is rmdir.
-    auto r = at_parent<void>(cred, path, [&](const Inode& dir, const std::string& name) {
-      auto u = core_->meta->unlink(cred, dir.ino, name);
-      if (!u && u.error().code() == Code::kIsDirectory && name != "." && name != "..") {
-        forget_dirs();
-        u = core_->meta->rmdir(cred, dir.ino, name);
-      }
-      return u;
-    });
+    WEFT_TRY(auto parent, resolve_parent(cred, path, ParentFrom::kMeta));
+    auto r = core_->meta->unlink(cred, parent.dir.ino, parent.name);
+    if (!r && r.error().code() == Code::kIsDirectory && parent.name != "." && parent.name != "..") {
+      forget_dirs();
+      r = core_->meta->rmdir(cred, parent.dir.ino, parent.name);
+    }
     if (!r) return error(path_error(r.error(), path));
     return {};
   }
 
   Result<void> rename_path(const Cred& cred, std::string_view from, std::string_view to) override {
-    WEFT_TRY(auto src, resolve_parent(cred, from));
-    WEFT_TRY(auto dst, resolve_parent(cred, to));
+    WEFT_TRY(auto src, resolve_parent(cred, from, ParentFrom::kMeta));
+    WEFT_TRY(auto dst, resolve_parent(cred, to, ParentFrom::kMeta));
     forget_dirs();
     auto r = core_->meta->rename(cred, src.dir.ino, src.name, dst.dir.ino, dst.name);
-    if (!r && r.error().code() == Code::kNotFound && (src.cached || dst.cached)) {
-      // A cached parent may be gone (see at_parent); the cache is empty now.
-      WEFT_TRY(auto src2, resolve_parent(cred, from));
-      WEFT_TRY(auto dst2, resolve_parent(cred, to));
-      if (src2.dir.ino != src.dir.ino || dst2.dir.ino != dst.dir.ino)
-        r = core_->meta->rename(cred, src2.dir.ino, src2.name, dst2.dir.ino, dst2.name);
-    }
     if (!r) return error(r.error().with_context(fmt::format("rename {} -> {}", from, to)));
     return {};
   }
@@ -313,16 +308,20 @@ class ClientImpl final : public Client {
     auto done = std::make_shared<std::promise<std::vector<Result<size_t>>>>();
     auto future = done->get_future();
     write_batches_->submit([done, ops = std::move(ops)] {
-      std::vector<Result<size_t>> out;
-      for (const auto& op : ops) out.push_back(op.file->pwrite(op.src, op.offset));
-      // Durable together: each distinct file is flushed once.
-      std::map<File*, Result<void>> flushed;
-      for (const auto& op : ops) flushed.try_emplace(op.file.get(), op.file->flush());
-      for (size_t i = 0; i < ops.size(); ++i) {
-        const auto& f = flushed.at(ops[i].file.get());
-        if (out[i] && !f) out[i] = std::unexpected(f.error());
+      try {
+        std::vector<Result<size_t>> out;
+        for (const auto& op : ops) out.push_back(op.file->pwrite(op.src, op.offset));
+        // Durable together: each distinct file is flushed once.
+        std::map<File*, Result<void>> flushed;
+        for (const auto& op : ops) flushed.try_emplace(op.file.get(), op.file->flush());
+        for (size_t i = 0; i < ops.size(); ++i) {
+          const auto& f = flushed.at(ops[i].file.get());
+          if (out[i] && !f) out[i] = std::unexpected(f.error());
+        }
+        done->set_value(std::move(out));
+      } catch (...) {
+        done->set_exception(std::current_exception());  // as std::async did; not a terminate on the worker
       }
-      done->set_value(std::move(out));
     });
     return future;
   }
@@ -390,51 +389,51 @@ class ClientImpl final : public Client {
     return n;
   }
 
-  // The directory a path's last name lives in, and that name. `cached`: the
-  // directory came from the directory cache (its key), so it may be up to a
-  // second old.
+  // The directory a path's last name lives in, and that name. Mutations
+  // (create, unlink, rename) ask meta for the parent itself (kMeta), so a
+  // directory another client moved or replaced within the cache's second
+  // never receives them; a read-only open may take it from the directory
+  // cache (kCache: `cached` is then its key, the entry up to a second old).
+  enum class ParentFrom { kMeta, kCache };
   struct ParentDir {
     Inode dir;
     std::string name;
     std::optional<std::tuple<uint32_t, Ino, std::string>> cached;
   };
-  Result<ParentDir> resolve_parent(const Cred& cred, std::string_view path) {
+  Result<ParentDir> resolve_parent(const Cred& cred, std::string_view path, ParentFrom from) {
     WEFT_TRY(auto parts, split_path(path));
     if (parts.empty()) return error(Code::kInvalidArgument, "{}: the root has no parent", path);
     ParentDir out;
     out.name = parts.back();
     std::string parent_path;
     for (size_t i = 0; i + 1 < parts.size(); ++i) parent_path += "/" + parts[i];
-    // The parent is a directory on the way, so it may come from the directory
-    // cache like the others (the name in it is always asked for).
     int depth = 0;
     auto dir = resolve_from(cred, kRootIno, parent_path.empty() ? "/" : parent_path, true, depth,
-                            /*last_is_on_the_way=*/true, &out.cached);
+                            /*last_is_on_the_way=*/from == ParentFrom::kCache, &out.cached);
     if (!dir) return error(path_error(dir.error(), parent_path.empty() ? "/" : parent_path));
     if (!dir->is_dir()) return error(Code::kNotDirectory, "{} is not a directory", parent_path);
     out.dir = std::move(*dir);
     return out;
   }
 
-  // op(parent directory, name). A cached parent may have been removed (or
-  // moved and made again) by another client within the cache's second: when
-  // op then finds nothing, the parent is asked for afresh and, if it is
-  // another directory now, op runs again there. A name that is really
-  // missing costs one lookup more, as without the cache.
-  template <class T, class Op>
-  Result<T> at_parent(const Cred& cred, std::string_view path, Op op) {
-    WEFT_TRY(ParentDir parent, resolve_parent(cred, path));
-    Result<T> r = op(parent.dir, parent.name);
+  // A read-only open of `path` (one round trip: lookup + permission check at
+  // meta) in a parent from the directory cache. That parent may have been
+  // removed and made again by another client within the cache's second: when
+  // nothing is found, the parent is asked for afresh and, if it is another
+  // directory now, the open runs again there. A name that is really missing
+  // costs one lookup more, as without the cache. (A parent moved away and
+  // replaced within the second is read from where it went: the staleness of a
+  // FUSE mount's entry cache.)
+  Result<Inode> open_read_at_path(const Cred& cred, std::string_view path) {
+    WEFT_TRY(ParentDir parent, resolve_parent(cred, path, ParentFrom::kCache));
+    auto r = core_->meta->open_read_at(cred, parent.dir.ino, parent.name);
     if (r || r.error().code() != Code::kNotFound || !parent.cached) return r;
     forget_dir(*parent.cached);
-    WEFT_TRY(ParentDir fresh, resolve_parent(cred, path));
-    if (fresh.dir.ino == parent.dir.ino) return r;
-    return op(fresh.dir, fresh.name);
+    auto fresh = resolve_parent(cred, path, ParentFrom::kMeta);
+    if (!fresh || fresh->dir.ino == parent.dir.ino) return r;  // the first answer stands
+    return core_->meta->open_read_at(cred, fresh->dir.ino, fresh->name);
   }
 
-  // `last_is_on_the_way`: the path names a directory the caller goes on
-  // through (the parent of what it opens, creates or removes), so its last
-  // component is treated like the others.
   // `last_cached`, if given, is set to the cache key when the last
   // component came from the cache.
   Result<Inode> resolve_from(const Cred& cred, Ino start, std::string_view path, bool follow_last, int& depth,
@@ -508,6 +507,9 @@ class ClientImpl final : public Client {
 
   std::unique_ptr<Core> core_;
   std::unique_ptr<ClientLease> lease_;
+  std::mutex reads_mu_;
+  std::condition_variable reads_cv_;
+  size_t reads_running_ = 0;  // GUARDED_BY(reads_mu_): submitted read batches not finished
   // Write batches run here; reset first in the destructor (its jobs need core_).
   std::unique_ptr<BatchWorkers> write_batches_ = std::make_unique<BatchWorkers>(4);
   std::mutex files_mu_;
@@ -518,6 +520,10 @@ std::future<std::vector<Result<size_t>>> ClientImpl::submit_reads(const Cred& cr
   auto job = std::make_shared<ReadJob>();
   auto future = job->done.get_future();
   plan_reads(cred, ops, *job);
+  {
+    std::lock_guard lock(reads_mu_);
+    ++reads_running_;
+  }
   start_grouped_reads(std::move(job));
   return future;
 }
@@ -587,9 +593,11 @@ void ClientImpl::start_single_reads(std::shared_ptr<ReadJob> job) {
     singles.push_back(core_->chunks->read(r.chunk, r.offset, r.dst));
   }
   spawn_all(*core_->io, std::move(singles),
-            [job, alone = std::move(alone)](std::vector<Result<uint32_t>> results) {
+            [this, job, alone = std::move(alone)](std::vector<Result<uint32_t>> results) {
               for (size_t j = 0; j < alone.size(); ++j) job->reads[alone[j]].result = std::move(results[j]);
               finish_reads(*job);
+              std::lock_guard lock(reads_mu_);  // notify under the lock: the destructor may be waiting
+              if (--reads_running_ == 0) reads_cv_.notify_all();
             });
 }
 
