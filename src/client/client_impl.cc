@@ -331,7 +331,7 @@ class ClientImpl final : public Client {
   struct ReadJob {
     std::vector<Result<size_t>> out;
     std::vector<GroupedRead> reads;                  // the ops split at chunk boundaries
-    std::vector<std::pair<size_t, uint64_t>> owner;  // per read: (op index, bytes of the op before it)
+    std::vector<size_t> owner;                       // per read: the index of its op
     std::promise<std::vector<Result<size_t>>> done;
   };
   // Fills job.out (sizes, or the error of an op's file) and job.reads;
@@ -342,7 +342,8 @@ class ClientImpl final : public Client {
   // path (other replicas, routing refresh, retries); then finish_reads.
   void start_grouped_reads(std::shared_ptr<ReadJob> job);
   void start_single_reads(std::shared_ptr<ReadJob> job);
-  static void finish_reads(ReadJob& job);
+  // Fills the results in and fulfils the promise; the batch no longer runs.
+  void finish_reads(ReadJob& job);
 
   static Status path_error(const Status& s, std::string_view path) {
     return Status(s.code(), fmt::format("{}: {}", path, s.message()));
@@ -395,10 +396,12 @@ class ClientImpl final : public Client {
   // never receives them; a read-only open may take it from the directory
   // cache (kCache: `cached` is then its key, the entry up to a second old).
   enum class ParentFrom { kMeta, kCache };
+  // Keyed by the caller's uid too: a lookup is a permission check (search on the parent).
+  using DirKey = std::tuple<uint32_t, Ino, std::string>;
   struct ParentDir {
     Inode dir;
     std::string name;
-    std::optional<std::tuple<uint32_t, Ino, std::string>> cached;
+    std::optional<DirKey> cached;
   };
   Result<ParentDir> resolve_parent(const Cred& cred, std::string_view path, ParentFrom from) {
     WEFT_TRY(auto parts, split_path(path));
@@ -409,7 +412,7 @@ class ClientImpl final : public Client {
     for (size_t i = 0; i + 1 < parts.size(); ++i) parent_path += "/" + parts[i];
     int depth = 0;
     auto dir = resolve_from(cred, kRootIno, parent_path.empty() ? "/" : parent_path, true, depth,
-                            /*last_is_on_the_way=*/from == ParentFrom::kCache, &out.cached);
+                            from == ParentFrom::kCache ? &out.cached : nullptr);
     if (!dir) return error(path_error(dir.error(), parent_path.empty() ? "/" : parent_path));
     if (!dir->is_dir()) return error(Code::kNotDirectory, "{} is not a directory", parent_path);
     out.dir = std::move(*dir);
@@ -434,17 +437,17 @@ class ClientImpl final : public Client {
     return core_->meta->open_read_at(cred, fresh->dir.ino, fresh->name);
   }
 
-  // `last_cached`, if given, is set to the cache key when the last
-  // component came from the cache.
+  // `last_cached` given: the path names a directory the caller goes on
+  // through (the parent of what it opens), so its last component may come
+  // from the cache too; *last_cached is then set to that entry's key.
   Result<Inode> resolve_from(const Cred& cred, Ino start, std::string_view path, bool follow_last, int& depth,
-                             bool last_is_on_the_way = false,
-                             std::optional<std::tuple<uint32_t, Ino, std::string>>* last_cached = nullptr) {
+                             std::optional<DirKey>* last_cached = nullptr) {
     WEFT_TRY(auto parts, split_path(path));
     Ino dir = path.starts_with('/') ? kRootIno : start;
     if (parts.empty()) return getattr(cred, dir);
     for (size_t i = 0; i < parts.size(); ++i) {
       bool last = i + 1 == parts.size();
-      bool on_the_way = !last || last_is_on_the_way;
+      bool on_the_way = !last || last_cached != nullptr;
       // Directories on the way come from the short-lived cache (the entry
       // timeout of a FUSE mount, for the path API); a last component that is
       // the target itself is always asked for, so attributes and sizes are current.
@@ -475,8 +478,6 @@ class ClientImpl final : public Client {
   }
 
   // ---- directory lookup cache (path API only) ----
-  // Keyed by the caller's uid too: a lookup is a permission check (search on the parent).
-  using DirKey = std::tuple<uint32_t, Ino, std::string>;
   std::optional<Inode> cached_dir(const Cred& cred, Ino parent, const std::string& name) {
     std::lock_guard lock(dir_cache_mu_);
     auto it = dir_cache_.find(DirKey{cred.uid, parent, name});
@@ -570,7 +571,7 @@ void ClientImpl::plan_reads(const Cred& cred, std::span<const ReadOp> ops, ReadJ
     for (const ChunkSpan& s : split_range(op.offset, want, info.inode->layout.chunk_bytes)) {
       ChunkAddress a{op.ino, s.chunk_index, chain_of_chunk(info.stripe, s.chunk_index), info.inode->layout.chunk_bytes};
       job.reads.push_back(GroupedRead{a, s.offset, op.dst.subspan(s.buffer_offset, s.length), 0u, false});
-      job.owner.emplace_back(i, s.buffer_offset);
+      job.owner.push_back(i);
     }
   }
 }
@@ -596,15 +597,13 @@ void ClientImpl::start_single_reads(std::shared_ptr<ReadJob> job) {
             [this, job, alone = std::move(alone)](std::vector<Result<uint32_t>> results) {
               for (size_t j = 0; j < alone.size(); ++j) job->reads[alone[j]].result = std::move(results[j]);
               finish_reads(*job);
-              std::lock_guard lock(reads_mu_);  // notify under the lock: the destructor may be waiting
-              if (--reads_running_ == 0) reads_cv_.notify_all();
             });
 }
 
 void ClientImpl::finish_reads(ReadJob& job) {
   for (size_t k = 0; k < job.reads.size(); ++k) {
     GroupedRead& r = job.reads[k];
-    size_t i = job.owner[k].first;
+    size_t i = job.owner[k];
     if (!job.out[i]) continue;
     if (!r.result) {
       job.out[i] = std::unexpected(r.result.error());
@@ -614,6 +613,8 @@ void ClientImpl::finish_reads(ReadJob& job) {
     if (got < r.dst.size()) std::memset(r.dst.data() + got, 0, r.dst.size() - got);
   }
   job.done.set_value(std::move(job.out));
+  std::lock_guard lock(reads_mu_);  // notify under the lock: the destructor may be waiting
+  if (--reads_running_ == 0) reads_cv_.notify_all();
 }
 
 // The meta servers: from the client config, else those registered with mgmtd.

@@ -19,7 +19,7 @@ RoutingCache::RoutingCache(rpc::IoPool& io, rpc::Client& rpc, std::vector<rpc::E
 RoutingCache::~RoutingCache() { stop(); }
 
 Result<void> RoutingCache::start() {
-  WEFT_RETURN_IF_ERROR(fetch(0, nullptr));
+  WEFT_RETURN_IF_ERROR(get_routing(version_.load(), 0, nullptr));
   thread_ = std::thread([this] { run(); });
   return {};
 }
@@ -48,24 +48,16 @@ void RoutingCache::request_refresh() {
   loop_cv_.notify_all();
 }
 
-Result<void> RoutingCache::fetch(uint32_t wait_ms, const rpc::CancelToken& cancel) {
+Result<RoutingPtr> RoutingCache::fetch_fresh() { return get_routing(0, 0, nullptr); }  // 0: never "unchanged"
+
+Result<RoutingPtr> RoutingCache::get_routing(mgmt::RoutingVersion known, uint32_t wait_ms,
+                                             const rpc::CancelToken& cancel) {
   proto::mgmt::GetRoutingRequest req;
-  req.set_known_version(version_.load());
+  req.set_known_version(known);
   req.set_wait_ms(wait_ms);
   WEFT_TRY(auto reply, rpc_.call<proto::mgmt::GetRoutingReply>(mgmt::kGetRouting, req, wait_ms + 3000, cancel));
   fetches_.fetch_add(1);
-  if (reply.unchanged()) return {};
-  WEFT_TRY(mgmt::RoutingInfo info, mgmt::from_proto(reply.routing()));
-  install(std::move(info));
-  return {};
-}
-
-Result<RoutingPtr> RoutingCache::fetch_fresh() {
-  proto::mgmt::GetRoutingRequest req;
-  req.set_known_version(0);  // never "unchanged"
-  req.set_wait_ms(0);
-  WEFT_TRY(auto reply, rpc_.call<proto::mgmt::GetRoutingReply>(mgmt::kGetRouting, req, 3000, nullptr));
-  fetches_.fetch_add(1);
+  if (reply.unchanged()) return current();
   WEFT_TRY(mgmt::RoutingInfo info, mgmt::from_proto(reply.routing()));
   return install(std::move(info));
 }
@@ -92,7 +84,7 @@ void RoutingCache::run() {
       refresh_wanted_ = false;
       poll_cancel_ = cancel;
     }
-    auto r = fetch(wait_ms, cancel->token());
+    auto r = get_routing(version_.load(), wait_ms, cancel->token());
     std::unique_lock lock(loop_mu_);
     poll_cancel_.reset();
     if (stopping_) return;

@@ -49,8 +49,9 @@ class RoutingCache {
   uint64_t fetches() const { return fetches_.load(); }
 
  private:
-  // One GetRouting against the mgmtd addresses in order; installs a newer snapshot.
-  Result<void> fetch(uint32_t wait_ms, const rpc::CancelToken& cancel);
+  // One GetRouting against the mgmtd addresses in order (known version, long
+  // poll of wait_ms); installs a newer snapshot; returns the one held afterwards.
+  Result<RoutingPtr> get_routing(mgmt::RoutingVersion known, uint32_t wait_ms, const rpc::CancelToken& cancel);
   // Installs `info` unless it is older than what is held; returns what is held.
   RoutingPtr install(mgmt::RoutingInfo info);
   void run();

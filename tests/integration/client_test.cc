@@ -89,22 +89,18 @@ class ClientTest : public ::testing::Test {
     return f ? *f : nullptr;
   }
 
-  // Creates `path` (it must not exist) holding `data`; true when every step worked.
-  bool write_new(const std::string& path, std::span<const std::byte> data) {
-    auto f = open(path, O_CREAT | O_WRONLY | O_EXCL);
+  // Creates `path` (it must not exist) holding `data` through `c`; true when every step worked.
+  static bool write_new_with(Client& c, const std::string& path, std::span<const std::byte> data) {
+    auto f = c.open_path(c.default_cred(), path, O_CREAT | O_WRONLY | O_EXCL, 0644);
+    EXPECT_TRUE(f.has_value()) << path << ": " << f.error();
     if (!f) return false;
-    auto n = f->pwrite(data, 0);
+    auto n = (*f)->pwrite(data, 0);
     EXPECT_TRUE(n.has_value()) << path << ": " << n.error();
-    auto closed = f->close();
+    auto closed = (*f)->close();
     EXPECT_TRUE(closed.has_value()) << path << ": " << closed.error();
     return n && closed;
   }
-
-  static bool write_new_with(Client& c, const std::string& path, std::span<const std::byte> data) {
-    auto f = c.open_path(c.default_cred(), path, O_CREAT | O_WRONLY | O_EXCL, 0644);
-    if (!f) return false;
-    return (*f)->pwrite(data, 0).has_value() && (*f)->close().has_value();
-  }
+  bool write_new(const std::string& path, std::span<const std::byte> data) { return write_new_with(*client_, path, data); }
   // Through `other`: empties d/sub, removes it and makes it again holding only y.
   static void remake_again(Client& other, const std::string& d, std::span<const std::byte> data) {
     auto list = other.list_path(other.default_cred(), d + "/sub");
