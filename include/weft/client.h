@@ -75,6 +75,16 @@ struct ClientOptions {
   size_t readahead_bytes_max = 16u << 20;   // per sequential stream
   uint32_t call_timeout_ms = 10000;         // per storage/meta attempt
   uint32_t retry_time_ms_max = 60000;       // data calls retry through failures this long
+  // Statahead for read-only opens by path (open_path without a write flag),
+  // off at 0. On: when such opens keep asking meta for names in one
+  // directory (of at most 4096 entries), the directory is listed once with
+  // attributes and the next opens in it are answered from the listing for
+  // this many seconds, with no meta round trip: the staleness a FUSE mount's
+  // attribute timeout allows (a file another client changed, removed or
+  // replaced within that time is opened as listed; a new name is always
+  // asked for). Any change made through this Client drops every listing.
+  // For data sets that do not change while they are read (a first epoch).
+  double statahead_ttl_s = 0;
   std::string name = "weft-client";         // in server logs
 };
 

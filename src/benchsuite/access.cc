@@ -196,6 +196,7 @@ class NativeAccess final : public Access {
     } else {
       what = "fresh native client FAILED (" + c.error().message() + "); kept the old one";
     }
+    if (options_.statahead_ttl_s > 0) what += fmt::format(" (statahead {:g} s)", options_.statahead_ttl_s);
     return what + "; " + drop_page_cache();
   }
 
@@ -239,7 +240,8 @@ std::string drop_page_cache() {
   return "page cache dropped (sync; echo 3 > /proc/sys/vm/drop_caches)";
 }
 
-Result<std::unique_ptr<Access>> open_access(const std::string& target, const std::string& config) {
+Result<std::unique_ptr<Access>> open_access(const std::string& target, const std::string& config,
+                                            double statahead_s) {
   constexpr std::string_view kScheme = "weft://";
   if (target.starts_with(kScheme)) {
     std::string rest = target.substr(kScheme.size());
@@ -251,6 +253,7 @@ Result<std::unique_ptr<Access>> open_access(const std::string& target, const std
     o.config_path = config;
     o.cluster = addr;
     o.name = "weft-bench";
+    o.statahead_ttl_s = statahead_s;
     auto a = NativeAccess::connect(target, o, root);
     if (!a) return std::unexpected(a.error());
     if (root != "/") {

@@ -60,7 +60,8 @@ class Access {
 // "weft://MGMTD_ADDR/PATH" or "weft:///PATH" (native; `config` is the client
 // config, MGMTD_ADDR overrides its mgmtd address), otherwise a directory
 // (created if missing; "mount" when it is on a FUSE file system).
-Result<std::unique_ptr<Access>> open_access(const std::string& target, const std::string& config);
+Result<std::unique_ptr<Access>> open_access(const std::string& target, const std::string& config,
+                                            double statahead_s);
 
 // sync(), then `echo 3 > /proc/sys/vm/drop_caches`. Returns what happened
 // ("page cache dropped" or why not).

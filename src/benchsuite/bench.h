@@ -17,6 +17,7 @@ struct Options {
   std::vector<std::string> workloads = {"W1", "W2", "W3", "W4", "W5", "W6"};
   std::string target;          // weft://ADDR/PATH, weft:///PATH or a directory
   std::string config;          // client config for native targets
+  double statahead_s = 0;      // native targets: ClientOptions::statahead_ttl_s
   std::string baseline;        // a directory; empty: none
   std::string json_path;       // --json
   std::string report_path;     // --report (HTML)

@@ -60,14 +60,14 @@ int run(const Options& o) {
     std::fprintf(stderr, "weft: bench: --target is required (weft://MGMTD/PATH, weft:///PATH or a directory)\n");
     return 2;
   }
-  auto target = open_access(o.target, o.config);
+  auto target = open_access(o.target, o.config, o.statahead_s);
   if (!target) {
     std::fprintf(stderr, "weft: bench: target %s: %s\n", o.target.c_str(), target.error().message().c_str());
     return 2;
   }
   std::unique_ptr<Access> base;
   if (!o.baseline.empty()) {
-    auto b = open_access(o.baseline, "");
+    auto b = open_access(o.baseline, "", 0);
     if (!b) {
       std::fprintf(stderr, "weft: bench: baseline %s: %s\n", o.baseline.c_str(), b.error().message().c_str());
       return 2;

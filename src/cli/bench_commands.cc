@@ -41,6 +41,10 @@ void add_bench_commands(CLI::App& app) {
   cmd->add_option("--target", o.target, "weft://MGMTD_ADDR/PATH, weft:///PATH (client config) or a directory")
       ->required();
   cmd->add_option("--config", o.config, "client config for weft:// targets (default: $WEFT_CONFIG, else ./weft-data/client.toml)");
+  cmd->add_option("--statahead", o.statahead_s,
+                  "native targets: answer read-only opens from directory listings up to this many seconds old "
+                  "(ClientOptions::statahead_ttl_s; default 0: every open asks meta)")
+      ->check(CLI::Range(0.0, 3600.0));
   cmd->add_option("--baseline", o.baseline, "a plain directory: the same workloads run there too, with ratios");
   cmd->add_option("--json", o.json_path, "write the results as JSON (WORKLOADS.md format)");
   cmd->add_option("--report", o.report_path, "write a self-contained HTML report");

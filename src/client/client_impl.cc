@@ -10,6 +10,7 @@
 #include "client/batch_workers.h"
 #include "client/client_lease.h"
 #include "client/core.h"
+#include "client/dir_ahead.h"
 #include "client/file_impl.h"
 #include "client/placement.h"
 #include "client/truncate.h"
@@ -44,7 +45,7 @@ bool wants_read(int flags) { return (flags & O_ACCMODE) == O_RDONLY || (flags & 
 class ClientImpl final : public Client {
  public:
   ClientImpl(std::unique_ptr<Core> core, std::unique_ptr<ClientLease> lease)
-      : core_(std::move(core)), lease_(std::move(lease)) {
+      : core_(std::move(core)), ahead_(ahead_options(core_->options)), lease_(std::move(lease)) {
     core_->dirty->set_pressure([this] { send_all_dirty(); });
   }
 
@@ -429,12 +430,41 @@ class ClientImpl final : public Client {
   // FUSE mount's entry cache.)
   Result<Inode> open_read_at_path(const Cred& cred, std::string_view path) {
     WEFT_TRY(ParentDir parent, resolve_parent(cred, path, ParentFrom::kCache));
+    if (auto listed = statahead(cred, parent.dir.ino, parent.name)) {
+      if (listed->is_file()) WEFT_RETURN_IF_ERROR(meta::check_access(*listed, cred, meta::kAccessRead));
+      return with_local_size(std::move(*listed));
+    }
     auto r = core_->meta->open_read_at(cred, parent.dir.ino, parent.name);
     if (r || r.error().code() != Code::kNotFound || !parent.cached) return r;
     forget_dir(*parent.cached);
     auto fresh = resolve_parent(cred, path, ParentFrom::kMeta);
     if (!fresh || fresh->dir.ino == parent.dir.ino) return r;  // the first answer stands
     return core_->meta->open_read_at(cred, fresh->dir.ino, fresh->name);
+  }
+
+  static DirAhead::Options ahead_options(const ClientOptions& o) {
+    DirAhead::Options a;
+    a.ttl_s = std::max(0.0, o.statahead_ttl_s);
+    return a;
+  }
+
+  // `name` in `dir` from a statahead listing (ClientOptions::statahead_ttl_s),
+  // listing `dir` first when opens keep missing there; nullopt: ask meta.
+  std::optional<Inode> statahead(const Cred& cred, Ino dir, const std::string& name) {
+    if (!ahead_.enabled()) return std::nullopt;
+    // A mutation sent through this client since the last look may have
+    // changed what the listings hold: drop them (a fetch that overlapped the
+    // mutation is then refused by the generation).
+    if (uint64_t m = core_->meta->mutations_sent(); ahead_mutations_.exchange(m) != m) ahead_.changed();
+    auto now = DirAhead::Clock::now();
+    auto hit = ahead_.find(dir, name, cred, now);
+    if (!hit && ahead_.note_miss(dir, now)) {
+      ahead_.list(*this, cred, dir);
+      if (uint64_t m = core_->meta->mutations_sent(); ahead_mutations_.exchange(m) != m) ahead_.changed();
+      hit = ahead_.find(dir, name, cred, DirAhead::Clock::now());
+    }
+    if (!hit) return std::nullopt;
+    return std::move(hit->inode);
   }
 
   // `last_cached` given: the path names a directory the caller goes on
@@ -507,6 +537,8 @@ class ClientImpl final : public Client {
   std::map<DirKey, std::pair<std::chrono::steady_clock::time_point, Inode>> dir_cache_;  // GUARDED_BY(dir_cache_mu_)
 
   std::unique_ptr<Core> core_;
+  DirAhead ahead_;
+  std::atomic<uint64_t> ahead_mutations_{0};  // core_->meta->mutations_sent() when ahead_ last looked
   std::unique_ptr<ClientLease> lease_;
   std::mutex reads_mu_;
   std::condition_variable reads_cv_;

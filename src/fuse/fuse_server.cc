@@ -23,13 +23,15 @@
 
 #include "common/logging.h"
 #include "common/mount_table.h"
-#include "fuse/dir_ahead.h"
+#include "client/dir_ahead.h"
 #include "fuse/dir_cursor.h"
 #include "weft/client.h"
 
 namespace weft::fuse {
 
 namespace {
+
+using client::DirAhead;
 
 constexpr uint32_t kReaddirPageEntries = 512;
 constexpr const char* kCapabilityXattr = "security.capability";
@@ -432,31 +434,6 @@ class FuseServer::Impl {
     want(FUSE_CAP_SPLICE_MOVE, false);
   }
 
-  // Lists `dir` for DirAhead (after note_miss said so): its attributes, then
-  // every page, as `cred`.
-  void list_ahead(const Cred& cred, Ino dir) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const uint64_t generation = ahead_.generation();
-    auto attr = client_.getattr(cred, dir);
-    if (!attr || !attr->is_dir()) {
-      ahead_.give_up(dir, t0);
-      return;
-    }
-    std::vector<DirEntry> entries;
-    std::string cookie;
-    while (true) {
-      auto page = client_.readdir(cred, dir, cookie, kReaddirPageEntries);
-      if (!page || entries.size() + page->entries.size() > ahead_.options().entries_max) {
-        ahead_.give_up(dir, t0);
-        return;
-      }
-      std::move(page->entries.begin(), page->entries.end(), std::back_inserter(entries));
-      if (page->eof || page->cookie.empty()) break;
-      cookie = std::move(page->cookie);
-    }
-    ahead_.store(dir, *attr, std::move(entries), generation, t0);
-  }
-
   // Something may have changed through this mount: statahead listings go.
   void changed() { ahead_.changed(); }
 
@@ -467,7 +444,7 @@ class FuseServer::Impl {
       auto now = std::chrono::steady_clock::now();
       auto hit = s->ahead_.find(parent, name, cred, now);
       if (!hit && s->ahead_.note_miss(parent, now)) {
-        s->list_ahead(cred, parent);
+        s->ahead_.list(s->client_, cred, parent);
         hit = s->ahead_.find(parent, name, cred, std::chrono::steady_clock::now());
       }
       if (hit) {

@@ -1,10 +1,9 @@
 // Unit tests of the FUSE mount's pure parts: -o parsing, the mapping of
-// FUSE directory offsets to Weft readdir cookies, and statahead's rules.
+// FUSE directory offsets to Weft readdir cookies.
 #include <gtest/gtest.h>
 
 #include <map>
 
-#include "fuse/dir_ahead.h"
 #include "fuse/dir_cursor.h"
 #include "fuse/mount_options.h"
 
@@ -127,124 +126,6 @@ TEST(DirCursor, ErrorsSurface) {
   auto e = c.at(0, [](std::string_view) -> Result<meta::DirPage> { return error(Code::kPermissionDenied, "no"); });
   ASSERT_FALSE(e);
   EXPECT_EQ(e.error().code(), Code::kPermissionDenied);
-}
-
-// ---- statahead (DirAhead) ----
-
-using std::chrono::milliseconds;
-constexpr meta::Ino kDir = 7;
-
-meta::Inode dir_inode(uint32_t mode, uint32_t uid = 1000) {
-  meta::Inode d;
-  d.ino = kDir;
-  d.type = meta::InodeType::kDirectory;
-  d.mode = mode;
-  d.uid = uid;
-  d.gid = uid;
-  return d;
-}
-
-std::vector<meta::DirEntry> listing(int n) {
-  std::vector<meta::DirEntry> v;
-  for (int i = 0; i < n; ++i) {
-    meta::DirEntry e;
-    e.name = "f" + std::to_string(i);
-    e.ino = 100 + static_cast<meta::Ino>(i);
-    e.attr.ino = e.ino;
-    e.attr.mode = 0644;
-    e.attr.size = static_cast<uint64_t>(i);
-    v.push_back(e);
-  }
-  return v;
-}
-
-meta::Cred user(uint32_t uid) { return meta::Cred{uid, uid, {}}; }
-
-TEST(DirAhead, ListsAfterRepeatedMissesAndAnswersWhileFresh) {
-  DirAhead a({});
-  auto t = DirAhead::Clock::now();
-  EXPECT_FALSE(a.find(kDir, "f1", user(1000), t));
-  EXPECT_FALSE(a.note_miss(kDir, t));                    // one miss: a single lookup, no listing
-  EXPECT_TRUE(a.note_miss(kDir, t + milliseconds(10)));  // the second within ttl: list it
-  EXPECT_FALSE(a.note_miss(kDir, t + milliseconds(11)));  // one lister at a time
-  a.store(kDir, dir_inode(0755), listing(3), a.generation(), t + milliseconds(10));
-  auto hit = a.find(kDir, "f2", user(1000), t + milliseconds(20));
-  ASSERT_TRUE(hit);
-  EXPECT_EQ(hit->inode.ino, 102u);
-  EXPECT_EQ(hit->inode.size, 2u);
-  EXPECT_EQ(hit->fetched, t + milliseconds(10));
-  EXPECT_FALSE(a.find(kDir, "f9", user(1000), t + milliseconds(20))) << "no negative answers";
-  EXPECT_FALSE(a.find(kDir, ".", user(1000), t + milliseconds(20)));
-  EXPECT_FALSE(a.find(kDir, "f2", user(1000), t + milliseconds(1010))) << "older than ttl";
-}
-
-TEST(DirAhead, MissesFarApartDoNotList) {
-  DirAhead a({});
-  auto t = DirAhead::Clock::now();
-  EXPECT_FALSE(a.note_miss(kDir, t));
-  EXPECT_FALSE(a.note_miss(kDir, t + milliseconds(1500)));
-  EXPECT_TRUE(a.note_miss(kDir, t + milliseconds(1600)));
-}
-
-TEST(DirAhead, AChangeHereDropsListingsAndDiscardsAFetchItOverlapped) {
-  DirAhead a({});
-  auto t = DirAhead::Clock::now();
-  a.store(kDir, dir_inode(0755), listing(3), a.generation(), t);
-  ASSERT_TRUE(a.find(kDir, "f0", user(1000), t));
-  a.changed();
-  EXPECT_FALSE(a.find(kDir, "f0", user(1000), t));
-  uint64_t g = a.generation();  // a fetch starts...
-  a.changed();                  // ...a rename here completes meanwhile
-  a.store(kDir, dir_inode(0755), listing(3), g, t);
-  EXPECT_FALSE(a.find(kDir, "f0", user(1000), t)) << "the listing may predate the change";
-  EXPECT_EQ(a.listings(), 0u);
-}
-
-TEST(DirAhead, OnlyCallersWhoMaySearchTheDirectoryAreAnswered) {
-  DirAhead a({});
-  auto t = DirAhead::Clock::now();
-  a.store(kDir, dir_inode(0700, 1000), listing(2), a.generation(), t);
-  EXPECT_TRUE(a.find(kDir, "f1", user(1000), t));
-  EXPECT_TRUE(a.find(kDir, "f1", meta::Cred::root(), t));
-  EXPECT_FALSE(a.find(kDir, "f1", user(2000), t)) << "no x for others: meta must say EACCES";
-}
-
-TEST(DirAhead, FailedOrOversizeListingsAreNotRetriedForAWhile) {
-  DirAhead::Options o;
-  o.misses_before_listing = 1;
-  DirAhead a(o);
-  auto t = DirAhead::Clock::now();
-  ASSERT_TRUE(a.note_miss(kDir, t));
-  a.give_up(kDir, t);
-  EXPECT_FALSE(a.note_miss(kDir, t + milliseconds(9000)));
-  EXPECT_TRUE(a.note_miss(kDir, t + milliseconds(10001)));
-}
-
-TEST(DirAhead, EntriesWithoutAttributesAreLeftToMeta) {
-  DirAhead a({});
-  auto t = DirAhead::Clock::now();
-  auto v = listing(2);
-  v[1].attr = {};
-  a.store(kDir, dir_inode(0755), v, a.generation(), t);
-  EXPECT_TRUE(a.find(kDir, "f0", user(1000), t));
-  EXPECT_FALSE(a.find(kDir, "f1", user(1000), t));
-}
-
-TEST(DirAhead, KeepsAtMostDirsMaxListingsAndOffMeansOff) {
-  DirAhead::Options o;
-  o.dirs_max = 4;
-  DirAhead a(o);
-  auto t = DirAhead::Clock::now();
-  for (meta::Ino d = 1; d <= 10; ++d) a.store(d, dir_inode(0755), listing(1), a.generation(), t + milliseconds(d));
-  EXPECT_EQ(a.listings(), 4u);
-  EXPECT_TRUE(a.find(10, "f0", user(1000), t + milliseconds(20))) << "the newest are kept";
-  EXPECT_FALSE(a.find(1, "f0", user(1000), t + milliseconds(20)));
-
-  o.ttl_s = 0;
-  DirAhead off(o);
-  EXPECT_FALSE(off.enabled());
-  EXPECT_FALSE(off.note_miss(kDir, t));
-  EXPECT_FALSE(off.note_miss(kDir, t));
 }
 
 }  // namespace

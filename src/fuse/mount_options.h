@@ -30,7 +30,7 @@ struct MountOptions {
   // kernel's 128 KiB. The default lets the kernel ask for 1 MiB per request
   // with a few requests in flight per stream (restores, large files).
   unsigned read_ahead_kb = 4096;
-  // Statahead (fuse/dir_ahead.h): lookups that keep missing in a directory of
+  // Statahead (client/dir_ahead.h): lookups that keep missing in a directory of
   // at most this many entries list it once and are answered from the
   // listing for min(entry_timeout, attr_timeout). 0: off.
   unsigned statahead_entries = 4096;

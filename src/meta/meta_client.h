@@ -55,6 +55,9 @@ class MetaClient {
   Result<std::vector<Result<Inode>>> batch_stat(const Cred& cred, const std::vector<Ino>& inos);
 
   // --- mutations ---
+  // Mutations sent so far (counted before each is sent): a cache of answers
+  // taken while this count stood still saw every change made through here.
+  uint64_t mutations_sent() const { return seq_.load(); }
   Result<Reply> create(const Cred& cred, Ino parent, std::string_view name, uint32_t mode, bool exclusive,
                        bool open_for_write);
   Result<Inode> mkdir(const Cred& cred, Ino parent, std::string_view name, uint32_t mode);

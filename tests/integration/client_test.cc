@@ -284,6 +284,87 @@ TEST_F(ClientTest, PathCallsFindADirectoryAnotherClientMadeAgain) {
   EXPECT_EQ(missing.error().code(), Code::kNotFound);
 }
 
+// Statahead for read-only opens by path (ClientOptions::statahead_ttl_s):
+// once opens keep asking meta in one directory it is listed, and the next
+// opens there are answered from the listing, so another client's change
+// within the ttl is not seen (the staleness of a FUSE attribute cache); a
+// change made through the same client drops the listings, a name created
+// since is found, and a listing older than the ttl is not used.
+TEST_F(ClientTest, StataheadAnswersReadOnlyOpensFromAListing) {
+  std::string d = dir();
+  const Cred& cred = client_->default_cred();
+  auto path = [&](int i) { return fmt::format("{}/f{}", d, i); };
+  std::vector<std::vector<std::byte>> data;
+  for (int i = 0; i < 7; ++i) {
+    data.push_back(pattern(5000 + 100 * i, 40 + i));
+    if (i < 6) {
+      ASSERT_TRUE(write_new(path(i), data.back()));
+    }
+  }
+  auto connect = [&](double ttl) {
+    ClientOptions o;
+    o.config_path = config_;
+    o.statahead_ttl_s = ttl;
+    auto c = Client::connect(o);
+    EXPECT_TRUE(c.has_value()) << c.error();
+    return c ? std::move(*c) : nullptr;
+  };
+  auto read_with = [&](Client& c, const std::string& p) {
+    std::vector<std::byte> out;
+    auto f = c.open_path(c.default_cred(), p, O_RDONLY);
+    EXPECT_TRUE(f.has_value()) << p << ": " << f.error();
+    if (!f) return out;
+    out.resize((*f)->size());
+    auto n = (*f)->pread(out, 0);
+    EXPECT_TRUE(n.has_value()) << n.error();
+    out.resize(n ? *n : 0);
+    return out;
+  };
+  // Appends `extra` to file i through `c`; returns the whole new content.
+  auto append = [&](Client& c, int i, uint64_t seed) {
+    auto extra = pattern(3000, seed);
+    auto f = c.open_path(c.default_cred(), path(i), O_WRONLY);
+    EXPECT_TRUE(f.has_value()) << f.error();
+    if (f) {
+      EXPECT_TRUE((*f)->pwrite(extra, data[i].size()).has_value());
+      EXPECT_TRUE((*f)->close().has_value());
+    }
+    data[i].insert(data[i].end(), extra.begin(), extra.end());
+    return data[i];
+  };
+  // Byte vectors compared by length first: a mismatch then reads as one.
+  auto same = [](const std::vector<std::byte>& got, const std::vector<std::byte>& want) {
+    if (got.size() != want.size())
+      return ::testing::AssertionFailure() << got.size() << " bytes where " << want.size() << " were expected";
+    if (got != want) return ::testing::AssertionFailure() << "same length, other bytes";
+    return ::testing::AssertionSuccess();
+  };
+  auto s = connect(60);
+  ASSERT_TRUE(s);
+  for (int i = 0; i < 6; ++i) EXPECT_TRUE(same(read_with(*s, path(i)), data[i])) << i;
+
+  auto old_size = data[2].size();
+  auto grown = append(*client_, 2, 90);
+  EXPECT_EQ(read_with(*s, path(2)).size(), old_size) << "answered from the listing";
+  EXPECT_TRUE(same(read_all(path(2)), grown)) << "a client without statahead asks meta";
+
+  ASSERT_TRUE(write_new(path(6), data[6]));
+  EXPECT_TRUE(same(read_with(*s, path(6)), data[6])) << "a new name is asked for";
+
+  ASSERT_TRUE(s->mkdirs(cred, d + "/sub").has_value());
+  EXPECT_TRUE(same(read_with(*s, path(2)), grown)) << "a change through this client drops the listings";
+  EXPECT_TRUE(same(read_with(*s, path(0)), data[0]));  // a second miss: listed again
+  auto mine = append(*s, 3, 91);
+  EXPECT_TRUE(same(read_with(*s, path(3)), mine)) << "its own writes are seen";
+
+  auto quick = connect(0.3);
+  ASSERT_TRUE(quick);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(same(read_with(*quick, path(i)), data[i]));
+  auto later = append(*client_, 4, 92);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_TRUE(same(read_with(*quick, path(4)), later)) << "a listing older than the ttl is not used";
+}
+
 // close() ends the write session: an unlinked file whose last writer closed
 // is destroyed at once (not after the client's lease), for empty and written
 // files, also when the client is destroyed right after its closes.

@@ -1,10 +1,16 @@
-#include "fuse/dir_ahead.h"
+#include "client/dir_ahead.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "meta/permission.h"
+#include "weft/client.h"
 
-namespace weft::fuse {
+namespace weft::client {
+
+namespace {
+constexpr uint32_t kPageEntries = 512;
+}  // namespace
 
 DirAhead::Clock::duration DirAhead::ttl() const {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.ttl_s));
@@ -80,6 +86,29 @@ void DirAhead::changed() {
   }
 }
 
+void DirAhead::list(Client& client, const Cred& cred, Ino dir) {
+  const auto t0 = Clock::now();
+  const uint64_t gen = generation();
+  auto attr = client.getattr(cred, dir);
+  if (!attr || !attr->is_dir()) {
+    give_up(dir, t0);
+    return;
+  }
+  std::vector<DirEntry> entries;
+  std::string cookie;
+  while (true) {
+    auto page = client.readdir(cred, dir, cookie, kPageEntries);
+    if (!page || entries.size() + page->entries.size() > o_.entries_max) {
+      give_up(dir, t0);
+      return;
+    }
+    std::move(page->entries.begin(), page->entries.end(), std::back_inserter(entries));
+    if (page->eof || page->cookie.empty()) break;
+    cookie = std::move(page->cookie);
+  }
+  store(dir, *attr, std::move(entries), gen, t0);
+}
+
 size_t DirAhead::listings() const {
   std::lock_guard lock(mu_);
   return listed_locked();
@@ -107,4 +136,4 @@ void DirAhead::trim_locked(Clock::time_point now) {
   }
 }
 
-}  // namespace weft::fuse
+}  // namespace weft::client

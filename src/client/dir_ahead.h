@@ -1,14 +1,15 @@
-// fuse/dir_ahead.h
-// Statahead for the mount's lookups. A first epoch opens every file of a data
-// set by name, so the kernel sends one LOOKUP per file and each is a meta
-// round trip. When lookups keep missing in one directory, the mount lists it
-// once, with attributes (readdir pages carry them), and answers the next
-// lookups in it from that listing.
+// client/dir_ahead.h
+// Statahead for lookups by name: the mount's LOOKUPs and, when
+// ClientOptions::statahead_ttl_s is set, the native client's read-only opens
+// by path. A first epoch opens every file of a data set by name, and each
+// lookup is a meta round trip. When lookups keep missing in one directory,
+// the caller lists it once, with attributes (readdir pages carry them), and
+// answers the next lookups in it from that listing.
 // Rules, so that an answer from a listing is one a lookup could have given:
 //   - A listing is trusted for `ttl_s` (the mount's min(entry, attr) timeout:
 //     as long as the kernel trusts what a lookup returns), counted from when
 //     its fetch started.
-//   - Anything changed through this mount (create, unlink, rename, setattr, a
+//   - Anything changed through this client (create, unlink, rename, setattr, a
 //     writable open or close, ...) drops every listing, and a listing whose
 //     fetch overlapped such a change is not stored (the generation).
 //     Changes by other clients show after ttl_s, as with the kernel's caches.
@@ -33,7 +34,11 @@
 
 #include "meta/types.h"
 
-namespace weft::fuse {
+namespace weft {
+class Client;
+}
+
+namespace weft::client {
 
 class DirAhead {
  public:
@@ -70,8 +75,12 @@ class DirAhead {
              Clock::time_point fetched);
   // The listing failed or the directory is too large: not again for a while.
   void give_up(Ino dir, Clock::time_point now);
-  // Something changed through this mount: every listing goes.
+  // Something changed through this client: every listing goes.
   void changed();
+  // Lists `dir` through `client` as `cred` after note_miss said so (its
+  // attributes, then every page) and store()s it, or give_up()s on an error
+  // or more than entries_max entries.
+  void list(Client& client, const Cred& cred, Ino dir);
 
   size_t listings() const;  // for tests
 
@@ -97,4 +106,4 @@ class DirAhead {
   std::unordered_map<Ino, Dir> dirs_;    // GUARDED_BY(mu_)
 };
 
-}  // namespace weft::fuse
+}  // namespace weft::client
