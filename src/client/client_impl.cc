@@ -359,7 +359,22 @@ class ClientImpl final : public Client {
     auto& list = files_[ino];
     std::erase_if(list, [](const std::weak_ptr<FileImpl>& w) { return w.expired(); });
     list.push_back(file);
+    sweep_files_locked();
     return file;
+  }
+
+  // Drops the entries of files that are gone once the map has doubled since
+  // the last sweep (amortized O(1) per open). A weak_ptr to a make_shared
+  // object keeps the object's memory, and a first epoch opens millions of
+  // distinct files that are never looked up again: without this every
+  // FileImpl ever opened stayed allocated.
+  void sweep_files_locked() {
+    if (files_.size() < 2 * files_after_sweep_ + 64) return;
+    for (auto it = files_.begin(); it != files_.end();) {
+      std::erase_if(it->second, [](const std::weak_ptr<FileImpl>& w) { return w.expired(); });
+      it = it->second.empty() ? files_.erase(it) : std::next(it);
+    }
+    files_after_sweep_ = files_.size();
   }
 
   std::vector<std::shared_ptr<FileImpl>> open_files(Ino ino) {
@@ -547,6 +562,7 @@ class ClientImpl final : public Client {
   std::unique_ptr<BatchWorkers> write_batches_ = std::make_unique<BatchWorkers>(4);
   std::mutex files_mu_;
   std::map<Ino, std::vector<std::weak_ptr<FileImpl>>> files_;  // GUARDED_BY(files_mu_)
+  size_t files_after_sweep_ = 0;                                 // GUARDED_BY(files_mu_)
 };
 
 std::future<std::vector<Result<size_t>>> ClientImpl::submit_reads(const Cred& cred, std::vector<ReadOp> ops) {

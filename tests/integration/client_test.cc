@@ -522,6 +522,40 @@ TEST_F(ClientTest, ReadOnlyOpenByPathFollowsSymlinksAndChecksPermissions) {
 
 // The mount's read-only open from attributes it already holds: no round trip,
 // the same permission rule as meta's open, and data read by the given inode.
+// The client tracks open files per inode (local sizes, truncates); files
+// closed long ago must not stay tracked: a first epoch opens millions of
+// distinct files through one client. 200,000 opens of distinct inodes
+// (open_read_known of made-up inode numbers: no round trip) must not grow
+// the process by more than a few MiB.
+TEST_F(ClientTest, ClosedFilesAreNotKept) {
+  std::string d = dir();
+  const Cred& root = client_->default_cred();
+  ASSERT_TRUE(write_new(d + "/f", pattern(100, 5)));
+  auto inode = client_->resolve(root, d + "/f");
+  ASSERT_TRUE(inode.has_value()) << inode.error();
+  auto rss_kib = [] {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line))
+      if (line.starts_with("VmRSS:")) return std::stol(line.substr(6));
+    return 0L;
+  };
+  auto open_many = [&](uint64_t first, int n) {
+    Inode copy = *inode;
+    for (int i = 0; i < n; ++i) {
+      copy.ino = first + static_cast<uint64_t>(i);
+      auto f = client_->open_read_known(root, copy);
+      ASSERT_TRUE(f.has_value()) << f.error();
+      ASSERT_TRUE((*f)->close().has_value());
+    }
+  };
+  open_many(uint64_t{1} << 40, 20000);  // warm the allocator up
+  long before = rss_kib();
+  open_many((uint64_t{1} << 40) + 20000, 200000);
+  long grown = rss_kib() - before;
+  EXPECT_LT(grown, 8 * 1024) << "KiB grown over 200,000 opens of distinct files";
+}
+
 TEST_F(ClientTest, ReadOnlyOpenOfAKnownInodeChecksPermissions) {
   std::string d = dir();
   const Cred& root = client_->default_cred();
