@@ -241,7 +241,10 @@ using ReadSpec = std::tuple<uint64_t, uint64_t, py::object, std::optional<Layout
 
 class PyClient {
  public:
-  PyClient(std::string config, std::string cluster, size_t io_threads, size_t write_buffer_bytes, std::string name) {
+  PyClient(std::string config, std::string cluster, size_t io_threads, size_t write_buffer_bytes, std::string name,
+           double statahead_ttl) {
+    if (statahead_ttl < 0) throw py::value_error("statahead_ttl must be >= 0");
+    options_.statahead_ttl_s = statahead_ttl;
     options_.config_path = std::move(config);
     options_.cluster = std::move(cluster);
     if (io_threads > 0) options_.io_threads = io_threads;
@@ -593,9 +596,9 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("path", &PyFile::path);
 
   py::class_<PyClient>(m, "Client")
-      .def(py::init<std::string, std::string, size_t, size_t, std::string>(), py::arg("config") = "",
+      .def(py::init<std::string, std::string, size_t, size_t, std::string, double>(), py::arg("config") = "",
            py::arg("cluster") = "", py::arg("io_threads") = 0, py::arg("write_buffer_bytes") = 0,
-           py::arg("name") = "weft-python")
+           py::arg("name") = "weft-python", py::arg("statahead_ttl") = 0.0)
       .def("description", &PyClient::description)
       .def("open", &PyClient::open, py::arg("path"), py::arg("flags"), py::arg("mode") = 0644)
       .def("stat", &PyClient::stat, py::arg("path"), py::arg("follow") = true)

@@ -201,3 +201,27 @@ def test_fork_child_reconnects(client, root):
     assert f.read() == b"parent"
     f.close()
     assert client.read_file(f"{root}/child") == b"child"
+
+
+def test_statahead_client(client, cluster, root):
+    import pickle
+
+    import weft
+
+    sa = weft.connect(config=str(cluster / "client.toml"), statahead_ttl=60)
+    for i in range(5):
+        client.write_file(f"{root}/f{i}", bytes([i]) * (100 + i))
+    for i in range(5):  # two opens that ask meta list the directory; the rest come from the listing
+        assert sa.read_file(f"{root}/f{i}") == bytes([i]) * (100 + i)
+    client.write_file(f"{root}/f2", b"longer now" * 100)  # another client replaces the content
+    nf = sa.native.open(f"{root}/f2", os.O_RDONLY, 0)
+    assert nf.size() == 102, "answered from the listing (60 s old at most)"
+    assert nf.refresh_size() == 1000
+    nf.close()
+    assert client.read_file(f"{root}/f2") == b"longer now" * 100
+    copy = pickle.loads(pickle.dumps(sa))  # keeps its options
+    assert copy.read_file(f"{root}/f0") == bytes([0]) * 100
+    sa.write_file(f"{root}/f3", b"mine")  # a change through it drops its listings
+    assert sa.read_file(f"{root}/f3") == b"mine"
+    with pytest.raises(ValueError):
+        weft.connect(config=str(cluster / "client.toml"), statahead_ttl=-1)

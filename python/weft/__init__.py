@@ -35,15 +35,19 @@ DEFAULT_BUFFER_SIZE = 1 << 20
 
 
 def connect(addr: str | None = None, config: str | None = None, *, io_threads: int = 0,
-            write_buffer_bytes: int = 0, name: str = "weft-python") -> "Client":
+            write_buffer_bytes: int = 0, name: str = "weft-python", statahead_ttl: float = 0.0) -> "Client":
     """Connects to a cluster.
 
     addr: mgmtd "host:port", overriding the config's list. config: the client
     config file (default $WEFT_CONFIG, else ./weft-data/client.toml; it also
     holds the cluster token, so it is needed even with addr).
+    statahead_ttl: seconds; > 0 lets read-only opens by path be answered from
+    a directory listing up to that old (no metadata round trip per file; a
+    file another client changed within that time is opened as listed). For
+    data sets that do not change while they are read. 0 (default): off.
     """
     return Client(addr=addr, config=config, io_threads=io_threads,
-                  write_buffer_bytes=write_buffer_bytes, name=name)
+                  write_buffer_bytes=write_buffer_bytes, name=name, statahead_ttl=statahead_ttl)
 
 
 def _raise(err: int, message: str, path: str):
@@ -284,9 +288,9 @@ class Client:
     """A connection to a cluster. Thread-safe; picklable (reconnects); fork-safe."""
 
     def __init__(self, addr: str | None = None, config: str | None = None, *, io_threads: int = 0,
-                 write_buffer_bytes: int = 0, name: str = "weft-python"):
+                 write_buffer_bytes: int = 0, name: str = "weft-python", statahead_ttl: float = 0.0):
         self._args = dict(addr=addr, config=config, io_threads=io_threads,
-                          write_buffer_bytes=write_buffer_bytes, name=name)
+                          write_buffer_bytes=write_buffer_bytes, name=name, statahead_ttl=statahead_ttl)
         self._lock = threading.Lock()
         self._native = None
         self._native_connect()
@@ -296,7 +300,7 @@ class Client:
         a = self._args
         self._native = _native.Client(config=a["config"] or "", cluster=a["addr"] or "",
                                       io_threads=a["io_threads"], write_buffer_bytes=a["write_buffer_bytes"],
-                                      name=a["name"])
+                                      name=a["name"], statahead_ttl=a["statahead_ttl"])
 
     @property
     def native(self):
