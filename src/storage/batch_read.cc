@@ -98,7 +98,7 @@ Task<Result<pb::BatchReadReply>> StorageService::batch_read(const pb::BatchReadR
     auto data = r.result->data();
     out->set_length(static_cast<uint32_t>(data.size()));
     out->set_version(r.result->version);
-    out->set_crc32c(crc32c(data));
+    out->set_crc32c(r.result->data_crc ? *r.result->data_crc : crc32c(data));
     out->set_chunk_length(r.result->chunk_length);
     if (!data.empty()) call.response_payload.push_back(data);
     auto& m = r.target->metrics().of(Op::kRead);

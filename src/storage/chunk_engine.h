@@ -140,6 +140,9 @@ struct ReadResult {
   size_t data_length = 0;
   uint64_t version = 0;
   uint32_t chunk_length = 0;
+  // CRC32C of data(), set when the read covered the whole chunk (verified
+  // against the chunk's CRC in the same pass); otherwise callers compute it.
+  std::optional<uint32_t> data_crc;
   std::span<const std::byte> data() const { return buffer.span().subspan(data_offset, data_length); }
 };
 
@@ -260,6 +263,7 @@ class ChunkEngine {
   // Checks the CRCs of blocks [first_block, first_block + count) held in `data`.
   Result<void> check_blocks(const ChunkMeta& meta, uint32_t first_block, uint32_t count, const std::byte* data);
   struct ReadPlan;
+  Result<void> check_read(ReadPlan& plan);
   Result<ReadPlan> plan_read(const ChunkId& id, uint32_t offset, uint32_t length);
   Result<ReadResult> finish_read(ReadPlan& plan, int res);
   // Looks the chunk up and pins its slot (unpin when done); nullopt if absent.

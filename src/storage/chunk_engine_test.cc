@@ -86,6 +86,15 @@ TEST_F(ChunkEngineTest, FullWriteReadRoundTrip) {
   EXPECT_EQ(bytes_of(*r), std::vector<std::byte>(data.begin() + 5000, data.begin() + 5003));
   EXPECT_EQ(r->version, 1u);
   EXPECT_EQ(r->chunk_length, 100000u);
+  EXPECT_FALSE(r->data_crc) << "a partial read leaves the reply's CRC to the caller";
+  // A read of the whole chunk (also one asking for more) carries its CRC, checked in one pass.
+  for (uint32_t len : {100000u, 1u << 20}) {
+    auto whole = engine_->read(id, 0, len);
+    ASSERT_TRUE(whole.has_value()) << whole.error();
+    EXPECT_EQ(whole->data_length, 100000u);
+    ASSERT_TRUE(whole->data_crc);
+    EXPECT_EQ(*whole->data_crc, crc32c(data.data(), data.size()));
+  }
   auto info = engine_->stat(id);
   ASSERT_TRUE(info.has_value());
   EXPECT_EQ(info->version, 1u);
