@@ -64,6 +64,8 @@ std::shared_ptr<OutFrame> FrameStream::send(std::shared_ptr<OutFrame> frame) {
   for (auto s : frame->payload) payload += s.size();
   frame->header.payload_len = static_cast<uint32_t>(payload);
   encode_header(frame->header, frame->encoded.data());
+  frame->queued_bytes = kFrameHeaderSize + frame->body.size() + payload;
+  queued_bytes_ += frame->queued_bytes;
   outq_.push_back(frame);
   if (ready_ && !writing_ && outq_.size() == 1 && prefer_immediate_write() && try_write_now()) return frame;
   if (ready_ && !writing_) {
@@ -71,6 +73,10 @@ std::shared_ptr<OutFrame> FrameStream::send(std::shared_ptr<OutFrame> frame) {
     asio::co_spawn(executor(), [self = shared_from_this()] { return self->write_loop(); }, asio::detached);
   }
   return frame;
+}
+
+void FrameStream::uncount(OutFrame& f) {
+  queued_bytes_ -= std::min(queued_bytes_, std::exchange(f.queued_bytes, 0));
 }
 
 // With nothing else to batch with, one non-blocking writev now saves a trip
@@ -96,6 +102,7 @@ bool FrameStream::try_write_now() {
     auto done = std::move(outq_.front());
     outq_.pop_front();
     done->state = OutFrame::State::kDone;
+    uncount(*done);
     if (done->call_id != 0) on_frame_written(done->call_id);
     return true;
   }
@@ -126,6 +133,7 @@ void FrameStream::close(Status why) {
   resume_.cancel();
   for (auto& f : outq_)
     if (f->state == OutFrame::State::kQueued) f->dropped = true;
+  queued_bytes_ = 0;
   on_closed(why);
 }
 
@@ -222,7 +230,10 @@ Task<void> FrameStream::write_loop() {
       if (!batch.empty() && buffers.size() + 2 + outq_.front()->payload.size() > kWriteBatchBuffersMax) break;
       auto f = std::move(outq_.front());
       outq_.pop_front();
-      if (f->dropped) continue;
+      if (f->dropped) {
+        uncount(*f);
+        continue;
+      }
       f->state = OutFrame::State::kWriting;
       append_buffers(*f, buffers);
       batch.push_back(std::move(f));
@@ -239,8 +250,10 @@ Task<void> FrameStream::write_loop() {
     auto& [ec, n] = ec_n_result;
     for (auto& f : batch) {
       f->state = OutFrame::State::kDone;
+      uncount(*f);
       if (f->call_id != 0) on_frame_written(f->call_id);
     }
+    resume_reading();  // a reader paused for queued output looks again
     if (ec) {
       if (!closed_) close(Status(Code::kDisconnected, fmt::format("write to {}: {}", peer_, ec.message())));
       break;

@@ -33,6 +33,7 @@ struct OutFrame {
   std::vector<std::span<const std::byte>> payload;  // gathered as is; not copied
   std::shared_ptr<void> keepalive;                  // owns payload memory when needed
   uint64_t call_id = 0;                             // client side: the pending call
+  size_t queued_bytes = 0;                          // counted in FrameStream::queued_bytes() until written or dropped
   State state = State::kQueued;
   bool dropped = false;
 };
@@ -71,9 +72,13 @@ class FrameStream : public std::enable_shared_from_this<FrameStream> {
   // True when a frame sent now has nothing to be batched with (one call in flight):
   // send() then writes it at once instead of through the event loop.
   virtual bool prefer_immediate_write() { return false; }
-  // Back-pressure: while true, the reader stops reading the socket.
+  // Back-pressure: while true, the reader stops reading the socket. It is
+  // asked again after each frame read and each batch of frames written.
   virtual bool should_pause_reading() { return false; }
   void resume_reading();
+  // Bytes of frames sent and not yet written to the socket (a peer that does
+  // not read makes this grow).
+  size_t queued_bytes() const { return queued_bytes_; }
   // After an outgoing connect: learns the peer address and sets TCP_NODELAY.
   void on_connected();
 
@@ -84,6 +89,7 @@ class FrameStream : public std::enable_shared_from_this<FrameStream> {
   Task<void> write_loop();
   Task<bool> fill(size_t n);  // ensures n unread bytes in rbuf_; false on EOF/error
   bool try_write_now();      // true: the lone queued frame was written (or the stream closed)
+  void uncount(OutFrame& f);  // f leaves queued_bytes() (once)
 
   FrameLimits limits_;
   std::string peer_;
@@ -97,6 +103,7 @@ class FrameStream : public std::enable_shared_from_this<FrameStream> {
   Status close_reason_;
   bool paused_ = false;
   size_t first_frame_written_ = 0;  // bytes of outq_.front() written by try_write_now()
+  size_t queued_bytes_ = 0;
   asio::steady_timer resume_;
 };
 

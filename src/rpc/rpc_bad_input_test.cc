@@ -27,6 +27,7 @@ class BadInput : public ::testing::Test {
     so.name = "bad-input-server";
     so.limits.body_max = 1 << 20;
     so.limits.payload_max = 8 << 20;
+    so.queued_reply_bytes_max = 4 << 20;
     server_ = std::make_unique<Server>(io_, so, registry_);
     register_echo_service(*server_);
     port_ = server_->listen("127.0.0.1", 0).value();
@@ -205,6 +206,29 @@ TEST_F(BadInput, ResponseFlagFromClientCloses) {
   h.flags = kFlagResponse;
   ASSERT_TRUE(s->send_frame(h, ""));
   EXPECT_TRUE(s->closed_by_peer());
+  expect_server_healthy();
+}
+
+// A peer that sends requests and never reads the replies: once its unwritten
+// replies pass queued_reply_bytes_max (4 MiB here) the server stops reading
+// that connection instead of answering (and holding) every request it sent,
+// and goes on serving everyone else.
+TEST_F(BadInput, APeerThatDoesNotReadItsRepliesIsNotReadEither) {
+  auto s = authenticated();
+  proto::EchoRequest req;
+  req.set_reply_payload_bytes(1 << 20);
+  FrameHeader h;
+  h.method = kEcho.wire();
+  for (uint64_t i = 1; i <= 200; ++i) {
+    h.request_id = i;
+    ASSERT_TRUE(s->send_frame(h, req.SerializeAsString()));  // ~50 bytes each: all fit in the socket buffers
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto& answered = registry_.counter("weft_rpc_server_requests_total", "",
+                                     {{"server", "bad-input-server"}, {"method", "test.echo"}});
+  // What the kernel's socket buffers took (loopback: up to ~10 MiB) plus 4 MiB queued.
+  EXPECT_LT(answered.value(), 40u) << "replies of 1 MiB answered for a peer that reads none";
+  EXPECT_GT(answered.value(), 0u);
   expect_server_healthy();
 }
 

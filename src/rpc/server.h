@@ -5,7 +5,8 @@
 // and must not block; blocking handlers (RocksDB, disk) run on a bounded
 // thread pool, and a full pool answers kOverloaded (retryable) instead of
 // queueing without bound. Per connection, at most `inflight_max` requests
-// and `inflight_bytes_max` payload bytes are in progress: beyond that the
+// and `inflight_bytes_max` payload bytes are in progress, and at most
+// `queued_reply_bytes_max` reply bytes wait to be written: beyond that the
 // server stops reading that socket (back-pressure), other connections go on.
 // Threading: register methods before listen(); stop() from any thread.
 #pragma once
@@ -42,6 +43,9 @@ struct ServerOptions {
   size_t blocking_queue_max = 4096;     // queued + running blocking requests, all connections
   size_t inflight_max = 1024;           // per connection
   size_t inflight_bytes_max = 256u << 20;  // request payload bytes held, per connection
+  // Reply bytes waiting to be written, per connection: a peer that sends
+  // requests and does not read the replies is not read from beyond this.
+  size_t queued_reply_bytes_max = 256u << 20;
   FrameLimits limits;
 };
 

@@ -103,7 +103,8 @@ void ServerConnection::on_frame(const FrameHeader& h, std::string body, PayloadT
 
 bool ServerConnection::should_pause_reading() {
   const auto& o = server_.options;
-  return inflight_ >= o.inflight_max || inflight_bytes_ >= o.inflight_bytes_max;
+  return inflight_ >= o.inflight_max || inflight_bytes_ >= o.inflight_bytes_max ||
+         queued_bytes() >= o.queued_reply_bytes_max;
 }
 
 void ServerConnection::reply(const std::shared_ptr<ServerCall>& call, const Status& status) {
