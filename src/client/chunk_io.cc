@@ -48,7 +48,7 @@ ChunkIo::ChunkIo(rpc::IoPool& io, rpc::Client& rpc, RoutingCache& routing, Chunk
       rpc_(rpc),
       routing_(routing),
       options_(options),
-      client_id_(options.client_id != 0 ? options.client_id : (thread_random().next_u64() | 1)) {}
+      client_id_(options.client_id != 0 ? options.client_id : random_id()) {}
 
 Task<bool> ChunkIo::backoff(int attempt, SteadyClock::time_point deadline) {
   if (SteadyClock::now() >= deadline) co_return false;

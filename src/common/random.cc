@@ -1,9 +1,23 @@
 #include "common/random.h"
 
+#include <pthread.h>
+
+#include <atomic>
 #include <random>
 
 namespace weft {
 namespace {
+
+// fork() copies the calling thread's generator: parent and child would draw
+// the same "random" ids from then on (two clients with one client id, whose
+// mutations meta then takes for retries of each other). Children count here.
+std::atomic<uint64_t> g_forks{0};
+void count_fork_in_child() { g_forks.fetch_add(1, std::memory_order_relaxed); }
+
+uint64_t os_seed() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
 
 uint64_t splitmix64(uint64_t& x) {
   uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
@@ -47,12 +61,21 @@ uint64_t Xoshiro256::next_u64() {
 }
 
 Random& thread_random() {
-  thread_local Xoshiro256 rng([] {
-    std::random_device rd;
-    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  }());
-  return rng;
+  static const bool registered = [] { return ::pthread_atfork(nullptr, nullptr, count_fork_in_child) == 0; }();
+  (void)registered;
+  struct Seeded {
+    Xoshiro256 rng{os_seed()};
+    uint64_t forks = g_forks.load(std::memory_order_relaxed);
+  };
+  thread_local Seeded t;
+  if (uint64_t f = g_forks.load(std::memory_order_relaxed); f != t.forks) {  // a child of a fork: reseed
+    t.rng = Xoshiro256(os_seed());
+    t.forks = f;
+  }
+  return t.rng;
 }
+
+uint64_t random_id() { return (os_seed() ^ thread_random().next_u64()) | 1; }
 
 std::vector<uint32_t> portable_permutation(uint32_t n, uint64_t seed) {
   std::vector<uint32_t> order(n);

@@ -28,8 +28,13 @@ class Xoshiro256 final : public Random {
   uint64_t s_[4];
 };
 
-// A generator seeded from the OS (std::random_device) for ids and jitter.
+// A generator seeded from the OS (std::random_device) for jitter and seeds;
+// reseeded in the child after fork() (otherwise both would draw the same).
 Random& thread_random();
+// A non-zero 64-bit id that no other process or client draws: client ids
+// (meta and storage take two requests with one (client id, sequence) for one
+// request retried). From the OS's entropy each time.
+uint64_t random_id();
 
 // Fisher-Yates with Xoshiro256(seed): same permutation everywhere.
 template <class T>

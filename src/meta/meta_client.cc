@@ -62,7 +62,7 @@ MetaClient::MetaClient(rpc::IoPool& io, rpc::Client& rpc, MetaClientOptions opti
     : io_(io),
       rpc_(rpc),
       options_(std::move(options)),
-      client_id_(options_.client_id != 0 ? options_.client_id : (thread_random().next_u64() | 1)) {}
+      client_id_(options_.client_id != 0 ? options_.client_id : random_id()) {}
 
 // One call's retry and failover policy, shared by the coroutine and the
 // blocking form: which address to try, and after a failure whether to try
@@ -158,7 +158,9 @@ Result<Rep> MetaClient::read(rpc::MethodId method, const Cred& cred, Req req) {
 
 Result<Rep> MetaClient::mutate(rpc::MethodId method, const Cred& cred, Req req) {
   to_proto(cred, req.mutable_cred());
-  return call(method, std::move(req), true);
+  auto r = call(method, std::move(req), true);
+  done_.fetch_add(1);
+  return r;
 }
 
 Result<Inode> MetaClient::lookup(const Cred& cred, Ino parent, std::string_view name) {

@@ -13,7 +13,7 @@
 namespace weft::rpc {
 
 Client::Client(IoPool& io, ClientOptions options) : io_(io), options_(std::move(options)) {
-  if (options_.client_id == 0) options_.client_id = thread_random().next_u64() | 1;
+  if (options_.client_id == 0) options_.client_id = random_id();
   if (options_.connections_per_endpoint == 0) options_.connections_per_endpoint = 1;
   shared_options_ = std::make_shared<const ClientOptions>(options_);
 }
