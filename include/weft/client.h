@@ -84,6 +84,7 @@ struct ClientOptions {
   // replaced within that time is opened as listed; a new name is always
   // asked for). Any change made through this Client drops every listing.
   // For data sets that do not change while they are read (a first epoch).
+  // At most a day (larger values count as a day).
   double statahead_ttl_s = 0;
   std::string name = "weft-client";         // in server logs
 };

@@ -243,7 +243,8 @@ class PyClient {
  public:
   PyClient(std::string config, std::string cluster, size_t io_threads, size_t write_buffer_bytes, std::string name,
            double statahead_ttl) {
-    if (statahead_ttl < 0) throw py::value_error("statahead_ttl must be >= 0");
+    if (!(statahead_ttl >= 0 && statahead_ttl <= 86400))
+      throw py::value_error("statahead_ttl must be between 0 and 86400 seconds");
     options_.statahead_ttl_s = statahead_ttl;
     options_.config_path = std::move(config);
     options_.cluster = std::move(cluster);

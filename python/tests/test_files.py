@@ -214,14 +214,23 @@ def test_statahead_client(client, cluster, root):
     for i in range(5):  # two opens that ask meta list the directory; the rest come from the listing
         assert sa.read_file(f"{root}/f{i}") == bytes([i]) * (100 + i)
     client.write_file(f"{root}/f2", b"longer now" * 100)  # another client replaces the content
-    nf = sa.native.open(f"{root}/f2", os.O_RDONLY, 0)
-    assert nf.size() == 102, "answered from the listing (60 s old at most)"
-    assert nf.refresh_size() == 1000
-    nf.close()
+    def listed_size(c, name):
+        nf = c.native.open(f"{root}/{name}", os.O_RDONLY, 0)
+        try:
+            return nf.size()
+        finally:
+            nf.close()
+
+    assert listed_size(sa, "f2") == 102, "answered from the listing (60 s old at most)"
     assert client.read_file(f"{root}/f2") == b"longer now" * 100
-    copy = pickle.loads(pickle.dumps(sa))  # keeps its options
-    assert copy.read_file(f"{root}/f0") == bytes([0]) * 100
+    copy = pickle.loads(pickle.dumps(sa))  # a new connection with the same options
+    for i in range(5):
+        assert copy.read_file(f"{root}/f{i}")  # lists the directory again, after f2 grew
+    client.write_file(f"{root}/f1", b"x" * 3000)
+    assert listed_size(copy, "f1") == 101, "the copy answers from its own listing too"
     sa.write_file(f"{root}/f3", b"mine")  # a change through it drops its listings
     assert sa.read_file(f"{root}/f3") == b"mine"
     with pytest.raises(ValueError):
         weft.connect(config=str(cluster / "client.toml"), statahead_ttl=-1)
+    with pytest.raises(ValueError):
+        weft.connect(config=str(cluster / "client.toml"), statahead_ttl=float("inf"))

@@ -446,8 +446,11 @@ class ClientImpl final : public Client {
   Result<Inode> open_read_at_path(const Cred& cred, std::string_view path) {
     WEFT_TRY(ParentDir parent, resolve_parent(cred, path, ParentFrom::kCache));
     if (auto listed = statahead(cred, parent.dir.ino, parent.name)) {
-      if (listed->is_file()) WEFT_RETURN_IF_ERROR(meta::check_access(*listed, cred, meta::kAccessRead));
-      return with_local_size(std::move(*listed));
+      // Meta's rules for a read-only open (a directory: EACCES before EISDIR).
+      // The size is the listing's, as meta's answer would be (not widened by
+      // this client's unflushed writes, which a reader would find as holes).
+      if (!listed->is_symlink()) WEFT_RETURN_IF_ERROR(meta::check_access(*listed, cred, meta::kAccessRead));
+      return std::move(*listed);
     }
     auto r = core_->meta->open_read_at(cred, parent.dir.ino, parent.name);
     if (r || r.error().code() != Code::kNotFound || !parent.cached) return r;
@@ -465,17 +468,20 @@ class ClientImpl final : public Client {
 
   // `name` in `dir` from a statahead listing (ClientOptions::statahead_ttl_s),
   // listing `dir` first when opens keep missing there; nullopt: ask meta.
+  // Rules against this client's own mutations (any thread): a mutation sent
+  // since the last look drops every listing (DirAhead::sync, before each
+  // find), so a listing fetched across one is gone before it is used; and a
+  // directory is listed only while no mutation is under way, since one in
+  // flight may land after the fetch read the directory.
   std::optional<Inode> statahead(const Cred& cred, Ino dir, const std::string& name) {
     if (!ahead_.enabled()) return std::nullopt;
-    // A mutation sent through this client since the last look may have
-    // changed what the listings hold: drop them (a fetch that overlapped the
-    // mutation is then refused by the generation).
-    if (uint64_t m = core_->meta->mutations_sent(); ahead_mutations_.exchange(m) != m) ahead_.changed();
+    meta::MetaClient& meta = *core_->meta;
+    ahead_.sync(meta.mutations_sent());
     auto now = DirAhead::Clock::now();
     auto hit = ahead_.find(dir, name, cred, now);
-    if (!hit && ahead_.note_miss(dir, now)) {
+    if (!hit && meta.mutations_done() == meta.mutations_sent() && ahead_.note_miss(dir, now)) {
       ahead_.list(*this, cred, dir);
-      if (uint64_t m = core_->meta->mutations_sent(); ahead_mutations_.exchange(m) != m) ahead_.changed();
+      ahead_.sync(meta.mutations_sent());
       hit = ahead_.find(dir, name, cred, DirAhead::Clock::now());
     }
     if (!hit) return std::nullopt;
@@ -553,7 +559,6 @@ class ClientImpl final : public Client {
 
   std::unique_ptr<Core> core_;
   DirAhead ahead_;
-  std::atomic<uint64_t> ahead_mutations_{0};  // core_->meta->mutations_sent() when ahead_ last looked
   std::unique_ptr<ClientLease> lease_;
   std::mutex reads_mu_;
   std::condition_variable reads_cv_;
@@ -699,7 +704,7 @@ Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
     return error(r.error().with_context("connect to the cluster at " + core->cluster.source));
   WEFT_TRY(auto meta_eps, meta_addresses(core->cluster, *core->routing->current()));
   // One id for the lease, meta's request ids (write sessions record it) and storage's dedup.
-  const uint64_t client_id = thread_random().next_u64() | 1;
+  const uint64_t client_id = random_id();
   auto lease = std::make_unique<ClientLease>(*core->io, *core->rpc, core->cluster.mgmtd, client_id,
                                              ClientLease::default_label(options.name));
   if (auto r = lease->start(); !r) WEFT_LOG_WARN("client lease at mgmtd: {} (retrying)", r.error());

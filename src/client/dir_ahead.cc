@@ -13,7 +13,8 @@ constexpr uint32_t kPageEntries = 512;
 }  // namespace
 
 DirAhead::Clock::duration DirAhead::ttl() const {
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.ttl_s));
+  // Clamped to a day: 10 * ttl() must fit the clock's duration.
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::min(o_.ttl_s, 86400.0)));
 }
 
 std::optional<DirAhead::Hit> DirAhead::find(Ino dir, std::string_view name, const Cred& cred, Clock::time_point now) {
@@ -77,6 +78,17 @@ void DirAhead::give_up(Ino dir, Clock::time_point now) {
 
 void DirAhead::changed() {
   std::lock_guard lock(mu_);
+  changed_locked();
+}
+
+void DirAhead::sync(uint64_t stamp) {
+  std::lock_guard lock(mu_);
+  if (stamp == stamp_) return;
+  stamp_ = stamp;
+  changed_locked();
+}
+
+void DirAhead::changed_locked() {
   ++generation_;
   // Keep the state of directories being listed or given up on; drop the rest.
   std::erase_if(dirs_, [&](const auto& kv) { return !kv.second.listing && kv.second.retry_after == Clock::time_point{}; });

@@ -77,6 +77,10 @@ class DirAhead {
   void give_up(Ino dir, Clock::time_point now);
   // Something changed through this client: every listing goes.
   void changed();
+  // changed() when `stamp` (a count of changes made here, e.g. mutations
+  // sent) differs from the last one given; compare and drop are one step, so
+  // no caller can find a listing after another saw the new stamp.
+  void sync(uint64_t stamp);
   // Lists `dir` through `client` as `cred` after note_miss said so (its
   // attributes, then every page) and store()s it, or give_up()s on an error
   // or more than entries_max entries.
@@ -99,10 +103,12 @@ class DirAhead {
   bool fresh(const Dir& d, Clock::time_point now) const { return d.listed && now - d.fetched < ttl(); }
   void trim_locked(Clock::time_point now);
   size_t listed_locked() const;
+  void changed_locked();
 
   const Options o_;
   mutable std::mutex mu_;
   uint64_t generation_ = 0;              // GUARDED_BY(mu_)
+  uint64_t stamp_ = 0;                   // GUARDED_BY(mu_): the last sync()
   std::unordered_map<Ino, Dir> dirs_;    // GUARDED_BY(mu_)
 };
 

@@ -55,9 +55,12 @@ class MetaClient {
   Result<std::vector<Result<Inode>>> batch_stat(const Cred& cred, const std::vector<Ino>& inos);
 
   // --- mutations ---
-  // Mutations sent so far (counted before each is sent): a cache of answers
-  // taken while this count stood still saw every change made through here.
+  // Mutations sent so far (counted before each is sent) and finished (its
+  // reply or its final error came back). An answer fetched while both were
+  // equal and stayed so saw every change made through this client. (A
+  // mutation that ended in a timeout may still land at meta afterwards.)
   uint64_t mutations_sent() const { return seq_.load(); }
+  uint64_t mutations_done() const { return done_.load(); }
   Result<Reply> create(const Cred& cred, Ino parent, std::string_view name, uint32_t mode, bool exclusive,
                        bool open_for_write);
   Result<Inode> mkdir(const Cred& cred, Ino parent, std::string_view name, uint32_t mode);
@@ -101,6 +104,7 @@ class MetaClient {
   const MetaClientOptions options_;
   const uint64_t client_id_;
   std::atomic<uint64_t> seq_{0};
+  std::atomic<uint64_t> done_{0};
   std::atomic<size_t> current_{0};  // index of the address tried first
   std::atomic<uint64_t> retries_{0};
   std::atomic<uint64_t> failovers_{0};
