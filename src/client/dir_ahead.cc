@@ -126,6 +126,11 @@ size_t DirAhead::listings() const {
   return listed_locked();
 }
 
+size_t DirAhead::tracked() const {
+  std::lock_guard lock(mu_);
+  return dirs_.size();
+}
+
 size_t DirAhead::listed_locked() const {
   return static_cast<size_t>(std::count_if(dirs_.begin(), dirs_.end(), [](const auto& kv) { return kv.second.listed; }));
 }
@@ -136,6 +141,11 @@ void DirAhead::trim_locked(Clock::time_point now) {
     const Dir& d = kv.second;
     return !d.listing && now >= d.retry_after && !fresh(d, now) && now - d.first_miss >= ttl();
   });
+  // Still crowded (many directories touched within the ttl, or given up on):
+  // miss counters and give-ups are cheap to lose, so that a trim runs at most
+  // once per 3 * dirs_max new directories and the map stays bounded.
+  if (dirs_.size() >= 2 * o_.dirs_max)
+    std::erase_if(dirs_, [](const auto& kv) { return !kv.second.listing && !kv.second.listed; });
   std::vector<std::pair<Clock::time_point, Ino>> listed;
   for (const auto& [ino, d] : dirs_)
     if (d.listed) listed.emplace_back(d.fetched, ino);

@@ -87,6 +87,7 @@ class DirAhead {
   void list(Client& client, const Cred& cred, Ino dir);
 
   size_t listings() const;  // for tests
+  size_t tracked() const;   // for tests: directories with any state
 
  private:
   struct Dir {

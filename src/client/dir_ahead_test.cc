@@ -125,5 +125,24 @@ TEST(DirAhead, KeepsAtMostDirsMaxListingsAndOffMeansOff) {
   EXPECT_FALSE(off.note_miss(kDir, t));
 }
 
+TEST(DirAhead, ManyDirectoriesTouchedWithinTheTtlStayBounded) {
+  DirAhead::Options o;
+  o.dirs_max = 4;
+  o.ttl_s = 30;
+  DirAhead a(o);
+  auto t = DirAhead::Clock::now();
+  for (meta::Ino d = 1000; d < 11000; ++d) {
+    a.note_miss(d, t);  // one miss each: none is listed, every one is fresh
+    ASSERT_LE(a.tracked(), 4 * o.dirs_max) << "after directory " << d;
+  }
+  // A listing in progress survives the trims.
+  auto t2 = t + std::chrono::milliseconds(1);
+  ASSERT_FALSE(a.note_miss(kDir, t2));
+  ASSERT_TRUE(a.note_miss(kDir, t2));
+  for (meta::Ino d = 20000; d < 20100; ++d) a.note_miss(d, t2);
+  a.store(kDir, dir_inode(0755), listing(2), a.generation(), t2);
+  EXPECT_TRUE(a.find(kDir, "f1", user(1000), t2));
+}
+
 }  // namespace
 }  // namespace weft::client

@@ -125,6 +125,11 @@ void StorageService::start_resyncs() {
       ResyncKey key{chain_id, chain.version, e[i + 1].target_id};
       {
         std::lock_guard lock(mu_);
+        // Keys of this chain's older versions can never come back (versions
+        // only grow): drop them, or the set grows with every restart forever.
+        auto older = resyncs_.lower_bound(ResyncKey{chain_id, 0, 0});
+        while (older != resyncs_.end() && std::get<0>(*older) == chain_id && std::get<1>(*older) < chain.version)
+          older = resyncs_.erase(older);
         if (!resyncs_.insert(key).second) continue;
         delivered_[key] = std::make_shared<Delivered>();
       }
