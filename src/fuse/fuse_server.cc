@@ -311,10 +311,11 @@ class FuseServer::Impl {
                    std::chrono::steady_clock::time_point at = std::chrono::steady_clock::now()) {
     std::chrono::duration<double> age = std::chrono::steady_clock::now() - at;
     fuse_entry_param e = entry_of(in, age.count());
-    if (fuse_reply_entry(req, &e) == 0) {
-      add_lookup(in.ino);
-      remember(in, at);
-    }
+    // Counted before the reply: once the kernel has it, a FORGET for it may
+    // run on another thread at once, and must find the count.
+    add_lookup(in.ino);
+    remember(in, at);
+    if (fuse_reply_entry(req, &e) != 0) forget_ino(in.ino, 1);
   }
 
   // ---- open files ----
@@ -673,9 +674,9 @@ class FuseServer::Impl {
     auto of = s->register_file(inode.ino, std::move(file), (flags & O_ACCMODE) != O_RDONLY);
     s->set_open_reply(fi, of.get());
     fuse_entry_param e = s->entry_of(inode);
-    if (fuse_reply_create(req, &e, fi) == 0) {
-      s->add_lookup(inode.ino);
-    } else {
+    s->add_lookup(inode.ino);  // before the reply, as in reply_entry
+    if (fuse_reply_create(req, &e, fi) != 0) {
+      s->forget_ino(inode.ino, 1);
       s->unregister_file(of.get());
       (void)of->file->close();
     }
