@@ -194,6 +194,7 @@ Result<void> FileImpl::close() {
   Result<void> flushed;
   if (writable_) flushed = flush_locked(lock);
   closed_ = true;
+  prefetched_.clear();  // a caller may keep the closed File: not its read-ahead (up to 16 MiB)
   // Give back what failed writes still hold.
   size_t held = 0;
   for (auto& d : dirty_) held += d.second.bytes;
