@@ -36,8 +36,29 @@ void Client::close_all() {
   }
 }
 
+size_t Client::channel_count() {
+  std::lock_guard lock(mu_);
+  return channels_.size();
+}
+
+void Client::sweep_channels_locked() {
+  if (channels_.size() < 2 * channels_after_sweep_ + 16) return;
+  const auto now = std::chrono::steady_clock::now();
+  auto dead = [](const std::shared_ptr<ClientConnection>& c) { return !c || c->broken(); };
+  std::erase_if(channels_, [&](const auto& entry) {
+    const Channel& ch = entry.second;
+    if (!std::all_of(ch.conns.begin(), ch.conns.end(), dead) || !std::all_of(ch.local.begin(), ch.local.end(), dead))
+      return false;
+    if (!ch.backoff) return true;
+    std::lock_guard backoff_lock(ch.backoff->mu);
+    return now >= ch.backoff->retry_at;  // still backing off: keep failing fast
+  });
+  channels_after_sweep_ = channels_.size();
+}
+
 std::shared_ptr<ChannelBackoff> Client::backoff_for(const Endpoint& ep) {
   std::lock_guard lock(mu_);
+  if (!channels_.contains(ep)) sweep_channels_locked();
   Channel& ch = channels_[ep];
   if (!ch.backoff) ch.backoff = std::make_shared<ChannelBackoff>();
   return ch.backoff;
@@ -47,6 +68,7 @@ Result<std::shared_ptr<ClientConnection>> Client::connection_for(const Endpoint&
   const size_t per = options_.connections_per_endpoint;
   const size_t here = io_.current_index();  // io_.size() outside the pool
   std::lock_guard lock(mu_);
+  if (!channels_.contains(ep)) sweep_channels_locked();
   Channel& ch = channels_[ep];
   if (ch.conns.empty()) {
     ch.conns.resize(per);

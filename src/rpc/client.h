@@ -128,6 +128,7 @@ class Client {
   const ClientOptions& options() const { return options_; }
   // Closes every connection; in-flight calls fail with kDisconnected.
   void close_all();
+  size_t channel_count();  // for tests: endpoints with state here
 
  private:
   struct Channel {
@@ -138,12 +139,18 @@ class Client {
   };
   Result<std::shared_ptr<ClientConnection>> connection_for(const Endpoint& ep);
   std::shared_ptr<ChannelBackoff> backoff_for(const Endpoint& ep);
+  // REQUIRES: mu_. Drops the channels of endpoints whose connections all
+  // broke and whose backoff ran out, once the map has doubled since the last
+  // sweep: a long-running client talks to servers that move away, and each
+  // kept its dead connections (and their read buffers) for ever.
+  void sweep_channels_locked();
 
   IoPool& io_;
   ClientOptions options_;
   std::shared_ptr<const ClientOptions> shared_options_;  // outlives this Client in its connections
   std::mutex mu_;
-  std::map<Endpoint, Channel> channels_;
+  std::map<Endpoint, Channel> channels_;  // GUARDED_BY(mu_)
+  size_t channels_after_sweep_ = 0;       // GUARDED_BY(mu_)
   // Expires with this Client: the per-thread channels of a Client that is
   // gone are never used again (they are dropped on the thread's next miss).
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);

@@ -241,6 +241,40 @@ TEST(Rpc, ConnectFailureBacksOff) {
   EXPECT_NE(second.error().message().find("next attempt in"), std::string::npos) << second.error();
 }
 
+// Endpoints that went away are not kept for ever: once their connections
+// broke and their backoff ran out, the next new endpoint sweeps them (the
+// map is swept when it doubles). 2 x 40 unreachable addresses; without the
+// sweep all 80 stay.
+TEST(Rpc, ChannelsOfEndpointsThatWentAwayAreDropped) {
+  metrics::Registry registry;
+  IoPool io{1};
+  ClientOptions co;
+  co.cluster_token = kToken;
+  co.backoff_min_ms = 20;
+  Client client(io, co);
+  uint16_t port;
+  {
+    IoPool tmp{1};
+    Server s(tmp, {}, registry);
+    port = s.listen("127.0.0.1", 0).value();
+  }
+  auto call_each = [&](int first) {
+    for (int i = first; i < first + 40; ++i) {
+      Endpoint ep{fmt::format("127.0.0.{}", 2 + i), port};  // loopback, nobody listening
+      auto r = block_on(io.at(0).get_executor(), client.call<proto::EchoReply>(ep, kEcho, with_data("x")));
+      ASSERT_FALSE(r);
+    }
+  };
+  call_each(0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // their backoff runs out
+  call_each(40);
+  EXPECT_LE(client.channel_count(), 40u);
+  // A live endpoint keeps working through it all.
+  Cluster c;
+  auto ok = block_on(io.at(0).get_executor(), client.call<proto::EchoReply>(c.ep, kEcho, with_data("live")));
+  ASSERT_TRUE(ok) << ok.error();
+}
+
 TEST(Rpc, BlockingPoolOverloadIsRetryable) {
   ServerOptions so;
   so.blocking_threads = 1;
