@@ -14,6 +14,11 @@ namespace {
 std::atomic<uint64_t> g_forks{0};
 void count_fork_in_child() { g_forks.fetch_add(1, std::memory_order_relaxed); }
 
+// Registered once at load, never inside a first thread_random() call (a fork
+// in the middle of that call's static initialisation would leave the
+// child's guard taken).
+[[maybe_unused]] const bool kForkCounted = ::pthread_atfork(nullptr, nullptr, count_fork_in_child) == 0;
+
 uint64_t os_seed() {
   std::random_device rd;
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();
@@ -61,8 +66,6 @@ uint64_t Xoshiro256::next_u64() {
 }
 
 Random& thread_random() {
-  static const bool registered = [] { return ::pthread_atfork(nullptr, nullptr, count_fork_in_child) == 0; }();
-  (void)registered;
   struct Seeded {
     Xoshiro256 rng{os_seed()};
     uint64_t forks = g_forks.load(std::memory_order_relaxed);

@@ -779,6 +779,7 @@ class FuseServer::Impl {
     std::lock_guard lk(d->mu);
     std::vector<char> buf(size);
     size_t used = 0;
+    std::vector<Ino> counted_inos;  // lookups taken for entries in buf
     auto fetch = [&](std::string_view cookie) { return client_.readdir(cred, ino, cookie, kReaddirPageEntries); };
     for (uint64_t o = static_cast<uint64_t>(off);; ++o) {
       std::string name;
@@ -825,9 +826,14 @@ class FuseServer::Impl {
                          : fuse_add_direntry(req, buf.data() + used, room, name.c_str(), &e.attr, off_t(o + 1));
       if (need > room) break;
       used += need;
-      if (counted) add_lookup(e.ino);
+      if (counted) {
+        add_lookup(e.ino);  // before the reply, as in reply_entry
+        counted_inos.push_back(e.ino);
+      }
     }
-    fuse_reply_buf(req, buf.data(), used);
+    // A reply that never reached the kernel: it holds none of these counts.
+    if (fuse_reply_buf(req, buf.data(), used) != 0)
+      for (Ino ino : counted_inos) forget_ino(ino, 1);
   }
 
   static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {

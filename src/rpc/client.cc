@@ -50,6 +50,11 @@ void Client::sweep_channels_locked() {
     if (!std::all_of(ch.conns.begin(), ch.conns.end(), dead) || !std::all_of(ch.local.begin(), ch.local.end(), dead))
       return false;
     if (!ch.backoff) return true;
+    // Each connection holds the backoff too; any other holder (a blocking
+    // call connecting now) will record its outcome there: keep it.
+    auto held = static_cast<long>(std::count_if(ch.conns.begin(), ch.conns.end(), [](auto& c) { return c != nullptr; }) +
+                                  std::count_if(ch.local.begin(), ch.local.end(), [](auto& c) { return c != nullptr; }));
+    if (ch.backoff.use_count() > 1 + held) return false;
     std::lock_guard backoff_lock(ch.backoff->mu);
     return now >= ch.backoff->retry_at;  // still backing off: keep failing fast
   });

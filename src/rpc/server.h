@@ -5,9 +5,11 @@
 // and must not block; blocking handlers (RocksDB, disk) run on a bounded
 // thread pool, and a full pool answers kOverloaded (retryable) instead of
 // queueing without bound. Per connection, at most `inflight_max` requests
-// and `inflight_bytes_max` payload bytes are in progress, and at most
-// `queued_reply_bytes_max` reply bytes wait to be written: beyond that the
-// server stops reading that socket (back-pressure), other connections go on.
+// and `inflight_bytes_max` payload bytes are in progress, and reading stops
+// while `queued_reply_bytes_max` reply bytes wait to be written (checked
+// after each request read, so the replies of up to inflight_max requests
+// already read may still join them): beyond that the server stops reading
+// that socket (back-pressure), other connections go on.
 // Threading: register methods before listen(); stop() from any thread.
 #pragma once
 
