@@ -350,6 +350,8 @@ class ClientImpl final : public Client {
     return Status(s.code(), fmt::format("{}: {}", path, s.message()));
   }
 
+  static bool file_gone(const std::weak_ptr<FileImpl>& w) { return w.expired(); }
+
   Result<std::shared_ptr<FileImpl>> make_file(const Cred& cred, Inode inode, uint64_t session, bool write) {
     WEFT_TRY(auto stripe, file_stripe(*core_, inode.layout));
     Ino ino = inode.ino;
@@ -357,7 +359,7 @@ class ClientImpl final : public Client {
     file->set_stripe(std::move(stripe));
     std::lock_guard lock(files_mu_);
     auto& list = files_[ino];
-    std::erase_if(list, [](const std::weak_ptr<FileImpl>& w) { return w.expired(); });
+    std::erase_if(list, file_gone);
     list.push_back(file);
     sweep_files_locked();
     return file;
@@ -371,7 +373,7 @@ class ClientImpl final : public Client {
   void sweep_files_locked() {
     if (files_.size() < 2 * files_after_sweep_ + 64) return;
     for (auto it = files_.begin(); it != files_.end();) {
-      std::erase_if(it->second, [](const std::weak_ptr<FileImpl>& w) { return w.expired(); });
+      std::erase_if(it->second, file_gone);
       it = it->second.empty() ? files_.erase(it) : std::next(it);
     }
     files_after_sweep_ = files_.size();

@@ -78,7 +78,7 @@ Random& thread_random() {
   return t.rng;
 }
 
-uint64_t random_id() { return (os_seed() ^ thread_random().next_u64()) | 1; }
+uint64_t random_id() { return os_seed() | 1; }
 
 std::vector<uint32_t> portable_permutation(uint32_t n, uint64_t seed) {
   std::vector<uint32_t> order(n);

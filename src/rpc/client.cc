@@ -44,17 +44,17 @@ size_t Client::channel_count() {
 void Client::sweep_channels_locked() {
   if (channels_.size() < 2 * channels_after_sweep_ + 16) return;
   const auto now = std::chrono::steady_clock::now();
-  auto dead = [](const std::shared_ptr<ClientConnection>& c) { return !c || c->broken(); };
   std::erase_if(channels_, [&](const auto& entry) {
     const Channel& ch = entry.second;
-    if (!std::all_of(ch.conns.begin(), ch.conns.end(), dead) || !std::all_of(ch.local.begin(), ch.local.end(), dead))
-      return false;
+    long connections = 0;  // each holds the backoff too
+    for (const auto* list : {&ch.conns, &ch.local})
+      for (const auto& c : *list) {
+        if (c && !c->broken()) return false;
+        connections += c != nullptr;
+      }
     if (!ch.backoff) return true;
-    // Each connection holds the backoff too; any other holder (a blocking
-    // call connecting now) will record its outcome there: keep it.
-    auto held = static_cast<long>(std::count_if(ch.conns.begin(), ch.conns.end(), [](auto& c) { return c != nullptr; }) +
-                                  std::count_if(ch.local.begin(), ch.local.end(), [](auto& c) { return c != nullptr; }));
-    if (ch.backoff.use_count() > 1 + held) return false;
+    // Any other holder (a blocking call connecting now) will record its outcome there: keep it.
+    if (ch.backoff.use_count() > 1 + connections) return false;
     std::lock_guard backoff_lock(ch.backoff->mu);
     return now >= ch.backoff->retry_at;  // still backing off: keep failing fast
   });

@@ -26,6 +26,13 @@ proto::EchoRequest with_data(std::string data) {
   return r;
 }
 
+// A port nobody listens on: bind one, then close it.
+uint16_t closed_port(metrics::Registry& registry) {
+  IoPool tmp{1};
+  Server s(tmp, {}, registry);
+  return s.listen("127.0.0.1", 0).value();
+}
+
 TEST(Rpc, EchoRoundTrip) {
   Cluster c;
   auto r = c.echo(with_data("hello"));
@@ -223,13 +230,7 @@ TEST(Rpc, ConnectFailureBacksOff) {
   co.cluster_token = kToken;
   co.backoff_min_ms = 200;
   Client client(io, co);
-  // A port nobody listens on: bind one, then close it.
-  uint16_t port;
-  {
-    IoPool tmp{1};
-    Server s(tmp, {}, registry);
-    port = s.listen("127.0.0.1", 0).value();
-  }
+  uint16_t port = closed_port(registry);
   Endpoint ep{"127.0.0.1", port};
   auto first = block_on(io.at(0).get_executor(), client.call<proto::EchoReply>(ep, kEcho, with_data("x")));
   ASSERT_FALSE(first);
@@ -252,12 +253,7 @@ TEST(Rpc, ChannelsOfEndpointsThatWentAwayAreDropped) {
   co.cluster_token = kToken;
   co.backoff_min_ms = 20;
   Client client(io, co);
-  uint16_t port;
-  {
-    IoPool tmp{1};
-    Server s(tmp, {}, registry);
-    port = s.listen("127.0.0.1", 0).value();
-  }
+  uint16_t port = closed_port(registry);
   auto call_each = [&](int first) {
     for (int i = first; i < first + 40; ++i) {
       Endpoint ep{fmt::format("127.0.0.{}", 2 + i), port};  // loopback, nobody listening

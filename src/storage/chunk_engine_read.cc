@@ -98,8 +98,9 @@ Result<ChunkEngine::ReadPlan> ChunkEngine::plan_read(const ChunkId& id, uint32_t
 Result<void> ChunkEngine::check_read(ReadPlan& plan) {
   const ChunkMeta& meta = plan.meta;
   const std::byte* data = plan.result.buffer.data();
-  const bool whole = plan.first == 0 && plan.result.data_offset == 0 && plan.result.data_length == meta.length;
-  if (whole && !fault::any_armed()) {
+  const bool one_pass = plan.first == 0 && plan.result.data_offset == 0 && plan.result.data_length == meta.length &&
+                        !fault::any_armed();
+  if (one_pass) {
     uint32_t crc = crc32c(data, meta.length);
     if (crc == meta.chunk_crc) {
       plan.result.data_crc = crc;
@@ -107,7 +108,7 @@ Result<void> ChunkEngine::check_read(ReadPlan& plan) {
     }
   }
   auto ok = check_blocks(meta, plan.first, plan.count, data);
-  if (ok && whole && !fault::any_armed()) {  // the blocks match their CRCs, the whole does not
+  if (ok && one_pass) {  // the blocks match their CRCs, the whole does not
     metrics_->checksum_failures.inc();
     ok = error(Code::kCorruption, "chunk crc32c does not match the index's {:08x}", meta.chunk_crc);
   }
