@@ -103,7 +103,11 @@ void serve_meta(const std::string& config_path) {
     meta::MetaStore* s = store->get();
     client::ChunkGcHooks hooks;
     hooks.pending = [s](size_t limit) { return s->gc_pending(limit); };
-    hooks.done = [s](meta::Ino ino) { return s->gc_done(meta::Context{meta::Cred::root(), {}}, ino); };
+    hooks.done = [s](std::span<const meta::Ino> inos) -> Result<void> {
+      WEFT_TRY(size_t n, s->gc_done(meta::Context{meta::Cred::root(), {}}, inos));
+      (void)n;  // files another pass finished already are no error
+      return {};
+    };
     gc = std::make_unique<client::ChunkGc>((*membership)->mgmtd, sc->cluster_token, std::move(hooks));
     gc->start();
   }

@@ -25,8 +25,9 @@ struct ChunkGc::Parts {
   }
 };
 
-// Files taken from meta per pass.
+// Files taken from meta per pass, and chunk removals in flight at once.
 constexpr size_t kPendingBatch = 64;
+constexpr size_t kRemovesInFlight = 128;
 
 ChunkGc::ChunkGc(std::vector<rpc::Endpoint> mgmtd, std::string cluster_token, ChunkGcHooks hooks,
                  std::chrono::milliseconds interval)
@@ -44,33 +45,60 @@ void ChunkGc::stop() {
   if (thread_) thread_->stop();
 }
 
+// The chunks of every file of a pass are removed together, at most
+// kRemovesInFlight at a time (a pass of small files is one wave of requests
+// rather than a round trip per file), and the files whose chunks are all gone
+// are reported to meta in one commit.
 Result<size_t> ChunkGc::collect_once() {
   if (!routing_started_) {
     WEFT_RETURN_IF_ERROR(parts_->routing.start());
     routing_started_ = true;
   }
   WEFT_TRY(auto items, hooks_.pending(kPendingBatch));
-  size_t finished = 0;
-  for (const meta::GcItem& item : items) {
-    const meta::Layout& layout = item.inode.layout;
-    uint64_t chunks = layout.chunk_bytes ? (item.inode.size + layout.chunk_bytes - 1) / layout.chunk_bytes : 0;
-    if (chunks > 0) {
-      auto stripe = stripe_chains(layout, *parts_->routing.current());
-      if (!stripe) return error(stripe.error().with_context(fmt::format("gc of file {}", item.ino)));
-      constexpr uint64_t kBatch = 128;
-      for (uint64_t first = 0; first < chunks; first += kBatch) {
-        std::vector<Task<Result<void>>> tasks;
-        for (uint64_t i = first; i < std::min(chunks, first + kBatch); ++i)
-          tasks.push_back(parts_->chunks.remove({item.ino, i, chain_of_chunk(*stripe, i), layout.chunk_bytes}));
-        WEFT_RETURN_IF_ERROR(first_error(run_parallel(parts_->io, std::move(tasks))));
+  struct Removal {
+    size_t item;
+    ChunkAddress chunk;
+  };
+  std::vector<Removal> removals;
+  std::vector<bool> failed(items.size(), false);
+  std::optional<Status> first_failure;
+  auto fail = [&](size_t item, const Status& why) {
+    failed[item] = true;
+    if (!first_failure) first_failure = why.with_context(fmt::format("gc of file {}", items[item].ino));
+  };
+  auto routing = parts_->routing.current();
+  for (size_t k = 0; k < items.size(); ++k) {
+    const meta::Layout& layout = items[k].inode.layout;
+    uint64_t chunks = layout.chunk_bytes ? (items[k].inode.size + layout.chunk_bytes - 1) / layout.chunk_bytes : 0;
+    if (chunks == 0) continue;
+    auto stripe = stripe_chains(layout, *routing);
+    if (!stripe) {
+      fail(k, stripe.error());
+      continue;
+    }
+    for (uint64_t i = 0; i < chunks; ++i)
+      removals.push_back({k, {items[k].ino, i, chain_of_chunk(*stripe, i), layout.chunk_bytes}});
+  }
+  for (size_t first = 0; first < removals.size(); first += kRemovesInFlight) {
+    size_t last = std::min(removals.size(), first + kRemovesInFlight);
+    std::vector<Task<Result<void>>> tasks;
+    for (size_t r = first; r < last; ++r) tasks.push_back(parts_->chunks.remove(removals[r].chunk));
+    auto results = run_parallel(parts_->io, std::move(tasks));
+    for (size_t r = first; r < last; ++r) {
+      if (results[r - first]) {
+        chunks_.fetch_add(1);
+      } else {
+        fail(removals[r].item, results[r - first].error());
       }
     }
-    WEFT_RETURN_IF_ERROR(hooks_.done(item.ino));
-    chunks_.fetch_add(chunks);
-    files_.fetch_add(1);
-    ++finished;
   }
-  return finished;
+  std::vector<meta::Ino> done;
+  for (size_t k = 0; k < items.size(); ++k)
+    if (!failed[k]) done.push_back(items[k].ino);
+  if (!done.empty()) WEFT_RETURN_IF_ERROR(hooks_.done(done));
+  files_.fetch_add(done.size());
+  if (first_failure) return std::unexpected(*first_failure);
+  return done.size();
 }
 
 PeriodicThread::Wait ChunkGc::tick() {

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 
 #include "client/chunk_io.h"
 #include "client/routing_cache.h"
@@ -24,7 +25,8 @@ namespace weft::client {
 
 struct ChunkGcHooks {
   std::function<Result<std::vector<meta::GcItem>>(size_t limit)> pending;
-  std::function<Result<void>(meta::Ino)> done;
+  // The chunks of these files are gone (one call per pass).
+  std::function<Result<void>(std::span<const meta::Ino>)> done;
 };
 
 class ChunkGc {

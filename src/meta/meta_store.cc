@@ -216,6 +216,7 @@ std::optional<Result<Reply>> MetaStore::attempt(Op op, const Context& ctx, const
   auto c = txn.commit();
   if (!c && txn.conflict()) return std::nullopt;
   if (!c) return Result<Reply>(std::unexpected(c.error()));
+  if (auto queued = txn.gc_queued()) gc_floor_.lower(*queued);
   auto durable = await_sync();
   if (!durable) return Result<Reply>(std::unexpected(durable.error()));
   return r;

@@ -47,6 +47,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,7 @@
 #include "common/free_space.h"
 #include "common/metrics.h"
 #include "common/status.h"
+#include "meta/gc_floor.h"
 #include "meta/types.h"
 
 namespace rocksdb {
@@ -134,6 +136,7 @@ class MetaStore {
   Result<std::string> getxattr(const Context& ctx, Ino ino, std::string_view name);
   Result<std::vector<std::string>> listxattr(const Context& ctx, Ino ino);
   Result<Layout> get_layout(const Context& ctx, Ino dir);
+  // The first `limit` files queued for chunk GC, in inode order.
   Result<std::vector<GcItem>> gc_pending(size_t limit);
 
   // --- mutations ---
@@ -169,8 +172,12 @@ class MetaStore {
   // the client's lease expires); unlinked files it kept alive go to GC.
   // Returns how many sessions were closed.
   Result<uint64_t> drop_sessions_of(uint64_t client_id);
-  // The GC worker removed the chunks of `ino` (root credentials only).
+  // The GC worker removed the chunks of `ino` (root credentials only);
+  // kNotFound if it was not queued.
   Result<void> gc_done(const Context& ctx, Ino ino);
+  // The same for many files in one commit; returns how many were queued
+  // (the others are skipped: done before).
+  Result<size_t> gc_done(const Context& ctx, std::span<const Ino> inos);
   // Drops retry records older than age_ns. Returns how many went.
   Result<uint64_t> expire_requests(int64_t age_ns);
 
@@ -228,6 +235,7 @@ class MetaStore {
   rocksdb::TransactionDB* db_ = nullptr;
   std::unique_ptr<WalSyncer> syncer_;  // set when sync && group_sync
   std::unique_ptr<FreeSpaceGuard> space_;  // admits everything when reserve_bytes is 0
+  GcFloor gc_floor_;  // where gc_pending's scan starts (past the done items' tombstones)
   std::mutex alloc_mu_;
   uint64_t next_id_ = 0;   // guarded by alloc_mu_
   uint64_t id_limit_ = 0;  // guarded by alloc_mu_: persisted high-water mark

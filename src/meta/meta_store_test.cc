@@ -145,6 +145,7 @@ TEST_F(MetaStoreTest, UnlinkAndRmdirErrors) {
 TEST_F(MetaStoreTest, HardLinks) {
   Ino d = mkdir("d");
   Ino f = create("f");
+  ASSERT_OK(s().setattr(root(), f, SetAttr{.size = 1}));  // chunks to collect
   auto l = s().link(root(), f, d, "g");
   ASSERT_OK(l);
   EXPECT_EQ(l->nlink, 2u);

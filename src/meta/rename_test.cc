@@ -19,6 +19,7 @@ TEST_F(RenameTest, MovesFileWithinAndAcrossDirectories) {
 
 TEST_F(RenameTest, ReplacesFileAtomically) {
   Ino f = create("f"), g = create("g");
+  ASSERT_OK(s().setattr(root(), g, SetAttr{.size = 1}));  // chunks to collect
   ASSERT_OK(s().rename(root(), kRootIno, "f", kRootIno, "g"));
   EXPECT_EQ(s().lookup(root(), kRootIno, "g")->ino, f);
   EXPECT_CODE(s().getattr(root(), g), Code::kNotFound);

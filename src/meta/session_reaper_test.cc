@@ -36,6 +36,7 @@ class SessionReaperTest : public StoreTest {
 TEST_F(SessionReaperTest, ClosesOnlyOldSessionsOfClientsWithoutALease) {
   Reply dead_old = open_for_write(11, "dead-old");
   Reply live_old = open_for_write(12, "live-old");
+  ASSERT_OK(s().report_length(root(), dead_old.inode.ino, dead_old.session_id, 4096));  // chunks to collect
   ASSERT_OK(s().unlink(root(), kRootIno, "dead-old"));  // kept alive by its session
   clock_.advance(120s);
   Reply dead_new = open_for_write(11, "dead-new");

@@ -1,6 +1,9 @@
 #include <rocksdb/db.h>
+#include <rocksdb/perf_context.h>
+#include <rocksdb/perf_level.h>
 
 #include "meta/codec.h"
+#include "meta/gc_floor.h"
 #include "meta/test_util.h"
 
 namespace weft::meta::testing {
@@ -99,6 +102,7 @@ TEST_F(SessionTest, DroppingAClientsSessionsReleasesItsFiles) {
   auto b = s().create(c2, kRootIno, "b", 0644, true, true);
   ASSERT_OK(a);
   ASSERT_OK(b);
+  ASSERT_OK(s().report_length(with_req(root(), 11, 2), a->inode.ino, a->session_id, 1));  // chunks to collect
   ASSERT_OK(s().unlink(root(), kRootIno, "a"));
   EXPECT_TRUE(s().gc_pending(10)->empty());
   EXPECT_EQ(*s().drop_sessions_of(11), 1u);
@@ -110,9 +114,19 @@ TEST_F(SessionTest, DroppingAClientsSessionsReleasesItsFiles) {
   ASSERT_OK(s().close(root(), b->inode.ino, b->session_id));
 }
 
-TEST_F(SessionTest, GcQueueDrains) {
-  for (int i = 0; i < 5; ++i) create(fmt::format("f{}", i));
-  for (int i = 0; i < 5; ++i) ASSERT_OK(s().unlink(root(), kRootIno, fmt::format("f{}", i)));
+class GcQueueTest : public StoreTest {
+ protected:
+  // A file with some length, unlinked: queued for chunk GC.
+  Ino queued_file(const std::string& name) {
+    Ino f = create(name);
+    EXPECT_TRUE(s().setattr(root(), f, SetAttr{.size = 1}).has_value());
+    EXPECT_TRUE(s().unlink(root(), kRootIno, name).has_value());
+    return f;
+  }
+};
+
+TEST_F(GcQueueTest, Drains) {
+  for (int i = 0; i < 5; ++i) queued_file(fmt::format("f{}", i));
   auto first = s().gc_pending(3);
   ASSERT_EQ(first->size(), 3u);
   EXPECT_CODE(s().gc_done(user(1, 1), (*first)[0].ino), Code::kNotPermitted);
@@ -121,8 +135,81 @@ TEST_F(SessionTest, GcQueueDrains) {
   EXPECT_EQ(s().gc_pending(10)->size(), 2u);
   auto rest = s().gc_pending(10);
   ASSERT_OK(rest);
-  for (auto& item : *rest) ASSERT_OK(s().gc_done(root(), item.ino));
+  ASSERT_EQ(rest->size(), 2u) << "what was not done is handed out again";
+  std::vector<Ino> inos{(*rest)[0].ino, (*rest)[1].ino, (*first)[0].ino};
+  auto done = s().gc_done(root(), std::span<const Ino>(inos));
+  ASSERT_OK(done);
+  EXPECT_EQ(*done, 2u) << "one commit for many files; those done before are skipped";
   EXPECT_TRUE(s().gc_pending(10)->empty());
+}
+
+// Nothing to remove from storage: an empty file is destroyed without a GC entry.
+TEST_F(GcQueueTest, EmptyFilesAreNotQueued) {
+  Ino e = create("empty");
+  ASSERT_OK(s().unlink(root(), kRootIno, "empty"));
+  EXPECT_CODE(s().getattr(root(), e), Code::kNotFound);
+  auto w = s().create(root(), kRootIno, "open-empty", 0644, true, true);
+  ASSERT_OK(w);
+  ASSERT_OK(s().unlink(root(), kRootIno, "open-empty"));
+  ASSERT_OK(s().close(root(), w->inode.ino, w->session_id));
+  EXPECT_CODE(s().getattr(root(), w->inode.ino), Code::kNotFound);
+  EXPECT_TRUE(s().gc_pending(10)->empty());
+  EXPECT_EQ(count_prefix(s().db(), std::string(1, key::kGcPrefix)), 0u);
+}
+
+// The queue's front fills with the tombstones of finished items; a scan
+// starts past them, finds items queued behind its start later, and an empty
+// queue is not scanned at all.
+TEST_F(GcQueueTest, ScansSkipFinishedItems) {
+  Ino low = create("low");  // the lowest inode, queued last
+  ASSERT_OK(s().setattr(root(), low, SetAttr{.size = 1}));
+  for (int i = 0; i < 2000; ++i) queued_file(fmt::format("f{}", i));
+  rocksdb::SetPerfLevel(rocksdb::PerfLevel::kEnableCount);
+  auto skipped_by = [&](auto&& scan) {
+    rocksdb::get_perf_context()->Reset();
+    scan();
+    return rocksdb::get_perf_context()->internal_delete_skipped_count;
+  };
+  size_t handed_out = 0;
+  uint64_t skipped_max = 0;
+  for (;;) {
+    std::vector<GcItem> batch;
+    skipped_max = std::max(skipped_max, skipped_by([&] { batch = *s().gc_pending(64); }));
+    if (batch.empty()) break;
+    std::vector<Ino> inos;
+    for (auto& item : batch) inos.push_back(item.ino);
+    ASSERT_EQ(*s().gc_done(root(), std::span<const Ino>(inos)), batch.size());
+    handed_out += batch.size();
+  }
+  EXPECT_EQ(handed_out, 2000u);
+  EXPECT_LE(skipped_max, 64u) << "each scan starts past the tombstones of earlier batches";
+  ASSERT_OK(s().unlink(root(), kRootIno, "low"));
+  std::vector<GcItem> again;
+  skipped_by([&] { again = *s().gc_pending(64); });
+  ASSERT_EQ(again.size(), 1u) << "an item queued below the scans' start is found";
+  EXPECT_EQ(again[0].ino, low);
+  ASSERT_OK(s().gc_done(root(), low));
+  EXPECT_TRUE(s().gc_pending(64)->empty());
+  EXPECT_EQ(skipped_by([&] { EXPECT_TRUE(s().gc_pending(64)->empty()); }), 0u) << "an empty queue is not scanned";
+  rocksdb::SetPerfLevel(rocksdb::PerfLevel::kDisable);
+}
+
+TEST(GcFloor, AScanRaisesItOnlyWhenNoCommitQueuedSinceItsMark) {
+  GcFloor floor;
+  EXPECT_FALSE(floor.mark().empty) << "unknown at start: the first scan looks";
+  auto m = floor.mark();
+  floor.raise(m, Ino{50});
+  EXPECT_EQ(floor.mark().floor, 50u);
+  m = floor.mark();
+  floor.lower(20);  // committed while the scan ran: its snapshot may lack it
+  floor.raise(m, Ino{60});
+  EXPECT_EQ(floor.mark().floor, 20u);
+  m = floor.mark();
+  floor.raise(m, std::nullopt);
+  EXPECT_TRUE(floor.mark().empty);
+  floor.lower(90);
+  EXPECT_FALSE(floor.mark().empty);
+  EXPECT_EQ(floor.mark().floor, 90u) << "queued into an empty queue: the scan starts there";
 }
 
 }  // namespace

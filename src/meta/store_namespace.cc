@@ -76,7 +76,7 @@ Result<void> MetaStore::drop_link(Txn& txn, Inode victim) {
     if (open) return txn.put_inode(victim);  // queued at last close
   }
   WEFT_RETURN_IF_ERROR(destroy_inode(txn, victim));
-  if (victim.is_file()) return txn.put_untracked(key::gc(victim.ino), encode_inode(victim));
+  if (victim.is_file()) return txn.queue_chunk_gc(victim);
   return {};
 }
 

@@ -161,14 +161,20 @@ Result<Layout> MetaStore::get_layout(const Context&, Ino ino) {
 Result<std::vector<GcItem>> MetaStore::gc_pending(size_t limit) {
   return observe(metrics_of(Op::kGcPending), [&]() -> Result<std::vector<GcItem>> {
     std::vector<GcItem> items;
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-    const std::string prefix(1, key::kGcPrefix);
-    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix) && items.size() < limit; it->Next()) {
+    GcFloor::Mark mark = gc_floor_.mark();  // before the iterator's snapshot
+    if (mark.empty || limit == 0) return items;
+    const std::string upper = key::prefix_end(std::string(1, key::kGcPrefix));
+    rocksdb::Slice upper_slice(upper);
+    rocksdb::ReadOptions ro;
+    ro.iterate_upper_bound = &upper_slice;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+    for (it->Seek(key::gc(mark.floor)); it->Valid() && items.size() < limit; it->Next()) {
       WEFT_TRY(Inode n, decode_inode(std::string_view(it->value().data(), it->value().size())));
       WEFT_TRY(uint64_t ino, key::u64_at(std::string_view(it->key().data(), it->key().size()), 1));
       items.push_back({ino, std::move(n)});
     }
     if (!it->status().ok()) return error(from_rocks(it->status(), "gc_pending"));
+    gc_floor_.raise(mark, items.empty() ? std::nullopt : std::optional<Ino>(items.front().ino));
     return items;
   });
 }

@@ -57,7 +57,7 @@ Result<void> MetaStore::close(const Context& ctx, Ino ino, uint64_t session_id) 
            if (others) return Reply{};
            // The last writer of an unlinked file closed: queue its chunks for GC.
            WEFT_RETURN_IF_ERROR(destroy_inode(txn, *n));
-           WEFT_RETURN_IF_ERROR(txn.put_untracked(key::gc(ino), encode_inode(*n)));
+           WEFT_RETURN_IF_ERROR(txn.queue_chunk_gc(*n));
            return Reply{};
   }));
 }
@@ -101,14 +101,27 @@ Result<uint64_t> MetaStore::drop_sessions_of(uint64_t client_id) {
   return closed;
 }
 
+Result<size_t> MetaStore::gc_done(const Context& ctx, std::span<const Ino> inos) {
+  size_t done = 0;
+  auto r = mutate(Op::kGcDone, ctx, [&](Txn& txn) -> Result<Reply> {
+    if (ctx.cred.uid != 0) return error(Code::kNotPermitted, "gc_done needs root");
+    done = 0;  // the body runs again after a lock conflict
+    for (Ino ino : inos) {
+      WEFT_TRY(auto g, txn.lock_raw(key::gc(ino), true));
+      if (!g) continue;
+      WEFT_RETURN_IF_ERROR(txn.del(key::gc(ino)));
+      ++done;
+    }
+    return Reply{};
+  });
+  if (!r) return std::unexpected(r.error());
+  return done;
+}
+
 Result<void> MetaStore::gc_done(const Context& ctx, Ino ino) {
-  return to_void(mutate(Op::kGcDone, ctx, [&](Txn& txn) -> Result<Reply> {
-           if (ctx.cred.uid != 0) return error(Code::kNotPermitted, "gc_done needs root");
-           WEFT_TRY(auto g, txn.lock_raw(key::gc(ino), true));
-           if (!g) return error(Code::kNotFound, "inode {} is not queued for GC", ino);
-           WEFT_RETURN_IF_ERROR(txn.del(key::gc(ino)));
-           return Reply{};
-  }));
+  WEFT_TRY(size_t done, gc_done(ctx, std::span<const Ino>(&ino, 1)));
+  if (done == 0) return error(Code::kNotFound, "inode {} is not queued for GC", ino);
+  return {};
 }
 
 }  // namespace weft::meta

@@ -101,6 +101,13 @@ Result<void> Txn::merge_untracked(const std::string& key, const std::string& val
   return check(txn_->MergeUntracked(key, value), "merge");
 }
 
+Result<void> Txn::queue_chunk_gc(const Inode& file) {
+  if (file.size == 0) return {};
+  WEFT_RETURN_IF_ERROR(put_untracked(key::gc(file.ino), encode_inode(file)));
+  gc_queued_ = std::min(gc_queued_.value_or(file.ino), file.ino);
+  return {};
+}
+
 Result<std::vector<std::pair<std::string, std::string>>> Txn::scan(const std::string& prefix, size_t limit,
                                                                      const std::string& start) {
   std::vector<std::pair<std::string, std::string>> out;

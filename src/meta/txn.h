@@ -59,6 +59,12 @@ class Txn {
   Result<void> del(const std::string& key);
   Result<void> del_untracked(const std::string& key);
   Result<void> merge_untracked(const std::string& key, const std::string& value);
+  // Queues the chunks of a destroyed file for the GC worker (key G<ino>). A
+  // file of length 0 has no chunks to remove and is not queued.
+  Result<void> queue_chunk_gc(const Inode& file);
+  // The lowest inode this transaction queued, if any (for GcFloor::lower once
+  // it committed).
+  std::optional<Ino> gc_queued() const { return gc_queued_; }
 
   // Keys and values under `prefix` in order, at most `limit`, starting at `start`
   // (>= prefix). Reads latest committed data: call after taking the locks
@@ -77,6 +83,7 @@ class Txn {
 
   std::unique_ptr<rocksdb::Transaction> txn_;
   bool conflict_ = false;
+  std::optional<Ino> gc_queued_;
 };
 
 }  // namespace weft::meta

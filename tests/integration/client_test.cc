@@ -21,6 +21,7 @@
 namespace weft {
 namespace {
 
+using weft::testing::eventually;
 using weft::testing::TempDir;
 
 std::vector<std::byte> pattern(size_t n, uint64_t seed) {
@@ -432,6 +433,37 @@ TEST_F(ClientTest, ClosesEndTheirSessions) {
     for (auto& f : files) ASSERT_TRUE(f->close().has_value());
   }  // the client goes at once
   for (Ino ino : inos) EXPECT_TRUE(eventually_gone(ino)) << "inode " << ino;
+}
+
+// Unlinked files leave storage: meta queues the written ones for chunk GC
+// (empty ones have nothing to remove), the GC worker removes their chunks in
+// one wave per pass, and the targets' used space (statfs) comes back.
+TEST_F(ClientTest, UnlinkedFilesLeaveStorage) {
+  std::string d = dir();
+  const Cred& cred = client_->default_cred();
+  auto used = [&]() -> uint64_t {
+    auto s = client_->statfs(cred);
+    EXPECT_TRUE(s.has_value()) << s.error();
+    return s ? s->used_bytes : 0;
+  };
+  const uint64_t before = used();
+  const int kFiles = 8;
+  auto data = pattern(3 << 20, 23);  // 3 chunks each
+  const uint64_t written = uint64_t{kFiles} * data.size();
+  for (int i = 0; i < kFiles; ++i) {
+    ASSERT_TRUE(write_new(fmt::format("{}/f{}", d, i), data));
+    ASSERT_TRUE(write_new(fmt::format("{}/e{}", d, i), {}));
+  }
+  // Targets report their usage with each heartbeat.
+  ASSERT_TRUE(eventually([&] { return used() >= before + written; }, std::chrono::seconds(10)))
+      << "before " << before << ", now " << used();
+  const uint64_t full = used();
+  for (int i = 0; i < kFiles; ++i) {
+    ASSERT_TRUE(client_->remove_path(cred, fmt::format("{}/f{}", d, i)).has_value());
+    ASSERT_TRUE(client_->remove_path(cred, fmt::format("{}/e{}", d, i)).has_value());
+  }
+  EXPECT_TRUE(eventually([&] { return used() + written <= full; }, std::chrono::seconds(20)))
+      << "full " << full << ", now " << used() << ": the chunks of unlinked files stay on storage";
 }
 
 // The asynchronous batch calls: many batches in flight at once, each with its
