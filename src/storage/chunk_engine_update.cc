@@ -163,6 +163,11 @@ Result<WriteResult> ChunkEngine::commit_locked(const ChunkId& id, uint64_t versi
   if (unsynced && one_flush_) ops.push_back({restart_key(id), old ? old->encode() : std::string(), true});
   // Returns once the slot and the entry are durable.
   auto committed = committer_->commit(std::move(ops), unsynced);
+  // A failed commit keeps the staged slot pending, deliberately: the entry may
+  // have reached the disk before the failure (a failed sync after the write),
+  // so freeing the slot could let it be reused under a durable index entry.
+  // The next stage or remove of the chunk releases it; a restart rebuilds
+  // allocation from the index.
   if (!committed)
     return error(committed.error().with_context(fmt::format("commit chunk {} version {}", id, version)));
   take_pending(id);
