@@ -45,67 +45,83 @@ void ChunkGc::stop() {
   if (thread_) thread_->stop();
 }
 
-// The chunks of every file of a pass are removed together, at most
-// kRemovesInFlight at a time (a pass of small files is one wave of requests
-// rather than a round trip per file), and the files whose chunks are all gone
-// are reported to meta in one commit.
-Result<size_t> ChunkGc::collect_once() {
+// The chunks of every file of a pass are removed together, in waves of at
+// most kRemovesInFlight (a pass of small files is one wave rather than a round
+// trip per file; a wave is built when it is sent, so a pass of huge files
+// holds no list of all their chunks). A file one of whose removals failed gets
+// no more requests this pass and stays queued; the files whose chunks are all
+// gone are reported to meta in one commit.
+Result<ChunkGc::Pass> ChunkGc::collect_once() {
   if (!routing_started_) {
     WEFT_RETURN_IF_ERROR(parts_->routing.start());
     routing_started_ = true;
   }
   WEFT_TRY(auto items, hooks_.pending(kPendingBatch));
-  struct Removal {
-    size_t item;
-    ChunkAddress chunk;
+  struct Plan {
+    std::vector<mgmt::ChainId> stripe;
+    uint64_t chunks = 0;
+    bool failed = false;
   };
-  std::vector<Removal> removals;
-  std::vector<bool> failed(items.size(), false);
+  std::vector<Plan> plans(items.size());
   std::optional<Status> first_failure;
-  auto fail = [&](size_t item, const Status& why) {
-    failed[item] = true;
-    if (!first_failure) first_failure = why.with_context(fmt::format("gc of file {}", items[item].ino));
+  auto fail = [&](size_t k, const Status& why) {
+    plans[k].failed = true;
+    if (!first_failure) first_failure = why.with_context(fmt::format("gc of file {}", items[k].ino));
   };
   auto routing = parts_->routing.current();
   for (size_t k = 0; k < items.size(); ++k) {
     const meta::Layout& layout = items[k].inode.layout;
-    uint64_t chunks = layout.chunk_bytes ? (items[k].inode.size + layout.chunk_bytes - 1) / layout.chunk_bytes : 0;
-    if (chunks == 0) continue;
+    plans[k].chunks = layout.chunk_bytes ? (items[k].inode.size + layout.chunk_bytes - 1) / layout.chunk_bytes : 0;
+    if (plans[k].chunks == 0) continue;
     auto stripe = stripe_chains(layout, *routing);
-    if (!stripe) {
+    if (stripe) {
+      plans[k].stripe = std::move(*stripe);
+    } else {
       fail(k, stripe.error());
-      continue;
     }
-    for (uint64_t i = 0; i < chunks; ++i)
-      removals.push_back({k, {items[k].ino, i, chain_of_chunk(*stripe, i), layout.chunk_bytes}});
   }
-  for (size_t first = 0; first < removals.size(); first += kRemovesInFlight) {
-    size_t last = std::min(removals.size(), first + kRemovesInFlight);
+  size_t k = 0;     // the file the next wave continues with
+  uint64_t i = 0;   // and its next chunk
+  for (;;) {
     std::vector<Task<Result<void>>> tasks;
-    for (size_t r = first; r < last; ++r) tasks.push_back(parts_->chunks.remove(removals[r].chunk));
-    auto results = run_parallel(parts_->io, std::move(tasks));
-    for (size_t r = first; r < last; ++r) {
-      if (results[r - first]) {
-        chunks_.fetch_add(1);
-      } else {
-        fail(removals[r].item, results[r - first].error());
+    std::vector<size_t> owner;
+    while (tasks.size() < kRemovesInFlight && k < items.size()) {
+      if (plans[k].failed || i >= plans[k].chunks) {
+        ++k;
+        i = 0;
+        continue;
       }
+      const meta::Layout& layout = items[k].inode.layout;
+      tasks.push_back(parts_->chunks.remove({items[k].ino, i, chain_of_chunk(plans[k].stripe, i), layout.chunk_bytes}));
+      owner.push_back(k);
+      ++i;
     }
+    if (tasks.empty()) break;
+    auto results = run_parallel(parts_->io, std::move(tasks));
+    for (size_t j = 0; j < results.size(); ++j)
+      if (!results[j]) fail(owner[j], results[j].error());
   }
   std::vector<meta::Ino> done;
-  for (size_t k = 0; k < items.size(); ++k)
-    if (!failed[k]) done.push_back(items[k].ino);
+  uint64_t chunks = 0;
+  for (size_t k = 0; k < items.size(); ++k) {
+    if (plans[k].failed) continue;
+    done.push_back(items[k].ino);
+    chunks += plans[k].chunks;
+  }
   if (!done.empty()) WEFT_RETURN_IF_ERROR(hooks_.done(done));
   files_.fetch_add(done.size());
-  if (first_failure) return std::unexpected(*first_failure);
-  return done.size();
+  chunks_.fetch_add(chunks);
+  if (first_failure)
+    WEFT_LOG_WARN("chunk gc: {} of {} files stay queued: {}", items.size() - done.size(), items.size(), *first_failure);
+  return Pass{items.size(), done.size()};
 }
 
 PeriodicThread::Wait ChunkGc::tick() {
   auto r = collect_once();
   if (!r) WEFT_LOG_WARN("chunk gc: {}", r.error());
-  bool full_batch = r && *r >= kPendingBatch;  // more is queued: go on at once
-  return full_batch ? PeriodicThread::Wait::zero() : PeriodicThread::Wait(interval_);
+  // More is queued and the pass got somewhere: go on at once.
+  bool more = r && r->taken >= kPendingBatch && r->finished > 0;
+  return more ? PeriodicThread::Wait::zero() : PeriodicThread::Wait(interval_);
 }
 
 }  // namespace weft::client

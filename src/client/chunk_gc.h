@@ -40,8 +40,13 @@ class ChunkGc {
 
   void start();
   void stop();
-  // One pass over what is queued; returns the files finished.
-  Result<size_t> collect_once();
+  struct Pass {
+    size_t taken = 0;     // files meta handed out
+    size_t finished = 0;  // of those, files whose chunks are all gone (reported done)
+  };
+  // One pass over what is queued. Files whose removals failed stay queued
+  // (logged), they do not fail the pass.
+  Result<Pass> collect_once();
   uint64_t files_collected() const { return files_.load(); }
   uint64_t chunks_removed() const { return chunks_.load(); }
 

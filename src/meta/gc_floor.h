@@ -8,11 +8,12 @@
 // and that the queue was empty, so an idle worker scans nothing.
 // Invariant: no committed G key is below the floor, and none exists at all
 // while empty() holds. Commits that queue an inode lower the floor *after*
-// they committed (lower()); a scan may raise it only if no such commit
-// happened since the scan took its mark (raise()), because the scan's
-// snapshot may have missed that commit. Lowering is always safe: the floor
-// is a hint for where to start, never a filter.
-// Threading: thread-safe.
+// they committed (lower()). A scan's snapshot may lack a commit that lowered
+// the floor after the scan took its mark, so raise() never goes above the
+// lowest inode lowered since that mark. Lowering is always safe: the floor is
+// a hint for where to start, never a filter.
+// Threading: thread-safe; scans (mark() ... raise()) one at a time (the
+// caller serializes them: mark() starts a new "lowered since" record).
 #pragma once
 
 #include <algorithm>
@@ -29,13 +30,13 @@ class GcFloor {
   struct Mark {
     Ino floor = 0;
     bool empty = false;  // nothing queued: no need to scan
-    uint64_t generation = 0;
   };
 
   // Taken before a scan opens its iterator.
-  Mark mark() const {
+  Mark mark() {
     std::lock_guard lock(mu_);
-    return Mark{floor_, empty_, generation_};
+    lowered_since_mark_.reset();
+    return Mark{floor_, empty_};
   }
 
   // A commit queued `ino` (call after the commit returned).
@@ -43,26 +44,29 @@ class GcFloor {
     std::lock_guard lock(mu_);
     floor_ = empty_ ? ino : std::min(floor_, ino);
     empty_ = false;
-    ++generation_;
+    lowered_since_mark_ = std::min(lowered_since_mark_.value_or(ino), ino);
   }
 
-  // A scan that began at `m` found `first_live` as its first key (nullopt:
-  // none from the floor on). Ignored when a commit queued something since.
-  void raise(const Mark& m, std::optional<Ino> first_live) {
+  // The scan that took the last mark found `first_live` as its first key
+  // (nullopt: none from the floor on).
+  void raise(std::optional<Ino> first_live) {
     std::lock_guard lock(mu_);
-    if (generation_ != m.generation) return;
-    if (first_live) {
-      floor_ = std::max(floor_, *first_live);
+    if (lowered_since_mark_) {
+      // Queued during the scan: maybe not in its snapshot. Start there at the latest.
+      floor_ = std::min(first_live.value_or(*lowered_since_mark_), *lowered_since_mark_);
+      empty_ = false;
+    } else if (first_live) {
+      floor_ = *first_live;
     } else {
       empty_ = true;
     }
   }
 
  private:
-  mutable std::mutex mu_;
+  std::mutex mu_;
   Ino floor_ = 0;       // guarded by mu_
   bool empty_ = false;  // guarded by mu_: false at start (the queue on disk is unknown)
-  uint64_t generation_ = 0;  // guarded by mu_: lower() calls so far
+  std::optional<Ino> lowered_since_mark_;  // guarded by mu_: lowest inode lower()ed since mark()
 };
 
 }  // namespace weft::meta

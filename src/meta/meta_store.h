@@ -236,6 +236,7 @@ class MetaStore {
   std::unique_ptr<WalSyncer> syncer_;  // set when sync && group_sync
   std::unique_ptr<FreeSpaceGuard> space_;  // admits everything when reserve_bytes is 0
   GcFloor gc_floor_;  // where gc_pending's scan starts (past the done items' tombstones)
+  std::mutex gc_scan_mu_;  // serializes gc_pending's scans (GcFloor's rule)
   std::mutex alloc_mu_;
   uint64_t next_id_ = 0;   // guarded by alloc_mu_
   uint64_t id_limit_ = 0;  // guarded by alloc_mu_: persisted high-water mark

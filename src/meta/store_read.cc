@@ -5,6 +5,7 @@
 #include "meta/ops.h"
 #include "meta/permission.h"
 #include "meta/txn.h"
+#include "meta/wal_syncer.h"
 
 namespace weft::meta {
 namespace {
@@ -161,6 +162,7 @@ Result<Layout> MetaStore::get_layout(const Context&, Ino ino) {
 Result<std::vector<GcItem>> MetaStore::gc_pending(size_t limit) {
   return observe(metrics_of(Op::kGcPending), [&]() -> Result<std::vector<GcItem>> {
     std::vector<GcItem> items;
+    std::lock_guard scanning(gc_scan_mu_);  // GcFloor: one scan at a time
     GcFloor::Mark mark = gc_floor_.mark();  // before the iterator's snapshot
     if (mark.empty || limit == 0) return items;
     const std::string upper = key::prefix_end(std::string(1, key::kGcPrefix));
@@ -174,7 +176,11 @@ Result<std::vector<GcItem>> MetaStore::gc_pending(size_t limit) {
       items.push_back({ino, std::move(n)});
     }
     if (!it->status().ok()) return error(from_rocks(it->status(), "gc_pending"));
-    gc_floor_.raise(mark, items.empty() ? std::nullopt : std::optional<Ino>(items.front().ino));
+    gc_floor_.raise(items.empty() ? std::nullopt : std::optional<Ino>(items.front().ino));
+    // A queued file is visible before its commit is durable (early lock
+    // release; a close is even acknowledged before). Its chunks must not go
+    // before the unlink that queued it is sure to survive a crash.
+    if (!items.empty() && syncer_) WEFT_RETURN_IF_ERROR(syncer_->wait_durable());
     return items;
   });
 }

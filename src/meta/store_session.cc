@@ -119,9 +119,13 @@ Result<size_t> MetaStore::gc_done(const Context& ctx, std::span<const Ino> inos)
 }
 
 Result<void> MetaStore::gc_done(const Context& ctx, Ino ino) {
-  WEFT_TRY(size_t done, gc_done(ctx, std::span<const Ino>(&ino, 1)));
-  if (done == 0) return error(Code::kNotFound, "inode {} is not queued for GC", ino);
-  return {};
+  return to_void(mutate(Op::kGcDone, ctx, [&](Txn& txn) -> Result<Reply> {
+    if (ctx.cred.uid != 0) return error(Code::kNotPermitted, "gc_done needs root");
+    WEFT_TRY(auto g, txn.lock_raw(key::gc(ino), true));
+    if (!g) return error(Code::kNotFound, "inode {} is not queued for GC", ino);
+    WEFT_RETURN_IF_ERROR(txn.del(key::gc(ino)));
+    return Reply{};
+  }));
 }
 
 }  // namespace weft::meta

@@ -446,7 +446,19 @@ TEST_F(ClientTest, UnlinkedFilesLeaveStorage) {
     EXPECT_TRUE(s.has_value()) << s.error();
     return s ? s->used_bytes : 0;
   };
-  const uint64_t before = used();
+  // Targets report their usage with each heartbeat (every second): settled
+  // once two reports 2.5 s apart agree (earlier tests' GC may still run).
+  auto settled = [&] {
+    uint64_t last = used();
+    for (int i = 0; i < 12; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      uint64_t now = used();
+      if (now == last) return now;
+      last = now;
+    }
+    return last;
+  };
+  const uint64_t before = settled();
   const int kFiles = 8;
   auto data = pattern(3 << 20, 23);  // 3 chunks each
   const uint64_t written = uint64_t{kFiles} * data.size();
@@ -454,10 +466,8 @@ TEST_F(ClientTest, UnlinkedFilesLeaveStorage) {
     ASSERT_TRUE(write_new(fmt::format("{}/f{}", d, i), data));
     ASSERT_TRUE(write_new(fmt::format("{}/e{}", d, i), {}));
   }
-  // Targets report their usage with each heartbeat.
-  ASSERT_TRUE(eventually([&] { return used() >= before + written; }, std::chrono::seconds(10)))
-      << "before " << before << ", now " << used();
-  const uint64_t full = used();
+  const uint64_t full = settled();
+  ASSERT_GE(full, before + written);
   for (int i = 0; i < kFiles; ++i) {
     ASSERT_TRUE(client_->remove_path(cred, fmt::format("{}/f{}", d, i)).has_value());
     ASSERT_TRUE(client_->remove_path(cred, fmt::format("{}/e{}", d, i)).has_value());
