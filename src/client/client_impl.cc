@@ -197,9 +197,15 @@ class ClientImpl final : public Client {
 
   Result<std::pair<Inode, std::shared_ptr<File>>> create(const Cred& cred, Ino parent, std::string_view name,
                                                          uint32_t mode, int flags) override {
+    return create_in(cred, parent, name, mode, flags, nullptr);
+  }
+
+  Result<std::pair<Inode, std::shared_ptr<File>>> create_in(const Cred& cred, Ino parent, std::string_view name,
+                                                            uint32_t mode, int flags,
+                                                            const meta::ParentCheck* expect_parent) {
     bool write = wants_write(flags);
     WEFT_TRY(meta::Reply reply,
-             core_->meta->create(cred, parent, name, mode, (flags & O_EXCL) != 0, write));
+             core_->meta->create(cred, parent, name, mode, (flags & O_EXCL) != 0, write, expect_parent));
     if (!reply.has_inode) return error(Code::kProtocol, "create {}: meta answered without the inode", name);
     Inode inode = reply.inode;
     if (inode.is_dir()) return error(Code::kIsDirectory, "{} is a directory", name);
@@ -219,8 +225,9 @@ class ClientImpl final : public Client {
 
   Result<std::shared_ptr<File>> open_path(const Cred& cred, std::string_view path, int flags, uint32_t mode) override {
     if (flags & O_CREAT) {
-      WEFT_TRY(auto parent, resolve_parent(cred, path, ParentFrom::kMeta));
-      auto created = create(cred, parent.dir.ino, parent.name, mode, flags);
+      auto created = with_parent(cred, path, [&](const ParentDir& parent, const meta::ParentCheck* check) {
+        return create_in(cred, parent.dir.ino, parent.name, mode, flags, check);
+      });
       if (created) return created->second;
       // An existing symlink is followed, as open(2) does without O_EXCL.
       if (created.error().code() != Code::kExists || (flags & O_EXCL)) return error(path_error(created.error(), path));
@@ -265,12 +272,14 @@ class ClientImpl final : public Client {
   Result<void> remove_path(const Cred& cred, std::string_view path) override {
     // Files first: one round trip (a lookup to learn the type would double it);
     // meta refuses to unlink a directory with kIsDirectory, and then it is rmdir.
-    WEFT_TRY(auto parent, resolve_parent(cred, path, ParentFrom::kMeta));
-    auto r = core_->meta->unlink(cred, parent.dir.ino, parent.name);
-    if (!r && r.error().code() == Code::kIsDirectory && parent.name != "." && parent.name != "..") {
-      forget_dirs();
-      r = core_->meta->rmdir(cred, parent.dir.ino, parent.name);
-    }
+    auto r = with_parent(cred, path, [&](const ParentDir& parent, const meta::ParentCheck* check) {
+      auto removed = core_->meta->unlink(cred, parent.dir.ino, parent.name, check);
+      if (!removed && removed.error().code() == Code::kIsDirectory && parent.name != "." && parent.name != "..") {
+        forget_dirs();
+        removed = core_->meta->rmdir(cred, parent.dir.ino, parent.name, check);
+      }
+      return removed;
+    });
     if (!r) return error(path_error(r.error(), path));
     return {};
   }
@@ -408,18 +417,25 @@ class ClientImpl final : public Client {
     return n;
   }
 
-  // The directory a path's last name lives in, and that name. Mutations
-  // (create, unlink, rename) ask meta for the parent itself (kMeta), so a
-  // directory another client moved or replaced within the cache's second
-  // never receives them; a read-only open may take it from the directory
-  // cache (kCache: `cached` is then its key, the entry up to a second old).
+  // The directory a path's last name lives in, and that name, asked of meta
+  // (kMeta) or from the directory cache (kCache: `cached` is then its key,
+  // the entry up to a second old). A directory another client moved or
+  // replaced within the cache's second never receives a mutation: create and
+  // remove take a cached parent only with meta's check (with_parent), rename
+  // asks meta for both parents; a read-only open may read from a cached one.
   enum class ParentFrom { kMeta, kCache };
   // Keyed by the caller's uid too: a lookup is a permission check (search on the parent).
   using DirKey = std::tuple<uint32_t, Ino, std::string>;
+  // A directory taken from the cache: its entry, and whether that entry is a
+  // symlink to it (meta cannot check such an entry against the directory).
+  struct CachedEntry {
+    DirKey key;
+    bool via_symlink = false;
+  };
   struct ParentDir {
     Inode dir;
     std::string name;
-    std::optional<DirKey> cached;
+    std::optional<CachedEntry> cached;
   };
   Result<ParentDir> resolve_parent(const Cred& cred, std::string_view path, ParentFrom from) {
     WEFT_TRY(auto parts, split_path(path));
@@ -435,6 +451,27 @@ class ClientImpl final : public Client {
     if (!dir->is_dir()) return error(Code::kNotDirectory, "{} is not a directory", parent_path);
     out.dir = std::move(*dir);
     return out;
+  }
+
+  // A mutation by path (op: (parent, check) -> Result): the parent from the
+  // directory cache, verified by meta inside the mutation (meta::ParentCheck:
+  // what asking meta for the parent first guaranteed, one round trip less). A
+  // parent that is not what the cache says any more is asked for afresh and
+  // the mutation runs once more there.
+  template <class Op>
+  auto with_parent(const Cred& cred, std::string_view path, Op&& op)
+      -> decltype(op(std::declval<const ParentDir&>(), nullptr)) {
+    WEFT_TRY(ParentDir parent, resolve_parent(cred, path, ParentFrom::kCache));
+    if (parent.cached && parent.cached->via_symlink) {
+      WEFT_TRY(parent, resolve_parent(cred, path, ParentFrom::kMeta));
+    }
+    std::optional<meta::ParentCheck> check;
+    if (parent.cached) check = meta::ParentCheck{std::get<1>(parent.cached->key), std::get<2>(parent.cached->key)};
+    auto r = op(parent, check ? &*check : nullptr);
+    if (r || r.error().code() != Code::kStaleHandle || !check) return r;
+    forget_dir(parent.cached->key);
+    WEFT_TRY(parent, resolve_parent(cred, path, ParentFrom::kMeta));
+    return op(parent, nullptr);
   }
 
   // A read-only open of `path` (one round trip: lookup + permission check at
@@ -456,7 +493,7 @@ class ClientImpl final : public Client {
     }
     auto r = core_->meta->open_read_at(cred, parent.dir.ino, parent.name);
     if (r || r.error().code() != Code::kNotFound || !parent.cached) return r;
-    forget_dir(*parent.cached);
+    forget_dir(parent.cached->key);
     auto fresh = resolve_parent(cred, path, ParentFrom::kMeta);
     if (!fresh || fresh->dir.ino == parent.dir.ino) return r;  // the first answer stands
     return core_->meta->open_read_at(cred, fresh->dir.ino, fresh->name);
@@ -492,9 +529,9 @@ class ClientImpl final : public Client {
 
   // `last_cached` given: the path names a directory the caller goes on
   // through (the parent of what it opens), so its last component may come
-  // from the cache too; *last_cached is then set to that entry's key.
+  // from the cache too; *last_cached is then set to that entry.
   Result<Inode> resolve_from(const Cred& cred, Ino start, std::string_view path, bool follow_last, int& depth,
-                             std::optional<DirKey>* last_cached = nullptr) {
+                             std::optional<CachedEntry>* last_cached = nullptr) {
     WEFT_TRY(auto parts, split_path(path));
     Ino dir = path.starts_with('/') ? kRootIno : start;
     if (parts.empty()) return getattr(cred, dir);
@@ -504,11 +541,12 @@ class ClientImpl final : public Client {
       // Directories on the way come from the short-lived cache (the entry
       // timeout of a FUSE mount, for the path API); a last component that is
       // the target itself is always asked for, so attributes and sizes are current.
-      std::optional<Inode> cached;
+      std::optional<CachedDir> cached;
       if (on_the_way) cached = cached_dir(cred, dir, parts[i]);
       Inode next;
+      bool via_symlink = cached && cached->via_symlink;
       if (cached) {
-        next = std::move(*cached);
+        next = std::move(cached->dir);
       } else {
         WEFT_TRY(next, core_->meta->lookup(cred, dir, parts[i]));
       }
@@ -516,35 +554,41 @@ class ClientImpl final : public Client {
         if (++depth > kSymlinkDepthMax) return error(Code::kLoop, "too many levels of symbolic links");
         WEFT_TRY(std::string target, core_->meta->readlink(cred, next.ino));
         WEFT_TRY(next, resolve_from(cred, dir, target, true, depth));
+        via_symlink = true;
       }
       if (!last) {
         if (!next.is_dir()) return error(Code::kNotDirectory, "{} is not a directory", parts[i]);
-        if (!cached) remember_dir(cred, dir, parts[i], next);
+        if (!cached) remember_dir(cred, dir, parts[i], next, via_symlink);
         dir = next.ino;
         continue;
       }
-      if (on_the_way && !cached && next.is_dir()) remember_dir(cred, dir, parts[i], next);
-      if (cached && last_cached) *last_cached = DirKey{cred.uid, dir, parts[i]};
+      if (on_the_way && !cached && next.is_dir()) remember_dir(cred, dir, parts[i], next, via_symlink);
+      if (cached && last_cached) *last_cached = CachedEntry{DirKey{cred.uid, dir, parts[i]}, via_symlink};
       return with_local_size(std::move(next));
     }
     return error(Code::kInternal, "unreachable");
   }
 
   // ---- directory lookup cache (path API only) ----
-  std::optional<Inode> cached_dir(const Cred& cred, Ino parent, const std::string& name) {
+  struct CachedDir {
+    std::chrono::steady_clock::time_point until;
+    Inode dir;
+    bool via_symlink = false;  // the entry is a symlink to dir
+  };
+  std::optional<CachedDir> cached_dir(const Cred& cred, Ino parent, const std::string& name) {
     std::lock_guard lock(dir_cache_mu_);
     auto it = dir_cache_.find(DirKey{cred.uid, parent, name});
     if (it == dir_cache_.end()) return std::nullopt;
-    if (std::chrono::steady_clock::now() > it->second.first) {
+    if (std::chrono::steady_clock::now() > it->second.until) {
       dir_cache_.erase(it);
       return std::nullopt;
     }
-    return it->second.second;
+    return it->second;
   }
-  void remember_dir(const Cred& cred, Ino parent, const std::string& name, const Inode& dir) {
+  void remember_dir(const Cred& cred, Ino parent, const std::string& name, const Inode& dir, bool via_symlink) {
     std::lock_guard lock(dir_cache_mu_);
     if (dir_cache_.size() > 65536) dir_cache_.clear();
-    dir_cache_[DirKey{cred.uid, parent, name}] = {std::chrono::steady_clock::now() + kDirCacheTtl, dir};
+    dir_cache_[DirKey{cred.uid, parent, name}] = CachedDir{std::chrono::steady_clock::now() + kDirCacheTtl, dir, via_symlink};
   }
   void forget_dir(const DirKey& key) {
     std::lock_guard lock(dir_cache_mu_);
@@ -557,7 +601,7 @@ class ClientImpl final : public Client {
   }
   static constexpr auto kDirCacheTtl = std::chrono::seconds(1);
   std::mutex dir_cache_mu_;
-  std::map<DirKey, std::pair<std::chrono::steady_clock::time_point, Inode>> dir_cache_;  // GUARDED_BY(dir_cache_mu_)
+  std::map<DirKey, CachedDir> dir_cache_;  // GUARDED_BY(dir_cache_mu_)
 
   std::unique_ptr<Core> core_;
   DirAhead ahead_;

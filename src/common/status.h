@@ -55,7 +55,8 @@ namespace weft {
   X(kNotSupported, 34, EOPNOTSUPP, false)         \
   X(kTooManyLinks, 35, EMLINK, false)             \
   X(kConfig, 36, EINVAL, false)                  \
-  X(kTooBig, 37, E2BIG, false)
+  X(kTooBig, 37, E2BIG, false)                   \
+  X(kStaleHandle, 38, ESTALE, false)
 
 enum class Code : uint16_t {
 #define WEFT_X(name, value, err, retry) name = value,

@@ -220,9 +220,18 @@ Result<std::vector<Result<Inode>>> MetaClient::batch_stat(const Cred& cred, cons
   return out;
 }
 
+namespace {
+void set_expect_parent(Req& q, const ParentCheck* expect) {
+  if (!expect) return;
+  q.mutable_expect_parent()->set_dir(expect->dir);
+  q.mutable_expect_parent()->set_name(expect->name);
+}
+}  // namespace
+
 Result<Reply> MetaClient::create(const Cred& cred, Ino parent, std::string_view name, uint32_t mode, bool exclusive,
-                                 bool open_for_write) {
+                                 bool open_for_write, const ParentCheck* expect_parent) {
   Req q = named(parent, name);
+  set_expect_parent(q, expect_parent);
   q.set_mode(mode);
   q.set_exclusive(exclusive);
   q.set_open_write(open_for_write);
@@ -248,12 +257,18 @@ Result<Inode> MetaClient::link(const Cred& cred, Ino ino, Ino new_parent, std::s
   return inode_of(mutate(method::kLink, cred, std::move(q)));
 }
 
-Result<void> MetaClient::unlink(const Cred& cred, Ino parent, std::string_view name) {
-  return void_of(mutate(method::kUnlink, cred, named(parent, name)));
+Result<void> MetaClient::unlink(const Cred& cred, Ino parent, std::string_view name,
+                               const ParentCheck* expect_parent) {
+  Req q = named(parent, name);
+  set_expect_parent(q, expect_parent);
+  return void_of(mutate(method::kUnlink, cred, std::move(q)));
 }
 
-Result<void> MetaClient::rmdir(const Cred& cred, Ino parent, std::string_view name) {
-  return void_of(mutate(method::kRmdir, cred, named(parent, name)));
+Result<void> MetaClient::rmdir(const Cred& cred, Ino parent, std::string_view name,
+                              const ParentCheck* expect_parent) {
+  Req q = named(parent, name);
+  set_expect_parent(q, expect_parent);
+  return void_of(mutate(method::kRmdir, cred, std::move(q)));
 }
 
 Result<void> MetaClient::rename(const Cred& cred, Ino src_parent, std::string_view src_name, Ino dst_parent,

@@ -142,13 +142,16 @@ class MetaStore {
   // --- mutations ---
   // exclusive: kExists if the name exists; otherwise an existing file is
   // opened. open_for_write also records a write session (reply.session_id).
+  // expect_parent (create, unlink, rmdir): see ParentCheck.
   Result<Reply> create(const Context& ctx, Ino parent, std::string_view name, uint32_t mode,
-                       bool exclusive, bool open_for_write);
+                       bool exclusive, bool open_for_write, const ParentCheck* expect_parent = nullptr);
   Result<Inode> mkdir(const Context& ctx, Ino parent, std::string_view name, uint32_t mode);
   Result<Inode> symlink(const Context& ctx, Ino parent, std::string_view name, std::string_view target);
   Result<Inode> link(const Context& ctx, Ino ino, Ino new_parent, std::string_view new_name);
-  Result<void> unlink(const Context& ctx, Ino parent, std::string_view name);
-  Result<void> rmdir(const Context& ctx, Ino parent, std::string_view name);
+  Result<void> unlink(const Context& ctx, Ino parent, std::string_view name,
+                      const ParentCheck* expect_parent = nullptr);
+  Result<void> rmdir(const Context& ctx, Ino parent, std::string_view name,
+                     const ParentCheck* expect_parent = nullptr);
   Result<void> rename(const Context& ctx, Ino src_parent, std::string_view src_name, Ino dst_parent,
                       std::string_view dst_name, RenameFlags flags = RenameFlags::kNone);
   Result<Inode> setattr(const Context& ctx, Ino ino, const SetAttr& attr);
@@ -212,6 +215,9 @@ class MetaStore {
   // Locks `dir` shared and checks w+x. need_nlink: merge its DirStat in (only
   // mkdir/rename need the link count; skipping it keeps creates cheap).
   Result<Inode> lock_dir_for_entries(Txn& txn, const Context& ctx, Ino dir, bool need_nlink = false);
+  // REQUIRES: before the operation's own locks. kStaleHandle unless
+  // `expect` (when set) still names `parent`; see ParentCheck.
+  Result<void> check_parent(Txn& txn, const Context& ctx, const ParentCheck* expect, Ino parent);
   Result<Inode> new_inode(Txn& txn, const Context& ctx, const Inode& parent, InodeType type, uint32_t mode);
   Result<void> add_entry(Txn& txn, const Inode& parent, std::string_view name, const Inode& child);
   Result<void> touch_dir(Txn& txn, Ino dir, int64_t nlink_delta);

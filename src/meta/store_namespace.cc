@@ -15,6 +15,21 @@ Result<Inode> MetaStore::lock_dir_for_entries(Txn& txn, const Context& ctx, Ino 
   return parent;
 }
 
+Result<void> MetaStore::check_parent(Txn& txn, const Context& ctx, const ParentCheck* expect, Ino parent) {
+  if (!expect) return {};
+  // Shared: a rename or removal of the parent's entry waits for this commit.
+  WEFT_TRY(auto raw, txn.lock_raw(key::dentry(expect->dir, expect->name), /*exclusive=*/false));
+  std::optional<DentryValue> d;
+  if (raw) {
+    WEFT_TRY(d, decode_dentry(*raw));
+  }
+  if (!d || d->ino != parent)
+    return error(Code::kStaleHandle, "'{}' in directory {} is no longer directory {}", expect->name, expect->dir,
+                 parent);
+  WEFT_TRY(Inode dir, txn.lock_existing(expect->dir, /*exclusive=*/false, /*with_stat=*/false));
+  return check_access(dir, ctx.cred, kAccessExec);
+}
+
 Result<Inode> MetaStore::new_inode(Txn& txn, const Context& ctx, const Inode& parent, InodeType type,
                                    uint32_t mode) {
   WEFT_TRY(uint64_t ino, alloc_id());
@@ -120,8 +135,9 @@ Result<Reply> MetaStore::do_create(Txn& txn, const Context& ctx, Ino parent_ino,
 }
 
 Result<Reply> MetaStore::create(const Context& ctx, Ino parent, std::string_view name, uint32_t mode,
-                                bool exclusive, bool open_for_write) {
-  return mutate(Op::kCreate, ctx, [&](Txn& txn) {
+                                bool exclusive, bool open_for_write, const ParentCheck* expect_parent) {
+  return mutate(Op::kCreate, ctx, [&](Txn& txn) -> Result<Reply> {
+    WEFT_RETURN_IF_ERROR(check_parent(txn, ctx, expect_parent, parent));
     return do_create(txn, ctx, parent, name, mode, exclusive, open_for_write);
   });
 }
@@ -178,8 +194,10 @@ Result<Inode> MetaStore::link(const Context& ctx, Ino ino, Ino parent_ino, std::
   }));
 }
 
-Result<void> MetaStore::unlink(const Context& ctx, Ino parent_ino, std::string_view name) {
+Result<void> MetaStore::unlink(const Context& ctx, Ino parent_ino, std::string_view name,
+                              const ParentCheck* expect_parent) {
   WEFT_RETURN_IF_ERROR(mutate(Op::kUnlink, ctx, [&](Txn& txn) -> Result<Reply> {
+    WEFT_RETURN_IF_ERROR(check_parent(txn, ctx, expect_parent, parent_ino));
     WEFT_RETURN_IF_ERROR(check_name(name));
     if (is_dot_or_dotdot(name)) return error(Code::kIsDirectory, "unlink '{}'", name);
     WEFT_TRY(Inode parent, lock_dir_for_entries(txn, ctx, parent_ino));
@@ -196,8 +214,10 @@ Result<void> MetaStore::unlink(const Context& ctx, Ino parent_ino, std::string_v
   return {};
 }
 
-Result<void> MetaStore::rmdir(const Context& ctx, Ino parent_ino, std::string_view name) {
+Result<void> MetaStore::rmdir(const Context& ctx, Ino parent_ino, std::string_view name,
+                             const ParentCheck* expect_parent) {
   WEFT_RETURN_IF_ERROR(mutate(Op::kRmdir, ctx, [&](Txn& txn) -> Result<Reply> {
+    WEFT_RETURN_IF_ERROR(check_parent(txn, ctx, expect_parent, parent_ino));
     WEFT_RETURN_IF_ERROR(check_name(name));
     if (name == ".") return error(Code::kInvalidArgument, "rmdir '.'");
     if (name == "..") return error(Code::kNotEmpty, "rmdir '..'");

@@ -87,6 +87,17 @@ struct Context {
   RequestId req;
 };
 
+// A mutation by path whose parent directory came from a client's cache: the
+// entry `name` of directory `dir` must still be that parent, and the caller
+// may search `dir` (what a fresh lookup of the parent would have checked).
+// Checked in the mutation's transaction (the entry stays locked until the
+// commit); otherwise kStaleHandle and nothing changes: the client looks the
+// parent up afresh and tries again.
+struct ParentCheck {
+  Ino dir = 0;
+  std::string name;
+};
+
 // Replies of mutations, also what the retry table stores.
 struct Reply {
   bool has_inode = false;

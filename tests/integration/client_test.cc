@@ -283,6 +283,38 @@ TEST_F(ClientTest, PathCallsFindADirectoryAnotherClientMadeAgain) {
   auto missing = client_->open_path(cred, d + "/sub/nothing", O_RDONLY);
   ASSERT_FALSE(missing.has_value());
   EXPECT_EQ(missing.error().code(), Code::kNotFound);
+
+  // Moved away (not removed) and replaced: creates and removals by path act
+  // in the new directory, never in the one moved away (meta checks a cached
+  // parent inside the mutation).
+  auto move_and_remake = [&](const std::string& to) {
+    ASSERT_TRUE((*other)->rename_path(cred, d + "/sub", d + "/" + to).has_value());
+    ASSERT_TRUE((*other)->mkdirs(cred, d + "/sub").has_value());
+  };
+  ASSERT_TRUE(write_new(d + "/sub/m1", data));  // caches d/sub
+  move_and_remake("moved1");
+  ASSERT_TRUE(write_new(d + "/sub/m2", data));
+  EXPECT_TRUE((*other)->resolve(cred, d + "/sub/m2").has_value()) << "created in the new directory";
+  EXPECT_FALSE((*other)->resolve(cred, d + "/moved1/m2").has_value()) << "not in the one moved away";
+  ASSERT_TRUE(write_new(d + "/sub/m3", data));  // caches the new d/sub
+  move_and_remake("moved2");
+  auto removed = client_->remove_path(cred, d + "/sub/m3");
+  ASSERT_FALSE(removed.has_value()) << "m3 went away with its directory";
+  EXPECT_EQ(removed.error().code(), Code::kNotFound);
+  EXPECT_TRUE((*other)->resolve(cred, d + "/moved2/m3").has_value()) << "the moved directory keeps it";
+
+  // A parent reached through a symlink (an entry meta cannot check against
+  // the directory): creates and removals through it, twice (cached the second time).
+  auto top = client_->resolve(cred, d);
+  ASSERT_TRUE(top.has_value()) << top.error();
+  ASSERT_TRUE(client_->symlink(cred, top->ino, "link", "sub").has_value());
+  for (int i = 0; i < 2; ++i) {
+    std::string name = fmt::format("/link/s{}", i);
+    ASSERT_TRUE(write_new(d + name, data));
+    EXPECT_TRUE((*other)->resolve(cred, d + fmt::format("/sub/s{}", i)).has_value());
+  }
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(client_->remove_path(cred, d + fmt::format("/link/s{}", i)).has_value());
+  EXPECT_FALSE((*other)->resolve(cred, d + "/sub/s1").has_value());
 }
 
 // Statahead for read-only opens by path (ClientOptions::statahead_ttl_s):
