@@ -146,6 +146,7 @@ TEST_F(MetaStoreTest, ParentCheckRefusesAParentMovedOrReplaced) {
   ASSERT_OK(s().lookup(root(), sub, "g"));
   mkdir("d", sub);
   EXPECT_CODE(s().rmdir(root(), sub, "d", &at_a), Code::kStaleHandle);
+  ASSERT_OK(s().lookup(root(), sub, "d"));  // a refused rmdir removes nothing
   mkdir("d", again);
   ASSERT_OK(s().rmdir(root(), again, "d", &at_a));
   ASSERT_OK(s().setattr(root(), again, SetAttr{.mode = 0777}));

@@ -24,12 +24,12 @@ inline constexpr MethodId kListxattr{kSvc, 7};   // ino -> names
 inline constexpr MethodId kGetLayout{kSvc, 8};   // ino -> layout
 inline constexpr MethodId kBatchStat{kSvc, 9};   // inos -> inodes, codes (one per ino)
 // mutations
-inline constexpr MethodId kCreate{kSvc, 20};     // ino, name, mode, exclusive, open_write -> inode, session_id
+inline constexpr MethodId kCreate{kSvc, 20};     // ino, name, mode, exclusive, open_write, [expect_parent] -> inode, session_id
 inline constexpr MethodId kMkdir{kSvc, 21};      // ino, name, mode -> inode
 inline constexpr MethodId kSymlink{kSvc, 22};    // ino, name, value(target) -> inode
 inline constexpr MethodId kLink{kSvc, 23};       // ino, new_parent, new_name -> inode
-inline constexpr MethodId kUnlink{kSvc, 24};     // ino, name
-inline constexpr MethodId kRmdir{kSvc, 25};      // ino, name
+inline constexpr MethodId kUnlink{kSvc, 24};     // ino, name, [expect_parent]
+inline constexpr MethodId kRmdir{kSvc, 25};      // ino, name, [expect_parent]
 inline constexpr MethodId kRename{kSvc, 26};     // ino, name, new_parent, new_name, flags
 inline constexpr MethodId kSetattr{kSvc, 27};    // ino, attr -> inode
 inline constexpr MethodId kSetxattr{kSvc, 28};   // ino, name, value, flags

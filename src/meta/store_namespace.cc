@@ -17,17 +17,21 @@ Result<Inode> MetaStore::lock_dir_for_entries(Txn& txn, const Context& ctx, Ino 
 
 Result<void> MetaStore::check_parent(Txn& txn, const Context& ctx, const ParentCheck* expect, Ino parent) {
   if (!expect) return {};
-  // Shared: a rename or removal of the parent's entry waits for this commit.
+  // Search permission first (as a lookup: nothing is told about the entries of
+  // a directory the caller may not search), the directory's inode before its
+  // entry (rename's lock order). Shared: a rename or removal of the parent's
+  // entry waits for this commit.
+  WEFT_TRY(auto dir, txn.lock_inode(expect->dir, /*exclusive=*/false, /*with_stat=*/false));
+  if (dir) WEFT_RETURN_IF_ERROR(check_access(*dir, ctx.cred, kAccessExec));
   WEFT_TRY(auto raw, txn.lock_raw(key::dentry(expect->dir, expect->name), /*exclusive=*/false));
   std::optional<DentryValue> d;
   if (raw) {
     WEFT_TRY(d, decode_dentry(*raw));
   }
-  if (!d || d->ino != parent)
+  if (!dir || !d || d->ino != parent)
     return error(Code::kStaleHandle, "'{}' in directory {} is no longer directory {}", expect->name, expect->dir,
                  parent);
-  WEFT_TRY(Inode dir, txn.lock_existing(expect->dir, /*exclusive=*/false, /*with_stat=*/false));
-  return check_access(dir, ctx.cred, kAccessExec);
+  return {};
 }
 
 Result<Inode> MetaStore::new_inode(Txn& txn, const Context& ctx, const Inode& parent, InodeType type,
