@@ -24,9 +24,11 @@ class ClientLeaseTest : public ::testing::Test {
     // [mgmtd] is the last table of the fixture's config: these keys land in it.
     std::ofstream(cluster_.dir().file("mgmtd.toml"), std::ios::app) << "client_lease_ms = 1000\nclient_grace_ms = 500\n";
     ASSERT_TRUE(cluster_.start_mgmtd()) << cluster_.mgmtd_log();
-    cluster_.add_storage(2);
-    ASSERT_TRUE(cluster_.start_storage(0)) << cluster_.all_logs();
-    ASSERT_TRUE(cluster_.wait_nodes_up(1, 2)) << cluster_.all_logs();
+    // Two chains (replicas 1): on one server's two targets, or one target on each of two servers.
+    const int servers = storage_servers();
+    for (int i = 0; i < servers; ++i) cluster_.add_storage(2 / servers);
+    for (int i = 0; i < servers; ++i) ASSERT_TRUE(cluster_.start_storage(i)) << cluster_.all_logs();
+    ASSERT_TRUE(cluster_.wait_nodes_up(servers, 2)) << cluster_.all_logs();
     auto table = cluster_.weft({"admin", "chain-table", "create", "--replicas", "1"});
     ASSERT_EQ(table.exit_code, 0) << table.output;
     uint16_t meta_port = free_port();
@@ -54,6 +56,8 @@ class ClientLeaseTest : public ::testing::Test {
     ASSERT_TRUE(c) << c.error();
     client_ = std::move(*c);
   }
+
+  virtual int storage_servers() const { return 1; }
 
   // The labels of the clients `weft status --json` lists.
   std::string status_json() { return cluster_.weft({"status", "--json"}).output; }
@@ -111,6 +115,48 @@ TEST_F(ClientLeaseTest, AKilledWritersSessionIsClosedAndItsUnlinkedFileRemoved) 
   // Servers flush their log every second (common/logging.cc): wait for the line.
   EXPECT_TRUE(eventually([&] { return meta_->log().find("session reaper: closed 1") != std::string::npos; }, 5s))
       << meta_->log();
+}
+
+// The chunk GC (run by meta) against a dead storage server, replicas 1: the
+// files whose chunk sits on its target stay queued (their removals fail) while
+// the others are removed in the same passes; once it is back, they go too.
+class ChunkGcTest : public ClientLeaseTest {
+ protected:
+  int storage_servers() const override { return 2; }
+  // Used bytes of server i's target as mgmtd last heard (heartbeats).
+  uint64_t used_on(int i) {
+    auto r = cluster_.status();
+    if (!r) return UINT64_MAX;
+    auto targets = ClusterFixture::targets_of(*r, ClusterFixture::node_of(*r, cluster_.storage_address(i)));
+    return targets.empty() ? UINT64_MAX : r->targets.at(targets[0]).used_bytes;
+  }
+};
+
+TEST_F(ChunkGcTest, FilesOnADeadServerStayQueuedUntilItReturns) {
+  const Cred& cred = client_->default_cred();
+  const uint64_t before0 = used_on(0), before1 = used_on(1);
+  ASSERT_NE(before0, UINT64_MAX);
+  ASSERT_NE(before1, UINT64_MAX);
+  std::vector<std::byte> data(64 << 10, std::byte{7});  // one chunk: one chain per file
+  for (int i = 0; i < 16; ++i) {
+    auto f = client_->open_path(cred, fmt::format("/g{}", i), O_CREAT | O_WRONLY | O_EXCL, 0644);
+    ASSERT_TRUE(f) << f.error();
+    ASSERT_TRUE((*f)->pwrite(data, 0));
+    ASSERT_TRUE((*f)->close());
+  }
+  ASSERT_TRUE(eventually([&] { return used_on(0) > before0 && used_on(1) > before1; }, 10s))
+      << "both targets hold some of the files (one chunk each, chains chosen per file)";
+  cluster_.kill_storage(1);
+  for (int i = 0; i < 16; ++i) ASSERT_TRUE(client_->remove_path(cred, fmt::format("/g{}", i)));
+  EXPECT_TRUE(eventually([&] { return used_on(0) <= before0; }, 30s))
+      << "the live server's chunks go while the other is dead\n" << meta_->log();
+  EXPECT_TRUE(eventually([&] { return meta_->log().find("files stay queued") != std::string::npos; }, 30s))
+      << "removals on the dead server failed\n" << meta_->log();
+  ASSERT_TRUE(cluster_.start_storage(1)) << cluster_.all_logs();
+  // It registers with no usage; its heartbeats (every 333 ms) report what it holds.
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_TRUE(eventually([&] { return used_on(1) <= before1; }, 60s))
+      << "the rest go once it is back\n" << meta_->log() << cluster_.all_logs();
 }
 
 }  // namespace
