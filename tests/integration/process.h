@@ -17,7 +17,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <optional>
+#include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -28,17 +31,33 @@
 namespace weft::testing {
 
 // A port on 127.0.0.1 that was free a moment ago (servers that restart must
-// come back on the same one, so tests pick fixed ports).
+// come back on the same one, so tests pick fixed ports). Taken from below the
+// kernel's ephemeral range (32768-60999 by default): outgoing connections take
+// their source ports there, and one could take a port picked there before its
+// server binds it. Never the same port twice in one process: a fixture that
+// configures several servers before starting any once gave two of them the
+// same port (the kernel hands a just-closed ephemeral port out again).
 inline uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
+  static std::mutex mu;
+  static std::set<uint16_t> given;
+  static std::minstd_rand rng(static_cast<unsigned>(::getpid()) * 2654435761u ^
+                              static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  std::lock_guard lock(mu);
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    auto port = static_cast<uint16_t>(20000 + rng() % 12000);
+    if (given.contains(port)) continue;
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
+    bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    ::close(fd);
+    if (!free) continue;
+    given.insert(port);
+    return port;
+  }
+  return 0;  // nothing free below the ephemeral range: the server picks one and the test fails clearly
 }
 
 // Polls pred every `step` until it holds or `timeout` passes; then asks once more.
