@@ -80,21 +80,23 @@ Result<ChunkGc::Pass> ChunkGc::collect_once() {
       fail(k, stripe.error());
     }
   }
-  size_t k = 0;     // the file the next wave continues with
-  uint64_t i = 0;   // and its next chunk
+  size_t file = 0;     // where the next wave goes on: this file
+  uint64_t chunk = 0;  // and this chunk of it
   for (;;) {
     std::vector<Task<Result<void>>> tasks;
     std::vector<size_t> owner;
-    while (tasks.size() < kRemovesInFlight && k < items.size()) {
-      if (plans[k].failed || i >= plans[k].chunks) {
-        ++k;
-        i = 0;
+    while (tasks.size() < kRemovesInFlight && file < items.size()) {
+      const Plan& plan = plans[file];
+      if (plan.failed || chunk >= plan.chunks) {
+        ++file;
+        chunk = 0;
         continue;
       }
-      const meta::Layout& layout = items[k].inode.layout;
-      tasks.push_back(parts_->chunks.remove({items[k].ino, i, chain_of_chunk(plans[k].stripe, i), layout.chunk_bytes}));
-      owner.push_back(k);
-      ++i;
+      const meta::GcItem& item = items[file];
+      tasks.push_back(parts_->chunks.remove(
+          {item.ino, chunk, chain_of_chunk(plan.stripe, chunk), item.inode.layout.chunk_bytes}));
+      owner.push_back(file);
+      ++chunk;
     }
     if (tasks.empty()) break;
     auto results = run_parallel(parts_->io, std::move(tasks));
