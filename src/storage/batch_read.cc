@@ -63,11 +63,42 @@ struct ReadAll {
   }
 };
 
+// A share of the server's read_bytes_held_max, given back when it goes
+// (with the reply's keepalive, once the reply was written).
+class ReadHold {
+ public:
+  ReadHold(std::shared_ptr<std::atomic<uint64_t>> held, uint64_t bytes) : held_(std::move(held)), bytes_(bytes) {}
+  ~ReadHold() {
+    if (taken_) held_->fetch_sub(bytes_);
+  }
+  ReadHold(const ReadHold&) = delete;
+  ReadHold& operator=(const ReadHold&) = delete;
+  bool take(uint64_t max) {
+    if (held_->fetch_add(bytes_) + bytes_ <= max) return taken_ = true;
+    held_->fetch_sub(bytes_);
+    return false;
+  }
+
+ private:
+  std::shared_ptr<std::atomic<uint64_t>> held_;
+  uint64_t bytes_;
+  bool taken_ = false;
+};
+
+// What a reply's payload points into: the reads' buffers, and their hold.
+struct HeldReads {
+  std::vector<RangeRead> reads;
+  std::optional<ReadHold> hold;
+};
+
 }  // namespace
 
 Task<Result<pb::BatchReadReply>> StorageService::batch_read(const pb::BatchReadRequest& req, rpc::ServerCall& call) {
   auto start = std::chrono::steady_clock::now();
-  auto reads = std::make_shared<std::vector<RangeRead>>(req.ranges_size());
+  auto held = std::make_shared<HeldReads>();
+  held->reads.resize(req.ranges_size());
+  std::vector<RangeRead>* reads = &held->reads;
+  uint64_t want = 0;  // at most what the buffers take: a read ends at its chunk's end
   for (int i = 0; i < req.ranges_size(); ++i) {
     const auto& range = req.ranges(i);
     RangeRead& r = (*reads)[i];
@@ -81,9 +112,16 @@ Task<Result<pb::BatchReadReply>> StorageService::batch_read(const pb::BatchReadR
       r.result = error(Code::kUnavailable, "target {} is not serving in chain {}", p->target->id(), range.chain_id());
     } else {
       r.target = p->target;
+      want += std::min<uint64_t>(r.length, r.target->engine().chunk_size_max());
     }
   }
-  ReadAll read_all{reads.get(), ThreadRing::for_this_thread()};
+  const uint64_t max = options_.read_bytes_held_max;
+  if (want > max) co_return error(Code::kTooBig, "a batch read of {} bytes (this server holds at most {})", want, max);
+  held->hold.emplace(read_bytes_held_, want);
+  if (!held->hold->take(max))
+    co_return error(Code::kOverloaded, "reads hold {} bytes on {} (at most {}): try again", read_bytes_held_->load(),
+                    options_.name, max);
+  ReadAll read_all{reads, ThreadRing::for_this_thread()};
   co_await asio::async_initiate<decltype(asio::use_awaitable), void()>(std::move(read_all), asio::use_awaitable);
   pb::BatchReadReply reply;
   for (auto& r : *reads) {
@@ -107,7 +145,7 @@ Task<Result<pb::BatchReadReply>> StorageService::batch_read(const pb::BatchReadR
     m.latency_us->observe(static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count()));
   }
-  call.response_keepalive = reads;
+  call.response_keepalive = std::move(held);  // the hold goes when the reply was written
   co_return reply;
 }
 

@@ -54,6 +54,8 @@ Result<StorageConfig> StorageConfig::from(const Config& config) {
     sc.disk_threads = static_cast<size_t>(threads);
     WEFT_TRY(int64_t timeout, s.get_int_in("forward_timeout_ms", 10000, 100, 600000));
     sc.forward_timeout_ms = static_cast<uint32_t>(timeout);
+    WEFT_TRY(int64_t held_mib, s.get_int_in("read_held_mib", 1024, 64, 1 << 20));
+    sc.read_bytes_held_max = static_cast<uint64_t>(held_mib) << 20;
   }
   if (config.has("routing")) {
     WEFT_TRY(Config r, config.table("routing"));
@@ -87,6 +89,7 @@ Result<std::unique_ptr<StorageService>> open_storage_service(rpc::IoPool& io, co
   so.cluster_token = cluster_token;
   so.disk_threads = config.disk_threads;
   so.forward_timeout_ms = config.forward_timeout_ms;
+  so.read_bytes_held_max = config.read_bytes_held_max;
   so.write_fence = std::move(write_fence);
   auto service = std::make_unique<StorageService>(io, so, routing, std::move(targets), registry);
   return service;

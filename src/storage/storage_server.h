@@ -7,6 +7,7 @@
 // [storage]
 // disk_threads = 8            # engine calls run here
 // forward_timeout_ms = 10000  # per chain hop
+// read_held_mib = 1024        # bytes reads may hold until their replies are written (64..)
 // [[targets]]
 // id = 101                    # cluster-wide target id
 // path = "/data/ssd0/weft"    # the target's directory
@@ -45,6 +46,7 @@ struct StorageConfig {
   std::optional<mgmt::RoutingInfo> routing;
   size_t disk_threads = 8;
   uint32_t forward_timeout_ms = 10000;
+  uint64_t read_bytes_held_max = uint64_t{1} << 30;  // [storage] read_held_mib
   std::vector<std::string> mgmtd;  // [cluster] mgmtd; empty: standalone (static routing)
   std::string advertise;           // [cluster] advertise; empty: the listen address
 

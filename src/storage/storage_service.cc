@@ -43,6 +43,9 @@ StorageService::StorageService(rpc::IoPool& io, StorageServiceOptions options, s
   DiskPool* pool = &pool_;
   registry_.gauge_fn("weft_storage_disk_queue_depth", "Engine jobs queued or running on the disk pool",
                      {{"server", options_.name}}, [pool] { return static_cast<double>(pool->depth()); }, this);
+  registry_.gauge_fn("weft_storage_read_bytes_held", "Bytes chunk reads hold until their replies are written",
+                     {{"server", options_.name}},
+                     [held = read_bytes_held_] { return static_cast<double>(held->load()); }, this);
   registry_.gauge_fn("weft_storage_resyncs_running", "Resyncs this server drives as predecessor",
                      {{"server", options_.name}}, [this] { return static_cast<double>(resyncs_running_.load()); },
                      this);

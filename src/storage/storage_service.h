@@ -94,6 +94,11 @@ struct StorageServiceOptions {
   uint32_t forward_timeout_ms = 10000;
   size_t dedup_entries_max = 65536;
   size_t resync_batch = 256;  // chunks listed per ListChunks call
+  // Bytes that chunk reads may hold on this server, all connections together:
+  // from the read until its reply is written to the socket (a peer that does
+  // not read its replies keeps them). A BatchRead that would pass it answers
+  // kOverloaded (retryable); one asking for more than all of it, kTooBig.
+  uint64_t read_bytes_held_max = uint64_t{1} << 30;
   // Asked before every update (head and successors); false refuses it with
   // kLeaseExpired. Set by a server whose lease comes from mgmtd: a server that
   // cannot renew its lease stops taking writes before mgmtd may replace it.
@@ -208,6 +213,11 @@ class StorageService {
 
   rpc::IoPool& io_;
   const StorageServiceOptions options_;
+ public:
+  // Bytes chunk reads hold now (read_bytes_held_max; also a gauge).
+  uint64_t read_bytes_held() const { return read_bytes_held_->load(); }
+
+ private:
   std::shared_ptr<RoutingProvider> routing_;
   std::map<mgmt::TargetId, std::unique_ptr<StorageTarget>> targets_;
   metrics::Registry& registry_;
@@ -220,6 +230,9 @@ class StorageService {
   std::map<ResyncKey, std::shared_ptr<Delivered>> delivered_;                   // GUARDED_BY(mu_): running
   std::atomic<size_t> resyncs_running_{0};
   std::atomic<bool> stopping_{false};
+  // Bytes chunk reads hold (see read_bytes_held_max); shared with the replies'
+  // keepalives, which a connection may keep after the service is gone.
+  std::shared_ptr<std::atomic<uint64_t>> read_bytes_held_ = std::make_shared<std::atomic<uint64_t>>(0);
 };
 
 }  // namespace weft::storage

@@ -13,7 +13,9 @@
 
 #include "common/fault.h"
 #include "proto/storage.pb.h"
+#include "proto/rpc.pb.h"
 #include "rpc/server.h"
+#include "rpc/test_util.h"
 #include "storage/storage_server.h"
 #include "storage/storage_test_client.h"
 #include "storage/test_util.h"
@@ -31,8 +33,10 @@ constexpr uint32_t kChunk = 256 * 1024;
 // One storage server with its own targets, in this process.
 class Node {
  public:
-  Node(rpc::IoPool& io, const std::string& name, std::vector<mgmt::TargetId> targets, uint64_t capacity = 0) {
+  Node(rpc::IoPool& io, const std::string& name, std::vector<mgmt::TargetId> targets, uint64_t capacity = 0,
+       uint64_t read_bytes_held_max = 0) {
     StorageConfig sc;
+    if (read_bytes_held_max) sc.read_bytes_held_max = read_bytes_held_max;
     for (auto t : targets) sc.targets.push_back({t, dir_.path() + "/t" + std::to_string(t), capacity, 1u << 20});
     sc.disk_threads = 4;
     sc.forward_timeout_ms = 3000;
@@ -195,6 +199,73 @@ TEST_F(StorageServiceTest, BatchReadSpansTargetsOfOneServer) {
   expect.insert(expect.end(), a.begin() + 4000, a.end());
   ASSERT_EQ(raw.payload_len, expect.size());
   EXPECT_EQ(0, std::memcmp(raw.payload.data(), expect.data(), expect.size()));
+}
+
+// Reads hold their buffers until their replies are written: a peer that sends
+// reads and does not read the replies holds at most read_bytes_held_max on the
+// server, the reads past it are answered kOverloaded (retryable), a batch
+// larger than the bound kTooBig, and all of it is given back once the replies
+// are written.
+TEST_F(StorageServiceTest, ReadsHoldAtMostTheirBoundUntilTheirRepliesAreWritten) {
+  constexpr uint64_t kHeldMax = 2 << 20;
+  nodes_.push_back(std::make_unique<Node>(io_, "held", std::vector<mgmt::TargetId>{1}, 0, kHeldMax));
+  Node& node = *nodes_[0];
+  ASSERT_TRUE(client_.set_routing({node.ep()}, {{1, node.address()}}, {ChainSpec{1, 1, {{1, TargetState::kServing}}}}, 1)
+                  .has_value());
+  auto data = pattern(kChunk, 3);
+  ASSERT_TRUE(client_.write(node.ep(), 1, 1, ChunkId{1, 0}, 0, data, 0, 0, kChunk).has_value());
+  auto batch = [](int ranges, uint32_t length) {
+    proto::storage::BatchReadRequest req;
+    for (int i = 0; i < ranges; ++i) {
+      auto* r = req.add_ranges();
+      r->set_chain_id(1);
+      r->set_chain_version(1);
+      r->mutable_chunk()->set_inode(1);
+      r->mutable_chunk()->set_index(0);
+      r->set_length(length);
+    }
+    return req;
+  };
+  auto big = client_.call<proto::storage::BatchReadReply>(node.ep(), methods::kBatchRead, batch(3, 1 << 20));
+  ASSERT_FALSE(big.has_value());
+  EXPECT_EQ(big.error().code(), Code::kTooBig);
+
+  rpc::testing::RawSocket peer(node.ep().port);
+  rpc::FrameHeader h;
+  h.method = rpc::kHello.wire();
+  weft::proto::Hello hello;
+  hello.set_cluster_token(kToken);
+  ASSERT_TRUE(peer.send_frame(h, hello.SerializeAsString()));
+  rpc::FrameHeader rh;
+  std::string body;
+  ASSERT_TRUE(peer.recv_frame(&rh, &body));
+  // 100 MiB of replies, in waves the bound admits whole, until the socket
+  // buffers (loopback: ~10 MiB) are full and replies stay queued.
+  const int kReads = 400;
+  h.method = methods::kBatchRead.wire();
+  std::string one = batch(1, kChunk).SerializeAsString();
+  for (int i = 1; i <= kReads; ++i) {
+    h.request_id = static_cast<uint64_t>(i);
+    ASSERT_TRUE(peer.send_frame(h, one));
+    if (i % 4 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_LE(node.service().read_bytes_held(), kHeldMax);
+  EXPECT_GT(node.service().read_bytes_held(), 0u) << "replies the peer does not read keep their reads";
+  int ok = 0, overloaded = 0;
+  for (int i = 0; i < kReads; ++i) {
+    ASSERT_TRUE(peer.recv_frame(&rh, &body)) << i;
+    EXPECT_LE(node.service().read_bytes_held(), kHeldMax);
+    ok += rh.status == 0;
+    overloaded += rh.status == static_cast<uint16_t>(Code::kOverloaded);
+  }
+  EXPECT_EQ(ok + overloaded, kReads);
+  EXPECT_GT(ok, 0);
+  EXPECT_GT(overloaded, 0) << "reads past the bound are refused, not held";
+  for (int i = 0; i < 200 && node.service().read_bytes_held() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(node.service().read_bytes_held(), 0u) << "every hold is given back once its reply was written";
+  EXPECT_EQ(read(0, 1, ChunkId{1, 0}).data, data);
 }
 
 TEST_F(StorageServiceTest, ChainOfThreeReplicatesByteIdentically) {
