@@ -770,7 +770,12 @@ Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
   return std::unique_ptr<Client>(new ClientImpl(std::move(core), std::move(lease)));
 }
 
+// Components of `path` with "." dropped and ".." taken lexically; a ".." that
+// climbs above where a relative path starts is kept (a symlink's "../x" is
+// looked up from the link's directory: meta answers ".." with the parent),
+// while above "/" it stays at "/".
 Result<std::vector<std::string>> split_path(std::string_view path) {
+  const bool absolute = path.starts_with('/');
   std::vector<std::string> out;
   size_t i = 0;
   while (i < path.size()) {
@@ -783,7 +788,11 @@ Result<std::vector<std::string>> split_path(std::string_view path) {
       if (part.find('\0') != std::string_view::npos) return error(Code::kInvalidArgument, "path contains a NUL byte");
       if (part == ".") {
       } else if (part == "..") {
-        if (!out.empty()) out.pop_back();
+        if (!out.empty() && out.back() != "..") {
+          out.pop_back();
+        } else if (!absolute) {
+          out.emplace_back(part);
+        }
       } else {
         out.emplace_back(part);
       }

@@ -613,6 +613,20 @@ TEST_F(ClientTest, ReadOnlyOpenByPathFollowsSymlinksAndChecksPermissions) {
   auto root_dir = client_->open_path(root, "/", O_RDONLY);
   ASSERT_FALSE(root_dir.has_value());
   EXPECT_EQ(root_dir.error().posix_errno(), EISDIR);
+
+  // Relative targets that climb: "../x" is x in the link's parent directory.
+  ASSERT_TRUE(client_->mkdirs(root, d + "/a/b").has_value());
+  auto b = client_->resolve(root, d + "/a/b");
+  ASSERT_TRUE(b.has_value());
+  ASSERT_TRUE(client_->symlink(root, b->ino, "up", "../../link").has_value());  // -> d/link -> d/secret
+  ASSERT_TRUE(client_->symlink(root, b->ino, "dir", "..").has_value());         // -> d/a
+  ASSERT_TRUE(write_new(d + "/a/in-a", data));
+  EXPECT_EQ(read_all(d + "/a/b/up"), data);
+  EXPECT_EQ(read_all(d + "/a/b/dir/in-a"), data);
+  auto up = client_->resolve(root, d + "/a/b/dir", true);
+  ASSERT_TRUE(up.has_value());
+  EXPECT_EQ(up->ino, client_->resolve(root, d + "/a")->ino);
+  EXPECT_EQ(client_->resolve(root, "/../..")->ino, client_->resolve(root, "/")->ino) << "above / stays at /";
 }
 
 // The client tracks open files per inode (local sizes, truncates); files
