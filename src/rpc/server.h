@@ -61,6 +61,9 @@ struct ServerCall {
   Buffer payload;
   size_t payload_len = 0;  // as received (payload may be moved away by the handler)
   std::chrono::steady_clock::time_point deadline;
+  // One counter per connection, shared by its calls, for handlers that bound
+  // what one connection may hold (e.g. a storage server's read buffers).
+  std::shared_ptr<std::atomic<uint64_t>> connection_held;
 
   std::string response_body;
   std::vector<std::span<const std::byte>> response_payload;  // gathered as is

@@ -90,6 +90,7 @@ void ServerConnection::on_frame(const FrameHeader& h, std::string body, PayloadT
   call->request_id = h.request_id;
   call->peer = peer();
   call->client_id = client_id_;
+  call->connection_held = held_;
   call->body = std::move(body);
   call->payload = std::move(payload.owned);
   call->payload_len = h.payload_len;

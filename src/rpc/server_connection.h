@@ -34,6 +34,7 @@ class ServerConnection final : public FrameStream {
   ServerState& server_;
   bool authenticated_ = false;
   uint64_t client_id_ = 0;
+  std::shared_ptr<std::atomic<uint64_t>> held_ = std::make_shared<std::atomic<uint64_t>>(0);  // ServerCall::connection_held
   size_t inflight_ = 0;
   size_t inflight_bytes_ = 0;
 };

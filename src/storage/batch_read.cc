@@ -9,6 +9,7 @@
 
 #include "common/crc32c.h"
 #include "proto/storage.pb.h"
+#include "storage/chunk_meta.h"
 #include "storage/storage_service.h"
 #include "storage/thread_ring.h"
 
@@ -63,27 +64,38 @@ struct ReadAll {
   }
 };
 
-// A share of the server's read_bytes_held_max, given back when it goes
-// (with the reply's keepalive, once the reply was written).
+// A share of the server's read_bytes_held_max and of its connection's part of
+// it, given back when it goes (with the reply's keepalive, once the reply was
+// written).
 class ReadHold {
  public:
-  ReadHold(std::shared_ptr<std::atomic<uint64_t>> held, uint64_t bytes) : held_(std::move(held)), bytes_(bytes) {}
+  ReadHold(uint64_t bytes) : bytes_(bytes) {}
   ~ReadHold() {
-    if (taken_) held_->fetch_sub(bytes_);
+    for (auto& c : taken_) c->fetch_sub(bytes_);
   }
   ReadHold(const ReadHold&) = delete;
   ReadHold& operator=(const ReadHold&) = delete;
-  bool take(uint64_t max) {
-    if (held_->fetch_add(bytes_) + bytes_ <= max) return taken_ = true;
-    held_->fetch_sub(bytes_);
-    return false;
+  // Takes the share from `counter` unless that would pass `max`.
+  bool take(const std::shared_ptr<std::atomic<uint64_t>>& counter, uint64_t max) {
+    uint64_t now = counter->load();
+    do {
+      if (now + bytes_ > max) return false;
+    } while (!counter->compare_exchange_weak(now, now + bytes_));
+    taken_.push_back(counter);
+    return true;
   }
 
  private:
-  std::shared_ptr<std::atomic<uint64_t>> held_;
   uint64_t bytes_;
-  bool taken_ = false;
+  std::vector<std::shared_ptr<std::atomic<uint64_t>>> taken_;
 };
+
+// What the engine allocates for a range: whole blocks around it, within the chunk.
+uint64_t buffer_bytes(uint32_t offset, uint32_t length, uint32_t chunk_size_max) {
+  if (length == 0 || offset >= chunk_size_max) return 0;
+  uint64_t end = std::min<uint64_t>(uint64_t{offset} + length, chunk_size_max);
+  return (end + kBlockBytes - 1) / kBlockBytes * kBlockBytes - offset / kBlockBytes * kBlockBytes;
+}
 
 // What a reply's payload points into: the reads' buffers, and their hold.
 struct HeldReads {
@@ -112,13 +124,19 @@ Task<Result<pb::BatchReadReply>> StorageService::batch_read(const pb::BatchReadR
       r.result = error(Code::kUnavailable, "target {} is not serving in chain {}", p->target->id(), range.chain_id());
     } else {
       r.target = p->target;
-      want += std::min<uint64_t>(r.length, r.target->engine().chunk_size_max());
+      want += buffer_bytes(r.offset, r.length, r.target->engine().chunk_size_max());
     }
   }
-  const uint64_t max = options_.read_bytes_held_max;
-  if (want > max) co_return error(Code::kTooBig, "a batch read of {} bytes (this server holds at most {})", want, max);
-  held->hold.emplace(read_bytes_held_, want);
-  if (!held->hold->take(max))
+  // One connection holds at most a quarter: a peer that stops reading its
+  // replies (stopped, hung) cannot take every other client's reads with it.
+  const uint64_t max = options_.read_bytes_held_max, per_connection = max / 4;
+  if (want > per_connection)
+    co_return error(Code::kTooBig, "a batch read of {} bytes (one connection holds at most {})", want, per_connection);
+  held->hold.emplace(want);
+  if (call.connection_held && !held->hold->take(call.connection_held, per_connection))
+    co_return error(Code::kOverloaded, "this connection's reads hold {} bytes on {} (at most {}): try again",
+                    call.connection_held->load(), options_.name, per_connection);
+  if (!held->hold->take(read_bytes_held_, max))
     co_return error(Code::kOverloaded, "reads hold {} bytes on {} (at most {}): try again", read_bytes_held_->load(),
                     options_.name, max);
   ReadAll read_all{reads, ThreadRing::for_this_thread()};

@@ -54,7 +54,7 @@ Result<StorageConfig> StorageConfig::from(const Config& config) {
     sc.disk_threads = static_cast<size_t>(threads);
     WEFT_TRY(int64_t timeout, s.get_int_in("forward_timeout_ms", 10000, 100, 600000));
     sc.forward_timeout_ms = static_cast<uint32_t>(timeout);
-    WEFT_TRY(int64_t held_mib, s.get_int_in("read_held_mib", 1024, 64, 1 << 20));
+    WEFT_TRY(int64_t held_mib, s.get_int_in("read_held_mib", 1024, 512, 1 << 20));
     sc.read_bytes_held_max = static_cast<uint64_t>(held_mib) << 20;
   }
   if (config.has("routing")) {

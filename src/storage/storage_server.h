@@ -7,7 +7,7 @@
 // [storage]
 // disk_threads = 8            # engine calls run here
 // forward_timeout_ms = 10000  # per chain hop
-// read_held_mib = 1024        # bytes reads may hold until their replies are written (64..)
+// read_held_mib = 1024        # MiB reads may hold until their replies are written (512..; a connection a quarter)
 // [[targets]]
 // id = 101                    # cluster-wide target id
 // path = "/data/ssd0/weft"    # the target's directory

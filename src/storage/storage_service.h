@@ -94,10 +94,11 @@ struct StorageServiceOptions {
   uint32_t forward_timeout_ms = 10000;
   size_t dedup_entries_max = 65536;
   size_t resync_batch = 256;  // chunks listed per ListChunks call
-  // Bytes that chunk reads may hold on this server, all connections together:
+  // Bytes that chunk reads may hold on this server (their block-aligned
+  // buffers), all connections together, one connection at most a quarter:
   // from the read until its reply is written to the socket (a peer that does
-  // not read its replies keeps them). A BatchRead that would pass it answers
-  // kOverloaded (retryable); one asking for more than all of it, kTooBig.
+  // not read its replies keeps them). A BatchRead that would pass either
+  // answers kOverloaded (retryable); one larger than a connection's quarter, kTooBig.
   uint64_t read_bytes_held_max = uint64_t{1} << 30;
   // Asked before every update (head and successors); false refuses it with
   // kLeaseExpired. Set by a server whose lease comes from mgmtd: a server that

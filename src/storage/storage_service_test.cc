@@ -202,19 +202,20 @@ TEST_F(StorageServiceTest, BatchReadSpansTargetsOfOneServer) {
 }
 
 // Reads hold their buffers until their replies are written: a peer that sends
-// reads and does not read the replies holds at most read_bytes_held_max on the
-// server, the reads past it are answered kOverloaded (retryable), a batch
-// larger than the bound kTooBig, and all of it is given back once the replies
-// are written.
+// reads and does not read the replies holds at most a quarter of
+// read_bytes_held_max on the server (others are still served meanwhile), the
+// reads past it are answered kOverloaded (retryable), a batch larger than that
+// kTooBig (counted as the engine's block-aligned buffers), and all of it is
+// given back once the replies are written or the peer goes.
 TEST_F(StorageServiceTest, ReadsHoldAtMostTheirBoundUntilTheirRepliesAreWritten) {
-  constexpr uint64_t kHeldMax = 2 << 20;
+  constexpr uint64_t kHeldMax = 4 << 20, kPerConnection = kHeldMax / 4;
   nodes_.push_back(std::make_unique<Node>(io_, "held", std::vector<mgmt::TargetId>{1}, 0, kHeldMax));
   Node& node = *nodes_[0];
   ASSERT_TRUE(client_.set_routing({node.ep()}, {{1, node.address()}}, {ChainSpec{1, 1, {{1, TargetState::kServing}}}}, 1)
                   .has_value());
   auto data = pattern(kChunk, 3);
   ASSERT_TRUE(client_.write(node.ep(), 1, 1, ChunkId{1, 0}, 0, data, 0, 0, kChunk).has_value());
-  auto batch = [](int ranges, uint32_t length) {
+  auto batch = [](int ranges, uint32_t offset, uint32_t length) {
     proto::storage::BatchReadRequest req;
     for (int i = 0; i < ranges; ++i) {
       auto* r = req.add_ranges();
@@ -222,50 +223,77 @@ TEST_F(StorageServiceTest, ReadsHoldAtMostTheirBoundUntilTheirRepliesAreWritten)
       r->set_chain_version(1);
       r->mutable_chunk()->set_inode(1);
       r->mutable_chunk()->set_index(0);
+      r->set_offset(offset);
       r->set_length(length);
     }
     return req;
   };
-  auto big = client_.call<proto::storage::BatchReadReply>(node.ep(), methods::kBatchRead, batch(3, 1 << 20));
-  ASSERT_FALSE(big.has_value());
-  EXPECT_EQ(big.error().code(), Code::kTooBig);
+  auto too_big = [&](const proto::storage::BatchReadRequest& req) {
+    auto r = client_.call<proto::storage::BatchReadReply>(node.ep(), methods::kBatchRead, req);
+    return !r.has_value() && r.error().code() == Code::kTooBig;
+  };
+  EXPECT_TRUE(too_big(batch(2, 0, 1 << 20)));
+  // 2 bytes across a block boundary take two blocks: 140 of them 1.1 MiB, not 280 bytes.
+  EXPECT_TRUE(too_big(batch(140, 4095, 2)));
+  EXPECT_FALSE(too_big(batch(100, 4095, 2)));
 
-  rpc::testing::RawSocket peer(node.ep().port);
-  rpc::FrameHeader h;
-  h.method = rpc::kHello.wire();
-  weft::proto::Hello hello;
-  hello.set_cluster_token(kToken);
-  ASSERT_TRUE(peer.send_frame(h, hello.SerializeAsString()));
+  // A raw peer that sends reads and never reads the replies.
+  auto stalled_peer = [&] {
+    auto peer = std::make_unique<rpc::testing::RawSocket>(node.ep().port);
+    rpc::FrameHeader h;
+    h.method = rpc::kHello.wire();
+    weft::proto::Hello hello;
+    hello.set_cluster_token(kToken);
+    EXPECT_TRUE(peer->send_frame(h, hello.SerializeAsString()));
+    rpc::FrameHeader rh;
+    std::string body;
+    EXPECT_TRUE(peer->recv_frame(&rh, &body));
+    return peer;
+  };
+  // 100 MiB of replies, in waves a connection's share admits whole, until the
+  // socket buffers (loopback: ~10 MiB) are full and replies stay queued.
+  const int kReads = 400;
+  auto send_reads = [&](rpc::testing::RawSocket& peer) {
+    rpc::FrameHeader h;
+    h.method = methods::kBatchRead.wire();
+    std::string one = batch(1, 0, kChunk).SerializeAsString();
+    for (int i = 1; i <= kReads; ++i) {
+      h.request_id = static_cast<uint64_t>(i);
+      ASSERT_TRUE(peer.send_frame(h, one));
+      if (i % 2 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  };
+  auto peer = stalled_peer();
+  ASSERT_NO_FATAL_FAILURE(send_reads(*peer));
+  EXPECT_LE(node.service().read_bytes_held(), kPerConnection);
+  EXPECT_GT(node.service().read_bytes_held(), 0u) << "replies the peer does not read keep their reads";
+  EXPECT_EQ(read(0, 1, ChunkId{1, 0}).data, data) << "another client is served meanwhile";
+  int ok = 0, overloaded = 0;
   rpc::FrameHeader rh;
   std::string body;
-  ASSERT_TRUE(peer.recv_frame(&rh, &body));
-  // 100 MiB of replies, in waves the bound admits whole, until the socket
-  // buffers (loopback: ~10 MiB) are full and replies stay queued.
-  const int kReads = 400;
-  h.method = methods::kBatchRead.wire();
-  std::string one = batch(1, kChunk).SerializeAsString();
-  for (int i = 1; i <= kReads; ++i) {
-    h.request_id = static_cast<uint64_t>(i);
-    ASSERT_TRUE(peer.send_frame(h, one));
-    if (i % 4 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_LE(node.service().read_bytes_held(), kHeldMax);
-  EXPECT_GT(node.service().read_bytes_held(), 0u) << "replies the peer does not read keep their reads";
-  int ok = 0, overloaded = 0;
   for (int i = 0; i < kReads; ++i) {
-    ASSERT_TRUE(peer.recv_frame(&rh, &body)) << i;
-    EXPECT_LE(node.service().read_bytes_held(), kHeldMax);
+    ASSERT_TRUE(peer->recv_frame(&rh, &body)) << i;
+    EXPECT_LE(node.service().read_bytes_held(), kPerConnection);
     ok += rh.status == 0;
     overloaded += rh.status == static_cast<uint16_t>(Code::kOverloaded);
   }
   EXPECT_EQ(ok + overloaded, kReads);
   EXPECT_GT(ok, 0);
   EXPECT_GT(overloaded, 0) << "reads past the bound are refused, not held";
-  for (int i = 0; i < 200 && node.service().read_bytes_held() > 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_EQ(node.service().read_bytes_held(), 0u) << "every hold is given back once its reply was written";
-  EXPECT_EQ(read(0, 1, ChunkId{1, 0}).data, data);
+  auto released = [&] {
+    for (int i = 0; i < 300 && node.service().read_bytes_held() > 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return node.service().read_bytes_held() == 0;
+  };
+  EXPECT_TRUE(released()) << "every hold is given back once its reply was written";
+
+  // A peer that goes away with its replies unwritten gives its holds back too.
+  peer = stalled_peer();
+  ASSERT_NO_FATAL_FAILURE(send_reads(*peer));
+  EXPECT_GT(node.service().read_bytes_held(), 0u);
+  peer.reset();
+  EXPECT_TRUE(released()) << "a closed connection's holds go with it";
 }
 
 TEST_F(StorageServiceTest, ChainOfThreeReplicatesByteIdentically) {
