@@ -197,12 +197,12 @@ class ClientImpl final : public Client {
 
   Result<std::pair<Inode, std::shared_ptr<File>>> create(const Cred& cred, Ino parent, std::string_view name,
                                                          uint32_t mode, int flags) override {
-    return create_in(cred, parent, name, mode, flags, nullptr);
+    return create_in(cred, parent, name, mode, flags, std::nullopt);
   }
 
   Result<std::pair<Inode, std::shared_ptr<File>>> create_in(const Cred& cred, Ino parent, std::string_view name,
                                                             uint32_t mode, int flags,
-                                                            const meta::ParentCheck* expect_parent) {
+                                                            const std::optional<meta::ParentCheck>& expect_parent) {
     bool write = wants_write(flags);
     WEFT_TRY(meta::Reply reply,
              core_->meta->create(cred, parent, name, mode, (flags & O_EXCL) != 0, write, expect_parent));
@@ -225,7 +225,7 @@ class ClientImpl final : public Client {
 
   Result<std::shared_ptr<File>> open_path(const Cred& cred, std::string_view path, int flags, uint32_t mode) override {
     if (flags & O_CREAT) {
-      auto created = with_parent(cred, path, [&](const ParentDir& parent, const meta::ParentCheck* check) {
+      auto created = with_parent(cred, path, [&](const ParentDir& parent, const std::optional<meta::ParentCheck>& check) {
         return create_in(cred, parent.dir.ino, parent.name, mode, flags, check);
       });
       if (created) return created->second;
@@ -272,7 +272,7 @@ class ClientImpl final : public Client {
   Result<void> remove_path(const Cred& cred, std::string_view path) override {
     // Files first: one round trip (a lookup to learn the type would double it);
     // meta refuses to unlink a directory with kIsDirectory, and then it is rmdir.
-    auto r = with_parent(cred, path, [&](const ParentDir& parent, const meta::ParentCheck* check) {
+    auto r = with_parent(cred, path, [&](const ParentDir& parent, const std::optional<meta::ParentCheck>& check) {
       auto removed = core_->meta->unlink(cred, parent.dir.ino, parent.name, check);
       if (!removed && removed.error().code() == Code::kIsDirectory && parent.name != "." && parent.name != "..") {
         forget_dirs();
@@ -460,18 +460,18 @@ class ClientImpl final : public Client {
   // the mutation runs once more there.
   template <class Op>
   auto with_parent(const Cred& cred, std::string_view path, Op&& op)
-      -> decltype(op(std::declval<const ParentDir&>(), nullptr)) {
+      -> decltype(op(std::declval<const ParentDir&>(), std::nullopt)) {
     WEFT_TRY(ParentDir parent, resolve_parent(cred, path, ParentFrom::kCache));
     if (parent.cached && parent.cached->via_symlink) {
       WEFT_TRY(parent, resolve_parent(cred, path, ParentFrom::kMeta));
     }
     std::optional<meta::ParentCheck> check;
     if (parent.cached) check = meta::ParentCheck{std::get<1>(parent.cached->key), std::get<2>(parent.cached->key)};
-    auto r = op(parent, check ? &*check : nullptr);
+    auto r = op(parent, check);
     if (r || r.error().code() != Code::kStaleHandle || !check) return r;
     forget_dir(parent.cached->key);
     WEFT_TRY(parent, resolve_parent(cred, path, ParentFrom::kMeta));
-    return op(parent, nullptr);
+    return op(parent, std::nullopt);
   }
 
   // A read-only open of `path` (one round trip: lookup + permission check at

@@ -43,10 +43,14 @@ Result<std::string> value_of(Result<Rep> r) {
   return std::move(*r->mutable_value());
 }
 
-Req named(Ino ino, std::string_view name) {
+Req named(Ino ino, std::string_view name, const std::optional<ParentCheck>& expect_parent = std::nullopt) {
   Req q;
   q.set_ino(ino);
   q.set_name(std::string(name));
+  if (expect_parent) {
+    q.mutable_expect_parent()->set_dir(expect_parent->dir);
+    q.mutable_expect_parent()->set_name(expect_parent->name);
+  }
   return q;
 }
 
@@ -220,18 +224,9 @@ Result<std::vector<Result<Inode>>> MetaClient::batch_stat(const Cred& cred, cons
   return out;
 }
 
-namespace {
-void set_expect_parent(Req& q, const ParentCheck* expect) {
-  if (!expect) return;
-  q.mutable_expect_parent()->set_dir(expect->dir);
-  q.mutable_expect_parent()->set_name(expect->name);
-}
-}  // namespace
-
 Result<Reply> MetaClient::create(const Cred& cred, Ino parent, std::string_view name, uint32_t mode, bool exclusive,
-                                 bool open_for_write, const ParentCheck* expect_parent) {
-  Req q = named(parent, name);
-  set_expect_parent(q, expect_parent);
+                                 bool open_for_write, const std::optional<ParentCheck>& expect_parent) {
+  Req q = named(parent, name, expect_parent);
   q.set_mode(mode);
   q.set_exclusive(exclusive);
   q.set_open_write(open_for_write);
@@ -258,17 +253,13 @@ Result<Inode> MetaClient::link(const Cred& cred, Ino ino, Ino new_parent, std::s
 }
 
 Result<void> MetaClient::unlink(const Cred& cred, Ino parent, std::string_view name,
-                               const ParentCheck* expect_parent) {
-  Req q = named(parent, name);
-  set_expect_parent(q, expect_parent);
-  return void_of(mutate(method::kUnlink, cred, std::move(q)));
+                               const std::optional<ParentCheck>& expect_parent) {
+  return void_of(mutate(method::kUnlink, cred, named(parent, name, expect_parent)));
 }
 
 Result<void> MetaClient::rmdir(const Cred& cred, Ino parent, std::string_view name,
-                              const ParentCheck* expect_parent) {
-  Req q = named(parent, name);
-  set_expect_parent(q, expect_parent);
-  return void_of(mutate(method::kRmdir, cred, std::move(q)));
+                              const std::optional<ParentCheck>& expect_parent) {
+  return void_of(mutate(method::kRmdir, cred, named(parent, name, expect_parent)));
 }
 
 Result<void> MetaClient::rename(const Cred& cred, Ino src_parent, std::string_view src_name, Ino dst_parent,

@@ -63,14 +63,14 @@ class MetaClient {
   uint64_t mutations_done() const { return done_.load(); }
   // expect_parent (create, unlink, rmdir): see ParentCheck (meta/types.h).
   Result<Reply> create(const Cred& cred, Ino parent, std::string_view name, uint32_t mode, bool exclusive,
-                       bool open_for_write, const ParentCheck* expect_parent = nullptr);
+                       bool open_for_write, const std::optional<ParentCheck>& expect_parent = std::nullopt);
   Result<Inode> mkdir(const Cred& cred, Ino parent, std::string_view name, uint32_t mode);
   Result<Inode> symlink(const Cred& cred, Ino parent, std::string_view name, std::string_view target);
   Result<Inode> link(const Cred& cred, Ino ino, Ino new_parent, std::string_view new_name);
   Result<void> unlink(const Cred& cred, Ino parent, std::string_view name,
-                      const ParentCheck* expect_parent = nullptr);
+                      const std::optional<ParentCheck>& expect_parent = std::nullopt);
   Result<void> rmdir(const Cred& cred, Ino parent, std::string_view name,
-                     const ParentCheck* expect_parent = nullptr);
+                     const std::optional<ParentCheck>& expect_parent = std::nullopt);
   Result<void> rename(const Cred& cred, Ino src_parent, std::string_view src_name, Ino dst_parent,
                       std::string_view dst_name, RenameFlags flags = RenameFlags::kNone);
   Result<Inode> setattr(const Cred& cred, Ino ino, const SetAttr& attr);

@@ -144,14 +144,14 @@ class MetaStore {
   // opened. open_for_write also records a write session (reply.session_id).
   // expect_parent (create, unlink, rmdir): see ParentCheck.
   Result<Reply> create(const Context& ctx, Ino parent, std::string_view name, uint32_t mode,
-                       bool exclusive, bool open_for_write, const ParentCheck* expect_parent = nullptr);
+                       bool exclusive, bool open_for_write, const std::optional<ParentCheck>& expect_parent = std::nullopt);
   Result<Inode> mkdir(const Context& ctx, Ino parent, std::string_view name, uint32_t mode);
   Result<Inode> symlink(const Context& ctx, Ino parent, std::string_view name, std::string_view target);
   Result<Inode> link(const Context& ctx, Ino ino, Ino new_parent, std::string_view new_name);
   Result<void> unlink(const Context& ctx, Ino parent, std::string_view name,
-                      const ParentCheck* expect_parent = nullptr);
+                      const std::optional<ParentCheck>& expect_parent = std::nullopt);
   Result<void> rmdir(const Context& ctx, Ino parent, std::string_view name,
-                     const ParentCheck* expect_parent = nullptr);
+                     const std::optional<ParentCheck>& expect_parent = std::nullopt);
   Result<void> rename(const Context& ctx, Ino src_parent, std::string_view src_name, Ino dst_parent,
                       std::string_view dst_name, RenameFlags flags = RenameFlags::kNone);
   Result<Inode> setattr(const Context& ctx, Ino ino, const SetAttr& attr);
@@ -217,7 +217,7 @@ class MetaStore {
   Result<Inode> lock_dir_for_entries(Txn& txn, const Context& ctx, Ino dir, bool need_nlink = false);
   // REQUIRES: before the operation's own locks. kStaleHandle unless
   // `expect` (when set) still names `parent`; see ParentCheck.
-  Result<void> check_parent(Txn& txn, const Context& ctx, const ParentCheck* expect, Ino parent);
+  Result<void> check_parent(Txn& txn, const Context& ctx, const std::optional<ParentCheck>& expect, Ino parent);
   Result<Inode> new_inode(Txn& txn, const Context& ctx, const Inode& parent, InodeType type, uint32_t mode);
   Result<void> add_entry(Txn& txn, const Inode& parent, std::string_view name, const Inode& child);
   Result<void> touch_dir(Txn& txn, Ino dir, int64_t nlink_delta);

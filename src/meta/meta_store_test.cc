@@ -134,28 +134,28 @@ TEST_F(MetaStoreTest, ParentCheckRefusesAParentMovedOrReplaced) {
   Ino a = mkdir("a");
   Ino sub = mkdir("sub", a);
   ParentCheck at_a{a, "sub"};
-  ASSERT_OK(s().create(root(), sub, "f", 0644, true, false, &at_a));
-  ASSERT_OK(s().unlink(root(), sub, "f", &at_a));
+  ASSERT_OK(s().create(root(), sub, "f", 0644, true, false, at_a));
+  ASSERT_OK(s().unlink(root(), sub, "f", at_a));
   ASSERT_OK(s().rename(root(), a, "sub", kRootIno, "moved"));
-  EXPECT_CODE(s().create(root(), sub, "g", 0644, true, false, &at_a), Code::kStaleHandle);
+  EXPECT_CODE(s().create(root(), sub, "g", 0644, true, false, at_a), Code::kStaleHandle);
   EXPECT_CODE(s().lookup(root(), sub, "g"), Code::kNotFound);  // a refused create changes nothing
   Ino again = mkdir("sub", a);
   ASSERT_OK(s().create(root(), sub, "g", 0644, true, false));  // in the moved one, without a check
-  EXPECT_CODE(s().create(root(), sub, "h", 0644, true, false, &at_a), Code::kStaleHandle);  // replaced
-  EXPECT_CODE(s().unlink(root(), sub, "g", &at_a), Code::kStaleHandle);
+  EXPECT_CODE(s().create(root(), sub, "h", 0644, true, false, at_a), Code::kStaleHandle);  // replaced
+  EXPECT_CODE(s().unlink(root(), sub, "g", at_a), Code::kStaleHandle);
   ASSERT_OK(s().lookup(root(), sub, "g"));
   mkdir("d", sub);
-  EXPECT_CODE(s().rmdir(root(), sub, "d", &at_a), Code::kStaleHandle);
+  EXPECT_CODE(s().rmdir(root(), sub, "d", at_a), Code::kStaleHandle);
   ASSERT_OK(s().lookup(root(), sub, "d"));  // a refused rmdir removes nothing
   mkdir("d", again);
-  ASSERT_OK(s().rmdir(root(), again, "d", &at_a));
+  ASSERT_OK(s().rmdir(root(), again, "d", at_a));
   ASSERT_OK(s().setattr(root(), again, SetAttr{.mode = 0777}));
-  ASSERT_OK(s().create(user(1000, 1000), again, "u", 0644, true, false, &at_a));
+  ASSERT_OK(s().create(user(1000, 1000), again, "u", 0644, true, false, at_a));
   ASSERT_OK(s().setattr(root(), a, SetAttr{.mode = 0700}));
   // No search permission where the parent was found.
-  EXPECT_CODE(s().create(user(1000, 1000), again, "v", 0644, true, false, &at_a), Code::kPermissionDenied);
+  EXPECT_CODE(s().create(user(1000, 1000), again, "v", 0644, true, false, at_a), Code::kPermissionDenied);
   ParentCheck missing{a, "nothing"};
-  EXPECT_CODE(s().create(root(), again, "w", 0644, true, false, &missing), Code::kStaleHandle);
+  EXPECT_CODE(s().create(root(), again, "w", 0644, true, false, missing), Code::kStaleHandle);
 }
 
 TEST_F(MetaStoreTest, UnlinkAndRmdirErrors) {

@@ -105,17 +105,14 @@ Result<Rep> do_batch_stat(MetaStore& s, const Req& q, const Context& ctx) {
   return r;
 }
 
-// The request's ParentCheck, if it carries one (`holder` keeps it).
-const ParentCheck* expect_parent(const Req& q, std::optional<ParentCheck>& holder) {
-  if (!q.has_expect_parent()) return nullptr;
-  holder = ParentCheck{q.expect_parent().dir(), q.expect_parent().name()};
-  return &*holder;
+// The request's ParentCheck, if it carries one.
+std::optional<ParentCheck> expect_parent(const Req& q) {
+  if (!q.has_expect_parent()) return std::nullopt;
+  return ParentCheck{q.expect_parent().dir(), q.expect_parent().name()};
 }
 
 Result<Rep> do_create(MetaStore& s, const Req& q, const Context& ctx) {
-  std::optional<ParentCheck> check;
-  return map(s.create(ctx, q.ino(), q.name(), q.mode(), q.exclusive(), q.open_write(), expect_parent(q, check)),
-             reply_with);
+  return map(s.create(ctx, q.ino(), q.name(), q.mode(), q.exclusive(), q.open_write(), expect_parent(q)), reply_with);
 }
 Result<Rep> do_mkdir(MetaStore& s, const Req& q, const Context& ctx) {
   return map(s.mkdir(ctx, q.ino(), q.name(), q.mode()), reply_with_inode);
@@ -127,12 +124,10 @@ Result<Rep> do_link(MetaStore& s, const Req& q, const Context& ctx) {
   return map(s.link(ctx, q.ino(), q.new_parent(), q.new_name()), reply_with_inode);
 }
 Result<Rep> do_unlink(MetaStore& s, const Req& q, const Context& ctx) {
-  std::optional<ParentCheck> check;
-  return empty_reply(s.unlink(ctx, q.ino(), q.name(), expect_parent(q, check)));
+  return empty_reply(s.unlink(ctx, q.ino(), q.name(), expect_parent(q)));
 }
 Result<Rep> do_rmdir(MetaStore& s, const Req& q, const Context& ctx) {
-  std::optional<ParentCheck> check;
-  return empty_reply(s.rmdir(ctx, q.ino(), q.name(), expect_parent(q, check)));
+  return empty_reply(s.rmdir(ctx, q.ino(), q.name(), expect_parent(q)));
 }
 Result<Rep> do_rename(MetaStore& s, const Req& q, const Context& ctx) {
   WEFT_TRY(RenameFlags flags, rename_flags_from_wire(q.flags()));

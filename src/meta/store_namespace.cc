@@ -15,7 +15,8 @@ Result<Inode> MetaStore::lock_dir_for_entries(Txn& txn, const Context& ctx, Ino 
   return parent;
 }
 
-Result<void> MetaStore::check_parent(Txn& txn, const Context& ctx, const ParentCheck* expect, Ino parent) {
+Result<void> MetaStore::check_parent(Txn& txn, const Context& ctx, const std::optional<ParentCheck>& expect,
+                                     Ino parent) {
   if (!expect) return {};
   // Search permission first (as a lookup: nothing is told about the entries of
   // a directory the caller may not search), the directory's inode before its
@@ -139,7 +140,7 @@ Result<Reply> MetaStore::do_create(Txn& txn, const Context& ctx, Ino parent_ino,
 }
 
 Result<Reply> MetaStore::create(const Context& ctx, Ino parent, std::string_view name, uint32_t mode,
-                                bool exclusive, bool open_for_write, const ParentCheck* expect_parent) {
+                                bool exclusive, bool open_for_write, const std::optional<ParentCheck>& expect_parent) {
   return mutate(Op::kCreate, ctx, [&](Txn& txn) -> Result<Reply> {
     WEFT_RETURN_IF_ERROR(check_parent(txn, ctx, expect_parent, parent));
     return do_create(txn, ctx, parent, name, mode, exclusive, open_for_write);
@@ -199,7 +200,7 @@ Result<Inode> MetaStore::link(const Context& ctx, Ino ino, Ino parent_ino, std::
 }
 
 Result<void> MetaStore::unlink(const Context& ctx, Ino parent_ino, std::string_view name,
-                              const ParentCheck* expect_parent) {
+                              const std::optional<ParentCheck>& expect_parent) {
   WEFT_RETURN_IF_ERROR(mutate(Op::kUnlink, ctx, [&](Txn& txn) -> Result<Reply> {
     WEFT_RETURN_IF_ERROR(check_parent(txn, ctx, expect_parent, parent_ino));
     WEFT_RETURN_IF_ERROR(check_name(name));
@@ -219,7 +220,7 @@ Result<void> MetaStore::unlink(const Context& ctx, Ino parent_ino, std::string_v
 }
 
 Result<void> MetaStore::rmdir(const Context& ctx, Ino parent_ino, std::string_view name,
-                             const ParentCheck* expect_parent) {
+                             const std::optional<ParentCheck>& expect_parent) {
   WEFT_RETURN_IF_ERROR(mutate(Op::kRmdir, ctx, [&](Txn& txn) -> Result<Reply> {
     WEFT_RETURN_IF_ERROR(check_parent(txn, ctx, expect_parent, parent_ino));
     WEFT_RETURN_IF_ERROR(check_name(name));

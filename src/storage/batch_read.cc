@@ -69,7 +69,7 @@ struct ReadAll {
 // written).
 class ReadHold {
  public:
-  ReadHold(uint64_t bytes) : bytes_(bytes) {}
+  explicit ReadHold(uint64_t bytes) : bytes_(bytes) {}
   ~ReadHold() {
     for (auto& c : taken_) c->fetch_sub(bytes_);
   }
@@ -90,11 +90,11 @@ class ReadHold {
   std::vector<std::shared_ptr<std::atomic<uint64_t>>> taken_;
 };
 
-// What the engine allocates for a range: whole blocks around it, within the chunk.
+// At most what the engine allocates for a range (its blocks, within the chunk).
 uint64_t buffer_bytes(uint32_t offset, uint32_t length, uint32_t chunk_size_max) {
   if (length == 0 || offset >= chunk_size_max) return 0;
   uint64_t end = std::min<uint64_t>(uint64_t{offset} + length, chunk_size_max);
-  return (end + kBlockBytes - 1) / kBlockBytes * kBlockBytes - offset / kBlockBytes * kBlockBytes;
+  return uint64_t{blocks_of(offset, end).count} * kBlockBytes;
 }
 
 // What a reply's payload points into: the reads' buffers, and their hold.

@@ -79,8 +79,9 @@ Result<ChunkEngine::ReadPlan> ChunkEngine::plan_read(const ChunkId& id, uint32_t
     space_.unpin(SlotRef{meta.size_class, meta.slot});
     return error(file.error());
   }
-  plan.first = offset / kBlockBytes;
-  plan.count = static_cast<uint32_t>((end - 1) / kBlockBytes) - plan.first + 1;
+  BlockSpan span = blocks_of(offset, end);
+  plan.first = span.first;
+  plan.count = span.count;
   plan.fd = (*file)->fd();
   plan.file_offset = uint64_t{meta.slot} * class_bytes(meta.size_class) + uint64_t{plan.first} * kBlockBytes;
   plan.result.buffer = Buffer::allocate(size_t{plan.count} * kBlockBytes);

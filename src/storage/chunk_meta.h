@@ -32,6 +32,17 @@ inline constexpr uint8_t kMetaFormat = 2;
 // The chain of a chunk written before chains were recorded (mgmtd numbers chains from 1).
 inline constexpr uint32_t kChainUnknown = 0;
 
+// The blocks a read of bytes [offset, end) covers (end > offset): the first
+// one and how many. A read buffer holds exactly these.
+struct BlockSpan {
+  uint32_t first = 0;
+  uint32_t count = 0;
+};
+inline BlockSpan blocks_of(uint64_t offset, uint64_t end) {
+  auto first = static_cast<uint32_t>(offset / kBlockBytes);
+  return {first, static_cast<uint32_t>((end - 1) / kBlockBytes) - first + 1};
+}
+
 // Bytes of one slot in `size_class` (4 KiB << size_class).
 inline constexpr uint64_t class_bytes(uint32_t size_class) { return uint64_t{kMinClassBytes} << size_class; }
 

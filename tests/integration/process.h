@@ -30,6 +30,15 @@
 
 namespace weft::testing {
 
+// 127.0.0.1:port as a socket address.
+inline sockaddr_in loopback(uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
+  return a;
+}
+
 // A port on 127.0.0.1 that was free a moment ago (servers that restart must
 // come back on the same one, so tests pick fixed ports). Taken from below the
 // kernel's ephemeral range (32768-60999 by default): outgoing connections take
@@ -47,10 +56,7 @@ inline uint16_t free_port() {
     auto port = static_cast<uint16_t>(20000 + rng() % 12000);
     if (given.contains(port)) continue;
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(port);
+    sockaddr_in a = loopback(port);
     bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
     ::close(fd);
     if (!free) continue;
