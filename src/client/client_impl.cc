@@ -541,8 +541,11 @@ class ClientImpl final : public Client {
       // Directories on the way come from the short-lived cache (the entry
       // timeout of a FUSE mount, for the path API); a last component that is
       // the target itself is always asked for, so attributes and sizes are current.
+      // ".." is never cached: a directory's parent changes when it is moved
+      // (and meta could not check a ".." entry for ParentCheck).
+      const bool dotdot = parts[i] == "..";
       std::optional<CachedDir> cached;
-      if (on_the_way) cached = cached_dir(cred, dir, parts[i]);
+      if (on_the_way && !dotdot) cached = cached_dir(cred, dir, parts[i]);
       Inode next;
       bool via_symlink = cached && cached->via_symlink;
       if (cached) {
@@ -558,11 +561,11 @@ class ClientImpl final : public Client {
       }
       if (!last) {
         if (!next.is_dir()) return error(Code::kNotDirectory, "{} is not a directory", parts[i]);
-        if (!cached) remember_dir(cred, dir, parts[i], next, via_symlink);
+        if (!cached && !dotdot) remember_dir(cred, dir, parts[i], next, via_symlink);
         dir = next.ino;
         continue;
       }
-      if (on_the_way && !cached && next.is_dir()) remember_dir(cred, dir, parts[i], next, via_symlink);
+      if (on_the_way && !cached && !dotdot && next.is_dir()) remember_dir(cred, dir, parts[i], next, via_symlink);
       if (cached && last_cached) *last_cached = CachedEntry{DirKey{cred.uid, dir, parts[i]}, via_symlink};
       return with_local_size(std::move(next));
     }
@@ -770,10 +773,11 @@ Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
   return std::unique_ptr<Client>(new ClientImpl(std::move(core), std::move(lease)));
 }
 
-// Components of `path` with "." dropped and ".." taken lexically; a ".." that
-// climbs above where a relative path starts is kept (a symlink's "../x" is
-// looked up from the link's directory: meta answers ".." with the parent),
-// while above "/" it stays at "/".
+// Components of `path` with "." and empty names dropped. ".." is kept and
+// looked up at meta (which answers it with the directory's parent), as POSIX
+// resolves it: `a/link/..` is the parent of link's target, and `a/x/..` needs
+// `a/x` to be a directory one may search. Only a ".." at the start of an
+// absolute path is dropped (the root is its own parent).
 Result<std::vector<std::string>> split_path(std::string_view path) {
   const bool absolute = path.starts_with('/');
   std::vector<std::string> out;
@@ -786,16 +790,8 @@ Result<std::vector<std::string>> split_path(std::string_view path) {
       std::string_view part = path.substr(i, j - i);
       if (part.size() > 255) return error(Code::kNameTooLong, "path component of {} bytes (max 255)", part.size());
       if (part.find('\0') != std::string_view::npos) return error(Code::kInvalidArgument, "path contains a NUL byte");
-      if (part == ".") {
-      } else if (part == "..") {
-        if (!out.empty() && out.back() != "..") {
-          out.pop_back();
-        } else if (!absolute) {
-          out.emplace_back(part);
-        }
-      } else {
-        out.emplace_back(part);
-      }
+      bool skip = part == "." || (part == ".." && absolute && out.empty());
+      if (!skip) out.emplace_back(part);
     }
     i = j;
   }

@@ -70,7 +70,10 @@ TEST(Placement, SplitRangeCutsAtChunkBoundaries) {
 
 TEST(SplitPath, ComponentsAndErrors) {
   EXPECT_EQ(*split_path("/a//b/./c/"), (std::vector<std::string>{"a", "b", "c"}));
-  EXPECT_EQ(*split_path("/a/b/../c"), (std::vector<std::string>{"a", "c"}));
+  // ".." stays (resolved by lookup), except at the start of an absolute path.
+  EXPECT_EQ(*split_path("/a/b/../c"), (std::vector<std::string>{"a", "b", "..", "c"}));
+  EXPECT_EQ(*split_path("/../../a"), (std::vector<std::string>{"a"}));
+  EXPECT_EQ(*split_path("../a"), (std::vector<std::string>{"..", "a"}));
   EXPECT_TRUE(split_path("/")->empty());
   EXPECT_EQ(split_path("/" + std::string(256, 'x')).error().code(), Code::kNameTooLong);
 }

@@ -629,6 +629,49 @@ TEST_F(ClientTest, ReadOnlyOpenByPathFollowsSymlinksAndChecksPermissions) {
   EXPECT_EQ(client_->resolve(root, "/../..")->ino, client_->resolve(root, "/")->ino) << "above / stays at /";
 }
 
+// ".." is the parent of where the path got to, not a lexical step back:
+// after a symlink it is the parent of the link's target, and the name before
+// it must be a directory the caller may search.
+TEST_F(ClientTest, DotDotIsTheParentOfWhereThePathGot) {
+  std::string d = dir();
+  const Cred& root = client_->default_cred();
+  auto data = pattern(3000, 4);
+  ASSERT_TRUE(client_->mkdirs(root, d + "/x/y").has_value());
+  ASSERT_TRUE(client_->mkdirs(root, d + "/a").has_value());
+  ASSERT_TRUE(write_new(d + "/x/file", data));
+  auto a = client_->resolve(root, d + "/a");
+  ASSERT_TRUE(a.has_value());
+  ASSERT_TRUE(client_->symlink(root, a->ino, "link", "../x/y").has_value());
+  EXPECT_EQ(read_all(d + "/a/link/../file"), data) << "a/link/.. is x, not a";
+  EXPECT_EQ(client_->resolve(root, d + "/a/link/..")->ino, client_->resolve(root, d + "/x")->ino);
+
+  auto missing = client_->resolve(root, d + "/a/missing/..");
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_EQ(missing.error().posix_errno(), ENOENT);
+  auto through_file = client_->resolve(root, d + "/x/file/..");
+  ASSERT_FALSE(through_file.has_value());
+  EXPECT_EQ(through_file.error().posix_errno(), ENOTDIR);
+
+  // Creates and removals through ".." land where the path resolves.
+  auto made = client_->open_path(root, d + "/a/link/../new", O_CREAT | O_WRONLY, 0644);
+  ASSERT_TRUE(made.has_value()) << made.error();
+  ASSERT_TRUE((*made)->close().has_value());
+  ASSERT_TRUE(client_->resolve(root, d + "/x/new").has_value());
+  ASSERT_TRUE(client_->remove_path(root, d + "/a/link/../new").has_value());
+  EXPECT_EQ(client_->resolve(root, d + "/x/new").error().posix_errno(), ENOENT);
+
+  // Stepping out of a directory needs search permission on it.
+  auto y = client_->resolve(root, d + "/x/y");
+  ASSERT_TRUE(y.has_value());
+  SetAttr mode_0700;
+  mode_0700.mode = 0700;
+  ASSERT_TRUE(client_->setattr(root, y->ino, mode_0700).has_value());
+  Cred user{.uid = 4321, .gid = 4321, .groups = {}};
+  auto denied = client_->resolve(user, d + "/x/y/../file");
+  ASSERT_FALSE(denied.has_value());
+  EXPECT_EQ(denied.error().posix_errno(), EACCES);
+}
+
 // The client tracks open files per inode (local sizes, truncates); files
 // closed long ago must not stay tracked: a first epoch opens millions of
 // distinct files through one client. 200,000 opens of distinct inodes
