@@ -11,7 +11,9 @@
 // they committed (lower()). A scan's snapshot may lack a commit that lowered
 // the floor after the scan took its mark, so raise() never goes above the
 // lowest inode lowered since that mark. Lowering is always safe: the floor is
-// a hint for where to start, never a filter.
+// a hint for where to start, never a filter. A scan from a cursor (past
+// items a worker could not finish) starts at the higher of floor and cursor
+// and never raises: it saw nothing below its start.
 // Threading: thread-safe; scans (mark() ... raise()) one at a time (the
 // caller serializes them: mark() starts a new "lowered since" record).
 #pragma once

@@ -47,6 +47,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -136,8 +137,11 @@ class MetaStore {
   Result<std::string> getxattr(const Context& ctx, Ino ino, std::string_view name);
   Result<std::vector<std::string>> listxattr(const Context& ctx, Ino ino);
   Result<Layout> get_layout(const Context& ctx, Ino dir);
-  // The first `limit` files queued for chunk GC, in inode order.
-  Result<std::vector<GcItem>> gc_pending(size_t limit);
+  // Up to `limit` files queued for chunk GC, in inode order: the first ones,
+  // or (`after` set) the first ones with a greater inode, so a worker can go
+  // round the queue past files it cannot finish yet. Items are handed out only
+  // once the commits that queued them are durable.
+  Result<std::vector<GcItem>> gc_pending(size_t limit, std::optional<Ino> after = std::nullopt);
 
   // --- mutations ---
   // exclusive: kExists if the name exists; otherwise an existing file is
@@ -227,6 +231,9 @@ class MetaStore {
   // Unlocked read, optionally at a snapshot. with_stat: merge a directory's
   // DirStat in (nlink, mtime, ctime); a permission check needs only the base.
   Result<Inode> read_inode(Ino ino, const rocksdb::Snapshot* snapshot = nullptr, bool with_stat = true);
+  // Up to `limit` items of the GC queue from inode `from` on.
+  // REQUIRES: gc_scan_mu_ held (GcFloor: the scan's mark was taken before).
+  Result<std::vector<GcItem>> scan_gc_queue(Ino from, size_t limit);
   // lookup's reads, at `snapshot` or (null) each at the latest state.
   Result<Inode> lookup_at(const Context& ctx, Ino parent_ino, std::string_view name,
                           const rocksdb::Snapshot* snapshot);

@@ -1,3 +1,5 @@
+#include <limits>
+
 #include <rocksdb/db.h>
 #include <rocksdb/perf_context.h>
 #include <rocksdb/perf_level.h>
@@ -141,6 +143,37 @@ TEST_F(GcQueueTest, Drains) {
   ASSERT_OK(done);
   EXPECT_EQ(*done, 2u) << "one commit for many files; those done before are skipped";
   EXPECT_TRUE(s().gc_pending(10)->empty());
+}
+
+// A worker goes round the queue with a cursor: each scan from one hands out
+// what lies behind it, the last comes back short, and a scan from the front
+// still finds everything (a cursor scan leaves the floor where it was).
+TEST_F(GcQueueTest, ScansFromACursorHandOutWhatLiesBehindIt) {
+  std::vector<Ino> queued;
+  for (int i = 0; i < 5; ++i) queued.push_back(queued_file(fmt::format("f{}", i)));
+  auto inos_of = [](const Result<std::vector<GcItem>>& r) {
+    std::vector<Ino> inos;
+    for (auto& item : *r) inos.push_back(item.ino);
+    return inos;
+  };
+  auto first = s().gc_pending(2, std::nullopt);
+  ASSERT_OK(first);
+  EXPECT_EQ(inos_of(first), (std::vector<Ino>{queued[0], queued[1]}));
+  auto second = s().gc_pending(2, queued[1]);
+  ASSERT_OK(second);
+  EXPECT_EQ(inos_of(second), (std::vector<Ino>{queued[2], queued[3]}));
+  auto last = s().gc_pending(2, queued[3]);
+  ASSERT_OK(last);
+  EXPECT_EQ(inos_of(last), (std::vector<Ino>{queued[4]})) << "short: the end of the queue";
+  EXPECT_TRUE(s().gc_pending(2, queued[4])->empty());
+  EXPECT_TRUE(s().gc_pending(2, std::numeric_limits<Ino>::max())->empty());
+  EXPECT_EQ(inos_of(s().gc_pending(10, Ino{0})), queued) << "a cursor below every item";
+  EXPECT_EQ(inos_of(s().gc_pending(10)), queued) << "the front is where it was";
+  // A cursor below the floor (the front's tombstones) starts at the floor.
+  ASSERT_OK(s().gc_done(root(), queued[0]));
+  ASSERT_OK(s().gc_done(root(), queued[1]));
+  EXPECT_EQ(inos_of(s().gc_pending(10)), (std::vector<Ino>(queued.begin() + 2, queued.end())));
+  EXPECT_EQ(inos_of(s().gc_pending(10, queued[0])), (std::vector<Ino>(queued.begin() + 2, queued.end())));
 }
 
 // Nothing to remove from storage: an empty file is destroyed without a GC entry.

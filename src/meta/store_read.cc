@@ -1,4 +1,6 @@
 // MetaStore read operations. They run without a transaction and never write.
+#include <limits>
+
 #include <rocksdb/utilities/transaction_db.h>
 
 #include "meta/meta_store.h"
@@ -159,30 +161,40 @@ Result<Layout> MetaStore::get_layout(const Context&, Ino ino) {
   });
 }
 
-Result<std::vector<GcItem>> MetaStore::gc_pending(size_t limit) {
+Result<std::vector<GcItem>> MetaStore::gc_pending(size_t limit, std::optional<Ino> after) {
   return observe(metrics_of(Op::kGcPending), [&]() -> Result<std::vector<GcItem>> {
     std::vector<GcItem> items;
     std::lock_guard scanning(gc_scan_mu_);  // GcFloor: one scan at a time
     GcFloor::Mark mark = gc_floor_.mark();  // before the iterator's snapshot
-    if (mark.empty || limit == 0) return items;
-    const std::string upper = key::prefix_end(std::string(1, key::kGcPrefix));
-    rocksdb::Slice upper_slice(upper);
-    rocksdb::ReadOptions ro;
-    ro.iterate_upper_bound = &upper_slice;
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
-    for (it->Seek(key::gc(mark.floor)); it->Valid() && items.size() < limit; it->Next()) {
-      WEFT_TRY(Inode n, decode_inode(std::string_view(it->value().data(), it->value().size())));
-      WEFT_TRY(uint64_t ino, key::u64_at(std::string_view(it->key().data(), it->key().size()), 1));
-      items.push_back({ino, std::move(n)});
-    }
-    if (!it->status().ok()) return error(from_rocks(it->status(), "gc_pending"));
-    gc_floor_.raise(items.empty() ? std::nullopt : std::optional<Ino>(items.front().ino));
+    if (mark.empty || limit == 0 || after == std::numeric_limits<Ino>::max()) return items;
+    // No committed key lies below the floor: a cursor below it starts there.
+    const Ino from = after ? std::max(mark.floor, *after + 1) : mark.floor;
+    WEFT_TRY(items, scan_gc_queue(from, limit));
+    // Only a scan from the floor found the first live key (or that there is
+    // none); one from a cursor knows nothing about the keys below it.
+    if (!after) gc_floor_.raise(items.empty() ? std::nullopt : std::optional<Ino>(items.front().ino));
     // A queued file is visible before its commit is durable (early lock
     // release; a close is even acknowledged before). Its chunks must not go
     // before the unlink that queued it is sure to survive a crash.
     if (!items.empty() && syncer_) WEFT_RETURN_IF_ERROR(syncer_->wait_durable());
     return items;
   });
+}
+
+Result<std::vector<GcItem>> MetaStore::scan_gc_queue(Ino from, size_t limit) {
+  std::vector<GcItem> items;
+  const std::string upper = key::prefix_end(std::string(1, key::kGcPrefix));
+  rocksdb::Slice upper_slice(upper);
+  rocksdb::ReadOptions ro;
+  ro.iterate_upper_bound = &upper_slice;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  for (it->Seek(key::gc(from)); it->Valid() && items.size() < limit; it->Next()) {
+    WEFT_TRY(Inode n, decode_inode(std::string_view(it->value().data(), it->value().size())));
+    WEFT_TRY(uint64_t ino, key::u64_at(std::string_view(it->key().data(), it->key().size()), 1));
+    items.push_back({ino, std::move(n)});
+  }
+  if (!it->status().ok()) return error(from_rocks(it->status(), "gc_pending"));
+  return items;
 }
 
 }  // namespace weft::meta
