@@ -102,7 +102,7 @@ void serve_meta(const std::string& config_path) {
   if (*membership) {
     meta::MetaStore* s = store->get();
     client::ChunkGcHooks hooks;
-    hooks.pending = [s](size_t limit) { return s->gc_pending(limit); };
+    hooks.pending = [s](size_t limit, std::optional<meta::Ino> after) { return s->gc_pending(limit, after); };
     hooks.done = [s](std::span<const meta::Ino> inos) -> Result<void> {
       WEFT_TRY(size_t n, s->gc_done(meta::Context{meta::Cred::root(), {}}, inos));
       (void)n;  // files another pass finished already are no error

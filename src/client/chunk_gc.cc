@@ -56,7 +56,7 @@ Result<ChunkGc::Pass> ChunkGc::collect_once() {
     WEFT_RETURN_IF_ERROR(parts_->routing.start());
     routing_started_ = true;
   }
-  WEFT_TRY(auto items, hooks_.pending(kPendingBatch));
+  WEFT_TRY(auto items, hooks_.pending(kPendingBatch, resume_after_));
   struct Plan {
     std::vector<mgmt::ChainId> stripe;
     uint64_t chunks = 0;
@@ -111,6 +111,11 @@ Result<ChunkGc::Pass> ChunkGc::collect_once() {
     chunks += plans[k].chunks;
   }
   if (!done.empty()) WEFT_RETURN_IF_ERROR(hooks_.done(done));
+  // A full pass may have more behind it; the files it could not finish lie
+  // before the cursor now, so the next pass takes new ones rather than the
+  // same failing head of the queue again (a pass whose done commit failed is
+  // repeated as it was).
+  resume_after_ = items.size() >= kPendingBatch ? std::optional<meta::Ino>(items.back().ino) : std::nullopt;
   files_.fetch_add(done.size());
   chunks_.fetch_add(chunks);
   if (first_failure)
@@ -121,7 +126,9 @@ Result<ChunkGc::Pass> ChunkGc::collect_once() {
 PeriodicThread::Wait ChunkGc::tick() {
   auto r = collect_once();
   if (!r) WEFT_LOG_WARN("chunk gc: {}", r.error());
-  // More is queued and the pass got somewhere: go on at once.
+  // More is queued and the pass got somewhere: go on at once. A full pass
+  // that finished nothing waits before going on past its files, which bounds
+  // the work spent on a queue whose storage is unreachable.
   bool more = r && r->taken >= kPendingBatch && r->finished > 0;
   return more ? PeriodicThread::Wait::zero() : PeriodicThread::Wait(interval_);
 }

@@ -24,7 +24,9 @@
 namespace weft::client {
 
 struct ChunkGcHooks {
-  std::function<Result<std::vector<meta::GcItem>>(size_t limit)> pending;
+  // Up to `limit` queued files in inode order: the first ones, or those after
+  // inode `after` (MetaStore::gc_pending).
+  std::function<Result<std::vector<meta::GcItem>>(size_t limit, std::optional<meta::Ino> after)> pending;
   // The chunks of these files are gone (one call per pass).
   std::function<Result<void>(std::span<const meta::Ino>)> done;
 };
@@ -44,8 +46,12 @@ class ChunkGc {
     size_t taken = 0;     // files meta handed out
     size_t finished = 0;  // of those, files whose chunks are all gone (reported done)
   };
-  // One pass over what is queued. Files whose removals failed stay queued
-  // (logged), they do not fail the pass.
+  // One pass over the next files of the queue. Files whose removals failed
+  // stay queued (logged), they do not fail the pass. Passes go round the
+  // queue: each starts after the files the last full one was handed, and a
+  // short one (the end of the queue) sends the next back to the front. So
+  // files that keep failing are retried once per round and never stop the
+  // files behind them.
   Result<Pass> collect_once();
   uint64_t files_collected() const { return files_.load(); }
   uint64_t chunks_removed() const { return chunks_.load(); }
@@ -61,6 +67,8 @@ class ChunkGc {
   std::atomic<uint64_t> files_{0};
   std::atomic<uint64_t> chunks_{0};
   bool routing_started_ = false;  // collect_once's thread only
+  // Where the next pass starts: after this inode, or (nullopt) at the front.
+  std::optional<meta::Ino> resume_after_;  // collect_once's thread only
   std::optional<PeriodicThread> thread_;  // from start()
 };
 

@@ -159,5 +159,47 @@ TEST_F(ChunkGcTest, FilesOnADeadServerStayQueuedUntilItReturns) {
       << "the rest go once it is back\n" << meta_->log() << cluster_.all_logs();
 }
 
+// More files fail than a pass takes (GC passes take 64): the first 80 files
+// have a chunk on each chain, so all of them fail while server 1 is dead. The
+// files queued behind them (higher inodes) are still collected: passes go
+// round the queue rather than retaking its failing head.
+TEST_F(ChunkGcTest, FilesBehindMoreFailingFilesThanAPassTakesAreCollected) {
+  const Cred& cred = client_->default_cred();
+  const uint64_t before0 = used_on(0), before1 = used_on(1);
+  ASSERT_NE(before0, UINT64_MAX);
+  ASSERT_NE(before1, UINT64_MAX);
+  ASSERT_TRUE(client_->mkdirs(cred, "/both"));
+  auto both = client_->resolve(cred, "/both");
+  ASSERT_TRUE(both) << both.error();
+  auto layout = client_->get_layout(cred, both->ino);
+  ASSERT_TRUE(layout) << layout.error();
+  ASSERT_EQ(layout->stripe_count, 2u) << "both chains";
+  layout->chunk_bytes = Layout::kChunkBytesMin;
+  ASSERT_TRUE(client_->set_layout(cred, both->ino, *layout));
+  auto write = [&](const std::string& path, size_t bytes) {
+    std::vector<std::byte> data(bytes, std::byte{7});
+    auto f = client_->open_path(cred, path, O_CREAT | O_WRONLY | O_EXCL, 0644);
+    ASSERT_TRUE(f) << f.error();
+    ASSERT_TRUE((*f)->pwrite(data, 0));
+    ASSERT_TRUE((*f)->close());
+  };
+  constexpr int kFailing = 80, kBehind = 16;
+  for (int i = 0; i < kFailing; ++i) write(fmt::format("/both/f{}", i), 2 * Layout::kChunkBytesMin);
+  for (int i = 0; i < kBehind; ++i) write(fmt::format("/g{}", i), Layout::kChunkBytesMin);  // one chain each
+  ASSERT_TRUE(eventually([&] { return used_on(0) > before0 && used_on(1) > before1; }, 10s));
+  cluster_.kill_storage(1);
+  for (int i = 0; i < kFailing; ++i) ASSERT_TRUE(client_->remove_path(cred, fmt::format("/both/f{}", i)));
+  for (int i = 0; i < kBehind; ++i) ASSERT_TRUE(client_->remove_path(cred, fmt::format("/g{}", i)));
+  // Every chunk on server 0 goes: the failing files' halves (they fail on
+  // their other chunk) and the later files' (never reached by passes that all
+  // started at the front). A pass with failures takes ~10 s (ChunkIo's retries).
+  EXPECT_TRUE(eventually([&] { return used_on(0) <= before0; }, 60s))
+      << "files behind the failing ones are collected while server 1 is dead\n" << meta_->log();
+  ASSERT_TRUE(cluster_.start_storage(1)) << cluster_.all_logs();
+  std::this_thread::sleep_for(1500ms);  // its heartbeats report what it holds
+  EXPECT_TRUE(eventually([&] { return used_on(1) <= before1; }, 60s))
+      << "the failing files are retried and go once it is back\n" << meta_->log();
+}
+
 }  // namespace
 }  // namespace weft::testing
