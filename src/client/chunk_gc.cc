@@ -20,7 +20,9 @@ struct ChunkGc::Parts {
   }
   static ChunkIoOptions chunk_options() {
     ChunkIoOptions o;
-    o.retry_time_ms_max = 10000;  // a file that cannot be cleaned now is tried again next pass
+    // A file that cannot be cleaned now is tried again next round (a chain with
+    // no serving target would otherwise hold the whole pass for long).
+    o.retry_time_ms_max = 2000;
     return o;
   }
 };
