@@ -1,5 +1,8 @@
 #include "rpc/frame_stream.h"
 
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
+
 #include <cstring>
 
 #include <asio/read.hpp>
@@ -20,6 +23,17 @@ struct TransferAllLarge {
   size_t operator()(const asio::error_code& ec, size_t) const { return ec ? 0 : 16u << 20; }
 };
 
+// The same for writes, noting when bytes moved: asio asks it after every
+// writev that moved some, so a slow reader's partial progress counts, not
+// only whole batches.
+struct TransferAllNotingProgress {
+  std::chrono::steady_clock::time_point* progress_at;
+  size_t operator()(const asio::error_code& ec, size_t written) const {
+    if (written > 0) *progress_at = std::chrono::steady_clock::now();
+    return ec ? 0 : 16u << 20;
+  }
+};
+
 std::string describe(const asio::ip::tcp::socket& s) {
   asio::error_code ec;
   auto ep = s.remote_endpoint(ec);
@@ -38,7 +52,11 @@ void append_buffers(const OutFrame& f, std::vector<asio::const_buffer>& out) {
 }  // namespace
 
 FrameStream::FrameStream(asio::ip::tcp::socket socket, FrameLimits limits)
-    : socket_(std::move(socket)), limits_(limits), rbuf_(kReadBufferBytes), resume_(socket_.get_executor()) {
+    : socket_(std::move(socket)),
+      limits_(limits),
+      rbuf_(kReadBufferBytes),
+      resume_(socket_.get_executor()),
+      stall_timer_(socket_.get_executor()) {
   peer_ = describe(socket_);
   asio::error_code ec;
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
@@ -131,6 +149,7 @@ void FrameStream::close(Status why) {
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
   socket_.close(ec);
   resume_.cancel();
+  stall_timer_.cancel();
   for (auto& f : outq_)
     if (f->state == OutFrame::State::kQueued) f->dropped = true;
   queued_bytes_ = 0;
@@ -220,6 +239,8 @@ Task<void> FrameStream::read_loop() {
 
 Task<void> FrameStream::write_loop() {
   auto self = shared_from_this();
+  write_progress_at_ = std::chrono::steady_clock::now();  // frames wait from now on
+  watch_writes();
   std::vector<asio::const_buffer> buffers;
   std::vector<std::shared_ptr<OutFrame>> batch;
   while (!closed_) {
@@ -246,8 +267,10 @@ Task<void> FrameStream::write_loop() {
       buffers[i] += skip;
       buffers.erase(buffers.begin(), buffers.begin() + static_cast<std::ptrdiff_t>(i));
     }
-    auto ec_n_result = co_await asio::async_write(socket_, buffers, TransferAllLarge{}, use_nothrow);
+    auto ec_n_result =
+        co_await asio::async_write(socket_, buffers, TransferAllNotingProgress{&write_progress_at_}, use_nothrow);
     auto& [ec, n] = ec_n_result;
+    if (n > 0) write_progress_at_ = std::chrono::steady_clock::now();
     for (auto& f : batch) {
       f->state = OutFrame::State::kDone;
       uncount(*f);
@@ -261,6 +284,52 @@ Task<void> FrameStream::write_loop() {
   }
   writing_ = false;
   if (close_after_flush_ && outq_.empty() && !closed_) close(close_reason_);
+}
+
+void FrameStream::watch_writes() {
+  if (write_stall_timeout_ <= std::chrono::steady_clock::duration::zero() || watching_) return;
+  watching_ = true;
+  asio::co_spawn(executor(), [self = shared_from_this()] { return self->watch_loop(); }, asio::detached);
+}
+
+// Looks every half timeout while the writer runs and stops at the first look
+// with nothing left to write (write_loop starts it again), so a stream that
+// went idle has no timer armed after its next tick. Progress is any byte written (noted by the writer) or
+// acknowledged by the peer: the kernel lets the writer in only once about a
+// third of the send buffer is free, so a slow reader may go on taking bytes
+// for a while with no write completing; the kernel's queue shrinking (looked
+// at on each tick) shows those bytes. Stalled means neither for a whole
+// timeout, seen at most half a timeout late.
+Task<void> FrameStream::watch_loop() {
+  auto self = shared_from_this();
+  int64_t unacked_seen = unacked_bytes();
+  auto acked_at = std::chrono::steady_clock::time_point::min();
+  while (!closed_ && writing_) {
+    stall_timer_.expires_after(write_stall_timeout_ / 2);
+    co_await stall_timer_.async_wait(use_nothrow);
+    if (closed_ || !writing_) break;
+    auto now = std::chrono::steady_clock::now();
+    int64_t unacked = unacked_bytes();
+    if (unacked >= 0 && unacked < unacked_seen) acked_at = now;
+    unacked_seen = unacked;
+    auto progress_at = std::max(write_progress_at_, acked_at);
+    if (now - progress_at >= write_stall_timeout_) {
+      on_write_stalled(now - progress_at);
+      break;
+    }
+  }
+  watching_ = false;
+}
+
+int64_t FrameStream::unacked_bytes() {
+  int n = 0;
+  if (::ioctl(socket_.native_handle(), SIOCOUTQ, &n) != 0) return -1;
+  return n;
+}
+
+void FrameStream::on_write_stalled(std::chrono::steady_clock::duration stalled_for) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(stalled_for).count();
+  close(Status(Code::kTimeout, fmt::format("no byte written to {} for {} ms", peer_, ms)));
 }
 
 }  // namespace weft::rpc

@@ -6,10 +6,14 @@
 // Threading: every method runs on the socket's executor (one I/O thread);
 // callers on other threads post to executor() first.
 // Invariants: a frame in `kWriting` state is never freed or modified until
-// its write completes; a dropped frame is never written.
+// its write completes; a dropped frame is never written. With a write-stall
+// timeout set, a stream whose writer has waited that long with no byte
+// written or acknowledged by the peer is handed to on_write_stalled() (once);
+// a stream with nothing to write never is.
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <string>
@@ -81,12 +85,21 @@ class FrameStream : public std::enable_shared_from_this<FrameStream> {
   size_t queued_bytes() const { return queued_bytes_; }
   // After an outgoing connect: learns the peer address and sets TCP_NODELAY.
   void on_connected();
+  // Bounds how long the writer may wait with no byte written or acknowledged
+  // by the peer; 0 (the default) waits forever. Set before start().
+  void set_write_stall_timeout(std::chrono::milliseconds timeout) { write_stall_timeout_ = timeout; }
+  // Called when that bound passed with frames still unwritten; by default it
+  // closes the stream (kTimeout).
+  virtual void on_write_stalled(std::chrono::steady_clock::duration stalled_for);
 
   asio::ip::tcp::socket socket_;
 
  private:
   Task<void> read_loop();
   Task<void> write_loop();
+  void watch_writes();  // starts watch_loop() unless it runs or the bound is off
+  Task<void> watch_loop();
+  int64_t unacked_bytes();  // the kernel's send queue (SIOCOUTQ): unsent or unacknowledged; -1 if unknown
   Task<bool> fill(size_t n);  // ensures n unread bytes in rbuf_; false on EOF/error
   bool try_write_now();      // true: the lone queued frame was written (or the stream closed)
   void uncount(OutFrame& f);  // f leaves queued_bytes() (once)
@@ -105,6 +118,11 @@ class FrameStream : public std::enable_shared_from_this<FrameStream> {
   size_t first_frame_written_ = 0;  // bytes of outq_.front() written by try_write_now()
   size_t queued_bytes_ = 0;
   asio::steady_timer resume_;
+  // The write-stall watch: one timer per stream, ticking while the writer runs.
+  std::chrono::steady_clock::duration write_stall_timeout_{0};
+  std::chrono::steady_clock::time_point write_progress_at_;  // writer started or last wrote a byte
+  bool watching_ = false;
+  asio::steady_timer stall_timer_;
 };
 
 }  // namespace weft::rpc

@@ -1,6 +1,8 @@
 // Hostile and broken peers: every malformed frame closes that one
-// connection (or is answered with an error) and the server keeps serving
-// everyone else; a broken server gives the client an error, not a hang.
+// connection (or is answered with an error), a peer that stops reading its
+// replies is closed after the write-stall timeout, and the server keeps
+// serving everyone else; a broken server gives the client an error, not a
+// hang.
 #include <gtest/gtest.h>
 
 #include <asio/ip/tcp.hpp>
@@ -28,6 +30,7 @@ class BadInput : public ::testing::Test {
     so.limits.body_max = 1 << 20;
     so.limits.payload_max = 8 << 20;
     so.queued_reply_bytes_max = 4 << 20;
+    configure(so);
     server_ = std::make_unique<Server>(io_, so, registry_);
     register_echo_service(*server_);
     port_ = server_->listen("127.0.0.1", 0).value();
@@ -39,6 +42,7 @@ class BadInput : public ::testing::Test {
     client_.reset();
     server_.reset();
   }
+  virtual void configure(ServerOptions& /*so*/) {}
 
   // The server still answers a well-behaved client.
   void expect_server_healthy() {
@@ -230,6 +234,98 @@ TEST_F(BadInput, APeerThatDoesNotReadItsRepliesIsNotReadEither) {
   EXPECT_LT(answered.value(), 40u) << "replies of 1 MiB answered for a peer that reads none";
   EXPECT_GT(answered.value(), 0u);
   expect_server_healthy();
+}
+
+// The same server, closing connections whose replies wait kTimeout with the
+// peer taking none of their bytes.
+class WriteStall : public BadInput {
+ protected:
+  static constexpr auto kTimeout = std::chrono::milliseconds(400);
+
+  void configure(ServerOptions& so) override { so.write_stall_timeout_ms = static_cast<uint32_t>(kTimeout.count()); }
+  uint64_t stalls() {
+    return registry_.counter("weft_rpc_server_write_stalls_total", "", {{"server", "bad-input-server"}}).value();
+  }
+  int64_t connections() {
+    return registry_.gauge("weft_rpc_server_connections", "", {{"server", "bad-input-server"}}).value();
+  }
+  // Polls `done` for up to 5 s.
+  template <class F>
+  static bool eventually(F done) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!done() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return done();
+  }
+  // Asks for `n` echo replies of `bytes` payload each.
+  static void request_replies(RawSocket& s, int n, uint32_t bytes) {
+    proto::EchoRequest req;
+    req.set_reply_payload_bytes(bytes);
+    FrameHeader h;
+    h.method = kEcho.wire();
+    for (int i = 1; i <= n; ++i) {
+      h.request_id = static_cast<uint64_t>(i);
+      ASSERT_TRUE(s.send_frame(h, req.SerializeAsString()));
+    }
+  }
+};
+
+// A peer that sends requests and then stops reading (hung, SIGSTOPped,
+// hostile): its replies (40 MiB asked for) fill the socket buffers, nothing
+// more is written, and kTimeout (to 1.5 kTimeout) later the server closes
+// that connection (its queued replies go with it) and counts it. Another
+// client is served throughout.
+TEST_F(WriteStall, APeerThatStopsReadingIsClosedAfterTheTimeout) {
+  auto start = std::chrono::steady_clock::now();
+  auto s = authenticated();
+  ASSERT_NO_FATAL_FAILURE(request_replies(*s, 40, 1 << 20));
+  expect_server_healthy();  // while the stalled peer is still connected
+  EXPECT_TRUE(eventually([&] { return stalls() == 1; })) << "the stalled connection was not closed";
+  EXPECT_GE(std::chrono::steady_clock::now() - start, kTimeout) << "closed before the timeout";
+  EXPECT_TRUE(s->drain_until_closed()) << "the peer does not see the close";
+  EXPECT_TRUE(eventually([&] { return connections() == 1; })) << "only the well-behaved client's connection is left";
+  expect_server_healthy();
+}
+
+// A slow reader is not a stalled one: a reply of 6 MiB, read at about
+// 2 MiB/s, takes several times kTimeout and arrives whole, because every
+// stretch of kTimeout sees some of its bytes written or taken by the peer.
+// (At this pace the kernel lets the server's writer in only about every
+// 0.7 s, once a third of its send buffer is free: the bytes the peer
+// acknowledges in between count too.)
+TEST_F(WriteStall, ASlowReaderThatKeepsReadingIsNotClosed) {
+  auto s = authenticated();
+  ASSERT_NO_FATAL_FAILURE(request_replies(*s, 1, 6 << 20));
+  s->pace_reads(32 << 10, std::chrono::milliseconds(15));
+  auto start = std::chrono::steady_clock::now();
+  FrameHeader rh;
+  std::string body, payload;
+  ASSERT_TRUE(s->recv_frame(&rh, &body, &payload)) << "the slow reader was cut off";
+  EXPECT_EQ(rh.status, 0);
+  EXPECT_EQ(payload.size(), 6u << 20);
+  EXPECT_GT(std::chrono::steady_clock::now() - start, 3 * kTimeout) << "read too fast to show anything";
+  EXPECT_EQ(stalls(), 0u);
+}
+
+// A connection with nothing to write is never closed by the timeout, however
+// long it stays quiet.
+TEST_F(WriteStall, IdleConnectionsStayOpen) {
+  auto s = authenticated();
+  expect_server_healthy();
+  std::this_thread::sleep_for(3 * kTimeout);
+  proto::EchoRequest req;
+  req.set_data("still there");
+  FrameHeader h;
+  h.method = kEcho.wire();
+  h.request_id = 1;
+  ASSERT_TRUE(s->send_frame(h, req.SerializeAsString()));
+  FrameHeader rh;
+  std::string body;
+  ASSERT_TRUE(s->recv_frame(&rh, &body)) << "the idle raw connection was closed";
+  EXPECT_EQ(rh.status, 0);
+  expect_server_healthy();  // the client's connection was idle too
+  EXPECT_EQ(stalls(), 0u);
+  EXPECT_EQ(connections(), 2);
 }
 
 // A server that answers the handshake and then sends garbage: the client's

@@ -20,6 +20,8 @@ ServerState::ServerState(IoPool& io, ServerOptions o, metrics::Registry& r)
   overloaded = &registry.counter("weft_rpc_server_overloaded_total", "Requests refused: blocking pool full", l);
   refused = &registry.counter("weft_rpc_server_refused_total", "Connections refused: wrong cluster token", l);
   protocol_errors = &registry.counter("weft_rpc_server_protocol_errors_total", "Connections closed on malformed input", l);
+  write_stalls = &registry.counter("weft_rpc_server_write_stalls_total",
+                                   "Connections closed: replies waited write_stall_timeout_ms without progress", l);
 }
 
 Server::Server(IoPool& io, ServerOptions options, metrics::Registry& registry)

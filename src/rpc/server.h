@@ -9,7 +9,10 @@
 // while `queued_reply_bytes_max` reply bytes wait to be written (checked
 // after each request read, so the replies of up to inflight_max requests
 // already read may still join them): beyond that the server stops reading
-// that socket (back-pressure), other connections go on.
+// that socket (back-pressure), other connections go on. A connection whose
+// replies wait while the peer takes none of their bytes for
+// `write_stall_timeout_ms` (a peer that stopped reading: hung, SIGSTOPped,
+// hostile) is closed, which frees its replies and whatever they hold.
 // Threading: register methods before listen(); stop() from any thread.
 #pragma once
 
@@ -48,6 +51,10 @@ struct ServerOptions {
   // Reply bytes waiting to be written, per connection: a peer that sends
   // requests and does not read the replies is not read from beyond this.
   size_t queued_reply_bytes_max = 256u << 20;
+  // How long replies may wait with the peer taking none of their bytes
+  // before the connection is closed; 0: forever. Idle connections are never
+  // closed by it.
+  uint32_t write_stall_timeout_ms = 30000;
   FrameLimits limits;
 };
 

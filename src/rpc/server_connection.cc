@@ -23,6 +23,7 @@ bool same_token(const std::string& a, const std::string& b) {
 ServerConnection::ServerConnection(asio::ip::tcp::socket socket, std::shared_ptr<ServerState> server)
     : FrameStream(std::move(socket), server->options.limits), state_(std::move(server)), server_(*state_) {
   server_.connections_gauge->add(1);
+  set_write_stall_timeout(std::chrono::milliseconds(server_.options.write_stall_timeout_ms));
 }
 
 ServerConnection::~ServerConnection() { server_.connections_gauge->add(-1); }
@@ -126,6 +127,18 @@ void ServerConnection::reply(const std::shared_ptr<ServerCall>& call, const Stat
   call->payload = Buffer();  // request payload no longer needed
   send(std::move(frame));
   resume_reading();
+}
+
+// The peer stopped reading: closing gives back its queued replies and what
+// they hold (a storage server's read budget shares) instead of keeping them
+// for as long as the peer stays connected.
+void ServerConnection::on_write_stalled(std::chrono::steady_clock::duration stalled_for) {
+  server_.write_stalls->inc();
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(stalled_for).count();
+  WEFT_LOG_WARN("closing connection from {}: it has not read for {} ms ({} reply bytes waiting to be written; "
+                "write_stall_timeout_ms = {})",
+                peer(), ms, queued_bytes(), server_.options.write_stall_timeout_ms);
+  close(Status(Code::kTimeout, fmt::format("{} has not read its replies for {} ms", peer(), ms)));
 }
 
 void ServerConnection::on_closed(const Status& why) {

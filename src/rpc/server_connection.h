@@ -1,7 +1,8 @@
 // rpc/server_connection.h (internal to rpc)
 // The server end of one connection: the Hello handshake (cluster token),
 // then requests handed to Server::dispatch, with back-pressure on the
-// number of requests and payload bytes in progress.
+// number of requests and payload bytes in progress, and a close when its
+// replies stop being written (ServerOptions::write_stall_timeout_ms).
 // Threading: everything runs on the connection's executor.
 #pragma once
 
@@ -25,6 +26,7 @@ class ServerConnection final : public FrameStream {
   void on_closed(const Status& why) override;
   bool should_pause_reading() override;
   bool prefer_immediate_write() override { return inflight_ == 0; }
+  void on_write_stalled(std::chrono::steady_clock::duration stalled_for) override;
 
  private:
   void handle_hello(const FrameHeader& h, const std::string& body);

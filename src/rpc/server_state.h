@@ -45,6 +45,7 @@ struct ServerState {
   metrics::Counter* overloaded;
   metrics::Counter* refused;
   metrics::Counter* protocol_errors;
+  metrics::Counter* write_stalls;
 };
 
 }  // namespace weft::rpc

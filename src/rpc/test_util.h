@@ -9,8 +9,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rpc/frame.h"
@@ -52,16 +56,23 @@ class RawSocket {
     return send_bytes(hdr, sizeof(hdr)) && send_bytes(body.data(), body.size()) &&
            send_bytes(payload.data(), payload.size());
   }
+  // A slow reader: from now on every recv takes at most `bytes` and is
+  // followed by `pause`.
+  void pace_reads(size_t bytes, std::chrono::milliseconds pause) {
+    recv_max_ = bytes;
+    recv_pause_ = pause;
+  }
   // Reads exactly n bytes; false on EOF/error/timeout.
   bool recv_bytes(void* p, size_t n, int timeout_ms = 5000) {
     auto* c = static_cast<char*>(p);
     while (n > 0) {
       pollfd pfd{fd_, POLLIN, 0};
       if (::poll(&pfd, 1, timeout_ms) <= 0) return false;
-      ssize_t r = ::recv(fd_, c, n, 0);
+      ssize_t r = ::recv(fd_, c, std::min(n, recv_max_), 0);
       if (r <= 0) return false;
       c += r;
       n -= static_cast<size_t>(r);
+      if (recv_pause_.count() > 0) std::this_thread::sleep_for(recv_pause_);
     }
     return true;
   }
@@ -84,6 +95,18 @@ class RawSocket {
     if (::poll(&pfd, 1, timeout_ms) <= 0) return false;
     return ::recv(fd_, &c, 1, 0) <= 0;
   }
+  // Reads and drops whatever arrives until the peer closes (EOF or reset):
+  // true if that happens within the timeout.
+  bool drain_until_closed(int timeout_ms = 5000) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    std::vector<char> sink(1 << 16);
+    while (std::chrono::steady_clock::now() < until) {
+      pollfd pfd{fd_, POLLIN, 0};
+      if (::poll(&pfd, 1, 50) <= 0) continue;
+      if (::recv(fd_, sink.data(), sink.size(), 0) <= 0) return true;
+    }
+    return false;
+  }
   void close_now() {
     ::close(fd_);
     fd_ = -1;
@@ -93,6 +116,8 @@ class RawSocket {
  private:
   int fd_ = -1;
   bool connected_ = false;
+  size_t recv_max_ = SIZE_MAX;
+  std::chrono::milliseconds recv_pause_{0};
 };
 
 }  // namespace weft::rpc::testing
