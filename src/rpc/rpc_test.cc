@@ -1,17 +1,19 @@
 // End-to-end RPC behaviour over 127.0.0.1: round trips, payloads, many calls
 // in flight, deadlines, cancellation, errors, token refusal, reconnects,
-// overload and back-pressure.
+// overload and back-pressure; the [server] write-stall setting.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <future>
 #include <thread>
 
+#include "common/config.h"
 #include "common/crc32c.h"
 #include "proto/rpc.pb.h"
 #include "rpc/client.h"
 #include "rpc/echo_service.h"
 #include "rpc/server.h"
+#include "rpc/service_runtime.h"
 #include "rpc/test_cluster.h"
 
 namespace weft::rpc {
@@ -315,6 +317,27 @@ TEST(Rpc, ManyConnectionsPerEndpoint) {
   Cluster c({}, co);
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(c.echo(with_data(std::to_string(i))));
   EXPECT_EQ(c.registry.gauge("weft_rpc_server_connections", "", {{"server", "test-server"}}).value(), 4);
+}
+
+// [server] write_stall_timeout_ms: 30 s unless set, and bounded (1 s .. 1 h).
+TEST(ServiceConfig, WriteStallTimeoutIsReadAndBounded) {
+  auto parse = [](const std::string& line) {
+    auto cfg = Config::parse("[server]\ncluster_token = \"t\"\n" + line, "test.toml");
+    EXPECT_TRUE(cfg) << cfg.error();
+    return ServiceConfig::from(*cfg, "storage");
+  };
+  auto absent = parse("");
+  ASSERT_TRUE(absent) << absent.error();
+  EXPECT_EQ(absent->write_stall_timeout_ms, 30000u);
+  auto set = parse("write_stall_timeout_ms = 5000\n");
+  ASSERT_TRUE(set) << set.error();
+  EXPECT_EQ(set->write_stall_timeout_ms, 5000u);
+  for (const char* bad : {"write_stall_timeout_ms = 10\n", "write_stall_timeout_ms = 0\n",
+                          "write_stall_timeout_ms = 3600001\n", "write_stall_timeout_ms = \"30s\"\n"}) {
+    auto r = parse(bad);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.error().message().find("write_stall_timeout_ms"), std::string::npos) << r.error();
+  }
 }
 
 }  // namespace

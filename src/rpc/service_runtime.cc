@@ -46,6 +46,8 @@ Result<ServiceConfig> ServiceConfig::from(const Config& config, const std::strin
   WEFT_TRY(int64_t blocking_threads, s.get_int_in("blocking_threads", 4, 1, 256));
   c.io_threads = static_cast<size_t>(io_threads);
   c.blocking_threads = static_cast<size_t>(blocking_threads);
+  WEFT_TRY(int64_t stall_ms, s.get_int_in("write_stall_timeout_ms", c.write_stall_timeout_ms, 1000, 3600000));
+  c.write_stall_timeout_ms = static_cast<uint32_t>(stall_ms);
   WEFT_TRY(c.log_level, s.get_string("log_level", "info"));
   WEFT_TRY(c.log_file, s.get_string("log_file", ""));
   WEFT_TRY(c.port_file, s.get_string("port_file", ""));
@@ -73,6 +75,7 @@ Result<void> ServiceRuntime::init() {
   so.cluster_token = config_.cluster_token;
   so.name = config_.name;
   so.blocking_threads = config_.blocking_threads;
+  so.write_stall_timeout_ms = config_.write_stall_timeout_ms;
   server_ = std::make_unique<Server>(*io_, so);
   register_echo_service(*server_);  // lets any tool probe any server
   return {};

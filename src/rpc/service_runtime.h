@@ -11,6 +11,7 @@
 // name = "storage-1"             # for logs and metrics
 // io_threads = 2
 // blocking_threads = 4
+// write_stall_timeout_ms = 30000 # a peer that reads none of its replies this long is disconnected (1000..3600000)
 // log_level = "info"
 // log_file = ""                  # default: stderr
 // port_file = ""                 # if set, "rpc_port metrics_port" is written here once listening
@@ -36,6 +37,7 @@ struct ServiceConfig {
   std::string name;
   size_t io_threads = 2;
   size_t blocking_threads = 4;
+  uint32_t write_stall_timeout_ms = 30000;
   std::string log_level = "info";
   std::string log_file;
   std::string port_file;
