@@ -34,7 +34,7 @@ constexpr uint32_t kChunk = 256 * 1024;
 class Node {
  public:
   Node(rpc::IoPool& io, const std::string& name, std::vector<mgmt::TargetId> targets, uint64_t capacity = 0,
-       uint64_t read_bytes_held_max = 0) {
+       uint64_t read_bytes_held_max = 0, uint32_t write_stall_timeout_ms = 0) {
     StorageConfig sc;
     if (read_bytes_held_max) sc.read_bytes_held_max = read_bytes_held_max;
     for (auto t : targets) sc.targets.push_back({t, dir_.path() + "/t" + std::to_string(t), capacity, 1u << 20});
@@ -43,7 +43,9 @@ class Node {
     auto s = open_storage_service(io, sc, name, kToken);
     EXPECT_TRUE(s.has_value()) << s.error();
     service_ = std::move(*s);
-    server_ = std::make_unique<rpc::Server>(io, rpc::ServerOptions{.cluster_token = kToken, .name = name});
+    rpc::ServerOptions so{.cluster_token = kToken, .name = name};
+    if (write_stall_timeout_ms) so.write_stall_timeout_ms = write_stall_timeout_ms;
+    server_ = std::make_unique<rpc::Server>(io, so);
     service_->register_methods(*server_);
     port_ = *server_->listen("127.0.0.1", 0);
   }
@@ -62,6 +64,50 @@ class Node {
   std::unique_ptr<rpc::Server> server_;
   uint16_t port_ = 0;
 };
+
+// A BatchRead of `ranges` times (offset, length) of chunk {1, 0} on chain 1 version 1.
+proto::storage::BatchReadRequest batch_of(int ranges, uint32_t offset, uint32_t length) {
+  proto::storage::BatchReadRequest req;
+  for (int i = 0; i < ranges; ++i) {
+    auto* r = req.add_ranges();
+    r->set_chain_id(1);
+    r->set_chain_version(1);
+    r->mutable_chunk()->set_inode(1);
+    r->mutable_chunk()->set_index(0);
+    r->set_offset(offset);
+    r->set_length(length);
+  }
+  return req;
+}
+
+// A raw connection past the handshake, which reads nothing unless told to.
+std::unique_ptr<rpc::testing::RawSocket> stalled_peer(const Node& node) {
+  auto peer = std::make_unique<rpc::testing::RawSocket>(node.ep().port);
+  rpc::FrameHeader h;
+  h.method = rpc::kHello.wire();
+  weft::proto::Hello hello;
+  hello.set_cluster_token(kToken);
+  EXPECT_TRUE(peer->send_frame(h, hello.SerializeAsString()));
+  rpc::FrameHeader rh;
+  std::string body;
+  EXPECT_TRUE(peer->recv_frame(&rh, &body));
+  return peer;
+}
+
+// `reads` whole-chunk reads of chunk {1, 0}, in waves a connection's share
+// admits whole, until the socket buffers (loopback: ~10 MiB) are full and
+// replies stay queued.
+void send_reads(rpc::testing::RawSocket& peer, int reads) {
+  rpc::FrameHeader h;
+  h.method = methods::kBatchRead.wire();
+  std::string one = batch_of(1, 0, kChunk).SerializeAsString();
+  for (int i = 1; i <= reads; ++i) {
+    h.request_id = static_cast<uint64_t>(i);
+    ASSERT_TRUE(peer.send_frame(h, one));
+    if (i % 2 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+}
 
 class StorageServiceTest : public ::testing::Test {
  protected:
@@ -215,57 +261,19 @@ TEST_F(StorageServiceTest, ReadsHoldAtMostTheirBoundUntilTheirRepliesAreWritten)
                   .has_value());
   auto data = pattern(kChunk, 3);
   ASSERT_TRUE(client_.write(node.ep(), 1, 1, ChunkId{1, 0}, 0, data, 0, 0, kChunk).has_value());
-  auto batch = [](int ranges, uint32_t offset, uint32_t length) {
-    proto::storage::BatchReadRequest req;
-    for (int i = 0; i < ranges; ++i) {
-      auto* r = req.add_ranges();
-      r->set_chain_id(1);
-      r->set_chain_version(1);
-      r->mutable_chunk()->set_inode(1);
-      r->mutable_chunk()->set_index(0);
-      r->set_offset(offset);
-      r->set_length(length);
-    }
-    return req;
-  };
   auto too_big = [&](const proto::storage::BatchReadRequest& req) {
     auto r = client_.call<proto::storage::BatchReadReply>(node.ep(), methods::kBatchRead, req);
     return !r.has_value() && r.error().code() == Code::kTooBig;
   };
-  EXPECT_TRUE(too_big(batch(2, 0, 1 << 20)));
+  EXPECT_TRUE(too_big(batch_of(2, 0, 1 << 20)));
   // 2 bytes across a block boundary take two blocks: 140 of them 1.1 MiB, not 280 bytes.
-  EXPECT_TRUE(too_big(batch(140, 4095, 2)));
-  EXPECT_FALSE(too_big(batch(100, 4095, 2)));
+  EXPECT_TRUE(too_big(batch_of(140, 4095, 2)));
+  EXPECT_FALSE(too_big(batch_of(100, 4095, 2)));
 
-  // A raw peer that sends reads and never reads the replies.
-  auto stalled_peer = [&] {
-    auto peer = std::make_unique<rpc::testing::RawSocket>(node.ep().port);
-    rpc::FrameHeader h;
-    h.method = rpc::kHello.wire();
-    weft::proto::Hello hello;
-    hello.set_cluster_token(kToken);
-    EXPECT_TRUE(peer->send_frame(h, hello.SerializeAsString()));
-    rpc::FrameHeader rh;
-    std::string body;
-    EXPECT_TRUE(peer->recv_frame(&rh, &body));
-    return peer;
-  };
-  // 100 MiB of replies, in waves a connection's share admits whole, until the
-  // socket buffers (loopback: ~10 MiB) are full and replies stay queued.
+  // A raw peer that sends 100 MiB of reads and does not read the replies yet.
   const int kReads = 400;
-  auto send_reads = [&](rpc::testing::RawSocket& peer) {
-    rpc::FrameHeader h;
-    h.method = methods::kBatchRead.wire();
-    std::string one = batch(1, 0, kChunk).SerializeAsString();
-    for (int i = 1; i <= kReads; ++i) {
-      h.request_id = static_cast<uint64_t>(i);
-      ASSERT_TRUE(peer.send_frame(h, one));
-      if (i % 2 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  };
-  auto peer = stalled_peer();
-  ASSERT_NO_FATAL_FAILURE(send_reads(*peer));
+  auto peer = stalled_peer(node);
+  ASSERT_NO_FATAL_FAILURE(send_reads(*peer, kReads));
   EXPECT_LE(node.service().read_bytes_held(), kPerConnection);
   EXPECT_GT(node.service().read_bytes_held(), 0u) << "replies the peer does not read keep their reads";
   EXPECT_EQ(read(0, 1, ChunkId{1, 0}).data, data) << "another client is served meanwhile";
@@ -289,11 +297,36 @@ TEST_F(StorageServiceTest, ReadsHoldAtMostTheirBoundUntilTheirRepliesAreWritten)
   EXPECT_TRUE(released()) << "every hold is given back once its reply was written";
 
   // A peer that goes away with its replies unwritten gives its holds back too.
-  peer = stalled_peer();
-  ASSERT_NO_FATAL_FAILURE(send_reads(*peer));
+  peer = stalled_peer(node);
+  ASSERT_NO_FATAL_FAILURE(send_reads(*peer, kReads));
   EXPECT_GT(node.service().read_bytes_held(), 0u);
   peer.reset();
   EXPECT_TRUE(released()) << "a closed connection's holds go with it";
+}
+
+// A peer that stops reading and stays connected (hung, SIGSTOPped) keeps its
+// share of the read budget only until the server's write-stall timeout
+// closes it; others are served meanwhile and after.
+TEST_F(StorageServiceTest, AStalledPeersReadsAreGivenBackAfterTheWriteStallTimeout) {
+  constexpr uint64_t kHeldMax = 4 << 20;
+  constexpr uint32_t kStallMs = 1000;  // longer than send_reads below takes
+  nodes_.push_back(std::make_unique<Node>(io_, "stall", std::vector<mgmt::TargetId>{1}, 0, kHeldMax, kStallMs));
+  Node& node = *nodes_[0];
+  ASSERT_TRUE(client_.set_routing({node.ep()}, {{1, node.address()}}, {ChainSpec{1, 1, {{1, TargetState::kServing}}}}, 1)
+                  .has_value());
+  auto data = pattern(kChunk, 4);
+  ASSERT_TRUE(client_.write(node.ep(), 1, 1, ChunkId{1, 0}, 0, data, 0, 0, kChunk).has_value());
+  auto start = std::chrono::steady_clock::now();
+  auto peer = stalled_peer(node);
+  ASSERT_NO_FATAL_FAILURE(send_reads(*peer, 100));  // 25 MiB: more than the socket buffers take
+  EXPECT_GT(node.service().read_bytes_held(), 0u) << "replies the peer does not read keep their reads";
+  EXPECT_EQ(read(0, 1, ChunkId{1, 0}).data, data) << "another client is served meanwhile";
+  for (int i = 0; i < 500 && node.service().read_bytes_held() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(node.service().read_bytes_held(), 0u) << "the stalled peer's share did not come back";
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(kStallMs));
+  EXPECT_TRUE(peer->drain_until_closed()) << "the server closed the stalled connection";
+  EXPECT_EQ(read(0, 1, ChunkId{1, 0}).data, data);
 }
 
 TEST_F(StorageServiceTest, ChainOfThreeReplicatesByteIdentically) {
