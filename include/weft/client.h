@@ -205,10 +205,10 @@ class Client {
   virtual std::future<std::vector<Result<size_t>>> submit_writes(std::vector<WriteOp> ops) = 0;
 };
 
-// Splits "/a/b/c" into its components: empty names and "." are dropped, ".."
-// is kept (resolved by lookup, as POSIX does: "a/link/.." is the parent of the
-// link's target) except at the start of an absolute path (the root's parent is
-// the root). Refuses names longer than 255 bytes and NUL bytes.
+// Splits "/a/b/c" into its components: empty names are dropped, "." and ".."
+// are kept (resolved by lookup, as POSIX does: "a/link/.." is the parent of
+// the link's target) except at the start of an absolute path (the root's
+// parent is the root). Refuses names longer than 255 bytes and NUL bytes.
 Result<std::vector<std::string>> split_path(std::string_view path);
 
 }  // namespace weft

@@ -23,6 +23,7 @@ struct ChunkGc::Parts {
     // A file that cannot be cleaned now is tried again next round (a chain with
     // no serving target would otherwise hold the whole pass for long).
     o.retry_time_ms_max = 2000;
+    o.call_timeout_ms = 3000;  // a hung head, too, holds a pass only this long
     return o;
   }
 };
@@ -30,6 +31,8 @@ struct ChunkGc::Parts {
 // Files taken from meta per pass, and chunk removals in flight at once.
 constexpr size_t kPendingBatch = 64;
 constexpr size_t kRemovesInFlight = 128;
+// Passes before the next one starts at the queue's front again (see collect_once).
+constexpr size_t kPassesPerRound = 16;
 
 ChunkGc::ChunkGc(std::vector<rpc::Endpoint> mgmtd, std::string cluster_token, ChunkGcHooks hooks,
                  std::chrono::milliseconds interval)
@@ -116,8 +119,13 @@ Result<ChunkGc::Pass> ChunkGc::collect_once() {
   // A full pass may have more behind it; the files it could not finish lie
   // before the cursor now, so the next pass takes new ones rather than the
   // same failing head of the queue again (a pass whose done commit failed is
-  // repeated as it was).
-  resume_after_ = items.size() >= kPendingBatch ? std::optional<meta::Ino>(items.back().ino) : std::nullopt;
+  // repeated as it was). A round ends at the queue's end, or after
+  // kPassesPerRound passes: files are queued above the cursor (inode numbers
+  // only grow), so under steady unlinks the cursor would chase the tail and
+  // never come back to the files below it.
+  bool go_on = items.size() >= kPendingBatch && ++passes_this_round_ < kPassesPerRound;
+  resume_after_ = go_on ? std::optional<meta::Ino>(items.back().ino) : std::nullopt;
+  if (!go_on) passes_this_round_ = 0;
   files_.fetch_add(done.size());
   chunks_.fetch_add(chunks);
   if (first_failure)

@@ -541,11 +541,15 @@ class ClientImpl final : public Client {
       // Directories on the way come from the short-lived cache (the entry
       // timeout of a FUSE mount, for the path API); a last component that is
       // the target itself is always asked for, so attributes and sizes are current.
-      // ".." is never cached: a directory's parent changes when it is moved
-      // (and meta could not check a ".." entry for ParentCheck).
-      const bool dotdot = parts[i] == "..";
+      // "." and ".." are never cached: a directory's parent changes when it
+      // is moved (and meta could not check such an entry for ParentCheck).
+      // Nor is a name followed by "..": stepping out of a directory taken from
+      // a stale entry would land in wherever it was moved to, a place the path
+      // never named.
+      const bool dots = parts[i] == "." || parts[i] == "..";
+      const bool left_by_dotdot = !last && parts[i + 1] == "..";
       std::optional<CachedDir> cached;
-      if (on_the_way && !dotdot) cached = cached_dir(cred, dir, parts[i]);
+      if (on_the_way && !dots && !left_by_dotdot) cached = cached_dir(cred, dir, parts[i]);
       Inode next;
       bool via_symlink = cached && cached->via_symlink;
       if (cached) {
@@ -561,11 +565,11 @@ class ClientImpl final : public Client {
       }
       if (!last) {
         if (!next.is_dir()) return error(Code::kNotDirectory, "{} is not a directory", parts[i]);
-        if (!cached && !dotdot) remember_dir(cred, dir, parts[i], next, via_symlink);
+        if (!cached && !dots) remember_dir(cred, dir, parts[i], next, via_symlink);
         dir = next.ino;
         continue;
       }
-      if (on_the_way && !cached && !dotdot && next.is_dir()) remember_dir(cred, dir, parts[i], next, via_symlink);
+      if (on_the_way && !cached && !dots && next.is_dir()) remember_dir(cred, dir, parts[i], next, via_symlink);
       if (cached && last_cached) *last_cached = CachedEntry{DirKey{cred.uid, dir, parts[i]}, via_symlink};
       return with_local_size(std::move(next));
     }
@@ -773,11 +777,12 @@ Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
   return std::unique_ptr<Client>(new ClientImpl(std::move(core), std::move(lease)));
 }
 
-// Components of `path` with "." and empty names dropped. ".." is kept and
-// looked up at meta (which answers it with the directory's parent), as POSIX
-// resolves it: `a/link/..` is the parent of link's target, and `a/x/..` needs
-// `a/x` to be a directory one may search. Only a ".." at the start of an
-// absolute path is dropped (the root is its own parent).
+// Components of `path` with empty names dropped. "." and ".." are kept and
+// looked up at meta (which answers ".." with the directory's parent), as
+// POSIX resolves them: `a/link/..` is the parent of link's target, `a/x/..`
+// and `a/x/.` need `a/x` to be a directory one may search, and `d/.` names
+// "." in d (so removing it is refused, not a removal of d). Only dots at the
+// start of an absolute path are dropped (the root is its own parent).
 Result<std::vector<std::string>> split_path(std::string_view path) {
   const bool absolute = path.starts_with('/');
   std::vector<std::string> out;
@@ -790,7 +795,7 @@ Result<std::vector<std::string>> split_path(std::string_view path) {
       std::string_view part = path.substr(i, j - i);
       if (part.size() > 255) return error(Code::kNameTooLong, "path component of {} bytes (max 255)", part.size());
       if (part.find('\0') != std::string_view::npos) return error(Code::kInvalidArgument, "path contains a NUL byte");
-      bool skip = part == "." || (part == ".." && absolute && out.empty());
+      bool skip = (part == "." || part == "..") && absolute && out.empty();
       if (!skip) out.emplace_back(part);
     }
     i = j;

@@ -69,8 +69,9 @@ TEST(Placement, SplitRangeCutsAtChunkBoundaries) {
 }
 
 TEST(SplitPath, ComponentsAndErrors) {
-  EXPECT_EQ(*split_path("/a//b/./c/"), (std::vector<std::string>{"a", "b", "c"}));
-  // ".." stays (resolved by lookup), except at the start of an absolute path.
+  EXPECT_EQ(*split_path("/a//b/c/"), (std::vector<std::string>{"a", "b", "c"}));
+  // "." and ".." stay (resolved by lookup), except at the start of an absolute path.
+  EXPECT_EQ(*split_path("/./a/./b"), (std::vector<std::string>{"a", ".", "b"}));
   EXPECT_EQ(*split_path("/a/b/../c"), (std::vector<std::string>{"a", "b", "..", "c"}));
   EXPECT_EQ(*split_path("/../../a"), (std::vector<std::string>{"a"}));
   EXPECT_EQ(*split_path("../a"), (std::vector<std::string>{"..", "a"}));

@@ -660,6 +660,30 @@ TEST_F(ClientTest, DotDotIsTheParentOfWhereThePathGot) {
   ASSERT_TRUE(client_->remove_path(root, d + "/a/link/../new").has_value());
   EXPECT_EQ(client_->resolve(root, d + "/x/new").error().posix_errno(), ENOENT);
 
+  // "." is a name in its directory too: "x/file/." is not the file, and
+  // removing "a/." does not remove a.
+  auto dot_after_file = client_->resolve(root, d + "/x/file/.");
+  ASSERT_FALSE(dot_after_file.has_value());
+  EXPECT_EQ(dot_after_file.error().posix_errno(), ENOTDIR);
+  EXPECT_FALSE(client_->remove_path(root, d + "/a/.").has_value());
+  EXPECT_TRUE(client_->resolve(root, d + "/a").has_value());
+  EXPECT_EQ(read_all(d + "/x/./file"), data);
+
+  // A directory this client knows from its cache, moved by another client:
+  // ".." after it is not where it went (the path never named that place).
+  ClientOptions o;
+  o.config_path = config_;
+  auto other = Client::connect(o);
+  ASSERT_TRUE(other.has_value()) << other.error();
+  ASSERT_TRUE(client_->mkdirs(root, d + "/w/z").has_value());
+  ASSERT_TRUE(write_new(d + "/w/z/f", data));
+  ASSERT_TRUE(client_->resolve(root, d + "/x/y/in-y").error().code() == Code::kNotFound);  // caches x/y
+  ASSERT_TRUE((*other)->rename_path(root, d + "/x/y", d + "/w/y").has_value());
+  auto moved = client_->resolve(root, d + "/x/y/../z/f");
+  ASSERT_FALSE(moved.has_value()) << "resolved through the directory's new parent";
+  EXPECT_EQ(moved.error().posix_errno(), ENOENT);
+  ASSERT_TRUE((*other)->rename_path(root, d + "/w/y", d + "/x/y").has_value());
+
   // Stepping out of a directory needs search permission on it.
   auto y = client_->resolve(root, d + "/x/y");
   ASSERT_TRUE(y.has_value());
