@@ -107,12 +107,15 @@ class File {
   // Reads up to dst.size() bytes; short only at the end of the file.
   virtual Result<size_t> pread(std::span<std::byte> dst, uint64_t offset) = 0;
   // Buffers the bytes (write-behind); errors of the background flush surface
-  // from a later pwrite, flush, fsync or close.
+  // from a later pwrite, flush, fsync or close. No byte goes at or past
+  // meta::kFileBytesMax (16 TiB): kFileTooBig (EFBIG) at it, a short count
+  // for a write that crosses it.
   virtual Result<size_t> pwrite(std::span<const std::byte> src, uint64_t offset) = 0;
   // Sends every buffered byte and waits for the acks; reports the length.
   virtual Result<void> flush() = 0;
   // flush(); data and length are durable when it returns.
   virtual Result<void> fsync() = 0;
+  // A length beyond meta::kFileBytesMax: kFileTooBig, nothing changes.
   virtual Result<void> truncate(uint64_t length) = 0;
   // flush() and end the session; later calls fail with kBadHandle.
   virtual Result<void> close() = 0;
@@ -147,7 +150,8 @@ class Client {
   // ---- inode-level namespace (FUSE) ----
   virtual Result<Inode> lookup(const Cred& cred, Ino parent, std::string_view name) = 0;
   virtual Result<Inode> getattr(const Cred& cred, Ino ino) = 0;
-  // A size change truncates or extends the file (chunks beyond are removed).
+  // A size change truncates or extends the file (chunks beyond are removed);
+  // a size beyond meta::kFileBytesMax: kFileTooBig.
   virtual Result<Inode> setattr(const Cred& cred, Ino ino, const SetAttr& attr) = 0;
   virtual Result<DirPage> readdir(const Cred& cred, Ino dir, std::string_view cookie, uint32_t limit) = 0;
   virtual Result<Inode> mkdir(const Cred& cred, Ino parent, std::string_view name, uint32_t mode) = 0;

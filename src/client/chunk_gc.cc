@@ -76,7 +76,7 @@ Result<ChunkGc::Pass> ChunkGc::collect_once() {
   auto routing = parts_->routing.current();
   for (size_t k = 0; k < items.size(); ++k) {
     const meta::Layout& layout = items[k].inode.layout;
-    plans[k].chunks = layout.chunk_bytes ? (items[k].inode.size + layout.chunk_bytes - 1) / layout.chunk_bytes : 0;
+    plans[k].chunks = meta::chunk_count(items[k].inode.size, layout.chunk_bytes);
     if (plans[k].chunks == 0) continue;
     auto stripe = stripe_chains(layout, *routing);
     if (stripe) {

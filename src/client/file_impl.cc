@@ -83,6 +83,11 @@ size_t FileImpl::add_extent(DirtyChunk& chunk, uint32_t start, uint32_t end) {
 Result<size_t> FileImpl::pwrite(std::span<const std::byte> src, uint64_t offset) {
   if (!writable_) return error(Code::kBadHandle, "file {} is not open for writing", inode_.ino);
   if (src.empty()) return 0;
+  // As Linux: no byte at or past the maximum length; a write that crosses it is cut short there.
+  if (offset >= meta::kFileBytesMax)
+    return error(Code::kFileTooBig, "write at {} of file {}: the maximum file size is {}", offset, inode_.ino,
+                 meta::kFileBytesMax);
+  src = src.first(static_cast<size_t>(std::min<uint64_t>(src.size(), meta::kFileBytesMax - offset)));
   const uint32_t cb = inode_.layout.chunk_bytes;
   for (const ChunkSpan& s : split_range(offset, src.size(), cb)) {
     // Worst case this span is all new dirty bytes; the unused part is given back below.
@@ -253,7 +258,7 @@ void FileImpl::prefetch_locked(uint64_t first_chunk, uint64_t size) {
   // Chunks well behind the stream are done with (a straggler may still want the last few).
   const uint64_t keep_from = first_chunk > kReorderChunks ? first_chunk - kReorderChunks : 0;
   while (!prefetched_.empty() && prefetched_.begin()->first < keep_from) prefetched_.erase(prefetched_.begin());
-  uint64_t end_chunk = (size + cb - 1) / cb;
+  uint64_t end_chunk = meta::chunk_count(size, cb);
   for (uint64_t i = first_chunk; i < std::min(end_chunk, first_chunk + ra_window_); ++i) {
     if (prefetched_.contains(i)) continue;
     auto address = this->address(i);

@@ -19,6 +19,10 @@ Result<std::vector<mgmt::ChainId>> file_stripe(Core& core, const Layout& layout)
 
 Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uint64_t old_size, uint64_t new_size) {
   if (!inode.is_file()) return error(Code::kIsDirectory, "inode {} is not a regular file", inode.ino);
+  // Before any chunk is touched (meta would refuse the length only at the end).
+  if (new_size > meta::kFileBytesMax)
+    return error(Code::kFileTooBig, "length {} of file {} beyond the maximum file size {}", new_size, inode.ino,
+                 meta::kFileBytesMax);
   if (new_size < old_size) {
     // Permission first (meta checks it on setattr): no chunk is touched for a caller who may not truncate.
     SetAttr probe;
@@ -29,8 +33,8 @@ Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uin
     auto address = [&](uint64_t index) {
       return ChunkAddress{inode.ino, index, chain_of_chunk(stripe, index), cb};
     };
-    uint64_t keep = (new_size + cb - 1) / cb;  // chunks [0, keep) stay
-    uint64_t end = (old_size + cb - 1) / cb;
+    uint64_t keep = meta::chunk_count(new_size, cb);  // chunks [0, keep) stay
+    uint64_t end = meta::chunk_count(old_size, cb);
     constexpr uint64_t kBatch = 256;
     for (uint64_t first = keep; first < end; first += kBatch) {
       std::vector<Task<Result<void>>> tasks;

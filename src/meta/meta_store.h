@@ -158,6 +158,7 @@ class MetaStore {
                      const std::optional<ParentCheck>& expect_parent = std::nullopt);
   Result<void> rename(const Context& ctx, Ino src_parent, std::string_view src_name, Ino dst_parent,
                       std::string_view dst_name, RenameFlags flags = RenameFlags::kNone);
+  // A size beyond kFileBytesMax: kFileTooBig (EFBIG).
   Result<Inode> setattr(const Context& ctx, Ino ino, const SetAttr& attr);
   Result<void> setxattr(const Context& ctx, Ino ino, std::string_view name, std::string_view value,
                         XattrFlags flags);
@@ -173,7 +174,8 @@ class MetaStore {
   Result<Reply> open_read_at(const Context& ctx, Ino parent, std::string_view name);
   Result<void> close(const Context& ctx, Ino ino, uint64_t session_id);
   // A writer reports the highest offset written; the length only grows.
-  // `session_id` must be an open write session of `ino` (kBadHandle otherwise).
+  // `session_id` must be an open write session of `ino` (kBadHandle otherwise);
+  // a length beyond kFileBytesMax: kFileTooBig.
   Result<Inode> report_length(const Context& ctx, Ino ino, uint64_t session_id, uint64_t length);
   // Closes every write session a client opened (the server calls this when
   // the client's lease expires); unlinked files it kept alive go to GC.

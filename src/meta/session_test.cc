@@ -76,6 +76,40 @@ TEST_F(SessionTest, LengthOnlyGrowsTruncateSetsExactly) {
   EXPECT_CODE(s().report_length(root(), f, sid, 1), Code::kBadHandle);
 }
 
+// A length past kFileBytesMax would hand the chunk GC a chunk count that
+// wraps to 0 (UINT64_MAX: the file's chunks are never removed) or that no
+// pass finishes (2^62 bytes: 2^42 removals), and a negative st_size.
+TEST_F(SessionTest, FileLengthIsBounded) {
+  auto c = s().create(root(), kRootIno, "f", 0644, true, true);
+  ASSERT_OK(c);
+  Ino f = c->inode.ino;
+  uint64_t sid = c->session_id;
+  for (uint64_t bad : {kFileBytesMax + 1, uint64_t{1} << 62, UINT64_MAX}) {
+    EXPECT_CODE(s().report_length(root(), f, sid, bad), Code::kFileTooBig);
+    EXPECT_CODE(s().setattr(root(), f, SetAttr{.size = bad}), Code::kFileTooBig);
+  }
+  EXPECT_EQ(s().getattr(root(), f)->size, 0u);
+  EXPECT_EQ(Status(Code::kFileTooBig, "").posix_errno(), EFBIG);
+  EXPECT_EQ(s().report_length(root(), f, sid, kFileBytesMax)->size, kFileBytesMax);
+  EXPECT_EQ(s().setattr(root(), f, SetAttr{.size = kFileBytesMax})->size, kFileBytesMax);
+  ASSERT_OK(s().close(root(), f, sid));
+  ASSERT_OK(s().unlink(root(), kRootIno, "f"));
+  auto gc = s().gc_pending(10);
+  ASSERT_EQ(gc->size(), 1u);
+  EXPECT_EQ(chunk_count((*gc)[0].inode.size, Layout::kChunkBytesMin), uint64_t{1} << 28);
+  ASSERT_OK(s().gc_done(root(), f));
+}
+
+TEST(ChunkCount, RoundsUpWithoutOverflow) {
+  EXPECT_EQ(chunk_count(0, 65536), 0u);
+  EXPECT_EQ(chunk_count(1, 65536), 1u);
+  EXPECT_EQ(chunk_count(65536, 65536), 1u);
+  EXPECT_EQ(chunk_count(65537, 65536), 2u);
+  EXPECT_EQ(chunk_count(UINT64_MAX, 65536), uint64_t{1} << 48) << "(size + chunk - 1) / chunk wraps to 0 here";
+  EXPECT_EQ(chunk_count(UINT64_MAX, Layout::kChunkBytesMax), uint64_t{1} << 38);
+  EXPECT_EQ(chunk_count(123, 0), 0u);
+}
+
 TEST_F(SessionTest, UnlinkedWhileOpenIsQueuedAtLastClose) {
   auto c = s().create(root(), kRootIno, "f", 0644, true, true);
   Ino f = c->inode.ino;

@@ -79,6 +79,9 @@ Result<Inode> MetaStore::do_setattr(Txn& txn, const Context& ctx, Ino ino, const
     if (n.is_dir()) return error(Code::kIsDirectory, "truncate of directory {}", ino);
     if (!n.is_file()) return error(Code::kInvalidArgument, "truncate of non-file {}", ino);
     WEFT_RETURN_IF_ERROR(check_access(n, c, kAccessWrite));
+    if (*a.size > kFileBytesMax)
+      return error(Code::kFileTooBig, "length {} of inode {} beyond the maximum file size {}", *a.size, ino,
+                   kFileBytesMax);
     n.size = *a.size;
     n.mtime_ns = now;
   }

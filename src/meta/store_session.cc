@@ -68,6 +68,9 @@ Result<Inode> MetaStore::report_length(const Context& ctx, Ino ino, uint64_t ses
     WEFT_TRY(auto s, txn.get_raw(key::session(ino, session_id)));
     if (!s) return error(Code::kBadHandle, "no session {} on inode {}", session_id, ino);
     if (!n.is_file()) return error(Code::kInvalidArgument, "inode {} is not a file", ino);
+    if (length > kFileBytesMax)
+      return error(Code::kFileTooBig, "length {} of inode {} beyond the maximum file size {}", length, ino,
+                   kFileBytesMax);
     if (length > n.size) {
       n.size = length;
       n.mtime_ns = n.ctime_ns = now_ns();

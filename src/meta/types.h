@@ -17,6 +17,14 @@ inline constexpr Ino kRootIno = 1;
 inline constexpr size_t kNameBytesMax = 255;
 inline constexpr size_t kSymlinkBytesMax = 4095;
 inline constexpr uint32_t kLinkCountMax = 65000;  // EMLINK beyond this
+// Largest file length (16 TiB, as ext4 with 4 KiB blocks); EFBIG beyond it.
+// The chunk GC and truncate remove every chunk index below a file's length,
+// written or not (nothing records which chunks of a sparse file exist), so the
+// length bounds their work: at the smallest chunk size (64 KiB) a file spans
+// at most 2^28 chunks, at the default 1 MiB 2^24. (At 2^50 bytes a sparse
+// 64 KiB-chunk file would cost the GC 2^34 removals, days of one pass.)
+// Lengths stay far from overflow in `offset + length` and in off_t.
+inline constexpr uint64_t kFileBytesMax = uint64_t{1} << 44;
 
 enum class InodeType : uint8_t { kFile = 1, kDirectory = 2, kSymlink = 3 };
 
@@ -41,6 +49,12 @@ struct Layout {
 
   bool operator==(const Layout&) const = default;
 };
+
+// Chunks a file of `size` bytes spans: ceil(size / chunk_bytes), without the
+// overflow of `size + chunk_bytes - 1` near UINT64_MAX. 0 when chunk_bytes is 0.
+inline constexpr uint64_t chunk_count(uint64_t size, uint32_t chunk_bytes) {
+  return chunk_bytes == 0 ? 0 : size / chunk_bytes + (size % chunk_bytes != 0 ? 1 : 0);
+}
 
 struct Inode {
   Ino ino = 0;

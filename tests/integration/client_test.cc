@@ -809,6 +809,32 @@ TEST_F(ClientTest, PosixErrors) {
   EXPECT_EQ(client_->remove_path(c, d + "/sub").error().posix_errno(), ENOENT);
 }
 
+// No byte at or past meta::kFileBytesMax: EFBIG before anything is buffered,
+// cut or recorded (meta refuses such lengths too).
+TEST_F(ClientTest, FileLengthIsBounded) {
+  std::string d = dir();
+  const Cred& c = client_->default_cred();
+  auto f = open(d + "/f", O_CREAT | O_RDWR | O_EXCL);
+  ASSERT_TRUE(f);
+  auto data = pattern(4096, 3);
+  ASSERT_TRUE(f->pwrite(data, 0).has_value());
+  for (uint64_t offset : {meta::kFileBytesMax, UINT64_MAX - 10}) {
+    auto w = f->pwrite(data, offset);
+    ASSERT_FALSE(w.has_value()) << "offset " << offset;
+    EXPECT_EQ(w.error().posix_errno(), EFBIG);
+  }
+  auto t = f->truncate(meta::kFileBytesMax + 1);
+  ASSERT_FALSE(t.has_value());
+  EXPECT_EQ(t.error().posix_errno(), EFBIG);
+  SetAttr huge;
+  huge.size = UINT64_MAX;
+  auto a = client_->setattr(c, f->ino(), huge);
+  ASSERT_FALSE(a.has_value());
+  EXPECT_EQ(a.error().posix_errno(), EFBIG);
+  ASSERT_TRUE(f->close().has_value());
+  EXPECT_EQ(read_all(d + "/f"), data);
+}
+
 // Last: kills a storage server of the cluster this suite started.
 TEST_F(ClientTest, ReadsAndWritesCarryOnWhileAStorageServerDies) {
   if (dir_ == nullptr) GTEST_SKIP() << "needs the cluster this test starts";
