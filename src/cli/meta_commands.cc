@@ -60,6 +60,22 @@ Result<std::optional<ClusterMembership>> join_cluster(const Config& config, rpc:
   return std::optional<ClusterMembership>(std::move(m));
 }
 
+// set_layout's check that a chain table exists: asks mgmtd for its routing
+// each time (set_layout is rare, and a table created a moment ago is found).
+// Blocks: set_layout runs on the server's blocking pool, never on an I/O thread.
+meta::ChainTableCheck chain_table_check(mgmt::MgmtRpc& mgmt) {
+  return [&mgmt](uint32_t id) -> Result<void> {
+    mgmt::pb::GetRoutingRequest req;  // known_version 0: the whole routing, at once
+    WEFT_TRY(auto reply, mgmt.call<mgmt::pb::GetRoutingReply>(mgmt::kGetRouting, req));
+    WEFT_TRY(mgmt::RoutingInfo routing, mgmt::from_proto(reply.routing()));
+    if (!routing.tables.contains(id))
+      return error(Code::kInvalidArgument,
+                   "chain table {} does not exist (routing version {}); `weft admin chain-table create` makes one", id,
+                   routing.version);
+    return {};
+  };
+}
+
 // Write sessions of clients without a lease at mgmtd are closed
 // (meta/session_reaper.h). [meta] session_reap_interval_ms (10 s) and
 // session_reap_min_age_s (120 s: younger sessions are always kept).
@@ -97,6 +113,8 @@ void serve_meta(const std::string& config_path) {
   meta::register_meta_service(runtime.server(), **store);
   auto membership = join_cluster(*config, runtime);
   if (!membership) return fail(membership.error().message());
+  // Before runtime.run(): nothing is served yet.
+  if (*membership) (*store)->set_chain_table_check(chain_table_check(*(*membership)->mgmt_rpc));
   // In a cluster, the chunks of unlinked files are removed from storage in the background.
   std::unique_ptr<client::ChunkGc> gc;
   if (*membership) {

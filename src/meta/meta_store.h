@@ -76,6 +76,12 @@ struct OpMetrics;         // meta/ops.h
 // and the stripe count in [1, 4096].
 Result<void> validate_layout(const Layout& layout);
 
+// Whether chain table `id` exists in the cluster's routing: {} if it does,
+// kInvalidArgument if not, another error (kUnavailable, ...) when the routing
+// cannot be had. May block: MetaStore calls it only from set_layout, outside
+// any transaction.
+using ChainTableCheck = std::function<Result<void>(uint32_t id)>;
+
 struct StoreOptions {
   std::string path;                  // RocksDB directory (created if missing)
   uint32_t chain_count = 1;          // chains in the table: stripe default min(16, chains)
@@ -163,6 +169,9 @@ class MetaStore {
   Result<void> setxattr(const Context& ctx, Ino ino, std::string_view name, std::string_view value,
                         XattrFlags flags);
   Result<void> removexattr(const Context& ctx, Ino ino, std::string_view name);
+  // The layout's chain table must exist (see set_chain_table_check): files
+  // under a directory on a table that does not exist can be neither written
+  // nor collected. kInvalidArgument when it does not.
   Result<void> set_layout(const Context& ctx, Ino dir, const Layout& layout);
 
   // Read-only opens check permissions and write nothing. Write opens record a
@@ -194,6 +203,12 @@ class MetaStore {
   // this call (at once when commits are synced by themselves). done runs on
   // the syncer's thread and must not block. See DeferSync.
   void when_durable(std::move_only_function<void(Result<void>)> done);
+
+  // How set_layout learns which chain tables exist (the server asks mgmtd).
+  // Without one (a meta server outside a cluster) it cannot tell: only root
+  // may then name a table other than options().chain_table_id or the
+  // directory's current one. REQUIRES: before the store serves requests.
+  void set_chain_table_check(ChainTableCheck check) { chain_table_check_ = std::move(check); }
 
   rocksdb::DB* db();
   const StoreOptions& options() const { return options_; }
@@ -247,6 +262,7 @@ class MetaStore {
   Result<Inode> do_setattr(Txn& txn, const Context& ctx, Ino ino, const SetAttr& attr);
 
   StoreOptions options_;
+  ChainTableCheck chain_table_check_;  // set before serving, read-only afterwards
   rocksdb::TransactionDB* db_ = nullptr;
   std::unique_ptr<WalSyncer> syncer_;  // set when sync && group_sync
   std::unique_ptr<FreeSpaceGuard> space_;  // admits everything when reserve_bytes is 0

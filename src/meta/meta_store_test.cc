@@ -312,6 +312,42 @@ TEST_F(MetaStoreTest, LayoutInheritanceAndValidation) {
   EXPECT_CODE(s().set_layout(user(1000, 100), d, l), Code::kNotPermitted);
 }
 
+// A directory on a chain table that does not exist holds files that can be
+// neither written nor collected: with the cluster's routing (the server's
+// check asks mgmtd) such a table is refused to everyone; without it only root
+// may name a table meta cannot vouch for.
+TEST_F(MetaStoreTest, LayoutsNameAnExistingChainTable) {
+  Context alice = user(1000, 100);
+  Ino d = mkdir("d");
+  ASSERT_OK(s().setattr(root(), d, SetAttr{.uid = 1000, .gid = 100}));
+  Layout l;
+  l.chain_table_id = 9;
+  EXPECT_CODE(s().set_layout(alice, d, l), Code::kNotPermitted);
+  EXPECT_EQ(s().get_layout(root(), d)->chain_table_id, s().options().chain_table_id);
+  l.chain_table_id = s().options().chain_table_id;
+  l.stripe_count = 2;
+  ASSERT_OK(s().set_layout(alice, d, l));
+  l.chain_table_id = 9;
+  ASSERT_OK(s().set_layout(root(), d, l));  // root's choice
+  l.stripe_count = 3;
+  ASSERT_OK(s().set_layout(alice, d, l));  // the directory's table stays usable to its owner
+  EXPECT_EQ(s().get_layout(root(), d)->stripe_count, 3u);
+
+  std::vector<uint32_t> asked;
+  s().set_chain_table_check([&](uint32_t id) -> Result<void> {
+    asked.push_back(id);
+    if (id != 1 && id != 2) return error(Code::kInvalidArgument, "chain table {} does not exist", id);
+    return {};
+  });
+  l.chain_table_id = 7;
+  EXPECT_CODE(s().set_layout(root(), d, l), Code::kInvalidArgument);
+  EXPECT_CODE(s().set_layout(alice, d, l), Code::kInvalidArgument);
+  l.chain_table_id = 2;
+  ASSERT_OK(s().set_layout(alice, d, l));
+  EXPECT_EQ(s().get_layout(root(), d)->chain_table_id, 2u);
+  EXPECT_EQ(asked, (std::vector<uint32_t>{7, 7, 2}));
+}
+
 TEST_F(MetaStoreTest, StatfsCountsInodesAndAsksCapacity) {
   auto st = s().statfs(root());
   ASSERT_OK(st);

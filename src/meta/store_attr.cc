@@ -150,11 +150,23 @@ Result<void> validate_layout(const Layout& l) {
 }
 
 Result<void> MetaStore::set_layout(const Context& ctx, Ino dir, const Layout& layout) {
+  // Asked before the transaction: no row lock waits on a round trip to mgmtd.
+  if (chain_table_check_) {
+    WEFT_RETURN_IF_ERROR(validate_layout(layout));
+    WEFT_RETURN_IF_ERROR(chain_table_check_(layout.chain_table_id));
+  }
   return to_void(mutate(Op::kSetLayout, ctx, [&](Txn& txn) -> Result<Reply> {
            WEFT_RETURN_IF_ERROR(validate_layout(layout));
            WEFT_TRY(Inode n, txn.lock_existing(dir, true));
            if (!n.is_dir()) return error(Code::kNotDirectory, "inode {} is not a directory", dir);
            if (!owner_or_root(n, ctx.cred)) return error(Code::kNotPermitted, "only the owner may set a layout");
+           const uint32_t table = layout.chain_table_id;
+           if (!chain_table_check_ && ctx.cred.uid != 0 && table != options_.chain_table_id &&
+               table != n.layout.chain_table_id)
+             return error(Code::kNotPermitted,
+                          "only root may put directory {} on chain table {}: this meta server has no routing to "
+                          "check that it exists (others may use table {} or the directory's {})",
+                          dir, table, options_.chain_table_id, n.layout.chain_table_id);
            n.layout = layout;
            n.layout.first_chain = 0;
            n.layout.shuffle_seed = 0;

@@ -835,6 +835,28 @@ TEST_F(ClientTest, FileLengthIsBounded) {
   EXPECT_EQ(read_all(d + "/f"), data);
 }
 
+// meta asks mgmtd whether a layout's chain table exists: files under a
+// directory on a missing table could be neither written nor collected.
+TEST_F(ClientTest, LayoutsNameAnExistingChainTable) {
+  std::string d = dir();
+  const Cred& c = client_->default_cred();
+  auto dir_inode = client_->resolve(c, d);
+  ASSERT_TRUE(dir_inode.has_value()) << dir_inode.error();
+  auto layout = client_->get_layout(c, dir_inode->ino);
+  ASSERT_TRUE(layout.has_value()) << layout.error();
+  Layout missing = *layout;
+  missing.chain_table_id = layout->chain_table_id + 1000;
+  auto r = client_->set_layout(c, dir_inode->ino, missing);
+  ASSERT_FALSE(r.has_value()) << "chain table " << missing.chain_table_id << " accepted";
+  EXPECT_EQ(r.error().code(), Code::kInvalidArgument) << r.error();
+  EXPECT_NE(r.error().message().find("does not exist"), std::string::npos) << r.error();
+  Layout wider = *layout;
+  wider.stripe_count = 2;
+  ASSERT_TRUE(client_->set_layout(c, dir_inode->ino, wider).has_value());
+  EXPECT_EQ(client_->get_layout(c, dir_inode->ino)->chain_table_id, layout->chain_table_id);
+  ASSERT_TRUE(write_new(d + "/f", pattern(5000, 9)));
+}
+
 // Last: kills a storage server of the cluster this suite started.
 TEST_F(ClientTest, ReadsAndWritesCarryOnWhileAStorageServerDies) {
   if (dir_ == nullptr) GTEST_SKIP() << "needs the cluster this test starts";
