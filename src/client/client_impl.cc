@@ -749,15 +749,17 @@ Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
   core->cred = options.cred ? *options.cred : process_cred();
   WEFT_TRY(core->cluster, load_cluster_config(ClusterConfigQuery::from_flags(options.config_path, options.cluster)));
   core->io = std::make_unique<rpc::IoPool>(std::max<size_t>(1, options.io_threads), "weft-client");
+  // One id for the lease, the connections' Hello, meta's request ids (write
+  // sessions record it; meta takes the Hello's for a request without one) and storage's dedup.
+  const uint64_t client_id = random_id();
   rpc::ClientOptions ro = rpc::ClientOptions::in_cluster(core->cluster.cluster_token, options.name);
   ro.call_timeout_ms = options.call_timeout_ms;
+  ro.client_id = client_id;
   core->rpc = std::make_unique<rpc::Client>(*core->io, ro);
   core->routing = std::make_unique<RoutingCache>(*core->io, *core->rpc, core->cluster.mgmtd);
   if (auto r = core->routing->start(); !r)
     return error(r.error().with_context("connect to the cluster at " + core->cluster.source));
   WEFT_TRY(auto meta_eps, meta_addresses(core->cluster, *core->routing->current()));
-  // One id for the lease, meta's request ids (write sessions record it) and storage's dedup.
-  const uint64_t client_id = random_id();
   auto lease = std::make_unique<ClientLease>(*core->io, *core->rpc, core->cluster.mgmtd, client_id,
                                              ClientLease::default_label(options.name));
   if (auto r = lease->start(); !r) WEFT_LOG_WARN("client lease at mgmtd: {} (retrying)", r.error());

@@ -68,7 +68,7 @@ TEST_F(ConcurrencyTest, RandomOpsKeepNamespaceConsistent) {
             break;
           }
           case 8: {
-            auto f = s().create(root(), dir(), name(), 0644, false, true);
+            auto f = s().create(writer(), dir(), name(), 0644, false, true);
             if (f) {
               (void)s().report_length(root(), f->inode.ino, f->session_id, rng.uniform(1 << 20));
               r = s().close(root(), f->inode.ino, f->session_id);

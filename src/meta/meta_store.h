@@ -175,7 +175,8 @@ class MetaStore {
   Result<void> set_layout(const Context& ctx, Ino dir, const Layout& layout);
 
   // Read-only opens check permissions and write nothing. Write opens record a
-  // session (reply.session_id != 0) that close() removes.
+  // session (reply.session_id != 0) that close() removes, owned by
+  // ctx.caller_id() (kInvalidArgument without one; create's open_for_write too).
   Result<Reply> open(const Context& ctx, Ino ino, OpenFlags flags);
   // Read-only open of `name` in `parent` (the first-epoch open: one round
   // trip, nothing written); a symlink comes back unopened for the caller to

@@ -249,12 +249,19 @@ StoreOptions MetaServiceConfig::store_options() const {
 
 namespace {
 
+// The request's credentials and id, and the client id of the connection it came on.
+Context context_of(const Req& q, const rpc::ServerCall& call) {
+  Context ctx = context_from(q);
+  ctx.connection_client_id = call.client_id;
+  return ctx;
+}
+
 // The coroutine form of a point read (a named type, not a capturing lambda: see DESIGN.md on g++ 12).
 struct InlineRead {
   Handler handler;
   MetaStore* store;
-  Task<Result<Rep>> operator()(const Req& q, rpc::ServerCall&) const {
-    co_return handler(*store, q, context_from(q));
+  Task<Result<Rep>> operator()(const Req& q, rpc::ServerCall& call) const {
+    co_return handler(*store, q, context_of(q, call));
   }
 };
 
@@ -277,9 +284,9 @@ struct Deferred {
 };
 
 // Runs a mutation to its (unsynced) commit on this thread.
-Deferred run_deferred(Handler handler, MetaStore& store, const Req& q) {
+Deferred run_deferred(Handler handler, MetaStore& store, const Req& q, const rpc::ServerCall& call) {
   DeferSync defer;
-  Result<Rep> r = handler(store, q, context_from(q));
+  Result<Rep> r = handler(store, q, context_of(q, call));
   return Deferred{std::move(r), defer.sync_pending()};
 }
 
@@ -288,8 +295,8 @@ struct InlineMutation {
   Handler handler;
   MetaStore* store;
   bool wait_sync;
-  Task<Result<Rep>> operator()(const Req& q, rpc::ServerCall&) const {
-    Deferred d = run_deferred(handler, *store, q);
+  Task<Result<Rep>> operator()(const Req& q, rpc::ServerCall& call) const {
+    Deferred d = run_deferred(handler, *store, q, call);
     if (d.sync_pending && wait_sync) {
       auto synced = wal_synced(store);
       Result<void> durable = co_await std::move(synced);
@@ -312,12 +319,12 @@ void register_meta_service(rpc::Server& server, MetaStore& store) {
     } else if (m.run == Run::kInline && !m.mutation) {
       rpc::add_async_method<Req, Rep>(server, m.id, m.name, InlineRead{h, s});
     } else if (m.mutation) {
-      rpc::add_blocking_method<Req, Rep>(server, m.id, m.name, [h, s](const Req& q, rpc::ServerCall&) {
-        return answer_mutation(h(*s, q, context_from(q)));
+      rpc::add_blocking_method<Req, Rep>(server, m.id, m.name, [h, s](const Req& q, rpc::ServerCall& call) {
+        return answer_mutation(h(*s, q, context_of(q, call)));
       });
     } else {
-      rpc::add_blocking_method<Req, Rep>(server, m.id, m.name,
-                                         [h, s](const Req& q, rpc::ServerCall&) { return h(*s, q, context_from(q)); });
+      rpc::add_blocking_method<Req, Rep>(
+          server, m.id, m.name, [h, s](const Req& q, rpc::ServerCall& call) { return h(*s, q, context_of(q, call)); });
     }
   }
 }

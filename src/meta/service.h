@@ -5,8 +5,9 @@
 // group WAL sync covering its commit is done (DeferSync, WalSyncer), so no
 // thread sleeps per request. Scans and heavy mutations (rmdir, rename, ...)
 // run on the server's bounded blocking pool (table in service.cc).
-// Credentials and request ids come from each request; the store enforces
-// permissions and de-duplicates retried mutations. Per-op counts, errors
+// Credentials and request ids come from each request, and the client id its
+// connection announced (rpc Hello) from the connection (Context); the store
+// enforces permissions and de-duplicates retried mutations. Per-op counts, errors
 // and latency are the store's metrics (weft_meta_*); per-method request
 // counts are the RPC server's.
 // Fault point: "meta.service.drop_reply" answers kTimeout AFTER a mutation

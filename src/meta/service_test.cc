@@ -6,8 +6,14 @@
 
 #include <gtest/gtest.h>
 
+#include <rocksdb/db.h>
+
 #include "common/fault.h"
+#include "meta/codec.h"
 #include "meta/meta_client.h"
+#include "meta/proto_convert.h"
+#include "meta/service_methods.h"
+#include "meta/session_reaper.h"
 #include "meta/test_util.h"
 #include "rpc/client.h"
 #include "rpc/server.h"
@@ -222,6 +228,27 @@ TEST_F(ServiceTest, SessionsAndLengths) {
   ASSERT_TRUE(rw.has_value());
   EXPECT_NE(rw->session_id, 0u);
   ASSERT_TRUE(c().close(kRoot, f->inode.ino, rw->session_id).has_value());
+}
+
+// A write open without a request id belongs to the client id its connection
+// announced: the session reaper closes it once that client holds no lease.
+TEST_F(ServiceTest, WriteOpenWithoutARequestIdIsOwnedByItsConnection) {
+  auto f = c().create(kRoot, kRootIno, "f", 0644, true, false);
+  ASSERT_TRUE(f.has_value()) << f.error();
+  pb::MetaRequest q;
+  set_context(Context{kRoot, {}}, &q);
+  q.set_ino(f->inode.ino);
+  q.set_open_read(true);
+  q.set_open_write(true);
+  auto rep = rpc_->call_blocking<pb::MetaReply>(rpc::Endpoint{"127.0.0.1", port_}, method::kOpen, q, {}, 2000);
+  ASSERT_TRUE(rep.has_value()) << rep.error();
+  ASSERT_NE(rep->session_id(), 0u);
+  std::string raw;
+  ASSERT_TRUE(store_->db()->Get(rocksdb::ReadOptions(), key::session(f->inode.ino, rep->session_id()), &raw).ok());
+  EXPECT_EQ(decode_session(raw)->client_id, rpc_->client_id());
+  auto reaped = reap_sessions(*store_, [&](uint64_t id) { return id != rpc_->client_id(); }, INT64_MAX);
+  ASSERT_TRUE(reaped.has_value()) << reaped.error();
+  EXPECT_EQ(reaped->closed, 1u);
 }
 
 TEST_F(ServiceTest, CredentialsAreEnforced) {

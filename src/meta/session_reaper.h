@@ -9,7 +9,9 @@
 //      list proves nothing), and
 //   2. it was opened more than `min_age` ago on the store's clock: a client
 //      that just connected may open a file before its first heartbeat lands.
-// Sessions without a client id (0: no request id) are never closed.
+// A session is owned by the client id of the write open (MetaStore::open:
+// its request id's client, else its connection's); sessions recorded without
+// one (only possible before write opens required one) are never closed.
 // Threading: reap_sessions() is a blocking store call; SessionReaper runs it
 // on its own thread every `interval`.
 #pragma once

@@ -81,14 +81,42 @@ TEST_F(SessionReaperTest, NeverClosesWithoutACompleteClientList) {
   EXPECT_EQ(sessions_of(f.inode.ino), 0u);
 }
 
-TEST_F(SessionReaperTest, SessionsWithoutAClientIdAreKept) {
-  auto c = s().create(root(), kRootIno, "anon", 0644, true, true);  // no request id: client 0
+// A write open without a request id is owned by its connection's client id
+// and reaped like any other; one with no client id at all is refused (no
+// lease could ever free its session).
+TEST_F(SessionReaperTest, WriteOpensWithoutARequestIdHaveTheirConnectionsOwner) {
+  EXPECT_CODE(s().create(root(), kRootIno, "anon", 0644, true, /*open_for_write=*/true), Code::kInvalidArgument);
+  EXPECT_CODE(s().lookup(root(), kRootIno, "anon"), Code::kNotFound);
+  Ino f = create("f");
+  EXPECT_CODE(s().open(user(1000, 100), f, {.read = false, .write = true}), Code::kPermissionDenied);
+  EXPECT_CODE(s().open(root(), f, {.read = false, .write = true}), Code::kInvalidArgument);
+  EXPECT_EQ(sessions_of(f), 0u);
+  auto w = s().open(on_connection(root(), 21), f, {.read = false, .write = true});
+  ASSERT_OK(w);
+  auto c = s().create(on_connection(root(), 21), kRootIno, "g", 0644, true, /*open_for_write=*/true);
   ASSERT_OK(c);
+  std::string raw;
+  ASSERT_TRUE(s().db()->Get(rocksdb::ReadOptions(), key::session(f, w->session_id), &raw).ok());
+  EXPECT_EQ(decode_session(raw)->client_id, 21u);
+  clock_.advance(600s);
+  auto r = reap_sessions(s(), [](uint64_t id) { return id != 21; }, clock_.wall_ns());
+  ASSERT_OK(r);
+  EXPECT_EQ(r->closed, 2u) << "client 21 holds no lease";
+  EXPECT_EQ(sessions_of(f), 0u);
+  EXPECT_EQ(sessions_of(c->inode.ino), 0u);
+}
+
+// Sessions recorded without a client id (before write opens required one)
+// belong to no lease that could be missing: they are kept.
+TEST_F(SessionReaperTest, SessionsWithoutAClientIdAreKept) {
+  Ino f = create("old");
+  const uint64_t sid = 987654321;
+  ASSERT_TRUE(s().db()->Put(rocksdb::WriteOptions(), key::session(f, sid), encode_session({0, clock_.wall_ns()})).ok());
   clock_.advance(600s);
   auto r = reap_sessions(s(), [](uint64_t) { return false; }, clock_.wall_ns());
   ASSERT_OK(r);
   EXPECT_EQ(r->closed, 0u);
-  ASSERT_OK(s().close(root(), c->inode.ino, c->session_id));
+  ASSERT_OK(s().close(root(), f, sid));
 }
 
 }  // namespace

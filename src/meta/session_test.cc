@@ -44,8 +44,8 @@ TEST_F(SessionTest, OpenChecksPermissionsAndType) {
 
 TEST_F(SessionTest, WriteSessionsAreRecordedAndClosed) {
   Ino f = create("f");
-  auto w1 = s().open(root(), f, {.read = false, .write = true});
-  auto w2 = s().open(root(), f, {.read = true, .write = true});
+  auto w1 = s().open(writer(), f, {.read = false, .write = true});
+  auto w2 = s().open(writer(), f, {.read = true, .write = true});
   ASSERT_OK(w1);
   ASSERT_OK(w2);
   EXPECT_NE(w1->session_id, w2->session_id);
@@ -54,7 +54,7 @@ TEST_F(SessionTest, WriteSessionsAreRecordedAndClosed) {
   EXPECT_CODE(s().close(root(), f, w1->session_id), Code::kBadHandle);
   ASSERT_OK(s().close(root(), f, w2->session_id));
   EXPECT_EQ(count_prefix(s().db(), key::session_prefix(f)), 0u);
-  auto c = s().create(root(), kRootIno, "g", 0644, true, /*open_for_write=*/true);
+  auto c = s().create(writer(), kRootIno, "g", 0644, true, /*open_for_write=*/true);
   ASSERT_OK(c);
   EXPECT_NE(c->session_id, 0u);
   EXPECT_EQ(count_prefix(s().db(), key::session_prefix(c->inode.ino)), 1u);
@@ -62,7 +62,7 @@ TEST_F(SessionTest, WriteSessionsAreRecordedAndClosed) {
 }
 
 TEST_F(SessionTest, LengthOnlyGrowsTruncateSetsExactly) {
-  auto c = s().create(root(), kRootIno, "f", 0644, true, true);
+  auto c = s().create(writer(), kRootIno, "f", 0644, true, true);
   ASSERT_OK(c);
   Ino f = c->inode.ino;
   uint64_t sid = c->session_id;
@@ -80,7 +80,7 @@ TEST_F(SessionTest, LengthOnlyGrowsTruncateSetsExactly) {
 // wraps to 0 (UINT64_MAX: the file's chunks are never removed) or that no
 // pass finishes (2^62 bytes: 2^42 removals), and a negative st_size.
 TEST_F(SessionTest, FileLengthIsBounded) {
-  auto c = s().create(root(), kRootIno, "f", 0644, true, true);
+  auto c = s().create(writer(), kRootIno, "f", 0644, true, true);
   ASSERT_OK(c);
   Ino f = c->inode.ino;
   uint64_t sid = c->session_id;
@@ -111,16 +111,16 @@ TEST(ChunkCount, RoundsUpWithoutOverflow) {
 }
 
 TEST_F(SessionTest, UnlinkedWhileOpenIsQueuedAtLastClose) {
-  auto c = s().create(root(), kRootIno, "f", 0644, true, true);
+  auto c = s().create(writer(), kRootIno, "f", 0644, true, true);
   Ino f = c->inode.ino;
-  auto w2 = s().open(root(), f, {.write = true});
+  auto w2 = s().open(writer(), f, {.write = true});
   ASSERT_OK(w2);
   ASSERT_OK(s().unlink(root(), kRootIno, "f"));
   EXPECT_TRUE(s().gc_pending(10)->empty());
   auto still = s().getattr(root(), f);  // fstat on an open unlinked file
   ASSERT_OK(still);
   EXPECT_EQ(still->nlink, 0u);
-  EXPECT_CODE(s().open(root(), f, {.write = true}), Code::kNotFound);
+  EXPECT_CODE(s().open(writer(), f, {.write = true}), Code::kNotFound);
   ASSERT_OK(s().report_length(root(), f, c->session_id, 777));
   ASSERT_OK(s().close(root(), f, c->session_id));
   EXPECT_TRUE(s().gc_pending(10)->empty());
@@ -215,7 +215,7 @@ TEST_F(GcQueueTest, EmptyFilesAreNotQueued) {
   Ino e = create("empty");
   ASSERT_OK(s().unlink(root(), kRootIno, "empty"));
   EXPECT_CODE(s().getattr(root(), e), Code::kNotFound);
-  auto w = s().create(root(), kRootIno, "open-empty", 0644, true, true);
+  auto w = s().create(writer(), kRootIno, "open-empty", 0644, true, true);
   ASSERT_OK(w);
   ASSERT_OK(s().unlink(root(), kRootIno, "open-empty"));
   ASSERT_OK(s().close(root(), w->inode.ino, w->session_id));

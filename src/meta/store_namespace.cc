@@ -101,8 +101,11 @@ Result<void> MetaStore::drop_link(Txn& txn, Inode victim) {
 }
 
 Result<uint64_t> MetaStore::begin_session(Txn& txn, const Context& ctx, Ino ino) {
+  // A session without an owner could never be reaped: no lease is ever missing for it.
+  const uint64_t owner = ctx.caller_id();
+  if (owner == 0) return error(Code::kInvalidArgument, "a write open of inode {} without a client id", ino);
   WEFT_TRY(uint64_t sid, alloc_id());
-  WEFT_RETURN_IF_ERROR(txn.put_untracked(key::session(ino, sid), encode_session({ctx.req.client_id, now_ns()})));
+  WEFT_RETURN_IF_ERROR(txn.put_untracked(key::session(ino, sid), encode_session({owner, now_ns()})));
   return sid;
 }
 

@@ -26,6 +26,14 @@ inline Context with_req(Context ctx, uint64_t client, uint64_t seq) {
   ctx.req = {client, seq};
   return ctx;
 }
+// A caller known by its connection's client id only (a request without a
+// request id, as the service passes it on): enough to open files for writing.
+inline Context on_connection(Context ctx, uint64_t client) {
+  ctx.connection_client_id = client;
+  return ctx;
+}
+// Root on a connection of client 1: a caller that may own write sessions.
+inline Context writer() { return on_connection(root(), 1); }
 
 class StoreTest : public ::testing::Test {
  protected:

@@ -99,6 +99,14 @@ struct RequestId {
 struct Context {
   Cred cred;
   RequestId req;
+  // The client id the caller's connection announced (rpc Hello); 0: not
+  // called over RPC (internal callers, tests).
+  uint64_t connection_client_id = 0;
+
+  // The calling client, which owns the write sessions it opens: its request
+  // id's client (the id a client also holds its mgmtd lease under, which the
+  // session reaper matches sessions against), else its connection's; 0: unknown.
+  uint64_t caller_id() const { return req.client_id != 0 ? req.client_id : connection_client_id; }
 };
 
 // A mutation by path whose parent directory came from a client's cache: the
