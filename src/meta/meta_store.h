@@ -182,6 +182,8 @@ class MetaStore {
   // trip, nothing written); a symlink comes back unopened for the caller to
   // follow.
   Result<Reply> open_read_at(const Context& ctx, Ino parent, std::string_view name);
+  // close and report_length: only the session's owner (the caller_id() that
+  // opened it) or root; kBadHandle for anyone else.
   Result<void> close(const Context& ctx, Ino ino, uint64_t session_id);
   // A writer reports the highest offset written; the length only grows.
   // `session_id` must be an open write session of `ino` (kBadHandle otherwise);

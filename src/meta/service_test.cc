@@ -251,6 +251,22 @@ TEST_F(ServiceTest, WriteOpenWithoutARequestIdIsOwnedByItsConnection) {
   EXPECT_EQ(reaped->closed, 1u);
 }
 
+// Another client (its own request ids) may neither close nor report through
+// a write session it did not open, whatever its credentials say.
+TEST_F(ServiceTest, OnlyItsOwnerUsesASession) {
+  auto d = c().mkdir(kRoot, kRootIno, "shared", 0777);
+  ASSERT_TRUE(d.has_value()) << d.error();
+  auto f = c().create(kAlice, d->ino, "f", 0666, true, true);
+  ASSERT_TRUE(f.has_value()) << f.error();
+  auto other = make_client({rpc::Endpoint{"127.0.0.1", port_}});
+  ASSERT_CODE(other->close(kAlice, f->inode.ino, f->session_id), Code::kBadHandle);
+  ASSERT_CODE(other->report_length(kAlice, f->inode.ino, f->session_id, 1), Code::kBadHandle);
+  auto grown = c().report_length(kAlice, f->inode.ino, f->session_id, 4096);
+  ASSERT_TRUE(grown.has_value()) << grown.error();
+  EXPECT_EQ(grown->size, 4096u);
+  ASSERT_TRUE(c().close(kAlice, f->inode.ino, f->session_id).has_value());
+}
+
 TEST_F(ServiceTest, CredentialsAreEnforced) {
   auto d = c().mkdir(kRoot, kRootIno, "alice", 0755);
   ASSERT_TRUE(d.has_value());

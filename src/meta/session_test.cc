@@ -110,6 +110,31 @@ TEST(ChunkCount, RoundsUpWithoutOverflow) {
   EXPECT_EQ(chunk_count(123, 0), 0u);
 }
 
+// Only the client that opened a write session (or root) reports lengths
+// through it or closes it: session ids are sequential, and another client's
+// close would end the owner's session under it.
+TEST_F(SessionTest, OnlyItsOwnerUsesASession) {
+  Context mine = on_connection(user(1000, 100), 11), theirs = on_connection(user(1000, 100), 12);
+  Ino f = create("f", kRootIno, 0666);
+  auto w = s().open(mine, f, {.read = false, .write = true});
+  ASSERT_OK(w);
+  const uint64_t sid = w->session_id;
+  EXPECT_CODE(s().report_length(theirs, f, sid, 4096), Code::kBadHandle);
+  EXPECT_CODE(s().close(theirs, f, sid), Code::kBadHandle);
+  EXPECT_CODE(s().close(with_req(user(1000, 100), 12, 1), f, sid), Code::kBadHandle);
+  EXPECT_EQ(s().report_length(mine, f, sid, 4096)->size, 4096u);
+  ASSERT_OK(s().unlink(root(), kRootIno, "f"));
+  EXPECT_CODE(s().close(theirs, f, sid), Code::kBadHandle);
+  ASSERT_OK(s().getattr(root(), f));  // still there for its writer
+  EXPECT_EQ(s().report_length(mine, f, sid, 8192)->size, 8192u);
+  ASSERT_OK(s().close(with_req(user(1000, 100), 11, 1), f, sid));  // a request id names the client too
+  ASSERT_EQ(s().gc_pending(10)->size(), 1u);
+  Ino g = create("g", kRootIno, 0666);
+  auto w2 = s().open(mine, g, {.read = false, .write = true});
+  ASSERT_OK(w2);
+  ASSERT_OK(s().close(root(), g, w2->session_id));  // root (the reaper) may
+}
+
 TEST_F(SessionTest, UnlinkedWhileOpenIsQueuedAtLastClose) {
   auto c = s().create(writer(), kRootIno, "f", 0644, true, true);
   Ino f = c->inode.ino;

@@ -16,6 +16,18 @@ Result<void> check_openable(const Inode& n, const Cred& c, OpenFlags flags) {
   return check_access(n, c, mask);
 }
 
+// Only the client that opened a write session reports lengths through it or
+// closes it; root too (the session reaper, drop_sessions_of). Session ids are
+// sequential: another client's close would end the owner's session under it
+// (its next length report fails, and acknowledged writes past the recorded
+// length stay invisible) and, for an unlinked file, destroy the inode while
+// its writer writes.
+Result<void> check_session_caller(const Context& ctx, std::string_view raw, Ino ino, uint64_t session_id) {
+  WEFT_TRY(SessionValue s, decode_session(raw));
+  if (ctx.cred.uid == 0 || s.client_id == ctx.caller_id()) return {};
+  return error(Code::kBadHandle, "session {} of inode {} belongs to another client", session_id, ino);
+}
+
 }  // namespace
 
 Result<Reply> MetaStore::open(const Context& ctx, Ino ino, OpenFlags flags) {
@@ -51,6 +63,7 @@ Result<void> MetaStore::close(const Context& ctx, Ino ino, uint64_t session_id) 
            if (!n) return error(Code::kBadHandle, "no inode {} for session {}", ino, session_id);
            WEFT_TRY(auto s, txn.lock_raw(key::session(ino, session_id), true));
            if (!s) return error(Code::kBadHandle, "no session {} on inode {}", session_id, ino);
+           WEFT_RETURN_IF_ERROR(check_session_caller(ctx, *s, ino, session_id));
            WEFT_RETURN_IF_ERROR(txn.del(key::session(ino, session_id)));
            if (n->nlink > 0) return Reply{};
            WEFT_TRY(bool others, txn.has_prefix(key::session_prefix(ino)));
@@ -67,6 +80,7 @@ Result<Inode> MetaStore::report_length(const Context& ctx, Ino ino, uint64_t ses
     WEFT_TRY(Inode n, txn.lock_existing(ino, true));
     WEFT_TRY(auto s, txn.get_raw(key::session(ino, session_id)));
     if (!s) return error(Code::kBadHandle, "no session {} on inode {}", session_id, ino);
+    WEFT_RETURN_IF_ERROR(check_session_caller(ctx, *s, ino, session_id));
     if (!n.is_file()) return error(Code::kInvalidArgument, "inode {} is not a file", ino);
     if (length > kFileBytesMax)
       return error(Code::kFileTooBig, "length {} of inode {} beyond the maximum file size {}", length, ino,
