@@ -34,6 +34,20 @@ TEST_F(RetryTest, RetriedUnlinkAndRenameDoNotFail) {
   EXPECT_CODE(s().unlink(with_req(root(), 8, 10), kRootIno, "a"), Code::kNotFound);  // other client
 }
 
+// A ParentCheck's name is a name like any other: one of 4 MiB was carried
+// into the kStaleHandle message and so into the retry record, which the
+// retry could not decode (kCorruption instead of the original answer).
+TEST_F(RetryTest, ParentCheckNamesAreValidated) {
+  Ino d = mkdir("d");
+  const ParentCheck huge{kRootIno, std::string(4 << 20, 'n')};
+  Context ctx = with_req(root(), 5, 1);
+  EXPECT_CODE(s().create(ctx, d, "f", 0644, true, false, huge), Code::kNameTooLong);
+  EXPECT_CODE(s().create(ctx, d, "f", 0644, true, false, huge), Code::kNameTooLong);  // the retry
+  EXPECT_CODE(s().unlink(with_req(root(), 5, 2), d, "f", ParentCheck{kRootIno, "a/b"}), Code::kInvalidArgument);
+  EXPECT_CODE(s().rmdir(with_req(root(), 5, 3), d, "f", ParentCheck{kRootIno, ""}), Code::kInvalidArgument);
+  ASSERT_OK(s().create(with_req(root(), 5, 4), d, "f", 0644, true, false, ParentCheck{kRootIno, "d"}));
+}
+
 TEST_F(RetryTest, ErrorsAreRecordedToo) {
   Ino d = mkdir("d");
   create("x", d);

@@ -18,6 +18,9 @@ Result<Inode> MetaStore::lock_dir_for_entries(Txn& txn, const Context& ctx, Ino 
 Result<void> MetaStore::check_parent(Txn& txn, const Context& ctx, const std::optional<ParentCheck>& expect,
                                      Ino parent) {
   if (!expect) return {};
+  // A name like any other (it also ends up in the kStaleHandle message, and so
+  // in the request's retry record).
+  WEFT_RETURN_IF_ERROR(check_name(expect->name));
   // Search permission first (as a lookup: nothing is told about the entries of
   // a directory the caller may not search), the directory's inode before its
   // entry (rename's lock order). Shared: a rename or removal of the parent's
