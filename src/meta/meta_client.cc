@@ -207,18 +207,23 @@ Result<Layout> MetaClient::get_layout(const Cred& cred, Ino dir) {
 }
 
 Result<std::vector<Result<Inode>>> MetaClient::batch_stat(const Cred& cred, const std::vector<Ino>& inos) {
-  Req q;
-  for (Ino i : inos) q.add_inos(i);
-  WEFT_TRY(Rep r, read(method::kBatchStat, cred, std::move(q)));
-  if (r.inodes_size() != static_cast<int>(inos.size()) || r.codes_size() != r.inodes_size())
-    return error(Code::kProtocol, "batch_stat answered {} of {} inodes", r.inodes_size(), inos.size());
   std::vector<Result<Inode>> out;
   out.reserve(inos.size());
-  for (int i = 0; i < r.inodes_size(); ++i) {
-    if (r.codes(i) != 0) {
-      out.push_back(error(code_from_wire(r.codes(i)), "batch_stat of inode {}", inos[i]));
-    } else {
-      out.push_back(from_proto(r.inodes(i)));
+  // Meta answers a prefix when the whole would make too big a reply: ask again for the rest.
+  while (out.size() < inos.size()) {
+    Req q;
+    for (size_t i = out.size(); i < inos.size(); ++i) q.add_inos(inos[i]);
+    WEFT_TRY(Rep r, read(method::kBatchStat, cred, std::move(q)));
+    const size_t asked = inos.size() - out.size();
+    if (r.inodes_size() == 0 || static_cast<size_t>(r.inodes_size()) > asked || r.codes_size() != r.inodes_size())
+      return error(Code::kProtocol, "batch_stat answered {} of {} inodes", r.inodes_size(), asked);
+    for (int i = 0; i < r.inodes_size(); ++i) {
+      const Ino ino = inos[out.size()];
+      if (r.codes(i) != 0) {
+        out.push_back(error(code_from_wire(r.codes(i)), "batch_stat of inode {}", ino));
+      } else {
+        out.push_back(from_proto(r.inodes(i)));
+      }
     }
   }
   return out;

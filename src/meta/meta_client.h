@@ -51,7 +51,7 @@ class MetaClient {
   Result<std::string> getxattr(const Cred& cred, Ino ino, std::string_view name);
   Result<std::vector<std::string>> listxattr(const Cred& cred, Ino ino);
   Result<Layout> get_layout(const Cred& cred, Ino dir);
-  // One result per ino, in order.
+  // One result per ino, in order (in several calls when meta answers a prefix).
   Result<std::vector<Result<Inode>>> batch_stat(const Cred& cred, const std::vector<Ino>& inos);
 
   // --- mutations ---

@@ -137,7 +137,9 @@ class MetaStore {
   Result<Inode> lookup(const Context& ctx, Ino parent, std::string_view name);
   Result<Inode> getattr(const Context& ctx, Ino ino);
   Result<std::string> readlink(const Context& ctx, Ino ino);
-  // Entries after `cookie` ("" = from the start), at most `limit`, with attrs.
+  // Entries after `cookie` ("" = from the start), with attrs: at most `limit`
+  // (and 4096), and no more than fit in about kListReplyBytesMax encoded
+  // (at least one). Only `eof` says the directory ended.
   Result<DirPage> readdir(const Context& ctx, Ino dir, std::string_view cookie, size_t limit);
   Result<StatFs> statfs(const Context& ctx);
   Result<std::string> getxattr(const Context& ctx, Ino ino, std::string_view name);

@@ -37,6 +37,30 @@ Inode sample_inode() {
   return i;
 }
 
+// readdir sizes its pages with kDirEntryFixedBytesMax: every field but the
+// name and the symlink target at its widest must fit in it.
+TEST(ProtoConvert, DirEntryFixedBytesBoundTheEncoding) {
+  Inode widest;
+  widest.ino = widest.parent = UINT64_MAX;
+  widest.size = UINT64_MAX;
+  widest.type = InodeType::kSymlink;
+  widest.mode = widest.uid = widest.gid = widest.nlink = UINT32_MAX;
+  widest.atime_ns = widest.mtime_ns = widest.ctime_ns = INT64_MIN;
+  widest.layout = Layout{UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT64_MAX};
+  for (size_t name : {size_t{1}, kNameBytesMax}) {
+    for (size_t target : {size_t{0}, kSymlinkBytesMax}) {
+      widest.symlink_target.assign(target, 't');
+      DirPage page;
+      page.entries.push_back(DirEntry{std::string(name, 'n'), UINT64_MAX, InodeType::kSymlink, widest});
+      pb::MetaReply with, without;
+      to_proto(page, &with);
+      page.entries.clear();
+      to_proto(page, &without);
+      EXPECT_LE(with.ByteSizeLong() - without.ByteSizeLong(), name + target + kDirEntryFixedBytesMax);
+    }
+  }
+}
+
 TEST(ProtoConvert, CredAndRequestId) {
   Cred c{1000, 100, {4, 5, 6}};
   Cred back = round_trip<Cred, pb::Cred>(c);

@@ -94,13 +94,26 @@ Result<Rep> do_get_layout(MetaStore& s, const Req& q, const Context& ctx) {
     return r;
   });
 }
+
+constexpr int kBatchStatInodesMax = 4096;
+
+// Answers a prefix of the inodes asked for: it stops before the one that would
+// take the reply past kListReplyBytesMax (symlink targets of up to 4 KiB make
+// 4096 inodes ~17 MB); the caller asks again for the rest.
 Result<Rep> do_batch_stat(MetaStore& s, const Req& q, const Context& ctx) {
-  if (q.inos_size() > 4096) return error(Code::kTooBig, "batch_stat of {} inodes (max 4096)", q.inos_size());
+  if (q.inos_size() > kBatchStatInodesMax)
+    return error(Code::kTooBig, "batch_stat of {} inodes (max {})", q.inos_size(), kBatchStatInodesMax);
   Rep r;
+  size_t bytes = 0;
   for (uint64_t ino : q.inos()) {
     auto a = s.getattr(ctx, ino);
+    pb::Inode one;
+    to_proto(a ? *a : Inode{}, &one);
+    const size_t one_bytes = one.ByteSizeLong() + 16;  // with its tag, length and code
+    if (r.inodes_size() > 0 && bytes + one_bytes > kListReplyBytesMax) break;
+    bytes += one_bytes;
     r.add_codes(a ? 0 : static_cast<uint32_t>(a.error().code()));
-    to_proto(a ? *a : Inode{}, r.add_inodes());
+    *r.add_inodes() = std::move(one);
   }
   return r;
 }

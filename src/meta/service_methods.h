@@ -17,12 +17,14 @@ inline constexpr uint16_t kSvc = rpc::service::kMeta;
 inline constexpr MethodId kLookup{kSvc, 1};      // ino(parent), name -> inode
 inline constexpr MethodId kGetattr{kSvc, 2};     // ino -> inode
 inline constexpr MethodId kReadlink{kSvc, 3};    // ino -> value
+// readdir and batch_stat replies stop at about kListReplyBytesMax (meta/types.h):
+// a short reply is no end; readdir continues from the cookie, batch_stat with the rest.
 inline constexpr MethodId kReaddir{kSvc, 4};     // ino, value(cookie), limit -> entries, value(cookie), eof
 inline constexpr MethodId kStatfs{kSvc, 5};      // -> statfs
 inline constexpr MethodId kGetxattr{kSvc, 6};    // ino, name -> value
 inline constexpr MethodId kListxattr{kSvc, 7};   // ino -> names
 inline constexpr MethodId kGetLayout{kSvc, 8};   // ino -> layout
-inline constexpr MethodId kBatchStat{kSvc, 9};   // inos -> inodes, codes (one per ino)
+inline constexpr MethodId kBatchStat{kSvc, 9};   // inos -> inodes, codes (one per ino of a prefix of inos)
 // mutations
 inline constexpr MethodId kCreate{kSvc, 20};     // ino, name, mode, exclusive, open_write, [expect_parent] -> inode, session_id
 inline constexpr MethodId kMkdir{kSvc, 21};      // ino, name, mode -> inode

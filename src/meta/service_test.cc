@@ -267,6 +267,50 @@ TEST_F(ServiceTest, OnlyItsOwnerUsesASession) {
   ASSERT_TRUE(c().close(kAlice, f->inode.ino, f->session_id).has_value());
 }
 
+// Replies are bounded by bytes, not only by entry count: 1100 symlinks with
+// 4095-byte targets and 255-byte names are ~4.8 MB, and a page of 1024 of
+// them (what libweft asks for) passed the 4 MiB RPC body limit.
+TEST_F(ServiceTest, LongSymlinksStillList) {
+  auto d = c().mkdir(kRoot, kRootIno, "links", 0755);
+  ASSERT_TRUE(d.has_value()) << d.error();
+  const std::string target(kSymlinkBytesMax, 't');
+  constexpr int kLinks = 1100;
+  std::vector<Ino> inos;
+  for (int i = 0; i < kLinks; ++i) {
+    std::string name = fmt::format("{:04}", i) + std::string(kNameBytesMax - 4, 'n');
+    auto l = c().symlink(kRoot, d->ino, name, target);
+    ASSERT_TRUE(l.has_value()) << l.error();
+    inos.push_back(l->ino);
+  }
+  auto first = c().readdir(kRoot, d->ino, "", 1024);
+  ASSERT_TRUE(first.has_value()) << first.error();
+  EXPECT_FALSE(first->eof);
+  EXPECT_GE(first->entries.size(), 1u);
+  EXPECT_LT(first->entries.size(), 1024u) << "cut by bytes before the count";
+  size_t listed = 0;
+  std::string cookie;
+  for (int pages = 0;; ++pages) {
+    ASSERT_LT(pages, kLinks);
+    auto page = c().readdir(kRoot, d->ino, cookie, 1024);
+    ASSERT_TRUE(page.has_value()) << page.error();
+    for (const auto& e : page->entries) {
+      EXPECT_EQ(e.name.substr(0, 4), fmt::format("{:04}", listed));
+      EXPECT_EQ(e.attr.symlink_target, target);
+      ++listed;
+    }
+    if (page->eof) break;
+    cookie = page->cookie;
+  }
+  EXPECT_EQ(listed, size_t{kLinks});
+  auto stats = c().batch_stat(kRoot, inos);
+  ASSERT_TRUE(stats.has_value()) << stats.error();
+  ASSERT_EQ(stats->size(), inos.size());
+  for (size_t i = 0; i < inos.size(); ++i) {
+    ASSERT_TRUE((*stats)[i].has_value()) << (*stats)[i].error();
+    EXPECT_EQ((*stats)[i]->ino, inos[i]);
+  }
+}
+
 TEST_F(ServiceTest, CredentialsAreEnforced) {
   auto d = c().mkdir(kRoot, kRootIno, "alice", 0755);
   ASSERT_TRUE(d.has_value());

@@ -13,6 +13,9 @@ namespace weft::meta {
 namespace {
 
 constexpr size_t kReaddirLimitMax = 4096;
+size_t encoded_bytes_max(const DirEntry& e) {
+  return e.name.size() + e.attr.symlink_target.size() + kDirEntryFixedBytesMax;
+}
 
 class SnapshotHolder {
  public:
@@ -117,8 +120,10 @@ Result<DirPage> MetaStore::readdir(const Context& ctx, Ino dir, std::string_view
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
     const std::string start = key::dentry(dir, cookie);
     DirPage page;
+    size_t page_bytes = 0;
     // The cookie is the last name returned: resume strictly after it, whether
-    // or not it still exists.
+    // or not it still exists. A page ends at `limit` entries or before the
+    // entry that would take it past kListReplyBytesMax (never empty).
     for (it->Seek(start); it->Valid() && it->key().starts_with(prefix); it->Next()) {
       if (!cookie.empty() && it->key() == start) continue;
       if (page.entries.size() == limit) break;
@@ -128,6 +133,9 @@ Result<DirPage> MetaStore::readdir(const Context& ctx, Ino dir, std::string_view
       e.ino = dv.ino;
       e.type = dv.type;
       WEFT_TRY(e.attr, read_inode(dv.ino, snap.get()));
+      const size_t bytes = encoded_bytes_max(e);
+      if (!page.entries.empty() && page_bytes + bytes > kListReplyBytesMax) break;
+      page_bytes += bytes;
       page.entries.push_back(std::move(e));
     }
     if (!it->status().ok()) return error(from_rocks(it->status(), "readdir"));

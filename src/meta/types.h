@@ -26,6 +26,17 @@ inline constexpr uint32_t kLinkCountMax = 65000;  // EMLINK beyond this
 // Lengths stay far from overflow in `offset + length` and in off_t.
 inline constexpr uint64_t kFileBytesMax = uint64_t{1} << 44;
 
+// Replies that list many items (readdir pages, batch_stat) stop growing once
+// their encoding reaches about this many bytes (a reply always holds at least
+// one item; the caller asks again for the rest). Counts alone do not bound
+// them: a symlink with a 4095-byte target and a 255-byte name is ~4.4 KB per
+// entry, and 1024 of them pass the RPC body limit (4 MiB, rpc/frame.h).
+inline constexpr size_t kListReplyBytesMax = size_t{1} << 20;
+// What one readdir entry costs on the wire at most besides its name and its
+// symlink target: the protobuf tags and varints of its other fields (checked
+// in proto_convert_test).
+inline constexpr size_t kDirEntryFixedBytesMax = 256;
+
 enum class InodeType : uint8_t { kFile = 1, kDirectory = 2, kSymlink = 3 };
 
 // Permission bits as in st_mode & 07777.
@@ -136,6 +147,8 @@ struct DirEntry {
   Inode attr;  // readdirplus
 };
 
+// At most the `limit` readdir was asked for, and about kListReplyBytesMax
+// encoded (see MetaStore::readdir): a short page is no end of the directory.
 struct DirPage {
   std::vector<DirEntry> entries;
   std::string cookie;  // pass back to continue after the last entry returned
