@@ -14,6 +14,14 @@ namespace {
 
 constexpr size_t kXattrNameBytesMax = 255;    // XATTR_NAME_MAX
 constexpr size_t kXattrValueBytesMax = 65536; // XATTR_SIZE_MAX
+constexpr size_t kXattrListBytesMax = 65536;  // XATTR_LIST_MAX: listxattr's names, each with its NUL
+// Per inode: at most this many xattrs and this many bytes of names and values
+// (ENOSPC beyond, as Linux when a filesystem's xattr space is full). They bound
+// what setxattr's usage scan and an inode's removal go through, and the count
+// keeps the names list within XATTR_LIST_MAX: listxattr always fits its reply.
+constexpr size_t kXattrsPerInodeMax = 256;
+constexpr size_t kXattrBytesPerInodeMax = size_t{1} << 20;
+static_assert(kXattrsPerInodeMax * (kXattrNameBytesMax + 1) <= kXattrListBytesMax);
 constexpr uint32_t kStripeMax = 4096;
 
 bool owner_or_root(const Inode& n, const Cred& c) { return c.uid == 0 || c.uid == n.uid; }
@@ -60,6 +68,36 @@ Result<void> check_xattr_access(const Inode& n, const Cred& c, std::string_view 
   }
   if (name.starts_with("security.")) return {};
   return error(Code::kNotSupported, "xattr namespace of '{}' not supported", name);
+}
+
+struct XattrUsage {
+  size_t count = 0;
+  size_t bytes = 0;  // names and values
+};
+
+// REQUIRES: the inode locked exclusive (no other setxattr changes it meanwhile).
+Result<XattrUsage> xattr_usage(Txn& txn, Ino ino) {
+  const std::string prefix = key::xattr_prefix(ino);
+  WEFT_TRY(auto keys, txn.scan_keys(prefix, SIZE_MAX));
+  XattrUsage u;
+  for (const auto& [k, value_bytes] : keys) {
+    ++u.count;
+    u.bytes += k.size() - prefix.size() + value_bytes;
+  }
+  return u;
+}
+
+// A new name must fit the count, and the bytes may not grow past their limit
+// (an inode over it from before the limit may still shrink or keep its size).
+Result<void> check_xattr_room(const XattrUsage& used, Ino ino, std::string_view name, size_t old_value_bytes,
+                              bool exists, size_t value_bytes) {
+  if (!exists && used.count + 1 > kXattrsPerInodeMax)
+    return error(Code::kNoSpace, "inode {} has {} xattrs (max {})", ino, used.count, kXattrsPerInodeMax);
+  const size_t old_bytes = exists ? name.size() + old_value_bytes : 0;
+  const size_t bytes = used.bytes - old_bytes + name.size() + value_bytes;
+  if (bytes > kXattrBytesPerInodeMax && bytes > used.bytes)
+    return error(Code::kNoSpace, "xattrs of inode {} would take {} bytes (max {})", ino, bytes, kXattrBytesPerInodeMax);
+  return {};
 }
 
 }  // namespace
@@ -120,6 +158,8 @@ Result<void> MetaStore::setxattr(const Context& ctx, Ino ino, std::string_view n
            WEFT_TRY(auto old, txn.get_raw(key::xattr(ino, name)));
            if (old && flags == XattrFlags::kCreate) return error(Code::kExists, "xattr '{}' exists", name);
            if (!old && flags == XattrFlags::kReplace) return error(Code::kNoData, "no xattr '{}'", name);
+           WEFT_TRY(XattrUsage used, xattr_usage(txn, ino));
+           WEFT_RETURN_IF_ERROR(check_xattr_room(used, ino, name, old ? old->size() : 0, old.has_value(), value.size()));
            WEFT_RETURN_IF_ERROR(txn.put(key::xattr(ino, name), std::string(value)));
            n.ctime_ns = now_ns();
            WEFT_RETURN_IF_ERROR(txn.put_inode(n));
@@ -196,10 +236,16 @@ Result<std::vector<std::string>> MetaStore::listxattr(const Context& ctx, Ino in
     WEFT_RETURN_IF_ERROR(read_inode(ino));
     std::string prefix = key::xattr_prefix(ino);
     std::vector<std::string> names;
+    size_t list_bytes = 0;
     std::unique_ptr<rocksdb::Iterator> it(db()->NewIterator(rocksdb::ReadOptions()));
     for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
       std::string name = it->key().ToString().substr(prefix.size());
       if (name.starts_with("trusted.") && ctx.cred.uid != 0) continue;  // hidden, as Linux does
+      // Only an inode given more xattrs than kXattrsPerInodeMax (before that
+      // limit) gets here; Linux answers E2BIG for such a list too.
+      list_bytes += name.size() + 1;
+      if (list_bytes > kXattrListBytesMax)
+        return error(Code::kTooBig, "the xattr names of inode {} pass {} bytes", ino, kXattrListBytesMax);
       names.push_back(std::move(name));
     }
     if (!it->status().ok()) return error(from_rocks(it->status(), "listxattr"));

@@ -83,8 +83,9 @@ Result<void> MetaStore::touch_dir(Txn& txn, Ino dir, int64_t nlink_delta) {
 Result<void> MetaStore::destroy_inode(Txn& txn, const Inode& inode) {
   WEFT_RETURN_IF_ERROR(txn.del(key::inode(inode.ino)));
   if (inode.is_dir()) WEFT_RETURN_IF_ERROR(txn.del(key::dir_stat(inode.ino)));
-  WEFT_TRY(auto xattrs, txn.scan(key::xattr_prefix(inode.ino), SIZE_MAX));
-  for (auto& [k, v] : xattrs) WEFT_RETURN_IF_ERROR(txn.del(k));
+  // Keys only: the values (up to 1 MiB per inode, store_attr.cc) are never copied.
+  WEFT_TRY(auto xattrs, txn.scan_keys(key::xattr_prefix(inode.ino), SIZE_MAX));
+  for (auto& [k, value_bytes] : xattrs) WEFT_RETURN_IF_ERROR(txn.del(k));
   return txn.merge_untracked(std::string(key::kInodeCount), encode_i64(-1));
 }
 

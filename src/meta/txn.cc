@@ -108,9 +108,9 @@ Result<void> Txn::queue_chunk_gc(const Inode& file) {
   return {};
 }
 
-Result<std::vector<std::pair<std::string, std::string>>> Txn::scan(const std::string& prefix, size_t limit,
+Result<std::vector<std::pair<std::string, size_t>>> Txn::scan_keys(const std::string& prefix, size_t limit,
                                                                      const std::string& start) {
-  std::vector<std::pair<std::string, std::string>> out;
+  std::vector<std::pair<std::string, size_t>> out;
   // Bound the iterator to the prefix so it never wades through the
   // tombstones of a neighbouring key range.
   std::string upper = key::prefix_end(prefix);
@@ -120,14 +120,14 @@ Result<std::vector<std::pair<std::string, std::string>>> Txn::scan(const std::st
   std::unique_ptr<rocksdb::Iterator> it(txn_->GetIterator(ro));
   for (it->Seek(start.empty() ? prefix : start); it->Valid() && out.size() < limit; it->Next()) {
     if (!it->key().starts_with(prefix)) break;
-    out.emplace_back(it->key().ToString(), it->value().ToString());
+    out.emplace_back(it->key().ToString(), it->value().size());
   }
   WEFT_RETURN_IF_ERROR(check(it->status(), "scan"));
   return out;
 }
 
 Result<bool> Txn::has_prefix(const std::string& prefix) {
-  WEFT_TRY(auto rows, scan(prefix, 1));
+  WEFT_TRY(auto rows, scan_keys(prefix, 1));
   return !rows.empty();
 }
 

@@ -66,12 +66,12 @@ class Txn {
   // it committed).
   std::optional<Ino> gc_queued() const { return gc_queued_; }
 
-  // Keys and values under `prefix` in order, at most `limit`, starting at `start`
-  // (>= prefix). Reads latest committed data: call after taking the locks
-  // that keep the range stable.
-  Result<std::vector<std::pair<std::string, std::string>>> scan(const std::string& prefix,
-                                                                  size_t limit,
-                                                                  const std::string& start = {});
+  // Keys under `prefix` in order, at most `limit`, starting at `start`
+  // (>= prefix), each with the size of its value (values are not copied).
+  // Reads latest committed data: call after taking the locks that keep the
+  // range stable.
+  Result<std::vector<std::pair<std::string, size_t>>> scan_keys(const std::string& prefix, size_t limit,
+                                                                const std::string& start = {});
   Result<bool> has_prefix(const std::string& prefix);
 
   void set_save_point() { txn_->SetSavePoint(); }

@@ -1,3 +1,6 @@
+#include <rocksdb/db.h>
+
+#include "meta/codec.h"
 #include "meta/test_util.h"
 
 namespace weft::meta::testing {
@@ -39,6 +42,48 @@ TEST_F(XattrTest, LimitsLikeLinux) {
   EXPECT_EQ(Status(Code::kTooBig, "").posix_errno(), E2BIG);
   EXPECT_EQ(Status(Code::kNoData, "").posix_errno(), ENODATA);
   EXPECT_CODE(s().setxattr(root(), f, "bogus.ns", "v", XattrFlags::kAny), Code::kNotSupported);
+}
+
+// Per inode at most 256 xattrs and 1 MiB of names and values (ENOSPC, as
+// Linux when a filesystem's xattr space is full): an inode's removal and
+// setxattr's check read them all, and the names must fit a listxattr reply.
+TEST_F(XattrTest, PerInodeLimits) {
+  Ino f = create("f");
+  auto set = [&](Ino ino, const std::string& name, const std::string& value) {
+    return s().setxattr(root(), ino, name, value, XattrFlags::kAny);
+  };
+  for (int i = 0; i < 256; ++i) ASSERT_OK(set(f, fmt::format("user.{:03}", i), "v"));
+  EXPECT_CODE(set(f, "user.one-more", "v"), Code::kNoSpace);
+  EXPECT_EQ(Status(Code::kNoSpace, "").posix_errno(), ENOSPC);
+  ASSERT_OK(set(f, "user.000", "replaced"));  // no new name
+  EXPECT_EQ(s().listxattr(root(), f)->size(), 256u);
+  ASSERT_OK(s().removexattr(root(), f, "user.000"));
+  ASSERT_OK(set(f, "user.one-more", "v"));
+
+  Ino g = create("g");
+  const std::string value(65536, 'v');
+  for (int i = 0; i < 15; ++i) ASSERT_OK(set(g, fmt::format("user.v{:02}", i), value));  // 15 * 65543 bytes
+  EXPECT_CODE(set(g, "user.v15", value), Code::kNoSpace);  // 16 * 65543 bytes pass 1 MiB
+  ASSERT_OK(set(g, "user.small", std::string(1000, 's')));
+  EXPECT_CODE(set(g, "user.small", std::string(65536, 's')), Code::kNoSpace);  // a replacement that grows counts
+  ASSERT_OK(set(g, "user.v00", ""));
+  ASSERT_OK(set(g, "user.v15", value));
+  ASSERT_OK(s().unlink(root(), kRootIno, "g"));  // fsck in TearDown: none of its xattrs is left
+}
+
+// An inode that got more names than the limits allow (written before them)
+// answers listxattr with E2BIG, as Linux does past XATTR_LIST_MAX, and is
+// still removed whole.
+TEST_F(XattrTest, OversizedListIsTooBig) {
+  Ino f = create("f");
+  for (int i = 0; i < 300; ++i) {
+    std::string name = fmt::format("user.{:03}", i) + std::string(240, 'n');
+    ASSERT_TRUE(s().db()->Put(rocksdb::WriteOptions(), key::xattr(f, name), "v").ok());
+  }
+  EXPECT_CODE(s().listxattr(root(), f), Code::kTooBig);
+  EXPECT_CODE(s().setxattr(root(), f, "user.new", "v", XattrFlags::kAny), Code::kNoSpace);
+  ASSERT_OK(s().removexattr(root(), f, "user.000" + std::string(240, 'n')));
+  ASSERT_OK(s().unlink(root(), kRootIno, "f"));
 }
 
 TEST_F(XattrTest, Permissions) {
