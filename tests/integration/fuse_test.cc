@@ -471,6 +471,23 @@ TEST_F(FuseTest, TruncateGrowShrink) {
   EXPECT_EQ(read_all(p("f")), std::string(100, 'x') + "abc");
 }
 
+// Lengths past the maximum file size (meta::kFileBytesMax, 16 TiB) are EFBIG
+// through the mount, and the file is left as it was.
+TEST_F(FuseTest, LengthsPastTheMaximumAreEfbig) {
+  const off_t max = off_t{1} << 44;
+  ASSERT_TRUE(write_all(p("f"), "abc"));
+  errno = 0;
+  EXPECT_EQ(::truncate(p("f").c_str(), max + 1), -1);
+  EXPECT_EQ(errno, EFBIG);
+  int fd = ::open(p("f").c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  errno = 0;
+  EXPECT_EQ(::pwrite(fd, "x", 1, max), -1);  // write-through: the daemon answers (not with writeback_cache)
+  EXPECT_EQ(errno, EFBIG);
+  ASSERT_EQ(::close(fd), 0);
+  EXPECT_EQ(read_all(p("f")), "abc");
+}
+
 TEST_F(FuseTest, ReaddirListsEveryEntryOnce) {
   constexpr int kFiles = 300;
   std::set<std::string> expected;
