@@ -210,12 +210,17 @@ void cmd_put(const FileFlags& f, const std::string& local, const std::string& re
       return fail(fmt::format("{}: {}", local, std::strerror(errno)));
     }
     if (n == 0) break;
-    auto w = (*file)->pwrite(std::span(buf).first(static_cast<size_t>(n)), off);
-    if (!w) {
-      ::close(fd);
-      return fail(target + ": " + w.error().message());
+    // pwrite may write less (a write crossing the maximum file size is cut
+    // short): what is left goes again and then fails with the reason.
+    for (size_t done = 0; done < static_cast<size_t>(n);) {
+      auto w = (*file)->pwrite(std::span(buf).subspan(done, static_cast<size_t>(n) - done), off);
+      if (!w || *w == 0) {
+        ::close(fd);
+        return fail(target + ": " + (w ? std::string("no byte written") : w.error().message()));
+      }
+      done += *w;
+      off += *w;
     }
-    off += static_cast<uint64_t>(n);
     progress.update(off);
   }
   ::close(fd);

@@ -346,6 +346,21 @@ TEST_F(MetaStoreTest, LayoutsNameAnExistingChainTable) {
   ASSERT_OK(s().set_layout(alice, d, l));
   EXPECT_EQ(s().get_layout(root(), d)->chain_table_id, 2u);
   EXPECT_EQ(asked, (std::vector<uint32_t>{7, 7, 2}));
+
+  // mgmtd away: the directory's own table and the default need no asking (a
+  // retried set_layout that committed still answers); another table is kBusy
+  // (retryable at this meta server, not a reason to fail over).
+  s().set_chain_table_check([&](uint32_t id) -> Result<void> {
+    asked.push_back(id);
+    return error(Code::kUnavailable, "mgmtd unreachable");
+  });
+  l.stripe_count = 4;
+  ASSERT_OK(s().set_layout(alice, d, l));
+  l.chain_table_id = s().options().chain_table_id;
+  ASSERT_OK(s().set_layout(alice, d, l));
+  l.chain_table_id = 2;
+  EXPECT_CODE(s().set_layout(alice, d, l), Code::kBusy);
+  EXPECT_EQ(asked, (std::vector<uint32_t>{7, 7, 2, 2}));
 }
 
 TEST_F(MetaStoreTest, StatfsCountsInodesAndAsksCapacity) {

@@ -191,9 +191,19 @@ Result<void> validate_layout(const Layout& l) {
 
 Result<void> MetaStore::set_layout(const Context& ctx, Ino dir, const Layout& layout) {
   // Asked before the transaction: no row lock waits on a round trip to mgmtd.
-  if (chain_table_check_) {
+  // The default table and the directory's own need no asking (so a retry of
+  // a set_layout that committed, or a stripe change, works while mgmtd is away).
+  if (chain_table_check_ && layout.chain_table_id != options_.chain_table_id) {
     WEFT_RETURN_IF_ERROR(validate_layout(layout));
-    WEFT_RETURN_IF_ERROR(chain_table_check_(layout.chain_table_id));
+    auto now = read_inode(dir, nullptr, /*with_stat=*/false);
+    if (!now || now->layout.chain_table_id != layout.chain_table_id) {
+      if (auto known = chain_table_check_(layout.chain_table_id); !known) {
+        if (known.error().code() == Code::kInvalidArgument) return known;
+        // Not a failure of this meta server: no failover to another one.
+        return error(Code::kBusy, "cannot check that chain table {} exists: {}", layout.chain_table_id,
+                     known.error().message());
+      }
+    }
   }
   return to_void(mutate(Op::kSetLayout, ctx, [&](Txn& txn) -> Result<Reply> {
            WEFT_RETURN_IF_ERROR(validate_layout(layout));
