@@ -18,12 +18,14 @@ namespace {
 
 using namespace asio::experimental::awaitable_operators;
 
-Update to_engine_update(const ChainUpdate& u, uint32_t chain) {
+// UPDATE_REMOVE never stages; any other kind is refused, never guessed at.
+Result<Update> to_engine_update(const ChainUpdate& u, uint32_t chain) {
   Update out;
   switch (u.kind) {
+    case pb::UPDATE_WRITE: out = Update::write(u.offset, u.data, u.chunk_size); break;
     case pb::UPDATE_TRUNCATE: out = Update::truncate(u.length, u.chunk_size); break;
     case pb::UPDATE_REPLACE: out = Update::replace(u.data); break;
-    default: out = Update::write(u.offset, u.data, u.chunk_size); break;
+    default: return error(Code::kInvalidArgument, "chunk {}: update kind {} cannot be staged", u.id, u.kind);
   }
   out.chain_id = chain;
   return out;
@@ -59,7 +61,8 @@ struct StageJob {
       return StagedUpdate{WriteResult{v, info->length, info->chunk_crc}, true};
     if (u->kind != pb::UPDATE_REPLACE && v != committed + 1)
       return error(Code::kVersionMismatch, "chunk {}: update to version {} but committed is {}", u->id, v, committed);
-    WEFT_TRY(WriteResult r, engine->stage(u->id, v, to_engine_update(*u, chain)));
+    WEFT_TRY(Update update, to_engine_update(*u, chain));
+    WEFT_TRY(WriteResult r, engine->stage(u->id, v, update));
     if (has_expect && (r.chunk_crc != expect_crc || r.length != expect_length)) {
       (void)engine->abort(u->id, v);
       return error(Code::kVersionMismatch, "chunk {} version {}: staged content differs from the predecessor's",
@@ -371,6 +374,11 @@ Task<Result<pb::ForwardReply>> StorageService::forward_in(const pb::ForwardReque
     co_return error(Code::kStaleRouting, "target {} is not at position {} of chain {}", req.target_id(), first.index,
                     req.chain_id());
   StorageTarget& t = *first.target;
+  // proto3 keeps enum values it does not know: an unknown kind would otherwise
+  // be staged as a write without data.
+  if (!pb::UpdateKind_IsValid(req.kind()))
+    co_return error(Code::kInvalidArgument, "forward of chunk {}: unknown update kind {}",
+                    ChunkId{req.chunk().inode(), req.chunk().index()}, static_cast<int>(req.kind()));
   bool has_data = req.kind() == pb::UPDATE_WRITE || req.kind() == pb::UPDATE_REPLACE;
   if (has_data) WEFT_CO_RETURN_IF_ERROR(check_payload(call, req.length(), req.data_crc32c(), t));
   ChainUpdate u{req.kind(), ChunkId{req.chunk().inode(), req.chunk().index()}, req.offset(), req.length(),

@@ -408,6 +408,31 @@ TEST_F(StorageServiceTest, ClientRetryIsNotAppliedTwice) {
   EXPECT_EQ(next->version(), 2u);
 }
 
+// A Forward whose kind is none of UpdateKind's values is refused; it used to
+// be staged as a write without data (the chunk zero-filled up to `offset`).
+TEST_F(StorageServiceTest, ForwardOfAnUnknownUpdateKindIsRefused) {
+  start(2);
+  route({0, 1}, 1);
+  ChunkId id{13, 0};
+  std::vector<std::byte> zeros(5000);
+  proto::storage::ForwardRequest req;
+  req.set_chain_id(1);
+  req.set_chain_version(1);
+  req.set_target_id(target_of(1));
+  req.mutable_chunk()->set_inode(id.inode);
+  req.mutable_chunk()->set_index(id.index);
+  req.set_kind(static_cast<proto::storage::UpdateKind>(7));
+  req.set_version(1);
+  req.set_offset(5000);
+  req.set_expect_chunk_length(5000);  // what the zero-length write at 5000 would stage
+  req.set_expect_chunk_crc32c(crc32c(zeros));
+  auto r = client_.call<proto::storage::ForwardReply>(nodes_[1]->ep(), methods::kForward, req);
+  ASSERT_FALSE(r.has_value()) << "staged as version " << r->version() << ", length " << r->chunk_length();
+  EXPECT_EQ(r.error().code(), Code::kInvalidArgument) << r.error();
+  EXPECT_NE(r.error().message().find("unknown update kind"), std::string::npos) << r.error();
+  EXPECT_EQ(nodes_[1]->engine(target_of(1)).stat(id).error().code(), Code::kNotFound);
+}
+
 TEST_F(StorageServiceTest, FailedForwardAbortsAndRetrySucceeds) {
   start(2);
   route({0, 1}, 1);
