@@ -339,6 +339,10 @@ Task<Result<WriteResult>> StorageService::head_update(mgmt::ChainId chain, mgmt:
 }
 
 Task<Result<pb::WriteReply>> StorageService::write(const pb::WriteRequest& req, rpc::ServerCall& call) {
+  // Refused here too (the engine does), before anything is locked or forwarded.
+  if (req.length() == 0)
+    co_return error(Code::kInvalidArgument, "write of 0 bytes to chunk {}",
+                    ChunkId{req.chunk().inode(), req.chunk().index()});
   WEFT_CO_TRY(Placement p, locate(req.chain_id(), req.chain_version()));
   WEFT_CO_RETURN_IF_ERROR(check_payload(call, req.length(), req.data_crc32c(), *p.target));
   ChainUpdate u{pb::UPDATE_WRITE, ChunkId{req.chunk().inode(), req.chunk().index()}, req.offset(), req.length(),

@@ -106,7 +106,7 @@ struct Update {
   Kind kind = Kind::kWrite;
   uint32_t offset = 0;                // kWrite: where `data` goes
   uint32_t length = 0;                // kTruncate: new length (shrinks or zero-extends)
-  std::span<const std::byte> data;    // kWrite, kReplace
+  std::span<const std::byte> data;    // kWrite (at least one byte), kReplace (may be empty)
   uint32_t chunk_size = 0;            // the file's chunk size; 0: the engine's maximum
   uint32_t chain_id = kChainUnknown;  // the chain of this update; kChainUnknown keeps the chunk's
 

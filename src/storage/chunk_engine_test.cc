@@ -178,6 +178,26 @@ TEST_F(ChunkEngineTest, BadInputIsRejectedWithClearErrors) {
   EXPECT_TRUE(engine_->write(id, Update::write((1 << 20) - 10, small)).has_value());  // exactly to the end
 }
 
+// A write of no bytes would change nothing but the version (and, past the
+// chunk's end, zero-fill up to its offset): refused, the chunk untouched.
+// (Clients never send one; a file grows by meta's size alone, the bytes
+// between read as zeros.)
+TEST_F(ChunkEngineTest, ZeroLengthWriteIsRefusedAndChangesNothing) {
+  ChunkId id{4, 4};
+  ASSERT_TRUE(engine_->write(id, Update::write(0, pattern(100, 1))).has_value());
+  auto r = engine_->write(id, Update::write(5000, {}));
+  ASSERT_FALSE(r.has_value()) << "version " << r->version << ", length " << r->length;
+  EXPECT_EQ(r.error().code(), Code::kInvalidArgument);
+  EXPECT_EQ(engine_->stat(id)->version, 1u);
+  EXPECT_EQ(engine_->stat(id)->length, 100u);
+  EXPECT_EQ(engine_->stage(id, 2, Update::write(0, {})).error().code(), Code::kInvalidArgument);
+  EXPECT_EQ(engine_->stat(id)->pending_version, 0u);
+  ChunkId absent{4, 5};
+  EXPECT_EQ(engine_->write(absent, Update::write(0, {})).error().code(), Code::kInvalidArgument);
+  EXPECT_EQ(engine_->stat(absent).error().code(), Code::kNotFound);
+  EXPECT_TRUE(engine_->write(absent, Update::replace({})).has_value()) << "an empty chunk is copied as a replace";
+}
+
 TEST_F(ChunkEngineTest, StageCommitVersions) {
   ChunkId id{5, 0};
   auto v1 = pattern(8000, 1), v2 = pattern(8000, 2);

@@ -17,6 +17,10 @@ Result<uint32_t> ChunkEngine::new_length(const Update& u, uint32_t old_length) c
     return error(Code::kInvalidArgument, "chunk size {} above this target's maximum {}", limit, options_.chunk_size_max);
   switch (u.kind) {
     case Update::Kind::kWrite: {
+      // No bytes would change nothing but the version (past the end, zero-fill
+      // up to the offset). Clients never send one: a file grows by its size at
+      // meta alone, the bytes in between read as zeros.
+      if (u.data.empty()) return error(Code::kInvalidArgument, "write of 0 bytes at offset {}", u.offset);
       if (u.offset > limit) return error(Code::kInvalidArgument, "write offset {} past chunk size {}", u.offset, limit);
       uint64_t end = uint64_t{u.offset} + u.data.size();
       if (end > limit)

@@ -433,6 +433,24 @@ TEST_F(StorageServiceTest, ForwardOfAnUnknownUpdateKindIsRefused) {
   EXPECT_EQ(nodes_[1]->engine(target_of(1)).stat(id).error().code(), Code::kNotFound);
 }
 
+// A write of no bytes is refused (it used to zero-fill the chunk up to its
+// offset and bump the version); the client never sends one.
+TEST_F(StorageServiceTest, ZeroLengthWriteIsRefused) {
+  start(2);
+  route({0, 1}, 1);
+  ChunkId id{14, 0};
+  auto data = pattern(100, 1);
+  ASSERT_TRUE(write(0, 1, id, 0, data).has_value());
+  auto w = write(0, 1, id, 5000, {});
+  ASSERT_FALSE(w.has_value()) << "version " << w->version() << ", length " << w->chunk_length();
+  EXPECT_EQ(w.error().code(), Code::kInvalidArgument);
+  for (size_t n = 0; n < 2; ++n) {
+    auto r = read(n, 1, id);
+    EXPECT_EQ(r.result.version(), 1u) << "node " << n;
+    EXPECT_EQ(r.data, data) << "node " << n;
+  }
+}
+
 TEST_F(StorageServiceTest, FailedForwardAbortsAndRetrySucceeds) {
   start(2);
   route({0, 1}, 1);
