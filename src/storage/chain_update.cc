@@ -179,6 +179,16 @@ Reply write_reply(const WriteResult& r) {
   return reply;
 }
 
+// Whether `u` is a retry of the update recorded under its (client id,
+// sequence): same chunk, same kind. A successor that had fallen behind records
+// a WRITE or TRUNCATE as the UPDATE_REPLACE its predecessor rebuilt it into
+// (forward_out), and may be the head when the client retries.
+bool is_retry_of(const DedupEntry& e, const ChainUpdate& u) {
+  if (e.chunk != u.id) return false;
+  if (e.kind == u.kind) return true;
+  return e.kind == pb::UPDATE_REPLACE && (u.kind == pb::UPDATE_WRITE || u.kind == pb::UPDATE_TRUNCATE);
+}
+
 void observe(TargetMetrics& m, Op op, bool ok, uint64_t bytes, std::chrono::steady_clock::time_point start) {
   auto& o = m.of(op);
   o.ops->inc();
@@ -329,11 +339,17 @@ Task<Result<WriteResult>> StorageService::head_update(mgmt::ChainId chain, mgmt:
   if (p->index != 0) co_return error(Code::kNotChainHead, "target {} is no longer the head of chain {}", p->target->id(), chain);
   StorageTarget& t = *p->target;
   if (auto hit = t.dedup().find(u.client_id, u.sequence)) {
+    // Not a retry: answering with the recorded outcome would report an update
+    // that was never applied as done.
+    if (!is_retry_of(*hit, u))
+      co_return error(Code::kInvalidArgument,
+                      "client {:016x} sequence {} was used for chunk {} (update kind {}), now for chunk {} (kind {})",
+                      u.client_id, u.sequence, hit->chunk, hit->kind, u.id, u.kind);
     t.metrics().dedup_hits.inc();
-    co_return WriteResult{hit->version, hit->chunk_length, hit->chunk_crc};
+    co_return WriteResult{hit->outcome.version, hit->outcome.chunk_length, hit->outcome.chunk_crc};
   }
   auto r = co_await replicate(*p, u, 0, nullptr);
-  if (r) t.dedup().record(u.client_id, u.sequence, {r->version, r->length, r->chunk_crc});
+  if (r) t.dedup().record(u.client_id, u.sequence, {u.id, u.kind, {r->version, r->length, r->chunk_crc}});
   observe(t.metrics(), op, r.has_value(), u.data.size(), start);
   co_return r;
 }
@@ -396,7 +412,7 @@ Task<Result<pb::ForwardReply>> StorageService::forward_in(const pb::ForwardReque
   u.sync = req.sync();
   Expect expect{req.expect_chunk_length(), req.expect_chunk_crc32c()};
   auto r = co_await replicate(*p, u, req.version(), req.kind() == pb::UPDATE_REMOVE ? nullptr : &expect);
-  if (r) t.dedup().record(u.client_id, u.sequence, {r->version, r->length, r->chunk_crc});
+  if (r) t.dedup().record(u.client_id, u.sequence, {u.id, u.kind, {r->version, r->length, r->chunk_crc}});
   observe(t.metrics(), req.sync() ? Op::kSync : Op::kForward, r.has_value(), u.data.size(), start);
   if (!r) co_return error(r.error());
   co_return write_reply<pb::ForwardReply>(*r);

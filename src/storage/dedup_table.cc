@@ -2,7 +2,7 @@
 
 namespace weft::storage {
 
-std::optional<DedupOutcome> DedupTable::find(uint64_t client_id, uint64_t sequence) const {
+std::optional<DedupEntry> DedupTable::find(uint64_t client_id, uint64_t sequence) const {
   if (client_id == 0) return std::nullopt;
   std::lock_guard lock(mu_);
   auto it = entries_.find({client_id, sequence});
@@ -10,10 +10,10 @@ std::optional<DedupOutcome> DedupTable::find(uint64_t client_id, uint64_t sequen
   return it->second;
 }
 
-void DedupTable::record(uint64_t client_id, uint64_t sequence, DedupOutcome outcome) {
+void DedupTable::record(uint64_t client_id, uint64_t sequence, DedupEntry entry) {
   if (client_id == 0) return;
   std::lock_guard lock(mu_);
-  auto [it, inserted] = entries_.insert_or_assign({client_id, sequence}, outcome);
+  auto [it, inserted] = entries_.insert_or_assign({client_id, sequence}, entry);
   if (!inserted) return;
   order_.push_back(it->first);
   while (order_.size() > entries_max_) {

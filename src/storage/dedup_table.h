@@ -1,10 +1,12 @@
 // storage/dedup_table.h
 // Remembers the outcome of recent client updates by (client id, sequence
 // number) so a retry after a lost acknowledgement is answered with the first
-// outcome instead of being applied twice. Bounded: the oldest entries go
-// first once `entries_max` is reached. One table per target; every chain
-// member records the updates it applied, so a new head after a failover
-// knows them too.
+// outcome instead of being applied twice. Each entry also names the chunk and
+// the kind of update it was for: a (client id, sequence) that comes back for
+// another chunk or kind is not a retry, and must not be answered from here
+// (the caller refuses it). Bounded: the oldest entries go first once
+// `entries_max` is reached. One table per target; every chain member records
+// the updates it applied, so a new head after a failover knows them too.
 // Threading: thread-safe.
 #pragma once
 
@@ -15,6 +17,8 @@
 #include <optional>
 #include <utility>
 
+#include "storage/chunk_id.h"
+
 namespace weft::storage {
 
 struct DedupOutcome {
@@ -23,21 +27,27 @@ struct DedupOutcome {
   uint32_t chunk_crc = 0;
 };
 
+struct DedupEntry {
+  ChunkId chunk;
+  int kind = 0;  // pb::UpdateKind as applied on this replica
+  DedupOutcome outcome;
+};
+
 class DedupTable {
  public:
   explicit DedupTable(size_t entries_max = 65536) : entries_max_(entries_max) {}
 
-  std::optional<DedupOutcome> find(uint64_t client_id, uint64_t sequence) const;
+  std::optional<DedupEntry> find(uint64_t client_id, uint64_t sequence) const;
   // client_id 0 means "no dedup" and is ignored.
-  void record(uint64_t client_id, uint64_t sequence, DedupOutcome outcome);
+  void record(uint64_t client_id, uint64_t sequence, DedupEntry entry);
   size_t size() const;
 
  private:
   using Key = std::pair<uint64_t, uint64_t>;
   const size_t entries_max_;
   mutable std::mutex mu_;
-  std::map<Key, DedupOutcome> entries_;  // GUARDED_BY(mu_)
-  std::deque<Key> order_;                // GUARDED_BY(mu_), oldest first
+  std::map<Key, DedupEntry> entries_;  // GUARDED_BY(mu_)
+  std::deque<Key> order_;              // GUARDED_BY(mu_), oldest first
 };
 
 }  // namespace weft::storage

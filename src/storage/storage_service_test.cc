@@ -433,6 +433,35 @@ TEST_F(StorageServiceTest, ForwardOfAnUnknownUpdateKindIsRefused) {
   EXPECT_EQ(nodes_[1]->engine(target_of(1)).stat(id).error().code(), Code::kNotFound);
 }
 
+// A (client id, sequence) names one update: reused for another chunk or
+// another kind of update it is refused, not answered "done" from the dedup
+// table while nothing was written.
+TEST_F(StorageServiceTest, ReusedSequenceForAnotherUpdateIsRefused) {
+  start(2);
+  route({0, 1}, 1);
+  auto data = pattern(100, 1);
+  ASSERT_TRUE(write(0, 1, ChunkId{2, 0}, 0, data, 77, 1).has_value());
+  auto other = write(0, 1, ChunkId{2, 1}, 0, data, 77, 1);
+  ASSERT_FALSE(other.has_value()) << "answered version " << other->version() << " without writing";
+  EXPECT_EQ(other.error().code(), Code::kInvalidArgument);
+  for (size_t n = 0; n < 2; ++n)
+    EXPECT_EQ(read(n, 1, ChunkId{2, 1}).result.code(), static_cast<uint32_t>(Code::kNotFound)) << "node " << n;
+  proto::storage::TruncateRequest t;
+  t.set_chain_id(1);
+  t.set_chain_version(1);
+  t.mutable_chunk()->set_inode(2);
+  t.set_length(10);
+  t.set_client_id(77);
+  t.set_sequence(1);
+  auto cut = client_.call<proto::storage::WriteReply>(nodes_[0]->ep(), methods::kTruncate, t);
+  ASSERT_FALSE(cut.has_value()) << "a truncate answered with the write's outcome";
+  EXPECT_EQ(cut.error().code(), Code::kInvalidArgument);
+  EXPECT_EQ(read(1, 1, ChunkId{2, 0}).data, data);
+  auto retry = write(0, 1, ChunkId{2, 0}, 0, data, 77, 1);
+  ASSERT_TRUE(retry.has_value()) << retry.error();
+  EXPECT_EQ(retry->version(), 1u) << "a real retry is still answered from the table";
+}
+
 // A write of no bytes is refused (it used to zero-fill the chunk up to its
 // offset and bump the version); the client never sends one.
 TEST_F(StorageServiceTest, ZeroLengthWriteIsRefused) {
