@@ -394,8 +394,8 @@ Result<uint64_t> ChunkEngine::index_bytes() {
     WEFT_TRY(auto page, list(start, 1024));
     for (const auto& c : page) total += class_bytes(c.size_class);
     if (page.size() < 1024) return total;
-    start = ChunkId{page.back().id.inode, page.back().id.index + 1};
-    if (start->index == 0) ++start->inode;  // index wrapped
+    start = page.back().id.successor();
+    if (!start) return total;  // the largest id was the last
   }
 }
 

@@ -17,6 +17,7 @@
 #include "common/fault.h"
 #include "common/small_fs.h"
 #include "storage/flush_scope.h"
+#include "storage/scrubber.h"
 #include "storage/test_util.h"
 
 namespace weft::storage {
@@ -268,6 +269,34 @@ TEST_F(ChunkEngineTest, ListInIdOrderFromStartKey) {
   EXPECT_EQ((*page)[1].id, (ChunkId{2, 0}));
   EXPECT_EQ((*page)[0].length, 100u);
   EXPECT_EQ((*page)[0].version, 1u);
+}
+
+// A full page that ends with the largest id {2^64-1, 2^64-1} has no next
+// page: paging through the index (index_bytes() pages by 1024, the scrubber
+// by 256) stops there instead of wrapping around to {0, 0} and starting over.
+TEST_F(ChunkEngineTest, ListingsStopAtTheLargestChunkId) {
+  EXPECT_EQ((ChunkId{5, UINT64_MAX}.successor()), (ChunkId{6, 0}));
+  EXPECT_EQ((ChunkId{UINT64_MAX, UINT64_MAX}.successor()), std::nullopt);
+  constexpr int kThreads = 8, kChunks = 1024;  // the largest id is the last of the fourth scrubber page
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = t; i < kChunks; i += kThreads) {
+        ChunkId id = i == kChunks - 1 ? ChunkId{UINT64_MAX, UINT64_MAX} : ChunkId{1, uint64_t(i)};
+        if (!engine_->write(id, Update::write(0, pattern(100, uint64_t(i))))) failures++;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  ASSERT_EQ(failures.load(), 0);
+  expect_space_matches_index();
+  ScrubOptions so;
+  so.bytes_per_sec = 1ull << 40;
+  Scrubber scrubber(*engine_, so, registry_);
+  ScrubReport report = scrubber.run_pass();
+  EXPECT_FALSE(report.interrupted);
+  EXPECT_EQ(report.chunks, uint64_t(kChunks)) << "each chunk is scrubbed once per pass";
 }
 
 std::vector<ChunkId> ids_of(const Result<std::vector<ChunkInfo>>& list) {

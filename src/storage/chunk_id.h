@@ -48,6 +48,15 @@ struct ChunkId {
     return id;
   }
 
+  // The id right after this one in (inode, index) order, for paging through a
+  // listing; nullopt after the largest id (nothing follows it: a listing that
+  // wrapped around to {0, 0} would start over forever).
+  std::optional<ChunkId> successor() const {
+    if (index != UINT64_MAX) return ChunkId{inode, index + 1};
+    if (inode != UINT64_MAX) return ChunkId{inode + 1, 0};
+    return std::nullopt;
+  }
+
   std::string to_string() const { return fmt::format("{:x}.{}", inode, index); }
 };
 

@@ -61,10 +61,6 @@ struct ReadWholeJob {
   Result<ReadResult> operator()() const { return engine->read(id, 0, engine->chunk_size_max()); }
 };
 
-ChunkId next_id(const ChunkId& id) {
-  return id.index == UINT64_MAX ? ChunkId{id.inode + 1, 0} : ChunkId{id.inode, id.index + 1};
-}
-
 // One side's listing, a page at a time.
 struct Cursor {
   std::vector<Seen> page;
@@ -77,8 +73,9 @@ struct Cursor {
   void load(std::vector<Seen> next, bool has_more) {
     page = std::move(next);
     pos = 0;
-    more = has_more && !page.empty();
-    if (!page.empty()) start = next_id(page.back().id);
+    std::optional<ChunkId> after = page.empty() ? std::nullopt : page.back().id.successor();
+    more = has_more && after.has_value();  // nothing follows the largest id
+    if (after) start = after;
   }
 };
 

@@ -78,10 +78,7 @@ ScrubReport Scrubber::run_pass() {
       }
     }
     if (report.interrupted) break;
-    if (page->size() == 256) {
-      ChunkId last = page->back().id;
-      next = ChunkId{last.inode + (last.index == ~uint64_t{0} ? 1 : 0), last.index + 1};
-    }
+    if (page->size() == 256) next = page->back().id.successor();  // nullopt after the largest id
   }
   std::lock_guard lock(mu_);
   if (!report.interrupted) {

@@ -117,8 +117,10 @@ class StorageServiceTest : public ::testing::Test {
                                               std::vector<mgmt::TargetId>{target_of(i)}, capacity));
   }
   static mgmt::TargetId target_of(size_t node) { return 101 + 100 * node; }
-  // Chain 1 over the given nodes (all serving unless listed in `syncing`).
-  void route(std::vector<size_t> order, mgmt::ChainVersion cv, std::vector<size_t> syncing = {}) {
+  // Chain 1 over the given nodes (all serving unless listed in `syncing`),
+  // sent to the nodes in order (`last_first`: the last node first).
+  void route(std::vector<size_t> order, mgmt::ChainVersion cv, std::vector<size_t> syncing = {},
+             bool last_first = false) {
     ChainSpec chain{1, cv, {}};
     for (size_t n : order) chain.entries.push_back({target_of(n), TargetState::kServing});
     for (size_t n : syncing) chain.entries.push_back({target_of(n), TargetState::kSyncing});
@@ -128,6 +130,7 @@ class StorageServiceTest : public ::testing::Test {
       eps.push_back(nodes_[i]->ep());
       targets.push_back({target_of(i), nodes_[i]->address()});
     }
+    if (last_first) std::reverse(eps.begin(), eps.end());
     auto r = client_.set_routing(eps, targets, {chain}, ++routing_version_);
     ASSERT_TRUE(r.has_value()) << r.error();
   }
@@ -169,6 +172,18 @@ class StorageServiceTest : public ::testing::Test {
       }
     }
     (void)cv;
+  }
+
+  // Waits (bounded) until node n's target reports chain 1 synced at `cv`.
+  bool wait_synced(size_t n, mgmt::ChainVersion cv) {
+    for (int i = 0; i < 500; ++i) {
+      auto s = client_.status(nodes_[n]->ep(), target_of(n));
+      if (!s) return false;
+      for (auto& c : s->targets(0).synced())
+        if (c.chain_id() == 1 && c.synced_chain_version() == cv) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
   }
 
   rpc::IoPool io_{2};
@@ -583,6 +598,25 @@ TEST_F(StorageServiceTest, SyncingTargetIsResyncedWhileWritesGoOn) {
   // The syncing target becomes serving; it answers reads with the same bytes.
   route({0, 1, 2}, 3);
   for (uint64_t i = 1; i < 30; ++i) EXPECT_EQ(read(2, 3, ChunkId{6, i}).data, read(0, 3, ChunkId{6, i}).data);
+}
+
+// A full listing page (resync_batch, 256) whose last chunk has the largest id
+// ends the listing: the resync completes (it used to wrap around to {0, 0} and
+// list the chain again, forever).
+TEST_F(StorageServiceTest, ResyncListingStopsAtTheLargestChunkId) {
+  start(2);
+  route({0}, 1);
+  ChunkEngine& source = nodes_[0]->engine(target_of(0));
+  for (uint64_t i = 0; i < 256; ++i) {
+    ChunkId id = i == 255 ? ChunkId{UINT64_MAX, UINT64_MAX} : ChunkId{7, i};
+    Update u = Update::write(0, pattern(10, i));
+    u.chain_id = 1;
+    ASSERT_TRUE(source.write(id, u).has_value());
+  }
+  route({0}, 2, {1}, /*last_first=*/true);  // the copies find the syncing target at version 2
+  ASSERT_TRUE(wait_synced(1, 2));
+  expect_identical({0, 1}, 2);
+  EXPECT_EQ(nodes_[1]->engine(target_of(1)).stat(ChunkId{UINT64_MAX, UINT64_MAX})->version, 1u);
 }
 
 TEST_F(StorageServiceTest, FullTargetAnswersNoSpaceAndStillServesReads) {
