@@ -268,6 +268,13 @@ Task<Result<uint32_t>> ChunkIo::read(ChunkAddress c, uint32_t offset, std::span<
   co_return error(last.with_context(fmt::format("read chunk {}:{} on chain {}", c.ino, c.index, c.chain)));
 }
 
+// A group is one BatchRead: within the server's limits (storage/service_methods.h).
+// Its buffers take at most its bytes plus two blocks per range (the engine
+// reads whole 4 KiB blocks); a larger range (up to a whole chunk) goes alone.
+static_assert(ChunkIo::kGroupBytesMax + uint64_t{storage::kBatchReadRangesMax} * 2 * 4096 <=
+              storage::kBatchReadBytesMax);
+static_assert(ChunkIo::kGroupRangesMax == static_cast<size_t>(storage::kBatchReadRangesMax));
+
 std::vector<std::vector<size_t>> ChunkIo::group_reads(std::span<GroupedRead> reads) {
   RoutingPtr routing = routing_.current();
   struct Group {
@@ -287,7 +294,9 @@ std::vector<std::vector<size_t>> ChunkIo::group_reads(std::span<GroupedRead> rea
       continue;
     }
     auto& groups = by_server[*address];
-    if (groups.empty() || groups.back().bytes + g.dst.size() > kGroupBytesMax) groups.emplace_back();
+    if (groups.empty() || groups.back().bytes + g.dst.size() > kGroupBytesMax ||
+        groups.back().members.size() >= kGroupRangesMax)
+      groups.emplace_back();
     groups.back().members.push_back(i);
     groups.back().bytes += g.dst.size();
   }

@@ -20,7 +20,9 @@
 //     the caller goes on with read().
 //   - group_reads()/read_group() read many small ranges with one BatchRead
 //     request per storage server (the first-epoch case), at most
-//     kGroupBytesMax per request; the reply is copied out of the RPC payload
+//     kGroupBytesMax and kGroupRangesMax ranges per request (a BatchRead
+//     past the server's limits would be refused whole, every range then read
+//     alone); the reply is copied out of the RPC payload
 //     (ranges of one request land in unrelated caller buffers).
 // Threading: thread-safe; the coroutines run on any I/O thread of `io`.
 #pragma once
@@ -81,8 +83,9 @@ class ChunkIo {
   Task<Result<void>> truncate(ChunkAddress c, uint32_t length);
   Task<Result<void>> remove(ChunkAddress c);
   static constexpr size_t kGroupBytesMax = 16u << 20;
+  static constexpr size_t kGroupRangesMax = 4096;  // storage::kBatchReadRangesMax
   // Indexes of `reads` grouped by the server of their first-choice replica
-  // (at most kGroupBytesMax per group). Ranges whose chain has no route now
+  // (at most kGroupBytesMax and kGroupRangesMax per group). Ranges whose chain has no route now
   // are marked retry_alone and left out.
   std::vector<std::vector<size_t>> group_reads(std::span<GroupedRead> reads);
   // One BatchRead for `members`; fills their result, or marks them retry_alone.

@@ -10,11 +10,28 @@
 #include "common/crc32c.h"
 #include "proto/storage.pb.h"
 #include "storage/chunk_meta.h"
+#include "storage/service_methods.h"
 #include "storage/storage_service.h"
 #include "storage/thread_ring.h"
 
 namespace weft::storage {
 namespace {
+
+// A whole chunk of the largest size is always one batch.
+static_assert(kBatchReadBytesMax >= kMaxChunkBytesLimit);
+// The largest reply body: a RangeResult's fields other than the message take
+// at most 41 bytes with its tag and length (64 with room to spare).
+static_assert(uint64_t{kBatchReadRangesMax} * (kRangeMessageBytesMax + 64) <= rpc::FrameLimits{}.body_max);
+
+// `message` cut to kRangeMessageBytesMax at a UTF-8 character boundary (a
+// proto3 string must stay valid UTF-8).
+std::string range_message(std::string message) {
+  if (message.size() <= kRangeMessageBytesMax) return message;
+  size_t n = kRangeMessageBytesMax;
+  while (n > 0 && (static_cast<unsigned char>(message[n]) & 0xC0) == 0x80) --n;
+  message.resize(n);
+  return message;
+}
 
 struct RangeRead {
   StorageTarget* target = nullptr;  // null: `result` already holds the error
@@ -107,6 +124,8 @@ struct HeldReads {
 
 Task<Result<pb::BatchReadReply>> StorageService::batch_read(const pb::BatchReadRequest& req, rpc::ServerCall& call) {
   auto start = std::chrono::steady_clock::now();
+  if (req.ranges_size() > kBatchReadRangesMax)
+    co_return error(Code::kTooBig, "a batch read of {} ranges (at most {})", req.ranges_size(), kBatchReadRangesMax);
   auto held = std::make_shared<HeldReads>();
   held->reads.resize(req.ranges_size());
   std::vector<RangeRead>* reads = &held->reads;
@@ -129,9 +148,12 @@ Task<Result<pb::BatchReadReply>> StorageService::batch_read(const pb::BatchReadR
   }
   // One connection holds at most a quarter: a peer that stops reading its
   // replies (stopped, hung) cannot take every other client's reads with it.
+  // One batch is also at most what its reply's payload may carry.
   const uint64_t max = options_.read_bytes_held_max, per_connection = max / 4;
-  if (want > per_connection)
-    co_return error(Code::kTooBig, "a batch read of {} bytes (one connection holds at most {})", want, per_connection);
+  const uint64_t batch_max = std::min(per_connection, kBatchReadBytesMax);
+  if (want > batch_max)
+    co_return error(Code::kTooBig, "a batch read of {} bytes (at most {}: one connection holds at most {}, one reply "
+                    "carries at most {})", want, batch_max, per_connection, kBatchReadBytesMax);
   held->hold.emplace(want);
   if (call.connection_held && !held->hold->take(call.connection_held, per_connection))
     co_return error(Code::kOverloaded, "this connection's reads hold {} bytes on {} (at most {}): try again",
@@ -146,7 +168,7 @@ Task<Result<pb::BatchReadReply>> StorageService::batch_read(const pb::BatchReadR
     auto* out = reply.add_results();
     if (!r.result) {
       out->set_code(static_cast<uint32_t>(r.result.error().code()));
-      out->set_message(r.result.error().message());
+      out->set_message(range_message(r.result.error().message()));
       if (r.target && r.result.error().code() == Code::kCorruption) r.target->metrics().read_checksum_failures.inc();
       if (r.target) r.target->metrics().of(Op::kRead).errors->inc();
       continue;

@@ -3,6 +3,10 @@
 // proto/storage.proto. Numbers are wire format: never reuse or renumber.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+
+#include "rpc/frame.h"
 #include "rpc/method.h"
 
 namespace weft::storage::methods {
@@ -27,3 +31,17 @@ inline constexpr MethodId kSetRouting{kService, 40};
 inline constexpr MethodId kTargetStatus{kService, 41};
 
 }  // namespace weft::storage::methods
+
+namespace weft::storage {
+
+// Limits of one BatchRead (past them: kTooBig). At most kBatchReadRangesMax
+// ranges, and buffers (the engine's block-aligned ones) of at most
+// kBatchReadBytesMax in all: what one reply payload may carry (a receiver
+// closes the connection on a larger frame). The reply body holds one result per
+// range, its error message cut to kRangeMessageBytesMax (batch_read.cc checks
+// that the largest body fits a frame).
+inline constexpr int kBatchReadRangesMax = 4096;
+inline constexpr uint64_t kBatchReadBytesMax = rpc::FrameLimits{}.payload_max;
+inline constexpr size_t kRangeMessageBytesMax = 512;
+
+}  // namespace weft::storage

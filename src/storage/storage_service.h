@@ -98,7 +98,8 @@ struct StorageServiceOptions {
   // buffers), all connections together, one connection at most a quarter:
   // from the read until its reply is written to the socket (a peer that does
   // not read its replies keeps them). A BatchRead that would pass either
-  // answers kOverloaded (retryable); one larger than a connection's quarter, kTooBig.
+  // answers kOverloaded (retryable); one larger than a connection's quarter or
+  // than a reply may carry, or of too many ranges, kTooBig (service_methods.h).
   uint64_t read_bytes_held_max = uint64_t{1} << 30;
   // Asked before every update (head and successors); false refuses it with
   // kLeaseExpired. Set by a server whose lease comes from mgmtd: a server that

@@ -186,6 +186,19 @@ class StorageServiceTest : public ::testing::Test {
     return false;
   }
 
+  proto::storage::BatchReadRequest same_range(int ranges, ChunkId id, uint32_t length) {
+    proto::storage::BatchReadRequest req;
+    for (int i = 0; i < ranges; ++i) {
+      auto* r = req.add_ranges();
+      r->set_chain_id(1);
+      r->set_chain_version(1);
+      r->mutable_chunk()->set_inode(id.inode);
+      r->mutable_chunk()->set_index(id.index);
+      r->set_length(length);
+    }
+    return req;
+  }
+
   rpc::IoPool io_{2};
   testing::StorageTestClient client_{io_, kToken};
   std::vector<std::unique_ptr<Node>> nodes_;
@@ -342,6 +355,35 @@ TEST_F(StorageServiceTest, AStalledPeersReadsAreGivenBackAfterTheWriteStallTimeo
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(kStallMs));
   EXPECT_TRUE(peer->drain_until_closed()) << "the server closed the stalled connection";
   EXPECT_EQ(read(0, 1, ChunkId{1, 0}).data, data);
+}
+
+// One BatchRead is at most kBatchReadRangesMax ranges and what one reply
+// payload carries (kBatchReadBytesMax), however much a connection may hold
+// (a quarter of read_held_mib: at least 128 MiB, here 256): past either it is
+// kTooBig, not a reply the client closes the connection on, nor a body of
+// millions of results.
+TEST_F(StorageServiceTest, BatchReadIsBoundedByWhatOneReplyCarries) {
+  start(1);
+  route({0}, 1);
+  ChunkId id{1, 0};
+  auto data = pattern(1 << 20, 4);
+  ASSERT_TRUE(client_.write(nodes_[0]->ep(), 1, 1, id, 0, data).has_value());
+  auto call = [&](const proto::storage::BatchReadRequest& req) {
+    return client_.call<proto::storage::BatchReadReply>(nodes_[0]->ep(), methods::kBatchRead, req);
+  };
+  const int over_payload = static_cast<int>(kBatchReadBytesMax >> 20) + 1;  // ranges of 1 MiB
+  auto big = call(same_range(over_payload, id, 1 << 20));
+  ASSERT_FALSE(big.has_value()) << big->results_size() << " results";
+  EXPECT_EQ(big.error().code(), Code::kTooBig) << big.error();
+  auto many = call(same_range(kBatchReadRangesMax + 1, ChunkId{1, 1}, 0));
+  ASSERT_FALSE(many.has_value()) << many->results_size() << " results";
+  EXPECT_EQ(many.error().code(), Code::kTooBig) << many.error();
+  auto most = call(same_range(kBatchReadRangesMax, ChunkId{1, 1}, 1));
+  ASSERT_TRUE(most.has_value()) << most.error();
+  EXPECT_EQ(most->results_size(), kBatchReadRangesMax);
+  auto whole = client_.read(nodes_[0]->ep(), 1, 1, id, 0, 1 << 20);
+  ASSERT_TRUE(whole.has_value()) << whole.error();
+  EXPECT_TRUE(whole->data == data) << "the connection still serves";
 }
 
 TEST_F(StorageServiceTest, ChainOfThreeReplicatesByteIdentically) {
