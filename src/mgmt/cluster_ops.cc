@@ -124,15 +124,33 @@ Result<NodeInfo*> find_heartbeat_node(PersistedState& state, const HeartbeatRequ
   return &node;
 }
 
-size_t apply_sync_done(PersistedState& state, NodeId node, const std::vector<SyncDoneReport>& reports) {
-  size_t ignored = 0;
-  for (const SyncDoneReport& r : reports) {
-    auto t = state.routing.targets.find(r.target_id);
-    auto c = state.routing.chains.find(r.chain_id);
-    bool ok = t != state.routing.targets.end() && t->second.node_id == node && c != state.routing.chains.end() &&
-              sync_done(c->second, r.target_id);
-    ignored += !ok;
-  }
+namespace {
+
+Result<void> apply_one_sync_done(PersistedState& state, NodeId node, const SyncDoneReport& r) {
+  auto t = state.routing.targets.find(r.target_id);
+  if (t == state.routing.targets.end() || t->second.node_id != node)
+    return error(Code::kNotPermitted, "sync done of target {}: not a target of node {}", r.target_id, node);
+  auto c = state.routing.chains.find(r.chain_id);
+  if (c == state.routing.chains.end()) return error(Code::kNotFound, "sync done in unknown chain {}", r.chain_id);
+  // The resync of another round (or of a chain whose members changed since)
+  // proves nothing about the data of the target syncing now. A server older
+  // than the version field reports 0, which never matches: refused on purpose
+  // (proto/mgmt.proto, SyncDone).
+  if (c->second.version != r.chain_version)
+    return error(Code::kStaleRouting, "sync done of target {} in chain {} at version {}: the chain is at version {}",
+                 r.target_id, r.chain_id, r.chain_version, c->second.version);
+  if (!sync_done(c->second, r.target_id))
+    return error(Code::kStaleRouting, "sync done of target {} in chain {}: the target is not syncing there",
+                 r.target_id, r.chain_id);
+  return {};
+}
+
+}  // namespace
+
+std::vector<Status> apply_sync_done(PersistedState& state, NodeId node, const std::vector<SyncDoneReport>& reports) {
+  std::vector<Status> ignored;
+  for (const SyncDoneReport& r : reports)
+    if (auto applied = apply_one_sync_done(state, node, r); !applied) ignored.push_back(applied.error());
   return ignored;
 }
 

@@ -17,9 +17,11 @@ Result<RegisterReply> apply_register(PersistedState& state, const RegisterReques
                                      Duration lease);
 // Errors for unknown nodes and wrong incarnations; renews the lease otherwise.
 Result<NodeInfo*> find_heartbeat_node(PersistedState& state, const HeartbeatRequest& request);
-// Applies sync-done reports of `node` (others' targets and stale reports are
-// ignored); returns how many were ignored.
-size_t apply_sync_done(PersistedState& state, NodeId node, const std::vector<SyncDoneReport>& reports);
+// Applies sync-done reports of `node`: a report makes its target serving only
+// if the target is the node's, syncing in the chain, and the chain is still at
+// the version the resync ran at. Returns why each other report was ignored
+// (kStaleRouting: the chain moved on since; a later resync round reports again).
+std::vector<Status> apply_sync_done(PersistedState& state, NodeId node, const std::vector<SyncDoneReport>& reports);
 // Records usage of the node's own targets; returns how many reports were ignored.
 size_t apply_usage(PersistedState& state, NodeId node, const std::vector<TargetUsage>& usage);
 // Marks the node up (again) with a fresh lease.

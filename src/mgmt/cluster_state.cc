@@ -157,12 +157,16 @@ Result<HeartbeatReply> ClusterState::heartbeat_locked(const HeartbeatRequest& re
   WEFT_TRY(NodeInfo * node, find_heartbeat_node(state_, request));
   size_t ignored = 0;
   if (node->state == NodeState::kDown || !request.sync_done.empty()) {
+    std::vector<Status> refused;
     WEFT_RETURN_IF_ERROR(mutate([&](PersistedState& next) -> Result<void> {
       revive_node(next.routing.nodes.at(request.node_id), now, lease);
-      ignored = apply_sync_done(next, request.node_id, request.sync_done);
+      refused = apply_sync_done(next, request.node_id, request.sync_done);
       return {};
     }));
     node = &state_.routing.nodes.at(request.node_id);  // state_ was replaced
+    // Not an error of the heartbeat (it still renews the lease): logged.
+    for (const Status& s : refused) WEFT_LOG_INFO("mgmt: node {}: ignored {}", request.node_id, s);
+    ignored = refused.size();
   }
   revive_node(*node, now, lease);  // in place: leases are neither versioned nor persisted
   ignored += apply_usage(state_, request.node_id, request.usage);

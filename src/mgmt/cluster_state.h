@@ -91,6 +91,7 @@ struct TargetUsage {
 struct SyncDoneReport {
   ChainId chain_id = 0;
   TargetId target_id = 0;
+  ChainVersion chain_version = 0;  // the chain version the resync ran at
 };
 
 struct HeartbeatRequest {

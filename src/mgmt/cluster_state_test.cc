@@ -184,7 +184,7 @@ TEST(ClusterState, KilledServerLeavesChainWritesContinueThenResyncsAtTail) {
   EXPECT_EQ(route_chain(rejoined)->readable.size(), 2u) << "a syncing target is not read";
   EXPECT_TRUE(model.write());
   model.sync(victim_target);
-  h.beat(victim, 1, {{id, victim_target}});
+  h.beat(victim, 1, {{id, victim_target, rejoined.version}});
   ChainInfo healed = h.chain(id);
   EXPECT_EQ(healed.version, before.version + 3);
   EXPECT_EQ(healed.entries.back(), (ChainEntry{victim_target, S}));
@@ -217,7 +217,7 @@ TEST(ClusterState, LastServingReplicaKeepsChainUntilItReturnsWithoutResync) {
   h.beat(head_node);  // the last-serving one returns: serving at once, the other rejoins syncing
   EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, Y}}));
   EXPECT_EQ(h.chain(id).version, v + 1);
-  h.beat(tail_node, 1, {{id, tail}});
+  h.beat(tail_node, 1, {{id, tail, v + 1}});
   EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, S}}));
 }
 
@@ -281,13 +281,55 @@ TEST(ClusterState, StaleAndForeignReportsAreIgnoredAndCounted) {
   auto reply = h.state->heartbeat({.node_id = 1, .incarnation = 1,
                                    .usage = {{.target_id = 1, .used_bytes = 77, .capacity_bytes = 1000},
                                              {.target_id = 2, .used_bytes = 5, .capacity_bytes = 5}},
-                                   .sync_done = {{1, 1}, {1, 2}, {99, 1}}});
+                                   .sync_done = {{1, 1, 1}, {1, 2, 1}, {99, 1, 1}}});
   ASSERT_TRUE(reply.has_value());
   EXPECT_EQ(h.chain(1), before);
   EXPECT_EQ(h.snapshot.targets.at(1).used_bytes, 77u);
   EXPECT_EQ(h.snapshot.targets.at(2).used_bytes, 0u) << "node 1 cannot report node 2's target";
   EXPECT_EQ(h.registry.counter("weft_mgmt_ignored_reports_total", "").value(), 4u);
   EXPECT_EQ(reply->routing_version, h.state->routing_version());
+}
+
+// A sync-done names the chain version its resync ran at. One from an earlier
+// round (delayed on the way, or sent as the chain changed) says nothing about
+// the target's data now: it must not make serving a target that is syncing in
+// a later round that never finished (it would be read from, or become the only
+// replica). The round of the current version does.
+TEST(ClusterState, SyncDoneOfAnEarlierChainVersionDoesNotPromote) {
+  Harness h;
+  NodeId a = h.add_storage(1, 1).node_id, b = h.add_storage(2, 1).node_id;
+  ASSERT_TRUE(h.state->create_chain_table({.replicas = 2}).has_value());
+  ChainId id = h.state->routing().chains.begin()->first;
+  TargetId head = h.chain(id).entries[0].target_id, tail = h.chain(id).entries[1].target_id;
+  NodeId head_node = h.snapshot.targets.at(head).node_id, tail_node = head_node == a ? b : a;
+  auto lose_and_rejoin_tail = [&] {
+    h.clock.advance(16s);
+    h.beat(head_node);
+    ASSERT_TRUE(h.state->tick().has_value());
+    ASSERT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, O}}));
+    h.beat(tail_node);
+    ASSERT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, Y}}));
+  };
+  ASSERT_NO_FATAL_FAILURE(lose_and_rejoin_tail());
+  ChainVersion first_round = h.chain(id).version;
+  ASSERT_NO_FATAL_FAILURE(lose_and_rejoin_tail());  // the first round's resync never reported
+  ChainVersion second_round = h.chain(id).version;
+  ASSERT_GT(second_round, first_round);
+  RoutingVersion before = h.state->routing_version();
+
+  h.beat(tail_node, 1, {{id, tail, first_round}});  // the first round's report arrives now
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, Y}}));
+  EXPECT_EQ(h.chain(id).version, second_round);
+  EXPECT_EQ(h.state->routing_version(), before);
+  h.beat(tail_node, 1, {{id, tail, 0}});  // a server that does not send the version
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, Y}}));
+  h.beat(tail_node, 1, {{id, tail, second_round + 1}});  // a version the chain never had
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, Y}}));
+  EXPECT_EQ(h.registry.counter("weft_mgmt_ignored_reports_total", "").value(), 3u);
+
+  h.beat(tail_node, 1, {{id, tail, second_round}});
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, S}}));
+  EXPECT_EQ(h.chain(id).version, second_round + 1);
 }
 
 TEST(ClusterState, MetaAndClientNodesExpireWithoutTouchingChains) {

@@ -181,9 +181,9 @@ void MgmtClient::set_routing_listener(RoutingListener listener) {
   listener_ = std::move(listener);
 }
 
-void MgmtClient::report_sync_done(ChainId chain, TargetId target) {
+void MgmtClient::report_sync_done(ChainId chain, TargetId target, ChainVersion version) {
   std::lock_guard lock(mu_);
-  sync_done_.push_back({.chain_id = chain, .target_id = target});
+  sync_done_.push_back({.chain_id = chain, .target_id = target, .chain_version = version});
 }
 
 Duration MgmtClient::interval() const {

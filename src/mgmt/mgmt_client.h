@@ -81,8 +81,10 @@ class MgmtClient {
   // Called with every newly installed routing snapshot, on the thread that fetched it
   // (e.g. to feed a storage server's RoutingProvider). Set before start().
   void set_routing_listener(RoutingListener listener);
-  // Sent with the next heartbeat (again after a failed one).
-  void report_sync_done(ChainId chain, TargetId target);
+  // Sent with the next heartbeat (again after a failed one). `version`: the
+  // chain version the resync ran at (mgmtd ignores the report unless the chain
+  // is still at it).
+  void report_sync_done(ChainId chain, TargetId target, ChainVersion version);
 
  private:
   void run();

@@ -113,6 +113,7 @@ void to_proto(const HeartbeatRequest& in, pb::HeartbeatRequest* out) {
     auto* ps = out->add_sync_done();
     ps->set_chain_id(s.chain_id);
     ps->set_target_id(s.target_id);
+    ps->set_chain_version(s.chain_version);
   }
 }
 
@@ -210,7 +211,7 @@ HeartbeatRequest from_proto(const pb::HeartbeatRequest& in) {
   for (const pb::TargetUsage& u : in.usage())
     r.usage.push_back({.target_id = u.target_id(), .used_bytes = u.used_bytes(), .capacity_bytes = u.capacity_bytes()});
   for (const pb::SyncDone& s : in.sync_done())
-    r.sync_done.push_back({.chain_id = s.chain_id(), .target_id = s.target_id()});
+    r.sync_done.push_back({.chain_id = s.chain_id(), .target_id = s.target_id(), .chain_version = s.chain_version()});
   return r;
 }
 

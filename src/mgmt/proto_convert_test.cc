@@ -76,7 +76,7 @@ TEST(ProtoConvert, RegisterAndHeartbeatRoundTrip) {
   EXPECT_EQ(rr2.routing_version, 5u);
   EXPECT_EQ(rr2.lease, rr.lease);
 
-  HeartbeatRequest hb{.node_id = 3, .incarnation = 99, .usage = {{7, 10, 100}}, .sync_done = {{4, 8}}};
+  HeartbeatRequest hb{.node_id = 3, .incarnation = 99, .usage = {{7, 10, 100}}, .sync_done = {{4, 8, 6}}};
   pb::HeartbeatRequest phb;
   to_proto(hb, &phb);
   HeartbeatRequest hb2 = from_proto(phb);
@@ -89,6 +89,7 @@ TEST(ProtoConvert, RegisterAndHeartbeatRoundTrip) {
   ASSERT_EQ(hb2.sync_done.size(), 1u);
   EXPECT_EQ(hb2.sync_done[0].chain_id, 4u);
   EXPECT_EQ(hb2.sync_done[0].target_id, 8u);
+  EXPECT_EQ(hb2.sync_done[0].chain_version, 6u);
 
   HeartbeatReply hr{.routing_version = 12, .lease = std::chrono::milliseconds(1500)};
   pb::HeartbeatReply phr;

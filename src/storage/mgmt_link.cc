@@ -70,8 +70,8 @@ void MgmtLink::attach(StorageService& service, StaticRoutingProvider& routing) {
     }
     return usage;
   });
-  service.set_sync_listener([&client](mgmt::TargetId target, mgmt::ChainId chain, mgmt::ChainVersion) {
-    client.report_sync_done(chain, target);
+  service.set_sync_listener([&client](mgmt::TargetId target, mgmt::ChainId chain, mgmt::ChainVersion version) {
+    client.report_sync_done(chain, target, version);
   });
   client.start();
 }

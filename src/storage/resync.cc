@@ -209,6 +209,11 @@ Task<Result<std::pair<uint64_t, uint64_t>>> StorageService::resync_once(mgmt::Ch
                 "delivered by writes, {} copy retries",
                 options_.name, dest.id, chain, pass.todo.size(), pass.copied, pass.removed, pass.skipped,
                 pass.retries);
+  // The chain may have moved on while the copies ran (with nothing to copy,
+  // nothing checked it): a SyncDone names the version it proves, and only if
+  // it still holds here. (mgmtd checks the version again: routing moves on
+  // while the SyncDone travels.)
+  WEFT_CO_RETURN_IF_ERROR(check_still_syncing(pass));
   pb::SyncDoneRequest done;
   done.set_target_id(dest.id);
   done.set_chain_id(chain);
@@ -218,6 +223,17 @@ Task<Result<std::pair<uint64_t, uint64_t>>> StorageService::resync_once(mgmt::Ch
   auto r = co_await client_.call<pb::SyncDoneReply>(dest.endpoint, methods::kSyncDone, done);
   if (!r) co_return error(r.error().with_context("sync done"));
   co_return std::pair{pass.copied, pass.removed};
+}
+
+// Before step 4: the chain is at the pass's version, with the source serving
+// right before the destination, which is still syncing (kStaleRouting otherwise).
+Result<void> StorageService::check_still_syncing(const ResyncPass& pass) const {
+  WEFT_TRY(Placement p, locate(pass.chain, pass.version));
+  if (p.target != pass.source || !p.readable || !p.successor || p.successor->id != pass.dest.id ||
+      std::find(p.route.readable.begin(), p.route.readable.end(), pass.dest.id) != p.route.readable.end())
+    return error(Code::kStaleRouting, "target {} is no longer syncing after {} in chain {} version {}", pass.dest.id,
+                 pass.source->id(), pass.chain, pass.version);
+  return {};
 }
 
 // Step 2: merges both sides' listings of the chain into pass.todo. A chunk of

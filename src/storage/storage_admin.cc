@@ -41,6 +41,13 @@ Result<pb::TargetStatusReply> StorageService::target_status(const pb::TargetStat
 Result<pb::SyncDoneReply> StorageService::sync_done(const pb::SyncDoneRequest& req) {
   StorageTarget* t = target(req.target_id());
   if (!t) return error(Code::kNotFound, "no target {} on {}", req.target_id(), options_.name);
+  // A SyncDone of a resync at an older chain version (delayed on the way) says
+  // nothing about the round running now. (A newer one than this server's
+  // routing knows is passed on: mgmtd checks it against the chain itself.)
+  RoutingSnapshot routing = routing_->current();
+  if (auto chain = routing->chain(req.chain_id()); chain && (*chain)->version > req.chain_version())
+    return error(Code::kStaleRouting, "sync done of target {} in chain {} at version {}: the chain is at version {}",
+                 req.target_id(), req.chain_id(), req.chain_version(), (*chain)->version);
   t->mark_synced(req.chain_id(), req.chain_version());
   WEFT_LOG_INFO("{}: target {} is up to date in chain {} version {} ({} chunks copied, {} removed)", options_.name,
                 req.target_id(), req.chain_id(), req.chain_version(), req.chunks_copied(), req.chunks_removed());

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <mutex>
 #include <thread>
 
 #include "common/fault.h"
@@ -659,6 +660,44 @@ TEST_F(StorageServiceTest, ResyncListingStopsAtTheLargestChunkId) {
   ASSERT_TRUE(wait_synced(1, 2));
   expect_identical({0, 1}, 2);
   EXPECT_EQ(nodes_[1]->engine(target_of(1)).stat(ChunkId{UINT64_MAX, UINT64_MAX})->version, 1u);
+}
+
+// A resync reports SyncDone only for the chain version it ran at, and only
+// while that still holds: one superseded by a newer chain version (here while
+// it waited for an update in progress, step 1) does not report, and a syncing
+// target refuses a SyncDone of a version older than its routing's (delayed on
+// the way). Only the current round reaches the sync listener (mgmtd).
+TEST_F(StorageServiceTest, OnlyTheCurrentResyncRoundReportsSyncDone) {
+  start(2);
+  route({0}, 1);
+  std::mutex mu;
+  std::vector<mgmt::ChainVersion> heard;  // GUARDED_BY(mu)
+  auto heard_now = [&] {
+    std::lock_guard lock(mu);
+    return heard;
+  };
+  nodes_[1]->service().set_sync_listener([&](mgmt::TargetId, mgmt::ChainId, mgmt::ChainVersion v) {
+    std::lock_guard lock(mu);
+    heard.push_back(v);
+  });
+  StorageTarget* source = nodes_[0]->service().target(target_of(0));
+  auto in_progress = block_on(io_.at(0).get_executor(), source->locks().lock(ChunkId{3, 3}));
+  route({0}, 2, {1});
+  route({0}, 3, {1});  // same members, a new version: the round of version 2 is over
+  in_progress.release();
+  for (int i = 0; i < 500 && (nodes_[0]->service().resyncs_running() > 0 || heard_now().empty()); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(nodes_[0]->service().resyncs_running(), 0u);
+  EXPECT_EQ(heard_now(), std::vector<mgmt::ChainVersion>{3});
+
+  proto::storage::SyncDoneRequest late;
+  late.set_target_id(target_of(1));
+  late.set_chain_id(1);
+  late.set_chain_version(2);
+  auto r = client_.call<proto::storage::SyncDoneReply>(nodes_[1]->ep(), methods::kSyncDone, late);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), Code::kStaleRouting) << r.error();
+  EXPECT_EQ(heard_now(), std::vector<mgmt::ChainVersion>{3});
 }
 
 TEST_F(StorageServiceTest, FullTargetAnswersNoSpaceAndStillServesReads) {
