@@ -35,6 +35,17 @@ Result<void> check_register(const RegisterRequest& r) {
   return {};
 }
 
+// A change may grow the routing up to kRoutingBytesMax; past it, only if it
+// does not grow it (a re-registration of the same shape, in a state that got
+// larger under older limits, must still bring its node back).
+Result<void> check_routing_growth(uint64_t bytes_before, const RoutingInfo& after, std::string_view what) {
+  uint64_t bytes = encoded_bytes_bound(after);
+  if (bytes > kRoutingBytesMax && bytes > bytes_before)
+    return error(Code::kTooBig, "{}: the routing info would take up to {} bytes (at most {})", what, bytes,
+                 kRoutingBytesMax);
+  return {};
+}
+
 void fail_target_everywhere(PersistedState& state, TargetId target) {
   for (auto& [id, chain] : state.routing.chains) fail_target(chain, target);
 }
@@ -88,7 +99,11 @@ void declare_dead(PersistedState& state, NodeId node_id) {
 Result<RegisterReply> apply_register(PersistedState& state, const RegisterRequest& r, TimePoint now,
                                      Duration lease) {
   WEFT_RETURN_IF_ERROR(check_register(r));
+  const uint64_t bytes_before = encoded_bytes_bound(state.routing);
   NodeInfo* node = find_by_address(state, r.address);
+  if (node == nullptr && state.routing.nodes.size() >= kNodesMax)
+    return error(Code::kTooBig, "register {}: the cluster has {} nodes (at most {})", r.address,
+                 state.routing.nodes.size(), kNodesMax);
   if (node != nullptr && node->kind != r.kind)
     return error(Code::kExists, "register {}: address already registered as a {} node (id {})", r.address,
                  to_string(node->kind), node->id);
@@ -107,6 +122,7 @@ Result<RegisterReply> apply_register(PersistedState& state, const RegisterReques
   revive_node(*node, now, lease);
   RegisterReply reply{.node_id = node->id, .lease = lease};
   reply.target_ids = sync_targets(state, node->id, r);
+  WEFT_RETURN_IF_ERROR(check_routing_growth(bytes_before, state.routing, "register " + r.address));
   return reply;
 }
 
@@ -176,12 +192,28 @@ std::vector<NodeId> expired_nodes(const PersistedState& state, TimePoint now, co
 }
 
 Result<ChainTableId> apply_create_table(PersistedState& state, const ChainTableSpec& spec) {
+  if (state.routing.tables.size() >= kChainTablesMax)
+    return error(Code::kTooBig, "create chain table: {} tables exist (at most {})", state.routing.tables.size(),
+                 kChainTablesMax);
+  const uint64_t bytes_before = encoded_bytes_bound(state.routing);
   std::vector<PlacementTarget> placement;
   for (const auto& [id, t] : state.routing.targets) {
     const NodeInfo& node = state.routing.nodes.at(t.node_id);
     if (node.kind == NodeKind::kStorage && target_alive(state, id)) placement.push_back({id, t.node_id});
   }
+  // Known too many before building them (seconds for tens of thousands of
+  // chains, under mgmtd's lock): the table has at most targets x chains per
+  // target / replicas chains.
+  if (spec.chains_per_target > 0 && spec.replicas > 0) {
+    uint64_t most = placement.size() * uint64_t{spec.chains_per_target} / spec.replicas;
+    if (state.routing.chains.size() + most > kChainsMax)
+      return error(Code::kTooBig, "create chain table: up to {} more chains would make {} (at most {})", most,
+                   state.routing.chains.size() + most, kChainsMax);
+  }
   WEFT_TRY(auto chains, build_chains(std::move(placement), spec));
+  if (state.routing.chains.size() + chains.size() > kChainsMax)
+    return error(Code::kTooBig, "create chain table: {} more chains would make {} (at most {})", chains.size(),
+                 state.routing.chains.size() + chains.size(), kChainsMax);
   ChainTableId table_id = state.ids.next_table++;
   ChainTableInfo& table = state.routing.tables[table_id];
   table = ChainTableInfo{.id = table_id, .replicas = spec.replicas};
@@ -192,6 +224,7 @@ Result<ChainTableId> apply_create_table(PersistedState& state, const ChainTableS
     for (TargetId t : members) chain.entries.push_back({t, TargetState::kServing});
     table.chains.push_back(chain_id);
   }
+  WEFT_RETURN_IF_ERROR(check_routing_growth(bytes_before, state.routing, "create chain table"));
   return table_id;
 }
 

@@ -53,6 +53,18 @@
 namespace weft::mgmt {
 
 inline constexpr size_t kTargetsPerNodeMax = 1024;
+// The routing info goes whole to every server and client (GetRouting, and the
+// routing listeners of every storage server): beyond what one RPC body may
+// carry, every routing fetch would fail, and the state persists. Registrations
+// of new nodes and new chain tables are refused (kTooBig) past these, and any
+// registration or table that would make encoded_bytes_bound() of the routing
+// pass kRoutingBytesMax (half of an RPC body, mgmt/service.cc checks: room for
+// the rest of a Status reply). Nodes are never forgotten: kNodesMax counts
+// every address ever registered.
+inline constexpr size_t kNodesMax = 4096;
+inline constexpr size_t kChainTablesMax = 256;
+inline constexpr size_t kChainsMax = 32768;
+inline constexpr uint64_t kRoutingBytesMax = uint64_t{2} << 20;
 
 struct ClusterOptions {
   LeaseConfig lease;

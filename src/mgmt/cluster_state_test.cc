@@ -332,6 +332,70 @@ TEST(ClusterState, SyncDoneOfAnEarlierChainVersionDoesNotPromote) {
   EXPECT_EQ(h.chain(id).version, second_round + 1);
 }
 
+// What a GetRouting reply carries is bounded: addresses by length, nodes,
+// chain tables and chains by count, and the whole by its encoded size (a
+// registration or table past it is refused and leaves no trace).
+TEST(ClusterState, RoutingStaysWithinWhatOneReplyCarries) {
+  Harness h;
+  auto reg = [&](std::string address, size_t targets, size_t name_bytes, uint64_t incarnation = 1) {
+    RegisterRequest r{.kind = NodeKind::kStorage, .address = std::move(address), .incarnation = incarnation};
+    for (size_t t = 0; t < targets; ++t) {
+      std::string name = std::to_string(t);
+      name.resize(name_bytes, 'x');
+      r.targets.push_back({.name = name, .capacity_bytes = 1ull << 40});
+    }
+    return h.state->register_node(r);
+  };
+  std::string long_host(kAddressBytesMax - 5, 'h');
+  EXPECT_TRUE(reg(long_host + ":9000", 1, 10).has_value());
+  EXPECT_EQ(reg(long_host + "h:9000", 1, 10).error().code(), Code::kInvalidArgument);
+
+  // About 1.1 MB each (1024 targets with 1 KiB names): the second one would pass 2 MiB.
+  auto big = reg("big1:9000", kTargetsPerNodeMax, 1024);
+  ASSERT_TRUE(big.has_value()) << big.error();
+  RoutingInfo before = h.state->routing();
+  auto bigger = reg("big2:9000", kTargetsPerNodeMax, 1024);
+  ASSERT_FALSE(bigger.has_value());
+  EXPECT_EQ(bigger.error().code(), Code::kTooBig) << bigger.error();
+  RoutingInfo after = h.state->routing();
+  EXPECT_EQ(after.version, before.version) << "a refused registration leaves no trace";
+  EXPECT_EQ(after.nodes, before.nodes);
+  EXPECT_EQ(after.targets, before.targets);
+  EXPECT_LE(encoded_bytes_bound(h.state->routing()), kRoutingBytesMax);
+  EXPECT_TRUE(reg("big1:9000", kTargetsPerNodeMax, 1024).has_value()) << "the same node may register again";
+  EXPECT_TRUE(reg("big1:9000", kTargetsPerNodeMax, 1024, 2).has_value()) << "and restart";
+  EXPECT_TRUE(reg("small:9000", 1, 10).has_value()) << "a small node still fits";
+}
+
+TEST(ClusterState, NodesAndChainTablesAreCapped) {
+  Harness h;
+  for (size_t i = 1; i <= kNodesMax; ++i) {
+    auto r = h.state->register_node({.kind = NodeKind::kMeta, .address = "m" + std::to_string(i) + ":1",
+                                     .incarnation = 1});
+    ASSERT_TRUE(r.has_value()) << i << ": " << r.error();
+  }
+  auto one_more = h.state->register_node({.kind = NodeKind::kMeta, .address = "extra:1", .incarnation = 1});
+  ASSERT_FALSE(one_more.has_value());
+  EXPECT_EQ(one_more.error().code(), Code::kTooBig);
+  EXPECT_TRUE(h.state->register_node({.kind = NodeKind::kMeta, .address = "m1:1", .incarnation = 2}).has_value())
+      << "a known node registers again";
+
+  Harness t;
+  t.add_storage(1, 1);
+  for (size_t i = 0; i < kChainTablesMax; ++i) ASSERT_TRUE(t.state->create_chain_table({.replicas = 1}).has_value());
+  auto extra = t.state->create_chain_table({.replicas = 1});
+  ASSERT_FALSE(extra.has_value());
+  EXPECT_EQ(extra.error().code(), Code::kTooBig);
+  EXPECT_EQ(t.state->routing().tables.size(), kChainTablesMax);
+  // 129 targets in 256 chains each, one replica: more chains than kChainsMax in one table.
+  Harness c;
+  c.add_storage(1, 129);
+  auto wide = c.state->create_chain_table({.replicas = 1, .chains_per_target = 256});
+  ASSERT_FALSE(wide.has_value());
+  EXPECT_EQ(wide.error().code(), Code::kTooBig) << wide.error();
+  EXPECT_TRUE(c.state->routing().chains.empty());
+}
+
 TEST(ClusterState, MetaAndClientNodesExpireWithoutTouchingChains) {
   Harness h;
   for (int i = 1; i <= 2; ++i) h.add_storage(i, 1);

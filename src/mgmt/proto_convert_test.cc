@@ -43,6 +43,49 @@ TEST(ProtoConvert, RoutingRoundTripsExactly) {
   EXPECT_EQ(out->chains, in.chains);
 }
 
+// encoded_bytes_bound() (what mgmtd limits) is never below the real encoding,
+// at the extremes of every field, and not far above it for a plain cluster.
+TEST(ProtoConvert, EncodedBytesBoundCoversTheEncoding) {
+  auto check = [](const RoutingInfo& r) {
+    pb::Routing wire;
+    to_proto(r, &wire);
+    EXPECT_GE(encoded_bytes_bound(r), wire.ByteSizeLong());
+    return std::pair<uint64_t, uint64_t>(encoded_bytes_bound(r), wire.ByteSizeLong());
+  };
+  check(RoutingInfo{});
+  check(sample_routing());
+  RoutingInfo wide = sample_routing();
+  wide.version = UINT64_MAX;
+  wide.nodes[UINT32_MAX] = {.id = UINT32_MAX, .kind = NodeKind::kClient, .address = std::string(kAddressBytesMax, 'a'),
+                            .incarnation = UINT64_MAX, .state = NodeState::kDown,
+                            .lease_expiry = from_ns(INT64_MIN), .last_heartbeat = from_ns(INT64_MIN)};
+  wide.targets[UINT64_MAX] = {.id = UINT64_MAX, .node_id = UINT32_MAX, .name = std::string(1024, 'n'),
+                              .state = TargetState::kLastServing, .reported = true, .capacity_bytes = UINT64_MAX,
+                              .used_bytes = UINT64_MAX};
+  wide.tables[UINT32_MAX] = {.id = UINT32_MAX, .replicas = UINT32_MAX, .chains = std::vector<ChainId>(300, UINT32_MAX)};
+  wide.chains[UINT32_MAX] = {.id = UINT32_MAX, .table_id = UINT32_MAX, .version = UINT64_MAX,
+                             .entries = std::vector<ChainEntry>(40, {UINT64_MAX, TargetState::kLastServing})};
+  check(wide);
+  RoutingInfo plain;
+  plain.version = 1000;
+  for (NodeId n = 1; n <= 100; ++n) {
+    plain.nodes[n] = {.id = n, .address = "10.0.0." + std::to_string(n) + ":9000", .incarnation = 1ull << 60,
+                      .lease_expiry = from_ns(1ll << 50), .last_heartbeat = from_ns(1ll << 50)};
+    for (TargetId t = 0; t < 10; ++t)
+      plain.targets[n * 10 + t] = {.id = n * 10 + t, .node_id = n, .name = "/data/ssd" + std::to_string(t),
+                                   .capacity_bytes = 1ull << 42, .used_bytes = 1ull << 40};
+  }
+  plain.tables[1] = {.id = 1, .replicas = 3};
+  for (ChainId c = 1; c <= 6000; ++c) {
+    plain.tables[1].chains.push_back(c);
+    plain.chains[c] = {.id = c, .table_id = 1, .version = 100,
+                       .entries = {{c % 1000 + 10, TargetState::kServing}, {(c + 7) % 1000 + 10, TargetState::kServing},
+                                   {(c + 13) % 1000 + 10, TargetState::kServing}}};
+  }
+  auto [bound, actual] = check(plain);
+  EXPECT_LE(bound, actual * 2) << "the bound refuses only what is near the limit";
+}
+
 TEST(ProtoConvert, EmptyRoutingRoundTrips) {
   pb::Routing wire;
   to_proto(RoutingInfo{}, &wire);

@@ -115,6 +115,8 @@ Result<void> check_chain(const ChainInfo& chain) {
 }
 
 Result<void> check_address(std::string_view address) {
+  if (address.size() > kAddressBytesMax)
+    return error(Code::kInvalidArgument, "address of {} bytes (at most {})", address.size(), kAddressBytesMax);
   size_t colon = address.rfind(':');
   if (colon == std::string_view::npos || colon == 0 || colon + 1 == address.size())
     return error(Code::kInvalidArgument, "address '{}' is not host:port", address);
@@ -127,6 +129,57 @@ Result<void> check_address(std::string_view address) {
   if (ec != std::errc() || end != port.data() + port.size() || value == 0 || value > 65535)
     return error(Code::kInvalidArgument, "address '{}': port must be 1..65535", address);
   return {};
+}
+
+namespace {
+
+constexpr uint64_t kVarintBytesMax = 10;
+
+uint64_t varint_bytes(uint64_t v) {
+  uint64_t n = 1;
+  for (; v >= 0x80; v >>= 7) ++n;
+  return n;
+}
+
+// A field with a tag below 16 (one byte) and a varint value.
+uint64_t field(uint64_t v) { return 1 + varint_bytes(v); }
+constexpr uint64_t kWideField = 1 + kVarintBytesMax;
+// A length-delimited field (string, bytes, message, packed) of `n` bytes.
+uint64_t delimited(uint64_t n) { return 1 + varint_bytes(n) + n; }
+
+uint64_t node_bytes(const NodeInfo& n) {
+  // id, kind, address, incarnation, state, lease expiry, last heartbeat
+  return field(n.id) + field(static_cast<uint64_t>(n.kind)) + delimited(n.address.size()) + kWideField +
+         field(static_cast<uint64_t>(n.state)) + 2 * kWideField;
+}
+
+uint64_t target_bytes(const TargetInfo& t) {
+  // id, node id, name, state, reported, capacity, used
+  return field(t.id) + field(t.node_id) + delimited(t.name.size()) + field(static_cast<uint64_t>(t.state)) +
+         field(1) + 2 * kWideField;
+}
+
+uint64_t table_bytes(const ChainTableInfo& t) {
+  uint64_t chains = 0;
+  for (ChainId c : t.chains) chains += varint_bytes(c);
+  return field(t.id) + field(t.replicas) + delimited(chains);
+}
+
+uint64_t chain_bytes(const ChainInfo& c) {
+  uint64_t n = field(c.id) + field(c.table_id) + kWideField;
+  for (const ChainEntry& e : c.entries) n += delimited(field(e.target_id) + field(static_cast<uint64_t>(e.state)));
+  return n;
+}
+
+}  // namespace
+
+uint64_t encoded_bytes_bound(const RoutingInfo& info) {
+  uint64_t n = kWideField;  // version
+  for (const auto& [id, node] : info.nodes) n += delimited(node_bytes(node));
+  for (const auto& [id, t] : info.targets) n += delimited(target_bytes(t));
+  for (const auto& [id, t] : info.tables) n += delimited(table_bytes(t));
+  for (const auto& [id, c] : info.chains) n += delimited(chain_bytes(c));
+  return n;
 }
 
 }  // namespace weft::mgmt

@@ -123,7 +123,18 @@ Result<ChainRoute> route_chain(const ChainInfo& chain);
 // kInternal describing the first broken invariant (see the header comment).
 Result<void> check_chain(const ChainInfo& chain);
 
-// Validates "host:port" (host non-empty, port 1..65535; "[v6]:port" allowed).
+// Every node's address travels in every routing snapshot.
+inline constexpr size_t kAddressBytesMax = 255;
+
+// Validates "host:port" (host non-empty, port 1..65535; "[v6]:port" allowed;
+// at most kAddressBytesMax bytes).
 Result<void> check_address(std::string_view address);
+
+// At least the size of `info` encoded as proto/mgmt.proto's Routing: ids,
+// states and strings as they are, every number that changes in place
+// (versions, times, incarnations, usage) at its widest, so the bound does not
+// move while the shape stays. Keep in step with the proto (proto_convert_test
+// checks it against the real encoding).
+uint64_t encoded_bytes_bound(const RoutingInfo& info);
 
 }  // namespace weft::mgmt

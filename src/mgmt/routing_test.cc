@@ -47,6 +47,9 @@ TEST(Routing, Addresses) {
   EXPECT_TRUE(check_address("[::1]:65535").has_value());
   for (const char* bad : {"", "host", ":80", "host:", "host:0", "host:65536", "host:8x", "::1:80", "[]:80"})
     EXPECT_EQ(check_address(bad).error().code(), Code::kInvalidArgument) << bad;
+  std::string host(kAddressBytesMax - 6, 'h');
+  EXPECT_TRUE(check_address(host + ":65535").has_value());
+  EXPECT_EQ(check_address(host + "h:65535").error().code(), Code::kInvalidArgument) << "longer than kAddressBytesMax";
 }
 
 TEST(Routing, LookupsReportUnknownIds) {

@@ -6,10 +6,14 @@
 #include "common/logging.h"
 #include "mgmt/proto_convert.h"
 #include "mgmt/service_methods.h"
+#include "rpc/frame.h"
 #include "rpc/service.h"
 
 namespace weft::mgmt {
 namespace {
+
+// A GetRouting or Status reply carries the whole routing info in its body.
+static_assert(kRoutingBytesMax <= rpc::FrameLimits{}.body_max / 2);
 
 using namespace std::chrono_literals;
 
