@@ -169,7 +169,12 @@ Task<void> StorageService::resync(mgmt::ChainId chain, mgmt::ChainVersion versio
                     dest.id, chain, s, r->first, r->second);
       break;
     }
-    if (r.error().code() == Code::kStaleRouting || r.error().code() == Code::kCancelled) {
+    // kStaleRouting from the destination may only mean its routing is behind
+    // ours (it learns the new chain version a moment later): superseded is
+    // what our own routing says, else the pass runs again.
+    bool moved_on = r.error().code() == Code::kStaleRouting &&
+                    !check_still_syncing(chain, version, source, dest.id).has_value();
+    if (moved_on || r.error().code() == Code::kCancelled) {
       WEFT_LOG_INFO("{}: resync of target {} in chain {} version {} superseded: {}", options_.name, dest.id, chain,
                     version, r.error());
       break;
@@ -228,11 +233,16 @@ Task<Result<std::pair<uint64_t, uint64_t>>> StorageService::resync_once(mgmt::Ch
 // Before step 4: the chain is at the pass's version, with the source serving
 // right before the destination, which is still syncing (kStaleRouting otherwise).
 Result<void> StorageService::check_still_syncing(const ResyncPass& pass) const {
-  WEFT_TRY(Placement p, locate(pass.chain, pass.version));
-  if (p.target != pass.source || !p.readable || !p.successor || p.successor->id != pass.dest.id ||
-      std::find(p.route.readable.begin(), p.route.readable.end(), pass.dest.id) != p.route.readable.end())
-    return error(Code::kStaleRouting, "target {} is no longer syncing after {} in chain {} version {}", pass.dest.id,
-                 pass.source->id(), pass.chain, pass.version);
+  return check_still_syncing(pass.chain, pass.version, pass.source, pass.dest.id);
+}
+
+Result<void> StorageService::check_still_syncing(mgmt::ChainId chain, mgmt::ChainVersion version,
+                                                 const StorageTarget* source, mgmt::TargetId dest) const {
+  WEFT_TRY(Placement p, locate(chain, version));
+  if (p.target != source || !p.readable || !p.successor || p.successor->id != dest ||
+      std::find(p.route.readable.begin(), p.route.readable.end(), dest) != p.route.readable.end())
+    return error(Code::kStaleRouting, "target {} is no longer syncing after {} in chain {} version {}", dest,
+                 source->id(), chain, version);
   return {};
 }
 

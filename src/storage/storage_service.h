@@ -210,6 +210,8 @@ class StorageService {
   Task<Result<CopyOutcome>> copy_chunk(ResyncPass& pass, ChunkId id);
   Task<Result<CopyOutcome>> copy_chunk_once(ResyncPass& pass, ChunkId id);
   Result<void> check_still_syncing(const ResyncPass& pass) const;
+  Result<void> check_still_syncing(mgmt::ChainId chain, mgmt::ChainVersion version, const StorageTarget* source,
+                                   mgmt::TargetId dest) const;
   // After an update of p's chain committed here and on p's successor: if a
   // resync to that successor runs, the chunk no longer needs copying.
   void note_delivered(const Placement& p, const ChunkId& id);
