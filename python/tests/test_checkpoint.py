@@ -73,6 +73,13 @@ def test_replace_existing(client, root):
         wt.load(f"{root}/missing", client=client)
 
 
+def test_dot_names_are_refused_before_writing(client, root):
+    for name in (".", ".."):
+        with pytest.raises(ValueError):
+            wt.save({"v": torch.zeros(1 << 20)}, f"{root}/{name}", client=client)
+    assert client.listdir(root) == []  # nothing written, no temporary left
+
+
 SAVER = r"""
 import sys, torch, weft, weft.torch as wt
 c = weft.connect(config=sys.argv[1])

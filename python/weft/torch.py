@@ -311,6 +311,9 @@ def _split(path: str):
     if path == "/":
         raise ValueError("a checkpoint cannot be the root directory")
     parent, _, name = path.rpartition("/")
+    if name in (".", ".."):
+        # Refused before any byte is written (the final rename would fail).
+        raise ValueError(f"a checkpoint must be named by a file name, not {name!r}: {path}")
     return path, parent or "/", name
 
 
