@@ -194,11 +194,7 @@ TEST(ClusterState, KilledServerLeavesChainWritesContinueThenResyncsAtTail) {
 
 TEST(ClusterState, LastServingReplicaKeepsChainUntilItReturnsWithoutResync) {
   Harness h;
-  NodeId a = h.add_storage(1, 1).node_id, b = h.add_storage(2, 1).node_id;
-  ASSERT_TRUE(h.state->create_chain_table({.replicas = 2}).has_value());
-  ChainId id = h.state->routing().chains.begin()->first;
-  TargetId head = h.chain(id).entries[0].target_id, tail = h.chain(id).entries[1].target_id;
-  NodeId head_node = h.snapshot.targets.at(head).node_id, tail_node = head_node == a ? b : a;
+  auto [id, head, tail, head_node, tail_node] = h.two_replica_chain();
 
   h.clock.advance(16s);  // both leases ran out, but the head renews in time:
   h.beat(head_node);     // only the tail is lost
@@ -297,11 +293,7 @@ TEST(ClusterState, StaleAndForeignReportsAreIgnoredAndCounted) {
 // replica). The round of the current version does.
 TEST(ClusterState, SyncDoneOfAnEarlierChainVersionDoesNotPromote) {
   Harness h;
-  NodeId a = h.add_storage(1, 1).node_id, b = h.add_storage(2, 1).node_id;
-  ASSERT_TRUE(h.state->create_chain_table({.replicas = 2}).has_value());
-  ChainId id = h.state->routing().chains.begin()->first;
-  TargetId head = h.chain(id).entries[0].target_id, tail = h.chain(id).entries[1].target_id;
-  NodeId head_node = h.snapshot.targets.at(head).node_id, tail_node = head_node == a ? b : a;
+  auto [id, head, tail, head_node, tail_node] = h.two_replica_chain();
   auto lose_and_rejoin_tail = [&] {
     h.clock.advance(16s);
     h.beat(head_node);

@@ -41,4 +41,16 @@ const ChainInfo& Harness::chain(ChainId id) {
   return snapshot.chains.at(id);
 }
 
+Harness::TwoReplicaChain Harness::two_replica_chain() {
+  NodeId a = add_storage(1, 1).node_id, b = add_storage(2, 1).node_id;
+  EXPECT_TRUE(state->create_chain_table({.replicas = 2}).has_value());
+  TwoReplicaChain c;
+  c.id = state->routing().chains.begin()->first;
+  c.head = chain(c.id).entries[0].target_id;
+  c.tail = chain(c.id).entries[1].target_id;
+  c.head_node = snapshot.targets.at(c.head).node_id;
+  c.tail_node = c.head_node == a ? b : a;
+  return c;
+}
+
 }  // namespace weft::mgmt::testing

@@ -32,6 +32,14 @@ struct Harness {
   // Heartbeats node `id` (ASSERTs success).
   HeartbeatReply beat(NodeId id, uint64_t incarnation = 1, std::vector<SyncDoneReport> sync_done = {});
   const ChainInfo& chain(ChainId id);  // from a fresh routing() snapshot
+  // Two storage nodes of one target each and a chain table of 2 replicas on
+  // them (one chain): the chain, its targets and their nodes.
+  struct TwoReplicaChain {
+    ChainId id;
+    TargetId head, tail;
+    NodeId head_node, tail_node;
+  };
+  TwoReplicaChain two_replica_chain();
 
   ManualClock clock;
   metrics::Registry registry;

@@ -66,15 +66,15 @@ class Node {
   uint16_t port_ = 0;
 };
 
-// A BatchRead of `ranges` times (offset, length) of chunk {1, 0} on chain 1 version 1.
-proto::storage::BatchReadRequest batch_of(int ranges, uint32_t offset, uint32_t length) {
+// A BatchRead of `ranges` times (offset, length) of chunk `id` on chain 1 version 1.
+proto::storage::BatchReadRequest batch_of(int ranges, uint32_t offset, uint32_t length, ChunkId id = {1, 0}) {
   proto::storage::BatchReadRequest req;
   for (int i = 0; i < ranges; ++i) {
     auto* r = req.add_ranges();
     r->set_chain_id(1);
     r->set_chain_version(1);
-    r->mutable_chunk()->set_inode(1);
-    r->mutable_chunk()->set_index(0);
+    r->mutable_chunk()->set_inode(id.inode);
+    r->mutable_chunk()->set_index(id.index);
     r->set_offset(offset);
     r->set_length(length);
   }
@@ -185,19 +185,6 @@ class StorageServiceTest : public ::testing::Test {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     return false;
-  }
-
-  proto::storage::BatchReadRequest same_range(int ranges, ChunkId id, uint32_t length) {
-    proto::storage::BatchReadRequest req;
-    for (int i = 0; i < ranges; ++i) {
-      auto* r = req.add_ranges();
-      r->set_chain_id(1);
-      r->set_chain_version(1);
-      r->mutable_chunk()->set_inode(id.inode);
-      r->mutable_chunk()->set_index(id.index);
-      r->set_length(length);
-    }
-    return req;
   }
 
   rpc::IoPool io_{2};
@@ -373,13 +360,13 @@ TEST_F(StorageServiceTest, BatchReadIsBoundedByWhatOneReplyCarries) {
     return client_.call<proto::storage::BatchReadReply>(nodes_[0]->ep(), methods::kBatchRead, req);
   };
   const int over_payload = static_cast<int>(kBatchReadBytesMax >> 20) + 1;  // ranges of 1 MiB
-  auto big = call(same_range(over_payload, id, 1 << 20));
+  auto big = call(batch_of(over_payload, 0, 1 << 20, id));
   ASSERT_FALSE(big.has_value()) << big->results_size() << " results";
   EXPECT_EQ(big.error().code(), Code::kTooBig) << big.error();
-  auto many = call(same_range(kBatchReadRangesMax + 1, ChunkId{1, 1}, 0));
+  auto many = call(batch_of(kBatchReadRangesMax + 1, 0, 0, ChunkId{1, 1}));
   ASSERT_FALSE(many.has_value()) << many->results_size() << " results";
   EXPECT_EQ(many.error().code(), Code::kTooBig) << many.error();
-  auto most = call(same_range(kBatchReadRangesMax, ChunkId{1, 1}, 1));
+  auto most = call(batch_of(kBatchReadRangesMax, 0, 1, ChunkId{1, 1}));
   ASSERT_TRUE(most.has_value()) << most.error();
   EXPECT_EQ(most->results_size(), kBatchReadRangesMax);
   auto whole = client_.read(nodes_[0]->ep(), 1, 1, id, 0, 1 << 20);

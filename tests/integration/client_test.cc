@@ -115,6 +115,14 @@ class ClientTest : public ::testing::Test {
     ASSERT_TRUE(write_new_with(other, d + "/sub/y", data));
   }
 
+  void chmod(const std::string& path, uint32_t mode) {
+    auto n = client_->resolve(client_->default_cred(), path);
+    ASSERT_TRUE(n.has_value()) << n.error();
+    SetAttr a;
+    a.mode = mode;
+    ASSERT_TRUE(client_->setattr(client_->default_cred(), n->ino, a).has_value());
+  }
+
   std::vector<std::byte> read_all(const std::string& path) {
     auto f = open(path, O_RDONLY);
     if (!f) return {};
@@ -598,11 +606,7 @@ TEST_F(ClientTest, ReadOnlyOpenByPathFollowsSymlinksAndChecksPermissions) {
   std::vector<std::byte> back(data.size());
   ASSERT_EQ(*(*via_link)->pread(back, 0), data.size());
   EXPECT_EQ(back, data);
-  auto secret = client_->resolve(root, d + "/secret");
-  ASSERT_TRUE(secret.has_value());
-  SetAttr mode_0600;
-  mode_0600.mode = 0600;
-  ASSERT_TRUE(client_->setattr(root, secret->ino, mode_0600).has_value());
+  ASSERT_NO_FATAL_FAILURE(chmod(d + "/secret", 0600));
   Cred user{.uid = 4321, .gid = 4321, .groups = {}};
   auto denied = client_->open_path(user, d + "/secret", O_RDONLY);
   ASSERT_FALSE(denied.has_value());
@@ -685,11 +689,7 @@ TEST_F(ClientTest, DotDotIsTheParentOfWhereThePathGot) {
   ASSERT_TRUE((*other)->rename_path(root, d + "/w/y", d + "/x/y").has_value());
 
   // Stepping out of a directory needs search permission on it.
-  auto y = client_->resolve(root, d + "/x/y");
-  ASSERT_TRUE(y.has_value());
-  SetAttr mode_0700;
-  mode_0700.mode = 0700;
-  ASSERT_TRUE(client_->setattr(root, y->ino, mode_0700).has_value());
+  ASSERT_NO_FATAL_FAILURE(chmod(d + "/x/y", 0700));
   Cred user{.uid = 4321, .gid = 4321, .groups = {}};
   auto denied = client_->resolve(user, d + "/x/y/../file");
   ASSERT_FALSE(denied.has_value());
