@@ -156,6 +156,12 @@ class Client {
   virtual Result<DirPage> readdir(const Cred& cred, Ino dir, std::string_view cookie, uint32_t limit) = 0;
   virtual Result<Inode> mkdir(const Cred& cred, Ino parent, std::string_view name, uint32_t mode) = 0;
   virtual Result<Inode> symlink(const Cred& cred, Ino parent, std::string_view name, std::string_view target) = 0;
+  // A FIFO, socket or character/block device (meta::is_special_type): its
+  // entry and attributes live in Weft, its opens in the kernel of the host
+  // that opens it (through a mount); the native calls refuse to open it
+  // (kNotSupported). Devices need root (kNotPermitted); rdev: devices only.
+  virtual Result<Inode> mknod(const Cred& cred, Ino parent, std::string_view name, InodeType type, uint32_t mode,
+                              uint64_t rdev = 0) = 0;
   virtual Result<std::string> readlink(const Cred& cred, Ino ino) = 0;
   virtual Result<Inode> link(const Cred& cred, Ino ino, Ino new_parent, std::string_view new_name) = 0;
   virtual Result<void> unlink(const Cred& cred, Ino parent, std::string_view name) = 0;

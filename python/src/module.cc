@@ -571,6 +571,7 @@ PYBIND11_MODULE(_native, m) {
       .def_readonly("atime_ns", &weft::Inode::atime_ns)
       .def_readonly("mtime_ns", &weft::Inode::mtime_ns)
       .def_readonly("ctime_ns", &weft::Inode::ctime_ns)
+      .def_readonly("rdev", &weft::Inode::rdev)
       .def_property_readonly("layout", [](const weft::Inode& n) { return to_tuple(n.layout); })
       .def("is_dir", &weft::Inode::is_dir)
       .def("is_file", &weft::Inode::is_file)

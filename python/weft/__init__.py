@@ -27,7 +27,8 @@ from . import _native
 
 __all__ = ["connect", "Client", "WeftFile", "StatResult"]
 
-_TYPE_BITS = {1: _stat.S_IFREG, 2: _stat.S_IFDIR, 3: _stat.S_IFLNK}
+_TYPE_BITS = {1: _stat.S_IFREG, 2: _stat.S_IFDIR, 3: _stat.S_IFLNK, 4: _stat.S_IFIFO, 5: _stat.S_IFSOCK,
+              6: _stat.S_IFCHR, 7: _stat.S_IFBLK}
 
 # Buffered file objects use chunk-sized buffers: a round trip costs far more
 # than a copy.
@@ -62,7 +63,7 @@ def stat_result(inode) -> os.stat_result:
     blocks = (inode.size + 511) // 512
     return os.stat_result((mode, inode.ino, 0, inode.nlink, inode.uid, inode.gid, inode.size,
                            a // 10**9, m // 10**9, c // 10**9,
-                           a / 1e9, m / 1e9, c / 1e9, a, m, c, chunk, blocks))
+                           a / 1e9, m / 1e9, c / 1e9, a, m, c, chunk, blocks, inode.rdev))
 
 
 StatResult = os.stat_result

@@ -52,7 +52,32 @@ std::string human(uint64_t bytes) {
   return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", v, units[u]);
 }
 
-char type_char(InodeType t) { return t == InodeType::kDirectory ? 'd' : t == InodeType::kSymlink ? 'l' : '-'; }
+// ls -l's first letter and stat's word for a type.
+char type_char(InodeType t) {
+  switch (t) {
+    case InodeType::kDirectory: return 'd';
+    case InodeType::kSymlink: return 'l';
+    case InodeType::kFifo: return 'p';
+    case InodeType::kSocket: return 's';
+    case InodeType::kCharDevice: return 'c';
+    case InodeType::kBlockDevice: return 'b';
+    case InodeType::kFile: break;
+  }
+  return '-';
+}
+
+const char* type_name(InodeType t) {
+  switch (t) {
+    case InodeType::kDirectory: return "directory";
+    case InodeType::kSymlink: return "symlink";
+    case InodeType::kFifo: return "fifo";
+    case InodeType::kSocket: return "socket";
+    case InodeType::kCharDevice: return "character device";
+    case InodeType::kBlockDevice: return "block device";
+    case InodeType::kFile: break;
+  }
+  return "file";
+}
 
 std::string mode_string(const Inode& n) {
   std::string s(1, type_char(n.type));
@@ -132,7 +157,7 @@ void cmd_stat(const FileFlags& f, const std::string& path) {
   std::printf("  path: %s\n  inode: %llu\n  type: %s\n  size: %llu (%s)\n  mode: %04o (%s)\n  uid/gid: %u/%u\n"
               "  links: %u\n  mtime: %s\n  ctime: %s\n",
               path.c_str(), static_cast<unsigned long long>(n->ino),
-              n->is_dir() ? "directory" : n->type == InodeType::kSymlink ? "symlink" : "file",
+              type_name(n->type),
               static_cast<unsigned long long>(n->size), human(n->size).c_str(), n->mode, mode_string(*n).c_str(),
               n->uid, n->gid, n->nlink, time_string(n->mtime_ns).c_str(), time_string(n->ctime_ns).c_str());
   const Layout& l = n->layout;

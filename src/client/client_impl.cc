@@ -115,6 +115,10 @@ class ClientImpl final : public Client {
   Result<Inode> symlink(const Cred& cred, Ino parent, std::string_view name, std::string_view target) override {
     return core_->meta->symlink(cred, parent, name, target);
   }
+  Result<Inode> mknod(const Cred& cred, Ino parent, std::string_view name, InodeType type, uint32_t mode,
+                      uint64_t rdev) override {
+    return core_->meta->mknod(cred, parent, name, type, mode, rdev);
+  }
   Result<std::string> readlink(const Cred& cred, Ino ino) override { return core_->meta->readlink(cred, ino); }
   Result<Inode> link(const Cred& cred, Ino ino, Ino new_parent, std::string_view new_name) override {
     return core_->meta->link(cred, ino, new_parent, new_name);
@@ -362,6 +366,9 @@ class ClientImpl final : public Client {
   static bool file_gone(const std::weak_ptr<FileImpl>& w) { return w.expired(); }
 
   Result<std::shared_ptr<FileImpl>> make_file(const Cred& cred, Inode inode, uint64_t session, bool write) {
+    // What meta's open refuses too; a listing (statahead) may offer one.
+    if (inode.is_special())
+      return error(Code::kNotSupported, "inode {} is a FIFO, socket or device: open it through a mount", inode.ino);
     WEFT_TRY(auto stripe, file_stripe(*core_, inode.layout));
     Ino ino = inode.ino;
     auto file = std::make_shared<FileImpl>(*core_, cred, std::move(inode), session, write);

@@ -60,10 +60,35 @@ mode_t type_bits(InodeType t) {
       return S_IFDIR;
     case InodeType::kSymlink:
       return S_IFLNK;
+    case InodeType::kFifo:
+      return S_IFIFO;
+    case InodeType::kSocket:
+      return S_IFSOCK;
+    case InodeType::kCharDevice:
+      return S_IFCHR;
+    case InodeType::kBlockDevice:
+      return S_IFBLK;
     case InodeType::kFile:
       break;
   }
   return S_IFREG;
+}
+
+// The special file mknod(2) asks for; nullopt for a regular file (created
+// like open(O_CREAT|O_EXCL)) and for what Weft cannot hold.
+std::optional<InodeType> special_type_of(mode_t mode) {
+  switch (mode & S_IFMT) {
+    case S_IFIFO:
+      return InodeType::kFifo;
+    case S_IFSOCK:
+      return InodeType::kSocket;
+    case S_IFCHR:
+      return InodeType::kCharDevice;
+    case S_IFBLK:
+      return InodeType::kBlockDevice;
+    default:
+      return std::nullopt;
+  }
 }
 
 // An open file: fi->fh points at it (owned by the registry while open).
@@ -237,6 +262,7 @@ class FuseServer::Impl {
     st.st_uid = in.uid;
     st.st_gid = in.gid;
     st.st_size = static_cast<off_t>(in.size);
+    st.st_rdev = static_cast<dev_t>(in.rdev);
     st.st_blksize = in.is_file() && in.layout.chunk_bytes ? in.layout.chunk_bytes : 4096;
     st.st_blocks = static_cast<blkcnt_t>((in.size + 511) / 512);
     st.st_atim = timespec_of(in.atime_ns);
@@ -552,11 +578,20 @@ class FuseServer::Impl {
     fuse_reply_readlink(req, r->c_str());
   }
 
-  static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t /*rdev*/) {
+  static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
     auto* s = self(req);
+    if (auto special = special_type_of(mode)) {
+      auto r = s->client_.mknod(cred_of(req), parent, name, *special, mode & 07777, rdev);
+      s->changed();
+      if (!r) {
+        fuse_reply_err(req, errno_of(r.error()));
+        return;
+      }
+      s->reply_entry(req, *r);
+      return;
+    }
     if (!S_ISREG(mode)) {
-      // Weft stores files, directories and symlinks only.
-      fuse_reply_err(req, EPERM);
+      fuse_reply_err(req, EINVAL);  // as mknod(2) for a file type it does not know
       return;
     }
     auto r = s->client_.create(cred_of(req), parent, name, mode & 07777, O_CREAT | O_EXCL | O_WRONLY);

@@ -88,13 +88,15 @@ class Reader {
   bool failed_ = false;
 };
 
-bool valid_type(uint8_t t) { return t >= 1 && t <= 3; }
+bool valid_type(uint8_t t) { return t >= 1 && t <= kInodeTypeMax; }
 
 void write_inode_fields(Writer& w, const Inode& n) {
   w.u64(n.ino).u8(static_cast<uint8_t>(n.type)).u32(n.mode).u32(n.uid).u32(n.gid).u32(n.nlink);
   w.u64(n.size).i64(n.atime_ns).i64(n.mtime_ns).i64(n.ctime_ns).u64(n.parent);
   w.u32(n.layout.chunk_bytes).u32(n.layout.stripe_count).u32(n.layout.chain_table_id);
   w.u32(n.layout.first_chain).u64(n.layout.shuffle_seed).bytes(n.symlink_target);
+  // Devices only: inodes stored before special files existed decode unchanged.
+  if (is_device_type(n.type)) w.u64(n.rdev);
 }
 
 Inode read_inode_fields(Reader& r) {
@@ -118,6 +120,7 @@ Inode read_inode_fields(Reader& r) {
   n.layout.first_chain = r.u32();
   n.layout.shuffle_seed = r.u64();
   n.symlink_target = r.bytes(kSymlinkBytesMax);
+  if (is_device_type(n.type)) n.rdev = r.u64();
   if (n.mode > kModePermMask) r.fail();
   return n;
 }

@@ -32,6 +32,32 @@ TEST(Codec, InodeRoundTrips) {
   EXPECT_EQ(*back, n);
 }
 
+// A device keeps its number; other types store none (their encoding is the
+// one from before special files, so stored inodes read back unchanged).
+TEST(Codec, SpecialInodesRoundTrip) {
+  for (InodeType t : {InodeType::kCharDevice, InodeType::kBlockDevice}) {
+    Inode n = sample_inode();
+    n.type = t;
+    n.symlink_target.clear();
+    n.rdev = 0xfedcba9876543210;
+    auto back = decode_inode(encode_inode(n));
+    ASSERT_TRUE(back.has_value()) << back.error();
+    EXPECT_EQ(*back, n);
+    std::string bytes = encode_inode(n);
+    for (size_t k = 0; k < bytes.size(); ++k) EXPECT_FALSE(decode_inode(bytes.substr(0, k)).has_value());
+  }
+  for (InodeType t : {InodeType::kFifo, InodeType::kSocket, InodeType::kFile}) {
+    Inode n = sample_inode();
+    n.type = t;
+    n.symlink_target.clear();
+    Inode with_rdev = n;
+    with_rdev.rdev = 5;
+    EXPECT_EQ(encode_inode(with_rdev), encode_inode(n));
+    EXPECT_EQ(*decode_inode(encode_inode(n)), n);
+    EXPECT_EQ(*decode_dentry(encode_dentry({3, t})), (DentryValue{3, t}));
+  }
+}
+
 TEST(Codec, OtherValuesRoundTrip) {
   DentryValue d{99, InodeType::kDirectory};
   EXPECT_EQ(*decode_dentry(encode_dentry(d)), d);

@@ -66,6 +66,8 @@ class MetaClient {
                        bool open_for_write, const std::optional<ParentCheck>& expect_parent = std::nullopt);
   Result<Inode> mkdir(const Cred& cred, Ino parent, std::string_view name, uint32_t mode);
   Result<Inode> symlink(const Cred& cred, Ino parent, std::string_view name, std::string_view target);
+  Result<Inode> mknod(const Cred& cred, Ino parent, std::string_view name, InodeType type, uint32_t mode,
+                      uint64_t rdev);
   Result<Inode> link(const Cred& cred, Ino ino, Ino new_parent, std::string_view new_name);
   Result<void> unlink(const Cred& cred, Ino parent, std::string_view name,
                       const std::optional<ParentCheck>& expect_parent = std::nullopt);

@@ -159,6 +159,11 @@ class MetaStore {
                        bool exclusive, bool open_for_write, const std::optional<ParentCheck>& expect_parent = std::nullopt);
   Result<Inode> mkdir(const Context& ctx, Ino parent, std::string_view name, uint32_t mode);
   Result<Inode> symlink(const Context& ctx, Ino parent, std::string_view name, std::string_view target);
+  // A FIFO, socket or character/block device (`type`, is_special_type);
+  // devices only for root (kNotPermitted, as Linux without CAP_MKNOD), and
+  // `rdev` is kept for devices only. Regular files come from create.
+  Result<Inode> mknod(const Context& ctx, Ino parent, std::string_view name, InodeType type, uint32_t mode,
+                      uint64_t rdev);
   Result<Inode> link(const Context& ctx, Ino ino, Ino new_parent, std::string_view new_name);
   Result<void> unlink(const Context& ctx, Ino parent, std::string_view name,
                       const std::optional<ParentCheck>& expect_parent = std::nullopt);
@@ -244,7 +249,9 @@ class MetaStore {
   // REQUIRES: before the operation's own locks. kStaleHandle unless
   // `expect` (when set) still names `parent`; see ParentCheck.
   Result<void> check_parent(Txn& txn, const Context& ctx, const std::optional<ParentCheck>& expect, Ino parent);
-  Result<Inode> new_inode(Txn& txn, const Context& ctx, const Inode& parent, InodeType type, uint32_t mode);
+  // symlink_target: symlinks only; rdev: devices only.
+  Result<Inode> new_inode(Txn& txn, const Context& ctx, const Inode& parent, InodeType type, uint32_t mode,
+                          std::string_view symlink_target = {}, uint64_t rdev = 0);
   Result<void> add_entry(Txn& txn, const Inode& parent, std::string_view name, const Inode& child);
   Result<void> touch_dir(Txn& txn, Ino dir, int64_t nlink_delta);
   Result<void> drop_link(Txn& txn, Inode victim);

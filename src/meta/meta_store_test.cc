@@ -1,5 +1,7 @@
 #include "meta/meta_store.h"
 
+#include <map>
+
 #include <rocksdb/db.h>
 
 #include "meta/codec.h"
@@ -209,6 +211,77 @@ TEST_F(MetaStoreTest, Symlinks) {
   ASSERT_OK(s().unlink(root(), kRootIno, "ln"));
   EXPECT_CODE(s().getattr(root(), l->ino), Code::kNotFound);
   EXPECT_TRUE(s().gc_pending(10)->empty());  // symlinks have no chunks
+}
+
+// FIFOs, sockets and devices: entries and attributes like any inode, opened
+// by the kernel that opens them, never by Weft.
+TEST_F(MetaStoreTest, SpecialFiles) {
+  Context alice = user(1000, 100), bob = user(2000, 200);
+  Ino d = mkdir("d");
+  ASSERT_OK(s().setattr(root(), d, SetAttr{.uid = 1000}));  // alice's: bob may not add to it
+  auto fifo = s().mknod(alice, d, "fifo", InodeType::kFifo, 0640, 1234);
+  ASSERT_OK(fifo);
+  EXPECT_EQ(fifo->type, InodeType::kFifo);
+  EXPECT_EQ(fifo->mode, 0640u);
+  EXPECT_EQ(fifo->uid, 1000u);
+  EXPECT_EQ(fifo->nlink, 1u);
+  EXPECT_EQ(fifo->rdev, 0u);  // meaningless for a FIFO: not kept
+  ASSERT_OK(s().mknod(alice, d, "sock", InodeType::kSocket, 0777, 0));
+  // Devices: root only, after the checks Linux makes first.
+  EXPECT_CODE(s().mknod(alice, d, "tty", InodeType::kCharDevice, 0600, 0x0501), Code::kNotPermitted);
+  EXPECT_CODE(s().mknod(alice, d, "fifo", InodeType::kCharDevice, 0600, 0x0501), Code::kExists);
+  EXPECT_CODE(s().mknod(bob, d, "x", InodeType::kCharDevice, 0600, 0x0501), Code::kPermissionDenied);
+  EXPECT_CODE(s().mknod(bob, d, "x", InodeType::kFifo, 0600, 0), Code::kPermissionDenied);
+  auto chr = s().mknod(root(), d, "tty", InodeType::kCharDevice, 0620, 0x0501);
+  ASSERT_OK(chr);
+  const uint64_t big_dev = (uint64_t{0xabcde} << 32) | 0x12345678;  // every bit of a dev_t is kept
+  auto blk = s().mknod(root(), d, "disk", InodeType::kBlockDevice, 0660, big_dev);
+  ASSERT_OK(blk);
+  // Neither regular files nor directories nor unknown kinds come from mknod.
+  EXPECT_CODE(s().mknod(root(), d, "f", InodeType::kFile, 0644, 0), Code::kInvalidArgument);
+  EXPECT_CODE(s().mknod(root(), d, "f", InodeType::kDirectory, 0755, 0), Code::kInvalidArgument);
+  EXPECT_CODE(s().mknod(root(), d, ".", InodeType::kFifo, 0644, 0), Code::kExists);
+  EXPECT_CODE(s().mknod(root(), d, "a/b", InodeType::kFifo, 0644, 0), Code::kInvalidArgument);
+
+  // Kept across a restart, device numbers included; listed with their types.
+  ASSERT_NO_FATAL_FAILURE(open());
+  auto tty = s().lookup(root(), d, "tty");
+  ASSERT_OK(tty);
+  EXPECT_EQ(tty->type, InodeType::kCharDevice);
+  EXPECT_EQ(tty->rdev, 0x0501u);
+  EXPECT_EQ(s().getattr(root(), blk->ino)->rdev, big_dev);
+  EXPECT_EQ(s().lookup(root(), d, "sock")->type, InodeType::kSocket);
+  auto page = s().readdir(root(), d, "", 10);
+  ASSERT_OK(page);
+  std::map<std::string, InodeType> listed;
+  for (auto& e : page->entries) listed[e.name] = e.type;
+  EXPECT_EQ(listed, (std::map<std::string, InodeType>{{"disk", InodeType::kBlockDevice},
+                                                      {"fifo", InodeType::kFifo},
+                                                      {"sock", InodeType::kSocket},
+                                                      {"tty", InodeType::kCharDevice}}));
+
+  // Weft opens none of them, whatever the path to the open.
+  EXPECT_CODE(s().open(alice, fifo->ino, OpenFlags{true, false}), Code::kNotSupported);
+  EXPECT_CODE(s().open(on_connection(alice, 7), fifo->ino, OpenFlags{false, true}), Code::kNotSupported);
+  EXPECT_CODE(s().open_read_at(alice, d, "fifo"), Code::kNotSupported);
+  EXPECT_CODE(s().create(on_connection(alice, 7), d, "fifo", 0644, false, true), Code::kNotSupported);
+  EXPECT_CODE(s().create(alice, d, "fifo", 0644, true, false), Code::kExists);
+  // Attributes change as on any inode; there is no length to set.
+  EXPECT_EQ(s().setattr(alice, fifo->ino, SetAttr{.mode = 0600})->mode, 0600u);
+  EXPECT_CODE(s().setattr(alice, fifo->ino, SetAttr{.size = 0}), Code::kInvalidArgument);
+  EXPECT_CODE(s().setxattr(alice, fifo->ino, "user.a", "v", XattrFlags::kAny), Code::kNotPermitted);  // as Linux
+  // Links, renames and removal like any non-directory; nothing goes to the chunk GC.
+  ASSERT_OK(s().link(alice, fifo->ino, d, "fifo2"));
+  EXPECT_EQ(s().getattr(root(), fifo->ino)->nlink, 2u);
+  ASSERT_OK(s().rename(alice, d, "fifo2", d, "sock"));  // replaces the socket
+  EXPECT_EQ(s().lookup(root(), d, "sock")->ino, fifo->ino);
+  ASSERT_OK(s().unlink(alice, d, "fifo"));
+  ASSERT_OK(s().unlink(alice, d, "sock"));
+  EXPECT_CODE(s().getattr(root(), fifo->ino), Code::kNotFound);
+  ASSERT_OK(s().unlink(root(), d, "tty"));
+  ASSERT_OK(s().unlink(root(), d, "disk"));
+  EXPECT_TRUE(s().gc_pending(10)->empty());
+  EXPECT_EQ(s().statfs(root())->inodes_used, 2u);  // root and d
 }
 
 TEST_F(MetaStoreTest, SetattrRules) {

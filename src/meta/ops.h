@@ -19,7 +19,8 @@ namespace weft::meta {
   X(kMkdir, "mkdir") X(kSymlink, "symlink") X(kLink, "link") X(kUnlink, "unlink")             \
   X(kRmdir, "rmdir") X(kRename, "rename") X(kSetattr, "setattr") X(kSetxattr, "setxattr")     \
   X(kRemovexattr, "removexattr") X(kSetLayout, "set_layout") X(kOpen, "open")                 \
-  X(kClose, "close") X(kReportLength, "report_length") X(kGcDone, "gc_done")
+  X(kClose, "close") X(kReportLength, "report_length") X(kGcDone, "gc_done")    \
+  X(kMknod, "mknod")
 
 enum class Op : uint8_t {
 #define WEFT_X(name, str) name,

@@ -32,7 +32,7 @@ Layout from_proto(const pb::Layout& l) {
 }
 
 Result<InodeType> inode_type_from_wire(uint32_t v) {
-  if (v < 1 || v > 3) return error(Code::kProtocol, "unknown inode type {}", v);
+  if (v < 1 || v > kInodeTypeMax) return error(Code::kProtocol, "unknown inode type {}", v);
   return static_cast<InodeType>(v);
 }
 
@@ -60,6 +60,7 @@ void to_proto(const Inode& i, pb::Inode* out) {
   out->set_parent(i.parent);
   to_proto(i.layout, out->mutable_layout());
   out->set_symlink_target(i.symlink_target);
+  out->set_rdev(i.rdev);
 }
 
 Result<Inode> from_proto(const pb::Inode& i) {
@@ -78,6 +79,7 @@ Result<Inode> from_proto(const pb::Inode& i) {
   r.parent = i.parent();
   r.layout = from_proto(i.layout());
   r.symlink_target = i.symlink_target();
+  r.rdev = i.rdev();
   return r;
 }
 

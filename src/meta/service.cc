@@ -133,6 +133,11 @@ Result<Rep> do_mkdir(MetaStore& s, const Req& q, const Context& ctx) {
 Result<Rep> do_symlink(MetaStore& s, const Req& q, const Context& ctx) {
   return map(s.symlink(ctx, q.ino(), q.name(), q.value()), reply_with_inode);
 }
+Result<Rep> do_mknod(MetaStore& s, const Req& q, const Context& ctx) {
+  if (q.node_type() > kInodeTypeMax) return error(Code::kInvalidArgument, "mknod of inode type {}", q.node_type());
+  return map(s.mknod(ctx, q.ino(), q.name(), static_cast<InodeType>(q.node_type()), q.mode(), q.rdev()),
+             reply_with_inode);
+}
 Result<Rep> do_link(MetaStore& s, const Req& q, const Context& ctx) {
   return map(s.link(ctx, q.ino(), q.new_parent(), q.new_name()), reply_with_inode);
 }
@@ -215,6 +220,7 @@ constexpr MethodEntry kMethods[] = {
     {method::kCreate, "meta.create", do_create, true, Run::kInline},
     {method::kMkdir, "meta.mkdir", do_mkdir, true, Run::kInline},
     {method::kSymlink, "meta.symlink", do_symlink, true, Run::kInline},
+    {method::kMknod, "meta.mknod", do_mknod, true, Run::kInline},
     {method::kLink, "meta.link", do_link, true, Run::kInline},
     {method::kUnlink, "meta.unlink", do_unlink, true, Run::kInline},
     {method::kRmdir, "meta.rmdir", do_rmdir, true, Run::kPool},

@@ -45,5 +45,7 @@ inline constexpr MethodId kOpenRead{kSvc, 34};   // ino, open_read (open_write m
 // Lookup + read-only open in one round trip (the first-epoch open). A symlink's
 // inode is returned unopened: the caller follows it and opens the target.
 inline constexpr MethodId kOpenReadAt{kSvc, 35};  // ino (parent), name, open_read -> inode
+// A FIFO, socket or device (node_type: meta::InodeType); rdev for devices.
+inline constexpr MethodId kMknod{kSvc, 36};      // ino (parent), name, mode, node_type, rdev -> inode
 
 }  // namespace weft::meta::method

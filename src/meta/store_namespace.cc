@@ -39,7 +39,7 @@ Result<void> MetaStore::check_parent(Txn& txn, const Context& ctx, const std::op
 }
 
 Result<Inode> MetaStore::new_inode(Txn& txn, const Context& ctx, const Inode& parent, InodeType type,
-                                   uint32_t mode) {
+                                   uint32_t mode, std::string_view symlink_target, uint64_t rdev) {
   WEFT_TRY(uint64_t ino, alloc_id());
   Inode n;
   n.ino = ino;
@@ -64,7 +64,11 @@ Result<Inode> MetaStore::new_inode(Txn& txn, const Context& ctx, const Inode& pa
   } else if (type == InodeType::kFile) {
     n.layout.first_chain = static_cast<uint32_t>(thread_random().uniform(std::max<uint32_t>(1, options_.chain_count)));
     n.layout.shuffle_seed = thread_random().next_u64();
+  } else if (type == InodeType::kSymlink) {
+    n.symlink_target = std::string(symlink_target);
+    n.size = symlink_target.size();
   }
+  if (is_device_type(type)) n.rdev = rdev;  // a FIFO's or socket's is meaningless (Linux ignores it too)
   WEFT_RETURN_IF_ERROR(txn.put_untracked(key::inode(ino), encode_inode(n)));
   WEFT_RETURN_IF_ERROR(txn.merge_untracked(std::string(key::kInodeCount), encode_i64(1)));
   return n;
@@ -128,6 +132,8 @@ Result<Reply> MetaStore::do_create(Txn& txn, const Context& ctx, Ino parent_ino,
     if (existing->type == InodeType::kDirectory) return error(Code::kIsDirectory, "'{}' is a directory", name);
     if (existing->type == InodeType::kSymlink)
       return error(Code::kLoop, "'{}' is a symlink: resolve it before create", name);
+    if (is_special_type(existing->type))
+      return error(Code::kNotSupported, "'{}' is a FIFO, socket or device: open it through a mount", name);
     WEFT_TRY(Inode file, txn.lock_existing(existing->ino, false));
     WEFT_RETURN_IF_ERROR(check_access(file, ctx.cred, open_for_write ? kAccessWrite : kAccessRead));
     if (open_for_write) {
@@ -178,12 +184,28 @@ Result<Inode> MetaStore::symlink(const Context& ctx, Ino parent_ino, std::string
     WEFT_TRY(Inode parent, lock_dir_for_entries(txn, ctx, parent_ino));
     WEFT_TRY(auto existing, txn.lock_dentry(parent_ino, name));
     if (existing) return error(Code::kExists, "'{}' exists in {}", name, parent_ino);
-    WEFT_TRY(Inode link, new_inode(txn, ctx, parent, InodeType::kSymlink, 0777));
-    link.symlink_target = std::string(target);
-    link.size = target.size();
-    WEFT_RETURN_IF_ERROR(txn.put_untracked(key::inode(link.ino), encode_inode(link)));
+    WEFT_TRY(Inode link, new_inode(txn, ctx, parent, InodeType::kSymlink, 0777, target));
     WEFT_RETURN_IF_ERROR(add_entry(txn, parent, name, link));
     return reply_of(std::move(link));
+  }));
+}
+
+Result<Inode> MetaStore::mknod(const Context& ctx, Ino parent_ino, std::string_view name, InodeType type,
+                               uint32_t mode, uint64_t rdev) {
+  return to_inode(mutate(Op::kMknod, ctx, [&](Txn& txn) -> Result<Reply> {
+    WEFT_RETURN_IF_ERROR(check_name(name));
+    // Regular files come from create (they have a layout and sessions), directories from mkdir.
+    if (!is_special_type(type)) return error(Code::kInvalidArgument, "mknod of inode type {}", static_cast<int>(type));
+    if (is_dot_or_dotdot(name)) return error(Code::kExists, "mknod '{}'", name);
+    WEFT_TRY(Inode parent, lock_dir_for_entries(txn, ctx, parent_ino));
+    WEFT_TRY(auto existing, txn.lock_dentry(parent_ino, name));
+    if (existing) return error(Code::kExists, "'{}' exists in {}", name, parent_ino);
+    // As Linux without CAP_MKNOD (after its EEXIST and EACCES): anyone may make
+    // a FIFO or a socket, only root a device.
+    if (is_device_type(type) && ctx.cred.uid != 0) return error(Code::kNotPermitted, "mknod of a device needs root");
+    WEFT_TRY(Inode node, new_inode(txn, ctx, parent, type, mode, {}, rdev));
+    WEFT_RETURN_IF_ERROR(add_entry(txn, parent, name, node));
+    return reply_of(std::move(node));
   }));
 }
 

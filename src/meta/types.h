@@ -37,7 +37,24 @@ inline constexpr size_t kListReplyBytesMax = size_t{1} << 20;
 // in proto_convert_test).
 inline constexpr size_t kDirEntryFixedBytesMax = 256;
 
-enum class InodeType : uint8_t { kFile = 1, kDirectory = 2, kSymlink = 3 };
+// Wire and stored values: never renumber. FIFOs, sockets and devices ("special
+// files", made by mknod) hold no data in Weft: the kernel of the host that
+// opens one serves it (a FUSE mount hands their opens to its own pipe, socket
+// and device code); the native client refuses to open them.
+enum class InodeType : uint8_t {
+  kFile = 1,
+  kDirectory = 2,
+  kSymlink = 3,
+  kFifo = 4,
+  kSocket = 5,
+  kCharDevice = 6,
+  kBlockDevice = 7,
+};
+inline constexpr uint8_t kInodeTypeMax = 7;
+inline constexpr bool is_special_type(InodeType t) { return t >= InodeType::kFifo && t <= InodeType::kBlockDevice; }
+inline constexpr bool is_device_type(InodeType t) {
+  return t == InodeType::kCharDevice || t == InodeType::kBlockDevice;
+}
 
 // Permission bits as in st_mode & 07777.
 inline constexpr uint32_t kModeSetUid = 04000;
@@ -81,10 +98,12 @@ struct Inode {
   Ino parent = 0;  // directories only: the ".." entry (root: itself)
   Layout layout;
   std::string symlink_target;
+  uint64_t rdev = 0;  // character and block devices only: the device number (Linux dev_t encoding)
 
   bool is_dir() const { return type == InodeType::kDirectory; }
   bool is_file() const { return type == InodeType::kFile; }
   bool is_symlink() const { return type == InodeType::kSymlink; }
+  bool is_special() const { return is_special_type(type); }
   bool operator==(const Inode&) const = default;
 };
 

@@ -331,6 +331,45 @@ TEST_F(ClientTest, PathCallsFindADirectoryAnotherClientMadeAgain) {
 // within the ttl is not seen (the staleness of a FUSE attribute cache); a
 // change made through the same client drops the listings, a name created
 // since is found, and a listing older than the ttl is not used.
+// A FIFO made through libweft is a name with attributes: every native open
+// of it is refused (its opens belong to a mount's kernel), statahead's too.
+TEST_F(ClientTest, SpecialFilesAreNotOpenedNatively) {
+  std::string d = dir();
+  const Cred& cred = client_->default_cred();
+  auto parent = client_->resolve(cred, d, true);
+  ASSERT_TRUE(parent.has_value()) << parent.error();
+  auto fifo = client_->mknod(cred, parent->ino, "fifo", InodeType::kFifo, 0644);
+  ASSERT_TRUE(fifo.has_value()) << fifo.error();
+  auto n = client_->resolve(cred, d + "/fifo", false);
+  ASSERT_TRUE(n.has_value()) << n.error();
+  EXPECT_EQ(n->type, InodeType::kFifo);
+  for (int flags : {O_RDONLY, O_WRONLY, O_RDWR, O_RDONLY | O_CREAT}) {
+    auto f = client_->open_path(cred, d + "/fifo", flags);
+    ASSERT_FALSE(f.has_value()) << "flags " << flags;
+    EXPECT_EQ(f.error().code(), Code::kNotSupported) << f.error();
+  }
+  auto by_ino = client_->open(cred, fifo->ino, O_RDONLY);
+  ASSERT_FALSE(by_ino.has_value());
+  EXPECT_EQ(by_ino.error().code(), Code::kNotSupported);
+  EXPECT_FALSE(client_->open_read_known(cred, *fifo).has_value());
+  ClientOptions o;
+  o.config_path = config_;
+  o.statahead_ttl_s = 60;
+  auto listing = Client::connect(o);
+  ASSERT_TRUE(listing.has_value()) << listing.error();
+  // Opens of the files beside it have the directory listed; the FIFO is then answered from the listing.
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(write_new(fmt::format("{}/f{}", d, i), pattern(100, i)));
+  }
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_TRUE((*listing)->open_path(cred, fmt::format("{}/f{}", d, i), O_RDONLY).has_value());
+  }
+  auto listed = (*listing)->open_path(cred, d + "/fifo", O_RDONLY);
+  ASSERT_FALSE(listed.has_value());
+  EXPECT_EQ(listed.error().code(), Code::kNotSupported) << listed.error();
+  EXPECT_TRUE(client_->remove_path(cred, d + "/fifo").has_value());
+}
+
 TEST_F(ClientTest, StataheadAnswersReadOnlyOpensFromAListing) {
   std::string d = dir();
   const Cred& cred = client_->default_cred();

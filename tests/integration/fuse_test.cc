@@ -10,7 +10,10 @@
 #include <linux/fs.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/sysmacros.h>
+#include <sys/un.h>
 #include <sys/statvfs.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -349,6 +352,89 @@ TEST_F(FuseTest, SymlinkReadlink) {
   EXPECT_EQ(errno, ENOENT);
   EXPECT_EQ(::readlink(p("target").c_str(), buf, sizeof buf), -1);
   EXPECT_EQ(errno, EINVAL);
+}
+
+// FIFOs, Unix sockets and device nodes: Weft keeps their entries and
+// attributes; the kernel serves their opens (a FIFO made in the mount carries
+// bytes between two opens of it, a socket bound there takes connections).
+TEST_F(FuseTest, SpecialFiles) {
+  ASSERT_EQ(::mkfifo(p("fifo").c_str(), 0640), 0) << std::strerror(errno);
+  struct stat st {};
+  ASSERT_EQ(::lstat(p("fifo").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode)) << std::oct << st.st_mode;
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  EXPECT_EQ(::mkfifo(p("fifo").c_str(), 0640), -1);
+  EXPECT_EQ(errno, EEXIST);
+  {
+    int r = ::open(p("fifo").c_str(), O_RDONLY | O_NONBLOCK);  // a reader first: the writer's open does not wait
+    ASSERT_GE(r, 0) << std::strerror(errno);
+    int w = ::open(p("fifo").c_str(), O_WRONLY);
+    ASSERT_GE(w, 0) << std::strerror(errno);
+    ASSERT_EQ(::write(w, "through the pipe", 16), 16);
+    pollfd pfd{r, POLLIN, 0};
+    ASSERT_EQ(::poll(&pfd, 1, 10000), 1);
+    char buf[32] = {};
+    EXPECT_EQ(::read(r, buf, sizeof buf), 16);
+    EXPECT_EQ(std::string(buf), "through the pipe");
+    ::close(w);
+    ::close(r);
+  }
+
+  // bind() makes the socket's inode through mknod; connect() finds it by path.
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  ASSERT_LT(p("sock").size(), sizeof addr.sun_path) << "mount path too long for a Unix socket path";
+  std::strcpy(addr.sun_path, p("sock").c_str());
+  int server = ::socket(AF_UNIX, SOCK_STREAM, 0), client = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(server, 0);
+  ASSERT_GE(client, 0);
+  ASSERT_EQ(::bind(server, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
+  ASSERT_EQ(::listen(server, 1), 0);
+  ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
+  int accepted = ::accept(server, nullptr, nullptr);
+  ASSERT_GE(accepted, 0);
+  ASSERT_EQ(::send(client, "hi", 2, 0), 2);
+  char two[2] = {};
+  EXPECT_EQ(::recv(accepted, two, 2, MSG_WAITALL), 2);
+  EXPECT_EQ(std::string(two, 2), "hi");
+  for (int fd : {accepted, client, server}) ::close(fd);
+  ASSERT_EQ(::lstat(p("sock").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode)) << std::oct << st.st_mode;
+
+  std::set<std::string> expected = {"fifo", "sock"};
+  if (::geteuid() == 0) {  // CAP_MKNOD: the kernel refuses device nodes to anyone else before Weft sees them
+    ASSERT_EQ(::mknod(p("null").c_str(), S_IFCHR | 0666, makedev(1, 3)), 0) << std::strerror(errno);
+    ASSERT_EQ(::mknod(p("disk").c_str(), S_IFBLK | 0600, makedev(259, 70000)), 0) << std::strerror(errno);
+    ASSERT_EQ(::lstat(p("null").c_str(), &st), 0);
+    EXPECT_TRUE(S_ISCHR(st.st_mode));
+    EXPECT_EQ(st.st_rdev, makedev(1, 3));
+    ASSERT_EQ(::lstat(p("disk").c_str(), &st), 0);
+    EXPECT_TRUE(S_ISBLK(st.st_mode));
+    EXPECT_EQ(st.st_rdev, makedev(259, 70000));
+    expected.insert({"null", "disk"});
+  }
+  // Listed with their types (d_type from the entries, not a stat per name).
+  std::map<std::string, unsigned char> types;
+  DIR* d = ::opendir(base_.c_str());
+  ASSERT_NE(d, nullptr);
+  while (dirent* e = ::readdir(d)) types[e->d_name] = e->d_type;
+  ::closedir(d);
+  EXPECT_EQ(types["fifo"], DT_FIFO);
+  EXPECT_EQ(types["sock"], DT_SOCK);
+  if (expected.contains("null")) {
+    EXPECT_EQ(types["null"], DT_CHR);
+    EXPECT_EQ(types["disk"], DT_BLK);
+  }
+  // Renamed, linked, chmod-ed and removed like any file.
+  ASSERT_EQ(::chmod(p("fifo").c_str(), 0600), 0);
+  ASSERT_EQ(::link(p("fifo").c_str(), p("fifo2").c_str()), 0) << std::strerror(errno);
+  ASSERT_EQ(::lstat(p("fifo").c_str(), &st), 0);
+  EXPECT_EQ(st.st_nlink, 2u);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  ASSERT_EQ(::rename(p("fifo2").c_str(), p("moved").c_str()), 0);
+  ASSERT_EQ(::unlink(p("moved").c_str()), 0);
+  for (const auto& name : expected) EXPECT_EQ(::unlink(p(name).c_str()), 0) << name << ": " << std::strerror(errno);
+  EXPECT_EQ(::rmdir(base_.c_str()), 0) << std::strerror(errno);
 }
 
 TEST_F(FuseTest, HardLinks) {
