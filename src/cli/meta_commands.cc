@@ -11,6 +11,7 @@
 #include "mgmt/proto_convert.h"
 #include "mgmt/service_methods.h"
 #include "client/chunk_gc.h"
+#include "mgmt/client_list.h"
 #include "mgmt/mgmt_client.h"
 #include "mgmt/mgmt_rpc.h"
 #include "rpc/client.h"
@@ -84,10 +85,10 @@ Result<std::unique_ptr<meta::SessionReaper>> start_session_reaper(const Config& 
   WEFT_TRY(int64_t interval_ms, config.get_int_in("meta.session_reap_interval_ms", 10'000, 100, 3'600'000));
   WEFT_TRY(int64_t min_age_s, config.get_int_in("meta.session_reap_min_age_s", 120, 1, 30 * 86'400));
   auto live = [&mgmt]() -> Result<std::optional<std::unordered_set<uint64_t>>> {
-    WEFT_TRY(auto reply, mgmt.call<mgmt::pb::ListClientsReply>(mgmt::kListClients, mgmt::pb::ListClientsRequest{}));
-    if (!reply.complete()) return std::optional<std::unordered_set<uint64_t>>();
+    WEFT_TRY(mgmt::LeasedClients leased, mgmt::list_all_clients(mgmt, /*ids_only=*/true));
+    if (!leased.tracked) return std::optional<std::unordered_set<uint64_t>>();
     std::unordered_set<uint64_t> ids;
-    for (const auto& c : reply.clients()) ids.insert(c.id());
+    for (const auto& c : leased.clients) ids.insert(c.id);
     return std::optional<std::unordered_set<uint64_t>>(std::move(ids));
   };
   return std::make_unique<meta::SessionReaper>(store, SystemClock::instance(), live,

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "client/cluster_config.h"
 #include "common/config.h"
+#include "mgmt/client_list.h"
 #include "mgmt/mgmt_rpc.h"
 #include "mgmt/proto_convert.h"
 #include "mgmt/render.h"
@@ -80,6 +81,11 @@ void status(const ClusterFlags& flags, bool json) {
     TimePoint now = mgmt::from_ns(reply->now_ns());
     std::vector<mgmt::ClientInfo> clients;
     for (const auto& c : reply->clients()) clients.push_back(mgmt::from_proto(c));
+    if (reply->clients_total() > clients.size()) {  // more than Status's first page
+      auto all = mgmt::list_all_clients(rpc, /*ids_only=*/false);
+      if (!all) return fail(fmt::format("status: listing clients: {}", all.error().message()));
+      clients = std::move(all->clients);
+    }
     std::string out = json ? mgmt::render_json(*routing, now, clients) + "\n" : mgmt::render_text(*routing, now, clients);
     std::fputs(out.c_str(), stdout);
   });

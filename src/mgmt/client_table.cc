@@ -62,14 +62,19 @@ size_t ClientTable::expire() {
   return gone;
 }
 
-ClientList ClientTable::list() const {
+ClientList ClientTable::list(uint64_t after, size_t limit) const {
   ClientList out;
   out.complete = clock_.now() >= started_ + lease_.lease + lease_.grace;
   std::lock_guard lock(mu_);
-  out.clients.reserve(clients_.size());
-  for (const auto& [id, c] : clients_) out.clients.push_back(c);
-  std::sort(out.clients.begin(), out.clients.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  auto it = clients_.upper_bound(after);
+  for (; it != clients_.end() && out.clients.size() < limit; ++it) out.clients.push_back(it->second);
+  out.more = it != clients_.end();
   return out;
+}
+
+size_t ClientTable::size() const {
+  std::lock_guard lock(mu_);
+  return clients_.size();
 }
 
 }  // namespace weft::mgmt

@@ -16,10 +16,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "common/clock.h"
@@ -40,9 +40,11 @@ struct ClientInfo {
   TimePoint lease_expiry{};
 };
 
+// One page of the table.
 struct ClientList {
   std::vector<ClientInfo> clients;  // ordered by id
   bool complete = false;            // the table is at least lease + grace old
+  bool more = false;                // clients with greater ids than the last here follow
 };
 
 class ClientTable {
@@ -55,7 +57,9 @@ class ClientTable {
   // Drops clients whose last heartbeat is older than lease + grace; returns
   // how many went. Call about once per second.
   size_t expire();
-  ClientList list() const;
+  // Clients with an id greater than `after`, in id order, at most `limit`.
+  ClientList list(uint64_t after = 0, size_t limit = SIZE_MAX) const;
+  size_t size() const;
   const LeaseConfig& lease() const { return lease_; }
 
  private:
@@ -66,7 +70,7 @@ class ClientTable {
   metrics::Counter& expired_;
   metrics::Counter& rejected_;
   mutable std::mutex mu_;
-  std::unordered_map<uint64_t, ClientInfo> clients_;  // GUARDED_BY(mu_)
+  std::map<uint64_t, ClientInfo> clients_;  // GUARDED_BY(mu_); ordered: list() pages by id
 };
 
 }  // namespace weft::mgmt

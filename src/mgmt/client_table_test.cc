@@ -63,5 +63,28 @@ TEST_F(ClientTableTest, ListIsOrderedById) {
   EXPECT_EQ(ids, (std::vector<uint64_t>{1, 3, 5, 9}));
 }
 
+TEST_F(ClientTableTest, ListPagesFromAnIdOn) {
+  for (uint64_t id : {5, 3, 9, 1, 7}) ASSERT_TRUE(table.heartbeat(id, "c").has_value());
+  auto ids_of = [](const ClientList& l) {
+    std::vector<uint64_t> ids;
+    for (const auto& c : l.clients) ids.push_back(c.id);
+    return ids;
+  };
+  ClientList first = table.list(0, 2);
+  EXPECT_EQ(ids_of(first), (std::vector<uint64_t>{1, 3}));
+  EXPECT_TRUE(first.more);
+  // A client that comes or goes between pages moves nothing: the next page starts past an id.
+  ASSERT_TRUE(table.heartbeat(2, "late").has_value());
+  ClientList second = table.list(3, 2);
+  EXPECT_EQ(ids_of(second), (std::vector<uint64_t>{5, 7}));
+  EXPECT_TRUE(second.more);
+  ClientList last = table.list(7, 2);
+  EXPECT_EQ(ids_of(last), (std::vector<uint64_t>{9}));
+  EXPECT_FALSE(last.more);
+  EXPECT_FALSE(table.list(7, 1).more);
+  EXPECT_TRUE(table.list(UINT64_MAX).clients.empty());
+  EXPECT_FALSE(table.list(UINT64_MAX).more);
+}
+
 }  // namespace
 }  // namespace weft::mgmt

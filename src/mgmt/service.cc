@@ -4,6 +4,7 @@
 #include <asio/this_coro.hpp>
 
 #include "common/logging.h"
+#include "mgmt/client_list.h"
 #include "mgmt/proto_convert.h"
 #include "mgmt/service_methods.h"
 #include "rpc/frame.h"
@@ -117,7 +118,9 @@ void MgmtService::register_methods(rpc::Server& server) {
       server, kStatus, "mgmt.status", [this](const pb::StatusRequest&, rpc::ServerCall&) -> Result<pb::StatusReply> {
         pb::StatusReply out;
         to_proto(state_.routing(), out.mutable_routing());
-        for (const ClientInfo& c : clients_.list().clients) to_proto(c, out.add_clients());
+        ClientList page = clients_.list(0, kClientsPerPage);
+        for (const ClientInfo& c : page.clients) to_proto(c, out.add_clients());
+        out.set_clients_total(clients_.size());
         out.set_now_ns(to_ns(clock_.now()));
         return out;
       });
@@ -133,11 +136,16 @@ void MgmtService::register_methods(rpc::Server& server) {
       });
   rpc::add_blocking_method<pb::ListClientsRequest, pb::ListClientsReply>(
       server, kListClients, "mgmt.list_clients",
-      [this](const pb::ListClientsRequest&, rpc::ServerCall&) -> Result<pb::ListClientsReply> {
-        ClientList list = clients_.list();
+      [this](const pb::ListClientsRequest& req, rpc::ServerCall&) -> Result<pb::ListClientsReply> {
+        ClientList list = clients_.list(req.after_id(), req.ids_only() ? kClientIdsPerPage : kClientsPerPage);
         pb::ListClientsReply out;
-        for (const ClientInfo& c : list.clients) to_proto(c, out.add_clients());
-        out.set_complete(list.complete);
+        for (const ClientInfo& c : list.clients) {
+          if (req.ids_only()) out.add_clients()->set_id(c.id);
+          else to_proto(c, out.add_clients());
+        }
+        out.set_tracked(list.complete);
+        out.set_more(list.more);
+        out.set_complete(list.complete && !list.more);
         out.set_now_ns(to_ns(clock_.now()));
         return out;
       });

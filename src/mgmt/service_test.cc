@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "mgmt/client_list.h"
 #include "mgmt/mgmt_client.h"
 #include "mgmt/proto_convert.h"
 #include "mgmt/service_methods.h"
@@ -17,7 +18,8 @@ using namespace std::chrono_literals;
 
 // An in-process mgmtd with a short lease, and the client side's RPC plumbing.
 struct Fixture {
-  explicit Fixture(std::string db_dir = "") {
+  explicit Fixture(std::string db_dir = "", LeaseConfig client_lease = {.lease = 300ms, .grace = 100ms})
+      : client_lease(client_lease) {
     options.db_dir = std::move(db_dir);
     options.lease = {.lease = 300ms, .grace = 100ms};
     start_server();
@@ -31,7 +33,7 @@ struct Fixture {
     auto opened = ClusterState::open(options, SystemClock::instance(), registry);
     EXPECT_TRUE(opened) << opened.error();
     state = std::move(*opened);
-    service = std::make_unique<MgmtService>(*state, SystemClock::instance(), MgmtServiceOptions{.tick = 20ms, .client_lease = {.lease = 300ms, .grace = 100ms}},
+    service = std::make_unique<MgmtService>(*state, SystemClock::instance(), MgmtServiceOptions{.tick = 20ms, .client_lease = client_lease},
                                             registry);
     server = std::make_unique<rpc::Server>(server_io, rpc::ServerOptions{.cluster_token = "t", .name = "mgmtd"},
                                            registry);
@@ -54,6 +56,7 @@ struct Fixture {
     return o;
   }
 
+  LeaseConfig client_lease;
   ClusterOptions options;
   metrics::Registry registry;
   rpc::IoPool server_io{1};
@@ -290,6 +293,48 @@ TEST(MgmtServiceClients, BadHeartbeatsGetClearErrors) {
   ASSERT_FALSE(control);
   EXPECT_EQ(control.error().code(), Code::kInvalidArgument);
   EXPECT_EQ(list_clients(f.rpc()).clients_size(), 0);
+}
+
+// More clients than one RPC body holds (16,000 with 256-byte labels are ~4.6 MB
+// against the 4 MiB limit): ListClients and Status answer in pages, and
+// list_all_clients (meta's session reaper, `weft status`) gets every one.
+TEST(MgmtServiceClients, ManyClientsAreListedInPages) {
+  Fixture f("", {.lease = 60s, .grace = 10s});
+  constexpr uint64_t kClients = 16'000;
+  auto label_of = [](uint64_t id) { return fmt::format("{:0>256}", id); };
+  {
+    std::vector<std::thread> threads;
+    std::atomic<int> failed{0};
+    for (uint64_t t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        for (uint64_t id = 1 + t; id <= kClients; id += 4)
+          if (!client_heartbeat(f.rpc(), id * 7919, label_of(id * 7919))) failed++;
+      });
+    }
+    for (auto& t : threads) t.join();
+    ASSERT_EQ(failed.load(), 0);
+  }
+  auto first = f.rpc().call<pb::ListClientsReply>(kListClients, pb::ListClientsRequest{});
+  ASSERT_TRUE(first) << first.error();
+  EXPECT_EQ(first->clients_size(), static_cast<int>(kClientsPerPage));
+  EXPECT_TRUE(first->more());
+  EXPECT_FALSE(first->complete()) << "a caller that does not page must not take one page for the whole list";
+
+  for (bool ids_only : {false, true}) {
+    auto all = list_all_clients(f.rpc(), ids_only);
+    ASSERT_TRUE(all) << all.error();
+    ASSERT_EQ(all->clients.size(), kClients);
+    for (uint64_t i = 0; i < kClients; ++i) {
+      ASSERT_EQ(all->clients[i].id, (i + 1) * 7919);
+      ASSERT_EQ(all->clients[i].label, ids_only ? "" : label_of((i + 1) * 7919));
+    }
+    EXPECT_FALSE(all->tracked) << "this mgmtd has not run for a lease + grace";
+  }
+
+  auto status = f.rpc().call<pb::StatusReply>(kStatus, pb::StatusRequest{});
+  ASSERT_TRUE(status) << status.error();
+  EXPECT_EQ(status->clients_total(), kClients);
+  EXPECT_EQ(status->clients_size(), static_cast<int>(kClientsPerPage));
 }
 
 }  // namespace
