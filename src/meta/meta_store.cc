@@ -251,24 +251,4 @@ Result<void> MetaStore::record_request(Txn& txn, const Context& ctx, const Resul
   return {};
 }
 
-Result<uint64_t> MetaStore::expire_requests(int64_t age_ns) {
-  WEFT_RETURN_IF_ERROR(space_->admit(FreeSpaceGuard::Kind::kRelease));
-  int64_t cutoff = now_ns() - age_ns;
-  uint64_t removed = 0;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  rocksdb::WriteBatch batch;
-  for (it->Seek("R"); it->Valid() && it->key().starts_with("R"); it->Next()) {
-    auto rec = decode_request(std::string_view(it->value().data(), it->value().size()));
-    if (rec && rec->time_ns >= cutoff) continue;
-    batch.Delete(it->key());
-    ++removed;
-  }
-  if (!it->status().ok()) return error(from_rocks(it->status(), "scan retry records"));
-  rocksdb::WriteOptions wo;
-  wo.sync = options_.sync;
-  auto s = db_->Write(wo, &batch);
-  if (!s.ok()) return error(from_rocks(s, "expire retry records"));
-  return removed;
-}
-
 }  // namespace weft::meta

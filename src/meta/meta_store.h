@@ -28,8 +28,10 @@
 // error) in the same transaction under R<client><seq>; the same id again
 // returns that outcome without re-executing. Bound: per client the records of
 // the last StoreOptions::request_window sequence numbers are kept (recording
-// seq deletes seq - window), and expire_requests(age) drops records of
-// clients that went away. Clients number their mutations consecutively.
+// seq deletes seq - window), and expire_requests(age) drops all records of
+// a client whose newest record is older than age (a client that went away);
+// a client still active keeps its window. Clients number their mutations
+// consecutively, so a client's newest record is its highest seq.
 //
 // Names: "." and ".." are never stored. lookup resolves them; mkdir/create/
 // symlink/link of them -> kExists (EEXIST, as Linux); rmdir "." -> EINVAL,
@@ -103,6 +105,22 @@ struct StoreOptions {
   std::function<std::pair<uint64_t, uint64_t>()> capacity_fn;
   Clock* clock = nullptr;                  // default SystemClock
   metrics::Registry* registry = nullptr;   // default Registry::global()
+  // Tests only: expire_requests calls it when it found a client idle, before
+  // it deletes that client's records (where a racing writer can come back).
+  std::function<void(uint64_t client_id)> before_expiring_client;
+};
+
+// Bounds on the work of one expire_requests call.
+struct ExpireLimits {
+  uint64_t steps_max = 16384;       // clients looked at + records deleted
+  size_t batch_deletes_max = 1024;  // deletes per WriteBatch (~30 KiB of keys)
+};
+
+// What one expire_requests call did.
+struct ExpireProgress {
+  uint64_t clients = 0;    // clients looked at
+  uint64_t removed = 0;    // retry records deleted
+  bool pass_done = false;  // it went past the last client: the next call starts a new pass
 };
 
 // While a DeferSync is alive, mutations the calling thread runs return right
@@ -206,8 +224,14 @@ class MetaStore {
   // The same for many files in one commit; returns how many were queued
   // (the others are skipped: done before).
   Result<size_t> gc_done(const Context& ctx, std::span<const Ino> inos);
-  // Drops retry records older than age_ns. Returns how many went.
-  Result<uint64_t> expire_requests(int64_t age_ns);
+  // Drops every retry record of each client whose newest record is older
+  // than age_ns; clients still active keep theirs (bounded by the window).
+  // Looks at clients, not records: one seek per client, and reads and deletes
+  // the records only of clients that went away. One call does at most
+  // limits.steps_max steps, then the next call resumes where it stopped (a
+  // cursor in memory; after the last client it starts over, as after a
+  // restart). Calls are serialized.
+  Result<ExpireProgress> expire_requests(int64_t age_ns, const ExpireLimits& limits = {});
 
   // Calls done once the WAL is synced past every commit that returned before
   // this call (at once when commits are synced by themselves). done runs on
@@ -283,6 +307,10 @@ class MetaStore {
   std::mutex alloc_mu_;
   uint64_t next_id_ = 0;   // guarded by alloc_mu_
   uint64_t id_limit_ = 0;  // guarded by alloc_mu_: persisted high-water mark
+  std::mutex expire_mu_;  // serializes expire_requests
+  // The highest client id the next expire_requests call looks at (clients are
+  // visited in descending order); nullopt: the top. Guarded by expire_mu_.
+  std::optional<uint64_t> expire_cursor_;
   std::vector<std::unique_ptr<OpMetrics>> metrics_;
   metrics::Counter* commit_retries_ = nullptr;
   metrics::Counter* request_replays_ = nullptr;
