@@ -1,5 +1,6 @@
 #include "meta/service.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include <asio/associated_executor.hpp>
@@ -349,15 +350,17 @@ void register_meta_service(rpc::Server& server, MetaStore& store) {
 }
 
 RequestRecordExpirer::RequestRecordExpirer(MetaStore& store, std::chrono::nanoseconds age,
-                                           std::chrono::milliseconds interval)
-    : store_(store), age_(age), thread_(interval, [this, interval] {
-        tick();
-        return interval;
-      }) {}
+                                           std::chrono::milliseconds interval, std::chrono::milliseconds catch_up)
+    : store_(store), age_(age), catch_up_(catch_up),
+      thread_(interval, [this, interval] { return tick(interval); }) {}
 
-void RequestRecordExpirer::tick() {
+std::chrono::milliseconds RequestRecordExpirer::tick(std::chrono::milliseconds interval) {
   auto r = store_.expire_requests(age_.count());
-  if (!r) WEFT_LOG_WARN("expiring retry records: {}", r.error());
+  if (!r) {
+    WEFT_LOG_WARN("expiring retry records: {}", r.error());
+    return interval;
+  }
+  return r->pass_done ? interval : std::min(interval, catch_up_);
 }
 
 }  // namespace weft::meta

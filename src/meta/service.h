@@ -32,7 +32,8 @@ namespace weft::meta {
 //   chain_table_id = 1
 //   request_window = 1024            # retry records kept per client
 //   sync = true                      # acknowledge only after the WAL fsync
-//   request_record_age_s = 3600      # retry records of idle clients expire after this
+//   request_record_age_s = 3600      # a client whose newest retry record is this old
+//                                    # loses all of them (active clients keep their window)
 struct MetaServiceConfig {
   std::string data_dir;
   uint32_t chain_count = 1;
@@ -49,18 +50,25 @@ struct MetaServiceConfig {
 // Registers every meta method on `server`; `store` must outlive it.
 void register_meta_service(rpc::Server& server, MetaStore& store);
 
-// Drops retry records older than `age` every `interval` on its own thread
-// (clients that went away leave up to request_window records each).
+// Drops the retry records of clients whose newest record is older than `age`
+// (clients that went away leave up to request_window records each; active
+// clients keep theirs) on its own thread: a pass over all clients every
+// `interval`. Each tick is one bounded MetaStore::expire_requests call; while
+// a pass is unfinished the next tick comes after `catch_up` (or `interval`
+// if shorter), so a backlog of departed clients drains in bounded steps.
 // Stops promptly in the destructor.
 class RequestRecordExpirer {
  public:
-  RequestRecordExpirer(MetaStore& store, std::chrono::nanoseconds age, std::chrono::milliseconds interval);
+  RequestRecordExpirer(MetaStore& store, std::chrono::nanoseconds age, std::chrono::milliseconds interval,
+                       std::chrono::milliseconds catch_up = std::chrono::seconds(1));
 
  private:
-  void tick();
+  // Returns the wait before the next tick.
+  std::chrono::milliseconds tick(std::chrono::milliseconds interval);
 
   MetaStore& store_;
   const std::chrono::nanoseconds age_;
+  const std::chrono::milliseconds catch_up_;
   PeriodicThread thread_;  // last: starts after the fields it uses
 };
 

@@ -403,6 +403,30 @@ TEST_F(ServiceTest, ExpirerDropsOldRetryRecords) {
   EXPECT_EQ(again.error().code(), Code::kExists);
 }
 
+// A backlog larger than one call's budget (16,384 steps) drains at the
+// catch-up pace, not one call per interval: done well before a second interval.
+TEST_F(ServiceTest, ExpirerCatchesUpOnABacklog) {
+  RequestRecord rec{.time_ns = 1};  // long gone
+  for (uint64_t client = 1; client <= 20; ++client) {
+    rocksdb::WriteBatch batch;
+    for (uint64_t seq = 1; seq <= 1024; ++seq) batch.Put(key::request(client, seq), encode_request(rec));
+    ASSERT_TRUE(store_->db()->Write(rocksdb::WriteOptions(), &batch).ok());
+  }
+  auto records_left = [&] {
+    std::unique_ptr<rocksdb::Iterator> it(store_->db()->NewIterator(rocksdb::ReadOptions()));
+    it->Seek("R");
+    return it->Valid() && it->key().starts_with("R");
+  };
+  auto start = std::chrono::steady_clock::now();
+  const auto interval = std::chrono::milliseconds(2000);
+  RequestRecordExpirer expirer(*store_, std::chrono::hours(1), interval, std::chrono::milliseconds(20));
+  while (records_left() && std::chrono::steady_clock::now() - start < 2 * interval)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_FALSE(records_left());
+  EXPECT_LT(took, interval + std::chrono::milliseconds(1500)) << "the second call waited for the interval";
+}
+
 TEST_F(ServiceTest, OpsAndLatenciesAreExported) {
   ASSERT_TRUE(c().create(kRoot, kRootIno, "m", 0644, true, false).has_value());
   ASSERT_TRUE(c().lookup(kRoot, kRootIno, "m").has_value());
