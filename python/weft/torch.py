@@ -278,8 +278,10 @@ class ShardDataset(_BatchedDataset):
         for p, n in zip(paths, self.client.native.stat_many(paths)):
             if isinstance(n, tuple):
                 raise OSError(n[0], f"{os.strerror(n[0])} ({n[1]})", p)
-            if not n.is_file():
+            if n.is_dir():
                 raise IsADirectoryError(21, "Is a directory", p)
+            if not n.is_file():
+                raise OSError(22, "Invalid argument (not a regular file)", p)
             inodes[p] = n
         self.records = records
         self._ops = []

@@ -5,6 +5,7 @@
 // when stderr is a terminal.
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -64,6 +65,11 @@ char type_char(InodeType t) {
     case InodeType::kFile: break;
   }
   return '-';
+}
+
+// "major, minor" of a device number (glibc's dev_t encoding, as stat returns it).
+std::string device_string(uint64_t rdev) {
+  return fmt::format("{}, {}", major(static_cast<dev_t>(rdev)), minor(static_cast<dev_t>(rdev)));
 }
 
 const char* type_name(InodeType t) {
@@ -144,8 +150,10 @@ void cmd_ls(const FileFlags& f, const std::string& path, bool long_format) {
       continue;
     }
     const Inode& a = e.attr;
-    std::printf("%s %3u %5u %5u %12llu %s %s\n", mode_string(a).c_str(), a.nlink, a.uid, a.gid,
-                static_cast<unsigned long long>(a.size), time_string(a.mtime_ns).c_str(), e.name.c_str());
+    // A device shows its number where a file shows its size, as ls does.
+    std::string size = meta::is_device_type(a.type) ? device_string(a.rdev) : std::to_string(a.size);
+    std::printf("%s %3u %5u %5u %12s %s %s\n", mode_string(a).c_str(), a.nlink, a.uid, a.gid, size.c_str(),
+                time_string(a.mtime_ns).c_str(), e.name.c_str());
   }
 }
 
@@ -160,6 +168,8 @@ void cmd_stat(const FileFlags& f, const std::string& path) {
               type_name(n->type),
               static_cast<unsigned long long>(n->size), human(n->size).c_str(), n->mode, mode_string(*n).c_str(),
               n->uid, n->gid, n->nlink, time_string(n->mtime_ns).c_str(), time_string(n->ctime_ns).c_str());
+  if (meta::is_device_type(n->type)) std::printf("  device: %s\n", device_string(n->rdev).c_str());
+  if (n->is_special()) return;  // no data, so no layout
   const Layout& l = n->layout;
   std::printf("  layout: chunk %s, stripe %u, chain table %u\n", human(l.chunk_bytes).c_str(), l.stripe_count,
               l.chain_table_id);

@@ -192,7 +192,8 @@ class ClientImpl final : public Client {
 
   Result<std::shared_ptr<File>> open_read_known(const Cred& cred, const Inode& inode) override {
     if (inode.is_dir()) return error(Code::kIsDirectory, "inode {} is a directory", inode.ino);
-    if (!inode.is_file()) return error(Code::kInvalidArgument, "inode {} is not a regular file", inode.ino);
+    if (!inode.is_file() && !inode.is_special())  // a special file: make_file's answer, as every open's
+      return error(Code::kInvalidArgument, "inode {} is not a regular file", inode.ino);
     // The same rule meta applies to a read-only open (meta/permission.h).
     WEFT_RETURN_IF_ERROR(meta::check_access(inode, cred, meta::kAccessRead));
     WEFT_TRY(auto file, make_file(cred, inode, 0, false));
@@ -664,7 +665,8 @@ void ClientImpl::plan_reads(const Cred& cred, std::span<const ReadOp> ops, ReadJ
     }
     if (!info.inode) continue;
     if (!info.inode->is_file()) {
-      info.inode = error(Code::kIsDirectory, "inode {} is not a regular file", op.ino);
+      info.inode = info.inode->is_dir() ? error(Code::kIsDirectory, "inode {} is a directory", op.ino)
+                                        : error(Code::kInvalidArgument, "inode {} is not a regular file", op.ino);
       continue;
     }
     auto stripe = file_stripe(*core_, info.inode->layout);

@@ -18,7 +18,9 @@ Result<std::vector<mgmt::ChainId>> file_stripe(Core& core, const Layout& layout)
 }
 
 Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uint64_t old_size, uint64_t new_size) {
-  if (!inode.is_file()) return error(Code::kIsDirectory, "inode {} is not a regular file", inode.ino);
+  if (inode.is_dir()) return error(Code::kIsDirectory, "inode {} is a directory", inode.ino);
+  // As meta (and truncate(2) on a FIFO, socket or device): no length to set.
+  if (!inode.is_file()) return error(Code::kInvalidArgument, "inode {} is not a regular file", inode.ino);
   // Before any chunk is touched (meta would refuse the length only at the end).
   if (new_size > meta::kFileBytesMax)
     return error(Code::kFileTooBig, "length {} of file {} beyond the maximum file size {}", new_size, inode.ino,

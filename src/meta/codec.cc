@@ -149,8 +149,9 @@ std::string xattr(Ino ino, std::string_view name) {
 }
 std::string dir_stat(Ino ino) { return prefixed(kDirStatPrefix, ino); }
 std::string gc(Ino ino) { return prefixed(kGcPrefix, ino); }
+std::string request_prefix(uint64_t client_id) { return prefixed('R', client_id); }
 std::string request(uint64_t client_id, uint64_t seq) {
-  std::string k = prefixed('R', client_id);
+  std::string k = request_prefix(client_id);
   put_be64(k, seq);
   return k;
 }

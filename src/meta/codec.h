@@ -40,6 +40,8 @@ std::string xattr_prefix(Ino ino);
 std::string dir_stat(Ino ino);
 std::string gc(Ino ino);
 std::string request(uint64_t client_id, uint64_t seq);
+std::string request_prefix(uint64_t client_id);  // every retry record of one client
+inline constexpr size_t kRequestKeyBytes = 17;    // 'R' + client (be64) + seq (be64)
 inline constexpr std::string_view kNextIno = "Mnext_ino";
 inline constexpr std::string_view kInodeCount = "Cinodes";
 inline constexpr char kInodePrefix = 'I';

@@ -96,6 +96,9 @@ struct StoreOptions {
   bool group_sync = true;            // with sync: one WalSyncer fsync covers many commits
                                      // (wal_syncer.h); false: RocksDB sync=true writes
   bool group_linger = true;          // the syncer waits briefly for a group to gather
+  // mknod of FIFOs, sockets and devices; false: EPERM, as before they existed
+  // (while clients too old to decode their inodes remain: docs/DEPLOY.md).
+  bool special_files = true;
   uint64_t inodes_max = uint64_t{1} << 40;
   // Bytes of the store's filesystem kept free: below it mutations that add
   // data fail with kNoSpace (ENOSPC), removals below a quarter of it
@@ -114,6 +117,9 @@ struct StoreOptions {
 struct ExpireLimits {
   uint64_t steps_max = 16384;       // clients looked at + records deleted
   size_t batch_deletes_max = 1024;  // deletes per WriteBatch (~30 KiB of keys)
+  // A pass that removed at least this many records compacts the retry
+  // records' key range at its end (see store_expire.cc).
+  uint64_t compact_after_removed = 4096;
 };
 
 // What one expire_requests call did.
@@ -273,6 +279,8 @@ class MetaStore {
   // REQUIRES: before the operation's own locks. kStaleHandle unless
   // `expect` (when set) still names `parent`; see ParentCheck.
   Result<void> check_parent(Txn& txn, const Context& ctx, const std::optional<ParentCheck>& expect, Ino parent);
+  // Compacts the key range of the retry records (after a large expiry).
+  Result<void> compact_requests();
   // symlink_target: symlinks only; rdev: devices only.
   Result<Inode> new_inode(Txn& txn, const Context& ctx, const Inode& parent, InodeType type, uint32_t mode,
                           std::string_view symlink_target = {}, uint64_t rdev = 0);
@@ -311,6 +319,7 @@ class MetaStore {
   // The highest client id the next expire_requests call looks at (clients are
   // visited in descending order); nullopt: the top. Guarded by expire_mu_.
   std::optional<uint64_t> expire_cursor_;
+  uint64_t expire_removed_this_pass_ = 0;  // guarded by expire_mu_
   std::vector<std::unique_ptr<OpMetrics>> metrics_;
   metrics::Counter* commit_retries_ = nullptr;
   metrics::Counter* request_replays_ = nullptr;

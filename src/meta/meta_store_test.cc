@@ -239,7 +239,7 @@ TEST_F(MetaStoreTest, SpecialFiles) {
   ASSERT_OK(blk);
   // Neither regular files nor directories nor unknown kinds come from mknod.
   EXPECT_CODE(s().mknod(root(), d, "f", InodeType::kFile, 0644, 0), Code::kInvalidArgument);
-  EXPECT_CODE(s().mknod(root(), d, "f", InodeType::kDirectory, 0755, 0), Code::kInvalidArgument);
+  EXPECT_CODE(s().mknod(root(), d, "f", InodeType::kDirectory, 0755, 0), Code::kNotPermitted);  // as mknod(2)
   EXPECT_CODE(s().mknod(root(), d, ".", InodeType::kFifo, 0644, 0), Code::kExists);
   EXPECT_CODE(s().mknod(root(), d, "a/b", InodeType::kFifo, 0644, 0), Code::kInvalidArgument);
 
@@ -282,6 +282,43 @@ TEST_F(MetaStoreTest, SpecialFiles) {
   ASSERT_OK(s().unlink(root(), d, "disk"));
   EXPECT_TRUE(s().gc_pending(10)->empty());
   EXPECT_EQ(s().statfs(root())->inodes_used, 2u);  // root and d
+}
+
+// Set-id bits of special files follow Linux's rules for non-directories:
+// chown clears setuid (and group-executable setgid), and a creator outside a
+// setgid directory's group gets no group-executable setgid.
+TEST_F(MetaStoreTest, SpecialFilesSetIdBits) {
+  Ino d = mkdir("d", kRootIno, 02777);
+  ASSERT_OK(s().setattr(root(), d, SetAttr{.gid = 500}));
+  ASSERT_OK(s().setattr(root(), d, SetAttr{.mode = 02777}));
+  auto outsider = s().mknod(user(1000, 100), d, "p1", InodeType::kFifo, 02750, 0);
+  ASSERT_OK(outsider);
+  EXPECT_EQ(outsider->gid, 500u);
+  EXPECT_EQ(outsider->mode, 0750u);
+  auto no_exec = s().mknod(user(1000, 100), d, "p2", InodeType::kFifo, 02740, 0);  // not group-executable: kept
+  EXPECT_EQ(no_exec->mode, 02740u);
+  auto member = s().mknod(user(1000, 100, {500}), d, "p3", InodeType::kFifo, 02750, 0);
+  EXPECT_EQ(member->mode, 02750u);
+  auto dev = s().mknod(root(), d, "dev", InodeType::kCharDevice, 06755, 7);
+  ASSERT_OK(dev);
+  auto chowned = s().setattr(root(), dev->ino, SetAttr{.uid = 1000});
+  ASSERT_OK(chowned);
+  EXPECT_EQ(chowned->mode, 0755u);
+}
+
+// A meta server with special files off refuses mknod as before they existed.
+class NoSpecialFilesTest : public StoreTest {
+ protected:
+  StoreOptions options() override {
+    StoreOptions o = StoreTest::options();
+    o.special_files = false;
+    return o;
+  }
+};
+
+TEST_F(NoSpecialFilesTest, MknodIsRefused) {
+  EXPECT_CODE(s().mknod(root(), kRootIno, "p", InodeType::kFifo, 0644, 0), Code::kNotPermitted);
+  EXPECT_CODE(s().lookup(root(), kRootIno, "p"), Code::kNotFound);
 }
 
 TEST_F(MetaStoreTest, SetattrRules) {

@@ -43,6 +43,7 @@ TEST(ProtoConvert, DirEntryFixedBytesBoundTheEncoding) {
   Inode widest;
   widest.ino = widest.parent = UINT64_MAX;
   widest.size = UINT64_MAX;
+  widest.rdev = UINT64_MAX;  // only devices carry one, but every field at its widest
   widest.type = InodeType::kSymlink;
   widest.mode = widest.uid = widest.gid = widest.nlink = UINT32_MAX;
   widest.atime_ns = widest.mtime_ns = widest.ctime_ns = INT64_MIN;

@@ -57,7 +57,7 @@ class RequestExpiryTest : public StoreTest {
     for (uint64_t seq = first; seq <= last; ++seq) ASSERT_OK(mutate(client, seq));
   }
   size_t records_of(uint64_t client) {
-    std::string prefix = key::request(client, 0).substr(0, 9);
+    std::string prefix = key::request_prefix(client);
     std::unique_ptr<rocksdb::Iterator> it(s().db()->NewIterator(rocksdb::ReadOptions()));
     size_t n = 0;
     for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) ++n;
@@ -172,6 +172,36 @@ TEST_F(RequestExpiryTest, LooksAtClientsNotRecords) {
   EXPECT_EQ(r->removed, kIdle * kRecords);
   // The idle clients' records, walked to delete them, and a few per client.
   EXPECT_LE(stepped, kIdle * kRecords + 2 * (kActive + kIdle)) << "stepped over " << stepped;
+}
+
+// A pass that removed many records compacts their range: the next pass does
+// not step over their tombstones (it would, every pass, until compaction got
+// there by itself).
+TEST_F(RequestExpiryTest, ALargeRemovalIsCompactedAway) {
+  constexpr uint64_t kIdle = 20, kRecords = 512;  // 10,240 records: past compact_after_removed
+  ASSERT_NO_FATAL_FAILURE(put_records(*s().db(), kIdle, kRecords, clock_.wall_ns()));
+  ASSERT_TRUE(s().db()->Flush(rocksdb::FlushOptions()).ok());
+  clock_.advance(std::chrono::hours(2));
+  EXPECT_EQ(expire_all(s(), kHourNs), kIdle * kRecords);
+  ASSERT_NO_FATAL_FAILURE(mutations(kIdle + 1, 1, 1));  // one live client, above the removed ones
+  rocksdb::SetPerfLevel(rocksdb::PerfLevel::kEnableCount);
+  rocksdb::get_perf_context()->Reset();
+  EXPECT_EQ(expire_all(s(), kHourNs), 0u);
+  uint64_t skipped = rocksdb::get_perf_context()->internal_delete_skipped_count +
+                     rocksdb::get_perf_context()->internal_key_skipped_count;
+  rocksdb::SetPerfLevel(rocksdb::PerfLevel::kDisable);
+  EXPECT_LT(skipped, 100u) << "the next pass stepped over the removed records' tombstones";
+}
+
+// A retry-record key of the wrong length (only damage makes one) is removed
+// like an undecodable record; it does not stop the passes at it.
+TEST_F(RequestExpiryTest, AMalformedKeyIsRemovedNotAWall) {
+  ASSERT_NO_FATAL_FAILURE(mutations(1, 1, 2));
+  clock_.advance(std::chrono::hours(2));
+  std::string bad = key::request(1, 7) + "x";  // above client 1's records
+  ASSERT_TRUE(s().db()->Put(rocksdb::WriteOptions(), bad, "junk").ok());
+  EXPECT_EQ(expire_all(s(), kHourNs), 3u);
+  EXPECT_EQ(records_of(1), 0u);
 }
 
 // Timings for docs/BENCHMARKS.md:

@@ -247,6 +247,7 @@ Result<MetaServiceConfig> MetaServiceConfig::from(const Config& config) {
   WEFT_TRY(int64_t table, meta.get_int_in("chain_table_id", 1, 1, UINT32_MAX));
   WEFT_TRY(int64_t window, meta.get_int_in("request_window", 1024, 16, 1 << 20));
   WEFT_TRY(c.sync, meta.get_bool("sync", true));
+  WEFT_TRY(c.special_files, meta.get_bool("special_files", true));
   WEFT_TRY(c.request_record_age_s, meta.get_int_in("request_record_age_s", 3600, 1, int64_t{1} << 32));
   WEFT_TRY(int64_t reserve_mib, meta.get_int_in("reserve_mib", 256, 0, int64_t{1} << 30));
   c.reserve_bytes = static_cast<uint64_t>(reserve_mib) << 20;
@@ -263,6 +264,7 @@ StoreOptions MetaServiceConfig::store_options() const {
   o.chain_table_id = chain_table_id;
   o.request_window = request_window;
   o.sync = sync;
+  o.special_files = special_files;
   o.reserve_bytes = reserve_bytes;
   return o;
 }
@@ -357,10 +359,12 @@ RequestRecordExpirer::RequestRecordExpirer(MetaStore& store, std::chrono::nanose
 std::chrono::milliseconds RequestRecordExpirer::tick(std::chrono::milliseconds interval) {
   auto r = store_.expire_requests(age_.count());
   if (!r) {
+    // A passing failure (a lock timeout behind a retry) must not stall a catch-up for a whole interval.
     WEFT_LOG_WARN("expiring retry records: {}", r.error());
-    return interval;
+  } else {
+    mid_pass_ = !r->pass_done;
   }
-  return r->pass_done ? interval : std::min(interval, catch_up_);
+  return mid_pass_ ? std::min(interval, catch_up_) : interval;
 }
 
 }  // namespace weft::meta

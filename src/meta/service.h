@@ -34,12 +34,15 @@ namespace weft::meta {
 //   sync = true                      # acknowledge only after the WAL fsync
 //   request_record_age_s = 3600      # a client whose newest retry record is this old
 //                                    # loses all of them (active clients keep their window)
+//   special_files = true             # mknod of FIFOs, sockets, devices (false: EPERM;
+//                                    # while older clients remain, docs/DEPLOY.md)
 struct MetaServiceConfig {
   std::string data_dir;
   uint32_t chain_count = 1;
   uint32_t chain_table_id = 1;
   uint64_t request_window = 1024;
   bool sync = true;
+  bool special_files = true;
   int64_t request_record_age_s = 3600;
   uint64_t reserve_bytes = uint64_t{256} << 20;  // StoreOptions::reserve_bytes
 
@@ -69,6 +72,7 @@ class RequestRecordExpirer {
   MetaStore& store_;
   const std::chrono::nanoseconds age_;
   const std::chrono::milliseconds catch_up_;
+  bool mid_pass_ = false;  // tick's thread only: the last call left a pass unfinished
   PeriodicThread thread_;  // last: starts after the fields it uses
 };
 

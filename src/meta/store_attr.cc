@@ -126,7 +126,7 @@ Result<Inode> MetaStore::do_setattr(Txn& txn, const Context& ctx, Ino ino, const
   bool chown = (a.uid && *a.uid != n.uid) || (a.gid && *a.gid != n.gid);
   if (a.uid) n.uid = *a.uid;
   if (a.gid) n.gid = *a.gid;
-  if (chown && n.is_file()) {  // POSIX: chown clears setuid, and setgid when group-executable
+  if (chown && !n.is_dir()) {  // as Linux: chown clears setuid, and setgid when group-executable
     n.mode &= ~kModeSetUid;
     if (n.mode & 0010) n.mode &= ~kModeSetGid;
   }

@@ -16,14 +16,13 @@
 #include <rocksdb/write_batch.h>
 
 #include "common/free_space.h"
+#include "common/logging.h"
 #include "meta/meta_store.h"
 #include "meta/txn.h"
 
 namespace weft::meta {
 namespace {
 
-constexpr size_t kRequestKeyBytes = 17;  // 'R' + client (be64) + seq (be64)
-constexpr size_t kClientPrefixBytes = 9;
 
 // One expire_requests call: its iterator, its budget and the batch it fills.
 class RequestSweep {
@@ -96,13 +95,21 @@ Result<bool> RequestSweep::visit(uint64_t client) {
 
 Result<std::optional<uint64_t>> RequestSweep::seek_newest(uint64_t client) {
   it_->SeekForPrev(key::request(client, std::numeric_limits<uint64_t>::max()));
+  // A key of another length (only damage makes one) goes, as an undecodable
+  // record does: failing here would stop every later pass at it.
+  for (; it_->Valid() && it_->key().starts_with("R") && it_->key().size() != key::kRequestKeyBytes; it_->Prev()) {
+    WEFT_LOG_WARN("retry records: removing a malformed key of {} bytes", it_->key().size());
+    batch_.Delete(it_->key());
+    ++steps_;
+    ++progress_.removed;
+    if (batch_.Count() >= limits_.batch_deletes_max) WEFT_RETURN_IF_ERROR(flush());
+  }
   if (!it_->Valid()) {
     if (!it_->status().ok()) return error(from_rocks(it_->status(), "scan retry records"));
     return std::nullopt;
   }
   std::string_view k(it_->key().data(), it_->key().size());
   if (!k.starts_with('R')) return std::nullopt;  // below every retry record
-  if (k.size() != kRequestKeyBytes) return error(Code::kCorruption, "retry record key of {} bytes", k.size());
   WEFT_TRY(uint64_t found, key::u64_at(k, 1));
   return found;
 }
@@ -129,7 +136,7 @@ bool RequestSweep::idle() const {
 // none. A transaction re-reading the newest record (GetForUpdate) would not
 // cover this: a client that comes back writes a new key, not that one.
 Result<bool> RequestSweep::delete_down(uint64_t client) {
-  const std::string prefix = key::request(client, 0).substr(0, kClientPrefixBytes);
+  const std::string prefix = key::request_prefix(client);
   for (; it_->Valid() && it_->key().starts_with(prefix); it_->Prev()) {
     if (steps_ >= limits_.steps_max) return false;
     batch_.Delete(it_->key());
@@ -157,7 +164,25 @@ Result<ExpireProgress> MetaStore::expire_requests(int64_t age_ns, const ExpireLi
   WEFT_RETURN_IF_ERROR(space_->admit(FreeSpaceGuard::Kind::kRelease));
   std::lock_guard lock(expire_mu_);
   RequestSweep sweep(*db_, now_ns() - age_ns, limits, options_.before_expiring_client);
-  return sweep.run(expire_cursor_);
+  WEFT_TRY(ExpireProgress progress, sweep.run(expire_cursor_));
+  expire_removed_this_pass_ += progress.removed;
+  if (progress.pass_done) {
+    // The tombstones of a large removal would be stepped over by every later
+    // pass (SeekForPrev and the Prev walks go through them) until compaction
+    // happens to reach them: compact the retry records' range now (what it
+    // touches is only that range's files; the memtable is flushed first).
+    if (expire_removed_this_pass_ >= limits.compact_after_removed) WEFT_RETURN_IF_ERROR(compact_requests());
+    expire_removed_this_pass_ = 0;
+  }
+  return progress;
+}
+
+Result<void> MetaStore::compact_requests() {
+  const std::string begin = "R", end = key::prefix_end("R");
+  rocksdb::Slice b(begin), e(end);
+  auto s = db_->CompactRange(rocksdb::CompactRangeOptions(), &b, &e);
+  if (!s.ok()) return error(from_rocks(s, "compact retry records"));
+  return {};
 }
 
 }  // namespace weft::meta

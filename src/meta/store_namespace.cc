@@ -51,7 +51,11 @@ Result<Inode> MetaStore::new_inode(Txn& txn, const Context& ctx, const Inode& pa
     n.gid = parent.gid;
     if (type == InodeType::kDirectory) n.mode |= kModeSetGid;
   }
-  if (type == InodeType::kFile && (n.mode & kModeSetGid) && ctx.cred.uid != 0 && !ctx.cred.in_group(n.gid))
+  // Linux's mode_strip_sgid: a group-executable setgid non-directory in a
+  // group its creator is not in loses setgid.
+  constexpr uint32_t kSetGidExec = kModeSetGid | 0010;
+  if (type != InodeType::kDirectory && (n.mode & kSetGidExec) == kSetGidExec && ctx.cred.uid != 0 &&
+      !ctx.cred.in_group(n.gid))
     n.mode &= ~kModeSetGid;
   n.atime_ns = n.mtime_ns = n.ctime_ns = now_ns();
   n.nlink = type == InodeType::kDirectory ? 2 : 1;
@@ -194,8 +198,12 @@ Result<Inode> MetaStore::mknod(const Context& ctx, Ino parent_ino, std::string_v
                                uint32_t mode, uint64_t rdev) {
   return to_inode(mutate(Op::kMknod, ctx, [&](Txn& txn) -> Result<Reply> {
     WEFT_RETURN_IF_ERROR(check_name(name));
-    // Regular files come from create (they have a layout and sessions), directories from mkdir.
+    // Regular files come from create (they have a layout and sessions), directories from
+    // mkdir (mknod(2) of a directory is EPERM).
+    if (type == InodeType::kDirectory) return error(Code::kNotPermitted, "mknod of a directory: use mkdir");
     if (!is_special_type(type)) return error(Code::kInvalidArgument, "mknod of inode type {}", static_cast<int>(type));
+    if (!options_.special_files)
+      return error(Code::kNotPermitted, "special files are off on this meta server ([meta] special_files)");
     if (is_dot_or_dotdot(name)) return error(Code::kExists, "mknod '{}'", name);
     WEFT_TRY(Inode parent, lock_dir_for_entries(txn, ctx, parent_ino));
     WEFT_TRY(auto existing, txn.lock_dentry(parent_ino, name));

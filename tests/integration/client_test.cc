@@ -351,7 +351,12 @@ TEST_F(ClientTest, SpecialFilesAreNotOpenedNatively) {
   auto by_ino = client_->open(cred, fifo->ino, O_RDONLY);
   ASSERT_FALSE(by_ino.has_value());
   EXPECT_EQ(by_ino.error().code(), Code::kNotSupported);
-  EXPECT_FALSE(client_->open_read_known(cred, *fifo).has_value());
+  auto known = client_->open_read_known(cred, *fifo);
+  ASSERT_FALSE(known.has_value());
+  EXPECT_EQ(known.error().code(), Code::kNotSupported);
+  auto sized = client_->setattr(cred, fifo->ino, SetAttr{.size = 0});  // truncate(2) of a FIFO: EINVAL
+  ASSERT_FALSE(sized.has_value());
+  EXPECT_EQ(sized.error().code(), Code::kInvalidArgument) << sized.error();
   ClientOptions o;
   o.config_path = config_;
   o.statahead_ttl_s = 60;
