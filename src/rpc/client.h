@@ -30,6 +30,7 @@
 #include "rpc/io_pool.h"
 #include "rpc/method.h"
 #include "rpc/task.h"
+#include "rpc/tcp_liveness.h"
 
 namespace weft::rpc {
 
@@ -43,6 +44,12 @@ struct ClientOptions {
   uint32_t backoff_min_ms = 50;      // after a failed connect, wait before the next try
   uint32_t backoff_max_ms = 2000;
   size_t pending_max_per_connection = 65536;
+  // Keepalive and TCP_USER_TIMEOUT on every connection (also call_blocking's):
+  // an idle connection to a server that vanished is found and closed, and
+  // a request written to it fails instead of being retransmitted for
+  // ~15 minutes. Keep tcp.user_timeout_ms above every call timeout used with
+  // this Client (rpc/tcp_liveness.h).
+  TcpLiveness tcp;
   FrameLimits limits;
 
   // A client of peers inside the cluster (mgmtd, meta, storage): a dead peer

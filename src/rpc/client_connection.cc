@@ -61,6 +61,7 @@ Task<void> ClientConnection::run_connect() {
     co_return;
   }
   on_connected();
+  apply_tcp_liveness(socket_.native_handle(), options_.tcp);
   Status hs = co_await handshake();
   if (!hs.ok()) {
     if (hs.code() == Code::kUnauthenticated) WEFT_LOG_ERROR("{}", hs.message());

@@ -12,7 +12,9 @@
 // that socket (back-pressure), other connections go on. A connection whose
 // replies wait while the peer takes none of their bytes for
 // `write_stall_timeout_ms` (a peer that stopped reading: hung, SIGSTOPped,
-// hostile) is closed, which frees its replies and whatever they hold.
+// hostile) is closed, which frees its replies and whatever they hold. An
+// idle connection stays open; keepalive (`tcp`) ends it when its peer is
+// gone.
 // Threading: register methods before listen(); stop() from any thread.
 #pragma once
 
@@ -34,6 +36,7 @@
 #include "rpc/io_pool.h"
 #include "rpc/method.h"
 #include "rpc/task.h"
+#include "rpc/tcp_liveness.h"
 
 namespace asio {
 class thread_pool;
@@ -55,6 +58,7 @@ struct ServerOptions {
   // before the connection is closed; 0: forever. Idle connections are never
   // closed by it.
   uint32_t write_stall_timeout_ms = 30000;
+  TcpLiveness tcp;  // on every accepted socket
   FrameLimits limits;
 };
 

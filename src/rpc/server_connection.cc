@@ -24,6 +24,7 @@ ServerConnection::ServerConnection(asio::ip::tcp::socket socket, std::shared_ptr
     : FrameStream(std::move(socket), server->options.limits), state_(std::move(server)), server_(*state_) {
   server_.connections_gauge->add(1);
   set_write_stall_timeout(std::chrono::milliseconds(server_.options.write_stall_timeout_ms));
+  apply_tcp_liveness(socket_.native_handle(), server_.options.tcp);
 }
 
 ServerConnection::~ServerConnection() { server_.connections_gauge->add(-1); }

@@ -29,8 +29,9 @@ long remaining_us(SteadyClock::time_point deadline) {
   return std::max<long>(left, 1);
 }
 
-// A connected, blocking TCP socket with TCP_NODELAY, or an error.
-Result<int> connect_socket(const Endpoint& ep, uint32_t timeout_ms) {
+// A connected, blocking TCP socket with TCP_NODELAY and options.tcp, or an error.
+Result<int> connect_socket(const Endpoint& ep, const ClientOptions& options) {
+  const uint32_t timeout_ms = options.connect_timeout_ms;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -60,6 +61,7 @@ Result<int> connect_socket(const Endpoint& ep, uint32_t timeout_ms) {
   }
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  apply_tcp_liveness(fd, options.tcp);
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   return fd;
 }
@@ -74,7 +76,7 @@ SyncChannel::~SyncChannel() {
 }
 
 Result<std::unique_ptr<SyncChannel>> SyncChannel::open(const Endpoint& ep, const ClientOptions& options) {
-  WEFT_TRY(int fd, connect_socket(ep, options.connect_timeout_ms));
+  WEFT_TRY(int fd, connect_socket(ep, options));
   std::unique_ptr<SyncChannel> ch(new SyncChannel(fd, ep, options.limits));
   proto::Hello hello;
   hello.set_cluster_token(options.cluster_token);

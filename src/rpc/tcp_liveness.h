@@ -1,0 +1,44 @@
+// rpc/tcp_liveness.h
+// How an RPC connection notices a peer that vanished without a word (power
+// lost, kernel panic, cable cut, partition: no FIN, no RST). Left to Linux's
+// defaults, a quiet connection to such a peer stays open for hours (first
+// keepalive probe after 2 h, if SO_KEEPALIVE is on at all) and bytes sent to
+// it are retransmitted for ~15 minutes, so a server keeps the dead client's
+// connection (fd, buffers) and a client's write to a dead server has no
+// bound of its own. Every RPC socket, both ends, gets:
+// - keepalive: after `keepalive_idle_s` with nothing received, a probe every
+//   `keepalive_interval_s`; `keepalive_count` unanswered ones end it;
+// - TCP_USER_TIMEOUT: sent bytes left unacknowledged `user_timeout_ms` end
+//   it (Linux >= 5.1: also a peer whose receive window stays zero that
+//   long). Keep it above every call timeout: a peer that is alive but takes
+//   no bytes for a while (busy, back-pressure) is cut too, and its calls
+//   should time out first. When it is set, Linux also lets it (not the
+//   count) decide when unanswered keepalive probes end a quiet connection:
+//   at the first probe at or past it.
+// A connection so ended fails its reads and writes with ETIMEDOUT, which
+// closes it like any other I/O error.
+#pragma once
+
+#include <cstdint>
+
+#include "common/status.h"
+
+namespace weft::rpc {
+
+struct TcpLiveness {
+  uint32_t keepalive_idle_s = 30;     // 0: no keepalive
+  uint32_t keepalive_interval_s = 5;  // >= 1 when keepalive is on
+  uint32_t keepalive_count = 4;       // >= 1 when keepalive is on
+  uint32_t user_timeout_ms = 60000;   // 0: the kernel's default (retransmissions, ~15 min)
+};
+
+// Sets the options on the connected TCP socket `fd`. The connection works
+// without them, so a failure is reported (which options, why), not fatal.
+Status set_tcp_liveness(int fd, const TcpLiveness& options);
+
+// set_tcp_liveness, logging a failure as a warning. A failure is the same
+// for every socket (an old kernel, a sandbox), so it is logged once per
+// process, then at debug level.
+void apply_tcp_liveness(int fd, const TcpLiveness& options);
+
+}  // namespace weft::rpc

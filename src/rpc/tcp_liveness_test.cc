@@ -1,0 +1,168 @@
+// Dead-peer detection on RPC sockets: the keepalive and TCP_USER_TIMEOUT
+// options are in effect on both ends of real connections (the server's
+// accepted socket, a Client's connection, a call_blocking channel), each
+// end with its own settings; 0 turns them off; a socket that cannot take
+// them is reported, not fatal; the [server] keys are read and bounded.
+#include <gtest/gtest.h>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <optional>
+
+#include "common/config.h"
+#include "rpc/service_runtime.h"
+#include "rpc/tcp_liveness.h"
+#include "rpc/test_cluster.h"
+
+namespace weft::rpc {
+namespace {
+
+// The options as the kernel reports them for one socket.
+struct SocketLiveness {
+  int keepalive = -1, idle_s = -1, interval_s = -1, count = -1, user_timeout_ms = -1;
+};
+
+int get_int(int fd, int level, int option) {
+  int v = -1;
+  socklen_t len = sizeof v;
+  return ::getsockopt(fd, level, option, &v, &len) == 0 ? v : -1;
+}
+
+SocketLiveness liveness_of(int fd) {
+  return {get_int(fd, SOL_SOCKET, SO_KEEPALIVE), get_int(fd, IPPROTO_TCP, TCP_KEEPIDLE),
+          get_int(fd, IPPROTO_TCP, TCP_KEEPINTVL), get_int(fd, IPPROTO_TCP, TCP_KEEPCNT),
+          get_int(fd, IPPROTO_TCP, TCP_USER_TIMEOUT)};
+}
+
+uint16_t port_of(const sockaddr_storage& a) {
+  if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
+  return 0;
+}
+
+// Server and client share this process, so both ends of a connection are
+// among our own fds: the TCP sockets whose local (or peer) port is `port`.
+std::vector<int> tcp_fds(uint16_t port, bool peer) {
+  std::vector<int> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    int fd = std::stoi(e.path().filename().string());
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    sockaddr_storage a{};
+    socklen_t len = sizeof a;
+    int rc = peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len)
+                  : ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    if (rc == 0 && port_of(a) == port && (peer || ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0))
+      out.push_back(fd);
+  }
+  return out;
+}
+
+void expect_liveness(int fd, const TcpLiveness& want, const char* which) {
+  SocketLiveness got = liveness_of(fd);
+  EXPECT_EQ(got.keepalive, 1) << which;
+  EXPECT_EQ(got.idle_s, static_cast<int>(want.keepalive_idle_s)) << which;
+  EXPECT_EQ(got.interval_s, static_cast<int>(want.keepalive_interval_s)) << which;
+  EXPECT_EQ(got.count, static_cast<int>(want.keepalive_count)) << which;
+  EXPECT_EQ(got.user_timeout_ms, static_cast<int>(want.user_timeout_ms)) << which;
+}
+
+proto::EchoRequest ping() {
+  proto::EchoRequest r;
+  r.set_data("ping");
+  return r;
+}
+
+// Distinct values per end (and not the kernel's defaults) show each end
+// sets its own.
+TEST(TcpLiveness, BothEndsOfEveryConnectionHaveIt) {
+  ServerOptions so;
+  so.tcp = {.keepalive_idle_s = 7, .keepalive_interval_s = 3, .keepalive_count = 5, .user_timeout_ms = 45000};
+  ClientOptions co;
+  co.tcp = {.keepalive_idle_s = 11, .keepalive_interval_s = 2, .keepalive_count = 6, .user_timeout_ms = 50000};
+  testing::EchoCluster c(so, co);
+  ASSERT_TRUE(c.echo(ping()));           // a Client connection on its I/O thread
+  ASSERT_TRUE(c.echo_blocking(ping()));  // and this thread's own blocking one
+  auto accepted = tcp_fds(c.port, /*peer=*/false);
+  auto connected = tcp_fds(c.port, /*peer=*/true);
+  ASSERT_EQ(accepted.size(), 2u);
+  ASSERT_EQ(connected.size(), 2u);
+  for (int fd : accepted) expect_liveness(fd, so.tcp, "server's accepted socket");
+  for (int fd : connected) expect_liveness(fd, co.tcp, "client's socket");
+}
+
+TEST(TcpLiveness, ZeroTurnsEachOff) {
+  ServerOptions so;
+  so.tcp = {.keepalive_idle_s = 0, .keepalive_interval_s = 3, .keepalive_count = 5, .user_timeout_ms = 0};
+  ClientOptions co;
+  co.tcp = so.tcp;
+  testing::EchoCluster c(so, co);
+  ASSERT_TRUE(c.echo(ping()));
+  auto fds = tcp_fds(c.port, false);
+  auto peers = tcp_fds(c.port, true);
+  fds.insert(fds.end(), peers.begin(), peers.end());
+  ASSERT_EQ(fds.size(), 2u);
+  for (int fd : fds) {
+    SocketLiveness got = liveness_of(fd);
+    EXPECT_EQ(got.keepalive, 0);
+    EXPECT_EQ(got.user_timeout_ms, 0);
+  }
+}
+
+// A socket that is not TCP takes none of the TCP options: the failure is
+// reported by name, and applying it anyway (what connections do) only logs.
+TEST(TcpLiveness, ASocketThatCannotTakeThemIsReportedNotFatal) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  Status s = set_tcp_liveness(fd, TcpLiveness{});
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("TCP_KEEPIDLE"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("TCP_USER_TIMEOUT"), std::string::npos) << s;
+  apply_tcp_liveness(fd, TcpLiveness{});
+  apply_tcp_liveness(fd, TcpLiveness{});
+  ::close(fd);
+}
+
+Result<ServiceConfig> parse_server(const std::string& lines) {
+  auto cfg = Config::parse("[server]\ncluster_token = \"t\"\n" + lines, "test.toml");
+  if (!cfg) return std::unexpected(cfg.error());
+  return ServiceConfig::from(*cfg, "storage");
+}
+
+// [server] tcp_*: defaults, values set, 0 where it means off, and bounds.
+TEST(ServiceConfig, TcpLivenessIsReadAndBounded) {
+  auto absent = parse_server("");
+  ASSERT_TRUE(absent) << absent.error();
+  EXPECT_EQ(absent->tcp.keepalive_idle_s, 30u);
+  EXPECT_EQ(absent->tcp.keepalive_interval_s, 5u);
+  EXPECT_EQ(absent->tcp.keepalive_count, 4u);
+  EXPECT_EQ(absent->tcp.user_timeout_ms, 60000u);
+  auto set = parse_server(
+      "tcp_keepalive_idle_s = 10\ntcp_keepalive_interval_s = 2\n"
+      "tcp_keepalive_count = 3\ntcp_user_timeout_ms = 20000\n");
+  ASSERT_TRUE(set) << set.error();
+  EXPECT_EQ(set->tcp.keepalive_idle_s, 10u);
+  EXPECT_EQ(set->tcp.keepalive_interval_s, 2u);
+  EXPECT_EQ(set->tcp.keepalive_count, 3u);
+  EXPECT_EQ(set->tcp.user_timeout_ms, 20000u);
+  auto off = parse_server("tcp_keepalive_idle_s = 0\ntcp_user_timeout_ms = 0\n");
+  ASSERT_TRUE(off) << off.error();
+  EXPECT_EQ(off->tcp.keepalive_idle_s, 0u);
+  EXPECT_EQ(off->tcp.user_timeout_ms, 0u);
+  for (std::string bad : {"tcp_keepalive_idle_s = 32768",
+                          "tcp_keepalive_interval_s = 0", "tcp_keepalive_count = 0", "tcp_keepalive_count = 128",
+                          "tcp_user_timeout_ms = 999", "tcp_user_timeout_ms = -1", "tcp_keepalive_idle_s = \"30s\""}) {
+    auto r = parse_server(bad + "\n");
+    ASSERT_FALSE(r) << bad;
+    std::string key = bad.substr(0, bad.find(' '));
+    EXPECT_NE(r.error().message().find(key), std::string::npos) << r.error();
+  }
+}
+
+}  // namespace
+}  // namespace weft::rpc
