@@ -1,8 +1,8 @@
 // Hostile and broken peers: every malformed frame closes that one
 // connection (or is answered with an error), a peer that stops reading its
-// replies is closed after the write-stall timeout, and the server keeps
-// serving everyone else; a broken server gives the client an error, not a
-// hang.
+// replies is closed after the write-stall timeout, one that sends no Hello
+// after the Hello timeout, and the server keeps serving everyone else; a
+// broken server gives the client an error, not a hang.
 #include <gtest/gtest.h>
 
 #include <asio/ip/tcp.hpp>
@@ -326,6 +326,59 @@ TEST_F(WriteStall, IdleConnectionsStayOpen) {
   expect_server_healthy();  // the client's connection was idle too
   EXPECT_EQ(stalls(), 0u);
   EXPECT_EQ(connections(), 2);
+}
+
+// The same server, closing connections that send no Hello within kTimeout.
+class HelloTimeout : public BadInput {
+ protected:
+  static constexpr auto kTimeout = std::chrono::milliseconds(300);
+
+  void configure(ServerOptions& so) override { so.hello_timeout_ms = static_cast<uint32_t>(kTimeout.count()); }
+  uint64_t hello_timeouts() {
+    return registry_.counter("weft_rpc_server_hello_timeouts_total", "", {{"server", "bad-input-server"}}).value();
+  }
+  int64_t connections() {
+    return registry_.gauge("weft_rpc_server_connections", "", {{"server", "bad-input-server"}}).value();
+  }
+};
+
+// A peer that connects and says nothing (a scanner, a stuck client, a
+// client host that died right after connecting) is closed after kTimeout
+// and counted; so is one that stops in the middle of its Hello.
+TEST_F(HelloTimeout, APeerThatSendsNoHelloIsClosed) {
+  auto start = std::chrono::steady_clock::now();
+  RawSocket silent(port_);
+  RawSocket half(port_);
+  FrameHeader h;
+  h.method = kHello.wire();
+  h.body_len = 10;
+  std::byte hdr[kFrameHeaderSize];
+  encode_header(h, hdr);
+  ASSERT_TRUE(half.send_bytes(hdr, sizeof(hdr)));  // a Hello header, and never its body
+  EXPECT_TRUE(silent.closed_by_peer()) << "a silent connection was kept";
+  EXPECT_TRUE(half.closed_by_peer()) << "a connection stuck in its Hello was kept";
+  EXPECT_GE(std::chrono::steady_clock::now() - start, kTimeout) << "closed before the timeout";
+  EXPECT_EQ(hello_timeouts(), 2u);
+  expect_server_healthy();
+  EXPECT_EQ(connections(), 1);  // the well-behaved client's
+}
+
+// Once it said Hello, a connection may stay idle as long as it likes
+// (clients keep idle connections to their servers; keepalive finds the dead).
+TEST_F(HelloTimeout, APeerThatSaidHelloMayStayIdle) {
+  auto s = authenticated();
+  std::this_thread::sleep_for(3 * kTimeout);
+  proto::EchoRequest req;
+  req.set_data("still there");
+  FrameHeader h;
+  h.method = kEcho.wire();
+  h.request_id = 1;
+  ASSERT_TRUE(s->send_frame(h, req.SerializeAsString()));
+  FrameHeader rh;
+  std::string body;
+  ASSERT_TRUE(s->recv_frame(&rh, &body)) << "an idle connection past its Hello was closed";
+  EXPECT_EQ(rh.status, 0);
+  EXPECT_EQ(hello_timeouts(), 0u);
 }
 
 // A server that answers the handshake and then sends garbage: the client's

@@ -22,6 +22,8 @@ ServerState::ServerState(IoPool& io, ServerOptions o, metrics::Registry& r)
   protocol_errors = &registry.counter("weft_rpc_server_protocol_errors_total", "Connections closed on malformed input", l);
   write_stalls = &registry.counter("weft_rpc_server_write_stalls_total",
                                    "Connections closed: replies waited write_stall_timeout_ms without progress", l);
+  hello_timeouts = &registry.counter("weft_rpc_server_hello_timeouts_total",
+                                     "Connections closed: no Hello within hello_timeout_ms", l);
 }
 
 Server::Server(IoPool& io, ServerOptions options, metrics::Registry& registry)
@@ -64,7 +66,7 @@ Task<void> accept_loop(std::shared_ptr<ServerState> state, asio::ip::tcp::accept
       std::erase_if(state->connections, [](auto& w) { return w.expired(); });
       state->connections.push_back(conn);
     }
-    asio::post(conn->executor(), [conn] { conn->start(); });
+    asio::post(conn->executor(), [conn] { conn->serve(); });
   }
 }
 

@@ -12,9 +12,10 @@
 // that socket (back-pressure), other connections go on. A connection whose
 // replies wait while the peer takes none of their bytes for
 // `write_stall_timeout_ms` (a peer that stopped reading: hung, SIGSTOPped,
-// hostile) is closed, which frees its replies and whatever they hold. An
-// idle connection stays open; keepalive (`tcp`) ends it when its peer is
-// gone.
+// hostile) is closed, which frees its replies and whatever they hold. A
+// connection that has not sent its Hello within `hello_timeout_ms` is
+// closed; one that did may stay idle, and keepalive (`tcp`) ends it when
+// its peer is gone.
 // Threading: register methods before listen(); stop() from any thread.
 #pragma once
 
@@ -58,6 +59,10 @@ struct ServerOptions {
   // before the connection is closed; 0: forever. Idle connections are never
   // closed by it.
   uint32_t write_stall_timeout_ms = 30000;
+  // How long a connection may take to send its Hello (a peer that connects
+  // and says nothing holds an fd and a read buffer); 0: forever. Once it
+  // said Hello, a connection may stay idle: keepalive finds dead peers.
+  uint32_t hello_timeout_ms = 10000;
   TcpLiveness tcp;  // on every accepted socket
   FrameLimits limits;
 };

@@ -21,10 +21,36 @@ bool same_token(const std::string& a, const std::string& b) {
 }  // namespace
 
 ServerConnection::ServerConnection(asio::ip::tcp::socket socket, std::shared_ptr<ServerState> server)
-    : FrameStream(std::move(socket), server->options.limits), state_(std::move(server)), server_(*state_) {
+    : FrameStream(std::move(socket), server->options.limits),
+      state_(std::move(server)),
+      server_(*state_),
+      hello_timer_(executor()) {
   server_.connections_gauge->add(1);
   set_write_stall_timeout(std::chrono::milliseconds(server_.options.write_stall_timeout_ms));
   apply_tcp_liveness(socket_.native_handle(), server_.options.tcp);
+}
+
+void ServerConnection::serve() {
+  start();
+  if (server_.options.hello_timeout_ms == 0) return;
+  hello_timer_.expires_after(std::chrono::milliseconds(server_.options.hello_timeout_ms));
+  // Weak: the timer does not keep a closed connection alive.
+  std::weak_ptr<FrameStream> weak = shared_from_this();
+  hello_timer_.async_wait([weak](asio::error_code ec) {
+    if (ec) return;  // cancelled: the Hello arrived or the connection closed
+    if (auto self = weak.lock()) static_cast<ServerConnection*>(self.get())->on_hello_timeout();
+  });
+}
+
+// A peer that connects and never completes its Hello (a port scanner, a
+// stuck or hostile client, a client host that lost power mid-connect) would
+// otherwise hold its fd and read buffer for as long as its socket lives.
+void ServerConnection::on_hello_timeout() {
+  if (closed() || authenticated_) return;
+  server_.hello_timeouts->inc();
+  WEFT_LOG_WARN("closing connection from {}: no Hello within {} ms (hello_timeout_ms)", peer(),
+                server_.options.hello_timeout_ms);
+  close(Status(Code::kTimeout, fmt::format("{} sent no Hello within {} ms", peer(), server_.options.hello_timeout_ms)));
 }
 
 ServerConnection::~ServerConnection() { server_.connections_gauge->add(-1); }
@@ -54,6 +80,7 @@ void ServerConnection::send_reply(const FrameHeader& request, uint16_t status, s
 }
 
 void ServerConnection::handle_hello(const FrameHeader& h, const std::string& body) {
+  hello_timer_.cancel();  // a Hello arrived; what follows is answered either way
   proto::Hello hello;
   if (!hello.ParseFromString(body)) {
     server_.protocol_errors->inc();
@@ -143,6 +170,7 @@ void ServerConnection::on_write_stalled(std::chrono::steady_clock::duration stal
 }
 
 void ServerConnection::on_closed(const Status& why) {
+  hello_timer_.cancel();
   if (why.code() == Code::kProtocol) server_.protocol_errors->inc();
   WEFT_LOG_DEBUG("connection from {} closed: {}", peer(), why.message());
 }

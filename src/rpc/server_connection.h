@@ -2,9 +2,12 @@
 // The server end of one connection: the Hello handshake (cluster token),
 // then requests handed to Server::dispatch, with back-pressure on the
 // number of requests and payload bytes in progress, and a close when its
-// replies stop being written (ServerOptions::write_stall_timeout_ms).
+// replies stop being written (ServerOptions::write_stall_timeout_ms), and a
+// close when no Hello arrives in time (ServerOptions::hello_timeout_ms).
 // Threading: everything runs on the connection's executor.
 #pragma once
+
+#include <asio/steady_timer.hpp>
 
 #include "rpc/frame_stream.h"
 #include "rpc/server_state.h"
@@ -15,6 +18,9 @@ class ServerConnection final : public FrameStream {
  public:
   ServerConnection(asio::ip::tcp::socket socket, std::shared_ptr<ServerState> server);
   ~ServerConnection() override;
+
+  // Starts reading, and the Hello timer.
+  void serve();
 
   // Sends the reply of `call` (on this connection's executor).
   void reply(const std::shared_ptr<ServerCall>& call, const Status& status);
@@ -30,6 +36,7 @@ class ServerConnection final : public FrameStream {
 
  private:
   void handle_hello(const FrameHeader& h, const std::string& body);
+  void on_hello_timeout();
   void send_reply(const FrameHeader& request, uint16_t status, std::string body);
 
   std::shared_ptr<ServerState> state_;
@@ -39,6 +46,7 @@ class ServerConnection final : public FrameStream {
   std::shared_ptr<std::atomic<uint64_t>> held_ = std::make_shared<std::atomic<uint64_t>>(0);  // ServerCall::connection_held
   size_t inflight_ = 0;
   size_t inflight_bytes_ = 0;
+  asio::steady_timer hello_timer_;  // armed from serve() until a Hello arrives
 };
 
 }  // namespace weft::rpc

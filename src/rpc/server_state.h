@@ -46,6 +46,7 @@ struct ServerState {
   metrics::Counter* refused;
   metrics::Counter* protocol_errors;
   metrics::Counter* write_stalls;
+  metrics::Counter* hello_timeouts;
 };
 
 }  // namespace weft::rpc

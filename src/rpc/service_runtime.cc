@@ -69,6 +69,8 @@ Result<ServiceConfig> ServiceConfig::from(const Config& config, const std::strin
   c.blocking_threads = static_cast<size_t>(blocking_threads);
   WEFT_TRY(int64_t stall_ms, s.get_int_in("write_stall_timeout_ms", c.write_stall_timeout_ms, 1000, 3600000));
   c.write_stall_timeout_ms = static_cast<uint32_t>(stall_ms);
+  WEFT_TRY(int64_t hello_ms, s.get_int_in("hello_timeout_ms", c.hello_timeout_ms, 1000, 3600000));
+  c.hello_timeout_ms = static_cast<uint32_t>(hello_ms);
   WEFT_TRY(c.tcp, tcp_liveness_from(s));
   WEFT_TRY(c.log_level, s.get_string("log_level", "info"));
   WEFT_TRY(c.log_file, s.get_string("log_file", ""));
@@ -98,6 +100,7 @@ Result<void> ServiceRuntime::init() {
   so.name = config_.name;
   so.blocking_threads = config_.blocking_threads;
   so.write_stall_timeout_ms = config_.write_stall_timeout_ms;
+  so.hello_timeout_ms = config_.hello_timeout_ms;
   so.tcp = config_.tcp;
   server_ = std::make_unique<Server>(*io_, so);
   register_echo_service(*server_);  // lets any tool probe any server

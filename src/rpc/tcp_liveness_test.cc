@@ -134,18 +134,21 @@ Result<ServiceConfig> parse_server(const std::string& lines) {
   return ServiceConfig::from(*cfg, "storage");
 }
 
-// [server] tcp_*: defaults, values set, 0 where it means off, and bounds.
-TEST(ServiceConfig, TcpLivenessIsReadAndBounded) {
+// [server] hello_timeout_ms and tcp_*: defaults, values set, 0 where it
+// means off, and bounds.
+TEST(ServiceConfig, HelloTimeoutAndTcpLivenessAreReadAndBounded) {
   auto absent = parse_server("");
   ASSERT_TRUE(absent) << absent.error();
+  EXPECT_EQ(absent->hello_timeout_ms, 10000u);
   EXPECT_EQ(absent->tcp.keepalive_idle_s, 30u);
   EXPECT_EQ(absent->tcp.keepalive_interval_s, 5u);
   EXPECT_EQ(absent->tcp.keepalive_count, 4u);
   EXPECT_EQ(absent->tcp.user_timeout_ms, 60000u);
   auto set = parse_server(
-      "tcp_keepalive_idle_s = 10\ntcp_keepalive_interval_s = 2\n"
+      "hello_timeout_ms = 2000\ntcp_keepalive_idle_s = 10\ntcp_keepalive_interval_s = 2\n"
       "tcp_keepalive_count = 3\ntcp_user_timeout_ms = 20000\n");
   ASSERT_TRUE(set) << set.error();
+  EXPECT_EQ(set->hello_timeout_ms, 2000u);
   EXPECT_EQ(set->tcp.keepalive_idle_s, 10u);
   EXPECT_EQ(set->tcp.keepalive_interval_s, 2u);
   EXPECT_EQ(set->tcp.keepalive_count, 3u);
@@ -154,7 +157,7 @@ TEST(ServiceConfig, TcpLivenessIsReadAndBounded) {
   ASSERT_TRUE(off) << off.error();
   EXPECT_EQ(off->tcp.keepalive_idle_s, 0u);
   EXPECT_EQ(off->tcp.user_timeout_ms, 0u);
-  for (std::string bad : {"tcp_keepalive_idle_s = 32768",
+  for (std::string bad : {"hello_timeout_ms = 0", "hello_timeout_ms = 3600001", "tcp_keepalive_idle_s = 32768",
                           "tcp_keepalive_interval_s = 0", "tcp_keepalive_count = 0", "tcp_keepalive_count = 128",
                           "tcp_user_timeout_ms = 999", "tcp_user_timeout_ms = -1", "tcp_keepalive_idle_s = \"30s\""}) {
     auto r = parse_server(bad + "\n");
