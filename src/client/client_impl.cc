@@ -763,7 +763,6 @@ Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
   const uint64_t client_id = random_id();
   rpc::ClientOptions ro = rpc::ClientOptions::in_cluster(core->cluster.cluster_token, options.name);
   ro.call_timeout_ms = options.call_timeout_ms;
-  ro.tcp = rpc::covering(ro.tcp, options.call_timeout_ms);
   ro.client_id = client_id;
   core->rpc = std::make_unique<rpc::Client>(*core->io, ro);
   core->routing = std::make_unique<RoutingCache>(*core->io, *core->rpc, core->cluster.mgmtd);

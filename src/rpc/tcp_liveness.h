@@ -32,15 +32,6 @@ struct TcpLiveness {
   uint32_t user_timeout_ms = 60000;   // 0: the kernel's default (retransmissions, ~15 min)
 };
 
-// `options` with the user timeout raised to at least `call_timeout_ms` (when
-// it is on): what a caller with calls that long must use, or a peer that is
-// slow to take their bytes cuts them before they time out.
-inline TcpLiveness covering(TcpLiveness options, uint32_t call_timeout_ms) {
-  if (options.user_timeout_ms != 0 && options.user_timeout_ms < call_timeout_ms)
-    options.user_timeout_ms = call_timeout_ms;
-  return options;
-}
-
 // Sets the options on the connected TCP socket `fd`. The connection works
 // without them, so a failure is reported (which options, why), not fatal.
 Status set_tcp_liveness(int fd, const TcpLiveness& options);

@@ -16,7 +16,6 @@ namespace {
 rpc::ClientOptions client_options(const StorageServiceOptions& o) {
   rpc::ClientOptions c = rpc::ClientOptions::in_cluster(o.cluster_token, o.name + "-chain");
   c.call_timeout_ms = o.forward_timeout_ms;
-  c.tcp = rpc::covering(c.tcp, o.forward_timeout_ms);
   return c;
 }
 
