@@ -46,7 +46,9 @@ void ServerConnection::serve() {
 // stuck or hostile client, a client host that lost power mid-connect) would
 // otherwise hold its fd and read buffer for as long as its socket lives.
 void ServerConnection::on_hello_timeout() {
-  if (closed() || authenticated_) return;
+  // hello_seen_, not authenticated_: an expiry already queued when a bad Hello
+  // or a wrong token came in must not close that reply away or count twice.
+  if (closed() || hello_seen_) return;
   server_.hello_timeouts->inc();
   WEFT_LOG_WARN("closing connection from {}: no Hello within {} ms (hello_timeout_ms)", peer(),
                 server_.options.hello_timeout_ms);
@@ -59,6 +61,9 @@ Status ServerConnection::check_header(const FrameHeader& h) {
   if (h.is_response()) return Status(Code::kProtocol, "peer sent a response on a server connection");
   if (!authenticated_ && (h.method != kHello.wire() || h.payload_len != 0))
     return Status(Code::kProtocol, "first frame is not a Hello");
+  // A peer nobody knows yet gets no 4 MiB read buffer for its first frame.
+  if (!authenticated_ && h.body_len > kHelloBodyMax)
+    return Status(Code::kProtocol, fmt::format("Hello of {} bytes (at most {})", h.body_len, kHelloBodyMax));
   return {};
 }
 
@@ -80,6 +85,7 @@ void ServerConnection::send_reply(const FrameHeader& request, uint16_t status, s
 }
 
 void ServerConnection::handle_hello(const FrameHeader& h, const std::string& body) {
+  hello_seen_ = true;
   hello_timer_.cancel();  // a Hello arrived; what follows is answered either way
   proto::Hello hello;
   if (!hello.ParseFromString(body)) {

@@ -14,6 +14,9 @@
 
 namespace weft::rpc {
 
+// The largest Hello body a server reads (a token, a name, an id: far less).
+inline constexpr size_t kHelloBodyMax = 64 << 10;
+
 class ServerConnection final : public FrameStream {
  public:
   ServerConnection(asio::ip::tcp::socket socket, std::shared_ptr<ServerState> server);
@@ -42,6 +45,7 @@ class ServerConnection final : public FrameStream {
   std::shared_ptr<ServerState> state_;
   ServerState& server_;
   bool authenticated_ = false;
+  bool hello_seen_ = false;  // handle_hello ran (whatever it answered)
   uint64_t client_id_ = 0;
   std::shared_ptr<std::atomic<uint64_t>> held_ = std::make_shared<std::atomic<uint64_t>>(0);  // ServerCall::connection_held
   size_t inflight_ = 0;

@@ -69,9 +69,15 @@ Result<ServiceConfig> ServiceConfig::from(const Config& config, const std::strin
   c.blocking_threads = static_cast<size_t>(blocking_threads);
   WEFT_TRY(int64_t stall_ms, s.get_int_in("write_stall_timeout_ms", c.write_stall_timeout_ms, 1000, 3600000));
   c.write_stall_timeout_ms = static_cast<uint32_t>(stall_ms);
-  WEFT_TRY(int64_t hello_ms, s.get_int_in("hello_timeout_ms", c.hello_timeout_ms, 1000, 3600000));
-  c.hello_timeout_ms = static_cast<uint32_t>(hello_ms);
+  WEFT_TRY(c.hello_timeout_ms, get_off_or_in(s, "hello_timeout_ms", c.hello_timeout_ms, 1000, 3600000));
   WEFT_TRY(c.tcp, tcp_liveness_from(s));
+  // The kernel would end a peer that stopped reading at the user timeout,
+  // without the write-stall warning and metric: keep the stall check first.
+  if (c.tcp.user_timeout_ms != 0 && c.write_stall_timeout_ms >= c.tcp.user_timeout_ms)
+    return error(Code::kConfig,
+                 "{}: key 'server.write_stall_timeout_ms' ({}) must be below 'server.tcp_user_timeout_ms' ({}), "
+                 "or the kernel cuts a peer that stopped reading before the stall check sees it",
+                 config.source(), c.write_stall_timeout_ms, c.tcp.user_timeout_ms);
   WEFT_TRY(c.log_level, s.get_string("log_level", "info"));
   WEFT_TRY(c.log_file, s.get_string("log_file", ""));
   WEFT_TRY(c.port_file, s.get_string("port_file", ""));

@@ -12,11 +12,13 @@
 // io_threads = 2
 // blocking_threads = 4
 // write_stall_timeout_ms = 30000 # a peer that reads none of its replies this long is disconnected (1000..3600000)
-// hello_timeout_ms = 10000       # a connection that sends no Hello this long is closed (1000..3600000)
+// hello_timeout_ms = 10000       # a connection that sends no Hello this long is closed; 0: never (1000..3600000)
 // tcp_keepalive_idle_s = 30      # keepalive probes after this long quiet; 0: off (1..32767)
 // tcp_keepalive_interval_s = 5   # between probes (1..32767)
-// tcp_keepalive_count = 4        # unanswered probes that end a connection (1..127)
-// tcp_user_timeout_ms = 60000    # sent bytes unacknowledged this long end a connection; 0: off (1000..3600000)
+// tcp_keepalive_count = 4        # unanswered probes that end a connection (1..127); unused while
+//                                #   tcp_user_timeout_ms is on (Linux then ends it at that time)
+// tcp_user_timeout_ms = 60000    # sent bytes unacknowledged this long end a connection; 0: off (1000..3600000);
+//                                #   must exceed write_stall_timeout_ms
 // log_level = "info"
 // log_file = ""                  # default: stderr
 // port_file = ""                 # if set, "rpc_port metrics_port" is written here once listening

@@ -9,12 +9,15 @@
 // - keepalive: after `keepalive_idle_s` with nothing received, a probe every
 //   `keepalive_interval_s`; `keepalive_count` unanswered ones end it;
 // - TCP_USER_TIMEOUT: sent bytes left unacknowledged `user_timeout_ms` end
-//   it (Linux >= 5.1: also a peer whose receive window stays zero that
-//   long). Keep it above every call timeout: a peer that is alive but takes
-//   no bytes for a while (busy, back-pressure) is cut too, and its calls
-//   should time out first. When it is set, Linux also lets it (not the
-//   count) decide when unanswered keepalive probes end a quiet connection:
-//   at the first probe at or past it.
+//   it (Linux >= 5.11: also a peer whose receive window stays zero that
+//   long). A peer that is alive but takes no bytes that long is cut too: a
+//   server that stops reading a connection (back-pressure behind a hung
+//   disk, requests without a deadline) loses it after this long, and a call
+//   timeout longer than it does not protect a call on such a connection.
+//   Waiting for a reply is never cut (nothing is unacknowledged). When it is
+//   set, Linux also lets it (not the count) decide when unanswered keepalive
+//   probes end a quiet connection: at the first probe at or past it, so a
+//   larger value also finds dead idle peers later.
 // A connection so ended fails its reads and writes with ETIMEDOUT, which
 // closes it like any other I/O error.
 #pragma once
