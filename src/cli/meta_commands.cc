@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "common/config.h"
+#include "meta/fsck.h"
 #include "meta/meta_store.h"
 #include "meta/service.h"
 #include "meta/session_reaper.h"
@@ -145,13 +146,45 @@ void serve_meta(const std::string& config_path) {
   if (!r) return fail(r.error().message());
 }
 
+// `weft admin meta-fsck`: the consistency checker (meta/fsck.h) on a meta
+// server's store, from its data_dir or its config. Exit status 1 when the
+// namespace has problems (each printed), 2 when it could not be checked.
+void meta_fsck(const std::string& data_dir, const std::string& config_path) {
+  std::string dir = data_dir;
+  if (dir.empty()) {
+    auto config = Config::load_file(config_path);
+    if (!config) return fail(config.error().message(), 2);
+    auto mc = meta::MetaServiceConfig::from(*config);
+    if (!mc) return fail(mc.error().message(), 2);
+    dir = mc->data_dir;
+  }
+  std::string store = meta::MetaServiceConfig{.data_dir = dir}.store_options().path;
+  auto report = meta::fsck_store_at(store);
+  if (!report) return fail(report.error().message(), 2);
+  std::printf("%s: %llu inodes, %llu entries, %llu write sessions, %llu files queued for chunk GC\n", store.c_str(),
+              static_cast<unsigned long long>(report->inodes), static_cast<unsigned long long>(report->dentries),
+              static_cast<unsigned long long>(report->sessions), static_cast<unsigned long long>(report->gc_queued));
+  for (const auto& p : report->problems) std::printf("problem: %s\n", p.c_str());
+  if (!report->ok()) return fail(fmt::format("{} problems in the namespace", report->problems.size()), 1);
+  std::printf("consistent\n");
+}
+
 }  // namespace
 
-void add_meta_commands(CLI::App& /*app*/, CLI::App& serve) {
+void add_meta_commands(CLI::App& app, CLI::App& serve) {
   static std::string config_path;
   auto* meta = serve.add_subcommand("meta", "Metadata server (namespace, inodes, sessions)");
   meta->add_option("--config", config_path, "TOML config file")->required();
   meta->callback([] { serve_meta(config_path); });
+
+  static std::string fsck_dir, fsck_config;
+  auto* fsck = admin_subcommand(app).add_subcommand(
+      "meta-fsck", "Check a meta server's namespace (entries, link counts, orphans, cycles); read-only");
+  auto* by_dir = fsck->add_option("--data-dir", fsck_dir, "the meta server's [meta] data_dir");
+  auto* by_config = fsck->add_option("--config", fsck_config, "the meta server's config file (its [meta] data_dir)");
+  by_dir->excludes(by_config);
+  fsck->require_option(1);
+  fsck->callback([] { meta_fsck(fsck_dir, fsck_config); });
 }
 
 }  // namespace weft::cli

@@ -1,6 +1,7 @@
 #include "meta/fsck.h"
 
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
@@ -10,6 +11,7 @@
 #include <rocksdb/db.h>
 
 #include "meta/codec.h"
+#include "meta/rocks_options.h"
 #include "meta/txn.h"
 
 namespace weft::meta {
@@ -174,6 +176,16 @@ Result<FsckReport> fsck(rocksdb::DB& db) {
   report.dentries = ns.dentries.size();
   report.gc_queued = ns.gc.size();
   return report;
+}
+
+Result<FsckReport> fsck_store_at(const std::string& path) {
+  if (!std::filesystem::exists(std::filesystem::path(path) / "CURRENT"))
+    return error(Code::kNotFound, "no meta store at {} (expected a RocksDB directory: [meta] data_dir/store)", path);
+  rocksdb::DB* raw = nullptr;
+  auto s = rocksdb::DB::OpenForReadOnly(store_rocks_options(), path, &raw);
+  if (!s.ok()) return error(from_rocks(s, "open meta store " + path + " read-only"));
+  std::unique_ptr<rocksdb::DB> db(raw);
+  return fsck(*db);
 }
 
 }  // namespace weft::meta

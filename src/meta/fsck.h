@@ -1,6 +1,6 @@
 // meta/fsck.h
-// Offline consistency check of a metadata store (tests, and later the admin
-// command). Checks: every dentry names an existing inode of its type inside
+// Offline consistency check of a metadata store (tests, and `weft admin
+// meta-fsck`). Checks: every dentry names an existing inode of its type inside
 // a directory; file/symlink nlink = number of dentries; directory nlink = 2 +
 // subdirectories and exactly one dentry whose parent matches its ".."
 // pointer; no orphan inodes (except files with nlink 0 kept by a write
@@ -34,5 +34,11 @@ struct FsckReport {
 };
 
 Result<FsckReport> fsck(rocksdb::DB& db);
+
+// fsck of the store at `path` (a meta server's data_dir/store), opened read
+// only with the store's own options: what `weft admin meta-fsck` runs. A
+// running meta server may hold it: the check then sees the store as of its
+// last flush plus its WAL (whole transactions only).
+Result<FsckReport> fsck_store_at(const std::string& path);
 
 }  // namespace weft::meta

@@ -92,5 +92,23 @@ TEST_F(FsckTest, LiveInodeInGcQueueAndStraySession) {
   EXPECT_NE(p.find("session on missing inode 777777"), std::string::npos) << p;
 }
 
+// fsck_store_at opens a store read-only, also while its server holds it
+// open, and sees what that server committed; a missing store is a clear error.
+TEST_F(FsckTest, StoreAtAPathIsCheckedReadOnly) {
+  Ino d = mkdir("d");
+  create("f", d);
+  ASSERT_OK(s().mknod(root(), d, "p", InodeType::kFifo, 0644, 0));
+  auto live = fsck_store_at(options().path);  // the store is open here (no lock taken)
+  ASSERT_OK(live);
+  EXPECT_TRUE(live->ok()) << live->summary();
+  EXPECT_EQ(live->inodes, 4u);
+  del(key::inode(s().lookup(root(), d, "f")->ino));
+  store_.reset();
+  auto broken = fsck_store_at(options().path);
+  ASSERT_OK(broken);
+  EXPECT_FALSE(broken->ok());
+  EXPECT_CODE(fsck_store_at(dir_.path() + "/nothing-here"), Code::kNotFound);
+}
+
 }  // namespace
 }  // namespace weft::meta::testing

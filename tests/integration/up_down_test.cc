@@ -172,6 +172,15 @@ TEST_F(UpDownTest, LifecycleKeepsPortsTokenAndState) {
   EXPECT_EQ(idle.exit_code, 0) << idle.output;
   EXPECT_NE(idle.output.find("nothing running"), std::string::npos) << idle.output;
 
+  // The stopped meta server's namespace checks out (`weft admin meta-fsck`, by
+  // its config); a directory without a store is exit status 2 and says so.
+  auto fsck = weft({"admin", "meta-fsck", "--config", data_ + "/conf/meta.toml"});
+  EXPECT_EQ(fsck.exit_code, 0) << fsck.output;
+  EXPECT_NE(fsck.output.find("consistent"), std::string::npos) << fsck.output;
+  auto no_store = weft({"admin", "meta-fsck", "--data-dir", data_ + "/logs"});
+  EXPECT_EQ(no_store.exit_code, 2) << no_store.output;
+  EXPECT_NE(no_store.output.find("no meta store"), std::string::npos) << no_store.output;
+
   // A stale pid file naming a live process that is not ours (this test) is
   // removed, and that process is left alone.
   testing::write_file(data_ + "/run/meta.pid", std::to_string(::getpid()) + "\n");
