@@ -40,6 +40,12 @@ stop_cluster() {
   trap - EXIT INT TERM
   step "stopping the cluster (weft down --data-dir $CLUSTER)"
   "$WEFT" down --data-dir "$CLUSTER" || true
+  if [ "$rc" -eq 0 ]; then
+    # After every workload (W7 killed and restarted a server under load) the
+    # namespace must still be consistent.
+    step "checking the namespace (weft admin meta-fsck --config $CLUSTER/conf/meta.toml)"
+    "$WEFT" admin meta-fsck --config "$CLUSTER/conf/meta.toml" || rc=$?
+  fi
   if [ "$rc" -ne 0 ]; then echo "demo: FAILED (exit $rc) after $(( $(date +%s) - START )) s"; fi
   exit "$rc"
 }
