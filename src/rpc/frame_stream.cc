@@ -8,6 +8,7 @@
 #include <asio/read.hpp>
 #include <asio/write.hpp>
 
+#include "common/log_throttle.h"
 #include "common/logging.h"
 
 namespace weft::rpc {
@@ -195,12 +196,17 @@ Task<void> FrameStream::read_loop() {
     FrameHeader h;
     DecodeError err = decode_header(rbuf_.data() + rpos_, limits_, &h);
     if (err != DecodeError::kOk) {
-      WEFT_LOG_WARN("closing connection with {}: malformed frame ({})", peer_, decode_error_name(err));
+      static LogThrottle malformed;  // a peer speaking another protocol, or hostile: once a second
+      if (auto held = malformed.admit())
+        WEFT_LOG_WARN("closing connection with {}: malformed frame ({}){}", peer_, decode_error_name(err),
+                      LogThrottle::held_back(*held));
       close(Status(Code::kProtocol, fmt::format("malformed frame from {}: {}", peer_, decode_error_name(err))));
       co_return;
     }
     if (Status s = check_header(h); !s.ok()) {
-      WEFT_LOG_WARN("closing connection with {}: {}", peer_, s.message());
+      static LogThrottle refused;
+      if (auto held = refused.admit())
+        WEFT_LOG_WARN("closing connection with {}: {}{}", peer_, s.message(), LogThrottle::held_back(*held));
       close(std::move(s));
       co_return;
     }

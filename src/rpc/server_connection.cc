@@ -1,5 +1,6 @@
 #include "rpc/server_connection.h"
 
+#include "common/log_throttle.h"
 #include "common/logging.h"
 #include "proto/rpc.pb.h"
 
@@ -50,8 +51,10 @@ void ServerConnection::on_hello_timeout() {
   // or a wrong token came in must not close that reply away or count twice.
   if (closed() || hello_seen_) return;
   server_.hello_timeouts->inc();
-  WEFT_LOG_WARN("closing connection from {}: no Hello within {} ms (hello_timeout_ms)", peer(),
-                server_.options.hello_timeout_ms);
+  static LogThrottle throttle;  // a port scan leaves one such connection per port and try
+  if (auto held = throttle.admit())
+    WEFT_LOG_WARN("closing connection from {}: no Hello within {} ms (hello_timeout_ms){}", peer(),
+                  server_.options.hello_timeout_ms, LogThrottle::held_back(*held));
   close(Status(Code::kTimeout, fmt::format("{} sent no Hello within {} ms", peer(), server_.options.hello_timeout_ms)));
 }
 
@@ -97,7 +100,10 @@ void ServerConnection::handle_hello(const FrameHeader& h, const std::string& bod
   }
   if (!same_token(hello.cluster_token(), server_.options.cluster_token)) {
     server_.refused->inc();
-    WEFT_LOG_WARN("refused connection from {} ({}): wrong cluster token", peer(), hello.peer_name());
+    static LogThrottle throttle;  // a misconfigured client reconnects again and again
+    if (auto held = throttle.admit())
+      WEFT_LOG_WARN("refused connection from {} ({}): wrong cluster token{}", peer(), hello.peer_name(),
+                    LogThrottle::held_back(*held));
     send_reply(h, static_cast<uint16_t>(Code::kUnauthenticated),
                fmt::format("wrong cluster token: {} belongs to another cluster (check cluster_token in your config)",
                            server_.options.name));
