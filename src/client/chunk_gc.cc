@@ -120,10 +120,14 @@ Result<ChunkGc::Pass> ChunkGc::collect_once() {
   // before the cursor now, so the next pass takes new ones rather than the
   // same failing head of the queue again (a pass whose done commit failed is
   // repeated as it was). A round ends at the queue's end, or after
-  // kPassesPerRound passes: files are queued above the cursor (inode numbers
-  // only grow), so under steady unlinks the cursor would chase the tail and
-  // never come back to the files below it.
-  bool go_on = items.size() >= kPendingBatch && ++passes_this_round_ < kPassesPerRound;
+  // kPassesPerRound passes that finished something: files are queued above
+  // the cursor (inode numbers only grow), so under steady unlinks the cursor
+  // would chase the tail and never come back to the files below it. Passes
+  // that finished nothing do not count: more files failing for good at the
+  // queue's front than that many passes take would otherwise end every round
+  // before the files behind them.
+  if (!done.empty()) ++passes_this_round_;
+  bool go_on = items.size() >= kPendingBatch && passes_this_round_ < kPassesPerRound;
   resume_after_ = go_on ? std::optional<meta::Ino>(items.back().ino) : std::nullopt;
   if (!go_on) passes_this_round_ = 0;
   files_.fetch_add(done.size());

@@ -49,9 +49,10 @@ class ChunkGc {
   // One pass over the next files of the queue. Files whose removals failed
   // stay queued (logged), they do not fail the pass. Passes go round the
   // queue: each starts after the files the last full one was handed, and a
-  // short one (the end of the queue) or the 16th in a row sends the next back
-  // to the front. So files that keep failing are retried once per round and
-  // never stop the files behind them, nor do new files stop the old ones.
+  // short one (the end of the queue) or the 16th in a round that finished
+  // something sends the next back to the front. So files that keep failing
+  // are retried once per round and never stop the files behind them (however
+  // many), nor do new files stop the old ones.
   Result<Pass> collect_once();
   uint64_t files_collected() const { return files_.load(); }
   uint64_t chunks_removed() const { return chunks_.load(); }
@@ -69,7 +70,7 @@ class ChunkGc {
   bool routing_started_ = false;  // collect_once's thread only
   // Where the next pass starts: after this inode, or (nullopt) at the front.
   std::optional<meta::Ino> resume_after_;  // collect_once's thread only
-  size_t passes_this_round_ = 0;           // collect_once's thread only: passes since the front
+  size_t passes_this_round_ = 0;           // collect_once's thread only: passes since the front that finished files
   std::optional<PeriodicThread> thread_;  // from start()
 };
 

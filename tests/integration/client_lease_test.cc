@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "client/chunk_gc.h"
 #include "cluster_fixture.h"
 #include "weft/client.h"
 
@@ -199,6 +200,45 @@ TEST_F(ChunkGcTest, FilesBehindMoreFailingFilesThanAPassTakesAreCollected) {
   std::this_thread::sleep_for(1500ms);  // its heartbeats report what it holds
   EXPECT_TRUE(eventually([&] { return used_on(1) <= before1; }, 60s))
       << "the failing files are retried and go once it is back\n" << meta_->log();
+}
+
+// More files fail for good at the queue's front than 16 passes take (a round
+// went back to the front after 16 passes, all of them failing): the file
+// behind them is still reached. The queue is the test's own (the GC's hooks);
+// the failing files name a chain table that does not exist (they fail at
+// once, with no storage call), the last one is empty (done without one).
+TEST_F(ChunkGcTest, MoreFailingFilesThanARoundTakesDoNotStarveTheRest) {
+  std::vector<meta::GcItem> queue;
+  constexpr meta::Ino kFailing = 16 * 64 + 100;
+  for (meta::Ino ino = 100; ino < 100 + kFailing; ++ino) {
+    meta::GcItem item{ino, {}};
+    item.inode.ino = ino;
+    item.inode.size = 1 << 20;
+    item.inode.layout.chain_table_id = 999;
+    queue.push_back(item);
+  }
+  const meta::Ino healthy = 100 + kFailing;
+  queue.push_back(meta::GcItem{healthy, meta::Inode{.ino = healthy}});
+  std::vector<meta::Ino> done;
+  client::ChunkGcHooks hooks;
+  hooks.pending = [&](size_t limit, std::optional<meta::Ino> after) -> Result<std::vector<meta::GcItem>> {
+    std::vector<meta::GcItem> out;
+    for (const auto& item : queue)
+      if ((!after || item.ino > *after) && out.size() < limit) out.push_back(item);
+    return out;
+  };
+  hooks.done = [&](std::span<const meta::Ino> inos) -> Result<void> {
+    done.insert(done.end(), inos.begin(), inos.end());
+    std::erase_if(queue, [&](const meta::GcItem& item) { return std::ranges::count(inos, item.ino) > 0; });
+    return {};
+  };
+  client::ChunkGc gc({rpc::Endpoint{"127.0.0.1", cluster_.mgmtd_port()}}, cluster_.options().token, hooks);
+  for (int pass = 0; pass < 3 * 18 && done.empty(); ++pass) {
+    auto r = gc.collect_once();
+    ASSERT_TRUE(r) << r.error();
+  }
+  EXPECT_EQ(done, std::vector<meta::Ino>{healthy}) << "the file behind the failing ones was never reached";
+  EXPECT_EQ(queue.size(), kFailing);
 }
 
 }  // namespace
