@@ -81,10 +81,10 @@ void status(const ClusterFlags& flags, bool json) {
     TimePoint now = mgmt::from_ns(reply->now_ns());
     std::vector<mgmt::ClientInfo> clients;
     for (const auto& c : reply->clients()) clients.push_back(mgmt::from_proto(c));
-    if (reply->clients_total() > clients.size()) {  // more than Status's first page
-      auto all = mgmt::list_all_clients(rpc, /*ids_only=*/false);
-      if (!all) return fail(fmt::format("status: listing clients: {}", all.error().message()));
-      clients = std::move(all->clients);
+    if (reply->clients_total() > clients.size() && !clients.empty()) {  // more than Status's first page
+      auto rest = mgmt::list_all_clients(rpc, /*ids_only=*/false, clients.back().id);
+      if (!rest) return fail(fmt::format("status: listing clients: {}", rest.error().message()));
+      clients.insert(clients.end(), rest->clients.begin(), rest->clients.end());
     }
     std::string out = json ? mgmt::render_json(*routing, now, clients) + "\n" : mgmt::render_text(*routing, now, clients);
     std::fputs(out.c_str(), stdout);

@@ -368,8 +368,7 @@ class ClientImpl final : public Client {
 
   Result<std::shared_ptr<FileImpl>> make_file(const Cred& cred, Inode inode, uint64_t session, bool write) {
     // What meta's open refuses too; a listing (statahead) may offer one.
-    if (inode.is_special())
-      return error(Code::kNotSupported, "inode {} is a FIFO, socket or device: open it through a mount", inode.ino);
+    if (inode.is_special()) return meta::special_not_openable(inode.ino);
     WEFT_TRY(auto stripe, file_stripe(*core_, inode.layout));
     Ino ino = inode.ino;
     auto file = std::make_shared<FileImpl>(*core_, cred, std::move(inode), session, write);

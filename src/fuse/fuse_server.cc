@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <mutex>
 #include <optional>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -54,41 +55,25 @@ timespec timespec_of(int64_t ns) {
 
 int64_t ns_of(const timespec& ts) { return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec; }
 
+// Each inode type and its S_IF* bits.
+constexpr std::pair<InodeType, mode_t> kTypeBits[] = {
+    {InodeType::kFile, S_IFREG},        {InodeType::kDirectory, S_IFDIR},  {InodeType::kSymlink, S_IFLNK},
+    {InodeType::kFifo, S_IFIFO},        {InodeType::kSocket, S_IFSOCK},    {InodeType::kCharDevice, S_IFCHR},
+    {InodeType::kBlockDevice, S_IFBLK},
+};
+
 mode_t type_bits(InodeType t) {
-  switch (t) {
-    case InodeType::kDirectory:
-      return S_IFDIR;
-    case InodeType::kSymlink:
-      return S_IFLNK;
-    case InodeType::kFifo:
-      return S_IFIFO;
-    case InodeType::kSocket:
-      return S_IFSOCK;
-    case InodeType::kCharDevice:
-      return S_IFCHR;
-    case InodeType::kBlockDevice:
-      return S_IFBLK;
-    case InodeType::kFile:
-      break;
-  }
+  for (auto [type, bits] : kTypeBits)
+    if (type == t) return bits;
   return S_IFREG;
 }
 
 // The special file mknod(2) asks for; nullopt for a regular file (created
 // like open(O_CREAT|O_EXCL)) and for what Weft cannot hold.
 std::optional<InodeType> special_type_of(mode_t mode) {
-  switch (mode & S_IFMT) {
-    case S_IFIFO:
-      return InodeType::kFifo;
-    case S_IFSOCK:
-      return InodeType::kSocket;
-    case S_IFCHR:
-      return InodeType::kCharDevice;
-    case S_IFBLK:
-      return InodeType::kBlockDevice;
-    default:
-      return std::nullopt;
-  }
+  for (auto [type, bits] : kTypeBits)
+    if (bits == (mode & S_IFMT) && meta::is_special_type(type)) return type;
+  return std::nullopt;
 }
 
 // An open file: fi->fh points at it (owned by the registry while open).

@@ -275,6 +275,10 @@ class MetaStore {
   // Shared pieces of operations (store_*.cc).
   // Locks `dir` shared and checks w+x. need_nlink: merge its DirStat in (only
   // mkdir/rename need the link count; skipping it keeps creates cheap).
+  // For an operation `op` that adds entry `name` to directory `parent`: the
+  // directory locked for entries, or kExists when `name` is "." or ".." or is
+  // taken (its dentry stays locked).
+  Result<Inode> lock_free_name(Txn& txn, const Context& ctx, Ino parent, std::string_view name, std::string_view op);
   Result<Inode> lock_dir_for_entries(Txn& txn, const Context& ctx, Ino dir, bool need_nlink = false);
   // REQUIRES: before the operation's own locks. kStaleHandle unless
   // `expect` (when set) still names `parent`; see ParentCheck.

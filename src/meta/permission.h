@@ -22,6 +22,13 @@ Result<void> check_access(const Inode& inode, const Cred& cred, uint32_t mask);
 // sticky, the caller must own dir or victim or be root (kNotPermitted, EPERM).
 Result<void> check_remove(const Inode& dir, const Inode& victim, const Cred& cred);
 
+// A FIFO, socket or device is opened by the kernel of the host that opens it
+// (a mount's); Weft holds no data for it, so meta and libweft refuse to open
+// one themselves: kNotSupported (EOPNOTSUPP).
+inline std::unexpected<Status> special_not_openable(Ino ino) {
+  return error(Code::kNotSupported, "inode {} is a FIFO, socket or device: open it through a mount", ino);
+}
+
 // A single path component: not empty, no '/' or NUL (kInvalidArgument), at
 // most 255 bytes (kNameTooLong). "." and ".." pass; callers decide.
 Result<void> check_name(std::string_view name);

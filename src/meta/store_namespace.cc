@@ -15,6 +15,15 @@ Result<Inode> MetaStore::lock_dir_for_entries(Txn& txn, const Context& ctx, Ino 
   return parent;
 }
 
+Result<Inode> MetaStore::lock_free_name(Txn& txn, const Context& ctx, Ino parent_ino, std::string_view name,
+                                        std::string_view op) {
+  if (is_dot_or_dotdot(name)) return error(Code::kExists, "{} '{}'", op, name);
+  WEFT_TRY(Inode parent, lock_dir_for_entries(txn, ctx, parent_ino));
+  WEFT_TRY(auto existing, txn.lock_dentry(parent_ino, name));
+  if (existing) return error(Code::kExists, "'{}' exists in {}", name, parent_ino);
+  return parent;
+}
+
 Result<void> MetaStore::check_parent(Txn& txn, const Context& ctx, const std::optional<ParentCheck>& expect,
                                      Ino parent) {
   if (!expect) return {};
@@ -136,8 +145,7 @@ Result<Reply> MetaStore::do_create(Txn& txn, const Context& ctx, Ino parent_ino,
     if (existing->type == InodeType::kDirectory) return error(Code::kIsDirectory, "'{}' is a directory", name);
     if (existing->type == InodeType::kSymlink)
       return error(Code::kLoop, "'{}' is a symlink: resolve it before create", name);
-    if (is_special_type(existing->type))
-      return error(Code::kNotSupported, "'{}' is a FIFO, socket or device: open it through a mount", name);
+    if (is_special_type(existing->type)) return special_not_openable(existing->ino);
     WEFT_TRY(Inode file, txn.lock_existing(existing->ino, false));
     WEFT_RETURN_IF_ERROR(check_access(file, ctx.cred, open_for_write ? kAccessWrite : kAccessRead));
     if (open_for_write) {
@@ -184,10 +192,7 @@ Result<Inode> MetaStore::symlink(const Context& ctx, Ino parent_ino, std::string
     WEFT_RETURN_IF_ERROR(check_name(name));
     if (target.empty()) return error(Code::kNotFound, "empty symlink target");
     if (target.size() > kSymlinkBytesMax) return error(Code::kNameTooLong, "symlink target too long");
-    if (is_dot_or_dotdot(name)) return error(Code::kExists, "symlink '{}'", name);
-    WEFT_TRY(Inode parent, lock_dir_for_entries(txn, ctx, parent_ino));
-    WEFT_TRY(auto existing, txn.lock_dentry(parent_ino, name));
-    if (existing) return error(Code::kExists, "'{}' exists in {}", name, parent_ino);
+    WEFT_TRY(Inode parent, lock_free_name(txn, ctx, parent_ino, name, "symlink"));
     WEFT_TRY(Inode link, new_inode(txn, ctx, parent, InodeType::kSymlink, 0777, target));
     WEFT_RETURN_IF_ERROR(add_entry(txn, parent, name, link));
     return reply_of(std::move(link));
@@ -204,10 +209,7 @@ Result<Inode> MetaStore::mknod(const Context& ctx, Ino parent_ino, std::string_v
     if (!is_special_type(type)) return error(Code::kInvalidArgument, "mknod of inode type {}", static_cast<int>(type));
     if (!options_.special_files)
       return error(Code::kNotPermitted, "special files are off on this meta server ([meta] special_files)");
-    if (is_dot_or_dotdot(name)) return error(Code::kExists, "mknod '{}'", name);
-    WEFT_TRY(Inode parent, lock_dir_for_entries(txn, ctx, parent_ino));
-    WEFT_TRY(auto existing, txn.lock_dentry(parent_ino, name));
-    if (existing) return error(Code::kExists, "'{}' exists in {}", name, parent_ino);
+    WEFT_TRY(Inode parent, lock_free_name(txn, ctx, parent_ino, name, "mknod"));
     // As Linux without CAP_MKNOD (after its EEXIST and EACCES): anyone may make
     // a FIFO or a socket, only root a device.
     if (is_device_type(type) && ctx.cred.uid != 0) return error(Code::kNotPermitted, "mknod of a device needs root");
@@ -220,10 +222,7 @@ Result<Inode> MetaStore::mknod(const Context& ctx, Ino parent_ino, std::string_v
 Result<Inode> MetaStore::link(const Context& ctx, Ino ino, Ino parent_ino, std::string_view name) {
   return to_inode(mutate(Op::kLink, ctx, [&](Txn& txn) -> Result<Reply> {
     WEFT_RETURN_IF_ERROR(check_name(name));
-    if (is_dot_or_dotdot(name)) return error(Code::kExists, "link '{}'", name);
-    WEFT_TRY(Inode parent, lock_dir_for_entries(txn, ctx, parent_ino));
-    WEFT_TRY(auto existing, txn.lock_dentry(parent_ino, name));
-    if (existing) return error(Code::kExists, "'{}' exists in {}", name, parent_ino);
+    WEFT_TRY(Inode parent, lock_free_name(txn, ctx, parent_ino, name, "link"));
     WEFT_TRY(Inode target, txn.lock_existing(ino, true));
     if (target.is_dir()) return error(Code::kNotPermitted, "hard link to directory {}", ino);
     if (target.nlink == 0) return error(Code::kNotFound, "inode {} was unlinked", ino);

@@ -12,9 +12,7 @@ namespace {
 Result<void> check_openable(const Inode& n, const Cred& c, OpenFlags flags) {
   if (n.is_dir() && flags.write) return error(Code::kIsDirectory, "inode {} is a directory", n.ino);
   if (n.is_symlink()) return error(Code::kLoop, "inode {} is a symlink", n.ino);
-  // Their opens belong to the opening host's kernel (a mount's do); Weft holds no data for them.
-  if (n.is_special())
-    return error(Code::kNotSupported, "inode {} is a FIFO, socket or device: open it through a mount", n.ino);
+  if (n.is_special()) return special_not_openable(n.ino);
   uint32_t mask = (flags.read ? uint32_t{kAccessRead} : 0u) | (flags.write ? uint32_t{kAccessWrite} : 0u);
   return check_access(n, c, mask);
 }

@@ -6,10 +6,11 @@
 
 namespace weft::mgmt {
 
-Result<LeasedClients> list_all_clients(MgmtRpc& rpc, bool ids_only) {
+Result<LeasedClients> list_all_clients(MgmtRpc& rpc, bool ids_only, uint64_t after_id) {
   LeasedClients out;
   pb::ListClientsRequest req;
   req.set_ids_only(ids_only);
+  req.set_after_id(after_id);
   // Each page must move past an id, so this ends; the bound only guards against a broken peer.
   for (size_t pages = 0; pages <= kClientsMax + 1; ++pages) {
     WEFT_TRY(auto reply, rpc.call<pb::ListClientsReply>(kListClients, req));

@@ -25,8 +25,9 @@ struct LeasedClients {
   bool tracked = true;
 };
 
-// Pages through ListClients from the first id to the last. Clients that come
-// or go meanwhile may or may not be listed; one present throughout is.
-Result<LeasedClients> list_all_clients(MgmtRpc& rpc, bool ids_only);
+// Pages through ListClients from the first id after `after_id` (0: from the
+// first) to the last. Clients that come or go meanwhile may or may not be
+// listed; one present throughout is.
+Result<LeasedClients> list_all_clients(MgmtRpc& rpc, bool ids_only, uint64_t after_id = 0);
 
 }  // namespace weft::mgmt
