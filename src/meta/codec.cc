@@ -225,9 +225,18 @@ Result<SessionValue> decode_session(std::string_view bytes) {
   return s;
 }
 
+// The longest prefix of `text` of at most `max` bytes that ends between
+// UTF-8 characters (continuation bytes are 10xxxxxx).
+static std::string_view utf8_prefix(std::string_view text, size_t max) {
+  if (text.size() <= max) return text;
+  size_t n = max;
+  while (n > 0 && (static_cast<uint8_t>(text[n]) & 0xC0) == 0x80) --n;
+  return text.substr(0, n);
+}
+
 std::string encode_request(const RequestRecord& rec) {
   Writer w;
-  w.u16(static_cast<uint16_t>(rec.code)).bytes(rec.message).i64(rec.time_ns);
+  w.u16(static_cast<uint16_t>(rec.code)).bytes(utf8_prefix(rec.message, kRecordMessageBytesMax)).i64(rec.time_ns);
   w.u64(rec.reply.session_id).u8(rec.reply.has_inode ? 1 : 0);
   if (rec.reply.has_inode) write_inode_fields(w, rec.reply.inode);
   return w.take();

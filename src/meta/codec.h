@@ -80,7 +80,11 @@ struct SessionValue {
   bool operator==(const SessionValue&) const = default;
 };
 
-// The stored outcome of one mutation, returned again on a retry.
+// The stored outcome of one mutation, returned again on a retry. A client
+// keeps up to request_window of them, so encode_request stores at most
+// kRecordMessageBytesMax bytes of the message (cut at a UTF-8 character
+// boundary): the code is what a retry must reproduce, the text is for people.
+inline constexpr size_t kRecordMessageBytesMax = 1024;
 struct RequestRecord {
   Code code = Code::kOk;
   std::string message;

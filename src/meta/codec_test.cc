@@ -80,6 +80,19 @@ TEST(Codec, OtherValuesRoundTrip) {
   EXPECT_EQ(r->reply.session_id, 77u);
 }
 
+TEST(Codec, RequestRecordsKeepABoundedMessage) {
+  RequestRecord rec;
+  rec.code = Code::kIoError;
+  // 'é' is two bytes: the cut at kRecordMessageBytesMax falls inside one.
+  rec.message = "x";
+  for (int i = 0; i < 40'000; ++i) rec.message += "\xc3\xa9";
+  auto r = decode_request(encode_request(rec));
+  ASSERT_TRUE(r.has_value()) << r.error();
+  EXPECT_EQ(r->code, Code::kIoError);
+  EXPECT_EQ(r->message.size(), kRecordMessageBytesMax - 1);
+  EXPECT_EQ(r->message, rec.message.substr(0, kRecordMessageBytesMax - 1));
+}
+
 TEST(Codec, EveryTruncationIsCorruption) {
   std::string bytes = encode_inode(sample_inode());
   for (size_t n = 0; n < bytes.size(); ++n) {
