@@ -104,8 +104,6 @@ struct StoreOptions {
   // data fail with kNoSpace (ENOSPC), removals below a quarter of it
   // (common/free_space.h). 0: no guard.
   uint64_t reserve_bytes = uint64_t{256} << 20;
-  // Cluster capacity and usage (bytes) for statfs; wired to mgmtd by the server.
-  std::function<std::pair<uint64_t, uint64_t>()> capacity_fn;
   Clock* clock = nullptr;                  // default SystemClock
   metrics::Registry* registry = nullptr;   // default Registry::global()
   // Tests only: expire_requests calls it when it found a client idle, before
@@ -165,6 +163,8 @@ class MetaStore {
   // (and 4096), and no more than fit in about kListReplyBytesMax encoded
   // (at least one). Only `eof` says the directory ended.
   Result<DirPage> readdir(const Context& ctx, Ino dir, std::string_view cookie, size_t limit);
+  // Inode counts only: bytes are the storage targets' (the client adds what
+  // they report to mgmtd, client_impl.cc).
   Result<StatFs> statfs(const Context& ctx);
   Result<std::string> getxattr(const Context& ctx, Ino ino, std::string_view name);
   Result<std::vector<std::string>> listxattr(const Context& ctx, Ino ino);

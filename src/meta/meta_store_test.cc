@@ -485,20 +485,6 @@ TEST_F(MetaStoreTest, StatfsCountsInodesAndAsksCapacity) {
   EXPECT_EQ(s().statfs(root())->inodes_used, 3u);
 }
 
-class CapacityTest : public StoreTest {
-  StoreOptions options() override {
-    auto o = StoreTest::options();
-    o.capacity_fn = [] { return std::pair<uint64_t, uint64_t>{1000, 250}; };
-    return o;
-  }
-};
-
-TEST_F(CapacityTest, StatfsUsesCallback) {
-  auto st = s().statfs(root());
-  EXPECT_EQ(st->capacity_bytes, 1000u);
-  EXPECT_EQ(st->used_bytes, 250u);
-}
-
 TEST_F(MetaStoreTest, StateSurvivesReopenAndIdsNeverRepeat) {
   Ino d = mkdir("d");
   Ino f = create("f", d);

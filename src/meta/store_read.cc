@@ -148,7 +148,6 @@ Result<DirPage> MetaStore::readdir(const Context& ctx, Ino dir, std::string_view
 Result<StatFs> MetaStore::statfs(const Context&) {
   return observe(metrics_of(Op::kStatfs), [&]() -> Result<StatFs> {
     StatFs st;
-    if (options_.capacity_fn) std::tie(st.capacity_bytes, st.used_bytes) = options_.capacity_fn();
     std::string raw;
     auto s = db_->Get(rocksdb::ReadOptions(), key::kInodeCount, &raw);
     if (!s.ok() && !s.IsNotFound()) return error(from_rocks(s, "read inode count"));
