@@ -1,5 +1,5 @@
-// Commands of the mgmt module: `weft serve mgmtd`, `weft status` and
-// `weft admin chain-table create|list`. Client commands find the cluster
+// Commands of the mgmt module: `weft serve mgmtd`, `weft status`,
+// `weft admin chain-table create|list` and `weft admin target replace`. Client commands find the cluster
 // through client/cluster_config.h (--config, $WEFT_CONFIG, ./weft-data/client.toml;
 // --cluster ADDR overrides the mgmtd address).
 #include <filesystem>
@@ -136,6 +136,21 @@ void list_tables(const ClusterFlags& flags) {
   });
 }
 
+void replace_target(const ClusterFlags& flags, uint64_t old_target, uint64_t new_target) {
+  with_mgmtd(flags, [&](mgmt::MgmtRpc& rpc) {
+    mgmt::pb::ReplaceTargetRequest req;
+    req.set_old_target(old_target);
+    req.set_new_target(new_target);
+    auto reply = rpc.call<mgmt::pb::ReplaceTargetReply>(mgmt::kReplaceTarget, req);
+    if (!reply) return fail(fmt::format("target replace: {}", reply.error().message()));
+    std::string out = fmt::format("target {} replaced by target {} in {} chain(s) (routing version {}); it syncs "
+                                  "from each chain's serving targets, `weft status` shows when it serves\n",
+                                  old_target, new_target, reply->chains_size(), reply->routing_version());
+    for (const auto& c : reply->chains()) out += chain_line(c);
+    std::fputs(out.c_str(), stdout);
+  });
+}
+
 }  // namespace
 
 void add_mgmt_commands(CLI::App& app, CLI::App& serve) {
@@ -169,6 +184,17 @@ void add_mgmt_commands(CLI::App& app, CLI::App& serve) {
   auto* list = tables->add_subcommand("list", "Show the chain tables and their chains");
   add_cluster_flags(list, list_flags);
   list->callback([] { list_tables(list_flags); });
+
+  auto* targets = admin.add_subcommand("target", "Storage targets in chains");
+  targets->require_subcommand(1);
+  static ClusterFlags replace_flags;
+  static uint64_t old_target = 0, new_target = 0;
+  auto* replace = targets->add_subcommand(
+      "replace", "Put a spare target in the place of an offline one in every chain (it then syncs and serves)");
+  add_cluster_flags(replace, replace_flags);
+  replace->add_option("OLD", old_target, "the offline target (its id in `weft status`)")->required();
+  replace->add_option("NEW", new_target, "an up target in no chain, on a node none of those chains uses")->required();
+  replace->callback([] { replace_target(replace_flags, old_target, new_target); });
 }
 
 }  // namespace weft::cli

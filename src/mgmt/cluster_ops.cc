@@ -228,4 +228,65 @@ Result<ChainTableId> apply_create_table(PersistedState& state, const ChainTableS
   return table_id;
 }
 
+namespace {
+
+Result<void> check_replacement(const PersistedState& state, TargetId old_target, TargetId new_target) {
+  if (old_target == new_target) return error(Code::kInvalidArgument, "replace target {}: by itself", old_target);
+  if (!state.routing.targets.contains(old_target))
+    return error(Code::kNotFound, "replace target {}: no such target", old_target);
+  if (!state.routing.targets.contains(new_target))
+    return error(Code::kNotFound, "replace target {}: no target {}", old_target, new_target);
+  if (!target_alive(state, new_target))
+    return error(Code::kNotPermitted, "replace target {}: target {} is not up (its node must run and list it)",
+                 old_target, new_target);
+  for (const auto& [id, chain] : state.routing.chains)
+    for (const ChainEntry& e : chain.entries)
+      if (e.target_id == new_target)
+        return error(Code::kNotPermitted, "replace target {}: target {} is already in chain {}", old_target,
+                     new_target, id);
+  return {};
+}
+
+// Chain `chain` may take `new_target` in `old_target`'s place.
+Result<void> check_chain_replacement(const PersistedState& state, const ChainInfo& chain, TargetId old_target,
+                                     TargetId new_target) {
+  NodeId new_node = state.routing.targets.at(new_target).node_id;
+  for (const ChainEntry& e : chain.entries) {
+    if (e.target_id == old_target) {
+      if (e.state == TargetState::kLastServing)
+        return error(Code::kNotPermitted,
+                     "replace target {}: it holds chain {}'s only copy (last-serving); bring its node back instead",
+                     old_target, chain.id);
+      if (e.state != TargetState::kOffline)
+        return error(Code::kNotPermitted, "replace target {}: it is {} in chain {} (only an offline target is replaced; "
+                     "stop its node first)", old_target, to_string(e.state), chain.id);
+    } else if (state.routing.targets.at(e.target_id).node_id == new_node) {
+      return error(Code::kNotPermitted,
+                   "replace target {}: chain {} already has target {} on node {} (a chain's targets sit on distinct "
+                   "nodes)", old_target, chain.id, e.target_id, new_node);
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<std::vector<ChainId>> apply_replace_target(PersistedState& state, TargetId old_target, TargetId new_target) {
+  WEFT_RETURN_IF_ERROR(check_replacement(state, old_target, new_target));
+  std::vector<ChainId> changed;
+  for (const auto& [id, chain] : state.routing.chains) {
+    if (std::none_of(chain.entries.begin(), chain.entries.end(),
+                     [&](const ChainEntry& e) { return e.target_id == old_target; }))
+      continue;
+    WEFT_RETURN_IF_ERROR(check_chain_replacement(state, chain, old_target, new_target));
+    changed.push_back(id);
+  }
+  if (changed.empty())
+    return error(Code::kInvalidArgument, "replace target {}: it is in no chain", old_target);
+  for (ChainId id : changed)
+    for (ChainEntry& e : state.routing.chains.at(id).entries)
+      if (e.target_id == old_target) e.target_id = new_target;  // stays offline until reconcile() RETURNs it
+  return changed;
+}
+
 }  // namespace weft::mgmt

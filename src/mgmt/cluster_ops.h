@@ -31,6 +31,16 @@ void declare_dead(PersistedState& state, NodeId node);
 // Nodes up whose last heartbeat is at least lease + grace old.
 std::vector<NodeId> expired_nodes(const PersistedState& state, TimePoint now, const LeaseConfig& lease);
 Result<ChainTableId> apply_create_table(PersistedState& state, const ChainTableSpec& spec);
+// Puts `new_target` where `old_target` stands, offline, in every chain that
+// holds it; reconcile() then RETURNs it (syncing: its chain's serving targets
+// copy everything to it). Returns those chains. Refused unless old_target is
+// offline in each of them (never a target that serves, syncs or holds a
+// chain's only copy as last-serving: stop its node first) and new_target is a
+// storage target that is alive, in no chain, and on a node that holds no
+// other entry of those chains (kInvalidArgument, kNotFound, kNotPermitted).
+// The old target stays known, in no chain: if its node comes back, it is a
+// spare like any other.
+Result<std::vector<ChainId>> apply_replace_target(PersistedState& state, TargetId old_target, TargetId new_target);
 
 // RETURNs waiting targets that are alive and recomputes target summaries.
 // Call after every edit.

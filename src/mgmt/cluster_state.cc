@@ -200,6 +200,11 @@ Result<ChainTableId> ClusterState::create_chain_table(const ChainTableSpec& spec
   return mutate([&](PersistedState& next) { return apply_create_table(next, spec); });
 }
 
+Result<std::vector<ChainId>> ClusterState::replace_target(TargetId old_target, TargetId new_target) {
+  std::lock_guard lock(mu_);
+  return mutate([&](PersistedState& next) { return apply_replace_target(next, old_target, new_target); });
+}
+
 RoutingInfo ClusterState::routing() const {
   std::lock_guard lock(mu_);
   return state_.routing;

@@ -132,6 +132,9 @@ class ClusterState {
   Result<std::vector<NodeId>> tick();
   // Builds a table over the targets of every up storage node (mgmt/chain_table.h).
   Result<ChainTableId> create_chain_table(const ChainTableSpec& spec);
+  // A new target takes an offline one's place in its chains (apply_replace_target
+  // in mgmt/cluster_ops.h); returns the chains that changed.
+  Result<std::vector<ChainId>> replace_target(TargetId old_target, TargetId new_target);
 
   RoutingInfo routing() const;
   RoutingVersion routing_version() const;

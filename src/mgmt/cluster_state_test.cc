@@ -12,6 +12,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::Harness;
+using testing::TempDir;
 
 constexpr auto S = TargetState::kServing;
 constexpr auto Y = TargetState::kSyncing;
@@ -251,6 +252,98 @@ TEST(ClusterState, SameIncarnationReRegistrationRevivesADeadNode) {
   h.add_storage(2, 1);  // same incarnation
   EXPECT_EQ(h.state->routing().nodes.at(2).state, NodeState::kUp);
   EXPECT_EQ(h.chain(1).entries, (std::vector<ChainEntry>{{1, S}, {2, Y}}));
+}
+
+// A node that never comes back: a spare target on a new node takes the dead
+// one's place (offline -> syncing at the tail, then serving once synced), in
+// one routing version, and the state survives a restart of mgmtd.
+TEST(ClusterState, ReplacedTargetSyncsAndServesInTheDeadOnesPlace) {
+  TempDir dir;
+  Harness h(dir.path());
+  auto [id, head, tail, head_node, tail_node] = h.two_replica_chain();
+  h.clock.advance(16s);
+  h.beat(head_node);
+  ASSERT_TRUE(h.state->tick().has_value());  // the tail's node is dead
+  ASSERT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, O}}));
+  TargetId spare = h.add_storage(3, 1).target_ids.at(0);
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, O}})) << "a new node joins no chain";
+  ChainVersion v = h.chain(id).version;
+  RoutingVersion rv = h.state->routing_version();
+
+  auto changed = h.state->replace_target(tail, spare);
+  ASSERT_TRUE(changed.has_value()) << changed.error();
+  EXPECT_EQ(*changed, std::vector<ChainId>{id});
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {spare, Y}}));
+  EXPECT_EQ(h.chain(id).version, v + 1);
+  EXPECT_EQ(h.state->routing_version(), rv + 1);
+  EXPECT_EQ(h.snapshot.targets.at(spare).state, Y);
+  h.beat(3, 1, {{id, spare, v + 1}});
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {spare, S}}));
+
+  h.reopen();
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {spare, S}}));
+  h.add_storage(2, 1);  // the old node comes back after all: its target is a spare now
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {spare, S}}));
+  EXPECT_TRUE(h.state->routing().targets.contains(tail));
+}
+
+TEST(ClusterState, ReplaceTargetRefusals) {
+  Harness h;
+  for (int i = 1; i <= 3; ++i) h.add_storage(i, 1);  // targets 1, 2, 3 on nodes 1, 2, 3
+  ASSERT_TRUE(h.state->create_chain_table({.replicas = 2, .chains_per_target = 2}).has_value());
+  TargetId spare_1 = h.add_storage(1, 2).target_ids.at(1);  // a second target on node 1, in no chain
+  TargetId spare_4 = h.add_storage(4, 1).target_ids.at(0);
+  RoutingVersion rv = h.state->routing_version();
+  auto code = [&](TargetId old_target, TargetId new_target) {
+    auto r = h.state->replace_target(old_target, new_target);
+    return r ? Code::kOk : r.error().code();
+  };
+  EXPECT_EQ(code(1, spare_4), Code::kNotPermitted) << "target 1 serves";
+  EXPECT_EQ(code(99, spare_4), Code::kNotFound);
+  EXPECT_EQ(code(1, 99), Code::kNotFound);
+  EXPECT_EQ(code(spare_4, spare_4), Code::kInvalidArgument);
+  EXPECT_EQ(code(spare_1, spare_4), Code::kInvalidArgument) << "a target in no chain";
+
+  h.clock.advance(16s);  // node 2 dies: target 2 is offline wherever it was
+  for (NodeId n : {1, 3, 4}) h.beat(n);
+  ASSERT_TRUE(h.state->tick().has_value());
+  EXPECT_EQ(code(2, 1), Code::kNotPermitted) << "target 1 is already in a chain";
+  // Target 2 shares a chain with target 1, so a target on node 1 would put
+  // two entries of that chain on one node.
+  bool with_1 = false;
+  for (const auto& [cid, c] : h.state->routing().chains) {
+    bool has_1 = false, has_2 = false;
+    for (const ChainEntry& e : c.entries) has_1 |= e.target_id == 1, has_2 |= e.target_id == 2;
+    with_1 |= has_1 && has_2;
+  }
+  ASSERT_TRUE(with_1);
+  EXPECT_EQ(code(2, spare_1), Code::kNotPermitted);
+  EXPECT_EQ(h.state->routing_version(), rv + 1) << "refusals change nothing (only the death did)";
+
+  h.clock.advance(16s);  // node 4 dies: its spare is no longer up
+  for (NodeId n : {1, 3}) h.beat(n);
+  ASSERT_TRUE(h.state->tick().has_value());
+  EXPECT_EQ(code(2, spare_4), Code::kNotPermitted);
+
+  // A last-serving target holds its chain's only copy: never replaced.
+  Harness last;
+  auto chain = last.two_replica_chain();
+  last.clock.advance(16s);
+  last.beat(chain.head_node);
+  ASSERT_TRUE(last.state->tick().has_value());  // the tail dies
+  last.clock.advance(16s);
+  ASSERT_TRUE(last.state->tick().has_value());  // then the head: last-serving
+  ASSERT_EQ(last.chain(chain.id).entries, (std::vector<ChainEntry>{{chain.head, L}, {chain.tail, O}}));
+  TargetId spare = last.add_storage(3, 1).target_ids.at(0);
+  auto r = last.state->replace_target(chain.head, spare);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), Code::kNotPermitted);
+  EXPECT_NE(r.error().message().find("only copy"), std::string::npos) << r.error();
+  // The offline one may be replaced; the spare waits offline behind the last-serving one.
+  ASSERT_TRUE(last.state->replace_target(chain.tail, spare).has_value());
+  EXPECT_EQ(last.chain(chain.id).entries, (std::vector<ChainEntry>{{chain.head, L}, {spare, O}}));
+  last.add_storage(static_cast<int>(chain.head_node), 1);  // the last-serving head returns: serving, and the spare syncs from it
+  EXPECT_EQ(last.chain(chain.id).entries, (std::vector<ChainEntry>{{chain.head, S}, {spare, Y}}));
 }
 
 TEST(ClusterState, TargetNoLongerListedFailsAndNewTargetsJoinLater) {

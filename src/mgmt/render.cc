@@ -1,6 +1,7 @@
 #include "mgmt/render.h"
 
 #include <algorithm>
+#include <map>
 #include <vector>
 
 #include <fmt/format.h>
@@ -77,6 +78,15 @@ std::string json_escape(std::string_view s) {
   return out;
 }
 
+// How many chains each target is in (a target in none is a spare: `weft
+// admin target replace` can put it in an offline one's place).
+static std::map<TargetId, size_t> chain_counts(const RoutingInfo& routing) {
+  std::map<TargetId, size_t> out;
+  for (const auto& [id, c] : routing.chains)
+    for (const ChainEntry& e : c.entries) ++out[e.target_id];
+  return out;
+}
+
 std::string render_text(const RoutingInfo& routing, TimePoint now, const std::vector<ClientInfo>& clients) {
   std::string out = fmt::format("routing version {}\n", routing.version);
   std::vector<Row> nodes{{"ID", "KIND", "ADDRESS", "STATE", "INCARNATION", "LEASE LEFT"}};
@@ -84,11 +94,13 @@ std::string render_text(const RoutingInfo& routing, TimePoint now, const std::ve
     nodes.push_back({std::to_string(id), std::string(to_string(n.kind)), n.address, std::string(to_string(n.state)),
                      std::to_string(n.incarnation), fmt::format("{:.1f}s", lease_left_ms(n.lease_expiry, now) / 1000.0)});
   append_table(out, fmt::format("nodes ({})", routing.nodes.size()), nodes);
-  std::vector<Row> targets{{"ID", "NODE", "NAME", "STATE", "USED", "FREE", "CAPACITY"}};
+  std::vector<Row> targets{{"ID", "NODE", "NAME", "STATE", "CHAINS", "USED", "FREE", "CAPACITY"}};
+  const auto chains_of = chain_counts(routing);
   for (const auto& [id, t] : routing.targets) {
     uint64_t free = t.capacity_bytes > t.used_bytes ? t.capacity_bytes - t.used_bytes : 0;
     targets.push_back({std::to_string(id), std::to_string(t.node_id), t.name, std::string(to_string(t.state)),
-                       format_bytes(t.used_bytes), format_bytes(free), format_bytes(t.capacity_bytes)});
+                       std::to_string(chains_of.contains(id) ? chains_of.at(id) : 0), format_bytes(t.used_bytes),
+                       format_bytes(free), format_bytes(t.capacity_bytes)});
   }
   append_table(out, fmt::format("targets ({})", routing.targets.size()), targets);
   std::vector<Row> chains{{"CHAIN", "TABLE", "VERSION", "WRITABLE", "TARGETS (head first)"}};
@@ -116,12 +128,13 @@ std::string render_json(const RoutingInfo& routing, TimePoint now, const std::ve
   }
   out += "],\"targets\":[";
   first = true;
+  const auto chains_of = chain_counts(routing);
   for (const auto& [id, t] : routing.targets) {
     uint64_t free = t.capacity_bytes > t.used_bytes ? t.capacity_bytes - t.used_bytes : 0;
-    out += fmt::format("{}{{\"id\":{},\"node_id\":{},\"name\":{},\"state\":{},\"used_bytes\":{},\"free_bytes\":{},"
-                       "\"capacity_bytes\":{}}}",
-                       first ? "" : ",", id, t.node_id, quoted(t.name), quoted(to_string(t.state)), t.used_bytes, free,
-                       t.capacity_bytes);
+    out += fmt::format("{}{{\"id\":{},\"node_id\":{},\"name\":{},\"state\":{},\"chains\":{},\"used_bytes\":{},"
+                       "\"free_bytes\":{},\"capacity_bytes\":{}}}",
+                       first ? "" : ",", id, t.node_id, quoted(t.name), quoted(to_string(t.state)),
+                       chains_of.contains(id) ? chains_of.at(id) : 0, t.used_bytes, free, t.capacity_bytes);
     first = false;
   }
   out += "],\"chain_tables\":[";

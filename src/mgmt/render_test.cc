@@ -43,6 +43,16 @@ TEST(Render, TextShowsNodesTargetsAndChains) {
     return text.substr(line, text.find('\n', at) - line).find(needle);
   };
   EXPECT_EQ(column_in_line("STATE", "NAME"), column_in_line("serving", "ssd0")) << text;
+  EXPECT_EQ(column_in_line("CHAINS", "NAME"), column_in_line("1       1.0 GiB", "ssd0")) << "in one chain\n" << text;
+}
+
+TEST(Render, SpareTargetsShowInNoChain) {
+  ManualClock clock;
+  RoutingInfo r = sample(clock.now());
+  r.targets[3] = TargetInfo{.id = 3, .node_id = 1, .name = "spare", .state = TargetState::kServing};
+  std::string json = render_json(r, clock.now());
+  EXPECT_NE(json.find("\"name\":\"ssd0\",\"state\":\"serving\",\"chains\":1,"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"name\":\"spare\",\"state\":\"serving\",\"chains\":0,"), std::string::npos) << json;
 }
 
 TEST(Render, JsonIsEscapedAndComplete) {

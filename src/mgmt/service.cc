@@ -57,6 +57,18 @@ Result<pb::CreateChainTableReply> do_create_table(ClusterState& state, const pb:
   return out;
 }
 
+Result<pb::ReplaceTargetReply> do_replace_target(ClusterState& state, const pb::ReplaceTargetRequest& req) {
+  WEFT_TRY(std::vector<ChainId> changed, state.replace_target(req.old_target(), req.new_target()));
+  RoutingInfo routing = state.routing();
+  pb::ReplaceTargetReply out;
+  for (ChainId c : changed)
+    if (auto it = routing.chains.find(c); it != routing.chains.end()) to_proto(it->second, out.add_chains());
+  out.set_routing_version(routing.version);
+  WEFT_LOG_INFO("mgmt: target {} replaced by target {} in {} chain(s)", req.old_target(), req.new_target(),
+                changed.size());
+  return out;
+}
+
 pb::ListChainTablesReply do_list_tables(const ClusterState& state) {
   RoutingInfo routing = state.routing();
   pb::ListChainTablesReply out;
@@ -109,6 +121,9 @@ void MgmtService::register_methods(rpc::Server& server) {
   rpc::add_blocking_method<pb::CreateChainTableRequest, pb::CreateChainTableReply>(
       server, kCreateChainTable, "mgmt.create_chain_table",
       [this](const pb::CreateChainTableRequest& req, rpc::ServerCall&) { return do_create_table(state_, req); });
+  rpc::add_blocking_method<pb::ReplaceTargetRequest, pb::ReplaceTargetReply>(
+      server, kReplaceTarget, "mgmt.replace_target",
+      [this](const pb::ReplaceTargetRequest& req, rpc::ServerCall&) { return do_replace_target(state_, req); });
   rpc::add_blocking_method<pb::ListChainTablesRequest, pb::ListChainTablesReply>(
       server, kListChainTables, "mgmt.list_chain_tables",
       [this](const pb::ListChainTablesRequest&, rpc::ServerCall&) -> Result<pb::ListChainTablesReply> {

@@ -6,6 +6,9 @@
 //     moves its targets out of their chains, then resume; the server restarts
 //     with the same node and target ids, is resynced (syncing -> serving), and
 //     every acknowledged write reads back from every replica;
+//   - a storage server that stays dead: a new server's targets replace its
+//     targets in their chains (`weft admin target replace`), sync and serve,
+//     and hold every acknowledged write; the dead one returning changes nothing;
 //   - mgmtd restarted (SIGKILL, then SIGTERM) under write load: nodes and
 //     chains are kept, writes carry on, nothing acknowledged is lost;
 //   - a storage server cut off from mgmtd (mgmtd SIGSTOPped; the
@@ -443,6 +446,71 @@ TEST_F(FailoverTest, StorageKilledUnderWriteLoadResumesResyncsAndKeepsEveryAck) 
   std::printf("[failover] writer: %s\n", describe(writer).c_str());
   ASSERT_TRUE(cluster_->wait_all_serving(5s));
   verify_replicas(writer);
+  verify_cold_chunks(cold);
+}
+
+// A storage server that never comes back: a new server's targets take its
+// targets' places (`weft admin target replace`) under write load, are copied
+// from the chains' serving targets, serve, and hold every acknowledged write.
+TEST_F(FailoverTest, DeadServerReplacedBySpareUnderWriteLoadKeepsEveryAck) {
+  ClusterOptions o{.lease_ms = 1000, .grace_ms = 500, .tick_ms = 50};
+  ASSERT_NO_FATAL_FAILURE(start_cluster(o, 3, 2, 2));
+  const int victim = 1, spare_server = 3;
+  cluster_->add_storage(2);  // joins after the chain table: in no chain
+  auto initial = cluster_->status();
+  ASSERT_TRUE(initial);
+  auto victim_targets =
+      ClusterFixture::targets_of(*initial, ClusterFixture::node_of(*initial, cluster_->storage_address(victim)));
+  ASSERT_EQ(victim_targets.size(), 2u);
+
+  DirectWriter direct(*cluster_);
+  auto cold = write_cold_chunks(direct, 6);
+  Writer writer(*cluster_, chains_, 8 * chains_.size());
+  writer.start();
+  ASSERT_TRUE(wait_acks(writer, 50, 60s)) << describe(writer) << cluster_->all_logs();
+  ASSERT_TRUE(cluster_->start_storage(spare_server)) << cluster_->storage_log(spare_server);
+  ASSERT_TRUE(cluster_->wait_nodes_up(4, 8)) << cluster_->all_logs();
+  auto with_spare = cluster_->status();
+  ASSERT_TRUE(with_spare);
+  auto spares = ClusterFixture::targets_of(
+      *with_spare, ClusterFixture::node_of(*with_spare, cluster_->storage_address(spare_server)));
+  ASSERT_EQ(spares.size(), 2u);
+  testing::CliResult live = cluster_->weft(
+      {"admin", "target", "replace", std::to_string(victim_targets[0]), std::to_string(spares[0])});
+  EXPECT_NE(live.exit_code, 0) << "a serving target is never replaced: " << live.output;
+  EXPECT_NE(live.output.find("only an offline target"), std::string::npos) << live.output;
+
+  kill_and_measure(*cluster_, writer, victim, o);
+  for (size_t i = 0; i < 2; ++i) {
+    testing::CliResult replaced = cluster_->weft(
+        {"admin", "target", "replace", std::to_string(victim_targets[i]), std::to_string(spares[i])});
+    ASSERT_EQ(replaced.exit_code, 0) << replaced.output << cluster_->mgmtd_log();
+    EXPECT_NE(replaced.output.find("replaced by target " + std::to_string(spares[i])), std::string::npos)
+        << replaced.output;
+  }
+  ASSERT_TRUE(cluster_->wait_all_serving(60s)) << describe(writer) << cluster_->all_logs();
+  auto after = cluster_->status();
+  ASSERT_TRUE(after);
+  size_t spare_entries = 0;
+  for (auto& [id, c] : after->chains)
+    for (auto& e : c.entries) {
+      EXPECT_TRUE(std::find(victim_targets.begin(), victim_targets.end(), e.target_id) == victim_targets.end())
+          << "chain " << id << " still holds a dead target";
+      spare_entries += std::find(spares.begin(), spares.end(), e.target_id) != spares.end();
+    }
+  EXPECT_GT(spare_entries, 0u);
+
+  // The dead server comes back after all: its targets are spares, the chains stay.
+  ASSERT_TRUE(cluster_->start_storage(victim)) << cluster_->storage_log(victim);
+  ASSERT_TRUE(cluster_->wait_nodes_up(4, 8)) << cluster_->all_logs();
+  ASSERT_TRUE(wait_acks(writer, 50, 60s)) << describe(writer);
+  auto returned = cluster_->status();
+  ASSERT_TRUE(returned);
+  EXPECT_EQ(returned->chains, after->chains);
+  writer.stop();
+  EXPECT_FALSE(writer.abandoned());
+  EXPECT_TRUE(writer.unexpected().empty()) << describe(writer);
+  verify_replicas(writer);  // every replica now, the spares included
   verify_cold_chunks(cold);
 }
 
