@@ -1,5 +1,6 @@
 // Commands of the mgmt module: `weft serve mgmtd`, `weft status`,
-// `weft admin chain-table create|list` and `weft admin target replace`. Client commands find the cluster
+// `weft admin chain-table create|list`, `weft admin target replace` and
+// `weft admin node remove`. Client commands find the cluster
 // through client/cluster_config.h (--config, $WEFT_CONFIG, ./weft-data/client.toml;
 // --cluster ADDR overrides the mgmtd address).
 #include <filesystem>
@@ -151,6 +152,18 @@ void replace_target(const ClusterFlags& flags, uint64_t old_target, uint64_t new
   });
 }
 
+void remove_node(const ClusterFlags& flags, uint32_t node) {
+  with_mgmtd(flags, [&](mgmt::MgmtRpc& rpc) {
+    mgmt::pb::RemoveNodeRequest req;
+    req.set_node_id(node);
+    auto reply = rpc.call<mgmt::pb::RemoveNodeReply>(mgmt::kRemoveNode, req);
+    if (!reply) return fail(fmt::format("node remove: {}", reply.error().message()));
+    std::fputs(fmt::format("node {} and its targets removed (routing version {})\n", node, reply->routing_version())
+                   .c_str(),
+               stdout);
+  });
+}
+
 }  // namespace
 
 void add_mgmt_commands(CLI::App& app, CLI::App& serve) {
@@ -195,6 +208,15 @@ void add_mgmt_commands(CLI::App& app, CLI::App& serve) {
   replace->add_option("OLD", old_target, "the offline target (its id in `weft status`)")->required();
   replace->add_option("NEW", new_target, "an up target in no chain, on a node none of those chains uses")->required();
   replace->callback([] { replace_target(replace_flags, old_target, new_target); });
+
+  auto* nodes = admin.add_subcommand("node", "Servers mgmtd knows");
+  nodes->require_subcommand(1);
+  static ClusterFlags remove_flags;
+  static uint32_t node_id = 0;
+  auto* remove = nodes->add_subcommand("remove", "Forget a node that is down and whose targets are in no chain");
+  add_cluster_flags(remove, remove_flags);
+  remove->add_option("ID", node_id, "the node's id in `weft status`")->required();
+  remove->callback([] { remove_node(remove_flags, node_id); });
 }
 
 }  // namespace weft::cli

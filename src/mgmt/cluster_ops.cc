@@ -289,4 +289,21 @@ Result<std::vector<ChainId>> apply_replace_target(PersistedState& state, TargetI
   return changed;
 }
 
+Result<void> apply_remove_node(PersistedState& state, NodeId node_id) {
+  auto node = state.routing.nodes.find(node_id);
+  if (node == state.routing.nodes.end()) return error(Code::kNotFound, "remove node {}: no such node", node_id);
+  if (node->second.state != NodeState::kDown)
+    return error(Code::kNotPermitted, "remove node {} ({}): it is up (stop it first; mgmtd declares it down after "
+                 "its lease and grace)", node_id, node->second.address);
+  for (const auto& [chain_id, chain] : state.routing.chains)
+    for (const ChainEntry& e : chain.entries)
+      if (state.routing.targets.at(e.target_id).node_id == node_id)
+        return error(Code::kNotPermitted,
+                     "remove node {}: its target {} is in chain {} (`weft admin target replace` it first)", node_id,
+                     e.target_id, chain_id);
+  std::erase_if(state.routing.targets, [&](const auto& kv) { return kv.second.node_id == node_id; });
+  state.routing.nodes.erase(node);
+  return {};
+}
+
 }  // namespace weft::mgmt

@@ -41,6 +41,11 @@ Result<ChainTableId> apply_create_table(PersistedState& state, const ChainTableS
 // The old target stays known, in no chain: if its node comes back, it is a
 // spare like any other.
 Result<std::vector<ChainId>> apply_replace_target(PersistedState& state, TargetId old_target, TargetId new_target);
+// Forgets node `node` and its targets. Refused unless the node is down (a
+// live one would only register again) and none of its targets is in a chain
+// (replace them first). Its ids are never reused: if the address registers
+// again, it is a new node with new target ids, in no chain.
+Result<void> apply_remove_node(PersistedState& state, NodeId node);
 
 // RETURNs waiting targets that are alive and recomputes target summaries.
 // Call after every edit.

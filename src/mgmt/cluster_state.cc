@@ -205,6 +205,11 @@ Result<std::vector<ChainId>> ClusterState::replace_target(TargetId old_target, T
   return mutate([&](PersistedState& next) { return apply_replace_target(next, old_target, new_target); });
 }
 
+Result<void> ClusterState::remove_node(NodeId node) {
+  std::lock_guard lock(mu_);
+  return mutate([&](PersistedState& next) { return apply_remove_node(next, node); });
+}
+
 RoutingInfo ClusterState::routing() const {
   std::lock_guard lock(mu_);
   return state_.routing;

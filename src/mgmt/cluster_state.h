@@ -59,8 +59,8 @@ inline constexpr size_t kTargetsPerNodeMax = 1024;
 // of new nodes and new chain tables are refused (kTooBig) past these, and any
 // registration or table that would make encoded_bytes_bound() of the routing
 // pass kRoutingBytesMax (half of an RPC body, mgmt/service.cc checks: room for
-// the rest of a Status reply). Nodes are never forgotten: kNodesMax counts
-// every address ever registered.
+// the rest of a Status reply). kNodesMax counts every node known, up or down,
+// until `weft admin node remove` forgets a dead one.
 inline constexpr size_t kNodesMax = 4096;
 inline constexpr size_t kChainTablesMax = 256;
 inline constexpr size_t kChainsMax = 32768;
@@ -135,6 +135,8 @@ class ClusterState {
   // A new target takes an offline one's place in its chains (apply_replace_target
   // in mgmt/cluster_ops.h); returns the chains that changed.
   Result<std::vector<ChainId>> replace_target(TargetId old_target, TargetId new_target);
+  // Forgets a dead node whose targets are in no chain (apply_remove_node).
+  Result<void> remove_node(NodeId node);
 
   RoutingInfo routing() const;
   RoutingVersion routing_version() const;

@@ -346,6 +346,44 @@ TEST(ClusterState, ReplaceTargetRefusals) {
   EXPECT_EQ(last.chain(chain.id).entries, (std::vector<ChainEntry>{{chain.head, S}, {spare, Y}}));
 }
 
+// A dead node whose targets were replaced is forgotten; the same address
+// registering again is a new node with new ids, in no chain.
+TEST(ClusterState, RemovedNodeIsForgottenAndComesBackAsANewOne) {
+  TempDir dir;
+  Harness h(dir.path());
+  auto [id, head, tail, head_node, tail_node] = h.two_replica_chain();
+  TargetId spare = h.add_storage(3, 1).target_ids.at(0);
+  auto code = [&](NodeId n) {
+    auto r = h.state->remove_node(n);
+    return r ? Code::kOk : r.error().code();
+  };
+  EXPECT_EQ(code(tail_node), Code::kNotPermitted) << "up";
+  EXPECT_EQ(code(42), Code::kNotFound);
+  h.clock.advance(16s);
+  h.beat(head_node);
+  h.beat(3);
+  ASSERT_TRUE(h.state->tick().has_value());  // the tail's node dies
+  auto in_chain = h.state->remove_node(tail_node);
+  ASSERT_FALSE(in_chain.has_value());
+  EXPECT_EQ(in_chain.error().code(), Code::kNotPermitted);
+  EXPECT_NE(in_chain.error().message().find("replace"), std::string::npos) << in_chain.error();
+
+  ASSERT_TRUE(h.state->replace_target(tail, spare).has_value());
+  RoutingVersion rv = h.state->routing_version();
+  ASSERT_EQ(code(tail_node), Code::kOk);
+  EXPECT_EQ(h.state->routing_version(), rv + 1);
+  h.reopen();
+  RoutingInfo r = h.state->routing();
+  EXPECT_FALSE(r.nodes.contains(tail_node));
+  EXPECT_FALSE(r.targets.contains(tail));
+  EXPECT_EQ(r.nodes.size(), 2u);
+
+  RegisterReply back = h.add_storage(static_cast<int>(tail_node), 1);  // the same address
+  EXPECT_GT(back.node_id, NodeId{3});
+  EXPECT_GT(back.target_ids.at(0), spare) << "ids are never reused";
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {spare, Y}}));
+}
+
 TEST(ClusterState, TargetNoLongerListedFailsAndNewTargetsJoinLater) {
   Harness h;
   for (int i = 1; i <= 2; ++i) h.add_storage(i, 1);

@@ -69,6 +69,14 @@ Result<pb::ReplaceTargetReply> do_replace_target(ClusterState& state, const pb::
   return out;
 }
 
+Result<pb::RemoveNodeReply> do_remove_node(ClusterState& state, const pb::RemoveNodeRequest& req) {
+  WEFT_RETURN_IF_ERROR(state.remove_node(req.node_id()));
+  pb::RemoveNodeReply out;
+  out.set_routing_version(state.routing_version());
+  WEFT_LOG_INFO("mgmt: node {} removed", req.node_id());
+  return out;
+}
+
 pb::ListChainTablesReply do_list_tables(const ClusterState& state) {
   RoutingInfo routing = state.routing();
   pb::ListChainTablesReply out;
@@ -124,6 +132,9 @@ void MgmtService::register_methods(rpc::Server& server) {
   rpc::add_blocking_method<pb::ReplaceTargetRequest, pb::ReplaceTargetReply>(
       server, kReplaceTarget, "mgmt.replace_target",
       [this](const pb::ReplaceTargetRequest& req, rpc::ServerCall&) { return do_replace_target(state_, req); });
+  rpc::add_blocking_method<pb::RemoveNodeRequest, pb::RemoveNodeReply>(
+      server, kRemoveNode, "mgmt.remove_node",
+      [this](const pb::RemoveNodeRequest& req, rpc::ServerCall&) { return do_remove_node(state_, req); });
   rpc::add_blocking_method<pb::ListChainTablesRequest, pb::ListChainTablesReply>(
       server, kListChainTables, "mgmt.list_chain_tables",
       [this](const pb::ListChainTablesRequest&, rpc::ServerCall&) -> Result<pb::ListChainTablesReply> {

@@ -8,7 +8,8 @@
 //     every acknowledged write reads back from every replica;
 //   - a storage server that stays dead: a new server's targets replace its
 //     targets in their chains (`weft admin target replace`), sync and serve,
-//     and hold every acknowledged write; the dead one returning changes nothing;
+//     and hold every acknowledged write; mgmtd forgets the dead node, which
+//     returns as a new one without changing any chain;
 //   - mgmtd restarted (SIGKILL, then SIGTERM) under write load: nodes and
 //     chains are kept, writes carry on, nothing acknowledged is lost;
 //   - a storage server cut off from mgmtd (mgmtd SIGSTOPped; the
@@ -500,9 +501,17 @@ TEST_F(FailoverTest, DeadServerReplacedBySpareUnderWriteLoadKeepsEveryAck) {
     }
   EXPECT_GT(spare_entries, 0u);
 
-  // The dead server comes back after all: its targets are spares, the chains stay.
+  // mgmtd forgets the dead node; when the server comes back after all, it is
+  // a new node whose targets are spares, and the chains stay as they are.
+  mgmt::NodeId victim_node = ClusterFixture::node_of(*after, cluster_->storage_address(victim));
+  testing::CliResult removed = cluster_->weft({"admin", "node", "remove", std::to_string(victim_node)});
+  ASSERT_EQ(removed.exit_code, 0) << removed.output;
   ASSERT_TRUE(cluster_->start_storage(victim)) << cluster_->storage_log(victim);
   ASSERT_TRUE(cluster_->wait_nodes_up(4, 8)) << cluster_->all_logs();
+  auto back = cluster_->status();
+  ASSERT_TRUE(back);
+  EXPECT_NE(ClusterFixture::node_of(*back, cluster_->storage_address(victim)), victim_node);
+  EXPECT_FALSE(back->targets.contains(victim_targets[0]));
   ASSERT_TRUE(wait_acks(writer, 50, 60s)) << describe(writer);
   auto returned = cluster_->status();
   ASSERT_TRUE(returned);
