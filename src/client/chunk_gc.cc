@@ -1,5 +1,7 @@
 #include "client/chunk_gc.h"
 
+#include <algorithm>
+
 #include "client/core.h"
 #include "client/placement.h"
 #include "common/logging.h"
@@ -20,8 +22,9 @@ struct ChunkGc::Parts {
   }
   static ChunkIoOptions chunk_options() {
     ChunkIoOptions o;
-    // A file that cannot be cleaned now is tried again next round (a chain with
-    // no serving target would otherwise hold the whole pass for long).
+    // A file that cannot be cleaned now is tried again later (a head that
+    // stopped answering before mgmtd declares it down, or failing storage,
+    // would otherwise hold the whole pass for long).
     o.retry_time_ms_max = 2000;
     o.call_timeout_ms = 3000;  // a hung head, too, holds a pass only this long
     return o;
@@ -33,6 +36,18 @@ constexpr size_t kPendingBatch = 64;
 constexpr size_t kRemovesInFlight = 128;
 // Passes before the next one starts at the queue's front again (see collect_once).
 constexpr size_t kPassesPerRound = 16;
+
+namespace {
+
+// Whether the chain has a serving target now: a removal sent to a chain
+// without one only waits out ChunkIo's retries.
+Result<void> chain_served(const mgmt::RoutingInfo& routing, mgmt::ChainId id) {
+  WEFT_TRY(const mgmt::ChainInfo* chain, routing.chain(id));
+  WEFT_RETURN_IF_ERROR(mgmt::route_chain(*chain));
+  return {};
+}
+
+}  // namespace
 
 ChunkGc::ChunkGc(std::vector<rpc::Endpoint> mgmtd, std::string cluster_token, ChunkGcHooks hooks,
                  std::chrono::milliseconds interval)
@@ -54,8 +69,10 @@ void ChunkGc::stop() {
 // most kRemovesInFlight (a pass of small files is one wave rather than a round
 // trip per file; a wave is built when it is sent, so a pass of huge files
 // holds no list of all their chunks). A file one of whose removals failed gets
-// no more requests this pass and stays queued; the files whose chunks are all
-// gone are reported to meta in one commit.
+// no more requests this pass and stays queued; the chunks on a chain with no
+// serving target are not sent at all (the file fails at once and stays
+// queued, its other chunks are removed); the files whose chunks are all gone
+// are reported to meta in one commit.
 Result<ChunkGc::Pass> ChunkGc::collect_once() {
   if (!routing_started_) {
     WEFT_RETURN_IF_ERROR(parts_->routing.start());
@@ -64,8 +81,10 @@ Result<ChunkGc::Pass> ChunkGc::collect_once() {
   WEFT_TRY(auto items, hooks_.pending(kPendingBatch, resume_after_));
   struct Plan {
     std::vector<mgmt::ChainId> stripe;
+    std::vector<bool> served;  // by stripe position: the chain has a serving target
     uint64_t chunks = 0;
     bool failed = false;
+    bool stop = false;  // no more removals this pass: one failed, or none can be sent
   };
   std::vector<Plan> plans(items.size());
   std::optional<Status> first_failure;
@@ -75,15 +94,26 @@ Result<ChunkGc::Pass> ChunkGc::collect_once() {
   };
   auto routing = parts_->routing.current();
   for (size_t k = 0; k < items.size(); ++k) {
+    Plan& plan = plans[k];
     const meta::Layout& layout = items[k].inode.layout;
-    plans[k].chunks = meta::chunk_count(items[k].inode.size, layout.chunk_bytes);
-    if (plans[k].chunks == 0) continue;
+    plan.chunks = meta::chunk_count(items[k].inode.size, layout.chunk_bytes);
+    if (plan.chunks == 0) continue;
     auto stripe = stripe_chains(layout, *routing);
-    if (stripe) {
-      plans[k].stripe = std::move(*stripe);
-    } else {
+    if (!stripe) {
       fail(k, stripe.error());
+      plan.stop = true;
+      continue;
     }
+    plan.stripe = std::move(*stripe);
+    plan.served.assign(plan.stripe.size(), false);
+    // Chunk i lives on stripe[i % stripe.size()]: the first `chunks` positions hold some.
+    const uint64_t used = std::min<uint64_t>(plan.chunks, plan.stripe.size());
+    for (uint64_t s = 0; s < used; ++s) {
+      auto served = chain_served(*routing, plan.stripe[s]);
+      plan.served[s] = served.has_value();
+      if (!served) fail(k, served.error());
+    }
+    plan.stop = std::ranges::none_of(plan.served, [](bool b) { return b; });
   }
   size_t file = 0;     // where the next wave goes on: this file
   uint64_t chunk = 0;  // and this chunk of it
@@ -92,21 +122,25 @@ Result<ChunkGc::Pass> ChunkGc::collect_once() {
     std::vector<size_t> owner;
     while (tasks.size() < kRemovesInFlight && file < items.size()) {
       const Plan& plan = plans[file];
-      if (plan.failed || chunk >= plan.chunks) {
+      if (plan.stop || chunk >= plan.chunks) {
         ++file;
         chunk = 0;
         continue;
       }
+      const uint64_t index = chunk++;
+      if (!plan.served[index % plan.stripe.size()]) continue;
       const meta::GcItem& item = items[file];
       tasks.push_back(parts_->chunks.remove(
-          {item.ino, chunk, chain_of_chunk(plan.stripe, chunk), item.inode.layout.chunk_bytes}));
+          {item.ino, index, chain_of_chunk(plan.stripe, index), item.inode.layout.chunk_bytes}));
       owner.push_back(file);
-      ++chunk;
     }
     if (tasks.empty()) break;
     auto results = run_parallel(parts_->io, std::move(tasks));
-    for (size_t j = 0; j < results.size(); ++j)
-      if (!results[j]) fail(owner[j], results[j].error());
+    for (size_t j = 0; j < results.size(); ++j) {
+      if (results[j]) continue;
+      fail(owner[j], results[j].error());
+      plans[owner[j]].stop = true;
+    }
   }
   std::vector<meta::Ino> done;
   uint64_t chunks = 0;

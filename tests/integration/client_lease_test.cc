@@ -118,6 +118,33 @@ TEST_F(ClientLeaseTest, AKilledWritersSessionIsClosedAndItsUnlinkedFileRemoved) 
       << meta_->log();
 }
 
+// A GC queue of the test's own, for a ChunkGc driven by the test: its hooks
+// hand out files as MetaStore::gc_pending does (inode order, after a cursor)
+// and drop the finished ones.
+struct TestQueue {
+  std::vector<meta::GcItem> items;  // in inode order
+  std::vector<meta::Ino> done;
+
+  client::ChunkGcHooks hooks() {
+    client::ChunkGcHooks h;
+    h.pending = [this](size_t limit, std::optional<meta::Ino> after) -> Result<std::vector<meta::GcItem>> {
+      std::vector<meta::GcItem> out;
+      for (const auto& item : items)
+        if ((!after || item.ino > *after) && out.size() < limit) out.push_back(item);
+      return out;
+    };
+    h.done = [this](std::span<const meta::Ino> inos) -> Result<void> {
+      done.insert(done.end(), inos.begin(), inos.end());
+      std::erase_if(items, [&](const meta::GcItem& item) { return std::ranges::count(inos, item.ino) > 0; });
+      return {};
+    };
+    return h;
+  }
+  bool queued(meta::Ino ino) const {
+    return std::ranges::any_of(items, [&](const meta::GcItem& item) { return item.ino == ino; });
+  }
+};
+
 // The chunk GC (run by meta) against a dead storage server, replicas 1: the
 // files whose chunk sits on its target stay queued (their removals fail) while
 // the others are removed in the same passes; once it is back, they go too.
@@ -130,6 +157,43 @@ class ChunkGcTest : public ClientLeaseTest {
     if (!r) return UINT64_MAX;
     auto targets = ClusterFixture::targets_of(*r, ClusterFixture::node_of(*r, cluster_.storage_address(i)));
     return targets.empty() ? UINT64_MAX : r->targets.at(targets[0]).used_bytes;
+  }
+  // The chain on server i's target (one each) and its index in chain table 1,
+  // which a layout of stripe 1 names as first_chain to put every chunk on it.
+  struct ChainOf {
+    mgmt::ChainId id = 0;
+    uint32_t index = UINT32_MAX;
+  };
+  ChainOf chain_on(int i) {
+    auto r = cluster_.routing();
+    if (!r || !r->tables.contains(1)) return {};
+    auto targets = ClusterFixture::targets_of(*r, ClusterFixture::node_of(*r, cluster_.storage_address(i)));
+    const auto& chains = r->tables.at(1).chains;
+    for (uint32_t k = 0; k < chains.size() && !targets.empty(); ++k)
+      if (ClusterFixture::state_in(r->chains.at(chains[k]), targets[0])) return {chains[k], k};
+    return {};
+  }
+  // Whether mgmtd's routing has a serving target for the chain.
+  bool serving(mgmt::ChainId chain) {
+    auto r = cluster_.routing();
+    return r && r->chains.contains(chain) && mgmt::route_chain(r->chains.at(chain)).has_value();
+  }
+  // A queued file of one chunk on the chain at `index` of table 1 (no such
+  // chunk on storage: its removal finds nothing, which is success).
+  static meta::GcItem file_on(meta::Ino ino, uint32_t index) {
+    meta::GcItem item{ino, meta::Inode{.ino = ino}};
+    item.inode.size = Layout::kChunkBytesMin;
+    item.inode.layout = {.chunk_bytes = Layout::kChunkBytesMin, .stripe_count = 1, .chain_table_id = 1,
+                         .first_chain = index};
+    return item;
+  }
+  // A queued file of 1 MiB whose layout names a chain table that does not
+  // exist: it fails at once, with no storage call.
+  static meta::GcItem failing_file(meta::Ino ino) {
+    meta::GcItem item{ino, meta::Inode{.ino = ino}};
+    item.inode.size = 1 << 20;
+    item.inode.layout.chain_table_id = 999;
+    return item;
   }
 };
 
@@ -193,7 +257,8 @@ TEST_F(ChunkGcTest, FilesBehindMoreFailingFilesThanAPassTakesAreCollected) {
   for (int i = 0; i < kBehind; ++i) ASSERT_TRUE(client_->remove_path(cred, fmt::format("/g{}", i)));
   // Every chunk on server 0 goes: the failing files' halves (they fail on
   // their other chunk) and the later files' (never reached by passes that all
-  // started at the front). A pass with failures takes ~10 s (ChunkIo's retries).
+  // started at the front). Until mgmtd declares server 1 dead, a pass waits
+  // out ChunkIo's retries (2 s) for its removals there; then none is sent.
   EXPECT_TRUE(eventually([&] { return used_on(0) <= before0; }, 60s))
       << "files behind the failing ones are collected while server 1 is dead\n" << meta_->log();
   ASSERT_TRUE(cluster_.start_storage(1)) << cluster_.all_logs();
@@ -208,37 +273,50 @@ TEST_F(ChunkGcTest, FilesBehindMoreFailingFilesThanAPassTakesAreCollected) {
 // the failing files name a chain table that does not exist (they fail at
 // once, with no storage call), the last one is empty (done without one).
 TEST_F(ChunkGcTest, MoreFailingFilesThanARoundTakesDoNotStarveTheRest) {
-  std::vector<meta::GcItem> queue;
+  TestQueue queue;
   constexpr meta::Ino kFailing = 16 * 64 + 100;
-  for (meta::Ino ino = 100; ino < 100 + kFailing; ++ino) {
-    meta::GcItem item{ino, {}};
-    item.inode.ino = ino;
-    item.inode.size = 1 << 20;
-    item.inode.layout.chain_table_id = 999;
-    queue.push_back(item);
-  }
+  for (meta::Ino ino = 100; ino < 100 + kFailing; ++ino) queue.items.push_back(failing_file(ino));
   const meta::Ino healthy = 100 + kFailing;
-  queue.push_back(meta::GcItem{healthy, meta::Inode{.ino = healthy}});
-  std::vector<meta::Ino> done;
-  client::ChunkGcHooks hooks;
-  hooks.pending = [&](size_t limit, std::optional<meta::Ino> after) -> Result<std::vector<meta::GcItem>> {
-    std::vector<meta::GcItem> out;
-    for (const auto& item : queue)
-      if ((!after || item.ino > *after) && out.size() < limit) out.push_back(item);
-    return out;
-  };
-  hooks.done = [&](std::span<const meta::Ino> inos) -> Result<void> {
-    done.insert(done.end(), inos.begin(), inos.end());
-    std::erase_if(queue, [&](const meta::GcItem& item) { return std::ranges::count(inos, item.ino) > 0; });
-    return {};
-  };
-  client::ChunkGc gc({rpc::Endpoint{"127.0.0.1", cluster_.mgmtd_port()}}, cluster_.options().token, hooks);
-  for (int pass = 0; pass < 3 * 18 && done.empty(); ++pass) {
+  queue.items.push_back(meta::GcItem{healthy, meta::Inode{.ino = healthy}});
+  client::ChunkGc gc({rpc::Endpoint{"127.0.0.1", cluster_.mgmtd_port()}}, cluster_.options().token, queue.hooks());
+  for (int pass = 0; pass < 3 * 18 && queue.done.empty(); ++pass) {
     auto r = gc.collect_once();
     ASSERT_TRUE(r) << r.error();
   }
-  EXPECT_EQ(done, std::vector<meta::Ino>{healthy}) << "the file behind the failing ones was never reached";
-  EXPECT_EQ(queue.size(), kFailing);
+  EXPECT_EQ(queue.done, std::vector<meta::Ino>{healthy}) << "the file behind the failing ones was never reached";
+  EXPECT_EQ(queue.items.size(), kFailing);
+}
+
+// The only target of a replicas-1 chain is down (mgmtd says so): a pass
+// sends no removal to that chain and does not wait for it (a removal would
+// retry for 2 s), the files on the other chain go, and the others go once
+// the chain serves again.
+TEST_F(ChunkGcTest, FilesOnAChainWithNoServingTargetFailAtOnce) {
+  const ChainOf dead = chain_on(1), live = chain_on(0);
+  ASSERT_NE(dead.index, UINT32_MAX);
+  ASSERT_NE(live.index, UINT32_MAX);
+  cluster_.kill_storage(1);
+  ASSERT_TRUE(eventually([&] { return !serving(dead.id); }, 20s)) << "mgmtd declares server 1 dead";
+  TestQueue queue;
+  queue.items = {file_on(1'000'001, dead.index), file_on(1'000'002, live.index)};
+  client::ChunkGc gc({rpc::Endpoint{"127.0.0.1", cluster_.mgmtd_port()}}, cluster_.options().token, queue.hooks());
+  auto start = std::chrono::steady_clock::now();
+  auto r = gc.collect_once();
+  auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_LT(took, 1s) << "the pass waited for a chain with no serving target";
+  EXPECT_EQ(queue.done, std::vector<meta::Ino>{1'000'002});
+  EXPECT_TRUE(queue.queued(1'000'001));
+
+  ASSERT_TRUE(cluster_.start_storage(1)) << cluster_.all_logs();
+  ASSERT_TRUE(eventually([&] { return serving(dead.id); }, 20s)) << cluster_.all_logs();
+  EXPECT_TRUE(eventually(
+      [&] {
+        EXPECT_TRUE(gc.collect_once().has_value());
+        return !queue.queued(1'000'001);
+      },
+      20s))
+      << "the file on the chain that serves again is collected";
 }
 
 }  // namespace
