@@ -36,6 +36,14 @@ constexpr size_t kPendingBatch = 64;
 constexpr size_t kRemovesInFlight = 128;
 // Passes before the next one starts at the queue's front again (see collect_once).
 constexpr size_t kPassesPerRound = 16;
+// Files a pass looks at, those in back-off included: a pass takes further
+// batches from meta while it has fewer than kPendingBatch files to try, so a
+// file in back-off costs a look rather than a share of a pass (each of which
+// waits a while when it finished nothing).
+constexpr size_t kLookedAtMax = kPendingBatch * kPassesPerRound;
+// Files held in back-off at most (under 100 bytes each): past that a file
+// that fails gets no entry and is tried at its next turn, as without back-off.
+constexpr size_t kBackoffFilesMax = size_t{1} << 16;
 
 namespace {
 
@@ -49,9 +57,25 @@ Result<void> chain_served(const mgmt::RoutingInfo& routing, mgmt::ChainId id) {
 
 }  // namespace
 
+struct ChunkGc::Batch {
+  std::vector<meta::GcItem> items;  // the files to try: those not in back-off
+  size_t looked_at = 0;             // files meta handed out that the pass looked at
+  std::optional<meta::Ino> last;    // the last of them
+  bool queue_end = false;           // none is queued after `last`
+};
+
+struct ChunkGc::Outcome {
+  uint64_t chunks = 0;             // the file's chunks
+  std::optional<Status> failure;   // why they are not all gone
+  bool no_route = false;           // some chunks were not sent: their chain had no route
+};
+
 ChunkGc::ChunkGc(std::vector<rpc::Endpoint> mgmtd, std::string cluster_token, ChunkGcHooks hooks,
-                 std::chrono::milliseconds interval)
-    : parts_(std::make_unique<Parts>(std::move(mgmtd), cluster_token)), hooks_(std::move(hooks)), interval_(interval) {}
+                 ChunkGcOptions options, const Clock& clock)
+    : parts_(std::make_unique<Parts>(std::move(mgmtd), cluster_token)),
+      hooks_(std::move(hooks)),
+      options_(options),
+      clock_(clock) {}
 
 ChunkGc::~ChunkGc() {
   stop();
@@ -65,53 +89,135 @@ void ChunkGc::stop() {
   if (thread_) thread_->stop();
 }
 
-// The chunks of every file of a pass are removed together, in waves of at
-// most kRemovesInFlight (a pass of small files is one wave rather than a round
-// trip per file; a wave is built when it is sent, so a pass of huge files
-// holds no list of all their chunks). A file one of whose removals failed gets
-// no more requests this pass and stays queued; the chunks on a chain with no
-// serving target are not sent at all (the file fails at once and stays
-// queued, its other chunks are removed); the files whose chunks are all gone
-// are reported to meta in one commit.
 Result<ChunkGc::Pass> ChunkGc::collect_once() {
   if (!routing_started_) {
     WEFT_RETURN_IF_ERROR(parts_->routing.start());
     routing_started_ = true;
   }
-  WEFT_TRY(auto items, hooks_.pending(kPendingBatch, resume_after_));
+  auto routing = parts_->routing.current();
+  const TimePoint now = clock_.now();
+  // A new routing version may have a chain serve again: the files that wait
+  // for want of a route are tried at once (while their chain still has no
+  // serving target, a try costs no storage call). Files that failed in
+  // storage keep their wait: a new version says nothing of that failure.
+  if (routing->version != backoff_routing_version_) {
+    for (auto& [ino, b] : backoff_)
+      if (b.no_route) b.next_try = std::min(b.next_try, now);
+    backoff_routing_version_ = routing->version;
+  }
+  WEFT_TRY(Batch batch, take_batch(now));
+  std::vector<Outcome> outcomes = remove_chunks(batch.items, *routing);
+  note_outcomes(batch.items, outcomes, clock_.now());
+  std::vector<meta::Ino> done;
+  uint64_t chunks = 0;
+  const Status* first_failure = nullptr;
+  for (size_t k = 0; k < batch.items.size(); ++k) {
+    if (outcomes[k].failure) {
+      if (!first_failure) first_failure = &*outcomes[k].failure;
+      continue;
+    }
+    done.push_back(batch.items[k].ino);
+    chunks += outcomes[k].chunks;
+  }
+  if (!done.empty()) WEFT_RETURN_IF_ERROR(hooks_.done(done));  // one commit for the pass
+  // The files the pass looked at and could not finish lie before the cursor
+  // now, so the next pass takes new ones rather than the same failing head of
+  // the queue again (a pass whose done commit failed is repeated as it was).
+  // A round ends at the queue's end, or after kPassesPerRound passes that
+  // finished something: files are queued above the cursor (inode numbers only
+  // grow), so under steady unlinks the cursor would chase the tail and never
+  // come back to the files below it. Passes that finished nothing do not
+  // count: more files failing for good at the queue's front than that many
+  // passes take would otherwise end every round before the files behind them.
+  if (!done.empty()) ++passes_this_round_;
+  bool go_on = !batch.queue_end && passes_this_round_ < kPassesPerRound;
+  resume_after_ = go_on ? batch.last : std::nullopt;
+  if (!go_on) passes_this_round_ = 0;
+  files_.fetch_add(done.size());
+  chunks_.fetch_add(chunks);
+  if (first_failure)
+    WEFT_LOG_WARN("chunk gc: {} of {} files stay queued ({} files in back-off): {}", batch.items.size() - done.size(),
+                  batch.items.size(), backoff_.size(), *first_failure);
+  return Pass{batch.looked_at, batch.looked_at - batch.items.size(), done.size(), batch.queue_end};
+}
+
+Result<ChunkGc::Batch> ChunkGc::take_batch(TimePoint now) {
+  Batch b;
+  b.last = resume_after_;
+  while (b.items.size() < kPendingBatch && b.looked_at < kLookedAtMax) {
+    const std::optional<meta::Ino> after = b.last;
+    WEFT_TRY(auto got, hooks_.pending(kPendingBatch, after));
+    const bool to_end = got.size() < kPendingBatch;
+    forget_unqueued(after, got, to_end);
+    size_t k = 0;
+    for (; k < got.size() && b.items.size() < kPendingBatch; ++k) {
+      b.last = got[k].ino;
+      ++b.looked_at;
+      auto wait = backoff_.find(got[k].ino);
+      if (wait == backoff_.end() || wait->second.next_try <= now) b.items.push_back(std::move(got[k]));
+    }
+    if (to_end && k == got.size()) {
+      b.queue_end = true;
+      break;
+    }
+  }
+  return b;
+}
+
+void ChunkGc::forget_unqueued(std::optional<meta::Ino> after, const std::vector<meta::GcItem>& got, bool to_end) {
+  auto it = after ? backoff_.upper_bound(*after) : backoff_.begin();
+  const auto end = to_end || got.empty() ? backoff_.end() : backoff_.upper_bound(got.back().ino);
+  size_t k = 0;  // got is in inode order
+  while (it != end) {
+    while (k < got.size() && got[k].ino < it->first) ++k;
+    if (k < got.size() && got[k].ino == it->first) {
+      ++it;
+    } else {
+      it = backoff_.erase(it);
+    }
+  }
+}
+
+// The chunks of every file of a pass are removed together, in waves of at
+// most kRemovesInFlight (a pass of small files is one wave rather than a round
+// trip per file; a wave is built when it is sent, so a pass of huge files
+// holds no list of all their chunks). A file one of whose removals failed gets
+// no more requests this pass; the chunks on a chain with no serving target
+// are not sent at all (the file fails at once, its other chunks are removed).
+std::vector<ChunkGc::Outcome> ChunkGc::remove_chunks(const std::vector<meta::GcItem>& items,
+                                                     const mgmt::RoutingInfo& routing) {
   struct Plan {
     std::vector<mgmt::ChainId> stripe;
     std::vector<bool> served;  // by stripe position: the chain has a serving target
-    uint64_t chunks = 0;
-    bool failed = false;
-    bool stop = false;  // no more removals this pass: one failed, or none can be sent
+    bool stop = false;         // no more removals this pass: one failed, or none can be sent
   };
+  std::vector<Outcome> outcomes(items.size());
   std::vector<Plan> plans(items.size());
-  std::optional<Status> first_failure;
   auto fail = [&](size_t k, const Status& why) {
-    plans[k].failed = true;
-    if (!first_failure) first_failure = why.with_context(fmt::format("gc of file {}", items[k].ino));
+    if (!outcomes[k].failure) outcomes[k].failure = why.with_context(fmt::format("gc of file {}", items[k].ino));
   };
-  auto routing = parts_->routing.current();
   for (size_t k = 0; k < items.size(); ++k) {
     Plan& plan = plans[k];
     const meta::Layout& layout = items[k].inode.layout;
-    plan.chunks = meta::chunk_count(items[k].inode.size, layout.chunk_bytes);
-    if (plan.chunks == 0) continue;
-    auto stripe = stripe_chains(layout, *routing);
+    outcomes[k].chunks = meta::chunk_count(items[k].inode.size, layout.chunk_bytes);
+    if (outcomes[k].chunks == 0) continue;
+    auto stripe = stripe_chains(layout, routing);
     if (!stripe) {
       fail(k, stripe.error());
+      outcomes[k].no_route = true;
       plan.stop = true;
       continue;
     }
     plan.stripe = std::move(*stripe);
     plan.served.assign(plan.stripe.size(), false);
     // Chunk i lives on stripe[i % stripe.size()]: the first `chunks` positions hold some.
-    const uint64_t used = std::min<uint64_t>(plan.chunks, plan.stripe.size());
+    const uint64_t used = std::min<uint64_t>(outcomes[k].chunks, plan.stripe.size());
     for (uint64_t s = 0; s < used; ++s) {
-      auto served = chain_served(*routing, plan.stripe[s]);
+      auto served = chain_served(routing, plan.stripe[s]);
       plan.served[s] = served.has_value();
-      if (!served) fail(k, served.error());
+      if (served) continue;
+      fail(k, served.error());
+      outcomes[k].no_route = true;
     }
     plan.stop = std::ranges::none_of(plan.served, [](bool b) { return b; });
   }
@@ -122,7 +228,7 @@ Result<ChunkGc::Pass> ChunkGc::collect_once() {
     std::vector<size_t> owner;
     while (tasks.size() < kRemovesInFlight && file < items.size()) {
       const Plan& plan = plans[file];
-      if (plan.stop || chunk >= plan.chunks) {
+      if (plan.stop || chunk >= outcomes[file].chunks) {
         ++file;
         chunk = 0;
         continue;
@@ -142,43 +248,38 @@ Result<ChunkGc::Pass> ChunkGc::collect_once() {
       plans[owner[j]].stop = true;
     }
   }
-  std::vector<meta::Ino> done;
-  uint64_t chunks = 0;
+  return outcomes;
+}
+
+void ChunkGc::note_outcomes(const std::vector<meta::GcItem>& items, const std::vector<Outcome>& outcomes,
+                            TimePoint now) {
   for (size_t k = 0; k < items.size(); ++k) {
-    if (plans[k].failed) continue;
-    done.push_back(items[k].ino);
-    chunks += plans[k].chunks;
+    if (!outcomes[k].failure) {
+      backoff_.erase(items[k].ino);
+      continue;
+    }
+    auto it = backoff_.find(items[k].ino);
+    if (it == backoff_.end()) {
+      if (backoff_.size() >= kBackoffFilesMax) continue;
+      it = backoff_.try_emplace(items[k].ino).first;
+      it->second.delay = std::min<Duration>(options_.backoff_first, options_.backoff_max);
+    } else {
+      it->second.delay = std::min<Duration>(2 * it->second.delay, options_.backoff_max);
+    }
+    it->second.next_try = now + it->second.delay;
+    it->second.no_route = outcomes[k].no_route;
   }
-  if (!done.empty()) WEFT_RETURN_IF_ERROR(hooks_.done(done));
-  // A full pass may have more behind it; the files it could not finish lie
-  // before the cursor now, so the next pass takes new ones rather than the
-  // same failing head of the queue again (a pass whose done commit failed is
-  // repeated as it was). A round ends at the queue's end, or after
-  // kPassesPerRound passes that finished something: files are queued above
-  // the cursor (inode numbers only grow), so under steady unlinks the cursor
-  // would chase the tail and never come back to the files below it. Passes
-  // that finished nothing do not count: more files failing for good at the
-  // queue's front than that many passes take would otherwise end every round
-  // before the files behind them.
-  if (!done.empty()) ++passes_this_round_;
-  bool go_on = items.size() >= kPendingBatch && passes_this_round_ < kPassesPerRound;
-  resume_after_ = go_on ? std::optional<meta::Ino>(items.back().ino) : std::nullopt;
-  if (!go_on) passes_this_round_ = 0;
-  files_.fetch_add(done.size());
-  chunks_.fetch_add(chunks);
-  if (first_failure)
-    WEFT_LOG_WARN("chunk gc: {} of {} files stay queued: {}", items.size() - done.size(), items.size(), *first_failure);
-  return Pass{items.size(), done.size()};
+  backoff_files_.store(backoff_.size());
 }
 
 PeriodicThread::Wait ChunkGc::tick() {
   auto r = collect_once();
   if (!r) WEFT_LOG_WARN("chunk gc: {}", r.error());
-  // More is queued and the pass got somewhere: go on at once. A full pass
-  // that finished nothing waits before going on past its files, which bounds
-  // the work spent on a queue whose storage is unreachable.
-  bool more = r && r->taken >= kPendingBatch && r->finished > 0;
-  return more ? PeriodicThread::Wait::zero() : PeriodicThread::Wait(interval_);
+  // More is queued and the pass got somewhere: go on at once. A pass that
+  // finished nothing waits before going on past its files, which bounds the
+  // work spent on a queue whose storage is unreachable.
+  bool more = r && !r->queue_end && r->finished > 0;
+  return more ? PeriodicThread::Wait::zero() : PeriodicThread::Wait(options_.interval);
 }
 
 }  // namespace weft::client

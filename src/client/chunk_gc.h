@@ -6,17 +6,22 @@
 // Chunks [0, ceil(size / chunk)) are removed, `size` being the length meta
 // knew; bytes a crashed writer sent without ever reporting the length beyond
 // it are not found this way (a storage-side sweep is the remedy; not built).
+// A file whose chunks could not all be removed stays queued and waits before
+// its next try (back-off, held in memory: a restarted meta tries every file
+// again at once).
 // Threading: one thread of its own between start() and stop().
 #pragma once
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
 
 #include "client/chunk_io.h"
 #include "client/routing_cache.h"
+#include "common/clock.h"
 #include "common/periodic.h"
 #include "common/status.h"
 #include "meta/types.h"
@@ -31,11 +36,22 @@ struct ChunkGcHooks {
   std::function<Result<void>(std::span<const meta::Ino>)> done;
 };
 
+struct ChunkGcOptions {
+  // Between passes, unless the last one finished files and more are queued.
+  std::chrono::milliseconds interval{1000};
+  // A file that failed is not tried again before backoff_first has passed,
+  // twice as long after each further failure in a row, at most backoff_max
+  // (so a file that cannot be cleaned for long costs a try every 5 minutes).
+  std::chrono::milliseconds backoff_first{1000};
+  std::chrono::milliseconds backoff_max{std::chrono::minutes(5)};
+};
+
 class ChunkGc {
  public:
-  // Owns its own I/O threads, RPC client and routing cache.
+  // Owns its own I/O threads, RPC client and routing cache. `clock` times the
+  // back-off only.
   ChunkGc(std::vector<rpc::Endpoint> mgmtd, std::string cluster_token, ChunkGcHooks hooks,
-          std::chrono::milliseconds interval = std::chrono::milliseconds(1000));
+          ChunkGcOptions options = {}, const Clock& clock = SystemClock::instance());
   ~ChunkGc();
   ChunkGc(const ChunkGc&) = delete;
   ChunkGc& operator=(const ChunkGc&) = delete;
@@ -43,31 +59,69 @@ class ChunkGc {
   void start();
   void stop();
   struct Pass {
-    size_t taken = 0;     // files meta handed out
-    size_t finished = 0;  // of those, files whose chunks are all gone (reported done)
+    size_t taken = 0;        // files meta handed out that the pass looked at
+    size_t waiting = 0;      // of those, files in back-off: not tried
+    size_t finished = 0;     // of those, files whose chunks are all gone (reported done)
+    bool queue_end = false;  // no file is queued after the last one taken
   };
   // One pass over the next files of the queue. Files whose removals failed
-  // stay queued (logged), they do not fail the pass. Passes go round the
-  // queue: each starts after the files the last full one was handed, and a
-  // short one (the end of the queue) or the 16th in a round that finished
-  // something sends the next back to the front. So files that keep failing
-  // are retried once per round and never stop the files behind them (however
-  // many), nor do new files stop the old ones.
+  // stay queued (logged), they do not fail the pass; no removal is sent to a
+  // chain with no serving target (its files fail at once). A file that failed
+  // waits in back-off (ChunkGcOptions; a new routing version ends the wait of
+  // files that failed for want of a route): passes look past it, taking more
+  // from meta (up to 1,024 files looked at) until they have 64 to try.
+  // Passes go round the queue: each starts after the last file the previous
+  // one looked at, and one that reached the end of the queue or the 16th in
+  // a round that finished something sends the next back to the front. So
+  // files that keep failing are retried at most once per round and never
+  // stop the files behind them (however many), nor do new files stop the old
+  // ones.
   Result<Pass> collect_once();
   uint64_t files_collected() const { return files_.load(); }
   uint64_t chunks_removed() const { return chunks_.load(); }
+  // Files whose last try failed, waiting for their next (a gauge, as of the last pass).
+  uint64_t files_in_backoff() const { return backoff_files_.load(); }
 
  private:
-  // A pass on the thread; returns the wait before the next (none after a full batch).
+  struct Batch;
+  struct Outcome;
+  // A file's wait after a failure. `no_route`: its last try failed for want
+  // of a serving target (or of the chain or table) in the routing.
+  struct Backoff {
+    TimePoint next_try;
+    Duration delay{};
+    bool no_route = false;
+  };
+
+  // A pass on the thread; returns the wait before the next (none when it
+  // finished files and more are queued).
   PeriodicThread::Wait tick();
+  // The next files to try, looking past those in back-off.
+  Result<Batch> take_batch(TimePoint now);
+  // Drops the back-off of files meta no longer hands out: `got` is every
+  // file queued after `after` up to its last one (to the end when `to_end`).
+  void forget_unqueued(std::optional<meta::Ino> after, const std::vector<meta::GcItem>& got, bool to_end);
+  // Removes the chunks of `items`; what became of each.
+  std::vector<Outcome> remove_chunks(const std::vector<meta::GcItem>& items, const mgmt::RoutingInfo& routing);
+  // Updates the back-off of the files tried.
+  void note_outcomes(const std::vector<meta::GcItem>& items, const std::vector<Outcome>& outcomes, TimePoint now);
 
   struct Parts;
   std::unique_ptr<Parts> parts_;
   ChunkGcHooks hooks_;
-  const std::chrono::milliseconds interval_;
+  const ChunkGcOptions options_;
+  const Clock& clock_;
   std::atomic<uint64_t> files_{0};
   std::atomic<uint64_t> chunks_{0};
+  std::atomic<uint64_t> backoff_files_{0};
   bool routing_started_ = false;  // collect_once's thread only
+  // Files whose last try failed, by inode; collect_once's thread only.
+  // Invariants: an entry is a file that meta handed out when a pass last
+  // looked at its inode (passes drop the entries of the inode ranges they
+  // are handed that lack them), whose last try failed (a success erases it);
+  // at most kBackoffFilesMax entries (chunk_gc.cc).
+  std::map<meta::Ino, Backoff> backoff_;
+  mgmt::RoutingVersion backoff_routing_version_ = 0;  // collect_once's thread only: the last version seen
   // Where the next pass starts: after this inode, or (nullopt) at the front.
   std::optional<meta::Ino> resume_after_;  // collect_once's thread only
   size_t passes_this_round_ = 0;           // collect_once's thread only: passes since the front that finished files

@@ -289,9 +289,10 @@ TEST_F(ChunkGcTest, MoreFailingFilesThanARoundTakesDoNotStarveTheRest) {
 
 // The only target of a replicas-1 chain is down (mgmtd says so): a pass
 // sends no removal to that chain and does not wait for it (a removal would
-// retry for 2 s), the files on the other chain go, and the others go once
-// the chain serves again.
-TEST_F(ChunkGcTest, FilesOnAChainWithNoServingTargetFailAtOnce) {
+// retry for 2 s), the files on the other chain go. The file left waits in
+// back-off (the clock never moves here) until the routing changes: it is
+// tried, and collected, once the chain serves again.
+TEST_F(ChunkGcTest, FilesOnAChainWithNoServingTargetFailAtOnceAndGoWhenItServes) {
   const ChainOf dead = chain_on(1), live = chain_on(0);
   ASSERT_NE(dead.index, UINT32_MAX);
   ASSERT_NE(live.index, UINT32_MAX);
@@ -299,7 +300,9 @@ TEST_F(ChunkGcTest, FilesOnAChainWithNoServingTargetFailAtOnce) {
   ASSERT_TRUE(eventually([&] { return !serving(dead.id); }, 20s)) << "mgmtd declares server 1 dead";
   TestQueue queue;
   queue.items = {file_on(1'000'001, dead.index), file_on(1'000'002, live.index)};
-  client::ChunkGc gc({rpc::Endpoint{"127.0.0.1", cluster_.mgmtd_port()}}, cluster_.options().token, queue.hooks());
+  ManualClock clock;
+  client::ChunkGc gc({rpc::Endpoint{"127.0.0.1", cluster_.mgmtd_port()}}, cluster_.options().token, queue.hooks(),
+                     {}, clock);
   auto start = std::chrono::steady_clock::now();
   auto r = gc.collect_once();
   auto took = std::chrono::steady_clock::now() - start;
@@ -307,6 +310,11 @@ TEST_F(ChunkGcTest, FilesOnAChainWithNoServingTargetFailAtOnce) {
   EXPECT_LT(took, 1s) << "the pass waited for a chain with no serving target";
   EXPECT_EQ(queue.done, std::vector<meta::Ino>{1'000'002});
   EXPECT_TRUE(queue.queued(1'000'001));
+  EXPECT_EQ(gc.files_in_backoff(), 1u);
+  r = gc.collect_once();
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_EQ(r->taken, 1u);
+  EXPECT_EQ(r->waiting, 1u) << "the failed file waits for its next try";
 
   ASSERT_TRUE(cluster_.start_storage(1)) << cluster_.all_logs();
   ASSERT_TRUE(eventually([&] { return serving(dead.id); }, 20s)) << cluster_.all_logs();
@@ -316,7 +324,69 @@ TEST_F(ChunkGcTest, FilesOnAChainWithNoServingTargetFailAtOnce) {
         return !queue.queued(1'000'001);
       },
       20s))
-      << "the file on the chain that serves again is collected";
+      << "the file on the chain that serves again is collected before its back-off ends";
+  EXPECT_EQ(gc.files_in_backoff(), 0u) << "a success forgets the file's back-off";
+}
+
+// A file that fails waits 1 s, then twice as long after each further failure,
+// at most 4 s here (the options): passes look past it until then. Once meta
+// no longer hands it out, its entry goes.
+TEST_F(ChunkGcTest, AFailingFileWaitsItsBackOffDoublingUpToTheCap) {
+  TestQueue queue;
+  queue.items = {failing_file(100)};
+  ManualClock clock;
+  client::ChunkGc gc({rpc::Endpoint{"127.0.0.1", cluster_.mgmtd_port()}}, cluster_.options().token, queue.hooks(),
+                     {.backoff_first = 1s, .backoff_max = 4s}, clock);
+  auto tried = [&] {
+    auto r = gc.collect_once();
+    EXPECT_TRUE(r.has_value()) << r.error();
+    EXPECT_TRUE(r && r->taken == 1);
+    return r && r->waiting == 0;
+  };
+  ASSERT_TRUE(tried());
+  EXPECT_EQ(gc.files_in_backoff(), 1u);
+  for (auto delay : {1000ms, 2000ms, 4000ms, 4000ms}) {
+    EXPECT_FALSE(tried()) << "right after a failure";
+    clock.advance(delay - 1ms);
+    EXPECT_FALSE(tried()) << "1 ms before its next try, " << delay.count() << " ms after the failure";
+    clock.advance(1ms);
+    EXPECT_TRUE(tried()) << delay.count() << " ms after the failure";
+  }
+  EXPECT_EQ(gc.files_in_backoff(), 1u);
+  EXPECT_TRUE(queue.done.empty());
+  queue.items.clear();
+  ASSERT_TRUE(gc.collect_once().has_value());
+  EXPECT_EQ(gc.files_in_backoff(), 0u) << "the entry of a file meta no longer hands out is dropped";
+}
+
+// Files in back-off cost a pass a look, not a try: with 2,000 of them at the
+// queue's front (more than 16 passes of 64 take), a file queued behind them
+// is reached within two passes (a pass looks at up to 1,024 files). The
+// entries of files that leave the queue go when a pass looks over them.
+TEST_F(ChunkGcTest, FilesInBackOffDoNotHoldUpTheFilesBehindThem) {
+  TestQueue queue;
+  constexpr meta::Ino kFailing = 2000;
+  for (meta::Ino ino = 100; ino < 100 + kFailing; ++ino) queue.items.push_back(failing_file(ino));
+  ManualClock clock;  // never moves: a file that failed stays in back-off
+  client::ChunkGc gc({rpc::Endpoint{"127.0.0.1", cluster_.mgmtd_port()}}, cluster_.options().token, queue.hooks(),
+                     {}, clock);
+  for (int pass = 0; pass < 64 && gc.files_in_backoff() < kFailing; ++pass) ASSERT_TRUE(gc.collect_once().has_value());
+  ASSERT_EQ(gc.files_in_backoff(), kFailing) << "every failing file was tried once";
+  const meta::Ino healthy = 100 + kFailing;
+  queue.items.push_back(meta::GcItem{healthy, meta::Inode{.ino = healthy}});
+  int passes = 0;
+  for (; passes < 64 && queue.done.empty(); ++passes) ASSERT_TRUE(gc.collect_once().has_value());
+  EXPECT_EQ(queue.done, std::vector<meta::Ino>{healthy});
+  EXPECT_LE(passes, 2) << "passes spent on the files in back-off";
+  EXPECT_EQ(gc.files_in_backoff(), kFailing);
+  // Half of them leave the queue (meta no longer hands them out): one pass
+  // round the queue drops their entries.
+  std::erase_if(queue.items, [](const meta::GcItem& item) { return item.ino % 2 == 0; });
+  auto r = gc.collect_once();
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_TRUE(r->queue_end);
+  EXPECT_EQ(r->waiting, kFailing / 2);
+  EXPECT_EQ(gc.files_in_backoff(), kFailing / 2);
 }
 
 }  // namespace
