@@ -44,6 +44,10 @@ constexpr size_t kLookedAtMax = kPendingBatch * kPassesPerRound;
 // Files held in back-off at most (under 100 bytes each): past that a file
 // that fails gets no entry and is tried at its next turn, as without back-off.
 constexpr size_t kBackoffFilesMax = size_t{1} << 16;
+// A pass's warning about files that stay queued is logged when a file failed
+// that was not in back-off, else at most this often: files that keep failing
+// are not logged at every try.
+constexpr Duration kWarnInterval = std::chrono::minutes(1);
 
 namespace {
 
@@ -107,7 +111,8 @@ Result<ChunkGc::Pass> ChunkGc::collect_once() {
   }
   WEFT_TRY(Batch batch, take_batch(now));
   std::vector<Outcome> outcomes = remove_chunks(batch.items, *routing);
-  note_outcomes(batch.items, outcomes, clock_.now());
+  const TimePoint end = clock_.now();
+  const bool new_failure = note_outcomes(batch.items, outcomes, end);
   std::vector<meta::Ino> done;
   uint64_t chunks = 0;
   const Status* first_failure = nullptr;
@@ -135,9 +140,11 @@ Result<ChunkGc::Pass> ChunkGc::collect_once() {
   if (!go_on) passes_this_round_ = 0;
   files_.fetch_add(done.size());
   chunks_.fetch_add(chunks);
-  if (first_failure)
+  if (first_failure && (new_failure || !last_warning_ || end - *last_warning_ >= kWarnInterval)) {
+    last_warning_ = end;
     WEFT_LOG_WARN("chunk gc: {} of {} files stay queued ({} files in back-off): {}", batch.items.size() - done.size(),
                   batch.items.size(), backoff_.size(), *first_failure);
+  }
   return Pass{batch.looked_at, batch.looked_at - batch.items.size(), done.size(), batch.queue_end};
 }
 
@@ -251,8 +258,9 @@ std::vector<ChunkGc::Outcome> ChunkGc::remove_chunks(const std::vector<meta::GcI
   return outcomes;
 }
 
-void ChunkGc::note_outcomes(const std::vector<meta::GcItem>& items, const std::vector<Outcome>& outcomes,
+bool ChunkGc::note_outcomes(const std::vector<meta::GcItem>& items, const std::vector<Outcome>& outcomes,
                             TimePoint now) {
+  bool new_failure = false;
   for (size_t k = 0; k < items.size(); ++k) {
     if (!outcomes[k].failure) {
       backoff_.erase(items[k].ino);
@@ -262,6 +270,7 @@ void ChunkGc::note_outcomes(const std::vector<meta::GcItem>& items, const std::v
     if (it == backoff_.end()) {
       if (backoff_.size() >= kBackoffFilesMax) continue;
       it = backoff_.try_emplace(items[k].ino).first;
+      new_failure = true;
       it->second.delay = std::min<Duration>(options_.backoff_first, options_.backoff_max);
     } else {
       it->second.delay = std::min<Duration>(2 * it->second.delay, options_.backoff_max);
@@ -270,6 +279,7 @@ void ChunkGc::note_outcomes(const std::vector<meta::GcItem>& items, const std::v
     it->second.no_route = outcomes[k].no_route;
   }
   backoff_files_.store(backoff_.size());
+  return new_failure;
 }
 
 PeriodicThread::Wait ChunkGc::tick() {

@@ -49,7 +49,7 @@ struct ChunkGcOptions {
 class ChunkGc {
  public:
   // Owns its own I/O threads, RPC client and routing cache. `clock` times the
-  // back-off only.
+  // back-off and the warnings only.
   ChunkGc(std::vector<rpc::Endpoint> mgmtd, std::string cluster_token, ChunkGcHooks hooks,
           ChunkGcOptions options = {}, const Clock& clock = SystemClock::instance());
   ~ChunkGc();
@@ -65,7 +65,8 @@ class ChunkGc {
     bool queue_end = false;  // no file is queued after the last one taken
   };
   // One pass over the next files of the queue. Files whose removals failed
-  // stay queued (logged), they do not fail the pass; no removal is sent to a
+  // stay queued, they do not fail the pass (logged when a file starts to
+  // fail, else at most once a minute); no removal is sent to a
   // chain with no serving target (its files fail at once). A file that failed
   // waits in back-off (ChunkGcOptions; a new routing version ends the wait of
   // files that failed for want of a route): passes look past it, taking more
@@ -103,8 +104,8 @@ class ChunkGc {
   void forget_unqueued(std::optional<meta::Ino> after, const std::vector<meta::GcItem>& got, bool to_end);
   // Removes the chunks of `items`; what became of each.
   std::vector<Outcome> remove_chunks(const std::vector<meta::GcItem>& items, const mgmt::RoutingInfo& routing);
-  // Updates the back-off of the files tried.
-  void note_outcomes(const std::vector<meta::GcItem>& items, const std::vector<Outcome>& outcomes, TimePoint now);
+  // Updates the back-off of the files tried; true when one failed that was not in back-off.
+  bool note_outcomes(const std::vector<meta::GcItem>& items, const std::vector<Outcome>& outcomes, TimePoint now);
 
   struct Parts;
   std::unique_ptr<Parts> parts_;
@@ -122,6 +123,7 @@ class ChunkGc {
   // at most kBackoffFilesMax entries (chunk_gc.cc).
   std::map<meta::Ino, Backoff> backoff_;
   mgmt::RoutingVersion backoff_routing_version_ = 0;  // collect_once's thread only: the last version seen
+  std::optional<TimePoint> last_warning_;             // collect_once's thread only: of files that stay queued
   // Where the next pass starts: after this inode, or (nullopt) at the front.
   std::optional<meta::Ino> resume_after_;  // collect_once's thread only
   size_t passes_this_round_ = 0;           // collect_once's thread only: passes since the front that finished files

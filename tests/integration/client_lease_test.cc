@@ -8,7 +8,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <sstream>
+
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "client/chunk_gc.h"
 #include "cluster_fixture.h"
@@ -143,6 +147,30 @@ struct TestQueue {
   bool queued(meta::Ino ino) const {
     return std::ranges::any_of(items, [&](const meta::GcItem& item) { return item.ino == ino; });
   }
+};
+
+// Sends this process's log lines to a string while it lives.
+class LogCapture {
+ public:
+  LogCapture()
+      : previous_(spdlog::default_logger()),
+        logger_(std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(out_))) {
+    spdlog::set_default_logger(logger_);
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+  size_t count(std::string_view needle) const {
+    std::string text = out_.str();
+    size_t n = 0;
+    for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size())) ++n;
+    return n;
+  }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::logger> previous_;
+  std::shared_ptr<spdlog::logger> logger_;
 };
 
 // The chunk GC (run by meta) against a dead storage server, replicas 1: the
@@ -357,6 +385,33 @@ TEST_F(ChunkGcTest, AFailingFileWaitsItsBackOffDoublingUpToTheCap) {
   queue.items.clear();
   ASSERT_TRUE(gc.collect_once().has_value());
   EXPECT_EQ(gc.files_in_backoff(), 0u) << "the entry of a file meta no longer hands out is dropped";
+}
+
+// Files that stay queued are logged when one starts to fail, else at most
+// once a minute: not at every try of the same files.
+TEST_F(ChunkGcTest, FilesThatKeepFailingAreNotLoggedAtEveryTry) {
+  TestQueue queue;
+  queue.items = {failing_file(100)};
+  ManualClock clock;
+  client::ChunkGc gc({rpc::Endpoint{"127.0.0.1", cluster_.mgmtd_port()}}, cluster_.options().token, queue.hooks(),
+                     {.backoff_first = 1s, .backoff_max = 4s}, clock);
+  LogCapture log;
+  auto warnings = [&] { return log.count("files stay queued"); };
+  ASSERT_TRUE(gc.collect_once().has_value());
+  EXPECT_EQ(warnings(), 1u) << "the file started to fail";
+  for (int i = 0; i < 14; ++i) {  // 14 tries, 4 s apart at most: under a minute
+    clock.advance(4s);
+    auto r = gc.collect_once();
+    ASSERT_TRUE(r) << r.error();
+    ASSERT_EQ(r->waiting, 0u) << "tried";
+  }
+  EXPECT_EQ(warnings(), 1u) << "the same file failing again within the minute";
+  queue.items.push_back(failing_file(200));
+  ASSERT_TRUE(gc.collect_once().has_value());
+  EXPECT_EQ(warnings(), 2u) << "another file started to fail";
+  clock.advance(60s);
+  ASSERT_TRUE(gc.collect_once().has_value());
+  EXPECT_EQ(warnings(), 3u) << "a minute later, the files still failing";
 }
 
 // Files in back-off cost a pass a look, not a try: with 2,000 of them at the
