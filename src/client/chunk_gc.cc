@@ -127,7 +127,8 @@ Result<ChunkGc::Pass> ChunkGc::collect_once() {
   if (!done.empty()) WEFT_RETURN_IF_ERROR(hooks_.done(done));  // one commit for the pass
   // The files the pass looked at and could not finish lie before the cursor
   // now, so the next pass takes new ones rather than the same failing head of
-  // the queue again (a pass whose done commit failed is repeated as it was).
+  // the queue again (after a failed done commit, the next pass starts where
+  // this one did; the files that failed in it wait in back-off all the same).
   // A round ends at the queue's end, or after kPassesPerRound passes that
   // finished something: files are queued above the cursor (inode numbers only
   // grow), so under steady unlinks the cursor would chase the tail and never
