@@ -124,6 +124,14 @@ Result<int64_t> Config::get_int_in(const std::string& key, int64_t fallback, int
   return v;
 }
 
+Result<int64_t> Config::get_int_off_or_in(const std::string& key, int64_t fallback, int64_t min, int64_t max) const {
+  WEFT_TRY(int64_t v, get_int_in(key, fallback, 0, max));
+  if (v != 0 && v < min)
+    return error(Code::kConfig, "{}: key '{}': expected 0 (off) or an integer in [{}, {}], found {}", source_,
+                 prefix_ + key, min, max, v);
+  return v;
+}
+
 Result<std::vector<std::string>> Config::get_strings(const std::string& key) const {
   WEFT_TRY(const void* p, find(key));
   if (p == nullptr) return std::vector<std::string>{};

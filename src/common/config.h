@@ -37,6 +37,8 @@ class Config {
   Result<bool> get_bool(const std::string& key, bool fallback) const;
   // An integer within [min, max].
   Result<int64_t> get_int_in(const std::string& key, int64_t fallback, int64_t min, int64_t max) const;
+  // 0 (off), or an integer within [min, max].
+  Result<int64_t> get_int_off_or_in(const std::string& key, int64_t fallback, int64_t min, int64_t max) const;
 
   Result<Config> table(const std::string& key) const;
   // An array of tables ([[targets]]); absent means empty.

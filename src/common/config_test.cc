@@ -68,6 +68,21 @@ TEST(Config, ErrorsNameFileKeyAndExpectation) {
   EXPECT_NE(range.error().message().find("[1, 1024]"), std::string::npos);
 }
 
+// 0 means off; any other value is bounded, and the error names the key with its table.
+TEST(Config, OffOrInRange) {
+  auto cfg = Config::parse("[s]\noff = 0\nok = 5000\nlow = 999\nhigh = 4000\n", "t.toml");
+  ASSERT_TRUE(cfg) << cfg.error();
+  auto s = *cfg->table("s");
+  EXPECT_EQ(s.get_int_off_or_in("off", 1500, 1000, 3000).value_or(-1), 0);
+  EXPECT_EQ(s.get_int_off_or_in("absent", 1500, 1000, 3000).value_or(-1), 1500);
+  EXPECT_EQ(s.get_int_off_or_in("ok", 1500, 1000, 5000).value_or(-1), 5000);
+  for (const char* key : {"low", "high"}) {
+    auto r = s.get_int_off_or_in(key, 0, 1000, 3000);
+    ASSERT_FALSE(r) << key;
+    EXPECT_NE(r.error().message().find(fmt::format("t.toml: key 's.{}'", key)), std::string::npos) << r.error();
+  }
+}
+
 TEST(Config, SyntaxErrorsAndMissingFiles) {
   auto bad = Config::parse("a = \n[b", "broken.toml");
   ASSERT_FALSE(bad);

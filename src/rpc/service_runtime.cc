@@ -24,27 +24,6 @@ void on_signal(int) {
   }
 }
 
-// A key that 0 turns off, else within [min, max].
-Result<uint32_t> get_off_or_in(const Config& s, const std::string& key, uint32_t fallback, int64_t min, int64_t max) {
-  WEFT_TRY(int64_t v, s.get_int_in(key, fallback, 0, max));
-  if (v != 0 && v < min)
-    return error(Code::kConfig, "{}: key 'server.{}': expected 0 (off) or an integer in [{}, {}], found {}",
-                 s.source(), key, min, max, v);
-  return static_cast<uint32_t>(v);
-}
-
-// The tcp_* keys; the kernel's own limits bound the keepalive ones.
-Result<TcpLiveness> tcp_liveness_from(const Config& s) {
-  TcpLiveness t;
-  WEFT_TRY(t.keepalive_idle_s, get_off_or_in(s, "tcp_keepalive_idle_s", t.keepalive_idle_s, 1, 32767));
-  WEFT_TRY(int64_t interval, s.get_int_in("tcp_keepalive_interval_s", t.keepalive_interval_s, 1, 32767));
-  WEFT_TRY(int64_t count, s.get_int_in("tcp_keepalive_count", t.keepalive_count, 1, 127));
-  t.keepalive_interval_s = static_cast<uint32_t>(interval);
-  t.keepalive_count = static_cast<uint32_t>(count);
-  WEFT_TRY(t.user_timeout_ms, get_off_or_in(s, "tcp_user_timeout_ms", t.user_timeout_ms, 1000, 3600000));
-  return t;
-}
-
 }  // namespace
 
 Result<ServiceConfig> ServiceConfig::from(const Config& config, const std::string& default_name) {
@@ -69,7 +48,8 @@ Result<ServiceConfig> ServiceConfig::from(const Config& config, const std::strin
   c.blocking_threads = static_cast<size_t>(blocking_threads);
   WEFT_TRY(int64_t stall_ms, s.get_int_in("write_stall_timeout_ms", c.write_stall_timeout_ms, 1000, 3600000));
   c.write_stall_timeout_ms = static_cast<uint32_t>(stall_ms);
-  WEFT_TRY(c.hello_timeout_ms, get_off_or_in(s, "hello_timeout_ms", c.hello_timeout_ms, 1000, 3600000));
+  WEFT_TRY(int64_t hello_ms, s.get_int_off_or_in("hello_timeout_ms", c.hello_timeout_ms, 1000, 3600000));
+  c.hello_timeout_ms = static_cast<uint32_t>(hello_ms);
   WEFT_TRY(c.tcp, tcp_liveness_from(s));
   // The kernel would end a peer that stopped reading at the user timeout,
   // without the write-stall warning and metric: keep the stall check first.

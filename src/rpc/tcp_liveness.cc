@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/config.h"
 #include "common/logging.h"
 
 namespace weft::rpc {
@@ -36,6 +37,20 @@ Status set_tcp_liveness(int fd, const TcpLiveness& o) {
   set_int(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, o.user_timeout_ms, "TCP_USER_TIMEOUT", failed);
   if (failed.empty()) return {};
   return Status(Code::kUnavailable, "cannot set " + failed);
+}
+
+// The kernel's own limits bound the keepalive keys.
+Result<TcpLiveness> tcp_liveness_from(const Config& s) {
+  TcpLiveness t;
+  WEFT_TRY(int64_t idle, s.get_int_off_or_in("tcp_keepalive_idle_s", t.keepalive_idle_s, 1, 32767));
+  WEFT_TRY(int64_t interval, s.get_int_in("tcp_keepalive_interval_s", t.keepalive_interval_s, 1, 32767));
+  WEFT_TRY(int64_t count, s.get_int_in("tcp_keepalive_count", t.keepalive_count, 1, 127));
+  WEFT_TRY(int64_t user_timeout, s.get_int_off_or_in("tcp_user_timeout_ms", t.user_timeout_ms, 1000, 3600000));
+  t.keepalive_idle_s = static_cast<uint32_t>(idle);
+  t.keepalive_interval_s = static_cast<uint32_t>(interval);
+  t.keepalive_count = static_cast<uint32_t>(count);
+  t.user_timeout_ms = static_cast<uint32_t>(user_timeout);
+  return t;
 }
 
 void apply_tcp_liveness(int fd, const TcpLiveness& options) {

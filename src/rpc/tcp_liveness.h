@@ -26,6 +26,10 @@
 
 #include "common/status.h"
 
+namespace weft {
+class Config;
+}
+
 namespace weft::rpc {
 
 struct TcpLiveness {
@@ -38,6 +42,13 @@ struct TcpLiveness {
 // Sets the options on the connected TCP socket `fd`. The connection works
 // without them, so a failure is reported (which options, why), not fatal.
 Status set_tcp_liveness(int fd, const TcpLiveness& options);
+
+// The keys tcp_keepalive_idle_s (0: no keepalive; 1..32767),
+// tcp_keepalive_interval_s (1..32767), tcp_keepalive_count (1..127) and
+// tcp_user_timeout_ms (0: the kernel's default; 1000..3600000) of `table`
+// (a server's [server], a client config's top level); an absent key keeps
+// its default. Errors name the file and the key.
+Result<TcpLiveness> tcp_liveness_from(const Config& table);
 
 // set_tcp_liveness, logging a failure as a warning. A failure is the same
 // for every socket (an old kernel, a sandbox), so it is logged once per
