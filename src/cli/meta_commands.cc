@@ -49,8 +49,7 @@ Result<std::optional<ClusterMembership>> join_cluster(const Config& config, rpc:
   }
   ClusterMembership m;
   m.mgmtd = mgmtd;
-  m.rpc = std::make_unique<rpc::Client>(runtime.io(),
-                                        rpc::ClientOptions::in_cluster(runtime.config().cluster_token, "meta-mgmt"));
+  m.rpc = std::make_unique<rpc::Client>(runtime.io(), runtime.config().client_options("meta-mgmt"));
   m.mgmt_rpc = std::make_unique<mgmt::MgmtRpc>(runtime.io(), *m.rpc, mgmtd);
   mgmt::MgmtClientOptions mo;
   mo.registration.kind = mgmt::NodeKind::kMeta;
@@ -128,7 +127,7 @@ void serve_meta(const std::string& config_path) {
       (void)n;  // files another pass finished already are no error
       return {};
     };
-    gc = std::make_unique<client::ChunkGc>((*membership)->mgmtd, sc->cluster_token, std::move(hooks));
+    gc = std::make_unique<client::ChunkGc>((*membership)->mgmtd, sc->client_options("chunk-gc"), std::move(hooks));
     gc->start();
   }
   std::unique_ptr<meta::SessionReaper> reaper;

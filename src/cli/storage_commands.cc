@@ -22,7 +22,7 @@ Result<std::unique_ptr<storage::MgmtLink>> join_cluster(rpc::ServiceRuntime& run
     WEFT_TRY(rpc::Endpoint ep, rpc::Endpoint::parse(a));
     o.mgmtd.push_back(ep);
   }
-  o.cluster_token = sc.cluster_token;
+  o.rpc = sc.client_options("storage-mgmt");
   o.address = config.advertise.empty() ? sc.listen.to_string() : config.advertise;
   WEFT_RETURN_IF_ERROR(check_advertised_address(o.address, "storage server"));
   for (const auto& t : config.targets) o.targets.push_back({t.path, t.capacity_bytes});
@@ -49,8 +49,8 @@ void serve_storage(const std::string& config_path) {
   }
   std::function<bool()> fence;
   if (link) fence = [l = link.get()] { return l->can_serve_writes(); };
-  auto service = storage::open_storage_service(runtime.io(), *storage_config, sc->name, sc->cluster_token,
-                                               metrics::Registry::global(), std::move(fence));
+  auto service =
+      storage::open_storage_service(runtime.io(), *storage_config, *sc, metrics::Registry::global(), std::move(fence));
   if (!service) return fail(service.error().message());
   (*service)->register_methods(runtime.server());
   if (link) {

@@ -14,12 +14,11 @@ struct ChunkGc::Parts {
   RoutingCache routing;
   ChunkIo chunks;
 
-  Parts(std::vector<rpc::Endpoint> mgmtd, const std::string& token)
-      : rpc(io, options(token)), routing(io, rpc, std::move(mgmtd)), chunks(io, rpc, routing, chunk_options()) {}
+  Parts(std::vector<rpc::Endpoint> mgmtd, rpc::ClientOptions rpc_options)
+      : rpc(io, std::move(rpc_options)),
+        routing(io, rpc, std::move(mgmtd)),
+        chunks(io, rpc, routing, chunk_options()) {}
 
-  static rpc::ClientOptions options(const std::string& token) {
-    return rpc::ClientOptions::in_cluster(token, "chunk-gc");
-  }
   static ChunkIoOptions chunk_options() {
     ChunkIoOptions o;
     // A file that cannot be cleaned now is tried again later (a head that
@@ -74,9 +73,9 @@ struct ChunkGc::Outcome {
   bool no_route = false;           // some chunks were not sent: their chain had no route
 };
 
-ChunkGc::ChunkGc(std::vector<rpc::Endpoint> mgmtd, std::string cluster_token, ChunkGcHooks hooks,
+ChunkGc::ChunkGc(std::vector<rpc::Endpoint> mgmtd, rpc::ClientOptions rpc_options, ChunkGcHooks hooks,
                  ChunkGcOptions options, const Clock& clock)
-    : parts_(std::make_unique<Parts>(std::move(mgmtd), cluster_token)),
+    : parts_(std::make_unique<Parts>(std::move(mgmtd), std::move(rpc_options))),
       hooks_(std::move(hooks)),
       options_(options),
       clock_(clock) {}

@@ -48,9 +48,9 @@ struct ChunkGcOptions {
 
 class ChunkGc {
  public:
-  // Owns its own I/O threads, RPC client and routing cache. `clock` times the
-  // back-off and the warnings only.
-  ChunkGc(std::vector<rpc::Endpoint> mgmtd, std::string cluster_token, ChunkGcHooks hooks,
+  // Owns its own I/O threads, RPC client (made with `rpc_options`) and
+  // routing cache. `clock` times the back-off and the warnings only.
+  ChunkGc(std::vector<rpc::Endpoint> mgmtd, rpc::ClientOptions rpc_options, ChunkGcHooks hooks,
           ChunkGcOptions options = {}, const Clock& clock = SystemClock::instance());
   ~ChunkGc();
   ChunkGc(const ChunkGc&) = delete;

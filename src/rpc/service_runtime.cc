@@ -64,6 +64,12 @@ Result<ServiceConfig> ServiceConfig::from(const Config& config, const std::strin
   return c;
 }
 
+ClientOptions ServiceConfig::client_options(std::string client_name) const {
+  ClientOptions o = ClientOptions::in_cluster(cluster_token, std::move(client_name));
+  o.tcp = tcp;
+  return o;
+}
+
 ServiceRuntime::ServiceRuntime(ServiceConfig config) : config_(std::move(config)) {}
 
 ServiceRuntime::~ServiceRuntime() {

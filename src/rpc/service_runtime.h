@@ -30,6 +30,7 @@
 
 #include "common/config.h"
 #include "common/status.h"
+#include "rpc/client.h"
 #include "rpc/endpoint.h"
 #include "rpc/io_pool.h"
 #include "rpc/metrics_server.h"
@@ -52,6 +53,10 @@ struct ServiceConfig {
   std::string port_file;
 
   static Result<ServiceConfig> from(const Config& config, const std::string& default_name);
+  // Options for a connection this process opens (to mgmtd, meta, another
+  // storage server): the cluster token and the same tcp_* liveness as the
+  // connections it accepts, so one [server] section sets both.
+  ClientOptions client_options(std::string client_name) const;
 };
 
 class ServiceRuntime {

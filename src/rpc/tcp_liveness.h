@@ -37,6 +37,8 @@ struct TcpLiveness {
   uint32_t keepalive_interval_s = 5;  // >= 1 when keepalive is on
   uint32_t keepalive_count = 4;       // >= 1 when keepalive is on
   uint32_t user_timeout_ms = 60000;   // 0: the kernel's default (retransmissions, ~15 min)
+
+  bool operator==(const TcpLiveness&) const = default;
 };
 
 // Sets the options on the connected TCP socket `fd`. The connection works

@@ -2,7 +2,8 @@
 // options are in effect on both ends of real connections (the server's
 // accepted socket, a Client's connection, a call_blocking channel), each
 // end with its own settings; 0 turns them off; a socket that cannot take
-// them is reported, not fatal; the [server] keys are read and bounded.
+// them is reported, not fatal; the [server] keys are read and bounded, and
+// the connections a server opens itself take them too.
 #include <gtest/gtest.h>
 
 #include <netinet/in.h>
@@ -169,6 +170,29 @@ TEST(ServiceConfig, HelloTimeoutAndTcpLivenessAreReadAndBounded) {
     std::string key = bad.substr(0, bad.find(' '));
     EXPECT_NE(r.error().message().find(key), std::string::npos) << r.error();
   }
+}
+
+// The connections a server opens itself (to mgmtd, meta, other storage
+// servers) take its [server] token and tcp_* values, as its accepted ones do.
+TEST(ServiceConfig, ItsClientOptionsCarryTheServersTcpLiveness) {
+  auto sc = parse_server(
+      "tcp_keepalive_idle_s = 12\ntcp_keepalive_interval_s = 3\ntcp_keepalive_count = 6\n"
+      "tcp_user_timeout_ms = 40000\n");
+  ASSERT_TRUE(sc) << sc.error();
+  const TcpLiveness want{
+      .keepalive_idle_s = 12, .keepalive_interval_s = 3, .keepalive_count = 6, .user_timeout_ms = 40000};
+  ClientOptions co = sc->client_options("storage-mgmt");
+  EXPECT_EQ(co.tcp, want);
+  EXPECT_EQ(co.cluster_token, "t");
+  EXPECT_EQ(co.name, "storage-mgmt");
+  EXPECT_EQ(co.connect_timeout_ms, ClientOptions::in_cluster("t", "x").connect_timeout_ms);
+  // And they are set on the socket such a Client connects.
+  co.cluster_token = testing::kTestToken;
+  testing::EchoCluster c({}, co);
+  ASSERT_TRUE(c.echo(ping()));
+  auto connected = tcp_fds(c.port, /*peer=*/true);
+  ASSERT_EQ(connected.size(), 1u);
+  expect_liveness(connected[0], want, "server's own outgoing socket");
 }
 
 }  // namespace

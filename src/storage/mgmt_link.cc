@@ -13,11 +13,7 @@ namespace weft::storage {
 
 struct MgmtLink::Impl {
   Impl(rpc::IoPool& io, const MgmtLinkOptions& o)
-      : rpc_client(io, client_options(o)), rpc(io, rpc_client, o.mgmtd), client(rpc, registration(o)) {}
-
-  static rpc::ClientOptions client_options(const MgmtLinkOptions& o) {
-    return rpc::ClientOptions::in_cluster(o.cluster_token, "storage-mgmt");
-  }
+      : rpc_client(io, o.rpc), rpc(io, rpc_client, o.mgmtd), client(rpc, registration(o)) {}
 
   static mgmt::MgmtClientOptions registration(const MgmtLinkOptions& o) {
     mgmt::MgmtClientOptions mo;

@@ -17,6 +17,7 @@
 
 #include "common/status.h"
 #include "mgmt/routing.h"
+#include "rpc/client.h"
 #include "rpc/endpoint.h"
 #include "rpc/io_pool.h"
 
@@ -27,7 +28,7 @@ class StaticRoutingProvider;
 
 struct MgmtLinkOptions {
   std::vector<rpc::Endpoint> mgmtd;
-  std::string cluster_token;
+  rpc::ClientOptions rpc;  // of the connections to mgmtd (rpc::ServiceConfig::client_options)
   std::string address;  // host:port this server is reached at (its identity in the cluster)
   struct Target {
     std::string name;  // the target directory

@@ -65,7 +65,7 @@ Result<StorageConfig> StorageConfig::from(const Config& config) {
 }
 
 Result<std::unique_ptr<StorageService>> open_storage_service(rpc::IoPool& io, const StorageConfig& config,
-                                                             const std::string& name, const std::string& cluster_token,
+                                                             const rpc::ServiceConfig& server,
                                                              metrics::Registry& registry,
                                                              std::function<bool()> write_fence) {
   std::vector<std::unique_ptr<StorageTarget>> targets;
@@ -80,13 +80,13 @@ Result<std::unique_ptr<StorageService>> open_storage_service(rpc::IoPool& io, co
     if (tc.chunk_size_max) eo.chunk_size_max = tc.chunk_size_max;
     auto engine = ChunkEngine::open(tc.path, eo, registry);
     if (!engine) return error(engine.error().with_context(fmt::format("open target {} at {}", tc.id, tc.path)));
-    targets.push_back(std::make_unique<StorageTarget>(tc.id, std::move(*engine), registry, name));
+    targets.push_back(std::make_unique<StorageTarget>(tc.id, std::move(*engine), registry, server.name));
   }
   auto routing = std::make_shared<StaticRoutingProvider>();
   if (config.routing) routing->set(*config.routing);
   StorageServiceOptions so;
-  so.name = name;
-  so.cluster_token = cluster_token;
+  so.name = server.name;
+  so.chain_client = server.client_options(server.name + "-chain");
   so.disk_threads = config.disk_threads;
   so.forward_timeout_ms = config.forward_timeout_ms;
   so.read_bytes_held_max = config.read_bytes_held_max;

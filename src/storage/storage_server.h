@@ -54,8 +54,10 @@ struct StorageConfig {
 };
 
 // Opens every target and builds the service (not yet registered on a server).
+// Name, cluster token and tcp liveness come from `server`: the service's
+// connections to other storage servers are made as ServiceConfig::client_options.
 Result<std::unique_ptr<StorageService>> open_storage_service(rpc::IoPool& io, const StorageConfig& config,
-                                                             const std::string& name, const std::string& cluster_token,
+                                                             const rpc::ServiceConfig& server,
                                                              metrics::Registry& registry = metrics::Registry::global(),
                                                              std::function<bool()> write_fence = nullptr);
 

@@ -102,7 +102,7 @@ struct Node {
   Node(rpc::IoPool& io, const std::string& base, const std::string& name, mgmt::TargetId t) {
     StorageConfig sc;
     sc.targets.push_back({t, base + "/" + name, 0, kMiB});
-    service = std::move(*open_storage_service(io, sc, name, kToken));
+    service = std::move(*open_storage_service(io, sc, rpc::ServiceConfig{.cluster_token = kToken, .name = name}));
     server = std::make_unique<rpc::Server>(io, rpc::ServerOptions{.cluster_token = kToken, .name = name});
     service->register_methods(*server);
     port = *server->listen("127.0.0.1", 0);

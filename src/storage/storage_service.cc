@@ -14,7 +14,7 @@ namespace weft::storage {
 namespace {
 
 rpc::ClientOptions client_options(const StorageServiceOptions& o) {
-  rpc::ClientOptions c = rpc::ClientOptions::in_cluster(o.cluster_token, o.name + "-chain");
+  rpc::ClientOptions c = o.chain_client;
   c.call_timeout_ms = o.forward_timeout_ms;
   return c;
 }

@@ -88,7 +88,9 @@ namespace pb = ::weft::proto::storage;
 
 struct StorageServiceOptions {
   std::string name = "storage";
-  std::string cluster_token;
+  // Of the connections to other storage servers (rpc::ServiceConfig::client_options);
+  // call_timeout_ms is taken from forward_timeout_ms.
+  rpc::ClientOptions chain_client;
   size_t disk_threads = 8;
   size_t disk_queue_max = 4096;
   uint32_t forward_timeout_ms = 10000;
@@ -160,6 +162,7 @@ class StorageService {
 
   StorageTarget* target(mgmt::TargetId id);
   RoutingProvider& routing() { return *routing_; }
+  const rpc::ClientOptions& chain_client_options() const { return client_.options(); }  // for tests
   size_t resyncs_running() const { return resyncs_running_.load(); }
 
  private:

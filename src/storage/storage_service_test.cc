@@ -2,7 +2,8 @@
 // loopback (writes replicate byte-identically, stale chain versions and
 // non-head writes are rejected, retries are de-duplicated, a corrupted
 // replica answers kCorruption while another serves the read, a syncing
-// target is resynced, a full target answers kNoSpace and still serves reads).
+// target is resynced, a full target answers kNoSpace and still serves reads;
+// connections to successors take the server's tcp liveness).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -41,7 +42,7 @@ class Node {
     for (auto t : targets) sc.targets.push_back({t, dir_.path() + "/t" + std::to_string(t), capacity, 1u << 20});
     sc.disk_threads = 4;
     sc.forward_timeout_ms = 3000;
-    auto s = open_storage_service(io, sc, name, kToken);
+    auto s = open_storage_service(io, sc, rpc::ServiceConfig{.cluster_token = kToken, .name = name});
     EXPECT_TRUE(s.has_value()) << s.error();
     service_ = std::move(*s);
     rpc::ServerOptions so{.cluster_token = kToken, .name = name};
@@ -192,6 +193,25 @@ class StorageServiceTest : public ::testing::Test {
   std::vector<std::unique_ptr<Node>> nodes_;
   uint64_t routing_version_ = 0;
 };
+
+// The connections to successors are made with the server's own options: its
+// token and [server] tcp_* liveness, the forward timeout as call timeout.
+TEST(StorageServer, ChainConnectionsTakeTheServersTcpLiveness) {
+  rpc::IoPool io{1};
+  testing::TempDir dir;
+  StorageConfig sc;
+  sc.targets.push_back({101, dir.path() + "/t", 0, 1u << 20});
+  sc.forward_timeout_ms = 4000;
+  rpc::ServiceConfig server{.cluster_token = kToken, .name = "s1"};
+  server.tcp = {.keepalive_idle_s = 9, .keepalive_interval_s = 2, .keepalive_count = 7, .user_timeout_ms = 45000};
+  auto s = open_storage_service(io, sc, server);
+  ASSERT_TRUE(s.has_value()) << s.error();
+  const rpc::ClientOptions& o = (*s)->chain_client_options();
+  EXPECT_EQ(o.tcp, server.tcp);
+  EXPECT_EQ(o.cluster_token, kToken);
+  EXPECT_EQ(o.call_timeout_ms, 4000u);
+  (*s)->stop();
+}
 
 TEST_F(StorageServiceTest, ChainOfOneWritesReadsTruncatesRemoves) {
   start(1);

@@ -179,6 +179,7 @@ class LogCapture {
 class ChunkGcTest : public ClientLeaseTest {
  protected:
   int storage_servers() const override { return 2; }
+  rpc::ClientOptions gc_rpc_options() const { return rpc::ClientOptions::in_cluster(cluster_.options().token, "chunk-gc"); }
   // Used bytes of server i's target as mgmtd last heard (heartbeats).
   uint64_t used_on(int i) {
     auto r = cluster_.status();
@@ -306,7 +307,7 @@ TEST_F(ChunkGcTest, MoreFailingFilesThanARoundTakesDoNotStarveTheRest) {
   for (meta::Ino ino = 100; ino < 100 + kFailing; ++ino) queue.items.push_back(failing_file(ino));
   const meta::Ino healthy = 100 + kFailing;
   queue.items.push_back(meta::GcItem{healthy, meta::Inode{.ino = healthy}});
-  client::ChunkGc gc({rpc::Endpoint{"127.0.0.1", cluster_.mgmtd_port()}}, cluster_.options().token, queue.hooks());
+  client::ChunkGc gc({rpc::Endpoint{"127.0.0.1", cluster_.mgmtd_port()}}, gc_rpc_options(), queue.hooks());
   for (int pass = 0; pass < 3 * 18 && queue.done.empty(); ++pass) {
     auto r = gc.collect_once();
     ASSERT_TRUE(r) << r.error();
@@ -329,7 +330,7 @@ TEST_F(ChunkGcTest, FilesOnAChainWithNoServingTargetFailAtOnceAndGoWhenItServes)
   TestQueue queue;
   queue.items = {file_on(1'000'001, dead.index), file_on(1'000'002, live.index)};
   ManualClock clock;
-  client::ChunkGc gc({rpc::Endpoint{"127.0.0.1", cluster_.mgmtd_port()}}, cluster_.options().token, queue.hooks(),
+  client::ChunkGc gc({rpc::Endpoint{"127.0.0.1", cluster_.mgmtd_port()}}, gc_rpc_options(), queue.hooks(),
                      {}, clock);
   auto start = std::chrono::steady_clock::now();
   auto r = gc.collect_once();
@@ -363,7 +364,7 @@ TEST_F(ChunkGcTest, AFailingFileWaitsItsBackOffDoublingUpToTheCap) {
   TestQueue queue;
   queue.items = {failing_file(100)};
   ManualClock clock;
-  client::ChunkGc gc({rpc::Endpoint{"127.0.0.1", cluster_.mgmtd_port()}}, cluster_.options().token, queue.hooks(),
+  client::ChunkGc gc({rpc::Endpoint{"127.0.0.1", cluster_.mgmtd_port()}}, gc_rpc_options(), queue.hooks(),
                      {.backoff_first = 1s, .backoff_max = 4s}, clock);
   auto tried = [&] {
     auto r = gc.collect_once();
@@ -393,7 +394,7 @@ TEST_F(ChunkGcTest, FilesThatKeepFailingAreNotLoggedAtEveryTry) {
   TestQueue queue;
   queue.items = {failing_file(100)};
   ManualClock clock;
-  client::ChunkGc gc({rpc::Endpoint{"127.0.0.1", cluster_.mgmtd_port()}}, cluster_.options().token, queue.hooks(),
+  client::ChunkGc gc({rpc::Endpoint{"127.0.0.1", cluster_.mgmtd_port()}}, gc_rpc_options(), queue.hooks(),
                      {.backoff_first = 1s, .backoff_max = 4s}, clock);
   LogCapture log;
   auto warnings = [&] { return log.count("files stay queued"); };
@@ -423,7 +424,7 @@ TEST_F(ChunkGcTest, FilesInBackOffDoNotHoldUpTheFilesBehindThem) {
   constexpr meta::Ino kFailing = 2000;
   for (meta::Ino ino = 100; ino < 100 + kFailing; ++ino) queue.items.push_back(failing_file(ino));
   ManualClock clock;  // never moves: a file that failed stays in back-off
-  client::ChunkGc gc({rpc::Endpoint{"127.0.0.1", cluster_.mgmtd_port()}}, cluster_.options().token, queue.hooks(),
+  client::ChunkGc gc({rpc::Endpoint{"127.0.0.1", cluster_.mgmtd_port()}}, gc_rpc_options(), queue.hooks(),
                      {}, clock);
   for (int pass = 0; pass < 64 && gc.files_in_backoff() < kFailing; ++pass) ASSERT_TRUE(gc.collect_once().has_value());
   ASSERT_EQ(gc.files_in_backoff(), kFailing) << "every failing file was tried once";
