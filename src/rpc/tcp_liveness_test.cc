@@ -4,73 +4,29 @@
 // end with its own settings; 0 turns them off; a socket that cannot take
 // them is reported, not fatal; the [server] keys are read and bounded, and
 // the connections a server opens itself take them too.
-#include <gtest/gtest.h>
+#include "rpc/tcp_liveness.h"
 
-#include <netinet/in.h>
-#include <netinet/tcp.h>
+#include <gtest/gtest.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <optional>
 
 #include "common/config.h"
 #include "rpc/service_runtime.h"
-#include "rpc/tcp_liveness.h"
 #include "rpc/test_cluster.h"
+#include "rpc/test_sockets.h"
 
 namespace weft::rpc {
 namespace {
 
-// The options as the kernel reports them for one socket.
-struct SocketLiveness {
-  int keepalive = -1, idle_s = -1, interval_s = -1, count = -1, user_timeout_ms = -1;
-};
-
-int get_int(int fd, int level, int option) {
-  int v = -1;
-  socklen_t len = sizeof v;
-  return ::getsockopt(fd, level, option, &v, &len) == 0 ? v : -1;
-}
-
-SocketLiveness liveness_of(int fd) {
-  return {get_int(fd, SOL_SOCKET, SO_KEEPALIVE), get_int(fd, IPPROTO_TCP, TCP_KEEPIDLE),
-          get_int(fd, IPPROTO_TCP, TCP_KEEPINTVL), get_int(fd, IPPROTO_TCP, TCP_KEEPCNT),
-          get_int(fd, IPPROTO_TCP, TCP_USER_TIMEOUT)};
-}
-
-uint16_t port_of(const sockaddr_storage& a) {
-  if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
-  return 0;
-}
-
-// Server and client share this process, so both ends of a connection are
-// among our own fds: the TCP sockets whose local (or peer) port is `port`.
-std::vector<int> tcp_fds(uint16_t port, bool peer) {
-  std::vector<int> out;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
-    int fd = std::stoi(e.path().filename().string());
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    sockaddr_storage a{};
-    socklen_t len = sizeof a;
-    int rc = peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len)
-                  : ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    if (rc == 0 && port_of(a) == port && (peer || ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0))
-      out.push_back(fd);
-  }
-  return out;
-}
+using testing::liveness_of;
+using testing::SocketLiveness;
+using testing::tcp_fds;
 
 void expect_liveness(int fd, const TcpLiveness& want, const char* which) {
-  SocketLiveness got = liveness_of(fd);
-  EXPECT_EQ(got.keepalive, 1) << which;
-  EXPECT_EQ(got.idle_s, static_cast<int>(want.keepalive_idle_s)) << which;
-  EXPECT_EQ(got.interval_s, static_cast<int>(want.keepalive_interval_s)) << which;
-  EXPECT_EQ(got.count, static_cast<int>(want.keepalive_count)) << which;
-  EXPECT_EQ(got.user_timeout_ms, static_cast<int>(want.user_timeout_ms)) << which;
+  EXPECT_EQ(liveness_of(fd), SocketLiveness::of(want)) << which;
 }
 
 proto::EchoRequest ping() {
