@@ -44,6 +44,7 @@ Result<ClusterConfig> from_config(const Config& c) {
     if (!ep) return error(Code::kConfig, "{}: key 'meta': {}", c.source(), ep.error().message());
     out.meta.push_back(*ep);
   }
+  WEFT_TRY(out.tcp, rpc::tcp_liveness_from(c));
   return out;
 }
 
@@ -70,9 +71,19 @@ Result<ClusterConfig> load_cluster_config(const ClusterConfigQuery& query) {
     if (!c.has("cluster_token")) return error(Code::kConfig, "{}: key 'cluster_token' is missing", c.source());
     WEFT_TRY(std::string token, c.get_string("cluster_token"));
     if (token.empty()) return error(Code::kConfig, "{}: key 'cluster_token' must not be empty", c.source());
-    return ClusterConfig{.mgmtd = {*ep}, .cluster_token = token, .source = c.source()};
+    WEFT_TRY(rpc::TcpLiveness tcp, rpc::tcp_liveness_from(c));
+    return ClusterConfig{.mgmtd = {*ep}, .cluster_token = token, .tcp = tcp, .source = c.source()};
   }
   return from_config(c);
+}
+
+Result<void> check_tcp_user_timeout(const ClusterConfig& config, uint32_t call_timeout_ms) {
+  const uint32_t user_timeout_ms = config.tcp.user_timeout_ms;
+  if (user_timeout_ms == 0 || user_timeout_ms > call_timeout_ms) return {};
+  return error(Code::kConfig,
+               "{}: key 'tcp_user_timeout_ms' ({}) must be above the client's call timeout ({} ms) or 0, else the "
+               "kernel cuts a connection to a server slow to take a request before the call times out",
+               config.source, user_timeout_ms, call_timeout_ms);
 }
 
 }  // namespace weft::client

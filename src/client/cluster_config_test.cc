@@ -110,5 +110,71 @@ TEST(ClusterConfig, LoadsFileAndClusterFlagOverridesAddress) {
   EXPECT_NE(c.error().message().find("--cluster"), std::string::npos);
 }
 
+constexpr char kBase[] = "mgmtd = [\"127.0.0.1:7000\"]\ncluster_token = \"tok\"\n";
+
+// The tcp_* keys: rpc's defaults when absent, the values given, 0 for off.
+TEST(ClusterConfig, TcpLivenessKeys) {
+  auto absent = parse_cluster_config(kBase, "x.toml");
+  ASSERT_TRUE(absent) << absent.error();
+  EXPECT_EQ(absent->tcp, rpc::TcpLiveness{});
+  auto set = parse_cluster_config(std::string(kBase) +
+                                      "tcp_keepalive_idle_s = 11\ntcp_keepalive_interval_s = 2\n"
+                                      "tcp_keepalive_count = 6\ntcp_user_timeout_ms = 50000\n",
+                                  "x.toml");
+  ASSERT_TRUE(set) << set.error();
+  EXPECT_EQ(set->tcp,
+            (rpc::TcpLiveness{
+                .keepalive_idle_s = 11, .keepalive_interval_s = 2, .keepalive_count = 6, .user_timeout_ms = 50000}));
+  auto off = parse_cluster_config(std::string(kBase) + "tcp_keepalive_idle_s = 0\ntcp_user_timeout_ms = 0\n", "x.toml");
+  ASSERT_TRUE(off) << off.error();
+  EXPECT_EQ(off->tcp.keepalive_idle_s, 0u);
+  EXPECT_EQ(off->tcp.user_timeout_ms, 0u);
+}
+
+// Out of range or of the wrong type: one line naming the file and the key.
+TEST(ClusterConfig, BadTcpLivenessNamesFileAndKey) {
+  for (std::string bad : {"tcp_keepalive_idle_s = 32768", "tcp_keepalive_idle_s = -1", "tcp_keepalive_interval_s = 0",
+                          "tcp_keepalive_count = 0", "tcp_keepalive_count = 128", "tcp_user_timeout_ms = 999",
+                          "tcp_user_timeout_ms = 3600001", "tcp_keepalive_idle_s = \"30s\""}) {
+    auto r = parse_cluster_config(std::string(kBase) + bad + "\n", "x.toml");
+    ASSERT_FALSE(r) << bad;
+    std::string key = bad.substr(0, bad.find(' '));
+    EXPECT_NE(r.error().message().find("x.toml: key '" + key + "'"), std::string::npos) << r.error();
+    EXPECT_EQ(r.error().message().find('\n'), std::string::npos) << r.error();
+  }
+}
+
+// --cluster replaces the addresses only: the file's tcp_* keys still apply, and are checked.
+TEST(ClusterConfig, ClusterFlagKeepsTheFilesTcpLiveness) {
+  TempFile f(std::string(kBase) + "tcp_keepalive_idle_s = 9\ntcp_user_timeout_ms = 45000\n");
+  ClusterConfigQuery q;
+  q.config_path = f.path();
+  q.cluster = "10.1.2.3:7100";
+  auto c = load_cluster_config(q);
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->tcp.keepalive_idle_s, 9u);
+  EXPECT_EQ(c->tcp.user_timeout_ms, 45000u);
+  TempFile bad(std::string(kBase) + "tcp_keepalive_count = 0\n");
+  q.config_path = bad.path();
+  c = load_cluster_config(q);
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message().find(bad.path() + ": key 'tcp_keepalive_count'"), std::string::npos) << c.error();
+}
+
+// A user timeout at or below the call timeout would cut calls before they
+// time out; 0 (off) never does.
+TEST(ClusterConfig, UserTimeoutMustExceedTheCallTimeout) {
+  auto c = parse_cluster_config(std::string(kBase) + "tcp_user_timeout_ms = 10000\n", "x.toml");
+  ASSERT_TRUE(c) << c.error();
+  auto r = check_tcp_user_timeout(*c, 10000);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), Code::kConfig);
+  for (std::string part : {"x.toml", "tcp_user_timeout_ms", "10000"})
+    EXPECT_NE(r.error().message().find(part), std::string::npos) << r.error();
+  EXPECT_TRUE(check_tcp_user_timeout(*c, 9999));
+  c->tcp.user_timeout_ms = 0;
+  EXPECT_TRUE(check_tcp_user_timeout(*c, 600000));
+}
+
 }  // namespace
 }  // namespace weft::client
