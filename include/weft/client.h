@@ -64,6 +64,7 @@ inline constexpr Ino kRootIno = meta::kRootIno;
 struct ClientOptions {
   // Where the cluster is (client/cluster_config.h): --config FILE, else
   // $WEFT_CONFIG, else ./weft-data/client.toml; `cluster` replaces the mgmtd list.
+  // The file's tcp_* keys set keepalive and TCP_USER_TIMEOUT on every connection.
   std::string config_path;
   std::string cluster;
   // Default credentials; unset: the process's uid, gid and supplementary groups.
@@ -73,7 +74,7 @@ struct ClientOptions {
   size_t write_buffer_bytes = 256u << 20;   // dirty bytes buffered per client before writers wait
   size_t inflight_bytes_max = 256u << 20;   // bytes in flight to storage per client
   size_t readahead_bytes_max = 16u << 20;   // per sequential stream
-  uint32_t call_timeout_ms = 10000;         // per storage/meta attempt
+  uint32_t call_timeout_ms = 10000;         // per storage/meta attempt; below the file's tcp_user_timeout_ms
   uint32_t retry_time_ms_max = 60000;       // data calls retry through failures this long
   // Statahead for read-only opens by path (open_path without a write flag),
   // off at 0. On: when such opens keep asking meta for names in one

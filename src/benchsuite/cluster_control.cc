@@ -28,11 +28,12 @@ std::string read_text(const std::string& path) {
 class WatchImpl final : public ClusterWatch {
  public:
   explicit WatchImpl(const client::ClusterConfig& cc)
-      : io_(1, "bench-watch"), client_(io_, options(cc.cluster_token)), rpc_(io_, client_, cc.mgmtd, 2000) {}
+      : io_(1, "bench-watch"), client_(io_, options(cc)), rpc_(io_, client_, cc.mgmtd, 2000) {}
 
-  static rpc::ClientOptions options(const std::string& token) {
-    rpc::ClientOptions co = rpc::ClientOptions::in_cluster(token, "weft bench");
+  static rpc::ClientOptions options(const client::ClusterConfig& cc) {
+    rpc::ClientOptions co = rpc::ClientOptions::in_cluster(cc.cluster_token, "weft bench");
     co.call_timeout_ms = 2000;
+    co.tcp = cc.tcp;
     return co;
   }
 

@@ -756,6 +756,7 @@ Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
   core->options = options;
   core->cred = options.cred ? *options.cred : process_cred();
   WEFT_TRY(core->cluster, load_cluster_config(ClusterConfigQuery::from_flags(options.config_path, options.cluster)));
+  WEFT_RETURN_IF_ERROR(check_tcp_user_timeout(core->cluster, options.call_timeout_ms));
   core->io = std::make_unique<rpc::IoPool>(std::max<size_t>(1, options.io_threads), "weft-client");
   // One id for the lease, the connections' Hello, meta's request ids (write
   // sessions record it; meta takes the Hello's for a request without one) and storage's dedup.
@@ -763,6 +764,7 @@ Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
   rpc::ClientOptions ro = rpc::ClientOptions::in_cluster(core->cluster.cluster_token, options.name);
   ro.call_timeout_ms = options.call_timeout_ms;
   ro.client_id = client_id;
+  ro.tcp = core->cluster.tcp;
   core->rpc = std::make_unique<rpc::Client>(*core->io, ro);
   core->routing = std::make_unique<RoutingCache>(*core->io, *core->rpc, core->cluster.mgmtd);
   if (auto r = core->routing->start(); !r)

@@ -1,0 +1,85 @@
+// Client::connect and the client config's tcp_* keys: the connections
+// libweft opens (here: to an in-process mgmtd) carry the file's keepalive
+// and TCP_USER_TIMEOUT, read back from the sockets; a user timeout not above
+// the call timeout is refused before any connection is made.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "common/temp_dir.h"
+#include "mgmt/cluster_state.h"
+#include "mgmt/service.h"
+#include "rpc/server.h"
+#include "rpc/test_sockets.h"
+#include "weft/client.h"
+
+namespace weft::client {
+namespace {
+
+constexpr char kToken[] = "connect-test";
+
+// mgmtd on 127.0.0.1 with its state in memory: enough for connect(), which
+// fetches the routing and starts the lease (meta is listed in the config).
+struct Mgmtd {
+  Mgmtd() {
+    state = std::move(mgmt::ClusterState::open(mgmt::ClusterOptions{}, SystemClock::instance(), registry).value());
+    service =
+        std::make_unique<mgmt::MgmtService>(*state, SystemClock::instance(), mgmt::MgmtServiceOptions{}, registry);
+    server = std::make_unique<rpc::Server>(io, rpc::ServerOptions{.cluster_token = kToken, .name = "mgmtd"}, registry);
+    service->register_methods(*server);
+    port = server->listen("127.0.0.1", 0).value();
+    service->start();
+  }
+  ~Mgmtd() {
+    service->stop();  // first: it ends the client's routing long poll, which server->stop() would wait for
+    server->stop();
+    io.stop();
+  }
+
+  metrics::Registry registry;
+  rpc::IoPool io{1};
+  std::unique_ptr<mgmt::ClusterState> state;
+  std::unique_ptr<mgmt::MgmtService> service;
+  std::unique_ptr<rpc::Server> server;
+  uint16_t port = 0;
+};
+
+std::string write_config(const testing::TempDir& dir, uint16_t mgmtd_port, const std::string& extra) {
+  std::string path = dir.file("client.toml");
+  std::ofstream(path) << fmt::format("mgmtd = [\"127.0.0.1:{}\"]\ncluster_token = \"{}\"\nmeta = [\"127.0.0.1:1\"]\n{}",
+                                     mgmtd_port, kToken, extra);
+  return path;
+}
+
+TEST(ClientConnect, ItsConnectionsTakeTheConfigsTcpLiveness) {
+  Mgmtd mgmtd;
+  testing::TempDir dir;
+  ClientOptions o;
+  o.config_path = write_config(dir, mgmtd.port,
+                               "tcp_keepalive_idle_s = 11\ntcp_keepalive_interval_s = 2\ntcp_keepalive_count = 6\n"
+                               "tcp_user_timeout_ms = 50000\n");
+  auto client = Client::connect(o);
+  ASSERT_TRUE(client) << client.error();
+  // connect() fetched the routing and the lease started: mgmtd's peers in
+  // this process are the client's sockets (mgmtd's own have its port as theirs).
+  auto sockets = rpc::testing::tcp_fds(mgmtd.port, /*peer=*/true);
+  ASSERT_FALSE(sockets.empty());
+  const rpc::TcpLiveness want{
+      .keepalive_idle_s = 11, .keepalive_interval_s = 2, .keepalive_count = 6, .user_timeout_ms = 50000};
+  for (int fd : sockets) EXPECT_EQ(rpc::testing::liveness_of(fd), rpc::testing::SocketLiveness::of(want));
+}
+
+TEST(ClientConnect, UserTimeoutNotAboveTheCallTimeoutIsRefused) {
+  testing::TempDir dir;
+  ClientOptions o;
+  o.config_path = write_config(dir, 1, "tcp_user_timeout_ms = 8000\n");
+  o.call_timeout_ms = 8000;
+  auto refused = Client::connect(o);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), Code::kConfig);
+  EXPECT_NE(refused.error().message().find(o.config_path + ": key 'tcp_user_timeout_ms' (8000)"), std::string::npos)
+      << refused.error();
+}
+
+}  // namespace
+}  // namespace weft::client
