@@ -37,7 +37,7 @@ void serve_storage(const std::string& config_path) {
   if (!config) return fail(config.error().message());
   auto sc = rpc::ServiceConfig::from(*config, "storage");
   if (!sc) return fail(sc.error().message());
-  auto storage_config = storage::StorageConfig::from(*config);
+  auto storage_config = storage::StorageConfig::from(*config, *sc);
   if (!storage_config) return fail(storage_config.error().message());
   rpc::ServiceRuntime runtime(*sc);
   if (auto r = runtime.init(); !r) return fail(r.error().message());

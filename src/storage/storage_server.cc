@@ -25,7 +25,7 @@ Result<TargetConfig> target_from(const Config& t, bool ids_assigned) {
 
 }  // namespace
 
-Result<StorageConfig> StorageConfig::from(const Config& config) {
+Result<StorageConfig> StorageConfig::from(const Config& config, const rpc::ServiceConfig& server) {
   StorageConfig sc;
   if (config.has("cluster")) {
     WEFT_TRY(Config c, config.table("cluster"));
@@ -57,6 +57,12 @@ Result<StorageConfig> StorageConfig::from(const Config& config) {
     WEFT_TRY(int64_t held_mib, s.get_int_in("read_held_mib", 1024, 512, 1 << 20));
     sc.read_bytes_held_max = static_cast<uint64_t>(held_mib) << 20;
   }
+  // Forwards go over connections with the server's user timeout (open_storage_service).
+  if (server.tcp.user_timeout_ms != 0 && sc.forward_timeout_ms >= server.tcp.user_timeout_ms)
+    return error(Code::kConfig,
+                 "{}: key 'storage.forward_timeout_ms' ({}) must be below 'server.tcp_user_timeout_ms' ({}), or the "
+                 "kernel cuts a successor slow to take a forward before the forward times out",
+                 config.source(), sc.forward_timeout_ms, server.tcp.user_timeout_ms);
   if (config.has("routing")) {
     WEFT_TRY(Config r, config.table("routing"));
     WEFT_TRY(sc.routing, routing_from_config(r));

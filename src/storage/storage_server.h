@@ -6,7 +6,7 @@
 // [server]   ... see rpc/service_runtime.h
 // [storage]
 // disk_threads = 8            # engine calls run here
-// forward_timeout_ms = 10000  # per chain hop
+// forward_timeout_ms = 10000  # per chain hop; below [server] tcp_user_timeout_ms unless that is 0
 // read_held_mib = 1024        # MiB reads may hold until their replies are written (512..; a connection a quarter)
 // [[targets]]
 // id = 101                    # cluster-wide target id
@@ -50,7 +50,8 @@ struct StorageConfig {
   std::vector<std::string> mgmtd;  // [cluster] mgmtd; empty: standalone (static routing)
   std::string advertise;           // [cluster] advertise; empty: the listen address
 
-  static Result<StorageConfig> from(const Config& config);
+  // `server`: the same file's [server] section, which some keys must agree with.
+  static Result<StorageConfig> from(const Config& config, const rpc::ServiceConfig& server);
 };
 
 // Opens every target and builds the service (not yet registered on a server).

@@ -213,6 +213,29 @@ TEST(StorageServer, ChainConnectionsTakeTheServersTcpLiveness) {
   (*s)->stop();
 }
 
+// Forwards ride the server's user timeout: a forward timeout at or above it is refused.
+TEST(StorageServer, ForwardTimeoutMustBeBelowTheUserTimeout) {
+  auto parse = [](const std::string& server_keys, const std::string& storage_keys) -> Result<StorageConfig> {
+    WEFT_TRY(Config cfg, Config::parse("[server]\ncluster_token = \"t\"\n" + server_keys + "[storage]\n" +
+                                           storage_keys + "[[targets]]\nid = 1\npath = \"/nonexistent/t\"\n",
+                                       "s.toml"));
+    WEFT_TRY(rpc::ServiceConfig server, rpc::ServiceConfig::from(cfg, "storage"));
+    return StorageConfig::from(cfg, server);
+  };
+  EXPECT_TRUE(parse("", "").has_value());
+  const std::string short_user_timeout = "write_stall_timeout_ms = 3000\ntcp_user_timeout_ms = 5000\n";
+  auto r = parse(short_user_timeout, "");
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message().find("s.toml: key 'storage.forward_timeout_ms' (10000) must be below "
+                                     "'server.tcp_user_timeout_ms' (5000)"),
+            std::string::npos)
+      << r.error();
+  EXPECT_TRUE(parse(short_user_timeout, "forward_timeout_ms = 4999\n").has_value());
+  EXPECT_FALSE(parse("", "forward_timeout_ms = 60000\n").has_value());
+  EXPECT_TRUE(parse("tcp_user_timeout_ms = 0\nwrite_stall_timeout_ms = 3600000\n", "forward_timeout_ms = 600000\n")
+                  .has_value());
+}
+
 TEST_F(StorageServiceTest, ChainOfOneWritesReadsTruncatesRemoves) {
   start(1);
   route({0}, 1);
