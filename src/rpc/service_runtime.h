@@ -13,6 +13,7 @@
 // blocking_threads = 4
 // write_stall_timeout_ms = 30000 # a peer that reads none of its replies this long is disconnected (1000..3600000)
 // hello_timeout_ms = 10000       # a connection that sends no Hello this long is closed; 0: never (1000..3600000)
+// # tcp_*: on every connection the process accepts or opens (ServiceConfig::client_options)
 // tcp_keepalive_idle_s = 30      # keepalive probes after this long quiet; 0: off (1..32767)
 // tcp_keepalive_interval_s = 5   # between probes (1..32767)
 // tcp_keepalive_count = 4        # unanswered probes that end a connection (1..127); unused while
