@@ -70,7 +70,7 @@ struct ChunkGc::Batch {
 struct ChunkGc::Outcome {
   uint64_t chunks = 0;             // the file's chunks
   std::optional<Status> failure;   // why they are not all gone
-  bool no_route = false;           // some chunks were not sent: their chain had no route
+  bool no_route = false;           // it failed only for chains with no route (no storage call failed)
 };
 
 ChunkGc::ChunkGc(std::vector<rpc::Endpoint> mgmtd, rpc::ClientOptions rpc_options, ChunkGcHooks hooks,
@@ -253,6 +253,9 @@ std::vector<ChunkGc::Outcome> ChunkGc::remove_chunks(const std::vector<meta::GcI
       if (results[j]) continue;
       fail(owner[j], results[j].error());
       plans[owner[j]].stop = true;
+      // Storage failed it too: a new routing version says nothing of that,
+      // so the file keeps its whole wait.
+      outcomes[owner[j]].no_route = false;
     }
   }
   return outcomes;

@@ -36,6 +36,8 @@ class ClusterState::Metrics {
       labelled(heartbeat_age_, "weft_mgmt_heartbeat_age_ms", "Time since the node's last heartbeat", "node", id)
           .set(age.count());
     }
+    for (auto& [id, g] : heartbeat_age_)  // -1: the node was removed
+      if (!state.routing.nodes.contains(id)) g->set(-1);
     for (auto& [s, g] : nodes_) g->set(per_node[s]);
     for (const auto& [id, c] : state.routing.chains)
       labelled(chain_version_, "weft_mgmt_chain_version", "Version of each chain", "chain", id)

@@ -1,5 +1,7 @@
 #include "mgmt/mgmt_client.h"
 
+#include <fmt/ranges.h>
+
 #include "common/fault.h"
 #include "common/logging.h"
 #include "mgmt/proto_convert.h"
@@ -33,9 +35,24 @@ Result<void> MgmtClient::register_now() {
                  r.targets.size());
   {
     std::lock_guard lock(mu_);
-    if (node_id_ != kInvalidNode && node_id_ != got.node_id)
-      WEFT_LOG_WARN("mgmt client {}: node id changed {} -> {}", r.address, node_id_, got.node_id);
-    node_id_ = got.node_id;
+    // Targets keep their ids for the life of the process (a storage server
+    // serves under the ids of its first registration). New ones mean mgmtd
+    // forgot this node (`weft admin node remove`, or its state was lost):
+    // serving under the old ids would take no write, and mgmtd would count
+    // the new ones as spares nobody serves. Only a restart joins anew.
+    if (!target_ids_.empty() && got.target_ids != target_ids_) {
+      fenced_ = true;
+      lease_.revoke();
+      auto why = error(Code::kNotPermitted,
+                       "register {}: mgmtd forgot this node and gave its targets new ids ({} -> {}); restart this "
+                       "server to join as a new node",
+                       r.address, fmt::join(target_ids_, ","), fmt::join(got.target_ids, ","));
+      WEFT_LOG_ERROR("mgmt client: fenced: {}", why.error());
+      return why;
+    }
+    if (last_node_id_ != kInvalidNode && last_node_id_ != got.node_id)
+      WEFT_LOG_WARN("mgmt client {}: node id changed {} -> {}", r.address, last_node_id_, got.node_id);
+    node_id_ = last_node_id_ = got.node_id;
     target_ids_ = got.target_ids;
     granted_ = got.lease;
     accept_any_version_ = true;

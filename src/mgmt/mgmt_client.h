@@ -9,7 +9,8 @@
 //     restarted without state, or another incarnation registered in between)
 //     revokes the lease and re-registers at once. "Replaced by a newer
 //     incarnation" revokes the lease and FENCES this client: it stops for good
-//     (a zombie process must not serve).
+//     (a zombie process must not serve). So does a re-registration that gives
+//     the node's targets other ids than its first (mgmtd forgot the node).
 //   - routing: the latest RoutingInfo snapshot, swapped atomically; refreshed
 //     when a heartbeat reply shows a newer routing version and by refresh()
 //     (callers do this when a peer answers kStaleRouting). A snapshot never
@@ -98,7 +99,8 @@ class MgmtClient {
   LeaseKeeper lease_;
 
   mutable std::mutex mu_;
-  NodeId node_id_ = kInvalidNode;        // GUARDED_BY(mu_)
+  NodeId node_id_ = kInvalidNode;        // GUARDED_BY(mu_): kInvalidNode until (re-)registered
+  NodeId last_node_id_ = kInvalidNode;   // GUARDED_BY(mu_): of the last registration
   std::vector<TargetId> target_ids_;     // GUARDED_BY(mu_)
   Duration granted_{};                   // GUARDED_BY(mu_)
   bool accept_any_version_ = false;      // GUARDED_BY(mu_): set by re-registration

@@ -221,6 +221,31 @@ TEST(MgmtService, RestartWithoutStateReRegistersAndNewerIncarnationFencesOld) {
   EXPECT_EQ(z.error().code(), Code::kNotPermitted);
 }
 
+// A process that missed its lease lives on while an operator removes its
+// node: its next heartbeat registers anew, its targets get new ids, and it
+// fences itself (it serves under the old ids, which no chain names any more).
+TEST(MgmtService, ANodeRemovedWhileItsProcessLivesIsFencedWhenItComesBack) {
+  Fixture f;
+  MgmtClient a(f.rpc(), f.storage(0));
+  ASSERT_TRUE(a.register_now());
+  const NodeId old_node = a.node_id();
+  const std::vector<TargetId> old_targets = a.target_ids();
+  ASSERT_TRUE(eventually([&] { return f.state->routing().nodes.at(old_node).state == NodeState::kDown; }));
+  ASSERT_TRUE(f.state->remove_node(old_node));
+  auto hb = a.heartbeat_now();
+  ASSERT_FALSE(hb);
+  EXPECT_EQ(hb.error().code(), Code::kNotPermitted);
+  EXPECT_NE(hb.error().message().find("restart"), std::string::npos) << hb.error();
+  EXPECT_TRUE(a.fenced());
+  EXPECT_FALSE(a.lease().can_serve_writes());
+  EXPECT_EQ(a.target_ids(), old_targets) << "it keeps the ids it serves under";
+  // Restarted (a new process), the server joins as a new node.
+  MgmtClient restarted(f.rpc(), f.storage(0, 2));
+  ASSERT_TRUE(restarted.register_now());
+  EXPECT_FALSE(restarted.fenced());
+  EXPECT_NE(restarted.node_id(), old_node);
+}
+
 TEST(MgmtService, UnknownNodeHeartbeatAndFailoverToSecondAddress) {
   Fixture f;
   pb::HeartbeatRequest hb;
