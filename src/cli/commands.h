@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/config.h"
 #include "common/status.h"
 
 namespace weft::cli {
@@ -21,6 +22,11 @@ CLI::App& admin_subcommand(CLI::App& app);
 // listen) is what every peer dials: a wildcard (0.0.0.0, ::) would send each
 // peer to itself, so it is a config error (cli/serve_commands.cc).
 Result<void> check_advertised_address(const std::string& address, const std::string& source);
+
+// Logs a warning for each key of a server's config that it did not read
+// (Config::unread_keys: a misspelt or misplaced setting is otherwise silently
+// ignored). Call once the role has read all of its settings.
+void warn_unread_keys(const Config& config);
 
 // `serve` is the `weft serve` subcommand: roles add themselves under it.
 void add_serve_commands(CLI::App& app, CLI::App& serve);

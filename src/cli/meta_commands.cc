@@ -138,6 +138,7 @@ void serve_meta(const std::string& config_path) {
   }
   meta::RequestRecordExpirer expirer(**store, std::chrono::seconds(mc->request_record_age_s),
                                      std::chrono::seconds(60));
+  warn_unread_keys(*config);
   auto r = runtime.run();
   reaper.reset();
   if (gc) gc->stop();

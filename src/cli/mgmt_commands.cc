@@ -42,6 +42,7 @@ void serve_mgmtd(const std::string& path) {
   service = std::make_unique<mgmt::MgmtService>(*state, SystemClock::instance(), mc->service);
   service->register_methods(runtime.server());
   service->start();
+  warn_unread_keys(*config);
   auto ran = runtime.run();
   service->stop();
   if (!ran) return fail(ran.error().message());

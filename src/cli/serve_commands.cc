@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "common/config.h"
+#include "common/logging.h"
 #include "rpc/service_runtime.h"
 
 namespace weft::cli {
@@ -27,6 +28,12 @@ void serve_echo(const std::string& config_path) {
 }
 
 }  // namespace
+
+void warn_unread_keys(const Config& config) {
+  for (const std::string& key : config.unread_keys())
+    WEFT_LOG_WARN("{}: key '{}' is not a setting of this server (ignored): misspelt, in the wrong section, or not used in this mode?",
+                  config.source(), key);
+}
 
 Result<void> check_advertised_address(const std::string& address, const std::string& source) {
   WEFT_TRY(rpc::Endpoint ep, rpc::Endpoint::parse(address));

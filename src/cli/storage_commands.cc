@@ -58,6 +58,7 @@ void serve_storage(const std::string& config_path) {
     WEFT_ASSERT(routing != nullptr);
     link->attach(**service, *routing);
   }
+  warn_unread_keys(*config);
   WEFT_LOG_INFO("{}: serving {} targets{}", sc->name, storage_config->targets.size(),
                 link ? " (member of a cluster run by mgmtd)" : "");
   auto r = runtime.run();

@@ -24,6 +24,17 @@ ConfigLocation locate_cluster_config(const ClusterConfigQuery& q) {
 
 namespace {
 
+// A client config is small and read whole: a key it does not know (a
+// misspelt tcp_* setting, a server's section) is an error, not ignored.
+Result<void> no_unknown_keys(const Config& c) {
+  auto unread = c.unread_keys();
+  if (unread.empty()) return {};
+  return error(Code::kConfig,
+               "{}: key '{}' is not a client setting (mgmtd, cluster_token, meta, tcp_keepalive_idle_s, "
+               "tcp_keepalive_interval_s, tcp_keepalive_count, tcp_user_timeout_ms)",
+               c.source(), unread.front());
+}
+
 Result<ClusterConfig> from_config(const Config& c) {
   ClusterConfig out;
   out.source = c.source();
@@ -45,6 +56,7 @@ Result<ClusterConfig> from_config(const Config& c) {
     out.meta.push_back(*ep);
   }
   WEFT_TRY(out.tcp, rpc::tcp_liveness_from(c));
+  WEFT_RETURN_IF_ERROR(no_unknown_keys(c));
   return out;
 }
 
@@ -72,6 +84,9 @@ Result<ClusterConfig> load_cluster_config(const ClusterConfigQuery& query) {
     WEFT_TRY(std::string token, c.get_string("cluster_token"));
     if (token.empty()) return error(Code::kConfig, "{}: key 'cluster_token' must not be empty", c.source());
     WEFT_TRY(rpc::TcpLiveness tcp, rpc::tcp_liveness_from(c));
+    (void)c.has("mgmtd");  // replaced by --cluster, and `meta` unused with it: both known keys
+    (void)c.has("meta");
+    WEFT_RETURN_IF_ERROR(no_unknown_keys(c));
     return ClusterConfig{.mgmtd = {*ep}, .cluster_token = token, .tcp = tcp, .source = c.source()};
   }
   return from_config(c);

@@ -176,5 +176,35 @@ TEST(ClusterConfig, UserTimeoutMustExceedTheCallTimeout) {
   EXPECT_TRUE(check_tcp_user_timeout(*c, 600000));
 }
 
+// A misspelt key (or a server's section) is an error naming it, with or
+// without --cluster; every known key is accepted.
+TEST(ClusterConfig, UnknownKeysAreErrors) {
+  auto typo = parse_cluster_config(std::string(kBase) + "tcp_user_timout_ms = 90000\n", "x.toml");
+  ASSERT_FALSE(typo);
+  EXPECT_EQ(typo.error().code(), Code::kConfig);
+  EXPECT_NE(typo.error().message().find("x.toml: key 'tcp_user_timout_ms' is not a client setting"), std::string::npos)
+      << typo.error();
+  auto section = parse_cluster_config(std::string(kBase) + "[server]\nlisten = \"0.0.0.0:1\"\n", "x.toml");
+  ASSERT_FALSE(section);
+  EXPECT_NE(section.error().message().find("key 'server'"), std::string::npos) << section.error();
+  auto all = parse_cluster_config(std::string(kBase) +
+                                      "meta = [\"127.0.0.1:7001\"]\ntcp_keepalive_idle_s = 10\n"
+                                      "tcp_keepalive_interval_s = 2\ntcp_keepalive_count = 3\ntcp_user_timeout_ms = 90000\n",
+                                  "x.toml");
+  EXPECT_TRUE(all) << all.error();
+
+  TempFile f(std::string(kBase) + "meta = [\"127.0.0.1:7001\"]\n");
+  ClusterConfigQuery q;
+  q.config_path = f.path();
+  q.cluster = "10.1.2.3:7100";
+  auto flagged = load_cluster_config(q);
+  EXPECT_TRUE(flagged) << flagged.error();
+  TempFile bad(std::string(kBase) + "clustr_token = \"x\"\n");
+  q.config_path = bad.path();
+  auto flagged_bad = load_cluster_config(q);
+  ASSERT_FALSE(flagged_bad);
+  EXPECT_NE(flagged_bad.error().message().find("clustr_token"), std::string::npos) << flagged_bad.error();
+}
+
 }  // namespace
 }  // namespace weft::client

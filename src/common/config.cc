@@ -1,7 +1,10 @@
 #include "common/config.h"
 
+#include <algorithm>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <unordered_set>
 
 #include <toml.hpp>
 
@@ -9,6 +12,10 @@ namespace weft {
 
 struct Config::Node {
   toml::value value;
+  // Every value a lookup reached (for unread_keys). Lookups may come from
+  // several threads: guarded by mu.
+  mutable std::mutex mu;
+  mutable std::unordered_set<const void*> read;
 };
 
 namespace {
@@ -66,6 +73,10 @@ Result<const void*> Config::find(const std::string& key) const {
     auto it = table.find(part);
     if (it == table.end()) return static_cast<const void*>(nullptr);
     cur = &it->second;
+    {
+      std::lock_guard lock(root_->mu);
+      root_->read.insert(cur);
+    }
     if (dot == std::string::npos) return static_cast<const void*>(cur);
     start = dot + 1;
   }
@@ -163,6 +174,40 @@ Result<std::vector<Config>> Config::tables(const std::string& key) const {
     if (!item.is_table()) return type_error(key, &item, "an array of tables");
     out.push_back(Config(root_, &item, source_, fmt::format("{}{}[{}].", prefix_, key, i++)));
   }
+  return out;
+}
+
+namespace {
+
+// Appends the keys under `v` (a table, or an array whose tables were handed
+// out by tables()) that no lookup reached.
+void collect_unread(const toml::value& v, const std::string& prefix, const std::unordered_set<const void*>& read,
+                    std::vector<std::string>& out) {
+  if (v.is_array()) {
+    size_t i = 0;
+    for (const auto& item : v.as_array()) {
+      if (item.is_table()) collect_unread(item, fmt::format("{}[{}].", prefix.substr(0, prefix.size() - 1), i), read, out);
+      ++i;
+    }
+    return;
+  }
+  if (!v.is_table()) return;
+  for (const auto& [key, child] : v.as_table()) {
+    if (!read.contains(&child)) {
+      out.push_back(prefix + key);
+    } else if (child.is_table() || child.is_array()) {
+      collect_unread(child, prefix + key + ".", read, out);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> Config::unread_keys() const {
+  std::vector<std::string> out;
+  std::lock_guard lock(root_->mu);
+  collect_unread(*as_value(node_), prefix_, root_->read, out);
+  std::sort(out.begin(), out.end());  // toml11's tables are hash maps
   return out;
 }
 

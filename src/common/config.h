@@ -45,6 +45,10 @@ class Config {
   Result<std::vector<Config>> tables(const std::string& key) const;
 
   const std::string& source() const { return source_; }
+  // The keys under this table that no lookup (has, get_*, table, tables) of
+  // any handle on the document has reached, as dotted paths: settings this
+  // process does not know, e.g. a misspelt name. Call once everything was read.
+  std::vector<std::string> unread_keys() const;
 
   struct Node;
 

@@ -83,6 +83,26 @@ TEST(Config, OffOrInRange) {
   }
 }
 
+// unread_keys lists what no lookup reached: unknown top-level keys and
+// sections, unknown keys inside read sections and inside [[arrays]] of tables.
+TEST(Config, UnreadKeysAreTheOnesNothingAskedFor) {
+  auto c = Config::parse(
+      "a = 1\ntypo = 2\n[server]\nlisten = \"x\"\nlistn = \"y\"\n[other]\nk = 1\n"
+      "[[targets]]\npath = \"p\"\n[[targets]]\npath = \"q\"\ncapacty = 3\n",
+      "f.toml");
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->unread_keys().size(), 5u) << "nothing read yet: every top-level key";
+  ASSERT_TRUE(c->get_int("a"));
+  ASSERT_TRUE(c->get_string("server.listen"));
+  auto targets = c->tables("targets");
+  ASSERT_TRUE(targets);
+  for (const Config& t : *targets) ASSERT_TRUE(t.get_string("path"));
+  EXPECT_EQ(c->unread_keys(), (std::vector<std::string>{"other", "server.listn", "targets[1].capacty", "typo"}));
+  auto server = c->table("server");
+  ASSERT_TRUE(server);
+  EXPECT_EQ(server->unread_keys(), std::vector<std::string>{"server.listn"});
+}
+
 TEST(Config, SyntaxErrorsAndMissingFiles) {
   auto bad = Config::parse("a = \n[b", "broken.toml");
   ASSERT_FALSE(bad);

@@ -312,5 +312,22 @@ TEST(MgmtdProcess, BadServerConfigNamesFileAndKey) {
   EXPECT_NE(p.log().find("mgmtd.lease_ms"), std::string::npos) << p.log();
 }
 
+// A misspelt or misplaced key is named in the log (the server still starts:
+// the setting it meant keeps its default); the keys it knows are not.
+TEST(MgmtdProcess, UnknownConfigKeysAreNamedInTheLog) {
+  TempDir dir;
+  testing::write_file(dir.file("m.toml"),
+                      fmt::format("[server]\nlisten = \"127.0.0.1:0\"\ncluster_token = \"t\"\nport_file = \"{}\"\n"
+                                  "[mgmtd]\ndata_dir = \"{}\"\nlease_ms = 2000\nlease_msx = 5\n[storage]\ndisk_threads = 2\n",
+                                  dir.file("ports"), dir.file("data")));
+  Process p({testing::weft_binary(), "serve", "mgmtd", "--config", dir.file("m.toml")}, dir.file("log"));
+  ASSERT_TRUE(testing::wait_for_file(dir.file("ports"), 10s)) << p.log();
+  ASSERT_TRUE(eventually([&] { return p.log().find("'storage'") != std::string::npos; }, 5s)) << p.log();
+  EXPECT_NE(p.log().find("m.toml: key 'mgmtd.lease_msx' is not a setting of this server"), std::string::npos)
+      << p.log();
+  EXPECT_EQ(p.log().find("'mgmtd.lease_ms'"), std::string::npos) << p.log();
+  EXPECT_EQ(p.log().find("'server."), std::string::npos) << p.log();
+}
+
 }  // namespace
 }  // namespace weft
