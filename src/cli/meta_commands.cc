@@ -77,13 +77,22 @@ meta::ChainTableCheck chain_table_check(mgmt::MgmtRpc& mgmt) {
   };
 }
 
-// Write sessions of clients without a lease at mgmtd are closed
-// (meta/session_reaper.h). [meta] session_reap_interval_ms (10 s) and
-// session_reap_min_age_s (120 s: younger sessions are always kept).
-Result<std::unique_ptr<meta::SessionReaper>> start_session_reaper(const Config& config, meta::MetaStore& store,
-                                                                  mgmt::MgmtRpc& mgmt) {
+// [meta] session_reap_interval_ms (10 s) and session_reap_min_age_s (120 s:
+// younger sessions are always kept). Read (and checked) in every mode, though
+// only a cluster member reaps.
+struct ReaperSettings {
+  std::chrono::milliseconds interval;
+  std::chrono::seconds min_age;
+};
+Result<ReaperSettings> reaper_settings(const Config& config) {
   WEFT_TRY(int64_t interval_ms, config.get_int_in("meta.session_reap_interval_ms", 10'000, 100, 3'600'000));
   WEFT_TRY(int64_t min_age_s, config.get_int_in("meta.session_reap_min_age_s", 120, 1, 30 * 86'400));
+  return ReaperSettings{std::chrono::milliseconds(interval_ms), std::chrono::seconds(min_age_s)};
+}
+
+// Write sessions of clients without a lease at mgmtd are closed (meta/session_reaper.h).
+std::unique_ptr<meta::SessionReaper> start_session_reaper(const ReaperSettings& settings, meta::MetaStore& store,
+                                                          mgmt::MgmtRpc& mgmt) {
   auto live = [&mgmt]() -> Result<std::optional<std::unordered_set<uint64_t>>> {
     WEFT_TRY(mgmt::LeasedClients leased, mgmt::list_all_clients(mgmt, /*ids_only=*/true));
     if (!leased.tracked) return std::optional<std::unordered_set<uint64_t>>();
@@ -91,8 +100,8 @@ Result<std::unique_ptr<meta::SessionReaper>> start_session_reaper(const Config& 
     for (const auto& c : leased.clients) ids.insert(c.id);
     return std::optional<std::unordered_set<uint64_t>>(std::move(ids));
   };
-  return std::make_unique<meta::SessionReaper>(store, SystemClock::instance(), live,
-                                               std::chrono::milliseconds(interval_ms), std::chrono::seconds(min_age_s));
+  return std::make_unique<meta::SessionReaper>(store, SystemClock::instance(), live, settings.interval,
+                                               settings.min_age);
 }
 
 void serve_meta(const std::string& config_path) {
@@ -102,6 +111,8 @@ void serve_meta(const std::string& config_path) {
   if (!sc) return fail(sc.error().message());
   auto mc = meta::MetaServiceConfig::from(*config);
   if (!mc) return fail(mc.error().message());
+  auto reaping = reaper_settings(*config);
+  if (!reaping) return fail(reaping.error().message());
   // Store calls block on WAL fsyncs: more threads let concurrent commits share one.
   if (!config->has("server.blocking_threads")) sc->blocking_threads = 16;
   rpc::ServiceRuntime runtime(*sc);
@@ -132,9 +143,7 @@ void serve_meta(const std::string& config_path) {
   }
   std::unique_ptr<meta::SessionReaper> reaper;
   if (*membership) {
-    auto reaper_or = start_session_reaper(*config, **store, *(*membership)->mgmt_rpc);
-    if (!reaper_or) return fail(reaper_or.error().message());
-    reaper = std::move(*reaper_or);
+    reaper = start_session_reaper(*reaping, **store, *(*membership)->mgmt_rpc);
   }
   meta::RequestRecordExpirer expirer(**store, std::chrono::seconds(mc->request_record_age_s),
                                      std::chrono::seconds(60));

@@ -4,6 +4,7 @@
 
 #include "client/core.h"
 #include "client/placement.h"
+#include "common/assert.h"
 #include "common/logging.h"
 
 namespace weft::client {
@@ -78,7 +79,10 @@ ChunkGc::ChunkGc(std::vector<rpc::Endpoint> mgmtd, rpc::ClientOptions rpc_option
     : parts_(std::make_unique<Parts>(std::move(mgmtd), std::move(rpc_options))),
       hooks_(std::move(hooks)),
       options_(options),
-      clock_(clock) {}
+      clock_(clock) {
+  WEFT_ASSERT_MSG(options_.backoff_first.count() > 0 && options_.backoff_max >= options_.backoff_first,
+                  "chunk gc back-off needs 0 < backoff_first <= backoff_max");
+}
 
 ChunkGc::~ChunkGc() {
   stop();
@@ -287,7 +291,9 @@ bool ChunkGc::note_outcomes(const std::vector<meta::GcItem>& items, const std::v
 
 PeriodicThread::Wait ChunkGc::tick() {
   auto r = collect_once();
-  if (!r) WEFT_LOG_WARN("chunk gc: {}", r.error());
+  // Meta or mgmtd failing fails every pass alike: a line a minute says so.
+  if (!r)
+    if (auto held = pass_errors_.admit()) WEFT_LOG_WARN("chunk gc: {}{}", r.error(), LogThrottle::held_back(*held));
   // More is queued and the pass got somewhere: go on at once. A pass that
   // finished nothing waits before going on past its files, which bounds the
   // work spent on a queue whose storage is unreachable.

@@ -22,6 +22,7 @@
 #include "client/chunk_io.h"
 #include "client/routing_cache.h"
 #include "common/clock.h"
+#include "common/log_throttle.h"
 #include "common/periodic.h"
 #include "common/status.h"
 #include "meta/types.h"
@@ -39,7 +40,7 @@ struct ChunkGcHooks {
 struct ChunkGcOptions {
   // Between passes, unless the last one finished files and more are queued.
   std::chrono::milliseconds interval{1000};
-  // A file that failed is not tried again before backoff_first has passed,
+  // A file that failed is not tried again before backoff_first (> 0) has passed,
   // twice as long after each further failure in a row, at most backoff_max
   // (so a file that cannot be cleaned for long costs a try every 5 minutes).
   std::chrono::milliseconds backoff_first{1000};
@@ -124,6 +125,7 @@ class ChunkGc {
   std::map<meta::Ino, Backoff> backoff_;
   mgmt::RoutingVersion backoff_routing_version_ = 0;  // collect_once's thread only: the last version seen
   std::optional<TimePoint> last_warning_;             // collect_once's thread only: of files that stay queued
+  LogThrottle pass_errors_{std::chrono::minutes(1)};  // tick's warnings of passes that failed
   // Where the next pass starts: after this inode, or (nullopt) at the front.
   std::optional<meta::Ino> resume_after_;  // collect_once's thread only
   size_t passes_this_round_ = 0;           // collect_once's thread only: passes since the front that finished files
