@@ -387,6 +387,26 @@ Result<std::vector<ChunkInfo>> ChunkEngine::list_chain(uint32_t chain_id, std::o
   return out;
 }
 
+Result<std::vector<uint32_t>> ChunkEngine::chains() {
+  std::vector<uint32_t> out;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  // Every key of the per-chain index is kChainKeyBytes long and starts with
+  // the prefix and the big-endian chain id: seek to each chain's first key,
+  // then past that chain.
+  for (it->Seek(chain_prefix(kChainUnknown + 1)); it->Valid(); ) {
+    rocksdb::Slice key = it->key();
+    if (key.size() == 0 || key[0] != kChainKeyPrefix) break;
+    if (key.size() != kChainKeyBytes) return error(Code::kCorruption, "chain index key of {} bytes", key.size());
+    uint32_t chain = 0;
+    for (int i = 1; i <= 4; ++i) chain = (chain << 8) | static_cast<uint8_t>(key[i]);
+    out.push_back(chain);
+    if (chain == UINT32_MAX) break;
+    it->Seek(chain_prefix(chain + 1));
+  }
+  if (!it->status().ok()) return error(Code::kIoError, "scan chain index: {}", it->status().ToString());
+  return out;
+}
+
 Result<uint64_t> ChunkEngine::index_bytes() {
   uint64_t total = 0;
   std::optional<ChunkId> start;

@@ -168,6 +168,10 @@ class ChunkEngine {
   Result<void> abort(const ChunkId& id, uint64_t version);
   // Removes the committed and any pending version. kNotFound if neither exists.
   Result<void> remove(const ChunkId& id);
+  // Removes the committed chunk if its record names `chain_id` and no update
+  // of it is pending; false (nothing removed) otherwise. For chunks of chains
+  // the target left (storage/stray_sweep.cc).
+  Result<bool> remove_if_in_chain(const ChunkId& id, uint32_t chain_id);
 
   // Reads [offset, offset + length) of the committed version, clamped to the
   // chunk's length (a range past the end reads empty). kNotFound if no
@@ -189,6 +193,9 @@ class ChunkEngine {
   // The same for the chunks of one chain plus those of unknown chain (they may
   // belong to it): a prefix scan of the per-chain index, whatever else the target holds.
   Result<std::vector<ChunkInfo>> list_chain(uint32_t chain_id, std::optional<ChunkId> start, size_t count_max);
+  // The chains that have chunks here according to the per-chain index
+  // (kChainUnknown left out), ascending: one seek per chain.
+  Result<std::vector<uint32_t>> chains();
 
   // Whether an update (or a removal) would be refused for lack of space now
   // (kNoSpace): the chain asks before forwarding one, so that its successors
@@ -260,6 +267,9 @@ class ChunkEngine {
   Result<Pending> store_new_slot(std::span<const std::byte> content, uint32_t length, uint64_t version,
                                  uint32_t chain_id);
   std::optional<Pending> take_pending(const ChunkId& id);
+  // REQUIRES: the chunk's lock held; `old` is its committed record. Deletes
+  // the record (a synced index write), then frees the slot.
+  Result<void> remove_committed(const ChunkId& id, const ChunkMeta& old);
   // Checks the CRCs of blocks [first_block, first_block + count) held in `data`.
   Result<void> check_blocks(const ChunkMeta& meta, uint32_t first_block, uint32_t count, const std::byte* data);
   struct ReadPlan;

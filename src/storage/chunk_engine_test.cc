@@ -346,6 +346,40 @@ TEST_F(ChunkEngineTest, ChainIsRecordedAndListedPerChain) {
   expect_space_matches_index();
 }
 
+// chains() names each chain with chunks once (unknown chain left out), also a
+// chain with the largest id; remove_if_in_chain removes a chunk only while its
+// record names that chain and no update of it is pending.
+TEST_F(ChunkEngineTest, ChainsAndRemovalOfOneChainsChunks) {
+  auto data = pattern(100, 1);
+  EXPECT_TRUE(engine_->chains()->empty());
+  ASSERT_TRUE(engine_->write(ChunkId{1, 0}, Update::write(0, data)).has_value());  // unknown chain
+  EXPECT_TRUE(engine_->chains()->empty());
+  for (uint64_t i = 0; i < 4; ++i)
+    ASSERT_TRUE(engine_->write(ChunkId{2, i}, in_chain(Update::write(0, data), 7)).has_value());
+  ASSERT_TRUE(engine_->write(ChunkId{3, 0}, in_chain(Update::write(0, data), 3)).has_value());
+  ASSERT_TRUE(engine_->write(ChunkId{4, 0}, in_chain(Update::write(0, data), UINT32_MAX)).has_value());
+  EXPECT_EQ(*engine_->chains(), (std::vector<uint32_t>{3, 7, UINT32_MAX}));
+
+  uint64_t used = engine_->used_bytes();
+  EXPECT_FALSE(*engine_->remove_if_in_chain(ChunkId{1, 0}, 7)) << "unknown chain: not chain 7's";
+  EXPECT_FALSE(*engine_->remove_if_in_chain(ChunkId{3, 0}, 7)) << "chain 3's";
+  EXPECT_FALSE(*engine_->remove_if_in_chain(ChunkId{9, 0}, 7)) << "absent";
+  ASSERT_TRUE(engine_->stage(ChunkId{2, 1}, 2, in_chain(Update::write(0, data), 7)).has_value());
+  EXPECT_FALSE(*engine_->remove_if_in_chain(ChunkId{2, 1}, 7)) << "an update is pending";
+  EXPECT_TRUE(*engine_->remove_if_in_chain(ChunkId{2, 0}, 7));
+  EXPECT_TRUE(*engine_->remove_if_in_chain(ChunkId{2, 2}, 7));
+  EXPECT_TRUE(*engine_->remove_if_in_chain(ChunkId{2, 3}, 7));
+  EXPECT_LT(engine_->used_bytes(), used);
+  EXPECT_EQ(engine_->stat(ChunkId{2, 0}).error().code(), Code::kNotFound);
+  EXPECT_EQ(ids_of(engine_->list_chain(7, std::nullopt, 100)), (std::vector<ChunkId>{{1, 0}, {2, 1}}));
+  ASSERT_TRUE(engine_->commit(ChunkId{2, 1}, 2).has_value());
+  EXPECT_TRUE(*engine_->remove_if_in_chain(ChunkId{2, 1}, 7));
+  EXPECT_EQ(*engine_->chains(), (std::vector<uint32_t>{3, UINT32_MAX}));
+  open();  // the removals were durable
+  EXPECT_EQ(*engine_->chains(), (std::vector<uint32_t>{3, UINT32_MAX}));
+  EXPECT_EQ(ids_of(engine_->list(std::nullopt, 100)), (std::vector<ChunkId>{{1, 0}, {3, 0}, {4, 0}}));
+}
+
 // Rewrites the index as format 1 wrote it: records without a chain, no
 // per-chain index, format "weft-chunk-engine-1".
 void downgrade_to_format1(const std::string& dir) {

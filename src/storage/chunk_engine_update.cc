@@ -233,15 +233,32 @@ Result<void> ChunkEngine::remove(const ChunkId& id) {
     if (pending) return {};
     return error(Code::kNotFound, "chunk {} not found", id);
   }
+  return remove_committed(id, *old);
+}
+
+Result<bool> ChunkEngine::remove_if_in_chain(const ChunkId& id, uint32_t chain_id) {
+  WEFT_RETURN_IF_ERROR(check_space());
+  ChunkLock lock(*this, id);
+  WEFT_TRY(auto old, get_meta(id));
+  if (!old || old->chain_id != chain_id) return false;
+  {
+    std::lock_guard l(pending_mu_);
+    if (pending_.contains(id)) return false;  // an update is on its way: not stray after all
+  }
+  WEFT_RETURN_IF_ERROR(remove_committed(id, *old));
+  return true;
+}
+
+Result<void> ChunkEngine::remove_committed(const ChunkId& id, const ChunkMeta& old) {
   std::vector<IndexOp> ops;
   ops.push_back({chunk_key(id), std::nullopt});
-  ops.push_back({chain_key(old->chain_id, id), std::nullopt});
+  ops.push_back({chain_key(old.chain_id, id), std::nullopt});
   auto removed = committer_->commit(std::move(ops), std::nullopt);
   if (!removed) return error(removed.error().with_context(fmt::format("remove chunk {}", id)));
   {
     std::unique_lock lock(stripe(id).mu);
     stripe(id).index.erase(id);
-    space_.free(SlotRef{old->size_class, old->slot});
+    space_.free(SlotRef{old.size_class, old.slot});
   }
   metrics_->removes.inc();
   return {};

@@ -56,6 +56,8 @@ Result<StorageConfig> StorageConfig::from(const Config& config, const rpc::Servi
     sc.forward_timeout_ms = static_cast<uint32_t>(timeout);
     WEFT_TRY(int64_t held_mib, s.get_int_in("read_held_mib", 1024, 512, 1 << 20));
     sc.read_bytes_held_max = static_cast<uint64_t>(held_mib) << 20;
+    WEFT_TRY(int64_t grace, s.get_int_in("stray_chunk_grace_s", 3600, 0, int64_t{365} * 24 * 3600));
+    sc.stray_chunk_grace = std::chrono::seconds(grace);
   }
   // Forwards go over connections with the server's user timeout (open_storage_service).
   if (server.tcp.user_timeout_ms != 0 && sc.forward_timeout_ms >= server.tcp.user_timeout_ms)
@@ -96,6 +98,7 @@ Result<std::unique_ptr<StorageService>> open_storage_service(rpc::IoPool& io, co
   so.disk_threads = config.disk_threads;
   so.forward_timeout_ms = config.forward_timeout_ms;
   so.read_bytes_held_max = config.read_bytes_held_max;
+  so.stray_chunk_grace = config.stray_chunk_grace;
   so.write_fence = std::move(write_fence);
   auto service = std::make_unique<StorageService>(io, so, routing, std::move(targets), registry);
   return service;

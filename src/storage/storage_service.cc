@@ -2,6 +2,7 @@
 // inspection methods of the storage service.
 #include "storage/storage_service.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "common/crc32c.h"
@@ -50,6 +51,13 @@ StorageService::StorageService(rpc::IoPool& io, StorageServiceOptions options, s
                      {{"server", options_.name}}, [this] { return static_cast<double>(resyncs_running_.load()); },
                      this);
   routing_->on_change([this] { start_resyncs(); });
+  StraySweepOptions so = StraySweep::from_grace(options_.stray_chunk_grace);
+  so.name = options_.name;
+  so.write_fence = options_.write_fence;
+  std::vector<StraySweep::Target> sweep_targets;
+  for (auto& [id, t] : targets_) sweep_targets.push_back({id, &t->engine()});
+  stray_ = std::make_unique<StraySweep>(std::move(so), *routing_, std::move(sweep_targets), registry_);
+  if (options_.stray_sweep) stray_->start();
 }
 
 StorageService::~StorageService() {
@@ -60,6 +68,7 @@ StorageService::~StorageService() {
 
 void StorageService::stop() {
   stopping_ = true;
+  stray_->stop();
   for (int i = 0; i < 3000 && resyncs_running_.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }
 
@@ -91,6 +100,9 @@ Result<Placement> StorageService::locate(mgmt::ChainId chain_id, mgmt::ChainVers
   if (!p.target)
     return error(Code::kStaleRouting, "no target of {} on the write path of chain {} version {}", options_.name, chain_id,
                  version);
+  if (stray_->sweeping(p.target->id(), chain_id))
+    return error(Code::kStaleRouting, "target {} is still removing its old chunks of chain {}, which it just rejoined",
+                 p.target->id(), chain_id);
   for (auto t : p.route.readable) p.readable |= t == p.target->id();
   if (p.index + 1 < p.route.write_path.size()) {
     mgmt::TargetId next = p.route.write_path[p.index + 1];
@@ -99,6 +111,23 @@ Result<Placement> StorageService::locate(mgmt::ChainId chain_id, mgmt::ChainVers
     p.successor = Placement::Peer{next, std::move(ep)};
   }
   return p;
+}
+
+// A chain's chunks at a target are listed only while the routing here has
+// the target in the chain and no stray sweep runs on them (stray_sweep.h):
+// a resync must not list chunks that are about to go.
+Result<void> StorageService::check_member(const StorageTarget& t, mgmt::ChainId chain_id) const {
+  RoutingSnapshot routing = routing_->current();
+  auto chain = routing->chain(chain_id);
+  bool member = chain && std::any_of((*chain)->entries.begin(), (*chain)->entries.end(),
+                                     [&](const mgmt::ChainEntry& e) { return e.target_id == t.id(); });
+  if (!member)
+    return error(Code::kStaleRouting, "target {} is not in chain {} at routing version {}", t.id(), chain_id,
+                 routing->version);
+  if (stray_->sweeping(t.id(), chain_id))
+    return error(Code::kStaleRouting, "target {} is still removing its old chunks of chain {}, which it just rejoined",
+                 t.id(), chain_id);
+  return {};
 }
 
 Result<void> StorageService::check_write_fence() const {
@@ -152,6 +181,7 @@ Task<Result<pb::GetChunkMetaReply>> StorageService::get_chunk_meta(const pb::Get
 Task<Result<pb::ListChunksReply>> StorageService::list_chunks(const pb::ListChunksRequest& req) {
   StorageTarget* t = target(req.target_id());
   if (!t) co_return error(Code::kNotFound, "no target {} on {}", req.target_id(), options_.name);
+  if (req.chain_id() != kChainUnknown) WEFT_CO_RETURN_IF_ERROR(check_member(*t, req.chain_id()));
   size_t count_max = req.count_max() == 0 ? 1024 : std::min<size_t>(req.count_max(), 65536);
   ListJob job{&t->engine(), req.chain_id(), std::nullopt, count_max + 1};
   if (req.has_start()) job.start = ChunkId{req.start().inode(), req.start().index()};

@@ -44,6 +44,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -59,6 +60,7 @@
 #include "storage/disk_pool.h"
 #include "storage/routing_provider.h"
 #include "storage/storage_target.h"
+#include "storage/stray_sweep.h"
 
 namespace weft::proto::storage {
 class BatchReadRequest;
@@ -107,6 +109,10 @@ struct StorageServiceOptions {
   // kLeaseExpired. Set by a server whose lease comes from mgmtd: a server that
   // cannot renew its lease stops taking writes before mgmtd may replace it.
   std::function<bool()> write_fence;
+  // Chunks of chains a local target is no longer in are removed after this
+  // long (storage/stray_sweep.h); checked every quarter of it, 1 s to 1 min.
+  std::chrono::seconds stray_chunk_grace{std::chrono::hours(1)};
+  bool stray_sweep = true;  // false: never (tests that set up chains by hand)
 };
 
 // Where one request lands: this server's target in a chain, and its successor.
@@ -164,6 +170,7 @@ class StorageService {
   RoutingProvider& routing() { return *routing_; }
   const rpc::ClientOptions& chain_client_options() const { return client_.options(); }  // for tests
   size_t resyncs_running() const { return resyncs_running_.load(); }
+  StraySweep& stray_sweep() { return *stray_; }  // for tests
 
  private:
   struct Expect {
@@ -173,6 +180,7 @@ class StorageService {
 
   Result<Placement> locate(mgmt::ChainId chain, mgmt::ChainVersion version) const;
   Result<void> check_write_fence() const;
+  Result<void> check_member(const StorageTarget& t, mgmt::ChainId chain_id) const;
   Result<void> check_payload(const rpc::ServerCall& call, uint32_t length, uint32_t crc, StorageTarget& t) const;
 
   // Data path (storage_service.cc, chain_update.cc, batch_read.cc).
@@ -238,6 +246,8 @@ class StorageService {
   std::map<ResyncKey, std::shared_ptr<Delivered>> delivered_;                   // GUARDED_BY(mu_): running
   std::atomic<size_t> resyncs_running_{0};
   std::atomic<bool> stopping_{false};
+  // Declared after targets_: it borrows their engines.
+  std::unique_ptr<StraySweep> stray_;
   // Bytes chunk reads hold (see read_bytes_held_max); shared with the replies'
   // keepalives, which a connection may keep after the service is gone.
   std::shared_ptr<std::atomic<uint64_t>> read_bytes_held_ = std::make_shared<std::atomic<uint64_t>>(0);

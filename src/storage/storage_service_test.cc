@@ -36,8 +36,10 @@ constexpr uint32_t kChunk = 256 * 1024;
 class Node {
  public:
   Node(rpc::IoPool& io, const std::string& name, std::vector<mgmt::TargetId> targets, uint64_t capacity = 0,
-       uint64_t read_bytes_held_max = 0, uint32_t write_stall_timeout_ms = 0) {
+       uint64_t read_bytes_held_max = 0, uint32_t write_stall_timeout_ms = 0,
+       std::chrono::seconds stray_grace = std::chrono::hours(1)) {
     StorageConfig sc;
+    sc.stray_chunk_grace = stray_grace;
     if (read_bytes_held_max) sc.read_bytes_held_max = read_bytes_held_max;
     for (auto t : targets) sc.targets.push_back({t, dir_.path() + "/t" + std::to_string(t), capacity, 1u << 20});
     sc.disk_threads = 4;
@@ -743,6 +745,109 @@ TEST_F(StorageServiceTest, FullTargetAnswersNoSpaceAndStillServesReads) {
   ASSERT_FALSE(w.has_value());
   EXPECT_EQ(w.error().code(), Code::kNoSpace);
   EXPECT_EQ(read(0, 1, ChunkId{1, 0}).data, data);
+}
+
+// Chunks of a chain their target left (another target took its place) go once
+// the grace is over; its chunks of unknown chain, and every other target's, stay.
+TEST_F(StorageServiceTest, ATargetRemovesTheChunksOfAChainItLeft) {
+  using namespace std::chrono_literals;
+  nodes_.push_back(std::make_unique<Node>(io_, "a", std::vector<mgmt::TargetId>{101}, 0, 0, 0, 0s));
+  nodes_.push_back(std::make_unique<Node>(io_, "b", std::vector<mgmt::TargetId>{201, 202}, 0, 0, 0, 0s));
+  Node &a = *nodes_[0], &b = *nodes_[1];
+  auto set = [&](std::vector<ChainSpec> chains, uint64_t version) {
+    return client_.set_routing({a.ep(), b.ep()}, {{101, a.address()}, {201, b.address()}, {202, b.address()}},
+                               chains, version);
+  };
+  ASSERT_TRUE(set({ChainSpec{1, 1, {{101, TargetState::kServing}, {201, TargetState::kServing}}},
+                   ChainSpec{2, 1, {{202, TargetState::kServing}}}},
+                  1));
+  auto data = pattern(10000, 4);
+  for (uint64_t i = 0; i < 5; ++i) ASSERT_TRUE(client_.write(a.ep(), 1, 1, ChunkId{1, i}, 0, data).has_value());
+  ASSERT_TRUE(client_.write(b.ep(), 2, 1, ChunkId{2, 0}, 0, data).has_value());
+  ASSERT_TRUE(b.engine(201).write(ChunkId{3, 0}, Update::write(0, data)).has_value());  // of unknown chain
+  EXPECT_EQ(b.service().stray_sweep().run_once(), 0u) << "201 is in chain 1";
+  ASSERT_EQ(b.engine(201).list(std::nullopt, 100)->size(), 6u);
+
+  // 202 takes 201's place in chain 1.
+  ASSERT_TRUE(set({ChainSpec{1, 2, {{101, TargetState::kServing}, {202, TargetState::kSyncing}}},
+                   ChainSpec{2, 1, {{202, TargetState::kServing}}}},
+                  2));
+  proto::storage::ListChunksRequest req;
+  req.set_target_id(201);
+  req.set_chain_id(1);
+  auto listed = client_.call<proto::storage::ListChunksReply>(b.ep(), methods::kListChunks, req);
+  ASSERT_FALSE(listed.has_value()) << "a chain's chunks are listed only at its members";
+  EXPECT_EQ(listed.error().code(), Code::kStaleRouting) << listed.error();
+  b.service().stray_sweep().run_once();  // (its thread may have been first: one runs at a time)
+  EXPECT_EQ(a.service().stray_sweep().run_once(), 0u);
+  auto left = b.engine(201).list(std::nullopt, 100);
+  ASSERT_TRUE(left.has_value());
+  ASSERT_EQ(left->size(), 1u);
+  EXPECT_EQ((*left)[0].id, (ChunkId{3, 0}));
+  EXPECT_EQ(a.engine(101).list(std::nullopt, 100)->size(), 5u);
+  EXPECT_TRUE(b.engine(202).stat(ChunkId{2, 0}).has_value());
+  EXPECT_TRUE(b.engine(201).chains()->empty());
+}
+
+// Within the grace nothing goes.
+TEST_F(StorageServiceTest, AChainsChunksStayForTheGraceAfterTheirTargetLeftIt) {
+  nodes_.push_back(std::make_unique<Node>(io_, "a", std::vector<mgmt::TargetId>{1, 2}));
+  Node& a = *nodes_[0];
+  auto set = [&](mgmt::TargetId member, uint64_t version) {
+    return client_.set_routing({a.ep()}, {{1, a.address()}, {2, a.address()}},
+                               {ChainSpec{1, version, {{member, TargetState::kServing}}}}, version);
+  };
+  ASSERT_TRUE(set(1, 1));
+  ASSERT_TRUE(client_.write(a.ep(), 1, 1, ChunkId{1, 0}, 0, pattern(5000, 1)).has_value());
+  ASSERT_TRUE(set(2, 2));
+  EXPECT_EQ(a.service().stray_sweep().run_once(), 0u);
+  EXPECT_TRUE(a.engine(1).stat(ChunkId{1, 0}).has_value());
+}
+
+// A target put back into a chain while its old chunks of that chain go: no
+// request of the chain is served there until the sweep has stopped (ListChunks
+// is refused meanwhile), so the resync sees what was removed and copies it
+// back. Without that, the resync would list the chunks, skip them as equal,
+// and the sweep would then remove them from a target that counts as synced.
+TEST_F(StorageServiceTest, ATargetRejoiningAChainWhileItsChunksGoGetsEveryChunkBack) {
+  using namespace std::chrono_literals;
+  nodes_.push_back(std::make_unique<Node>(io_, "a", std::vector<mgmt::TargetId>{101}, 0, 0, 0, 0s));
+  nodes_.push_back(std::make_unique<Node>(io_, "b", std::vector<mgmt::TargetId>{201}, 0, 0, 0, 0s));
+  Node &a = *nodes_[0], &b = *nodes_[1];
+  auto set = [&](std::vector<std::pair<mgmt::TargetId, TargetState>> entries, uint64_t version) {
+    return client_.set_routing({a.ep(), b.ep()}, {{101, a.address()}, {201, b.address()}},
+                               {ChainSpec{1, version, std::move(entries)}}, version);
+  };
+  ASSERT_TRUE(set({{101, TargetState::kServing}, {201, TargetState::kServing}}, 1));
+  for (uint64_t i = 0; i < 8; ++i)
+    ASSERT_TRUE(client_.write(a.ep(), 1, 1, ChunkId{1, i}, 0, pattern(10000, i)).has_value());
+
+  uint64_t removed = 0;
+  std::thread sweep;
+  {
+    fault::Scope hold("storage.stray_sweep.before_remove");
+    ASSERT_TRUE(set({{101, TargetState::kServing}}, 2));  // 201 leaves the chain
+    sweep = std::thread([&] { removed = b.service().stray_sweep().run_once(); });
+    for (int i = 0; i < 1000 && hold.triggered() == 0; ++i) std::this_thread::sleep_for(5ms);
+    ASSERT_GT(hold.triggered(), 0) << "the sweep never reached its first removal";
+    ASSERT_TRUE(set({{101, TargetState::kServing}, {201, TargetState::kSyncing}}, 3));  // and rejoins it
+    proto::storage::ListChunksRequest req;
+    req.set_target_id(201);
+    req.set_chain_id(1);
+    auto listed = client_.call<proto::storage::ListChunksReply>(b.ep(), methods::kListChunks, req);
+    if (listed.has_value()) {
+      ADD_FAILURE() << "listed while the sweep may still remove";
+    } else {
+      EXPECT_EQ(listed.error().code(), Code::kStaleRouting) << listed.error();
+      EXPECT_NE(listed.error().message().find("still removing"), std::string::npos) << listed.error();
+    }
+    std::this_thread::sleep_for(200ms);  // the resync tries meanwhile
+  }
+  sweep.join();
+  EXPECT_LE(removed, 1u) << "the sweep stops at the next chunk once it sees the target back";
+  ASSERT_TRUE(wait_synced(1, 3));
+  expect_identical({0, 1}, 3);
+  ASSERT_EQ(list_chain1(1)->chunks_size(), 8);
 }
 
 }  // namespace

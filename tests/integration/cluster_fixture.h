@@ -43,6 +43,7 @@ struct ClusterOptions {
   int grace_ms = 500;
   int tick_ms = 50;
   std::string token = "tok";
+  std::string storage_keys;  // more lines of every storage server's [storage] section
 };
 
 class ClusterFixture {
@@ -94,8 +95,8 @@ class ClusterFixture {
     std::string name = "s" + std::to_string(i);
     std::string cfg = fmt::format(
         "[server]\nlisten = \"127.0.0.1:{}\"\ncluster_token = \"{}\"\nname = \"{}\"\n"
-        "[cluster]\nmgmtd = [\"127.0.0.1:{}\"]\n[storage]\ndisk_threads = 2\nforward_timeout_ms = 2000\n",
-        port, options_.token, name, mgmtd_port_);
+        "[cluster]\nmgmtd = [\"127.0.0.1:{}\"]\n[storage]\ndisk_threads = 2\nforward_timeout_ms = 2000\n{}",
+        port, options_.token, name, mgmtd_port_, options_.storage_keys);
     for (int t = 0; t < targets; ++t)
       cfg += fmt::format("[[targets]]\npath = \"{}\"\nchunk_size_max = 1048576\n", dir_.file(name + "/t" + std::to_string(t)));
     cfg += extra;

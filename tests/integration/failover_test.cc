@@ -454,7 +454,7 @@ TEST_F(FailoverTest, StorageKilledUnderWriteLoadResumesResyncsAndKeepsEveryAck) 
 // targets' places (`weft admin target replace`) under write load, are copied
 // from the chains' serving targets, serve, and hold every acknowledged write.
 TEST_F(FailoverTest, DeadServerReplacedBySpareUnderWriteLoadKeepsEveryAck) {
-  ClusterOptions o{.lease_ms = 1000, .grace_ms = 500, .tick_ms = 50};
+  ClusterOptions o{.lease_ms = 1000, .grace_ms = 500, .tick_ms = 50, .storage_keys = "stray_chunk_grace_s = 0\n"};
   ASSERT_NO_FATAL_FAILURE(start_cluster(o, 3, 2, 2));
   const int victim = 1, spare_server = 3;
   cluster_->add_storage(2);  // joins after the chain table: in no chain
@@ -516,6 +516,23 @@ TEST_F(FailoverTest, DeadServerReplacedBySpareUnderWriteLoadKeepsEveryAck) {
   auto returned = cluster_->status();
   ASSERT_TRUE(returned);
   EXPECT_EQ(returned->chains, after->chains);
+  // Its targets, in no chain now, drop their old chunks (stray_chunk_grace_s = 0).
+  {
+    rpc::IoPool io(1);
+    storage::testing::StorageTestClient lister(io, cluster_->options().token);
+    auto ep = rpc::Endpoint::parse(cluster_->storage_address(victim));
+    ASSERT_TRUE(ep);
+    for (mgmt::TargetId t : ClusterFixture::targets_of(*back, ClusterFixture::node_of(*back, cluster_->storage_address(victim)))) {
+      proto::storage::ListChunksRequest req;
+      req.set_target_id(t);  // chain 0: every chunk
+      Result<proto::storage::ListChunksReply> l;
+      eventually([&] { return (l = lister.call<proto::storage::ListChunksReply>(*ep, storage::methods::kListChunks, req)) &&
+                              l->chunks_size() == 0; },
+                 20s);
+      ASSERT_TRUE(l) << l.error();
+      EXPECT_EQ(l->chunks_size(), 0) << "target " << t << cluster_->storage_log(victim);
+    }
+  }
   writer.stop();
   EXPECT_FALSE(writer.abandoned());
   EXPECT_TRUE(writer.unexpected().empty()) << describe(writer);
