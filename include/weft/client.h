@@ -94,6 +94,9 @@ class Client;
 
 // An open file. Obtained from Client::open/create; close() (or the last
 // shared_ptr going away) ends the write session. Offsets are absolute.
+// Dropped without close(), a File still flushes and closes, but later (sends
+// in flight hold references too) and with nobody to hear of an error: call
+// close() to know that the data landed.
 class File {
  public:
   virtual ~File() = default;
@@ -112,11 +115,14 @@ class File {
   // meta::kFileBytesMax (16 TiB): kFileTooBig (EFBIG) at it, a short count
   // for a write that crosses it.
   virtual Result<size_t> pwrite(std::span<const std::byte> src, uint64_t offset) = 0;
-  // Sends every buffered byte and waits for the acks; reports the length.
+  // Sends every byte buffered by writes made before the call (not those other
+  // threads make meanwhile) and waits for the acks; reports the length.
   virtual Result<void> flush() = 0;
   // flush(); data and length are durable when it returns.
   virtual Result<void> fsync() = 0;
-  // A length beyond meta::kFileBytesMax: kFileTooBig, nothing changes.
+  // Sets the length (as Client::setattr: every File of the inode open in
+  // this client flushes first and learns it). A length beyond
+  // meta::kFileBytesMax: kFileTooBig, nothing changes.
   virtual Result<void> truncate(uint64_t length) = 0;
   // flush() and end the session; later calls fail with kBadHandle.
   virtual Result<void> close() = 0;

@@ -47,6 +47,9 @@ class ClientImpl final : public Client {
   ClientImpl(std::unique_ptr<Core> core, std::unique_ptr<ClientLease> lease)
       : core_(std::move(core)), ahead_(ahead_options(core_->options)), lease_(std::move(lease)) {
     core_->dirty->set_pressure([this] { send_all_dirty(); });
+    core_->truncate_open = [this](const Cred& cred, Ino ino, uint64_t length) {
+      return truncate_open(cred, ino, length);
+    };
   }
 
   ~ClientImpl() override {
@@ -90,13 +93,7 @@ class ClientImpl final : public Client {
   }
   Result<Inode> setattr(const Cred& cred, Ino ino, const SetAttr& attr) override {
     if (attr.size) {
-      // Local writers first: their buffered bytes must not land after the cut.
-      for (auto& f : open_files(ino)) WEFT_RETURN_IF_ERROR(f->flush());
-      WEFT_TRY(Inode n, core_->meta->getattr(cred, ino));
-      uint64_t old_size = n.size;
-      for (auto& f : open_files(ino)) old_size = std::max(old_size, f->size());
-      WEFT_RETURN_IF_ERROR(truncate_file(*core_, cred, n, old_size, *attr.size));
-      for (auto& f : open_files(ino)) f->truncated_to(*attr.size);
+      WEFT_RETURN_IF_ERROR(truncate_open(cred, ino, *attr.size));
       SetAttr rest = attr;
       rest.size.reset();
       if (!rest.mode && !rest.uid && !rest.gid && !rest.atime_ns && !rest.mtime_ns) return getattr(cred, ino);
@@ -215,7 +212,8 @@ class ClientImpl final : public Client {
     Inode inode = reply.inode;
     if (inode.is_dir()) return error(Code::kIsDirectory, "{} is a directory", name);
     WEFT_TRY(auto file, make_file(cred, std::move(reply.inode), reply.session_id, write));
-    if ((flags & O_TRUNC) && write && inode.size > 0) {
+    // (The length here counts what Files open in this client wrote and did not report yet.)
+    if ((flags & O_TRUNC) && write && with_local_size(inode).size > 0) {
       WEFT_RETURN_IF_ERROR(file->truncate(0));
       inode.size = 0;
     }
@@ -415,6 +413,29 @@ class ClientImpl final : public Client {
           if (auto f = w.lock()) all.push_back(std::move(f));
     }
     for (auto& f : all) f->send_dirty();
+  }
+
+  // Sets the length of `ino`. Every File of it open here flushes first (their
+  // buffered bytes must not land after the cut), the chunks past the new end
+  // are removed up to the longest length anyone here knows (writes a File
+  // sent but did not report yet included), and each File learns the length.
+  Result<void> truncate_open(const Cred& cred, Ino ino, uint64_t length) {
+    auto files = open_files(ino);
+    for (auto& f : files)
+      if (f->writable()) WEFT_RETURN_IF_ERROR(f->flush());
+    WEFT_TRY(Inode n, core_->meta->getattr(cred, ino));
+    uint64_t old_size = n.size;
+    for (auto& f : files) old_size = std::max(old_size, f->size());
+    WEFT_RETURN_IF_ERROR(truncate_file(*core_, cred, n, old_size, length));
+    for (auto& f : files) f->truncated_to(length);
+    return {};
+  }
+
+  // Flushes the Files of `ino` open here for writing.
+  Result<void> flush_writers(Ino ino) {
+    for (auto& f : open_files(ino))
+      if (f->writable()) WEFT_RETURN_IF_ERROR(f->flush());
+    return {};
   }
 
   // A file open here may be longer than meta knows (unreported writes).
@@ -653,6 +674,11 @@ void ClientImpl::plan_reads(const Cred& cred, std::span<const ReadOp> ops, ReadJ
   for (const ReadOp& op : ops) {
     if (files.contains(op.ino)) continue;
     FileInfo& info = files[op.ino];
+    // Read-your-writes: what Files open here buffered goes out first.
+    if (auto flushed = flush_writers(op.ino); !flushed) {
+      info.inode = std::unexpected(flushed.error());
+      continue;
+    }
     if (op.layout && op.file_size) {
       Inode n;
       n.ino = op.ino;

@@ -134,6 +134,9 @@ struct Core {
   std::unique_ptr<ByteBudget> dirty;     // write-behind bytes, held until acknowledged
   std::unique_ptr<ByteBudget> inflight;  // read bytes in flight
   std::unique_ptr<Releaser> releaser = std::make_unique<Releaser>();
+  // Sets the length of a file after flushing every File of it open in this
+  // client, and tells them all the new length (set by the client).
+  std::function<Result<void>(const Cred&, Ino, uint64_t)> truncate_open;
 };
 
 // A latch that sleeps at once. std::latch (libstdc++'s atomic wait) spins

@@ -48,7 +48,15 @@ Result<uint64_t> FileImpl::refresh_size() {
   WEFT_TRY(Inode n, core_.meta->getattr(cred_, inode_.ino));
   std::lock_guard lock(mu_);
   size_ = std::max(size_, n.size);
-  if (n.size < reported_ && dirty_.empty() && in_flight_.empty() && written_end_ <= n.size) size_ = n.size;
+  // Meta has the file shorter than this File last reported, and every write
+  // made here was reported: another client truncated it. What this File wrote
+  // past the new end is gone, so its later writes must be reported again.
+  if (n.size < reported_ && dirty_.empty() && in_flight_.empty() && written_end_ <= reported_) {
+    size_ = n.size;
+    written_end_ = std::min(written_end_, n.size);
+    reported_ = n.size;
+    prefetched_.clear();
+  }
   return size_;
 }
 
@@ -58,7 +66,7 @@ Result<ChunkAddress> FileImpl::address(uint64_t index) const {
 }
 
 Result<void> FileImpl::check_usable_locked() const {
-  if (closed_) return error(Code::kBadHandle, "file {} is closed", inode_.ino);
+  if (closed_ || closing_) return error(Code::kBadHandle, "file {} is closed", inode_.ino);
   if (failed_) return std::unexpected(*failed_);
   return {};
 }
@@ -90,20 +98,28 @@ Result<size_t> FileImpl::pwrite(std::span<const std::byte> src, uint64_t offset)
   src = src.first(static_cast<size_t>(std::min<uint64_t>(src.size(), meta::kFileBytesMax - offset)));
   const uint32_t cb = inode_.layout.chunk_bytes;
   for (const ChunkSpan& s : split_range(offset, src.size(), cb)) {
-    // Worst case this span is all new dirty bytes; the unused part is given back below.
-    core_.dirty->acquire(s.length);
     std::unique_lock lock(mu_);
-    if (auto usable = check_usable_locked(); !usable) {
-      core_.dirty->release(s.length);
-      return std::unexpected(usable.error());
+    WEFT_RETURN_IF_ERROR(check_usable_locked());
+    if (!dirty_.contains(s.chunk_index)) {
+      // A new chunk buffer: its memory is charged before it is taken (the
+      // wait, if the budget is spent, must not hold the lock: memory pressure
+      // sends this File's dirty chunks to free it).
+      lock.unlock();
+      core_.dirty->acquire(cb);
+      lock.lock();
+      if (auto usable = check_usable_locked(); !usable) {
+        core_.dirty->release(cb);
+        return std::unexpected(usable.error());
+      }
+      if (dirty_.contains(s.chunk_index)) core_.dirty->release(cb);  // another writer made it meanwhile
+      else dirty_[s.chunk_index].data = Buffer::allocate(cb);
     }
-    // One update per chunk in flight: wait for this chunk's previous send (keeps the write order).
     prefetched_.erase(s.chunk_index);
     DirtyChunk& chunk = dirty_[s.chunk_index];
-    if (chunk.data.empty()) chunk.data = Buffer::allocate(cb);
+    ++write_gen_;
+    if (chunk.extents.empty()) chunk.first_gen = write_gen_;
     std::memcpy(chunk.data.data() + s.offset, src.data() + s.buffer_offset, s.length);
-    size_t added = add_extent(chunk, s.offset, s.offset + s.length);
-    core_.dirty->release(s.length - added);
+    add_extent(chunk, s.offset, s.offset + s.length);
     uint64_t end = offset + s.buffer_offset + s.length;
     size_ = std::max(size_, end);
     written_end_ = std::max(written_end_, end);
@@ -127,42 +143,53 @@ void FileImpl::send_locked(uint64_t index) {
   }
   DirtyChunk chunk = std::move(it->second);
   dirty_.erase(it);
-  in_flight_.insert(index);
-  size_t bytes = chunk.bytes;
-  auto self = shared_from_this();
+  in_flight_.emplace(index, chunk.first_gen);
+  size_t charged = chunk.data.size();
+  // The destructor flushes too (close() not called): no shared_ptr to this
+  // exists then, and none is needed, as it waits for every send to complete.
+  std::shared_ptr<FileImpl> self = weak_from_this().lock();
   asio::co_spawn(core_.io->next().get_executor(),
                  send_chunk(*core_.chunks, *address, std::move(chunk.data), std::move(chunk.extents)),
-                 [self, index, bytes](std::exception_ptr e, Result<void> r) mutable {
+                 [self, raw = this, index, charged](std::exception_ptr e, Result<void> r) mutable {
                    if (e) r = std::unexpected(Status(Code::kInternal, "exception while writing a chunk"));
-                   self->on_sent(index, bytes, std::move(r));
-                   Releaser& releaser = *self->core_.releaser;
-                   releaser.release(std::move(self));
+                   Releaser& releaser = *raw->core_.releaser;
+                   raw->on_sent(index, charged, std::move(r));  // raw may be gone after this when self is null
+                   if (self) releaser.release(std::move(self));
                  });
 }
 
-void FileImpl::on_sent(uint64_t index, size_t bytes, Result<void> r) {
-  core_.dirty->release(bytes);
-  {
-    std::lock_guard lock(mu_);
-    in_flight_.erase(index);
-    if (!r && !failed_) {
-      WEFT_LOG_WARN("file {}: writing chunk {} failed: {}", inode_.ino, index, r.error());
-      failed_ = r.error();
-    }
-    auto it = dirty_.find(index);
-    if (it != dirty_.end() && (flushing_ || it->second.bytes == inode_.layout.chunk_bytes || dirty_.size() > kDirtyChunksMax))
-      send_locked(index);
+void FileImpl::on_sent(uint64_t index, size_t charged, Result<void> r) {
+  core_.dirty->release(charged);
+  std::lock_guard lock(mu_);
+  in_flight_.erase(index);
+  if (!r && !failed_) {
+    WEFT_LOG_WARN("file {}: writing chunk {} failed: {}", inode_.ino, index, r.error());
+    failed_ = r.error();
   }
+  auto it = dirty_.find(index);
+  if (it != dirty_.end() && (it->second.first_gen <= flush_upto_ || it->second.bytes == inode_.layout.chunk_bytes ||
+                             dirty_.size() > kDirtyChunksMax))
+    send_locked(index);
+  // Under the lock: a destructor waiting in flush_locked may free this File
+  // as soon as it can take the lock.
   cv_.notify_all();
 }
 
+bool FileImpl::dirty_upto_locked(uint64_t gen) const {
+  return std::any_of(dirty_.begin(), dirty_.end(), [&](const auto& d) { return d.second.first_gen <= gen; });
+}
+
+bool FileImpl::in_flight_upto_locked(uint64_t gen) const {
+  return std::any_of(in_flight_.begin(), in_flight_.end(), [&](const auto& f) { return f.second <= gen; });
+}
+
 Result<void> FileImpl::flush_locked(std::unique_lock<std::mutex>& lock) {
-  flushing_ = true;
+  const uint64_t upto = write_gen_;
+  flush_upto_ = std::max(flush_upto_, upto);
   std::vector<uint64_t> indexes;
   for (auto& d : dirty_) indexes.push_back(d.first);
   for (uint64_t i : indexes) send_locked(i);
-  cv_.wait(lock, [&] { return in_flight_.empty() && (dirty_.empty() || failed_); });
-  flushing_ = false;
+  cv_.wait(lock, [&] { return !in_flight_upto_locked(upto) && (failed_ || !dirty_upto_locked(upto)); });
   if (failed_) return std::unexpected(*failed_);
   return report_length(lock);
 }
@@ -195,14 +222,15 @@ Result<void> FileImpl::flush() {
 
 Result<void> FileImpl::close() {
   std::unique_lock lock(mu_);
-  if (closed_) return error(Code::kBadHandle, "file {} is closed", inode_.ino);
+  if (closed_ || closing_) return error(Code::kBadHandle, "file {} is closed", inode_.ino);
+  closing_ = true;  // every write accepted before this is one the flush waits for
   Result<void> flushed;
   if (writable_) flushed = flush_locked(lock);
   closed_ = true;
   prefetched_.clear();  // a caller may keep the closed File: not its read-ahead (up to 16 MiB)
   // Give back what failed writes still hold.
   size_t held = 0;
-  for (auto& d : dirty_) held += d.second.bytes;
+  for (auto& d : dirty_) held += d.second.data.size();
   dirty_.clear();
   lock.unlock();
   if (held) core_.dirty->release(held);
@@ -260,7 +288,8 @@ void FileImpl::prefetch_locked(uint64_t first_chunk, uint64_t size) {
   while (!prefetched_.empty() && prefetched_.begin()->first < keep_from) prefetched_.erase(prefetched_.begin());
   uint64_t end_chunk = meta::chunk_count(size, cb);
   for (uint64_t i = first_chunk; i < std::min(end_chunk, first_chunk + ra_window_); ++i) {
-    if (prefetched_.contains(i)) continue;
+    // A chunk with writes not yet acknowledged would be fetched without them.
+    if (prefetched_.contains(i) || dirty_.contains(i) || in_flight_.contains(i)) continue;
     auto address = this->address(i);
     if (!address) return;
     auto p = std::make_shared<Prefetch>();
@@ -379,17 +408,13 @@ Result<void> FileImpl::read_spans(std::span<std::byte> dst, uint64_t offset, siz
 
 Result<void> FileImpl::truncate(uint64_t length) {
   if (!writable_) return error(Code::kBadHandle, "file {} is not open for writing", inode_.ino);
-  uint64_t old_size;
   {
     std::unique_lock lock(mu_);
     WEFT_RETURN_IF_ERROR(check_usable_locked());
-    WEFT_RETURN_IF_ERROR(flush_locked(lock));
-    old_size = size_;
   }
-  WEFT_TRY(Inode n, core_.meta->getattr(cred_, inode_.ino));
-  WEFT_RETURN_IF_ERROR(truncate_file(core_, cred_, n, std::max(old_size, n.size), length));
-  truncated_to(length);
-  return {};
+  // Through the client: every File of this inode open here (this one too)
+  // flushes first and learns the new length.
+  return core_.truncate_open(cred_, inode_.ino, length);
 }
 
 void FileImpl::truncated_to(uint64_t length) {

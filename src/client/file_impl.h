@@ -7,9 +7,15 @@
 // extents are sent (so writers of disjoint ranges never overwrite each other).
 // Invariants: at most one update of a given chunk is in flight from this File
 // (later bytes wait for it, so updates of a chunk apply in write order); every
-// dirty byte is counted in Core::dirty until its write is acknowledged.
+// chunk buffer is counted in Core::dirty at its full size (what it takes in
+// memory, however few bytes were written to it) until its send is acknowledged.
+// Every write is numbered (write_gen_); a dirty chunk and a send carry the
+// number of their oldest write, so a flush waits for the writes made before it
+// and not for those other threads make while it waits.
 // A failed background write makes the File fail: the error is returned by the
 // next pwrite/flush/fsync/close (the data it carried is not acknowledged).
+// Dropping the last reference without close() closes the File (flushing it)
+// in the destructor.
 // Threading: thread-safe (one mutex; no lock held across a wait on the network
 // except the condition-variable waits).
 #pragma once
@@ -19,7 +25,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 
 #include "client/core.h"
 #include "client/placement.h"
@@ -46,7 +51,7 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
 
   bool is_open() const {
     std::lock_guard lock(mu_);
-    return !closed_;
+    return !closed_ && !closing_;
   }
   // Sends every dirty chunk now without waiting (memory pressure).
   void send_dirty();
@@ -62,15 +67,21 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
     Buffer data;                            // chunk_bytes, allocated on first write
     std::map<uint32_t, uint32_t> extents;   // start -> end, disjoint, not adjacent
     size_t bytes = 0;                       // sum of the extents
+    uint64_t first_gen = 0;                 // the oldest write it holds
   };
 
   // Adds [start, end) to the chunk's extents; returns the bytes newly covered.
   static size_t add_extent(DirtyChunk& chunk, uint32_t start, uint32_t end);
   // Sends chunk `index` unless it is already in flight. REQUIRES(mu_).
   void send_locked(uint64_t index);
-  void on_sent(uint64_t index, size_t bytes, Result<void> r);
-  // Sends every dirty chunk and waits until none is dirty or in flight; reports the length.
+  // `charged`: the buffer size counted in Core::dirty, given back now.
+  void on_sent(uint64_t index, size_t charged, Result<void> r);
+  // Sends every dirty chunk and waits until every write made before the call
+  // is acknowledged (or the File failed); reports the length.
   Result<void> flush_locked(std::unique_lock<std::mutex>& lock);
+  // Whether a write numbered <= gen is dirty / in flight. REQUIRES(mu_).
+  bool dirty_upto_locked(uint64_t gen) const;
+  bool in_flight_upto_locked(uint64_t gen) const;
   Result<void> check_usable_locked() const;
   Result<void> report_length(std::unique_lock<std::mutex>& lock);
 
@@ -87,9 +98,13 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   uint64_t written_end_ = 0;   // GUARDED_BY(mu_): highest byte written through this File
   uint64_t reported_ = 0;      // GUARDED_BY(mu_): length last reported to meta
   std::map<uint64_t, DirtyChunk> dirty_;  // GUARDED_BY(mu_)
-  std::set<uint64_t> in_flight_;          // GUARDED_BY(mu_)
-  bool flushing_ = false;                 // GUARDED_BY(mu_): re-send chunks as they complete
+  std::map<uint64_t, uint64_t> in_flight_;  // GUARDED_BY(mu_): chunk index -> first_gen of its send
+  uint64_t write_gen_ = 0;                // GUARDED_BY(mu_): writes so far
+  // GUARDED_BY(mu_): the newest write a flush waits for; a chunk holding one
+  // that is older is sent again as soon as its previous send completes.
+  uint64_t flush_upto_ = 0;
   std::optional<Status> failed_;          // GUARDED_BY(mu_)
+  bool closing_ = false;                  // GUARDED_BY(mu_): close() began: no more reads or writes
   bool closed_ = false;                   // GUARDED_BY(mu_)
   uint64_t next_read_ = UINT64_MAX;       // GUARDED_BY(mu_): end of the previous read (sequential detection)
 

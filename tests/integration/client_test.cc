@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -902,6 +903,110 @@ TEST_F(ClientTest, LayoutsNameAnExistingChainTable) {
 }
 
 // Last: kills a storage server of the cluster this suite started.
+// fsync waits for the writes made before it, not for those another thread
+// makes while it waits: a partly written chunk begun meanwhile (sent by no
+// one until the next flush) once kept it waiting forever.
+TEST_F(ClientTest, AFlushWaitsForTheWritesBeforeItNotForThoseMadeMeanwhile) {
+  std::string d = dir();
+  auto f = open(d + "/flush-race", O_CREAT | O_RDWR);
+  ASSERT_TRUE(f);
+  auto big = pattern(64u << 20, 7);
+  ASSERT_TRUE(f->pwrite(big, 0).has_value());  // 64 full chunks go out at once
+  std::promise<Result<void>> flushed;
+  auto done = flushed.get_future();
+  std::thread flusher([&] { flushed.set_value(f->flush()); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  auto small = pattern(4096, 8);
+  ASSERT_TRUE(f->pwrite(small, uint64_t{200} << 20).has_value());  // a new, partial chunk
+  bool returned = done.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  EXPECT_TRUE(returned) << "flush still waiting after 20 s";
+  if (!returned) {
+    EXPECT_TRUE(f->flush().has_value());  // (sends the partial chunk: lets the thread go)
+  }
+  flusher.join();
+  EXPECT_TRUE(done.get().has_value());
+  ASSERT_TRUE(f->close().has_value());
+  auto back = read_all(d + "/flush-race");
+  ASSERT_EQ(back.size(), (uint64_t{200} << 20) + 4096);
+  EXPECT_TRUE(std::equal(big.begin(), big.end(), back.begin()));
+  EXPECT_TRUE(std::equal(small.begin(), small.end(), back.end() - 4096));
+}
+
+// A truncate through one File, or an open with O_TRUNC, reaches every File of
+// that inode open in the client: they flush first, their chunks past the cut
+// go (also those sent in the background, whose length meta did not know
+// yet), and they learn the length, so what they write afterwards is counted.
+TEST_F(ClientTest, ATruncateReachesEveryFileOfTheInodeOpenInTheClient) {
+  std::string d = dir();
+  auto f1 = open(d + "/t", O_CREAT | O_WRONLY);
+  ASSERT_TRUE(f1);
+  ASSERT_TRUE(f1->pwrite(pattern(4u << 20, 9), 0).has_value());
+  ASSERT_TRUE(f1->fsync().has_value());
+  auto f2 = open(d + "/t", O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(f2);
+  auto n = client_->getattr(client_->default_cred(), f1->ino());
+  ASSERT_TRUE(n.has_value()) << n.error();
+  EXPECT_EQ(n->size, 0u);
+  EXPECT_EQ(f1->size(), 0u);
+  auto hello = pattern(100, 10);
+  ASSERT_TRUE(f1->pwrite(hello, 0).has_value());
+  ASSERT_TRUE(f1->fsync().has_value());
+  ASSERT_TRUE(f1->close().has_value());
+  ASSERT_TRUE(f2->close().has_value());
+  EXPECT_EQ(read_all(d + "/t"), hello) << "the write after the sibling's truncate is the whole file";
+
+  // Full chunks sent in the background, their length not reported: a
+  // truncate to 0 through another File still removes them.
+  auto g1 = open(d + "/u", O_CREAT | O_WRONLY);
+  ASSERT_TRUE(g1);
+  ASSERT_TRUE(g1->pwrite(pattern(4u << 20, 11), 0).has_value());
+  auto g2 = open(d + "/u", O_WRONLY);
+  ASSERT_TRUE(g2);
+  ASSERT_TRUE(g2->truncate(0).has_value());
+  ASSERT_TRUE(g2->truncate(4u << 20).has_value());  // extended again: zeros
+  ASSERT_TRUE(g2->close().has_value());
+  ASSERT_TRUE(g1->close().has_value());
+  auto back = read_all(d + "/u");
+  ASSERT_EQ(back.size(), 4u << 20);
+  EXPECT_EQ(std::count(back.begin(), back.end(), std::byte{0}), 4 << 20) << "old bytes after truncate and extension";
+}
+
+// A batch read sees what Files of this client wrote and still buffer.
+TEST_F(ClientTest, BatchReadsSeeTheClientsOwnBufferedWrites) {
+  std::string d = dir();
+  auto f = open(d + "/b", O_CREAT | O_WRONLY);
+  ASSERT_TRUE(f);
+  auto data = pattern(4096, 12);
+  ASSERT_TRUE(f->pwrite(data, 0).has_value());
+  std::vector<std::byte> dst(4096);
+  ReadOp op;
+  op.ino = f->ino();
+  op.dst = dst;
+  auto res = client_->read_batch(client_->default_cred(), std::span<const ReadOp>(&op, 1));
+  ASSERT_TRUE(res[0].has_value()) << res[0].error();
+  EXPECT_EQ(*res[0], 4096u);
+  EXPECT_EQ(dst, data);
+  ASSERT_TRUE(f->close().has_value());
+}
+
+// The last reference going away without close() closes the File, flushing
+// what it buffered (it used to abort the process: std::bad_weak_ptr). Sends
+// in flight hold references too, so the close may come a moment later.
+TEST_F(ClientTest, AFileDroppedWithoutCloseIsFlushedAndClosed) {
+  std::string d = dir();
+  auto data = pattern((3u << 20) + 5000, 13);  // three full chunks and a partial one
+  {
+    auto f = open(d + "/drop", O_CREAT | O_WRONLY);
+    ASSERT_TRUE(f);
+    ASSERT_TRUE(f->pwrite(data, 0).has_value());
+  }
+  std::vector<std::byte> back;
+  for (int i = 0; i < 500 && (back = read_all(d + "/drop")) != data; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(back.size(), data.size());
+  EXPECT_TRUE(back == data);
+}
+
 TEST_F(ClientTest, ReadsAndWritesCarryOnWhileAStorageServerDies) {
   if (dir_ == nullptr) GTEST_SKIP() << "needs the cluster this test starts";
   std::string d = dir();
