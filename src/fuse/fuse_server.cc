@@ -26,6 +26,7 @@
 #include "common/mount_table.h"
 #include "client/dir_ahead.h"
 #include "fuse/dir_cursor.h"
+#include "meta/permission.h"
 #include "weft/client.h"
 
 namespace weft::fuse {
@@ -82,7 +83,15 @@ struct OpenFile {
   std::shared_ptr<File> file;
   bool writable = false;
   std::atomic<bool> dirty{false};  // written since the last flush
+  // When the File last learned the length from meta (steady clock, ns): a
+  // short read asks again once that is older than the attribute timeout.
+  std::atomic<int64_t> size_known_ns{0};
 };
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 // An open directory: fi->fh points at it.
 struct OpenDir {
@@ -340,6 +349,7 @@ class FuseServer::Impl {
     of->ino = ino;
     of->file = std::move(file);
     of->writable = writable;
+    of->size_known_ns = steady_ns();
     std::lock_guard lk(files_mu_);
     open_files_[ino].push_back(of);
     return of;
@@ -378,6 +388,7 @@ class FuseServer::Impl {
     for (auto& f : files_of(ino)) {
       if (!f->writable || !f->dirty.exchange(false)) continue;
       if (auto r = f->file->flush(); !r) {
+        if (r.error().code() == Code::kBadHandle) continue;  // released meanwhile: its close flushed it
         f->dirty = true;
         return r;
       }
@@ -716,8 +727,13 @@ class FuseServer::Impl {
       return;
     }
     size_t n = *r;
-    if (n < size && s->has_other_writers(ino, of)) {
-      // Another handle here may have grown the file since this one opened.
+    // Short: another handle here may have grown the file since this one
+    // opened, or another client (or a writer here since closed) since this
+    // handle last asked meta. Left short, the kernel would take the old end
+    // for the file's length.
+    const auto stale_after = static_cast<int64_t>(s->options_.attr_timeout_s * 1e9);
+    if (n < size && (s->has_other_writers(ino, of) || steady_ns() - of->size_known_ns.load() > stale_after)) {
+      of->size_known_ns = steady_ns();
       auto grown = of->file->refresh_size();
       if (grown && *grown > static_cast<uint64_t>(off) + n) {
         auto more = of->file->pread(std::span<std::byte>(buf.data() + n, size - n), static_cast<uint64_t>(off) + n);
@@ -786,6 +802,12 @@ class FuseServer::Impl {
       fuse_reply_err(req, ENOTDIR);
       return;
     }
+    // Listing needs read permission, refused at open as open(2) does (the
+    // kernel checks it itself only with default_permissions).
+    if (auto allowed = meta::check_access(*r, cred_of(req), meta::kAccessRead); !allowed) {
+      fuse_reply_err(req, errno_of(allowed.error()));
+      return;
+    }
     auto* d = new OpenDir;
     d->ino = ino;
     d->parent = r->parent ? r->parent : ino;
@@ -801,6 +823,8 @@ class FuseServer::Impl {
     size_t used = 0;
     std::vector<Ino> counted_inos;  // lookups taken for entries in buf
     auto fetch = [&](std::string_view cookie) { return client_.readdir(cred, ino, cookie, kReaddirPageEntries); };
+    // Offset 0 again (rewinddir): a new listing, not the pages read before.
+    if (off == 0) d->cursor = DirCursor();
     for (uint64_t o = static_cast<uint64_t>(off);; ++o) {
       std::string name;
       fuse_entry_param e{};

@@ -680,6 +680,65 @@ int as_other_user(Fn fn) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 101;
 }
 
+// rewinddir starts a new listing: entries made and removed since show.
+TEST_F(FuseTest, RewinddirListsTheDirectoryAsItIsNow) {
+  ASSERT_TRUE(write_all(p("a"), "1", 0644));
+  ASSERT_TRUE(write_all(p("b"), "2", 0644));
+  DIR* d = ::opendir(base_.c_str());
+  ASSERT_NE(d, nullptr);
+  auto names = [&] {
+    std::set<std::string> out;
+    while (dirent* e = ::readdir(d))
+      if (e->d_name[0] != '.') out.insert(e->d_name);
+    return out;
+  };
+  EXPECT_EQ(names(), (std::set<std::string>{"a", "b"}));
+  ASSERT_TRUE(write_all(p("c"), "3", 0644));
+  ASSERT_EQ(::unlink(p("a").c_str()), 0);
+  ::rewinddir(d);
+  EXPECT_EQ(names(), (std::set<std::string>{"b", "c"}));
+  ::closedir(d);
+}
+
+// A handle open for reading sees the file grow after the writer closed, once
+// the attribute timeout has passed (tail -f), and the kernel is not left
+// thinking the file ends where this handle last knew it did.
+TEST_F(FuseTest, AReadHandleSeesTheFileGrowAfterTheWriterClosed) {
+  std::string f = p("log");
+  ASSERT_TRUE(write_all(f, "a", 0644));
+  int r = ::open(f.c_str(), O_RDONLY);
+  ASSERT_GE(r, 0);
+  char buf[64];
+  ASSERT_EQ(::pread(r, buf, sizeof buf, 0), 1);
+  int w = ::open(f.c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(w, 0);
+  ASSERT_EQ(::write(w, "bcdef", 5), 5);
+  ASSERT_EQ(::close(w), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past the attribute timeout (1 s)
+  ssize_t n = ::pread(r, buf, sizeof buf, 0);
+  EXPECT_EQ(std::string(buf, static_cast<size_t>(std::max<ssize_t>(n, 0))), "abcdef");
+  ::close(r);
+  EXPECT_EQ(read_all(f), "abcdef");
+}
+
+// opendir needs read permission on the directory, as open(2) of one does.
+// (This suite mounts with default_permissions, so the kernel refuses it
+// first; the daemon's own check serves mounts without that option.)
+TEST_F(FuseTest, OpendirWithoutReadPermissionIsRefused) {
+  ASSERT_EQ(::mkdir(p("priv").c_str(), 0700), 0);
+  ASSERT_EQ(::mkdir(p("pub").c_str(), 0755), 0);
+  EXPECT_EQ(as_other_user([&] {
+              DIR* d = ::opendir(p("priv").c_str());
+              if (d != nullptr) return 1;
+              if (errno != EACCES) return 2;
+              DIR* ok = ::opendir(p("pub").c_str());
+              if (ok == nullptr) return 3;
+              ::closedir(ok);
+              return 0;
+            }),
+            0);
+}
+
 TEST_F(FuseTest, PermissionsAsAnotherUser) {
   std::string f = p("secret");
   ASSERT_TRUE(write_all(f, "data", 0644));
