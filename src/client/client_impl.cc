@@ -47,8 +47,8 @@ class ClientImpl final : public Client {
   ClientImpl(std::unique_ptr<Core> core, std::unique_ptr<ClientLease> lease)
       : core_(std::move(core)), ahead_(ahead_options(core_->options)), lease_(std::move(lease)) {
     core_->dirty->set_pressure([this] { send_all_dirty(); });
-    core_->truncate_open = [this](const Cred& cred, Ino ino, uint64_t length) {
-      return truncate_open(cred, ino, length);
+    core_->truncate_open = [this](const Cred& cred, Ino ino, uint64_t length, uint64_t session) {
+      return truncate_open(cred, ino, length, session);
     };
   }
 
@@ -419,14 +419,14 @@ class ClientImpl final : public Client {
   // buffered bytes must not land after the cut), the chunks past the new end
   // are removed up to the longest length anyone here knows (writes a File
   // sent but did not report yet included), and each File learns the length.
-  Result<void> truncate_open(const Cred& cred, Ino ino, uint64_t length) {
+  Result<void> truncate_open(const Cred& cred, Ino ino, uint64_t length, uint64_t session = 0) {
     auto files = open_files(ino);
     for (auto& f : files)
       if (f->writable()) WEFT_RETURN_IF_ERROR(f->flush());
     WEFT_TRY(Inode n, core_->meta->getattr(cred, ino));
     uint64_t old_size = n.size;
     for (auto& f : files) old_size = std::max(old_size, f->size());
-    WEFT_RETURN_IF_ERROR(truncate_file(*core_, cred, n, old_size, length));
+    WEFT_RETURN_IF_ERROR(truncate_file(*core_, cred, n, old_size, length, session));
     for (auto& f : files) f->truncated_to(length);
     return {};
   }

@@ -136,7 +136,8 @@ struct Core {
   std::unique_ptr<Releaser> releaser = std::make_unique<Releaser>();
   // Sets the length of a file after flushing every File of it open in this
   // client, and tells them all the new length (set by the client).
-  std::function<Result<void>(const Cred&, Ino, uint64_t)> truncate_open;
+  // `session`: the calling File's write session (0: none), as truncate_file's.
+  std::function<Result<void>(const Cred&, Ino, uint64_t length, uint64_t session)> truncate_open;
 };
 
 // A latch that sleeps at once. std::latch (libstdc++'s atomic wait) spins

@@ -414,7 +414,7 @@ Result<void> FileImpl::truncate(uint64_t length) {
   }
   // Through the client: every File of this inode open here (this one too)
   // flushes first and learns the new length.
-  return core_.truncate_open(cred_, inode_.ino, length);
+  return core_.truncate_open(cred_, inode_.ino, length, session_id_);
 }
 
 void FileImpl::truncated_to(uint64_t length) {

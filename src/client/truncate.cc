@@ -1,6 +1,7 @@
 #include "client/truncate.h"
 
 #include "client/placement.h"
+#include "meta/permission.h"
 
 #include <thread>
 
@@ -17,7 +18,8 @@ Result<std::vector<mgmt::ChainId>> file_stripe(Core& core, const Layout& layout)
   return stripe_chains(layout, *core.routing->current());
 }
 
-Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uint64_t old_size, uint64_t new_size) {
+Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uint64_t old_size, uint64_t new_size,
+                           uint64_t session) {
   if (inode.is_dir()) return error(Code::kIsDirectory, "inode {} is a directory", inode.ino);
   // As meta (and truncate(2) on a FIFO, socket or device): no length to set.
   if (!inode.is_file()) return error(Code::kInvalidArgument, "inode {} is not a regular file", inode.ino);
@@ -26,10 +28,12 @@ Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uin
     return error(Code::kFileTooBig, "length {} of file {} beyond the maximum file size {}", new_size, inode.ino,
                  meta::kFileBytesMax);
   if (new_size < old_size) {
-    // Permission first (meta checks it on setattr): no chunk is touched for a caller who may not truncate.
-    SetAttr probe;
-    probe.size = inode.size;
-    WEFT_RETURN_IF_ERROR(core.meta->setattr(cred, inode.ino, probe));
+    // Permission first, by meta's rule on the inode just read (meta checks it
+    // again on setattr): no chunk is touched for a caller who may not
+    // truncate. Through a write session (ftruncate) it was checked at open.
+    // (Not a setattr of the old length as a probe: that could undo a length
+    // another writer reported since the inode was read.)
+    if (session == 0) WEFT_RETURN_IF_ERROR(meta::check_access(inode, cred, meta::kAccessWrite));
     const uint32_t cb = inode.layout.chunk_bytes;
     WEFT_TRY(auto stripe, file_stripe(core, inode.layout));
     auto address = [&](uint64_t index) {
@@ -51,6 +55,7 @@ Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uin
   }
   SetAttr attr;
   attr.size = new_size;
+  attr.size_session = session;
   WEFT_TRY(Inode updated, core.meta->setattr(cred, inode.ino, attr));
   (void)updated;
   return {};

@@ -10,7 +10,10 @@
 namespace weft::client {
 
 // `old_size`: the largest length the file may have had (chunks up to it are cleared).
-Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uint64_t old_size, uint64_t new_size);
+// `session`: the caller's write session on the file (ftruncate: no write
+// permission needed now, see meta::SetAttr::size_session); 0: none.
+Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uint64_t old_size, uint64_t new_size,
+                           uint64_t session = 0);
 
 // The stripe chains of a file from the current routing.
 Result<std::vector<mgmt::ChainId>> file_stripe(Core& core, const Layout& layout);

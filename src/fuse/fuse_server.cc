@@ -550,6 +550,17 @@ class FuseServer::Impl {
         return;
       }
     }
+    // ftruncate(2) on a handle open for writing: through its File (and write
+    // session), which needs no write permission now: it was checked at open.
+    if (sa.size && fi && fi->fh && file_of(fi)->writable) {
+      if (auto t = file_of(fi)->file->truncate(*sa.size); !t) {
+        fuse_reply_err(req, errno_of(t.error()));
+        return;
+      }
+      s->changed();
+      sa.size.reset();
+      any = sa.mode || sa.uid || sa.gid || sa.atime_ns || sa.mtime_ns;
+    }
     auto r = any ? s->client_.setattr(cred, ino, sa) : s->client_.getattr(cred, ino);
     if (any) s->changed();
     if (!r) {

@@ -308,6 +308,9 @@ class MetaStore {
                          std::string_view dn, RenameFlags flags);
   Result<void> check_not_ancestor(Txn& txn, Ino moved, Ino dst_parent);
   Result<Inode> do_setattr(Txn& txn, const Context& ctx, Ino ino, const SetAttr& attr);
+  // Whether `session_id` (0: none) is a write session on `ino` of the
+  // caller's client (store_session.cc).
+  Result<bool> holds_write_session(Txn& txn, const Context& ctx, Ino ino, uint64_t session_id);
 
   StoreOptions options_;
   ChainTableCheck chain_table_check_;  // set before serving, read-only afterwards

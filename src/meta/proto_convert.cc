@@ -90,6 +90,7 @@ void to_proto(const SetAttr& a, pb::SetAttr* out) {
   if (a.size) out->set_has_size(true), out->set_size(*a.size);
   if (a.atime_ns) out->set_has_atime(true), out->set_atime_ns(*a.atime_ns);
   if (a.mtime_ns) out->set_has_mtime(true), out->set_mtime_ns(*a.mtime_ns);
+  out->set_size_session(a.size_session);
 }
 
 SetAttr from_proto(const pb::SetAttr& a) {
@@ -100,6 +101,7 @@ SetAttr from_proto(const pb::SetAttr& a) {
   if (a.has_size()) r.size = a.size();
   if (a.has_atime()) r.atime_ns = a.atime_ns();
   if (a.has_mtime()) r.mtime_ns = a.mtime_ns();
+  r.size_session = a.size_session();
   return r;
 }
 

@@ -135,6 +135,33 @@ TEST_F(SessionTest, OnlyItsOwnerUsesASession) {
   ASSERT_OK(s().close(root(), g, w2->session_id));  // root (the reaper) may
 }
 
+// A truncate through the caller's own write session needs no write
+// permission now (ftruncate(2) on a file opened for writing, since made
+// read-only); without one, or through another client's, it does.
+TEST_F(SessionTest, TruncateThroughOwnWriteSessionNeedsNoWritePermission) {
+  Context mine = on_connection(user(1000, 100), 11), theirs = on_connection(user(1000, 100), 12);
+  Ino f = create("f", kRootIno, 0666);
+  auto w = s().open(mine, f, {.read = false, .write = true});
+  ASSERT_OK(w);
+  ASSERT_OK(s().report_length(mine, f, w->session_id, 8192));
+  SetAttr ro;
+  ro.mode = 0444;
+  ASSERT_OK(s().setattr(root(), f, ro));
+  SetAttr cut;
+  cut.size = 100;
+  EXPECT_CODE(s().setattr(mine, f, cut), Code::kPermissionDenied);
+  cut.size_session = w->session_id;
+  EXPECT_CODE(s().setattr(theirs, f, cut), Code::kPermissionDenied);
+  cut.size_session = w->session_id + 1000;  // no such session
+  EXPECT_CODE(s().setattr(mine, f, cut), Code::kPermissionDenied);
+  cut.size_session = w->session_id;
+  auto done = s().setattr(mine, f, cut);
+  ASSERT_OK(done);
+  EXPECT_EQ(done->size, 100u);
+  ASSERT_OK(s().close(mine, f, w->session_id));
+  EXPECT_CODE(s().setattr(mine, f, cut), Code::kPermissionDenied);  // a closed session permits nothing
+}
+
 TEST_F(SessionTest, UnlinkedWhileOpenIsQueuedAtLastClose) {
   auto c = s().create(writer(), kRootIno, "f", 0644, true, true);
   Ino f = c->inode.ino;

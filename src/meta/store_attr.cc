@@ -116,7 +116,8 @@ Result<Inode> MetaStore::do_setattr(Txn& txn, const Context& ctx, Ino ino, const
   if (a.size) {
     if (n.is_dir()) return error(Code::kIsDirectory, "truncate of directory {}", ino);
     if (!n.is_file()) return error(Code::kInvalidArgument, "truncate of non-file {}", ino);
-    WEFT_RETURN_IF_ERROR(check_access(n, c, kAccessWrite));
+    WEFT_TRY(bool through_session, holds_write_session(txn, ctx, ino, a.size_session));
+    if (!through_session) WEFT_RETURN_IF_ERROR(check_access(n, c, kAccessWrite));
     if (*a.size > kFileBytesMax)
       return error(Code::kFileTooBig, "length {} of inode {} beyond the maximum file size {}", *a.size, ino,
                    kFileBytesMax);

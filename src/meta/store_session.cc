@@ -32,6 +32,13 @@ Result<void> check_session_caller(const Context& ctx, std::string_view raw, Ino 
 
 }  // namespace
 
+Result<bool> MetaStore::holds_write_session(Txn& txn, const Context& ctx, Ino ino, uint64_t session_id) {
+  if (session_id == 0) return false;
+  WEFT_TRY(auto s, txn.get_raw(key::session(ino, session_id)));  // read-only opens have none: a session writes
+  if (!s) return false;
+  return check_session_caller(ctx, *s, ino, session_id).has_value();
+}
+
 Result<Reply> MetaStore::open(const Context& ctx, Ino ino, OpenFlags flags) {
   if (!flags.write) {  // read-only: nothing is written
     return observe(metrics_of(Op::kOpen), [&]() -> Result<Reply> {

@@ -188,6 +188,10 @@ struct SetAttr {
   std::optional<uint64_t> size;
   std::optional<int64_t> atime_ns;  // kTimeNow = set to the current time
   std::optional<int64_t> mtime_ns;
+  // With `size`: the caller's write session on this inode (ftruncate(2) of a
+  // file open for writing): write permission was checked when it opened, so
+  // the mode need not allow writing now. 0: the caller needs write permission.
+  uint64_t size_session = 0;
   static constexpr int64_t kTimeNow = INT64_MIN;
 };
 

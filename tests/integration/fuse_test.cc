@@ -739,6 +739,29 @@ TEST_F(FuseTest, OpendirWithoutReadPermissionIsRefused) {
             0);
 }
 
+// ftruncate(2) of a file open for writing needs no write permission now:
+// it was checked at open (cp --sparse, tar: create 0444, write, ftruncate).
+TEST_F(FuseTest, FtruncateOfAHandleOpenForWritingIgnoresTheModeNow) {
+  ASSERT_EQ(::mkdir(p("theirs2").c_str(), 0755), 0);
+  ASSERT_EQ(::chown(p("theirs2").c_str(), 4321, 4321), 0) << std::strerror(errno);
+  std::string f = p("theirs2/ro");
+  EXPECT_EQ(as_other_user([&] {
+              int fd = ::open(f.c_str(), O_CREAT | O_RDWR | O_EXCL, 0444);
+              if (fd < 0) return 1;
+              if (::write(fd, "hello world", 11) != 11) return 2;
+              if (::ftruncate(fd, 5) != 0) return 10 + errno;
+              if (::ftruncate(fd, 100) != 0) return 20 + errno;
+              if (::close(fd) != 0) return 3;
+              if (::truncate(f.c_str(), 1) == 0 || errno != EACCES) return 4;  // by path: the mode counts
+              return 0;
+            }),
+            0);
+  std::string back = read_all(f);
+  ASSERT_EQ(back.size(), 100u);
+  EXPECT_EQ(back.substr(0, 5), "hello");
+  EXPECT_EQ(back.substr(5), std::string(95, '\0'));
+}
+
 TEST_F(FuseTest, PermissionsAsAnotherUser) {
   std::string f = p("secret");
   ASSERT_TRUE(write_all(f, "data", 0644));
