@@ -111,14 +111,57 @@ class MetaClient::Attempts {
   int attempt_ = 1;
 };
 
+std::optional<uint64_t> MetaClient::try_take_seq() {
+  std::lock_guard lock(seq_mu_);
+  uint64_t seq = seq_.load() + 1;
+  if (!unfinished_.empty() && seq - *unfinished_.begin() >= options_.request_window) return std::nullopt;
+  seq_.store(seq);
+  unfinished_.insert(seq);
+  return seq;
+}
+
+void MetaClient::finish_seq(uint64_t seq) {
+  {
+    std::lock_guard lock(seq_mu_);
+    unfinished_.erase(seq);
+  }
+  seq_cv_.notify_all();
+}
+
+// Ends a mutation's sequence number however the call returns.
+struct MetaClient::SeqDone {
+  MetaClient* c = nullptr;
+  uint64_t seq = 0;
+  ~SeqDone() {
+    if (seq != 0) c->finish_seq(seq);
+  }
+};
+
 Result<void> MetaClient::prepare(Req& req, bool mutation) {
   if (options_.addresses.empty()) return error(Code::kConfig, "meta client has no server addresses");
-  if (mutation) to_proto(RequestId{client_id_, seq_.fetch_add(1) + 1}, req.mutable_req());
+  if (!mutation) return {};
+  std::optional<uint64_t> seq;
+  while (!(seq = try_take_seq())) {  // the window is full: wait for its oldest mutation
+    std::unique_lock lock(seq_mu_);
+    seq_cv_.wait_for(lock, std::chrono::milliseconds(10));
+  }
+  to_proto(RequestId{client_id_, *seq}, req.mutable_req());
   return {};
 }
 
 Task<Result<Rep>> MetaClient::call_async(rpc::MethodId method, Req req, bool mutation) {
-  if (auto ready = prepare(req, mutation); !ready) co_return std::unexpected(ready.error());
+  if (options_.addresses.empty()) co_return error(Code::kConfig, "meta client has no server addresses");
+  SeqDone seq_done{this, 0};
+  if (mutation) {
+    // On an I/O thread: no blocking wait for the window, a timer instead.
+    std::optional<uint64_t> seq;
+    while (!(seq = try_take_seq())) {
+      asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::milliseconds(1));
+      co_await timer.async_wait(use_nothrow);
+    }
+    seq_done.seq = *seq;
+    to_proto(RequestId{client_id_, *seq}, req.mutable_req());
+  }
   Attempts attempts(*this);
   for (;;) {
     rpc::CallOptions call_options;
@@ -147,6 +190,7 @@ Result<Rep> MetaClient::call(rpc::MethodId method, Req req, bool mutation) {
 // which on 2 cores cost more than the round trip.
 Result<Rep> MetaClient::call_here(rpc::MethodId method, Req req, bool mutation) {
   WEFT_RETURN_IF_ERROR(prepare(req, mutation));
+  SeqDone seq_done{this, mutation ? req.req().seq() : 0};
   Attempts attempts(*this);
   for (;;) {
     auto r = rpc_.call_blocking<Rep>(attempts.address(), method, req, {}, options_.call_timeout_ms);

@@ -11,10 +11,19 @@
 // order; the last address that answered is tried first next time.
 // Request ids: (client_id, seq): client_id is random per MetaClient unless
 // set (two MetaClients must never share one), seq counts mutations from 1.
+// Meta keeps the retry records of a client's last request_window sequence
+// numbers only, so a mutation still retrying must never be more than that
+// many behind the newest: a new mutation waits until the oldest unfinished
+// one is less than MetaClientOptions::request_window behind it (else a retry
+// after a lost reply could run again: EEXIST for a file it made).
 // Threading: every method is thread-safe.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +45,8 @@ struct MetaClientOptions {
   uint32_t retry_time_ms_max = 20000;    // stop retrying after this long
   uint32_t backoff_min_ms = 10;
   uint32_t backoff_max_ms = 500;
+  // At most the meta servers' [meta] request_window (at least 1024 there).
+  uint64_t request_window = 1024;
 };
 
 class MetaClient {
@@ -99,8 +110,14 @@ class MetaClient {
   Result<proto::meta::MetaReply> call(rpc::MethodId method, proto::meta::MetaRequest req, bool mutation);
   Result<proto::meta::MetaReply> call_here(rpc::MethodId method, proto::meta::MetaRequest req, bool mutation);
   class Attempts;
-  // Checks there is a server to ask; gives a mutation its request id (once, for all attempts).
+  // Checks there is a server to ask; gives a mutation its request id (once,
+  // for all attempts; blocks while the window is full, see above).
   Result<void> prepare(proto::meta::MetaRequest& req, bool mutation);
+  // A sequence number, unless the window is full now.
+  std::optional<uint64_t> try_take_seq();
+  // The mutation numbered `seq` finished (answered or failed for good).
+  void finish_seq(uint64_t seq);
+  struct SeqDone;
   Result<proto::meta::MetaReply> read(rpc::MethodId method, const Cred& cred, proto::meta::MetaRequest req);
   Result<proto::meta::MetaReply> mutate(rpc::MethodId method, const Cred& cred, proto::meta::MetaRequest req);
 
@@ -108,8 +125,11 @@ class MetaClient {
   rpc::Client& rpc_;
   const MetaClientOptions options_;
   const uint64_t client_id_;
-  std::atomic<uint64_t> seq_{0};
+  std::atomic<uint64_t> seq_{0};  // the last sequence number taken
   std::atomic<uint64_t> done_{0};
+  std::mutex seq_mu_;
+  std::condition_variable seq_cv_;
+  std::set<uint64_t> unfinished_;  // GUARDED_BY(seq_mu_): mutations sent, not yet finished
   std::atomic<size_t> current_{0};  // index of the address tried first
   std::atomic<uint64_t> retries_{0};
   std::atomic<uint64_t> failovers_{0};

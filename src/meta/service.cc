@@ -245,7 +245,8 @@ Result<MetaServiceConfig> MetaServiceConfig::from(const Config& config) {
   WEFT_TRY(c.data_dir, meta.get_string("data_dir"));
   WEFT_TRY(int64_t chains, meta.get_int_in("chain_count", 1, 1, 1 << 20));
   WEFT_TRY(int64_t table, meta.get_int_in("chain_table_id", 1, 1, UINT32_MAX));
-  WEFT_TRY(int64_t window, meta.get_int_in("request_window", 1024, 16, 1 << 20));
+  // At least the clients' MetaClientOptions::request_window (1024).
+  WEFT_TRY(int64_t window, meta.get_int_in("request_window", 1024, 1024, 1 << 20));
   WEFT_TRY(c.sync, meta.get_bool("sync", true));
   WEFT_TRY(c.special_files, meta.get_bool("special_files", true));
   WEFT_TRY(c.request_record_age_s, meta.get_int_in("request_record_age_s", 3600, 1, int64_t{1} << 32));

@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include <rocksdb/db.h>
 
 #include "common/fault.h"
@@ -34,6 +37,7 @@ class ServiceTest : public ::testing::Test {
     so.path = dir_.path() + "/store";
     so.sync = durable();
     so.chain_count = 8;
+    so.request_window = request_window();
     so.registry = &registry_;
     auto store = MetaStore::open(so);
     ASSERT_TRUE(store.has_value()) << store.error();
@@ -66,6 +70,7 @@ class ServiceTest : public ::testing::Test {
   }
   MetaClient& c() { return *client_; }
   virtual bool durable() const { return false; }
+  virtual uint64_t request_window() const { return 1024; }
 
   TempDir dir_;
   metrics::Registry registry_;
@@ -352,6 +357,43 @@ TEST_F(ServiceTest, LostReplyIsRetriedWithTheSameRequestId) {
   fault::Scope drop2("meta.service.drop_reply", {.probability = 1.0, .hits_max = 1});
   ASSERT_TRUE(c().unlink(kRoot, kRootIno, "once").has_value());  // not ENOENT on the retry
   EXPECT_EQ(drop2.triggered(), 1);
+}
+
+// Meta keeps a client's last request_window retry records: a mutation whose
+// reply was lost must get its retry answered before that many newer ones of
+// the same client went through, or its record is gone and the retry runs
+// again (an exclusive create answering EEXIST for the file it made). The
+// client holds new mutations back until the oldest unfinished one is less
+// than the window behind.
+class SmallWindowServiceTest : public ServiceTest {
+  uint64_t request_window() const override { return 16; }
+};
+
+TEST_F(SmallWindowServiceTest, NewMutationsWaitForAnOldOneStillRetrying) {
+  MetaClientOptions o;
+  o.addresses = {rpc::Endpoint{"127.0.0.1", port_}};
+  o.call_timeout_ms = 2000;
+  o.backoff_min_ms = 300;  // the lost reply's retry comes late
+  o.request_window = 16;
+  MetaClient client(io_, *rpc_, o);
+  fault::Scope drop("meta.service.drop_reply", {.probability = 1.0, .hits_max = 1});
+  Result<Reply> slow = error(Code::kInternal, "not run");
+  std::thread first([&] { slow = client.create(kRoot, kRootIno, "slow", 0644, true, false); });
+  for (int i = 0; i < 400 && drop.triggered() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(drop.triggered(), 1);
+  std::vector<std::thread> others;
+  std::atomic<int> failed{0};
+  for (int t = 0; t < 4; ++t)
+    others.emplace_back([&, t] {
+      for (int i = 0; i < 10; ++i)
+        if (!client.mkdir(kRoot, kRootIno, fmt::format("d{}-{}", t, i), 0755)) ++failed;
+    });
+  for (auto& th : others) th.join();
+  first.join();
+  ASSERT_TRUE(slow.has_value()) << slow.error();  // the original result, not EEXIST
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_GE(client.retries(), 1u);
+  EXPECT_EQ(client.mutations_sent(), 41u);
 }
 
 TEST_F(ServiceTest, PersistentErrorsAreNotRetried) {
