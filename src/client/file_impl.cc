@@ -365,7 +365,10 @@ Result<void> FileImpl::read_spans(std::span<std::byte> dst, uint64_t offset, siz
     WEFT_TRY(ChunkAddress address, this->address(s.chunk_index));
     auto part = dst.subspan(s.buffer_offset, s.length);
     WEFT_TRY(uint32_t got, read_chunk_here(address, s.offset, part));
-    if (got < part.size()) std::memset(part.data() + got, 0, part.size() - got);  // a hole
+    if (got < part.size()) {
+      WEFT_RETURN_IF_ERROR(check_not_removed());
+      std::memset(part.data() + got, 0, part.size() - got);  // a hole
+    }
     return {};
   }
   // Direct reads for the spans nobody fetched ahead, in parallel.
@@ -401,9 +404,26 @@ Result<void> FileImpl::read_spans(std::span<std::byte> dst, uint64_t offset, siz
   }
   WEFT_RETURN_IF_ERROR(read_direct(spans, failed, dst, got));
   // Past the end of a chunk (or a missing chunk) inside the file: a hole.
-  for (size_t i = 0; i < spans.size(); ++i)
-    if (got[i] < spans[i].length) std::memset(dst.data() + spans[i].buffer_offset + got[i], 0, spans[i].length - got[i]);
+  bool checked = false;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (got[i] >= spans[i].length) continue;
+    if (!checked) WEFT_RETURN_IF_ERROR(check_not_removed());
+    checked = true;
+    std::memset(dst.data() + spans[i].buffer_offset + got[i], 0, spans[i].length - got[i]);
+  }
   return {};
+}
+
+// Read-only opens hold no session at meta, so a file unlinked (or renamed
+// over) while open here is destroyed and its chunks collected: its reads
+// then find chunks missing inside the length this File knows. Zeros would
+// pass for data; asking meta tells a hole from a file that is gone.
+Result<void> FileImpl::check_not_removed() {
+  auto n = core_.meta->getattr(cred_, inode_.ino);
+  if (n) return {};
+  if (n.error().code() == Code::kNotFound)
+    return error(Code::kStaleHandle, "file {} was removed while open here: its data is gone", inode_.ino);
+  return std::unexpected(n.error());
 }
 
 Result<void> FileImpl::truncate(uint64_t length) {

@@ -125,6 +125,9 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   Result<void> read_spans(std::span<std::byte> dst, uint64_t offset, size_t want);
   Result<void> read_direct(std::span<const ChunkSpan> spans, std::span<const size_t> which, std::span<std::byte> dst,
                            std::vector<uint32_t>& got);
+  // After a chunk came back shorter than the File's length says: ok for a
+  // hole, kStaleHandle if meta no longer has the file.
+  Result<void> check_not_removed();
   // One chunk range read on the calling thread (not an I/O thread), then through read() if that failed.
   Result<uint32_t> read_chunk_here(ChunkAddress address, uint32_t offset, std::span<std::byte> dst);
  public:

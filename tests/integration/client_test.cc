@@ -1007,6 +1007,41 @@ TEST_F(ClientTest, AFileDroppedWithoutCloseIsFlushedAndClosed) {
   EXPECT_TRUE(back == data);
 }
 
+// A file unlinked while open for reading here is destroyed at meta (read-only
+// opens hold no session) and its chunks collected: its reads then fail with
+// kStaleHandle (ESTALE) instead of returning zeros for the data. A hole in a
+// file that still exists reads as zeros, as ever.
+TEST_F(ClientTest, ReadsOfAFileRemovedWhileOpenFailInsteadOfReturningZeros) {
+  std::string d = dir();
+  const Cred& cred = client_->default_cred();
+  auto data = pattern(3u << 20, 21);
+  ASSERT_TRUE(write_new(d + "/doomed", data));
+  auto f = open(d + "/doomed", O_RDONLY);
+  ASSERT_TRUE(f);
+  std::vector<std::byte> buf(4096);
+  ASSERT_EQ(f->pread(buf, 0).value_or(0), 4096u);
+  ASSERT_TRUE(client_->remove_path(cred, d + "/doomed").has_value());
+  // Until the chunk GC has taken them, the chunks still read.
+  Result<size_t> r = 0u;
+  for (int i = 0; i < 1000; ++i) {
+    r = f->pread(buf, 2u << 20);
+    if (!r) break;
+    EXPECT_TRUE(std::equal(buf.begin(), buf.end(), data.begin() + (2u << 20)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(r.has_value()) << "still reading after 20 s: the GC never took the chunks?";
+  EXPECT_EQ(r.error().code(), Code::kStaleHandle) << r.error();
+
+  auto g = open(d + "/sparse", O_CREAT | O_RDWR);
+  ASSERT_TRUE(g);
+  ASSERT_TRUE(g->pwrite(std::span(data).first(10), 3u << 20).has_value());
+  ASSERT_TRUE(g->fsync().has_value());
+  std::vector<std::byte> hole(4096, std::byte{1});
+  ASSERT_EQ(g->pread(hole, 1u << 20).value_or(0), 4096u);
+  EXPECT_EQ(std::count(hole.begin(), hole.end(), std::byte{0}), 4096);
+  ASSERT_TRUE(g->close().has_value());
+}
+
 TEST_F(ClientTest, ReadsAndWritesCarryOnWhileAStorageServerDies) {
   if (dir_ == nullptr) GTEST_SKIP() << "needs the cluster this test starts";
   std::string d = dir();
