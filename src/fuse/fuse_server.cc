@@ -11,6 +11,8 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
 #include <atomic>
 #include <chrono>
 #include <cerrno>
@@ -18,6 +20,7 @@
 #include <filesystem>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <utility>
 #include <unordered_map>
 #include <vector>
@@ -173,6 +176,7 @@ class FuseServer::Impl {
     }
     std::error_code ec;
     std::string absolute = std::filesystem::canonical(mountpoint_, ec).string();  // before it is a FUSE mount
+    mount_path_ = absolute.empty() ? mountpoint_ : absolute;
     if (fuse_session_mount(session_, mountpoint_.c_str()) != 0) {
       return error(Code::kIoError, "cannot mount on {} (see the message above; is /dev/fuse usable?)", mountpoint_);
     }
@@ -184,22 +188,80 @@ class FuseServer::Impl {
     return {};
   }
 
+  // SIGINT/SIGTERM/SIGHUP stop the daemon. The handler only wakes a thread
+  // of ours, which first has the kernel write back its dirty pages while the
+  // workers still serve (with writeback_cache, what processes wrote to files
+  // they still hold open is in the page cache, not here: ending the loop at
+  // once, as libfuse's own handlers do, lost it), then ends the loop.
   Result<int> run() {
-    if (fuse_set_signal_handlers(session_) != 0) return error(Code::kInternal, "cannot install signal handlers");
+    int pipe_fds[2];
+    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return error(Code::kInternal, "pipe: {}", std::strerror(errno));
+    stop_pipe_ = pipe_fds[1];
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    struct sigaction wake {};
+    wake.sa_handler = [](int) {};  // only interrupts the loop's wait (no SA_RESTART)
+    sigemptyset(&wake.sa_mask);
+    if (::sigaction(SIGINT, &sa, nullptr) != 0 || ::sigaction(SIGTERM, &sa, nullptr) != 0 ||
+        ::sigaction(SIGHUP, &sa, nullptr) != 0 || ::sigaction(SIGUSR1, &wake, nullptr) != 0)
+      return error(Code::kInternal, "cannot install signal handlers: {}", std::strerror(errno));
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGUSR1);
     pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+    std::atomic<bool> loop_done{false};
+    const pthread_t loop_thread = pthread_self();
+    std::thread stopper([&, read_fd = pipe_fds[0]] {
+      char sig = 0;
+      while (::read(read_fd, &sig, 1) < 0 && errno == EINTR) {
+      }
+      if (loop_done) return;
+      WEFT_LOG_INFO("signal {}: writing back and unmounting {}", static_cast<int>(sig), mountpoint_);
+      if (options_.writeback_cache) sync_mount();
+      fuse_session_exit(session_);
+      // The loop's thread notices the exit once its wait is interrupted;
+      // again until it has (a signal just before it waits is lost).
+      while (!loop_done) {
+        pthread_kill(loop_thread, SIGUSR1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
     fuse_loop_config config{};
     config.clone_fd = 1;
     config.max_idle_threads = options_.max_idle_threads;
     int r = fuse_session_loop_mt(session_, &config);
-    fuse_remove_signal_handlers(session_);
+    loop_done = true;
+    char done = 0;
+    (void)!::write(pipe_fds[1], &done, 1);  // a stopper still waiting for a signal returns
+    stopper.join();
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
+    stop_pipe_ = -1;
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
     unmount();
     if (r < 0) return error(Code::kIoError, "FUSE session loop failed: {}", std::strerror(-r));
     return r;
+  }
+
+  static void on_stop_signal(int sig) {
+    char c = static_cast<char>(sig);
+    if (int fd = stop_pipe_; fd >= 0) (void)!::write(fd, &c, 1);  // async-signal-safe
+  }
+
+  // syncfs(2) on the mount: the kernel sends what its page cache holds for
+  // this file system (served by the running workers).
+  void sync_mount() {
+    int fd = ::open(mount_path_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+      WEFT_LOG_WARN("open {} to write it back: {}", mount_path_, std::strerror(errno));
+      return;
+    }
+    if (::syncfs(fd) != 0) WEFT_LOG_WARN("syncfs {}: {}", mount_path_, std::strerror(errno));
+    ::close(fd);
   }
 
   void unmount() {
@@ -214,6 +276,7 @@ class FuseServer::Impl {
 
  private:
   static Impl* self(fuse_req_t req) { return static_cast<Impl*>(fuse_req_userdata(req)); }
+  static inline std::atomic<int> stop_pipe_{-1};  // write end: signal handler -> stopper thread
 
   // ---- credentials, attributes ----
 
@@ -1064,6 +1127,7 @@ class FuseServer::Impl {
   Client& client_;
   MountOptions options_;
   std::string mountpoint_;
+  std::string mount_path_;  // absolute (a background daemon changes directory)
   fuse_session* session_ = nullptr;
   std::mutex mount_mu_;
   bool mounted_ = false;

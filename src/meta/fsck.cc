@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -23,12 +24,20 @@ struct Dentry {
   DentryValue value;
 };
 
+struct Session {
+  Ino ino;
+  uint64_t id;
+  std::optional<SessionValue> value;  // nullopt: undecodable
+};
+
 struct Namespace {
   std::map<Ino, Inode> inodes;
   std::map<Ino, DirStat> dir_stats;
   std::vector<Dentry> dentries;
   std::set<Ino> sessions, gc, xattrs;
+  std::vector<Session> session_rows;
   int64_t inode_counter = 0;
+  std::optional<uint64_t> next_id;  // Mnext_ino: ids (inodes, sessions) below it were handed out
 };
 
 std::string_view view(const rocksdb::Slice& s) { return {s.data(), s.size()}; }
@@ -39,6 +48,11 @@ void load_row(Namespace& ns, std::string_view k, std::string_view v, std::vector
   if (k == key::kInodeCount) {
     auto n = decode_i64(v);
     n ? void(ns.inode_counter = *n) : bad(n.error());
+    return;
+  }
+  if (k == key::kNextIno) {
+    auto n = key::u64_at(v, 0);
+    n ? void(ns.next_id = *n) : bad(n.error());
     return;
   }
   if (k.empty() || k[0] == 'M' || k[0] == 'R') return;
@@ -62,8 +76,21 @@ void load_row(Namespace& ns, std::string_view k, std::string_view v, std::vector
       ns.dentries.push_back({*ino, std::string(k.substr(9)), *d});
       return;
     }
-    case key::kSessionPrefix: ns.sessions.insert(*ino); return;
-    case key::kGcPrefix: ns.gc.insert(*ino); return;
+    case key::kSessionPrefix: {
+      ns.sessions.insert(*ino);
+      auto id = key::u64_at(k, 9);
+      if (!id) return bad(id.error());
+      auto s = decode_session(v);
+      ns.session_rows.push_back({*ino, *id, s ? std::optional<SessionValue>(*s) : std::nullopt});
+      return;
+    }
+    case key::kGcPrefix: {
+      ns.gc.insert(*ino);
+      auto n = decode_inode(v);
+      if (!n) return bad(n.error());
+      if (n->ino != *ino) bad(Status(Code::kCorruption, fmt::format("GC item of inode {} holds inode {}", *ino, n->ino)));
+      return;
+    }
     case 'X': ns.xattrs.insert(*ino); return;
     default: bad(Status(Code::kCorruption, "unknown key prefix"));
   }
@@ -132,6 +159,25 @@ void check_reachable(Namespace& ns, std::vector<std::string>& p) {
 void check_side_tables(Namespace& ns, std::vector<std::string>& p) {
   for (Ino ino : ns.sessions)
     if (!ns.inodes.contains(ino)) p.push_back(fmt::format("session on missing inode {}", ino));
+  // The session reaper closes a session whose client stopped renewing its
+  // lease: one without a client (or unreadable) would be kept forever, and
+  // its file with it.
+  for (const Session& s : ns.session_rows) {
+    if (!s.value) p.push_back(fmt::format("session {} of inode {} is unreadable", s.id, s.ino));
+    else if (s.value->client_id == 0) p.push_back(fmt::format("session {} of inode {} has no client", s.id, s.ino));
+    auto it = ns.inodes.find(s.ino);
+    if (it != ns.inodes.end() && !it->second.is_file())
+      p.push_back(fmt::format("session {} on inode {}, which is not a file", s.id, s.ino));
+  }
+  // Ids at or above the high-water mark would be handed out again after a
+  // restart (a new file sharing an old one's chunks).
+  const uint64_t limit = ns.next_id.value_or(kRootIno + 1);
+  for (auto& [ino, n] : ns.inodes)
+    if (ino >= limit) p.push_back(fmt::format("inode {} at or above the id high-water mark {}", ino, limit));
+  for (const Session& s : ns.session_rows)
+    if (s.id >= limit) p.push_back(fmt::format("session {} at or above the id high-water mark {}", s.id, limit));
+  for (Ino ino : ns.gc)
+    if (ino >= limit) p.push_back(fmt::format("GC item {} at or above the id high-water mark {}", ino, limit));
   for (Ino ino : ns.xattrs)
     if (!ns.inodes.contains(ino)) p.push_back(fmt::format("xattrs of missing inode {}", ino));
   for (auto& [ino, s] : ns.dir_stats) {

@@ -5,8 +5,10 @@
 // subdirectories and exactly one dentry whose parent matches its ".."
 // pointer; no orphan inodes (except files with nlink 0 kept by a write
 // session); every directory reachable from the root (so no cycles); GC-queued
-// inodes have no live inode; sessions, xattrs and DirStats belong to live
-// inodes; the inode counter matches.
+// inodes have no live inode and hold their own; sessions, xattrs and DirStats
+// belong to live inodes; sessions are of files, readable and owned by a client
+// (else the reaper could never close them); no inode, session or GC id at or
+// above the id high-water mark (Mnext_ino); the inode counter matches.
 // Threading: reads through one snapshot, so it may run on a live store, but
 // holds the whole namespace in memory (fine up to a few million inodes).
 #pragma once

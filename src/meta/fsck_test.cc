@@ -92,6 +92,28 @@ TEST_F(FsckTest, LiveInodeInGcQueueAndStraySession) {
   EXPECT_NE(p.find("session on missing inode 777777"), std::string::npos) << p;
 }
 
+// Sessions the reaper could never close (no client, unreadable), sessions on
+// what is not a file, a GC item holding another inode, and ids at or above
+// the high-water mark (handed out again after a restart) are problems.
+TEST_F(FsckTest, SessionsTheReaperCannotCloseAndIdsPastTheHighWaterMark) {
+  Ino f = create("f");
+  Ino d = mkdir("d");
+  put(key::session(f, 5), encode_session({0, 1}));
+  put(key::session(f, 6), "garbage");
+  put(key::session(d, 7), encode_session({3, 1}));
+  Inode fi = *s().getattr(root(), f);
+  put(key::gc(f + 1), encode_inode(fi));
+  Inode far = fi;
+  far.ino = uint64_t{1} << 40;
+  put(key::inode(far.ino), encode_inode(far));
+  std::string p = problems();
+  EXPECT_NE(p.find(fmt::format("session 5 of inode {} has no client", f)), std::string::npos) << p;
+  EXPECT_NE(p.find(fmt::format("session 6 of inode {} is unreadable", f)), std::string::npos) << p;
+  EXPECT_NE(p.find(fmt::format("session 7 on inode {}, which is not a file", d)), std::string::npos) << p;
+  EXPECT_NE(p.find(fmt::format("GC item of inode {} holds inode {}", f + 1, f)), std::string::npos) << p;
+  EXPECT_NE(p.find(fmt::format("inode {} at or above the id high-water mark", far.ino)), std::string::npos) << p;
+}
+
 // fsck_store_at opens a store read-only, also while its server holds it
 // open, and sees what that server committed; a missing store is a clear error.
 TEST_F(FsckTest, StoreAtAPathIsCheckedReadOnly) {

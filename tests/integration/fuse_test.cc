@@ -1001,6 +1001,35 @@ TEST_F(FuseTest, BackgroundMountStopsADaemonThatNeverServes) {
   EXPECT_EQ(stat_with_timeout(mp, 5000ms), 0);
 }
 
+// With writeback_cache, what a process wrote to a file it still holds open
+// may sit in the kernel's page cache only: a stop signal has the kernel write
+// it back (served by the still running daemon) before the mount goes.
+TEST_F(FuseTest, AStopSignalWritesBackWhatTheKernelCachedWithWritebackCache) {
+  std::string mp4 = dir_->file("mnt4");
+  ASSERT_EQ(::mkdir(mp4.c_str(), 0755), 0);
+  Process daemon({testing::weft_binary(), "mount", mp4, "--config", data_ + "/client.toml", "-o", "writeback_cache"},
+                 dir_->file("mount4.log"));
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!is_mounted(mp4) && daemon.running() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(is_mounted(mp4)) << daemon.log();
+  std::string data(3'000'000, '\0');
+  fill_pattern(data.data(), data.size(), 11, 0);
+  std::string f = mp4 + "/" + base_.substr(mnt_.size() + 1) + "/wb";
+  int fd = ::open(f.c_str(), O_CREAT | O_WRONLY, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
+  daemon.signal(SIGTERM);  // the file is still open, nothing synced
+  auto status = daemon.wait_exit(30s);
+  ASSERT_TRUE(status.has_value()) << "the daemon did not exit";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "status " << *status << "\n" << daemon.log();
+  ::close(fd);  // (the mount is gone: its error does not matter)
+  EXPECT_FALSE(is_mounted(mp4));
+  std::string back = read_all(p("wb"));  // through the suite's own mount
+  EXPECT_EQ(back.size(), data.size());
+  EXPECT_TRUE(back == data);
+}
+
 TEST_F(FuseTest, ForegroundMountStopsCleanly) {
   std::string mp3 = dir_->file("mnt3");
   ASSERT_EQ(::mkdir(mp3.c_str(), 0755), 0);
