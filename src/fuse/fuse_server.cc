@@ -625,6 +625,15 @@ class FuseServer::Impl {
       any = sa.mode || sa.uid || sa.gid || sa.atime_ns || sa.mtime_ns;
     }
     auto r = any ? s->client_.setattr(cred, ino, sa) : s->client_.getattr(cred, ino);
+    // With writeback_cache the kernel writes back the mtime of its cached
+    // writes as an explicit time (with ctime, through the writing handle),
+    // which meta lets only the owner set: for anyone else who may write, it
+    // becomes "now", as a write through the daemon would have made it.
+    if (!r && r.error().code() == Code::kNotPermitted && (to_set & FUSE_SET_ATTR_CTIME) && fi && fi->fh &&
+        file_of(fi)->writable && sa.mtime_ns && !sa.atime_ns && !sa.mode && !sa.uid && !sa.gid && !sa.size) {
+      sa.mtime_ns = SetAttr::kTimeNow;
+      r = s->client_.setattr(cred, ino, sa);
+    }
     if (any) s->changed();
     if (!r) {
       fuse_reply_err(req, errno_of(r.error()));

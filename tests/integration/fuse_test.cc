@@ -1001,21 +1001,38 @@ TEST_F(FuseTest, BackgroundMountStopsADaemonThatNeverServes) {
   EXPECT_EQ(stat_with_timeout(mp, 5000ms), 0);
 }
 
-// With writeback_cache, what a process wrote to a file it still holds open
-// may sit in the kernel's page cache only: a stop signal has the kernel write
-// it back (served by the still running daemon) before the mount goes.
+// With writeback_cache: the kernel writes back the mtime of its cached
+// writes as an explicit time, which a writer who is not the owner may not set
+// (fsync and close failed with EPERM); and what a process wrote to a file it
+// still holds open may sit in the kernel's page cache only: a stop signal has
+// the kernel write it back (served by the still running daemon) before the
+// mount goes.
 TEST_F(FuseTest, AStopSignalWritesBackWhatTheKernelCachedWithWritebackCache) {
   std::string mp4 = dir_->file("mnt4");
   ASSERT_EQ(::mkdir(mp4.c_str(), 0755), 0);
-  Process daemon({testing::weft_binary(), "mount", mp4, "--config", data_ + "/client.toml", "-o", "writeback_cache"},
+  Process daemon({testing::weft_binary(), "mount", mp4, "--config", data_ + "/client.toml", "-o",
+                  "writeback_cache,allow_other,default_permissions"},
                  dir_->file("mount4.log"));
   auto deadline = std::chrono::steady_clock::now() + 30s;
   while (!is_mounted(mp4) && daemon.running() && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(20ms);
   ASSERT_TRUE(is_mounted(mp4)) << daemon.log();
+  std::string dir4 = mp4 + "/" + base_.substr(mnt_.size() + 1);
+  ASSERT_TRUE(write_all(dir4 + "/shared", "", 0666));  // root's, writable by all
+  ASSERT_EQ(::chmod((dir4 + "/shared").c_str(), 0666), 0);
+  EXPECT_EQ(as_other_user([&] {
+              int fd = ::open((dir4 + "/shared").c_str(), O_WRONLY);
+              if (fd < 0) return 1;
+              if (::write(fd, "from another user", 17) != 17) return 2;
+              if (::fsync(fd) != 0) return 10 + errno;
+              if (::close(fd) != 0) return 30 + errno;
+              return 0;
+            }),
+            0);
+  EXPECT_EQ(read_all(p("shared")), "from another user");
   std::string data(3'000'000, '\0');
   fill_pattern(data.data(), data.size(), 11, 0);
-  std::string f = mp4 + "/" + base_.substr(mnt_.size() + 1) + "/wb";
+  std::string f = dir4 + "/wb";
   int fd = ::open(f.c_str(), O_CREAT | O_WRONLY, 0644);
   ASSERT_GE(fd, 0) << std::strerror(errno);
   ASSERT_EQ(::write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
