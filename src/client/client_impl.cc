@@ -421,8 +421,7 @@ class ClientImpl final : public Client {
   // sent but did not report yet included), and each File learns the length.
   Result<void> truncate_open(const Cred& cred, Ino ino, uint64_t length, uint64_t session = 0) {
     auto files = open_files(ino);
-    for (auto& f : files)
-      if (f->writable()) WEFT_RETURN_IF_ERROR(f->flush());
+    flush_writers_of(files);
     WEFT_TRY(Inode n, core_->meta->getattr(cred, ino));
     uint64_t old_size = n.size;
     for (auto& f : files) old_size = std::max(old_size, f->size());
@@ -431,11 +430,13 @@ class ClientImpl final : public Client {
     return {};
   }
 
-  // Flushes the Files of `ino` open here for writing.
-  Result<void> flush_writers(Ino ino) {
-    for (auto& f : open_files(ino))
-      if (f->writable()) WEFT_RETURN_IF_ERROR(f->flush());
-    return {};
+  // Flushes the Files open here for writing, so that what follows (a read,
+  // a truncate) is ordered after their writes. Their failures are theirs:
+  // each File reports its own at its next call, and a File whose writes
+  // failed has nothing on its way to order after.
+  static void flush_writers_of(const std::vector<std::shared_ptr<FileImpl>>& files) {
+    for (auto& f : files)
+      if (f->writable()) (void)f->flush();
   }
 
   // A file open here may be longer than meta knows (unreported writes).
@@ -675,10 +676,7 @@ void ClientImpl::plan_reads(const Cred& cred, std::span<const ReadOp> ops, ReadJ
     if (files.contains(op.ino)) continue;
     FileInfo& info = files[op.ino];
     // Read-your-writes: what Files open here buffered goes out first.
-    if (auto flushed = flush_writers(op.ino); !flushed) {
-      info.inode = std::unexpected(flushed.error());
-      continue;
-    }
+    flush_writers_of(open_files(op.ino));
     if (op.layout && op.file_size) {
       Inode n;
       n.ino = op.ino;

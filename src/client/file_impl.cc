@@ -185,18 +185,21 @@ bool FileImpl::in_flight_upto_locked(uint64_t gen) const {
 
 Result<void> FileImpl::flush_locked(std::unique_lock<std::mutex>& lock) {
   const uint64_t upto = write_gen_;
+  const uint64_t end = written_end_;  // of the writes numbered up to `upto`: the length this flush may report
   flush_upto_ = std::max(flush_upto_, upto);
   std::vector<uint64_t> indexes;
   for (auto& d : dirty_) indexes.push_back(d.first);
   for (uint64_t i : indexes) send_locked(i);
   cv_.wait(lock, [&] { return !in_flight_upto_locked(upto) && (failed_ || !dirty_upto_locked(upto)); });
   if (failed_) return std::unexpected(*failed_);
-  return report_length(lock);
+  // Not past what later writes (still buffered) made it: a length covering
+  // bytes not yet acknowledged would read as zeros if they never land. (A
+  // truncate meanwhile may have cut `end`.)
+  return report_length(lock, std::min(end, written_end_));
 }
 
-Result<void> FileImpl::report_length(std::unique_lock<std::mutex>& lock) {
-  if (!writable_ || written_end_ <= reported_) return {};
-  uint64_t length = written_end_;
+Result<void> FileImpl::report_length(std::unique_lock<std::mutex>& lock, uint64_t length) {
+  if (!writable_ || length <= reported_) return {};
   lock.unlock();
   auto r = core_.meta->report_length(cred_, inode_.ino, session_id_, length);
   lock.lock();
@@ -215,6 +218,12 @@ void FileImpl::send_dirty() {
 
 Result<void> FileImpl::flush() {
   std::unique_lock lock(mu_);
+  if (closing_ && !closed_) {
+    // Another thread closes it: its flush is this one (the caller orders
+    // itself after this File's writes, e.g. a truncate or a read).
+    cv_.wait(lock, [&] { return closed_; });
+    return {};
+  }
   WEFT_RETURN_IF_ERROR(check_usable_locked());
   if (!writable_) return {};
   return flush_locked(lock);
@@ -227,6 +236,7 @@ Result<void> FileImpl::close() {
   Result<void> flushed;
   if (writable_) flushed = flush_locked(lock);
   closed_ = true;
+  cv_.notify_all();  // flush() callers waiting for this close
   prefetched_.clear();  // a caller may keep the closed File: not its read-ahead (up to 16 MiB)
   // Give back what failed writes still hold.
   size_t held = 0;

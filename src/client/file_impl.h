@@ -49,9 +49,11 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   Result<void> truncate(uint64_t length) override;
   Result<void> close() override;
 
+  // Closing counts as open: its writes may still be on their way (flush()
+  // waits for the close).
   bool is_open() const {
     std::lock_guard lock(mu_);
-    return !closed_ && !closing_;
+    return !closed_;
   }
   // Sends every dirty chunk now without waiting (memory pressure).
   void send_dirty();
@@ -83,7 +85,8 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   bool dirty_upto_locked(uint64_t gen) const;
   bool in_flight_upto_locked(uint64_t gen) const;
   Result<void> check_usable_locked() const;
-  Result<void> report_length(std::unique_lock<std::mutex>& lock);
+  // Reports `length` to meta unless it reported as much already. REQUIRES(mu_), released meanwhile.
+  Result<void> report_length(std::unique_lock<std::mutex>& lock, uint64_t length);
 
   Core& core_;
   const Cred cred_;

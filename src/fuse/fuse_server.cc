@@ -204,8 +204,14 @@ class FuseServer::Impl {
     wake.sa_handler = [](int) {};  // only interrupts the loop's wait (no SA_RESTART)
     sigemptyset(&wake.sa_mask);
     if (::sigaction(SIGINT, &sa, nullptr) != 0 || ::sigaction(SIGTERM, &sa, nullptr) != 0 ||
-        ::sigaction(SIGHUP, &sa, nullptr) != 0 || ::sigaction(SIGUSR1, &wake, nullptr) != 0)
-      return error(Code::kInternal, "cannot install signal handlers: {}", std::strerror(errno));
+        ::sigaction(SIGHUP, &sa, nullptr) != 0 || ::sigaction(SIGUSR1, &wake, nullptr) != 0) {
+      int err = errno;
+      stop_pipe_ = -1;
+      ::close(pipe_fds[0]);
+      ::close(pipe_fds[1]);
+      return error(Code::kInternal, "cannot install signal handlers: {}", std::strerror(err));
+    }
+    ::signal(SIGPIPE, SIG_IGN);  // a closed log pipe must not kill the mount (as libfuse's handlers did)
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
