@@ -234,3 +234,20 @@ def test_statahead_client(client, cluster, root):
         weft.connect(config=str(cluster / "client.toml"), statahead_ttl=-1)
     with pytest.raises(ValueError):
         weft.connect(config=str(cluster / "client.toml"), statahead_ttl=float("inf"))
+
+
+def test_native_file_dropped_without_close_keeps_its_data(client, root):
+    # The native File object dropped with writes still buffered (no close):
+    # it flushes and closes itself; this used to abort the interpreter.
+    import gc
+    import time
+    data = os.urandom(2 * (1 << 20) + 777)
+    nf = client.native.open(f"{root}/dropped.bin", os.O_CREAT | os.O_WRONLY, 0o644)
+    nf.pwrite(data, 0)
+    del nf
+    gc.collect()
+    for _ in range(250):  # sends in flight hold it a moment longer
+        if client.stat(f"{root}/dropped.bin").st_size == len(data):
+            break
+        time.sleep(0.02)
+    assert client.read_file(f"{root}/dropped.bin") == data
