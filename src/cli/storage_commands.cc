@@ -4,12 +4,84 @@
 #include "common/config.h"
 #include "common/logging.h"
 #include "rpc/service_runtime.h"
+#include "meta/meta_client.h"
+#include "rpc/client.h"
 #include "storage/mgmt_link.h"
+#include "storage/orphan_sweep.h"
 #include "storage/routing_provider.h"
 #include "storage/storage_server.h"
 
 namespace weft::cli {
 namespace {
+
+// The orphan sweep's questions, as root, to the meta servers the routing
+// lists (registered with mgmtd; asked again when that list changes).
+class MetaOracle final : public storage::InodeOracle {
+ public:
+  MetaOracle(rpc::IoPool& io, rpc::ClientOptions options, storage::RoutingProvider& routing)
+      : io_(io), rpc_(io, std::move(options)), routing_(routing) {}
+
+  Result<std::vector<bool>> exist(const std::vector<uint64_t>& inos) override {
+    WEFT_TRY(meta::MetaClient * c, client());
+    WEFT_TRY(auto stats, c->batch_stat(meta::Cred::root(), inos));
+    std::vector<bool> out;
+    for (const auto& s : stats) {
+      if (!s && s.error().code() != Code::kNotFound) return std::unexpected(s.error());
+      out.push_back(s.has_value());
+    }
+    return out;
+  }
+  Result<uint64_t> ids_issued_below() override {
+    WEFT_TRY(meta::MetaClient * c, client());
+    WEFT_TRY(meta::StatFs s, c->statfs(meta::Cred::root()));
+    return s.ids_issued_below;
+  }
+
+ private:
+  Result<meta::MetaClient*> client() {
+    std::vector<rpc::Endpoint> addresses;
+    for (const auto& [id, node] : routing_.current()->nodes) {
+      if (node.kind != mgmt::NodeKind::kMeta) continue;
+      WEFT_TRY(rpc::Endpoint ep, rpc::Endpoint::parse(node.address));
+      addresses.push_back(ep);
+    }
+    if (addresses.empty()) return error(Code::kUnavailable, "no metadata server has registered with mgmtd");
+    if (!client_ || addresses != addresses_) {
+      addresses_ = addresses;
+      meta::MetaClientOptions o;
+      o.addresses = std::move(addresses);
+      o.retry_time_ms_max = 5000;
+      client_ = std::make_unique<meta::MetaClient>(io_, rpc_, std::move(o));
+    }
+    return client_.get();
+  }
+
+  rpc::IoPool& io_;
+  rpc::Client rpc_;
+  storage::RoutingProvider& routing_;
+  std::vector<rpc::Endpoint> addresses_;
+  std::unique_ptr<meta::MetaClient> client_;
+};
+
+// With [cluster]: removes the chunks of files meta no longer has (none in a
+// standalone server: no meta to ask).
+std::unique_ptr<storage::OrphanSweep> start_orphan_sweep(rpc::ServiceRuntime& runtime,
+                                                          const storage::StorageConfig& config,
+                                                          storage::StorageService& service, std::function<bool()> fence) {
+  if (!config.orphan_grace) return nullptr;
+  storage::OrphanSweepOptions o = storage::OrphanSweep::from_grace(*config.orphan_grace);
+  o.name = runtime.config().name;
+  o.write_fence = std::move(fence);
+  std::vector<storage::OrphanSweep::Target> targets;
+  for (const auto& t : config.targets) targets.push_back({t.id, &service.target(t.id)->engine()});
+  auto oracle =
+      std::make_unique<MetaOracle>(runtime.io(), runtime.config().client_options(runtime.config().name + "-meta"),
+                                   service.routing());
+  auto sweep = std::make_unique<storage::OrphanSweep>(std::move(o), std::move(oracle), std::move(targets),
+                                                      metrics::Registry::global());
+  sweep->start();
+  return sweep;
+}
 
 // Registers with mgmtd (which assigns the target ids) when [cluster] is set.
 Result<std::unique_ptr<storage::MgmtLink>> join_cluster(rpc::ServiceRuntime& runtime,
@@ -58,10 +130,16 @@ void serve_storage(const std::string& config_path) {
     WEFT_ASSERT(routing != nullptr);
     link->attach(**service, *routing);
   }
+  std::unique_ptr<storage::OrphanSweep> orphans;
+  if (link) {
+    orphans = start_orphan_sweep(runtime, *storage_config, **service,
+                                 [l = link.get()] { return l->can_serve_writes(); });
+  }
   warn_unread_keys(*config);
   WEFT_LOG_INFO("{}: serving {} targets{}", sc->name, storage_config->targets.size(),
                 link ? " (member of a cluster run by mgmtd)" : "");
   auto r = runtime.run();
+  if (orphans) orphans->stop();
   if (link) link->stop();
   (*service)->stop();
   if (!r) return fail(r.error().message());

@@ -156,6 +156,10 @@ Result<StatFs> MetaStore::statfs(const Context&) {
       st.inodes_used = static_cast<uint64_t>(std::max<int64_t>(0, n));
     }
     st.inodes_max = options_.inodes_max;
+    {
+      std::lock_guard lock(alloc_mu_);
+      st.ids_issued_below = next_id_;
+    }
     return st;
   });
 }

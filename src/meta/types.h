@@ -179,6 +179,10 @@ struct StatFs {
   uint64_t used_bytes = 0;
   uint64_t inodes_used = 0;
   uint64_t inodes_max = 0;
+  // Every inode (and session) id meta ever handed out is below this; 0: not
+  // told (an older server). A chunk of an inode below it that meta does not
+  // have belongs to a file that is gone (storage/orphan_sweep.h).
+  uint64_t ids_issued_below = 0;
 };
 
 struct SetAttr {

@@ -58,6 +58,9 @@ Result<StorageConfig> StorageConfig::from(const Config& config, const rpc::Servi
     sc.read_bytes_held_max = static_cast<uint64_t>(held_mib) << 20;
     WEFT_TRY(int64_t grace, s.get_int_in("stray_chunk_grace_s", 3600, 0, int64_t{365} * 24 * 3600));
     sc.stray_chunk_grace = std::chrono::seconds(grace);
+    WEFT_TRY(int64_t orphan, s.get_int_in("orphan_grace_s", 3600, -1, int64_t{365} * 24 * 3600));
+    if (orphan < 0) sc.orphan_grace.reset();
+    else sc.orphan_grace = std::chrono::seconds(orphan);
   }
   // Forwards go over connections with the server's user timeout (open_storage_service).
   if (server.tcp.user_timeout_ms != 0 && sc.forward_timeout_ms >= server.tcp.user_timeout_ms)

@@ -1,0 +1,159 @@
+#include "storage/orphan_sweep.h"
+
+#include <algorithm>
+
+#include "common/logging.h"
+
+namespace weft::storage {
+namespace {
+
+constexpr size_t kListPage = 4096;
+
+}  // namespace
+
+OrphanSweep::OrphanSweep(OrphanSweepOptions options, std::unique_ptr<InodeOracle> oracle, std::vector<Target> targets,
+                         metrics::Registry& registry)
+    : options_(std::move(options)), oracle_(std::move(oracle)), targets_(std::move(targets)) {
+  for (const auto& t : targets_)
+    removed_[t.id] = &registry.counter("weft_storage_orphan_chunks_removed_total",
+                                       "Chunks removed because meta no longer has their file",
+                                       {{"target", std::to_string(t.id)}});
+}
+
+OrphanSweep::~OrphanSweep() { stop(); }
+
+OrphanSweepOptions OrphanSweep::from_grace(std::chrono::seconds grace) {
+  OrphanSweepOptions o;
+  o.grace = grace;
+  o.interval = std::clamp<std::chrono::milliseconds>(std::chrono::duration_cast<std::chrono::milliseconds>(grace) / 4,
+                                                     std::chrono::seconds(1), std::chrono::minutes(10));
+  return o;
+}
+
+void OrphanSweep::start() {
+  if (thread_.joinable()) return;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = false;
+  }
+  thread_ = std::thread([this] {
+    for (;;) {
+      {
+        std::unique_lock lock(mu_);
+        if (cv_.wait_for(lock, options_.interval, [&] { return stopping_; })) return;
+      }
+      run_once();
+    }
+  });
+}
+
+void OrphanSweep::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool OrphanSweep::stopping() const {
+  std::lock_guard lock(mu_);
+  return stopping_;
+}
+
+uint64_t OrphanSweep::run_once() {
+  std::lock_guard run(run_mu_);
+  if (options_.write_fence && !options_.write_fence()) return 0;
+  const auto now = std::chrono::steady_clock::now();
+  std::map<Key, std::chrono::steady_clock::time_point> seen;
+  uint64_t removed = 0;
+  for (const Target& t : targets_) {
+    std::vector<uint64_t> inos;  // ascending, distinct (an inode split across pages may come twice: harmless)
+    std::optional<ChunkId> start = ChunkId{};
+    while (start && !stopping()) {
+      auto page = t.engine->list(start, kListPage);
+      if (!page) {
+        if (auto held = log_.admit())
+          WEFT_LOG_WARN("{}: target {}: listing chunks for the orphan sweep: {}{}", options_.name, t.id, page.error(),
+                        LogThrottle::held_back(*held));
+        break;
+      }
+      for (const ChunkInfo& c : *page)
+        if (inos.empty() || inos.back() != c.id.inode) inos.push_back(c.id.inode);
+      start = page->size() == kListPage ? page->back().id.successor() : std::nullopt;
+      if (inos.size() >= options_.batch || !start) {
+        removed += judge(t, inos, now, seen);
+        inos.clear();
+      }
+    }
+  }
+  since_ = std::move(seen);  // an inode no longer orphaned (or gone) starts over
+  return removed;
+}
+
+uint64_t OrphanSweep::judge(const Target& t, const std::vector<uint64_t>& inos,
+                            std::chrono::steady_clock::time_point now,
+                            std::map<Key, std::chrono::steady_clock::time_point>& seen) {
+  if (inos.empty()) return 0;
+  // The mark first: an inode made after it has an id at or above it, so a
+  // file created while we ask is never judged by an answer from before.
+  auto below = oracle_->ids_issued_below();
+  auto exist = below ? oracle_->exist(inos) : Result<std::vector<bool>>(std::unexpected(below.error()));
+  if (!exist || exist->size() != inos.size()) {
+    if (auto held = log_.admit())
+      WEFT_LOG_WARN("{}: orphan sweep: cannot ask meta about {} inodes: {}{}", options_.name, inos.size(),
+                    exist ? Status(Code::kProtocol, "wrong answer count") : exist.error(),
+                    LogThrottle::held_back(*held));
+    return 0;
+  }
+  if (*below == 0) return 0;  // a meta that does not say which ids it handed out
+  uint64_t removed = 0;
+  for (size_t i = 0; i < inos.size(); ++i) {
+    if ((*exist)[i] || inos[i] >= *below) continue;
+    Key key{t.id, inos[i]};
+    auto it = since_.find(key);
+    auto first = it == since_.end() ? now : it->second;
+    seen[key] = first;
+    if (it == since_.end())
+      WEFT_LOG_INFO("{}: target {} holds chunks of inode {}, which meta no longer has: they go in {} s", options_.name,
+                    t.id, inos[i], std::chrono::duration_cast<std::chrono::seconds>(options_.grace).count());
+    if (now - first < options_.grace) continue;
+    if (stopping() || (options_.write_fence && !options_.write_fence())) return removed;
+    removed += remove_inode(t, inos[i]);
+  }
+  return removed;
+}
+
+uint64_t OrphanSweep::remove_inode(const Target& t, uint64_t ino) {
+  uint64_t removed = 0;
+  std::optional<ChunkId> start = ChunkId{ino, 0};
+  while (start) {
+    auto page = t.engine->list(start, kListPage);
+    if (!page) break;
+    for (const ChunkInfo& c : *page) {
+      if (c.id.inode != ino) {
+        start.reset();
+        break;
+      }
+      // Only what is still as listed, with no update pending.
+      auto r = t.engine->remove_if_in_chain(c.id, c.chain_id);
+      if (!r) {
+        if (auto held = log_.admit())
+          WEFT_LOG_WARN("{}: target {}: removing orphan chunk {}: {}{}", options_.name, t.id, c.id, r.error(),
+                        LogThrottle::held_back(*held));
+        return removed;
+      }
+      if (*r) {
+        ++removed;
+        removed_.at(t.id)->inc();
+      }
+    }
+    if (start) start = page->size() == kListPage ? page->back().id.successor() : std::nullopt;
+  }
+  if (removed > 0)
+    WEFT_LOG_INFO("{}: target {}: removed {} chunks of inode {}, which meta no longer has", options_.name, t.id,
+                  removed, ino);
+  return removed;
+}
+
+}  // namespace weft::storage

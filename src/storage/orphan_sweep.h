@@ -1,0 +1,100 @@
+// storage/orphan_sweep.h
+// Removes the chunks of files meta no longer has. Meta's chunk GC removes a
+// deleted file's chunks up to the length meta knew, so bytes a writer sent
+// but never reported (a client killed before it closed: a training job
+// stopped in the middle of a checkpoint) stayed on storage forever, and a
+// file whose known length was 0 never even reached the GC. Each pass lists
+// the inodes a target holds chunks of and asks meta about them, a batch at a
+// time. An inode is an orphan when meta does not have it AND its id is below
+// meta's issued-id mark (so a meta that lost its state, or a newer inode than
+// meta has told, is never taken for a deletion). An orphan's chunks go when
+// it has been one for `grace` (this process's clock: a restart starts over),
+// so a mistaken answer has to repeat across passes first. Chunks with an
+// update pending are left for a later pass.
+// Threading: one thread, started by start(), joined by stop(); run_once() is
+// thread-safe (one pass at a time).
+// Ownership: borrows the engines; the oracle is owned.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/log_throttle.h"
+#include "common/metrics.h"
+#include "storage/chunk_engine.h"
+
+namespace weft::storage {
+
+// What the sweep asks meta.
+class InodeOracle {
+ public:
+  virtual ~InodeOracle() = default;
+  // Per inode, in order: whether meta has it. An error: no answer now.
+  virtual Result<std::vector<bool>> exist(const std::vector<uint64_t>& inos) = 0;
+  // Every id meta handed out is below this (0: it does not say).
+  virtual Result<uint64_t> ids_issued_below() = 0;
+};
+
+struct OrphanSweepOptions {
+  std::string name = "storage";
+  std::chrono::milliseconds grace{std::chrono::hours(1)};
+  std::chrono::milliseconds interval{std::chrono::minutes(10)};
+  std::function<bool()> write_fence;  // false: remove nothing now
+  size_t batch = 1024;                // inodes per question to meta
+};
+
+class OrphanSweep {
+ public:
+  struct Target {
+    uint64_t id = 0;
+    ChunkEngine* engine = nullptr;
+  };
+
+  OrphanSweep(OrphanSweepOptions options, std::unique_ptr<InodeOracle> oracle, std::vector<Target> targets,
+              metrics::Registry& registry);
+  ~OrphanSweep();
+  OrphanSweep(const OrphanSweep&) = delete;
+  OrphanSweep& operator=(const OrphanSweep&) = delete;
+
+  void start();
+  void stop();
+  // One pass over every target; returns the chunks removed.
+  uint64_t run_once();
+
+  // `[storage] orphan_grace_s`: checks every quarter of it, 1 s to 10 min apart.
+  static OrphanSweepOptions from_grace(std::chrono::seconds grace);
+
+ private:
+  using Key = std::pair<uint64_t, uint64_t>;  // (target, inode)
+  // Asks meta about `inos` (ascending, distinct) of target t; removes what is due.
+  uint64_t judge(const Target& t, const std::vector<uint64_t>& inos, std::chrono::steady_clock::time_point now,
+                 std::map<Key, std::chrono::steady_clock::time_point>& seen);
+  uint64_t remove_inode(const Target& t, uint64_t ino);
+  bool stopping() const;
+
+  const OrphanSweepOptions options_;
+  const std::unique_ptr<InodeOracle> oracle_;
+  const std::vector<Target> targets_;
+  std::map<uint64_t, metrics::Counter*> removed_;  // weft_storage_orphan_chunks_removed_total
+  LogThrottle log_{std::chrono::minutes(1)};
+
+  std::mutex run_mu_;  // one pass at a time
+  std::map<Key, std::chrono::steady_clock::time_point> since_;  // GUARDED_BY(run_mu_): first seen orphaned
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;  // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+}  // namespace weft::storage

@@ -1,0 +1,126 @@
+// The orphan sweep removes the chunks of inodes meta no longer has, once they
+// have been orphans for the grace, and nothing else: not the chunks of
+// inodes meta has, nor of inodes at or above meta's issued-id mark, nor
+// anything while meta cannot answer or the write fence is down.
+#include "storage/orphan_sweep.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "storage/test_util.h"
+
+namespace weft::storage {
+namespace {
+
+using testing::pattern;
+
+struct FakeMeta final : InodeOracle {
+  std::set<uint64_t>* live;
+  uint64_t* below;
+  bool* down;
+  Result<std::vector<bool>> exist(const std::vector<uint64_t>& inos) override {
+    if (*down) return error(Code::kUnavailable, "meta down");
+    std::vector<bool> out;
+    for (uint64_t i : inos) out.push_back(live->contains(i));
+    return out;
+  }
+  Result<uint64_t> ids_issued_below() override {
+    if (*down) return error(Code::kUnavailable, "meta down");
+    return *below;
+  }
+};
+
+class OrphanSweepTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    EngineOptions o;
+    o.target_id = "orphans";
+    o.chunk_size_max = 1 << 20;
+    o.extent_bytes = 1 << 20;
+    o.capacity_bytes = 1ull << 30;
+    auto e = ChunkEngine::open(dir_.path(), o, registry_);
+    ASSERT_TRUE(e.has_value()) << e.error();
+    engine_ = std::move(*e);
+  }
+  std::unique_ptr<OrphanSweep> sweep(std::chrono::milliseconds grace, std::function<bool()> fence = {}) {
+    OrphanSweepOptions o;
+    o.grace = grace;
+    o.batch = 2;  // several questions per pass
+    o.write_fence = std::move(fence);
+    auto meta = std::make_unique<FakeMeta>();
+    meta->live = &live_;
+    meta->below = &below_;
+    meta->down = &down_;
+    return std::make_unique<OrphanSweep>(o, std::move(meta), std::vector<OrphanSweep::Target>{{7, engine_.get()}},
+                                         registry_);
+  }
+  void put(uint64_t ino, uint64_t chunks) {
+    auto data = pattern(5000, ino);
+    for (uint64_t i = 0; i < chunks; ++i) {
+      Update u = Update::write(0, data);
+      u.chain_id = 3;
+      ASSERT_TRUE(engine_->write(ChunkId{ino, i}, u).has_value());
+    }
+  }
+  std::set<uint64_t> inodes_held() {
+    std::set<uint64_t> out;
+    auto all = engine_->list(std::nullopt, 1000);
+    EXPECT_TRUE(all.has_value());
+    if (all)
+      for (const auto& c : *all) out.insert(c.id.inode);
+    return out;
+  }
+
+  testing::TempDir dir_;
+  metrics::Registry registry_;
+  std::unique_ptr<ChunkEngine> engine_;
+  std::set<uint64_t> live_{10, 12};
+  uint64_t below_ = 100;
+  bool down_ = false;
+};
+
+TEST_F(OrphanSweepTest, ChunksOfInodesMetaNoLongerHasGoAfterTheGrace) {
+  put(10, 3);   // live
+  put(11, 5);   // gone
+  put(12, 1);   // live
+  put(13, 2);   // gone
+  put(150, 2);  // not handed out yet as far as meta says: never judged
+  auto s = sweep(std::chrono::milliseconds(0));
+  EXPECT_EQ(s->run_once(), 7u);
+  EXPECT_EQ(inodes_held(), (std::set<uint64_t>{10, 12, 150}));
+  EXPECT_EQ(engine_->list(std::nullopt, 1000)->size(), 6u);
+}
+
+TEST_F(OrphanSweepTest, NothingGoesWithinTheGraceWhileMetaIsDownOrTheFenceIsUp) {
+  put(11, 2);
+  auto s = sweep(std::chrono::hours(1));
+  EXPECT_EQ(s->run_once(), 0u);
+  EXPECT_EQ(s->run_once(), 0u);
+  down_ = true;
+  auto quick = sweep(std::chrono::milliseconds(0));
+  EXPECT_EQ(quick->run_once(), 0u);
+  down_ = false;
+  below_ = 0;  // a meta that does not say which ids it handed out
+  EXPECT_EQ(quick->run_once(), 0u);
+  below_ = 100;
+  EXPECT_EQ(sweep(std::chrono::milliseconds(0), [] { return false; })->run_once(), 0u);
+  EXPECT_EQ(inodes_held(), (std::set<uint64_t>{11}));
+  EXPECT_EQ(quick->run_once(), 2u);
+  EXPECT_TRUE(inodes_held().empty());
+}
+
+TEST_F(OrphanSweepTest, AChunkWithAnUpdatePendingStaysForALaterPass) {
+  put(11, 2);
+  Update u = Update::write(0, pattern(100, 1));
+  u.chain_id = 3;
+  ASSERT_TRUE(engine_->stage(ChunkId{11, 1}, 2, u).has_value());
+  auto s = sweep(std::chrono::milliseconds(0));
+  EXPECT_EQ(s->run_once(), 1u);
+  ASSERT_TRUE(engine_->commit(ChunkId{11, 1}, 2).has_value());
+  EXPECT_EQ(s->run_once(), 1u);
+  EXPECT_TRUE(inodes_held().empty());
+}
+
+}  // namespace
+}  // namespace weft::storage
