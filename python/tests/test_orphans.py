@@ -1,7 +1,7 @@
 """Chunks a killed writer sent but never reported (the file's known length
 stays 0, so meta's chunk GC never looks for them) are removed by the storage
 servers' orphan sweep once meta no longer has the file. A cluster of its own:
-its servers run with [storage] orphan_grace_s = 0 and a quick session reaper."""
+its servers run with [storage] orphan_grace_s = 10 and a quick session reaper."""
 
 import json
 import os
@@ -31,7 +31,7 @@ def test_killed_writers_chunks_go_once_the_file_is_gone(tmp_path):
         # `weft up` keeps edited configs: restart the servers with the settings.
         for name in ("storage-1", "storage-2"):
             with open(d / "conf" / f"{name}.toml", "a") as f:
-                f.write("\n[storage]\norphan_grace_s = 0\n")
+                f.write("\n[storage]\norphan_grace_s = 10\n")
         meta = (d / "conf" / "meta.toml").read_text()
         (d / "conf" / "meta.toml").write_text(
             meta.replace("[meta]\n", "[meta]\nsession_reap_min_age_s = 1\nsession_reap_interval_ms = 200\n", 1))
@@ -59,7 +59,7 @@ os._exit(0)                       # killed: no close
         assert _used(weft_bin, config) >= 4 << 20
         code, out = _run([weft_bin, "rm", "/crashed.bin", "--config", config])
         assert code == 0, out
-        deadline = time.time() + 60
+        deadline = time.time() + 90  # the reaper, then checks 2.5 s apart for 10 s
         while _used(weft_bin, config) > 0 and time.time() < deadline:
             time.sleep(0.5)
         assert _used(weft_bin, config) == 0

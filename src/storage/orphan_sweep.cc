@@ -78,14 +78,17 @@ uint64_t OrphanSweep::run_once() {
                         LogThrottle::held_back(*held));
         break;
       }
-      for (const ChunkInfo& c : *page)
-        if (inos.empty() || inos.back() != c.id.inode) inos.push_back(c.id.inode);
-      start = page->size() == kListPage ? page->back().id.successor() : std::nullopt;
-      if (inos.size() >= options_.batch || !start) {
-        removed += judge(t, inos, now, seen);
-        inos.clear();
+      for (const ChunkInfo& c : *page) {
+        if (!inos.empty() && inos.back() == c.id.inode) continue;
+        if (inos.size() == options_.batch) {  // a question never passes the batch (meta caps it)
+          removed += judge(t, inos, now, seen);
+          inos.clear();
+        }
+        inos.push_back(c.id.inode);
       }
+      start = page->size() == kListPage ? page->back().id.successor() : std::nullopt;
     }
+    if (!stopping()) removed += judge(t, inos, now, seen);
   }
   since_ = std::move(seen);  // an inode no longer orphaned (or gone) starts over
   return removed;

@@ -6,11 +6,16 @@
 // file whose known length was 0 never even reached the GC. Each pass lists
 // the inodes a target holds chunks of and asks meta about them, a batch at a
 // time. An inode is an orphan when meta does not have it AND its id is below
-// meta's issued-id mark (so a meta that lost its state, or a newer inode than
-// meta has told, is never taken for a deletion). An orphan's chunks go when
-// it has been one for `grace` (this process's clock: a restart starts over),
-// so a mistaken answer has to repeat across passes first. Chunks with an
-// update pending are left for a later pass.
+// meta's issued-id mark (a file created while we ask is never judged). An
+// orphan's chunks go when it has been one for `grace` (this process's clock:
+// a restart starts over), so a mistaken answer has to repeat across passes
+// first. Chunks with an update pending are left for a later pass.
+// LIMIT (why it is off unless configured): it trusts meta's answers. A meta
+// that lost its store (a new empty one), was restored from an older copy, or
+// a second meta with another store answering, issues ids again: once its mark
+// passes old inodes it does not have, their chunks look orphaned and go after
+// the grace, although the right store would have them. A store identity that
+// targets remember (and a mark that must never go down) is the missing guard.
 // Threading: one thread, started by start(), joined by stop(); run_once() is
 // thread-safe (one pass at a time).
 // Ownership: borrows the engines; the oracle is owned.

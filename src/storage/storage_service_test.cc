@@ -238,6 +238,25 @@ TEST(StorageServer, ForwardTimeoutMustBeBelowTheUserTimeout) {
                   .has_value());
 }
 
+// The orphan sweep is off unless configured, and then waits at least 10 s.
+TEST(StorageServer, OrphanGraceIsOffByDefaultAndAtLeastTenSeconds) {
+  auto parse = [](const std::string& storage_keys) -> Result<StorageConfig> {
+    WEFT_TRY(Config cfg, Config::parse("[server]\ncluster_token = \"t\"\n[storage]\n" + storage_keys +
+                                           "[[targets]]\nid = 1\npath = \"/nonexistent/t\"\n",
+                                       "s.toml"));
+    WEFT_TRY(rpc::ServiceConfig server, rpc::ServiceConfig::from(cfg, "storage"));
+    return StorageConfig::from(cfg, server);
+  };
+  auto off = parse("");
+  ASSERT_TRUE(off.has_value()) << off.error();
+  EXPECT_FALSE(off->orphan_grace.has_value());
+  EXPECT_FALSE(parse("orphan_grace_s = -1\n")->orphan_grace.has_value());
+  EXPECT_EQ(parse("orphan_grace_s = 10\n")->orphan_grace, std::chrono::seconds(10));
+  auto short_grace = parse("orphan_grace_s = 3\n");
+  ASSERT_FALSE(short_grace.has_value());
+  EXPECT_NE(short_grace.error().message().find("at least 10"), std::string::npos) << short_grace.error();
+}
+
 TEST_F(StorageServiceTest, ChainOfOneWritesReadsTruncatesRemoves) {
   start(1);
   route({0}, 1);
