@@ -65,5 +65,9 @@ os._exit(0)                       # killed: no close
         assert _used(weft_bin, config) == 0
         logs = "".join((d / "logs" / f"storage-{i}.log").read_text() for i in (1, 2))
         assert "which meta no longer has" in logs
+        # Each target remembers meta's store id and issued-id mark before it removes anything.
+        for i in (1, 2):
+            state = (d / "data" / f"storage-{i}" / "t0" / "orphan-sweep.state").read_text().split()
+            assert len(state) == 2 and int(state[0], 16) != 0 and int(state[1]) > 0, state
     finally:
         _run([weft_bin, "down", "--data-dir", str(d)], timeout=120)

@@ -31,10 +31,10 @@ class MetaOracle final : public storage::InodeOracle {
     }
     return out;
   }
-  Result<uint64_t> ids_issued_below() override {
+  Result<storage::MetaMark> mark() override {
     WEFT_TRY(meta::MetaClient * c, client());
     WEFT_TRY(meta::StatFs s, c->statfs(meta::Cred::root()));
-    return s.ids_issued_below;
+    return storage::MetaMark{s.ids_issued_below, s.store_id};
   }
 
  private:

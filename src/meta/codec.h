@@ -15,6 +15,7 @@
 //   G<ino>             GC queue: unlinked file   (Inode)
 //   R<client><seq>     retry record              (RequestRecord)
 //   Mnext_ino          inode id high-water mark  (u64)
+//   Mstore_id          random id of this store   (u64; made once, with the store)
 //   Cinodes            live inode count          (i64; merge operand)
 #pragma once
 
@@ -43,6 +44,7 @@ std::string request(uint64_t client_id, uint64_t seq);
 std::string request_prefix(uint64_t client_id);  // every retry record of one client
 inline constexpr size_t kRequestKeyBytes = 17;    // 'R' + client (be64) + seq (be64)
 inline constexpr std::string_view kNextIno = "Mnext_ino";
+inline constexpr std::string_view kStoreId = "Mstore_id";
 inline constexpr std::string_view kInodeCount = "Cinodes";
 inline constexpr char kInodePrefix = 'I';
 inline constexpr char kDentryPrefix = 'D';

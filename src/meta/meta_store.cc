@@ -84,6 +84,19 @@ Result<void> MetaStore::init() {
     } else {
       return error(from_rocks(s, "read inode high-water mark"));
     }
+    // The store's identity, made once (also for a store from before it existed).
+    s = db_->Get(rocksdb::ReadOptions(), key::kStoreId, &raw);
+    if (s.ok()) {
+      WEFT_TRY(store_id_, key::u64_at(raw, 0));
+    } else if (s.IsNotFound()) {
+      store_id_ = random_id() | 1;  // never 0 ("not told")
+      rocksdb::WriteOptions wo;
+      wo.sync = options_.sync;
+      s = db_->Put(wo, key::kStoreId, key::inode(store_id_).substr(1));  // big-endian u64
+      if (!s.ok()) return error(from_rocks(s, "write the store id"));
+    } else {
+      return error(from_rocks(s, "read the store id"));
+    }
   } catch (const std::exception& e) {
     return error(Code::kInternal, "rocksdb threw: {}", e.what());
   }

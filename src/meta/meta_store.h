@@ -322,6 +322,7 @@ class MetaStore {
   std::mutex alloc_mu_;
   uint64_t next_id_ = 0;   // guarded by alloc_mu_
   uint64_t id_limit_ = 0;  // guarded by alloc_mu_: persisted high-water mark
+  uint64_t store_id_ = 0;  // set at open (key::kStoreId)
   std::mutex expire_mu_;  // serializes expire_requests
   // The highest client id the next expire_requests call looks at (clients are
   // visited in descending order); nullopt: the top. Guarded by expire_mu_.

@@ -485,6 +485,23 @@ TEST_F(MetaStoreTest, StatfsCountsInodesAndAsksCapacity) {
   EXPECT_EQ(s().statfs(root())->inodes_used, 3u);
 }
 
+// statfs tells the store's identity (random, made once, kept across
+// restarts) and a mark that every id handed out is below and never goes down
+// (storage/orphan_sweep.h relies on both).
+TEST_F(MetaStoreTest, StatfsTellsTheStoreIdAndTheIssuedIdMark) {
+  auto first = s().statfs(root());
+  ASSERT_OK(first);
+  EXPECT_NE(first->store_id, 0u);
+  Ino f = create("f");
+  auto second = s().statfs(root());
+  EXPECT_GT(second->ids_issued_below, f);
+  EXPECT_GE(second->ids_issued_below, first->ids_issued_below);
+  ASSERT_NO_FATAL_FAILURE(open());
+  auto again = s().statfs(root());
+  EXPECT_EQ(again->store_id, first->store_id);
+  EXPECT_GE(again->ids_issued_below, second->ids_issued_below);
+}
+
 TEST_F(MetaStoreTest, StateSurvivesReopenAndIdsNeverRepeat) {
   Ino d = mkdir("d");
   Ino f = create("f", d);

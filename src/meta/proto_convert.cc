@@ -111,10 +111,12 @@ void to_proto(const StatFs& s, pb::StatFs* out) {
   out->set_inodes_used(s.inodes_used);
   out->set_inodes_max(s.inodes_max);
   out->set_ids_issued_below(s.ids_issued_below);
+  out->set_store_id(s.store_id);
 }
 
 StatFs from_proto(const pb::StatFs& s) {
-  return StatFs{s.capacity_bytes(), s.used_bytes(), s.inodes_used(), s.inodes_max(), s.ids_issued_below()};
+  return StatFs{s.capacity_bytes(), s.used_bytes(), s.inodes_used(), s.inodes_max(), s.ids_issued_below(),
+                s.store_id()};
 }
 
 void to_proto(const DirPage& p, pb::MetaReply* out) {

@@ -160,6 +160,7 @@ Result<StatFs> MetaStore::statfs(const Context&) {
       std::lock_guard lock(alloc_mu_);
       st.ids_issued_below = next_id_;
     }
+    st.store_id = store_id_;
     return st;
   });
 }

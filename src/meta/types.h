@@ -183,6 +183,9 @@ struct StatFs {
   // told (an older server). A chunk of an inode below it that meta does not
   // have belongs to a file that is gone (storage/orphan_sweep.h).
   uint64_t ids_issued_below = 0;
+  // Random, made once with the store (0: not told): tells this store from an
+  // empty one made in its place or another meta's.
+  uint64_t store_id = 0;
 };
 
 struct SetAttr {

@@ -1,6 +1,11 @@
 #include "storage/orphan_sweep.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 
 #include "common/logging.h"
 
@@ -99,17 +104,27 @@ uint64_t OrphanSweep::judge(const Target& t, const std::vector<uint64_t>& inos,
                             std::map<Key, std::chrono::steady_clock::time_point>& seen) {
   if (inos.empty()) return 0;
   // The mark first: an inode made after it has an id at or above it, so a
-  // file created while we ask is never judged by an answer from before.
-  auto below = oracle_->ids_issued_below();
-  auto exist = below ? oracle_->exist(inos) : Result<std::vector<bool>>(std::unexpected(below.error()));
-  if (!exist || exist->size() != inos.size()) {
+  // file created while we ask is never judged by an answer from before. The
+  // mark again after: the answers must come from that same store.
+  auto before = oracle_->mark();
+  auto exist = before ? oracle_->exist(inos) : Result<std::vector<bool>>(std::unexpected(before.error()));
+  auto after = exist ? oracle_->mark() : Result<MetaMark>(std::unexpected(exist.error()));
+  if (!after || exist->size() != inos.size()) {
     if (auto held = log_.admit())
       WEFT_LOG_WARN("{}: orphan sweep: cannot ask meta about {} inodes: {}{}", options_.name, inos.size(),
-                    exist ? Status(Code::kProtocol, "wrong answer count") : exist.error(),
+                    after ? Status(Code::kProtocol, "wrong answer count") : after.error(),
                     LogThrottle::held_back(*held));
     return 0;
   }
-  if (*below == 0) return 0;  // a meta that does not say which ids it handed out
+  if (before->ids_issued_below == 0 || before->store_id == 0) return 0;  // a meta that does not say
+  if (after->store_id != before->store_id || after->ids_issued_below < before->ids_issued_below) {
+    if (auto held = log_.admit())
+      WEFT_LOG_WARN("{}: orphan sweep: two meta stores answered one question (ids {:x} and {:x}); nothing removed{}",
+                    options_.name, before->store_id, after->store_id, LogThrottle::held_back(*held));
+    return 0;
+  }
+  if (!same_store(t, *before)) return 0;
+  const uint64_t* below = &before->ids_issued_below;
   uint64_t removed = 0;
   for (size_t i = 0; i < inos.size(); ++i) {
     if ((*exist)[i] || inos[i] >= *below) continue;
@@ -125,6 +140,65 @@ uint64_t OrphanSweep::judge(const Target& t, const std::vector<uint64_t>& inos,
     removed += remove_inode(t, inos[i]);
   }
   return removed;
+}
+
+bool OrphanSweep::same_store(const Target& t, const MetaMark& m) {
+  const std::filesystem::path file = std::filesystem::path(t.engine->dir()) / kStateFile;
+  auto it = remembered_.find(t.id);
+  if (it == remembered_.end()) {
+    MetaMark known;
+    if (std::ifstream in(file); in) {
+      in >> std::hex >> known.store_id >> std::dec >> known.ids_issued_below;
+      if (!in) {
+        WEFT_LOG_ERROR("{}: target {}: {} is unreadable: orphan sweep stopped for this target", options_.name, t.id,
+                       file.string());
+        return false;
+      }
+    }
+    it = remembered_.emplace(t.id, known).first;
+  }
+  MetaMark& known = it->second;
+  if (known.store_id != 0 && known.store_id != m.store_id) {
+    if (auto held = log_.admit())
+      WEFT_LOG_ERROR("{}: target {}: meta answers from store {:x}, not {:x} as before (a meta started on an empty or "
+                     "another store?): orphan sweep stopped for this target; remove {} if the new store is the one "
+                     "of record{}",
+                     options_.name, t.id, m.store_id, known.store_id, file.string(), LogThrottle::held_back(*held));
+    return false;
+  }
+  if (m.ids_issued_below < known.ids_issued_below) {
+    if (auto held = log_.admit())
+      WEFT_LOG_ERROR("{}: target {}: meta has handed out ids below {} only, fewer than the {} seen before (its store "
+                     "restored from an older copy?): orphan sweep stopped for this target; remove {} if that store "
+                     "is the one of record{}",
+                     options_.name, t.id, m.ids_issued_below, known.ids_issued_below, file.string(),
+                     LogThrottle::held_back(*held));
+    return false;
+  }
+  if (known.store_id == m.store_id && known.ids_issued_below == m.ids_issued_below) return true;
+  // Remembered before anything is removed on its word.
+  const std::filesystem::path tmp = file.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << std::hex << m.store_id << ' ' << std::dec << m.ids_issued_below << '\n';
+    out.flush();
+    if (!out) {
+      WEFT_LOG_WARN("{}: target {}: cannot write {}", options_.name, t.id, tmp.string());
+      return false;
+    }
+  }
+  if (int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+    ::fdatasync(fd);
+    ::close(fd);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, file, ec);
+  if (ec) {
+    WEFT_LOG_WARN("{}: target {}: cannot write {}: {}", options_.name, t.id, file.string(), ec.message());
+    return false;
+  }
+  known = m;
+  return true;
 }
 
 uint64_t OrphanSweep::remove_inode(const Target& t, uint64_t ino) {

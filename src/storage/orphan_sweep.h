@@ -10,12 +10,14 @@
 // orphan's chunks go when it has been one for `grace` (this process's clock:
 // a restart starts over), so a mistaken answer has to repeat across passes
 // first. Chunks with an update pending are left for a later pass.
-// LIMIT (why it is off unless configured): it trusts meta's answers. A meta
-// that lost its store (a new empty one), was restored from an older copy, or
-// a second meta with another store answering, issues ids again: once its mark
-// passes old inodes it does not have, their chunks look orphaned and go after
-// the grace, although the right store would have them. A store identity that
-// targets remember (and a mark that must never go down) is the missing guard.
+// Which meta answers: meta's store has a random id made with it. Each target
+// remembers (file kStateFile in its directory, written before anything is
+// removed) the store id it first heard and the highest mark; a different
+// store id (a meta started on an empty store, or another meta's), a mark
+// below the remembered one (a store restored from an older copy), or answers
+// from two stores in one question stop the sweep of that target, with an
+// error in the log, until an operator removes the file. (A first contact
+// with the wrong store is not caught.)
 // Threading: one thread, started by start(), joined by stop(); run_once() is
 // thread-safe (one pass at a time).
 // Ownership: borrows the engines; the oracle is owned.
@@ -40,14 +42,19 @@
 
 namespace weft::storage {
 
+// What meta says of itself (meta::StatFs).
+struct MetaMark {
+  uint64_t ids_issued_below = 0;  // every id meta handed out is below this; 0: not told
+  uint64_t store_id = 0;          // 0: not told
+};
+
 // What the sweep asks meta.
 class InodeOracle {
  public:
   virtual ~InodeOracle() = default;
   // Per inode, in order: whether meta has it. An error: no answer now.
   virtual Result<std::vector<bool>> exist(const std::vector<uint64_t>& inos) = 0;
-  // Every id meta handed out is below this (0: it does not say).
-  virtual Result<uint64_t> ids_issued_below() = 0;
+  virtual Result<MetaMark> mark() = 0;
 };
 
 struct OrphanSweepOptions {
@@ -86,6 +93,15 @@ class OrphanSweep {
                  std::map<Key, std::chrono::steady_clock::time_point>& seen);
   uint64_t remove_inode(const Target& t, uint64_t ino);
   bool stopping() const;
+  // Whether `m` comes from the store target t remembers (remembering it, and
+  // a higher mark, first); false stops the sweep of t.
+  bool same_store(const Target& t, const MetaMark& m);
+
+ public:
+  static constexpr const char* kStateFile = "orphan-sweep.state";  // "<store id> <highest mark>\n"
+
+ private:
+  std::map<uint64_t, MetaMark> remembered_;  // GUARDED_BY(run_mu_): by target (loaded from kStateFile)
 
   const OrphanSweepOptions options_;
   const std::unique_ptr<InodeOracle> oracle_;

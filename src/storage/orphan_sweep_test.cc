@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <set>
+#include <utility>
 
 #include "storage/test_util.h"
 
@@ -18,16 +20,19 @@ using testing::pattern;
 struct FakeMeta final : InodeOracle {
   std::set<uint64_t>* live;
   uint64_t* below;
+  uint64_t* store;
   bool* down;
+  uint64_t* switch_store_after_exist;  // nonzero: the next mark() comes from this store
   Result<std::vector<bool>> exist(const std::vector<uint64_t>& inos) override {
     if (*down) return error(Code::kUnavailable, "meta down");
     std::vector<bool> out;
     for (uint64_t i : inos) out.push_back(live->contains(i));
+    if (*switch_store_after_exist) *store = std::exchange(*switch_store_after_exist, 0);
     return out;
   }
-  Result<uint64_t> ids_issued_below() override {
+  Result<MetaMark> mark() override {
     if (*down) return error(Code::kUnavailable, "meta down");
-    return *below;
+    return MetaMark{*below, *store};
   }
 };
 
@@ -51,7 +56,9 @@ class OrphanSweepTest : public ::testing::Test {
     auto meta = std::make_unique<FakeMeta>();
     meta->live = &live_;
     meta->below = &below_;
+    meta->store = &store_;
     meta->down = &down_;
+    meta->switch_store_after_exist = &switch_store_;
     return std::make_unique<OrphanSweep>(o, std::move(meta), std::vector<OrphanSweep::Target>{{7, engine_.get()}},
                                          registry_);
   }
@@ -77,7 +84,9 @@ class OrphanSweepTest : public ::testing::Test {
   std::unique_ptr<ChunkEngine> engine_;
   std::set<uint64_t> live_{10, 12};
   uint64_t below_ = 100;
+  uint64_t store_ = 0xabc;
   bool down_ = false;
+  uint64_t switch_store_ = 0;
 };
 
 TEST_F(OrphanSweepTest, ChunksOfInodesMetaNoLongerHasGoAfterTheGrace) {
@@ -120,6 +129,33 @@ TEST_F(OrphanSweepTest, AChunkWithAnUpdatePendingStaysForALaterPass) {
   ASSERT_TRUE(engine_->commit(ChunkId{11, 1}, 2).has_value());
   EXPECT_EQ(s->run_once(), 1u);
   EXPECT_TRUE(inodes_held().empty());
+}
+
+// A target remembers the meta store it heard first and the highest mark:
+// answers from another store (a meta started on an empty store), a lower
+// mark (a store restored from an older copy) or two stores in one question
+// remove nothing, also after a restart, until the state file is removed.
+TEST_F(OrphanSweepTest, ItStopsWhenAnotherMetaStoreAnswers) {
+  put(11, 1);
+  put(13, 1);
+  live_ = {11, 13};
+  EXPECT_EQ(sweep(std::chrono::milliseconds(0))->run_once(), 0u);  // remembers store abc, mark 100
+  live_ = {};
+  store_ = 0xdef;  // an empty store made in its place
+  EXPECT_EQ(sweep(std::chrono::milliseconds(0))->run_once(), 0u);
+  store_ = 0xabc;
+  below_ = 50;  // the right store, but an older copy of it
+  EXPECT_EQ(sweep(std::chrono::milliseconds(0))->run_once(), 0u);
+  below_ = 100;
+  switch_store_ = 0xdef;  // failed over to another store in the middle of a question
+  EXPECT_EQ(sweep(std::chrono::milliseconds(0))->run_once(), 0u);
+  EXPECT_EQ(inodes_held(), (std::set<uint64_t>{11, 13}));
+  store_ = 0xabc;
+  EXPECT_EQ(sweep(std::chrono::milliseconds(0))->run_once(), 2u);  // the store of record again
+  put(15, 1);
+  store_ = 0xdef;
+  ASSERT_TRUE(std::filesystem::remove(std::filesystem::path(dir_.path()) / OrphanSweep::kStateFile));
+  EXPECT_EQ(sweep(std::chrono::milliseconds(0))->run_once(), 1u);  // the operator said the new store is right
 }
 
 }  // namespace

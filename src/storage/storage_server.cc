@@ -58,9 +58,8 @@ Result<StorageConfig> StorageConfig::from(const Config& config, const rpc::Servi
     sc.read_bytes_held_max = static_cast<uint64_t>(held_mib) << 20;
     WEFT_TRY(int64_t grace, s.get_int_in("stray_chunk_grace_s", 3600, 0, int64_t{365} * 24 * 3600));
     sc.stray_chunk_grace = std::chrono::seconds(grace);
-    // Off unless set (see orphan_sweep.h: it trusts meta's answers). At least
-    // 10 s: meta shows an unlink a moment before it is durable.
-    WEFT_TRY(int64_t orphan, s.get_int_in("orphan_grace_s", -1, -1, int64_t{365} * 24 * 3600));
+    // At least 10 s: meta shows an unlink a moment before it is durable.
+    WEFT_TRY(int64_t orphan, s.get_int_in("orphan_grace_s", 3600, -1, int64_t{365} * 24 * 3600));
     if (orphan >= 0 && orphan < 10)
       return error(Code::kConfig, "{}: key 'storage.orphan_grace_s' ({}) must be -1 (off) or at least 10",
                    config.source(), orphan);

@@ -9,8 +9,8 @@
 // forward_timeout_ms = 10000  # per chain hop; below [server] tcp_user_timeout_ms unless that is 0
 // read_held_mib = 1024        # MiB reads may hold until their replies are written (512..; a connection a quarter)
 // stray_chunk_grace_s = 3600  # chunks of chains a target left go after this long (storage/stray_sweep.h)
-// orphan_grace_s = -1         # with [cluster]: chunks of files meta no longer has go after this long
-//                             # (storage/orphan_sweep.h); -1 (default): never; else at least 10
+// orphan_grace_s = 3600       # with [cluster]: chunks of files meta no longer has go after this long
+//                             # (storage/orphan_sweep.h); -1: never; else at least 10
 // [[targets]]
 // id = 101                    # cluster-wide target id
 // path = "/data/ssd0/weft"    # the target's directory
@@ -52,7 +52,7 @@ struct StorageConfig {
   uint32_t forward_timeout_ms = 10000;
   uint64_t read_bytes_held_max = uint64_t{1} << 30;  // [storage] read_held_mib
   std::chrono::seconds stray_chunk_grace{std::chrono::hours(1)};
-  std::optional<std::chrono::seconds> orphan_grace;  // nullopt (default): no orphan sweep
+  std::optional<std::chrono::seconds> orphan_grace = std::chrono::hours(1);  // nullopt: no orphan sweep
   std::vector<std::string> mgmtd;  // [cluster] mgmtd; empty: standalone (static routing)
   std::string advertise;           // [cluster] advertise; empty: the listen address
 

@@ -238,8 +238,8 @@ TEST(StorageServer, ForwardTimeoutMustBeBelowTheUserTimeout) {
                   .has_value());
 }
 
-// The orphan sweep is off unless configured, and then waits at least 10 s.
-TEST(StorageServer, OrphanGraceIsOffByDefaultAndAtLeastTenSeconds) {
+// The orphan sweep waits an hour unless configured, at least 10 s, -1: off.
+TEST(StorageServer, OrphanGraceIsAnHourByDefaultAtLeastTenSecondsOrOff) {
   auto parse = [](const std::string& storage_keys) -> Result<StorageConfig> {
     WEFT_TRY(Config cfg, Config::parse("[server]\ncluster_token = \"t\"\n[storage]\n" + storage_keys +
                                            "[[targets]]\nid = 1\npath = \"/nonexistent/t\"\n",
@@ -247,9 +247,9 @@ TEST(StorageServer, OrphanGraceIsOffByDefaultAndAtLeastTenSeconds) {
     WEFT_TRY(rpc::ServiceConfig server, rpc::ServiceConfig::from(cfg, "storage"));
     return StorageConfig::from(cfg, server);
   };
-  auto off = parse("");
-  ASSERT_TRUE(off.has_value()) << off.error();
-  EXPECT_FALSE(off->orphan_grace.has_value());
+  auto dflt = parse("");
+  ASSERT_TRUE(dflt.has_value()) << dflt.error();
+  EXPECT_EQ(dflt->orphan_grace, std::chrono::seconds(3600));
   EXPECT_FALSE(parse("orphan_grace_s = -1\n")->orphan_grace.has_value());
   EXPECT_EQ(parse("orphan_grace_s = 10\n")->orphan_grace, std::chrono::seconds(10));
   auto short_grace = parse("orphan_grace_s = 3\n");
