@@ -36,35 +36,20 @@ OrphanSweepOptions OrphanSweep::from_grace(std::chrono::seconds grace) {
 }
 
 void OrphanSweep::start() {
-  if (thread_.joinable()) return;
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = false;
-  }
-  thread_ = std::thread([this] {
-    for (;;) {
-      {
-        std::unique_lock lock(mu_);
-        if (cv_.wait_for(lock, options_.interval, [&] { return stopping_; })) return;
-      }
-      run_once();
-    }
+  if (thread_) return;
+  stop_now_ = false;
+  thread_ = std::make_unique<PeriodicThread>(options_.interval, [this] {
+    run_once();
+    return PeriodicThread::Wait(options_.interval);
   });
 }
 
 void OrphanSweep::stop() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  stop_now_ = true;  // a pass under way ends soon
+  if (thread_) thread_->stop();
 }
 
-bool OrphanSweep::stopping() const {
-  std::lock_guard lock(mu_);
-  return stopping_;
-}
+bool OrphanSweep::stopping() const { return stop_now_.load(); }
 
 uint64_t OrphanSweep::run_once() {
   std::lock_guard run(run_mu_);

@@ -23,8 +23,8 @@
 // Ownership: borrows the engines; the oracle is owned.
 #pragma once
 
+#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -32,12 +32,12 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "common/log_throttle.h"
 #include "common/metrics.h"
+#include "common/periodic.h"
 #include "storage/chunk_engine.h"
 
 namespace weft::storage {
@@ -112,10 +112,8 @@ class OrphanSweep {
   std::mutex run_mu_;  // one pass at a time
   std::map<Key, std::chrono::steady_clock::time_point> since_;  // GUARDED_BY(run_mu_): first seen orphaned
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;  // GUARDED_BY(mu_)
-  std::thread thread_;
+  std::atomic<bool> stop_now_{false};
+  std::unique_ptr<PeriodicThread> thread_;  // last: stopped before the rest goes
 };
 
 }  // namespace weft::storage

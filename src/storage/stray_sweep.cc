@@ -38,33 +38,17 @@ StraySweepOptions StraySweep::from_grace(std::chrono::seconds grace) {
 }
 
 void StraySweep::start() {
-  if (thread_.joinable()) return;
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = false;
-  }
+  if (thread_) return;
   stop_now_ = false;
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::make_unique<PeriodicThread>(options_.interval, [this] {
+    run_once();
+    return PeriodicThread::Wait(options_.interval);
+  });
 }
 
 void StraySweep::stop() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  stop_now_ = true;
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
-
-void StraySweep::run() {
-  for (;;) {
-    {
-      std::unique_lock lock(mu_);
-      if (cv_.wait_for(lock, options_.interval, [&] { return stopping_; })) return;
-    }
-    run_once();
-  }
+  stop_now_ = true;  // a pass under way ends at its next chunk
+  if (thread_) thread_->stop();
 }
 
 bool StraySweep::sweeping(mgmt::TargetId target, mgmt::ChainId chain) const {

@@ -30,19 +30,19 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "common/log_throttle.h"
 #include "common/metrics.h"
+#include "common/periodic.h"
 #include "storage/chunk_engine.h"
 #include "storage/routing_provider.h"
 
@@ -85,7 +85,6 @@ class StraySweep {
   // chain is unknown there).
   bool stray(mgmt::TargetId target, mgmt::ChainId chain) const;
   uint64_t sweep_chain(const Target& t, mgmt::ChainId chain);
-  void run();
 
   const StraySweepOptions options_;
   RoutingProvider& routing_;
@@ -98,10 +97,8 @@ class StraySweep {
   mutable std::mutex mu_;
   std::set<Key> sweeping_;            // GUARDED_BY(mu_)
   std::atomic<size_t> sweeping_count_{0};  // sweeping_.size(), read without mu_
-  std::condition_variable cv_;
-  bool stopping_ = false;             // GUARDED_BY(mu_)
   std::atomic<bool> stop_now_{false};
-  std::thread thread_;
+  std::unique_ptr<PeriodicThread> thread_;  // last: stopped before the rest goes
 };
 
 }  // namespace weft::storage
