@@ -273,13 +273,17 @@ class MetaStore {
   Result<void> await_sync();
 
   // Shared pieces of operations (store_*.cc).
-  // Locks `dir` shared and checks w+x. need_nlink: merge its DirStat in (only
-  // mkdir/rename need the link count; skipping it keeps creates cheap).
   // For an operation `op` that adds entry `name` to directory `parent`: the
   // directory locked for entries, or kExists when `name` is "." or ".." or is
-  // taken (its dentry stays locked).
+  // taken (its dentry stays locked), then EACCES without w+x on it.
   Result<Inode> lock_free_name(Txn& txn, const Context& ctx, Ino parent, std::string_view name, std::string_view op);
-  Result<Inode> lock_dir_for_entries(Txn& txn, const Context& ctx, Ino dir, bool need_nlink = false);
+  // Locks `dir` shared to change its entries, checks it is a directory the
+  // caller may search. Write permission comes after the name's lookup
+  // (check_dir_writable), as in Linux: ENOENT and EEXIST before EACCES.
+  // need_nlink: merge its DirStat in (only mkdir/rename need the link count;
+  // skipping it keeps creates cheap).
+  Result<Inode> lock_dir_searchable(Txn& txn, const Context& ctx, Ino dir, bool need_nlink = false);
+  static Result<void> check_dir_writable(const Inode& dir, const Context& ctx);
   // REQUIRES: before the operation's own locks. kStaleHandle unless
   // `expect` (when set) still names `parent`; see ParentCheck.
   Result<void> check_parent(Txn& txn, const Context& ctx, const std::optional<ParentCheck>& expect, Ino parent);

@@ -118,6 +118,40 @@ TEST_F(MetaStoreTest, PermissionsOnEntryOperations) {
   ASSERT_OK(s().unlink(alice, d, "a"));
 }
 
+// Linux looks the name up before it checks write permission on the
+// directory: a name that exists is EEXIST, a missing one ENOENT, a rename onto
+// the same inode a no-op, for callers who may search the directory but not
+// write it (mkdir -p of a path that exists under a root-owned directory).
+TEST_F(MetaStoreTest, LookupErrorsComeBeforeWritePermission) {
+  Ino d = mkdir("ro", kRootIno, 0755);
+  Ino sub = mkdir("sub", d, 0755);
+  Ino f = create("f", d, 0644);
+  ASSERT_OK(s().link(root(), f, d, "f2"));
+  Context bob = user(2000, 200);
+  EXPECT_CODE(s().mkdir(bob, kRootIno, "ro", 0755), Code::kExists);
+  EXPECT_CODE(s().mkdir(bob, d, "sub", 0755), Code::kExists);
+  EXPECT_CODE(s().symlink(bob, d, "f", "x"), Code::kExists);
+  EXPECT_CODE(s().mknod(bob, d, "f", InodeType::kFifo, 0644, 0), Code::kExists);
+  EXPECT_CODE(s().link(bob, f, d, "sub"), Code::kExists);
+  EXPECT_CODE(s().unlink(bob, d, "missing"), Code::kNotFound);
+  EXPECT_CODE(s().rmdir(bob, d, "missing"), Code::kNotFound);
+  EXPECT_CODE(s().rename(bob, d, "missing", d, "x"), Code::kNotFound);
+  EXPECT_CODE(s().rename(bob, d, "f", d, "sub", RenameFlags::kNoReplace), Code::kExists);
+  ASSERT_OK(s().rename(bob, d, "f", d, "f"));   // onto itself
+  ASSERT_OK(s().rename(bob, d, "f", d, "f2"));  // onto a hard link of itself
+  // What exists and needs a change is refused for want of write permission.
+  EXPECT_CODE(s().mkdir(bob, d, "new", 0755), Code::kPermissionDenied);
+  EXPECT_CODE(s().unlink(bob, d, "f"), Code::kPermissionDenied);
+  EXPECT_CODE(s().unlink(bob, d, "sub"), Code::kPermissionDenied);  // before EISDIR, as Linux
+  EXPECT_CODE(s().rmdir(bob, d, "f"), Code::kPermissionDenied);     // before ENOTDIR
+  EXPECT_CODE(s().rename(bob, d, "f", d, "g"), Code::kPermissionDenied);
+  // Without search permission nothing is told about the names.
+  ASSERT_OK(s().setattr(root(), d, SetAttr{.mode = 0700}));
+  EXPECT_CODE(s().mkdir(bob, d, "sub", 0755), Code::kPermissionDenied);
+  EXPECT_CODE(s().unlink(bob, d, "missing"), Code::kPermissionDenied);
+  EXPECT_NE(sub, 0u);
+}
+
 TEST_F(MetaStoreTest, StickyDirectoryRestrictsRemoval) {
   Ino tmp = mkdir("tmp", kRootIno, 01777);
   Context alice = user(1000, 100), bob = user(2000, 200);

@@ -8,19 +8,24 @@
 
 namespace weft::meta {
 
-Result<Inode> MetaStore::lock_dir_for_entries(Txn& txn, const Context& ctx, Ino dir, bool need_nlink) {
+Result<Inode> MetaStore::lock_dir_searchable(Txn& txn, const Context& ctx, Ino dir, bool need_nlink) {
   WEFT_TRY(Inode parent, txn.lock_existing(dir, /*exclusive=*/false, need_nlink));
   if (!parent.is_dir()) return error(Code::kNotDirectory, "inode {} is not a directory", dir);
-  WEFT_RETURN_IF_ERROR(check_access(parent, ctx.cred, kAccessWrite | kAccessExec));
+  WEFT_RETURN_IF_ERROR(check_access(parent, ctx.cred, kAccessExec));
   return parent;
+}
+
+Result<void> MetaStore::check_dir_writable(const Inode& dir, const Context& ctx) {
+  return check_access(dir, ctx.cred, kAccessWrite | kAccessExec);
 }
 
 Result<Inode> MetaStore::lock_free_name(Txn& txn, const Context& ctx, Ino parent_ino, std::string_view name,
                                         std::string_view op) {
   if (is_dot_or_dotdot(name)) return error(Code::kExists, "{} '{}'", op, name);
-  WEFT_TRY(Inode parent, lock_dir_for_entries(txn, ctx, parent_ino));
+  WEFT_TRY(Inode parent, lock_dir_searchable(txn, ctx, parent_ino));
   WEFT_TRY(auto existing, txn.lock_dentry(parent_ino, name));
   if (existing) return error(Code::kExists, "'{}' exists in {}", name, parent_ino);
+  WEFT_RETURN_IF_ERROR(check_dir_writable(parent, ctx));
   return parent;
 }
 
@@ -176,10 +181,11 @@ Result<Inode> MetaStore::mkdir(const Context& ctx, Ino parent_ino, std::string_v
   return to_inode(mutate(Op::kMkdir, ctx, [&](Txn& txn) -> Result<Reply> {
     WEFT_RETURN_IF_ERROR(check_name(name));
     if (is_dot_or_dotdot(name)) return error(Code::kExists, "mkdir '{}'", name);
-    WEFT_TRY(Inode parent, lock_dir_for_entries(txn, ctx, parent_ino, /*need_nlink=*/true));
-    if (parent.nlink >= kLinkCountMax) return error(Code::kTooManyLinks, "directory {} is full", parent_ino);
+    WEFT_TRY(Inode parent, lock_dir_searchable(txn, ctx, parent_ino, /*need_nlink=*/true));
     WEFT_TRY(auto existing, txn.lock_dentry(parent_ino, name));
     if (existing) return error(Code::kExists, "'{}' exists in {}", name, parent_ino);
+    WEFT_RETURN_IF_ERROR(check_dir_writable(parent, ctx));
+    if (parent.nlink >= kLinkCountMax) return error(Code::kTooManyLinks, "directory {} is full", parent_ino);
     WEFT_TRY(Inode dir, new_inode(txn, ctx, parent, InodeType::kDirectory, mode));
     WEFT_RETURN_IF_ERROR(add_entry(txn, parent, name, dir));
     return reply_of(std::move(dir));
@@ -241,12 +247,13 @@ Result<void> MetaStore::unlink(const Context& ctx, Ino parent_ino, std::string_v
     WEFT_RETURN_IF_ERROR(check_parent(txn, ctx, expect_parent, parent_ino));
     WEFT_RETURN_IF_ERROR(check_name(name));
     if (is_dot_or_dotdot(name)) return error(Code::kIsDirectory, "unlink '{}'", name);
-    WEFT_TRY(Inode parent, lock_dir_for_entries(txn, ctx, parent_ino));
+    WEFT_TRY(Inode parent, lock_dir_searchable(txn, ctx, parent_ino));
     WEFT_TRY(auto d, txn.lock_dentry(parent_ino, name));
     if (!d) return error(Code::kNotFound, "no '{}' in {}", name, parent_ino);
-    if (d->type == InodeType::kDirectory) return error(Code::kIsDirectory, "unlink of directory '{}'", name);
+    WEFT_RETURN_IF_ERROR(check_dir_writable(parent, ctx));
     WEFT_TRY(Inode victim, txn.lock_existing(d->ino, true));
     WEFT_RETURN_IF_ERROR(check_remove(parent, victim, ctx.cred));
+    if (victim.is_dir()) return error(Code::kIsDirectory, "unlink of directory '{}'", name);
     WEFT_RETURN_IF_ERROR(txn.del(key::dentry(parent_ino, name)));
     WEFT_RETURN_IF_ERROR(touch_dir(txn, parent_ino, 0));
     WEFT_RETURN_IF_ERROR(drop_link(txn, std::move(victim)));
@@ -262,12 +269,13 @@ Result<void> MetaStore::rmdir(const Context& ctx, Ino parent_ino, std::string_vi
     WEFT_RETURN_IF_ERROR(check_name(name));
     if (name == ".") return error(Code::kInvalidArgument, "rmdir '.'");
     if (name == "..") return error(Code::kNotEmpty, "rmdir '..'");
-    WEFT_TRY(Inode parent, lock_dir_for_entries(txn, ctx, parent_ino));
+    WEFT_TRY(Inode parent, lock_dir_searchable(txn, ctx, parent_ino));
     WEFT_TRY(auto d, txn.lock_dentry(parent_ino, name));
     if (!d) return error(Code::kNotFound, "no '{}' in {}", name, parent_ino);
-    if (d->type != InodeType::kDirectory) return error(Code::kNotDirectory, "rmdir of non-directory '{}'", name);
+    WEFT_RETURN_IF_ERROR(check_dir_writable(parent, ctx));
     WEFT_TRY(Inode victim, txn.lock_existing(d->ino, true));
     WEFT_RETURN_IF_ERROR(check_remove(parent, victim, ctx.cred));
+    if (!victim.is_dir()) return error(Code::kNotDirectory, "rmdir of non-directory '{}'", name);
     WEFT_TRY(bool busy, txn.has_prefix(key::dentry_prefix(victim.ino)));
     if (busy) return error(Code::kNotEmpty, "directory '{}' is not empty", name);
     WEFT_RETURN_IF_ERROR(txn.del(key::dentry(parent_ino, name)));

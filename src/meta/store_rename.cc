@@ -52,10 +52,10 @@ Result<void> MetaStore::do_rename(Txn& txn, const Context& ctx, Ino sp, std::str
   bool noreplace = flags == RenameFlags::kNoReplace;
   if (static_cast<uint32_t>(flags) > 2) return error(Code::kInvalidArgument, "bad rename flags");
   // 1. parents
-  WEFT_TRY(Inode sdir, lock_dir_for_entries(txn, ctx, std::min(sp, dp), true));
+  WEFT_TRY(Inode sdir, lock_dir_searchable(txn, ctx, std::min(sp, dp), true));
   Inode ddir = sdir;
   if (sp != dp) {
-    WEFT_TRY(ddir, lock_dir_for_entries(txn, ctx, std::max(sp, dp), true));
+    WEFT_TRY(ddir, lock_dir_searchable(txn, ctx, std::max(sp, dp), true));
   }
   if (sdir.ino != sp) std::swap(sdir, ddir);
   // 2. dentries and inodes
@@ -68,6 +68,9 @@ Result<void> MetaStore::do_rename(Txn& txn, const Context& ctx, Ino sp, std::str
   if (exchange && !dd) return error(Code::kNotFound, "no '{}' in {}", dn, dp);
   if (dd && noreplace) return error(Code::kExists, "'{}' exists in {}", dn, dp);
   if (dd && dd->ino == sd->ino) return {};  // same inode (itself or a hard link): nothing to do
+  // As Linux: ENOENT, EEXIST and the no-op above come before write permission.
+  WEFT_RETURN_IF_ERROR(check_dir_writable(sdir, ctx));
+  if (sp != dp) WEFT_RETURN_IF_ERROR(check_dir_writable(ddir, ctx));
   WEFT_TRY(Inode src, txn.lock_existing(sd->ino, true));
   std::optional<Inode> dst;
   if (dd) {
