@@ -340,6 +340,42 @@ TEST_F(MetaStoreTest, SpecialFilesSetIdBits) {
   EXPECT_EQ(chowned->mode, 0755u);
 }
 
+// A write by someone other than root drops setuid (and setgid when the group
+// may execute), as Linux: through the mount the kernel asks for it with a
+// setattr under the writer's credentials, which needs write access, not
+// ownership; natively a write open or a truncate does it.
+TEST_F(MetaStoreTest, WritersOtherThanRootDropSetuidAndSetgid) {
+  Context bob = user(2000, 100), carol = user(3000, 300);
+  Ino f = create("f", kRootIno, 0644);
+  ASSERT_OK(s().setattr(root(), f, SetAttr{.uid = 1000, .gid = 100}));
+  auto reset = [&] { ASSERT_OK(s().setattr(root(), f, SetAttr{.mode = 06775})); };
+  auto mode = [&] { auto n = s().getattr(root(), f); return n ? n->mode : 0u; };
+  reset();
+  auto dropped = s().setattr(bob, f, SetAttr{.mode = 0775});
+  ASSERT_OK(dropped);
+  EXPECT_EQ(dropped->mode, 0775u);
+  EXPECT_CODE(s().setattr(bob, f, SetAttr{.mode = 0777}), Code::kNotPermitted);  // more than dropping
+  EXPECT_CODE(s().setattr(bob, f, SetAttr{.mode = 0775}), Code::kNotPermitted);  // nothing to drop
+  reset();
+  ASSERT_OK(s().setattr(bob, f, SetAttr{.mode = 02775}));
+  EXPECT_EQ(mode(), 02775u);
+  reset();
+  EXPECT_CODE(s().setattr(carol, f, SetAttr{.mode = 0775}), Code::kPermissionDenied);  // may not write
+  EXPECT_EQ(mode(), 06775u);
+  ASSERT_OK(s().setattr(bob, f, SetAttr{.size = 0}));
+  EXPECT_EQ(mode(), 0775u);
+  reset();
+  ASSERT_OK(s().open(on_connection(bob, 7), f, OpenFlags{.read = false, .write = true}));
+  EXPECT_EQ(mode(), 0775u);
+  ASSERT_OK(s().setattr(root(), f, SetAttr{.mode = 06765}));  // setgid without group execute stays
+  ASSERT_OK(s().open(on_connection(bob, 7), f, OpenFlags{.read = false, .write = true}));
+  EXPECT_EQ(mode(), 02765u);
+  reset();
+  ASSERT_OK(s().open(on_connection(root(), 7), f, OpenFlags{.read = false, .write = true}));
+  ASSERT_OK(s().setattr(root(), f, SetAttr{.size = 0}));
+  EXPECT_EQ(mode(), 06775u);  // root keeps them (CAP_FSETID)
+}
+
 // A meta server with special files off refuses mknod as before they existed.
 class NoSpecialFilesTest : public StoreTest {
  protected:

@@ -109,8 +109,18 @@ Result<Inode> MetaStore::do_setattr(Txn& txn, const Context& ctx, Ino ino, const
   WEFT_RETURN_IF_ERROR(check_chown(n, c, a));
   WEFT_RETURN_IF_ERROR(check_times(n, c, a));
   if (a.mode) {
-    if (!owner_or_root(n, c)) return error(Code::kNotPermitted, "only the owner may chmod inode {}", ino);
-    n.mode = *a.mode & kModePermMask;
+    const uint32_t want = *a.mode & kModePermMask;
+    if (!owner_or_root(n, c)) {
+      // The kernel drops setuid/setgid of a file written through a mount with
+      // the writer's credentials (no FUSE_CAP_HANDLE_KILLPRIV): a change that
+      // only drops them needs what the write needs, write access.
+      constexpr uint32_t kPrivs = kModeSetUid | kModeSetGid;
+      const bool drops_privs_only = want != n.mode && (want & ~kPrivs) == (n.mode & ~kPrivs) && (want & ~n.mode) == 0;
+      if (!drops_privs_only) return error(Code::kNotPermitted, "only the owner may chmod inode {}", ino);
+      WEFT_TRY(bool through_session, holds_write_session(txn, ctx, ino, a.size_session));
+      if (!through_session) WEFT_RETURN_IF_ERROR(check_access(n, c, kAccessWrite));
+    }
+    n.mode = want;
     if (c.uid != 0 && !c.in_group(a.gid.value_or(n.gid))) n.mode &= ~kModeSetGid;
   }
   if (a.size) {
@@ -123,6 +133,7 @@ Result<Inode> MetaStore::do_setattr(Txn& txn, const Context& ctx, Ino ino, const
                    kFileBytesMax);
     n.size = *a.size;
     n.mtime_ns = now;
+    if (c.uid != 0) n.mode = mode_without_privs(n.mode);  // as Linux's truncate
   }
   bool chown = (a.uid && *a.uid != n.uid) || (a.gid && *a.gid != n.gid);
   if (a.uid) n.uid = *a.uid;
@@ -140,6 +151,14 @@ Result<Inode> MetaStore::do_setattr(Txn& txn, const Context& ctx, Ino ino, const
     WEFT_RETURN_IF_ERROR(txn.put(key::dir_stat(ino), encode_dir_stat({n.mtime_ns, n.ctime_ns, s.nlink_delta})));
   }
   return n;
+}
+
+Result<void> MetaStore::drop_privs_for_writer(Txn& txn, const Context& ctx, Inode& n) {
+  if (ctx.cred.uid == 0 || mode_without_privs(n.mode) == n.mode) return {};
+  WEFT_TRY(n, txn.lock_existing(n.ino, /*exclusive=*/true));
+  n.mode = mode_without_privs(n.mode);
+  n.ctime_ns = now_ns();
+  return txn.put_inode(n);
 }
 
 Result<Inode> MetaStore::setattr(const Context& ctx, Ino ino, const SetAttr& attr) {

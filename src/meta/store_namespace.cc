@@ -154,6 +154,7 @@ Result<Reply> MetaStore::do_create(Txn& txn, const Context& ctx, Ino parent_ino,
     WEFT_TRY(Inode file, txn.lock_existing(existing->ino, false));
     WEFT_RETURN_IF_ERROR(check_access(file, ctx.cred, open_for_write ? kAccessWrite : kAccessRead));
     if (open_for_write) {
+      WEFT_RETURN_IF_ERROR(drop_privs_for_writer(txn, ctx, file));
       WEFT_TRY(reply.session_id, begin_session(txn, ctx, file.ino));
     }
     reply = reply_of(std::move(file), reply.session_id);

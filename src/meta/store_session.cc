@@ -51,6 +51,7 @@ Result<Reply> MetaStore::open(const Context& ctx, Ino ino, OpenFlags flags) {
     WEFT_TRY(Inode n, txn.lock_existing(ino, false));
     if (n.nlink == 0) return error(Code::kNotFound, "inode {} was unlinked", ino);
     WEFT_RETURN_IF_ERROR(check_openable(n, ctx.cred, flags));
+    WEFT_RETURN_IF_ERROR(drop_privs_for_writer(txn, ctx, n));
     WEFT_TRY(uint64_t sid, begin_session(txn, ctx, ino));
     return reply_of(std::move(n), sid);
   });

@@ -61,6 +61,14 @@ inline constexpr uint32_t kModeSetUid = 04000;
 inline constexpr uint32_t kModeSetGid = 02000;
 inline constexpr uint32_t kModeSticky = 01000;
 inline constexpr uint32_t kModePermMask = 07777;
+// What a write or truncate by a caller without CAP_FSETID (here: not root)
+// leaves of a file's permission bits, as Linux's should_remove_suid: no
+// setuid, and no setgid when the group may execute.
+inline constexpr uint32_t mode_without_privs(uint32_t mode) {
+  mode &= ~kModeSetUid;
+  if (mode & 0010) mode &= ~kModeSetGid;
+  return mode;
+}
 
 // How a file's chunks are placed. Directories hold the layout their children
 // inherit; files keep the one they got at create.

@@ -705,6 +705,26 @@ int as_other_user(Fn fn) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 101;
 }
 
+// A write by another user to a setuid file it may write drops setuid and
+// setgid (the kernel asks with a setattr under the writer's credentials) and
+// succeeds; it failed with EPERM when only the owner could change the mode.
+TEST_F(FuseTest, AnotherUsersWriteDropsSetuidAndSetgid) {
+  std::string f = p("suid");
+  ASSERT_TRUE(write_all(f, "x", 0644));
+  ASSERT_EQ(::chmod(f.c_str(), 06777), 0);
+  int rc = as_other_user([&] {
+    int fd = ::open(f.c_str(), O_WRONLY);
+    if (fd < 0) return 1;
+    if (::pwrite(fd, "y", 1, 1) != 1) return 2;
+    return ::close(fd) == 0 ? 0 : 3;
+  });
+  EXPECT_EQ(rc, 0);
+  struct stat st {};
+  ASSERT_EQ(::stat(f.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0777u);
+  EXPECT_EQ(read_all(f), "xy");
+}
+
 // rewinddir starts a new listing: entries made and removed since show.
 TEST_F(FuseTest, RewinddirListsTheDirectoryAsItIsNow) {
   ASSERT_TRUE(write_all(p("a"), "1", 0644));
