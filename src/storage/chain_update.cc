@@ -87,20 +87,21 @@ struct AbortJob {
 };
 
 // A resync removal (`sync`) only removes a chunk recorded as `chain`'s.
+// True if it removed (or tried to remove) the chunk here.
 struct RemoveJob {
   ChunkEngine* engine;
   ChunkId id;
   uint32_t chain;
   bool sync;
-  Result<WriteResult> operator()() const {
+  Result<bool> operator()() const {
     if (sync) {
       auto info = engine->stat(id);
-      if (!info) return info.error().code() == Code::kNotFound ? Result<WriteResult>{} : error(info.error());
-      if (info->chain_id != chain) return WriteResult{};
+      if (!info) return info.error().code() == Code::kNotFound ? Result<bool>{false} : error(info.error());
+      if (info->chain_id != chain) return false;
     }
     auto r = engine->remove(id);
     if (!r && r.error().code() != Code::kNotFound) return error(r.error());
-    return WriteResult{};
+    return true;
   }
 };
 
@@ -217,8 +218,11 @@ Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const Ch
     }
     RemoveJob job{engine, u.id, p.route.chain_id, u.sync};
     auto removed = co_await pool_.run(job);
-    if (removed && p.successor) note_delivered(p, u.id);
-    co_return removed;
+    // A resync removal: the source never had what this replica recorded.
+    if (u.sync && (!removed || *removed)) p.target->dedup().forget_chunk(u.id);
+    if (!removed) co_return error(removed.error());
+    if (p.successor) note_delivered(p, u.id);
+    co_return WriteResult{};
   }
   std::optional<WriteResult> predicted;
   if (p.successor) {
@@ -245,6 +249,12 @@ Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const Ch
   }
   CommitJob commit{engine, u.id, staged.result.version};
   auto committed = co_await pool_.run(commit);
+  // The whole content came from the predecessor (it was rebuilt for a replica
+  // that differed, or is a resync copy), maybe at the version this replica
+  // had committed: the updates its dedup table names for the chunk need not
+  // be in it any more, so their retries must be applied again. Also after a
+  // failed commit: its entry may have reached the disk.
+  if (u.kind == pb::UPDATE_REPLACE) p.target->dedup().forget_chunk(u.id);
   if (committed && p.successor) note_delivered(p, u.id);
   co_return committed;
 }

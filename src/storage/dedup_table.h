@@ -7,14 +7,18 @@
 // (the caller refuses it). Bounded: the oldest entries go first once
 // `entries_max` is reached. One table per target; every chain member records
 // the updates it applied, so a new head after a failover knows them too.
+// A replica whose chunk is replaced wholesale (its predecessor's content, a
+// resync copy or removal) forgets the chunk's entries: the new content need
+// not hold the updates they name, so their retries must be applied again.
 // Threading: thread-safe.
 #pragma once
 
 #include <cstdint>
-#include <deque>
+#include <list>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "storage/chunk_id.h"
@@ -40,14 +44,23 @@ class DedupTable {
   std::optional<DedupEntry> find(uint64_t client_id, uint64_t sequence) const;
   // client_id 0 means "no dedup" and is ignored.
   void record(uint64_t client_id, uint64_t sequence, DedupEntry entry);
+  // Drops every entry naming `chunk`; returns how many.
+  size_t forget_chunk(const ChunkId& chunk);
   size_t size() const;
 
  private:
   using Key = std::pair<uint64_t, uint64_t>;
+  struct Slot {
+    DedupEntry entry;
+    std::list<Key>::iterator age;  // in order_
+  };
+  void erase(std::map<Key, Slot>::iterator it);  // REQUIRES: mu_ held
+
   const size_t entries_max_;
   mutable std::mutex mu_;
-  std::map<Key, DedupEntry> entries_;  // GUARDED_BY(mu_)
-  std::deque<Key> order_;              // GUARDED_BY(mu_), oldest first
+  std::map<Key, Slot> entries_;                  // GUARDED_BY(mu_)
+  std::list<Key> order_;                         // GUARDED_BY(mu_), oldest first
+  std::set<std::pair<ChunkId, Key>> by_chunk_;   // GUARDED_BY(mu_), the keys of entries_ by chunk
 };
 
 }  // namespace weft::storage

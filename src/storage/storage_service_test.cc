@@ -198,6 +198,29 @@ class StorageServiceTest : public ::testing::Test {
 
 // The connections to successors are made with the server's own options: its
 // token and [server] tcp_* liveness, the forward timeout as call timeout.
+// Entries are dropped by chunk; the bound and the oldest-first order hold after it.
+TEST(DedupTable, ForgetsTheEntriesOfAChunk) {
+  DedupTable t(3);
+  t.record(1, 1, {ChunkId{5, 0}, 1, {1, 10, 0}});
+  t.record(1, 2, {ChunkId{5, 1}, 1, {1, 10, 0}});
+  t.record(2, 1, {ChunkId{5, 0}, 1, {2, 10, 0}});
+  EXPECT_EQ(t.forget_chunk(ChunkId{5, 0}), 2u);
+  EXPECT_FALSE(t.find(1, 1).has_value());
+  EXPECT_FALSE(t.find(2, 1).has_value());
+  EXPECT_TRUE(t.find(1, 2).has_value());
+  EXPECT_EQ(t.forget_chunk(ChunkId{5, 0}), 0u);
+  t.record(1, 1, {ChunkId{5, 0}, 1, {3, 10, 0}});  // recorded again: the newest now
+  t.record(3, 1, {ChunkId{5, 2}, 1, {1, 10, 0}});
+  t.record(3, 2, {ChunkId{5, 3}, 1, {1, 10, 0}});  // evicts the oldest, (1, 2)
+  EXPECT_EQ(t.size(), 3u);
+  EXPECT_FALSE(t.find(1, 2).has_value());
+  EXPECT_EQ(t.find(1, 1)->outcome.version, 3u);
+  t.record(3, 1, {ChunkId{5, 0}, 1, {1, 10, 0}});  // same key, other chunk
+  EXPECT_EQ(t.forget_chunk(ChunkId{5, 2}), 0u);
+  EXPECT_EQ(t.forget_chunk(ChunkId{5, 0}), 2u);
+  EXPECT_EQ(t.size(), 1u);
+}
+
 TEST(StorageServer, ChainConnectionsTakeTheServersTcpLiveness) {
   rpc::IoPool io{1};
   testing::TempDir dir;
@@ -629,6 +652,40 @@ TEST_F(StorageServiceTest, PipelinedStageFailureIsHealedByTheNextWrite) {
     for (size_t n = 0; n < 3; ++n) EXPECT_EQ(read(n, 1, id).data, b) << "node " << n;
   }
   expect_identical({0, 1, 2}, 1);
+}
+
+// The tail commits write s1, the head's commit fails; the next write s2 (at
+// the same version, other bytes) reaches the tail as the whole chunk, which
+// drops s1 there. The tail's record of s1 must go with it: once the tail is
+// the head, a retry of s1 is applied again, not answered "done" from the
+// dedup table while s1's bytes are gone.
+TEST_F(StorageServiceTest, AChunkReplacedOnAReplicaForgetsTheRetriesItRecorded) {
+  start(2);
+  route({0, 1}, 1);
+  ChunkId id{16, 0};
+  auto base = pattern(8192, 1), s1 = pattern(100, 2), s2 = pattern(100, 3);
+  ASSERT_TRUE(write(0, 1, id, 0, base).has_value());
+  {
+    // skip: the tail's commit comes first, then the head's (which fails).
+    fault::Scope fail("storage.chain.commit.fail", {.hits_max = 1, .skip = 1});
+    auto w = write(0, 1, id, 0, s1, 77, 1);
+    ASSERT_FALSE(w.has_value());
+    EXPECT_EQ(fail.triggered(), 1);
+  }
+  ASSERT_EQ(read(1, 1, id).result.version(), 2u) << "the tail committed s1";
+  auto w2 = write(0, 1, id, 4096, s2, 88, 1);
+  ASSERT_TRUE(w2.has_value()) << w2.error();
+  EXPECT_EQ(w2->version(), 2u);
+  auto both = base;
+  std::copy(s2.begin(), s2.end(), both.begin() + 4096);
+  ASSERT_TRUE(read(1, 1, id).data == both) << "the tail was given the head's chunk";
+  route({1}, 2);  // the head is gone
+  auto retry = write(1, 2, id, 0, s1, 77, 1);
+  ASSERT_TRUE(retry.has_value()) << retry.error();
+  std::copy(s1.begin(), s1.end(), both.begin());
+  auto r = read(1, 2, id);
+  EXPECT_EQ(r.result.version(), retry->version());
+  EXPECT_TRUE(r.data == both) << "the acknowledged retry of s1 is not on the replica";
 }
 
 TEST_F(StorageServiceTest, CorruptReplicaAnswersCorruptionAndAnotherServesTheRead) {
