@@ -106,7 +106,10 @@ struct RemoveJob {
 };
 
 // The full new content of a chunk whose update `u` is staged here as `staged`:
-// the committed content (the version before) with `u` applied.
+// the committed content (the version before) with `u` applied. Content that
+// does not match `staged` means this replica is behind too (a syncing member
+// the update reached as predicted by its predecessor, not staged here):
+// kVersionMismatch, so its own predecessor sends it the whole chunk.
 struct FullContentJob {
   ChunkEngine* engine;
   const ChainUpdate* u;
@@ -128,7 +131,7 @@ struct FullContentJob {
       if (!u->data.empty()) std::memcpy(out.data() + u->offset, u->data.data(), u->data.size());
     }
     if (out.size() != staged.length || crc32c(out) != staged.chunk_crc)
-      return error(Code::kInternal, "chunk {}: rebuilt content does not match the staged version {}", u->id,
+      return error(Code::kVersionMismatch, "chunk {}: content rebuilt here does not match version {}", u->id,
                    staged.version);
     return out;
   }
@@ -300,6 +303,11 @@ Task<Result<StagedUpdate>> StorageService::stage_and_forward(const Placement& p,
     AbortJob abort{&p.target->engine(), u.id, staged->result.version};
     (void)co_await pool_.run(abort);
   }
+  // This replica is behind (it did not stage): that comes first, whatever
+  // the successor said. Its predecessor then sends it the whole chunk, which
+  // it passes on; a forward error (e.g. the rebuild of a successor's chunk
+  // from this replica's stale copy) would hide it and fail the update.
+  if (!staged && staged.error().code() == Code::kVersionMismatch) co_return error(staged.error());
   if (!fwd) co_return error(fwd.error());
   if (differs)
     co_return error(Code::kInternal, "chunk {} version {}: staged result differs from the one forwarded", u.id,

@@ -688,6 +688,31 @@ TEST_F(StorageServiceTest, AChunkReplacedOnAReplicaForgetsTheRetriesItRecorded) 
   EXPECT_TRUE(r.data == both) << "the acknowledged retry of s1 is not on the replica";
 }
 
+// Two syncing members behind the head on a chunk (here: written on the head
+// alone after the first one's resync ended). A partial write reaches the
+// first with a version it cannot stage (kVersionMismatch) while its forward
+// to the second fails the same way and its own rebuild of the whole chunk,
+// from its stale copy, cannot match. It answers its own kVersionMismatch (it
+// used to answer the rebuild's kInternal, which clients do not retry), so the
+// head sends it the whole chunk, and it sends that on.
+TEST_F(StorageServiceTest, APartialWriteReachesTwoSyncingMembersThatAreBehind) {
+  start(3);
+  route({0}, 1);
+  route({0}, 2, {1, 2});
+  ASSERT_TRUE(wait_synced(1, 2));
+  ChunkId id{17, 0};
+  auto base = pattern(8192, 1), part = pattern(50, 2);
+  Update u = Update::write(0, base);
+  u.chain_id = 1;
+  ASSERT_TRUE(nodes_[0]->engine(target_of(0)).write(id, u).has_value());
+  auto w = write(0, 2, id, 100, part, 55, 1);
+  ASSERT_TRUE(w.has_value()) << w.error();
+  EXPECT_EQ(w->version(), 2u);
+  std::copy(part.begin(), part.end(), base.begin() + 100);
+  EXPECT_TRUE(read(0, 2, id).data == base);
+  expect_identical({0, 1, 2}, 2);
+}
+
 TEST_F(StorageServiceTest, CorruptReplicaAnswersCorruptionAndAnotherServesTheRead) {
   start(2);
   route({0, 1}, 1);
