@@ -107,13 +107,21 @@ Task<Result<void>> ChunkIo::send_update(UpdateKind kind, rpc::Endpoint ep, mgmt:
   co_return Result<void>{};
 }
 
-// The head of the chain now, and the chain version to send.
+// The head of the chain now, and the chain version to send. A chain, target
+// or node this client's routing does not know is kStaleRouting (retried on
+// refreshed routing), never kNotFound: that would read as "no such chunk".
 Result<std::pair<rpc::Endpoint, mgmt::ChainVersion>> ChunkIo::head_of(mgmt::ChainId chain_id) const {
   RoutingPtr routing = routing_.current();
-  WEFT_TRY(const mgmt::ChainInfo* chain, routing->chain(chain_id));
-  WEFT_TRY(mgmt::ChainRoute route, mgmt::route_chain(*chain));
-  WEFT_TRY(rpc::Endpoint ep, endpoint_of(*routing, route.head()));
-  return std::pair<rpc::Endpoint, mgmt::ChainVersion>(ep, route.version);
+  auto head = [&]() -> Result<std::pair<rpc::Endpoint, mgmt::ChainVersion>> {
+    WEFT_TRY(const mgmt::ChainInfo* chain, routing->chain(chain_id));
+    WEFT_TRY(mgmt::ChainRoute route, mgmt::route_chain(*chain));
+    WEFT_TRY(rpc::Endpoint ep, endpoint_of(*routing, route.head()));
+    return std::pair<rpc::Endpoint, mgmt::ChainVersion>(ep, route.version);
+  }();
+  if (!head && head.error().code() == Code::kNotFound)
+    return error(Code::kStaleRouting, "routing version {} of this client: {}", routing->version,
+                 head.error().message());
+  return head;
 }
 
 Task<Result<void>> ChunkIo::update(UpdateKind kind, ChunkAddress c, uint32_t offset, uint32_t length,
@@ -128,11 +136,12 @@ Task<Result<void>> ChunkIo::update(UpdateKind kind, ChunkAddress c, uint32_t off
       auto r = co_await send_update(kind, head->first, head->second, c, offset, length, src, crc, seq);
       if (r) co_return r;
       last = r.error();
+      // A chunk the head does not have is already removed / truncated (only
+      // the head's answer says so: not a routing lookup).
+      if (last.code() == Code::kNotFound && kind != UpdateKind::kWrite) co_return Result<void>{};
     } else {
       last = head.error();
     }
-    // A chunk that is not there is already removed / truncated.
-    if (last.code() == Code::kNotFound && kind != UpdateKind::kWrite) co_return Result<void>{};
     if (!worth_retrying(last.code())) break;
     bool again = co_await backoff(attempt, deadline);
     if (!again) break;

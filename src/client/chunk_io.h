@@ -6,7 +6,9 @@
 //     version and a (client id, sequence) pair fixed for all attempts, so the
 //     head applies a retried update once. Retryable errors (stale routing, not
 //     head, lease expired, unreachable, timeouts...) refresh the routing and
-//     retry with backoff until `retry_time_ms_max`.
+//     retry with backoff until `retry_time_ms_max`. A chain the routing does
+//     not know (it lags a new chain table) is such a stale routing; only the
+//     head's kNotFound means a chunk to truncate or remove is already gone.
 //   - Reads go to a serving replica chosen by chunk (spreading load), checked
 //     with the CRC32C the server computed of the bytes it sent; an error or a
 //     mismatch moves on to the next replica of the chain, then to a routing
