@@ -221,6 +221,26 @@ TEST_F(DurableTest, DeferredCommitsAreAckedTogetherAfterOneSync) {
   EXPECT_EQ(syncs.value() - before, 1u);
 }
 
+// After a failed WAL sync nothing is acknowledged any more, not even a retry
+// of a request whose commit that sync covered, nor commits a later sync would
+// cover: that sync could succeed without the pages the failed one lost.
+TEST_F(DurableTest, AFailedWalSyncFailsEveryLaterAcknowledgement) {
+  {
+    fault::Scope fail("meta.wal_sync.fail", {.probability = 1.0, .hits_max = 1});
+    EXPECT_CODE(s().create(with_req(root(), 9, 1), kRootIno, "a", 0644, true, false), Code::kIoError);
+  }
+  EXPECT_CODE(s().create(with_req(root(), 9, 1), kRootIno, "a", 0644, true, false), Code::kIoError);  // the retry
+  EXPECT_CODE(s().create(with_req(root(), 9, 2), kRootIno, "b", 0644, true, false), Code::kIoError);
+  EXPECT_CODE(s().mkdir(root(), kRootIno, "c", 0755), Code::kIoError);
+  std::atomic<int> failed{0};
+  {
+    DeferSync defer;
+    ASSERT_OK(s().create(with_req(root(), 9, 3), kRootIno, "d", 0644, true, false));
+    s().when_durable([&](Result<void> r) { failed += r ? 0 : 1; });
+  }
+  EXPECT_EQ(failed.load(), 1);
+}
+
 // A retried request answered from its record also waits for a sync: the
 // original commit may not have been durable yet.
 TEST_F(DurableTest, ReplayedRequestWaitsForTheSync) {

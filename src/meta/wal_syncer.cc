@@ -1,6 +1,7 @@
 #include "meta/wal_syncer.h"
 
 #include <rocksdb/db.h>
+#include <spdlog/spdlog.h>
 
 #include <optional>
 #include <thread>
@@ -49,9 +50,19 @@ Result<void> WalSyncer::wait_durable() {
   return std::move(*outcome);
 }
 
+namespace {
+std::unexpected<Status> broken_error() {
+  return error(Code::kIoError, "a WAL sync of this meta store failed: no commit is acknowledged until meta restarts");
+}
+}  // namespace
+
 void WalSyncer::when_durable(DurableFn done) {
   {
     std::lock_guard lock(mu_);
+    if (broken_) {
+      done(broken_error());
+      return;
+    }
     if (!stop_) {
       waiting_.push_back(Waiter{++issued_, std::move(done)});
       // Wake the syncer only when it would act: a futex wake and a context
@@ -98,7 +109,8 @@ void WalSyncer::run() {
     wake_at_pending_ = kNoWake;  // it looks for new commits when this sync is done
     lock.unlock();
     auto start = std::chrono::steady_clock::now();
-    rocksdb::Status s = db_->SyncWAL();
+    rocksdb::Status s = WEFT_FAULT("meta.wal_sync.fail") ? rocksdb::Status::IOError("injected WAL sync failure")
+                                                          : db_->SyncWAL();
     last_sync_us_ =
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
     last_batch_ = covered;
@@ -109,7 +121,10 @@ void WalSyncer::run() {
     if (s.ok()) {
       synced_ = target;
     } else {
-      failed_ = target;
+      if (!broken_) spdlog::error("meta: WAL sync failed ({}): no commit is acknowledged until meta restarts", s.ToString());
+      broken_ = true;
+      failed_ = issued_;  // every commit so far: those after the target wrote behind the lost pages
+      target = issued_;
     }
     std::deque<Waiter> done = take_covered(target);
     lock.unlock();

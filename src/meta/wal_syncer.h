@@ -16,8 +16,14 @@
 // previous sync took (capped at 1 ms), instead of starting at the first
 // commit and leaving the others to the sync after it. Without this, 4 clients
 // settle into groups of 1 and 3 alternating, each waiting ~2 syncs.
-// Fault point: "meta.wal_sync.delay" sleeps 10 ms per hit (until it stops
-// firing) before a sync takes its target, so tests can pile commits up.
+// A failed sync is final: every commit not yet known durable, and every
+// later one, completes with kIoError until the store is reopened. After a
+// failed fsync the kernel may have dropped the WAL's dirty pages, and a later
+// fsync succeeds without them ("fsyncgate"); recovery would then stop at the
+// hole and lose commits acknowledged after it.
+// Fault points: "meta.wal_sync.delay" sleeps 10 ms per hit (until it stops
+// firing) before a sync takes its target, so tests can pile commits up;
+// "meta.wal_sync.fail" fails a sync without calling it.
 // Threading: thread-safe; owns one thread, joined by the destructor. Callbacks
 // run on that thread (or inline in when_durable when the syncer is closing)
 // and must not block.
@@ -77,6 +83,7 @@ class WalSyncer {
   uint64_t synced_ = 0;   // guarded by mu_: tickets known durable
   uint64_t failed_ = 0;   // guarded by mu_: tickets whose covering sync failed
   bool stop_ = false;     // guarded by mu_
+  bool broken_ = false;   // guarded by mu_: a sync failed (final, see above)
   // guarded by mu_: when_durable wakes the syncer once this many commits are
   // pending (1 while idle, the linger target while lingering, never while a
   // sync runs: the syncer looks again after it). The destructor always wakes it.
