@@ -55,13 +55,19 @@ Result<void> check_xattr_name(std::string_view name) {
   return {};
 }
 
+// As Linux's xattr_permission: what may not be read reads as absent (ENODATA).
 Result<void> check_xattr_access(const Inode& n, const Cred& c, std::string_view name, bool write) {
   WEFT_RETURN_IF_ERROR(check_xattr_name(name));
   if (name.starts_with("user.")) {
-    if (write && !n.is_file() && !n.is_dir())
+    if (!n.is_file() && !n.is_dir()) {
+      if (!write) return error(Code::kNoData, "no xattr '{}': user xattrs only on files and directories", name);
       return error(Code::kNotPermitted, "user xattrs only on files and directories");
+    }
+    if (write && n.is_dir() && (n.mode & kModeSticky) && !owner_or_root(n, c))
+      return error(Code::kNotPermitted, "only the owner may set user xattrs of sticky directory {}", n.ino);
     return check_access(n, c, write ? kAccessWrite : kAccessRead);
   }
+  if (name.starts_with("trusted.") && !write && c.uid != 0) return error(Code::kNoData, "no xattr '{}'", name);
   if (name.starts_with("trusted.") || (write && name.starts_with("security."))) {
     if (c.uid != 0) return error(Code::kNotPermitted, "xattr '{}' needs root", name);
     return {};

@@ -101,6 +101,26 @@ TEST_F(XattrTest, Permissions) {
   EXPECT_CODE(s().setxattr(root(), l->ino, "user.a", "1", XattrFlags::kAny), Code::kNotPermitted);
 }
 
+// Linux's xattr_permission: what a caller may not read reads as absent, and
+// in a sticky directory only its owner (or root) sets its user xattrs.
+TEST_F(XattrTest, UnreadableNamesAreAbsentAndStickyDirectoriesKeepTheirOwners) {
+  Ino f = create("f", kRootIno, 0644);
+  Context alice = user(1000, 100);
+  ASSERT_OK(s().setxattr(root(), f, "trusted.t", "2", XattrFlags::kAny));
+  EXPECT_CODE(s().getxattr(alice, f, "trusted.t"), Code::kNoData);
+  auto fifo = s().mknod(root(), kRootIno, "p", InodeType::kFifo, 0600, 0);
+  ASSERT_OK(fifo);
+  EXPECT_CODE(s().getxattr(alice, fifo->ino, "user.a"), Code::kNoData);  // not EACCES from its 0600
+  Ino tmp = mkdir("tmp", kRootIno, 01777);
+  EXPECT_CODE(s().setxattr(alice, tmp, "user.a", "1", XattrFlags::kAny), Code::kNotPermitted);
+  ASSERT_OK(s().setxattr(root(), tmp, "user.a", "1", XattrFlags::kAny));
+  EXPECT_CODE(s().removexattr(alice, tmp, "user.a"), Code::kNotPermitted);
+  EXPECT_EQ(*s().getxattr(alice, tmp, "user.a"), "1");
+  Ino own = mkdir("own", kRootIno, 01777);
+  ASSERT_OK(s().setattr(root(), own, SetAttr{.uid = 1000}));
+  ASSERT_OK(s().setxattr(alice, own, "user.a", "1", XattrFlags::kAny));
+}
+
 TEST_F(XattrTest, RemovedWithTheInode) {
   Ino f = create("f");
   Ino d = mkdir("d");
