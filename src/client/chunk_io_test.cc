@@ -5,6 +5,9 @@
 // kNotFound means the chunk is already gone.
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <thread>
+
 #include "client/chunk_io.h"
 #include "client/routing_cache.h"
 #include "mgmt/cluster_state.h"
@@ -15,20 +18,25 @@
 namespace weft::client {
 namespace {
 
+using namespace std::chrono_literals;
+
 constexpr char kToken[] = "chunk-io-test";
 
 // mgmtd on 127.0.0.1 with its state in memory: one meta node, no chains.
 struct Mgmtd {
-  Mgmtd() {
+  explicit Mgmtd(uint16_t at_port = 0, int meta_nodes = 1) {
     state = std::move(mgmt::ClusterState::open(mgmt::ClusterOptions{}, SystemClock::instance(), registry).value());
     service =
         std::make_unique<mgmt::MgmtService>(*state, SystemClock::instance(), mgmt::MgmtServiceOptions{}, registry);
     server = std::make_unique<rpc::Server>(io, rpc::ServerOptions{.cluster_token = kToken, .name = "mgmtd"}, registry);
     service->register_methods(*server);
-    port = server->listen("127.0.0.1", 0).value();
+    port = server->listen("127.0.0.1", at_port).value();
     service->start();
-    // A first routing version (0 reads as "unchanged" to a new client).
-    EXPECT_TRUE(state->register_node({.kind = mgmt::NodeKind::kMeta, .address = "127.0.0.1:1", .incarnation = 1}));
+    // A first routing version (0 reads as "unchanged" to a new client); each
+    // further node is one more version.
+    for (int i = 1; i <= meta_nodes; ++i)
+      EXPECT_TRUE(state->register_node(
+          {.kind = mgmt::NodeKind::kMeta, .address = "127.0.0.1:" + std::to_string(i), .incarnation = 1}));
   }
   ~Mgmtd() {
     service->stop();  // first: it ends the client's routing long poll, which server->stop() would wait for
@@ -62,6 +70,34 @@ TEST(ChunkIo, AnUpdateOfAChainTheRoutingDoesNotKnowIsNotDone) {
   EXPECT_TRUE(removed.error().retryable()) << removed.error();
   EXPECT_GT(chunks.retries(), 0u) << "retried on refreshed routing";
   routing.stop();
+}
+
+// An mgmtd whose routing is older than the client's (its state restored from
+// a backup) answers every poll at once; the client keeps its routing and asks
+// again after a pause instead of spinning on full snapshots.
+TEST(RoutingCacheTest, AnMgmtdBehindTheClientIsNotPolledInALoop) {
+  uint16_t port = 0;
+  rpc::IoPool io{1};
+  rpc::Client rpc(io, rpc::ClientOptions::in_cluster(kToken, "routing-test"));
+  std::optional<RoutingCache> routing;
+  mgmt::RoutingVersion held = 0;
+  {
+    Mgmtd newer(0, 6);
+    port = newer.port;
+    routing.emplace(io, rpc, std::vector<rpc::Endpoint>{rpc::Endpoint{"127.0.0.1", port}});
+    ASSERT_TRUE(routing->start());
+    held = routing->version();
+    ASSERT_GT(held, 3u);
+  }
+  Mgmtd older(port, 2);
+  ASSERT_TRUE(older.state->routing().version < held && older.state->routing().version > 1);
+  for (int i = 0; i < 300 && routing->older_refused() == 0; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_GT(routing->older_refused(), 0u);
+  const uint64_t fetches = routing->fetches();
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_LE(routing->fetches() - fetches, 2u) << "polled an mgmtd behind it in a loop";
+  EXPECT_EQ(routing->version(), held);
+  routing->stop();
 }
 
 }  // namespace

@@ -11,6 +11,9 @@ namespace weft::client {
 namespace {
 constexpr uint32_t kLongPollMs = 20000;
 constexpr auto kRetryDelay = std::chrono::milliseconds(200);
+// Between polls of an mgmtd whose routing is older than ours: it answers such
+// a poll at once (our version is not its), so without a pause the poll spins.
+constexpr auto kBehindDelay = std::chrono::seconds(2);
 }  // namespace
 
 RoutingCache::RoutingCache(rpc::IoPool& io, rpc::Client& rpc, std::vector<rpc::Endpoint> mgmtd)
@@ -67,7 +70,10 @@ RoutingPtr RoutingCache::install(mgmt::RoutingInfo info) {
   // Never go back to an older snapshot, except when mgmtd lost its state and
   // counts again from the start (then every version we hold is from before).
   // The same version is taken: its usage figures are newer.
-  if (current_ && info.version < current_->version && info.version > 1) return current_;
+  if (current_ && info.version < current_->version && info.version > 1) {
+    older_refused_.fetch_add(1);
+    return current_;
+  }
   version_ = info.version;
   current_ = std::make_shared<const mgmt::RoutingInfo>(std::move(info));
   return current_;
@@ -84,13 +90,25 @@ void RoutingCache::run() {
       refresh_wanted_ = false;
       poll_cancel_ = cancel;
     }
-    auto r = get_routing(version_.load(), wait_ms, cancel->token());
+    const uint64_t refused_before = older_refused_.load();
+    const mgmt::RoutingVersion known = version_.load();
+    auto r = get_routing(known, wait_ms, cancel->token());
     std::unique_lock lock(loop_mu_);
     poll_cancel_.reset();
     if (stopping_) return;
     if (!r && r.error().code() != Code::kCancelled) {
       WEFT_LOG_DEBUG("routing cache: {}", r.error());
       loop_cv_.wait_for(lock, kRetryDelay, [this] { return stopping_; });
+    } else if (r && older_refused_.load() != refused_before) {
+      // mgmtd's state is older than what this client saw (restored from a
+      // backup?): keep ours, say so, and ask again later, not at once.
+      if (auto now = std::chrono::steady_clock::now(); now - last_behind_warning_ > std::chrono::minutes(1)) {
+        last_behind_warning_ = now;
+        WEFT_LOG_WARN("mgmtd's routing is older than this client's (version {}): kept ours; is mgmtd's state from "
+                      "a backup?",
+                      known);
+      }
+      loop_cv_.wait_for(lock, kBehindDelay, [this] { return stopping_ || refresh_wanted_; });
     }
   }
 }

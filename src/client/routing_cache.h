@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -47,6 +48,8 @@ class RoutingCache {
   // version, so statfs asks for them fresh. Installs it unless older.
   Result<RoutingPtr> fetch_fresh();
   uint64_t fetches() const { return fetches_.load(); }
+  // Snapshots refused for being older than the one held (mgmtd behind us).
+  uint64_t older_refused() const { return older_refused_.load(); }
 
  private:
   // One GetRouting against the mgmtd addresses in order (known version, long
@@ -62,12 +65,14 @@ class RoutingCache {
   RoutingPtr current_;                    // GUARDED_BY(mu_)
   std::atomic<mgmt::RoutingVersion> version_{0};
   std::atomic<uint64_t> fetches_{0};
+  std::atomic<uint64_t> older_refused_{0};
 
   std::mutex loop_mu_;
   std::condition_variable loop_cv_;
   bool stopping_ = false;        // GUARDED_BY(loop_mu_)
   bool refresh_wanted_ = false;  // GUARDED_BY(loop_mu_)
   std::shared_ptr<rpc::CancelSource> poll_cancel_;  // GUARDED_BY(loop_mu_)
+  std::chrono::steady_clock::time_point last_behind_warning_{};  // poll thread only
   std::thread thread_;
 };
 
