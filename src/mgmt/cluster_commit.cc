@@ -59,9 +59,12 @@ void reconcile(PersistedState& state) {
 }
 
 StoreBatch finalize(const PersistedState& before, PersistedState& after) {
+  // An edit may also have bumped a chain whose entries it left unchanged
+  // (apply_register: a restarted node's chains); each bumps by one either way.
   for (auto& [id, chain] : after.routing.chains) {
     auto it = before.routing.chains.find(id);
-    if (it != before.routing.chains.end() && it->second.entries != chain.entries)
+    if (it != before.routing.chains.end() &&
+        (it->second.entries != chain.entries || it->second.version != chain.version))
       chain.version = it->second.version + 1;
   }
   StoreBatch batch;

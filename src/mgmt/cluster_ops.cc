@@ -50,6 +50,23 @@ void fail_target_everywhere(PersistedState& state, TargetId target) {
   for (auto& [id, chain] : state.routing.chains) fail_target(chain, target);
 }
 
+// A new chain version for every chain holding a target of `node`, even where
+// FAIL then RETURN leaves the entries as they were (a syncing target of a
+// restarted process is syncing again at the tail): the restart lost whatever
+// the process knew of the chain at its old version (a SyncDone it had accepted
+// but not yet reported), and its peers key a resync on the chain version, so
+// at the same version none would resync it again (storage/resync.cc).
+// finalize() then bumps these chains once like any other change.
+void bump_chains_of_node(PersistedState& state, NodeId node) {
+  for (auto& [id, chain] : state.routing.chains) {
+    bool holds = std::any_of(chain.entries.begin(), chain.entries.end(), [&](const ChainEntry& e) {
+      auto t = state.routing.targets.find(e.target_id);
+      return t != state.routing.targets.end() && t->second.node_id == node;
+    });
+    if (holds) ++chain.version;
+  }
+}
+
 // Matches the request's targets to the node's known ones by name; new names get
 // new ids, known targets no longer listed FAIL.
 std::vector<TargetId> sync_targets(PersistedState& state, NodeId node, const RegisterRequest& r) {
@@ -118,6 +135,7 @@ Result<RegisterReply> apply_register(PersistedState& state, const RegisterReques
     // A restarted process: whatever its targets held may be behind.
     declare_dead(state, node->id);
     node->incarnation = r.incarnation;
+    bump_chains_of_node(state, node->id);
   }
   revive_node(*node, now, lease);
   RegisterReply reply{.node_id = node->id, .lease = lease};

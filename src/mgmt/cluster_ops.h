@@ -50,8 +50,9 @@ Result<void> apply_remove_node(PersistedState& state, NodeId node);
 // RETURNs waiting targets that are alive and recomputes target summaries.
 // Call after every edit.
 void reconcile(PersistedState& state);
-// Bumps the version of every chain whose entries differ from `before` and the
-// routing version if anything a client sees differs. Returns the records to write.
+// Bumps (by one) the version of every chain whose entries or version differ
+// from `before` and the routing version if anything a client sees differs.
+// Returns the records to write.
 StoreBatch finalize(const PersistedState& before, PersistedState& after);
 // Checks a state loaded from disk: chain invariants, references, id counters.
 Result<void> validate_loaded(const PersistedState& state);

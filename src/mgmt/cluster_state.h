@@ -9,7 +9,9 @@
 //     a node that was declared dead comes back (its targets RETURN);
 //   - same address, NEW (higher) incarnation: a restarted process; its targets
 //     FAIL in their chains, then RETURN (so they resync as syncing at the tail,
-//     except a last-serving one, which simply serves again);
+//     except a last-serving one, which simply serves again); every chain
+//     holding one of them gets a new version, even if its entries end up as
+//     they were (a syncing target syncs again: a new round, see SyncDoneReport);
 //   - lower incarnation: kNotPermitted (a zombie of a replaced process);
 //   - same address with another kind: kExists.
 // Targets are matched by their stable name on the node; a target the node no

@@ -455,6 +455,39 @@ TEST(ClusterState, SyncDoneOfAnEarlierChainVersionDoesNotPromote) {
   EXPECT_EQ(h.chain(id).version, second_round + 1);
 }
 
+// A syncing target whose server restarts FAILs and RETURNs in one
+// registration: syncing at the tail again, entries as before. The chain still
+// gets a new version: the process may have lost a SyncDone it accepted (its
+// report to mgmtd was queued in memory), and the head resyncs only for a chain
+// version it has not resynced yet (storage/resync.cc), so at the same version
+// the target would never be promoted.
+TEST(ClusterState, RestartOfASyncingTargetsServerStartsANewResyncRound) {
+  Harness h;
+  auto [id, head, tail, head_node, tail_node] = h.two_replica_chain();
+  h.clock.advance(16s);
+  h.beat(head_node);
+  ASSERT_TRUE(h.state->tick().has_value());
+  h.beat(tail_node);
+  ASSERT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, Y}}));
+  ChainVersion round = h.chain(id).version;
+  RoutingVersion before = h.state->routing_version();
+
+  h.add_storage(static_cast<int>(tail_node), 1, /*incarnation=*/2);  // the tail's server restarted (host<id>)
+  ASSERT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, Y}}));
+  EXPECT_EQ(h.chain(id).version, round + 1) << "a new resync round";
+  EXPECT_EQ(h.state->routing_version(), before + 1);
+  h.beat(tail_node, 2, {{id, tail, round}});  // the old round's resync proves nothing now
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, Y}}));
+  h.beat(tail_node, 2, {{id, tail, round + 1}});
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, S}}));
+  EXPECT_EQ(h.chain(id).version, round + 2);
+
+  ChainVersion serving = h.chain(id).version;  // a restart where entries change bumps once too
+  h.add_storage(static_cast<int>(tail_node), 1, /*incarnation=*/3);
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, Y}}));
+  EXPECT_EQ(h.chain(id).version, serving + 1);
+}
+
 // What a GetRouting reply carries is bounded: addresses by length, nodes,
 // chain tables and chains by count, and the whole by its encoded size (a
 // registration or table past it is refused and leaves no trace).
