@@ -319,6 +319,12 @@ void balance_positions(std::vector<std::vector<size_t>>& chains, size_t targets,
 
 }  // namespace
 
+uint32_t chains_per_target(const ChainTableSpec& spec, size_t targets, size_t nodes) {
+  if (spec.chains_per_target != 0) return spec.chains_per_target;
+  if (spec.replicas < 1 || targets == 0 || nodes < spec.replicas) return 0;
+  return auto_chains_per_target(targets, nodes, spec.replicas);
+}
+
 Result<std::vector<std::vector<TargetId>>> build_chains(std::vector<PlacementTarget> targets,
                                                         const ChainTableSpec& spec) {
   if (spec.replicas < 1) return error(Code::kInvalidArgument, "chain table needs replicas >= 1, got {}", spec.replicas);
@@ -330,9 +336,7 @@ Result<std::vector<std::vector<TargetId>>> build_chains(std::vector<PlacementTar
     return error(Code::kInvalidArgument,
                  "{} replicas need {} distinct storage nodes, only {} have targets", spec.replicas,
                  spec.replicas, shape.nodes);
-  uint32_t per_target = spec.chains_per_target != 0
-                            ? spec.chains_per_target
-                            : auto_chains_per_target(shape.target_ids.size(), shape.nodes, spec.replicas);
+  uint32_t per_target = chains_per_target(spec, shape.target_ids.size(), shape.nodes);
   std::vector<uint32_t> quota = make_quotas(shape, per_target, spec.replicas);
   std::vector<uint64_t> node_slots(shape.nodes, 0);
   uint64_t total = 0;

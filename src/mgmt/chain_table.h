@@ -42,6 +42,12 @@ struct ChainTableSpec {
 inline constexpr uint32_t kAutoChainsPerTargetMax = 16;
 inline constexpr uint32_t kChainsPerTargetMax = 256;
 
+// The chains per target build_chains uses for `spec` over `targets` targets on
+// `nodes` distinct nodes: spec.chains_per_target, or the automatic count (0 if
+// build_chains would refuse the shape). A table has at most
+// targets x this / replicas chains.
+uint32_t chains_per_target(const ChainTableSpec& spec, size_t targets, size_t nodes);
+
 // Each inner vector is one chain, head first. kInvalidArgument for replicas < 1,
 // no targets, fewer distinct nodes than replicas, or chains_per_target too large.
 Result<std::vector<std::vector<TargetId>>> build_chains(std::vector<PlacementTarget> targets,

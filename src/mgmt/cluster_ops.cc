@@ -215,15 +215,20 @@ Result<ChainTableId> apply_create_table(PersistedState& state, const ChainTableS
                  kChainTablesMax);
   const uint64_t bytes_before = encoded_bytes_bound(state.routing);
   std::vector<PlacementTarget> placement;
+  std::set<NodeId> nodes;
   for (const auto& [id, t] : state.routing.targets) {
     const NodeInfo& node = state.routing.nodes.at(t.node_id);
-    if (node.kind == NodeKind::kStorage && target_alive(state, id)) placement.push_back({id, t.node_id});
+    if (node.kind == NodeKind::kStorage && target_alive(state, id)) {
+      placement.push_back({id, t.node_id});
+      nodes.insert(t.node_id);
+    }
   }
   // Known too many before building them (seconds for tens of thousands of
   // chains, under mgmtd's lock): the table has at most targets x chains per
-  // target / replicas chains.
-  if (spec.chains_per_target > 0 && spec.replicas > 0) {
-    uint64_t most = placement.size() * uint64_t{spec.chains_per_target} / spec.replicas;
+  // target / replicas chains (with the automatic count too).
+  if (uint32_t per_target = chains_per_target(spec, placement.size(), nodes.size());
+      per_target > 0 && spec.replicas > 0) {
+    uint64_t most = placement.size() * uint64_t{per_target} / spec.replicas;
     if (state.routing.chains.size() + most > kChainsMax)
       return error(Code::kTooBig, "create chain table: up to {} more chains would make {} (at most {})", most,
                    state.routing.chains.size() + most, kChainsMax);

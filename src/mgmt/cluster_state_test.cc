@@ -552,6 +552,28 @@ TEST(ClusterState, NodesAndChainTablesAreCapped) {
   EXPECT_TRUE(c.state->routing().chains.empty());
 }
 
+// A table that would pass kChainsMax is refused before build_chains runs
+// (seconds to minutes for a table this big, under mgmtd's lock), with the
+// automatic chains per target as with an explicit one: the refusal names the
+// bound ("up to"). 17 nodes x 242 targets, 2 replicas: 16 chains per target
+// by default, up to 32912 chains.
+TEST(ClusterState, ChainCapIsCheckedBeforeBuildingWithAutomaticChainsPerTarget) {
+  Harness h;
+  for (int i = 1; i <= 17; ++i) h.add_storage(i, 242);
+  RoutingVersion before = h.state->routing_version();
+  for (uint32_t per_target : {16u, 0u}) {
+    auto start = std::chrono::steady_clock::now();
+    auto table = h.state->create_chain_table({.replicas = 2, .chains_per_target = per_target});
+    ASSERT_FALSE(table.has_value());
+    EXPECT_EQ(table.error().code(), Code::kTooBig) << table.error();
+    EXPECT_NE(table.error().message().find("up to 32912 more chains"), std::string::npos)
+        << "chains_per_target " << per_target << ": " << table.error();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 3s) << "refused without building the chains";
+  }
+  EXPECT_EQ(h.state->routing_version(), before);
+  EXPECT_TRUE(h.state->routing().chains.empty());
+}
+
 TEST(ClusterState, MetaAndClientNodesExpireWithoutTouchingChains) {
   Harness h;
   for (int i = 1; i <= 2; ++i) h.add_storage(i, 1);
