@@ -106,6 +106,7 @@ Result<void> ClusterState::load() {
     node.last_heartbeat = now;
     node.lease_expiry = now + options_.lease.lease;
   }
+  last_tick_ = now;
   reconcile(state_);
   metrics_->refresh(state_, now);
   return {};
@@ -181,9 +182,23 @@ Result<HeartbeatReply> ClusterState::heartbeat_locked(const HeartbeatRequest& re
   return HeartbeatReply{.routing_version = state_.routing.version, .lease = lease};
 }
 
-Result<std::vector<NodeId>> ClusterState::tick() {
+Result<std::vector<NodeId>> ClusterState::tick(Duration period) {
   std::lock_guard lock(mu_);
   TimePoint now = clock_.now();
+  Duration gap = now - last_tick_;
+  last_tick_ = now;
+  if (period > Duration::zero() && gap > 2 * period) {
+    Duration excused = gap - period;
+    WEFT_LOG_WARN("mgmt: the lease check ran {} ms after the previous one (every {} ms): mgmtd stalled; {} ms "
+                  "excused from every node's heartbeat age",
+                  std::chrono::duration_cast<std::chrono::milliseconds>(gap).count(),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(period).count(),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(excused).count());
+    for (auto& [id, node] : state_.routing.nodes) {  // in place: leases are neither versioned nor persisted
+      node.last_heartbeat = std::min(node.last_heartbeat + excused, now);
+      node.lease_expiry = std::max(node.lease_expiry, node.last_heartbeat + options_.lease.lease);
+    }
+  }
   std::vector<NodeId> dead = expired_nodes(state_, now, options_.lease);
   if (!dead.empty()) {
     WEFT_RETURN_IF_ERROR(mutate([&](PersistedState& next) -> Result<void> {

@@ -20,7 +20,8 @@
 // kNotPermitted. It renews the lease, records usage, applies sync-done
 // reports, revives a node declared dead, and returns the routing version.
 // tick() declares dead every up node whose last heartbeat is older than
-// lease + grace (mgmt/lease.h explains why that prevents split brain).
+// lease + grace (mgmt/lease.h explains why that prevents split brain), not
+// counting the time mgmtd itself stalled (see tick()).
 // State transitions in chains: mgmt/target_states.h.
 //
 // Versions. Every operation that changes what a client must see (nodes,
@@ -130,8 +131,16 @@ class ClusterState {
 
   Result<RegisterReply> register_node(const RegisterRequest& request);
   Result<HeartbeatReply> heartbeat(const HeartbeatRequest& request);
-  // Declares expired nodes dead; returns their ids. Call about once per second.
-  Result<std::vector<NodeId>> tick();
+  // Declares expired nodes dead; returns their ids. Call every `period`
+  // (about once per second at most). A tick that runs more than two periods
+  // after the previous one (mgmtd stalled: its lock held by a slow write or
+  // table build, the process paused) first excuses the stall: every node's
+  // last heartbeat moves forward by the gap less one period (never past now),
+  // as at a restart. Heartbeats queued behind the stall were sent in time;
+  // counting them missed would declare live nodes dead. Waiting longer is
+  // always safe (mgmt/lease.h: a node's own lease runs from when it sent).
+  // `period` 0 (tests stepping a ManualClock): no allowance.
+  Result<std::vector<NodeId>> tick(Duration period = Duration::zero());
   // Builds a table over the targets of every up storage node (mgmt/chain_table.h).
   Result<ChainTableId> create_chain_table(const ChainTableSpec& spec);
   // A new target takes an offline one's place in its chains (apply_replace_target
@@ -167,6 +176,7 @@ class ClusterState {
   mutable std::mutex mu_;
   PersistedState state_;  // GUARDED_BY(mu_)
   uint64_t usage_generation_ = 0;  // GUARDED_BY(mu_)
+  TimePoint last_tick_{};          // GUARDED_BY(mu_): of the previous tick() (or of load())
 };
 
 }  // namespace weft::mgmt

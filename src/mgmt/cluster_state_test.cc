@@ -93,6 +93,37 @@ TEST(ClusterState, LeaseExpiresOnlyAfterLeasePlusGraceSinceLastHeartbeat) {
   EXPECT_TRUE(h.state->tick()->empty()) << "declared once";
 }
 
+// mgmtd stalls (its lock held, the process paused) for longer than a lease:
+// the heartbeats queued meanwhile were sent in time, so the first tick after
+// the stall must not declare their nodes dead. The stall is excused (every
+// node's heartbeat age loses the gap less one tick period); a node that really
+// stopped is declared dead a full lease + grace after its last heartbeat,
+// stall excluded. Ticks on time still expire nodes as before.
+TEST(ClusterState, ALateTickExcusesTheStallInsteadOfDeclaringLiveNodesDead) {
+  Harness h;  // lease 10 s + grace 5 s
+  NodeId a = h.add_storage(1, 1).node_id, b = h.add_storage(2, 1).node_id;
+  ASSERT_TRUE(h.state->create_chain_table({.replicas = 2}).has_value());
+  for (int i = 0; i < 3; ++i) {
+    h.clock.advance(1s);
+    h.beat(a);
+    h.beat(b);
+    EXPECT_TRUE(h.state->tick(1s)->empty());
+  }
+  h.clock.advance(20s);  // the stall; a's and b's heartbeats wait behind it
+  EXPECT_TRUE(h.state->tick(1s)->empty()) << "a stalled mgmtd declares nobody dead";
+  EXPECT_EQ(h.state->routing().nodes.at(a).state, NodeState::kUp);
+  h.beat(a);  // a's queued heartbeat; b's server died during the stall
+  for (int i = 0; i < 13; ++i) {
+    h.clock.advance(1s);
+    h.beat(a);
+    EXPECT_TRUE(h.state->tick(1s)->empty()) << i;
+  }
+  h.clock.advance(1s);  // 15 s after b's last heartbeat, the stall (less one period) not counted
+  h.beat(a);
+  EXPECT_EQ(*h.state->tick(1s), std::vector<NodeId>{b});
+  EXPECT_EQ(h.state->routing().nodes.at(a).state, NodeState::kUp);
+}
+
 // The data path modelled on chain contents: every write goes down the write
 // path and is acknowledged only if every target on it is alive; serving
 // replicas must hold every acknowledged write at all times.

@@ -240,7 +240,7 @@ void MgmtService::tick_loop() {
     if (stopping_) break;
     lock.unlock();
     clients_.expire();
-    auto dead = state_.tick();
+    auto dead = state_.tick(options_.tick);
     if (!dead) {
       tick_errors_.inc();
       WEFT_LOG_ERROR("mgmt: lease check failed: {}", dead.error());
