@@ -30,7 +30,8 @@ struct ClusterMembership {
   std::unique_ptr<mgmt::MgmtClient> client;
 };
 
-Result<std::optional<ClusterMembership>> join_cluster(const Config& config, rpc::ServiceRuntime& runtime) {
+Result<std::optional<ClusterMembership>> join_cluster(const Config& config, rpc::ServiceRuntime& runtime,
+                                                      const std::string& data_dir) {
   if (!config.has("cluster")) return std::optional<ClusterMembership>();
   WEFT_TRY(Config c, config.table("cluster"));
   WEFT_TRY(std::vector<std::string> addresses, c.get_strings("mgmtd"));
@@ -54,7 +55,8 @@ Result<std::optional<ClusterMembership>> join_cluster(const Config& config, rpc:
   mgmt::MgmtClientOptions mo;
   mo.registration.kind = mgmt::NodeKind::kMeta;
   mo.registration.address = advertise;
-  mo.registration.incarnation = mgmt::new_incarnation();
+  // Recorded in data_dir: above the last one even after the wall clock stepped back.
+  WEFT_TRY(mo.registration.incarnation, mgmt::next_incarnation({data_dir}));
   m.client = std::make_unique<mgmt::MgmtClient>(*m.mgmt_rpc, mo);
   // The loop registers (and keeps retrying while mgmtd is away).
   m.client->start();
@@ -123,7 +125,7 @@ void serve_meta(const std::string& config_path) {
   auto store = meta::MetaStore::open(mc->store_options());
   if (!store) return fail("cannot open the metadata store in " + mc->data_dir + ": " + store.error().message());
   meta::register_meta_service(runtime.server(), **store);
-  auto membership = join_cluster(*config, runtime);
+  auto membership = join_cluster(*config, runtime, mc->data_dir);
   if (!membership) return fail(membership.error().message());
   // Before runtime.run(): nothing is served yet.
   if (*membership) (*store)->set_chain_table_check(chain_table_check(*(*membership)->mgmt_rpc));

@@ -1,5 +1,13 @@
 #include "mgmt/mgmt_client.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+
 #include <fmt/ranges.h>
 
 #include "common/fault.h"
@@ -10,6 +18,51 @@
 namespace weft::mgmt {
 
 uint64_t new_incarnation() { return static_cast<uint64_t>(SystemClock::instance().wall_ns()); }
+
+namespace {
+
+Result<void> write_incarnation(const std::string& dir, uint64_t incarnation) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return error(Code::kIoError, "create {}: {}", dir, ec.message());
+  const std::string file = dir + "/" + kIncarnationFile, tmp = file + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return errno_error(errno, "create " + tmp);
+  std::string text = std::to_string(incarnation) + "\n";
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fdatasync(fd) == 0;
+  int err = errno;
+  ::close(fd);
+  if (!ok) return errno_error(err, "write " + tmp);
+  if (::rename(tmp.c_str(), file.c_str()) != 0) return errno_error(errno, "rename " + tmp);
+  if (int d = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); d >= 0) {
+    ::fsync(d);
+    ::close(d);
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<uint64_t> next_incarnation(const std::vector<std::string>& dirs, const Clock& clock) {
+  uint64_t last = 0;
+  for (const std::string& dir : dirs) {
+    const std::string file = dir + "/" + kIncarnationFile;
+    std::ifstream in(file);
+    if (!in) continue;  // a new directory
+    uint64_t recorded = 0;
+    if (in >> recorded) last = std::max(last, recorded);
+    else WEFT_LOG_WARN("mgmt client: ignoring unreadable incarnation record {}", file);
+  }
+  const uint64_t wall = static_cast<uint64_t>(clock.wall_ns());
+  uint64_t incarnation = std::max(wall, last + 1);
+  if (wall <= last)
+    WEFT_LOG_WARN("mgmt client: the wall clock is behind the last incarnation recorded ({} ns): using {}", last,
+                  incarnation);
+  for (const std::string& dir : dirs)
+    if (auto written = write_incarnation(dir, incarnation); !written)
+      return std::unexpected(written.error().with_context("recording the incarnation"));
+  return incarnation;
+}
 
 MgmtClient::MgmtClient(MgmtRpc& rpc, MgmtClientOptions options, const Clock& clock)
     : rpc_(rpc), options_(std::move(options)), lease_(clock) {}

@@ -44,8 +44,25 @@ struct MgmtClientOptions {
   Duration retry_interval = std::chrono::milliseconds(200);  // after a failed register/heartbeat
 };
 
-// A fresh incarnation number: wall-clock nanoseconds (grows across restarts).
+// A fresh incarnation number: wall-clock nanoseconds. Grows across restarts
+// only while the clock does not step back: a process that keeps state on disk
+// uses next_incarnation().
 uint64_t new_incarnation();
+
+// The incarnation file next_incarnation() keeps in each of its directories.
+inline constexpr const char* kIncarnationFile = "mgmt-incarnation";
+
+// A fresh incarnation for a process whose state lives in `dirs` (a storage
+// server's target directories, a meta server's data_dir): the larger of the
+// wall clock (ns) and one more than the largest recorded in any of them, then
+// recorded in each (created if missing; the file replaced atomically and
+// synced). It stays above the last one after the clock stepped back, where
+// wall-clock time alone would stay below the incarnation mgmtd has registered
+// for the address, which it refuses as a zombie's (kNotPermitted) until the
+// clock catches up. An unreadable record is ignored (logged); a failed write
+// is an error. Not for two processes on the same directories at once.
+Result<uint64_t> next_incarnation(const std::vector<std::string>& dirs,
+                                  const Clock& clock = SystemClock::instance());
 
 class MgmtClient {
  public:

@@ -221,6 +221,43 @@ TEST(MgmtService, RestartWithoutStateReRegistersAndNewerIncarnationFencesOld) {
   EXPECT_EQ(z.error().code(), Code::kNotPermitted);
 }
 
+// A server restarted after its wall clock stepped back: its new incarnation
+// (next_incarnation over its directories) is still above the one mgmtd has
+// registered, so it registers and replaces its old process instead of being
+// refused as a zombie until the clock catches up.
+TEST(MgmtService, IncarnationsGrowAcrossRestartsWhenTheClockStepsBack) {
+  Fixture f;
+  testing::TempDir dirs;
+  const std::vector<std::string> targets{dirs.path() + "/t0", dirs.path() + "/t1"};
+  ManualClock clock(2'000'000'000'000'000'000);
+  auto first = next_incarnation(targets, clock);
+  ASSERT_TRUE(first) << first.error();
+  EXPECT_EQ(*first, 2'000'000'000'000'000'000u);
+  MgmtClient a(f.rpc(), f.storage(0, *first));
+  ASSERT_TRUE(a.register_now());
+
+  clock.advance(-1h);  // NTP stepped the clock back; the server restarts
+  auto second = next_incarnation(targets, clock);
+  ASSERT_TRUE(second) << second.error();
+  EXPECT_GT(*second, *first);
+  MgmtClient restarted(f.rpc(), f.storage(0, *second));
+  auto r = restarted.register_now();
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_FALSE(restarted.fenced());
+  EXPECT_EQ(a.heartbeat_now().error().code(), Code::kNotPermitted) << "the old process is fenced";
+
+  // The largest record of any directory counts (a target moved from another
+  // server, or one directory's write lost): every directory gets the new one.
+  ASSERT_TRUE(next_incarnation({targets[0]}, clock));
+  auto third = next_incarnation(targets, clock);
+  ASSERT_TRUE(third) << third.error();
+  EXPECT_EQ(*third, *second + 2);
+  clock.advance(2h);  // past the records again: the wall clock
+  auto fourth = next_incarnation(targets, clock);
+  ASSERT_TRUE(fourth) << fourth.error();
+  EXPECT_EQ(*fourth, static_cast<uint64_t>(clock.wall_ns()));
+}
+
 // A process that missed its lease lives on while an operator removes its
 // node: its next heartbeat registers anew, its targets get new ids, and it
 // fences itself (it serves under the old ids, which no chain names any more).

@@ -12,14 +12,14 @@
 namespace weft::storage {
 
 struct MgmtLink::Impl {
-  Impl(rpc::IoPool& io, const MgmtLinkOptions& o)
-      : rpc_client(io, o.rpc), rpc(io, rpc_client, o.mgmtd), client(rpc, registration(o)) {}
+  Impl(rpc::IoPool& io, const MgmtLinkOptions& o, uint64_t incarnation)
+      : rpc_client(io, o.rpc), rpc(io, rpc_client, o.mgmtd), client(rpc, registration(o, incarnation)) {}
 
-  static mgmt::MgmtClientOptions registration(const MgmtLinkOptions& o) {
+  static mgmt::MgmtClientOptions registration(const MgmtLinkOptions& o, uint64_t incarnation) {
     mgmt::MgmtClientOptions mo;
     mo.registration.kind = mgmt::NodeKind::kStorage;
     mo.registration.address = o.address;
-    mo.registration.incarnation = mgmt::new_incarnation();
+    mo.registration.incarnation = incarnation;
     for (const auto& t : o.targets)
       mo.registration.targets.push_back({.name = t.name, .capacity_bytes = t.capacity_bytes, .used_bytes = 0});
     return mo;
@@ -35,7 +35,13 @@ MgmtLink::~MgmtLink() { stop(); }
 
 Result<std::unique_ptr<MgmtLink>> MgmtLink::connect(rpc::IoPool& io, MgmtLinkOptions options) {
   WEFT_RETURN_IF_ERROR(mgmt::check_address(options.address));
-  auto impl = std::make_unique<Impl>(io, options);
+  // Recorded in every target directory: above the last one even after the
+  // wall clock stepped back (mgmt/mgmt_client.h).
+  std::vector<std::string> dirs;
+  for (const auto& t : options.targets) dirs.push_back(t.name);
+  auto incarnation = mgmt::next_incarnation(dirs);
+  if (!incarnation) return error(incarnation.error().with_context("storage server " + options.address));
+  auto impl = std::make_unique<Impl>(io, options, *incarnation);
   auto deadline = std::chrono::steady_clock::now() + options.register_timeout;
   for (int attempt = 0;; ++attempt) {
     auto r = impl->client.register_now();

@@ -31,7 +31,7 @@ struct MgmtLinkOptions {
   rpc::ClientOptions rpc;  // of the connections to mgmtd (rpc::ServiceConfig::client_options)
   std::string address;  // host:port this server is reached at (its identity in the cluster)
   struct Target {
-    std::string name;  // the target directory
+    std::string name;  // the target directory (connect() records the incarnation there: mgmt::next_incarnation)
     uint64_t capacity_bytes = 0;
   };
   std::vector<Target> targets;
