@@ -19,10 +19,10 @@ Result<void> check_label(uint64_t id, std::string_view label) {
 
 }  // namespace
 
-ClientTable::ClientTable(LeaseConfig lease, const Clock& clock, metrics::Registry& registry)
+ClientTable::ClientTable(LeaseConfig lease, const Clock& clock, metrics::Registry& registry, Duration held_lease)
     : lease_(lease),
       clock_(clock),
-      started_(clock.now()),
+      complete_at_(clock.now() + std::max(lease.lease, held_lease) + lease.grace),
       live_(registry.gauge("weft_mgmt_clients", "Clients holding a lease")),
       expired_(registry.counter("weft_mgmt_clients_expired_total", "Clients whose lease ran out")),
       rejected_(registry.counter("weft_mgmt_client_heartbeats_rejected_total", "Malformed or excess client heartbeats")) {}
@@ -64,7 +64,7 @@ size_t ClientTable::expire() {
 
 ClientList ClientTable::list(uint64_t after, size_t limit) const {
   ClientList out;
-  out.complete = clock_.now() >= started_ + lease_.lease + lease_.grace;
+  out.complete = clock_.now() >= complete_at_;
   std::lock_guard lock(mu_);
   auto it = clients_.upper_bound(after);
   for (; it != clients_.end() && out.clients.size() < limit; ++it) out.clients.push_back(it->second);

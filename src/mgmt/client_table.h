@@ -11,7 +11,9 @@
 // leaves the table. Meta closes the write sessions of clients that are not
 // in the table; because a restarted mgmtd starts empty, list() says whether
 // the table has existed for a full lease + grace (complete): before that the
-// absence of a client proves nothing.
+// absence of a client proves nothing. The lease there is the longer of the
+// configured one and `held_lease`, the longest granted before the restart
+// (clients renew at a third of the lease they were granted last).
 // Threading: thread-safe (one mutex, short calls). Bounded by kClientsMax.
 #pragma once
 
@@ -49,7 +51,8 @@ struct ClientList {
 
 class ClientTable {
  public:
-  ClientTable(LeaseConfig lease, const Clock& clock, metrics::Registry& registry = metrics::Registry::global());
+  ClientTable(LeaseConfig lease, const Clock& clock, metrics::Registry& registry = metrics::Registry::global(),
+              Duration held_lease = Duration::zero());
 
   // Registers or renews client `id`; returns the lease granted (from when
   // the client sent the heartbeat, as for servers: mgmt/lease.h).
@@ -65,7 +68,7 @@ class ClientTable {
  private:
   const LeaseConfig lease_;
   const Clock& clock_;
-  const TimePoint started_;
+  const TimePoint complete_at_;  // started + max(lease, held_lease) + grace
   metrics::Gauge& live_;
   metrics::Counter& expired_;
   metrics::Counter& rejected_;

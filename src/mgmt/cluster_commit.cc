@@ -74,6 +74,7 @@ StoreBatch finalize(const PersistedState& before, PersistedState& after) {
   changed |= diff_map(before.routing.chains, after.routing.chains, chain_key, batch);
   if (changed) after.routing.version = before.routing.version + 1;
   if (changed || !(before.ids == after.ids)) batch.puts.emplace_back(meta_key(), encode_meta(after.routing.version, after.ids));
+  if (!(before.leases == after.leases)) batch.puts.emplace_back(leases_key(), encode_leases(after.leases));
   return batch;
 }
 

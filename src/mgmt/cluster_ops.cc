@@ -103,7 +103,9 @@ bool target_alive(const PersistedState& state, TargetId target) {
 void revive_node(NodeInfo& node, TimePoint now, Duration lease) {
   node.state = NodeState::kUp;
   node.last_heartbeat = now;
-  node.lease_expiry = now + lease;
+  // Never earlier: a grant of a longer lease before a restart of mgmtd
+  // still holds (a node's LeaseKeeper keeps the latest end of its grants).
+  node.lease_expiry = std::max(node.lease_expiry, now + lease);
 }
 
 void declare_dead(PersistedState& state, NodeId node_id) {
@@ -205,7 +207,8 @@ size_t apply_usage(PersistedState& state, NodeId node, const std::vector<TargetU
 std::vector<NodeId> expired_nodes(const PersistedState& state, TimePoint now, const LeaseConfig& lease) {
   std::vector<NodeId> out;
   for (const auto& [id, node] : state.routing.nodes)
-    if (node.state == NodeState::kUp && now >= node.last_heartbeat + lease.lease + lease.grace) out.push_back(id);
+    if (node.state == NodeState::kUp && now >= std::max(node.last_heartbeat + lease.lease, node.lease_expiry) + lease.grace)
+      out.push_back(id);
   return out;
 }
 

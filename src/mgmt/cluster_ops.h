@@ -28,7 +28,8 @@ size_t apply_usage(PersistedState& state, NodeId node, const std::vector<TargetU
 void revive_node(NodeInfo& node, TimePoint now, Duration lease);
 // Marks the node down and FAILs its targets in every chain.
 void declare_dead(PersistedState& state, NodeId node);
-// Nodes up whose last heartbeat is at least lease + grace old.
+// Nodes up whose last heartbeat is at least lease + grace old and whose
+// lease_expiry (a longer lease granted before a restart) is at least grace past.
 std::vector<NodeId> expired_nodes(const PersistedState& state, TimePoint now, const LeaseConfig& lease);
 Result<ChainTableId> apply_create_table(PersistedState& state, const ChainTableSpec& spec);
 // Puts `new_target` where `old_target` stands, offline, in every chain that

@@ -100,14 +100,24 @@ Result<void> ClusterState::load() {
     WEFT_TRY(state_, store_->load());
     WEFT_RETURN_IF_ERROR(validate_loaded(state_));
   }
-  // Leases restart with mgmtd: every node gets a full lease from now.
+  // Leases restart with mgmtd: every node gets a full lease from now, of the
+  // longest lease it may hold (one granted before the restart may be longer).
   TimePoint now = clock_.now();
+  leases_at_open_ = state_.leases;
+  const GrantedLeases held{.server = std::max(state_.leases.server, options_.lease.lease),
+                           .client = std::max(state_.leases.client, options_.client_lease.lease)};
   for (auto& [id, node] : state_.routing.nodes) {
     node.last_heartbeat = now;
-    node.lease_expiry = now + options_.lease.lease;
+    node.lease_expiry = now + held.server;
   }
   last_tick_ = now;
+  leases_lowered_at_ = now + std::max(held.server + options_.lease.grace, held.client + options_.client_lease.grace);
   reconcile(state_);
+  if (!(held == state_.leases)) {  // recorded before anything is granted under the longer lease
+    PersistedState next = state_;
+    next.leases = held;
+    WEFT_RETURN_IF_ERROR(commit(std::move(next)));
+  }
   metrics_->refresh(state_, now);
   return {};
 }
@@ -207,6 +217,14 @@ Result<std::vector<NodeId>> ClusterState::tick(Duration period) {
     }));
     for (NodeId id : dead) WEFT_LOG_WARN("mgmt: node {} missed its lease: declared dead", id);
     metrics_->declared_dead().inc(dead.size());
+  }
+  // A lease lowered across a restart: no grant of the old one is held now.
+  const GrantedLeases configured{.server = options_.lease.lease, .client = options_.client_lease.lease};
+  if (!(state_.leases == configured) && now >= leases_lowered_at_) {
+    WEFT_RETURN_IF_ERROR(mutate([&](PersistedState& next) -> Result<void> {
+      next.leases = configured;
+      return {};
+    }));
   }
   metrics_->refresh(state_, now);
   return dead;

@@ -30,7 +30,14 @@
 // reports and lease renewals change neither and are not persisted.
 // Persistence: each such operation is one synced RocksDB batch; if the write
 // fails the operation fails and the in-memory state stays as before. Reopening
-// reloads everything; nodes that were up get a full lease from the reopen.
+// reloads everything; nodes that were up get a full lease from the reopen: the
+// longer of the configured lease and the longest one granted before the
+// restart (GrantedLeases, persisted): a server may still hold a grant of a
+// lease_ms since lowered. open() persists a longer configured lease before
+// anything is granted under it; a shorter one replaces the record once no
+// grant of the old one can be held (a full old lease + grace after the open).
+// The same goes for client leases (leases_at_open(): MgmtService's ClientTable
+// waits as long before it calls itself complete).
 //
 // Threading: every public method is thread-safe (one mutex, short calls; a
 // changing operation copies the state, edits the copy, persists, then swaps).
@@ -72,6 +79,9 @@ inline constexpr uint64_t kRoutingBytesMax = uint64_t{2} << 20;
 struct ClusterOptions {
   LeaseConfig lease;
   std::string db_dir;  // RocksDB directory; empty keeps the state in memory only (tests, tools)
+  // The client leases the MgmtService over this state grants (mgmt/client_table.h);
+  // persisted like the server lease (GrantedLeases). Lease 0: none.
+  LeaseConfig client_lease{.lease = Duration::zero(), .grace = Duration::zero()};
 };
 
 // Reads lease_ms, grace_ms and db_dir from a config table (all optional).
@@ -157,6 +167,9 @@ class ClusterState {
   // version and this generation are.
   uint64_t usage_generation() const;
   const ClusterOptions& options() const { return options_; }
+  // The longest leases granted before this open (zero: none known, a state
+  // written before they were recorded or a new one).
+  const GrantedLeases& leases_at_open() const { return leases_at_open_; }
 
  private:
   class Metrics;
@@ -177,6 +190,8 @@ class ClusterState {
   PersistedState state_;  // GUARDED_BY(mu_)
   uint64_t usage_generation_ = 0;  // GUARDED_BY(mu_)
   TimePoint last_tick_{};          // GUARDED_BY(mu_): of the previous tick() (or of load())
+  GrantedLeases leases_at_open_;   // set by load()
+  TimePoint leases_lowered_at_{};  // GUARDED_BY(mu_): when a shorter configured lease may replace the record
 };
 
 }  // namespace weft::mgmt

@@ -17,7 +17,9 @@
 // the two machines (grace >= L * max drift, e.g. 1 s for L = 10 s is ample)
 // and the scheduling delay of mgmtd's tick.
 // After a mgmtd restart every known node gets a fresh r = restart time: mgmtd
-// cannot know what it granted while down, and a full lease period covers it.
+// cannot know what it granted while down, and a full lease period covers it:
+// the longer of the configured L and the longest L granted before the restart
+// (persisted: lease_ms may have been lowered meanwhile; mgmt/cluster_state.h).
 // A storage server that regains its lease after being declared dead must
 // refetch routing (the reply carries the routing version) before serving
 // writes again: its targets are then syncing, not serving.

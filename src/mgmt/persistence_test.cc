@@ -29,6 +29,9 @@ TEST(StateCodec, RoundTripsEveryRecord) {
   ASSERT_TRUE(decode_record(target_key(8), encode_target(in.routing.targets[8]), out).has_value());
   ASSERT_TRUE(decode_record(table_key(1), encode_table(in.routing.tables[1]), out).has_value());
   ASSERT_TRUE(decode_record(chain_key(4), encode_chain(in.routing.chains[4]), out).has_value());
+  in.leases = {.server = 3s, .client = 30s};
+  ASSERT_TRUE(decode_record(leases_key(), encode_leases(in.leases), out).has_value());
+  EXPECT_EQ(out.leases, in.leases);
   EXPECT_EQ(out.routing.version, 42u);
   EXPECT_EQ(out.ids, in.ids);
   EXPECT_EQ(out.routing.nodes, in.routing.nodes);
@@ -114,6 +117,41 @@ TEST(Persistence, LeasesRestartWithMgmtd) {
   EXPECT_TRUE(h.state->tick()->empty());
   h.clock.advance(1ns);
   EXPECT_EQ(*h.state->tick(), std::vector<NodeId>{n});
+}
+
+// lease_ms lowered across a restart of mgmtd: a server may still hold a
+// grant of the old, longer lease, so mgmtd waits that long (+ grace) before
+// declaring it dead; once no such grant can be held, the shorter lease is
+// recorded and a later restart waits only that. A longer lease is recorded
+// at once.
+TEST(Persistence, ALeaseLoweredAcrossARestartWaitsForTheOldOne) {
+  TempDir dir;
+  Harness h(dir.path());  // lease 10 s + grace 5 s
+  NodeId a = h.add_storage(1, 1).node_id, b = h.add_storage(2, 1).node_id;
+  h.options.lease = {.lease = 2s, .grace = 1s};
+  h.reopen();
+  EXPECT_EQ(h.state->leases_at_open().server, 10s);
+  for (int i = 0; i < 10; ++i) {  // a renews (2 s leases now); b is cut off, holding its 10 s grant
+    h.clock.advance(1s);
+    h.beat(a);
+    EXPECT_TRUE(h.state->tick()->empty()) << "b may hold its old grant: " << i;
+  }
+  h.clock.advance(1s - 1ns);
+  EXPECT_TRUE(h.state->tick()->empty());
+  h.clock.advance(1ns);  // 10 s (old lease) + 1 s (grace) after the restart
+  EXPECT_EQ(*h.state->tick(), std::vector<NodeId>{b});
+
+  h.reopen();  // the 2 s lease was recorded at that tick
+  EXPECT_EQ(h.state->leases_at_open().server, 2s);
+  h.clock.advance(3s - 1ns);
+  EXPECT_TRUE(h.state->tick()->empty());
+  h.clock.advance(1ns);
+  EXPECT_EQ(*h.state->tick(), std::vector<NodeId>{a});
+
+  h.options.lease = {.lease = 20s, .grace = 1s};  // raised: recorded before anything is granted
+  h.reopen();
+  h.reopen();
+  EXPECT_EQ(h.state->leases_at_open().server, 20s);
 }
 
 TEST(Persistence, FailedWriteLeavesStateUnchanged) {

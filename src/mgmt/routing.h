@@ -49,7 +49,8 @@ struct NodeInfo {
   std::string address;       // host:port
   uint64_t incarnation = 0;  // grows with every start of the process
   NodeState state = NodeState::kUp;
-  TimePoint lease_expiry{};  // on mgmtd's clock: last heartbeat received + lease duration
+  TimePoint lease_expiry{};  // on mgmtd's clock: last heartbeat received + lease duration (later
+                             // after a restart of mgmtd while a longer lease granted before may be held)
   TimePoint last_heartbeat{};  // on mgmtd's clock; not persisted (leases restart with mgmtd)
   bool operator==(const NodeInfo&) const = default;
 };

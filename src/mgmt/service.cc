@@ -102,6 +102,7 @@ Result<MgmtdConfig> MgmtdConfig::from(const Config& config) {
   c.service.tick = std::chrono::milliseconds(tick_ms);
   c.service.client_lease = {.lease = std::chrono::milliseconds(client_lease_ms),
                             .grace = std::chrono::milliseconds(client_grace_ms)};
+  c.cluster.client_lease = c.service.client_lease;  // persisted with the server lease (GrantedLeases)
   return c;
 }
 
@@ -110,7 +111,7 @@ MgmtService::MgmtService(ClusterState& state, const Clock& clock, MgmtServiceOpt
     : state_(state),
       clock_(clock),
       options_(options),
-      clients_(options.client_lease, clock, registry),
+      clients_(options.client_lease, clock, registry, state.leases_at_open().client),
       tick_errors_(registry.counter("weft_mgmt_tick_errors_total", "Failed lease checks (persisting failed)")),
       long_polls_(registry.counter("weft_mgmt_routing_long_polls_total", "GetRouting calls that waited")) {}
 

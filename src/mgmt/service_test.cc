@@ -30,6 +30,7 @@ struct Fixture {
   }
 
   void start_server() {
+    options.client_lease = client_lease;
     auto opened = ClusterState::open(options, SystemClock::instance(), registry);
     EXPECT_TRUE(opened) << opened.error();
     state = std::move(*opened);
@@ -344,6 +345,34 @@ TEST(MgmtServiceClients, HeartbeatIsARegistrationThatExpiresWithoutBumpingRoutin
   ASSERT_TRUE(expired) << "a client that stops heartbeating loses its lease";
   EXPECT_EQ(list.clients(0).id(), 0xdefu);
   EXPECT_TRUE(list.complete()) << "mgmtd has run for longer than lease + grace";
+}
+
+// client_lease_ms lowered across a restart of mgmtd: clients granted the old
+// lease renew only every old lease / 3, so the table is complete (meta may
+// close the sessions of clients missing from it) only after the old lease +
+// grace, not the new one.
+TEST(MgmtServiceClients, TableOfARestartWithALoweredLeaseWaitsForTheOldOne) {
+  testing::TempDir dir;
+  Fixture f(dir.path(), {.lease = 2s, .grace = 100ms});
+  auto restart = [&] {  // no long poll runs: the service may go before the I/O threads
+    f.stop_server();
+    f.server.reset();
+    f.service.reset();
+    f.state.reset();  // releases the RocksDB lock
+    f.start_server();
+  };
+  f.client_lease = {.lease = 300ms, .grace = 100ms};
+  restart();
+  auto restarted = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(600ms);
+  EXPECT_FALSE(f.service->clients().list().complete) << "a client may renew its 2 s lease only now";
+  ASSERT_TRUE(eventually([&] { return f.service->clients().list().complete; }));
+  EXPECT_GE(std::chrono::steady_clock::now() - restarted, 2100ms);
+  std::this_thread::sleep_for(200ms);  // the ticker records the shorter lease once the old one ran out
+  restart();
+  restarted = std::chrono::steady_clock::now();
+  ASSERT_TRUE(eventually([&] { return f.service->clients().list().complete; }));
+  EXPECT_LT(std::chrono::steady_clock::now() - restarted, 1500ms);
 }
 
 TEST(MgmtServiceClients, BadHeartbeatsGetClearErrors) {

@@ -160,9 +160,25 @@ Result<void> decode_meta(std::string_view key, std::string_view value, Persisted
   return r.finish();
 }
 
+Result<void> decode_leases(std::string_view key, std::string_view value, PersistedState& out) {
+  Reader r(key, value);
+  int64_t server = 0, client = 0;
+  r.fixed(server), r.fixed(client);
+  if (server < 0 || client < 0) r.fail("negative lease");
+  WEFT_RETURN_IF_ERROR(r.finish());
+  out.leases = {.server = Duration(server), .client = Duration(client)};
+  return {};
+}
+
 }  // namespace
 
 std::string meta_key() { return "V"; }
+std::string leases_key() { return "L"; }
+
+std::string encode_leases(const GrantedLeases& l) {
+  return Writer(kRecordFormat).fixed(static_cast<int64_t>(l.server.count())).fixed(static_cast<int64_t>(l.client.count()))
+      .take();
+}
 std::string node_key(NodeId id) { return key_of('N', id); }
 std::string target_key(TargetId id) { return key_of('T', id); }
 std::string table_key(ChainTableId id) { return key_of('B', id); }
@@ -199,6 +215,7 @@ std::string encode_chain(const ChainInfo& c) {
 
 Result<void> decode_record(std::string_view key, std::string_view value, PersistedState& out) {
   if (key == meta_key()) return decode_meta(key, value, out);
+  if (key == leases_key()) return decode_leases(key, value, out);
   switch (key.empty() ? '\0' : key[0]) {
     case 'N': return decode_into(key, value, out.routing.nodes, decode_node);
     case 'T': return decode_into(key, value, out.routing.targets, decode_target);

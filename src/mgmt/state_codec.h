@@ -5,8 +5,12 @@
 //   "T" + be64 id  -> target (id, node, name, reported, capacity, used)
 //   "B" + be32 id  -> chain table (id, replicas, chain ids)
 //   "C" + be32 id  -> chain  (id, table, version, entries)
+//   "L"            -> the longest leases granted that may still be held
+//                     (server, client; ns). Absent in a state written before
+//                     it existed (zero: nothing known). An mgmtd older than
+//                     the record refuses the state (unknown key).
 // Values start with a format byte; integers are little-endian fixed width.
-// Leases and heartbeat times are not stored (they restart with mgmtd); target
+// Nodes' leases and heartbeat times are not stored (they restart with mgmtd); target
 // summary states are recomputed on load. Decoding never trusts the bytes:
 // anything malformed is kCorruption naming the key.
 // Threading: pure functions.
@@ -15,6 +19,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "mgmt/routing.h"
 
@@ -28,10 +33,21 @@ struct IdCounters {
   bool operator==(const IdCounters&) const = default;
 };
 
-// Everything mgmtd persists (RoutingInfo's version, nodes, targets, tables, chains).
+// The longest leases mgmtd granted (and whose grants may still be held):
+// after a restart it waits the longer of these and the configured leases
+// before counting a missing heartbeat (mgmt/cluster_state.h).
+struct GrantedLeases {
+  Duration server{};
+  Duration client{};
+  bool operator==(const GrantedLeases&) const = default;
+};
+
+// Everything mgmtd persists (RoutingInfo's version, nodes, targets, tables,
+// chains, and the leases granted).
 struct PersistedState {
   RoutingInfo routing;
   IdCounters ids;
+  GrantedLeases leases;
 };
 
 inline constexpr uint8_t kRecordFormat = 1;
@@ -41,12 +57,14 @@ std::string node_key(NodeId id);
 std::string target_key(TargetId id);
 std::string table_key(ChainTableId id);
 std::string chain_key(ChainId id);
+std::string leases_key();
 
 std::string encode_meta(RoutingVersion version, const IdCounters& ids);
 std::string encode_node(const NodeInfo& node);
 std::string encode_target(const TargetInfo& target);
 std::string encode_table(const ChainTableInfo& table);
 std::string encode_chain(const ChainInfo& chain);
+std::string encode_leases(const GrantedLeases& leases);
 
 // Decodes one record into `out` (dispatching on the key's prefix).
 Result<void> decode_record(std::string_view key, std::string_view value, PersistedState& out);
