@@ -58,8 +58,13 @@ class ClientTable {
   // the client sent the heartbeat, as for servers: mgmt/lease.h).
   Result<Duration> heartbeat(uint64_t id, std::string_view label);
   // Drops clients whose last heartbeat is older than lease + grace; returns
-  // how many went. Call about once per second.
-  size_t expire();
+  // how many went. Call about once per `period`: a call more than two periods
+  // after the previous one (mgmtd stalled: its pool blocked, the process
+  // paused) first excuses the gap less one period from every client's
+  // heartbeat age, as ClusterState::tick does for servers (heartbeats that
+  // queued behind the stall must not make live clients lose their sessions).
+  // period 0: nothing is excused.
+  size_t expire(Duration period = Duration::zero());
   // Clients with an id greater than `after`, in id order, at most `limit`.
   ClientList list(uint64_t after = 0, size_t limit = SIZE_MAX) const;
   size_t size() const;
@@ -74,6 +79,7 @@ class ClientTable {
   metrics::Counter& rejected_;
   mutable std::mutex mu_;
   std::map<uint64_t, ClientInfo> clients_;  // GUARDED_BY(mu_); ordered: list() pages by id
+  TimePoint last_expire_;                   // GUARDED_BY(mu_)
 };
 
 }  // namespace weft::mgmt

@@ -240,7 +240,7 @@ void MgmtService::tick_loop() {
     tick_cv_.wait_for(lock, options_.tick, [this] { return stopping_.load(); });
     if (stopping_) break;
     lock.unlock();
-    clients_.expire();
+    clients_.expire(options_.tick);
     auto dead = state_.tick(options_.tick);
     if (!dead) {
       tick_errors_.inc();
