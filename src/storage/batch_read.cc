@@ -124,6 +124,7 @@ struct HeldReads {
 
 Task<Result<pb::BatchReadReply>> StorageService::batch_read(const pb::BatchReadRequest& req, rpc::ServerCall& call) {
   auto start = std::chrono::steady_clock::now();
+  WEFT_CO_RETURN_IF_ERROR(check_read_fence());
   if (req.ranges_size() > kBatchReadRangesMax)
     co_return error(Code::kTooBig, "a batch read of {} ranges (at most {})", req.ranges_size(), kBatchReadRangesMax);
   auto held = std::make_shared<HeldReads>();

@@ -136,6 +136,18 @@ Result<void> StorageService::check_write_fence() const {
   return {};
 }
 
+// The same lease for reads: once it ran out, mgmtd may (after lease + grace)
+// have moved this server's chains on without it, and a new chain version may
+// have taken writes this replica never saw. A client whose routing is as old
+// as ours would read data older than an acknowledged write; refused, it tries
+// another replica and refreshes its routing (kLeaseExpired is retryable).
+Result<void> StorageService::check_read_fence() const {
+  if (options_.write_fence && !options_.write_fence())
+    return error(Code::kLeaseExpired, "{}: lease from mgmtd expired: not serving reads (its chains may have moved on)",
+                 options_.name);
+  return {};
+}
+
 Result<void> StorageService::check_payload(const rpc::ServerCall& call, uint32_t length, uint32_t crc,
                                            StorageTarget& t) const {
   if (call.payload.size() != length)
@@ -168,6 +180,7 @@ struct ListJob {
 }  // namespace
 
 Task<Result<pb::GetChunkMetaReply>> StorageService::get_chunk_meta(const pb::GetChunkMetaRequest& req) {
+  WEFT_CO_RETURN_IF_ERROR(check_read_fence());
   StorageTarget* t = target(req.target_id());
   if (!t) co_return error(Code::kNotFound, "no target {} on {}", req.target_id(), options_.name);
   StatJob job{&t->engine(), ChunkId{req.chunk().inode(), req.chunk().index()}};

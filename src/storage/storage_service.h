@@ -23,7 +23,9 @@
 // A successor whose staged result differs from its predecessor's (it fell
 // behind, e.g. while syncing) answers kVersionMismatch and receives the full
 // chunk (UPDATE_REPLACE) instead.
-// Reads go to any serving replica and return the committed version.
+// Reads go to any serving replica and return the committed version; like
+// updates, they are refused (kLeaseExpired) while the server's lease from
+// mgmtd has run out (StorageServiceOptions::write_fence).
 //
 // Resync (resync.cc): when routing shows a serving local target followed by
 // a syncing one in chain C, the local target lists C's chunks on both sides
@@ -105,9 +107,12 @@ struct StorageServiceOptions {
   // answers kOverloaded (retryable); one larger than a connection's quarter or
   // than a reply may carry, or of too many ranges, kTooBig (service_methods.h).
   uint64_t read_bytes_held_max = uint64_t{1} << 30;
-  // Asked before every update (head and successors); false refuses it with
-  // kLeaseExpired. Set by a server whose lease comes from mgmtd: a server that
-  // cannot renew its lease stops taking writes before mgmtd may replace it.
+  // Asked before every update (head and successors) and every client read
+  // (BatchRead, GetChunkMeta); false refuses it with kLeaseExpired. Set by a
+  // server whose lease comes from mgmtd: a server that cannot renew its lease
+  // stops taking writes and answering reads before mgmtd may replace it (a
+  // replica cut off from mgmtd must not serve data older than writes the
+  // chain's new version acknowledged). Resync listings are not fenced.
   std::function<bool()> write_fence;
   // Chunks of chains a local target is no longer in are removed after this
   // long (storage/stray_sweep.h); checked every quarter of it, 1 s to 1 min.
@@ -180,6 +185,7 @@ class StorageService {
 
   Result<Placement> locate(mgmt::ChainId chain, mgmt::ChainVersion version) const;
   Result<void> check_write_fence() const;
+  Result<void> check_read_fence() const;  // the same lease, for client reads
   Result<void> check_member(const StorageTarget& t, mgmt::ChainId chain_id) const;
   Result<void> check_payload(const rpc::ServerCall& call, uint32_t length, uint32_t crc, StorageTarget& t) const;
 

@@ -37,14 +37,15 @@ class Node {
  public:
   Node(rpc::IoPool& io, const std::string& name, std::vector<mgmt::TargetId> targets, uint64_t capacity = 0,
        uint64_t read_bytes_held_max = 0, uint32_t write_stall_timeout_ms = 0,
-       std::chrono::seconds stray_grace = std::chrono::hours(1)) {
+       std::chrono::seconds stray_grace = std::chrono::hours(1), std::function<bool()> lease = nullptr) {
     StorageConfig sc;
     sc.stray_chunk_grace = stray_grace;
     if (read_bytes_held_max) sc.read_bytes_held_max = read_bytes_held_max;
     for (auto t : targets) sc.targets.push_back({t, dir_.path() + "/t" + std::to_string(t), capacity, 1u << 20});
     sc.disk_threads = 4;
     sc.forward_timeout_ms = 3000;
-    auto s = open_storage_service(io, sc, rpc::ServiceConfig{.cluster_token = kToken, .name = name});
+    auto s = open_storage_service(io, sc, rpc::ServiceConfig{.cluster_token = kToken, .name = name},
+                                  metrics::Registry::global(), std::move(lease));
     EXPECT_TRUE(s.has_value()) << s.error();
     service_ = std::move(*s);
     rpc::ServerOptions so{.cluster_token = kToken, .name = name};
@@ -734,6 +735,40 @@ TEST_F(StorageServiceTest, CorruptReplicaAnswersCorruptionAndAnotherServesTheRea
   auto good = read(0, 1, id);
   EXPECT_EQ(good.result.code(), 0u);
   EXPECT_EQ(good.data, data);
+}
+
+// A server whose lease from mgmtd ran out answers neither writes nor reads:
+// mgmtd may already have moved its chain on without it (after lease + grace)
+// and the new chain version taken writes it never saw, so a client with
+// routing as old as the server's would read data older than an acknowledged
+// write. The refusal is retryable (the client tries the next replica and
+// refreshes its routing); reads come back with the lease.
+TEST_F(StorageServiceTest, AServerWhoseLeaseRanOutServesNoReads) {
+  auto lease = std::make_shared<std::atomic<bool>>(true);
+  nodes_.push_back(std::make_unique<Node>(io_, "s1", std::vector<mgmt::TargetId>{target_of(0)}));
+  nodes_.push_back(std::make_unique<Node>(io_, "s2", std::vector<mgmt::TargetId>{target_of(1)}, 0, 0, 0,
+                                          std::chrono::hours(1), [lease] { return lease->load(); }));
+  route({0, 1}, 1);
+  ChunkId id{9, 0};
+  auto data = pattern(20000, 9);
+  ASSERT_TRUE(write(0, 1, id, 0, data).has_value());
+  EXPECT_EQ(read(1, 1, id).data, data);
+
+  lease->store(false);
+  auto refused = client_.read(nodes_[1]->ep(), 1, 1, id, 0, kChunk);
+  ASSERT_FALSE(refused.has_value()) << "a replica whose lease ran out answered a read";
+  EXPECT_EQ(refused.error().code(), Code::kLeaseExpired) << refused.error();
+  EXPECT_TRUE(refused.error().retryable());
+  proto::storage::GetChunkMetaRequest stat;
+  stat.set_target_id(target_of(1));
+  stat.mutable_chunk()->set_inode(id.inode);
+  auto meta = client_.call<proto::storage::GetChunkMetaReply>(nodes_[1]->ep(), methods::kGetChunkMeta, stat);
+  ASSERT_FALSE(meta.has_value());
+  EXPECT_EQ(meta.error().code(), Code::kLeaseExpired) << meta.error();
+  EXPECT_EQ(read(0, 1, id).data, data) << "the other replica serves the read";
+
+  lease->store(true);
+  EXPECT_EQ(read(1, 1, id).data, data);
 }
 
 TEST_F(StorageServiceTest, SyncingTargetIsResyncedWhileWritesGoOn) {
