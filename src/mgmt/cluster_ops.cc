@@ -190,6 +190,28 @@ std::vector<Status> apply_sync_done(PersistedState& state, NodeId node, const st
   return ignored;
 }
 
+bool has_new_target_failures(const PersistedState& state, NodeId node, const std::vector<TargetUsage>& usage) {
+  for (const TargetUsage& u : usage) {
+    if (!u.failed) continue;
+    auto t = state.routing.targets.find(u.target_id);
+    if (t != state.routing.targets.end() && t->second.node_id == node && t->second.reported) return true;
+  }
+  return false;
+}
+
+std::vector<TargetId> apply_target_failures(PersistedState& state, NodeId node, const std::vector<TargetUsage>& usage) {
+  std::vector<TargetId> failed;
+  for (const TargetUsage& u : usage) {
+    if (!u.failed) continue;
+    auto t = state.routing.targets.find(u.target_id);
+    if (t == state.routing.targets.end() || t->second.node_id != node || !t->second.reported) continue;
+    t->second.reported = false;
+    fail_target_everywhere(state, u.target_id);
+    failed.push_back(u.target_id);
+  }
+  return failed;
+}
+
 size_t apply_usage(PersistedState& state, NodeId node, const std::vector<TargetUsage>& usage) {
   size_t ignored = 0;
   for (const TargetUsage& u : usage) {

@@ -22,6 +22,13 @@ Result<NodeInfo*> find_heartbeat_node(PersistedState& state, const HeartbeatRequ
 // the version the resync ran at. Returns why each other report was ignored
 // (kStaleRouting: the chain moved on since; a later resync round reports again).
 std::vector<Status> apply_sync_done(PersistedState& state, NodeId node, const std::vector<SyncDoneReport>& reports);
+// The node's own targets its usage reports as failed and that are still
+// reported (alive): none means apply_target_failures has nothing to do.
+bool has_new_target_failures(const PersistedState& state, NodeId node, const std::vector<TargetUsage>& usage);
+// Each of them stops being reported (target_alive false: it does not rejoin)
+// and FAILs in every chain; registering it again (a restarted server) brings
+// it back. Returns the targets failed.
+std::vector<TargetId> apply_target_failures(PersistedState& state, NodeId node, const std::vector<TargetUsage>& usage);
 // Records usage of the node's own targets; returns how many reports were ignored.
 size_t apply_usage(PersistedState& state, NodeId node, const std::vector<TargetUsage>& usage);
 // Marks the node up (again) with a fresh lease.

@@ -169,14 +169,20 @@ Result<HeartbeatReply> ClusterState::heartbeat_locked(const HeartbeatRequest& re
   Duration lease = options_.lease.lease;
   WEFT_TRY(NodeInfo * node, find_heartbeat_node(state_, request));
   size_t ignored = 0;
-  if (node->state == NodeState::kDown || !request.sync_done.empty()) {
+  if (node->state == NodeState::kDown || !request.sync_done.empty() ||
+      has_new_target_failures(state_, request.node_id, request.usage)) {
     std::vector<Status> refused;
+    std::vector<TargetId> failed;
     WEFT_RETURN_IF_ERROR(mutate([&](PersistedState& next) -> Result<void> {
       revive_node(next.routing.nodes.at(request.node_id), now, lease);
+      failed = apply_target_failures(next, request.node_id, request.usage);
       refused = apply_sync_done(next, request.node_id, request.sync_done);
       return {};
     }));
     node = &state_.routing.nodes.at(request.node_id);  // state_ was replaced
+    for (TargetId t : failed)
+      WEFT_LOG_WARN("mgmt: node {} reports target {} failed (it refuses updates until restarted): out of its chains",
+                    request.node_id, t);
     // Not an error of the heartbeat (it still renews the lease): logged.
     for (const Status& s : refused) WEFT_LOG_INFO("mgmt: node {}: ignored {}", request.node_id, s);
     ignored = refused.size();

@@ -111,6 +111,10 @@ struct TargetUsage {
   TargetId target_id = 0;
   uint64_t used_bytes = 0;
   uint64_t capacity_bytes = 0;
+  // The target refuses every update until its server restarts: FAILed in
+  // every chain and not reported (so it stays out) until its node registers
+  // it again (cluster_ops.h apply_target_failures).
+  bool failed = false;
 };
 
 struct SyncDoneReport {

@@ -431,6 +431,45 @@ TEST(ClusterState, TargetNoLongerListedFailsAndNewTargetsJoinLater) {
   EXPECT_EQ(info.targets.at(3).state, S);
 }
 
+// A storage server whose target's engine went sticky-failed (it refuses every
+// update until the process restarts) says so in its heartbeats: the target
+// leaves its chains at once (writes go on without it), stays out while the
+// node keeps heartbeating, and comes back (syncing) only when a restarted
+// server registers it again. Another node cannot fail it.
+TEST(ClusterState, ATargetReportedFailedLeavesItsChainsUntilRegisteredAgain) {
+  Harness h;
+  for (int i = 1; i <= 2; ++i) h.add_storage(i, 1);
+  ASSERT_TRUE(h.state->create_chain_table({.replicas = 2}).has_value());
+  ChainInfo before = h.chain(1);
+  ASSERT_EQ(before.entries, (std::vector<ChainEntry>{{1, S}, {2, S}}));
+  auto failed_beat = [&](NodeId node, TargetId target) {
+    auto r = h.state->heartbeat(
+        {.node_id = node, .incarnation = 1, .usage = {{.target_id = target, .capacity_bytes = 1000, .failed = true}}});
+    ASSERT_TRUE(r.has_value()) << r.error();
+  };
+  ASSERT_NO_FATAL_FAILURE(failed_beat(1, 2));
+  EXPECT_EQ(h.chain(1), before) << "node 1 cannot fail node 2's target";
+
+  ASSERT_NO_FATAL_FAILURE(failed_beat(1, 1));
+  ChainInfo shrunk = h.chain(1);
+  EXPECT_EQ(shrunk.entries, (std::vector<ChainEntry>{{2, S}, {1, O}}));
+  EXPECT_EQ(shrunk.version, before.version + 1);
+  RoutingInfo info = h.state->routing();
+  EXPECT_FALSE(info.targets.at(1).reported);
+  EXPECT_EQ(info.targets.at(1).state, O);
+  EXPECT_EQ(info.nodes.at(1).state, NodeState::kUp) << "the node itself is fine";
+
+  for (int i = 0; i < 3; ++i) {  // still failed, or a plain heartbeat: it stays out
+    ASSERT_NO_FATAL_FAILURE(failed_beat(1, 1));
+    h.beat(1);
+    h.beat(2);
+  }
+  EXPECT_EQ(h.chain(1), shrunk) << "a failed target must not rejoin while its server runs";
+
+  h.add_storage(1, 1, /*incarnation=*/2);  // the server restarted: the engine was reopened
+  EXPECT_EQ(h.chain(1).entries, (std::vector<ChainEntry>{{2, S}, {1, Y}}));
+}
+
 TEST(ClusterState, StaleAndForeignReportsAreIgnoredAndCounted) {
   Harness h;
   for (int i = 1; i <= 2; ++i) h.add_storage(i, 1);

@@ -108,6 +108,7 @@ void to_proto(const HeartbeatRequest& in, pb::HeartbeatRequest* out) {
     pu->set_target_id(u.target_id);
     pu->set_used_bytes(u.used_bytes);
     pu->set_capacity_bytes(u.capacity_bytes);
+    pu->set_failed(u.failed);
   }
   for (const SyncDoneReport& s : in.sync_done) {
     auto* ps = out->add_sync_done();
@@ -209,7 +210,10 @@ HeartbeatRequest from_proto(const pb::HeartbeatRequest& in) {
   r.node_id = in.node_id();
   r.incarnation = in.incarnation();
   for (const pb::TargetUsage& u : in.usage())
-    r.usage.push_back({.target_id = u.target_id(), .used_bytes = u.used_bytes(), .capacity_bytes = u.capacity_bytes()});
+    r.usage.push_back({.target_id = u.target_id(),
+                       .used_bytes = u.used_bytes(),
+                       .capacity_bytes = u.capacity_bytes(),
+                       .failed = u.failed()});
   for (const pb::SyncDone& s : in.sync_done())
     r.sync_done.push_back({.chain_id = s.chain_id(), .target_id = s.target_id(), .chain_version = s.chain_version()});
   return r;

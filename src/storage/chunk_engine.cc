@@ -145,6 +145,8 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const std::string& dir, E
   metrics::Labels labels{{"target", options.target_id}};
   registry.gauge_fn("weft_storage_used_bytes", "Bytes of allocated slots", labels,
                     [self] { return static_cast<double>(self->used_bytes()); }, self);
+  registry.gauge_fn("weft_storage_target_failed", "1 while the target refuses updates until reopened (failure())",
+                    labels, [self] { return self->failed() ? 1.0 : 0.0; }, self);
   registry.gauge_fn("weft_storage_free_bytes", "Capacity minus used bytes", labels,
                     [self] { return static_cast<double>(self->free_bytes()); }, self);
   registry.gauge_fn("weft_storage_capacity_bytes", "Configured capacity", labels,
@@ -281,9 +283,21 @@ Result<SlabFile*> ChunkEngine::slab(uint32_t size_class) {
   std::lock_guard lock(slabs_mu_);
   auto& file = slabs_[size_class];
   if (!file) {
-    WEFT_TRY(file, SlabFile::open(slab_path(size_class), class_bytes(size_class), options_.extent_bytes));
+    WEFT_TRY(file,
+             SlabFile::open(slab_path(size_class), class_bytes(size_class), options_.extent_bytes, &slab_failed_));
   }
   return file.get();
+}
+
+std::optional<Status> ChunkEngine::failure() {
+  if (!failed()) return std::nullopt;
+  if (auto f = committer_->failure()) return f;
+  std::lock_guard lock(slabs_mu_);
+  for (const auto& file : slabs_) {
+    if (!file) continue;
+    if (auto f = file->failure()) return f;
+  }
+  return std::nullopt;
 }
 
 uint64_t ChunkEngine::free_bytes() const {

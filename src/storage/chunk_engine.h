@@ -50,6 +50,7 @@
 // sum of slot sizes of indexed + pending chunks (+ slots pinned by readers).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -201,6 +202,12 @@ class ChunkEngine {
   // (kNoSpace): the chain asks before forwarding one, so that its successors
   // do not apply what this member then refuses.
   Result<void> check_space();
+  // Why this engine refuses every update until it is reopened, if it does: a
+  // commit group failed after its index record was written (index_committer.h)
+  // or a slab file's fdatasync failed (every later sync of it fails,
+  // slab_file.h). The storage service then takes the target out of service.
+  std::optional<Status> failure();
+  bool failed() const { return slab_failed_.load(std::memory_order_acquire) || committer_->failed(); }  // cheap
 
   uint64_t used_bytes() const { return space_.used_bytes(); }
   uint64_t capacity_bytes() const { return space_.capacity_bytes(); }
@@ -292,6 +299,7 @@ class ChunkEngine {
   bool one_flush_ = false;  // commit groups take one device flush (restart-check keys needed)
 
   std::mutex slabs_mu_;
+  std::atomic<bool> slab_failed_{false};          // a slab file's sync failed (SlabFile::open's failed_flag)
   std::vector<std::unique_ptr<SlabFile>> slabs_;  // GUARDED_BY(slabs_mu_) for creation
 
   std::mutex locks_mu_;

@@ -19,7 +19,7 @@ IndexCommitter::IndexCommitter(rocksdb::DB* db, IoRing* ring, metrics::Histogram
 // later open does not take damage to those chunks for a lost last group.
 IndexCommitter::~IndexCommitter() {
   // Fault point: tests take this for a crash (the keys stay, as after a power cut).
-  if (last_keys_.empty() || failed_ || WEFT_FAULT("storage.index.keep_restart_keys")) return;
+  if (last_keys_.empty() || failure() || WEFT_FAULT("storage.index.keep_restart_keys")) return;
   rocksdb::WriteBatch batch;
   for (const std::string& key : last_keys_) batch.Delete(key);
   rocksdb::WriteOptions wo;
@@ -30,6 +30,17 @@ IndexCommitter::~IndexCommitter() {
 uint64_t IndexCommitter::groups() const {
   std::lock_guard lock(mu_);
   return groups_;
+}
+
+std::optional<Status> IndexCommitter::failure() const {
+  std::lock_guard lock(failed_mu_);
+  return failed_;
+}
+
+void IndexCommitter::set_failed(Status s) {
+  std::lock_guard lock(failed_mu_);
+  failed_ = std::move(s);
+  failed_flag_.store(true, std::memory_order_release);
 }
 
 Result<void> IndexCommitter::commit(std::vector<IndexOp> ops, std::optional<SlabTicket> slab) {
@@ -86,7 +97,7 @@ void IndexCommitter::linger(std::unique_lock<std::mutex>& lock) {
 }
 
 Result<void> IndexCommitter::write_group(const std::vector<Request*>& group) {
-  if (failed_) return error(*failed_);
+  if (auto failed = failure()) return error(*failed);
   // One sync per slab file, up to the highest ticket the group holds.
   std::vector<SlabTicket> syncs;
   for (const Request* r : group) {
@@ -114,9 +125,10 @@ Result<void> IndexCommitter::write_group(const std::vector<Request*>& group) {
     const SlabTicket& s = syncs[i];
     Result<void> synced = i == 0 ? s.file->sync_from_now(*ring_) : s.file->sync_to(*ring_, s.ticket);
     if (!synced) {
-      failed_ = synced.error().with_context(
+      Status failed = synced.error().with_context(
           "slab sync after the index record was written: the target refuses updates until it is reopened");
-      return error(*failed_);
+      set_failed(failed);
+      return error(failed);
     }
   }
   return {};
@@ -145,7 +157,7 @@ Result<void> IndexCommitter::write_index(const std::vector<Request*>& group, boo
   if (!s.ok()) {
     Status failed(Code::kIoError, fmt::format("synced index write of {} updates: {}", group.size(), s.ToString()));
     // Without the flush the record may be on the device already, its slots not.
-    if (without_flush) failed_ = failed;
+    if (without_flush) set_failed(failed);
     return error(failed);
   }
   last_keys_ = std::move(keys);

@@ -36,6 +36,7 @@
 // completed exactly once, by the leader of the group that took it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -97,6 +98,10 @@ class IndexCommitter {
   };
 
   uint64_t groups() const;  // synced index writes made so far
+  // The sticky failure (a group failed after its record was written), if
+  // any: every commit fails with it until the engine is reopened.
+  std::optional<Status> failure() const;
+  bool failed() const { return failed_flag_.load(std::memory_order_acquire); }  // failure() has a value
 
  private:
   struct Request {
@@ -109,8 +114,9 @@ class IndexCommitter {
   // REQUIRES: mu_ held via lock, leading_ set by the caller.
   void linger(std::unique_lock<std::mutex>& lock);
   Result<void> write_group(const std::vector<Request*>& group);
-  // REQUIRES: called by the leader only (no lock needed for failed_/last_keys_).
+  // REQUIRES: called by the leader only (no lock needed for last_keys_).
   Result<void> write_index(const std::vector<Request*>& group, bool without_flush);
+  void set_failed(Status s);
 
   rocksdb::DB* db_;
   IoRing* ring_;
@@ -120,7 +126,10 @@ class IndexCommitter {
 
   // Leader-only state (one leader at a time; handed over under mu_).
   std::vector<std::string> last_keys_;  // until_next_group keys of the last group written
-  std::optional<Status> failed_;        // sticky: a group failed after its record was written
+
+  mutable std::mutex failed_mu_;   // failure() is asked from other threads (the storage service)
+  std::optional<Status> failed_;   // GUARDED_BY(failed_mu_): sticky, a group failed after its record was written
+  std::atomic<bool> failed_flag_{false};  // failed_ is set
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -68,7 +68,9 @@ void MgmtLink::attach(StorageService& service, StaticRoutingProvider& routing) {
     for (mgmt::TargetId id : ids) {
       StorageTarget* t = service.target(id);
       if (t == nullptr) continue;
-      usage.push_back({id, t->engine().used_bytes(), t->engine().capacity_bytes()});
+      // A target whose engine refuses every update is reported failed:
+      // mgmtd takes it out of its chains until this server restarts.
+      usage.push_back({id, t->engine().used_bytes(), t->engine().capacity_bytes(), t->out_of_service().has_value()});
     }
     return usage;
   });

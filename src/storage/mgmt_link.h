@@ -2,8 +2,10 @@
 // A storage server's membership in a cluster run by mgmtd: registration (which
 // assigns the target ids: stable per server address + target path), the
 // heartbeat loop whose lease fences writes, routing pushed into the service's
-// StaticRoutingProvider, target usage in every heartbeat, and sync-done reports
-// when a predecessor finished resyncing one of our targets.
+// StaticRoutingProvider, target usage in every heartbeat (with whether the
+// target is out of service: its engine refuses every update, so mgmtd takes
+// it out of its chains), and sync-done reports when a predecessor finished
+// resyncing one of our targets.
 // Lifecycle: connect() registers (retrying while mgmtd is unreachable, up to
 // `register_timeout`), then the caller opens the targets with the assigned ids,
 // builds the StorageService and calls attach(), which starts the heartbeats.

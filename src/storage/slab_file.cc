@@ -11,7 +11,8 @@
 
 namespace weft::storage {
 
-Result<std::unique_ptr<SlabFile>> SlabFile::open(const std::string& path, uint64_t slot_bytes, uint64_t extent_bytes) {
+Result<std::unique_ptr<SlabFile>> SlabFile::open(const std::string& path, uint64_t slot_bytes, uint64_t extent_bytes,
+                                                 std::atomic<bool>* failed_flag) {
   WEFT_ASSERT(slot_bytes % 4096 == 0 && slot_bytes > 0);
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0644);
   if (fd < 0) return errno_error(errno, "open slab file " + path);
@@ -22,11 +23,18 @@ Result<std::unique_ptr<SlabFile>> SlabFile::open(const std::string& path, uint64
     return errno_error(err, "fstat " + path);
   }
   uint64_t extent = std::max(extent_bytes / slot_bytes, uint64_t{1}) * slot_bytes;
-  return std::unique_ptr<SlabFile>(new SlabFile(path, fd, slot_bytes, extent, static_cast<uint64_t>(st.st_size)));
+  return std::unique_ptr<SlabFile>(
+      new SlabFile(path, fd, slot_bytes, extent, static_cast<uint64_t>(st.st_size), failed_flag));
 }
 
-SlabFile::SlabFile(std::string path, int fd, uint64_t slot_bytes, uint64_t extent_bytes, uint64_t file_bytes)
-    : path_(std::move(path)), fd_(fd), slot_bytes_(slot_bytes), extent_bytes_(extent_bytes), file_bytes_(file_bytes) {}
+SlabFile::SlabFile(std::string path, int fd, uint64_t slot_bytes, uint64_t extent_bytes, uint64_t file_bytes,
+                   std::atomic<bool>* failed_flag)
+    : path_(std::move(path)),
+      fd_(fd),
+      slot_bytes_(slot_bytes),
+      extent_bytes_(extent_bytes),
+      failed_flag_(failed_flag),
+      file_bytes_(file_bytes) {}
 
 SlabFile::~SlabFile() { ::close(fd_); }
 
@@ -91,6 +99,7 @@ Result<void> SlabFile::sync_to(IoRing& ring, uint64_t ticket) {
     syncing_ = false;
     if (res < 0) {
       failed_ = errno_error(-res, "fdatasync " + path_).error();
+      if (failed_flag_) failed_flag_->store(true);
     } else {
       writes_synced_ = std::max(writes_synced_, target);
     }

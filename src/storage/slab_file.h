@@ -12,6 +12,7 @@
 // dirty pages, so nothing written since can be acknowledged.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -26,7 +27,10 @@ namespace weft::storage {
 
 class SlabFile {
  public:
-  static Result<std::unique_ptr<SlabFile>> open(const std::string& path, uint64_t slot_bytes, uint64_t extent_bytes);
+  // `failed_flag`, if given, is set when a sync fails (the owner's cheap
+  // "any slab file failed"; it must outlive the file).
+  static Result<std::unique_ptr<SlabFile>> open(const std::string& path, uint64_t slot_bytes, uint64_t extent_bytes,
+                                                std::atomic<bool>* failed_flag = nullptr);
   ~SlabFile();
   SlabFile(const SlabFile&) = delete;
   SlabFile& operator=(const SlabFile&) = delete;
@@ -58,12 +62,14 @@ class SlabFile {
   uint64_t synced_ticket() const;
 
  private:
-  SlabFile(std::string path, int fd, uint64_t slot_bytes, uint64_t extent_bytes, uint64_t file_bytes);
+  SlabFile(std::string path, int fd, uint64_t slot_bytes, uint64_t extent_bytes, uint64_t file_bytes,
+           std::atomic<bool>* failed_flag);
 
   const std::string path_;
   const int fd_;
   const uint64_t slot_bytes_;
   const uint64_t extent_bytes_;
+  std::atomic<bool>* const failed_flag_;
 
   mutable std::mutex grow_mu_;
   uint64_t file_bytes_;  // GUARDED_BY(grow_mu_)

@@ -41,6 +41,8 @@ Result<pb::TargetStatusReply> StorageService::target_status(const pb::TargetStat
 Result<pb::SyncDoneReply> StorageService::sync_done(const pb::SyncDoneRequest& req) {
   StorageTarget* t = target(req.target_id());
   if (!t) return error(Code::kNotFound, "no target {} on {}", req.target_id(), options_.name);
+  // A target that can take no update was not brought up to date.
+  WEFT_RETURN_IF_ERROR(check_in_service(*t));
   // A SyncDone of a resync at an older chain version (delayed on the way) says
   // nothing about the round running now. (A newer one than this server's
   // routing knows is passed on: mgmtd checks it against the chain itself.)

@@ -100,6 +100,7 @@ Result<Placement> StorageService::locate(mgmt::ChainId chain_id, mgmt::ChainVers
   if (!p.target)
     return error(Code::kStaleRouting, "no target of {} on the write path of chain {} version {}", options_.name, chain_id,
                  version);
+  WEFT_RETURN_IF_ERROR(check_in_service(*p.target));
   if (stray_->sweeping(p.target->id(), chain_id))
     return error(Code::kStaleRouting, "target {} is still removing its old chunks of chain {}, which it just rejoined",
                  p.target->id(), chain_id);
@@ -128,6 +129,17 @@ Result<void> StorageService::check_member(const StorageTarget& t, mgmt::ChainId 
     return error(Code::kStaleRouting, "target {} is still removing its old chunks of chain {}, which it just rejoined",
                  t.id(), chain_id);
   return {};
+}
+
+// A target whose engine refuses every update (a sticky commit or slab sync
+// failure) takes no requests: its chains cannot take writes through it, and
+// the mgmtd link reports it failed so that they drop it (mgmt_link.cc).
+// Retryable: the client tries another replica or waits for the new chain.
+Result<void> StorageService::check_in_service(StorageTarget& t) const {
+  if (!t.failed()) return {};
+  auto why = t.out_of_service();
+  return error(Code::kUnavailable, "target {} on {} is out of service until its server restarts: {}", t.id(),
+               options_.name, why ? why->to_string() : std::string("engine failed"));
 }
 
 Result<void> StorageService::check_write_fence() const {
@@ -183,6 +195,7 @@ Task<Result<pb::GetChunkMetaReply>> StorageService::get_chunk_meta(const pb::Get
   WEFT_CO_RETURN_IF_ERROR(check_read_fence());
   StorageTarget* t = target(req.target_id());
   if (!t) co_return error(Code::kNotFound, "no target {} on {}", req.target_id(), options_.name);
+  WEFT_CO_RETURN_IF_ERROR(check_in_service(*t));
   StatJob job{&t->engine(), ChunkId{req.chunk().inode(), req.chunk().index()}};
   auto info = co_await pool_.run(job);
   if (!info) co_return error(info.error());
@@ -194,6 +207,7 @@ Task<Result<pb::GetChunkMetaReply>> StorageService::get_chunk_meta(const pb::Get
 Task<Result<pb::ListChunksReply>> StorageService::list_chunks(const pb::ListChunksRequest& req) {
   StorageTarget* t = target(req.target_id());
   if (!t) co_return error(Code::kNotFound, "no target {} on {}", req.target_id(), options_.name);
+  WEFT_CO_RETURN_IF_ERROR(check_in_service(*t));
   if (req.chain_id() != kChainUnknown) WEFT_CO_RETURN_IF_ERROR(check_member(*t, req.chain_id()));
   size_t count_max = req.count_max() == 0 ? 1024 : std::min<size_t>(req.count_max(), 65536);
   ListJob job{&t->engine(), req.chain_id(), std::nullopt, count_max + 1};

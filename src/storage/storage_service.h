@@ -186,6 +186,7 @@ class StorageService {
   Result<Placement> locate(mgmt::ChainId chain, mgmt::ChainVersion version) const;
   Result<void> check_write_fence() const;
   Result<void> check_read_fence() const;  // the same lease, for client reads
+  Result<void> check_in_service(StorageTarget& t) const;  // kUnavailable while t's engine has failed
   Result<void> check_member(const StorageTarget& t, mgmt::ChainId chain_id) const;
   Result<void> check_payload(const rpc::ServerCall& call, uint32_t length, uint32_t crc, StorageTarget& t) const;
 

@@ -771,6 +771,44 @@ TEST_F(StorageServiceTest, AServerWhoseLeaseRanOutServesNoReads) {
   EXPECT_EQ(read(1, 1, id).data, data);
 }
 
+// A target whose engine failed for good (a slab fdatasync failed: every later
+// commit fails until the engine is reopened) is out of service: its requests
+// are refused with a retryable kUnavailable that names the failure (reads go
+// to another replica, writes wait for the chain without it: the mgmtd link
+// reports it failed), not served or failed one by one as kIoError forever.
+TEST_F(StorageServiceTest, ATargetWhoseEngineFailedForGoodIsOutOfService) {
+  start(2);
+  route({0, 1}, 1);
+  ChunkId id{10, 0};
+  auto data = pattern(30000, 10);
+  ASSERT_TRUE(write(0, 1, id, 0, data).has_value());
+  StorageTarget* t = nodes_[1]->service().target(target_of(1));
+  {
+    fault::Scope fail("storage.slab.fdatasync_eio", {.hits_max = 1});
+    auto w = t->engine().write(ChunkId{10, 1}, Update::write(0, pattern(8192, 11)));
+    if (fail.triggered() == 0) GTEST_SKIP() << "fault injection compiled out";
+    ASSERT_FALSE(w.has_value());
+  }
+  ASSERT_TRUE(t->failed());
+  auto why = t->out_of_service();
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->message().find("fdatasync"), std::string::npos) << *why;
+
+  auto r = client_.read(nodes_[1]->ep(), 1, 1, id, 0, kChunk);
+  ASSERT_TRUE(r.has_value()) << r.error();
+  EXPECT_EQ(r->result.code(), static_cast<uint32_t>(Code::kUnavailable)) << r->result.message();
+  EXPECT_NE(r->result.message().find("out of service"), std::string::npos) << r->result.message();
+  EXPECT_EQ(read(0, 1, id).data, data) << "the other replica serves the read";
+  auto w = write(0, 1, id, 0, pattern(30000, 12));
+  ASSERT_FALSE(w.has_value());
+  EXPECT_EQ(w.error().code(), Code::kUnavailable) << w.error();
+  EXPECT_TRUE(w.error().retryable());
+  EXPECT_EQ(read(0, 1, id).data, data) << "the failed forward was aborted on the head";
+
+  route({0}, 2);  // mgmtd dropped it: the chain takes writes again
+  EXPECT_TRUE(write(0, 2, id, 0, pattern(30000, 12)).has_value());
+}
+
 TEST_F(StorageServiceTest, SyncingTargetIsResyncedWhileWritesGoOn) {
   start(3);
   route({0, 1}, 1);

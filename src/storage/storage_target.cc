@@ -1,5 +1,7 @@
 #include "storage/storage_target.h"
 
+#include "common/logging.h"
+
 namespace weft::storage {
 namespace {
 
@@ -66,6 +68,14 @@ void StorageTarget::mark_synced(mgmt::ChainId chain, mgmt::ChainVersion version)
 std::map<mgmt::ChainId, mgmt::ChainVersion> StorageTarget::synced() const {
   std::lock_guard lock(mu_);
   return synced_;
+}
+
+std::optional<Status> StorageTarget::out_of_service() {
+  if (!engine_->failed()) return std::nullopt;
+  std::optional<Status> f = engine_->failure();
+  if (f && !failure_logged_.exchange(true))
+    WEFT_LOG_ERROR("target {} ({}) is out of service until its server restarts: {}", id_, engine_->dir(), *f);
+  return f;
 }
 
 }  // namespace weft::storage

@@ -4,6 +4,7 @@
 // Threading: thread-safe (each member is).
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -46,6 +47,13 @@ class StorageTarget {
   DedupTable& dedup() { return dedup_; }
   TargetMetrics& metrics() { return metrics_; }
 
+  // Why the target is out of service, if it is: its engine refuses every
+  // update until reopened (ChunkEngine::failure()). The service then refuses
+  // the target's requests (kUnavailable) and the mgmtd link reports it failed,
+  // so its chains drop it. Logged once, the first time it is seen.
+  std::optional<Status> out_of_service();
+  bool failed() const { return engine_->failed(); }  // cheap
+
   // This target was brought up to date in `chain` at `version` (by its predecessor).
   void mark_synced(mgmt::ChainId chain, mgmt::ChainVersion version);
   std::map<mgmt::ChainId, mgmt::ChainVersion> synced() const;
@@ -59,6 +67,7 @@ class StorageTarget {
   TargetMetrics metrics_;
   mutable std::mutex mu_;
   std::map<mgmt::ChainId, mgmt::ChainVersion> synced_;  // GUARDED_BY(mu_)
+  std::atomic<bool> failure_logged_{false};
 };
 
 }  // namespace weft::storage
