@@ -104,7 +104,15 @@ struct StorageService::ResyncPass {
   size_t next = 0;
   uint64_t copied = 0, removed = 0, skipped = 0, kept = 0, retries = 0;
   std::optional<Status> failure;
+  std::optional<ChunkId> failed_chunk;  // the chunk whose copy set `failure`
 };
+
+std::chrono::milliseconds resync_pass_backoff(int failed_passes) {
+  constexpr std::chrono::milliseconds kFirst{200};
+  if (failed_passes <= 1) return kFirst;
+  int doublings = std::min(failed_passes - 1, 20);  // 200 ms << 20 is far past the cap
+  return std::min(kFirst * (int64_t{1} << doublings), kResyncPassBackoffMax);
+}
 
 void StorageService::start_resyncs() {
   if (stopping_) return;
@@ -161,8 +169,9 @@ Task<void> StorageService::resync(mgmt::ChainId chain, mgmt::ChainVersion versio
   for (const ChunkId& id : source->locks().held_ids()) {
     ChunkLocks::Guard g = co_await source->locks().lock(id);
   }
-  while (!stopping_) {
-    auto r = co_await resync_once(chain, version, source, dest);
+  for (int failed_passes = 0; !stopping_;) {
+    std::optional<ChunkId> failed_chunk;
+    auto r = co_await resync_once(chain, version, source, dest, failed_chunk);
     if (r) {
       double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
       WEFT_LOG_INFO("{}: resync of target {} in chain {} done in {:.1f} s: {} chunks copied, {} removed", options_.name,
@@ -179,9 +188,22 @@ Task<void> StorageService::resync(mgmt::ChainId chain, mgmt::ChainVersion versio
                     version, r.error());
       break;
     }
-    WEFT_LOG_WARN("{}: resync of target {} in chain {}: {}; retrying", options_.name, dest.id, chain, r.error());
-    asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::milliseconds(200));
-    co_await timer.async_wait(use_nothrow);
+    // Whatever stops the pass stops the next one too (a chunk the source
+    // cannot read: kCorruption, kIoError) until it is repaired or the chain
+    // changes: never skipped (the successor would be declared synced without
+    // it), retried after a pause that grows up to kResyncPassBackoffMax.
+    resync_failures_.inc();
+    auto pause = resync_pass_backoff(++failed_passes);
+    if (failed_chunk) {
+      WEFT_LOG_WARN("{}: resync of target {} from {} in chain {} version {}: pass {} stopped at chunk {}: {}; next "
+                    "pass in {} ms (the target stays syncing until that chunk is copied)",
+                    options_.name, dest.id, source->id(), chain, version, failed_passes, *failed_chunk, r.error(),
+                    pause.count());
+    } else {
+      WEFT_LOG_WARN("{}: resync of target {} from {} in chain {} version {}: pass {} failed: {}; next pass in {} ms",
+                    options_.name, dest.id, source->id(), chain, version, failed_passes, r.error(), pause.count());
+    }
+    co_await resync_pause(pause);
   }
   {
     std::lock_guard lock(mu_);
@@ -190,11 +212,26 @@ Task<void> StorageService::resync(mgmt::ChainId chain, mgmt::ChainVersion versio
   resyncs_running_--;
 }
 
+// Sleeps in slices so that stop() (which waits a bounded time for resyncs)
+// and a routing change (the chain may have moved on, or healed) cut it short.
+Task<void> StorageService::resync_pause(std::chrono::milliseconds delay) {
+  const auto until = std::chrono::steady_clock::now() + delay;
+  const uint64_t routing_version = routing_->version();
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  while (!stopping_ && routing_->version() == routing_version) {
+    auto now = std::chrono::steady_clock::now();
+    if (now >= until) break;
+    timer.expires_after(std::min<std::chrono::steady_clock::duration>(until - now, std::chrono::milliseconds(50)));
+    co_await timer.async_wait(use_nothrow);
+  }
+}
+
 // One pass: list and compare, copy what differs, then SyncDone.
 Task<Result<std::pair<uint64_t, uint64_t>>> StorageService::resync_once(mgmt::ChainId chain,
                                                                          mgmt::ChainVersion version,
                                                                          StorageTarget* source,
-                                                                         const Placement::Peer& dest) {
+                                                                         const Placement::Peer& dest,
+                                                                         std::optional<ChunkId>& failed_chunk) {
   ResyncPass pass{chain, version, source, dest, nullptr, {}};
   {
     std::lock_guard lock(mu_);
@@ -208,6 +245,7 @@ Task<Result<std::pair<uint64_t, uint64_t>>> StorageService::resync_once(mgmt::Ch
                   options_.name, dest.id, chain, pass.kept);
   auto workers = (copy_worker(pass) && copy_worker(pass)) && (copy_worker(pass) && copy_worker(pass));
   co_await std::move(workers);
+  failed_chunk = pass.failed_chunk;
   if (pass.failure) co_return error(*pass.failure);
   if (stopping_) co_return error(Code::kCancelled, "stopping");
   WEFT_LOG_INFO("{}: resync of target {} in chain {}: {} differing chunks: {} copied, {} removed, {} already "
@@ -312,7 +350,10 @@ Task<void> StorageService::copy_worker(ResyncPass& pass) {
     ChunkId id = pass.todo[pass.next++];
     auto r = co_await copy_chunk(pass, id);
     if (!r) {
-      if (!pass.failure) pass.failure = r.error();
+      if (!pass.failure) {
+        pass.failure = r.error();
+        pass.failed_chunk = id;
+      }
       break;
     }
     switch (*r) {
@@ -351,7 +392,9 @@ Task<Result<StorageService::CopyOutcome>> StorageService::copy_chunk_once(Resync
   if (pass.delivered->contains(id)) co_return CopyOutcome::kDelivered;
   ReadWholeJob read{&pass.source->engine(), id};
   auto data = co_await pool_.run(read);
-  if (!data && data.error().code() != Code::kNotFound) co_return error(data.error());
+  if (!data && data.error().code() != Code::kNotFound)
+    co_return error(data.error().with_context(
+        fmt::format("source target {} cannot read chunk {}", pass.source->id(), id)));
   ChainUpdate u;
   u.id = id;
   u.sync = true;

@@ -39,7 +39,10 @@ StorageService::StorageService(rpc::IoPool& io, StorageServiceOptions options, s
       routing_(std::move(routing)),
       registry_(registry),
       pool_(options_.disk_threads, options_.disk_queue_max),
-      client_(io, client_options(options_)) {
+      client_(io, client_options(options_)),
+      resync_failures_(registry_.counter("weft_storage_resync_failures_total",
+                                         "Resync passes that failed (retried after a growing pause)",
+                                         {{"server", options_.name}})) {
   for (auto& t : targets) targets_[t->id()] = std::move(t);
   DiskPool* pool = &pool_;
   registry_.gauge_fn("weft_storage_disk_queue_depth", "Engine jobs queued or running on the disk pool",

@@ -120,6 +120,13 @@ struct StorageServiceOptions {
   bool stray_sweep = true;  // false: never (tests that set up chains by hand)
 };
 
+// How long a resync waits before its next pass after `failed_passes` (>= 1)
+// passes in a row failed: 200 ms, doubling, at most kResyncPassBackoffMax.
+// A pass that fails again and again (a chunk the source cannot read fails
+// every pass) neither relists both sides every 200 ms nor floods the log.
+inline constexpr std::chrono::milliseconds kResyncPassBackoffMax{60000};
+std::chrono::milliseconds resync_pass_backoff(int failed_passes);
+
 // Where one request lands: this server's target in a chain, and its successor.
 struct Placement {
   RoutingSnapshot routing;
@@ -217,8 +224,12 @@ class StorageService {
   Result<pb::SyncDoneReply> sync_done(const pb::SyncDoneRequest& req);
   void start_resyncs();
   Task<void> resync(mgmt::ChainId chain, mgmt::ChainVersion version, StorageTarget* source, Placement::Peer dest);
+  // `failed_chunk`: set to the chunk whose copy failed the pass, if one did.
   Task<Result<std::pair<uint64_t, uint64_t>>> resync_once(mgmt::ChainId chain, mgmt::ChainVersion version,
-                                                          StorageTarget* source, const Placement::Peer& dest);
+                                                          StorageTarget* source, const Placement::Peer& dest,
+                                                          std::optional<ChunkId>& failed_chunk);
+  // Waits `delay`, or less if stop() or a routing change comes first.
+  Task<void> resync_pause(std::chrono::milliseconds delay);
   struct ResyncPass;
   struct Delivered;
   using ResyncKey = std::tuple<mgmt::ChainId, mgmt::ChainVersion, mgmt::TargetId>;
@@ -246,6 +257,7 @@ class StorageService {
   metrics::Registry& registry_;
   DiskPool pool_;
   rpc::Client client_;
+  metrics::Counter& resync_failures_;  // resync passes that failed (each is retried after resync_pass_backoff)
 
   std::mutex mu_;
   SyncListener sync_listener_;                                                  // GUARDED_BY(mu_)

@@ -281,6 +281,22 @@ TEST(StorageServer, OrphanGraceIsAnHourByDefaultAtLeastTenSecondsOrOff) {
   EXPECT_NE(short_grace.error().message().find("at least 10"), std::string::npos) << short_grace.error();
 }
 
+// A resync pass that fails (e.g. at a chunk the source cannot read: it fails
+// every pass until repaired) is retried after a pause that doubles from
+// 200 ms up to a minute, not every 200 ms forever.
+TEST(ResyncBackoff, DoublesFromTwoHundredMillisecondsUpToAMinute) {
+  using std::chrono::milliseconds;
+  EXPECT_EQ(resync_pass_backoff(1), milliseconds(200));
+  EXPECT_EQ(resync_pass_backoff(2), milliseconds(400));
+  EXPECT_EQ(resync_pass_backoff(3), milliseconds(800));
+  EXPECT_EQ(resync_pass_backoff(6), milliseconds(6400));
+  EXPECT_EQ(resync_pass_backoff(9), milliseconds(51200));
+  EXPECT_EQ(resync_pass_backoff(10), kResyncPassBackoffMax);
+  EXPECT_EQ(kResyncPassBackoffMax, milliseconds(60000));
+  EXPECT_EQ(resync_pass_backoff(1000), kResyncPassBackoffMax) << "no overflow";
+  for (int n = 1; n < 40; ++n) EXPECT_LE(resync_pass_backoff(n), resync_pass_backoff(n + 1));
+}
+
 TEST_F(StorageServiceTest, ChainOfOneWritesReadsTruncatesRemoves) {
   start(1);
   route({0}, 1);
