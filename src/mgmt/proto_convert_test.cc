@@ -119,16 +119,20 @@ TEST(ProtoConvert, RegisterAndHeartbeatRoundTrip) {
   EXPECT_EQ(rr2.routing_version, 5u);
   EXPECT_EQ(rr2.lease, rr.lease);
 
-  HeartbeatRequest hb{.node_id = 3, .incarnation = 99, .usage = {{7, 10, 100}}, .sync_done = {{4, 8, 6}}};
+  HeartbeatRequest hb{
+      .node_id = 3, .incarnation = 99, .usage = {{7, 10, 100}, {9, 0, 5, /*failed=*/true}}, .sync_done = {{4, 8, 6}}};
   pb::HeartbeatRequest phb;
   to_proto(hb, &phb);
   HeartbeatRequest hb2 = from_proto(phb);
   EXPECT_EQ(hb2.node_id, 3u);
   EXPECT_EQ(hb2.incarnation, 99u);
-  ASSERT_EQ(hb2.usage.size(), 1u);
+  ASSERT_EQ(hb2.usage.size(), 2u);
   EXPECT_EQ(hb2.usage[0].target_id, 7u);
   EXPECT_EQ(hb2.usage[0].used_bytes, 10u);
   EXPECT_EQ(hb2.usage[0].capacity_bytes, 100u);
+  EXPECT_FALSE(hb2.usage[0].failed);
+  EXPECT_EQ(hb2.usage[1].target_id, 9u);
+  EXPECT_TRUE(hb2.usage[1].failed) << "a target out of service is reported as such";
   ASSERT_EQ(hb2.sync_done.size(), 1u);
   EXPECT_EQ(hb2.sync_done[0].chain_id, 4u);
   EXPECT_EQ(hb2.sync_done[0].target_id, 8u);
