@@ -13,6 +13,8 @@
 #include <ctime>
 #include <cstring>
 #include <filesystem>
+#include <optional>
+#include <random>
 
 #include "cli/commands.h"
 #include "weft/client.h"
@@ -202,11 +204,24 @@ Result<void> remove_tree(Client& c, const std::string& path) {
   return c.remove_path(c.default_cred(), path);
 }
 
+// As GNU rm: a path ending in "." or ".." and the root are never removed
+// (`rm -r /data/..` would empty the root, entry by entry).
+Result<void> check_removable(Client& c, const std::string& path) {
+  std::string_view p = path;
+  while (p.size() > 1 && p.back() == '/') p.remove_suffix(1);
+  std::string_view last = p.substr(p.find_last_of('/') + 1);
+  if (last == "." || last == "..") return error(Code::kInvalidArgument, "{}: refusing to remove '.' or '..'", path);
+  WEFT_TRY(Inode n, c.resolve(c.default_cred(), path, false));
+  if (n.ino == kRootIno) return error(Code::kInvalidArgument, "{}: refusing to remove the root", path);
+  return {};
+}
+
 void cmd_rm(const FileFlags& f, const std::vector<std::string>& paths, bool recursive) {
   auto c = connect(f);
   if (!c) return;
   for (const auto& p : paths) {
-    auto r = recursive ? remove_tree(*c, p) : c->remove_path(c->default_cred(), p);
+    auto r = check_removable(*c, p);
+    if (r) r = recursive ? remove_tree(*c, p) : c->remove_path(c->default_cred(), p);
     if (!r) fail(r.error().message());
   }
 }
@@ -217,92 +232,140 @@ void cmd_mv(const FileFlags& f, const std::string& from, const std::string& to) 
   if (auto r = c->rename_path(c->default_cred(), from, to); !r) fail(r.error().message());
 }
 
+// A hidden name beside `path` for a copy in progress: put and get rename the
+// copy over `path` only once it is complete, so a failed or killed copy
+// never leaves a truncated file under the final name (nor empties the old one).
+std::string temp_name_beside(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  return fmt::format("{}.{}.weft-tmp-{:08x}", dir, base, std::random_device{}());
+}
+
+// Copies local file `fd` (`size` bytes) into `file`.
+Result<void> copy_in(int fd, const std::string& local, File& file, const std::string& target, uint64_t size) {
+  Progress progress("put " + target, size);
+  std::vector<std::byte> buf(kCopyBlock);
+  uint64_t off = 0;
+  while (true) {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0) return error(Code::kIoError, "{}: {}", local, std::strerror(errno));
+    if (n == 0) break;
+    // pwrite may write less (a write crossing the maximum file size is cut
+    // short): what is left goes again and then fails with the reason.
+    for (size_t done = 0; done < static_cast<size_t>(n);) {
+      auto w = file.pwrite(std::span(buf).subspan(done, static_cast<size_t>(n) - done), off);
+      if (!w) return error(w.error().code(), "{}: {}", target, w.error().message());
+      if (*w == 0) return error(Code::kIoError, "{}: no byte written", target);
+      done += *w;
+      off += *w;
+    }
+    progress.update(off);
+  }
+  if (auto r = file.close(); !r) return error(r.error().code(), "{}: {}", target, r.error().message());
+  return {};
+}
+
 void cmd_put(const FileFlags& f, const std::string& local, const std::string& remote) {
   int fd = ::open(local.c_str(), O_RDONLY);
   if (fd < 0) return fail(fmt::format("{}: {}", local, std::strerror(errno)));
   struct stat st {};
-  ::fstat(fd, &st);
+  const bool stat_ok = ::fstat(fd, &st) == 0;
+  if (!stat_ok || !S_ISREG(st.st_mode)) {
+    std::string why = !stat_ok ? std::strerror(errno) : S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file";
+    ::close(fd);
+    return fail(fmt::format("{}: {}", local, why));
+  }
   auto c = connect(f);
   if (!c) {
     ::close(fd);
     return;
   }
   std::string target = remote;
-  if (auto n = c->resolve(c->default_cred(), remote, true); n && n->is_dir())
-    target = remote + "/" + std::filesystem::path(local).filename().string();
-  auto file = c->open_path(c->default_cred(), target, O_CREAT | O_WRONLY | O_TRUNC, st.st_mode & 0777);
+  auto n = c->resolve(c->default_cred(), remote, true);
+  if (n && n->is_dir()) {
+    target = remote + (remote.ends_with('/') ? "" : "/") + std::filesystem::path(local).filename().string();
+  } else if (remote.ends_with('/')) {
+    ::close(fd);
+    return fail(remote + ": " + (n ? "not a directory" : n.error().message()));
+  }
+  const std::string tmp = temp_name_beside(target);
+  auto file = c->open_path(c->default_cred(), tmp, O_CREAT | O_EXCL | O_WRONLY, st.st_mode & 0777);
   if (!file) {
     ::close(fd);
-    return fail(file.error().message());
+    return fail(target + ": " + file.error().message());
   }
-  Progress progress("put " + target, static_cast<uint64_t>(st.st_size));
-  std::vector<std::byte> buf(kCopyBlock);
-  uint64_t off = 0;
-  while (true) {
-    ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n < 0) {
-      ::close(fd);
-      return fail(fmt::format("{}: {}", local, std::strerror(errno)));
-    }
-    if (n == 0) break;
-    // pwrite may write less (a write crossing the maximum file size is cut
-    // short): what is left goes again and then fails with the reason.
-    for (size_t done = 0; done < static_cast<size_t>(n);) {
-      auto w = (*file)->pwrite(std::span(buf).subspan(done, static_cast<size_t>(n) - done), off);
-      if (!w || *w == 0) {
-        ::close(fd);
-        return fail(target + ": " + (w ? std::string("no byte written") : w.error().message()));
-      }
-      done += *w;
-      off += *w;
-    }
-    progress.update(off);
-  }
+  Result<void> r = copy_in(fd, local, **file, target, static_cast<uint64_t>(st.st_size));
   ::close(fd);
-  if (auto r = (*file)->close(); !r) return fail(target + ": " + r.error().message());
-  progress.update(off);
+  if (r) r = c->rename_path(c->default_cred(), tmp, target);
+  if (!r) {
+    (void)(*file)->close();
+    (void)c->remove_path(c->default_cred(), tmp);
+    return fail(r.error().message());
+  }
 }
 
-// Streams a remote file to `fd`; reads of the next block overlap the local write.
-void copy_out(Client& c, const std::string& remote, int fd, bool show_progress) {
-  auto file = c.open_path(c.default_cred(), remote, O_RDONLY);
-  if (!file) return fail(file.error().message());
-  uint64_t size = (*file)->size();
+// Streams `file` to `fd`; reads of the next block overlap the local write.
+Result<void> copy_out(File& file, const std::string& remote, int fd, bool show_progress) {
+  uint64_t size = file.size();
   Progress progress("get " + remote, size);
   std::vector<std::byte> buf(kCopyBlock);
   uint64_t off = 0;
   while (true) {
-    auto n = (*file)->pread(buf, off);
-    if (!n) return fail(remote + ": " + n.error().message());
+    auto n = file.pread(buf, off);
+    if (!n) return error(n.error().code(), "{}: {}", remote, n.error().message());
     if (*n == 0) break;
     size_t done = 0;
     while (done < *n) {
       ssize_t w = ::write(fd, buf.data() + done, *n - done);
-      if (w < 0) return fail(fmt::format("write: {}", std::strerror(errno)));
+      if (w < 0) return error(Code::kIoError, "write: {}", std::strerror(errno));
       done += static_cast<size_t>(w);
     }
     off += *n;
     if (show_progress) progress.update(off);
   }
-  (void)(*file)->close();
+  (void)file.close();
+  return {};
 }
 
 void cmd_get(const FileFlags& f, const std::string& remote, const std::string& local) {
   auto c = connect(f);
   if (!c) return;
+  // The remote first: a get that cannot read it leaves the local file alone.
+  auto file = c->open_path(c->default_cred(), remote, O_RDONLY);
+  if (!file) return fail(file.error().message());
   std::string target = local;
   struct stat st {};
-  if (::stat(local.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) target = local + "/" + std::filesystem::path(remote).filename().string();
-  int fd = ::open(target.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return fail(fmt::format("{}: {}", target, std::strerror(errno)));
-  copy_out(*c, remote, fd, true);
-  if (::close(fd) != 0) fail(fmt::format("{}: {}", target, std::strerror(errno)));
+  if (::stat(local.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    target = local + "/" + std::filesystem::path(remote).filename().string();
+  const std::string tmp = temp_name_beside(target);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  if (fd < 0) return fail(fmt::format("{}: {}", tmp, std::strerror(errno)));
+  Result<void> r = copy_out(**file, remote, fd, true);
+  if (::close(fd) != 0 && r) r = error(Code::kIoError, "{}: {}", tmp, std::strerror(errno));
+  if (r && ::rename(tmp.c_str(), target.c_str()) != 0)
+    r = error(Code::kIoError, "{}: {}", target, std::strerror(errno));
+  if (!r) {
+    ::unlink(tmp.c_str());
+    fail(r.error().message());
+  }
 }
 
 void cmd_cat(const FileFlags& f, const std::vector<std::string>& paths) {
   auto c = connect(f);
   if (!c) return;
-  for (const auto& p : paths) copy_out(*c, p, 1, false);
+  for (const auto& p : paths) {
+    auto file = c->open_path(c->default_cred(), p, O_RDONLY);
+    Result<void> r = file ? copy_out(**file, p, 1, false) : Result<void>(std::unexpected(file.error()));
+    if (!r) fail(r.error().message());
+  }
+}
+
+// Octal permission bits as chmod takes them: 1 to 4 octal digits.
+std::optional<uint32_t> parse_mode(const std::string& text) {
+  if (text.empty() || text.size() > 4 || text.find_first_not_of("01234567") != std::string::npos)
+    return std::nullopt;
+  return static_cast<uint32_t>(std::stoul(text, nullptr, 8));
 }
 
 void cmd_layout_get(const FileFlags& f, const std::string& path) {
@@ -362,7 +425,11 @@ void add_file_commands(CLI::App& app) {
   mkdir->add_flag("-p,--parents", parents, "create missing parents; no error if it exists");
   mkdir->add_option("-m,--mode", mode_text, "permission bits, octal")->default_val("755");
   mkdir->add_option("path", path)->required();
-  mkdir->callback([] { cmd_mkdir(flags, path, parents, static_cast<uint32_t>(std::stoul(mode_text, nullptr, 8))); });
+  mkdir->callback([] {
+    auto mode = parse_mode(mode_text);
+    if (!mode) return fail(fmt::format("mkdir: invalid mode '{}' (octal permission bits, e.g. 755)", mode_text), 2);
+    cmd_mkdir(flags, path, parents, *mode);
+  });
 
   auto* rm = app.add_subcommand("rm", "Remove files or (empty, or with -r any) directories");
   add_flags(rm, flags);

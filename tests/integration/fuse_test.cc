@@ -24,6 +24,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <set>
@@ -723,6 +725,69 @@ TEST_F(FuseTest, AnotherUsersWriteDropsSetuidAndSetgid) {
   ASSERT_EQ(::stat(f.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0777u);
   EXPECT_EQ(read_all(f), "xy");
+}
+
+// The file tools never leave a half copy under the final name and never
+// empty what they were to replace when they fail; rm refuses ".", ".." and
+// the root; a bad mkdir mode is a usage error, not a crash.
+TEST_F(FuseTest, FileToolsFailWithoutHarm) {
+  const std::string remote = "/" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name());
+  const std::string cfg = data_ + "/client.toml";
+  auto weft = [&](std::vector<std::string> args) {
+    args.push_back("--config");
+    args.push_back(cfg);
+    return run_weft(args, dir_->file("tools.log"));
+  };
+  auto local_dir = dir_->file("tools-local");
+  std::filesystem::create_directories(local_dir);
+  auto write_local = [](const std::string& path, const std::string& text) {
+    std::FILE* out = std::fopen(path.c_str(), "w");
+    std::fputs(text.c_str(), out);
+    std::fclose(out);
+  };
+  auto read_local = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  auto names = [](const std::string& dir) {
+    std::set<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) out.insert(e.path().filename().string());
+    return out;
+  };
+  // get of a missing file leaves the local one as it was.
+  write_local(local_dir + "/keep", "precious");
+  EXPECT_NE(weft({"get", remote + "/missing", local_dir + "/keep"}).code, 0);
+  EXPECT_EQ(read_local(local_dir + "/keep"), "precious");
+  // put of something that is not a regular file leaves the remote one.
+  ASSERT_TRUE(write_all(p("remote"), "old"));
+  EXPECT_NE(weft({"put", local_dir, remote + "/remote"}).code, 0);
+  EXPECT_EQ(read_all(p("remote")), "old");
+  EXPECT_NE(weft({"put", local_dir + "/keep", remote + "/nodir/"}).code, 0);
+  // Successful copies replace, and leave no temporary behind.
+  auto put = weft({"put", local_dir + "/keep", remote + "/remote"});
+  ASSERT_EQ(put.code, 0) << put.log;
+  std::this_thread::sleep_for(1200ms);  // a new inode under the name: seen after entry_timeout
+  EXPECT_EQ(read_all(p("remote")), "precious");
+  auto get = weft({"get", remote + "/remote", local_dir + "/copy"});
+  ASSERT_EQ(get.code, 0) << get.log;
+  EXPECT_EQ(read_local(local_dir + "/copy"), "precious");
+  EXPECT_EQ(names(base_), (std::set<std::string>{"remote"}));
+  EXPECT_EQ(names(local_dir), (std::set<std::string>{"copy", "keep"}));
+  // rm refuses ".", ".." and the root, and removes nothing.
+  ASSERT_EQ(::mkdir(p("d").c_str(), 0755), 0);
+  ASSERT_TRUE(write_all(p("d/f"), "x"));
+  for (const std::string& bad : {remote + "/d/.", remote + "/d/..", remote + "/d/../", std::string("/")})
+    EXPECT_NE(weft({"rm", "-r", bad}).code, 0) << bad;
+  EXPECT_EQ(read_all(p("d/f")), "x");
+  EXPECT_EQ(names(base_), (std::set<std::string>{"d", "remote"}));
+  // A mode that is not octal: exit code 2, not an abort.
+  EXPECT_EQ(weft({"mkdir", "-m", "rwx", remote + "/m"}).code, 2);
+  EXPECT_EQ(weft({"mkdir", "-m", "0o755", remote + "/m"}).code, 2);
+  auto mk = weft({"mkdir", "-m", "750", remote + "/m"});
+  ASSERT_EQ(mk.code, 0) << mk.log;
+  struct stat st {};
+  ASSERT_EQ(::stat(p("m").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
 }
 
 // rewinddir starts a new listing: entries made and removed since show.
