@@ -73,6 +73,20 @@ def test_replace_existing(client, root):
         wt.load(f"{root}/missing", client=client)
 
 
+def test_saving_over_a_symlink_replaces_the_link_not_what_it_names(client, root):
+    # "latest" -> "step-1": the save publishes a new "latest"; step-1 stays whole.
+    wt.save({"v": torch.tensor([1])}, f"{root}/step-1", client=client)
+    client.symlink("step-1", f"{root}/latest")
+    wt.save({"v": torch.tensor([2])}, f"{root}/latest", client=client)
+    assert wt.load(f"{root}/step-1", client=client)["v"].item() == 1
+    assert wt.load(f"{root}/latest", client=client)["v"].item() == 2
+    assert sorted(client.listdir(root)) == ["latest", "step-1"]
+    client.symlink("step-1", f"{root}/link")
+    with pytest.raises(OSError):
+        client.rmtree(f"{root}/link")  # never through a link
+    assert wt.load(f"{root}/step-1", client=client)["v"].item() == 1
+
+
 def test_dot_names_are_refused_before_writing(client, root):
     for name in (".", ".."):
         with pytest.raises(ValueError):

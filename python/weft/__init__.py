@@ -17,6 +17,7 @@ there). docs/python.md describes the API.
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import stat as _stat
@@ -486,6 +487,11 @@ class Client:
         self.native.remove(path, True)
 
     def rmtree(self, path: str) -> None:
+        """Removes directory `path` and everything under it. Symlinks inside
+        are removed, never followed; `path` itself may not be one (as
+        shutil.rmtree: listing through it would empty the directory it names)."""
+        if self.native.stat(path, False).is_symlink():
+            raise OSError(errno.ELOOP, "rmtree of a symbolic link (not followed)", path)
         for e in self.scandir(path):
             if e.is_dir():
                 self.rmtree(e.path)

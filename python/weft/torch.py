@@ -33,6 +33,7 @@ import io
 import os
 import pickle
 import socket
+import stat
 import threading
 import time
 import uuid
@@ -487,7 +488,9 @@ def _publish(client, tmp: str, path: str) -> None:
         pass
     # Replace: swap atomically, then remove the old checkpoint (now under tmp).
     client.rename(tmp, path, exchange=True)
-    if client.isdir(tmp):
+    # What `path` was, now under tmp: a symlink (or file) goes itself, never
+    # what it points to.
+    if stat.S_ISDIR(client.lstat(tmp).st_mode):
         client.rmtree(tmp)
     else:
         client.remove(tmp)
