@@ -87,6 +87,29 @@ def test_saving_over_a_symlink_replaces_the_link_not_what_it_names(client, root)
     assert wt.load(f"{root}/step-1", client=client)["v"].item() == 1
 
 
+def test_load_never_mixes_two_checkpoints(client, root):
+    # A save lands between load's read of the manifest and its look at the data.
+    wt.save({"step": 1, "w": torch.full((1000,), 1.0)}, f"{root}/c", client=client)
+
+    class Racing:
+        def __init__(self, c):
+            self.c, self.fired = c, False
+
+        def __getattr__(self, name):
+            return getattr(self.c, name)
+
+        def inode(self, p, *args, **kwargs):
+            if not p.endswith("/c") and not self.fired:
+                self.fired = True
+                wt.save({"step": 2, "w": torch.full((1000,), 2.0)}, f"{root}/c", client=self.c)
+            return self.c.inode(p, *args, **kwargs)
+
+    racing = Racing(client)
+    back = wt.load(f"{root}/c", client=racing)
+    assert racing.fired
+    assert back["step"] == 2 and back["w"][0].item() == 2.0
+
+
 def test_dot_names_are_refused_before_writing(client, root):
     for name in (".", ".."):
         with pytest.raises(ValueError):

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures as _futures
+import errno
 import io
 import os
 import pickle
@@ -502,6 +503,32 @@ def load(path: str, client=None, map_location=None, threads: int = 4):
     anything Tensor.to accepts) to move tensors to."""
     client = _client(client)
     path, _, _ = _split(path)
+    # A save may swap a new checkpoint directory in while this reads: the
+    # manifest of one with the data of the other would be wrong without an
+    # error. Each save publishes a new directory (a new inode) and the one it
+    # replaces is removed, never swapped back: the same inode at `path` before
+    # and after the read means manifest and data came from one checkpoint.
+    for _ in range(_LOAD_ATTEMPTS - 1):
+        before = client.inode(path).ino
+        try:
+            obj = _load_once(client, path, map_location, threads)
+        except OSError:
+            if client.inode(path).ino != before:
+                continue  # read from the one replaced, maybe removed meanwhile
+            raise
+        if client.inode(path).ino == before:
+            return obj
+    before = client.inode(path).ino
+    obj = _load_once(client, path, map_location, threads)
+    if client.inode(path).ino != before:
+        raise OSError(errno.EAGAIN, f"checkpoint replaced while being loaded, {_LOAD_ATTEMPTS} times", path)
+    return obj
+
+
+_LOAD_ATTEMPTS = 4
+
+
+def _load_once(client, path: str, map_location, threads: int):
     with client.open(f"{path}/{_MANIFEST}", "rb", buffering=0) as f:
         manifest = pickle.loads(f.readall())
     if manifest.get("format") != _FORMAT:
