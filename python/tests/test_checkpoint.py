@@ -168,12 +168,14 @@ def test_killed_save_leaves_previous(client, root, cluster, previous):
 
 def test_sweep_keeps_live_savers(client, root):
     """Only temporary directories of dead processes (or a day old) are swept."""
-    import socket
-    host = "".join(ch if ch.isalnum() else "_" for ch in socket.gethostname())[:64]
+    host = wt._HOST                                      # host name and pid namespace
     live = f".ck.tmp-{host}-{os.getpid()}-aaaa"         # this process: alive
+    dead = f".ck.tmp-{host}-{2**22 + 1}-cccc"           # no such pid here: swept
     other_host = f".ck.tmp-elsewhere-1-bbbb"             # another host, fresh: kept
-    client.mkdir(f"{root}/{live}")
-    client.mkdir(f"{root}/{other_host}")
+    # Same host name, another pid namespace (a container): its pids are not ours.
+    other_ns = f".ck.tmp-{host.rsplit('_', 1)[0]}_1-{2**22 + 1}-dddd"
+    for d in (live, dead, other_host, other_ns):
+        client.mkdir(f"{root}/{d}")
     wt.save({"x": torch.zeros(1)}, f"{root}/ck", client=client)
     left = sorted(n for n in client.listdir(root) if n.startswith("."))
-    assert left == sorted([live, other_host])
+    assert left == sorted([live, other_host, other_ns])

@@ -442,7 +442,16 @@ def save(obj, path: str, client=None, threads: int = 8) -> None:
         raise
 
 
-_HOST = "".join(ch if ch.isalnum() else "_" for ch in socket.gethostname())[:64] or "host"
+def _pid_namespace() -> str:
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return "0"
+
+
+# Who may judge a saver's pid: the same host name and pid namespace (containers
+# of one host often share its name but not its pids).
+_HOST = ("".join(ch if ch.isalnum() else "_" for ch in socket.gethostname())[:64] or "host") + "_" + _pid_namespace()
 _STALE_TMP_AGE_S = 24 * 3600
 
 
@@ -458,7 +467,8 @@ def _pid_alive(pid: int) -> bool:
 
 def _sweep_stale_tmp(client, parent: str, name: str) -> None:
     """Removes what killed saves of `name` left behind: temporary directories
-    (".NAME.tmp-HOST-PID-ID") of processes of this host that are gone, and any
+    (".NAME.tmp-HOST-PID-ID") of processes of this host and pid namespace
+    that are gone, and any
     older than a day (their host may be gone; a save does not take that long).
     A live saver's directory is never touched."""
     prefix = f".{name}.tmp-"
@@ -490,11 +500,15 @@ def _publish(client, tmp: str, path: str) -> None:
     # Replace: swap atomically, then remove the old checkpoint (now under tmp).
     client.rename(tmp, path, exchange=True)
     # What `path` was, now under tmp: a symlink (or file) goes itself, never
-    # what it points to.
-    if stat.S_ISDIR(client.lstat(tmp).st_mode):
-        client.rmtree(tmp)
-    else:
-        client.remove(tmp)
+    # what it points to. Another saver's sweep may remove it first (its mtime
+    # is the old checkpoint's): the save is done either way.
+    try:
+        if stat.S_ISDIR(client.lstat(tmp).st_mode):
+            client.rmtree(tmp)
+        else:
+            client.remove(tmp)
+    except FileNotFoundError:
+        pass
 
 
 def load(path: str, client=None, map_location=None, threads: int = 4):
