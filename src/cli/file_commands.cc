@@ -226,10 +226,19 @@ void cmd_rm(const FileFlags& f, const std::vector<std::string>& paths, bool recu
   }
 }
 
+// As mv(1): a destination that is a directory (or ends in '/') receives the
+// source under its own name.
 void cmd_mv(const FileFlags& f, const std::string& from, const std::string& to) {
   auto c = connect(f);
   if (!c) return;
-  if (auto r = c->rename_path(c->default_cred(), from, to); !r) fail(r.error().message());
+  std::string target = to;
+  auto n = c->resolve(c->default_cred(), to, true);
+  if ((n && n->is_dir()) || to.ends_with('/')) {
+    std::string_view src = from;
+    while (src.size() > 1 && src.back() == '/') src.remove_suffix(1);
+    target = to + (to.ends_with('/') ? "" : "/") + std::string(src.substr(src.find_last_of('/') + 1));
+  }
+  if (auto r = c->rename_path(c->default_cred(), from, target); !r) fail(r.error().message());
 }
 
 // A hidden name beside `path` for a copy in progress: put and get rename the

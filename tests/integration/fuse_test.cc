@@ -780,6 +780,12 @@ TEST_F(FuseTest, FileToolsFailWithoutHarm) {
     EXPECT_NE(weft({"rm", "-r", bad}).code, 0) << bad;
   EXPECT_EQ(read_all(p("d/f")), "x");
   EXPECT_EQ(names(base_), (std::set<std::string>{"d", "remote"}));
+  // mv into a directory keeps the name, as mv(1).
+  auto mv = weft({"mv", remote + "/remote", remote + "/d"});
+  ASSERT_EQ(mv.code, 0) << mv.log;
+  EXPECT_EQ(read_all(p("d/remote")), "precious");
+  EXPECT_NE(weft({"mv", remote + "/d/f", remote + "/nodir/"}).code, 0);
+  EXPECT_EQ(names(base_), (std::set<std::string>{"d"}));
   // A mode that is not octal: exit code 2, not an abort.
   EXPECT_EQ(weft({"mkdir", "-m", "rwx", remote + "/m"}).code, 2);
   EXPECT_EQ(weft({"mkdir", "-m", "0o755", remote + "/m"}).code, 2);
