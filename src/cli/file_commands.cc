@@ -279,9 +279,10 @@ void cmd_put(const FileFlags& f, const std::string& local, const std::string& re
   int fd = ::open(local.c_str(), O_RDONLY);
   if (fd < 0) return fail(fmt::format("{}: {}", local, std::strerror(errno)));
   struct stat st {};
+  // A file, or a stream (a pipe, a terminal: `... | weft put /dev/stdin /x`).
   const bool stat_ok = ::fstat(fd, &st) == 0;
-  if (!stat_ok || !S_ISREG(st.st_mode)) {
-    std::string why = !stat_ok ? std::strerror(errno) : S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file";
+  if (!stat_ok || !(S_ISREG(st.st_mode) || S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode))) {
+    std::string why = !stat_ok ? std::strerror(errno) : S_ISDIR(st.st_mode) ? "is a directory" : "not a file or a stream";
     ::close(fd);
     return fail(fmt::format("{}: {}", local, why));
   }
@@ -304,7 +305,7 @@ void cmd_put(const FileFlags& f, const std::string& local, const std::string& re
     ::close(fd);
     return fail(target + ": " + file.error().message());
   }
-  Result<void> r = copy_in(fd, local, **file, target, static_cast<uint64_t>(st.st_size));
+  Result<void> r = copy_in(fd, local, **file, target, S_ISREG(st.st_mode) ? static_cast<uint64_t>(st.st_size) : 0);
   ::close(fd);
   if (r) r = c->rename_path(c->default_cred(), tmp, target);
   if (!r) {

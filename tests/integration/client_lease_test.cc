@@ -85,8 +85,9 @@ TEST_F(ClientLeaseTest, StatusListsConnectedClients) {
 }
 
 TEST_F(ClientLeaseTest, AKilledWritersSessionIsClosedAndItsUnlinkedFileRemoved) {
-  // `weft put FIFO /doomed` creates /doomed, opens it for writing and then
-  // blocks reading the FIFO: a writer we can SIGKILL mid-stream.
+  // `weft put FIFO /doomed` creates its temporary /.doomed.weft-tmp-*, opens
+  // it for writing and then blocks reading the FIFO: a writer we can SIGKILL
+  // mid-stream.
   std::string fifo = cluster_.dir().file("fifo");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   int fifo_fd = ::open(fifo.c_str(), O_RDWR);  // O_RDWR: does not wait for a reader
@@ -94,14 +95,22 @@ TEST_F(ClientLeaseTest, AKilledWritersSessionIsClosedAndItsUnlinkedFileRemoved) 
   Process put({weft_binary(), "put", fifo, "/doomed", "--config", cluster_.dir().file("client.toml")},
               cluster_.dir().file("put.log"), {"WEFT_CONFIG="});
   std::string label = fmt::format(":{}:", put.pid());
-  ASSERT_TRUE(eventually([&] { return client_->resolve(client_->default_cred(), "/doomed").has_value(); }, 20s))
+  std::string doomed_path;
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto names = client_->list_path(client_->default_cred(), "/");
+        for (const auto& e : names ? *names : decltype(names)::value_type{})
+          if (e.name.starts_with(".doomed.weft-tmp-")) doomed_path = "/" + e.name;
+        return !doomed_path.empty();
+      },
+      20s))
       << put.log();
   ASSERT_TRUE(eventually([&] { return status_json().find(label) != std::string::npos; }, 10s)) << status_json();
   std::string data(3 << 20, 'x');
   ASSERT_EQ(::write(fifo_fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
-  auto doomed = client_->resolve(client_->default_cred(), "/doomed");
+  auto doomed = client_->resolve(client_->default_cred(), doomed_path);
   ASSERT_TRUE(doomed) << doomed.error();
-  ASSERT_TRUE(client_->remove_path(client_->default_cred(), "/doomed"));
+  ASSERT_TRUE(client_->remove_path(client_->default_cred(), doomed_path));
   std::this_thread::sleep_for(1500ms);
   EXPECT_TRUE(client_->getattr(client_->default_cred(), doomed->ino).has_value())
       << "an unlinked file stays while its writer lives";
