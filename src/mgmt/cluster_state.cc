@@ -16,7 +16,11 @@ class ClusterState::Metrics {
         heartbeats_(r.counter("weft_mgmt_heartbeats_total", "Heartbeats accepted")),
         registrations_(r.counter("weft_mgmt_registrations_total", "Registrations accepted")),
         declared_dead_(r.counter("weft_mgmt_nodes_declared_dead_total", "Nodes whose lease expired")),
-        ignored_reports_(r.counter("weft_mgmt_ignored_reports_total", "Stale or foreign heartbeat reports")) {
+        ignored_reports_(r.counter("weft_mgmt_ignored_reports_total", "Stale or foreign heartbeat reports")),
+        behind_(r.gauge("weft_mgmt_behind",
+                        "1: a server reported a routing version above mgmtd's (its state is older than the "
+                        "cluster's); mgmtd refuses servers")),
+        refused_(r.counter("weft_mgmt_refused_behind_total", "Registrations and heartbeats refused while behind")) {
     for (TargetState s : {TargetState::kServing, TargetState::kSyncing, TargetState::kOffline,
                           TargetState::kLastServing})
       targets_[s] = &r.gauge("weft_mgmt_targets", "Targets per state", {{"state", std::string(to_string(s))}});
@@ -48,6 +52,8 @@ class ClusterState::Metrics {
   metrics::Counter& registrations() { return registrations_; }
   metrics::Counter& declared_dead() { return declared_dead_; }
   metrics::Counter& ignored_reports() { return ignored_reports_; }
+  metrics::Gauge& behind() { return behind_; }
+  metrics::Counter& refused() { return refused_; }
 
  private:
   template <class Id>
@@ -64,6 +70,8 @@ class ClusterState::Metrics {
   metrics::Counter& registrations_;
   metrics::Counter& declared_dead_;
   metrics::Counter& ignored_reports_;
+  metrics::Gauge& behind_;
+  metrics::Counter& refused_;
   std::map<TargetState, metrics::Gauge*> targets_;
   std::map<NodeState, metrics::Gauge*> nodes_;
   std::map<NodeId, metrics::Gauge*> heartbeat_age_;
@@ -148,8 +156,54 @@ Result<void> ClusterState::commit(PersistedState next) {
   return {};
 }
 
+Result<void> ClusterState::refuse_if_behind_locked() const {
+  if (behind_.empty()) return {};
+  return error(Code::kVersionMismatch, "{}", behind_);
+}
+
+Result<void> ClusterState::check_reported_locked(RoutingVersion reported, const std::string& who) {
+  const RoutingVersion own = state_.routing.version;
+  if (reported > own && options_.accept_older_state) {
+    // Every routing version bump moves a chain's version by at most one: the
+    // chains end above any version the cluster used for them since our state.
+    const RoutingVersion gap = reported - own;
+    PersistedState next = state_;
+    next.routing.version = reported + 1;
+    StoreBatch batch;
+    for (auto& [id, chain] : next.routing.chains) {
+      chain.version += gap + 1;
+      batch.puts.emplace_back(chain_key(id), encode_chain(chain));
+    }
+    batch.puts.emplace_back(meta_key(), encode_meta(next.routing.version, next.ids));
+    if (store_) {
+      if (auto written = store_->write(batch); !written) {
+        WEFT_LOG_ERROR("mgmt: persisting the raised routing version failed: {}", written.error());
+        return written;
+      }
+    }
+    WEFT_LOG_WARN("mgmt: {} has routing version {} installed, above mgmtd's {} (--accept-older-state): routing "
+                  "version raised to {}, every chain's version by {}; the cluster takes mgmtd's older view",
+                  who, reported, own, next.routing.version, gap + 1);
+    state_ = std::move(next);
+    metrics_->refresh(state_, clock_.now());
+    return {};
+  }
+  if (reported > own && reported > behind_of_) {
+    behind_of_ = reported;
+    behind_ = fmt::format(
+        "mgmtd's routing version {} is below version {} that {} has installed: mgmtd's state is older than the "
+        "cluster's: restore its newest state, or start it with --accept-older-state",
+        own, reported, who);
+    WEFT_LOG_ERROR("mgmt: {}; refusing every server and making no routing change until restarted", behind_);
+    metrics_->behind().set(1);
+  }
+  if (!behind_.empty()) metrics_->refused().inc();
+  return refuse_if_behind_locked();
+}
+
 Result<RegisterReply> ClusterState::register_node(const RegisterRequest& request) {
   std::lock_guard lock(mu_);
+  WEFT_RETURN_IF_ERROR(check_reported_locked(request.installed_routing_version, request.address));
   TimePoint now = clock_.now();
   WEFT_TRY(RegisterReply reply, mutate([&](PersistedState& next) {
              return apply_register(next, request, now, options_.lease.lease);
@@ -161,6 +215,8 @@ Result<RegisterReply> ClusterState::register_node(const RegisterRequest& request
 
 Result<HeartbeatReply> ClusterState::heartbeat(const HeartbeatRequest& request) {
   std::lock_guard lock(mu_);
+  WEFT_RETURN_IF_ERROR(check_reported_locked(request.installed_routing_version,
+                                             fmt::format("node {}", request.node_id)));
   return heartbeat_locked(request);
 }
 
@@ -215,6 +271,9 @@ Result<std::vector<NodeId>> ClusterState::tick(Duration period) {
       node.lease_expiry = std::max(node.lease_expiry, node.last_heartbeat + options_.lease.lease);
     }
   }
+  // Behind: nobody may heartbeat, and our view of the chains is not the
+  // cluster's; declaring nodes dead would change routing on that view.
+  if (!behind_.empty()) return std::vector<NodeId>{};
   std::vector<NodeId> dead = expired_nodes(state_, now, options_.lease);
   if (!dead.empty()) {
     WEFT_RETURN_IF_ERROR(mutate([&](PersistedState& next) -> Result<void> {
@@ -238,16 +297,19 @@ Result<std::vector<NodeId>> ClusterState::tick(Duration period) {
 
 Result<ChainTableId> ClusterState::create_chain_table(const ChainTableSpec& spec) {
   std::lock_guard lock(mu_);
+  WEFT_RETURN_IF_ERROR(refuse_if_behind_locked());
   return mutate([&](PersistedState& next) { return apply_create_table(next, spec); });
 }
 
 Result<std::vector<ChainId>> ClusterState::replace_target(TargetId old_target, TargetId new_target) {
   std::lock_guard lock(mu_);
+  WEFT_RETURN_IF_ERROR(refuse_if_behind_locked());
   return mutate([&](PersistedState& next) { return apply_replace_target(next, old_target, new_target); });
 }
 
 Result<void> ClusterState::remove_node(NodeId node) {
   std::lock_guard lock(mu_);
+  WEFT_RETURN_IF_ERROR(refuse_if_behind_locked());
   return mutate([&](PersistedState& next) { return apply_remove_node(next, node); });
 }
 
@@ -259,6 +321,11 @@ RoutingInfo ClusterState::routing() const {
 RoutingVersion ClusterState::routing_version() const {
   std::lock_guard lock(mu_);
   return state_.routing.version;
+}
+
+std::string ClusterState::behind() const {
+  std::lock_guard lock(mu_);
+  return behind_;
 }
 
 uint64_t ClusterState::usage_generation() const {

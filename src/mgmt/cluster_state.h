@@ -24,6 +24,20 @@
 // counting the time mgmtd itself stalled (see tick()).
 // State transitions in chains: mgmt/target_states.h.
 //
+// Behind. Servers report the highest routing version they have installed
+// (register, heartbeat). One above mgmtd's own means mgmtd runs on state older
+// than the cluster's (a restored backup, an emptied data_dir): its routing
+// would send servers back to chains and targets the cluster has left. mgmtd is
+// then "behind" until it restarts: it refuses every register and heartbeat
+// (kVersionMismatch naming both versions and the remedy), so leases run out
+// and the cluster stops writing rather than lose data; tick() declares no node
+// dead and create_chain_table, replace_target and remove_node are refused (no
+// routing change). With accept_older_state, mgmtd instead raises its routing
+// version to one above the report and every chain's version by the gap plus
+// one (a routing version bump moves a chain's version by at most one, so each
+// chain ends above any version the cluster used for it), persists that, and
+// proceeds: servers install its routing as the newest.
+//
 // Versions. Every operation that changes what a client must see (nodes,
 // targets or their states, chains, tables) bumps the routing version by one;
 // every chain whose entries changed gets its version bumped by one. Usage
@@ -82,6 +96,10 @@ struct ClusterOptions {
   // The client leases the MgmtService over this state grants (mgmt/client_table.h);
   // persisted like the server lease (GrantedLeases). Lease 0: none.
   LeaseConfig client_lease{.lease = Duration::zero(), .grace = Duration::zero()};
+  // `weft serve mgmtd --accept-older-state`: a node reporting a routing version
+  // above mgmtd's does not make mgmtd behind; mgmtd raises its versions above
+  // the report instead (the operator accepts mgmtd's older view).
+  bool accept_older_state = false;
 };
 
 // Reads lease_ms, grace_ms and db_dir from a config table (all optional).
@@ -98,6 +116,9 @@ struct RegisterRequest {
   std::string address;       // host:port, the node's identity
   uint64_t incarnation = 0;  // > 0, higher for every restart (e.g. start time in ns)
   std::vector<TargetRegistration> targets;  // storage nodes only
+  // The highest routing version the node has installed (0: unknown). Above
+  // mgmtd's own: mgmtd is behind (see ClusterState).
+  RoutingVersion installed_routing_version = 0;
 };
 
 struct RegisterReply {
@@ -128,6 +149,7 @@ struct HeartbeatRequest {
   uint64_t incarnation = 0;
   std::vector<TargetUsage> usage;
   std::vector<SyncDoneReport> sync_done;
+  RoutingVersion installed_routing_version = 0;  // as in RegisterRequest
 };
 
 struct HeartbeatReply {
@@ -170,6 +192,8 @@ class ClusterState {
   // every report). A cached copy of routing() is current only when both its
   // version and this generation are.
   uint64_t usage_generation() const;
+  // Non-empty while mgmtd is behind: the error refused requests carry.
+  std::string behind() const;
   const ClusterOptions& options() const { return options_; }
   // The longest leases granted before this open (zero: none known, a state
   // written before they were recorded or a new one).
@@ -185,6 +209,10 @@ class ClusterState {
   auto mutate(Fn&& fn) -> decltype(fn(std::declval<PersistedState&>()));
   Result<void> commit(PersistedState next);  // REQUIRES: mu_ held
   Result<HeartbeatReply> heartbeat_locked(const HeartbeatRequest& request);
+  // Checks a node's reported routing version: refuses while behind (becoming
+  // behind on a report above ours), or raises our versions (accept_older_state).
+  Result<void> check_reported_locked(RoutingVersion reported, const std::string& who);
+  Result<void> refuse_if_behind_locked() const;
 
   const ClusterOptions options_;
   const Clock& clock_;
@@ -196,6 +224,8 @@ class ClusterState {
   TimePoint last_tick_{};          // GUARDED_BY(mu_): of the previous tick() (or of load())
   GrantedLeases leases_at_open_;   // set by load()
   TimePoint leases_lowered_at_{};  // GUARDED_BY(mu_): when a shorter configured lease may replace the record
+  RoutingVersion behind_of_ = 0;   // GUARDED_BY(mu_): highest version reported above ours; 0: not behind
+  std::string behind_;             // GUARDED_BY(mu_): the refusal, while behind
 };
 
 }  // namespace weft::mgmt

@@ -318,6 +318,92 @@ TEST(ClusterState, ReplacedTargetSyncsAndServesInTheDeadOnesPlace) {
   EXPECT_TRUE(h.state->routing().targets.contains(tail));
 }
 
+// A node reporting a routing version above mgmtd's (mgmtd restarted on a
+// restored backup): mgmtd is behind. It refuses every register and heartbeat
+// with a message naming both versions and the remedy, exports the gauge, and
+// changes no routing: no node declared dead, no table, replace or removal.
+TEST(ClusterState, BehindRefusesServersAndMakesNoRoutingChange) {
+  Harness h;
+  auto [id, head, tail, head_node, tail_node] = h.two_replica_chain();
+  TargetId spare = h.add_storage(3, 1).target_ids.at(0);
+  const RoutingVersion own = h.state->routing_version();
+  const RoutingInfo before = h.state->routing();
+  // Reports at or below mgmtd's version are fine.
+  ASSERT_TRUE(h.state->heartbeat({.node_id = head_node, .incarnation = 1, .installed_routing_version = own}));
+  EXPECT_TRUE(h.state->behind().empty());
+
+  auto hb = h.state->heartbeat({.node_id = tail_node, .incarnation = 1, .installed_routing_version = own + 7});
+  ASSERT_FALSE(hb);
+  EXPECT_EQ(hb.error().code(), Code::kVersionMismatch);
+  const std::string& msg = hb.error().message();
+  EXPECT_NE(msg.find(std::to_string(own)), std::string::npos) << msg;
+  EXPECT_NE(msg.find(std::to_string(own + 7)), std::string::npos) << msg;
+  EXPECT_NE(msg.find("mgmtd's state is older than the cluster's"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--accept-older-state"), std::string::npos) << msg;
+  EXPECT_EQ(h.state->behind(), msg);
+  EXPECT_EQ(h.registry.gauge("weft_mgmt_behind", "").value(), 1);
+
+  // Sticky: every server is refused now, even one reporting nothing newer.
+  auto other = h.state->heartbeat({.node_id = head_node, .incarnation = 1, .installed_routing_version = own});
+  ASSERT_FALSE(other);
+  EXPECT_EQ(other.error().code(), Code::kVersionMismatch);
+  RegisterRequest fresh{.kind = NodeKind::kStorage, .address = "host9:9000", .incarnation = 1, .targets = {{"t0", 1, 0}}};
+  auto reg = h.state->register_node(fresh);
+  ASSERT_FALSE(reg);
+  EXPECT_EQ(reg.error().code(), Code::kVersionMismatch);
+
+  // No routing change while behind: leases run out, nobody is declared dead.
+  h.clock.advance(1h);
+  auto dead = h.state->tick();
+  ASSERT_TRUE(dead.has_value());
+  EXPECT_TRUE(dead->empty());
+  auto table = h.state->create_chain_table({.replicas = 1});
+  ASSERT_FALSE(table);
+  EXPECT_EQ(table.error().code(), Code::kVersionMismatch);
+  auto replaced = h.state->replace_target(tail, spare);
+  ASSERT_FALSE(replaced);
+  EXPECT_EQ(replaced.error().code(), Code::kVersionMismatch);
+  auto removed = h.state->remove_node(3);
+  ASSERT_FALSE(removed);
+  EXPECT_EQ(removed.error().code(), Code::kVersionMismatch);
+  RoutingInfo after = h.state->routing();
+  EXPECT_EQ(after.version, own);
+  EXPECT_EQ(after.chains, before.chains);
+  EXPECT_EQ(after.targets, before.targets);
+  for (const auto& [nid, n] : after.nodes) EXPECT_EQ(n.state, NodeState::kUp) << "node " << nid;
+}
+
+// --accept-older-state: a report above mgmtd's version raises its routing
+// version above the report and every chain's version by the gap + 1 (each
+// routing version moves a chain by at most one), persisted; servers proceed.
+TEST(ClusterState, AcceptOlderStateRaisesVersionsAboveTheReport) {
+  TempDir dir;
+  Harness h(dir.path());
+  auto [id, head, tail, head_node, tail_node] = h.two_replica_chain();
+  const RoutingVersion own = h.state->routing_version();
+  const ChainVersion chain_version = h.chain(id).version;
+  h.options.accept_older_state = true;
+  h.reopen();
+  auto hb = h.state->heartbeat({.node_id = head_node, .incarnation = 1, .installed_routing_version = own + 7});
+  ASSERT_TRUE(hb) << hb.error();
+  EXPECT_EQ(hb->routing_version, own + 8);
+  EXPECT_EQ(h.state->routing_version(), own + 8);
+  EXPECT_EQ(h.chain(id).version, chain_version + 8);
+  EXPECT_TRUE(h.state->behind().empty());
+  EXPECT_EQ(h.registry.gauge("weft_mgmt_behind", "").value(), 0);
+  // Lower reports change nothing; routing changes go on as usual.
+  ASSERT_TRUE(h.state->heartbeat({.node_id = tail_node, .incarnation = 1, .installed_routing_version = own}));
+  EXPECT_EQ(h.state->routing_version(), own + 8);
+  ASSERT_TRUE(h.state->create_chain_table({.replicas = 1}));
+  EXPECT_EQ(h.state->routing_version(), own + 9);
+
+  h.options.accept_older_state = false;
+  h.reopen();
+  EXPECT_EQ(h.state->routing_version(), own + 9);
+  EXPECT_EQ(h.chain(id).version, chain_version + 8);
+  ASSERT_TRUE(h.state->heartbeat({.node_id = head_node, .incarnation = 1, .installed_routing_version = own + 9}));
+}
+
 TEST(ClusterState, ReplaceTargetRefusals) {
   Harness h;
   for (int i = 1; i <= 3; ++i) h.add_storage(i, 1);  // targets 1, 2, 3 on nodes 1, 2, 3

@@ -85,6 +85,7 @@ void to_proto(const RegisterRequest& in, pb::RegisterRequest* out) {
   out->set_kind(static_cast<uint32_t>(in.kind));
   out->set_address(in.address);
   out->set_incarnation(in.incarnation);
+  out->set_installed_routing_version(in.installed_routing_version);
   for (const TargetRegistration& t : in.targets) {
     auto* pt = out->add_targets();
     pt->set_name(t.name);
@@ -103,6 +104,7 @@ void to_proto(const RegisterReply& in, pb::RegisterReply* out) {
 void to_proto(const HeartbeatRequest& in, pb::HeartbeatRequest* out) {
   out->set_node_id(in.node_id);
   out->set_incarnation(in.incarnation);
+  out->set_installed_routing_version(in.installed_routing_version);
   for (const TargetUsage& u : in.usage) {
     auto* pu = out->add_usage();
     pu->set_target_id(u.target_id);
@@ -191,6 +193,7 @@ Result<RegisterRequest> from_proto(const pb::RegisterRequest& in) {
   WEFT_TRY(r.kind, node_kind_from_wire(in.kind()));
   r.address = in.address();
   r.incarnation = in.incarnation();
+  r.installed_routing_version = in.installed_routing_version();
   for (const pb::TargetRegistration& t : in.targets())
     r.targets.push_back({.name = t.name(), .capacity_bytes = t.capacity_bytes(), .used_bytes = t.used_bytes()});
   return r;
@@ -209,6 +212,7 @@ HeartbeatRequest from_proto(const pb::HeartbeatRequest& in) {
   HeartbeatRequest r;
   r.node_id = in.node_id();
   r.incarnation = in.incarnation();
+  r.installed_routing_version = in.installed_routing_version();
   for (const pb::TargetUsage& u : in.usage())
     r.usage.push_back({.target_id = u.target_id(),
                        .used_bytes = u.used_bytes(),

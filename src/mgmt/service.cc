@@ -149,6 +149,7 @@ void MgmtService::register_methods(rpc::Server& server) {
         for (const ClientInfo& c : page.clients) to_proto(c, out.add_clients());
         out.set_clients_total(clients_.size());
         out.set_now_ns(to_ns(clock_.now()));
+        out.set_behind(state_.behind());
         return out;
       });
   // Client leases: a mutex and a hash map, cheap enough for the blocking pool
