@@ -57,6 +57,7 @@ Result<std::optional<ClusterMembership>> join_cluster(const Config& config, rpc:
   mo.registration.address = advertise;
   // Recorded in data_dir: above the last one even after the wall clock stepped back.
   WEFT_TRY(mo.registration.incarnation, mgmt::next_incarnation({data_dir}));
+  mo.state_dirs = {data_dir};  // the highest routing version installed, next to mgmt-incarnation
   m.client = std::make_unique<mgmt::MgmtClient>(*m.mgmt_rpc, mo);
   // The loop registers (and keeps retrying while mgmtd is away).
   m.client->start();

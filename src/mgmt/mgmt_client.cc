@@ -21,11 +21,11 @@ uint64_t new_incarnation() { return static_cast<uint64_t>(SystemClock::instance(
 
 namespace {
 
-Result<void> write_incarnation(const std::string& dir, uint64_t incarnation) {
+Result<void> write_number(const std::string& dir, const char* name, uint64_t incarnation) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return error(Code::kIoError, "create {}: {}", dir, ec.message());
-  const std::string file = dir + "/" + kIncarnationFile, tmp = file + ".tmp";
+  const std::string file = dir + "/" + name, tmp = file + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return errno_error(errno, "create " + tmp);
   std::string text = std::to_string(incarnation) + "\n";
@@ -59,13 +59,56 @@ Result<uint64_t> next_incarnation(const std::vector<std::string>& dirs, const Cl
     WEFT_LOG_WARN("mgmt client: the wall clock is behind the last incarnation recorded ({} ns): using {}", last,
                   incarnation);
   for (const std::string& dir : dirs)
-    if (auto written = write_incarnation(dir, incarnation); !written)
+    if (auto written = write_number(dir, kIncarnationFile, incarnation); !written)
       return std::unexpected(written.error().with_context("recording the incarnation"));
   return incarnation;
 }
 
+RoutingVersion read_routing_version(const std::vector<std::string>& dirs) {
+  RoutingVersion highest = 0;
+  for (const std::string& dir : dirs) {
+    const std::string file = dir + "/" + kRoutingVersionFile;
+    std::ifstream in(file);
+    if (!in) continue;
+    RoutingVersion recorded = 0;
+    if (in >> recorded) highest = std::max(highest, recorded);
+    else WEFT_LOG_WARN("mgmt client: ignoring unreadable routing version record {}", file);
+  }
+  return highest;
+}
+
 MgmtClient::MgmtClient(MgmtRpc& rpc, MgmtClientOptions options, const Clock& clock)
-    : rpc_(rpc), options_(std::move(options)), lease_(clock) {}
+    : rpc_(rpc), options_(std::move(options)), lease_(clock) {
+  installed_max_ = recorded_ = read_routing_version(options_.state_dirs);
+}
+
+RoutingVersion MgmtClient::installed_routing_version() const {
+  std::lock_guard lock(mu_);
+  return installed_max_;
+}
+
+void MgmtClient::note_installed(RoutingVersion version) {
+  {
+    std::lock_guard lock(mu_);
+    installed_max_ = std::max(installed_max_, version);
+  }
+  if (options_.state_dirs.empty()) return;
+  std::lock_guard lock(record_mu_);
+  if (version <= recorded_) return;
+  // Not fatal: a lost record only weakens mgmtd's check after a restart.
+  for (const std::string& dir : options_.state_dirs)
+    if (auto written = write_number(dir, kRoutingVersionFile, version); !written)
+      WEFT_LOG_WARN("mgmt client: recording routing version {} in {}: {}", version, dir, written.error());
+  recorded_ = version;
+}
+
+void MgmtClient::log_refusal(const Status& s) {
+  const int64_t now = SystemClock::instance().wall_ns(), last = refusal_logged_ns_.load();
+  if (last != 0 && now - last < 10'000'000'000) return;
+  refusal_logged_ns_ = now;
+  WEFT_LOG_ERROR("mgmt client {}: mgmtd refuses this server (retrying; the lease runs out meanwhile): {}",
+                 options_.registration.address, s.message());
+}
 
 MgmtClient::~MgmtClient() { stop(); }
 
@@ -73,9 +116,11 @@ Result<void> MgmtClient::register_now() {
   const RegisterRequest& r = options_.registration;
   pb::RegisterRequest req;
   to_proto(r, &req);
+  req.set_installed_routing_version(installed_routing_version());
   HeartbeatTicket ticket = lease_.begin_heartbeat();
   auto reply = rpc_.call<pb::RegisterReply>(kRegister, req);
   if (!reply) {
+    if (reply.error().code() == Code::kVersionMismatch) log_refusal(reply.error());
     if (reply.error().code() == Code::kNotPermitted) {
       fenced_ = true;
       lease_.revoke();
@@ -138,6 +183,7 @@ Result<void> MgmtClient::heartbeat_now() {
     return on_heartbeat_error(Status(Code::kUnavailable, "injected fault mgmt_client.heartbeat"),
                               std::move(hb.sync_done));
   hb.incarnation = options_.registration.incarnation;
+  hb.installed_routing_version = installed_routing_version();
   if (usage) hb.usage = usage();
   pb::HeartbeatRequest req;
   to_proto(hb, &req);
@@ -184,6 +230,7 @@ Result<void> MgmtClient::on_heartbeat_error(const Status& s, std::vector<SyncDon
     }
     return register_now();
   }
+  if (s.code() == Code::kVersionMismatch) log_refusal(s);  // mgmtd is behind: not final
   if (s.code() == Code::kNotPermitted) {
     WEFT_LOG_ERROR("mgmt client {}: fenced: {}", options_.registration.address, s.message());
     fenced_ = true;
@@ -207,6 +254,7 @@ Result<std::shared_ptr<const RoutingInfo>> MgmtClient::refresh(uint32_t wait_ms)
     WEFT_TRY(RoutingInfo info, from_proto(reply->routing()));
     auto snapshot = std::make_shared<const RoutingInfo>(std::move(info));
     if (install(snapshot, force)) {
+      note_installed(snapshot->version);
       RoutingListener listener;
       {
         std::lock_guard lock(mu_);

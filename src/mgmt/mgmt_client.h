@@ -16,6 +16,13 @@
 //     (callers do this when a peer answers kStaleRouting). A snapshot never
 //     goes back to an older version, except right after re-registration
 //     (a mgmtd that lost its state starts counting again).
+//   - the highest routing version ever installed goes with every register and
+//     heartbeat (and is recorded in the file `mgmt-routing-version` of each of
+//     options.state_dirs, so it survives restarts): mgmtd refuses both
+//     (kVersionMismatch) while that is above its own version, i.e. its state
+//     is older than the cluster's (mgmt/cluster_state.h, "Behind"). Such a
+//     refusal is not final: the loop logs it and keeps retrying; the lease is
+//     not renewed meanwhile.
 // Threading: every public method is thread-safe; the loop runs on its own
 // thread between start() and stop(). Calls block: never call from an I/O
 // thread of the MgmtRpc's pool.
@@ -42,7 +49,17 @@ struct MgmtClientOptions {
   RegisterRequest registration;          // kind, address, incarnation (> 0), targets
   Duration heartbeat_interval{};         // 0: a third of the granted lease
   Duration retry_interval = std::chrono::milliseconds(200);  // after a failed register/heartbeat
+  // Where the highest installed routing version is recorded (kRoutingVersionFile;
+  // a storage server's target directories, a meta server's data_dir) and read
+  // back at construction. Empty: remembered in memory only.
+  std::vector<std::string> state_dirs;
 };
+
+inline constexpr const char* kRoutingVersionFile = "mgmt-routing-version";
+
+// The largest routing version recorded in any of `dirs` (0: none; an unreadable
+// record is ignored, logged).
+RoutingVersion read_routing_version(const std::vector<std::string>& dirs);
 
 // A fresh incarnation number: wall-clock nanoseconds. Grows across restarts
 // only while the clock does not step back: a process that keeps state on disk
@@ -93,6 +110,8 @@ class MgmtClient {
   bool fenced() const { return fenced_.load(); }
   uint64_t heartbeats_ok() const { return heartbeats_ok_.load(); }
   uint64_t registrations() const { return registrations_.load(); }
+  // The highest routing version installed (or recorded in state_dirs).
+  RoutingVersion installed_routing_version() const;
 
   // Called before each heartbeat, on the heartbeat thread.
   void set_usage_source(UsageSource source);
@@ -110,6 +129,10 @@ class MgmtClient {
   // Returns true if `routing` replaced the cached snapshot.
   bool install(std::shared_ptr<const RoutingInfo> routing, bool force);
   Result<void> on_heartbeat_error(const Status& s, std::vector<SyncDoneReport> unsent);
+  // Raises installed_max_ and records it in options_.state_dirs.
+  void note_installed(RoutingVersion version);
+  // Logs a refusal by an mgmtd that is behind (at most every 10 s).
+  void log_refusal(const Status& s);
 
   MgmtRpc& rpc_;
   const MgmtClientOptions options_;
@@ -125,6 +148,10 @@ class MgmtClient {
   UsageSource usage_;                    // GUARDED_BY(mu_)
   RoutingListener listener_;             // GUARDED_BY(mu_)
   std::shared_ptr<const RoutingInfo> routing_;  // GUARDED_BY(mu_)
+  RoutingVersion installed_max_ = 0;     // GUARDED_BY(mu_)
+  std::mutex record_mu_;                 // serializes writes of the record
+  RoutingVersion recorded_ = 0;          // GUARDED_BY(record_mu_)
+  std::atomic<int64_t> refusal_logged_ns_{0};
 
   std::atomic<bool> fenced_{false};
   std::atomic<uint64_t> heartbeats_ok_{0};

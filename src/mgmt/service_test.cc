@@ -199,13 +199,26 @@ TEST(MgmtService, RestartWithoutStateReRegistersAndNewerIncarnationFencesOld) {
   Fixture f;
   MgmtClient a(f.rpc(), f.storage(0, 5));
   ASSERT_TRUE(a.register_now());
-  // mgmtd loses its state: the next heartbeat hears "unknown node" and registers again.
+  // mgmtd loses its state: it is behind the routing version `a` installed and
+  // refuses it; that is not final. Started with --accept-older-state, its
+  // version goes above a's: the next heartbeat hears "unknown node" and
+  // registers again.
+  const RoutingVersion installed = a.installed_routing_version();
+  ASSERT_GT(installed, 0u);
   f.stop_server();
+  f.start_server();
+  auto refused = a.heartbeat_now();
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), Code::kVersionMismatch) << refused.error();
+  EXPECT_FALSE(a.fenced());
+  f.stop_server();
+  f.options.accept_older_state = true;
   f.start_server();
   uint64_t before = a.registrations();
   ASSERT_TRUE(eventually([&] { return a.heartbeat_now().has_value(); }));
   EXPECT_EQ(a.registrations(), before + 1);
   EXPECT_EQ(f.state->routing().nodes.size(), 1u);
+  EXPECT_GT(a.routing()->version, installed);
 
   // A restarted process (newer incarnation) replaces it; the old one is fenced.
   MgmtClient a2(f.rpc(), f.storage(0, 6));
@@ -220,6 +233,61 @@ TEST(MgmtService, RestartWithoutStateReRegistersAndNewerIncarnationFencesOld) {
   auto z = zombie.register_now();
   ASSERT_FALSE(z);
   EXPECT_EQ(z.error().code(), Code::kNotPermitted);
+}
+
+// A server records the highest routing version it installed in its
+// directories; restarted against an mgmtd whose state is older (a restored
+// backup), it is refused with the reason, keeps retrying without fencing
+// itself and serves no writes; `weft status` (Status) says why.
+TEST(MgmtService, MgmtdBehindTheClusterRefusesRestartedServersUntilAccepted) {
+  testing::TempDir state_dir, target_dir;
+  Fixture f(state_dir.path() + "/state");
+  MgmtClientOptions o = f.storage(0, 1);
+  o.state_dirs = {target_dir.path()};
+  RoutingVersion backup = 0;
+  {
+    MgmtClient a(f.rpc(), o);
+    ASSERT_TRUE(a.register_now());
+    backup = f.state->routing_version();
+    // The cluster moves on after mgmtd's backup was taken.
+    ASSERT_TRUE(f.state->create_chain_table({.replicas = 1}));
+    ASSERT_TRUE(a.heartbeat_now());
+    ASSERT_GT(a.installed_routing_version(), backup);
+  }
+  const RoutingVersion cluster = f.state->routing_version();
+  EXPECT_EQ(read_routing_version({target_dir.path()}), cluster);
+  // mgmtd restarts on an emptied data_dir (its state from before anything).
+  f.stop_server();
+  f.state.reset();
+  std::filesystem::remove_all(state_dir.path() + "/state");
+  f.start_server();
+  o.registration.incarnation = 2;  // the storage server restarts too
+  MgmtClient a(f.rpc(), o);
+  EXPECT_EQ(a.installed_routing_version(), cluster);
+  auto r = a.register_now();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), Code::kVersionMismatch);
+  EXPECT_NE(r.error().message().find("--accept-older-state"), std::string::npos) << r.error();
+  a.start();  // the loop keeps trying
+  ASSERT_TRUE(eventually([&] { return f.registry.counter("weft_mgmt_refused_behind_total", "").value() >= 3; }));
+  EXPECT_FALSE(a.fenced());
+  EXPECT_FALSE(a.lease().can_serve_writes());
+  EXPECT_EQ(f.state->routing_version(), 0u);
+  auto st = f.rpc().call<pb::StatusReply>(kStatus, pb::StatusRequest{});
+  ASSERT_TRUE(st) << st.error();
+  EXPECT_NE(st->behind().find("mgmtd's state is older than the cluster's"), std::string::npos) << st->behind();
+  a.stop();
+
+  // The operator accepts mgmtd's view: the server joins above its old version.
+  f.stop_server();
+  f.state.reset();
+  f.options.accept_older_state = true;
+  f.start_server();
+  a.start();
+  ASSERT_TRUE(eventually([&] { return a.lease().can_serve_writes(); }));
+  EXPECT_GT(a.routing()->version, cluster);
+  EXPECT_GT(read_routing_version({target_dir.path()}), cluster);
+  a.stop();
 }
 
 // A server restarted after its wall clock stepped back: its new incarnation

@@ -20,8 +20,10 @@ struct MgmtLink::Impl {
     mo.registration.kind = mgmt::NodeKind::kStorage;
     mo.registration.address = o.address;
     mo.registration.incarnation = incarnation;
-    for (const auto& t : o.targets)
+    for (const auto& t : o.targets) {
       mo.registration.targets.push_back({.name = t.name, .capacity_bytes = t.capacity_bytes, .used_bytes = 0});
+      mo.state_dirs.push_back(t.name);  // next to mgmt-incarnation
+    }
     return mo;
   }
 
@@ -46,11 +48,14 @@ Result<std::unique_ptr<MgmtLink>> MgmtLink::connect(rpc::IoPool& io, MgmtLinkOpt
   for (int attempt = 0;; ++attempt) {
     auto r = impl->client.register_now();
     if (r) break;
-    // Only an unreachable mgmtd is worth waiting for; a refusal is final.
-    bool transient = mgmt::MgmtRpc::is_transport_error(r.error().code()) && !impl->client.fenced();
+    // Only an unreachable mgmtd, or one behind the cluster (its operator
+    // restores its state or accepts it), is worth waiting for; other refusals are final.
+    bool transient = (mgmt::MgmtRpc::is_transport_error(r.error().code()) ||
+                      r.error().code() == Code::kVersionMismatch) &&
+                     !impl->client.fenced();
     if (!transient || std::chrono::steady_clock::now() >= deadline)
       return error(r.error().with_context("storage server " + options.address + ": joining the cluster"));
-    if (attempt == 0) WEFT_LOG_WARN("storage {}: mgmtd not reachable yet ({}); retrying", options.address, r.error());
+    if (attempt == 0) WEFT_LOG_WARN("storage {}: mgmtd not reachable or refusing ({}); retrying", options.address, r.error());
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   return std::unique_ptr<MgmtLink>(new MgmtLink(std::move(impl)));
