@@ -21,13 +21,16 @@ namespace weft::cli {
 namespace {
 
 // `weft serve mgmtd --config FILE`: [server] (rpc/service_runtime.h) and [mgmtd] (mgmt/service.h).
-void serve_mgmtd(const std::string& path) {
+// --accept-older-state: mgmt/cluster_state.h ("Behind"); a flag rather than a
+// config key so that it applies to the one start the operator decided on.
+void serve_mgmtd(const std::string& path, bool accept_older_state) {
   auto config = Config::load_file(path);
   if (!config) return fail(config.error().message());
   auto sc = rpc::ServiceConfig::from(*config, "mgmtd");
   if (!sc) return fail(sc.error().message());
   auto mc = mgmt::MgmtdConfig::from(*config);
   if (!mc) return fail(mc.error().message());
+  mc->cluster.accept_older_state = accept_older_state;
   // Declared before the runtime: they outlive its I/O threads (long polls hold a reference).
   std::unique_ptr<mgmt::ClusterState> state;
   std::unique_ptr<mgmt::MgmtService> service;
@@ -90,6 +93,13 @@ void status(const ClusterFlags& flags, bool json) {
       clients.insert(clients.end(), rest->clients.begin(), rest->clients.end());
     }
     std::string out = json ? mgmt::render_json(*routing, now, clients) + "\n" : mgmt::render_text(*routing, now, clients);
+    // mgmtd refuses every server (mgmt/cluster_state.h, "Behind"): say so first.
+    if (!reply->behind().empty()) {
+      if (json && out.starts_with("{"))
+        out.insert(1, fmt::format("\"behind\":\"{}\",", mgmt::json_escape(reply->behind())));
+      else if (!json)
+        out = fmt::format("MGMTD IS BEHIND, servers are refused: {}\n\n", reply->behind()) + out;
+    }
     std::fputs(out.c_str(), stdout);
   });
 }
@@ -172,7 +182,11 @@ void add_mgmt_commands(CLI::App& app, CLI::App& serve) {
   static std::string config_path;
   auto* mgmtd = serve.add_subcommand("mgmtd", "Run the cluster manager");
   mgmtd->add_option("--config", config_path, "TOML config file ([server] and [mgmtd])")->required();
-  mgmtd->callback([] { serve_mgmtd(config_path); });
+  static bool accept_older_state = false;
+  mgmtd->add_flag("--accept-older-state", accept_older_state,
+                  "Proceed when servers hold a newer routing version than mgmtd's state (a restored backup): "
+                  "raise mgmtd's versions above theirs and make the cluster take mgmtd's older view");
+  mgmtd->callback([] { serve_mgmtd(config_path, accept_older_state); });
 
   static ClusterFlags status_flags;
   static bool json = false;
