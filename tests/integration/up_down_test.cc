@@ -201,6 +201,102 @@ TEST_F(UpDownTest, LifecycleKeepsPortsTokenAndState) {
   expect_status_serving();
 }
 
+// mgmtd restarted on a backup of its data_dir taken before the cluster moved
+// on: the storage servers report a newer routing version, mgmtd refuses them
+// (writes stop: their leases run out) and says why in its log, theirs and
+// `weft status`; restarted with --accept-older-state it raises its versions
+// above theirs and the cluster serves again.
+TEST_F(UpDownTest, MgmtdOnAnOlderBackupRefusesServersUntilAccepted) {
+  auto first = up({"--storage-servers", "2", "--targets-per-server", "1", "--replicas", "2"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string mgmtd_data = data_ + "/data/mgmtd", backup = tmp_.file("mgmtd-backup");
+  auto stop = [&](const std::string& role, int sig) {
+    pid_t pid = pid_of(role);
+    ASSERT_GT(pid, 0) << role;
+    ASSERT_EQ(::kill(pid, sig), 0) << role;
+    for (int i = 0; i < 1000 && pid_alive(pid); ++i) std::this_thread::sleep_for(10ms);
+    ASSERT_FALSE(pid_alive(pid)) << role;
+  };
+  auto routing_version = [&](const std::string& status) -> uint64_t {
+    const std::string text = "\n" + status;  // the line, not the words in a message
+    auto at = text.find("\nrouting version ");
+    return at == std::string::npos ? 0 : std::stoull(text.substr(at + 17));
+  };
+  // The backup: mgmtd stopped, its data_dir copied, mgmtd started again.
+  const uint64_t at_backup = routing_version(weft({"status", "--config", client_config()}).output);
+  ASSERT_GT(at_backup, 0u);
+  ASSERT_NO_FATAL_FAILURE(stop("mgmtd", SIGTERM));
+  std::filesystem::copy(mgmtd_data, backup, std::filesystem::copy_options::recursive);
+  auto back = up();
+  ASSERT_EQ(back.exit_code, 0) << back.output;
+  // The cluster moves on: a storage server restarts (its targets resync: new versions).
+  ASSERT_NO_FATAL_FAILURE(stop("storage-2", SIGKILL));
+  auto moved = up();
+  ASSERT_EQ(moved.exit_code, 0) << moved.output;
+  expect_status_serving();
+  const uint64_t cluster = routing_version(weft({"status", "--config", client_config()}).output);
+  ASSERT_GT(cluster, at_backup);
+
+  // mgmtd restarts on the backup.
+  ASSERT_NO_FATAL_FAILURE(stop("mgmtd", SIGTERM));
+  std::filesystem::remove_all(mgmtd_data);
+  std::filesystem::copy(backup, mgmtd_data, std::filesystem::copy_options::recursive);
+  std::vector<std::string> serve = {testing::weft_binary(), "serve", "mgmtd", "--config", data_ + "/conf/mgmtd.toml"};
+  {
+    Process restored(serve, tmp_.file("mgmtd-restored.log"));
+    CliResult st;
+    for (int i = 0; i < 200; ++i) {
+      st = weft({"status", "--config", client_config()});
+      if (st.output.find("MGMTD IS BEHIND") != std::string::npos) break;
+      std::this_thread::sleep_for(50ms);
+    }
+    EXPECT_NE(st.output.find("MGMTD IS BEHIND"), std::string::npos) << st.output;
+    EXPECT_NE(st.output.find("mgmtd's state is older than the cluster's"), std::string::npos) << st.output;
+    EXPECT_NE(st.output.find("--accept-older-state"), std::string::npos) << st.output;
+    const uint64_t restored_version = routing_version(st.output);
+    EXPECT_GE(restored_version, at_backup) << st.output;
+    EXPECT_LT(restored_version, cluster) << st.output;
+    // No routing change while behind: past lease + grace (4 s) no further server is declared down.
+    std::this_thread::sleep_for(5s);
+    auto later = weft({"status", "--config", client_config()});
+    EXPECT_EQ(routing_version(later.output), restored_version) << later.output;
+    EXPECT_EQ(count(later.output, " down "), count(st.output, " down ")) << st.output << later.output;
+    EXPECT_NE(later.output.find("MGMTD IS BEHIND"), std::string::npos) << later.output;
+    bool logged = false;
+    for (int i = 0; i < 200 && !logged; ++i) {
+      logged = read_text(data_ + "/logs/storage-1.log").find("mgmtd refuses this server") != std::string::npos;
+      if (!logged) std::this_thread::sleep_for(50ms);
+    }
+    EXPECT_TRUE(logged) << read_text(data_ + "/logs/storage-1.log");
+    restored.signal(SIGTERM);
+    ASSERT_TRUE(restored.wait_exit(20s));
+    const std::string mgmtd_log = read_text(data_ + "/logs/mgmtd.log");  // [server] log_file
+    EXPECT_NE(mgmtd_log.find("older than the cluster's"), std::string::npos) << mgmtd_log;
+  }
+  // The operator accepts mgmtd's older view: the servers join again above their versions.
+  serve.push_back("--accept-older-state");
+  {
+    Process accepting(serve, tmp_.file("mgmtd-accepting.log"));
+    CliResult st;
+    for (int i = 0; i < 400; ++i) {
+      st = weft({"status", "--config", client_config()});
+      if (st.exit_code == 0 && routing_version(st.output) > cluster && count(st.output, "offline") == 0 &&
+          count(st.output, "syncing") == 0 && count(st.output, " up ") >= 3)
+        break;
+      std::this_thread::sleep_for(50ms);
+    }
+    EXPECT_GT(routing_version(st.output), cluster) << st.output;
+    EXPECT_EQ(st.output.find("MGMTD IS BEHIND"), std::string::npos) << st.output;
+    EXPECT_EQ(count(st.output, "offline"), 0u) << st.output;
+    accepting.signal(SIGTERM);
+    ASSERT_TRUE(accepting.wait_exit(20s));
+  }
+  // And back to a plain mgmtd, as `up` starts it.
+  auto plain = up();
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  expect_status_serving();
+}
+
 TEST_F(UpDownTest, BadFlagsAreClearErrors) {
   auto r = up({"--storage-servers", "1", "--replicas", "2"});
   EXPECT_NE(r.exit_code, 0) << r.output;
