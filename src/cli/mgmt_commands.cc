@@ -46,7 +46,9 @@ void serve_mgmtd(const std::string& path, bool accept_older_state) {
   service->register_methods(runtime.server());
   service->start();
   warn_unread_keys(*config);
-  auto ran = runtime.run();
+  // The lease checker stops first: while the server drained its calls (long
+  // polls, seconds) it declared every silent server dead and saved that.
+  auto ran = runtime.run(nullptr, [&] { service->stop(); });
   service->stop();
   if (!ran) return fail(ran.error().message());
 }

@@ -104,7 +104,7 @@ void ServiceRuntime::request_stop() {
   [[maybe_unused]] ssize_t n = ::write(stop_pipe_[1], &c, 1);
 }
 
-Result<void> ServiceRuntime::run(std::function<void()> on_listening) {
+Result<void> ServiceRuntime::run(std::function<void()> on_listening, std::function<void()> on_stopping) {
   WEFT_TRY(rpc_port_, server_->listen(config_.listen.host, config_.listen.port));
   if (!config_.metrics_listen.empty()) {
     auto m = Endpoint::parse(config_.metrics_listen);
@@ -131,6 +131,7 @@ Result<void> ServiceRuntime::run(std::function<void()> on_listening) {
   while (::read(stop_pipe_[0], &c, 1) < 0 && errno == EINTR) {
   }
   WEFT_LOG_INFO("{} stopping", config_.name);
+  if (on_stopping) on_stopping();
   if (metrics_) metrics_->stop();
   server_->stop();
   spdlog::default_logger()->flush();

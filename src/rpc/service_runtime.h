@@ -74,7 +74,10 @@ class ServiceRuntime {
   uint16_t metrics_port() const { return metrics_port_; }
 
   // Listens, then blocks until SIGINT/SIGTERM or request_stop(); then stops the server.
-  Result<void> run(std::function<void()> on_listening = nullptr);
+  // on_stopping runs on a stop signal before the RPC server stops (which
+  // waits for the calls in flight): a role stops what must not go on while
+  // the server drains, e.g. mgmtd's lease checker, and ends long polls.
+  Result<void> run(std::function<void()> on_listening = nullptr, std::function<void()> on_stopping = nullptr);
   void request_stop();
 
  private:
