@@ -10,9 +10,7 @@
 
 #include "client/chunk_io.h"
 #include "client/routing_cache.h"
-#include "mgmt/cluster_state.h"
-#include "mgmt/service.h"
-#include "rpc/server.h"
+#include "client/in_process_mgmtd.h"
 #include "rpc/task.h"
 
 namespace weft::client {
@@ -22,34 +20,9 @@ using namespace std::chrono_literals;
 
 constexpr char kToken[] = "chunk-io-test";
 
-// mgmtd on 127.0.0.1 with its state in memory: one meta node, no chains.
-struct Mgmtd {
-  explicit Mgmtd(uint16_t at_port = 0, int meta_nodes = 1) {
-    state = std::move(mgmt::ClusterState::open(mgmt::ClusterOptions{}, SystemClock::instance(), registry).value());
-    service =
-        std::make_unique<mgmt::MgmtService>(*state, SystemClock::instance(), mgmt::MgmtServiceOptions{}, registry);
-    server = std::make_unique<rpc::Server>(io, rpc::ServerOptions{.cluster_token = kToken, .name = "mgmtd"}, registry);
-    service->register_methods(*server);
-    port = server->listen("127.0.0.1", at_port).value();
-    service->start();
-    // A first routing version (0 reads as "unchanged" to a new client); each
-    // further node is one more version.
-    for (int i = 1; i <= meta_nodes; ++i)
-      EXPECT_TRUE(state->register_node(
-          {.kind = mgmt::NodeKind::kMeta, .address = "127.0.0.1:" + std::to_string(i), .incarnation = 1}));
-  }
-  ~Mgmtd() {
-    service->stop();  // first: it ends the client's routing long poll, which server->stop() would wait for
-    server->stop();
-    io.stop();
-  }
-
-  metrics::Registry registry;
-  rpc::IoPool io{1};
-  std::unique_ptr<mgmt::ClusterState> state;
-  std::unique_ptr<mgmt::MgmtService> service;
-  std::unique_ptr<rpc::Server> server;
-  uint16_t port = 0;
+// One meta node (or `meta_nodes`), no chains.
+struct Mgmtd : InProcessMgmtd {
+  explicit Mgmtd(uint16_t at_port = 0, int meta_nodes = 1) : InProcessMgmtd(kToken, at_port, meta_nodes) {}
 };
 
 TEST(ChunkIo, AnUpdateOfAChainTheRoutingDoesNotKnowIsNotDone) {

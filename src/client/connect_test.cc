@@ -7,9 +7,7 @@
 #include <fstream>
 
 #include "common/temp_dir.h"
-#include "mgmt/cluster_state.h"
-#include "mgmt/service.h"
-#include "rpc/server.h"
+#include "client/in_process_mgmtd.h"
 #include "rpc/test_sockets.h"
 #include "weft/client.h"
 
@@ -18,30 +16,10 @@ namespace {
 
 constexpr char kToken[] = "connect-test";
 
-// mgmtd on 127.0.0.1 with its state in memory: enough for connect(), which
-// fetches the routing and starts the lease (meta is listed in the config).
-struct Mgmtd {
-  Mgmtd() {
-    state = std::move(mgmt::ClusterState::open(mgmt::ClusterOptions{}, SystemClock::instance(), registry).value());
-    service =
-        std::make_unique<mgmt::MgmtService>(*state, SystemClock::instance(), mgmt::MgmtServiceOptions{}, registry);
-    server = std::make_unique<rpc::Server>(io, rpc::ServerOptions{.cluster_token = kToken, .name = "mgmtd"}, registry);
-    service->register_methods(*server);
-    port = server->listen("127.0.0.1", 0).value();
-    service->start();
-  }
-  ~Mgmtd() {
-    service->stop();  // first: it ends the client's routing long poll, which server->stop() would wait for
-    server->stop();
-    io.stop();
-  }
-
-  metrics::Registry registry;
-  rpc::IoPool io{1};
-  std::unique_ptr<mgmt::ClusterState> state;
-  std::unique_ptr<mgmt::MgmtService> service;
-  std::unique_ptr<rpc::Server> server;
-  uint16_t port = 0;
+// Enough for connect(), which fetches the routing and starts the lease (meta
+// is listed in the config).
+struct Mgmtd : InProcessMgmtd {
+  Mgmtd() : InProcessMgmtd(kToken) {}
 };
 
 std::string write_config(const testing::TempDir& dir, uint16_t mgmtd_port, const std::string& extra) {
