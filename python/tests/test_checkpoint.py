@@ -176,6 +176,8 @@ def test_sweep_keeps_live_savers(client, root):
     other_ns = f".ck.tmp-{host.rsplit('_', 1)[0]}_1-{2**22 + 1}-dddd"
     for d in (live, dead, other_host, other_ns):
         client.mkdir(f"{root}/{d}")
+    # A killed publish of a "latest" symlink leaves the swapped-out link: swept too.
+    client.symlink("elsewhere", f"{root}/.ck.tmp-{host}-{2**22 + 1}-eeee")
     wt.save({"x": torch.zeros(1)}, f"{root}/ck", client=client)
     left = sorted(n for n in client.listdir(root) if n.startswith("."))
     assert left == sorted([live, other_host, other_ns])

@@ -484,9 +484,13 @@ def _sweep_stale_tmp(client, parent: str, name: str) -> None:
             dead = not _pid_alive(int(parts[-2]))
         full = f"{parent.rstrip('/')}/{entry}"
         try:
-            if not dead and now - client.stat(full).st_mtime < _STALE_TMP_AGE_S:
+            st = client.lstat(full)
+            if not dead and now - st.st_mtime < _STALE_TMP_AGE_S:
                 continue
-            client.rmtree(full)
+            if stat.S_ISDIR(st.st_mode):
+                client.rmtree(full)
+            else:
+                client.remove(full)  # a swapped-out symlink (or file) of a killed publish
         except OSError:
             pass  # another sweeper or its owner removed it meanwhile
 

@@ -300,7 +300,11 @@ void cmd_put(const FileFlags& f, const std::string& local, const std::string& re
     return fail(remote + ": " + (n ? "not a directory" : n.error().message()));
   }
   const std::string tmp = temp_name_beside(target);
-  auto file = c->open_path(c->default_cred(), tmp, O_CREAT | O_EXCL | O_WRONLY, st.st_mode & 0777);
+  // A file it replaces keeps its permission bits (owner and links do not
+  // follow: the destination is a new file).
+  uint32_t mode = st.st_mode & 0777;
+  if (auto old = c->resolve(c->default_cred(), target, true); old && old->is_file()) mode = old->mode & 07777;
+  auto file = c->open_path(c->default_cred(), tmp, O_CREAT | O_EXCL | O_WRONLY, mode);
   if (!file) {
     ::close(fd);
     return fail(target + ": " + file.error().message());
@@ -348,9 +352,21 @@ void cmd_get(const FileFlags& f, const std::string& remote, const std::string& l
   struct stat st {};
   if (::stat(local.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
     target = local + "/" + std::filesystem::path(remote).filename().string();
+  struct stat existing {};
+  const bool exists = ::stat(target.c_str(), &existing) == 0;
+  if (exists && !S_ISREG(existing.st_mode)) {  // /dev/null, /dev/stdout, a FIFO: written where it is
+    int out = ::open(target.c_str(), O_WRONLY);
+    if (out < 0) return fail(fmt::format("{}: {}", target, std::strerror(errno)));
+    Result<void> r = copy_out(**file, remote, out, false);
+    if (::close(out) != 0 && r) r = error(Code::kIoError, "{}: {}", target, std::strerror(errno));
+    if (!r) fail(r.error().message());
+    return;
+  }
   const std::string tmp = temp_name_beside(target);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  // A file it replaces keeps its permission bits.
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, exists ? (existing.st_mode & 07777) : 0644);
   if (fd < 0) return fail(fmt::format("{}: {}", tmp, std::strerror(errno)));
+  if (exists) (void)::fchmod(fd, existing.st_mode & 07777);  // not cut by the umask
   Result<void> r = copy_out(**file, remote, fd, true);
   if (::close(fd) != 0 && r) r = error(Code::kIoError, "{}: {}", tmp, std::strerror(errno));
   if (r && ::rename(tmp.c_str(), target.c_str()) != 0)

@@ -57,13 +57,11 @@ std::unexpected<Status> broken_error() {
 }  // namespace
 
 void WalSyncer::when_durable(DurableFn done) {
+  bool broken = false;
   {
     std::lock_guard lock(mu_);
-    if (broken_) {
-      done(broken_error());
-      return;
-    }
-    if (!stop_) {
+    broken = broken_;
+    if (!broken && !stop_) {
       waiting_.push_back(Waiter{++issued_, std::move(done)});
       // Wake the syncer only when it would act: a futex wake and a context
       // switch per commit while it lingers for a group (or is syncing) cost
@@ -72,6 +70,8 @@ void WalSyncer::when_durable(DurableFn done) {
       return;
     }
   }
+  // Outside mu_: a callback may commit again (and so call here).
+  if (broken) return done(broken_error());
   done(error(Code::kUnavailable, "meta store closing before the commit was synced"));
 }
 

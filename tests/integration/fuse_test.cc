@@ -773,6 +773,16 @@ TEST_F(FuseTest, FileToolsFailWithoutHarm) {
   EXPECT_EQ(read_local(local_dir + "/copy"), "precious");
   EXPECT_EQ(names(base_), (std::set<std::string>{"remote"}));
   EXPECT_EQ(names(local_dir), (std::set<std::string>{"copy", "keep"}));
+  // A local file replaced keeps its permission bits; what is not a regular
+  // file is written where it is (never replaced).
+  ASSERT_EQ(::chmod((local_dir + "/copy").c_str(), 0600), 0);
+  ASSERT_EQ(weft({"get", remote + "/remote", local_dir + "/copy"}).code, 0);
+  struct stat copied {};
+  ASSERT_EQ(::stat((local_dir + "/copy").c_str(), &copied), 0);
+  EXPECT_EQ(copied.st_mode & 07777, 0600u);
+  ASSERT_EQ(weft({"get", remote + "/remote", "/dev/null"}).code, 0);
+  ASSERT_EQ(::stat("/dev/null", &copied), 0);
+  EXPECT_TRUE(S_ISCHR(copied.st_mode));
   // rm refuses ".", ".." and the root, and removes nothing.
   ASSERT_EQ(::mkdir(p("d").c_str(), 0755), 0);
   ASSERT_TRUE(write_all(p("d/f"), "x"));
