@@ -14,9 +14,9 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
-#include <random>
 
 #include "cli/commands.h"
+#include "common/random.h"
 #include "weft/client.h"
 
 namespace weft::cli {
@@ -248,7 +248,7 @@ std::string temp_name_beside(const std::string& path) {
   const size_t slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
   const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  return fmt::format("{}.{}.weft-tmp-{:08x}", dir, base, std::random_device{}());
+  return fmt::format("{}.{}.weft-tmp-{:016x}", dir, base, random_id());
 }
 
 // Copies local file `fd` (`size` bytes) into `file`.

@@ -1,5 +1,6 @@
 #include "common/periodic.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace weft {
@@ -25,6 +26,10 @@ void PeriodicThread::run(Wait wait) {
     wait = tick_();
     lock.lock();
   }
+}
+
+std::chrono::milliseconds quarter_of_grace(std::chrono::milliseconds grace, std::chrono::milliseconds at_most) {
+  return std::clamp<std::chrono::milliseconds>(grace / 4, std::chrono::seconds(1), at_most);
 }
 
 }  // namespace weft

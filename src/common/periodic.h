@@ -17,6 +17,10 @@
 
 namespace weft {
 
+// How often a sweep with grace period `grace` looks: a quarter of it, between
+// 1 s and `at_most` (so what it removes waits at most grace + grace/4).
+std::chrono::milliseconds quarter_of_grace(std::chrono::milliseconds grace, std::chrono::milliseconds at_most);
+
 class PeriodicThread {
  public:
   using Wait = std::chrono::nanoseconds;

@@ -12,6 +12,7 @@
 
 #include "common/fault.h"
 #include "common/logging.h"
+#include "common/durable_file.h"
 #include "mgmt/proto_convert.h"
 #include "mgmt/service_methods.h"
 
@@ -21,24 +22,8 @@ uint64_t new_incarnation() { return static_cast<uint64_t>(SystemClock::instance(
 
 namespace {
 
-Result<void> write_number(const std::string& dir, const char* name, uint64_t incarnation) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return error(Code::kIoError, "create {}: {}", dir, ec.message());
-  const std::string file = dir + "/" + name, tmp = file + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return errno_error(errno, "create " + tmp);
-  std::string text = std::to_string(incarnation) + "\n";
-  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fdatasync(fd) == 0;
-  int err = errno;
-  ::close(fd);
-  if (!ok) return errno_error(err, "write " + tmp);
-  if (::rename(tmp.c_str(), file.c_str()) != 0) return errno_error(errno, "rename " + tmp);
-  if (int d = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); d >= 0) {
-    ::fsync(d);
-    ::close(d);
-  }
-  return {};
+Result<void> write_number(const std::string& dir, const char* name, uint64_t number) {
+  return replace_file_durably(dir + "/" + name, std::to_string(number) + "\n");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/durable_file.h"
 #include "common/logging.h"
 
 namespace weft::storage {
@@ -30,8 +31,7 @@ OrphanSweep::~OrphanSweep() { stop(); }
 OrphanSweepOptions OrphanSweep::from_grace(std::chrono::seconds grace) {
   OrphanSweepOptions o;
   o.grace = grace;
-  o.interval = std::clamp<std::chrono::milliseconds>(std::chrono::duration_cast<std::chrono::milliseconds>(grace) / 4,
-                                                     std::chrono::seconds(1), std::chrono::minutes(10));
+  o.interval = quarter_of_grace(grace, std::chrono::minutes(10));
   return o;
 }
 
@@ -162,24 +162,8 @@ bool OrphanSweep::same_store(const Target& t, const MetaMark& m) {
   }
   if (known.store_id == m.store_id && known.ids_issued_below == m.ids_issued_below) return true;
   // Remembered before anything is removed on its word.
-  const std::filesystem::path tmp = file.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << std::hex << m.store_id << ' ' << std::dec << m.ids_issued_below << '\n';
-    out.flush();
-    if (!out) {
-      WEFT_LOG_WARN("{}: target {}: cannot write {}", options_.name, t.id, tmp.string());
-      return false;
-    }
-  }
-  if (int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
-    ::fdatasync(fd);
-    ::close(fd);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, file, ec);
-  if (ec) {
-    WEFT_LOG_WARN("{}: target {}: cannot write {}: {}", options_.name, t.id, file.string(), ec.message());
+  if (auto r = replace_file_durably(file.string(), fmt::format("{:x} {}\n", m.store_id, m.ids_issued_below)); !r) {
+    WEFT_LOG_WARN("{}: target {}: cannot write {}: {}", options_.name, t.id, file.string(), r.error());
     return false;
   }
   known = m;

@@ -32,8 +32,7 @@ StraySweep::~StraySweep() { stop(); }
 StraySweepOptions StraySweep::from_grace(std::chrono::seconds grace) {
   StraySweepOptions o;
   o.grace = grace;
-  o.interval = std::clamp<std::chrono::milliseconds>(std::chrono::duration_cast<std::chrono::milliseconds>(grace) / 4,
-                                                     std::chrono::seconds(1), std::chrono::minutes(1));
+  o.interval = quarter_of_grace(grace, std::chrono::minutes(1));
   return o;
 }
 
