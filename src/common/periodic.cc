@@ -28,6 +28,19 @@ void PeriodicThread::run(Wait wait) {
   }
 }
 
+void RepeatingPass::start(std::chrono::milliseconds interval, std::function<void()> pass) {
+  if (thread_) return;
+  thread_ = std::make_unique<PeriodicThread>(interval, [interval, pass = std::move(pass)] {
+    pass();
+    return PeriodicThread::Wait(interval);
+  });
+}
+
+void RepeatingPass::stop() {
+  stop_now_ = true;  // a pass under way ends at its next check
+  if (thread_) thread_->stop();
+}
+
 std::chrono::milliseconds quarter_of_grace(std::chrono::milliseconds grace, std::chrono::milliseconds at_most) {
   return std::clamp<std::chrono::milliseconds>(grace / 4, std::chrono::seconds(1), at_most);
 }

@@ -9,9 +9,11 @@
 // be called from the tick.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -41,6 +43,22 @@ class PeriodicThread {
   std::condition_variable cv_;
   bool stopping_ = false;  // GUARDED_BY(mu_)
   std::thread thread_;
+};
+
+// A pass (a sweep over a store) run every `interval` on a PeriodicThread,
+// which a stop ends early: the pass polls stopping() between its steps.
+// start() after stop() does not start it again. Threading: start/stop from
+// the owner; stopping() from anywhere. Declare it after whatever the pass
+// uses, so it stops first.
+class RepeatingPass {
+ public:
+  void start(std::chrono::milliseconds interval, std::function<void()> pass);
+  void stop();
+  bool stopping() const { return stop_now_.load(); }
+
+ private:
+  std::atomic<bool> stop_now_{false};
+  std::unique_ptr<PeriodicThread> thread_;
 };
 
 }  // namespace weft

@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <fstream>
 
+#include "common/durable_file.h"
 #include "common/fault.h"
 #include "common/logging.h"
 #include "rpc/echo_service.h"
@@ -112,10 +112,9 @@ Result<void> ServiceRuntime::run(std::function<void()> on_listening, std::functi
     WEFT_TRY(metrics_port_, metrics_->listen(m->host, m->port));
   }
   if (!config_.port_file.empty()) {
-    std::string tmp = config_.port_file + ".tmp";
-    std::ofstream(tmp) << rpc_port_ << " " << metrics_port_ << "\n";
-    if (::rename(tmp.c_str(), config_.port_file.c_str()) != 0)
-      return errno_error(errno, "write port file " + config_.port_file);
+    // Whole or absent (a reader polls for it), and a write error (full disk) is reported.
+    WEFT_RETURN_IF_ERROR(
+        replace_file_durably(config_.port_file, fmt::format("{} {}\n", rpc_port_, metrics_port_)));
   }
   WEFT_LOG_INFO("{} serving on {}:{} (metrics on port {})", config_.name, config_.listen.host, rpc_port_,
                 metrics_port_);

@@ -36,20 +36,12 @@ OrphanSweepOptions OrphanSweep::from_grace(std::chrono::seconds grace) {
 }
 
 void OrphanSweep::start() {
-  if (thread_) return;
-  stop_now_ = false;
-  thread_ = std::make_unique<PeriodicThread>(options_.interval, [this] {
-    run_once();
-    return PeriodicThread::Wait(options_.interval);
-  });
+  passes_.start(options_.interval, [this] { run_once(); });
 }
 
-void OrphanSweep::stop() {
-  stop_now_ = true;  // a pass under way ends soon
-  if (thread_) thread_->stop();
-}
+void OrphanSweep::stop() { passes_.stop(); }
 
-bool OrphanSweep::stopping() const { return stop_now_.load(); }
+bool OrphanSweep::stopping() const { return passes_.stopping(); }
 
 uint64_t OrphanSweep::run_once() {
   std::lock_guard run(run_mu_);

@@ -112,8 +112,7 @@ class OrphanSweep {
   std::mutex run_mu_;  // one pass at a time
   std::map<Key, std::chrono::steady_clock::time_point> since_;  // GUARDED_BY(run_mu_): first seen orphaned
 
-  std::atomic<bool> stop_now_{false};
-  std::unique_ptr<PeriodicThread> thread_;  // last: stopped before the rest goes
+  RepeatingPass passes_;  // last: stopped before the rest goes
 };
 
 }  // namespace weft::storage

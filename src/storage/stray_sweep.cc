@@ -37,18 +37,10 @@ StraySweepOptions StraySweep::from_grace(std::chrono::seconds grace) {
 }
 
 void StraySweep::start() {
-  if (thread_) return;
-  stop_now_ = false;
-  thread_ = std::make_unique<PeriodicThread>(options_.interval, [this] {
-    run_once();
-    return PeriodicThread::Wait(options_.interval);
-  });
+  passes_.start(options_.interval, [this] { run_once(); });
 }
 
-void StraySweep::stop() {
-  stop_now_ = true;  // a pass under way ends at its next chunk
-  if (thread_) thread_->stop();
-}
+void StraySweep::stop() { passes_.stop(); }
 
 bool StraySweep::sweeping(mgmt::TargetId target, mgmt::ChainId chain) const {
   if (sweeping_count_.load() == 0) return false;
@@ -91,7 +83,7 @@ uint64_t StraySweep::run_once() {
                       std::chrono::duration_cast<std::chrono::seconds>(options_.grace).count());
       if (now - since->second < options_.grace) continue;
       removed += sweep_chain(t, chain);
-      if (stop_now_) return removed;
+      if (passes_.stopping()) return removed;
     }
   }
   std::erase_if(since_, [&](const auto& e) { return !seen.contains(e.first); });
@@ -118,7 +110,7 @@ uint64_t StraySweep::sweep_chain(const Target& t, mgmt::ChainId chain) {
   uint64_t removed = 0;
   const char* ended = "done";
   std::optional<ChunkId> start;
-  for (bool more = true; more && !stop_now_;) {
+  for (bool more = true; more && !passes_.stopping();) {
     auto page = t.engine->list_chain(chain, start, kPage);
     if (!page) {
       if (auto held = error_log_.admit())
@@ -141,9 +133,9 @@ uint64_t StraySweep::sweep_chain(const Target& t, mgmt::ChainId chain) {
         break;
       }
       // Tests: hold the sweep between its routing check and the removal.
-      while (WEFT_FAULT("storage.stray_sweep.before_remove") && !stop_now_)
+      while (WEFT_FAULT("storage.stray_sweep.before_remove") && !passes_.stopping())
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      if (stop_now_ || (options_.write_fence && !options_.write_fence())) {
+      if (passes_.stopping() || (options_.write_fence && !options_.write_fence())) {
         ended = "interrupted";
         more = false;
         break;

@@ -97,8 +97,7 @@ class StraySweep {
   mutable std::mutex mu_;
   std::set<Key> sweeping_;            // GUARDED_BY(mu_)
   std::atomic<size_t> sweeping_count_{0};  // sweeping_.size(), read without mu_
-  std::atomic<bool> stop_now_{false};
-  std::unique_ptr<PeriodicThread> thread_;  // last: stopped before the rest goes
+  RepeatingPass passes_;  // last: stopped before the rest goes
 };
 
 }  // namespace weft::storage
