@@ -50,6 +50,24 @@ class ClientImpl final : public Client {
     core_->truncate_open = [this](const Cred& cred, Ino ino, uint64_t length, uint64_t session) {
       return truncate_open(cred, ino, length, session);
     };
+    core_->chunk_written = [this](Ino ino, uint64_t index, const FileImpl* writer) {
+      for (auto& f : open_files(ino))
+        if (f.get() != writer) f->drop_read_ahead(index);
+    };
+    core_->flush_other_writers = [this](Ino ino, const FileImpl* reader) {
+      uint64_t size = 0;
+      for (auto& f : open_files(ino)) {
+        if (f.get() == reader) continue;
+        f->flush_before_read();
+        size = std::max(size, f->size());
+      }
+      return size;
+    };
+    core_->local_size = [this](Ino ino) {
+      uint64_t size = 0;
+      for (auto& f : open_files(ino)) size = std::max(size, f->size());
+      return size;
+    };
   }
 
   ~ClientImpl() override {
@@ -59,7 +77,7 @@ class ClientImpl final : public Client {
     {
       std::lock_guard lock(files_mu_);
       for (auto& [ino, list] : files_)
-        for (auto& w : list)
+        for (auto& w : list.files)
           if (auto f = w.lock()) open.push_back(std::move(f));
     }
     for (auto& f : open) (void)f->close();
@@ -92,6 +110,11 @@ class ClientImpl final : public Client {
     return with_local_size(std::move(n));
   }
   Result<Inode> setattr(const Cred& cred, Ino ino, const SetAttr& attr) override {
+    // Writes buffered here stamp mtime when they are reported (at a flush):
+    // before an explicit time is set, not over it later (cp -p, tar, rsync -t).
+    if (attr.mtime_ns)
+      for (auto& f : open_files(ino))
+        if (f->writable()) (void)f->flush();  // a failure is the File's, reported by its next call
     if (attr.size) {
       WEFT_RETURN_IF_ERROR(truncate_open(cred, ino, *attr.size));
       SetAttr rest = attr;
@@ -184,6 +207,7 @@ class ClientImpl final : public Client {
     }
     WEFT_TRY(auto file, make_file(cred, std::move(reply.inode), reply.session_id, write));
     if ((flags & O_TRUNC) && write) WEFT_RETURN_IF_ERROR(file->truncate(0));
+    if ((flags & O_APPEND) && write) file->set_append();
     return file;
   }
 
@@ -217,6 +241,7 @@ class ClientImpl final : public Client {
       WEFT_RETURN_IF_ERROR(file->truncate(0));
       inode.size = 0;
     }
+    if ((flags & O_APPEND) && write) file->set_append();
     return std::pair<Inode, std::shared_ptr<File>>(std::move(inode), std::move(file));
   }
 
@@ -372,9 +397,15 @@ class ClientImpl final : public Client {
     auto file = std::make_shared<FileImpl>(*core_, cred, std::move(inode), session, write);
     file->set_stripe(std::move(stripe));
     std::lock_guard lock(files_mu_);
-    auto& list = files_[ino];
-    std::erase_if(list, file_gone);
-    list.push_back(file);
+    OpenList& list = files_[ino];
+    std::erase_if(list.files, file_gone);
+    auto shared = list.shared.lock();
+    if (!shared) {
+      shared = std::make_shared<OpenInode>();
+      list.shared = shared;
+    }
+    file->set_shared(std::move(shared));  // before anyone else can see the File
+    list.files.push_back(file);
     sweep_files_locked();
     return file;
   }
@@ -387,8 +418,8 @@ class ClientImpl final : public Client {
   void sweep_files_locked() {
     if (files_.size() < 2 * files_after_sweep_ + 64) return;
     for (auto it = files_.begin(); it != files_.end();) {
-      std::erase_if(it->second, file_gone);
-      it = it->second.empty() ? files_.erase(it) : std::next(it);
+      std::erase_if(it->second.files, file_gone);
+      it = it->second.files.empty() ? files_.erase(it) : std::next(it);
     }
     files_after_sweep_ = files_.size();
   }
@@ -398,10 +429,17 @@ class ClientImpl final : public Client {
     std::lock_guard lock(files_mu_);
     auto it = files_.find(ino);
     if (it == files_.end()) return out;
-    for (auto& w : it->second)
+    for (auto& w : it->second.files)
       if (auto f = w.lock(); f && f->is_open()) out.push_back(std::move(f));
     if (out.empty()) files_.erase(it);
     return out;
+  }
+
+  // What the Files of `ino` open here share; null when none is.
+  std::shared_ptr<OpenInode> open_inode(Ino ino) {
+    std::lock_guard lock(files_mu_);
+    auto it = files_.find(ino);
+    return it == files_.end() ? nullptr : it->second.shared.lock();
   }
 
   void send_all_dirty() {
@@ -409,7 +447,7 @@ class ClientImpl final : public Client {
     {
       std::lock_guard lock(files_mu_);
       for (auto& [ino, list] : files_)
-        for (auto& w : list)
+        for (auto& w : list.files)
           if (auto f = w.lock()) all.push_back(std::move(f));
     }
     for (auto& f : all) f->send_dirty();
@@ -420,6 +458,10 @@ class ClientImpl final : public Client {
   // are removed up to the longest length anyone here knows (writes a File
   // sent but did not report yet included), and each File learns the length.
   Result<void> truncate_open(const Cred& cred, Ino ino, uint64_t length, uint64_t session = 0) {
+    // No write of a File open here buffers until every File learned the length (OpenInode::cut).
+    std::shared_ptr<OpenInode> shared = open_inode(ino);
+    std::unique_lock<std::shared_mutex> cut;
+    if (shared) cut = std::unique_lock(shared->cut);
     auto files = open_files(ino);
     flush_writers_of(files);
     WEFT_TRY(Inode n, core_->meta->getattr(cred, ino));
@@ -435,8 +477,7 @@ class ClientImpl final : public Client {
   // each File reports its own at its next call, and a File whose writes
   // failed has nothing on its way to order after.
   static void flush_writers_of(const std::vector<std::shared_ptr<FileImpl>>& files) {
-    for (auto& f : files)
-      if (f->writable()) (void)f->flush();
+    for (auto& f : files) f->flush_before_read();
   }
 
   // A file open here may be longer than meta knows (unreported writes).
@@ -648,7 +689,11 @@ class ClientImpl final : public Client {
   // Write batches run here; reset first in the destructor (its jobs need core_).
   std::unique_ptr<BatchWorkers> write_batches_ = std::make_unique<BatchWorkers>(4);
   std::mutex files_mu_;
-  std::map<Ino, std::vector<std::weak_ptr<FileImpl>>> files_;  // GUARDED_BY(files_mu_)
+  struct OpenList {
+    std::weak_ptr<OpenInode> shared;  // the Files' OpenInode
+    std::vector<std::weak_ptr<FileImpl>> files;
+  };
+  std::map<Ino, OpenList> files_;  // GUARDED_BY(files_mu_)
   size_t files_after_sweep_ = 0;                                 // GUARDED_BY(files_mu_)
 };
 

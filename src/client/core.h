@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <thread>
 #include <vector>
 
@@ -122,6 +123,22 @@ class Releaser {
   std::thread thread_;
 };
 
+class FileImpl;
+
+// What the Files of one inode open in this client share (made with the first
+// of them, gone with the last).
+struct OpenInode {
+  // Writes hold it shared while they buffer; a truncate holds it exclusively
+  // from its flush until every File has learned the new length. So a write is
+  // wholly before the cut (flushed, then cut away) or after it (kept, and its
+  // end reported), never sent after the chunks were removed and then
+  // forgotten in the length.
+  std::shared_mutex cut;
+  // Appends (O_APPEND) take their offset and buffer their bytes under it: two
+  // appends of this client never land on one offset.
+  std::mutex append;
+};
+
 struct Core {
   ClientOptions options;
   Cred cred;
@@ -138,6 +155,16 @@ struct Core {
   // client, and tells them all the new length (set by the client).
   // `session`: the calling File's write session (0: none), as truncate_file's.
   std::function<Result<void>(const Cred&, Ino, uint64_t length, uint64_t session)> truncate_open;
+  // Set by the client too. `writer`, a File of `ino`, wrote chunk `index`:
+  // the other Files of it open here drop their read-ahead of that chunk.
+  std::function<void(Ino, uint64_t index, const FileImpl* writer)> chunk_written;
+  // Flushes the Files of `ino` open here for writing, except `reader`, and
+  // returns the longest length they know (0: none): a read through one File
+  // sees what the others wrote before it, as with two descriptors of one
+  // local file.
+  std::function<uint64_t(Ino, const FileImpl* reader)> flush_other_writers;
+  // The longest length of `ino` the Files open here know (where an append goes).
+  std::function<uint64_t(Ino)> local_size;
 };
 
 // A latch that sleeps at once. std::latch (libstdc++'s atomic wait) spins

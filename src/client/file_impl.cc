@@ -47,6 +47,11 @@ uint64_t FileImpl::size() const {
 Result<uint64_t> FileImpl::refresh_size() {
   WEFT_TRY(Inode n, core_.meta->getattr(cred_, inode_.ino));
   std::lock_guard lock(mu_);
+  if (n.size > size_) {
+    // Read ahead while the file was shorter: the chunk that held the old end
+    // came back short, and those past it empty. Not holes: fetch them again.
+    prefetched_.erase(prefetched_.lower_bound(size_ / inode_.layout.chunk_bytes), prefetched_.end());
+  }
   size_ = std::max(size_, n.size);
   // Meta has the file shorter than this File last reported, and every write
   // made here was reported: another client truncated it. What this File wrote
@@ -91,6 +96,21 @@ size_t FileImpl::add_extent(DirtyChunk& chunk, uint32_t start, uint32_t end) {
 Result<size_t> FileImpl::pwrite(std::span<const std::byte> src, uint64_t offset) {
   if (!writable_) return error(Code::kBadHandle, "file {} is not open for writing", inode_.ino);
   if (src.empty()) return 0;
+  bool append;
+  {
+    std::lock_guard lock(mu_);
+    append = append_;
+  }
+  if (!append) {
+    std::shared_lock cut(shared_->cut);
+    return write_at(src, offset);
+  }
+  std::lock_guard appending(shared_->append);
+  std::shared_lock cut(shared_->cut);
+  return write_at(src, std::max(core_.local_size(inode_.ino), size()));
+}
+
+Result<size_t> FileImpl::write_at(std::span<const std::byte> src, uint64_t offset) {
   // As Linux: no byte at or past the maximum length; a write that crosses it is cut short there.
   if (offset >= meta::kFileBytesMax)
     return error(Code::kFileTooBig, "write at {} of file {}: the maximum file size is {}", offset, inode_.ino,
@@ -123,6 +143,7 @@ Result<size_t> FileImpl::pwrite(std::span<const std::byte> src, uint64_t offset)
     uint64_t end = offset + s.buffer_offset + s.length;
     size_ = std::max(size_, end);
     written_end_ = std::max(written_end_, end);
+    unreported_end_ = std::max(unreported_end_, end);
     bool full = chunk.bytes == cb;
     if (full) send_locked(s.chunk_index);
     if (dirty_.size() > kDirtyChunksMax) {
@@ -160,6 +181,7 @@ void FileImpl::send_locked(uint64_t index) {
 
 void FileImpl::on_sent(uint64_t index, size_t charged, Result<void> r) {
   core_.dirty->release(charged);
+  if (r) core_.chunk_written(inode_.ino, index, this);  // before mu_: it locks the other Files
   std::lock_guard lock(mu_);
   in_flight_.erase(index);
   if (!r && !failed_) {
@@ -183,28 +205,41 @@ bool FileImpl::in_flight_upto_locked(uint64_t gen) const {
   return std::any_of(in_flight_.begin(), in_flight_.end(), [&](const auto& f) { return f.second <= gen; });
 }
 
-Result<void> FileImpl::flush_locked(std::unique_lock<std::mutex>& lock) {
+Result<void> FileImpl::flush_locked(std::unique_lock<std::mutex>& lock, bool for_read) {
   const uint64_t upto = write_gen_;
-  const uint64_t end = written_end_;  // of the writes numbered up to `upto`: the length this flush may report
+  // The end of the writes since the last report, all numbered up to `upto`:
+  // the length this flush may report. Later writes count for the next one.
+  const uint64_t end = std::exchange(unreported_end_, 0);
   flush_upto_ = std::max(flush_upto_, upto);
   std::vector<uint64_t> indexes;
   for (auto& d : dirty_) indexes.push_back(d.first);
   for (uint64_t i : indexes) send_locked(i);
   cv_.wait(lock, [&] { return !in_flight_upto_locked(upto) && (failed_ || !dirty_upto_locked(upto)); });
   if (failed_) return std::unexpected(*failed_);
-  // Not past what later writes (still buffered) made it: a length covering
-  // bytes not yet acknowledged would read as zeros if they never land. (A
-  // truncate meanwhile may have cut `end`.)
-  return report_length(lock, std::min(end, written_end_));
+  return report_length(lock, end, upto, for_read);
 }
 
-Result<void> FileImpl::report_length(std::unique_lock<std::mutex>& lock, uint64_t length) {
-  if (!writable_ || length <= reported_) return {};
+Result<void> FileImpl::report_length(std::unique_lock<std::mutex>& lock, uint64_t end, uint64_t upto, bool for_read) {
+  if (!writable_) return {};
+  // Not past what a truncate meanwhile cut (it lowered written_end_). Not the
+  // end of writes reported before either: another client may have cut the
+  // file below them since, and they are not to be brought back as zeros.
+  const uint64_t length = std::min(end, written_end_);
+  // A read needs the bytes on storage, and the length only if it grew.
+  const bool report = length > reported_ || (!for_read && upto > reported_gen_);
+  if (!report) {
+    unreported_end_ = std::max(unreported_end_, end);  // for the next flush
+    return {};
+  }
   lock.unlock();
   auto r = core_.meta->report_length(cred_, inode_.ino, session_id_, length);
   lock.lock();
-  if (!r) return error(r.error().with_context(fmt::format("report the length of file {}", inode_.ino)));
+  if (!r) {
+    unreported_end_ = std::max(unreported_end_, end);
+    return error(r.error().with_context(fmt::format("report the length of file {}", inode_.ino)));
+  }
   reported_ = std::max(reported_, length);
+  reported_gen_ = std::max(reported_gen_, upto);
   size_ = std::max(size_, r->size);
   return {};
 }
@@ -227,6 +262,13 @@ Result<void> FileImpl::flush() {
   WEFT_RETURN_IF_ERROR(check_usable_locked());
   if (!writable_) return {};
   return flush_locked(lock);
+}
+
+void FileImpl::flush_before_read() {
+  std::unique_lock lock(mu_);
+  if (closing_ && !closed_) cv_.wait(lock, [&] { return closed_; });  // its close flushes
+  if (closed_ || failed_ || !writable_) return;  // nothing on its way to order after
+  (void)flush_locked(lock, true);  // a failure is this File's, reported by its next call
 }
 
 Result<void> FileImpl::close() {
@@ -254,11 +296,13 @@ Result<void> FileImpl::close() {
 Result<size_t> FileImpl::pread(std::span<std::byte> dst, uint64_t offset) {
   uint64_t size;
   bool sequential;
+  const uint64_t others_know = core_.flush_other_writers(inode_.ino, this);
   {
     std::unique_lock lock(mu_);
     WEFT_RETURN_IF_ERROR(check_usable_locked());
+    size_ = std::max(size_, others_know);
     // Read-your-writes: bytes still buffered here go out first.
-    if (writable_ && (!dirty_.empty() || !in_flight_.empty())) WEFT_RETURN_IF_ERROR(flush_locked(lock));
+    if (writable_ && (!dirty_.empty() || !in_flight_.empty())) WEFT_RETURN_IF_ERROR(flush_locked(lock, true));
     size = size_;
     // A stream starts with a read where the previous one ended. Once it runs
     // (ra_window_ > 0), reads within kReorderChunks chunks of its end still
@@ -409,6 +453,12 @@ Result<void> FileImpl::read_spans(std::span<std::byte> dst, uint64_t offset, siz
       }
     }
     uint32_t have = *p.got > s.offset ? std::min(*p.got - s.offset, s.length) : 0;
+    if (have < s.length) {
+      // Short: a hole, or the file grew since (the bytes came later, here or
+      // elsewhere). Only a direct read tells.
+      failed.push_back(i);
+      continue;
+    }
     std::memcpy(dst.data() + s.buffer_offset, p.data.data() + s.offset, have);
     got[i] = have;
   }
@@ -447,11 +497,17 @@ Result<void> FileImpl::truncate(uint64_t length) {
   return core_.truncate_open(cred_, inode_.ino, length, session_id_);
 }
 
+void FileImpl::drop_read_ahead(uint64_t index) {
+  std::lock_guard lock(mu_);
+  prefetched_.erase(index);
+}
+
 void FileImpl::truncated_to(uint64_t length) {
   std::lock_guard lock(mu_);
   prefetched_.clear();
   size_ = length;
   written_end_ = std::min(written_end_, length);
+  unreported_end_ = std::min(unreported_end_, length);
   reported_ = length;
 }
 

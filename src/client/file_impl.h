@@ -55,10 +55,15 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
     std::lock_guard lock(mu_);
     return !closed_;
   }
+  // For another File's read (or a truncate): sends what this File buffered
+  // and waits for the acks; reports the length only if it grew.
+  void flush_before_read();
   // Sends every dirty chunk now without waiting (memory pressure).
   void send_dirty();
   // For Client: after a truncate through another path, the length is `length`.
   void truncated_to(uint64_t length);
+  // For Client: another File of this inode wrote chunk `index`.
+  void drop_read_ahead(uint64_t index);
   // The chunk of `index` (its chain from the layout).
   Result<ChunkAddress> address(uint64_t index) const;
 
@@ -79,14 +84,18 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   // `charged`: the buffer size counted in Core::dirty, given back now.
   void on_sent(uint64_t index, size_t charged, Result<void> r);
   // Sends every dirty chunk and waits until every write made before the call
-  // is acknowledged (or the File failed); reports the length.
-  Result<void> flush_locked(std::unique_lock<std::mutex>& lock);
+  // is acknowledged (or the File failed); reports the length (for_read: only
+  // if it grew, else also after writes inside it: see reported_gen_).
+  Result<void> flush_locked(std::unique_lock<std::mutex>& lock, bool for_read = false);
   // Whether a write numbered <= gen is dirty / in flight. REQUIRES(mu_).
   bool dirty_upto_locked(uint64_t gen) const;
   bool in_flight_upto_locked(uint64_t gen) const;
   Result<void> check_usable_locked() const;
-  // Reports `length` to meta unless it reported as much already. REQUIRES(mu_), released meanwhile.
-  Result<void> report_length(std::unique_lock<std::mutex>& lock, uint64_t length);
+  // Reports the length to meta unless it has it (see reported_gen_). REQUIRES(mu_), released meanwhile.
+  // `end`: of the writes since the last report (numbered up to `upto`).
+  Result<void> report_length(std::unique_lock<std::mutex>& lock, uint64_t end, uint64_t upto, bool for_read);
+  // pwrite's work, under OpenInode::cut held shared.
+  Result<size_t> write_at(std::span<const std::byte> src, uint64_t offset);
 
   Core& core_;
   const Cred cred_;
@@ -94,6 +103,7 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   const uint64_t session_id_;
   const bool writable_;
   std::vector<mgmt::ChainId> stripe_;  // set at open
+  std::shared_ptr<OpenInode> shared_;  // set at open
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -110,6 +120,12 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   bool closing_ = false;                  // GUARDED_BY(mu_): close() began: no more reads or writes
   bool closed_ = false;                   // GUARDED_BY(mu_)
   uint64_t next_read_ = UINT64_MAX;       // GUARDED_BY(mu_): end of the previous read (sequential detection)
+  bool append_ = false;                   // GUARDED_BY(mu_): O_APPEND
+  // GUARDED_BY(mu_): write_gen_ when the length was last reported; a flush
+  // with newer writes reports even a length meta already has (another
+  // client may have cut the file under it since, and the write updates mtime).
+  uint64_t reported_gen_ = 0;
+  uint64_t unreported_end_ = 0;  // GUARDED_BY(mu_): end of the writes since the last report (or its flush)
 
   // Read-ahead: once reads are sequential, whole chunks from the one being
   // read onwards are fetched ahead (window doubling from 2 chunks up to
@@ -136,6 +152,16 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
  public:
   // Set by Client at open: stripe chains of this file.
   void set_stripe(std::vector<mgmt::ChainId> stripe) { stripe_ = std::move(stripe); }
+  // Set by Client at open, before the File is shared.
+  void set_shared(std::shared_ptr<OpenInode> shared) { shared_ = std::move(shared); }
+  // O_APPEND: every pwrite ignores its offset and writes at the end of the
+  // file as this client knows it (Core::local_size: meta's length when each
+  // File opened, grown by every write here). Appends of other clients are
+  // not ordered with these (as NFS).
+  void set_append() {
+    std::lock_guard lock(mu_);
+    append_ = true;
+  }
   void set_size(uint64_t size) {
     std::lock_guard lock(mu_);
     size_ = size;

@@ -216,7 +216,8 @@ class MetaStore {
   // close and report_length: only the session's owner (the caller_id() that
   // opened it) or root; kBadHandle for anyone else.
   Result<void> close(const Context& ctx, Ino ino, uint64_t session_id);
-  // A writer reports the highest offset written; the length only grows.
+  // A writer reports the highest offset written after writing; the length
+  // only grows, and mtime and ctime become now.
   // `session_id` must be an open write session of `ino` (kBadHandle otherwise);
   // a length beyond kFileBytesMax: kFileTooBig.
   Result<Inode> report_length(const Context& ctx, Ino ino, uint64_t session_id, uint64_t length);

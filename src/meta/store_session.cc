@@ -95,11 +95,12 @@ Result<Inode> MetaStore::report_length(const Context& ctx, Ino ino, uint64_t ses
     if (length > kFileBytesMax)
       return error(Code::kFileTooBig, "length {} of inode {} beyond the maximum file size {}", length, ino,
                    kFileBytesMax);
-    if (length > n.size) {
-      n.size = length;
-      n.mtime_ns = n.ctime_ns = now_ns();
-      WEFT_RETURN_IF_ERROR(txn.put_inode(n));
-    }
+    // A report follows writes through the session (a client reports only
+    // then): they changed the data, so mtime moves even when the length
+    // does not (an overwrite inside the file).
+    n.size = std::max(n.size, length);
+    n.mtime_ns = n.ctime_ns = now_ns();
+    WEFT_RETURN_IF_ERROR(txn.put_inode(n));
     return reply_of(std::move(n));
   }));
 }

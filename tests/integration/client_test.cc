@@ -989,6 +989,161 @@ TEST_F(ClientTest, BatchReadsSeeTheClientsOwnBufferedWrites) {
   ASSERT_TRUE(f->close().has_value());
 }
 
+// A write racing a truncate of the same File lands wholly before the cut
+// (cut away) or after it (kept, and inside the reported length): it used to
+// be sent after the chunks were removed and then left out of the length, so
+// its bytes came back when the file was extended again.
+TEST_F(ClientTest, AWriteRacingATruncateIsWhollyBeforeOrAfterIt) {
+  std::string d = dir();
+  auto f = open(d + "/race", O_CREAT | O_RDWR);
+  ASSERT_TRUE(f);
+  const uint64_t cb = f->layout().chunk_bytes;
+  const uint64_t at = 8 * cb;
+  auto x = pattern(4096, 30);
+  for (int round = 0; round < 20; ++round) {
+    ASSERT_TRUE(f->truncate(16 * cb).has_value());
+    std::thread writer([&] {
+      std::this_thread::sleep_for(std::chrono::microseconds(500 * (round % 10)));
+      EXPECT_TRUE(f->pwrite(x, at).has_value());
+    });
+    ASSERT_TRUE(f->truncate(0).has_value());
+    writer.join();
+    ASSERT_TRUE(f->fsync().has_value());
+    auto n = client_->getattr(client_->default_cred(), f->ino());
+    ASSERT_TRUE(n.has_value()) << n.error();
+    bool kept = n->size >= at + x.size();
+    ASSERT_TRUE(f->truncate(16 * cb).has_value());
+    std::vector<std::byte> back(x.size());
+    ASSERT_EQ(f->pread(back, at).value_or(0), x.size());
+    if (kept) {
+      EXPECT_EQ(back, x) << "round " << round << ": the write after the cut is lost";
+    } else {
+      EXPECT_EQ(std::count(back.begin(), back.end(), std::byte{0}), 4096)
+          << "round " << round << ": bytes of a write outside the length came back after extension";
+    }
+  }
+  ASSERT_TRUE(f->close().has_value());
+}
+
+// Read-ahead made while the file was shorter is not taken for holes once it
+// grew: a reader at its old end sees what another File appended.
+TEST_F(ClientTest, AReaderAtTheEndSeesWhatWasAppendedAfterItsReadAhead) {
+  std::string d = dir();
+  auto w = open(d + "/grow", O_CREAT | O_WRONLY);
+  ASSERT_TRUE(w);
+  const uint64_t cb = w->layout().chunk_bytes;
+  auto first = pattern(cb + cb / 2, 31);
+  ASSERT_TRUE(w->pwrite(first, 0).has_value());
+  ASSERT_TRUE(w->close().has_value());
+  auto r = open(d + "/grow", O_RDONLY);
+  ASSERT_TRUE(r);
+  std::vector<std::byte> buf(cb / 4);
+  for (uint64_t off = 0; off < first.size(); off += buf.size()) {
+    ASSERT_EQ(r->pread(buf, off).value_or(0), buf.size());  // sequential: reads ahead
+  }
+  ASSERT_EQ(r->pread(buf, first.size()).value_or(1), 0u);  // the end, for now
+  auto more = pattern(cb / 4, 32);
+  auto a = open(d + "/grow", O_WRONLY);
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(a->pwrite(more, first.size()).has_value());
+  ASSERT_TRUE(a->close().has_value());
+  ASSERT_EQ(r->pread(buf, first.size()).value_or(0), more.size());
+  EXPECT_EQ(buf, more) << "zeros from a read-ahead of the old tail";
+  ASSERT_TRUE(r->close().has_value());
+}
+
+// Two Files of one inode in one client are coherent as two descriptors of a
+// local file: a read through one sees what the other wrote before it, whether
+// that is still buffered or replaced a chunk the reader had read ahead.
+TEST_F(ClientTest, FilesOfOneInodeInOneClientSeeEachOthersWrites) {
+  std::string d = dir();
+  auto w0 = open(d + "/co", O_CREAT | O_WRONLY);
+  ASSERT_TRUE(w0);
+  const uint64_t cb = w0->layout().chunk_bytes;
+  ASSERT_TRUE(w0->pwrite(pattern(4 * cb, 33), 0).has_value());
+  ASSERT_TRUE(w0->close().has_value());
+  auto r = open(d + "/co", O_RDONLY);
+  ASSERT_TRUE(r);
+  std::vector<std::byte> buf(cb / 2);
+  ASSERT_EQ(r->pread(buf, 0).value_or(0), buf.size());
+  ASSERT_EQ(r->pread(buf, cb / 2).value_or(0), buf.size());  // sequential: chunks 1.. read ahead
+  auto w = open(d + "/co", O_WRONLY);
+  ASSERT_TRUE(w);
+  auto fresh = pattern(cb, 34);
+  ASSERT_TRUE(w->pwrite(fresh, cb).has_value());
+  ASSERT_TRUE(w->fsync().has_value());
+  std::vector<std::byte> back(cb);
+  ASSERT_EQ(r->pread(back, cb).value_or(0), back.size());
+  EXPECT_EQ(back, fresh) << "a chunk read ahead before another File rewrote it";
+  // Still buffered in the writer, and past the length meta knows.
+  auto tail = pattern(100, 35);
+  ASSERT_TRUE(w->pwrite(tail, 4 * cb).has_value());
+  std::vector<std::byte> t(200);
+  ASSERT_EQ(r->pread(t, 4 * cb).value_or(0), tail.size());
+  t.resize(tail.size());
+  EXPECT_EQ(t, tail);
+  ASSERT_TRUE(w->close().has_value());
+  ASSERT_TRUE(r->close().has_value());
+}
+
+// A writer whose file another client truncated reports its later writes even
+// below the length it reported before (it used to skip the report, and its
+// acknowledged bytes stayed outside the file); an overwrite moves mtime.
+TEST_F(ClientTest, WritesAfterAnotherClientsTruncateAreReportedAndMoveMtime) {
+  std::string d = dir();
+  ClientOptions o;
+  o.config_path = config_;
+  auto other = Client::connect(o);
+  ASSERT_TRUE(other.has_value()) << other.error();
+  auto f = open(d + "/log", O_CREAT | O_WRONLY);
+  ASSERT_TRUE(f);
+  ASSERT_TRUE(f->pwrite(pattern(1u << 20, 36), 0).has_value());
+  ASSERT_TRUE(f->fsync().has_value());
+  auto t = (*other)->open_path((*other)->default_cred(), d + "/log", O_WRONLY | O_TRUNC, 0644);
+  ASSERT_TRUE(t.has_value()) << t.error();
+  ASSERT_TRUE((*t)->close().has_value());
+  auto line = pattern(4096, 37);
+  ASSERT_TRUE(f->pwrite(line, 0).has_value());
+  ASSERT_TRUE(f->fsync().has_value());
+  auto seen = (*other)->getattr((*other)->default_cred(), f->ino());
+  ASSERT_TRUE(seen.has_value()) << seen.error();
+  EXPECT_EQ(seen->size, line.size());
+  int64_t before = seen->mtime_ns;
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(f->pwrite(pattern(10, 38), 0).has_value());  // inside the length
+  ASSERT_TRUE(f->close().has_value());
+  auto after = (*other)->getattr((*other)->default_cred(), f->ino());
+  ASSERT_TRUE(after.has_value()) << after.error();
+  EXPECT_GT(after->mtime_ns, before) << "an overwrite left mtime alone";
+}
+
+// O_APPEND: appends through several Files of one client never land on one
+// offset (every line is there once, whole).
+TEST_F(ClientTest, AppendsOfOneClientDoNotOverwriteEachOther) {
+  std::string d = dir();
+  auto a = open(d + "/app", O_CREAT | O_WRONLY | O_APPEND);
+  auto b = open(d + "/app", O_WRONLY | O_APPEND);
+  ASSERT_TRUE(a && b);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      File& f = t == 0 ? *a : *b;
+      for (int i = 0; i < 50; ++i) {
+        std::string line = fmt::format("{}:{:03}\n", t, i);
+        EXPECT_TRUE(f.pwrite(std::as_bytes(std::span(line)), 0).has_value());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  ASSERT_TRUE(a->close().has_value());
+  ASSERT_TRUE(b->close().has_value());
+  auto all = read_all(d + "/app");
+  std::string text(reinterpret_cast<const char*>(all.data()), all.size());
+  EXPECT_EQ(text.size(), 100u * 6);
+  for (int t = 0; t < 2; ++t)
+    for (int i = 0; i < 50; ++i) EXPECT_NE(text.find(fmt::format("{}:{:03}\n", t, i)), std::string::npos);
+}
+
 // The last reference going away without close() closes the File, flushing
 // what it buffered (it used to abort the process: std::bad_weak_ptr). Sends
 // in flight hold references too, so the close may come a moment later.
