@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <future>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "client/batch_workers.h"
@@ -248,7 +249,16 @@ class ClientImpl final : public Client {
   // ---- paths ----
   Result<Inode> resolve(const Cred& cred, std::string_view path, bool follow_last) override {
     int depth = 0;
-    return resolve_from(cred, kRootIno, path, follow_last, depth);
+    bool cached = false;
+    auto r = resolve_from(cred, kRootIno, path, follow_last, depth, nullptr, &cached);
+    if (r || !cached) return r;
+    // A directory on the way came from the cache (up to a second old), and
+    // another client may have replaced it since (a checkpoint published by a
+    // directory exchange): a name missing there is asked for afresh.
+    Code c = r.error().code();
+    if (c != Code::kNotFound && c != Code::kNotDirectory && c != Code::kStaleHandle) return r;
+    depth = 0;
+    return resolve_from(cred, kRootIno, path, follow_last, depth, nullptr, nullptr, /*fresh=*/true);
   }
 
   Result<std::shared_ptr<File>> open_path(const Cred& cred, std::string_view path, int flags, uint32_t mode) override {
@@ -367,6 +377,8 @@ class ClientImpl final : public Client {
  private:
   // One submitted read batch, from its plan to the promised results.
   struct ReadJob {
+    Cred cred;
+    std::vector<Ino> inos;  // per op
     std::vector<Result<size_t>> out;
     std::vector<GroupedRead> reads;                  // the ops split at chunk boundaries
     std::vector<size_t> owner;                       // per read: the index of its op
@@ -381,7 +393,12 @@ class ClientImpl final : public Client {
   void start_grouped_reads(std::shared_ptr<ReadJob> job);
   void start_single_reads(std::shared_ptr<ReadJob> job);
   // Fills the results in and fulfils the promise; the batch no longer runs.
-  void finish_reads(ReadJob& job);
+  // A range that came back short inside the length is a hole, or its file
+  // was removed meanwhile (read-only readers hold no session): meta is asked,
+  // off the I/O thread, and the ops of a removed file fail with kStaleHandle
+  // instead of reading as zeros.
+  void finish_reads(std::shared_ptr<ReadJob> job);
+  void fulfil_reads(ReadJob& job);
 
   static Status path_error(const Status& s, std::string_view path) {
     return Status(s.code(), fmt::format("{}: {}", path, s.message()));
@@ -600,8 +617,11 @@ class ClientImpl final : public Client {
   // `last_cached` given: the path names a directory the caller goes on
   // through (the parent of what it opens), so its last component may come
   // from the cache too; *last_cached is then set to that entry.
+  // `used_cache` given: set when a directory on the way came from the cache.
+  // `fresh`: no directory from the cache (each is remembered still).
   Result<Inode> resolve_from(const Cred& cred, Ino start, std::string_view path, bool follow_last, int& depth,
-                             std::optional<CachedEntry>* last_cached = nullptr) {
+                             std::optional<CachedEntry>* last_cached = nullptr, bool* used_cache = nullptr,
+                             bool fresh = false) {
     WEFT_TRY(auto parts, split_path(path));
     Ino dir = path.starts_with('/') ? kRootIno : start;
     if (parts.empty()) return getattr(cred, dir);
@@ -619,7 +639,8 @@ class ClientImpl final : public Client {
       const bool dots = parts[i] == "." || parts[i] == "..";
       const bool left_by_dotdot = !last && parts[i + 1] == "..";
       std::optional<CachedDir> cached;
-      if (on_the_way && !dots && !left_by_dotdot) cached = cached_dir(cred, dir, parts[i]);
+      if (on_the_way && !dots && !left_by_dotdot && !fresh) cached = cached_dir(cred, dir, parts[i]);
+      if (cached && used_cache) *used_cache = true;
       Inode next;
       bool via_symlink = cached && cached->via_symlink;
       if (cached) {
@@ -630,7 +651,7 @@ class ClientImpl final : public Client {
       if (next.type == InodeType::kSymlink && (!last || follow_last)) {
         if (++depth > kSymlinkDepthMax) return error(Code::kLoop, "too many levels of symbolic links");
         WEFT_TRY(std::string target, core_->meta->readlink(cred, next.ino));
-        WEFT_TRY(next, resolve_from(cred, dir, target, true, depth));
+        WEFT_TRY(next, resolve_from(cred, dir, target, true, depth, nullptr, used_cache, fresh));
         via_symlink = true;
       }
       if (!last) {
@@ -639,7 +660,11 @@ class ClientImpl final : public Client {
         dir = next.ino;
         continue;
       }
-      if (on_the_way && !cached && !dots && next.is_dir()) remember_dir(cred, dir, parts[i], next, via_symlink);
+      // A directory looked up afresh as the last component replaces what the
+      // cache had (up to a second old): so a caller that checks a directory
+      // (weft.torch.load: its inode before and after) and then works below it
+      // by path reaches that one, not an older one another client replaced.
+      if (!cached && !dots && next.is_dir()) remember_dir(cred, dir, parts[i], next, via_symlink);
       if (cached && last_cached) *last_cached = CachedEntry{DirKey{cred.uid, dir, parts[i]}, via_symlink};
       return with_local_size(std::move(next));
     }
@@ -688,6 +713,8 @@ class ClientImpl final : public Client {
   size_t reads_running_ = 0;  // GUARDED_BY(reads_mu_): submitted read batches not finished
   // Write batches run here; reset first in the destructor (its jobs need core_).
   std::unique_ptr<BatchWorkers> write_batches_ = std::make_unique<BatchWorkers>(4);
+  // finish_reads' questions to meta (rare: a short range); idle until the first.
+  BatchWorkers read_checks_{1};
   std::mutex files_mu_;
   struct OpenList {
     std::weak_ptr<OpenInode> shared;  // the Files' OpenInode
@@ -710,7 +737,10 @@ std::future<std::vector<Result<size_t>>> ClientImpl::submit_reads(const Cred& cr
 }
 
 void ClientImpl::plan_reads(const Cred& cred, std::span<const ReadOp> ops, ReadJob& job) {
+  job.cred = cred;
   job.out.assign(ops.size(), Result<size_t>(0));
+  job.inos.reserve(ops.size());
+  for (const ReadOp& op : ops) job.inos.push_back(op.ino);
   // Layouts and sizes: once per inode.
   struct FileInfo {
     Result<Inode> inode = error(Code::kInternal, "unset");
@@ -779,11 +809,31 @@ void ClientImpl::start_single_reads(std::shared_ptr<ReadJob> job) {
   spawn_all(*core_->io, std::move(singles),
             [this, job, alone = std::move(alone)](std::vector<Result<uint32_t>> results) {
               for (size_t j = 0; j < alone.size(); ++j) job->reads[alone[j]].result = std::move(results[j]);
-              finish_reads(*job);
+              finish_reads(std::move(job));
             });
 }
 
-void ClientImpl::finish_reads(ReadJob& job) {
+void ClientImpl::finish_reads(std::shared_ptr<ReadJob> job) {
+  std::set<Ino> short_files;
+  for (size_t k = 0; k < job->reads.size(); ++k) {
+    const GroupedRead& r = job->reads[k];
+    if (r.result && *r.result < r.dst.size()) short_files.insert(job->inos[job->owner[k]]);
+  }
+  if (short_files.empty()) return fulfil_reads(*job);
+  read_checks_.submit([this, job = std::move(job), short_files = std::move(short_files)] {
+    std::set<Ino> gone;
+    for (Ino ino : short_files) {
+      auto n = core_->meta->getattr(job->cred, ino);
+      if (!n && n.error().code() == Code::kNotFound) gone.insert(ino);
+    }
+    for (size_t i = 0; i < job->out.size(); ++i)
+      if (job->out[i] && gone.contains(job->inos[i]))
+        job->out[i] = error(Code::kStaleHandle, "file {} was removed while being read: its data is gone", job->inos[i]);
+    fulfil_reads(*job);
+  });
+}
+
+void ClientImpl::fulfil_reads(ReadJob& job) {
   for (size_t k = 0; k < job.reads.size(); ++k) {
     GroupedRead& r = job.reads[k];
     size_t i = job.owner[k];
@@ -793,7 +843,7 @@ void ClientImpl::finish_reads(ReadJob& job) {
       continue;
     }
     uint32_t got = *r.result;
-    if (got < r.dst.size()) std::memset(r.dst.data() + got, 0, r.dst.size() - got);
+    if (got < r.dst.size()) std::memset(r.dst.data() + got, 0, r.dst.size() - got);  // a hole
   }
   job.done.set_value(std::move(job.out));
   std::lock_guard lock(reads_mu_);  // notify under the lock: the destructor may be waiting

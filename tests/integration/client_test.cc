@@ -989,6 +989,46 @@ TEST_F(ClientTest, BatchReadsSeeTheClientsOwnBufferedWrites) {
   ASSERT_TRUE(f->close().has_value());
 }
 
+// Another client replaces a directory (a checkpoint published by exchange)
+// while this one has it in its path cache: a name only the new one has is
+// found, and a directory looked up last leads the next path call into it.
+TEST_F(ClientTest, PathsReachADirectoryAnotherClientJustReplaced) {
+  std::string d = dir();
+  const Cred& cred = client_->default_cred();
+  ClientOptions o;
+  o.config_path = config_;
+  auto other = Client::connect(o);
+  ASSERT_TRUE(other.has_value()) << other.error();
+  Client& b = **other;
+  ASSERT_TRUE(b.mkdirs(b.default_cred(), d + "/cur").has_value());
+  ASSERT_TRUE(write_new_with(b, d + "/cur/old", pattern(10, 40)));
+  ASSERT_TRUE(client_->resolve(cred, d + "/cur/old").has_value());  // cur is in this client's cache now
+  for (int round = 0; round < 2; ++round) {
+    // Round 1 writes a file of the name round 0's directory has too.
+    std::string next = fmt::format("{}/next{}", d, round), name = "new";
+    ASSERT_TRUE(b.mkdirs(b.default_cred(), next).has_value());
+    ASSERT_TRUE(write_new_with(b, next + "/" + name, pattern(10, 41 + round)));
+    auto np = b.resolve(b.default_cred(), d);
+    ASSERT_TRUE(np.has_value());
+    ASSERT_TRUE(b.rename(b.default_cred(), np->ino, fmt::format("next{}", round), np->ino, "cur",
+                         RenameFlags::kExchange).has_value());
+    if (round == 0) {
+      auto found = client_->resolve(cred, d + "/cur/" + name);
+      EXPECT_TRUE(found.has_value()) << "a stale cached directory: " << found.error();
+    } else {
+      // What weft.torch.load does: the directory's inode, then a file in it by path.
+      auto cur = client_->resolve(cred, d + "/cur");
+      ASSERT_TRUE(cur.has_value());
+      auto f = client_->open_path(cred, d + "/cur/" + name, O_RDONLY, 0);
+      ASSERT_TRUE(f.has_value()) << f.error();
+      std::vector<std::byte> got(10);
+      ASSERT_EQ((*f)->pread(got, 0).value_or(0), 10u);
+      EXPECT_EQ(got, pattern(10, 42)) << "read below the directory replaced before";
+      ASSERT_TRUE((*f)->close().has_value());
+    }
+  }
+}
+
 // A write racing a truncate of the same File lands wholly before the cut
 // (cut away) or after it (kept, and inside the reported length): it used to
 // be sent after the chunks were removed and then left out of the length, so
@@ -1186,6 +1226,17 @@ TEST_F(ClientTest, ReadsOfAFileRemovedWhileOpenFailInsteadOfReturningZeros) {
   }
   ASSERT_FALSE(r.has_value()) << "still reading after 20 s: the GC never took the chunks?";
   EXPECT_EQ(r.error().code(), Code::kStaleHandle) << r.error();
+  // A batch read of it (layout and length known from before, as a dataset
+  // has them from its listing) fails the same way, not as zeros.
+  ReadOp op;
+  op.ino = f->ino();
+  op.offset = 2u << 20;
+  op.dst = buf;
+  op.layout = f->layout();
+  op.file_size = data.size();
+  auto batch = client_->read_batch(cred, std::span<const ReadOp>(&op, 1));
+  ASSERT_FALSE(batch[0].has_value()) << "a removed file read as zeros";
+  EXPECT_EQ(batch[0].error().code(), Code::kStaleHandle) << batch[0].error();
 
   auto g = open(d + "/sparse", O_CREAT | O_RDWR);
   ASSERT_TRUE(g);
