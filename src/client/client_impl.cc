@@ -905,6 +905,7 @@ Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
   core->chunks = std::make_unique<ChunkIo>(*core->io, *core->rpc, *core->routing, co);
   core->dirty = std::make_unique<ByteBudget>(options.write_buffer_bytes);
   core->inflight = std::make_unique<ByteBudget>(options.inflight_bytes_max);
+  core->readahead = std::make_unique<ByteBudget>(options.inflight_bytes_max);
   return std::unique_ptr<Client>(new ClientImpl(std::move(core), std::move(lease)));
 }
 

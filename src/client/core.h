@@ -61,8 +61,8 @@ class ByteBudget {
     cv_.notify_all();
   }
   size_t used() const { return used_.load(); }
-
- private:
+  // Without waiting: false if `n` does not fit now (it always fits when
+  // nothing is held).
   bool try_acquire(size_t n) {
     size_t used = used_.load();
     while (used == 0 || used + n <= max_)
@@ -70,6 +70,7 @@ class ByteBudget {
     return false;
   }
 
+ private:
   const size_t max_;
   std::function<void()> pressure_;
   std::mutex mu_;
@@ -143,6 +144,11 @@ struct Core {
   ClientOptions options;
   Cred cred;
   ClusterConfig cluster;
+  // Read-ahead buffers held by every File, from the read until they are
+  // dropped (a budget of inflight_bytes_max, taken only when free: a File
+  // skips reading ahead rather than wait).
+  // Before io: destroyed after the I/O threads that may still hold a buffer.
+  std::unique_ptr<ByteBudget> readahead;
   std::unique_ptr<rpc::IoPool> io;
   std::unique_ptr<rpc::Client> rpc;
   std::unique_ptr<RoutingCache> routing;

@@ -346,7 +346,8 @@ void FileImpl::prefetch_locked(uint64_t first_chunk, uint64_t size) {
     if (prefetched_.contains(i) || dirty_.contains(i) || in_flight_.contains(i)) continue;
     auto address = this->address(i);
     if (!address) return;
-    auto p = std::make_shared<Prefetch>();
+    if (!core_.readahead->try_acquire(cb)) return;  // the client's read-ahead memory is spent
+    auto p = std::make_shared<Prefetch>(*core_.readahead, cb);
     p->data = Buffer::allocate(cb);
     prefetched_.emplace(i, p);
     auto self = shared_from_this();

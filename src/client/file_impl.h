@@ -133,6 +133,12 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   // stream tolerates reads up to kReorderChunks chunks around its end.
   static constexpr uint64_t kReorderChunks = 4;
   struct Prefetch {
+    explicit Prefetch(ByteBudget& b, size_t n) : budget(b), charged(n) {}
+    ~Prefetch() { budget.release(charged); }
+    Prefetch(const Prefetch&) = delete;
+    Prefetch& operator=(const Prefetch&) = delete;
+    ByteBudget& budget;  // Core::readahead, charged until the last holder lets go
+    const size_t charged;
     Buffer data;
     bool done = false;  // GUARDED_BY(FileImpl::mu_)
     Result<uint32_t> got = 0u;

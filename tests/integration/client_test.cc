@@ -1029,6 +1029,63 @@ TEST_F(ClientTest, PathsReachADirectoryAnotherClientJustReplaced) {
   }
 }
 
+size_t resident_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.starts_with("VmRSS:")) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
+
+// Read-ahead of every File of a client together stays within its memory
+// bound (inflight_bytes_max): it used to be bounded per File only, so many
+// files read sequentially and kept open held window after window.
+TEST_F(ClientTest, ReadAheadOfManyOpenFilesStaysWithinTheClientsBound) {
+  std::string d = dir();
+  constexpr int kFiles = 16;
+  auto first = open(d + "/r0", O_CREAT | O_WRONLY);
+  ASSERT_TRUE(first);
+  const size_t cb = first->layout().chunk_bytes;
+  ASSERT_TRUE(first->close().has_value());
+  const auto data = pattern(8 * cb, 43);
+  for (int i = 0; i < kFiles; ++i) {
+    auto f = open(fmt::format("{}/r{}", d, i), O_CREAT | O_WRONLY);
+    ASSERT_TRUE(f);
+    ASSERT_TRUE(f->pwrite(data, 0).has_value());
+    ASSERT_TRUE(f->close().has_value());
+  }
+  ClientOptions o;
+  o.config_path = config_;
+  o.inflight_bytes_max = 2 * cb;
+  o.readahead_bytes_max = 8 * cb;
+  auto c = Client::connect(o);
+  ASSERT_TRUE(c.has_value()) << c.error();
+  std::vector<std::shared_ptr<File>> open_files;
+  std::vector<std::byte> buf(cb);
+  const size_t before = resident_bytes();
+  for (int i = 0; i < kFiles; ++i) {
+    auto f = (*c)->open_path((*c)->default_cred(), fmt::format("{}/r{}", d, i), O_RDONLY, 0);
+    ASSERT_TRUE(f.has_value()) << f.error();
+    for (size_t k = 0; k < 3; ++k) {  // sequential: the window grows to 8 chunks
+      ASSERT_EQ((*f)->pread(buf, k * cb).value_or(0), cb);
+      EXPECT_TRUE(std::equal(buf.begin(), buf.end(), data.begin() + k * cb));
+    }
+    open_files.push_back(*f);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // read-ahead lands
+  const size_t grown = resident_bytes() - before;
+  EXPECT_LT(grown, kFiles * 2 * cb) << "read-ahead held " << grown / cb << " chunks for " << kFiles
+                                   << " open files; the bound is 2";
+  // Every file still reads right (streams without read-ahead read directly).
+  for (int i = 0; i < kFiles; ++i) {
+    for (size_t k = 3; k < 8; ++k) {
+      ASSERT_EQ(open_files[i]->pread(buf, k * cb).value_or(0), cb);
+      EXPECT_TRUE(std::equal(buf.begin(), buf.end(), data.begin() + k * cb)) << "file " << i << " chunk " << k;
+    }
+    ASSERT_TRUE(open_files[i]->close().has_value());
+  }
+}
+
 // A write racing a truncate of the same File lands wholly before the cut
 // (cut away) or after it (kept, and inside the reported length): it used to
 // be sent after the chunks were removed and then left out of the length, so
