@@ -631,17 +631,22 @@ Result<void> Runner::mount() {
   fs::create_directories(path, ec);
   std::string log = L_.log("mount");
   remove_file(L_.mount_pid_file());
+  // weft mount stops its daemon and detaches the mount point itself when the
+  // daemon does not serve within --ready-timeout: so it is given this run's
+  // timeout and waited for a little longer (killing it instead would leave its
+  // daemon, in a session of its own, holding a dead mount).
   WEFT_TRY(pid_t pid, spawn(exec_path_,
                             {argv0_, "mount", path, "--config", L_.client_config(), "--background", "--pid-file",
-                             L_.mount_pid_file(), "--log-file", log},
+                             L_.mount_pid_file(), "--log-file", log, "--ready-timeout",
+                             std::to_string(options_.timeout_s)},
                             log));
-  auto until = deadline();
+  auto until = deadline() + 30s;
   int status = 0;
   while (::waitpid(pid, &status, WNOHANG) != pid) {
     if (Clock::now() > until) {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, &status, 0);
-      return error(Code::kTimeout, "weft mount {} did not finish in {} s; see {}", path, options_.timeout_s, log);
+      return error(Code::kTimeout, "weft mount {} did not finish in {} s; see {}", path, options_.timeout_s + 30, log);
     }
     std::this_thread::sleep_for(50ms);
   }

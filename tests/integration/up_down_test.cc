@@ -9,6 +9,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <map>
@@ -298,6 +299,41 @@ TEST_F(UpDownTest, MgmtdOnAnOlderBackupRefusesServersUntilAccepted) {
   auto plain = up();
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
   expect_status_serving();
+}
+
+// Processes whose command line holds every one of `parts` (ours to kill).
+std::vector<pid_t> processes_with(const std::vector<std::string>& parts) {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    std::string name = e.path().filename();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    std::string cmd = read_text(e.path().string() + "/cmdline");
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    bool all = !cmd.empty();
+    for (const auto& p : parts) all = all && cmd.find(p) != std::string::npos;
+    if (all && pid_alive(std::stoi(name))) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+// `weft up --mount` whose mount daemon never serves: up fails, and neither
+// the daemon nor a dead mount is left behind (up used to kill only the
+// foreground `weft mount`, whose daemon lives in a session of its own and had
+// written no pid file yet, so `weft down` could not find it either).
+TEST_F(UpDownTest, AMountThatNeverServesLeavesNothingBehind) {
+  std::string mp = tmp_.file("mnt");
+  std::filesystem::create_directories(mp);
+  Process p({testing::weft_binary(), "up", "--data-dir", data_, "--timeout", "10", "--mount", mp},
+            tmp_.file("up-stuck.log"), {"WEFT_FAULTS=mount.stall_before_ready"});
+  auto status = p.wait_exit(120s);
+  bool mounted = read_text("/proc/mounts").find(" " + mp + " fuse.weft") != std::string::npos;
+  auto daemons = processes_with({"mount", mp});
+  for (pid_t pid : daemons) ::kill(pid, SIGKILL);
+  if (mounted) std::system(("fusermount3 -uz " + mp).c_str());
+  ASSERT_TRUE(status.has_value()) << "weft up did not return";
+  EXPECT_NE(WIFEXITED(*status) ? WEXITSTATUS(*status) : -1, 0) << p.log();
+  EXPECT_FALSE(mounted) << "a dead mount left at " << mp;
+  EXPECT_TRUE(daemons.empty()) << daemons.size() << " mount process(es) left running";
 }
 
 TEST_F(UpDownTest, BadFlagsAreClearErrors) {
