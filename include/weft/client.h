@@ -110,7 +110,8 @@ class File {
 
   // Reads up to dst.size() bytes; short only at the end of the file.
   virtual Result<size_t> pread(std::span<std::byte> dst, uint64_t offset) = 0;
-  // Buffers the bytes (write-behind); errors of the background flush surface
+  // Buffers the bytes (write-behind; mtime moves when they are reported to
+  // meta, at a flush); errors of the background flush surface
   // from a later pwrite, flush, fsync or close. No byte goes at or past
   // meta::kFileBytesMax (16 TiB): kFileTooBig (EFBIG) at it, a short count
   // for a write that crosses it.
@@ -185,6 +186,12 @@ class Client {
   virtual Result<void> set_layout(const Cred& cred, Ino dir, const Layout& layout) = 0;
 
   // `flags`: O_RDONLY/O_WRONLY/O_RDWR, O_TRUNC, O_APPEND (O_CREAT/O_EXCL: create()).
+  // O_APPEND: each pwrite ignores its offset and writes at the end of the file
+  // as this client knows it (meta's length when each File of it opened here,
+  // grown by every write here); appends of one client never overlap, those of
+  // different clients are not ordered with each other (as NFS). Files of one
+  // inode open in one client see each other's writes as two descriptors of a
+  // local file do.
   virtual Result<std::shared_ptr<File>> open(const Cred& cred, Ino ino, int flags) = 0;
   // Opens for reading from an inode the caller fetched itself (lookup,
   // getattr), with no round trip: the mount's read-only open while the
