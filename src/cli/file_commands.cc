@@ -4,10 +4,13 @@
 // ./weft-data/client.toml; --cluster ADDR). Large put/get show a progress bar
 // when stderr is a terminal.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -241,6 +244,45 @@ void cmd_mv(const FileFlags& f, const std::string& from, const std::string& to) 
   if (auto r = c->rename_path(c->default_cred(), from, target); !r) fail(r.error().message());
 }
 
+// A stop signal (Ctrl-C, SIGTERM, SIGHUP) while put or get copies ends the
+// copy with an error instead of the process, so the temporary is removed and
+// the destination stays as it was; then the process dies of the signal as it
+// would have. A second signal meanwhile kills at once.
+std::atomic<int> g_stop_signal{0};
+
+void on_stop_signal(int sig) {
+  if (g_stop_signal.exchange(sig) == 0) return;
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+class StopSignals {
+ public:
+  StopSignals() {
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;  // no SA_RESTART: a blocked read returns EINTR and the loop looks
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &sa, &old_[i]);
+  }
+  ~StopSignals() {
+    for (size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
+    if (int sig = g_stop_signal.load()) {
+      std::fflush(nullptr);
+      ::raise(sig);  // the old (default) action now
+    }
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+  static Result<void> check() {
+    if (int sig = g_stop_signal.load()) return error(Code::kCancelled, fmt::format("stopped by {}", ::strsignal(sig)));
+    return {};
+  }
+
+ private:
+  static constexpr std::array<int, 3> kSignals = {SIGINT, SIGTERM, SIGHUP};
+  std::array<struct sigaction, 3> old_{};
+};
+
 // A hidden name beside `path` for a copy in progress: put and get rename the
 // copy over `path` only once it is complete, so a failed or killed copy
 // never leaves a truncated file under the final name (nor empties the old one).
@@ -257,7 +299,9 @@ Result<void> copy_in(int fd, const std::string& local, File& file, const std::st
   std::vector<std::byte> buf(kCopyBlock);
   uint64_t off = 0;
   while (true) {
+    WEFT_RETURN_IF_ERROR(StopSignals::check());
     ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
     if (n < 0) return error(Code::kIoError, "{}: {}", local, std::strerror(errno));
     if (n == 0) break;
     // pwrite may write less (a write crossing the maximum file size is cut
@@ -300,6 +344,7 @@ void cmd_put(const FileFlags& f, const std::string& local, const std::string& re
     return fail(remote + ": " + (n ? "not a directory" : n.error().message()));
   }
   const std::string tmp = temp_name_beside(target);
+  StopSignals stop;  // before the temporary exists: a stop signal removes it
   // A file it replaces keeps its permission bits (owner and links do not
   // follow: the destination is a new file).
   uint32_t mode = st.st_mode & 0777;
@@ -326,12 +371,17 @@ Result<void> copy_out(File& file, const std::string& remote, int fd, bool show_p
   std::vector<std::byte> buf(kCopyBlock);
   uint64_t off = 0;
   while (true) {
+    WEFT_RETURN_IF_ERROR(StopSignals::check());
     auto n = file.pread(buf, off);
     if (!n) return error(n.error().code(), "{}: {}", remote, n.error().message());
     if (*n == 0) break;
     size_t done = 0;
     while (done < *n) {
       ssize_t w = ::write(fd, buf.data() + done, *n - done);
+      if (w < 0 && errno == EINTR) {
+        WEFT_RETURN_IF_ERROR(StopSignals::check());
+        continue;
+      }
       if (w < 0) return error(Code::kIoError, "write: {}", std::strerror(errno));
       done += static_cast<size_t>(w);
     }
@@ -363,6 +413,7 @@ void cmd_get(const FileFlags& f, const std::string& remote, const std::string& l
     return;
   }
   const std::string tmp = temp_name_beside(target);
+  StopSignals stop;  // before the temporary exists: a stop signal removes it
   // A file it replaces keeps its permission bits.
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, exists ? (existing.st_mode & 07777) : 0644);
   if (fd < 0) return fail(fmt::format("{}: {}", tmp, std::strerror(errno)));

@@ -131,6 +131,43 @@ TEST_F(ClientLeaseTest, AKilledWritersSessionIsClosedAndItsUnlinkedFileRemoved) 
       << meta_->log();
 }
 
+// Ctrl-C (or SIGTERM) during `weft put` removes its temporary and leaves the
+// destination as it was; the process still dies of the signal.
+TEST_F(ClientLeaseTest, AStopSignalDuringPutLeavesNoTemporary) {
+  auto f = client_->open_path(client_->default_cred(), "/kept", O_CREAT | O_WRONLY, 0644);
+  ASSERT_TRUE(f) << f.error();
+  ASSERT_TRUE((*f)->pwrite(std::as_bytes(std::span(std::string_view("old"))), 0));
+  ASSERT_TRUE((*f)->close());
+  std::string fifo = cluster_.dir().file("fifo-int");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  int fifo_fd = ::open(fifo.c_str(), O_RDWR);
+  ASSERT_GE(fifo_fd, 0);
+  Process put({weft_binary(), "put", fifo, "/kept", "--config", cluster_.dir().file("client.toml")},
+              cluster_.dir().file("put-int.log"), {"WEFT_CONFIG="});
+  auto temporaries = [&] {
+    size_t n = 0;
+    auto names = client_->list_path(client_->default_cred(), "/");
+    for (const auto& e : names ? *names : decltype(names)::value_type{}) n += e.name.starts_with(".kept.weft-tmp-");
+    return n;
+  };
+  ASSERT_TRUE(eventually([&] { return temporaries() == 1; }, 20s)) << put.log();
+  std::string data(1 << 20, 'x');
+  ASSERT_EQ(::write(fifo_fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
+  std::this_thread::sleep_for(300ms);  // copied, and blocked reading again
+  put.signal(SIGINT);
+  auto status = put.wait_exit(20s);
+  ::close(fifo_fd);
+  ASSERT_TRUE(status.has_value()) << put.log();
+  EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGINT) << put.log();
+  EXPECT_EQ(temporaries(), 0u) << "the temporary stayed";
+  auto back = client_->open_path(client_->default_cred(), "/kept", O_RDONLY, 0);
+  ASSERT_TRUE(back) << back.error();
+  std::string text(16, '\0');
+  auto n = (*back)->pread(std::as_writable_bytes(std::span(text)), 0);
+  ASSERT_TRUE(n) << n.error();
+  EXPECT_EQ(text.substr(0, *n), "old");
+}
+
 // A GC queue of the test's own, for a ChunkGc driven by the test: its hooks
 // hand out files as MetaStore::gc_pending does (inode order, after a cursor)
 // and drop the finished ones.
