@@ -2,11 +2,15 @@
 // libweft opens (here: to an in-process mgmtd) carry the file's keepalive
 // and TCP_USER_TIMEOUT, read back from the sockets; a user timeout not above
 // the call timeout is refused before any connection is made.
+// Then a Client against an in-process mgmtd and meta whose only storage
+// server never answers (DroppingStorage): calls that must fail without
+// storage, or before reaching it.
 #include <gtest/gtest.h>
 
 #include <fstream>
 
 #include "common/temp_dir.h"
+#include "client/in_process_meta.h"
 #include "client/in_process_mgmtd.h"
 #include "rpc/test_sockets.h"
 #include "weft/client.h"
@@ -22,10 +26,11 @@ struct Mgmtd : InProcessMgmtd {
   Mgmtd() : InProcessMgmtd(kToken) {}
 };
 
-std::string write_config(const testing::TempDir& dir, uint16_t mgmtd_port, const std::string& extra) {
+std::string write_config(const testing::TempDir& dir, uint16_t mgmtd_port, const std::string& extra,
+                         const std::string& meta = "127.0.0.1:1") {
   std::string path = dir.file("client.toml");
-  std::ofstream(path) << fmt::format("mgmtd = [\"127.0.0.1:{}\"]\ncluster_token = \"{}\"\nmeta = [\"127.0.0.1:1\"]\n{}",
-                                     mgmtd_port, kToken, extra);
+  std::ofstream(path) << fmt::format("mgmtd = [\"127.0.0.1:{}\"]\ncluster_token = \"{}\"\nmeta = [\"{}\"]\n{}",
+                                     mgmtd_port, kToken, meta, extra);
   return path;
 }
 
@@ -58,6 +63,31 @@ TEST(ClientConnect, UserTimeoutNotAboveTheCallTimeoutIsRefused) {
   EXPECT_NE(refused.error().message().find(o.config_path + ": key 'tcp_user_timeout_ms' (8000)"), std::string::npos)
       << refused.error();
 }
+
+// A Client whose metadata is served (in-process meta) and whose one storage
+// server drops every connection: data calls fail after the retry time.
+class ClientWithoutStorage : public ::testing::Test {
+ protected:
+  static constexpr uint32_t kRetryMs = 1500;
+  void SetUp() override {
+    ASSERT_EQ(mgmtd.add_storage_and_table(storage.address()), 1u) << "meta's files use chain table 1";
+    ClientOptions o;
+    o.config_path = write_config(dir, mgmtd.port, "", meta.address());
+    o.retry_time_ms_max = kRetryMs;
+    o.call_timeout_ms = 1000;
+    auto c = Client::connect(o);
+    ASSERT_TRUE(c) << c.error();
+    client = std::move(*c);
+  }
+
+  const Cred root = Cred::root();
+  const Cred user{1000, 1000, {}};
+  Mgmtd mgmtd;
+  DroppingStorage storage;
+  InProcessMeta meta{kToken};
+  testing::TempDir dir;
+  std::unique_ptr<Client> client;
+};
 
 }  // namespace
 }  // namespace weft::client
