@@ -26,7 +26,9 @@
 //     checksum mismatch, unreachable) is skipped for the next one of the chain.
 //   - data calls ride out storage server failures: stale routing is refreshed
 //     and the call retried (writes carry a client id + sequence number, so a
-//     retried write is applied once) for up to retry_time_ms_max.
+//     retried write is applied once) for up to retry_time_ms_max; a data
+//     call still failing then fails with kIoError (EIO), never with a
+//     retryable code (the File it failed keeps that error).
 //
 // Threading: Client and File are thread-safe. Calls block the calling thread;
 // never call them from a Weft I/O thread.

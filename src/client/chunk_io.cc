@@ -25,6 +25,16 @@ using SteadyClock = std::chrono::steady_clock;
 // Codes after which another attempt (maybe on a newer routing) can succeed.
 bool worth_retrying(Code c) { return code_retryable(c) || c == Code::kIoError; }
 
+// The error of an operation that stopped retrying. Once retry_time_ms_max
+// is used up, a retryable code (EAGAIN, ESTALE, EHOSTDOWN, EBUSY...) would
+// tell the caller to try again, and a File keeps its first error for good:
+// it is kIoError (EIO) then, the last attempt's error in its message.
+Status gave_up(const Status& last, bool deadline_passed, uint32_t retry_time_ms, std::string_view what) {
+  if (!deadline_passed || !last.retryable()) return last.with_context(what);
+  return Status(Code::kIoError, fmt::format("{}: no success within the retry time ({} ms); last error: {}", what,
+                                            retry_time_ms, last.to_string()));
+}
+
 Result<rpc::Endpoint> endpoint_of(const mgmt::RoutingInfo& routing, mgmt::TargetId target) {
   WEFT_TRY(std::string address, routing.target_address(target));
   return rpc::Endpoint::parse(address);
@@ -130,6 +140,7 @@ Task<Result<void>> ChunkIo::update(UpdateKind kind, ChunkAddress c, uint32_t off
   const auto deadline = SteadyClock::now() + std::chrono::milliseconds(options_.retry_time_ms_max);
   const uint32_t crc = kind == UpdateKind::kWrite ? crc32c(src) : 0;
   Status last(Code::kUnavailable, "no attempt made");
+  bool timed_out = false;
   for (int attempt = 0;; ++attempt) {
     auto head = head_of(c.chain);
     if (head) {
@@ -144,9 +155,13 @@ Task<Result<void>> ChunkIo::update(UpdateKind kind, ChunkAddress c, uint32_t off
     }
     if (!worth_retrying(last.code())) break;
     bool again = co_await backoff(attempt, deadline);
-    if (!again) break;
+    if (!again) {
+      timed_out = true;
+      break;
+    }
   }
-  co_return error(last.with_context(fmt::format("chunk {}:{} on chain {}", c.ino, c.index, c.chain)));
+  co_return error(gave_up(last, timed_out, options_.retry_time_ms_max,
+                          fmt::format("chunk {}:{} on chain {}", c.ino, c.index, c.chain)));
 }
 
 Task<Result<void>> ChunkIo::write(ChunkAddress c, uint32_t offset, std::span<const std::byte> src) {
@@ -265,6 +280,7 @@ Task<Result<uint32_t>> ChunkIo::read_once(ChunkAddress c, uint32_t offset, std::
 Task<Result<uint32_t>> ChunkIo::read(ChunkAddress c, uint32_t offset, std::span<std::byte> dst) {
   const auto deadline = SteadyClock::now() + std::chrono::milliseconds(options_.retry_time_ms_max);
   Status last;
+  bool timed_out = false;
   for (int attempt = 0;; ++attempt) {
     RoutingPtr routing = routing_.current();
     auto r = co_await read_round(*routing, c, offset, dst);
@@ -272,9 +288,13 @@ Task<Result<uint32_t>> ChunkIo::read(ChunkAddress c, uint32_t offset, std::span<
     last = r.error();
     if (!worth_retrying(last.code()) && last.code() != Code::kCorruption) break;
     bool again = co_await backoff(attempt, deadline);
-    if (!again) break;
+    if (!again) {
+      timed_out = true;
+      break;
+    }
   }
-  co_return error(last.with_context(fmt::format("read chunk {}:{} on chain {}", c.ino, c.index, c.chain)));
+  co_return error(gave_up(last, timed_out, options_.retry_time_ms_max,
+                          fmt::format("read chunk {}:{} on chain {}", c.ino, c.index, c.chain)));
 }
 
 // A group is one BatchRead: within the server's limits (storage/service_methods.h).

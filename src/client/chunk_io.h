@@ -6,7 +6,10 @@
 //     version and a (client id, sequence) pair fixed for all attempts, so the
 //     head applies a retried update once. Retryable errors (stale routing, not
 //     head, lease expired, unreachable, timeouts...) refresh the routing and
-//     retry with backoff until `retry_time_ms_max`. A chain the routing does
+//     retry with backoff until `retry_time_ms_max`; an update or read()
+//     still failing with a retryable code then fails with kIoError (EIO), the
+//     last error in its message (a retryable code would have the caller try
+//     again what was just tried for that long). A chain the routing does
 //     not know (it lags a new chain table) is such a stale routing; only the
 //     head's kNotFound means a chunk to truncate or remove is already gone.
 //   - Reads go to a serving replica chosen by chunk (spreading load), checked

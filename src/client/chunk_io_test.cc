@@ -1,8 +1,11 @@
 // ChunkIo's updates when the client's routing does not know the chunk's
 // chain (it lags a new chain table): a truncate or remove is not "done"
 // without reaching storage; it is retried on refreshed routing and fails
-// (retryable) when the chain never shows up. Only a storage server's
-// kNotFound means the chunk is already gone.
+// when the chain never shows up. Only a storage server's kNotFound means the
+// chunk is already gone.
+// Reads and updates that are still failing with a retryable code when the
+// retry time runs out fail with kIoError (EIO), not with that code (EAGAIN,
+// ESTALE, EHOSTDOWN...): a File keeps it as its error for good.
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -36,12 +39,54 @@ TEST(ChunkIo, AnUpdateOfAChainTheRoutingDoesNotKnowIsNotDone) {
   auto ex = io.at(0).get_executor();
   auto truncated = block_on(ex, chunks.truncate(c, 100));
   ASSERT_FALSE(truncated.has_value()) << "a truncate reported done without reaching storage";
-  EXPECT_TRUE(truncated.error().retryable()) << truncated.error();
+  EXPECT_EQ(truncated.error().code(), Code::kIoError) << truncated.error();
   EXPECT_NE(truncated.error().message().find("chain 42"), std::string::npos) << truncated.error();
+  EXPECT_NE(truncated.error().message().find("kStaleRouting"), std::string::npos) << "the last error: "
+                                                                                   << truncated.error();
   auto removed = block_on(ex, chunks.remove(c));
   ASSERT_FALSE(removed.has_value()) << "a remove reported done without reaching storage";
-  EXPECT_TRUE(removed.error().retryable()) << removed.error();
+  EXPECT_EQ(removed.error().code(), Code::kIoError) << removed.error();
   EXPECT_GT(chunks.retries(), 0u) << "retried on refreshed routing";
+  routing.stop();
+}
+
+// Storage that stays unreachable past the retry time: writes, truncates,
+// removes and reads fail with EIO (the last error, a dropped connection, in
+// the message), after trying.
+TEST(ChunkIo, GivingUpOnUnreachableStorageIsAnIoError) {
+  Mgmtd mgmtd;
+  DroppingStorage storage;
+  ASSERT_EQ(mgmtd.add_storage_and_table(storage.address()), 1u);
+  rpc::IoPool io{1};
+  rpc::Client rpc(io, rpc::ClientOptions::in_cluster(kToken, "chunk-io-test"));
+  RoutingCache routing(io, rpc, {rpc::Endpoint{"127.0.0.1", mgmtd.port}});
+  ASSERT_TRUE(routing.start());
+  ASSERT_FALSE(routing.current()->tables.at(1).chains.empty());
+  const mgmt::ChainId chain = routing.current()->tables.at(1).chains[0];
+  ChunkIo chunks(io, rpc, routing, ChunkIoOptions{.call_timeout_ms = 1000, .retry_time_ms_max = 300});
+  ChunkAddress c{.ino = 7, .index = 0, .chain = chain, .chunk_bytes = 1 << 20};
+  auto ex = io.at(0).get_executor();
+  std::vector<std::byte> buf(4096, std::byte{1});
+  auto expect_eio = [&](const Status& s, std::string_view what) {
+    EXPECT_EQ(s.code(), Code::kIoError) << what << ": " << s;
+    EXPECT_EQ(s.posix_errno(), EIO) << what;
+    EXPECT_FALSE(s.retryable()) << what;
+    EXPECT_NE(s.message().find(fmt::format("chain {}", chain)), std::string::npos) << what << ": " << s;
+  };
+  auto written = block_on(ex, chunks.write(c, 0, buf));
+  ASSERT_FALSE(written.has_value());
+  expect_eio(written.error(), "write");
+  auto truncated = block_on(ex, chunks.truncate(c, 100));
+  ASSERT_FALSE(truncated.has_value());
+  expect_eio(truncated.error(), "truncate");
+  auto removed = block_on(ex, chunks.remove(c));
+  ASSERT_FALSE(removed.has_value());
+  expect_eio(removed.error(), "remove");
+  auto read = block_on(ex, chunks.read(c, 0, buf));
+  ASSERT_FALSE(read.has_value());
+  expect_eio(read.error(), "read");
+  EXPECT_GT(storage.accepted.load(), 0) << "storage was tried";
+  EXPECT_GT(chunks.retries(), 0u);
   routing.stop();
 }
 
