@@ -89,5 +89,48 @@ class ClientWithoutStorage : public ::testing::Test {
   std::unique_ptr<Client> client;
 };
 
+// A caller's layout with chunk_bytes 0 (or another that meta would refuse)
+// fails its op with kInvalidArgument; it divided by zero (SIGFPE) before.
+TEST_F(ClientWithoutStorage, ReadsWithALayoutMetaWouldRefuseFailThatOp) {
+  std::vector<std::byte> buf(3 * 4096);
+  Layout good;
+  good.chain_table_id = 1;
+  Layout no_chunk = good;
+  no_chunk.chunk_bytes = 0;
+  Layout no_stripe = good;
+  no_stripe.stripe_count = 0;
+  Layout odd_chunk = good;
+  odd_chunk.chunk_bytes = 100000;
+  std::vector<ReadOp> ops{
+      {.ino = 100, .offset = 0, .dst = std::span(buf).subspan(0, 4096), .layout = no_chunk, .file_size = 1 << 20},
+      {.ino = 101, .offset = 0, .dst = std::span(buf).subspan(4096, 4096), .layout = no_stripe, .file_size = 1 << 20},
+      {.ino = 102, .offset = 0, .dst = std::span(buf).subspan(8192, 4096), .layout = odd_chunk, .file_size = 1 << 20},
+      {.ino = 103, .offset = 0, .dst = std::span(buf).subspan(8192, 4096), .layout = good, .file_size = 0},
+  };
+  auto results = client->read_batch(root, ops);
+  ASSERT_EQ(results.size(), 4u);
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_FALSE(results[i].has_value()) << "op " << i;
+    EXPECT_EQ(results[i].error().code(), Code::kInvalidArgument) << results[i].error();
+  }
+  ASSERT_TRUE(results[3].has_value()) << "the other ops of the batch are served: " << results[3].error();
+  EXPECT_EQ(*results[3], 0u);
+  auto submitted = client->submit_reads(root, std::vector<ReadOp>(ops.begin(), ops.begin() + 1)).get();
+  ASSERT_EQ(submitted.size(), 1u);
+  ASSERT_FALSE(submitted[0].has_value());
+  EXPECT_EQ(submitted[0].error().code(), Code::kInvalidArgument);
+
+  Inode bad;
+  bad.ino = 104;
+  bad.type = InodeType::kFile;
+  bad.mode = 0644;
+  bad.size = 1 << 20;
+  bad.layout = no_chunk;
+  auto opened = client->open_read_known(root, bad);
+  ASSERT_FALSE(opened.has_value()) << "opened a file of chunk size 0";
+  EXPECT_EQ(opened.error().code(), Code::kInvalidArgument) << opened.error();
+  EXPECT_EQ(storage.accepted.load(), 0);
+}
+
 }  // namespace
 }  // namespace weft::client

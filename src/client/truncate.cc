@@ -1,6 +1,7 @@
 #include "client/truncate.h"
 
 #include "client/placement.h"
+#include "meta/layout.h"
 #include "meta/permission.h"
 
 #include <thread>
@@ -8,6 +9,9 @@
 namespace weft::client {
 
 Result<std::vector<mgmt::ChainId>> file_stripe(Core& core, const Layout& layout) {
+  // Meta's rule (a layout a caller made up, e.g. a ReadOp's: a chunk size of
+  // 0 would divide by zero wherever the file's chunks are placed).
+  WEFT_RETURN_IF_ERROR(meta::validate_layout(layout));
   auto routing = core.routing->current();
   auto stripe = stripe_chains(layout, *routing);
   if (stripe) return stripe;

@@ -15,7 +15,8 @@ namespace weft::client {
 Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uint64_t old_size, uint64_t new_size,
                            uint64_t session = 0);
 
-// The stripe chains of a file from the current routing.
+// The stripe chains of a file from the current routing; kInvalidArgument for
+// a layout meta would refuse (meta::validate_layout).
 Result<std::vector<mgmt::ChainId>> file_stripe(Core& core, const Layout& layout);
 
 }  // namespace weft::client

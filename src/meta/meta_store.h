@@ -59,6 +59,7 @@
 #include "common/metrics.h"
 #include "common/status.h"
 #include "meta/gc_floor.h"
+#include "meta/layout.h"  // validate_layout
 #include "meta/types.h"
 
 namespace rocksdb {
@@ -73,10 +74,6 @@ class Txn;
 class WalSyncer;
 enum class Op : uint8_t;  // meta/ops.h
 struct OpMetrics;         // meta/ops.h
-
-// kInvalidArgument unless chunk size is a power of two in [64 KiB, 64 MiB]
-// and the stripe count in [1, 4096].
-Result<void> validate_layout(const Layout& layout);
 
 // Whether chain table `id` exists in the cluster's routing: {} if it does,
 // kInvalidArgument if not, another error (kUnavailable, ...) when the routing

@@ -1,6 +1,5 @@
 // MetaStore attribute operations: setattr (chmod, chown, truncate, utimes),
 // extended attributes and directory layouts.
-#include <bit>
 
 #include <rocksdb/utilities/transaction_db.h>
 
@@ -22,7 +21,6 @@ constexpr size_t kXattrListBytesMax = 65536;  // XATTR_LIST_MAX: listxattr's nam
 constexpr size_t kXattrsPerInodeMax = 256;
 constexpr size_t kXattrBytesPerInodeMax = size_t{1} << 20;
 static_assert(kXattrsPerInodeMax * (kXattrNameBytesMax + 1) <= kXattrListBytesMax);
-constexpr uint32_t kStripeMax = 4096;
 
 bool owner_or_root(const Inode& n, const Cred& c) { return c.uid == 0 || c.uid == n.uid; }
 
@@ -204,15 +202,6 @@ Result<void> MetaStore::removexattr(const Context& ctx, Ino ino, std::string_vie
            WEFT_RETURN_IF_ERROR(txn.put_inode(n));
            return Reply{};
   }));
-}
-
-Result<void> validate_layout(const Layout& l) {
-  if (!std::has_single_bit(l.chunk_bytes) || l.chunk_bytes < Layout::kChunkBytesMin ||
-      l.chunk_bytes > Layout::kChunkBytesMax)
-    return error(Code::kInvalidArgument, "chunk size {} is not a power of two in [64 KiB, 64 MiB]", l.chunk_bytes);
-  if (l.stripe_count < 1 || l.stripe_count > kStripeMax)
-    return error(Code::kInvalidArgument, "stripe count {} not in [1, {}]", l.stripe_count, kStripeMax);
-  return {};
 }
 
 Result<void> MetaStore::set_layout(const Context& ctx, Ino dir, const Layout& layout) {
