@@ -5,6 +5,8 @@
 // Then a Client against an in-process mgmtd and meta whose only storage
 // server never answers (DroppingStorage): calls that must fail without
 // storage, or before reaching it.
+#include <fcntl.h>
+
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -12,6 +14,7 @@
 #include "common/temp_dir.h"
 #include "client/in_process_meta.h"
 #include "client/in_process_mgmtd.h"
+#include "meta/session_reaper.h"
 #include "rpc/test_sockets.h"
 #include "weft/client.h"
 
@@ -130,6 +133,45 @@ TEST_F(ClientWithoutStorage, ReadsWithALayoutMetaWouldRefuseFailThatOp) {
   ASSERT_FALSE(opened.has_value()) << "opened a file of chunk size 0";
   EXPECT_EQ(opened.error().code(), Code::kInvalidArgument) << opened.error();
   EXPECT_EQ(storage.accepted.load(), 0);
+}
+
+// A truncate that meta would refuse (the write session reaped, no write
+// permission) is refused before any chunk is removed: storage is never
+// asked, the length stays. (Before, the chunks past the new end went first.)
+TEST_F(ClientWithoutStorage, ATruncateMetaWouldRefuseRemovesNothing) {
+  auto d = client->mkdir(root, kRootIno, "d", 0777);
+  ASSERT_TRUE(d) << d.error();
+  auto created = client->create(user, d->ino, "f", 0644, O_RDWR | O_CREAT);
+  ASSERT_TRUE(created) << created.error();
+  auto& [inode, file] = *created;
+  // 3 chunks long (an extension: meta only, no chunk to touch).
+  SetAttr grow;
+  grow.size = 3u << 20;
+  ASSERT_TRUE(client->setattr(root, inode.ino, grow));
+  SetAttr read_only;
+  read_only.mode = 0444;
+  ASSERT_TRUE(client->setattr(root, inode.ino, read_only));
+
+  // Without a session: write permission, asked first (as before).
+  SetAttr cut;
+  cut.size = 1000;
+  auto refused = client->setattr(user, inode.ino, cut);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code(), Code::kPermissionDenied) << refused.error();
+
+  // Through the File, whose write session meta closed (its client lost its
+  // lease, as far as the session reaper knows).
+  auto reaped = meta::reap_sessions(*meta.store, [](uint64_t) { return false; }, INT64_MAX);
+  ASSERT_TRUE(reaped) << reaped.error();
+  ASSERT_EQ(reaped->closed, 1u);
+  auto truncated = file->truncate(1000);
+  ASSERT_FALSE(truncated.has_value()) << "meta took a length from a closed session without write permission";
+  EXPECT_EQ(truncated.error().code(), Code::kBadHandle) << truncated.error();
+
+  EXPECT_EQ(storage.accepted.load(), 0) << "a chunk was removed (or tried) for a truncate meta refuses";
+  auto now = client->getattr(root, inode.ino);
+  ASSERT_TRUE(now) << now.error();
+  EXPECT_EQ(now->size, 3u << 20);
 }
 
 }  // namespace

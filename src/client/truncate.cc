@@ -22,6 +22,32 @@ Result<std::vector<mgmt::ChainId>> file_stripe(Core& core, const Layout& layout)
   return stripe_chains(layout, *core.routing->current());
 }
 
+namespace {
+
+// Whether meta will take a new length from this caller, asked before any
+// chunk is removed: through `session` (ftruncate) if meta still has it open
+// for this client, else by write permission on `inode` (just read), as meta's
+// setattr decides. A session meta no longer has (closed by the session
+// reaper after this client lost its lease, or the file gone with it) and no
+// write permission: kBadHandle, as the File's other calls will answer.
+// (Not a setattr of the old length as a probe: that could undo a length
+// another writer reported since the inode was read. A length report of 0
+// changes nothing: it never shortens a file.)
+Result<void> check_may_truncate(Core& core, const Cred& cred, const Inode& inode, uint64_t session) {
+  if (session != 0) {
+    auto held = core.meta->report_length(cred, inode.ino, session, 0);
+    if (held) return {};
+    if (held.error().code() != Code::kBadHandle) return std::unexpected(held.error());
+    if (meta::check_access(inode, cred, meta::kAccessWrite)) return {};
+    return error(held.error().with_context(fmt::format(
+        "truncate file {}: the write session is no longer open and the file is not writable by uid {}", inode.ino,
+        cred.uid)));
+  }
+  return meta::check_access(inode, cred, meta::kAccessWrite);
+}
+
+}  // namespace
+
 Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uint64_t old_size, uint64_t new_size,
                            uint64_t session) {
   if (inode.is_dir()) return error(Code::kIsDirectory, "inode {} is a directory", inode.ino);
@@ -31,13 +57,13 @@ Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uin
   if (new_size > meta::kFileBytesMax)
     return error(Code::kFileTooBig, "length {} of file {} beyond the maximum file size {}", new_size, inode.ino,
                  meta::kFileBytesMax);
-  if (new_size < old_size) {
-    // Permission first, by meta's rule on the inode just read (meta checks it
-    // again on setattr): no chunk is touched for a caller who may not
-    // truncate. Through a write session (ftruncate) it was checked at open.
-    // (Not a setattr of the old length as a probe: that could undo a length
-    // another writer reported since the inode was read.)
-    if (session == 0) WEFT_RETURN_IF_ERROR(meta::check_access(inode, cred, meta::kAccessWrite));
+  const bool shortens = new_size < old_size;
+  if (shortens) {
+    // The chunks go first (a later extension must read zeros, never old
+    // bytes), then meta records the length: the common reasons meta would
+    // refuse it (no permission, a session that is gone, a file that is gone)
+    // are asked for first, so that they leave everything as it was.
+    WEFT_RETURN_IF_ERROR(check_may_truncate(core, cred, inode, session));
     const uint32_t cb = inode.layout.chunk_bytes;
     WEFT_TRY(auto stripe, file_stripe(core, inode.layout));
     auto address = [&](uint64_t index) {
@@ -60,8 +86,17 @@ Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uin
   SetAttr attr;
   attr.size = new_size;
   attr.size_session = session;
-  WEFT_TRY(Inode updated, core.meta->setattr(cred, inode.ino, attr));
-  (void)updated;
+  auto updated = core.meta->setattr(cred, inode.ino, attr);
+  if (!updated && shortens) {
+    // What the check above cannot rule out: meta unreachable past its retry
+    // time (or the session reaped, the mode changed) between the check and
+    // here. The bytes past the new end are gone while meta keeps the old
+    // length (they read as zeros): an I/O error, not a refusal that left the
+    // file unchanged.
+    return error(Code::kIoError, "truncate file {} to {}: its data past the new end is removed, but meta did not "
+                 "record the length: {}", inode.ino, new_size, updated.error());
+  }
+  if (!updated) return std::unexpected(updated.error());
   return {};
 }
 

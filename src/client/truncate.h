@@ -2,6 +2,9 @@
 // Changing a file's length: the chunks past the new end are removed and the
 // chunk holding the new end is cut, on the storage servers, BEFORE meta
 // records the new length (so a later extension reads zeros, never old bytes).
+// Whether meta will accept the length (session or permission) is asked first:
+// a refusal leaves data and length unchanged. Only meta failing between the
+// two steps leaves the data removed and the old length: kIoError (EIO).
 // Threading: blocks the caller; never call from an I/O thread.
 #pragma once
 
