@@ -9,7 +9,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <fstream>
+#include <future>
+#include <thread>
 
 #include "common/temp_dir.h"
 #include "client/in_process_meta.h"
@@ -172,6 +176,36 @@ TEST_F(ClientWithoutStorage, ATruncateMetaWouldRefuseRemovesNothing) {
   auto now = client->getattr(root, inode.ino);
   ASSERT_TRUE(now) << now.error();
   EXPECT_EQ(now->size, 3u << 20);
+}
+
+// A flush (or fsync) that waits for another thread's close returns what the
+// close's flush returned: here the failure of writes that never land (it
+// returned success, as if the bytes were acknowledged).
+TEST_F(ClientWithoutStorage, AFlushThatWaitsForACloseGetsItsResult) {
+  auto created = client->create(root, kRootIno, "f", 0644, O_RDWR | O_CREAT);
+  ASSERT_TRUE(created) << created.error();
+  std::shared_ptr<File> file = created->second;
+  std::vector<std::byte> data(4096, std::byte{7});
+  ASSERT_TRUE(file->pwrite(data, 0));  // buffered: its send fails after kRetryMs
+  std::atomic<bool> closed{false};
+  Result<void> close_result;
+  std::thread closer([&] {
+    close_result = file->close();
+    closed = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the close is waiting for the send
+  ASSERT_FALSE(closed.load()) << "the close did not wait for the writes";
+  auto flushing = std::async(std::launch::async, [&] { return file->flush(); });
+  auto synced = file->fsync();
+  auto flushed = flushing.get();
+  closer.join();
+  ASSERT_FALSE(close_result.has_value());
+  EXPECT_EQ(close_result.error().posix_errno(), EIO) << close_result.error();
+  ASSERT_FALSE(flushed.has_value()) << "a flush waiting for a failed close reported success";
+  EXPECT_EQ(flushed.error().code(), close_result.error().code()) << flushed.error();
+  ASSERT_FALSE(synced.has_value()) << "an fsync waiting for a failed close reported success";
+  EXPECT_EQ(synced.error().code(), close_result.error().code()) << synced.error();
+  EXPECT_GT(storage.accepted.load(), 0);
 }
 
 }  // namespace

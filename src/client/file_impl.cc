@@ -255,9 +255,10 @@ Result<void> FileImpl::flush() {
   std::unique_lock lock(mu_);
   if (closing_ && !closed_) {
     // Another thread closes it: its flush is this one (the caller orders
-    // itself after this File's writes, e.g. a truncate or a read).
+    // itself after this File's writes, e.g. a truncate or a read), and so is
+    // its outcome.
     cv_.wait(lock, [&] { return closed_; });
-    return {};
+    return close_flushed_;
   }
   WEFT_RETURN_IF_ERROR(check_usable_locked());
   if (!writable_) return {};
@@ -277,6 +278,7 @@ Result<void> FileImpl::close() {
   closing_ = true;  // every write accepted before this is one the flush waits for
   Result<void> flushed;
   if (writable_) flushed = flush_locked(lock);
+  close_flushed_ = flushed;
   closed_ = true;
   cv_.notify_all();  // flush() callers waiting for this close
   prefetched_.clear();  // a caller may keep the closed File: not its read-ahead (up to 16 MiB)

@@ -119,6 +119,9 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   std::optional<Status> failed_;          // GUARDED_BY(mu_)
   bool closing_ = false;                  // GUARDED_BY(mu_): close() began: no more reads or writes
   bool closed_ = false;                   // GUARDED_BY(mu_)
+  // GUARDED_BY(mu_): what close()'s flush returned, for flush() callers that
+  // waited for that close.
+  Result<void> close_flushed_;
   uint64_t next_read_ = UINT64_MAX;       // GUARDED_BY(mu_): end of the previous read (sequential detection)
   bool append_ = false;                   // GUARDED_BY(mu_): O_APPEND
   // GUARDED_BY(mu_): write_gen_ when the length was last reported; a flush
