@@ -220,7 +220,9 @@ class Client {
   // results in the order of `ops` (bytes read, short at end of file).
   virtual std::vector<Result<size_t>> read_batch(const Cred& cred, std::span<const ReadOp> ops) = 0;
   // The asynchronous forms: no thread per call (reads run on the client's
-  // I/O threads, write batches on a few workers in submission order). The
+  // I/O threads, write batches on a few workers: batches that write a common
+  // file run one after another in submission order, so the later one's bytes
+  // win where they overlap; batches of disjoint files may run at once). The
   // ops' buffers (dst, src) must stay valid until the future is ready, and
   // destroying the future does not wait for it: keep it, or the buffers,
   // until then. submit_reads may block for the metadata of ops given without

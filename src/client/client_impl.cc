@@ -355,6 +355,10 @@ class ClientImpl final : public Client {
   std::future<std::vector<Result<size_t>>> submit_writes(std::vector<WriteOp> ops) override {
     auto done = std::make_shared<std::promise<std::vector<Result<size_t>>>>();
     auto future = done->get_future();
+    // Batches that write a common file run one after another, in submission order.
+    std::vector<uint64_t> inodes;
+    for (const auto& op : ops)
+      if (op.file) inodes.push_back(op.file->ino());
     write_batches_->submit([done, ops = std::move(ops)] {
       try {
         std::vector<Result<size_t>> out;
@@ -370,7 +374,7 @@ class ClientImpl final : public Client {
       } catch (...) {
         done->set_exception(std::current_exception());  // as std::async did; not a terminate on the worker
       }
-    });
+    }, std::move(inodes));
     return future;
   }
 

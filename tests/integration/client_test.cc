@@ -636,6 +636,36 @@ TEST_F(ClientTest, AsyncBatchesInFlightTogetherWithoutAThreadEach) {
   EXPECT_LE(during_reads - before, 4);
 }
 
+// Write batches that write a common file run one after another in
+// submission order (the workers ran up to four at once, so an earlier batch
+// could land last): of two overlapping batches submitted back to back, the
+// later one's bytes are the file's, every time, even through another File.
+TEST_F(ClientTest, OverlappingWriteBatchesLandInSubmissionOrder) {
+  std::string d = dir();
+  const size_t kBytes = (1 << 20) + (64 << 10);  // across a chunk boundary
+  const size_t kPiece = 16 << 10;
+  auto earlier_file = open(d + "/f", O_CREAT | O_RDWR | O_EXCL);
+  auto later_file = open(d + "/f", O_RDWR);
+  ASSERT_TRUE(earlier_file && later_file);
+  for (int round = 0; round < 16; ++round) {
+    auto earlier = pattern(kBytes, 2000 + 2 * round), later = pattern(kBytes, 2001 + 2 * round);
+    std::vector<WriteOp> pieces;  // the earlier batch: many small writes (it runs longer)
+    for (size_t off = 0; off < kBytes; off += kPiece)
+      pieces.push_back(WriteOp{earlier_file, off, std::span<const std::byte>(earlier).subspan(off, kPiece)});
+    auto first = client_->submit_writes(std::move(pieces));
+    auto second = client_->submit_writes({WriteOp{later_file, 0, later}});
+    for (auto& r : first.get()) ASSERT_TRUE(r.has_value()) << r.error();
+    for (auto& r : second.get()) ASSERT_TRUE(r.has_value()) << r.error();
+    auto got = read_all(d + "/f");
+    ASSERT_EQ(got.size(), kBytes);
+    auto diff = std::mismatch(got.begin(), got.end(), later.begin());
+    ASSERT_TRUE(diff.first == got.end()) << "round " << round << ": the earlier batch's bytes won from byte "
+                                         << (diff.first - got.begin());
+  }
+  EXPECT_TRUE(earlier_file->close().has_value());
+  EXPECT_TRUE(later_file->close().has_value());
+}
+
 // Read-only opens by path take one round trip (lookup + open at meta); the
 // answers must match the general path: symlinks followed, permissions checked.
 TEST_F(ClientTest, ReadOnlyOpenByPathFollowsSymlinksAndChecksPermissions) {
