@@ -5,6 +5,7 @@
 
 #include "client/placement.h"
 #include "client/truncate.h"
+#include "common/fault.h"
 #include "common/logging.h"
 
 namespace weft::client {
@@ -181,6 +182,7 @@ void FileImpl::send_locked(uint64_t index) {
 
 void FileImpl::on_sent(uint64_t index, size_t charged, Result<void> r) {
   core_.dirty->release(charged);
+  if (r && WEFT_FAULT("client.write.fail")) r = error(Code::kIoError, "injected: write of chunk {}", index);  // tests
   if (r) core_.chunk_written(inode_.ino, index, this);  // before mu_: it locks the other Files
   std::lock_guard lock(mu_);
   in_flight_.erase(index);
