@@ -85,7 +85,6 @@ struct OpenFile {
   Ino ino = 0;
   std::shared_ptr<File> file;
   bool writable = false;
-  std::atomic<bool> dirty{false};  // written since the last flush
   // When the File last learned the length from meta (steady clock, ns): a
   // short read asks again once that is older than the attribute timeout.
   std::atomic<int64_t> size_known_ns{0};
@@ -451,20 +450,6 @@ class FuseServer::Impl {
     return it->second;
   }
 
-  // Sends what files open here buffered for `ino`, so that a read, a
-  // truncate or a time change sees (and orders after) every earlier write.
-  Result<void> flush_writers(Ino ino) {
-    for (auto& f : files_of(ino)) {
-      if (!f->writable || !f->dirty.exchange(false)) continue;
-      if (auto r = f->file->flush(); !r) {
-        if (r.error().code() == Code::kBadHandle) continue;  // released meanwhile: its close flushed it
-        f->dirty = true;
-        return r;
-      }
-    }
-    return {};
-  }
-
   bool has_other_writers(Ino ino, const OpenFile* except) {
     std::lock_guard lk(files_mu_);
     auto it = open_files_.find(ino);
@@ -602,19 +587,11 @@ class FuseServer::Impl {
     }
     bool any = sa.mode || sa.uid || sa.gid || sa.size || sa.atime_ns || sa.mtime_ns;
     Cred cred = cred_of(req);
-    if (sa.size || sa.mtime_ns) {
-      // Earlier writes must land before the truncate (or the new time).
-      if (fi && fi->fh) {
-        OpenFile* of = file_of(fi);
-        if (of->writable && of->dirty.exchange(false)) {
-          if (auto r = of->file->flush(); !r) {
-            of->dirty = true;
-            fuse_reply_err(req, errno_of(r.error()));
-            return;
-          }
-        }
-      }
-      if (auto r = s->flush_writers(ino); !r) {
+    if ((sa.size || sa.mtime_ns) && fi && fi->fh && file_of(fi)->writable) {
+      // This handle's earlier writes land before the truncate (or the new
+      // time), and their failure is this call's (ftruncate, futimens).
+      // libweft flushes the inode's other Files open here itself.
+      if (auto r = file_of(fi)->file->flush(); !r) {
         fuse_reply_err(req, errno_of(r.error()));
         return;
       }
@@ -753,12 +730,6 @@ class FuseServer::Impl {
   static void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     auto* s = self(req);
     int flags = s->open_flags(fi->flags, false);
-    if (flags & O_TRUNC) {
-      if (auto r = s->flush_writers(ino); !r) {
-        fuse_reply_err(req, errno_of(r.error()));
-        return;
-      }
-    }
     bool writable = (flags & O_ACCMODE) != O_RDONLY;
     Cred cred = cred_of(req);
     std::optional<Inode> known;
@@ -805,10 +776,10 @@ class FuseServer::Impl {
   static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
     auto* s = self(req);
     OpenFile* of = file_of(fi);
-    if (auto r = s->flush_writers(ino); !r) {
-      fuse_reply_err(req, errno_of(r.error()));
-      return;
-    }
+    // File::pread itself first flushes the inode's other Files open here (and
+    // takes their length): every write(2) that returned before this read
+    // began is seen, whichever thread started its flush. Another handle's
+    // failed write is that handle's, reported by its own next call.
     auto& buf = read_buffer(size);
     auto r = of->file->pread(std::span<std::byte>(buf.data(), size), static_cast<uint64_t>(off));
     if (!r) {
@@ -841,7 +812,6 @@ class FuseServer::Impl {
       fuse_reply_err(req, errno_of(r.error()));
       return;
     }
-    of->dirty = true;
     fuse_reply_write(req, *r);
   }
 
@@ -851,9 +821,7 @@ class FuseServer::Impl {
       fuse_reply_err(req, 0);
       return;
     }
-    of->dirty = false;
     auto r = of->file->flush();
-    if (!r) of->dirty = true;
     fuse_reply_err(req, r ? 0 : errno_of(r.error()));
   }
 
@@ -874,9 +842,7 @@ class FuseServer::Impl {
       fuse_reply_err(req, 0);
       return;
     }
-    of->dirty = false;
     auto r = of->file->fsync();
-    if (!r) of->dirty = true;
     fuse_reply_err(req, r ? 0 : errno_of(r.error()));
   }
 

@@ -27,6 +27,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -1225,6 +1226,95 @@ TEST_F(FuseTest, ReadsSurviveAStorageServerKilledAndRestarted) {
   ASSERT_EQ(up.code, 0) << up.log;
   EXPECT_EQ(read_all(p("survivor")), data) << "read after the restart";
   EXPECT_EQ(read_all(p("written-while-down")), later);
+}
+
+// A second mount of the suite's cluster, served by a foreground daemon with
+// its own options (and environment, e.g. WEFT_FAULTS). The destructor always
+// unmounts it and waits for the daemon, whatever the test did.
+class ExtraMount {
+ public:
+  ExtraMount(const std::string& mp, const std::string& config, const std::string& options, const std::string& log,
+             std::vector<std::string> env = {})
+      : mp_(mp) {
+    ::mkdir(mp.c_str(), 0755);
+    std::vector<std::string> argv = {testing::weft_binary(), "mount", mp, "--config", config};
+    if (!options.empty()) argv.insert(argv.end(), {"-o", options});
+    daemon_ = std::make_unique<Process>(std::move(argv), log, std::move(env));
+    auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (!is_mounted(mp) && daemon_->running() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(20ms);
+  }
+  ~ExtraMount() {
+    unmount_hard(mp_);
+    if (!daemon_->wait_exit(20s)) daemon_->signal(SIGKILL);
+  }
+  bool mounted() const { return is_mounted(mp_); }
+  std::string log() const { return daemon_->log(); }
+
+ private:
+  std::string mp_;
+  std::unique_ptr<Process> daemon_;
+};
+
+// The current test's directory as another client names it.
+std::string remote_dir() { return "/" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()); }
+
+// Reads to EOF through `fd` in reads of `chunk` bytes.
+std::string read_fd(int fd, size_t chunk) {
+  std::string out, buf(chunk, '\0');
+  for (;;) {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n <= 0) break;
+    out.append(buf.data(), static_cast<size_t>(n));
+  }
+  return out;
+}
+
+// Every read that starts after write(2) returned sees those bytes, whether
+// the writer's descriptor is still open and whatever other reads of the
+// kernel (it splits one read(2) into several requests, served in parallel)
+// flush the writer meanwhile.
+TEST_F(FuseTest, AReadThroughAnotherDescriptorSeesWhatWasWrittenBefore) {
+  for (int round = 0; round < 5; ++round) {
+    std::string f = p("race" + std::to_string(round));
+    std::string data((4 << 20) + 12345, '\0');
+    fill_pattern(data.data(), data.size(), 300 + round, 0);
+    int w = ::open(f.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(w, 0) << std::strerror(errno);
+    ASSERT_EQ(::write(w, data.data(), data.size()), static_cast<ssize_t>(data.size()));
+    int r = ::open(f.c_str(), O_RDONLY);
+    ASSERT_GE(r, 0) << std::strerror(errno);
+    std::string got = read_fd(r, 8 << 20);
+    ::close(r);
+    EXPECT_EQ(got.size(), data.size()) << "round " << round;
+    EXPECT_TRUE(got == data) << "round " << round << ": the bytes differ";
+    ASSERT_EQ(::close(w), 0);
+  }
+}
+
+// One handle's failed write (sticky in its File) is that handle's: reads
+// through other handles of the file go on. They failed with its error.
+TEST_F(FuseTest, AnotherHandlesFailedWriteDoesNotFailReads) {
+  ASSERT_TRUE(write_all(p("f"), "0123456789"));
+  // The mount's first chunk write fails.
+  ExtraMount m(dir_->file("mnt-fault"), data_ + "/client.toml", "", dir_->file("mount-fault.log"),
+               {"WEFT_FAULTS=client.write.fail=1:1"});
+  ASSERT_TRUE(m.mounted()) << m.log();
+  const std::string f = dir_->file("mnt-fault") + remote_dir() + "/f";
+  int w = ::open(f.c_str(), O_WRONLY);
+  ASSERT_GE(w, 0) << std::strerror(errno);
+  ASSERT_EQ(::pwrite(w, "ab", 2, 20), 2);
+  int r = ::open(f.c_str(), O_RDONLY);
+  ASSERT_GE(r, 0) << std::strerror(errno);
+  char buf[64];
+  for (int i = 0; i < 3; ++i) {
+    ssize_t n = ::pread(r, buf, sizeof buf, 0);
+    ASSERT_GE(n, 10) << "read " << i << ": " << std::strerror(errno);
+    EXPECT_EQ(std::string(buf, 10), "0123456789");
+  }
+  EXPECT_EQ(::fsync(w), -1) << "the writer's own failure is reported to it";
+  ::close(w);
+  ::close(r);
 }
 
 // Last (gtest runs in declaration order): a second mount whose daemon is
