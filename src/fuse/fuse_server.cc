@@ -450,6 +450,19 @@ class FuseServer::Impl {
     return it->second;
   }
 
+  // Syncs every handle open for writing on `ino` here; the errno of the
+  // first that failed, 0 if none did.
+  int sync_inode(Ino ino) {
+    int err = 0;
+    for (auto& f : files_of(ino)) {
+      if (!f->writable) continue;
+      auto r = f->file->fsync();
+      // (kBadHandle: released meanwhile, its close synced it.)
+      if (!r && r.error().code() != Code::kBadHandle && err == 0) err = errno_of(r.error());
+    }
+    return err;
+  }
+
   bool has_other_writers(Ino ino, const OpenFile* except) {
     std::lock_guard lk(files_mu_);
     auto it = open_files_.find(ino);
@@ -836,14 +849,11 @@ class FuseServer::Impl {
     fuse_reply_err(req, err);
   }
 
-  static void op_fsync(fuse_req_t req, fuse_ino_t /*ino*/, int /*datasync*/, fuse_file_info* fi) {
-    OpenFile* of = file_of(fi);
-    if (!of->writable) {
-      fuse_reply_err(req, 0);
-      return;
-    }
-    auto r = of->file->fsync();
-    fuse_reply_err(req, r ? 0 : errno_of(r.error()));
+  // fsync(2) makes the inode's data durable whichever descriptor wrote it
+  // (as Linux), so through a read-only one too: every handle open for
+  // writing on it here syncs. The first failure is the answer.
+  static void op_fsync(fuse_req_t req, fuse_ino_t ino, int /*datasync*/, fuse_file_info* /*fi*/) {
+    fuse_reply_err(req, self(req)->sync_inode(ino));
   }
 
   static void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {

@@ -1292,6 +1292,32 @@ TEST_F(FuseTest, AReadThroughAnotherDescriptorSeesWhatWasWrittenBefore) {
   }
 }
 
+// What the named file holds as another client (weft get) sees it now.
+std::string remote_content(const std::string& remote, const std::string& local, const std::string& config) {
+  auto get = run_weft({"get", remote, local, "--config", config}, local + ".log");
+  if (get.code != 0) return "<weft get failed: " + get.log + ">";
+  std::ifstream in(local);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// fsync(2) makes the inode's data durable whichever descriptor wrote it (as
+// Linux): through a descriptor that did not write, even a read-only one.
+TEST_F(FuseTest, FsyncOfAnyDescriptorMakesTheInodesWritesDurable) {
+  const std::string cfg = data_ + "/client.toml";
+  for (int mode : {O_RDWR, O_RDONLY}) {
+    std::string name = mode == O_RDWR ? "rw" : "ro";
+    int a = ::open(p(name).c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(a, 0);
+    int b = ::open(p(name).c_str(), mode);
+    ASSERT_GE(b, 0);
+    ASSERT_EQ(::write(a, "written through A", 17), 17);
+    ASSERT_EQ(::fsync(b), 0) << std::strerror(errno);
+    EXPECT_EQ(remote_content(remote_dir() + "/" + name, dir_->file(name + ".out"), cfg), "written through A") << name;
+    ASSERT_EQ(::close(a), 0);
+    ASSERT_EQ(::close(b), 0);
+  }
+}
+
 // One handle's failed write (sticky in its File) is that handle's: reads
 // through other handles of the file go on. They failed with its error.
 TEST_F(FuseTest, AnotherHandlesFailedWriteDoesNotFailReads) {
