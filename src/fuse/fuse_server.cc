@@ -85,6 +85,7 @@ struct OpenFile {
   Ino ino = 0;
   std::shared_ptr<File> file;
   bool writable = false;
+  bool direct_io = false;  // opened with FOPEN_DIRECT_IO
   // When the File last learned the length from meta (steady clock, ns): a
   // short read asks again once that is older than the attribute timeout.
   std::atomic<int64_t> size_known_ns{0};
@@ -486,6 +487,7 @@ class FuseServer::Impl {
     fi->fh = reinterpret_cast<uint64_t>(of);
     fi->noflush = of->writable ? 0 : 1;  // nothing to flush: spare close(2) a round trip
     fi->direct_io = options_.direct_io ? 1 : 0;
+    of->direct_io = options_.direct_io;
     fi->keep_cache = options_.keep_cache ? 1 : 0;
   }
 
@@ -824,6 +826,16 @@ class FuseServer::Impl {
     if (!r) {
       fuse_reply_err(req, errno_of(r.error()));
       return;
+    }
+    // O_SYNC / O_DSYNC: the open's flags, or RWF_SYNC / RWF_DSYNC of this
+    // write (the kernel adds them to the request's flags). Through the page
+    // cache the kernel sends an fsync after the write itself; with
+    // FOPEN_DIRECT_IO it does not, so the write is durable before it returns here.
+    if (of->direct_io && (fi->flags & O_DSYNC)) {
+      if (auto synced = of->file->fsync(); !synced) {
+        fuse_reply_err(req, errno_of(synced.error()));
+        return;
+      }
     }
     fuse_reply_write(req, *r);
   }

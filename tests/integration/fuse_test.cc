@@ -11,10 +11,12 @@
 #include <stdio.h>
 #include <sys/stat.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <sys/statvfs.h>
+#include <sys/uio.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -1300,6 +1302,32 @@ std::string remote_content(const std::string& remote, const std::string& local, 
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// O_SYNC, O_DSYNC and RWF_SYNC/RWF_DSYNC writes are durable when write(2)
+// returns: another client sees them while the descriptor is still open.
+// (direct_io mounts ignored them: the kernel leaves that to the daemon there.)
+TEST_F(FuseTest, SynchronousWritesAreDurableWhenTheyReturn) {
+  const std::string cfg = data_ + "/client.toml";
+  for (int flag : {O_SYNC, O_DSYNC}) {
+    std::string name = flag == O_SYNC ? "osync" : "odsync";
+    int fd = ::open(p(name).c_str(), O_WRONLY | O_CREAT | O_TRUNC | flag, 0644);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ASSERT_EQ(::write(fd, "synchronous write", 17), 17);
+    EXPECT_EQ(remote_content(remote_dir() + "/" + name, dir_->file(name + ".out"), cfg), "synchronous write") << name;
+    ASSERT_EQ(::close(fd), 0);
+  }
+  for (int flag : {RWF_SYNC, RWF_DSYNC}) {
+    std::string name = flag == RWF_SYNC ? "rwfsync" : "rwfdsync";
+    int fd = ::open(p(name).c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    char text[] = "synchronous pwritev2";
+    iovec iov{text, 20};
+    ASSERT_EQ(::pwritev2(fd, &iov, 1, 0, flag), 20) << std::strerror(errno);
+    EXPECT_EQ(remote_content(remote_dir() + "/" + name, dir_->file(name + ".out"), cfg), "synchronous pwritev2")
+        << name;
+    ASSERT_EQ(::close(fd), 0);
+  }
+}
+
 // fsync(2) makes the inode's data durable whichever descriptor wrote it (as
 // Linux): through a descriptor that did not write, even a read-only one.
 TEST_F(FuseTest, FsyncOfAnyDescriptorMakesTheInodesWritesDurable) {
@@ -1341,6 +1369,29 @@ TEST_F(FuseTest, AnotherHandlesFailedWriteDoesNotFailReads) {
   EXPECT_EQ(::fsync(w), -1) << "the writer's own failure is reported to it";
   ::close(w);
   ::close(r);
+}
+
+// mmap: MAP_PRIVATE works in every mode; MAP_SHARED (read-only too) fails
+// with ENODEV on direct_io mounts (libfuse 3.14 cannot ask for
+// FUSE_DIRECT_IO_ALLOW_MMAP; docs/fuse.md).
+TEST_F(FuseTest, MmapOfAFile) {
+  ASSERT_TRUE(write_all(p("f"), "mapped bytes"));
+  int fd = ::open(p("f").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  void* priv = ::mmap(nullptr, 12, PROT_READ, MAP_PRIVATE, fd, 0);
+  ASSERT_NE(priv, MAP_FAILED) << std::strerror(errno);
+  EXPECT_EQ(std::string(static_cast<const char*>(priv), 12), "mapped bytes");
+  ::munmap(priv, 12);
+  void* shared = ::mmap(nullptr, 12, PROT_READ, MAP_SHARED, fd, 0);
+  if (mount_options().find("direct_io") != std::string::npos) {
+    EXPECT_EQ(shared, MAP_FAILED);
+    EXPECT_EQ(errno, ENODEV);
+  } else {
+    ASSERT_NE(shared, MAP_FAILED) << std::strerror(errno);
+    EXPECT_EQ(std::string(static_cast<const char*>(shared), 12), "mapped bytes");
+    ::munmap(shared, 12);
+  }
+  ::close(fd);
 }
 
 // Last (gtest runs in declaration order): a second mount whose daemon is
