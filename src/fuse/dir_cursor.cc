@@ -12,7 +12,9 @@ Result<void> DirCursor::load(uint64_t start, std::string cookie, const Fetch& fe
     ++pages_fetched_;
     if (!page) return std::unexpected(page.error());
     loaded_ = true;
+    reload_ = false;
     cur_start_ = start;
+    cur_cookie_ = cookie;
     cur_ = std::move(page->entries);
     cur_eof_ = page->eof;
     if (!cur_.empty() || cur_eof_) {
@@ -30,6 +32,13 @@ Result<void> DirCursor::load(uint64_t start, std::string cookie, const Fetch& fe
 }
 
 Result<const meta::DirEntry*> DirCursor::at(uint64_t index, const Fetch& fetch) {
+  if (reload_) {
+    reload_ = false;
+    if (index >= cur_start_ && index < cur_start_ + cur_.size()) {
+      std::string cookie = cur_cookie_;
+      WEFT_RETURN_IF_ERROR(load(cur_start_, std::move(cookie), fetch));
+    }
+  }
   for (;;) {
     if (loaded_ && index >= cur_start_) {
       uint64_t end = cur_start_ + cur_.size();

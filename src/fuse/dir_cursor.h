@@ -29,6 +29,11 @@ class DirCursor {
   // nullptr past the end. The pointer is valid until the next call.
   Result<const meta::DirEntry*> at(uint64_t index, const Fetch& fetch);
 
+  // The next at() that falls in the current page fetches it again first
+  // (from the cookie that started it): its entries' attributes may be stale.
+  // Entries added or removed in it since may shift the indexes after them.
+  void reload_page() { reload_ = loaded_; }
+
   size_t pages_fetched() const { return pages_fetched_; }
 
  private:
@@ -37,6 +42,8 @@ class DirCursor {
   std::vector<std::pair<uint64_t, std::string>> starts_{{0, std::string()}};  // ascending
   bool loaded_ = false;
   uint64_t cur_start_ = 0;
+  std::string cur_cookie_;  // what the current page was fetched with
+  bool reload_ = false;
   std::vector<meta::DirEntry> cur_;
   std::string cur_next_;
   bool cur_eof_ = false;

@@ -102,6 +102,10 @@ struct OpenDir {
   Ino parent = 0;
   std::mutex mu;
   DirCursor cursor;
+  // The cursor's current page: the mount's change count before it was
+  // fetched, and when its fetch began (readdirplus).
+  uint64_t page_changes = 0;
+  std::chrono::steady_clock::time_point page_at{};
 };
 
 OpenFile* file_of(fuse_file_info* fi) { return reinterpret_cast<OpenFile*>(fi->fh); }
@@ -527,7 +531,13 @@ class FuseServer::Impl {
   }
 
   // Something may have changed through this mount: statahead listings go.
-  void changed() { ahead_.changed(); }
+  void changed() {
+    data_changed();
+    ahead_.changed();
+  }
+  // The data (so the size or mtime) of a file may have changed through this
+  // mount: a write, a flush. Called once the change is made, before the reply.
+  void data_changed() { changes_.fetch_add(1, std::memory_order_acq_rel); }
 
   static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     auto* s = self(req);
@@ -837,6 +847,7 @@ class FuseServer::Impl {
         return;
       }
     }
+    self(req)->data_changed();
     fuse_reply_write(req, *r);
   }
 
@@ -847,6 +858,7 @@ class FuseServer::Impl {
       return;
     }
     auto r = of->file->flush();
+    self(req)->data_changed();  // it reported the length (and mtime) to meta
     fuse_reply_err(req, r ? 0 : errno_of(r.error()));
   }
 
@@ -857,6 +869,11 @@ class FuseServer::Impl {
     if (of) {
       auto r = of->file->close();
       if (!r) err = errno_of(r.error());  // the kernel drops it; close(2) saw flush's result
+      if (of->writable) {
+        // Its close reported the length: attributes fetched meanwhile are stale.
+        s->drop_known(of->ino);
+        s->changed();
+      }
     }
     fuse_reply_err(req, err);
   }
@@ -865,7 +882,10 @@ class FuseServer::Impl {
   // (as Linux), so through a read-only one too: every handle open for
   // writing on it here syncs. The first failure is the answer.
   static void op_fsync(fuse_req_t req, fuse_ino_t ino, int /*datasync*/, fuse_file_info* /*fi*/) {
-    fuse_reply_err(req, self(req)->sync_inode(ino));
+    auto* s = self(req);
+    int err = s->sync_inode(ino);
+    s->data_changed();
+    fuse_reply_err(req, err);
   }
 
   static void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
@@ -902,6 +922,11 @@ class FuseServer::Impl {
     auto fetch = [&](std::string_view cookie) { return client_.readdir(cred, ino, cookie, kReaddirPageEntries); };
     // Offset 0 again (rewinddir): a new listing, not the pages read before.
     if (off == 0) d->cursor = DirCursor();
+    // readdirplus hands the kernel each entry's attributes, which it takes
+    // over what it knows: not those of a page fetched before a change made
+    // through this mount (an append, an unlink) since. That page is fetched
+    // again (as the kernel's next request arrives, not per change).
+    if (plus && d->page_changes != changes_.load(std::memory_order_acquire)) d->cursor.reload_page();
     for (uint64_t o = static_cast<uint64_t>(off);; ++o) {
       std::string name;
       fuse_entry_param e{};
@@ -911,7 +936,14 @@ class FuseServer::Impl {
         e.attr.st_ino = o == 0 ? d->ino : d->parent;
         e.attr.st_mode = S_IFDIR;
       } else {
+        const size_t fetched = d->cursor.pages_fetched();
+        const uint64_t changes = changes_.load(std::memory_order_acquire);
+        const auto fetch_at = std::chrono::steady_clock::now();
         auto r = d->cursor.at(o - 2, fetch);
+        if (d->cursor.pages_fetched() != fetched) {
+          d->page_changes = changes;
+          d->page_at = fetch_at;
+        }
         if (!r) {
           if (used == 0) {
             fuse_reply_err(req, errno_of(r.error()));
@@ -924,6 +956,7 @@ class FuseServer::Impl {
         name = de->name;
         if (plus) {
           Inode attr = de->attr;
+          std::chrono::duration<double> age = std::chrono::steady_clock::now() - d->page_at;
           if (attr.ino == 0) {  // no attributes in the page: ask
             auto l = client_.lookup(cred, ino, de->name);
             if (!l) {
@@ -934,8 +967,9 @@ class FuseServer::Impl {
               break;
             }
             attr = *l;
+            age = {};
           }
-          e = entry_of(attr);
+          e = entry_of(attr, age.count());
           counted = true;
         } else {
           e.attr.st_ino = de->ino;
@@ -1146,6 +1180,9 @@ class FuseServer::Impl {
 
   std::mutex files_mu_;
   std::unordered_map<Ino, std::vector<std::shared_ptr<OpenFile>>> open_files_;
+  // Changes made through this mount (changed(), data_changed()): a listing's
+  // page fetched before the count moved may hold stale attributes.
+  std::atomic<uint64_t> changes_{0};
 };
 
 FuseServer::FuseServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

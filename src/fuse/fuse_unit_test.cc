@@ -69,12 +69,13 @@ struct FakeDir {
   int n = 0;
   int page = 0;
   int calls = 0;
+  std::string suffix;  // added to every name: what changed since a page was fetched
   Result<meta::DirPage> fetch(std::string_view cookie) {
     ++calls;
     int start = cookie.empty() ? 0 : std::stoi(std::string(cookie));
     meta::DirPage p;
     for (int i = start; i < std::min(n, start + page); ++i)
-      p.entries.push_back(meta::DirEntry{fmt::format("f{}", i), meta::Ino(i + 100)});
+      p.entries.push_back(meta::DirEntry{fmt::format("f{}{}", i, suffix), meta::Ino(i + 100)});
     int next = std::min(n, start + page);
     p.cookie = std::to_string(next);
     p.eof = next >= n;
@@ -111,6 +112,32 @@ TEST(DirCursor, SeeksBackAndForth) {
   auto end = c.at(5000, fetch);
   ASSERT_TRUE(end);
   EXPECT_EQ(*end, nullptr);
+}
+
+// reload_page: the page in use is fetched again (from its own cookie) by the
+// next lookup that falls in it, and only then.
+TEST(DirCursor, ReloadsTheCurrentPage) {
+  FakeDir d{100, 10};
+  DirCursor c;
+  auto fetch = [&](std::string_view k) { return d.fetch(k); };
+  auto name_at = [&](uint64_t i) {
+    auto e = c.at(i, fetch);
+    return e && *e ? (*e)->name : std::string("<none>");
+  };
+  EXPECT_EQ(name_at(25), "f25");
+  const int calls = d.calls;
+  d.suffix = "'";
+  EXPECT_EQ(name_at(26), "f26");  // the page as fetched
+  c.reload_page();
+  EXPECT_EQ(name_at(27), "f27'");
+  EXPECT_EQ(d.calls, calls + 1);
+  EXPECT_EQ(name_at(28), "f28'");
+  EXPECT_EQ(d.calls, calls + 1);
+  c.reload_page();
+  EXPECT_EQ(name_at(30), "f30'");  // past the page: only the next one is fetched
+  EXPECT_EQ(d.calls, calls + 2);
+  EXPECT_EQ(name_at(5), "f5'");  // seek back
+  EXPECT_EQ(name_at(99), "f99'");
 }
 
 TEST(DirCursor, EmptyDirectory) {

@@ -16,6 +16,7 @@
 #include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -1292,6 +1293,69 @@ TEST_F(FuseTest, AReadThroughAnotherDescriptorSeesWhatWasWrittenBefore) {
     EXPECT_TRUE(got == data) << "round " << round << ": the bytes differ";
     ASSERT_EQ(::close(w), 0);
   }
+}
+
+// getdents64 into a buffer of `bytes`: the names, in order.
+std::vector<std::string> getdents(int fd, size_t bytes) {
+  std::vector<char> buf(bytes);
+  std::vector<std::string> out;
+  long n = ::syscall(SYS_getdents64, fd, buf.data(), buf.size());
+  for (long off = 0; off < n;) {
+    // struct linux_dirent64: u64 d_ino, s64 d_off, u16 d_reclen, u8 d_type, char d_name[].
+    uint16_t reclen;
+    std::memcpy(&reclen, buf.data() + off + 16, sizeof reclen);
+    out.emplace_back(buf.data() + off + 19);
+    off += reclen;
+  }
+  return out;
+}
+
+// A listing in progress gives the kernel no attributes (readdirplus) older
+// than a change made through this mount: a file appended to, or a name
+// removed, after the listing began showed its old size, or existed again,
+// until the attribute timeout.
+TEST_F(FuseTest, AListingInProgressGivesNoAttributesOlderThanAChangeHere) {
+  constexpr int kFiles = 200;
+  for (int i = 0; i < kFiles; ++i) {
+    char name[16];
+    std::snprintf(name, sizeof name, "f%04d", i);
+    ASSERT_TRUE(write_all(p(name), "x"));
+  }
+  std::vector<std::string> order;  // the listing's order
+  {
+    int fd = ::open(base_.c_str(), O_RDONLY | O_DIRECTORY);
+    ASSERT_GE(fd, 0);
+    for (auto batch = getdents(fd, 1 << 16); !batch.empty(); batch = getdents(fd, 1 << 16))
+      for (auto& n : batch)
+        if (n != "." && n != "..") order.push_back(n);
+    ::close(fd);
+  }
+  ASSERT_EQ(order.size(), size_t(kFiles));
+  std::this_thread::sleep_for(1200ms);  // past the timeouts: the kernel takes what the next listing gives
+  int fd = ::open(base_.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(fd, 0);
+  auto first = getdents(fd, 4096);  // one page of the kernel's: a part of the listing
+  size_t listed = 0;
+  for (auto& n : first) listed += n != "." && n != "..";
+  ASSERT_GT(listed, 0u);
+  ASSERT_LT(listed + 2, order.size());
+  const std::string grown = order[listed], removed = order[listed + 1];
+  int a = ::open(p(grown).c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(a, 0);
+  ASSERT_EQ(::write(a, std::string(1000, 'y').data(), 1000), 1000);
+  ASSERT_EQ(::close(a), 0);
+  ASSERT_EQ(::unlink(p(removed).c_str()), 0);
+  struct stat st {};
+  ASSERT_EQ(::stat(p(grown).c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 1001);
+  auto second = getdents(fd, 4096);  // the part with both names
+  ASSERT_FALSE(second.empty());
+  ::close(fd);
+  ASSERT_EQ(::stat(p(grown).c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 1001) << "the size from before the append";
+  EXPECT_EQ(read_all(p(grown)).size(), 1001u);
+  EXPECT_EQ(::stat(p(removed).c_str(), &st), -1) << removed << " exists again";
+  EXPECT_EQ(errno, ENOENT);
 }
 
 // What the named file holds as another client (weft get) sees it now.
