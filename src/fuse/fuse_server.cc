@@ -610,50 +610,82 @@ class FuseServer::Impl {
     } else if (to_set & FUSE_SET_ATTR_MTIME) {
       sa.mtime_ns = ns_of(attr->st_mtim);
     }
-    bool any = sa.mode || sa.uid || sa.gid || sa.size || sa.atime_ns || sa.mtime_ns;
     Cred cred = cred_of(req);
-    if ((sa.size || sa.mtime_ns) && fi && fi->fh && file_of(fi)->writable) {
+    OpenFile* handle = fi && fi->fh && file_of(fi)->writable ? file_of(fi) : nullptr;
+    if ((sa.size || sa.mtime_ns) && handle) {
       // This handle's earlier writes land before the truncate (or the new
       // time), and their failure is this call's (ftruncate, futimens).
       // libweft flushes the inode's other Files open here itself.
-      if (auto r = file_of(fi)->file->flush(); !r) {
+      if (auto r = handle->file->flush(); !r) {
         fuse_reply_err(req, errno_of(r.error()));
         return;
       }
     }
-    // ftruncate(2) on a handle open for writing: through its File (and write
-    // session), which needs no write permission now: it was checked at open.
-    if (sa.size && fi && fi->fh && file_of(fi)->writable) {
-      if (auto t = file_of(fi)->file->truncate(*sa.size); !t) {
-        fuse_reply_err(req, errno_of(t.error()));
-        return;
+    std::optional<Inode> updated;
+    // Every attribute but the size first: a refusal (EPERM, EACCES) leaves
+    // the file as it was, not already truncated.
+    SetAttr rest = sa;
+    rest.size.reset();
+    if (rest.mode || rest.uid || rest.gid || rest.atime_ns || rest.mtime_ns) {
+      auto r = s->client_.setattr(cred, ino, rest);
+      if (!r && r.error().code() == Code::kNotPermitted && s->kernel_mtime(to_set, sa, handle != nullptr)) {
+        rest.mtime_ns = SetAttr::kTimeNow;
+        r = s->client_.setattr(cred, ino, rest);
       }
       s->changed();
-      sa.size.reset();
-      any = sa.mode || sa.uid || sa.gid || sa.atime_ns || sa.mtime_ns;
-    }
-    auto r = any ? s->client_.setattr(cred, ino, sa) : s->client_.getattr(cred, ino);
-    // With writeback_cache the kernel writes back the mtime of its cached
-    // writes as an explicit time (with ctime, through the writing handle),
-    // which meta lets only the owner set: for anyone else who may write, it
-    // becomes "now", as a write through the daemon would have made it.
-    if (!r && r.error().code() == Code::kNotPermitted && (to_set & FUSE_SET_ATTR_CTIME) && fi && fi->fh &&
-        file_of(fi)->writable && sa.mtime_ns && !sa.atime_ns && !sa.mode && !sa.uid && !sa.gid && !sa.size) {
-      sa.mtime_ns = SetAttr::kTimeNow;
-      r = s->client_.setattr(cred, ino, sa);
-    }
-    if (any) s->changed();
-    if (!r) {
-      fuse_reply_err(req, errno_of(r.error()));
-      return;
+      if (!r) {
+        fuse_reply_err(req, errno_of(r.error()));
+        return;
+      }
+      updated = std::move(*r);
     }
     if (sa.size) {
-      for (auto& f : s->files_of(ino)) (void)f->file->refresh_size();
+      Result<Inode> r = [&]() -> Result<Inode> {
+        SetAttr size_only;
+        size_only.size = sa.size;
+        if (!handle) return s->client_.setattr(cred, ino, size_only);
+        // ftruncate(2) on a handle open for writing: through its File (and
+        // write session), which needs no write permission now: it was checked at open.
+        WEFT_RETURN_IF_ERROR(handle->file->truncate(*sa.size));
+        return s->client_.getattr(cred, ino);
+      }();
+      s->changed();
+      if (!r) {
+        fuse_reply_err(req, errno_of(r.error()));
+        return;
+      }
+      if (!handle) {
+        for (auto& f : s->files_of(ino)) (void)f->file->refresh_size();
+      }
+      updated = std::move(*r);
     }
-    s->remember(*r);
-    s->apply_local_size(*r);
-    struct stat st = s->stat_of(*r);
+    if (!updated) {  // ctime only, or nothing Weft keeps: the attributes as they are
+      auto r = s->client_.getattr(cred, ino);
+      if (!r) {
+        fuse_reply_err(req, errno_of(r.error()));
+        return;
+      }
+      updated = std::move(*r);
+    }
+    s->remember(*updated);
+    s->apply_local_size(*updated);
+    struct stat st = s->stat_of(*updated);
     fuse_reply_attr(req, &st, s->options_.attr_timeout_s);
+  }
+
+  // With writeback_cache the kernel sends explicit mtimes of its own (always
+  // with FUSE_SET_ATTR_CTIME): the mtime of its cached writes when it writes
+  // them back, and "now" for a truncate or a touch. Meta lets only the owner
+  // set an explicit time; for anyone else a time of the kernel's becomes
+  // "now" (for which meta checks write permission), as a write or truncate
+  // through the daemon would have made it. The kernel's are: with
+  // default_permissions every explicit mtime a non-owner sends (the kernel
+  // refused theirs already), the one sent with a size (truncate) or through
+  // a writable handle (write-back), and one with atime "now" (a touch).
+  bool kernel_mtime(int to_set, const SetAttr& sa, bool writable_handle) const {
+    if (!(to_set & FUSE_SET_ATTR_CTIME) || !sa.mtime_ns || *sa.mtime_ns == SetAttr::kTimeNow) return false;
+    if (sa.atime_ns && *sa.atime_ns != SetAttr::kTimeNow) return false;  // an explicit atime: the caller's
+    return options_.default_permissions || sa.size || writable_handle || sa.atime_ns;
   }
 
   static void op_readlink(fuse_req_t req, fuse_ino_t ino) {

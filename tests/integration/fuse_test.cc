@@ -1410,6 +1410,32 @@ TEST_F(FuseTest, FsyncOfAnyDescriptorMakesTheInodesWritesDurable) {
   }
 }
 
+// A user who may write a file but does not own it may truncate it and set
+// its times to now (with writeback_cache the kernel sends those as explicit
+// times, which only the owner may set: EPERM, with the truncate already
+// made); explicit times stay the owner's.
+TEST_F(FuseTest, AWriterWhoIsNotTheOwnerMayTruncateAndTouch) {
+  std::string f = p("shared");
+  ASSERT_TRUE(write_all(f, "0123456789", 0666));
+  ASSERT_EQ(::chmod(f.c_str(), 0666), 0);
+  ASSERT_EQ(::chmod(base_.c_str(), 0777), 0);
+  EXPECT_EQ(as_other_user([&] {
+              if (::truncate(f.c_str(), 4) != 0) return 10 + errno;
+              if (::utimensat(AT_FDCWD, f.c_str(), nullptr, 0) != 0) return 40 + errno;
+              timespec times[2] = {{1000, 0}, {2000, 0}};
+              if (::utimensat(AT_FDCWD, f.c_str(), times, 0) == 0 || errno != EPERM) return 70;
+              int fd = ::open(f.c_str(), O_WRONLY);
+              if (fd < 0) return 71;
+              if (::ftruncate(fd, 2) != 0) return 80 + errno;
+              return ::close(fd) == 0 ? 0 : 72;
+            }),
+            0);
+  EXPECT_EQ(read_all(f), "01");
+  struct stat st {};
+  ASSERT_EQ(::stat(f.c_str(), &st), 0);
+  EXPECT_GT(st.st_mtime, 2000);
+}
+
 // One handle's failed write (sticky in its File) is that handle's: reads
 // through other handles of the file go on. They failed with its error.
 TEST_F(FuseTest, AnotherHandlesFailedWriteDoesNotFailReads) {
