@@ -796,6 +796,22 @@ class FuseServer::Impl {
       fuse_reply_err(req, errno_of(r.error()));
       return;
     }
+    if ((flags & O_TRUNC) && !writable) {
+      // Linux truncates for O_RDONLY | O_TRUNC too, which needs write
+      // permission (EACCES), as any truncate without a write session: meta
+      // checks it. After the open, which checked read permission: a refusal
+      // of either leaves the file as it was.
+      SetAttr empty;
+      empty.size = 0;
+      auto t = s->client_.setattr(cred, ino, empty);
+      s->changed();
+      if (!t) {
+        (void)(*r)->close();
+        fuse_reply_err(req, errno_of(t.error()));
+        return;
+      }
+      s->drop_known(ino);
+    }
     auto of = s->register_file(ino, std::move(*r), writable);
     if (flags & O_TRUNC) {
       for (auto& f : s->files_of(ino)) {

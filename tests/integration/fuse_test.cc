@@ -1436,6 +1436,31 @@ TEST_F(FuseTest, AWriterWhoIsNotTheOwnerMayTruncateAndTouch) {
   EXPECT_GT(st.st_mtime, 2000);
 }
 
+// open(O_RDONLY | O_TRUNC) truncates, as Linux does (and needs write
+// permission: EACCES without, the file left as it was).
+TEST_F(FuseTest, ReadOnlyOpenWithOTruncTruncates) {
+  std::string f = p("f");
+  ASSERT_TRUE(write_all(f, "0123456789", 0644));
+  ASSERT_EQ(::chmod(base_.c_str(), 0777), 0);
+  int fd = ::open(f.c_str(), O_RDONLY | O_TRUNC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  struct stat st {};
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  EXPECT_EQ(st.st_size, 0);
+  char c;
+  EXPECT_EQ(::read(fd, &c, 1), 0);
+  ::close(fd);
+  EXPECT_EQ(read_all(f), "");
+  ASSERT_TRUE(write_all(f, "0123456789"));
+  EXPECT_EQ(as_other_user([&] {
+              int fd = ::open(f.c_str(), O_RDONLY | O_TRUNC);
+              if (fd >= 0) return 1;
+              return errno == EACCES ? 0 : 10 + errno;
+            }),
+            0);
+  EXPECT_EQ(read_all(f), "0123456789");
+}
+
 // One handle's failed write (sticky in its File) is that handle's: reads
 // through other handles of the file go on. They failed with its error.
 TEST_F(FuseTest, AnotherHandlesFailedWriteDoesNotFailReads) {
