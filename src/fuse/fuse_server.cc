@@ -479,10 +479,11 @@ class FuseServer::Impl {
   }
 
   int open_flags(int fuse_flags, bool create) const {
+    // The caller's access mode, so that meta checks the permission the open
+    // needs: with writeback_cache the kernel fills partial pages with reads
+    // through a handle opened write-only, which File::pread serves anyway
+    // (a File checks no access: meta did at open).
     int flags = fuse_flags & (O_ACCMODE | O_TRUNC | (create ? O_EXCL : 0));
-    // The kernel fills partial pages of its write-back cache with reads,
-    // even through a handle opened write-only.
-    if (options_.writeback_cache && (flags & O_ACCMODE) == O_WRONLY) flags = (flags & ~O_ACCMODE) | O_RDWR;
     if (create) flags |= O_CREAT;
     return flags;
   }

@@ -1461,6 +1461,24 @@ TEST_F(FuseTest, ReadOnlyOpenWithOTruncTruncates) {
   EXPECT_EQ(read_all(f), "0123456789");
 }
 
+// A write-only open needs write permission only, with writeback_cache too
+// (where the kernel fills partial pages with reads through the handle).
+TEST_F(FuseTest, AWriteOnlyOpenNeedsNoReadPermission) {
+  std::string f = p("dropbox");
+  ASSERT_TRUE(write_all(f, "0123456789abcdef", 0602));
+  ASSERT_EQ(::chmod(f.c_str(), 0602), 0);
+  EXPECT_EQ(as_other_user([&] {
+              int fd = ::open(f.c_str(), O_WRONLY);
+              if (fd < 0) return 10 + errno;
+              if (::pwrite(fd, "XY", 2, 4) != 2) return 2;
+              char c;
+              if (::read(fd, &c, 1) != -1 || errno != EBADF) return 3;
+              return ::close(fd) == 0 ? 0 : 4;
+            }),
+            0);
+  EXPECT_EQ(read_all(f), "0123XY6789abcdef");
+}
+
 // One handle's failed write (sticky in its File) is that handle's: reads
 // through other handles of the file go on. They failed with its error.
 TEST_F(FuseTest, AnotherHandlesFailedWriteDoesNotFailReads) {
