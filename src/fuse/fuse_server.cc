@@ -40,6 +40,9 @@ using client::DirAhead;
 
 constexpr uint32_t kReaddirPageEntries = 512;
 constexpr const char* kCapabilityXattr = "security.capability";
+// __FMODE_EXEC (the kernel's FMODE_EXEC, not in its UAPI headers): the open
+// flags of exec(2), which FUSE passes on to the daemon's OPEN.
+constexpr int kFmodeExec = 0x20;
 
 int errno_of(const Status& s) {
   int e = s.posix_errno();
@@ -790,6 +793,18 @@ class FuseServer::Impl {
     int flags = s->open_flags(fi->flags, false);
     bool writable = (flags & O_ACCMODE) != O_RDONLY;
     Cred cred = cred_of(req);
+    // exec(2) opens with __FMODE_EXEC, which the kernel passes on in the
+    // flags: it needs x permission, which the kernel checks itself only with
+    // default_permissions (without, only that some x bit is set).
+    if ((fi->flags & kFmodeExec) && !s->options_.default_permissions) {
+      auto n = s->client_.getattr(cred, ino);
+      Result<void> allowed =
+          n ? meta::check_access(*n, cred, meta::kAccessExec) : Result<void>(std::unexpected(n.error()));
+      if (!allowed) {
+        fuse_reply_err(req, errno_of(allowed.error()));
+        return;
+      }
+    }
     std::optional<Inode> known;
     if (!writable && !(flags & O_TRUNC) && !s->has_other_writers(ino, nullptr)) known = s->fresh_known(ino);
     auto r = known ? s->client_.open_read_known(cred, *known) : s->client_.open(cred, ino, flags);

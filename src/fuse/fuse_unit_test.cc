@@ -38,6 +38,20 @@ TEST(MountOptions, OwnAndPassedThrough) {
             "fsname=weft,subtype=weft,max_read=1048576,allow_other,default_permissions,noatime");
 }
 
+// Serving other users means the kernel checks permissions (it walks cached
+// dentries without asking the daemon).
+TEST(MountOptions, AllowOtherImpliesDefaultPermissions) {
+  auto m = parse_mount_options({"allow_other,noatime"});
+  ASSERT_TRUE(m) << m.error();
+  EXPECT_TRUE(m->allow_other);
+  EXPECT_TRUE(m->default_permissions);
+  EXPECT_EQ(m->fuse_option_string(),
+            "fsname=weft,subtype=weft,max_read=1048576,allow_other,noatime,default_permissions");
+  auto alone = parse_mount_options({"ro"});
+  ASSERT_TRUE(alone);
+  EXPECT_FALSE(alone->default_permissions);
+}
+
 TEST(MountOptions, Errors) {
   EXPECT_FALSE(parse_mount_options({"attr_timeout=x"}));
   EXPECT_FALSE(parse_mount_options({"attr_timeout=-1"}));

@@ -104,6 +104,14 @@ Result<MountOptions> parse_mount_options(const std::vector<std::string>& opt_lis
       if (!r) return std::unexpected(r.error());
     }
   }
+  // Serving other users, the mount has the kernel check permissions: it
+  // walks paths through cached dentries without asking the daemon (a user
+  // would reach a file through a directory it may not search) and, for
+  // exec, only checks that some x bit is set.
+  if (m.allow_other && !m.default_permissions) {
+    m.default_permissions = true;
+    m.fuse_options.push_back("default_permissions");
+  }
   return m;
 }
 

@@ -1479,6 +1479,36 @@ TEST_F(FuseTest, AWriteOnlyOpenNeedsNoReadPermission) {
   EXPECT_EQ(read_all(f), "0123XY6789abcdef");
 }
 
+// allow_other serves other users: the kernel then checks permissions
+// (default_permissions is implied). Without it, a user ran a file whose x
+// bit is only its owner's, and stat-ed through a directory it may not
+// search once its owner had looked the name up.
+TEST_F(FuseTest, AllowOtherImpliesDefaultPermissions) {
+  ASSERT_TRUE(write_all(p("script"), "#!/bin/sh\nexit 7\n", 0744));
+  ASSERT_EQ(::chmod(p("script").c_str(), 0744), 0);
+  ASSERT_EQ(::mkdir(p("nosearch").c_str(), 0744), 0);
+  ASSERT_EQ(::chmod(p("nosearch").c_str(), 0744), 0);
+  ASSERT_TRUE(write_all(p("nosearch/f"), "z", 0644));
+  ExtraMount m(dir_->file("mnt-other"), data_ + "/client.toml", "allow_other", dir_->file("mount-other.log"));
+  ASSERT_TRUE(m.mounted()) << m.log();
+  const std::string dir = dir_->file("mnt-other") + remote_dir();
+  std::string script = dir + "/script";
+  ASSERT_EQ(::access(script.c_str(), X_OK), 0);  // root
+  struct stat st {};
+  ASSERT_EQ(::stat((dir + "/nosearch/f").c_str(), &st), 0);  // root looks the name up: a cached dentry
+  EXPECT_EQ(as_other_user([&] {
+              ::execl(script.c_str(), script.c_str(), nullptr);
+              return errno == EACCES ? 0 : 10 + errno;
+            }),
+            0);
+  EXPECT_EQ(as_other_user([&] {
+              struct stat st {};
+              if (::stat((dir + "/nosearch/f").c_str(), &st) == 0) return 1;
+              return errno == EACCES ? 0 : 10 + errno;
+            }),
+            0);
+}
+
 // One handle's failed write (sticky in its File) is that handle's: reads
 // through other handles of the file go on. They failed with its error.
 TEST_F(FuseTest, AnotherHandlesFailedWriteDoesNotFailReads) {
