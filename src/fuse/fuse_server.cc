@@ -1098,6 +1098,12 @@ class FuseServer::Impl {
       fuse_reply_err(req, EOPNOTSUPP);  // see op_getxattr
       return;
     }
+    if ((flags & XATTR_CREATE) && (flags & XATTR_REPLACE)) {
+      // Both: never set (as ext4): ENODATA if absent, else EEXIST.
+      auto old = self(req)->client_.getxattr(cred_of(req), ino, name);
+      fuse_reply_err(req, old ? EEXIST : errno_of(old.error()));
+      return;
+    }
     XattrFlags xf = XattrFlags::kAny;
     if (flags & XATTR_CREATE) {
       xf = XattrFlags::kCreate;

@@ -691,6 +691,13 @@ TEST_F(FuseTest, Xattrs) {
   EXPECT_EQ(errno, ENODATA);
   EXPECT_EQ(::removexattr(f.c_str(), "user.color"), -1);
   EXPECT_EQ(errno, ENODATA);
+  // XATTR_CREATE | XATTR_REPLACE: never succeeds (ext4: ENODATA if absent, EEXIST if present).
+  EXPECT_EQ(::setxattr(f.c_str(), "user.both", "1", 1, XATTR_CREATE | XATTR_REPLACE), -1);
+  EXPECT_EQ(errno, ENODATA);
+  EXPECT_EQ(::getxattr(f.c_str(), "user.both", buf, sizeof buf), -1) << "created";
+  EXPECT_EQ(::setxattr(f.c_str(), "user.size", "2", 1, XATTR_CREATE | XATTR_REPLACE), -1);
+  EXPECT_EQ(errno, EEXIST);
+  EXPECT_EQ(::getxattr(f.c_str(), "user.size", buf, sizeof buf), 0) << "replaced";
   // On a directory too.
   ASSERT_EQ(::setxattr(base_.c_str(), "user.dir", "1", 1, 0), 0);
   EXPECT_EQ(::getxattr(base_.c_str(), "user.dir", buf, sizeof buf), 1);
