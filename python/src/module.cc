@@ -555,6 +555,7 @@ PYBIND11_MODULE(_native, m) {
   m.attr("O_EXCL") = O_EXCL;
   m.attr("O_TRUNC") = O_TRUNC;
   m.attr("O_APPEND") = O_APPEND;
+  m.attr("ROOT_INO") = weft::kRootIno;
   m.attr("RENAME_REPLACE") = 0;
   m.attr("RENAME_NOREPLACE") = static_cast<int>(weft::RenameFlags::kNoReplace);
   m.attr("RENAME_EXCHANGE") = static_cast<int>(weft::RenameFlags::kExchange);

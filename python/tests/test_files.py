@@ -1,5 +1,6 @@
 """File objects, namespace calls and read_batch through weft.Client."""
 
+import errno
 import io
 import os
 import stat
@@ -153,6 +154,30 @@ def test_namespace(client, root):
     assert client.read_file(f"{root}/x/link") == b"4"
     client.rmtree(f"{root}/x")
     assert not client.exists(f"{root}/x")
+
+
+def test_rmtree_refuses_the_root(client, root):
+    # Relative names resolve from the root: rmtree(os.path.dirname("x.pt")),
+    # i.e. rmtree(""), used to empty the whole cluster.
+    keep = f"/keep-{os.path.basename(root)}"
+    client.write_file(keep, b"precious")
+    client.write_file(f"{root}/f", b"x")
+    client.symlink("/", f"{root}/up")
+    try:
+        for p in ["", ".", "./", "..", "/", "//", "/.", "/..", "t/..", f"{root}/..", f"{root}/.", f"{root}/up/.."]:
+            with pytest.raises(OSError) as e:
+                client.rmtree(p)
+            assert client.read_file(keep) == b"precious", p  # the error came before any removal
+            assert e.value.errno in (errno.ENOENT, errno.EINVAL), (p, e.value)
+        with pytest.raises(OSError) as e:
+            client.rmtree(f"{root}/up")  # a symlink to the root: refused as a symlink
+        assert e.value.errno == errno.ELOOP
+        assert client.read_file(keep) == b"precious"
+        assert client.read_file(f"{root}/f") == b"x"
+        client.rmtree(f"{root}/up/{root}")  # through a symlink above it: fine
+        assert not client.exists(root)
+    finally:
+        client.remove(keep)
 
 
 def test_read_batch(client, root):

@@ -489,9 +489,21 @@ class Client:
     def rmtree(self, path: str) -> None:
         """Removes directory `path` and everything under it. Symlinks inside
         are removed, never followed; `path` itself may not be one (as
-        shutil.rmtree: listing through it would empty the directory it names)."""
-        if self.native.stat(path, False).is_symlink():
+        shutil.rmtree: listing through it would empty the directory it names).
+        As `weft rm -r` (and GNU rm), refuses the root and a path whose last
+        component is "." or ".." (OSError EINVAL): relative names resolve from
+        the root, so "", "." or "a/.." would empty the whole cluster. An
+        empty path is FileNotFoundError, as for shutil.rmtree."""
+        if not path:
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
+        last = path.rstrip("/").rpartition("/")[2]
+        if last in (".", ".."):
+            raise OSError(errno.EINVAL, "Invalid argument (rmtree refuses to remove '.' or '..')", path)
+        n = self.native.stat(path, False)
+        if n.is_symlink():
             raise OSError(errno.ELOOP, "rmtree of a symbolic link (not followed)", path)
+        if n.ino == _native.ROOT_INO:
+            raise OSError(errno.EINVAL, "Invalid argument (rmtree refuses to remove the root)", path)
         for e in self.scandir(path):
             if e.is_dir():
                 self.rmtree(e.path)
