@@ -44,6 +44,26 @@ std::atomic<uint64_t> g_fork_generation{0};
 void after_fork_in_child() { g_fork_generation.fetch_add(1, std::memory_order_relaxed); }
 uint64_t fork_generation() { return g_fork_generation.load(std::memory_order_relaxed); }
 
+// Names are bytes (a name need not be UTF-8): the Python side passes paths
+// as bytes (os.fsencode) and gets names as bytes, decoding them as os does.
+// A path shown to Python (error filename, File.path) is decoded as
+// os.fsdecode does (surrogateescape: it encodes back to the same bytes), and
+// a message (which may quote a name) with backslash escapes.
+py::str fs_str(const std::string& s) {
+  PyObject* o = PyUnicode_DecodeFSDefaultAndSize(s.data(), static_cast<Py_ssize_t>(s.size()));
+  if (!o) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(o);
+}
+
+py::str message_str(const std::string& s) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "backslashreplace");
+  if (!o) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(o);
+}
+
+// (errno, message) for a failed item of a batch.
+py::tuple error_tuple(const Status& s) { return py::make_tuple(s.posix_errno(), message_str(s.message())); }
+
 // Raises OSError(errno, "<strerror> (<weft message>)", path[, None, path2]).
 // Needs the GIL.
 [[noreturn]] void raise_status(const Status& s, const std::string& path, const std::string* path2 = nullptr) {
@@ -52,7 +72,8 @@ uint64_t fork_generation() { return g_fork_generation.load(std::memory_order_rel
   std::string text = std::strerror(err);
   if (!s.message().empty()) text += " (" + s.message() + ")";
   py::object os_error = py::reinterpret_borrow<py::object>(PyExc_OSError);
-  py::object exc = path2 ? os_error(err, text, path, py::none(), *path2) : os_error(err, text, path);
+  py::object exc = path2 ? os_error(err, message_str(text), fs_str(path), py::none(), fs_str(*path2))
+                         : os_error(err, message_str(text), fs_str(path));
   PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
   throw py::error_already_set();
 }
@@ -210,7 +231,7 @@ class PyFile {
   bool writable() { return usable()->writable(); }
   uint64_t ino() { return usable()->ino(); }
   LayoutTuple layout() { return to_tuple(usable()->layout()); }
-  const std::string& path() const { return path_; }
+  py::str path() const { return fs_str(path_); }
 
  private:
   std::shared_ptr<weft::File> usable() {
@@ -301,7 +322,7 @@ class PyClient {
     py::list result;
     for (auto& r : out) {
       if (r) result.append(py::cast(std::move(*r)));
-      else result.append(py::make_tuple(r.error().posix_errno(), r.error().message()));
+      else result.append(error_tuple(r.error()));
     }
     return result;
   }
@@ -318,8 +339,8 @@ class PyClient {
     raise_status(r.error(), path);
   }
 
-  // Entries of a directory: (name, Inode), in the directory's order.
-  std::vector<std::pair<std::string, weft::Inode>> scandir(const std::string& path) {
+  // Entries of a directory: (name as bytes, Inode), in the directory's order.
+  py::list scandir(const std::string& path) {
     auto c = conn();
     weft::Result<std::vector<weft::DirEntry>> r;
     {
@@ -327,13 +348,13 @@ class PyClient {
       r = c->client->list_path(c->client->default_cred(), path);
     }
     if (!r) raise_status(r.error(), path);
-    std::vector<std::pair<std::string, weft::Inode>> out;
-    out.reserve(r->size());
-    for (auto& e : *r) out.emplace_back(std::move(e.name), std::move(e.attr));
+    py::list out;
+    for (auto& e : *r) out.append(py::make_tuple(py::bytes(e.name), py::cast(std::move(e.attr))));
     return out;
   }
 
-  std::vector<std::string> listdir(const std::string& path) {
+  // Names (bytes) of a directory's entries.
+  py::list listdir(const std::string& path) {
     auto c = conn();
     weft::Result<std::vector<weft::DirEntry>> r;
     {
@@ -341,9 +362,8 @@ class PyClient {
       r = c->client->list_path(c->client->default_cred(), path);
     }
     if (!r) raise_status(r.error(), path);
-    std::vector<std::string> out;
-    out.reserve(r->size());
-    for (auto& e : *r) out.push_back(std::move(e.name));
+    py::list out;
+    for (auto& e : *r) out.append(py::bytes(e.name));
     return out;
   }
 
@@ -414,7 +434,8 @@ class PyClient {
     check(std::move(r), path);
   }
 
-  std::string readlink(const std::string& path) {
+  // The target, as bytes.
+  py::bytes readlink(const std::string& path) {
     auto c = conn();
     weft::Result<std::string> r;
     {
@@ -425,7 +446,7 @@ class PyClient {
         return c->client->readlink(c->client->default_cred(), n.ino);
       }();
     }
-    return check(std::move(r), path);
+    return py::bytes(check(std::move(r), path));
   }
 
   LayoutTuple get_layout(const std::string& path) {
@@ -482,7 +503,7 @@ class PyClient {
     py::list out;
     for (auto& r : results) {
       if (r) out.append(*r);
-      else out.append(py::make_tuple(r.error().posix_errno(), r.error().message()));
+      else out.append(error_tuple(r.error()));
     }
     return out;
   }

@@ -1,6 +1,7 @@
 """weft.torch.save/load: equality, atomic replace, a save killed halfway."""
 
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -181,3 +182,19 @@ def test_sweep_keeps_live_savers(client, root):
     wt.save({"x": torch.zeros(1)}, f"{root}/ck", client=client)
     left = sorted(n for n in client.listdir(root) if n.startswith("."))
     assert left == sorted([live, other_host, other_ns])
+
+
+def test_non_utf8_sibling_and_path_types(client, root):
+    # A name that is not UTF-8 next to the checkpoint made listing its parent
+    # (the sweep of killed saves) fail, and so every save there.
+    client.write_file(os.fsencode(root) + b"/\xff", b"x")
+    wt.save({"w": torch.arange(5)}, f"{root}/ck", client=client)
+    ck = pathlib.PurePosixPath(root) / "ck"
+    wt.save({"w": torch.arange(6)}, os.fsencode(f"{root}/ck"), client=client)  # replaces
+    assert torch.equal(wt.load(ck, client=client)["w"], torch.arange(6))
+    ff = os.fsdecode(b"\xff")
+    assert sorted(client.listdir(root)) == sorted(["ck", ff])
+    ds = wt.FileDataset(pathlib.PurePosixPath(root), client=client, output="bytes")
+    assert ds.paths[-1] == f"{root}/{ff}" and ds[len(ds) - 1] == b"x"
+    shards = wt.ShardDataset([(pathlib.PurePosixPath(root) / ff, 0, 1)], client=client, output="bytes")
+    assert shards[0] == b"x"

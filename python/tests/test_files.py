@@ -3,6 +3,7 @@
 import errno
 import io
 import os
+import pathlib
 import stat
 
 import numpy as np
@@ -178,6 +179,54 @@ def test_rmtree_refuses_the_root(client, root):
         assert not client.exists(root)
     finally:
         client.remove(keep)
+
+
+def test_non_utf8_names_and_path_types(client, root):
+    # A name need not be UTF-8: str names come decoded as os.fsdecode does
+    # (surrogateescape, so they name the file again), bytes paths list bytes,
+    # as os.listdir; str, bytes and os.PathLike paths are accepted everywhere.
+    d = f"{root}/d"
+    bd = os.fsencode(d)
+    client.makedirs(bd + b"/sub\xfe")
+    client.write_file(bd + b"/\xff", b"ff")
+    client.write_file(bd + b"/sub\xfe/in", b"in")
+    client.symlink(b"\xff", bd + b"/link")
+    ff, sub = os.fsdecode(b"\xff"), os.fsdecode(b"sub\xfe")
+    assert sorted(client.listdir(d)) == sorted([ff, sub, "link"])
+    assert sorted(client.listdir(bd)) == sorted([b"\xff", b"sub\xfe", b"link"])
+    assert sorted(client.listdir(pathlib.PurePosixPath(d))) == sorted([ff, sub, "link"])
+    entries = {e.name: e for e in client.scandir(d)}
+    assert entries[ff].path == f"{d}/{ff}" and entries[ff].is_file()
+    assert client.read_file(entries[ff].path) == b"ff"
+    bentries = {e.name: e for e in client.scandir(bd)}
+    assert bentries[b"sub\xfe"].path == bd + b"/sub\xfe" and bentries[b"sub\xfe"].is_dir()
+    walked = [(top, sorted(dirs), sorted(files)) for top, dirs, files in client.walk(d)]
+    assert walked == [(d, [sub], sorted([ff, "link"])), (f"{d}/{sub}", [], ["in"])]
+    assert [t for t, _, _ in client.walk(bd)] == [bd, bd + b"/sub\xfe"]
+    assert client.readlink(f"{d}/link") == ff and client.readlink(bd + b"/link") == b"\xff"
+    assert client.read_file(f"{d}/link") == b"ff"
+    # A message or path that is not UTF-8 still makes an OSError.
+    with pytest.raises(NotADirectoryError) as e:
+        client.stat(bd + b"/\xff/below")
+    assert e.value.filename == f"{d}/{ff}/below"
+    # os.PathLike everywhere.
+    p = pathlib.PurePosixPath(d) / "p"
+    client.write_file(p, b"p")
+    assert client.read_file(p) == b"p" and client.stat(p).st_size == 1 and client.exists(p)
+    assert client.isfile(p) and client.isdir(pathlib.PurePosixPath(d))
+    client.rename(p, pathlib.PurePosixPath(d) / "q")
+    client.remove(pathlib.PurePosixPath(d) / "q")
+    client.mkdir(pathlib.PurePosixPath(d) / "e")
+    client.rmdir(pathlib.PurePosixPath(d) / "e")
+    # The empty path names nothing (libweft would take it for the root).
+    for fn in (client.stat, client.listdir, client.read_file):
+        with pytest.raises(FileNotFoundError):
+            fn("")
+    assert not client.exists("")
+    with pytest.raises(TypeError):
+        client.stat(3)
+    client.rmtree(pathlib.PurePosixPath(d))
+    assert not client.exists(d)
 
 
 def test_read_batch(client, root):

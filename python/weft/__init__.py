@@ -8,7 +8,9 @@
         assert f.read() == b"hello"
     arrays = client.read_batch([("/data/x.bin", 0, 5)])   # numpy uint8 arrays
 
-Paths are absolute within the cluster ("/a/b"). Errors are OSError subclasses
+Paths are absolute within the cluster ("/a/b"): str, bytes or os.PathLike,
+as for os functions; names need not be UTF-8 (str names are decoded as
+os.fsdecode does, bytes paths list bytes names). Errors are OSError subclasses
 chosen by errno (FileNotFoundError, PermissionError, ...) carrying the path.
 A Client may be used from several threads, and survives fork(): the child
 reconnects on its first call (files opened before the fork are unusable
@@ -56,6 +58,22 @@ def _raise(err: int, message: str, path: str):
     raise OSError(err, f"{os.strerror(err)} ({message})", path)
 
 
+def _fs(path) -> bytes:
+    """A path for the native calls: its bytes (os.fsencode of a str, bytes or
+    os.PathLike). An empty path names nothing (FileNotFoundError, as for os
+    calls): libweft would resolve it to the root."""
+    p = os.fsencode(path)
+    if not p:
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
+    return p
+
+
+def _name_like(path, name: bytes):
+    """`name` (bytes from the native side) as os.listdir gives it for `path`:
+    bytes for a bytes path, else decoded by os.fsdecode (surrogateescape)."""
+    return name if isinstance(path, bytes) else os.fsdecode(name)
+
+
 def stat_result(inode) -> os.stat_result:
     """An os.stat_result from a native Inode (st_dev 0, st_blksize the chunk size)."""
     mode = _TYPE_BITS.get(inode.type, 0) | inode.mode
@@ -75,9 +93,11 @@ class DirEntry:
 
     __slots__ = ("name", "path", "_inode")
 
-    def __init__(self, parent: str, name: str, inode):
+    def __init__(self, parent, name, inode):
+        # parent and name: both str or both bytes (as os.DirEntry).
+        sep = b"/" if isinstance(name, bytes) else "/"
         self.name = name
-        self.path = parent.rstrip("/") + "/" + name
+        self.path = parent.rstrip(sep) + sep + name
         self._inode = inode
 
     @property
@@ -329,7 +349,7 @@ class Client:
         return f"<weft.Client {self.native.description()}>"
 
     # ---- files ----
-    def open(self, path: str, mode: str = "rb", buffering: int = -1, encoding: str | None = None,
+    def open(self, path, mode: str = "rb", buffering: int = -1, encoding: str | None = None,
              errors: str | None = None, newline: str | None = None, perm: int = 0o644):
         """Opens a file like open(): modes r, w, a, x, with + and b/t.
 
@@ -341,7 +361,7 @@ class Client:
             raise ValueError("binary mode doesn't take an encoding, errors or newline argument")
         if buffering == 0 and not binary:
             raise ValueError("can't have unbuffered text I/O")
-        nf = self.native.open(path, flags, perm)
+        nf = self.native.open(_fs(path), flags, perm)
         raw = WeftFile(nf, path, mode, readable, writable, append)
         if buffering == 0:
             return raw
@@ -362,11 +382,11 @@ class Client:
             raw.close()
             raise
 
-    def read_file(self, path: str) -> bytes:
+    def read_file(self, path) -> bytes:
         with self.open(path, "rb", buffering=0) as f:
             return f.readall()
 
-    def write_file(self, path: str, data, fsync: bool = False) -> None:
+    def write_file(self, path, data, fsync: bool = False) -> None:
         with self.open(path, "wb", buffering=0) as f:
             view = memoryview(data).cast("B")
             while view:
@@ -388,7 +408,7 @@ class Client:
 
         requests = list(requests)
         paths = list(dict.fromkeys(r[0] for r in requests))
-        inodes = dict(zip(paths, self.native.stat_many(paths)))
+        inodes = dict(zip(paths, self.native.stat_many([_fs(p) for p in paths])))
         specs, arrays, failed = [], [], {}
         for i, (path, offset, length) in enumerate(requests):
             n = inodes[path]
@@ -425,68 +445,78 @@ class Client:
         return self.native.read_batch(specs)
 
     # ---- namespace ----
-    def stat(self, path: str, follow_symlinks: bool = True) -> os.stat_result:
-        return stat_result(self.native.stat(path, follow_symlinks))
+    def stat(self, path, follow_symlinks: bool = True) -> os.stat_result:
+        return stat_result(self.native.stat(_fs(path), follow_symlinks))
 
-    def lstat(self, path: str) -> os.stat_result:
+    def lstat(self, path) -> os.stat_result:
         return self.stat(path, follow_symlinks=False)
 
-    def inode(self, path: str, follow_symlinks: bool = True):
+    def inode(self, path, follow_symlinks: bool = True):
         """The native Inode (ino, size, layout, ...) of a path."""
-        return self.native.stat(path, follow_symlinks)
+        return self.native.stat(_fs(path), follow_symlinks)
 
-    def exists(self, path: str) -> bool:
-        return self.native.exists(path, True)
-
-    def isdir(self, path: str) -> bool:
+    def exists(self, path) -> bool:
         try:
-            return self.native.stat(path, True).is_dir()
+            p = _fs(path)
+        except FileNotFoundError:
+            return False
+        return self.native.exists(p, True)
+
+    def isdir(self, path) -> bool:
+        try:
+            return self.native.stat(_fs(path), True).is_dir()
         except (FileNotFoundError, NotADirectoryError):
             return False
 
-    def isfile(self, path: str) -> bool:
+    def isfile(self, path) -> bool:
         try:
-            return self.native.stat(path, True).is_file()
+            return self.native.stat(_fs(path), True).is_file()
         except (FileNotFoundError, NotADirectoryError):
             return False
 
-    def listdir(self, path: str = "/") -> list[str]:
-        return self.native.listdir(path)
+    def listdir(self, path="/") -> list:
+        """Names in directory `path`: str (os.fsdecode), or bytes for a bytes path, as os.listdir."""
+        names = self.native.listdir(_fs(path))
+        return names if isinstance(os.fspath(path), bytes) else [os.fsdecode(n) for n in names]
 
-    def scandir(self, path: str = "/") -> list[DirEntry]:
-        return [DirEntry(path, name, n) for name, n in self.native.scandir(path)]
+    def scandir(self, path="/") -> list[DirEntry]:
+        p = os.fspath(path)
+        return [DirEntry(p, _name_like(p, name), n) for name, n in self.native.scandir(_fs(p))]
 
-    def walk(self, top: str = "/"):
+    def walk(self, top="/"):
         """Like os.walk (top-down, symlinks not followed)."""
+        top = os.fspath(top)
         entries = self.scandir(top)
         dirs = [e.name for e in entries if e.is_dir()]
         files = [e.name for e in entries if not e.is_dir()]
         yield top, dirs, files
+        sep = b"/" if isinstance(top, bytes) else "/"
         for d in dirs:
-            yield from self.walk(top.rstrip("/") + "/" + d)
+            yield from self.walk(top.rstrip(sep) + sep + d)
 
-    def makedirs(self, path: str, mode: int = 0o755, exist_ok: bool = False) -> None:
+    def makedirs(self, path, mode: int = 0o755, exist_ok: bool = False) -> None:
+        p = _fs(path)
         try:
-            n = self.native.stat(path, True)
+            n = self.native.stat(p, True)
         except (FileNotFoundError, NotADirectoryError):
             n = None
         if n is not None and (not exist_ok or not n.is_dir()):
             raise FileExistsError(17, "File exists", path)
-        self.native.mkdirs(path, mode)
+        self.native.mkdirs(p, mode)
 
-    def mkdir(self, path: str, mode: int = 0o755) -> None:
-        self.native.mkdir(path, mode)
+    def mkdir(self, path, mode: int = 0o755) -> None:
+        self.native.mkdir(_fs(path), mode)
 
-    def remove(self, path: str) -> None:
+    def remove(self, path) -> None:
         """Removes a file or symlink (IsADirectoryError on a directory)."""
-        self.native.remove(path, False)
+        self.native.remove(_fs(path), False)
 
     unlink = remove
 
-    def rmdir(self, path: str) -> None:
-        self.native.remove(path, True)
+    def rmdir(self, path) -> None:
+        self.native.remove(_fs(path), True)
 
-    def rmtree(self, path: str) -> None:
+    def rmtree(self, path) -> None:
         """Removes directory `path` and everything under it. Symlinks inside
         are removed, never followed; `path` itself may not be one (as
         shutil.rmtree: listing through it would empty the directory it names).
@@ -494,48 +524,54 @@ class Client:
         component is "." or ".." (OSError EINVAL): relative names resolve from
         the root, so "", "." or "a/.." would empty the whole cluster. An
         empty path is FileNotFoundError, as for shutil.rmtree."""
-        if not path:
-            raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
-        last = path.rstrip("/").rpartition("/")[2]
-        if last in (".", ".."):
+        p = _fs(path)
+        last = p.rstrip(b"/").rpartition(b"/")[2]
+        if last in (b".", b".."):
             raise OSError(errno.EINVAL, "Invalid argument (rmtree refuses to remove '.' or '..')", path)
-        n = self.native.stat(path, False)
+        n = self.native.stat(p, False)
         if n.is_symlink():
             raise OSError(errno.ELOOP, "rmtree of a symbolic link (not followed)", path)
         if n.ino == _native.ROOT_INO:
             raise OSError(errno.EINVAL, "Invalid argument (rmtree refuses to remove the root)", path)
-        for e in self.scandir(path):
-            if e.is_dir():
-                self.rmtree(e.path)
-            else:
-                self.remove(e.path)
-        self.rmdir(path)
+        self._rmtree_below(p)
+        self.native.remove(p, True)
 
-    def rename(self, src: str, dst: str, *, exchange: bool = False, noreplace: bool = False) -> None:
+    def _rmtree_below(self, p: bytes) -> None:
+        for name, n in self.native.scandir(p):
+            child = p.rstrip(b"/") + b"/" + name
+            if n.is_dir():
+                self._rmtree_below(child)
+                self.native.remove(child, True)
+            else:
+                self.native.remove(child, False)
+
+    def rename(self, src, dst, *, exchange: bool = False, noreplace: bool = False) -> None:
         """Renames src to dst, replacing dst (a file, or an empty directory)
         as os.rename does; exchange=True swaps the two atomically (both must
         exist); noreplace=True fails with FileExistsError if dst exists."""
         if exchange and noreplace:
             raise ValueError("exchange and noreplace exclude each other")
         flags = _native.RENAME_EXCHANGE if exchange else _native.RENAME_NOREPLACE if noreplace else 0
-        self.native.rename(src, dst, flags)
+        self.native.rename(_fs(src), _fs(dst), flags)
 
     replace = rename
 
-    def symlink(self, target: str, path: str) -> None:
-        self.native.symlink(target, path)
+    def symlink(self, target, path) -> None:
+        self.native.symlink(os.fsencode(target), _fs(path))
 
-    def readlink(self, path: str) -> str:
-        return self.native.readlink(path)
+    def readlink(self, path):
+        """The target: str (os.fsdecode), or bytes for a bytes path, as os.readlink."""
+        return _name_like(os.fspath(path), self.native.readlink(_fs(path)))
 
-    def get_layout(self, path: str) -> dict:
-        c, s, t, f, seed = self.native.get_layout(path)
+    def get_layout(self, path) -> dict:
+        c, s, t, f, seed = self.native.get_layout(_fs(path))
         return dict(chunk_bytes=c, stripe_count=s, chain_table_id=t, first_chain=f, shuffle_seed=seed)
 
-    def set_layout(self, path: str, chunk_bytes: int | None = None, stripe_count: int | None = None) -> None:
+    def set_layout(self, path, chunk_bytes: int | None = None, stripe_count: int | None = None) -> None:
         """Sets the layout new files of directory `path` get."""
-        c, s, t, f, seed = self.native.get_layout(path)
-        self.native.set_layout(path, (chunk_bytes or c, stripe_count or s, t, f, seed))
+        p = _fs(path)
+        c, s, t, f, seed = self.native.get_layout(p)
+        self.native.set_layout(p, (chunk_bytes or c, stripe_count or s, t, f, seed))
 
 
 def _reconnect(args):

@@ -246,9 +246,10 @@ class FileDataset(_BatchedDataset):
     afterwards are read at their listed size.
     """
 
-    def __init__(self, root: str, client=None, transform=None, recursive: bool = True, suffix: str | None = None,
+    def __init__(self, root, client=None, transform=None, recursive: bool = True, suffix: str | None = None,
                  output: str = "numpy", prefetch: bool = True):
         super().__init__(client, transform, output, prefetch)
+        root = os.fsdecode(root)  # str, bytes or os.PathLike; names decoded as os.fsdecode does
         self.root = root
         found = []
         stack = [root]
@@ -274,10 +275,10 @@ class ShardDataset(_BatchedDataset):
 
     def __init__(self, records, client=None, transform=None, output: str = "numpy", prefetch: bool = True):
         super().__init__(client, transform, output, prefetch)
-        records = [(str(p), int(o), int(n)) for p, o, n in records]
+        records = [(os.fsdecode(p), int(o), int(n)) for p, o, n in records]
         paths = list(dict.fromkeys(p for p, _, _ in records))
         inodes = {}
-        for p, n in zip(paths, self.client.native.stat_many(paths)):
+        for p, n in zip(paths, self.client.native.stat_many([_weft._fs(p) for p in paths])):
             if isinstance(n, tuple):
                 raise OSError(n[0], f"{os.strerror(n[0])} ({n[1]})", p)
             if n.is_dir():
@@ -310,7 +311,8 @@ _PIECE = 8 << 20          # bytes per native write / read
 _READ_BATCH_BYTES = 32 << 20   # per read_batch call (under the 80 MiB RPC payload limit per server)
 
 
-def _split(path: str):
+def _split(path):
+    path = os.fsdecode(path)  # str, bytes or os.PathLike
     path = "/" + "/".join(p for p in path.split("/") if p)
     if path == "/":
         raise ValueError("a checkpoint cannot be the root directory")
@@ -386,7 +388,7 @@ def _write_all(nf, view, offset):
         offset += n
 
 
-def save(obj, path: str, client=None, threads: int = 8) -> None:
+def save(obj, path, client=None, threads: int = 8) -> None:
     """Saves `obj` (a state dict, or any picklable object holding tensors) as
     checkpoint directory `path`, durably and atomically (see module doc).
 
@@ -515,7 +517,7 @@ def _publish(client, tmp: str, path: str) -> None:
         pass
 
 
-def load(path: str, client=None, map_location=None, threads: int = 4):
+def load(path, client=None, map_location=None, threads: int = 4):
     """Loads a checkpoint written by save(); tensors are read in parallel
     batched requests straight into their memory. map_location: a device (or
     anything Tensor.to accepts) to move tensors to."""
