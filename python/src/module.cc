@@ -9,17 +9,27 @@
 //     (bumped by pthread_atfork in the child) tells each object whether it was
 //     made in this process; an object from before the fork is leaked, never
 //     destroyed (its destructor would join threads that are gone and take
-//     locks that may be held forever), and a Client reconnects lazily.
+//     locks that may be held forever), and a Client reconnects lazily;
+//   - interpreter exit: a daemon thread still inside a call when Python
+//     finalizes would be ended (pthread_exit) by re-taking the GIL, and that
+//     unwinding through a C++ destructor aborts the process. An atexit hook
+//     (the last Python code before finalization) makes every other thread
+//     that leaves or enters a call from then on wait forever without the GIL
+//     instead (the process is ending; Python 3.14 does the same to its own
+//     threads), and waits for those already re-taking the GIL. See GilRelease.
 #include <fcntl.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -41,8 +51,71 @@ using weft::Code;
 using weft::Status;
 
 std::atomic<uint64_t> g_fork_generation{0};
-void after_fork_in_child() { g_fork_generation.fetch_add(1, std::memory_order_relaxed); }
+// Interpreter exit (at_exit): set by the atexit hook; threads re-taking the
+// GIL at that moment (counted) are let through first.
+std::atomic<bool> g_exiting{false};
+std::atomic<std::thread::id> g_exit_thread{};
+std::atomic<int> g_reacquiring{0};
+
+void after_fork_in_child() {
+  g_fork_generation.fetch_add(1, std::memory_order_relaxed);
+  g_reacquiring.store(0);  // the parent's threads do not exist here
+}
 uint64_t fork_generation() { return g_fork_generation.load(std::memory_order_relaxed); }
+
+// After the atexit hook, every thread but the one finalizing Python.
+bool must_park() { return g_exiting.load() && std::this_thread::get_id() != g_exit_thread.load(); }
+
+[[noreturn]] void park_forever() {
+  for (;;) pause();
+}
+
+// py::gil_scoped_release, made safe at interpreter exit: a thread that would
+// take the GIL again after the atexit hook (when Python may be finalizing:
+// PyEval_RestoreThread would end the thread by unwinding through this
+// noexcept destructor, and std::terminate aborts the process) waits forever
+// without it instead; so does one starting a call then (it has released the
+// GIL first). The finalizing thread itself goes on.
+class GilRelease {
+ public:
+  GilRelease() {
+    if (must_park()) {
+      PyEval_SaveThread();
+      park_forever();
+    }
+    state_ = PyEval_SaveThread();
+  }
+  GilRelease(const GilRelease&) = delete;
+  GilRelease& operator=(const GilRelease&) = delete;
+  ~GilRelease() {
+    // Counted before the check, so that the hook, which sets g_exiting before
+    // reading the count, either is seen here or waits for this thread.
+    g_reacquiring.fetch_add(1);
+    if (must_park()) {
+      g_reacquiring.fetch_sub(1);
+      park_forever();
+    }
+    PyEval_RestoreThread(state_);
+    g_reacquiring.fetch_sub(1);
+  }
+
+ private:
+  PyThreadState* state_ = nullptr;
+};
+
+// The atexit hook (registered when the module loads; runs with the GIL, after
+// Python joined its non-daemon threads and before it finalizes).
+void at_exit() {
+  g_exit_thread.store(std::this_thread::get_id());
+  g_exiting.store(true);
+  if (g_reacquiring.load() == 0) return;
+  PyThreadState* state = PyEval_SaveThread();
+  // They only wait for the GIL, now free; bounded all the same.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (g_reacquiring.load() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  PyEval_RestoreThread(state);
+}
 
 // Names are bytes (a name need not be UTF-8): the Python side passes paths
 // as bytes (os.fsencode) and gets names as bytes, decoding them as os does.
@@ -166,7 +239,7 @@ class PyFile {
       return;
     }
     if (file_) {
-      py::gil_scoped_release nogil;
+      GilRelease nogil;
       file_.reset();
       conn_.reset();
     }
@@ -177,7 +250,7 @@ class PyFile {
     BufferView b(buffer, true);
     weft::Result<size_t> r;
     {
-      py::gil_scoped_release nogil;
+      GilRelease nogil;
       r = f->pread(std::span<std::byte>(b.data(), b.size()), offset);
     }
     return check(std::move(r), path_);
@@ -188,7 +261,7 @@ class PyFile {
     BufferView b(buffer, false);
     weft::Result<size_t> r;
     {
-      py::gil_scoped_release nogil;
+      GilRelease nogil;
       r = f->pwrite(std::span<const std::byte>(b.data(), b.size()), offset);
     }
     return check(std::move(r), path_);
@@ -199,7 +272,7 @@ class PyFile {
     auto f = usable();
     weft::Result<uint64_t> r;
     {
-      py::gil_scoped_release nogil;
+      GilRelease nogil;
       r = f->refresh_size();
     }
     return check(std::move(r), path_);
@@ -219,7 +292,7 @@ class PyFile {
     std::shared_ptr<weft::File> f = std::move(file_);
     weft::Result<void> r;
     {
-      py::gil_scoped_release nogil;
+      GilRelease nogil;
       r = f->close();
       f.reset();
       conn_.reset();
@@ -245,7 +318,7 @@ class PyFile {
     auto f = usable();
     weft::Result<void> r;
     {
-      py::gil_scoped_release nogil;
+      GilRelease nogil;
       r = fn(*f);
     }
     check(std::move(r), path_);
@@ -282,7 +355,7 @@ class PyClient {
       drop(conn_, conn_->generation);
       return;
     }
-    py::gil_scoped_release nogil;
+    GilRelease nogil;
     conn_.reset();
   }
 
@@ -293,7 +366,7 @@ class PyClient {
     auto c = conn();
     weft::Result<std::shared_ptr<weft::File>> r;
     {
-      py::gil_scoped_release nogil;
+      GilRelease nogil;
       r = c->client->open_path(c->client->default_cred(), path, flags, mode);
     }
     return std::make_unique<PyFile>(c, check(std::move(r), path), path);
@@ -304,7 +377,7 @@ class PyClient {
     auto c = conn();
     weft::Result<weft::Inode> r;
     {
-      py::gil_scoped_release nogil;
+      GilRelease nogil;
       r = c->client->resolve(c->client->default_cred(), path, follow);
     }
     return check(std::move(r), path);
@@ -316,7 +389,7 @@ class PyClient {
     std::vector<weft::Result<weft::Inode>> out;
     out.reserve(paths.size());
     {
-      py::gil_scoped_release nogil;
+      GilRelease nogil;
       for (const auto& p : paths) out.push_back(c->client->resolve(c->client->default_cred(), p, follow));
     }
     py::list result;
@@ -331,7 +404,7 @@ class PyClient {
     auto c = conn();
     weft::Result<weft::Inode> r;
     {
-      py::gil_scoped_release nogil;
+      GilRelease nogil;
       r = c->client->resolve(c->client->default_cred(), path, follow);
     }
     if (r) return true;
@@ -344,7 +417,7 @@ class PyClient {
     auto c = conn();
     weft::Result<std::vector<weft::DirEntry>> r;
     {
-      py::gil_scoped_release nogil;
+      GilRelease nogil;
       r = c->client->list_path(c->client->default_cred(), path);
     }
     if (!r) raise_status(r.error(), path);
@@ -358,7 +431,7 @@ class PyClient {
     auto c = conn();
     weft::Result<std::vector<weft::DirEntry>> r;
     {
-      py::gil_scoped_release nogil;
+      GilRelease nogil;
       r = c->client->list_path(c->client->default_cred(), path);
     }
     if (!r) raise_status(r.error(), path);
@@ -371,7 +444,7 @@ class PyClient {
     auto c = conn();
     weft::Result<void> r;
     {
-      py::gil_scoped_release nogil;
+      GilRelease nogil;
       r = c->client->mkdirs(c->client->default_cred(), path, mode);
     }
     check(std::move(r), path);
@@ -382,7 +455,7 @@ class PyClient {
     auto c = conn();
     weft::Result<weft::Inode> r;
     {
-      py::gil_scoped_release nogil;
+      GilRelease nogil;
       const auto& cred = c->client->default_cred();
       auto parent = resolve_dir(*c->client, parent_path);
       if (!parent) r = std::unexpected(parent.error());
@@ -397,7 +470,7 @@ class PyClient {
     auto c = conn();
     weft::Result<void> r;
     {
-      py::gil_scoped_release nogil;
+      GilRelease nogil;
       r = remove_locked(*c->client, parent_path, name, directory);
     }
     check(std::move(r), path);
@@ -410,7 +483,7 @@ class PyClient {
     auto c = conn();
     weft::Result<void> r;
     {
-      py::gil_scoped_release nogil;
+      GilRelease nogil;
       r = [&]() -> weft::Result<void> {
         WEFT_TRY(weft::Inode src, resolve_dir(*c->client, from_parent));
         WEFT_TRY(weft::Inode dst, resolve_dir(*c->client, to_parent));
@@ -426,7 +499,7 @@ class PyClient {
     auto c = conn();
     weft::Result<weft::Inode> r;
     {
-      py::gil_scoped_release nogil;
+      GilRelease nogil;
       auto parent = resolve_dir(*c->client, parent_path);
       if (!parent) r = std::unexpected(parent.error());
       else r = c->client->symlink(c->client->default_cred(), parent->ino, name, target);
@@ -439,7 +512,7 @@ class PyClient {
     auto c = conn();
     weft::Result<std::string> r;
     {
-      py::gil_scoped_release nogil;
+      GilRelease nogil;
       r = [&]() -> weft::Result<std::string> {
         WEFT_TRY(weft::Inode n, c->client->resolve(c->client->default_cred(), path, false));
         if (!n.is_symlink()) return weft::error(Code::kInvalidArgument, "not a symbolic link");
@@ -453,7 +526,7 @@ class PyClient {
     auto c = conn();
     weft::Result<weft::Layout> r;
     {
-      py::gil_scoped_release nogil;
+      GilRelease nogil;
       r = [&]() -> weft::Result<weft::Layout> {
         WEFT_TRY(weft::Inode n, c->client->resolve(c->client->default_cred(), path, true));
         if (!n.is_dir()) return n.layout;
@@ -467,7 +540,7 @@ class PyClient {
     auto c = conn();
     weft::Result<void> r;
     {
-      py::gil_scoped_release nogil;
+      GilRelease nogil;
       r = [&]() -> weft::Result<void> {
         WEFT_TRY(weft::Inode n, resolve_dir(*c->client, path));
         return c->client->set_layout(c->client->default_cred(), n.ino, from_tuple(layout));
@@ -497,7 +570,7 @@ class PyClient {
     }
     std::vector<weft::Result<size_t>> results;
     {
-      py::gil_scoped_release nogil;
+      GilRelease nogil;
       results = c->client->read_batch(c->client->default_cred(), ops);
     }
     py::list out;
@@ -515,7 +588,7 @@ class PyClient {
     if (conn_) drop(conn_, conn_->generation);
     weft::Result<std::unique_ptr<weft::Client>> r;
     {
-      py::gil_scoped_release nogil;
+      GilRelease nogil;
       r = weft::Client::connect(options_);
     }
     if (!r) {
@@ -531,7 +604,7 @@ class PyClient {
     c->generation = fork_generation();
     if (conn_ && conn_->generation == fork_generation()) {
       // Another thread connected meanwhile: keep its connection.
-      py::gil_scoped_release nogil;
+      GilRelease nogil;
       c.reset();
       return conn_;
     }
@@ -568,6 +641,7 @@ PYBIND11_MODULE(_native, m) {
   m.doc() = "libweft, the native client of a Weft cluster (use the weft package, not this module)";
   static bool atfork_registered = [] { return pthread_atfork(nullptr, nullptr, after_fork_in_child) == 0; }();
   (void)atfork_registered;
+  py::module_::import("atexit").attr("register")(py::cpp_function(&at_exit));
 
   m.attr("O_RDONLY") = O_RDONLY;
   m.attr("O_WRONLY") = O_WRONLY;

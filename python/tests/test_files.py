@@ -5,6 +5,8 @@ import io
 import os
 import pathlib
 import stat
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -325,3 +327,39 @@ def test_native_file_dropped_without_close_keeps_its_data(client, root):
             break
         time.sleep(0.02)
     assert client.read_file(f"{root}/dropped.bin") == data
+
+
+_EXIT_SCRIPT = """
+import os, sys, threading, time
+import weft
+c = weft.connect()
+root = sys.argv[1]
+c.write_file(root + "/big", os.urandom(4 << 20))
+def busy(k):
+    while True:
+        c.read_file(root + "/big")
+        c.write_file(f"{root}/w{k}", b"w" * (1 << 20))
+        c.listdir(root)
+for k in range(3):
+    threading.Thread(target=busy, args=(k,), daemon=True).start()
+def last_write():  # not a daemon: Python waits for it before exiting
+    time.sleep(0.3)
+    c.write_file(root + "/last", b"done")
+threading.Thread(target=last_write).start()
+time.sleep(0.5)
+"""
+
+
+def test_exit_with_daemon_threads_in_calls(client, cluster, root):
+    # A daemon thread inside a call when the interpreter exits used to abort
+    # the process ("terminate called without an active exception", rc 134):
+    # re-taking the GIL during finalization ends the thread by unwinding
+    # through a noexcept destructor.
+    env = dict(os.environ, WEFT_CONFIG=str(cluster / "client.toml"))
+    for i in range(4):
+        d = f"{root}/{i}"
+        client.makedirs(d)
+        r = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT, d], capture_output=True, text=True, timeout=120,
+                           env=env)
+        assert r.returncode == 0, (i, r.returncode, r.stderr[-2000:])
+        assert client.read_file(f"{d}/last") == b"done"
