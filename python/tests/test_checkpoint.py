@@ -198,3 +198,40 @@ def test_non_utf8_sibling_and_path_types(client, root):
     assert ds.paths[-1] == f"{root}/{ff}" and ds[len(ds) - 1] == b"x"
     shards = wt.ShardDataset([(pathlib.PurePosixPath(root) / ff, 0, 1)], client=client, output="bytes")
     assert shards[0] == b"x"
+
+
+def test_conj_neg_memory_format_and_map_location(client, root):
+    z = torch.randn(6, dtype=torch.cfloat, generator=torch.Generator().manual_seed(3))
+    cl = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    cl3 = torch.randn(2, 3, 2, 4, 5).to(memory_format=torch.channels_last_3d)
+    obj = {"conj": z.conj(), "neg": z.conj().imag, "cl": cl, "cl3": cl3, "t": torch.arange(12.).reshape(3, 4).t(),
+           "expanded": torch.ones(3, 1).expand(3, 4)}
+    wt.save(obj, f"{root}/ck", client=client)  # a conjugate (or negative) view used to raise
+    back = wt.load(f"{root}/ck", client=client)
+    for k, v in obj.items():
+        assert back[k].dtype == v.dtype and back[k].shape == v.shape and torch.equal(back[k], v), k
+    assert not back["conj"].is_conj() and not back["neg"].is_neg()
+    # The memory order of permuted dense tensors is kept, as torch.load does.
+    assert back["cl"].is_contiguous(memory_format=torch.channels_last) and not back["cl"].is_contiguous()
+    assert back["cl3"].is_contiguous(memory_format=torch.channels_last_3d)
+    assert back["t"].stride() == obj["t"].stride()
+    assert back["expanded"].is_contiguous()
+
+    # map_location in every form torch.load takes.
+    for loc in ("cpu", torch.device("cpu"), {"cpu": "cpu"}, {"cuda:0": "cpu"}):
+        got = wt.load(f"{root}/ck", client=client, map_location=loc)
+        assert torch.equal(got["cl"], cl) and got["cl"].device.type == "cpu", loc
+    seen = []
+
+    def keep(storage, location):
+        seen.append(location)
+        return storage
+
+    got = wt.load(f"{root}/ck", client=client, map_location=keep)
+    assert torch.equal(got["conj"], z.conj()) and seen == ["cpu"] * len(obj)
+    got = wt.load(f"{root}/ck", client=client, map_location=lambda storage, location: None)
+    assert torch.equal(got["t"], obj["t"])
+    got = wt.load(f"{root}/ck", client=client, map_location=lambda storage, location: storage.cpu())
+    assert torch.equal(got["cl"], cl) and got["cl"].is_contiguous(memory_format=torch.channels_last)
+    with pytest.raises(TypeError):
+        wt.load(f"{root}/ck", client=client, map_location=3)

@@ -303,7 +303,13 @@ class ShardDataset(_BatchedDataset):
 # Checkpoints
 
 _FORMAT = "weft-checkpoint"
+# 1: every tensor stored in C order. 2: a tensor record may have "perm" (its
+# bytes are in the order of tensor.permute(perm), e.g. channels_last); written
+# only when some tensor has one, so that a reader of version 1 refuses it
+# rather than reading the bytes in the wrong order.
 _VERSION = 1
+_VERSION_PERM = 2
+_VERSIONS = (_VERSION, _VERSION_PERM)
 _MANIFEST = "manifest.pkl"
 _DATA = "data.bin"
 _ALIGN = 4096
@@ -328,6 +334,26 @@ def _dtype_from_name(name: str) -> torch.dtype:
     if not isinstance(dt, torch.dtype):
         raise ValueError(f"unknown dtype {name!r} in checkpoint")
     return dt
+
+
+def _dense_order(t: torch.Tensor):
+    """The permutation `perm` (a list) for which t.permute(perm) is contiguous,
+    when t is not contiguous but is one permuted (channels_last, a
+    transpose...); else None."""
+    if t.dim() < 2 or t.numel() <= 1 or t.is_contiguous():
+        return None
+    perm = sorted(range(t.dim()), key=lambda d: -t.stride(d))
+    return perm if t.permute(perm).is_contiguous() else None
+
+
+def _stored(t: torch.Tensor):
+    """(tensor whose C-order bytes are stored, perm or None): conjugate and
+    negative views resolved (their bits are not in the bytes); a permuted
+    dense tensor (channels_last...) is kept in its memory order, as
+    torch.save keeps strides."""
+    t = t.detach().resolve_conj().resolve_neg()
+    perm = _dense_order(t)
+    return (t.permute(perm) if perm else t), perm
 
 
 def _flat_bytes(t: torch.Tensor) -> np.ndarray:
@@ -358,11 +384,15 @@ class _Pickler(pickle.Pickler):
         key = id(obj)
         if key in self.seen:
             return ("weft-tensor", self.seen[key][0])
-        data = _flat_bytes(obj)
+        stored, perm = _stored(obj)
+        data = _flat_bytes(stored)
         index = len(self.records)
-        self.records.append(dict(offset=self.offset, nbytes=int(data.nbytes), dtype=str(obj.dtype),
-                                 shape=tuple(obj.shape), requires_grad=bool(obj.requires_grad),
-                                 parameter=isinstance(obj, torch.nn.Parameter)))
+        rec = dict(offset=self.offset, nbytes=int(data.nbytes), dtype=str(obj.dtype), shape=tuple(obj.shape),
+                   requires_grad=bool(obj.requires_grad), parameter=isinstance(obj, torch.nn.Parameter),
+                   device=str(obj.device))
+        if perm:
+            rec["perm"] = perm
+        self.records.append(rec)
         self.payloads.append(data)
         self.seen[key] = (index, obj)  # keeps obj alive so id() stays unique
         self.offset += (data.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
@@ -429,7 +459,8 @@ def save(obj, path, client=None, threads: int = 8) -> None:
         finally:
             nf.close()
 
-        manifest = dict(format=_FORMAT, version=_VERSION, data=_DATA, tensors=records, object=obj_buf.getvalue(),
+        version = _VERSION_PERM if any("perm" in r for r in records) else _VERSION
+        manifest = dict(format=_FORMAT, version=version, data=_DATA, tensors=records, object=obj_buf.getvalue(),
                         torch_version=torch.__version__)
         with client.open(f"{tmp}/{_MANIFEST}", "xb", buffering=0) as f:
             _write_all(f.native, memoryview(pickle.dumps(manifest, protocol=pickle.HIGHEST_PROTOCOL)), 0)
@@ -519,8 +550,16 @@ def _publish(client, tmp: str, path: str) -> None:
 
 def load(path, client=None, map_location=None, threads: int = 4):
     """Loads a checkpoint written by save(); tensors are read in parallel
-    batched requests straight into their memory. map_location: a device (or
-    anything Tensor.to accepts) to move tensors to."""
+    batched requests straight into their memory (on the CPU).
+
+    map_location, as torch.load takes it: None keeps every tensor on the CPU
+    (unlike torch.load, which puts it back where it was saved); a device
+    (str or torch.device) moves every tensor there; a dict maps a saved
+    location ("cuda:1") to another ("cpu"), other tensors going back where
+    they were saved; a callable(storage, location) returns the storage to use
+    (the CPU one given, or one it made, e.g. storage.cuda(0)) or None (back
+    where it was saved). The saved location of a checkpoint written before
+    locations were recorded is "cpu"."""
     client = _client(client)
     path, _, _ = _split(path)
     # A save may swap a new checkpoint directory in while this reads: the
@@ -548,13 +587,41 @@ def load(path, client=None, map_location=None, threads: int = 4):
 _LOAD_ATTEMPTS = 4
 
 
+def _untyped_storage(t: torch.Tensor):
+    f = getattr(t, "untyped_storage", None)  # torch >= 2.0
+    return f() if f is not None else t.storage().untyped()
+
+
+def _place(t: torch.Tensor, location: str, map_location) -> torch.Tensor:
+    """The CPU tensor t, saved at `location`, where map_location puts it (see load)."""
+    if map_location is None:
+        return t
+    if isinstance(map_location, (str, torch.device)):
+        return t.to(map_location)
+    if isinstance(map_location, dict):
+        return t.to(map_location.get(location, location))
+    if callable(map_location):
+        storage = _untyped_storage(t)
+        result = map_location(storage, location)
+        if result is None:
+            return t.to(location)
+        if result is storage:
+            return t
+        if isinstance(result, torch.storage.TypedStorage):
+            result = result.untyped()
+        return torch.empty(0, dtype=t.dtype, device=result.device).set_(result, t.storage_offset(), t.size(),
+                                                                        t.stride())
+    raise TypeError(f"map_location must be None, a str, a torch.device, a dict or a callable, "
+                    f"not {type(map_location).__name__}")
+
+
 def _load_once(client, path: str, map_location, threads: int):
     with client.open(f"{path}/{_MANIFEST}", "rb", buffering=0) as f:
         manifest = pickle.loads(f.readall())
     if manifest.get("format") != _FORMAT:
         raise ValueError(f"{path}: not a weft checkpoint")
-    if manifest.get("version") != _VERSION:
-        raise ValueError(f"{path}: checkpoint version {manifest.get('version')} (this reads {_VERSION})")
+    if manifest.get("version") not in _VERSIONS:
+        raise ValueError(f"{path}: checkpoint version {manifest.get('version')} (this reads {_VERSIONS})")
     records = manifest["tensors"]
     data_path = f"{path}/{manifest['data']}"
     node = client.inode(data_path)
@@ -594,9 +661,17 @@ def _load_once(client, path: str, map_location, threads: int):
     tensors = []
     for r, b in zip(records, buffers):
         dtype = _dtype_from_name(r["dtype"])
-        t = b.view(dtype).reshape(r["shape"]) if r["nbytes"] else torch.empty(r["shape"], dtype=dtype)
-        if map_location is not None:
-            t = t.to(map_location)
+        perm = r.get("perm")
+        if not r["nbytes"]:
+            t = torch.empty(r["shape"], dtype=dtype)
+        elif perm:
+            inverse = [0] * len(perm)
+            for i, d in enumerate(perm):
+                inverse[d] = i
+            t = b.view(dtype).reshape([r["shape"][d] for d in perm]).permute(inverse)
+        else:
+            t = b.view(dtype).reshape(r["shape"])
+        t = _place(t, r.get("device", "cpu"), map_location)
         if r.get("parameter"):
             t = torch.nn.Parameter(t, requires_grad=r.get("requires_grad", True))
         elif r.get("requires_grad") and (t.is_floating_point() or t.is_complex()):
