@@ -68,6 +68,38 @@ def test_prefetch_single_process(client, files):
     assert ds._state().executor is not None  # prefetch was used
 
 
+def test_dataloader_sampler_and_generator(client, files):
+    # The loader's sampler is the one batches come from (it used to be a
+    # SequentialSampler torch made, so loader.sampler.set_epoch failed), and
+    # the generator reaches torch's DataLoader (workers' base seed).
+    from torch.utils.data.distributed import DistributedSampler
+
+    root, sizes = files
+    ds = wt.FileDataset(root, client=client, transform=first_word)
+    sampler = DistributedSampler(ds, num_replicas=2, rank=0, shuffle=True, seed=5)
+    loader = wt.DataLoader(ds, batch_size=4, sampler=sampler, collate_fn=collate)
+    assert loader.sampler is sampler and isinstance(loader, torch.utils.data.DataLoader)
+    orders = []
+    for epoch in range(2):
+        loader.sampler.set_epoch(epoch)
+        order = [x[0] for b in loader for x in b]
+        assert order == [sizes[ds.paths[k]][0] for k in sampler], epoch
+        assert len(order) == len(ds) // 2
+        orders.append(order)
+    assert orders[0] != orders[1]  # set_epoch reshuffled
+    assert len(loader) == (len(ds) // 2 + 3) // 4
+
+    def run(seed):
+        g = torch.Generator().manual_seed(seed)
+        loader = wt.DataLoader(ds, batch_size=4, shuffle=True, generator=g, collate_fn=collate)
+        assert loader.generator is g and isinstance(loader.sampler, torch.utils.data.RandomSampler)
+        return [x[0] for b in loader for x in b]
+
+    assert run(1) == run(1) and run(1) != run(2)
+    with pytest.raises(ValueError):
+        wt.DataLoader(ds, shuffle=True, sampler=sampler)
+
+
 def first_word(a):
     return int.from_bytes(a[:4].tobytes(), "little"), hashlib.sha1(a).hexdigest(), len(a)
 

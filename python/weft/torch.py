@@ -119,17 +119,29 @@ class PrefetchBatchSampler(_data.Sampler):
         return n // self.batch_size if self.drop_last else (n + self.batch_size - 1) // self.batch_size
 
 
-def DataLoader(dataset, batch_size: int = 1, shuffle: bool = False, sampler=None, drop_last: bool = False,
-               num_workers: int = 0, generator=None, **kwargs):
+class DataLoader(_data.DataLoader):
     """torch.utils.data.DataLoader with a PrefetchBatchSampler (so that weft
-    datasets prefetch); other keyword arguments go to DataLoader."""
-    if sampler is None:
-        sampler = (_data.RandomSampler(dataset, generator=generator) if shuffle
-                   else _data.SequentialSampler(dataset))
-    elif shuffle:
-        raise ValueError("sampler and shuffle exclude each other")
-    batch_sampler = PrefetchBatchSampler(sampler, batch_size, drop_last, lookahead=max(1, num_workers))
-    return _data.DataLoader(dataset, batch_sampler=batch_sampler, num_workers=num_workers, **kwargs)
+    datasets prefetch); other keyword arguments go to DataLoader.
+
+    `sampler` (or the RandomSampler / SequentialSampler made from `shuffle`)
+    is the loader's `sampler`, as with torch's DataLoader (so that
+    loader.sampler.set_epoch(epoch) reaches a DistributedSampler); `generator`
+    goes to the RandomSampler and to DataLoader (workers' base seed)."""
+
+    def __init__(self, dataset, batch_size: int = 1, shuffle: bool = False, sampler=None, drop_last: bool = False,
+                 num_workers: int = 0, generator=None, **kwargs):
+        if sampler is None:
+            sampler = (_data.RandomSampler(dataset, generator=generator) if shuffle
+                       else _data.SequentialSampler(dataset))
+        elif shuffle:
+            raise ValueError("sampler and shuffle exclude each other")
+        batch_sampler = PrefetchBatchSampler(sampler, batch_size, drop_last, lookahead=max(1, num_workers))
+        super().__init__(dataset, batch_sampler=batch_sampler, num_workers=num_workers, generator=generator,
+                         **kwargs)
+        # A batch_sampler makes torch's DataLoader build a SequentialSampler
+        # of its own, which nothing iterates (and DataLoader refuses a new
+        # value once built): the sampler batches come from is the one shown.
+        object.__setattr__(self, "sampler", sampler)
 
 
 class _ProcessState:
