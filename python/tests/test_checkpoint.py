@@ -1,5 +1,6 @@
 """weft.torch.save/load: equality, atomic replace, a save killed halfway."""
 
+import errno
 import os
 import pathlib
 import signal
@@ -235,3 +236,24 @@ def test_conj_neg_memory_format_and_map_location(client, root):
     assert torch.equal(got["cl"], cl) and got["cl"].is_contiguous(memory_format=torch.channels_last)
     with pytest.raises(TypeError):
         wt.load(f"{root}/ck", client=client, map_location=3)
+
+
+def test_replace_succeeds_when_removing_the_old_one_fails(client, root, monkeypatch, caplog):
+    # Once the exchange has published the new checkpoint, the save is done: a
+    # failure removing the old one (now under the hidden name) used to make
+    # save raise (and its error path then removed what it could).
+    wt.save({"v": torch.full((100,), 1.0)}, f"{root}/ck", client=client)
+
+    def broken(path):
+        raise OSError(errno.EIO, "Input/output error (injected)", path)
+
+    monkeypatch.setattr(client, "rmtree", broken)
+    monkeypatch.setattr(client, "remove", broken)
+    with caplog.at_level("WARNING", logger="weft.torch"):
+        wt.save({"v": torch.full((100,), 2.0)}, f"{root}/ck", client=client)
+    assert "injected" in caplog.text
+    monkeypatch.undo()
+    assert torch.equal(wt.load(f"{root}/ck", client=client)["v"], torch.full((100,), 2.0))
+    left = [n for n in client.listdir(root) if n.startswith(".ck.tmp-")]
+    assert len(left) == 1  # the old checkpoint, for a later sweep
+    assert torch.equal(wt.load(f"{root}/{left[0]}", client=client)["v"], torch.full((100,), 1.0))

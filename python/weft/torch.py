@@ -31,6 +31,7 @@ import collections
 import concurrent.futures as _futures
 import errno
 import io
+import logging
 import os
 import pickle
 import socket
@@ -46,6 +47,8 @@ import torch.utils.data as _data
 import weft as _weft
 
 __all__ = ["FileDataset", "ShardDataset", "PrefetchBatchSampler", "DataLoader", "save", "load"]
+
+_log = logging.getLogger("weft.torch")
 
 _default = None
 _default_lock = threading.Lock()
@@ -550,7 +553,9 @@ def _publish(client, tmp: str, path: str) -> None:
     client.rename(tmp, path, exchange=True)
     # What `path` was, now under tmp: a symlink (or file) goes itself, never
     # what it points to. Another saver's sweep may remove it first (its mtime
-    # is the old checkpoint's): the save is done either way.
+    # is the old checkpoint's). The save is done either way: a failure here
+    # is logged, not raised (a later save's sweep removes what is left once
+    # this process is gone, or a day later).
     try:
         if stat.S_ISDIR(client.lstat(tmp).st_mode):
             client.rmtree(tmp)
@@ -558,6 +563,9 @@ def _publish(client, tmp: str, path: str) -> None:
             client.remove(tmp)
     except FileNotFoundError:
         pass
+    except Exception as e:
+        _log.warning("weft.torch.save: %s is published; removing the checkpoint it replaced (now %s) failed: %s",
+                     path, tmp, e)
 
 
 def load(path, client=None, map_location=None, threads: int = 4):
