@@ -78,3 +78,59 @@ sys.exit(5)
         shutil.rmtree(conf_dir)
     assert r.returncode == 0, r.stdout + r.stderr
     assert weft  # imported for the subprocess's PYTHONPATH
+
+
+_DOWN_SCRIPT = """
+import os, sys, time
+import weft
+c = weft.connect(config=sys.argv[1], retry_time=1, call_timeout=1)
+c.write_file("/f", b"x")
+f = c.open("/unflushed", "wb")
+f.write(b"x" * 100)  # in Python's buffer: flushed and closed at exit
+nf = c.native.open("/native", os.O_CREAT | os.O_WRONLY, 0o644)
+nf.pwrite(b"y" * 100, 0)  # in libweft's write-behind buffer
+print("ready", flush=True)
+sys.stdin.readline()
+t0 = time.monotonic()
+try:
+    c.stat("/f/none")
+except OSError as e:
+    print("failed after", time.monotonic() - t0, e.errno, flush=True)
+"""
+
+
+def test_retry_time_bounds_calls_and_exit_with_the_cluster_down(tmp_path):
+    # With libweft's defaults (10 s per attempt, 60 s of retries) a call
+    # blocks about a minute when the cluster is down, and the exit of a
+    # process with unclosed files about four: connect(retry_time=,
+    # call_timeout=) bounds both.
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    weft_bin = os.environ.get("WEFT_BIN") or shutil.which("weft")
+    data = tmp_path / "down"
+    r = subprocess.run([weft_bin, "up", "--data-dir", str(data), "--storage-servers", "1", "--targets-per-server", "1",
+                        "--replicas", "1"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    proc = None
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", _DOWN_SCRIPT, str(data / "client.toml")],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stdout.readline() == "ready\n", proc.communicate(timeout=60)
+        r = subprocess.run([weft_bin, "down", "--data-dir", str(data)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        t0 = time.monotonic()
+        out, err = proc.communicate("go\n", timeout=90)
+        took = time.monotonic() - t0
+        assert proc.returncode == 0, err[-2000:]
+        assert out.startswith("failed after"), out + err[-2000:]
+        assert float(out.split()[2]) < 10, out
+        assert took < 60, (took, err[-2000:])
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        subprocess.run([weft_bin, "down", "--data-dir", str(data)], capture_output=True, timeout=120)

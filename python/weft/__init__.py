@@ -39,7 +39,8 @@ DEFAULT_BUFFER_SIZE = 1 << 20
 
 
 def connect(addr: str | None = None, config: str | None = None, *, io_threads: int = 0,
-            write_buffer_bytes: int = 0, name: str = "weft-python", statahead_ttl: float = 0.0) -> "Client":
+            write_buffer_bytes: int = 0, name: str = "weft-python", statahead_ttl: float = 0.0,
+            call_timeout: float = 0.0, retry_time: float = 0.0) -> "Client":
     """Connects to a cluster.
 
     addr: mgmtd "host:port", overriding the config's list. config: the client
@@ -49,9 +50,15 @@ def connect(addr: str | None = None, config: str | None = None, *, io_threads: i
     a directory listing up to that old (no metadata round trip per file; a
     file another client changed within that time is opened as listed). For
     data sets that do not change while they are read. 0 (default): off.
+    call_timeout, retry_time: seconds (0: libweft's defaults, 10 and 60):
+    how long one attempt of a call may take, and how long a call retries
+    through failures. A call blocks (and Ctrl-C waits) up to about
+    retry_time + call_timeout when the cluster is unreachable, and so does
+    each unclosed file at interpreter exit: lower them to fail faster.
     """
     return Client(addr=addr, config=config, io_threads=io_threads,
-                  write_buffer_bytes=write_buffer_bytes, name=name, statahead_ttl=statahead_ttl)
+                  write_buffer_bytes=write_buffer_bytes, name=name, statahead_ttl=statahead_ttl,
+                  call_timeout=call_timeout, retry_time=retry_time)
 
 
 def _raise(err: int, message: str, path: str):
@@ -310,9 +317,11 @@ class Client:
     """A connection to a cluster. Thread-safe; picklable (reconnects); fork-safe."""
 
     def __init__(self, addr: str | None = None, config: str | None = None, *, io_threads: int = 0,
-                 write_buffer_bytes: int = 0, name: str = "weft-python", statahead_ttl: float = 0.0):
+                 write_buffer_bytes: int = 0, name: str = "weft-python", statahead_ttl: float = 0.0,
+                 call_timeout: float = 0.0, retry_time: float = 0.0):
         self._args = dict(addr=addr, config=config, io_threads=io_threads,
-                          write_buffer_bytes=write_buffer_bytes, name=name, statahead_ttl=statahead_ttl)
+                          write_buffer_bytes=write_buffer_bytes, name=name, statahead_ttl=statahead_ttl,
+                          call_timeout=call_timeout, retry_time=retry_time)
         self._lock = threading.Lock()
         self._native = None
         self._native_connect()
@@ -322,7 +331,8 @@ class Client:
         a = self._args
         self._native = _native.Client(config=a["config"] or "", cluster=a["addr"] or "",
                                       io_threads=a["io_threads"], write_buffer_bytes=a["write_buffer_bytes"],
-                                      name=a["name"], statahead_ttl=a["statahead_ttl"])
+                                      name=a["name"], statahead_ttl=a["statahead_ttl"],
+                                      call_timeout=a.get("call_timeout", 0.0), retry_time=a.get("retry_time", 0.0))
 
     @property
     def native(self):
