@@ -663,6 +663,9 @@ PYBIND11_MODULE(_native, m) {
   m.attr("RENAME_NOREPLACE") = static_cast<int>(weft::RenameFlags::kNoReplace);
   m.attr("RENAME_EXCHANGE") = static_cast<int>(weft::RenameFlags::kExchange);
   m.def("fork_generation", &fork_generation, "How many fork()s this process is away from where the module loaded.");
+  m.def("exiting", [] { return g_exiting.load(); },
+        "True once the interpreter exits (after the module's atexit hook): only the exiting thread may still "
+        "make calls, any other waits forever.");
 
   py::class_<weft::Inode>(m, "Inode")
       .def_readonly("ino", &weft::Inode::ino)

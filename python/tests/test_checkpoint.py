@@ -257,3 +257,28 @@ def test_replace_succeeds_when_removing_the_old_one_fails(client, root, monkeypa
     left = [n for n in client.listdir(root) if n.startswith(".ck.tmp-")]
     assert len(left) == 1  # the old checkpoint, for a later sweep
     assert torch.equal(wt.load(f"{root}/{left[0]}", client=client)["v"], torch.full((100,), 1.0))
+
+
+_ATEXIT_SCRIPT = """
+import atexit, sys
+def final():
+    import torch
+    import weft, weft.torch as wt
+    c = weft.connect()
+    w = torch.arange(10 << 20)  # several pieces and batches: the pools of save and load
+    wt.save({"w": w}, sys.argv[1], client=c, threads=4)
+    assert torch.equal(wt.load(sys.argv[1], client=c, threads=4)["w"], w)
+    print("saved", flush=True)
+atexit.register(final)
+import weft  # its atexit hook runs before final, registered earlier
+"""
+
+
+def test_save_and_load_in_an_atexit_hook(client, cluster, root):
+    # At exit no thread pool takes work (concurrent.futures refuses it, and
+    # the extension parks every thread but the exiting one): save and load
+    # then work in the calling thread.
+    env = dict(os.environ, WEFT_CONFIG=str(cluster / "client.toml"))
+    r = subprocess.run([sys.executable, "-c", _ATEXIT_SCRIPT, f"{root}/ck"], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0 and r.stdout == "saved\n", r.stdout + r.stderr[-2000:]

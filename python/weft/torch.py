@@ -240,10 +240,14 @@ class _BatchedDataset(_data.Dataset):
                 stride = info.num_workers if info is not None else 1
                 if len(upcoming) >= stride:
                     nxt = tuple(int(i) for i in upcoming[stride - 1])
-                    if nxt not in st.pending and all(0 <= i < n for i in nxt):
+                    if (nxt not in st.pending and all(0 <= i < n for i in nxt)
+                            and not _weft._native.exiting()):
                         if st.executor is None:
                             st.executor = _futures.ThreadPoolExecutor(1, thread_name_prefix="weft-prefetch")
-                        st.pending[nxt] = st.executor.submit(self._read, nxt)
+                        try:
+                            st.pending[nxt] = st.executor.submit(self._read, nxt)
+                        except RuntimeError:
+                            pass  # interpreter shutdown: no prefetch
                         while len(st.pending) > self._PENDING_MAX:
                             _, old = st.pending.popitem(last=False)
                             old.cancel()
@@ -426,6 +430,25 @@ class _Unpickler(pickle.Unpickler):
         return self.tensors[index]
 
 
+def _run_all(fn, calls, threads: int, prefix: str) -> None:
+    """fn(*args) for every args of `calls`: on a pool of up to `threads`
+    threads, or in this thread when threads <= 1 or the interpreter is exiting
+    (an atexit hook: concurrent.futures refuses new work then, and the
+    extension parks every thread but the exiting one)."""
+    jobs = []
+    if threads > 1 and len(calls) > 1 and not _weft._native.exiting():
+        with _futures.ThreadPoolExecutor(min(threads, len(calls)), thread_name_prefix=prefix) as pool:
+            try:
+                for args in calls:
+                    jobs.append(pool.submit(fn, *args))
+            except RuntimeError:
+                pass  # "cannot schedule new futures after interpreter shutdown": the rest here
+            for j in jobs:
+                j.result()
+    for args in calls[len(jobs):]:
+        fn(*args)
+
+
 def _write_all(nf, view, offset):
     while len(view):
         n = nf.pwrite(view, offset)
@@ -462,14 +485,12 @@ def save(obj, path, client=None, threads: int = 8) -> None:
                     nf.flush()
                     time.sleep(delay)
             else:
-                with _futures.ThreadPoolExecutor(max(1, threads), thread_name_prefix="weft-save") as pool:
-                    jobs = []
-                    for rec, data in zip(records, payloads):
-                        view = memoryview(data)
-                        for at in range(0, len(view), _PIECE):
-                            jobs.append(pool.submit(_write_all, nf, view[at:at + _PIECE], rec["offset"] + at))
-                    for j in jobs:
-                        j.result()
+                calls = []
+                for rec, data in zip(records, payloads):
+                    view = memoryview(data)
+                    for at in range(0, len(view), _PIECE):
+                        calls.append((nf, view[at:at + _PIECE], rec["offset"] + at))
+                _run_all(_write_all, calls, threads, "weft-save")
             nf.fsync()
         finally:
             nf.close()
@@ -670,13 +691,7 @@ def _load_once(client, path: str, map_location, threads: int):
                 raise OSError(5, f"Input/output error (checkpoint data ends early at offset {off + res})",
                               data_path)
 
-    if len(batches) <= 1 or threads <= 1:
-        for b in batches:
-            run(b)
-    else:
-        with _futures.ThreadPoolExecutor(min(threads, len(batches)), thread_name_prefix="weft-load") as pool:
-            for j in [pool.submit(run, b) for b in batches]:
-                j.result()
+    _run_all(run, [(b,) for b in batches], threads, "weft-load")
 
     tensors = []
     for r, b in zip(records, buffers):
