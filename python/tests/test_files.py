@@ -85,7 +85,19 @@ def test_modes(client, root):
     assert p in str(e.value)
     with client.open(p, "ab") as f:
         f.write(b" world")
+        assert f.tell() == 11
     assert client.read_file(p) == b"hello world"
+    # Two appenders of one client never write over each other.
+    with client.open(p, "ab", buffering=0) as a, client.open(p, "ab", buffering=0) as b:
+        for i in range(3):
+            a.write(b"[a%d]" % i)
+            b.write(b"[b%d]" % i)
+        assert (a.tell(), b.tell()) == (11 + 5 * 4, 11 + 6 * 4)  # each at the end of its own last write
+    got = client.read_file(p)
+    assert sorted(got[11 + 4 * k:15 + 4 * k] for k in range(6)) == [b"[a0]", b"[a1]", b"[a2]", b"[b0]", b"[b1]", b"[b2]"]
+    assert got[:11] == b"hello world"
+    with client.open(p, "wb") as f:
+        f.write(b"hello world")
     with client.open(p, "r+b") as f:
         f.seek(6)
         f.write(b"WORLD")

@@ -222,7 +222,12 @@ class WeftFile(io.RawIOBase):
         if not self._writable:
             raise io.UnsupportedOperation("not writable")
         if self._append:
+            # O_APPEND: libweft writes at the end of the file as this client
+            # knows it (every file object of it here included), whatever the
+            # offset; the position is then the end of that write.
+            n = self._f.pwrite(b, 0)
             self._pos = self._f.size()
+            return n
         n = self._f.pwrite(b, self._pos)
         self._pos += n
         return n

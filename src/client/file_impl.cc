@@ -209,9 +209,10 @@ bool FileImpl::in_flight_upto_locked(uint64_t gen) const {
 
 Result<void> FileImpl::flush_locked(std::unique_lock<std::mutex>& lock, bool for_read) {
   const uint64_t upto = write_gen_;
-  // The end of the writes since the last report, all numbered up to `upto`:
-  // the length this flush may report. Later writes count for the next one.
-  const uint64_t end = std::exchange(unreported_end_, 0);
+  // The end of the writes since the last report (all numbered up to `upto`):
+  // the length this flush may report. A flush running beside this one takes
+  // the same and reports it itself, so neither returns before it is reported.
+  const uint64_t end = unreported_end_;
   flush_upto_ = std::max(flush_upto_, upto);
   std::vector<uint64_t> indexes;
   for (auto& d : dirty_) indexes.push_back(d.first);
@@ -229,19 +230,14 @@ Result<void> FileImpl::report_length(std::unique_lock<std::mutex>& lock, uint64_
   const uint64_t length = std::min(end, written_end_);
   // A read needs the bytes on storage, and the length only if it grew.
   const bool report = length > reported_ || (!for_read && upto > reported_gen_);
-  if (!report) {
-    unreported_end_ = std::max(unreported_end_, end);  // for the next flush
-    return {};
-  }
+  if (!report) return {};
   lock.unlock();
   auto r = core_.meta->report_length(cred_, inode_.ino, session_id_, length);
   lock.lock();
-  if (!r) {
-    unreported_end_ = std::max(unreported_end_, end);
-    return error(r.error().with_context(fmt::format("report the length of file {}", inode_.ino)));
-  }
+  if (!r) return error(r.error().with_context(fmt::format("report the length of file {}", inode_.ino)));
   reported_ = std::max(reported_, length);
   reported_gen_ = std::max(reported_gen_, upto);
+  if (write_gen_ == upto) unreported_end_ = 0;  // else later writes keep theirs (and this end: harmless)
   size_ = std::max(size_, r->size);
   return {};
 }

@@ -128,7 +128,7 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   // with newer writes reports even a length meta already has (another
   // client may have cut the file under it since, and the write updates mtime).
   uint64_t reported_gen_ = 0;
-  uint64_t unreported_end_ = 0;  // GUARDED_BY(mu_): end of the writes since the last report (or its flush)
+  uint64_t unreported_end_ = 0;  // GUARDED_BY(mu_): end of the writes since the last report
 
   // Read-ahead: once reads are sequential, whole chunks from the one being
   // read onwards are fetched ahead (window doubling from 2 chunks up to
