@@ -169,10 +169,9 @@ void ClientConnection::start_call(MethodId method, std::string body, CallOptions
 // The timer waits for the earliest deadline (start_call cancels it when a
 // call with an earlier one arrives), not a fixed tick: a periodic tick per
 // connection woke an otherwise idle I/O thread hundreds of times a second.
-// Calls that cannot be aborted yet (payload landing, or being written) are
-// looked at again after kSweepRetry.
+// Every expired call leaves pending_ at once (expire), so the next wake-up
+// is always the earliest remaining deadline.
 Task<void> ClientConnection::sweep_deadlines() {
-  constexpr auto kSweepRetry = std::chrono::milliseconds(5);
   auto self = shared_from_this();
   std::vector<uint64_t> expired;
   while (!pending_.empty() && !closed()) {
@@ -180,34 +179,49 @@ Task<void> ClientConnection::sweep_deadlines() {
     auto next = SteadyClock::time_point::max();
     expired.clear();
     for (auto& [id, p] : pending_) {
-      if (p.abort_after_write) continue;
       if (p.deadline <= now)
         expired.push_back(id);
       else
         next = std::min(next, p.deadline);
     }
-    for (uint64_t id : expired) {
-      auto it = pending_.find(id);
-      if (it == pending_.end()) continue;
-      abort_call(id, Status(Code::kTimeout, fmt::format("call to {} timed out after {} ms", ep_.to_string(),
-                                                        it->second.timeout_ms)));
-    }
+    for (uint64_t id : expired) expire(id);
     if (pending_.empty() || closed()) break;
-    // Aborted calls may still be pending (see abort_call); so may calls whose write is in progress.
-    bool poll = !expired.empty() || next == SteadyClock::time_point::max();
-    sweep_timer_.expires_at(poll ? std::min(next, now + kSweepRetry) : next);
+    sweep_timer_.expires_at(next);
     co_await sweep_timer_.async_wait(use_nothrow);
   }
   sweeping_ = false;
+}
+
+// A call past its deadline whose reply payload is landing in the caller's
+// buffer, or whose request is being written from the caller's memory, cannot
+// just be dropped: the socket operation would go on using that memory after
+// the caller got its answer (and a peer that stalls mid-payload would keep
+// the call for ever). Closing the connection cancels the operation; on this
+// connection's one thread, no byte moves between close() and the cancelled
+// operation's completion. A call cancelled while its write was in progress
+// (abort_after_write) keeps its own status.
+void ClientConnection::expire(uint64_t id) {
+  auto it = pending_.find(id);
+  if (it == pending_.end()) return;
+  Pending& p = it->second;
+  Status why = p.abort_after_write ? *p.abort_after_write
+                                   : Status(Code::kTimeout, fmt::format("call to {} timed out after {} ms",
+                                                                        ep_.to_string(), p.timeout_ms));
+  const bool writing = p.frame && p.frame->state == OutFrame::State::kWriting;
+  if (!p.receiving && !writing) return abort_call(id, std::move(why));
+  p.on_close = std::move(why);
+  close(Status(Code::kDisconnected,
+               fmt::format("connection to {} closed: a call timed out after {} ms while its {}", ep_.to_string(),
+                           p.timeout_ms, p.receiving ? "reply was being received" : "request was being written")));
 }
 
 void ClientConnection::abort_call(uint64_t id, Status why) {
   auto it = pending_.find(id);
   if (it == pending_.end()) return;
   Pending& p = it->second;
-  if (p.receiving) return;  // the answer is landing in the caller's buffer: let it finish
+  if (p.receiving) return;  // the answer is landing in the caller's buffer: let it finish (or its deadline pass)
   if (p.frame && p.frame->state == OutFrame::State::kWriting) {
-    p.abort_after_write = std::move(why);  // caller memory is in a writev: finish it first
+    p.abort_after_write = std::move(why);  // caller memory is in a writev: finish it first (or the deadline pass)
     return;
   }
   if (p.frame && p.frame->state == OutFrame::State::kQueued) p.frame->dropped = true;
@@ -270,7 +284,7 @@ void ClientConnection::on_closed(const Status& why) {
   // close() cancelled every socket operation: no caller memory is in use any more.
   auto pending = std::move(pending_);
   pending_.clear();
-  for (auto& [id, p] : pending) p.done(error(close_status_));
+  for (auto& [id, p] : pending) p.done(error(p.on_close ? std::move(*p.on_close) : close_status_));
 }
 
 }  // namespace weft::rpc

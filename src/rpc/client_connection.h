@@ -6,6 +6,11 @@
 // Invariants: a pending call completes exactly once; its request payload is
 // not released to the caller while its frame is being written, and its
 // response destination is not released while the payload is being read.
+// A call whose deadline passes while one of those is in progress closes the
+// connection (the only way to stop a socket operation on caller memory; on
+// this one thread, close() cancels it before any further byte is copied):
+// that call fails with kTimeout, the others on the connection with
+// kDisconnected (retryable).
 #pragma once
 
 #include <atomic>
@@ -57,12 +62,14 @@ class ClientConnection final : public FrameStream {
     std::shared_ptr<OutFrame> frame;
     bool receiving = false;
     std::optional<Status> abort_after_write;
+    std::optional<Status> on_close;  // what this call fails with when the connection closes (else close_status_)
   };
 
   Task<void> run_connect();
   Task<Status> handshake();
   Task<void> sweep_deadlines();
   void abort_call(uint64_t id, Status why);
+  void expire(uint64_t id);  // the call's deadline passed
   void complete(uint64_t id, Result<RawResponse> r);
   void connect_failed(Status why);
 

@@ -232,6 +232,8 @@ Task<void> FrameStream::read_loop() {
         }
       }
     }
+    // Closed meanwhile (a deadline passed while the payload landed): its destination may be the caller's again.
+    if (closed_) co_return;
     if (rpos_ == rend_) rpos_ = rend_ = 0;
     on_frame(h, std::move(body), std::move(target));
     while (!closed_ && should_pause_reading()) {

@@ -8,6 +8,7 @@
 #include <asio/ip/tcp.hpp>
 #include <asio/read.hpp>
 #include <asio/write.hpp>
+#include <future>
 #include <thread>
 
 #include "proto/rpc.pb.h"
@@ -21,6 +22,81 @@ namespace weft::rpc {
 namespace {
 
 using testing::RawSocket;
+using namespace std::chrono_literals;
+
+// A server that answers the Hello and then runs a script on the socket, on
+// its own thread. hold() parks the script until the test is over.
+class FakeServer {
+ public:
+  using Script = std::function<void(FakeServer&, asio::ip::tcp::socket&)>;
+  explicit FakeServer(Script script)
+      : acceptor_(io_, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)),
+        port_(acceptor_.local_endpoint().port()),
+        released_(release_.get_future().share()) {
+    thread_ = std::thread([this, script = std::move(script)] {
+      asio::ip::tcp::socket s(io_);
+      acceptor_.accept(s);
+      FrameHeader h = read_request(s);
+      FrameHeader reply;
+      reply.flags = kFlagResponse;
+      reply.request_id = h.request_id;
+      send(s, reply);
+      script(*this, s);
+    });
+  }
+  ~FakeServer() {
+    release_.set_value();
+    thread_.join();
+  }
+  Endpoint ep() const { return Endpoint{"127.0.0.1", port_}; }
+
+  // Reads a request's header and body (not its payload).
+  static FrameHeader read_request(asio::ip::tcp::socket& s) {
+    std::byte hdr[kFrameHeaderSize];
+    asio::read(s, asio::buffer(hdr));
+    FrameHeader h;
+    EXPECT_EQ(decode_header(hdr, FrameLimits{}, &h), DecodeError::kOk);
+    std::string body(h.body_len, '\0');
+    asio::read(s, asio::buffer(body));
+    return h;
+  }
+  // Sends a header as is (its lengths say what is to follow) and `bytes`.
+  static void send(asio::ip::tcp::socket& s, const FrameHeader& h, const std::string& bytes = "") {
+    std::byte hdr[kFrameHeaderSize];
+    encode_header(h, hdr);
+    asio::write(s, asio::buffer(hdr));
+    if (!bytes.empty()) asio::write(s, asio::buffer(bytes));
+  }
+  static FrameHeader response_to(const FrameHeader& request) {
+    FrameHeader r;
+    r.flags = kFlagResponse;
+    r.method = request.method;
+    r.request_id = request.request_id;
+    return r;
+  }
+  // Keeps the connection as it is until the test ends.
+  void hold() { released_.wait_for(10s); }
+
+ private:
+  asio::io_context io_;
+  asio::ip::tcp::acceptor acceptor_;
+  uint16_t port_;
+  std::promise<void> release_;
+  std::shared_future<void> released_;
+  std::thread thread_;
+};
+
+// An echo call that owns its endpoint (call_raw only refers to it).
+Task<Result<RawResponse>> echo_raw(Client& client, Endpoint ep, CallOptions opts, std::string body) {
+  co_return co_await client.call_raw(ep, kEcho, std::move(body), std::move(opts));
+}
+
+// Starts a call on `client`'s first I/O thread; the future is ready when it completes.
+std::future<Result<RawResponse>> start_call(IoPool& io, Client& client, Endpoint ep, CallOptions opts,
+                                            std::string body = "") {
+  return asio::co_spawn(io.at(0).get_executor(), echo_raw(client, std::move(ep), std::move(opts), std::move(body)),
+                        asio::use_future);
+}
 
 class BadInput : public ::testing::Test {
  protected:
@@ -428,6 +504,61 @@ TEST(BadServer, GarbageFromServerFailsCalls) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code(), Code::kProtocol) << r.error();
   EXPECT_NE(r.error().message().find("malformed frame"), std::string::npos) << r.error();
+}
+
+// A server that sends a reply's header and the start of its payload, then
+// nothing more: the call, whose payload was landing in the caller's buffer,
+// still fails at its deadline (the connection is closed to stop the read),
+// and another call on that connection fails as disconnected (retryable).
+TEST(BadServer, AReplyPayloadThatStallsTimesOutTheCall) {
+  FakeServer fake([](FakeServer& f, asio::ip::tcp::socket& s) {
+    FrameHeader first = FakeServer::read_request(s);
+    FakeServer::read_request(s);  // the other call: never answered
+    FrameHeader r = FakeServer::response_to(first);
+    r.payload_len = 1 << 20;
+    FakeServer::send(s, r, std::string(1000, 'x'));
+    f.hold();
+  });
+  std::vector<std::byte> dest(1 << 20);
+  IoPool cio{1};
+  Client client(cio, ClientOptions{});
+  CallOptions stalls;
+  stalls.timeout_ms = 300;
+  stalls.response_payload = dest;
+  auto start = std::chrono::steady_clock::now();
+  auto a = start_call(cio, client, fake.ep(), std::move(stalls));
+  CallOptions other;
+  other.timeout_ms = 20000;
+  auto b = start_call(cio, client, fake.ep(), std::move(other));
+  ASSERT_EQ(a.wait_for(3s), std::future_status::ready) << "the call outlived its deadline by far";
+  auto ra = a.get();
+  auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(ra);
+  EXPECT_EQ(ra.error().code(), Code::kTimeout) << ra.error();
+  EXPECT_LT(took, 1s);
+  ASSERT_EQ(b.wait_for(3s), std::future_status::ready);
+  auto rb = b.get();
+  ASSERT_FALSE(rb);
+  EXPECT_EQ(rb.error().code(), Code::kDisconnected) << rb.error();
+}
+
+// A server that stops reading in the middle of a request's payload: the
+// call fails at its deadline instead of waiting for the write to finish.
+TEST(BadServer, ARequestPayloadThatCannotBeWrittenTimesOutTheCall) {
+  FakeServer fake([](FakeServer& f, asio::ip::tcp::socket&) { f.hold(); });
+  std::vector<std::byte> payload(32 << 20);  // more than the socket buffers take
+  IoPool cio{1};
+  Client client(cio, ClientOptions{});
+  CallOptions opts;
+  opts.timeout_ms = 300;
+  opts.payload.push_back(payload);
+  auto start = std::chrono::steady_clock::now();
+  auto f = start_call(cio, client, fake.ep(), std::move(opts));
+  ASSERT_EQ(f.wait_for(3s), std::future_status::ready) << "the call outlived its deadline by far";
+  auto r = f.get();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), Code::kTimeout) << r.error();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
 }
 
 }  // namespace
