@@ -243,6 +243,21 @@ void ClientConnection::on_frame_written(uint64_t call_id) {
   if (it->second.abort_after_write) complete(call_id, error(std::move(*it->second.abort_after_write)));
 }
 
+// A reply to a request not wholly written (queued, or in the middle of its
+// write) cannot be from a working server, and taking it would hand the
+// request's memory back to the caller while a writev still reads it (or a
+// queued frame is written later from it): the connection closes before the
+// reply's body or payload is read.
+Status ClientConnection::check_header(const FrameHeader& h) {
+  if (!h.is_response()) return {};  // on_frame closes
+  auto it = pending_.find(h.request_id);
+  if (it == pending_.end() || !it->second.frame || it->second.frame->state == OutFrame::State::kDone) return {};
+  std::string what =
+      fmt::format("{} answered call {} before its request was wholly written", ep_.to_string(), h.request_id);
+  it->second.on_close = Status(Code::kProtocol, what);
+  return Status(Code::kDisconnected, what);  // the other calls: retryable
+}
+
 PayloadTarget ClientConnection::payload_target(const FrameHeader& h) {
   auto it = pending_.find(h.request_id);
   if (it != pending_.end() && it->second.dest.size() >= h.payload_len && !it->second.abort_after_write) {

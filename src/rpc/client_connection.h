@@ -10,7 +10,9 @@
 // connection (the only way to stop a socket operation on caller memory; on
 // this one thread, close() cancels it before any further byte is copied):
 // that call fails with kTimeout, the others on the connection with
-// kDisconnected (retryable).
+// kDisconnected (retryable). A reply to a call whose request is not wholly
+// written yet (a broken peer) closes the connection too: that call fails
+// with kProtocol, the others with kDisconnected.
 #pragma once
 
 #include <atomic>
@@ -47,6 +49,7 @@ class ClientConnection final : public FrameStream {
   void start_call(MethodId method, std::string body, CallOptions options, Completion done);
 
  protected:
+  Status check_header(const FrameHeader& h) override;
   PayloadTarget payload_target(const FrameHeader& h) override;
   void on_frame(const FrameHeader& h, std::string body, PayloadTarget payload) override;
   void on_frame_written(uint64_t call_id) override;

@@ -24,17 +24,6 @@ struct TransferAllLarge {
   size_t operator()(const asio::error_code& ec, size_t) const { return ec ? 0 : 16u << 20; }
 };
 
-// The same for writes, noting when bytes moved: asio asks it after every
-// writev that moved some, so a slow reader's partial progress counts, not
-// only whole batches.
-struct TransferAllNotingProgress {
-  std::chrono::steady_clock::time_point* progress_at;
-  size_t operator()(const asio::error_code& ec, size_t written) const {
-    if (written > 0) *progress_at = std::chrono::steady_clock::now();
-    return ec ? 0 : 16u << 20;
-  }
-};
-
 std::string describe(const asio::ip::tcp::socket& s) {
   asio::error_code ec;
   auto ep = s.remote_endpoint(ec);
@@ -245,16 +234,28 @@ Task<void> FrameStream::read_loop() {
   }
 }
 
+// Writes batches of frames with non-blocking writev calls of its own,
+// waiting for the socket to take more when it is full (rather than through
+// asio::async_write): each call's count is known at once, in the handler
+// that made it, so a frame whose last byte went to the kernel is marked
+// kDone before any other handler runs, in particular before one that reads
+// an answer to it. (With async_write the completion of a writev could run
+// after a read made later: a real answer would look early.)
 Task<void> FrameStream::write_loop() {
   auto self = shared_from_this();
   write_progress_at_ = std::chrono::steady_clock::now();  // frames wait from now on
   watch_writes();
   std::vector<asio::const_buffer> buffers;
   std::vector<std::shared_ptr<OutFrame>> batch;
-  while (!closed_) {
+  std::vector<size_t> ends;  // where each frame of the batch ends, in bytes of `buffers`
+  asio::error_code ec;
+  if (!socket_.non_blocking()) socket_.non_blocking(true, ec);
+  while (!closed_ && !ec) {
     buffers.clear();
     batch.clear();
-    // The first frame always goes, however many spans it has (asio splits the writev).
+    ends.clear();
+    size_t batch_bytes = 0;
+    // The first frame always goes, however many spans it has (writev takes them 64 at a time).
     while (!outq_.empty() && batch.size() < kWriteBatchFramesMax) {
       if (!batch.empty() && buffers.size() + 2 + outq_.front()->payload.size() > kWriteBatchBuffersMax) break;
       auto f = std::move(outq_.front());
@@ -264,32 +265,50 @@ Task<void> FrameStream::write_loop() {
         continue;
       }
       f->state = OutFrame::State::kWriting;
+      size_t first_buffer = buffers.size();
       append_buffers(*f, buffers);
+      for (size_t i = first_buffer; i < buffers.size(); ++i) batch_bytes += buffers[i].size();
+      ends.push_back(batch_bytes);
       batch.push_back(std::move(f));
     }
     if (batch.empty()) break;
-    if (size_t skip = std::exchange(first_frame_written_, 0); skip > 0) {
-      // try_write_now() sent the start of the first frame already.
-      size_t i = 0;
-      while (skip >= buffers[i].size()) skip -= buffers[i++].size();
-      buffers[i] += skip;
-      buffers.erase(buffers.begin(), buffers.begin() + static_cast<std::ptrdiff_t>(i));
+    size_t written = std::exchange(first_frame_written_, 0);  // try_write_now() sent the start of the first frame
+    size_t first = 0;  // buffers[first..] are left to write; buffers[first] starts at byte `written`
+    for (size_t skip = written; skip > 0;) {
+      size_t n = std::min(skip, buffers[first].size());
+      buffers[first] += n;
+      skip -= n;
+      if (buffers[first].size() == 0) ++first;
     }
-    auto ec_n_result =
-        co_await asio::async_write(socket_, buffers, TransferAllNotingProgress{&write_progress_at_}, use_nothrow);
-    auto& [ec, n] = ec_n_result;
-    if (n > 0) write_progress_at_ = std::chrono::steady_clock::now();
+    size_t frames_written = 0;
+    while (first < buffers.size()) {
+      size_t n = socket_.write_some(std::span<const asio::const_buffer>(buffers).subspan(first), ec);
+      if (ec == asio::error::would_block || ec == asio::error::try_again || (!ec && n == 0)) {
+        auto waited = co_await socket_.async_wait(asio::socket_base::wait_write, use_nothrow);
+        ec = closed_ ? asio::error::operation_aborted : std::get<0>(waited);
+        if (ec) break;
+        continue;
+      }
+      if (ec) break;
+      write_progress_at_ = std::chrono::steady_clock::now();
+      written += n;
+      while (frames_written < batch.size() && ends[frames_written] <= written)
+        batch[frames_written++]->state = OutFrame::State::kDone;  // not read again; the peer may answer it
+      while (n > 0) {
+        size_t k = std::min(n, buffers[first].size());
+        buffers[first] += k;
+        n -= k;
+        if (buffers[first].size() == 0) ++first;
+      }
+    }
     for (auto& f : batch) {
       f->state = OutFrame::State::kDone;
       uncount(*f);
       if (f->call_id != 0) on_frame_written(f->call_id);
     }
     resume_reading();  // a reader paused for queued output looks again
-    if (ec) {
-      if (!closed_) close(Status(Code::kDisconnected, fmt::format("write to {}: {}", peer_, ec.message())));
-      break;
-    }
   }
+  if (ec && !closed_) close(Status(Code::kDisconnected, fmt::format("write to {}: {}", peer_, ec.message())));
   writing_ = false;
   if (close_after_flush_ && outq_.empty() && !closed_) close(close_reason_);
 }

@@ -6,7 +6,9 @@
 // Threading: every method runs on the socket's executor (one I/O thread);
 // callers on other threads post to executor() first.
 // Invariants: a frame in `kWriting` state is never freed or modified until
-// its write completes; a dropped frame is never written. With a write-stall
+// its write completes; it is `kDone` as soon as its last byte went to the
+// kernel (maybe before the rest of its batch), so before any frame read
+// after that is decoded; a dropped frame is never written. With a write-stall
 // timeout set, a stream whose writer has waited that long with no byte
 // written or acknowledged by the peer is handed to on_write_stalled() (once);
 // a stream with nothing to write never is.

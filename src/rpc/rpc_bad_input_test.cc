@@ -561,5 +561,44 @@ TEST(BadServer, ARequestPayloadThatCannotBeWrittenTimesOutTheCall) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
 }
 
+// A server that answers a call as soon as it has read a request's header:
+// the request is not wholly written yet, so the answer cannot be a real one,
+// and taking it would hand the request's memory back to the caller while the
+// client still writes from it. The call answered (the one being written, or
+// the one behind it) fails with kProtocol, the other as disconnected.
+TEST(BadServer, AReplyBeforeTheRequestIsWrittenIsAProtocolError) {
+  for (uint64_t answered : {1u, 2u}) {
+    SCOPED_TRACE(answered);
+    FakeServer fake([answered](FakeServer& f, asio::ip::tcp::socket& s) {
+      std::byte hdr[kFrameHeaderSize];
+      asio::read(s, asio::buffer(hdr));  // call 1's header; its body and payload are left unread
+      FrameHeader h;
+      EXPECT_EQ(decode_header(hdr, FrameLimits{}, &h), DecodeError::kOk);
+      FrameHeader r = FakeServer::response_to(h);
+      r.request_id = answered;
+      FakeServer::send(s, r);
+      f.hold();
+    });
+    std::vector<std::byte> big(32 << 20), small(4096);  // big: more than the socket buffers take
+    IoPool cio{1};
+    Client client(cio, ClientOptions{});
+    CallOptions first, second;
+    first.timeout_ms = second.timeout_ms = 5000;
+    first.payload.push_back(big);
+    second.payload.push_back(small);
+    auto a = start_call(cio, client, fake.ep(), std::move(first));
+    auto b = start_call(cio, client, fake.ep(), std::move(second));
+    ASSERT_EQ(a.wait_for(3s), std::future_status::ready);
+    ASSERT_EQ(b.wait_for(3s), std::future_status::ready);
+    auto ra = a.get(), rb = b.get();
+    auto& early = answered == 1 ? ra : rb;
+    auto& other = answered == 1 ? rb : ra;
+    ASSERT_FALSE(early) << "an answer to a request not yet written was taken";
+    EXPECT_EQ(early.error().code(), Code::kProtocol) << early.error();
+    ASSERT_FALSE(other);
+    EXPECT_EQ(other.error().code(), Code::kDisconnected) << other.error();
+  }
+}
+
 }  // namespace
 }  // namespace weft::rpc

@@ -144,6 +144,30 @@ TEST(Rpc, ShorterDeadlineBehindALongerOneStillExpiresOnTime) {
   EXPECT_TRUE(long_result) << long_result.error();
 }
 
+// A server answers a request as soon as it has read it, while the client
+// may still be writing the requests batched behind it in the same writev:
+// that answer is taken (all of its request went out before it could come).
+TEST(Rpc, AnAnswerWhileLaterRequestsAreStillBeingWrittenIsTaken) {
+  Cluster c;
+  std::vector<std::byte> big(48 << 20);
+  auto ex = c.client_io.at(0).get_executor();
+  proto::EchoRequest small = with_data("small");
+  proto::EchoRequest large = with_data("large");
+  large.set_discard_payload(true);
+  CallOptions large_opts;
+  large_opts.payload.push_back(big);
+  // Both start before the connection is ready: they go out in one writev, the small one first.
+  auto first = asio::co_spawn(ex, c.client->call<proto::EchoReply>(c.ep, kEcho, small), asio::use_future);
+  auto second = asio::co_spawn(ex, c.client->call<proto::EchoReply>(c.ep, kEcho, large, std::move(large_opts)),
+                               asio::use_future);
+  auto r1 = first.get();
+  ASSERT_TRUE(r1) << r1.error();
+  EXPECT_EQ(r1->data(), "small");
+  auto r2 = second.get();
+  ASSERT_TRUE(r2) << r2.error();
+  EXPECT_EQ(r2->data(), "large");
+}
+
 TEST(Rpc, CancellationCompletesTheCallEarly) {
   Cluster c;
   proto::EchoRequest slow = with_data("slow");
