@@ -126,6 +126,13 @@ void ClientConnection::start_call(MethodId method, std::string body, CallOptions
                                   : close_status_));
     return;
   }
+  // Refused here, it fails alone; sent, the server would close the connection and fail every call on it.
+  size_t payload_bytes = 0;
+  for (auto span : options.payload) payload_bytes += span.size();
+  if (Status s = frame_size_error(options_.limits, body.size(), payload_bytes, "request"); !s.ok()) {
+    done(error(Code::kInvalidArgument, "call to {}: {}", ep_.to_string(), s.message()));
+    return;
+  }
   if (pending_.size() >= options_.pending_max_per_connection) {
     done(error(Code::kOverloaded, "{} calls already in flight to {}", pending_.size(), ep_.to_string()));
     return;

@@ -41,6 +41,17 @@ void append_buffers(const OutFrame& f, std::vector<asio::const_buffer>& out) {
 
 }  // namespace
 
+Status frame_size_error(const FrameLimits& limits, size_t body, size_t payload, std::string_view what) {
+  // The limits are uint32_t: within them, the lengths fit in the header.
+  if (body > limits.body_max)
+    return Status(Code::kInvalidArgument,
+                  fmt::format("{} body of {} bytes is over the limit ({} bytes)", what, body, limits.body_max));
+  if (payload > limits.payload_max)
+    return Status(Code::kInvalidArgument, fmt::format("{} payload of {} bytes is over the limit ({} bytes)", what,
+                                                      payload, limits.payload_max));
+  return {};
+}
+
 FrameStream::FrameStream(asio::ip::tcp::socket socket, FrameLimits limits)
     : socket_(std::move(socket)),
       limits_(limits),

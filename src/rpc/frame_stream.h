@@ -19,6 +19,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <asio/ip/tcp.hpp>
@@ -49,6 +50,11 @@ struct PayloadTarget {
   std::byte* data = nullptr;
   Buffer owned;
 };
+
+// Why a frame of `body` and `payload` bytes cannot be sent under `limits`
+// (the peer would close the connection at its header; a length over 4 GiB
+// does not even fit in it), or OK. `what`: "request", "reply".
+Status frame_size_error(const FrameLimits& limits, size_t body, size_t payload, std::string_view what);
 
 class FrameStream : public std::enable_shared_from_this<FrameStream> {
  public:

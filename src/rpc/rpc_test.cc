@@ -168,6 +168,49 @@ TEST(Rpc, AnAnswerWhileLaterRequestsAreStillBeingWrittenIsTaken) {
   EXPECT_EQ(r2->data(), "large");
 }
 
+// A request over the frame limits is refused by the client, alone: sent, it
+// would make the server close the connection, failing every call on it. A
+// reply over them is answered kInternal by the server, alone too.
+TEST(Rpc, AnOversizedCallOrReplyFailsAloneNotItsConnection) {
+  ServerOptions so;
+  so.limits.body_max = 64 << 10;
+  so.limits.payload_max = 1 << 20;
+  ClientOptions co;
+  co.limits = so.limits;
+  Cluster c(so, co);
+  proto::EchoRequest slow = with_data("slow");
+  slow.set_sleep_ms(300);
+  auto ex = c.client_io.at(0).get_executor();  // every call from one I/O thread: one connection
+  auto in_flight = asio::co_spawn(ex, c.client->call<proto::EchoReply>(c.ep, kEcho, slow), asio::use_future);
+  ASSERT_TRUE(c.echo(with_data("ready")));  // the connection is up, the slow call on it
+
+  std::vector<std::byte> big((1 << 20) + 1);
+  CallOptions big_payload;
+  big_payload.payload.push_back(big);
+  auto r = c.echo(with_data("payload"), std::move(big_payload));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), Code::kInvalidArgument) << r.error();
+  r = c.echo(with_data(std::string(65 << 10, 'b')));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), Code::kInvalidArgument) << r.error();
+  proto::EchoRequest big_reply = with_data("reply");
+  big_reply.set_reply_payload_bytes((1 << 20) + 1);
+  r = c.echo(big_reply);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), Code::kInternal) << r.error();
+
+  auto slow_result = in_flight.get();
+  EXPECT_TRUE(slow_result) << slow_result.error();
+  EXPECT_TRUE(c.echo(with_data("after")));
+  // The blocking form refuses it too, and its connection goes on.
+  auto b = c.echo_blocking(with_data(std::string(65 << 10, 'b')));
+  ASSERT_FALSE(b);
+  EXPECT_EQ(b.error().code(), Code::kInvalidArgument) << b.error();
+  auto b2 = c.echo_blocking(with_data("blocking after"));
+  EXPECT_TRUE(b2) << b2.error();
+  EXPECT_EQ(c.server_connections(), 2);  // neither connection was closed
+}
+
 TEST(Rpc, CancellationCompletesTheCallEarly) {
   Cluster c;
   proto::EchoRequest slow = with_data("slow");

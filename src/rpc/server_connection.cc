@@ -157,12 +157,26 @@ void ServerConnection::reply(const std::shared_ptr<ServerCall>& call, const Stat
   frame->header.status = static_cast<uint16_t>(status.code());
   frame->header.method = call->method.wire();
   frame->header.request_id = call->request_id;
-  if (status.ok()) {
+  size_t payload_bytes = 0;
+  for (auto span : call->response_payload) payload_bytes += span.size();
+  Status too_large = status.ok() ? frame_size_error(server_.options.limits, call->response_body.size(), payload_bytes,
+                                                    "reply")
+                                 : Status();
+  if (!too_large.ok()) {
+    // Sent, it would make the client close the connection and fail every call on it.
+    static LogThrottle throttle;
+    if (auto held = throttle.admit())
+      WEFT_LOG_ERROR("method {}.{} of {}: {}; answered kInternal instead{}", call->method.service,
+                     call->method.method, server_.options.name, too_large.message(), LogThrottle::held_back(*held));
+    frame->header.status = static_cast<uint16_t>(Code::kInternal);
+    frame->body = fmt::format("{}: {}", server_.options.name, too_large.message());
+  } else if (status.ok()) {
     frame->body = std::move(call->response_body);
     frame->payload = std::move(call->response_payload);
     frame->keepalive = call;  // keeps response_keepalive and the payload memory alive
   } else {
     frame->body = status.message();
+    if (frame->body.size() > server_.options.limits.body_max) frame->body.resize(server_.options.limits.body_max);
   }
   call->payload = Buffer();  // request payload no longer needed
   send(std::move(frame));

@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "proto/rpc.pb.h"
+#include "rpc/frame_stream.h"
 
 namespace weft::rpc {
 namespace {
@@ -210,6 +211,8 @@ Status SyncChannel::read_payload(std::byte* dst, size_t n, Deadline deadline) {
 Result<RawResponse> SyncChannel::call(MethodId method, const std::string& body, std::span<std::byte> response_payload,
                                       uint32_t timeout_ms) {
   if (broken()) return error(Code::kDisconnected, "connection to {} is closed", ep_.to_string());
+  if (Status s = frame_size_error(limits_, body.size(), 0, "request"); !s.ok())
+    return error(Code::kInvalidArgument, "call to {}: {}", ep_.to_string(), s.message());
   const auto deadline = SteadyClock::now() + std::chrono::milliseconds(timeout_ms);
   FrameHeader h;
   h.method = method.wire();
