@@ -10,17 +10,28 @@
 #include <asio/streambuf.hpp>
 #include <asio/write.hpp>
 
+#include "common/log_throttle.h"
+#include "common/logging.h"
 #include "rpc/task.h"
 
 namespace weft::rpc {
 
 using namespace asio::experimental::awaitable_operators;
 
+constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(100);
+
 struct MetricsServer::Impl : std::enable_shared_from_this<Impl> {
-  Impl(IoPool& io, metrics::Registry& r) : io(io), registry(r), acceptor(io.at(0)) {}
+  Impl(IoPool& io, metrics::Registry& r)
+      : io(io),
+        registry(r),
+        acceptor(io.at(0)),
+        accept_errors(&r.counter("weft_metrics_server_accept_errors_total",
+                                 "Failed accepts of the metrics endpoint (accepting pauses)")) {}
   IoPool& io;
   metrics::Registry& registry;
   asio::ip::tcp::acceptor acceptor;
+  metrics::Counter* accept_errors;
+  LogThrottle accept_log;
 
   Task<void> serve(asio::ip::tcp::socket socket) {
     auto self = shared_from_this();
@@ -57,7 +68,16 @@ struct MetricsServer::Impl : std::enable_shared_from_this<Impl> {
       auto ec_socket_result = co_await acceptor.async_accept(use_nothrow);
       auto& [ec, socket] = ec_socket_result;
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
-      if (ec) continue;
+      if (ec) {
+        // Out of descriptors or memory, the next accept fails the same way at once: pause (see Server).
+        accept_errors->inc();
+        if (auto held = accept_log.admit())
+          WEFT_LOG_WARN("metrics endpoint: accept failed: {} (accepting again in {} ms){}", ec.message(),
+                        kAcceptRetryDelay.count(), LogThrottle::held_back(*held));
+        asio::steady_timer pause(acceptor.get_executor(), kAcceptRetryDelay);
+        co_await pause.async_wait(use_nothrow);
+        continue;
+      }
       asio::co_spawn(acceptor.get_executor(), serve(std::move(socket)), asio::detached);
     }
   }

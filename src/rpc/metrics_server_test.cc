@@ -30,5 +30,24 @@ TEST(MetricsServer, ServesPrometheusText) {
   EXPECT_NE(http_get(port, "POST /metrics HTTP/1.1\r\n\r\n").find("405"), std::string::npos);
 }
 
+// Out of descriptors, the endpoint pauses before accepting again (see
+// Server.OutOfDescriptorsItPausesAcceptingAndLogsOnceASecond).
+TEST(MetricsServer, OutOfDescriptorsItPausesAcceptingAndLogsOnceASecond) {
+  auto seen = testing::run_out_of_descriptors(
+      [](const std::function<void(uint16_t)>& listening) -> int64_t {
+        metrics::Registry registry;
+        IoPool io{1};
+        MetricsServer server(io, registry);
+        listening(server.listen("127.0.0.1", 0).value());
+        return static_cast<int64_t>(registry.counter("weft_metrics_server_accept_errors_total", "").value());
+      },
+      20, std::chrono::milliseconds(1000));
+  EXPECT_GE(seen.value, 1) << "no accept failed: the test did not run out of descriptors";
+  EXPECT_LE(seen.value, 20) << "accept failures in 1 s: the accept loop spins";
+  size_t lines = testing::lines_with(seen.log, "accept failed");
+  EXPECT_GE(lines, 1u);
+  EXPECT_LE(lines, 2u) << seen.log.substr(0, 2000);
+}
+
 }  // namespace
 }  // namespace weft::rpc

@@ -600,5 +600,29 @@ TEST(BadServer, AReplyBeforeTheRequestIsWrittenIsAProtocolError) {
   }
 }
 
+// A server out of descriptors (every accept fails with EMFILE while
+// connections wait in its backlog) pauses before accepting again instead of
+// spinning at full CPU, and logs the failure once a second, not each time.
+TEST(Server, OutOfDescriptorsItPausesAcceptingAndLogsOnceASecond) {
+  auto seen = testing::run_out_of_descriptors(
+      [](const std::function<void(uint16_t)>& listening) -> int64_t {
+        metrics::Registry registry;
+        IoPool io{1};
+        ServerOptions so;
+        so.cluster_token = "tok";
+        so.name = "fd-server";
+        Server server(io, so, registry);
+        listening(server.listen("127.0.0.1", 0).value());
+        return static_cast<int64_t>(
+            registry.counter("weft_rpc_server_accept_errors_total", "", {{"server", "fd-server"}}).value());
+      },
+      20, 1000ms);
+  EXPECT_GE(seen.value, 1) << "no accept failed: the test did not run out of descriptors";
+  EXPECT_LE(seen.value, 20) << "accept failures in 1 s: the accept loop spins";
+  size_t lines = testing::lines_with(seen.log, "accept failed");
+  EXPECT_GE(lines, 1u);
+  EXPECT_LE(lines, 2u) << seen.log.substr(0, 2000);
+}
+
 }  // namespace
 }  // namespace weft::rpc

@@ -3,6 +3,10 @@
 // overload and back-pressure; the [server] write-stall setting.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <future>
 #include <thread>
@@ -387,6 +391,28 @@ TEST(Rpc, ManyConnectionsPerEndpoint) {
 }
 
 // [server] write_stall_timeout_ms: 30 s unless set, and bounded (1 s .. 1 h).
+// A server process holds a descriptor per connection: ServiceRuntime::init
+// raises the soft limit (often 1024) to the hard one.
+TEST(ServiceRuntime, RaisesTheOpenFilesLimitToTheHardLimit) {
+  pid_t pid = ::fork();
+  if (pid == 0) {  // in a child: the test process keeps its limit
+    rlimit rl{};
+    ::getrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_max <= 64) ::_exit(2);
+    rl.rlim_cur = 64;
+    if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) ::_exit(3);
+    auto raised = raise_open_files_limit();
+    rlimit now{};
+    ::getrlimit(RLIMIT_NOFILE, &now);
+    ::_exit(raised && *raised == now.rlim_cur && now.rlim_cur == rl.rlim_max ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 2) GTEST_SKIP() << "the hard limit is too low to lower the soft one";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the soft limit was not raised to the hard one";
+}
+
 TEST(ServiceConfig, WriteStallTimeoutIsReadAndBounded) {
   auto parse = [](const std::string& line) {
     auto cfg = Config::parse("[server]\ncluster_token = \"t\"\n" + line, "test.toml");

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
 
 #include "common/assert.h"
 #include "common/logging.h"
@@ -24,6 +25,8 @@ ServerState::ServerState(IoPool& io, ServerOptions o, metrics::Registry& r)
                                    "Connections closed: replies waited write_stall_timeout_ms without progress", l);
   hello_timeouts = &registry.counter("weft_rpc_server_hello_timeouts_total",
                                      "Connections closed: no Hello within hello_timeout_ms", l);
+  accept_errors = &registry.counter("weft_rpc_server_accept_errors_total",
+                                    "Failed accepts (out of descriptors or memory: accepting pauses)", l);
 }
 
 Server::Server(IoPool& io, ServerOptions options, metrics::Registry& registry)
@@ -51,13 +54,24 @@ void Server::add_blocking(MethodId id, std::string name, BlockingHandler handler
 
 namespace {
 
+constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(100);
+
 Task<void> accept_loop(std::shared_ptr<ServerState> state, asio::ip::tcp::acceptor* acceptor) {
   while (true) {
     auto ec_socket_result = co_await acceptor->async_accept(state->io.next(), use_nothrow);
     auto& [ec, socket] = ec_socket_result;
     if (ec == asio::error::operation_aborted || state->stopped) co_return;
     if (ec) {
-      WEFT_LOG_WARN("{}: accept failed: {}", state->options.name, ec.message());
+      // Out of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM), the
+      // next accept fails the same way at once: without a pause the loop
+      // spun at full CPU, logging each failure.
+      state->accept_errors->inc();
+      if (auto held = state->accept_log.admit())
+        WEFT_LOG_WARN("{}: accept failed: {} (accepting again in {} ms){}", state->options.name, ec.message(),
+                      kAcceptRetryDelay.count(), LogThrottle::held_back(*held));
+      asio::steady_timer pause(acceptor->get_executor(), kAcceptRetryDelay);
+      co_await pause.async_wait(use_nothrow);
+      if (state->stopped) co_return;
       continue;
     }
     auto conn = std::make_shared<ServerConnection>(std::move(socket), state);

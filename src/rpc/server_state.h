@@ -6,6 +6,7 @@
 #include <asio/ip/tcp.hpp>
 #include <asio/thread_pool.hpp>
 
+#include "common/log_throttle.h"
 #include "rpc/server.h"
 
 namespace weft::rpc {
@@ -47,6 +48,8 @@ struct ServerState {
   metrics::Counter* protocol_errors;
   metrics::Counter* write_stalls;
   metrics::Counter* hello_timeouts;
+  metrics::Counter* accept_errors;
+  LogThrottle accept_log;  // accept failures: once a second
 };
 
 }  // namespace weft::rpc

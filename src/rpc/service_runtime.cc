@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -70,6 +71,17 @@ ClientOptions ServiceConfig::client_options(std::string client_name) const {
   return o;
 }
 
+Result<uint64_t> raise_open_files_limit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return errno_error(errno, "getrlimit(RLIMIT_NOFILE)");
+  if (rl.rlim_cur == rl.rlim_max) return static_cast<uint64_t>(rl.rlim_cur);
+  rlim_t was = rl.rlim_cur;
+  rl.rlim_cur = rl.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &rl) != 0)
+    return errno_error(errno, fmt::format("setrlimit(RLIMIT_NOFILE) from {} to {}", was, rl.rlim_max));
+  return static_cast<uint64_t>(rl.rlim_cur);
+}
+
 ServiceRuntime::ServiceRuntime(ServiceConfig config) : config_(std::move(config)) {}
 
 ServiceRuntime::~ServiceRuntime() {
@@ -85,6 +97,8 @@ Result<void> ServiceRuntime::init() {
   WEFT_RETURN_IF_ERROR(log_init({config_.log_level, config_.log_file, config_.name}));
   std::string fault_error = fault::load_from_env();
   if (!fault_error.empty()) return error(Code::kConfig, "{}", fault_error);
+  if (auto limit = raise_open_files_limit(); !limit)
+    WEFT_LOG_WARN("{}: open descriptors stay limited: {}", config_.name, limit.error().message());
   if (::pipe2(stop_pipe_, O_CLOEXEC) != 0) return errno_error(errno, "pipe");
   io_ = std::make_unique<IoPool>(config_.io_threads, config_.name.substr(0, 8));
   ServerOptions so;

@@ -60,12 +60,17 @@ struct ServiceConfig {
   ClientOptions client_options(std::string client_name) const;
 };
 
+// Raises this process's soft limit on open descriptors (RLIMIT_NOFILE) to
+// its hard limit: a server holds one per connection, and the usual soft
+// limit (1024) is soon reached. Returns the soft limit now in force.
+Result<uint64_t> raise_open_files_limit();
+
 class ServiceRuntime {
  public:
   explicit ServiceRuntime(ServiceConfig config);
   ~ServiceRuntime();
 
-  // Logging and fault points; call first.
+  // Logging, fault points and the open-descriptor limit; call first.
   Result<void> init();
   IoPool& io() { return *io_; }
   Server& server() { return *server_; }

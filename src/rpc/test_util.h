@@ -1,21 +1,31 @@
 // rpc/test_util.h — helpers for RPC tests: a raw blocking TCP client that
-// speaks frames by hand, to send what a well-behaved client never would.
+// speaks frames by hand, to send what a well-behaved client never would; a
+// child process whose listener runs out of descriptors.
 #pragma once
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <spdlog/spdlog.h>
 
 #include "rpc/frame.h"
 #include "rpc/method.h"
@@ -119,5 +129,77 @@ class RawSocket {
   size_t recv_max_ = SIZE_MAX;
   std::chrono::milliseconds recv_pause_{0};
 };
+
+// What a child process that ran out of descriptors saw.
+struct OutOfDescriptors {
+  int64_t value = -1;  // what the child returned; -1: it did not report
+  std::string log;     // its stdout and stderr
+};
+
+// Forks. The child runs `child(listening)`: it listens and calls
+// listening(port), which lowers its soft RLIMIT_NOFILE to its lowest free
+// descriptor (so that every accept fails with EMFILE) while the parent makes
+// `connections` connections (they wait in the listen backlog), and returns
+// `hold` later; what the child then returns comes back here with its output.
+inline OutOfDescriptors run_out_of_descriptors(const std::function<int64_t(std::function<void(uint16_t)>)>& child,
+                                               int connections, std::chrono::milliseconds hold) {
+  OutOfDescriptors out;
+  std::unique_ptr<std::FILE, decltype(&std::fclose)> log(std::tmpfile(), &std::fclose);
+  int pipe_fds[2];
+  if (!log || ::pipe(pipe_fds) != 0) return out;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(pipe_fds[0]);
+    ::dup2(::fileno(log.get()), 1);  // spdlog's default logger writes to stdout
+    ::dup2(::fileno(log.get()), 2);
+    int64_t value = child([&](uint16_t port) {
+      int lowest = ::fcntl(pipe_fds[1], F_DUPFD, 0);
+      ::close(lowest);
+      rlimit rl{};
+      ::getrlimit(RLIMIT_NOFILE, &rl);
+      rl.rlim_cur = static_cast<rlim_t>(lowest);
+      ::setrlimit(RLIMIT_NOFILE, &rl);
+      [[maybe_unused]] ssize_t n = ::write(pipe_fds[1], &port, sizeof port);
+      std::this_thread::sleep_for(hold);
+    });
+    spdlog::default_logger()->flush();
+    std::fflush(stdout);
+    std::fflush(stderr);
+    [[maybe_unused]] ssize_t n = ::write(pipe_fds[1], &value, sizeof value);
+    ::_exit(0);
+  }
+  ::close(pipe_fds[1]);
+  auto read_from_child = [&](void* p, size_t n) {
+    pollfd pfd{pipe_fds[0], POLLIN, 0};
+    return ::poll(&pfd, 1, 30000) == 1 && ::read(pipe_fds[0], p, n) == static_cast<ssize_t>(n);
+  };
+  uint16_t port = 0;
+  if (read_from_child(&port, sizeof port)) {
+    std::vector<std::unique_ptr<RawSocket>> sockets;
+    for (int i = 0; i < connections; ++i) sockets.push_back(std::make_unique<RawSocket>(port));
+    if (!read_from_child(&out.value, sizeof out.value)) out.value = -1;
+  }
+  ::close(pipe_fds[0]);
+  ::kill(pid, SIGKILL);  // if it did not exit by itself
+  ::waitpid(pid, nullptr, 0);
+  std::fseek(log.get(), 0, SEEK_SET);
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, log.get())) > 0;) out.log.append(buf, n);
+  return out;
+}
+
+// How many lines of `log` contain `what`.
+inline size_t lines_with(const std::string& log, const std::string& what) {
+  size_t count = 0;
+  for (size_t at = 0; at < log.size();) {
+    size_t end = log.find('\n', at);
+    if (end == std::string::npos) end = log.size();
+    if (log.substr(at, end - at).find(what) != std::string::npos) ++count;
+    at = end + 1;
+  }
+  return count;
+}
 
 }  // namespace weft::rpc::testing
