@@ -3,7 +3,16 @@
 // re-registration, fencing, long-polled routing, chain tables.
 #include "mgmt/service.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
 
 #include "mgmt/client_list.h"
 #include "mgmt/mgmt_client.h"
@@ -371,6 +380,64 @@ TEST(MgmtService, UnknownNodeHeartbeatAndFailoverToSecondAddress) {
   EXPECT_TRUE(MgmtRpc::is_transport_error(down.error().code()));
 }
 
+
+// Some other program on a port (it answers anything with an HTTP error).
+class NotAWeftServer {
+ public:
+  NotAWeftServer() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(fd_, 16), 0);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] {
+      while (!stop_) {
+        pollfd p{fd_, POLLIN, 0};
+        if (::poll(&p, 1, 50) <= 0) continue;
+        int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) continue;
+        ++accepted_;
+        char buf[4096];
+        [[maybe_unused]] ssize_t n = ::recv(c, buf, sizeof buf, 0);
+        std::string reply = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n" + std::string(40, 'x');
+        n = ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+        pollfd q{c, POLLIN, 0};
+        ::poll(&q, 1, 2000);  // until the client closes: it reads the reply, not a reset
+        ::close(c);
+      }
+    });
+  }
+  ~NotAWeftServer() {
+    stop_ = true;
+    thread_.join();
+    ::close(fd_);
+  }
+  uint16_t port() const { return port_; }
+  int accepted() const { return accepted_; }
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> accepted_{0};
+  std::thread thread_;
+};
+
+// Another program on the first configured address (a wrong port in the
+// config, a port reused): its answer is no mgmtd's, so not final, and the
+// call goes on to the second address.
+TEST(MgmtService, FailoverPastAnAddressThatIsNoMgmtd) {
+  Fixture f;
+  NotAWeftServer other;
+  MgmtRpc two(f.client_io, f.client, {{"127.0.0.1", other.port()}, {"127.0.0.1", f.port_}}, 1000);
+  auto st = two.call<pb::StatusReply>(kStatus, pb::StatusRequest{});
+  ASSERT_TRUE(st) << st.error();
+  EXPECT_EQ(other.accepted(), 1);
+}
 
 Result<pb::ClientHeartbeatReply> client_heartbeat(MgmtRpc& rpc, uint64_t id, std::string label) {
   pb::ClientHeartbeatRequest req;

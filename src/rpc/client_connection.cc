@@ -109,8 +109,10 @@ Task<Status> ClientConnection::handshake() {
     co_return Status(Code::kUnavailable, fmt::format("{} closed the connection during the handshake", where));
   FrameHeader reply;
   DecodeError err = decode_header(hdr.data(), options_.limits, &reply);
+  // Not a Weft server (another process on the address): kUnavailable, so that callers go on to another one.
   if (err != DecodeError::kOk || !reply.is_response() || reply.payload_len != 0)
-    co_return Status(Code::kProtocol, fmt::format("bad handshake reply from {}: {}", where, decode_error_name(err)));
+    co_return Status(Code::kUnavailable, fmt::format("bad handshake reply from {}: {} (not a Weft server?)", where,
+                                                     decode_error_name(err)));
   std::string rbody(reply.body_len, '\0');
   auto bec_bn_result = co_await asio::async_read(socket_, asio::buffer(rbody), use_nothrow);
   auto& [bec, bn] = bec_bn_result;
@@ -282,6 +284,7 @@ void ClientConnection::on_frame(const FrameHeader& h, std::string body, PayloadT
     close(Status(Code::kProtocol, ep_.to_string() + " sent a request on a client connection"));
     return;
   }
+  answered_ = true;
   auto it = pending_.find(h.request_id);
   if (it == pending_.end()) return;  // answer to a call that timed out or was cancelled
   if (h.status != 0) {
@@ -298,10 +301,13 @@ void ClientConnection::on_frame(const FrameHeader& h, std::string body, PayloadT
 
 void ClientConnection::on_closed(const Status& why) {
   broken_.store(true, std::memory_order_release);
-  close_status_ = why.code() == Code::kDisconnected || why.code() == Code::kProtocol ||
-                          why.code() == Code::kUnavailable || why.code() == Code::kUnauthenticated
-                      ? why
-                      : Status(Code::kDisconnected, why.message());
+  if (why.code() == Code::kProtocol && !answered_)
+    close_status_ = Status(Code::kUnavailable, why.message());  // no answer yet: maybe not a Weft server at all
+  else
+    close_status_ = why.code() == Code::kDisconnected || why.code() == Code::kProtocol ||
+                            why.code() == Code::kUnavailable || why.code() == Code::kUnauthenticated
+                        ? why
+                        : Status(Code::kDisconnected, why.message());
   sweep_timer_.cancel();
   // close() cancelled every socket operation: no caller memory is in use any more.
   auto pending = std::move(pending_);

@@ -12,7 +12,9 @@
 // that call fails with kTimeout, the others on the connection with
 // kDisconnected (retryable). A reply to a call whose request is not wholly
 // written yet (a broken peer) closes the connection too: that call fails
-// with kProtocol, the others with kDisconnected.
+// with kProtocol, the others with kDisconnected. A connection-level protocol
+// failure (a bad handshake reply, a malformed frame) before any reply fails
+// calls with kUnavailable: the peer may be no Weft server at all.
 #pragma once
 
 #include <atomic>
@@ -83,6 +85,10 @@ class ClientConnection final : public FrameStream {
   std::unordered_map<uint64_t, Pending> pending_;
   uint64_t next_id_ = 1;
   bool sweeping_ = false;
+  // A reply came (the peer speaks Weft): a protocol failure from now on is
+  // kProtocol; before, it is kUnavailable (a wrong process on the address,
+  // and callers with several addresses go on to the next).
+  bool answered_ = false;
   std::atomic<bool> broken_{false};
   Status close_status_;
   asio::steady_timer sweep_timer_;

@@ -8,6 +8,7 @@
 #include <asio/ip/tcp.hpp>
 #include <asio/read.hpp>
 #include <asio/write.hpp>
+#include <atomic>
 #include <future>
 #include <thread>
 
@@ -24,28 +25,36 @@ namespace {
 using testing::RawSocket;
 using namespace std::chrono_literals;
 
-// A server that answers the Hello and then runs a script on the socket, on
-// its own thread. hold() parks the script until the test is over.
+// A server that accepts `connections` connections one after the other and,
+// on its own thread, answers each one's Hello (unless `handshake` is false)
+// and runs a script on it. hold() parks the script until the test is over.
 class FakeServer {
  public:
   using Script = std::function<void(FakeServer&, asio::ip::tcp::socket&)>;
-  explicit FakeServer(Script script)
+  explicit FakeServer(Script script, int connections = 1, bool handshake = true)
       : acceptor_(io_, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)),
         port_(acceptor_.local_endpoint().port()),
         released_(release_.get_future().share()) {
-    thread_ = std::thread([this, script = std::move(script)] {
-      asio::ip::tcp::socket s(io_);
-      acceptor_.accept(s);
-      FrameHeader h = read_request(s);
-      FrameHeader reply;
-      reply.flags = kFlagResponse;
-      reply.request_id = h.request_id;
-      send(s, reply);
-      script(*this, s);
+    thread_ = std::thread([this, script = std::move(script), connections, handshake] {
+      for (int i = 0; i < connections; ++i) {
+        asio::ip::tcp::socket s(io_);
+        asio::error_code ec;
+        acceptor_.accept(s, ec);
+        if (ec) return;  // the destructor shut the acceptor down
+        if (handshake) {
+          FrameHeader h = read_request(s);
+          FrameHeader reply;
+          reply.flags = kFlagResponse;
+          reply.request_id = h.request_id;
+          send(s, reply);
+        }
+        script(*this, s);
+      }
     });
   }
   ~FakeServer() {
     release_.set_value();
+    ::shutdown(acceptor_.native_handle(), SHUT_RDWR);  // wakes an accept waiting for a connection that never comes
     thread_.join();
   }
   Endpoint ep() const { return Endpoint{"127.0.0.1", port_}; }
@@ -76,6 +85,12 @@ class FakeServer {
   }
   // Keeps the connection as it is until the test ends.
   void hold() { released_.wait_for(10s); }
+  // Reads and drops whatever comes until the peer closes the connection.
+  static void drain(asio::ip::tcp::socket& s) {
+    asio::error_code ec;
+    std::vector<char> sink(4096);
+    while (!ec) s.read_some(asio::buffer(sink), ec);
+  }
 
  private:
   asio::io_context io_;
@@ -471,7 +486,9 @@ TEST_F(HelloTimeout, APeerThatSaidHelloMayStayIdle) {
 }
 
 // A server that answers the handshake and then sends garbage: the client's
-// calls fail with an error instead of hanging.
+// calls fail with an error instead of hanging: kUnavailable, as no reply
+// came yet (a wrong process on the address: callers with several addresses
+// go on to the next).
 TEST(BadServer, GarbageFromServerFailsCalls) {
   asio::io_context io;
   asio::ip::tcp::acceptor acceptor(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
@@ -502,8 +519,69 @@ TEST(BadServer, GarbageFromServerFailsCalls) {
                     client.call<proto::EchoReply>(Endpoint{"127.0.0.1", port}, kEcho, req));
   fake.join();
   ASSERT_FALSE(r);
-  EXPECT_EQ(r.error().code(), Code::kProtocol) << r.error();
+  EXPECT_EQ(r.error().code(), Code::kUnavailable) << r.error();
   EXPECT_NE(r.error().message().find("malformed frame"), std::string::npos) << r.error();
+}
+
+// Something else than a Weft server on the address (it answers the Hello
+// with an HTTP error): the call fails with kUnavailable, a transport error
+// (callers with several addresses go on to the next), saying why.
+TEST(BadServer, AProcessThatIsNoWeftServerIsUnavailable) {
+  FakeServer http(
+      [](FakeServer&, asio::ip::tcp::socket& s) {
+        std::byte hello[kFrameHeaderSize];
+        asio::read(s, asio::buffer(hello));
+        asio::write(s, asio::buffer(std::string("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n") +
+                                    std::string(40, 'x')));
+        FakeServer::drain(s);
+      },
+      2, /*handshake=*/false);
+  IoPool cio{1};
+  Client client(cio, ClientOptions{});
+  auto r = start_call(cio, client, http.ep(), {}).get();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), Code::kUnavailable) << r.error();
+  EXPECT_NE(r.error().message().find("not a Weft server"), std::string::npos) << r.error();
+  Client blocking(cio, ClientOptions{});  // the first one backs off from the address now
+  auto b = blocking.call_blocking(http.ep(), kEcho, "");
+  ASSERT_FALSE(b);
+  EXPECT_EQ(b.error().code(), Code::kUnavailable) << b.error();
+  EXPECT_NE(b.error().message().find("not a Weft server"), std::string::npos) << b.error();
+}
+
+// Garbage after the handshake: kUnavailable while no reply came on the
+// connection, kProtocol once one did (the peer is a Weft server, and broken);
+// for call_blocking too.
+TEST(BadServer, GarbageIsUnavailableBeforeAnyReplyAndAProtocolErrorAfter) {
+  std::atomic<int> connection{0};
+  FakeServer fake(
+      [&](FakeServer&, asio::ip::tcp::socket& s) {
+        FrameHeader h = FakeServer::read_request(s);
+        if (connection++ % 2 == 1) {  // the second of each pair answers one call first
+          FakeServer::send(s, FakeServer::response_to(h));
+          FakeServer::read_request(s);
+        }
+        asio::write(s, asio::buffer(std::string(100, 'J')));
+        FakeServer::drain(s);
+      },
+      4);
+  IoPool cio{1};
+  Client client(cio, ClientOptions{});
+  auto first = start_call(cio, client, fake.ep(), {}).get();
+  ASSERT_FALSE(first);
+  EXPECT_EQ(first.error().code(), Code::kUnavailable) << first.error();
+  ASSERT_TRUE(start_call(cio, client, fake.ep(), {}).get());
+  auto after = start_call(cio, client, fake.ep(), {}).get();
+  ASSERT_FALSE(after);
+  EXPECT_EQ(after.error().code(), Code::kProtocol) << after.error();
+
+  auto b = client.call_blocking(fake.ep(), kEcho, "");
+  ASSERT_FALSE(b);
+  EXPECT_EQ(b.error().code(), Code::kUnavailable) << b.error();
+  ASSERT_TRUE(client.call_blocking(fake.ep(), kEcho, ""));
+  auto b_after = client.call_blocking(fake.ep(), kEcho, "");
+  ASSERT_FALSE(b_after);
+  EXPECT_EQ(b_after.error().code(), Code::kProtocol) << b_after.error();
 }
 
 // A server that sends a reply's header and the start of its payload, then

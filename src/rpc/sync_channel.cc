@@ -91,11 +91,12 @@ Result<std::unique_ptr<SyncChannel>> SyncChannel::open(const Endpoint& ep, const
     return error(Code::kUnavailable, "handshake with {}: {}", ep.to_string(), s.message());
   FrameHeader reply;
   std::string body;
+  // Not a Weft server (another process on the address): kUnavailable, so that callers go on to another one.
   if (Status s = ch->read_frame(&reply, &body, deadline); !s.ok())
-    return error(s.code() == Code::kProtocol ? Code::kProtocol : Code::kUnavailable, "handshake with {}: {}",
-                 ep.to_string(), s.message());
+    return error(Code::kUnavailable, "handshake with {}: {}{}", ep.to_string(), s.message(),
+                 s.code() == Code::kProtocol ? " (not a Weft server?)" : "");
   if (reply.payload_len != 0 || reply.request_id != 0)
-    return error(Code::kProtocol, "bad handshake reply from {}", ep.to_string());
+    return error(Code::kUnavailable, "bad handshake reply from {} (not a Weft server?)", ep.to_string());
   if (reply.status != 0)
     return error(code_from_wire(reply.status), "{} refused the connection: {}", ep.to_string(), body);
   return ch;
@@ -221,7 +222,11 @@ Result<RawResponse> SyncChannel::call(MethodId method, const std::string& body, 
   if (Status s = send_frame(h, body, deadline); !s.ok()) return error(std::move(s));
   FrameHeader reply;
   RawResponse r;
-  if (Status s = read_frame(&reply, &r.body, deadline); !s.ok()) return error(std::move(s));
+  if (Status s = read_frame(&reply, &r.body, deadline); !s.ok()) {
+    if (s.code() == Code::kProtocol && !answered_) return error(Code::kUnavailable, "{}", s.message());  // see .h
+    return error(std::move(s));
+  }
+  answered_ = true;
   if (reply.request_id != h.request_id)
     return error(fail(Status(Code::kProtocol, fmt::format("{} answered request {} while {} was expected",
                                                           ep_.to_string(), reply.request_id, h.request_id))));

@@ -52,6 +52,7 @@ class SyncChannel {
   Endpoint ep_;
   FrameLimits limits_;
   uint64_t next_id_ = 1;
+  bool answered_ = false;  // a reply came: a malformed frame is kProtocol (before: kUnavailable, maybe no Weft server)
   std::vector<std::byte> rbuf_;
   size_t rpos_ = 0, rend_ = 0;
   long rcv_timeout_us_ = -1;  // SO_RCVTIMEO / SO_SNDTIMEO currently set
