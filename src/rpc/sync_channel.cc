@@ -32,7 +32,6 @@ long remaining_us(SteadyClock::time_point deadline) {
 
 // A connected, blocking TCP socket with TCP_NODELAY and options.tcp, or an error.
 Result<int> connect_socket(const Endpoint& ep, const ClientOptions& options) {
-  const uint32_t timeout_ms = options.connect_timeout_ms;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -41,33 +40,57 @@ Result<int> connect_socket(const Endpoint& ep, const ClientOptions& options) {
   if (int rc = ::getaddrinfo(ep.host.c_str(), port.c_str(), &hints, &res); rc != 0)
     return error(Code::kUnavailable, "cannot resolve {}: {}", ep.to_string(), gai_strerror(rc));
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owned(res, &::freeaddrinfo);
-  int fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return errno_error(errno, "socket");
-  auto fail = [&](std::string why) {
-    ::close(fd);
-    return error(Code::kUnavailable, "cannot connect to {}: {}", ep.to_string(), why);
-  };
-  if (::connect(fd, res->ai_addr, res->ai_addrlen) < 0) {
-    if (errno != EINPROGRESS) return fail(std::strerror(errno));
-    pollfd p{fd, POLLOUT, 0};
-    int rc;
-    do {
-      rc = ::poll(&p, 1, static_cast<int>(timeout_ms));
-    } while (rc < 0 && errno == EINTR);
-    if (rc == 0) return fail(fmt::format("timed out after {} ms", timeout_ms));
-    int err = 0;
-    socklen_t len = sizeof err;
-    if (rc < 0 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0) return fail(std::strerror(errno));
-    if (err != 0) return fail(std::strerror(err));
-  }
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  apply_tcp_liveness(fd, options.tcp);
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  return fd;
+  return connect_to_any(ep, res, options);
 }
 
 }  // namespace
+
+// Tries each address in turn (a name may resolve to an IPv6 address nobody
+// listens on before the IPv4 one that works), all within one connect timeout.
+Result<int> connect_to_any(const Endpoint& ep, const addrinfo* addresses, const ClientOptions& options) {
+  const uint32_t timeout_ms = options.connect_timeout_ms;
+  const auto deadline = SteadyClock::now() + std::chrono::milliseconds(timeout_ms);
+  std::string why = "no address";
+  for (const addrinfo* a = addresses; a != nullptr; a = a->ai_next) {
+    auto left_ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - SteadyClock::now()).count();
+    if (left_ms <= 0) {
+      why = fmt::format("timed out after {} ms", timeout_ms);
+      break;
+    }
+    int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+      why = std::strerror(errno);
+      continue;
+    }
+    int err = 0;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) < 0) {
+      err = errno;
+      if (err == EINPROGRESS) {
+        pollfd p{fd, POLLOUT, 0};
+        int rc;
+        do {
+          rc = ::poll(&p, 1, static_cast<int>(left_ms));
+        } while (rc < 0 && errno == EINTR);
+        socklen_t len = sizeof err;
+        if (rc == 0)
+          err = ETIMEDOUT;
+        else if (rc < 0 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+          err = errno;
+      }
+    }
+    if (err != 0) {
+      why = err == ETIMEDOUT ? fmt::format("timed out after {} ms", timeout_ms) : std::strerror(err);
+      ::close(fd);
+      continue;
+    }
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    apply_tcp_liveness(fd, options.tcp);
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return fd;
+  }
+  return error(Code::kUnavailable, "cannot connect to {}: {}", ep.to_string(), why);
+}
 
 SyncChannel::SyncChannel(int fd, Endpoint ep, FrameLimits limits)
     : fd_(fd), ep_(std::move(ep)), limits_(limits), rbuf_(kReadBufferBytes) {}

@@ -20,7 +20,15 @@
 
 #include "rpc/client.h"
 
+struct addrinfo;
+
 namespace weft::rpc {
+
+// Connects to the first of `addresses` (a getaddrinfo list for `ep`) that
+// takes the connection, all within options.connect_timeout_ms: a blocking
+// socket with TCP_NODELAY and options.tcp. (SyncChannel::open resolves and
+// calls it; exposed for tests.)
+Result<int> connect_to_any(const Endpoint& ep, const addrinfo* addresses, const ClientOptions& options);
 
 class SyncChannel {
  public:

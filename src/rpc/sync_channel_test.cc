@@ -2,6 +2,13 @@
 // the caller's buffer or an owned one, errors, deadlines, refused tokens,
 // connect backoff, one connection per thread reused across calls, and many
 // threads at once.
+#include "rpc/sync_channel.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -140,6 +147,52 @@ TEST(SyncChannel, UnreachableServerBacksOffAndRecovers) {
     if (!recovered) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_TRUE(recovered);
+}
+
+// A getaddrinfo-style list of 127.0.0.1 addresses with these ports.
+struct AddressList {
+  explicit AddressList(std::vector<uint16_t> ports) : addrs(ports.size()), infos(ports.size()) {
+    for (size_t i = 0; i < ports.size(); ++i) {
+      addrs[i].sin_family = AF_INET;
+      addrs[i].sin_port = htons(ports[i]);
+      addrs[i].sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      infos[i].ai_family = AF_INET;
+      infos[i].ai_socktype = SOCK_STREAM;
+      infos[i].ai_addr = reinterpret_cast<sockaddr*>(&addrs[i]);
+      infos[i].ai_addrlen = sizeof(sockaddr_in);
+      infos[i].ai_next = i + 1 < ports.size() ? &infos[i + 1] : nullptr;
+    }
+  }
+  std::vector<sockaddr_in> addrs;
+  std::vector<addrinfo> infos;
+};
+
+// A name may resolve to several addresses, the first taking no connection
+// (e.g. "localhost" as ::1 for a server on 127.0.0.1): the blocking
+// connection tries them in turn, as the asynchronous one does.
+TEST(SyncChannel, ConnectTriesEveryResolvedAddress) {
+  Fixture f;
+  metrics::Registry registry;
+  uint16_t closed;
+  {
+    IoPool tmp{1};
+    Server s(tmp, {}, registry);
+    closed = s.listen("127.0.0.1", 0).value();  // then nobody listens there
+  }
+  AddressList list({closed, f.port});
+  ClientOptions co;
+  auto fd = connect_to_any(f.ep, list.infos.data(), co);
+  ASSERT_TRUE(fd) << fd.error();
+  sockaddr_in peer{};
+  socklen_t len = sizeof peer;
+  ASSERT_EQ(::getpeername(*fd, reinterpret_cast<sockaddr*>(&peer), &len), 0);
+  EXPECT_EQ(ntohs(peer.sin_port), f.port);
+  ::close(*fd);
+
+  AddressList none({closed, closed});
+  auto refused = connect_to_any(f.ep, none.infos.data(), co);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), Code::kUnavailable) << refused.error();
 }
 
 TEST(SyncChannel, ManyThreadsEachGetTheirOwnAnswers) {
