@@ -77,8 +77,21 @@ Task<void> ClientConnection::run_connect() {
   set_ready();
 }
 
-// Sends Hello and waits for its reply before any queued call is written.
+// Sends Hello and waits for its reply before any queued call is written;
+// the peer must answer within connect_timeout_ms. A race, not a timer that
+// closes the socket: when the answer and the timer's expiry are ready at
+// once (the I/O thread was busy), the first to complete wins, and a handler
+// already queued can no longer close a connection whose handshake succeeded
+// (nor refer to a connection that is gone).
 Task<Status> ClientConnection::handshake() {
+  asio::steady_timer timer(executor(), std::chrono::milliseconds(options_.connect_timeout_ms));
+  auto outcome = co_await (exchange_hello() || timer.async_wait(use_nothrow));
+  if (outcome.index() == 0) co_return std::get<0>(std::move(outcome));
+  co_return Status(Code::kUnavailable, fmt::format("{} did not answer the handshake within {} ms", ep_.to_string(),
+                                                   options_.connect_timeout_ms));
+}
+
+Task<Status> ClientConnection::exchange_hello() {
   proto::Hello hello;
   hello.set_cluster_token(options_.cluster_token);
   hello.set_client_id(options_.client_id);
@@ -92,13 +105,6 @@ Task<Status> ClientConnection::handshake() {
   std::array<std::byte, kFrameHeaderSize> hdr;
   encode_header(h, hdr.data());
   std::array<asio::const_buffer, 2> out{asio::buffer(hdr), asio::buffer(body)};
-  asio::steady_timer timer(executor(), std::chrono::milliseconds(options_.connect_timeout_ms));
-  timer.async_wait([this](asio::error_code ec) {
-    if (!ec) {  // the peer did not answer in time
-      asio::error_code ignored;
-      socket_.close(ignored);
-    }
-  });
   std::string where = ep_.to_string();
   auto wec_wn_result = co_await asio::async_write(socket_, out, use_nothrow);
   auto& [wec, wn] = wec_wn_result;
@@ -113,12 +119,23 @@ Task<Status> ClientConnection::handshake() {
   if (err != DecodeError::kOk || !reply.is_response() || reply.payload_len != 0)
     co_return Status(Code::kUnavailable, fmt::format("bad handshake reply from {}: {} (not a Weft server?)", where,
                                                      decode_error_name(err)));
+  // The body came with the header, as a rule: taken at once, not through an
+  // asynchronous read whose completion would be queued behind an expiry of
+  // the timer that was ready in the same poll (and lose the race to it).
   std::string rbody(reply.body_len, '\0');
-  auto bec_bn_result = co_await asio::async_read(socket_, asio::buffer(rbody), use_nothrow);
-  auto& [bec, bn] = bec_bn_result;
-  timer.cancel();
+  size_t got = 0;
+  asio::error_code bec;
+  if (!rbody.empty() && !socket_.non_blocking()) socket_.non_blocking(true, bec);
+  while (!bec && got < rbody.size())
+    got += socket_.read_some(asio::buffer(rbody.data() + got, rbody.size() - got), bec);
+  if (bec == asio::error::would_block || bec == asio::error::try_again) {
+    auto bec_bn_result =
+        co_await asio::async_read(socket_, asio::buffer(rbody.data() + got, rbody.size() - got), use_nothrow);
+    bec = std::get<0>(bec_bn_result);
+  }
   if (bec) co_return Status(Code::kUnavailable, fmt::format("{} closed the connection during the handshake", where));
-  if (reply.status != 0) co_return Status(code_from_wire(reply.status), fmt::format("{} refused the connection: {}", where, rbody));
+  if (reply.status != 0)
+    co_return Status(code_from_wire(reply.status), fmt::format("{} refused the connection: {}", where, rbody));
   co_return Status();
 }
 

@@ -72,6 +72,7 @@ class ClientConnection final : public FrameStream {
 
   Task<void> run_connect();
   Task<Status> handshake();
+  Task<Status> exchange_hello();  // handshake() bounds it in time
   Task<void> sweep_deadlines();
   void abort_call(uint64_t id, Status why);
   void expire(uint64_t id);  // the call's deadline passed

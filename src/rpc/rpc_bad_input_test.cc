@@ -48,7 +48,10 @@ class FakeServer {
           reply.request_id = h.request_id;
           send(s, reply);
         }
-        script(*this, s);
+        try {
+          script(*this, s);
+        } catch (const std::exception&) {  // the client closed the connection: the test says what went wrong
+        }
       }
     });
   }
@@ -700,6 +703,74 @@ TEST(Server, OutOfDescriptorsItPausesAcceptingAndLogsOnceASecond) {
   size_t lines = testing::lines_with(seen.log, "accept failed");
   EXPECT_GE(lines, 1u);
   EXPECT_LE(lines, 2u) << seen.log.substr(0, 2000);
+}
+
+// The handshake's answer and the expiry of its timer ready at once (the
+// client's I/O thread was busy meanwhile): the answer is read first, and
+// the timer's handler, already queued, must not close the connection that
+// just completed its handshake.
+TEST(BadServer, AHandshakeTimerFiringWithItsAnswerLeavesTheConnectionOpen) {
+  constexpr auto kTimeout = 400ms;
+  std::promise<std::chrono::steady_clock::time_point> hello_read;
+  std::promise<void> client_busy;
+  auto busy = client_busy.get_future();
+  FakeServer fake(
+      [&](FakeServer&, asio::ip::tcp::socket& s) {
+        FrameHeader hello = FakeServer::read_request(s);
+        hello_read.set_value(std::chrono::steady_clock::now());
+        busy.wait();  // the client's I/O thread sleeps past the handshake timeout
+        FrameHeader reply = FakeServer::response_to(hello);
+        reply.body_len = 10;  // the client does not parse it
+        FakeServer::send(s, reply, std::string(10, 'r'));
+        FrameHeader call = FakeServer::read_request(s);
+        FakeServer::send(s, FakeServer::response_to(call));
+        FakeServer::drain(s);
+      },
+      1, /*handshake=*/false);
+  IoPool cio{1};
+  ClientOptions co;
+  co.connect_timeout_ms = static_cast<uint32_t>(kTimeout.count());
+  Client client(cio, co);
+  auto call = start_call(cio, client, fake.ep(), {});
+  auto hello_at = hello_read.get_future().get();
+  asio::post(cio.at(0), [&, hello_at] {
+    client_busy.set_value();
+    std::this_thread::sleep_until(hello_at + kTimeout + 300ms);
+  });
+  ASSERT_EQ(call.wait_for(5s), std::future_status::ready);
+  auto r = call.get();
+  EXPECT_TRUE(r) << r.error();
+}
+
+// A peer that takes the connection and never answers the Hello (or stops
+// in the middle of its answer): the call fails after connect_timeout_ms.
+TEST(BadServer, AHandshakeNotAnsweredInTimeFailsTheCall) {
+  for (bool half : {false, true}) {
+    SCOPED_TRACE(half);
+    FakeServer silent(
+        [half](FakeServer& f, asio::ip::tcp::socket& s) {
+          FrameHeader hello = FakeServer::read_request(s);
+          if (half) {
+            FrameHeader reply = FakeServer::response_to(hello);
+            reply.body_len = 10;
+            FakeServer::send(s, reply, "abc");  // 3 bytes of 10
+          }
+          f.hold();
+        },
+        1, /*handshake=*/false);
+    IoPool cio{1};
+    ClientOptions co;
+    co.connect_timeout_ms = 300;
+    Client client(cio, co);
+    auto start = std::chrono::steady_clock::now();
+    auto call = start_call(cio, client, silent.ep(), {});
+    ASSERT_EQ(call.wait_for(3s), std::future_status::ready);
+    auto r = call.get();
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code(), Code::kUnavailable) << r.error();
+    EXPECT_NE(r.error().message().find("did not answer the handshake within 300 ms"), std::string::npos) << r.error();
+    EXPECT_GE(std::chrono::steady_clock::now() - start, 300ms);
+  }
 }
 
 }  // namespace
