@@ -12,6 +12,7 @@
 #include <future>
 #include <thread>
 
+#include "common/fault.h"
 #include "proto/rpc.pb.h"
 #include "rpc/client.h"
 #include "rpc/echo_service.h"
@@ -359,6 +360,24 @@ TEST_F(BadInput, APeerThatDoesNotReadItsRepliesIsNotReadEither) {
   EXPECT_LT(answered.value(), 40u) << "replies of 1 MiB answered for a peer that reads none";
   EXPECT_GT(answered.value(), 0u);
   expect_server_healthy();
+}
+
+// A connection accepted while stop() runs, after stop() listed the
+// connections to close, is closed too, not served by a stopped server.
+TEST_F(BadInput, AConnectionAcceptedDuringStopIsClosed) {
+  fault::Scope hold("rpc.server.accept.hold");  // the accept loop holds the next connection
+  RawSocket s(port_);
+  ASSERT_TRUE(s.connected());
+  for (int i = 0; i < 1000 && hold.triggered() == 0; ++i) std::this_thread::sleep_for(2ms);
+  ASSERT_GT(hold.triggered(), 0);
+  std::thread stopper([&] { server_->stop(); });
+  std::this_thread::sleep_for(200ms);  // stop() has marked the server stopped and listed its connections
+  fault::disarm("rpc.server.accept.hold");
+  stopper.join();
+  FrameHeader h;
+  h.method = kHello.wire();
+  s.send_frame(h, hello_body("tok"));  // served, the connection would answer it
+  EXPECT_TRUE(s.closed_by_peer(2000)) << "a connection accepted during stop() was served";
 }
 
 // The same server, closing connections whose replies wait kTimeout with the

@@ -7,6 +7,7 @@
 #include <asio/steady_timer.hpp>
 
 #include "common/assert.h"
+#include "common/fault.h"
 #include "common/logging.h"
 #include "rpc/server_connection.h"
 #include "rpc/server_state.h"
@@ -74,9 +75,19 @@ Task<void> accept_loop(std::shared_ptr<ServerState> state, asio::ip::tcp::accept
       if (state->stopped) co_return;
       continue;
     }
-    auto conn = std::make_shared<ServerConnection>(std::move(socket), state);
+    while (WEFT_FAULT("rpc.server.accept.hold")) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // tests
+    std::shared_ptr<ServerConnection> conn;
     {
+      // stop() sets `stopped`, then closes the connections listed here:
+      // looked at under the same lock, a connection accepted meanwhile is
+      // either listed in time or never served.
       std::lock_guard lock(state->mu);
+      if (state->stopped) {
+        asio::error_code ignored;
+        socket.close(ignored);
+        co_return;
+      }
+      conn = std::make_shared<ServerConnection>(std::move(socket), state);
       std::erase_if(state->connections, [](auto& w) { return w.expired(); });
       state->connections.push_back(conn);
     }
@@ -144,6 +155,10 @@ void Server::stop() {
 }
 
 void ServerState::dispatch(const std::shared_ptr<ServerConnection>& conn, std::shared_ptr<ServerCall> call) {
+  if (stopped) {  // a request read while stop() closes the connections: its handler's service may be going away
+    conn->reply(call, Status(Code::kUnavailable, fmt::format("{} is stopping", options.name)));
+    return;
+  }
   auto it = methods.find(call->method.wire());
   auto start = std::chrono::steady_clock::now();
   if (it == methods.end()) {
