@@ -106,12 +106,13 @@ Result<uint16_t> MetricsServer::listen(const std::string& host, uint16_t port) {
 
 void MetricsServer::stop() {
   auto impl = impl_;
-  std::promise<void> done;
-  auto fut = done.get_future();
-  asio::post(impl->acceptor.get_executor(), [impl, &done] {
+  // Shared: stop() may return first (on an I/O thread, or after waiting 2 s).
+  auto done = std::make_shared<std::promise<void>>();
+  auto fut = done->get_future();
+  asio::post(impl->acceptor.get_executor(), [impl, done] {
     asio::error_code ec;
     impl->acceptor.close(ec);
-    done.set_value();
+    done->set_value();
   });
   if (!impl->io.in_pool_thread()) fut.wait_for(std::chrono::seconds(2));
 }

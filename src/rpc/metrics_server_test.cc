@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <asio/post.hpp>
+#include <asio/use_future.hpp>
+#include <future>
+
 #include "rpc/test_util.h"
 
 namespace weft::rpc {
@@ -47,6 +51,31 @@ TEST(MetricsServer, OutOfDescriptorsItPausesAcceptingAndLogsOnceASecond) {
   size_t lines = testing::lines_with(seen.log, "accept failed");
   EXPECT_GE(lines, 1u);
   EXPECT_LE(lines, 2u) << seen.log.substr(0, 2000);
+}
+
+// Overwrites the stack below the caller's frame with zeros (where a callee
+// that returned kept its locals).
+[[gnu::noinline]] void scribble_stack() {
+  volatile char junk[64 << 10];
+  for (size_t i = 0; i < sizeof junk; ++i) junk[i] = 0;
+}
+
+// stop() gives up waiting for the I/O thread after 2 s: the acceptor's
+// close, run later, must use nothing of stop()'s own (its frame is gone).
+TEST(MetricsServer, AStopThatGaveUpWaitingLeavesNothingDangling) {
+  metrics::Registry registry;
+  IoPool io{1};
+  MetricsServer server(io, registry);
+  uint16_t port = server.listen("127.0.0.1", 0).value();
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  asio::post(io.at(0), [released] { released.wait(); });  // the I/O thread is busy past stop()'s wait
+  server.stop();
+  scribble_stack();  // stop()'s locals are gone
+  release.set_value();
+  asio::post(io.at(0), asio::use_future).get();  // the close ran
+  testing::RawSocket s(port);
+  EXPECT_FALSE(s.connected()) << "the endpoint still accepts after stop()";
 }
 
 }  // namespace
