@@ -1,5 +1,9 @@
 #include "storage/chunk_engine.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <filesystem>
 
 #include <rocksdb/db.h>
@@ -109,6 +113,14 @@ static Result<OpenedIndex> open_index(const std::string& path) {
   return OpenedIndex{std::move(db), format == kFormatValueV1};
 }
 
+struct ChunkEngine::Settlement {
+  rocksdb::WriteBatch batch;  // the restart-check keys' deletes and the records put back
+  size_t restart_keys = 0;
+  // The record each checked chunk keeps from now on (nullopt: none); the
+  // chunks not named keep the record the index has.
+  std::unordered_map<ChunkId, std::optional<ChunkMeta>, ChunkIdHash> records;
+};
+
 Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const std::string& dir, EngineOptions options,
                                                       metrics::Registry& registry) {
   WEFT_RETURN_IF_ERROR(validate(options));
@@ -120,8 +132,12 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const std::string& dir, E
   WEFT_TRY(OpenedIndex index, open_index(dir + "/index"));
   e->db_ = std::move(index.db);
   WEFT_TRY(e->ring_, IoRing::create(options.ring_entries, &e->metrics_->ring_depth));
-  WEFT_RETURN_IF_ERROR(e->check_last_group());
-  WEFT_RETURN_IF_ERROR(e->rebuild(index.v1));
+  // The restart check decides, rebuild() checks everything against this
+  // engine's options and slab files and only then writes: a refused open
+  // (e.g. a smaller chunk_size_max) leaves the target as it found it.
+  Settlement settle;
+  WEFT_RETURN_IF_ERROR(e->check_last_group(settle));
+  WEFT_RETURN_IF_ERROR(e->rebuild(index.v1, settle));
   e->space_guard_ = std::make_unique<FreeSpaceGuard>(dir, options.reserve_bytes);
   uint64_t capacity = options.capacity_bytes;
   if (capacity == 0) {
@@ -156,48 +172,73 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const std::string& dir, E
 
 // Allocation state comes from the index alone: every entry marks its slot.
 // Migrating a format-1 index adds every chunk to the per-chain index (under
-// the chain its record names: kChainUnknown) and bumps the format, in one batch.
-Result<void> ChunkEngine::rebuild(bool migrate) {
-  rocksdb::WriteBatch migration;
+// the chain its record names: kChainUnknown) and bumps the format, in the
+// same batch as the settlement of the last group.
+Result<void> ChunkEngine::rebuild(bool migrate, Settlement& settle) {
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   std::string prefix(1, kChunkKeyPrefix);
   for (it->Seek(prefix); it->Valid() && is_chunk_key(it->key()); it->Next()) {
     auto id = ChunkId::decode(std::string_view(it->key().data() + 1, ChunkId::kEncodedBytes));
-    auto meta = ChunkMeta::decode(std::string_view(it->value().data(), it->value().size()));
-    if (!meta) return error(meta.error().with_context(fmt::format("index entry of chunk {}", *id)));
+    std::optional<ChunkMeta> meta;
+    if (auto settled = settle.records.find(*id); settled != settle.records.end()) {
+      if (!settled->second) continue;  // the last group's new chunk that did not land
+      meta = settled->second;
+    } else {
+      auto decoded = ChunkMeta::decode(std::string_view(it->value().data(), it->value().size()));
+      if (!decoded) return error(decoded.error().with_context(fmt::format("index entry of chunk {}", *id)));
+      meta = std::move(*decoded);
+    }
     if (meta->size_class >= class_count_)
       return error(Code::kConfig, "chunk {} has {} bytes slots, above chunk_size_max {}: reopen with a larger maximum",
                    *id, class_bytes(meta->size_class), options_.chunk_size_max);
     WEFT_RETURN_IF_ERROR(space_.mark_used(SlotRef{meta->size_class, meta->slot}));
-    if (migrate) migration.Put(chain_key(meta->chain_id, *id), rocksdb::Slice());
+    if (migrate) settle.batch.Put(chain_key(meta->chain_id, *id), rocksdb::Slice());
     stripe(*id).index[*id] = std::make_shared<const ChunkMeta>(std::move(*meta));
   }
   if (!it->status().ok()) return error(Code::kIoError, "scan chunk index: {}", it->status().ToString());
-  if (migrate) {
-    migration.Put(rocksdb::Slice(kFormatKey.data(), kFormatKey.size()),
-                  rocksdb::Slice(kFormatValue.data(), kFormatValue.size()));
-    rocksdb::WriteOptions wo;
-    wo.sync = true;
-    rocksdb::Status s = db_->Write(wo, &migration);
-    if (!s.ok()) return error(Code::kIoError, "migrate chunk index of {}: {}", dir_, s.ToString());
-  }
   for (uint32_t c = 0; c < class_count_; ++c) {
     uint64_t high = space_.slot_high_water(c);
     if (high == 0) continue;
-    WEFT_TRY(SlabFile * file, slab(c));
+    WEFT_TRY(SlabFile * file, existing_slab(c));
+    if (!file)
+      return error(Code::kCorruption, "slab file {} is missing but the index uses slot {} of it", slab_path(c),
+                   high - 1);
     if (file->slot_count() < high)
       return error(Code::kCorruption, "slab file {} holds {} slots but the index uses slot {}", file->path(),
                    file->slot_count(), high - 1);
   }
+  if (migrate)
+    settle.batch.Put(rocksdb::Slice(kFormatKey.data(), kFormatKey.size()),
+                     rocksdb::Slice(kFormatValue.data(), kFormatValue.size()));
+  if (settle.batch.Count() == 0) return {};
+  if (settle.restart_keys > 0) {
+    // After a crash of the process alone the slots verified from the device's
+    // cache, and a grown slab's new extents may not be durable yet: make them
+    // so before the keys that could undo the group go.
+    WEFT_TRY(auto slabs, existing_slabs());
+    for (SlabFile* file : slabs) WEFT_RETURN_IF_ERROR(file->sync_from_now(*ring_));
+  }
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  rocksdb::Status s = db_->Write(wo, &settle.batch);
+  if (!s.ok())
+    return error(Code::kIoError, "{} the chunk index of {}: {}",
+                 settle.restart_keys > 0 ? "settle the last commit group in" : "migrate", dir_, s.ToString());
   return {};
 }
 
 Result<bool> ChunkEngine::slot_verifies(const ChunkMeta& meta) {
-  if (meta.size_class >= class_count_) return false;
-  WEFT_TRY(SlabFile * file, slab(meta.size_class));
-  if (meta.slot >= file->slot_count()) return false;
   uint32_t padded = (meta.length + 4095) / 4096 * 4096;
   if (padded == 0) return meta.chunk_crc == compute_checksums({}).chunk_crc;
+  // Neither says whether the write reached the disk: refuse rather than
+  // take an acknowledged version for a lost one.
+  if (meta.size_class >= class_count_)
+    return error(Code::kConfig, "version {} has {} bytes slots, above chunk_size_max {}: reopen with a larger maximum",
+                 meta.version, class_bytes(meta.size_class), options_.chunk_size_max);
+  WEFT_TRY(SlabFile * file, existing_slab(meta.size_class));
+  if (!file)
+    return error(Code::kCorruption, "slab file {} of version {} is missing", slab_path(meta.size_class), meta.version);
+  if (meta.slot >= file->slot_count()) return false;  // the slab's growth did not reach the disk
   Buffer buf = Buffer::allocate(padded);
   buf.resize(padded);
   WEFT_RETURN_IF_ERROR(file->read(*ring_, meta.slot, 0, buf.data(), padded));
@@ -208,27 +249,32 @@ Result<bool> ChunkEngine::slot_verifies(const ChunkMeta& meta) {
 // For each chunk of the last group: keep the new entry if its slot verifies;
 // else put the previous entry back if that one's slot verifies (the group was
 // never acknowledged, so either version is right); else keep the new entry
-// (reads report the corruption). Then drop the keys, all in one synced batch.
-Result<void> ChunkEngine::check_last_group() {
-  rocksdb::WriteBatch batch;
+// (reads report the corruption). The keys go too; rebuild() writes it all in
+// one synced batch once the index passed its checks.
+Result<void> ChunkEngine::check_last_group(Settlement& settle) {
+  rocksdb::WriteBatch& batch = settle.batch;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   const std::string prefix(1, kRestartKeyPrefix);
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
     batch.Delete(it->key());
+    ++settle.restart_keys;
     auto id = ChunkId::decode(std::string_view(it->key().data() + 1, it->key().size() - 1));
     if (!id) return error(Code::kCorruption, "restart-check key of {} bytes in {}", it->key().size(), dir_);
+    auto context = [&](const Status& s) { return s.with_context(fmt::format("restart check of chunk {}", *id)); };
     std::string current_raw;
     rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), chunk_key(*id), &current_raw);
     if (s.IsNotFound()) continue;  // removed since
     if (!s.ok()) return error(Code::kIoError, "read index entry of chunk {}: {}", *id, s.ToString());
     WEFT_TRY(ChunkMeta current, ChunkMeta::decode(current_raw));
-    WEFT_TRY(bool current_ok, slot_verifies(current));
-    if (current_ok) continue;
+    auto current_ok = slot_verifies(current);
+    if (!current_ok) return error(context(current_ok.error()));
+    if (*current_ok) continue;
     std::optional<ChunkMeta> previous;
     if (!it->value().empty()) {
       WEFT_TRY(previous, ChunkMeta::decode(std::string_view(it->value().data(), it->value().size())));
-      WEFT_TRY(bool previous_ok, slot_verifies(*previous));
-      if (!previous_ok) {
+      auto previous_ok = slot_verifies(*previous);
+      if (!previous_ok) return error(context(previous_ok.error()));
+      if (!*previous_ok) {
         WEFT_LOG_WARN("chunk {} of the last commit group: neither version {} nor {} verifies; keeping {}", *id,
                   current.version, previous->version, current.version);
         continue;
@@ -243,18 +289,9 @@ Result<void> ChunkEngine::check_last_group() {
     } else {
       batch.Delete(chunk_key(*id));
     }
+    settle.records[*id] = std::move(previous);
   }
   if (!it->status().ok()) return error(Code::kIoError, "scan restart-check keys: {}", it->status().ToString());
-  if (batch.Count() == 0) return {};
-  // After a crash of the process alone the slots verified from the device's
-  // cache, and a grown slab's new extents may not be durable yet: make them
-  // so before the keys that could undo the group go.
-  WEFT_TRY(auto slabs, existing_slabs());
-  for (SlabFile* file : slabs) WEFT_RETURN_IF_ERROR(file->sync_from_now(*ring_));
-  rocksdb::WriteOptions wo;
-  wo.sync = true;
-  rocksdb::Status s = db_->Write(wo, &batch);
-  if (!s.ok()) return error(Code::kIoError, "settle the last commit group of {}: {}", dir_, s.ToString());
   return {};
 }
 
@@ -278,13 +315,39 @@ std::string ChunkEngine::slab_path(uint32_t size_class) const {
   return fmt::format("{}/slab_{:02}_{}k.dat", dir_, size_class, class_bytes(size_class) / 1024);
 }
 
+Result<SlabFile*> ChunkEngine::existing_slab(uint32_t size_class) {
+  WEFT_ASSERT(size_class < class_count_);
+  {
+    std::lock_guard lock(slabs_mu_);
+    if (slabs_[size_class]) return slabs_[size_class].get();
+  }
+  std::error_code ec;
+  bool exists = std::filesystem::exists(slab_path(size_class), ec);
+  if (ec) return error(Code::kIoError, "look for slab file {}: {}", slab_path(size_class), ec.message());
+  if (!exists) return nullptr;
+  return slab(size_class);
+}
+
+// A new slab file's directory entry is made durable before any slot of it is
+// written (the file is opened before its first slot is allocated in it): a slab file missing at open then means damage (or another
+// directory), never a creation lost in a power cut.
 Result<SlabFile*> ChunkEngine::slab(uint32_t size_class) {
   WEFT_ASSERT(size_class < class_count_);
   std::lock_guard lock(slabs_mu_);
   auto& file = slabs_[size_class];
   if (!file) {
-    WEFT_TRY(file,
-             SlabFile::open(slab_path(size_class), class_bytes(size_class), options_.extent_bytes, &slab_failed_));
+    const std::string path = slab_path(size_class);
+    WEFT_TRY(file, SlabFile::open(path, class_bytes(size_class), options_.extent_bytes, &slab_failed_));
+    if (file->slot_count() == 0) {  // new (or never grown): cheap to sync its entry again
+      int d = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      int rc = d < 0 ? -1 : ::fsync(d);
+      int err = errno;
+      if (d >= 0) ::close(d);
+      if (rc != 0) {
+        file.reset();
+        return errno_error(err, fmt::format("sync directory {} after creating {}", dir_, path));
+      }
+    }
   }
   return file.get();
 }

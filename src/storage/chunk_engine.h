@@ -30,7 +30,10 @@
 // restart-check key naming the chunk and its previous entry, which the next
 // group deletes. At open, check_last_group() verifies the chunks those keys
 // name (only the last group can have lost a slot in a power cut) and puts
-// the previous entry back for any whose new slot fails its checksums.
+// the previous entry back for any whose new slot fails its checksums (a slot
+// past its slab file's end counts as lost; a slab file missing or a size
+// class above chunk_size_max refuses the open instead). Nothing is written
+// until the whole index passed the open's checks.
 // A crash therefore leaves either the old or the new committed chunk. Pending
 // versions are NOT persisted: after a restart they are gone and the target
 // must be resynced by its chain predecessor (a restarted target always is).
@@ -242,15 +245,28 @@ class ChunkEngine {
   static constexpr size_t kStripes = 256;
 
   ChunkEngine(std::string dir, EngineOptions options, metrics::Registry& registry, uint32_t class_count);
-  // Loads the index; `migrate`: a format-1 index, whose per-chain index is written now.
-  Result<void> rebuild(bool migrate);
+  // What the restart check decided (chunk_engine.cc): written by rebuild().
+  struct Settlement;
   // The restart check (see above). Runs before rebuild(): reads slots
-  // through the ring and changes the index directly.
-  Result<void> check_last_group();
+  // through the ring and decides, for each chunk of the last group, which
+  // record it keeps; writes nothing.
+  Result<void> check_last_group(Settlement& settle);
+  // Loads the index as `settle` leaves it and checks it against this
+  // engine's options and slab files; only then writes the settlement (and,
+  // `migrate`: a format-1 index, its per-chain index) in one synced batch.
+  // A refusal (kConfig, kCorruption) changes nothing on disk.
+  Result<void> rebuild(bool migrate, Settlement& settle);
   // The slab files that exist on disk (opened if need be).
   Result<std::vector<SlabFile*>> existing_slabs();
-  // True if `meta`'s slot holds content matching its checksums.
+  // The slab file of `size_class` if it exists on disk (opened if need be),
+  // else nullptr: never creates one.
+  Result<SlabFile*> existing_slab(uint32_t size_class);
+  // True if `meta`'s slot holds content matching its checksums; false if the
+  // slot lies past the slab file's end (its growth was lost). An error where
+  // the answer cannot be known: a size class above this engine's maximum
+  // (kConfig), a missing slab file (kCorruption).
   Result<bool> slot_verifies(const ChunkMeta& meta);
+  // Opens (creates: durably, with its directory entry) the slab file.
   Result<SlabFile*> slab(uint32_t size_class);
   Stripe& stripe(const ChunkId& id) { return stripes_[ChunkIdHash{}(id) % kStripes]; }
 

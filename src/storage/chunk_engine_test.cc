@@ -54,13 +54,15 @@ class ChunkEngineTest : public ::testing::Test {
   // (a clean close drops them). The restart tests need one-flush groups,
   // which this test directory's filesystem must allow.
   void reopen_after_crash() {
+    crash();
+    if (!IsSkipped()) open();
+  }
+  // Closes as a crash would (see above), without reopening.
+  void crash() {
     if (!one_fdatasync_flushes_all(dir_.path())) GTEST_SKIP() << dir_.path() << ": no one-flush groups here";
-    {
-      fault::Scope keep("storage.index.keep_restart_keys");
-      engine_.reset();
-      if (keep.triggered() == 0) GTEST_SKIP() << "fault injection compiled out";
-    }
-    open();
+    fault::Scope keep("storage.index.keep_restart_keys");
+    engine_.reset();
+    if (keep.triggered() == 0) GTEST_SKIP() << "fault injection compiled out";
   }
   void expect_space_matches_index() {
     auto idx = engine_->index_bytes();
@@ -650,6 +652,70 @@ TEST_F(ChunkEngineTest, RestartCheckLeavesEarlierGroupsAlone) {
   EXPECT_EQ(engine_->read(earlier, 0, 8192).error().code(), Code::kCorruption);
   EXPECT_EQ(engine_->committed_meta(earlier)->version, 2u);
   EXPECT_EQ(read_all(last), last_data);
+}
+
+// Reopened after a crash with a smaller chunk_size_max, a target whose index
+// has larger chunks is refused (kConfig) before the restart check writes
+// anything: an acknowledged version of the last group in a size class the
+// smaller maximum lacks is neither rolled back nor dropped.
+TEST_F(ChunkEngineTest, RestartCheckUnderASmallerMaximumRefusesAndChangesNothing) {
+  const ChunkId big{7, 0}, x{7, 1};
+  auto big_data = pattern(1 << 20, 1);
+  ASSERT_TRUE(engine_->write(big, Update::write(0, big_data)));
+  ASSERT_TRUE(engine_->write(x, Update::write(0, pattern(8192, 2))));
+  auto x2 = pattern(512 << 10, 3);
+  ASSERT_TRUE(engine_->write(x, Update::write(0, x2)));  // the last group, acknowledged
+  ASSERT_NO_FATAL_FAILURE(crash());
+  if (IsSkipped()) return;
+  EngineOptions smaller = options();
+  smaller.chunk_size_max = 64 << 10;
+  for (int i = 0; i < 2; ++i) {  // the first refusal changed nothing: refused again
+    auto e = ChunkEngine::open(dir_.path(), smaller, registry_);
+    ASSERT_FALSE(e.has_value());
+    EXPECT_EQ(e.error().code(), Code::kConfig) << e.error();
+  }
+  ASSERT_NO_FATAL_FAILURE(open());
+  EXPECT_EQ(engine_->committed_meta(x)->version, 2u);
+  EXPECT_EQ(read_all(x), x2);
+  EXPECT_EQ(read_all(big), big_data);
+  expect_space_matches_index();
+
+  // The last group's new chunk is the only one too large: it is not dropped
+  // to make the index fit the smaller maximum.
+  ASSERT_TRUE(engine_->remove(big));
+  ASSERT_TRUE(engine_->write(x, Update::truncate(8192)));
+  const ChunkId fresh{7, 2};
+  auto fresh_data = pattern(256 << 10, 4);
+  ASSERT_TRUE(engine_->write(fresh, Update::write(0, fresh_data)));
+  ASSERT_NO_FATAL_FAILURE(crash());
+  auto e = ChunkEngine::open(dir_.path(), smaller, registry_);
+  ASSERT_FALSE(e.has_value()) << "opened by dropping the last group's chunk";
+  EXPECT_EQ(e.error().code(), Code::kConfig) << e.error();
+  ASSERT_NO_FATAL_FAILURE(open());
+  EXPECT_EQ(read_all(fresh), fresh_data);
+  expect_space_matches_index();
+}
+
+// A slab file missing at open cannot tell whether the last group's slot
+// reached the disk (a new slab file's entry is made durable before its first
+// slot is written): the open is refused and nothing is rolled back.
+TEST_F(ChunkEngineTest, RestartCheckRefusesWhenASlabFileIsMissing) {
+  const ChunkId id{7, 3};
+  ASSERT_TRUE(engine_->write(id, Update::write(0, pattern(8192, 1))));
+  auto v2 = pattern(64 << 10, 2);
+  ASSERT_TRUE(engine_->write(id, Update::write(0, v2)));  // the first chunk of its size class
+  const std::string path = engine_->slab_path(engine_->committed_meta(id)->size_class);
+  ASSERT_NO_FATAL_FAILURE(crash());
+  if (IsSkipped()) return;
+  ASSERT_EQ(::rename(path.c_str(), (path + ".away").c_str()), 0);
+  auto e = ChunkEngine::open(dir_.path(), options(), registry_);
+  ASSERT_FALSE(e.has_value()) << "version 2 was taken for a lost write";
+  EXPECT_EQ(e.error().code(), Code::kCorruption) << e.error();
+  EXPECT_NE(e.error().message().find("missing"), std::string::npos) << e.error();
+  ASSERT_EQ(::rename((path + ".away").c_str(), path.c_str()), 0);
+  ASSERT_NO_FATAL_FAILURE(open());
+  EXPECT_EQ(engine_->committed_meta(id)->version, 2u);
+  EXPECT_EQ(read_all(id), v2);
 }
 
 TEST_F(ChunkEngineTest, DefaultCapacityIsFilesystemFreeSpace) {
