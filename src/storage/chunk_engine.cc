@@ -191,7 +191,7 @@ Result<void> ChunkEngine::rebuild(bool migrate, Settlement& settle) {
     if (meta->size_class >= class_count_)
       return error(Code::kConfig, "chunk {} has {} bytes slots, above chunk_size_max {}: reopen with a larger maximum",
                    *id, class_bytes(meta->size_class), options_.chunk_size_max);
-    WEFT_RETURN_IF_ERROR(space_.mark_used(SlotRef{meta->size_class, meta->slot}));
+    if (auto slot = slot_of(*meta)) WEFT_RETURN_IF_ERROR(space_.mark_used(*slot));
     if (migrate) settle.batch.Put(chain_key(meta->chain_id, *id), rocksdb::Slice());
     stripe(*id).index[*id] = std::make_shared<const ChunkMeta>(std::move(*meta));
   }
@@ -489,7 +489,8 @@ Result<uint64_t> ChunkEngine::index_bytes() {
   std::optional<ChunkId> start;
   for (;;) {
     WEFT_TRY(auto page, list(start, 1024));
-    for (const auto& c : page) total += class_bytes(c.size_class);
+    for (const auto& c : page)
+      if (c.length > 0) total += class_bytes(c.size_class);  // an empty chunk holds no slot
     if (page.size() < 1024) return total;
     start = page.back().id.successor();
     if (!start) return total;  // the largest id was the last

@@ -50,7 +50,8 @@
 // finish all calls before destroying it.
 // Invariants: at most one pending version per chunk; a committed version only
 // changes through commit()/write()/remove(); SpaceManager::used_bytes() ==
-// sum of slot sizes of indexed + pending chunks (+ slots pinned by readers).
+// sum of slot sizes of indexed + pending chunks (+ slots pinned by readers);
+// an empty chunk holds no slot (engine_internal.h slot_of).
 #pragma once
 
 #include <atomic>

@@ -43,7 +43,7 @@ Result<void> ChunkEngine::read_verified(const ChunkMeta& meta, uint32_t first_bl
 Result<std::optional<ChunkMeta>> ChunkEngine::lookup_pinned(const ChunkId& id) {
   std::shared_lock lock(stripe(id).mu);
   std::optional<ChunkMeta> meta = get_meta_locked(id);
-  if (meta) space_.pin(SlotRef{meta->size_class, meta->slot});
+  if (auto slot = meta ? slot_of(*meta) : std::nullopt) space_.pin(*slot);
   return meta;
 }
 
@@ -76,7 +76,7 @@ Result<ChunkEngine::ReadPlan> ChunkEngine::plan_read(const ChunkId& id, uint32_t
   if (end <= offset) return plan;
   auto file = slab(meta.size_class);
   if (!file) {
-    space_.unpin(SlotRef{meta.size_class, meta.slot});
+    space_.unpin(*slot_of(meta));  // end > offset: not empty
     return error(file.error());
   }
   BlockSpan span = blocks_of(offset, end);
@@ -119,7 +119,7 @@ Result<void> ChunkEngine::check_read(ReadPlan& plan) {
 
 // Unpins the slot, checks the transfer and the CRCs. `res` as from the ring.
 Result<ReadResult> ChunkEngine::finish_read(ReadPlan& plan, int res) {
-  space_.unpin(SlotRef{plan.meta.size_class, plan.meta.slot});
+  if (auto slot = slot_of(plan.meta)) space_.unpin(*slot);
   if (plan.count > 0) {
     if (res < 0) return errno_error(-res, fmt::format("read chunk {}", plan.id));
     if (static_cast<uint32_t>(res) != plan.count * kBlockBytes)
@@ -181,7 +181,6 @@ Result<void> ChunkEngine::verify(const ChunkId& id) {
   WEFT_TRY(auto found, lookup_pinned(id));
   if (!found) return error(Code::kNotFound, "chunk {} not found", id);
   const ChunkMeta& meta = *found;
-  SlotRef ref{meta.size_class, meta.slot};
   uint32_t count = blocks_for(meta.length);
   Buffer buf = Buffer::allocate(size_t{count} * kBlockBytes);
   auto checked = [&]() -> Result<void> {
@@ -194,7 +193,7 @@ Result<void> ChunkEngine::verify(const ChunkId& id) {
     }
     return {};
   }();
-  space_.unpin(ref);
+  if (auto slot = slot_of(meta)) space_.unpin(*slot);
   if (!checked) return error(checked.error().with_context(fmt::format("verify chunk {}", id)));
   return {};
 }

@@ -80,6 +80,9 @@ Result<ChunkEngine::Pending> ChunkEngine::store_new_slot(std::span<const std::by
   Checksums sums = compute_checksums(content.first(length));
   meta.chunk_crc = sums.chunk_crc;
   meta.block_crcs = std::move(sums.block_crcs);
+  // An empty chunk needs no slot (slot_of): nothing to write, nothing to sync,
+  // no slab growth that only a later sync would make durable.
+  if (length == 0) return p;
   WEFT_TRY(SlotRef ref, space_.allocate(meta.size_class));
   meta.slot = ref.slot;
   auto written = [&]() -> Result<void> {
@@ -130,7 +133,7 @@ Result<WriteResult> ChunkEngine::stage_locked(const ChunkId& id, uint64_t versio
     std::lock_guard lock(pending_mu_);
     pending_[id] = std::move(staged);
   }
-  if (replaced) space_.free(SlotRef{replaced->meta.size_class, replaced->meta.slot});
+  if (auto slot = replaced ? slot_of(replaced->meta) : std::nullopt) space_.free(*slot);
   metrics_->stages.inc();
   metrics_->stage_latency_us.observe(elapsed_us(start));
   return result;
@@ -178,7 +181,7 @@ Result<WriteResult> ChunkEngine::commit_locked(const ChunkId& id, uint64_t versi
   {
     std::unique_lock lock(stripe(id).mu);
     stripe(id).index[id] = std::make_shared<const ChunkMeta>(*pending);
-    if (old) space_.free(SlotRef{old->size_class, old->slot});
+    if (auto slot = old ? slot_of(*old) : std::nullopt) space_.free(*slot);
   }
   metrics_->commits.inc();
   metrics_->commit_latency_us.observe(elapsed_us(start));
@@ -219,7 +222,7 @@ Result<void> ChunkEngine::abort(const ChunkId& id, uint64_t version) {
     pending = std::move(it->second.meta);
     pending_.erase(it);
   }
-  space_.free(SlotRef{pending->size_class, pending->slot});
+  if (auto slot = slot_of(*pending)) space_.free(*slot);
   return {};
 }
 
@@ -228,7 +231,7 @@ Result<void> ChunkEngine::remove(const ChunkId& id) {
   ChunkLock lock(*this, id);
   WEFT_TRY(auto old, get_meta(id));
   std::optional<Pending> pending = take_pending(id);
-  if (pending) space_.free(SlotRef{pending->meta.size_class, pending->meta.slot});
+  if (auto slot = pending ? slot_of(pending->meta) : std::nullopt) space_.free(*slot);
   if (!old) {
     if (pending) return {};
     return error(Code::kNotFound, "chunk {} not found", id);
@@ -258,7 +261,7 @@ Result<void> ChunkEngine::remove_committed(const ChunkId& id, const ChunkMeta& o
   {
     std::unique_lock lock(stripe(id).mu);
     stripe(id).index.erase(id);
-    space_.free(SlotRef{old.size_class, old.slot});
+    if (auto slot = slot_of(old)) space_.free(*slot);
   }
   metrics_->removes.inc();
   return {};

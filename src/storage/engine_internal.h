@@ -50,6 +50,14 @@ class ChunkEngine::ChunkLock {
   ChunkId id_;
 };
 
+// The slot a record occupies. An empty chunk (length 0) occupies none: its
+// record says class 0, slot 0 and nothing reads, frees or checks that slot
+// (records written before this rule may name another slot: ignored too).
+inline std::optional<SlotRef> slot_of(const ChunkMeta& meta) {
+  if (meta.length == 0) return std::nullopt;
+  return SlotRef{meta.size_class, meta.slot};
+}
+
 inline constexpr char kChunkKeyPrefix = 'c';
 inline constexpr char kChainKeyPrefix = 'k';
 inline constexpr char kRestartKeyPrefix = 'V';
