@@ -206,10 +206,13 @@ class ChunkEngine {
   // (kNoSpace): the chain asks before forwarding one, so that its successors
   // do not apply what this member then refuses.
   Result<void> check_space();
-  // Why this engine refuses every update until it is reopened, if it does: a
-  // commit group failed after its index record was written (index_committer.h)
-  // or a slab file's fdatasync failed (every later sync of it fails,
-  // slab_file.h). The storage service then takes the target out of service.
+  // Why this engine refuses every update until it is reopened, if it does:
+  // an index write failed, or a commit group failed after its index record
+  // was written (index_committer.h), or a slab file's fdatasync failed (every
+  // later sync of it fails, slab_file.h). stage(), write() and the removals
+  // then fail with it at once (a failed commit's record may be on the disk:
+  // its staged slot must not be released by a new stage and reused). The
+  // storage service then takes the target out of service.
   std::optional<Status> failure();
   bool failed() const { return slab_failed_.load(std::memory_order_acquire) || committer_->failed(); }  // cheap
 
@@ -269,6 +272,8 @@ class ChunkEngine {
   Result<bool> slot_verifies(const ChunkMeta& meta);
   // Opens (creates: durably, with its directory entry) the slab file.
   Result<SlabFile*> slab(uint32_t size_class);
+  // failure() as an error, if there is one.
+  Result<void> check_not_failed();
   Stripe& stripe(const ChunkId& id) { return stripes_[ChunkIdHash{}(id) % kStripes]; }
 
   Result<std::optional<ChunkMeta>> get_meta(const ChunkId& id);
@@ -291,6 +296,9 @@ class ChunkEngine {
   Result<Pending> store_new_slot(std::span<const std::byte> content, uint32_t length, uint64_t version,
                                  uint32_t chain_id);
   std::optional<Pending> take_pending(const ChunkId& id);
+  // Frees the slot of a pending version that is dropped (aborted, restaged,
+  // removed), unless the engine failed (see failure()).
+  void release_pending_slot(const ChunkMeta& meta);
   // REQUIRES: the chunk's lock held; `old` is its committed record. Deletes
   // the record (a synced index write), then frees the slot.
   Result<void> remove_committed(const ChunkId& id, const ChunkMeta& old);

@@ -766,6 +766,55 @@ TEST_F(ChunkEngineTest, RestartCheckRefusesWhenASlabFileIsMissing) {
   EXPECT_EQ(read_all(id), v2);
 }
 
+// An index write that fails may still have written the record (a failed WAL
+// sync), in either commit order: the engine refuses every update until it is
+// reopened, and the failed version's slot is never released (a restage, an
+// abort or a removal would let another chunk's bytes into the slot that the
+// record names). Reopened, the index says what the disk holds.
+TEST_F(ChunkEngineTest, AFailedIndexWriteRefusesEveryUpdateUntilReopened) {
+  const ChunkId x{9, 0}, y{9, 1};
+  ASSERT_TRUE(engine_->write(x, Update::write(0, pattern(4096, 1))));
+  struct Case {
+    const char* what;
+    Update update;
+    std::vector<std::byte> content;
+  };
+  auto v3 = pattern(8192, 3);
+  std::vector<Case> cases{{"a truncate (no slot to sync)", Update::truncate(0), {}},
+                          {"a write (a slot to sync)", Update::write(0, v3), v3}};
+  uint64_t version = 1;
+  for (auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    ++version;
+    {
+      fault::Scope fail("storage.index.write_then_fail", {.hits_max = 1});
+      auto r = engine_->write(x, c.update);
+      if (fail.triggered() == 0) GTEST_SKIP() << "fault injection compiled out";
+      ASSERT_FALSE(r.has_value());
+    }
+    EXPECT_TRUE(engine_->failed());
+    ASSERT_TRUE(engine_->failure().has_value());
+    EXPECT_NE(engine_->failure()->message().find("reopened"), std::string::npos) << *engine_->failure();
+    // Nothing releases the failed version's slot or takes a new one.
+    uint64_t used = engine_->used_bytes();
+    EXPECT_FALSE(engine_->stage(x, version, Update::write(0, pattern(8192, 4))).has_value());
+    EXPECT_TRUE(engine_->abort(x, version).has_value());
+    EXPECT_FALSE(engine_->write(y, Update::write(0, pattern(8192, 5))).has_value());
+    EXPECT_FALSE(engine_->remove(x).has_value());
+    EXPECT_FALSE(engine_->remove_if_in_chain(x, kChainUnknown).has_value());
+    EXPECT_EQ(engine_->used_bytes(), used);
+    EXPECT_EQ(engine_->stat(x)->version, version - 1) << "reads serve the last committed version";
+    // The record was written: after the reopen the chunk is that version, whole.
+    ASSERT_NO_FATAL_FAILURE(open());
+    EXPECT_FALSE(engine_->failed());
+    EXPECT_EQ(engine_->committed_meta(x)->version, version);
+    EXPECT_EQ(read_all(x), c.content);
+    EXPECT_EQ(engine_->read(y, 0, 4096).error().code(), Code::kNotFound);
+    expect_space_matches_index();
+  }
+  ASSERT_TRUE(engine_->write(y, Update::write(0, pattern(8192, 6))));
+}
+
 TEST_F(ChunkEngineTest, DefaultCapacityIsFilesystemFreeSpace) {
   engine_.reset();
   auto o = options();

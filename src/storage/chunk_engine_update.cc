@@ -104,6 +104,15 @@ Result<ChunkEngine::Pending> ChunkEngine::store_new_slot(std::span<const std::by
   return p;
 }
 
+void ChunkEngine::release_pending_slot(const ChunkMeta& meta) {
+  auto slot = slot_of(meta);
+  if (!slot) return;
+  // Once failed, the version may be one whose commit failed after its record
+  // was written: its slot stays allocated (unused) until the reopen.
+  if (failed()) return;
+  space_.free(*slot);
+}
+
 std::optional<ChunkEngine::Pending> ChunkEngine::take_pending(const ChunkId& id) {
   std::lock_guard lock(pending_mu_);
   auto it = pending_.find(id);
@@ -133,7 +142,7 @@ Result<WriteResult> ChunkEngine::stage_locked(const ChunkId& id, uint64_t versio
     std::lock_guard lock(pending_mu_);
     pending_[id] = std::move(staged);
   }
-  if (auto slot = replaced ? slot_of(replaced->meta) : std::nullopt) space_.free(*slot);
+  if (replaced) release_pending_slot(replaced->meta);
   metrics_->stages.inc();
   metrics_->stage_latency_us.observe(elapsed_us(start));
   return result;
@@ -173,8 +182,8 @@ Result<WriteResult> ChunkEngine::commit_locked(const ChunkId& id, uint64_t versi
   // A failed commit keeps the staged slot pending, deliberately: the entry may
   // have reached the disk before the failure (a failed sync after the write),
   // so freeing the slot could let it be reused under a durable index entry.
-  // The next stage or remove of the chunk releases it; a restart rebuilds
-  // allocation from the index.
+  // The failure is sticky (index_committer.h): no stage or remove follows
+  // that could release it, and a restart rebuilds allocation from the index.
   if (!committed)
     return error(committed.error().with_context(fmt::format("commit chunk {} version {}", id, version)));
   take_pending(id);
@@ -188,7 +197,14 @@ Result<WriteResult> ChunkEngine::commit_locked(const ChunkId& id, uint64_t versi
   return WriteResult{pending->version, pending->length, pending->chunk_crc};
 }
 
+Result<void> ChunkEngine::check_not_failed() {
+  if (!failed()) return {};
+  std::optional<Status> why = failure();
+  return error(why ? *why : Status(Code::kIoError, "the target refuses updates until it is reopened"));
+}
+
 Result<WriteResult> ChunkEngine::stage(const ChunkId& id, uint64_t version, const Update& update) {
+  WEFT_RETURN_IF_ERROR(check_not_failed());
   WEFT_RETURN_IF_ERROR(check_space());
   ChunkLock lock(*this, id);
   return stage_locked(id, version, update);
@@ -200,6 +216,7 @@ Result<WriteResult> ChunkEngine::commit(const ChunkId& id, uint64_t version) {
 }
 
 Result<WriteResult> ChunkEngine::write(const ChunkId& id, const Update& update) {
+  WEFT_RETURN_IF_ERROR(check_not_failed());
   WEFT_RETURN_IF_ERROR(check_space());
   // Deferred: the group being formed waits for this write's slot, then syncs it.
   std::optional<IndexCommitter::Intent> intent;
@@ -222,16 +239,17 @@ Result<void> ChunkEngine::abort(const ChunkId& id, uint64_t version) {
     pending = std::move(it->second.meta);
     pending_.erase(it);
   }
-  if (auto slot = slot_of(*pending)) space_.free(*slot);
+  release_pending_slot(*pending);
   return {};
 }
 
 Result<void> ChunkEngine::remove(const ChunkId& id) {
+  WEFT_RETURN_IF_ERROR(check_not_failed());
   WEFT_RETURN_IF_ERROR(check_space());
   ChunkLock lock(*this, id);
   WEFT_TRY(auto old, get_meta(id));
   std::optional<Pending> pending = take_pending(id);
-  if (auto slot = pending ? slot_of(pending->meta) : std::nullopt) space_.free(*slot);
+  if (pending) release_pending_slot(pending->meta);
   if (!old) {
     if (pending) return {};
     return error(Code::kNotFound, "chunk {} not found", id);
@@ -240,6 +258,7 @@ Result<void> ChunkEngine::remove(const ChunkId& id) {
 }
 
 Result<bool> ChunkEngine::remove_if_in_chain(const ChunkId& id, uint32_t chain_id) {
+  WEFT_RETURN_IF_ERROR(check_not_failed());
   WEFT_RETURN_IF_ERROR(check_space());
   ChunkLock lock(*this, id);
   WEFT_TRY(auto old, get_meta(id));

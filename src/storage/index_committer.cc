@@ -147,17 +147,26 @@ Result<void> IndexCommitter::write_index(const std::vector<Request*>& group, boo
         batch.Delete(op.key);
       }
     }
-  if (WEFT_FAULT("storage.index.write_fail")) return error(Code::kIoError, "injected: index write");
   rocksdb::WriteOptions wo;
   wo.sync = true;
   std::optional<WalSyncWithoutFlush> scope;
   if (without_flush) scope.emplace();
-  rocksdb::Status s = db_->Write(wo, &batch);
+  // Fault points: the write fails before anything is written, or after the
+  // record was written (a failed WAL sync: the record may be on the disk).
+  rocksdb::Status s = WEFT_FAULT("storage.index.write_fail") ? rocksdb::Status::IOError("injected: index write")
+                                                             : db_->Write(wo, &batch);
+  if (s.ok() && WEFT_FAULT("storage.index.write_then_fail")) s = rocksdb::Status::IOError("injected: after the write");
   scope.reset();
   if (!s.ok()) {
-    Status failed(Code::kIoError, fmt::format("synced index write of {} updates: {}", group.size(), s.ToString()));
-    // Without the flush the record may be on the device already, its slots not.
-    if (without_flush) set_failed(failed);
+    // Sticky whatever the order: the record may be on the disk (or reach it
+    // with a later WAL write) although the commit failed, so its slots must
+    // not be freed and reused, nor the group's chunks staged again, until a
+    // reopen reads what the index holds; RocksDB itself refuses writes after
+    // a failed WAL write or sync.
+    Status failed(Code::kIoError,
+                  fmt::format("synced index write of {} updates: {}: the target refuses updates until it is reopened",
+                              group.size(), s.ToString()));
+    set_failed(failed);
     return error(failed);
   }
   last_keys_ = std::move(keys);

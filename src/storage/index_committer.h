@@ -20,7 +20,11 @@
 //     the group (otherwise its slots could be reused under a live record).
 //   - two flushes (otherwise, and for groups without slab writes): slabs
 //     first, then the record, so a slot is durable before the entry that
-//     points to it. A failure fails the group and applies nothing.
+//     points to it. A failed slab sync fails the group and applies nothing.
+// A failed index write is sticky in either order: the record may be on the
+// disk (or get there with a later WAL write) although the group failed, so
+// its slots must stay allocated and its chunks must not be staged again
+// until the engine is reopened and rebuilt from what the index holds.
 // A commit returns only after the flush that covers it: acknowledged =
 // durable.
 // Gathering (linger): writers that each wait for their ack come back at
@@ -98,8 +102,9 @@ class IndexCommitter {
   };
 
   uint64_t groups() const;  // synced index writes made so far
-  // The sticky failure (a group failed after its record was written), if
-  // any: every commit fails with it until the engine is reopened.
+  // The sticky failure (an index write failed, or a group failed after its
+  // record was written), if any: every commit fails with it until the engine
+  // is reopened.
   std::optional<Status> failure() const;
   bool failed() const { return failed_flag_.load(std::memory_order_acquire); }  // failure() has a value
 
@@ -128,7 +133,7 @@ class IndexCommitter {
   std::vector<std::string> last_keys_;  // until_next_group keys of the last group written
 
   mutable std::mutex failed_mu_;   // failure() is asked from other threads (the storage service)
-  std::optional<Status> failed_;   // GUARDED_BY(failed_mu_): sticky, a group failed after its record was written
+  std::optional<Status> failed_;   // GUARDED_BY(failed_mu_): sticky, see failure()
   std::atomic<bool> failed_flag_{false};  // failed_ is set
 
   mutable std::mutex mu_;

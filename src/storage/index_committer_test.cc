@@ -98,9 +98,43 @@ TEST_F(IndexCommitterTest, FailedGroupFailsAndAppliesNoneOfItsCommits) {
     }
   }
   for (int i = 0; i < 4; ++i) EXPECT_FALSE(get("k" + std::to_string(i)).has_value());
-  ASSERT_TRUE(c.commit({{"k0", "w"}, {"k1", std::nullopt}}, std::nullopt).has_value());
-  EXPECT_EQ(get("k0"), "w");
-  EXPECT_EQ(c.groups(), 2u);
+  EXPECT_EQ(c.groups(), 1u);
+  // A failed index write is sticky (see below).
+  EXPECT_TRUE(c.failed());
+  EXPECT_FALSE(c.commit({{"k0", "w"}}, std::nullopt).has_value());
+  EXPECT_FALSE(get("k0").has_value());
+}
+
+// An index write that fails after its record was written (a failed WAL sync),
+// in either order, with or without slab writes: the record may be durable
+// although the commits failed, so every later commit fails until the engine
+// is reopened (the group's slots must stay allocated).
+TEST_F(IndexCommitterTest, AFailedIndexWriteIsStickyInBothOrders) {
+  for (bool one_flush : {false, true})
+    for (bool with_slot : {false, true}) {
+      SCOPED_TRACE(fmt::format("one_flush {} with_slot {}", one_flush, with_slot));
+      IndexCommitter c(db_.get(), ring_.get(), nullptr, std::chrono::microseconds(100), one_flush);
+      std::optional<SlabTicket> slab;
+      if (with_slot) {
+        auto t = write_slot(0);
+        ASSERT_TRUE(t.has_value());
+        slab = SlabTicket{slab_.get(), *t};
+      }
+      const std::string key = fmt::format("f{}{}", one_flush, with_slot);
+      {
+        fault::Scope fail("storage.index.write_then_fail", {.hits_max = 1});
+        auto r = c.commit({{key, "v"}}, slab);
+        if (fail.triggered() == 0) GTEST_SKIP() << "fault injection compiled out";
+        ASSERT_FALSE(r.has_value());
+        EXPECT_EQ(r.error().code(), Code::kIoError);
+      }
+      EXPECT_EQ(get(key), "v") << "the fault point writes the record first";
+      EXPECT_TRUE(c.failed());
+      auto later = c.commit({{key + "2", "v"}}, std::nullopt);
+      ASSERT_FALSE(later.has_value());
+      EXPECT_NE(later.error().message().find("reopened"), std::string::npos) << later.error();
+      EXPECT_FALSE(get(key + "2").has_value());
+    }
 }
 
 TEST_F(IndexCommitterTest, FailedSlabSyncFailsTheCommitBeforeTheIndexChanges) {

@@ -825,6 +825,33 @@ TEST_F(StorageServiceTest, ATargetWhoseEngineFailedForGoodIsOutOfService) {
   EXPECT_TRUE(write(0, 2, id, 0, pattern(30000, 12)).has_value());
 }
 
+// The same for a failed index write (sticky: its record may be on the disk).
+TEST_F(StorageServiceTest, ATargetWhoseIndexWriteFailedIsOutOfService) {
+  start(2);
+  route({0, 1}, 1);
+  ChunkId id{10, 2};
+  auto data = pattern(30000, 13);
+  ASSERT_TRUE(write(0, 1, id, 0, data).has_value());
+  StorageTarget* t = nodes_[1]->service().target(target_of(1));
+  {
+    fault::Scope fail("storage.index.write_then_fail", {.hits_max = 1});
+    auto w = t->engine().write(ChunkId{10, 3}, Update::truncate(0));
+    if (fail.triggered() == 0) GTEST_SKIP() << "fault injection compiled out";
+    ASSERT_FALSE(w.has_value());
+  }
+  ASSERT_TRUE(t->failed());
+  auto why = t->out_of_service();
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->message().find("index write"), std::string::npos) << *why;
+  auto r = client_.read(nodes_[1]->ep(), 1, 1, id, 0, kChunk);
+  ASSERT_TRUE(r.has_value()) << r.error();
+  EXPECT_EQ(r->result.code(), static_cast<uint32_t>(Code::kUnavailable)) << r->result.message();
+  auto w = write(0, 1, id, 0, pattern(30000, 14));
+  ASSERT_FALSE(w.has_value());
+  EXPECT_EQ(w.error().code(), Code::kUnavailable) << w.error();
+  EXPECT_EQ(read(0, 1, id).data, data);
+}
+
 TEST_F(StorageServiceTest, SyncingTargetIsResyncedWhileWritesGoOn) {
   start(3);
   route({0, 1}, 1);
