@@ -1,11 +1,13 @@
 #include "storage/io_ring.h"
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <vector>
 
 #include "common/assert.h"
+#include "common/fault.h"
 
 namespace weft::storage {
 
@@ -77,11 +79,16 @@ void IoRing::submit_batch_locked(std::vector<std::unique_ptr<Op>>& batch) {
     WEFT_ASSERT_MSG(sqe != nullptr, "io_uring submission queue full despite in-flight bound");
     prep(sqe, op.release());
   }
+  // The kernel may take fewer entries than are in the SQ (a short count, or
+  // -EAGAIN/-EBUSY while it lacks memory or the CQ is full): the rest must
+  // not wait for a later enqueue, which a quiet target may never make. Try
+  // again after a short pause (completions free what the kernel lacked).
   for (;;) {
-    int rc = io_uring_submit(&ring_);
-    if (rc >= 0) break;
-    WEFT_ASSERT_MSG(rc == -EINTR || rc == -EAGAIN || rc == -EBUSY, "io_uring_submit failed");
-    std::this_thread::yield();
+    // Fault point: the kernel took none of the entries (as a short submit).
+    int rc = WEFT_FAULT("storage.ring.submit_short") ? 0 : io_uring_submit(&ring_);
+    if (rc >= 0 && io_uring_sq_ready(&ring_) == 0) break;
+    WEFT_ASSERT_MSG(rc >= 0 || rc == -EINTR || rc == -EAGAIN || rc == -EBUSY, "io_uring_submit failed");
+    if (rc != -EINTR) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
 
