@@ -1,5 +1,6 @@
 #include "storage/space_manager.h"
 
+#include <algorithm>
 #include <bit>
 
 #include "common/assert.h"
@@ -7,8 +8,10 @@
 
 namespace weft::storage {
 
-SpaceManager::SpaceManager(uint32_t class_count, uint64_t capacity_bytes)
-    : classes_(class_count), capacity_bytes_(capacity_bytes) {}
+SpaceManager::SpaceManager(uint32_t class_count, uint64_t capacity_bytes, uint64_t slots_per_class_max)
+    : classes_(class_count),
+      capacity_bytes_(capacity_bytes),
+      slots_per_class_max_(std::min(slots_per_class_max, kSlotsPerClassMax)) {}
 
 void SpaceManager::set_bit(ClassState& c, uint32_t slot) {
   size_t word = slot / 64;
@@ -40,11 +43,15 @@ Result<SlotRef> SpaceManager::allocate(uint32_t size_class) {
   size_t w = c.hint_word;
   while (w < c.bitmap.size() && c.bitmap[w] == ~uint64_t{0}) ++w;
   c.hint_word = w;
-  uint32_t slot = static_cast<uint32_t>(w * 64);
-  if (w < c.bitmap.size()) slot += static_cast<uint32_t>(std::countr_one(c.bitmap[w]));
-  set_bit(c, slot);
+  uint64_t slot = uint64_t{w} * 64;
+  if (w < c.bitmap.size()) slot += static_cast<uint64_t>(std::countr_one(c.bitmap[w]));
+  // Every slot number of the class is taken (a 32-bit number would wrap onto slot 0).
+  if (slot >= slots_per_class_max_)
+    return error(Code::kNoSpace, "size class {} has all its {} slots in use, a {} byte slot does not fit", size_class,
+                 slots_per_class_max_, bytes);
+  set_bit(c, static_cast<uint32_t>(slot));
   used_bytes_ += bytes;
-  return SlotRef{size_class, slot};
+  return SlotRef{size_class, static_cast<uint32_t>(slot)};
 }
 
 void SpaceManager::release_locked(SlotRef ref) {

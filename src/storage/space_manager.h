@@ -26,13 +26,17 @@ struct SlotRef {
 
 class SpaceManager {
  public:
-  SpaceManager(uint32_t class_count, uint64_t capacity_bytes);
+  // Slots a class may have: slot numbers are 32 bits (ChunkMeta::slot).
+  static constexpr uint64_t kSlotsPerClassMax = uint64_t{1} << 32;
+
+  // `slots_per_class_max`: at most kSlotsPerClassMax (tests lower it).
+  SpaceManager(uint32_t class_count, uint64_t capacity_bytes, uint64_t slots_per_class_max = kSlotsPerClassMax);
 
   // Marks a slot found in the index. kCorruption if it is already used
   // (two index entries claim one slot).
   Result<void> mark_used(SlotRef ref);
   // The lowest free slot of `size_class`, or kNoSpace when the capacity
-  // would be exceeded.
+  // would be exceeded or the class has no free slot number left.
   Result<SlotRef> allocate(uint32_t size_class);
   void free(SlotRef ref);
   void pin(SlotRef ref);
@@ -59,6 +63,7 @@ class SpaceManager {
   std::vector<ClassState> classes_;
   uint64_t used_bytes_ = 0;
   uint64_t capacity_bytes_;
+  const uint64_t slots_per_class_max_;
 };
 
 }  // namespace weft::storage

@@ -37,6 +37,26 @@ TEST(SpaceManager, CapacityIsEnforced) {
   EXPECT_TRUE(s.allocate(0).has_value());
 }
 
+// Slot numbers are 32 bits: past the last one a class is full (kNoSpace)
+// rather than wrapping onto slot 0 under a live chunk. Here with a limit of 130.
+TEST(SpaceManager, AClassWithoutFreeSlotNumbersIsFull) {
+  SpaceManager s(2, uint64_t{1} << 40, 130);
+  for (uint32_t i = 0; i < 130; ++i) {
+    auto r = s.allocate(1);
+    ASSERT_TRUE(r.has_value()) << r.error();
+    EXPECT_EQ(r->slot, i);
+  }
+  auto full = s.allocate(1);
+  ASSERT_FALSE(full.has_value()) << "slot " << full->slot;
+  EXPECT_EQ(full.error().code(), Code::kNoSpace);
+  EXPECT_NE(full.error().message().find("slots"), std::string::npos) << full.error();
+  EXPECT_EQ(s.used_bytes(), 130u * 8192);
+  EXPECT_TRUE(s.allocate(0).has_value()) << "another class has its own slots";
+  s.free({1, 77});
+  EXPECT_EQ(s.allocate(1)->slot, 77u);
+  EXPECT_EQ(SpaceManager::kSlotsPerClassMax, uint64_t{1} << 32);
+}
+
 TEST(SpaceManager, DoubleClaimFromIndexIsCorruption) {
   SpaceManager s(4, 1 << 30);
   ASSERT_TRUE(s.mark_used({2, 9}).has_value());
