@@ -66,7 +66,10 @@ ScrubReport Scrubber::run_pass() {
       if (!ok && ok.error().code() == Code::kCorruption) {
         report.corrupt.push_back(c.id);
         corrupt_found_.inc();
-        WEFT_LOG_ERROR("scrub of {}: {}", engine_.dir(), ok.error());
+        if (auto held = corrupt_log_.admit())
+          WEFT_LOG_ERROR("scrub of target {} ({}): {}; reads of it answer corruption (clients read another "
+                         "replica) until the chunk is rewritten{}",
+                         engine_.options().target_id, engine_.dir(), ok.error(), LogThrottle::held_back(*held));
         if (options_.on_corrupt) options_.on_corrupt(c.id, ok.error());
       }
       report.chunks++;

@@ -2,8 +2,14 @@
 // Background re-verification of every committed chunk of one engine (block
 // CRCs and whole-chunk CRC) at a bounded rate, so silent corruption is found
 // before a reader or a resync needs the data. Corrupt chunks are counted
-// (weft_storage_scrub_corrupt_chunks_total), handed to `on_corrupt`, and
-// kept in corrupt_chunks() until the next pass that no longer finds them.
+// (weft_storage_scrub_corrupt_chunks_total), logged (at most one line per 10
+// s, naming how many were held back), handed to `on_corrupt`, and kept in
+// corrupt_chunks() until the next pass that no longer finds them. The chunk
+// itself is kept as it is (a missing chunk would read as a hole): reads of
+// it answer kCorruption and clients read another replica; nothing repairs
+// the replica but a rewrite of the chunk (docs/storage.md).
+// The storage service runs one per target ([storage] scrub_mib_per_s,
+// scrub_interval_s).
 // Threading: start()/stop() from one owner thread; run_pass() and
 // corrupt_chunks() are thread-safe. on_corrupt runs on the scrub thread.
 // Ownership: borrows the engine, which must outlive the scrubber.
@@ -17,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/log_throttle.h"
 #include "common/metrics.h"
 #include "common/status.h"
 #include "storage/chunk_engine.h"
@@ -60,6 +67,7 @@ class Scrubber {
   metrics::Counter& bytes_scrubbed_;
   metrics::Counter& corrupt_found_;
   metrics::Counter& passes_done_;
+  LogThrottle corrupt_log_{std::chrono::seconds(10)};
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -65,6 +65,10 @@ Result<StorageConfig> StorageConfig::from(const Config& config, const rpc::Servi
                    config.source(), orphan);
     if (orphan < 0) sc.orphan_grace.reset();
     else sc.orphan_grace = std::chrono::seconds(orphan);
+    WEFT_TRY(int64_t scrub_mib, s.get_int_in("scrub_mib_per_s", 64, 0, 1 << 20));
+    sc.scrub_bytes_per_sec = static_cast<uint64_t>(scrub_mib) << 20;
+    WEFT_TRY(int64_t scrub_interval, s.get_int_in("scrub_interval_s", 86400, 1, int64_t{365} * 24 * 3600));
+    sc.scrub_interval = std::chrono::seconds(scrub_interval);
   }
   // Forwards go over connections with the server's user timeout (open_storage_service).
   if (server.tcp.user_timeout_ms != 0 && sc.forward_timeout_ms >= server.tcp.user_timeout_ms)
@@ -106,6 +110,8 @@ Result<std::unique_ptr<StorageService>> open_storage_service(rpc::IoPool& io, co
   so.forward_timeout_ms = config.forward_timeout_ms;
   so.read_bytes_held_max = config.read_bytes_held_max;
   so.stray_chunk_grace = config.stray_chunk_grace;
+  so.scrub_bytes_per_sec = config.scrub_bytes_per_sec;
+  so.scrub_interval = config.scrub_interval;
   so.write_fence = std::move(write_fence);
   auto service = std::make_unique<StorageService>(io, so, routing, std::move(targets), registry);
   return service;

@@ -11,6 +11,8 @@
 // stray_chunk_grace_s = 3600  # chunks of chains a target left go after this long (storage/stray_sweep.h)
 // orphan_grace_s = 3600       # with [cluster]: chunks of files meta no longer has go after this long
 //                             # (storage/orphan_sweep.h); -1: never; else at least 10
+// scrub_mib_per_s = 64        # every target's chunks re-verified at most this fast (storage/scrubber.h); 0: never
+// scrub_interval_s = 86400    # pause between two scrub passes of a target (the first starts at once)
 // [[targets]]
 // id = 101                    # cluster-wide target id
 // path = "/data/ssd0/weft"    # the target's directory
@@ -53,6 +55,8 @@ struct StorageConfig {
   uint64_t read_bytes_held_max = uint64_t{1} << 30;  // [storage] read_held_mib
   std::chrono::seconds stray_chunk_grace{std::chrono::hours(1)};
   std::optional<std::chrono::seconds> orphan_grace = std::chrono::hours(1);  // nullopt: no orphan sweep
+  uint64_t scrub_bytes_per_sec = uint64_t{64} << 20;                         // [storage] scrub_mib_per_s; 0: off
+  std::chrono::milliseconds scrub_interval{std::chrono::hours(24)};          // [storage] scrub_interval_s
   std::vector<std::string> mgmtd;  // [cluster] mgmtd; empty: standalone (static routing)
   std::string advertise;           // [cluster] advertise; empty: the listen address
 

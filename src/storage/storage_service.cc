@@ -61,6 +61,15 @@ StorageService::StorageService(rpc::IoPool& io, StorageServiceOptions options, s
   for (auto& [id, t] : targets_) sweep_targets.push_back({id, &t->engine()});
   stray_ = std::make_unique<StraySweep>(std::move(so), *routing_, std::move(sweep_targets), registry_);
   if (options_.stray_sweep) stray_->start();
+  if (options_.scrub_bytes_per_sec > 0)
+    for (auto& [id, t] : targets_) {
+      ScrubOptions scrub;
+      scrub.bytes_per_sec = options_.scrub_bytes_per_sec;
+      scrub.pass_interval = options_.scrub_interval;
+      auto scrubber = std::make_unique<Scrubber>(t->engine(), std::move(scrub), registry_);
+      scrubber->start();
+      scrubbers_[id] = std::move(scrubber);
+    }
 }
 
 StorageService::~StorageService() {
@@ -72,12 +81,18 @@ StorageService::~StorageService() {
 void StorageService::stop() {
   stopping_ = true;
   stray_->stop();
+  for (auto& [id, scrubber] : scrubbers_) scrubber->stop();
   for (int i = 0; i < 3000 && resyncs_running_.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }
 
 StorageTarget* StorageService::target(mgmt::TargetId id) {
   auto it = targets_.find(id);
   return it == targets_.end() ? nullptr : it->second.get();
+}
+
+Scrubber* StorageService::scrubber(mgmt::TargetId id) {
+  auto it = scrubbers_.find(id);
+  return it == scrubbers_.end() ? nullptr : it->second.get();
 }
 
 void StorageService::set_sync_listener(SyncListener listener) {

@@ -61,6 +61,7 @@
 #include "rpc/server.h"
 #include "storage/disk_pool.h"
 #include "storage/routing_provider.h"
+#include "storage/scrubber.h"
 #include "storage/storage_target.h"
 #include "storage/stray_sweep.h"
 
@@ -118,6 +119,14 @@ struct StorageServiceOptions {
   // long (storage/stray_sweep.h); checked every quarter of it, 1 s to 1 min.
   std::chrono::seconds stray_chunk_grace{std::chrono::hours(1)};
   bool stray_sweep = true;  // false: never (tests that set up chains by hand)
+  // Every target's chunks are re-verified in the background (one
+  // storage/scrubber.h per target, from start until stop()): at most this many
+  // chunk bytes a second per target, 0: no scrubbing; a pass starts at once,
+  // the next one scrub_interval after a pass ended. A corrupt chunk is logged
+  // (throttled) and counted (weft_storage_scrub_corrupt_chunks_total) and
+  // kept: a missing chunk would read as a hole.
+  uint64_t scrub_bytes_per_sec = uint64_t{64} << 20;
+  std::chrono::milliseconds scrub_interval{std::chrono::hours(24)};
 };
 
 // How long a resync waits before its next pass after `failed_passes` (>= 1)
@@ -183,6 +192,8 @@ class StorageService {
   const rpc::ClientOptions& chain_client_options() const { return client_.options(); }  // for tests
   size_t resyncs_running() const { return resyncs_running_.load(); }
   StraySweep& stray_sweep() { return *stray_; }  // for tests
+  // The target's scrubber; nullptr if scrubbing is off or no such target.
+  Scrubber* scrubber(mgmt::TargetId id);
 
  private:
   struct Expect {
@@ -265,8 +276,9 @@ class StorageService {
   std::map<ResyncKey, std::shared_ptr<Delivered>> delivered_;                   // GUARDED_BY(mu_): running
   std::atomic<size_t> resyncs_running_{0};
   std::atomic<bool> stopping_{false};
-  // Declared after targets_: it borrows their engines.
+  // Declared after targets_: they borrow their engines.
   std::unique_ptr<StraySweep> stray_;
+  std::map<mgmt::TargetId, std::unique_ptr<Scrubber>> scrubbers_;
   // Bytes chunk reads hold (see read_bytes_held_max); shared with the replies'
   // keepalives, which a connection may keep after the service is gone.
   std::shared_ptr<std::atomic<uint64_t>> read_bytes_held_ = std::make_shared<std::atomic<uint64_t>>(0);

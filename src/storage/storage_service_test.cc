@@ -281,6 +281,77 @@ TEST(StorageServer, OrphanGraceIsAnHourByDefaultAtLeastTenSecondsOrOff) {
   EXPECT_NE(short_grace.error().message().find("at least 10"), std::string::npos) << short_grace.error();
 }
 
+// Scrubbing: 64 MiB/s a target, a pass a day, unless configured; 0: off.
+TEST(StorageServer, ScrubsAt64MiBPerSecondDailyByDefault) {
+  auto parse = [](const std::string& storage_keys) -> Result<StorageConfig> {
+    WEFT_TRY(Config cfg, Config::parse("[server]\ncluster_token = \"t\"\n[storage]\n" + storage_keys +
+                                           "[[targets]]\nid = 1\npath = \"/nonexistent/t\"\n",
+                                       "s.toml"));
+    WEFT_TRY(rpc::ServiceConfig server, rpc::ServiceConfig::from(cfg, "storage"));
+    return StorageConfig::from(cfg, server);
+  };
+  auto dflt = parse("");
+  ASSERT_TRUE(dflt.has_value()) << dflt.error();
+  EXPECT_EQ(dflt->scrub_bytes_per_sec, uint64_t{64} << 20);
+  EXPECT_EQ(dflt->scrub_interval, std::chrono::hours(24));
+  auto set = parse("scrub_mib_per_s = 8\nscrub_interval_s = 3600\n");
+  ASSERT_TRUE(set.has_value()) << set.error();
+  EXPECT_EQ(set->scrub_bytes_per_sec, uint64_t{8} << 20);
+  EXPECT_EQ(set->scrub_interval, std::chrono::hours(1));
+  EXPECT_EQ(parse("scrub_mib_per_s = 0\n")->scrub_bytes_per_sec, 0u);
+  EXPECT_FALSE(parse("scrub_mib_per_s = -1\n").has_value());
+  EXPECT_FALSE(parse("scrub_interval_s = 0\n").has_value());
+}
+
+// A started server scrubs every target in the background: a chunk that rots
+// on the disk is found and counted (weft_storage_scrub_corrupt_chunks_total,
+// which DEPLOY.md alerts on) and kept (reads answer kCorruption, not a hole);
+// stop() ends the scrubbing.
+TEST(StorageServer, ScrubsItsTargetsAndCountsACorruptChunk) {
+  rpc::IoPool io{1};
+  testing::TempDir dir;
+  metrics::Registry registry;
+  StorageConfig sc;
+  sc.targets.push_back({101, dir.path() + "/t", 0, 1u << 20});
+  sc.scrub_interval = std::chrono::milliseconds(20);
+  auto s = open_storage_service(io, sc, rpc::ServiceConfig{.cluster_token = kToken, .name = "s1"}, registry);
+  ASSERT_TRUE(s.has_value()) << s.error();
+  StorageService& service = **s;
+  ChunkEngine& e = service.target(101)->engine();
+  const ChunkId id{3, 0};
+  ASSERT_TRUE(e.write(id, Update::write(0, pattern(64 * 1024, 3))).has_value());
+  auto& passes = registry.counter("weft_storage_scrub_passes_total", "", {{"target", "101"}});
+  auto& corrupt = registry.counter("weft_storage_scrub_corrupt_chunks_total", "", {{"target", "101"}});
+  auto wait_for = [](auto done) {
+    for (int i = 0; i < 1000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return done();
+  };
+  uint64_t start = passes.value();
+  ASSERT_TRUE(wait_for([&] { return passes.value() >= start + 2; })) << "no scrub passes";
+  EXPECT_EQ(corrupt.value(), 0u);
+
+  ChunkMeta meta = *e.committed_meta(id);
+  int fd = ::open(e.slab_path(meta.size_class).c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  off_t pos = static_cast<off_t>(uint64_t{meta.slot} * class_bytes(meta.size_class) + 1000);
+  unsigned char b = 0;
+  ASSERT_EQ(::pread(fd, &b, 1, pos), 1);
+  b ^= 0x10;
+  ASSERT_EQ(::pwrite(fd, &b, 1, pos), 1);
+  ::fsync(fd);
+  ::close(fd);
+  ASSERT_TRUE(wait_for([&] { return corrupt.value() >= 1; })) << "the corrupt chunk was not found";
+  ASSERT_NE(service.scrubber(101), nullptr);
+  EXPECT_TRUE(wait_for([&] { return service.scrubber(101)->corrupt_chunks() == std::vector<ChunkId>{id}; }));
+  EXPECT_TRUE(e.committed_meta(id).has_value()) << "the chunk is kept";
+  EXPECT_EQ(e.read(id, 0, 4096).error().code(), Code::kCorruption);
+
+  service.stop();
+  uint64_t stopped = passes.value();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(passes.value(), stopped) << "scrubbing goes on after stop()";
+}
+
 // A resync pass that fails (e.g. at a chunk the source cannot read: it fails
 // every pass until repaired) is retried after a pause that doubles from
 // 200 ms up to a minute, not every 200 ms forever.
