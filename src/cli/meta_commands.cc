@@ -155,6 +155,7 @@ void serve_meta(const std::string& config_path) {
   reaper.reset();
   if (gc) gc->stop();
   if (*membership) (*membership)->client->stop();
+  runtime.drain_or_exit();
   if (!r) return fail(r.error().message());
 }
 

@@ -50,6 +50,7 @@ void serve_mgmtd(const std::string& path, bool accept_older_state) {
   // polls, seconds) it declared every silent server dead and saved that.
   auto ran = runtime.run(nullptr, [&] { service->stop(); });
   service->stop();
+  runtime.drain_or_exit();
   if (!ran) return fail(ran.error().message());
 }
 

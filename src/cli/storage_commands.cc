@@ -142,6 +142,7 @@ void serve_storage(const std::string& config_path) {
   if (orphans) orphans->stop();
   if (link) link->stop();
   (*service)->stop();
+  runtime.drain_or_exit();
   if (!r) return fail(r.error().message());
 }
 

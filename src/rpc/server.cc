@@ -37,6 +37,8 @@ Server::~Server() { stop(); }
 
 const ServerOptions& Server::options() const { return state_->options; }
 
+size_t Server::active_calls() const { return state_->active_calls.load(); }
+
 void Server::add_async(MethodId id, std::string name, AsyncHandler handler) {
   WEFT_ASSERT(!state_->methods.contains(id.wire()));
   auto& m = state_->methods[id.wire()];

@@ -104,6 +104,8 @@ class Server {
   // Binds and starts accepting; port 0 picks a free port. Returns the bound port.
   Result<uint16_t> listen(const std::string& host, uint16_t port);
   void stop();
+  // Handlers running now (stop() waits for them only a few seconds).
+  size_t active_calls() const;
 
   const ServerOptions& options() const;
 

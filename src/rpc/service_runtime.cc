@@ -7,6 +7,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <thread>
+#include <cstdlib>
+#include <chrono>
 
 #include "common/durable_file.h"
 #include "common/fault.h"
@@ -111,6 +114,19 @@ Result<void> ServiceRuntime::init() {
   server_ = std::make_unique<Server>(*io_, so);
   register_echo_service(*server_);  // lets any tool probe any server
   return {};
+}
+
+void ServiceRuntime::drain_or_exit(std::chrono::seconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (server_->active_calls() > 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (size_t left = server_->active_calls(); left > 0) {
+    WEFT_LOG_ERROR("{}: {} request handler(s) still running {} s after the stop; exiting without releasing "
+                   "their state",
+                   config_.name, left, limit.count());
+    spdlog::default_logger()->flush();
+    std::_Exit(1);
+  }
 }
 
 void ServiceRuntime::request_stop() {

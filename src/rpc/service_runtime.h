@@ -25,6 +25,7 @@
 // port_file = ""                 # if set, "rpc_port metrics_port" is written here once listening
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -84,6 +85,13 @@ class ServiceRuntime {
   // the server drains, e.g. mgmtd's lease checker, and ends long polls.
   Result<void> run(std::function<void()> on_listening = nullptr, std::function<void()> on_stopping = nullptr);
   void request_stop();
+  // After run() and the role's own stop calls, before the role's objects go:
+  // waits until no RPC handler runs (they use those objects; one waiting on
+  // a silent peer takes up to its call timeout). One still running after
+  // `limit` would resume into freed objects, so the process ends at once
+  // instead (exit status 1): what it acknowledged is durable, and this is
+  // what a crash would leave.
+  void drain_or_exit(std::chrono::seconds limit = std::chrono::seconds(30));
 
  private:
   ServiceConfig config_;
