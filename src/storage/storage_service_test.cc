@@ -262,15 +262,18 @@ TEST(StorageServer, ForwardTimeoutMustBeBelowTheUserTimeout) {
                   .has_value());
 }
 
+// A storage server's config of one target with these [storage] keys.
+Result<StorageConfig> parse_storage_keys(const std::string& storage_keys) {
+  WEFT_TRY(Config cfg, Config::parse("[server]\ncluster_token = \"t\"\n[storage]\n" + storage_keys +
+                                         "[[targets]]\nid = 1\npath = \"/nonexistent/t\"\n",
+                                     "s.toml"));
+  WEFT_TRY(rpc::ServiceConfig server, rpc::ServiceConfig::from(cfg, "storage"));
+  return StorageConfig::from(cfg, server);
+}
+
 // The orphan sweep waits an hour unless configured, at least 10 s, -1: off.
 TEST(StorageServer, OrphanGraceIsAnHourByDefaultAtLeastTenSecondsOrOff) {
-  auto parse = [](const std::string& storage_keys) -> Result<StorageConfig> {
-    WEFT_TRY(Config cfg, Config::parse("[server]\ncluster_token = \"t\"\n[storage]\n" + storage_keys +
-                                           "[[targets]]\nid = 1\npath = \"/nonexistent/t\"\n",
-                                       "s.toml"));
-    WEFT_TRY(rpc::ServiceConfig server, rpc::ServiceConfig::from(cfg, "storage"));
-    return StorageConfig::from(cfg, server);
-  };
+  auto parse = parse_storage_keys;
   auto dflt = parse("");
   ASSERT_TRUE(dflt.has_value()) << dflt.error();
   EXPECT_EQ(dflt->orphan_grace, std::chrono::seconds(3600));
@@ -283,13 +286,7 @@ TEST(StorageServer, OrphanGraceIsAnHourByDefaultAtLeastTenSecondsOrOff) {
 
 // Scrubbing: 64 MiB/s a target, a pass a day, unless configured; 0: off.
 TEST(StorageServer, ScrubsAt64MiBPerSecondDailyByDefault) {
-  auto parse = [](const std::string& storage_keys) -> Result<StorageConfig> {
-    WEFT_TRY(Config cfg, Config::parse("[server]\ncluster_token = \"t\"\n[storage]\n" + storage_keys +
-                                           "[[targets]]\nid = 1\npath = \"/nonexistent/t\"\n",
-                                       "s.toml"));
-    WEFT_TRY(rpc::ServiceConfig server, rpc::ServiceConfig::from(cfg, "storage"));
-    return StorageConfig::from(cfg, server);
-  };
+  auto parse = parse_storage_keys;
   auto dflt = parse("");
   ASSERT_TRUE(dflt.has_value()) << dflt.error();
   EXPECT_EQ(dflt->scrub_bytes_per_sec, uint64_t{64} << 20);
