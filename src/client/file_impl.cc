@@ -97,12 +97,7 @@ size_t FileImpl::add_extent(DirtyChunk& chunk, uint32_t start, uint32_t end) {
 Result<size_t> FileImpl::pwrite(std::span<const std::byte> src, uint64_t offset) {
   if (!writable_) return error(Code::kBadHandle, "file {} is not open for writing", inode_.ino);
   if (src.empty()) return 0;
-  bool append;
-  {
-    std::lock_guard lock(mu_);
-    append = append_;
-  }
-  if (!append) {
+  if (!append_) {
     std::shared_lock cut(shared_->cut);
     return write_at(src, offset);
   }

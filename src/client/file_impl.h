@@ -20,6 +20,7 @@
 // except the condition-variable waits).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -104,6 +105,7 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   const bool writable_;
   std::vector<mgmt::ChainId> stripe_;  // set at open
   std::shared_ptr<OpenInode> shared_;  // set at open
+  std::atomic<bool> append_{false};    // O_APPEND, set at open
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -123,7 +125,6 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   // waited for that close.
   Result<void> close_flushed_;
   uint64_t next_read_ = UINT64_MAX;       // GUARDED_BY(mu_): end of the previous read (sequential detection)
-  bool append_ = false;                   // GUARDED_BY(mu_): O_APPEND
   // GUARDED_BY(mu_): write_gen_ when the length was last reported; a flush
   // with newer writes reports even a length meta already has (another
   // client may have cut the file under it since, and the write updates mtime).
@@ -167,10 +168,7 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   // file as this client knows it (Core::local_size: meta's length when each
   // File opened, grown by every write here). Appends of other clients are
   // not ordered with these (as NFS).
-  void set_append() {
-    std::lock_guard lock(mu_);
-    append_ = true;
-  }
+  void set_append() { append_ = true; }
   void set_size(uint64_t size) {
     std::lock_guard lock(mu_);
     size_ = size;

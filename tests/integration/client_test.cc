@@ -85,6 +85,13 @@ class ClientTest : public ::testing::Test {
     return d;
   }
 
+  // A second client of the same cluster (another process, as far as meta knows).
+  static Result<std::unique_ptr<Client>> connect_another() {
+    ClientOptions o;
+    o.config_path = config_;
+    return Client::connect(o);
+  }
+
   std::shared_ptr<File> open(const std::string& path, int flags) {
     auto f = client_->open_path(client_->default_cred(), path, flags, 0644);
     EXPECT_TRUE(f.has_value()) << path << ": " << f.error();
@@ -262,9 +269,7 @@ TEST_F(ClientTest, ReadBatchManySmallFiles) {
 // directory: they find the new one.
 TEST_F(ClientTest, PathCallsFindADirectoryAnotherClientMadeAgain) {
   std::string d = dir();
-  ClientOptions o;
-  o.config_path = config_;
-  auto other = Client::connect(o);
+  auto other = connect_another();
   ASSERT_TRUE(other.has_value()) << other.error();
   const Cred& cred = client_->default_cred();
   auto data = pattern(3000, 5);
@@ -750,9 +755,7 @@ TEST_F(ClientTest, DotDotIsTheParentOfWhereThePathGot) {
 
   // A directory this client knows from its cache, moved by another client:
   // ".." after it is not where it went (the path never named that place).
-  ClientOptions o;
-  o.config_path = config_;
-  auto other = Client::connect(o);
+  auto other = connect_another();
   ASSERT_TRUE(other.has_value()) << other.error();
   ASSERT_TRUE(client_->mkdirs(root, d + "/w/z").has_value());
   ASSERT_TRUE(write_new(d + "/w/z/f", data));
@@ -1025,9 +1028,7 @@ TEST_F(ClientTest, BatchReadsSeeTheClientsOwnBufferedWrites) {
 TEST_F(ClientTest, PathsReachADirectoryAnotherClientJustReplaced) {
   std::string d = dir();
   const Cred& cred = client_->default_cred();
-  ClientOptions o;
-  o.config_path = config_;
-  auto other = Client::connect(o);
+  auto other = connect_another();
   ASSERT_TRUE(other.has_value()) << other.error();
   Client& b = **other;
   ASSERT_TRUE(b.mkdirs(b.default_cred(), d + "/cur").has_value());
@@ -1218,9 +1219,7 @@ TEST_F(ClientTest, FilesOfOneInodeInOneClientSeeEachOthersWrites) {
 // acknowledged bytes stayed outside the file); an overwrite moves mtime.
 TEST_F(ClientTest, WritesAfterAnotherClientsTruncateAreReportedAndMoveMtime) {
   std::string d = dir();
-  ClientOptions o;
-  o.config_path = config_;
-  auto other = Client::connect(o);
+  auto other = connect_another();
   ASSERT_TRUE(other.has_value()) << other.error();
   auto f = open(d + "/log", O_CREAT | O_WRONLY);
   ASSERT_TRUE(f);
