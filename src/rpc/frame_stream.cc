@@ -20,8 +20,13 @@ constexpr size_t kWriteBatchBuffersMax = 512;  // under IOV_MAX (1024)
 
 // asio's transfer_all moves at most 64 KiB per syscall; on virtual machines a
 // syscall costs tens of microseconds, so let one readv/writev move up to 16 MiB.
+// Each call (one per syscall) notes the time in `*progress_at`.
 struct TransferAllLarge {
-  size_t operator()(const asio::error_code& ec, size_t) const { return ec ? 0 : 16u << 20; }
+  std::chrono::steady_clock::time_point* progress_at;
+  size_t operator()(const asio::error_code& ec, size_t) const {
+    *progress_at = std::chrono::steady_clock::now();
+    return ec ? 0 : 16u << 20;
+  }
 };
 
 std::string describe(const asio::ip::tcp::socket& s) {
@@ -57,7 +62,8 @@ FrameStream::FrameStream(asio::ip::tcp::socket socket, FrameLimits limits)
       limits_(limits),
       rbuf_(kReadBufferBytes),
       resume_(socket_.get_executor()),
-      stall_timer_(socket_.get_executor()) {
+      stall_timer_(socket_.get_executor()),
+      read_stall_timer_(socket_.get_executor()) {
   peer_ = describe(socket_);
   asio::error_code ec;
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
@@ -151,6 +157,7 @@ void FrameStream::close(Status why) {
   socket_.close(ec);
   resume_.cancel();
   stall_timer_.cancel();
+  read_stall_timer_.cancel();
   for (auto& f : outq_)
     if (f->state == OutFrame::State::kQueued) f->dropped = true;
   queued_bytes_ = 0;
@@ -185,6 +192,7 @@ Task<bool> FrameStream::fill(size_t n) {
       co_return false;
     }
     rend_ += got;
+    if (in_frame_) read_progress_at_ = std::chrono::steady_clock::now();
   }
   co_return true;
 }
@@ -211,6 +219,7 @@ Task<void> FrameStream::read_loop() {
       co_return;
     }
     rpos_ += kFrameHeaderSize;
+    if (h.body_len + uint64_t{h.payload_len} > rend_ - rpos_) begin_frame_read();
     if (!co_await fill(h.body_len)) co_return;
     std::string body(reinterpret_cast<const char*>(rbuf_.data() + rpos_), h.body_len);
     rpos_ += h.body_len;
@@ -222,7 +231,8 @@ Task<void> FrameStream::read_loop() {
       rpos_ += buffered;
       if (buffered < h.payload_len) {
         auto ec_n_result = co_await asio::async_read(
-            socket_, asio::buffer(target.data + buffered, h.payload_len - buffered), TransferAllLarge{}, use_nothrow);
+            socket_, asio::buffer(target.data + buffered, h.payload_len - buffered),
+            TransferAllLarge{&read_progress_at_}, use_nothrow);
         auto& [ec, n] = ec_n_result;
         if (ec) {
           if (!closed_)
@@ -232,6 +242,7 @@ Task<void> FrameStream::read_loop() {
         }
       }
     }
+    in_frame_ = false;
     // Closed meanwhile (a deadline passed while the payload landed): its destination may be the caller's again.
     if (closed_) co_return;
     if (rpos_ == rend_) rpos_ = rend_ = 0;
@@ -357,6 +368,38 @@ Task<void> FrameStream::watch_loop() {
     }
   }
   watching_ = false;
+}
+
+void FrameStream::begin_frame_read() {
+  if (read_stall_timeout_ <= std::chrono::steady_clock::duration::zero()) return;
+  in_frame_ = true;
+  read_progress_at_ = std::chrono::steady_clock::now();
+  if (read_watching_) return;
+  read_watching_ = true;
+  asio::co_spawn(executor(), [self = shared_from_this()] { return self->read_watch_loop(); }, asio::detached);
+}
+
+// Looks every half timeout while frames are being read and stops at the
+// first look between frames (begin_frame_read starts it again): a stalled
+// frame is seen at most half a timeout late, an idle stream has no timer.
+Task<void> FrameStream::read_watch_loop() {
+  auto self = shared_from_this();
+  while (!closed_ && in_frame_) {
+    read_stall_timer_.expires_after(read_stall_timeout_ / 2);
+    co_await read_stall_timer_.async_wait(use_nothrow);
+    if (closed_ || !in_frame_) break;
+    auto stalled_for = std::chrono::steady_clock::now() - read_progress_at_;
+    if (stalled_for >= read_stall_timeout_) {
+      on_read_stalled(stalled_for);
+      break;
+    }
+  }
+  read_watching_ = false;
+}
+
+void FrameStream::on_read_stalled(std::chrono::steady_clock::duration stalled_for) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(stalled_for).count();
+  close(Status(Code::kTimeout, fmt::format("no byte of a frame from {} for {} ms", peer_, ms)));
 }
 
 int64_t FrameStream::unacked_bytes() {

@@ -11,7 +11,10 @@
 // after that is decoded; a dropped frame is never written. With a write-stall
 // timeout set, a stream whose writer has waited that long with no byte
 // written or acknowledged by the peer is handed to on_write_stalled() (once);
-// a stream with nothing to write never is.
+// a stream with nothing to write never is. Likewise, with a read-stall
+// timeout set, a stream in the middle of reading a frame (header read, body
+// or payload not yet whole) that got no byte for that long is handed to
+// on_read_stalled() (once); a stream between frames never is.
 #pragma once
 
 #include <array>
@@ -99,6 +102,12 @@ class FrameStream : public std::enable_shared_from_this<FrameStream> {
   // Called when that bound passed with frames still unwritten; by default it
   // closes the stream (kTimeout).
   virtual void on_write_stalled(std::chrono::steady_clock::duration stalled_for);
+  // Bounds how long a frame's body and payload may take to arrive with no
+  // byte coming (a peer that announced 64 MiB and stopped holds a buffer of
+  // that size); 0 (the default) waits forever. Set before start().
+  void set_read_stall_timeout(std::chrono::milliseconds timeout) { read_stall_timeout_ = timeout; }
+  // Called when that bound passed; by default it closes the stream (kTimeout).
+  virtual void on_read_stalled(std::chrono::steady_clock::duration stalled_for);
 
   asio::ip::tcp::socket socket_;
 
@@ -107,6 +116,8 @@ class FrameStream : public std::enable_shared_from_this<FrameStream> {
   Task<void> write_loop();
   void watch_writes();  // starts watch_loop() unless it runs or the bound is off
   Task<void> watch_loop();
+  void begin_frame_read();  // a header was read: the read-stall watch runs until the frame is whole
+  Task<void> read_watch_loop();
   int64_t unacked_bytes();  // the kernel's send queue (SIOCOUTQ): unsent or unacknowledged; -1 if unknown
   Task<bool> fill(size_t n);  // ensures n unread bytes in rbuf_; false on EOF/error
   bool try_write_now();      // true: the lone queued frame was written (or the stream closed)
@@ -131,6 +142,12 @@ class FrameStream : public std::enable_shared_from_this<FrameStream> {
   std::chrono::steady_clock::time_point write_progress_at_;  // writer started or last wrote a byte
   bool watching_ = false;
   asio::steady_timer stall_timer_;
+  // The read-stall watch: ticks only while a frame is partly read.
+  std::chrono::steady_clock::duration read_stall_timeout_{0};
+  std::chrono::steady_clock::time_point read_progress_at_;  // frame's header read or last byte of it came
+  bool in_frame_ = false;
+  bool read_watching_ = false;
+  asio::steady_timer read_stall_timer_;
 };
 
 }  // namespace weft::rpc

@@ -463,6 +463,83 @@ TEST_F(WriteStall, IdleConnectionsStayOpen) {
   EXPECT_EQ(connections(), 2);
 }
 
+// The same server, closing connections whose request stops arriving in its
+// middle for kTimeout.
+class ReadStall : public BadInput {
+ protected:
+  static constexpr auto kTimeout = std::chrono::milliseconds(400);
+
+  void configure(ServerOptions& so) override { so.read_stall_timeout_ms = static_cast<uint32_t>(kTimeout.count()); }
+  uint64_t stalls() {
+    return registry_.counter("weft_rpc_server_read_stalls_total", "", {{"server", "bad-input-server"}}).value();
+  }
+  int64_t connections() {
+    return registry_.gauge("weft_rpc_server_connections", "", {{"server", "bad-input-server"}}).value();
+  }
+  // The header of an echo request of `body_len` body and `payload_len` payload bytes.
+  static std::array<std::byte, kFrameHeaderSize> echo_header(uint32_t body_len, uint32_t payload_len) {
+    FrameHeader h;
+    h.method = kEcho.wire();
+    h.request_id = 1;
+    h.body_len = body_len;
+    h.payload_len = payload_len;
+    std::array<std::byte, kFrameHeaderSize> out;
+    encode_header(h, out.data());
+    return out;
+  }
+};
+
+// A peer that announces a 4 MiB payload, sends part of it and stops (hung,
+// its host gone without a reset, hostile) is closed after kTimeout (to 1.5
+// kTimeout) and counted, which gives back the payload buffer; so is one that
+// stops inside a request's body. Another client is served throughout.
+TEST_F(ReadStall, APeerThatStopsInTheMiddleOfARequestIsClosed) {
+  auto start = std::chrono::steady_clock::now();
+  auto in_payload = authenticated();
+  auto hdr = echo_header(0, 4 << 20);
+  ASSERT_TRUE(in_payload->send_bytes(hdr.data(), hdr.size()));
+  std::string part(300000, 'p');
+  ASSERT_TRUE(in_payload->send_bytes(part.data(), part.size()));
+  auto in_body = authenticated();
+  hdr = echo_header(100, 0);
+  ASSERT_TRUE(in_body->send_bytes(hdr.data(), hdr.size()));
+  ASSERT_TRUE(in_body->send_bytes(part.data(), 10));
+  expect_server_healthy();  // while both stalled peers are still connected
+  EXPECT_TRUE(in_payload->closed_by_peer()) << "a peer stalled in its payload was kept";
+  EXPECT_TRUE(in_body->closed_by_peer()) << "a peer stalled in its body was kept";
+  EXPECT_GE(std::chrono::steady_clock::now() - start, kTimeout) << "closed before the timeout";
+  EXPECT_EQ(stalls(), 2u);
+  expect_server_healthy();
+  EXPECT_EQ(connections(), 1);  // the well-behaved client's
+}
+
+// A slow sender is not a stalled one: a 1 MiB payload sent 64 KiB every
+// kTimeout / 4 takes several timeouts and is answered; an idle connection
+// between requests is never closed by the timeout.
+TEST_F(ReadStall, ASlowSenderAndAnIdleConnectionAreNotClosed) {
+  auto s = authenticated();
+  std::this_thread::sleep_for(3 * kTimeout);  // idle after its Hello
+  proto::EchoRequest req;
+  std::string body = req.SerializeAsString();
+  auto hdr = echo_header(static_cast<uint32_t>(body.size()), 1 << 20);
+  ASSERT_TRUE(s->send_bytes(hdr.data(), hdr.size()));
+  ASSERT_TRUE(s->send_bytes(body.data(), body.size()));
+  std::string payload(1 << 20, 'x');
+  auto start = std::chrono::steady_clock::now();
+  for (size_t at = 0; at < payload.size(); at += 64 << 10) {
+    std::this_thread::sleep_for(kTimeout / 4);
+    ASSERT_TRUE(s->send_bytes(payload.data() + at, 64 << 10)) << "the slow sender was cut off at byte " << at;
+  }
+  EXPECT_GT(std::chrono::steady_clock::now() - start, 3 * kTimeout) << "sent too fast to show anything";
+  FrameHeader rh;
+  std::string rbody, rpayload;
+  ASSERT_TRUE(s->recv_frame(&rh, &rbody, &rpayload)) << "no reply to the slow request";
+  EXPECT_EQ(rh.status, 0);
+  EXPECT_EQ(rpayload, payload);
+  EXPECT_EQ(stalls(), 0u);
+  EXPECT_EQ(connections(), 1);  // the slow sender's
+}
+
 // The same server, closing connections that send no Hello within kTimeout.
 class HelloTimeout : public BadInput {
  protected:

@@ -26,6 +26,8 @@ ServerState::ServerState(IoPool& io, ServerOptions o, metrics::Registry& r)
                                    "Connections closed: replies waited write_stall_timeout_ms without progress", l);
   hello_timeouts = &registry.counter("weft_rpc_server_hello_timeouts_total",
                                      "Connections closed: no Hello within hello_timeout_ms", l);
+  read_stalls = &registry.counter("weft_rpc_server_read_stalls_total",
+                                  "Connections closed: a request's bytes stopped for read_stall_timeout_ms", l);
   accept_errors = &registry.counter("weft_rpc_server_accept_errors_total",
                                     "Failed accepts (out of descriptors or memory: accepting pauses)", l);
 }

@@ -63,6 +63,11 @@ struct ServerOptions {
   // and says nothing holds an fd and a read buffer); 0: forever. Once it
   // said Hello, a connection may stay idle: keepalive finds dead peers.
   uint32_t hello_timeout_ms = 10000;
+  // How long a request may stop arriving in its middle (after its header,
+  // before its last payload byte) before the connection is closed; 0:
+  // forever. A peer that announced a large payload and stalled otherwise
+  // holds a buffer of that size for as long as it stays connected.
+  uint32_t read_stall_timeout_ms = 30000;
   TcpLiveness tcp;  // on every accepted socket
   FrameLimits limits;
 };

@@ -28,6 +28,7 @@ ServerConnection::ServerConnection(asio::ip::tcp::socket socket, std::shared_ptr
       hello_timer_(executor()) {
   server_.connections_gauge->add(1);
   set_write_stall_timeout(std::chrono::milliseconds(server_.options.write_stall_timeout_ms));
+  set_read_stall_timeout(std::chrono::milliseconds(server_.options.read_stall_timeout_ms));
   apply_tcp_liveness(socket_.native_handle(), server_.options.tcp);
 }
 
@@ -193,6 +194,18 @@ void ServerConnection::on_write_stalled(std::chrono::steady_clock::duration stal
                 "write_stall_timeout_ms = {})",
                 peer(), ms, queued_bytes(), server_.options.write_stall_timeout_ms);
   close(Status(Code::kTimeout, fmt::format("{} has not read its replies for {} ms", peer(), ms)));
+}
+
+// The peer stopped in the middle of a request: closing gives back the
+// payload buffer it announced (up to the frame limit) and its request slot.
+void ServerConnection::on_read_stalled(std::chrono::steady_clock::duration stalled_for) {
+  server_.read_stalls->inc();
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(stalled_for).count();
+  static LogThrottle stalls;  // many stuck peers at once: once a second
+  if (auto held = stalls.admit())
+    WEFT_LOG_WARN("closing connection from {}: no byte of its request for {} ms (read_stall_timeout_ms = {}){}",
+                  peer(), ms, server_.options.read_stall_timeout_ms, LogThrottle::held_back(*held));
+  close(Status(Code::kTimeout, fmt::format("{} sent no byte of its request for {} ms", peer(), ms)));
 }
 
 void ServerConnection::on_closed(const Status& why) {

@@ -36,6 +36,7 @@ class ServerConnection final : public FrameStream {
   bool should_pause_reading() override;
   bool prefer_immediate_write() override { return inflight_ == 0; }
   void on_write_stalled(std::chrono::steady_clock::duration stalled_for) override;
+  void on_read_stalled(std::chrono::steady_clock::duration stalled_for) override;
 
  private:
   void handle_hello(const FrameHeader& h, const std::string& body);

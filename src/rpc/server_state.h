@@ -48,6 +48,7 @@ struct ServerState {
   metrics::Counter* protocol_errors;
   metrics::Counter* write_stalls;
   metrics::Counter* hello_timeouts;
+  metrics::Counter* read_stalls;
   metrics::Counter* accept_errors;
   LogThrottle accept_log;  // accept failures: once a second
 };

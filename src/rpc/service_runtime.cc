@@ -54,6 +54,8 @@ Result<ServiceConfig> ServiceConfig::from(const Config& config, const std::strin
   c.write_stall_timeout_ms = static_cast<uint32_t>(stall_ms);
   WEFT_TRY(int64_t hello_ms, s.get_int_off_or_in("hello_timeout_ms", c.hello_timeout_ms, 1000, 3600000));
   c.hello_timeout_ms = static_cast<uint32_t>(hello_ms);
+  WEFT_TRY(int64_t read_stall_ms, s.get_int_off_or_in("read_stall_timeout_ms", c.read_stall_timeout_ms, 1000, 3600000));
+  c.read_stall_timeout_ms = static_cast<uint32_t>(read_stall_ms);
   WEFT_TRY(c.tcp, tcp_liveness_from(s));
   // The kernel would end a peer that stopped reading at the user timeout,
   // without the write-stall warning and metric: keep the stall check first.
@@ -110,6 +112,7 @@ Result<void> ServiceRuntime::init() {
   so.blocking_threads = config_.blocking_threads;
   so.write_stall_timeout_ms = config_.write_stall_timeout_ms;
   so.hello_timeout_ms = config_.hello_timeout_ms;
+  so.read_stall_timeout_ms = config_.read_stall_timeout_ms;
   so.tcp = config_.tcp;
   server_ = std::make_unique<Server>(*io_, so);
   register_echo_service(*server_);  // lets any tool probe any server

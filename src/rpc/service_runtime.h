@@ -13,6 +13,7 @@
 // blocking_threads = 4
 // write_stall_timeout_ms = 30000 # a peer that reads none of its replies this long is disconnected (1000..3600000)
 // hello_timeout_ms = 10000       # a connection that sends no Hello this long is closed; 0: never (1000..3600000)
+// read_stall_timeout_ms = 30000  # a request stopped this long in its middle closes its connection; 0: never (1000..3600000)
 // # tcp_*: on every connection the process accepts or opens (ServiceConfig::client_options)
 // tcp_keepalive_idle_s = 30      # keepalive probes after this long quiet; 0: off (1..32767)
 // tcp_keepalive_interval_s = 5   # between probes (1..32767)
@@ -49,6 +50,7 @@ struct ServiceConfig {
   size_t blocking_threads = 4;
   uint32_t write_stall_timeout_ms = 30000;
   uint32_t hello_timeout_ms = 10000;
+  uint32_t read_stall_timeout_ms = 30000;
   TcpLiveness tcp;
   std::string log_level = "info";
   std::string log_file;

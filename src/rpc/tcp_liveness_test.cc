@@ -91,34 +91,38 @@ Result<ServiceConfig> parse_server(const std::string& lines) {
   return ServiceConfig::from(*cfg, "storage");
 }
 
-// [server] hello_timeout_ms and tcp_*: defaults, values set, 0 where it
+// [server] hello_timeout_ms, read_stall_timeout_ms and tcp_*: defaults, values set, 0 where it
 // means off, and bounds.
 TEST(ServiceConfig, HelloTimeoutAndTcpLivenessAreReadAndBounded) {
   auto absent = parse_server("");
   ASSERT_TRUE(absent) << absent.error();
   EXPECT_EQ(absent->hello_timeout_ms, 10000u);
+  EXPECT_EQ(absent->read_stall_timeout_ms, 30000u);
   EXPECT_EQ(absent->tcp.keepalive_idle_s, 30u);
   EXPECT_EQ(absent->tcp.keepalive_interval_s, 5u);
   EXPECT_EQ(absent->tcp.keepalive_count, 4u);
   EXPECT_EQ(absent->tcp.user_timeout_ms, 60000u);
   auto set = parse_server(
-      "hello_timeout_ms = 2000\ntcp_keepalive_idle_s = 10\ntcp_keepalive_interval_s = 2\n"
+      "hello_timeout_ms = 2000\nread_stall_timeout_ms = 5000\ntcp_keepalive_idle_s = 10\ntcp_keepalive_interval_s = 2\n"
       "tcp_keepalive_count = 3\ntcp_user_timeout_ms = 20000\nwrite_stall_timeout_ms = 10000\n");
   ASSERT_TRUE(set) << set.error();
   EXPECT_EQ(set->hello_timeout_ms, 2000u);
+  EXPECT_EQ(set->read_stall_timeout_ms, 5000u);
   EXPECT_EQ(set->tcp.keepalive_idle_s, 10u);
   EXPECT_EQ(set->tcp.keepalive_interval_s, 2u);
   EXPECT_EQ(set->tcp.keepalive_count, 3u);
   EXPECT_EQ(set->tcp.user_timeout_ms, 20000u);
-  auto off = parse_server("tcp_keepalive_idle_s = 0\ntcp_user_timeout_ms = 0\nhello_timeout_ms = 0\n");
+  auto off = parse_server("tcp_keepalive_idle_s = 0\ntcp_user_timeout_ms = 0\nhello_timeout_ms = 0\nread_stall_timeout_ms = 0\n");
   ASSERT_TRUE(off) << off.error();
   EXPECT_EQ(off->tcp.keepalive_idle_s, 0u);
   EXPECT_EQ(off->tcp.user_timeout_ms, 0u);
   EXPECT_EQ(off->hello_timeout_ms, 0u);
+  EXPECT_EQ(off->read_stall_timeout_ms, 0u);
   // The kernel must not cut a peer that stopped reading before the write-stall check sees it.
   EXPECT_FALSE(parse_server("write_stall_timeout_ms = 60000\n"));
   EXPECT_TRUE(parse_server("write_stall_timeout_ms = 120000\ntcp_user_timeout_ms = 0\n"));
-  for (std::string bad : {"write_stall_timeout_ms = 60000", "hello_timeout_ms = 999", "hello_timeout_ms = 3600001", "tcp_keepalive_idle_s = 32768",
+  for (std::string bad : {"write_stall_timeout_ms = 60000", "hello_timeout_ms = 999", "hello_timeout_ms = 3600001",
+                          "read_stall_timeout_ms = 10", "tcp_keepalive_idle_s = 32768",
                           "tcp_keepalive_interval_s = 0", "tcp_keepalive_count = 0", "tcp_keepalive_count = 128",
                           "tcp_user_timeout_ms = 999", "tcp_user_timeout_ms = -1", "tcp_keepalive_idle_s = \"30s\""}) {
     auto r = parse_server(bad + "\n");
