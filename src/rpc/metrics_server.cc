@@ -12,13 +12,12 @@
 
 #include "common/log_throttle.h"
 #include "common/logging.h"
+#include "rpc/accept_failure.h"
 #include "rpc/task.h"
 
 namespace weft::rpc {
 
 using namespace asio::experimental::awaitable_operators;
-
-constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(100);
 
 struct MetricsServer::Impl : std::enable_shared_from_this<Impl> {
   Impl(IoPool& io, metrics::Registry& r)
@@ -69,13 +68,7 @@ struct MetricsServer::Impl : std::enable_shared_from_this<Impl> {
       auto& [ec, socket] = ec_socket_result;
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
       if (ec) {
-        // Out of descriptors or memory, the next accept fails the same way at once: pause (see Server).
-        accept_errors->inc();
-        if (auto held = accept_log.admit())
-          WEFT_LOG_WARN("metrics endpoint: accept failed: {} (accepting again in {} ms){}", ec.message(),
-                        kAcceptRetryDelay.count(), LogThrottle::held_back(*held));
-        asio::steady_timer pause(acceptor.get_executor(), kAcceptRetryDelay);
-        co_await pause.async_wait(use_nothrow);
+        co_await pause_after_accept_failure(acceptor, ec, *accept_errors, accept_log, "metrics endpoint");
         continue;
       }
       asio::co_spawn(acceptor.get_executor(), serve(std::move(socket)), asio::detached);

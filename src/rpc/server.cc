@@ -9,6 +9,7 @@
 #include "common/assert.h"
 #include "common/fault.h"
 #include "common/logging.h"
+#include "rpc/accept_failure.h"
 #include "rpc/server_connection.h"
 #include "rpc/server_state.h"
 
@@ -59,23 +60,13 @@ void Server::add_blocking(MethodId id, std::string name, BlockingHandler handler
 
 namespace {
 
-constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(100);
-
 Task<void> accept_loop(std::shared_ptr<ServerState> state, asio::ip::tcp::acceptor* acceptor) {
   while (true) {
     auto ec_socket_result = co_await acceptor->async_accept(state->io.next(), use_nothrow);
     auto& [ec, socket] = ec_socket_result;
     if (ec == asio::error::operation_aborted || state->stopped) co_return;
     if (ec) {
-      // Out of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM), the
-      // next accept fails the same way at once: without a pause the loop
-      // spun at full CPU, logging each failure.
-      state->accept_errors->inc();
-      if (auto held = state->accept_log.admit())
-        WEFT_LOG_WARN("{}: accept failed: {} (accepting again in {} ms){}", state->options.name, ec.message(),
-                      kAcceptRetryDelay.count(), LogThrottle::held_back(*held));
-      asio::steady_timer pause(acceptor->get_executor(), kAcceptRetryDelay);
-      co_await pause.async_wait(use_nothrow);
+      co_await pause_after_accept_failure(*acceptor, ec, *state->accept_errors, state->accept_log, state->options.name);
       if (state->stopped) co_return;
       continue;
     }
