@@ -167,6 +167,21 @@ void replace_target(const ClusterFlags& flags, uint64_t old_target, uint64_t new
   });
 }
 
+void promote_target(const ClusterFlags& flags, uint64_t chain, uint64_t target) {
+  with_mgmtd(flags, [&](mgmt::MgmtRpc& rpc) {
+    mgmt::pb::PromoteTargetRequest req;
+    req.set_chain(chain);
+    req.set_target(target);
+    auto reply = rpc.call<mgmt::pb::PromoteTargetReply>(mgmt::kPromoteTarget, req);
+    if (!reply) return fail(fmt::format("target promote: {}", reply.error().message()));
+    std::string out = fmt::format("target {} is chain {}'s copy now (routing version {}): it serves what it holds once "
+                                  "up, the chain's other targets sync from it\n",
+                                  target, chain, reply->routing_version());
+    out += chain_line(reply->chain());
+    std::fputs(out.c_str(), stdout);
+  });
+}
+
 void remove_node(const ClusterFlags& flags, uint32_t node) {
   with_mgmtd(flags, [&](mgmt::MgmtRpc& rpc) {
     mgmt::pb::RemoveNodeRequest req;
@@ -227,6 +242,15 @@ void add_mgmt_commands(CLI::App& app, CLI::App& serve) {
   replace->add_option("OLD", old_target, "the offline target (its id in `weft status`)")->required();
   replace->add_option("NEW", new_target, "an up target in no chain, on a node none of those chains uses")->required();
   replace->callback([] { replace_target(replace_flags, old_target, new_target); });
+  static ClusterFlags promote_flags;
+  static uint64_t promote_chain = 0, promote_target_id = 0;
+  auto* promote = targets->add_subcommand(
+      "promote", "Make an offline target the copy of a chain that lost its last one (it serves what it holds)");
+  add_cluster_flags(promote, promote_flags);
+  promote->add_option("CHAIN", promote_chain, "the chain (its id in `weft status`); every target of it is offline")
+      ->required();
+  promote->add_option("TARGET", promote_target_id, "the offline target with the newest data left")->required();
+  promote->callback([] { promote_target(promote_flags, promote_chain, promote_target_id); });
 
   auto* nodes = admin.add_subcommand("node", "Servers mgmtd knows");
   nodes->require_subcommand(1);

@@ -6,6 +6,7 @@
 #include "rpc/service_runtime.h"
 #include "meta/meta_client.h"
 #include "rpc/client.h"
+#include "storage/chunk_engine.h"
 #include "storage/mgmt_link.h"
 #include "storage/orphan_sweep.h"
 #include "storage/routing_provider.h"
@@ -97,7 +98,11 @@ Result<std::unique_ptr<storage::MgmtLink>> join_cluster(rpc::ServiceRuntime& run
   o.rpc = sc.client_options("storage-mgmt");
   o.address = config.advertise.empty() ? sc.listen.to_string() : config.advertise;
   WEFT_RETURN_IF_ERROR(check_advertised_address(o.address, "storage server"));
-  for (const auto& t : config.targets) o.targets.push_back({t.path, t.capacity_bytes});
+  for (const auto& t : config.targets) {
+    // Before registering: mgmtd must learn whether the target still holds its data.
+    WEFT_TRY(uint64_t data_id, storage::ChunkEngine::ensure_data_id(t.path));
+    o.targets.push_back({t.path, t.capacity_bytes, data_id});
+  }
   WEFT_TRY(auto link, storage::MgmtLink::connect(runtime.io(), std::move(o)));
   std::vector<mgmt::TargetId> ids = link->target_ids();
   for (size_t i = 0; i < config.targets.size(); ++i) config.targets[i].id = ids.at(i);

@@ -67,9 +67,18 @@ void bump_chains_of_node(PersistedState& state, NodeId node) {
   }
 }
 
+// A known target registering with another data id than it had: what it held
+// is gone (target_states.h, LOST). An id of 0 (not known on either side: a
+// server or a record older than the field) proves nothing.
+bool lost_its_data(const TargetInfo& known, const TargetRegistration& reg) {
+  return known.data_id != 0 && reg.data_id != 0 && known.data_id != reg.data_id;
+}
+
 // Matches the request's targets to the node's known ones by name; new names get
-// new ids, known targets no longer listed FAIL.
-std::vector<TargetId> sync_targets(PersistedState& state, NodeId node, const RegisterRequest& r) {
+// new ids, known targets no longer listed FAIL, known ones that lost their data
+// are LOST in every chain (listed in `lost`).
+std::vector<TargetId> sync_targets(PersistedState& state, NodeId node, const RegisterRequest& r,
+                                   std::vector<TargetId>& lost) {
   std::vector<TargetId> ids;
   std::set<TargetId> listed;
   for (const TargetRegistration& reg : r.targets) {
@@ -78,8 +87,13 @@ std::vector<TargetId> sync_targets(PersistedState& state, NodeId node, const Reg
     });
     TargetId id = it != state.routing.targets.end() ? it->first : state.ids.next_target++;
     TargetInfo& t = state.routing.targets[id];
+    if (lost_its_data(t, reg)) {
+      for (auto& [chain_id, chain] : state.routing.chains) lose_target_data(chain, id);
+      lost.push_back(id);
+    }
     t.id = id, t.node_id = node, t.name = reg.name, t.reported = true;
     t.capacity_bytes = reg.capacity_bytes, t.used_bytes = reg.used_bytes;
+    if (reg.data_id != 0) t.data_id = reg.data_id;
     ids.push_back(id);
     listed.insert(id);
   }
@@ -141,7 +155,7 @@ Result<RegisterReply> apply_register(PersistedState& state, const RegisterReques
   }
   revive_node(*node, now, lease);
   RegisterReply reply{.node_id = node->id, .lease = lease};
-  reply.target_ids = sync_targets(state, node->id, r);
+  reply.target_ids = sync_targets(state, node->id, r, reply.data_lost);
   WEFT_RETURN_IF_ERROR(check_routing_growth(bytes_before, state.routing, "register " + r.address));
   return reply;
 }
@@ -335,6 +349,13 @@ Result<std::vector<ChainId>> apply_replace_target(PersistedState& state, TargetI
     for (ChainEntry& e : state.routing.chains.at(id).entries)
       if (e.target_id == old_target) e.target_id = new_target;  // stays offline until reconcile() RETURNs it
   return changed;
+}
+
+Result<void> apply_promote_target(PersistedState& state, ChainId chain_id, TargetId target) {
+  auto chain = state.routing.chains.find(chain_id);
+  if (chain == state.routing.chains.end())
+    return error(Code::kNotFound, "promote target {}: no chain {}", target, chain_id);
+  return promote_target(chain->second, target);
 }
 
 Result<void> apply_remove_node(PersistedState& state, NodeId node_id) {

@@ -54,6 +54,9 @@ Result<std::vector<ChainId>> apply_replace_target(PersistedState& state, TargetI
 // (replace them first). Its ids are never reused: if the address registers
 // again, it is a new node with new target ids, in no chain.
 Result<void> apply_remove_node(PersistedState& state, NodeId node);
+// PROMOTEs `target` in `chain` (target_states.h): kNotFound for an unknown
+// chain or a target not in it; kNotPermitted unless every entry is offline.
+Result<void> apply_promote_target(PersistedState& state, ChainId chain, TargetId target);
 
 // RETURNs waiting targets that are alive and recomputes target summaries.
 // Call after every edit.

@@ -1,5 +1,6 @@
 #include "mgmt/cluster_state.h"
 
+#include <algorithm>
 #include <map>
 
 #include "common/logging.h"
@@ -201,6 +202,26 @@ Result<void> ClusterState::check_reported_locked(RoutingVersion reported, const 
   return refuse_if_behind_locked();
 }
 
+void ClusterState::log_lost_target_locked(TargetId target) const {
+  std::string copyless;
+  for (const auto& [id, chain] : state_.routing.chains) {
+    bool holds = std::any_of(chain.entries.begin(), chain.entries.end(),
+                             [&](const ChainEntry& e) { return e.target_id == target; });
+    bool served = std::any_of(chain.entries.begin(), chain.entries.end(), [](const ChainEntry& e) {
+      return e.state == TargetState::kServing || e.state == TargetState::kLastServing;
+    });
+    if (holds && !served) copyless += fmt::format("{}{}", copyless.empty() ? "" : ", ", id);
+  }
+  if (copyless.empty()) {
+    WEFT_LOG_WARN("mgmt: target {} came back without its data (another data id: a new disk or an emptied "
+                  "directory); it syncs from its chains' serving targets", target);
+    return;
+  }
+  WEFT_LOG_ERROR("mgmt: target {} came back without its data (another data id: a new disk or an emptied directory) "
+                 "and held the only copy of chain(s) {}: they serve nothing until an operator promotes the best copy "
+                 "left (`weft admin target promote CHAIN TARGET`, docs/DEPLOY.md)", target, copyless);
+}
+
 Result<RegisterReply> ClusterState::register_node(const RegisterRequest& request) {
   std::lock_guard lock(mu_);
   WEFT_RETURN_IF_ERROR(check_reported_locked(request.installed_routing_version, request.address));
@@ -210,6 +231,7 @@ Result<RegisterReply> ClusterState::register_node(const RegisterRequest& request
            }));
   reply.routing_version = state_.routing.version;
   metrics_->registrations().inc();
+  for (TargetId t : reply.data_lost) log_lost_target_locked(t);
   return reply;
 }
 
@@ -305,6 +327,15 @@ Result<std::vector<ChainId>> ClusterState::replace_target(TargetId old_target, T
   std::lock_guard lock(mu_);
   WEFT_RETURN_IF_ERROR(refuse_if_behind_locked());
   return mutate([&](PersistedState& next) { return apply_replace_target(next, old_target, new_target); });
+}
+
+Result<void> ClusterState::promote_target(ChainId chain, TargetId target) {
+  std::lock_guard lock(mu_);
+  WEFT_RETURN_IF_ERROR(refuse_if_behind_locked());
+  WEFT_RETURN_IF_ERROR(mutate([&](PersistedState& next) { return apply_promote_target(next, chain, target); }));
+  WEFT_LOG_WARN("mgmt: target {} promoted to chain {}'s copy by an operator: the chain serves what it holds", target,
+                chain);
+  return {};
 }
 
 Result<void> ClusterState::remove_node(NodeId node) {

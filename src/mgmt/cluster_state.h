@@ -109,6 +109,9 @@ struct TargetRegistration {
   std::string name;  // stable on its node, e.g. the target directory
   uint64_t capacity_bytes = 0;
   uint64_t used_bytes = 0;
+  // Drawn when the target's storage was created (storage::ChunkEngine::data_id);
+  // 0: not known (a server older than the field).
+  uint64_t data_id = 0;
 };
 
 struct RegisterRequest {
@@ -124,6 +127,7 @@ struct RegisterRequest {
 struct RegisterReply {
   NodeId node_id = kInvalidNode;
   std::vector<TargetId> target_ids;  // in the order of the request
+  std::vector<TargetId> data_lost;   // known targets that came back with another data id (mgmtd logs them)
   RoutingVersion routing_version = 0;
   Duration lease{};  // a registration is also a heartbeat
 };
@@ -184,6 +188,10 @@ class ClusterState {
   Result<std::vector<ChainId>> replace_target(TargetId old_target, TargetId new_target);
   // Forgets a dead node whose targets are in no chain (apply_remove_node).
   Result<void> remove_node(NodeId node);
+  // An operator's decision for a chain that lost its last copy (every entry
+  // offline, target_states.h LOST): `target` serves as it is once up, the
+  // others sync from it (apply_promote_target).
+  Result<void> promote_target(ChainId chain, TargetId target);
 
   RoutingInfo routing() const;
   RoutingVersion routing_version() const;
@@ -213,6 +221,7 @@ class ClusterState {
   // behind on a report above ours), or raises our versions (accept_older_state).
   Result<void> check_reported_locked(RoutingVersion reported, const std::string& who);
   Result<void> refuse_if_behind_locked() const;
+  void log_lost_target_locked(TargetId target) const;  // REQUIRES: mu_ held
 
   const ClusterOptions options_;
   const Clock& clock_;

@@ -249,6 +249,64 @@ TEST(ClusterState, LastServingReplicaKeepsChainUntilItReturnsWithoutResync) {
   EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, S}}));
 }
 
+// The chain's last copy is on a server whose disk is replaced while it is
+// down: it comes back with another data id. Serving it (as a last-serving
+// target that simply returns) would make it the resync source of the other
+// replica, which holds the data, and empty that one too. Instead the chain
+// serves nothing until an operator promotes the copy left.
+TEST(ClusterState, ALastServingTargetBackWithoutItsDataServesNothingUntilPromoted) {
+  Harness h;
+  auto [id, head, tail, head_node, tail_node] = h.two_replica_chain();
+  const int head_host = h.snapshot.nodes.at(head_node).address == "host1:9000" ? 1 : 2;
+  h.clock.advance(16s);  // the tail is lost, then the head: it holds the only copy
+  h.beat(head_node);
+  ASSERT_TRUE(h.state->tick().has_value());
+  h.clock.advance(16s);
+  ASSERT_TRUE(h.state->tick().has_value());
+  ASSERT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, L}, {tail, O}}));
+  EXPECT_EQ(h.state->promote_target(id, tail).error().code(), Code::kNotPermitted) << "a last copy needs no decision";
+
+  RegisterReply back = h.add_storage(head_host, 1, /*incarnation=*/2, /*disk_generation=*/2);
+  EXPECT_EQ(back.data_lost, (std::vector<TargetId>{head}));
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{tail, O}, {head, O}}));
+  EXPECT_EQ(route_chain(h.chain(id)).error().code(), Code::kUnavailable);
+  h.beat(tail_node);  // the other replica returns: nothing serves to sync it from, nothing is copied from the empty one
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{tail, O}, {head, O}}));
+  h.add_storage(head_host, 1, /*incarnation=*/3, /*disk_generation=*/2);  // restarted again, same disk: no new loss
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{tail, O}, {head, O}}));
+
+  EXPECT_EQ(h.state->promote_target(id + 1000, tail).error().code(), Code::kNotFound);
+  EXPECT_EQ(h.state->promote_target(id, 4242).error().code(), Code::kNotFound);
+  ChainVersion v = h.chain(id).version;
+  ASSERT_TRUE(h.state->promote_target(id, tail).has_value());  // the operator's choice: the copy left
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{tail, S}, {head, Y}}));
+  EXPECT_GT(h.chain(id).version, v);
+  EXPECT_EQ(h.state->promote_target(id, head).error().code(), Code::kNotPermitted) << "the chain serves again";
+  h.beat(head_node, 3, {{id, head, h.chain(id).version}});
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{tail, S}, {head, S}}));
+}
+
+// A target that lost its data while another replica serves simply resyncs, as
+// after any restart; a server that reports no data id (older than the field)
+// proves nothing either way.
+TEST(ClusterState, ATargetBackWithoutItsDataBesideAServingReplicaResyncs) {
+  Harness h;
+  auto [id, head, tail, head_node, tail_node] = h.two_replica_chain();
+  const int tail_host = h.snapshot.nodes.at(tail_node).address == "host1:9000" ? 1 : 2;
+  RegisterReply back = h.add_storage(tail_host, 1, /*incarnation=*/2, /*disk_generation=*/2);
+  EXPECT_EQ(back.data_lost, (std::vector<TargetId>{tail}));
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, Y}}));
+  RegisterRequest unknown{.kind = NodeKind::kStorage,
+                          .address = h.snapshot.nodes.at(tail_node).address,
+                          .incarnation = 3,
+                          .targets = {{.name = "t0", .capacity_bytes = 1ull << 40, .data_id = 0}}};
+  auto again = h.state->register_node(unknown);
+  ASSERT_TRUE(again.has_value()) << again.error();
+  EXPECT_TRUE(again->data_lost.empty());
+  EXPECT_EQ(h.state->routing().targets.at(tail).data_id, (uint64_t{2} << 32) | (uint64_t(tail_host) << 16) | 1)
+      << "the known data id stays";
+}
+
 TEST(ClusterState, RestartWithNewIncarnationResyncsItsTargets) {
   Harness h;
   for (int i = 1; i <= 3; ++i) h.add_storage(i, 2);

@@ -159,7 +159,7 @@ Result<void> MgmtClient::heartbeat_now() {
   {
     std::lock_guard lock(mu_);
     hb.node_id = node_id_;
-    hb.sync_done.swap(sync_done_);
+    if (hb.node_id != kInvalidNode) hb.sync_done.swap(sync_done_);  // else they wait for a heartbeat
     usage = usage_;
   }
   if (hb.node_id == kInvalidNode) return register_now();

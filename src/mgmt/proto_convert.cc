@@ -54,6 +54,7 @@ void to_proto(const TargetInfo& in, pb::Target* out) {
   out->set_reported(in.reported);
   out->set_capacity_bytes(in.capacity_bytes);
   out->set_used_bytes(in.used_bytes);
+  out->set_data_id(in.data_id);
 }
 
 void to_proto(const ChainInfo& in, pb::Chain* out) {
@@ -91,6 +92,7 @@ void to_proto(const RegisterRequest& in, pb::RegisterRequest* out) {
     pt->set_name(t.name);
     pt->set_capacity_bytes(t.capacity_bytes);
     pt->set_used_bytes(t.used_bytes);
+    pt->set_data_id(t.data_id);
   }
 }
 
@@ -146,6 +148,7 @@ Result<TargetInfo> from_proto(const pb::Target& in) {
   t.reported = in.reported();
   t.capacity_bytes = in.capacity_bytes();
   t.used_bytes = in.used_bytes();
+  t.data_id = in.data_id();
   return t;
 }
 
@@ -195,7 +198,10 @@ Result<RegisterRequest> from_proto(const pb::RegisterRequest& in) {
   r.incarnation = in.incarnation();
   r.installed_routing_version = in.installed_routing_version();
   for (const pb::TargetRegistration& t : in.targets())
-    r.targets.push_back({.name = t.name(), .capacity_bytes = t.capacity_bytes(), .used_bytes = t.used_bytes()});
+    r.targets.push_back({.name = t.name(),
+                         .capacity_bytes = t.capacity_bytes(),
+                         .used_bytes = t.used_bytes(),
+                         .data_id = t.data_id()});
   return r;
 }
 

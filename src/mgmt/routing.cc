@@ -92,6 +92,7 @@ int rank(TargetState s) {
 }  // namespace
 
 Result<void> check_chain(const ChainInfo& chain) {
+  if (chain.entries.empty()) return error(Code::kInternal, "chain {}: no targets", chain.id);
   std::set<TargetId> seen;
   int serving = 0, syncing = 0, last = 0, prev_rank = 0;
   for (const ChainEntry& e : chain.entries) {
@@ -107,8 +108,9 @@ Result<void> check_chain(const ChainInfo& chain) {
     syncing += e.state == TargetState::kSyncing;
     last += e.state == TargetState::kLastServing;
   }
-  if (serving == 0 && last != 1)
-    return error(Code::kInternal, "chain {}: no serving and {} last-serving targets", chain.id, last);
+  if (serving == 0 && (last > 1 || (last == 0 && syncing > 0)))
+    return error(Code::kInternal, "chain {}: no serving, {} syncing and {} last-serving targets", chain.id, syncing,
+                 last);
   if (last > 0 && (serving > 0 || syncing > 0))
     return error(Code::kInternal, "chain {}: last-serving next to serving/syncing targets", chain.id);
   return {};

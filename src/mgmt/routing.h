@@ -9,7 +9,8 @@
 // Threading: plain value types; no synchronisation.
 // Invariants of a chain (checked by check_chain, kept by mgmt/target_states.h):
 //   - its entries are ordered serving*, syncing*, last-serving?, offline*;
-//   - it holds at least one serving or exactly one last-serving target;
+//   - it holds at least one serving or exactly one last-serving target, or
+//     only offline ones (its last copy was lost: target_states.h, LOST); never none;
 //   - last-serving never coexists with serving or syncing entries;
 //   - no target appears twice.
 #pragma once
@@ -64,6 +65,7 @@ struct TargetInfo {
   bool reported = true;  // false when its node's last registration did not list it
   uint64_t capacity_bytes = 0;
   uint64_t used_bytes = 0;  // as last reported (heartbeats; not bumping the routing version)
+  uint64_t data_id = 0;     // as registered (TargetRegistration::data_id); 0: not known yet
   bool operator==(const TargetInfo&) const = default;
 };
 

@@ -31,7 +31,8 @@ TEST(Routing, CheckChainRejectsBrokenInvariants) {
   using E = std::vector<ChainEntry>;
   auto bad = [](E e) { return !check_chain(ChainInfo{.id = 1, .entries = std::move(e)}).has_value(); };
   EXPECT_TRUE(bad({}));
-  EXPECT_TRUE(bad({{1, TargetState::kOffline}}));
+  EXPECT_TRUE(bad({{1, TargetState::kSyncing}}));
+  EXPECT_TRUE(bad({{1, TargetState::kSyncing}, {2, TargetState::kOffline}}));
   EXPECT_TRUE(bad({{1, TargetState::kSyncing}, {2, TargetState::kServing}}));
   EXPECT_TRUE(bad({{1, TargetState::kServing}, {1, TargetState::kServing}}));
   EXPECT_TRUE(bad({{1, TargetState::kServing}, {2, TargetState::kLastServing}}));
@@ -39,6 +40,8 @@ TEST(Routing, CheckChainRejectsBrokenInvariants) {
   EXPECT_TRUE(bad({{1, TargetState::kOffline}, {2, TargetState::kServing}}));
   EXPECT_FALSE(bad({{1, TargetState::kServing}, {2, TargetState::kSyncing}, {3, TargetState::kOffline}}));
   EXPECT_FALSE(bad({{1, TargetState::kLastServing}, {3, TargetState::kOffline}}));
+  // A chain whose last copy was lost (target_states.h, LOST): it serves nothing until promoted.
+  EXPECT_FALSE(bad({{1, TargetState::kOffline}, {2, TargetState::kOffline}}));
 }
 
 TEST(Routing, Addresses) {

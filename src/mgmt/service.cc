@@ -69,6 +69,15 @@ Result<pb::ReplaceTargetReply> do_replace_target(ClusterState& state, const pb::
   return out;
 }
 
+Result<pb::PromoteTargetReply> do_promote_target(ClusterState& state, const pb::PromoteTargetRequest& req) {
+  WEFT_RETURN_IF_ERROR(state.promote_target(req.chain(), req.target()));
+  RoutingInfo routing = state.routing();
+  pb::PromoteTargetReply out;
+  if (auto it = routing.chains.find(req.chain()); it != routing.chains.end()) to_proto(it->second, out.mutable_chain());
+  out.set_routing_version(routing.version);
+  return out;
+}
+
 Result<pb::RemoveNodeReply> do_remove_node(ClusterState& state, const pb::RemoveNodeRequest& req) {
   WEFT_RETURN_IF_ERROR(state.remove_node(req.node_id()));
   pb::RemoveNodeReply out;
@@ -133,6 +142,9 @@ void MgmtService::register_methods(rpc::Server& server) {
   rpc::add_blocking_method<pb::ReplaceTargetRequest, pb::ReplaceTargetReply>(
       server, kReplaceTarget, "mgmt.replace_target",
       [this](const pb::ReplaceTargetRequest& req, rpc::ServerCall&) { return do_replace_target(state_, req); });
+  rpc::add_blocking_method<pb::PromoteTargetRequest, pb::PromoteTargetReply>(
+      server, kPromoteTarget, "mgmt.promote_target",
+      [this](const pb::PromoteTargetRequest& req, rpc::ServerCall&) { return do_promote_target(state_, req); });
   rpc::add_blocking_method<pb::RemoveNodeRequest, pb::RemoveNodeReply>(
       server, kRemoveNode, "mgmt.remove_node",
       [this](const pb::RemoveNodeRequest& req, rpc::ServerCall&) { return do_remove_node(state_, req); });

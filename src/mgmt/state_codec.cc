@@ -61,6 +61,8 @@ class Reader {
     ok_ = false;
     return false;
   }
+  // Fields added after a record type was first written: absent in old records.
+  bool at_end() const { return ok_ && in_.empty(); }
   Result<void> finish() {
     if (ok_ && !in_.empty()) fail("trailing bytes");
     if (!ok_) return error(Code::kCorruption, "mgmt state record '{}': {}", printable(key_), why_);
@@ -112,6 +114,7 @@ Result<TargetInfo> decode_target(Reader& r) {
   uint8_t reported = 0;
   r.fixed(t.id), r.fixed(t.node_id), r.str(t.name), r.fixed(reported), r.fixed(t.capacity_bytes),
       r.fixed(t.used_bytes);
+  if (!r.at_end()) r.fixed(t.data_id);  // records written before it have none (0: not known)
   if (reported > 1) r.fail("bad flag");
   WEFT_RETURN_IF_ERROR(r.finish());
   t.reported = reported == 1;
@@ -196,7 +199,7 @@ std::string encode_node(const NodeInfo& n) {
 
 std::string encode_target(const TargetInfo& t) {
   return Writer(kRecordFormat).fixed(t.id).fixed(t.node_id).str(t.name).fixed(static_cast<uint8_t>(t.reported))
-      .fixed(t.capacity_bytes).fixed(t.used_bytes).take();
+      .fixed(t.capacity_bytes).fixed(t.used_bytes).fixed(t.data_id).take();
 }
 
 std::string encode_table(const ChainTableInfo& t) {

@@ -86,6 +86,29 @@ bool sync_done(ChainInfo& chain, TargetId target) {
   return true;
 }
 
+bool lose_target_data(ChainInfo& chain, TargetId target) {
+  bool changed = fail_target(chain, target);
+  auto it = find_entry(chain.entries, target);
+  if (it == chain.entries.end() || it->state != TargetState::kLastServing) return changed;
+  move_entry(chain.entries, it, {target, TargetState::kOffline}, chain.entries.size() - 1);
+  return true;
+}
+
+Result<void> promote_target(ChainInfo& chain, TargetId target) {
+  auto it = find_entry(chain.entries, target);
+  if (it == chain.entries.end())
+    return error(Code::kNotFound, "promote target {}: not in chain {}", target, chain.id);
+  if (count_state(chain.entries, TargetState::kServing) + count_state(chain.entries, TargetState::kLastServing) > 0)
+    return error(Code::kNotPermitted,
+                 "promote target {}: chain {} still has a serving or last-serving target (promote only decides for a "
+                 "chain that lost its last copy)", target, chain.id);
+  if (it->state != TargetState::kOffline)
+    return error(Code::kNotPermitted, "promote target {}: it is {} in chain {}", target, to_string(it->state),
+                 chain.id);
+  move_entry(chain.entries, it, {target, TargetState::kLastServing}, 0);
+  return {};
+}
+
 bool rejoin_up_targets(ChainInfo& chain, const std::function<bool(TargetId)>& is_up) {
   std::vector<TargetId> waiting;  // the last-serving entry (if any) sorts before offline ones
   for (const ChainEntry& e : chain.entries)

@@ -25,6 +25,14 @@
 //   serving       RETURN  -                  serving       no change
 //   syncing       RETURN  -                  syncing       no change
 //   any other     SYNCED  -                  unchanged     stale report, ignored
+//
+// LOST - the target came back without the data it held (a replaced disk, an
+// emptied directory: its data id changed, cluster_ops.cc). It FAILs as above;
+// if that leaves it last-serving (it held the chain's only copy), it turns
+// offline and moves to the end: every entry is offline and the chain serves
+// nothing (no copy is known to be whole) until an operator PROMOTEs one.
+//   offline       PROMOTE no entry serving   last-serving  moved to the front; when up, RETURNs
+//                         or last-serving                  (serves as it is, the others sync from it)
 // Every change returns true; the caller bumps the chain version once per
 // operation and the routing version once per operation (cluster_state.cc).
 // Invariants kept: those of check_chain (mgmt/routing.h).
@@ -42,6 +50,10 @@ namespace weft::mgmt {
 bool fail_target(ChainInfo& chain, TargetId target);
 bool return_target(ChainInfo& chain, TargetId target);
 bool sync_done(ChainInfo& chain, TargetId target);
+bool lose_target_data(ChainInfo& chain, TargetId target);
+// kNotFound: not in the chain; kNotPermitted: the chain still has a serving
+// or last-serving entry (nothing to decide), or the target is not offline.
+Result<void> promote_target(ChainInfo& chain, TargetId target);
 
 // RETURNs every last-serving or offline entry whose target is_up, in chain
 // order (so a returning last-serving target serves before the offline ones

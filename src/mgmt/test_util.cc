@@ -20,11 +20,14 @@ void Harness::reopen() {
   else state = std::move(*opened);
 }
 
-RegisterReply Harness::add_storage(int i, int targets, uint64_t incarnation) {
+RegisterReply Harness::add_storage(int i, int targets, uint64_t incarnation, uint64_t disk_generation) {
   RegisterRequest r{.kind = NodeKind::kStorage, .address = "host" + std::to_string(i) + ":9000",
                     .incarnation = incarnation};
   for (int t = 0; t < targets; ++t)
-    r.targets.push_back({.name = "t" + std::to_string(t), .capacity_bytes = 1ull << 40, .used_bytes = 0});
+    r.targets.push_back({.name = "t" + std::to_string(t),
+                         .capacity_bytes = 1ull << 40,
+                         .used_bytes = 0,
+                         .data_id = (disk_generation << 32) | (uint64_t(i) << 16) | uint64_t(t + 1)});
   auto reply = state->register_node(r);
   EXPECT_TRUE(reply.has_value()) << reply.error();
   return reply.value_or(RegisterReply{});

@@ -28,7 +28,9 @@ struct Harness {
   void reopen();
 
   // Registers a storage node "host<i>:9000" with `targets` targets named t0, t1, ...
-  RegisterReply add_storage(int i, int targets, uint64_t incarnation = 1);
+  // Their data ids derive from (disk_generation, i, target): a new generation
+  // is a node whose disks were replaced.
+  RegisterReply add_storage(int i, int targets, uint64_t incarnation = 1, uint64_t disk_generation = 1);
   // Heartbeats node `id` (ASSERTs success).
   HeartbeatReply beat(NodeId id, uint64_t incarnation = 1, std::vector<SyncDoneReport> sync_done = {});
   const ChainInfo& chain(ChainId id);  // from a fresh routing() snapshot

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include <rocksdb/db.h>
@@ -13,6 +14,7 @@
 
 #include "common/assert.h"
 #include "common/logging.h"
+#include "common/random.h"
 #include "common/rocks_env.h"
 #include "storage/engine_internal.h"
 #include "storage/flush_scope.h"
@@ -79,9 +81,30 @@ static Result<void> validate(const EngineOptions& o) {
 struct OpenedIndex {
   std::unique_ptr<rocksdb::DB> db;
   bool v1 = false;  // format 1: no per-chain index yet
+  uint64_t data_id = 0;
 };
 
-static Result<OpenedIndex> open_index(const std::string& path) {
+// The index's data id (ChunkEngine::data_id), drawn and written (synced) if it has none.
+static Result<uint64_t> load_data_id(rocksdb::DB& db, const std::string& path) {
+  std::string value;
+  rocksdb::Status s = db.Get(rocksdb::ReadOptions(), rocksdb::Slice(kDataIdKey.data(), kDataIdKey.size()), &value);
+  if (s.ok()) {
+    uint64_t id = 0;
+    if (value.size() == sizeof(id)) std::memcpy(&id, value.data(), sizeof(id));
+    if (id == 0) return error(Code::kCorruption, "{} has a bad data id ({} bytes)", path, value.size());
+    return id;
+  }
+  if (!s.IsNotFound()) return error(Code::kIoError, "read data id of {}: {}", path, s.ToString());
+  uint64_t id = random_id();
+  value.assign(reinterpret_cast<const char*>(&id), sizeof(id));
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  s = db.Put(wo, rocksdb::Slice(kDataIdKey.data(), kDataIdKey.size()), value);
+  if (!s.ok()) return error(Code::kIoError, "write data id of {}: {}", path, s.ToString());
+  return id;
+}
+
+static Result<std::unique_ptr<rocksdb::DB>> open_index_db(const std::string& path) {
   rocksdb::Options options;
   options.create_if_missing = true;
   options.env = rocks_env();  // pre-zeroed WAL: an index commit's sync is a data flush, not a journal commit
@@ -96,9 +119,13 @@ static Result<OpenedIndex> open_index(const std::string& path) {
   }
   if (!s.ok()) return error(s.IsCorruption() ? Code::kCorruption : Code::kIoError, "open chunk index {}: {}", path,
                             s.ToString());
-  std::unique_ptr<rocksdb::DB> db(raw);
+  return std::unique_ptr<rocksdb::DB>(raw);
+}
+
+static Result<OpenedIndex> open_index(const std::string& path) {
+  WEFT_TRY(std::unique_ptr<rocksdb::DB> db, open_index_db(path));
   std::string format;
-  s = db->Get(rocksdb::ReadOptions(), rocksdb::Slice(kFormatKey.data(), kFormatKey.size()), &format);
+  rocksdb::Status s = db->Get(rocksdb::ReadOptions(), rocksdb::Slice(kFormatKey.data(), kFormatKey.size()), &format);
   if (s.IsNotFound()) {
     rocksdb::WriteOptions wo;
     wo.sync = true;
@@ -110,7 +137,16 @@ static Result<OpenedIndex> open_index(const std::string& path) {
   } else if (format != kFormatValue && format != kFormatValueV1) {
     return error(Code::kCorruption, "{} has unknown format '{}'", path, format);
   }
-  return OpenedIndex{std::move(db), format == kFormatValueV1};
+  WEFT_TRY(uint64_t data_id, load_data_id(*db, path));
+  return OpenedIndex{std::move(db), format == kFormatValueV1, data_id};
+}
+
+Result<uint64_t> ChunkEngine::ensure_data_id(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return error(Code::kIoError, "create target directory {}: {}", dir, ec.message());
+  WEFT_TRY(std::unique_ptr<rocksdb::DB> db, open_index_db(dir + "/index"));
+  return load_data_id(*db, dir + "/index");
 }
 
 struct ChunkEngine::Settlement {
@@ -131,6 +167,7 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const std::string& dir, E
   std::unique_ptr<ChunkEngine> e(new ChunkEngine(dir, options, registry, class_count));
   WEFT_TRY(OpenedIndex index, open_index(dir + "/index"));
   e->db_ = std::move(index.db);
+  e->data_id_ = index.data_id;
   WEFT_TRY(e->ring_, IoRing::create(options.ring_entries, &e->metrics_->ring_depth));
   // The restart check decides, rebuild() checks everything against this
   // engine's options and slab files and only then writes: a refused open

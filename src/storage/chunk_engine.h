@@ -218,6 +218,15 @@ class ChunkEngine {
 
   uint64_t used_bytes() const { return space_.used_bytes(); }
   uint64_t capacity_bytes() const { return space_.capacity_bytes(); }
+  // Drawn at random when the target's index is created and kept in it: a
+  // target whose index was lost (a replaced disk, an emptied directory)
+  // comes back with another one, which tells mgmtd that the data it held is
+  // gone (it must not serve as a chain's copy). Never 0.
+  uint64_t data_id() const { return data_id_; }
+  // The data id of the target in `dir`, drawn and written first if it has
+  // none (an empty directory gets an index holding only that): what a storage
+  // server registers with before it opens its engines (open() reads the same).
+  static Result<uint64_t> ensure_data_id(const std::string& dir);
   uint64_t free_bytes() const;
   uint32_t chunk_size_max() const { return options_.chunk_size_max; }
   const std::string& dir() const { return dir_; }
@@ -317,6 +326,7 @@ class ChunkEngine {
   metrics::Registry& registry_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<rocksdb::DB> db_;
+  uint64_t data_id_ = 0;
   SpaceManager space_;
   std::unique_ptr<IoRing> ring_;
   std::unique_ptr<IndexCommitter> committer_;

@@ -76,6 +76,28 @@ class ChunkEngineTest : public ::testing::Test {
   std::unique_ptr<ChunkEngine> engine_;
 };
 
+// The data id is drawn once and kept in the index: the same across reopens
+// (and what ensure_data_id reads before an open), another one for a target
+// whose directory was emptied (mgmtd then knows its data is gone).
+TEST_F(ChunkEngineTest, TheDataIdStaysWithTheIndexAndChangesWhenItIsLost) {
+  const uint64_t id = engine_->data_id();
+  EXPECT_NE(id, 0u);
+  ASSERT_TRUE(engine_->write(ChunkId{1, 1}, Update::write(0, pattern(4096, 1))).has_value());
+  engine_.reset();
+  auto before_open = ChunkEngine::ensure_data_id(dir_.path());
+  ASSERT_TRUE(before_open.has_value()) << before_open.error();
+  EXPECT_EQ(*before_open, id);
+  open();
+  EXPECT_EQ(engine_->data_id(), id);
+  engine_.reset();
+  for (const auto& entry : std::filesystem::directory_iterator(dir_.path())) std::filesystem::remove_all(entry.path());
+  auto fresh = ChunkEngine::ensure_data_id(dir_.path());
+  ASSERT_TRUE(fresh.has_value()) << fresh.error();
+  EXPECT_NE(*fresh, id);
+  open();
+  EXPECT_EQ(engine_->data_id(), *fresh) << "the engine opens the index ensure_data_id created";
+}
+
 TEST_F(ChunkEngineTest, FullWriteReadRoundTrip) {
   ChunkId id{42, 7};
   auto data = pattern(100000, 1);

@@ -65,6 +65,9 @@ inline constexpr std::string_view kFormatKey = "mformat";
 // Format 2 added the per-chain index; a format-1 index is migrated at open.
 inline constexpr std::string_view kFormatValue = "weft-chunk-engine-2";
 inline constexpr std::string_view kFormatValueV1 = "weft-chunk-engine-1";
+// ChunkEngine::data_id(), 8 bytes little-endian; written once, with the format
+// (or at the first open of an index older than it).
+inline constexpr std::string_view kDataIdKey = "mdataid";
 
 inline std::string chunk_key(const ChunkId& id) {
   auto enc = id.encode();

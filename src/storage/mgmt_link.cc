@@ -21,7 +21,8 @@ struct MgmtLink::Impl {
     mo.registration.address = o.address;
     mo.registration.incarnation = incarnation;
     for (const auto& t : o.targets) {
-      mo.registration.targets.push_back({.name = t.name, .capacity_bytes = t.capacity_bytes, .used_bytes = 0});
+      mo.registration.targets.push_back({.name = t.name, .capacity_bytes = t.capacity_bytes, .used_bytes = 0,
+                                         .data_id = t.data_id});
       mo.state_dirs.push_back(t.name);  // next to mgmt-incarnation
     }
     return mo;

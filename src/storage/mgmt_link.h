@@ -35,6 +35,7 @@ struct MgmtLinkOptions {
   struct Target {
     std::string name;  // the target directory (connect() records the incarnation there: mgmt::next_incarnation)
     uint64_t capacity_bytes = 0;
+    uint64_t data_id = 0;  // ChunkEngine::ensure_data_id of the directory
   };
   std::vector<Target> targets;
   std::chrono::milliseconds register_timeout{30000};
