@@ -35,8 +35,15 @@ Result<const meta::DirEntry*> DirCursor::at(uint64_t index, const Fetch& fetch) 
   if (reload_) {
     reload_ = false;
     if (index >= cur_start_ && index < cur_start_ + cur_.size()) {
-      std::string cookie = cur_cookie_;
-      WEFT_RETURN_IF_ERROR(load(cur_start_, std::move(cookie), fetch));
+      // Not from the page's start with the old index: entries removed
+      // before `index` since would shift the rest left, past it.
+      std::string cookie = index == cur_start_ ? cur_cookie_ : cur_[index - 1 - cur_start_].name;
+      while (starts_.back().first > index) starts_.pop_back();  // starts_[0] is 0 <= index
+      if (starts_.back().first < index) starts_.emplace_back(index, cookie);
+      if (auto loaded = load(index, std::move(cookie), fetch); !loaded) {
+        reload_ = true;  // the page in hand is still stale
+        return std::unexpected(loaded.error());
+      }
     }
   }
   for (;;) {

@@ -1,11 +1,12 @@
 // fuse/dir_cursor.h
 // Maps FUSE directory offsets (entry indexes) to Weft readdir cookies.
-// Weft's readdir hands back an opaque cookie that continues after the last
-// entry of a page; FUSE asks for "entries from offset N". A cursor remembers
-// the cookie that starts every page seen so far (memory: one string per
-// page, not per entry) and keeps the current page, so a sequential listing
-// costs one readdir call per page and a seek back re-reads from the nearest
-// page start.
+// Weft's readdir hands back a cookie that continues after the last entry of
+// a page: that entry's name (meta resumes strictly after a name, whether or
+// not it still exists), so the name of any entry continues after it. FUSE
+// asks for "entries from offset N". A cursor remembers the cookie that
+// starts every page seen so far (memory: one string per page, not per
+// entry) and keeps the current page, so a sequential listing costs one
+// readdir call per page and a seek back re-reads from the nearest page start.
 // Threading: not thread-safe; one per open directory, used under its lock.
 #pragma once
 
@@ -29,9 +30,13 @@ class DirCursor {
   // nullptr past the end. The pointer is valid until the next call.
   Result<const meta::DirEntry*> at(uint64_t index, const Fetch& fetch);
 
-  // The next at() that falls in the current page fetches it again first
-  // (from the cookie that started it): its entries' attributes may be stale.
-  // Entries added or removed in it since may shift the indexes after them.
+  // The next at() that falls in the current page fetches the rest of the
+  // listing again first: its entries' attributes may be stale. The fetch
+  // continues after the entry before the index asked for (the last one
+  // handed out, in a sequential listing), which keeps its index: names
+  // added or removed before it since shift nothing, so an entry present
+  // throughout the listing is still returned exactly once. Page starts past
+  // that index are forgotten (a seek there re-reads from before it).
   void reload_page() { reload_ = loaded_; }
 
   size_t pages_fetched() const { return pages_fetched_; }

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "fuse/dir_cursor.h"
 #include "fuse/mount_options.h"
@@ -77,22 +80,29 @@ TEST(MountOptions, Errors) {
   EXPECT_NE(e.error().message().find("entry_timeout=abc"), std::string::npos);
 }
 
-// A directory of n entries served in pages of `page` entries; cookies are
-// the index of the next entry as text.
+// A directory served in pages of `page` entries as meta serves it: names in
+// order, the cookie is the last name returned and a fetch resumes strictly
+// after it, whether or not it still exists.
 struct FakeDir {
-  int n = 0;
-  int page = 0;
+  FakeDir(int n, size_t page_entries) : page(page_entries) {
+    for (int i = 0; i < n; ++i) names.insert(name(i));
+  }
+  static std::string name(int i) { return fmt::format("f{:04}", i); }
+  std::set<std::string> names;
+  size_t page = 0;
   int calls = 0;
-  std::string suffix;  // added to every name: what changed since a page was fetched
+  uint64_t version = 0;  // every entry's attr.size: what changed since a page was fetched
   Result<meta::DirPage> fetch(std::string_view cookie) {
     ++calls;
-    int start = cookie.empty() ? 0 : std::stoi(std::string(cookie));
+    auto it = cookie.empty() ? names.begin() : names.upper_bound(std::string(cookie));
     meta::DirPage p;
-    for (int i = start; i < std::min(n, start + page); ++i)
-      p.entries.push_back(meta::DirEntry{fmt::format("f{}{}", i, suffix), meta::Ino(i + 100)});
-    int next = std::min(n, start + page);
-    p.cookie = std::to_string(next);
-    p.eof = next >= n;
+    for (; it != names.end() && p.entries.size() < page; ++it) {
+      meta::DirEntry e{*it, meta::Ino(100 + std::stoi(it->substr(1)))};
+      e.attr.size = version;
+      p.entries.push_back(std::move(e));
+    }
+    p.eof = it == names.end();
+    p.cookie = p.entries.empty() ? std::string(cookie) : p.entries.back().name;
     return p;
   }
 };
@@ -105,7 +115,7 @@ TEST(DirCursor, SequentialOneFetchPerPage) {
     auto e = c.at(i, fetch);
     ASSERT_TRUE(e);
     ASSERT_NE(*e, nullptr);
-    EXPECT_EQ((*e)->name, fmt::format("f{}", i));
+    EXPECT_EQ((*e)->name, FakeDir::name(i));
   }
   auto end = c.at(1000, fetch);
   ASSERT_TRUE(end);
@@ -121,37 +131,104 @@ TEST(DirCursor, SeeksBackAndForth) {
     auto e = c.at(i, fetch);
     ASSERT_TRUE(e);
     ASSERT_NE(*e, nullptr) << i;
-    EXPECT_EQ((*e)->name, fmt::format("f{}", i));
+    EXPECT_EQ((*e)->name, FakeDir::name(i));
   }
   auto end = c.at(5000, fetch);
   ASSERT_TRUE(end);
   EXPECT_EQ(*end, nullptr);
 }
 
-// reload_page: the page in use is fetched again (from its own cookie) by the
-// next lookup that falls in it, and only then.
+// reload_page: the rest of the page in use is fetched again by the next
+// lookup that falls in it, and only then.
 TEST(DirCursor, ReloadsTheCurrentPage) {
   FakeDir d{100, 10};
   DirCursor c;
   auto fetch = [&](std::string_view k) { return d.fetch(k); };
-  auto name_at = [&](uint64_t i) {
+  auto at = [&](uint64_t i) {
     auto e = c.at(i, fetch);
-    return e && *e ? (*e)->name : std::string("<none>");
+    return e && *e ? fmt::format("{}@{}", (*e)->name, (*e)->attr.size) : std::string("<none>");
   };
-  EXPECT_EQ(name_at(25), "f25");
+  EXPECT_EQ(at(25), "f0025@0");
   const int calls = d.calls;
-  d.suffix = "'";
-  EXPECT_EQ(name_at(26), "f26");  // the page as fetched
+  d.version = 1;
+  EXPECT_EQ(at(26), "f0026@0");  // the page as fetched
   c.reload_page();
-  EXPECT_EQ(name_at(27), "f27'");
+  EXPECT_EQ(at(27), "f0027@1");
   EXPECT_EQ(d.calls, calls + 1);
-  EXPECT_EQ(name_at(28), "f28'");
+  EXPECT_EQ(at(28), "f0028@1");
   EXPECT_EQ(d.calls, calls + 1);
   c.reload_page();
-  EXPECT_EQ(name_at(30), "f30'");  // past the page: only the next one is fetched
+  EXPECT_EQ(at(37), "f0037@1");  // past the page: only the next one is fetched
   EXPECT_EQ(d.calls, calls + 2);
-  EXPECT_EQ(name_at(5), "f5'");  // seek back
-  EXPECT_EQ(name_at(99), "f99'");
+  EXPECT_EQ(at(5), "f0005@1");  // seek back
+  EXPECT_EQ(at(99), "f0099@1");
+  EXPECT_EQ(at(100), "<none>");
+}
+
+// Reads a listing as the kernel does, `batch` entries per request, calling
+// reload_page() before every request and `between` after it with the names
+// it returned: what the listing returned, in order.
+std::vector<std::string> list_in_batches(FakeDir& d, size_t batch,
+                                         const std::function<void(const std::vector<std::string>&)>& between) {
+  DirCursor c;
+  auto fetch = [&](std::string_view k) { return d.fetch(k); };
+  std::vector<std::string> all;
+  for (uint64_t index = 0;;) {
+    c.reload_page();
+    std::vector<std::string> got;
+    for (size_t i = 0; i < batch; ++i, ++index) {
+      auto e = c.at(index, fetch);
+      EXPECT_TRUE(e);
+      if (!e || !*e) break;
+      got.push_back((*e)->name);
+    }
+    if (got.empty()) return all;
+    all.insert(all.end(), got.begin(), got.end());
+    between(got);
+  }
+}
+
+// rm -r's pattern (and os.scandir + unlink): every batch is removed once
+// returned, and the next request reloads the page. Every entry is still
+// returned once, and the directory ends empty.
+TEST(DirCursor, DeleteAsYouIterateReturnsEveryEntryOnce) {
+  FakeDir d{200, 50};
+  auto all = list_in_batches(d, 10, [&](const std::vector<std::string>& got) {
+    for (auto& n : got) d.names.erase(n);
+  });
+  EXPECT_EQ(all.size(), 200u);
+  EXPECT_EQ(std::set<std::string>(all.begin(), all.end()).size(), 200u);
+  EXPECT_TRUE(d.names.empty()) << d.names.size() << " left, first " << *d.names.begin();
+}
+
+// Names added during the listing (before and after the position) and
+// removed ahead of it: every name present throughout is returned exactly
+// once, none removed before it was reached is returned, nothing twice.
+TEST(DirCursor, InsertWhileIteratingReturnsTheUnchangedEntriesOnce) {
+  FakeDir d{300, 50};
+  std::set<std::string> unchanged(d.names);
+  std::set<std::string> removed_ahead;
+  int round = 0;
+  auto all = list_in_batches(d, 7, [&](const std::vector<std::string>& got) {
+    ++round;
+    // Before the position: a name sorting first, and one just before the last returned.
+    d.names.insert(fmt::format("a{:04}", round));
+    d.names.insert(got.back().substr(0, 4) + "0x" + std::to_string(round));
+    // Ahead of it: one new name, one removed.
+    auto next = d.names.upper_bound(got.back());
+    if (next != d.names.end() && unchanged.count(*next)) {
+      unchanged.erase(*next);
+      removed_ahead.insert(*next);
+      d.names.erase(next);
+    }
+    d.names.insert(got.back() + "+");
+  });
+  std::map<std::string, int> seen;
+  for (auto& n : all) ++seen[n];
+  for (auto& [n, count] : seen) EXPECT_EQ(count, 1) << n;
+  for (auto& n : unchanged) EXPECT_EQ(seen.count(n), 1u) << n;
+  for (auto& n : removed_ahead) EXPECT_EQ(seen.count(n), 0u) << n;
+  EXPECT_GT(removed_ahead.size(), 10u);
 }
 
 TEST(DirCursor, EmptyDirectory) {

@@ -655,6 +655,39 @@ TEST_F(FuseTest, ReaddirListsEveryEntryOnce) {
   ASSERT_EQ(::stat(p("file-7nnnnnnn").c_str(), &st), 0);
 }
 
+// rm -r's pattern (and Python's os.scandir + unlink): every entry is
+// removed as soon as readdir returned it, so the mount changes between the
+// kernel's readdirplus requests (about 4 KiB each). Every entry must still
+// be listed once, and the directory end up empty.
+TEST_F(FuseTest, UnlinkingEveryEntryAsItIsListedEmptiesTheDirectory) {
+  constexpr int kFiles = 1000;
+  for (int i = 0; i < kFiles; ++i) {
+    char name[32];
+    std::snprintf(name, sizeof name, "entry-%04d", i);
+    int fd = ::open(p(name).c_str(), O_CREAT | O_WRONLY, 0644);
+    ASSERT_GE(fd, 0) << name << ": " << std::strerror(errno);
+    ::close(fd);
+  }
+  auto list_and_unlink = [&](bool unlink) {
+    DIR* d = ::opendir(base_.c_str());
+    EXPECT_NE(d, nullptr);
+    int listed = 0;
+    while (d != nullptr) {
+      dirent* e = ::readdir(d);
+      if (e == nullptr) break;
+      if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
+      ++listed;
+      if (unlink) {
+        EXPECT_EQ(::unlinkat(::dirfd(d), e->d_name, 0), 0) << e->d_name << ": " << std::strerror(errno);
+      }
+    }
+    if (d != nullptr) ::closedir(d);
+    return listed;
+  };
+  EXPECT_EQ(list_and_unlink(true), kFiles);
+  EXPECT_EQ(list_and_unlink(false), 0) << "entries left behind";
+}
+
 TEST_F(FuseTest, Xattrs) {
   ASSERT_TRUE(write_all(p("f"), "x"));
   std::string f = p("f");
