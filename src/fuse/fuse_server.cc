@@ -987,10 +987,15 @@ class FuseServer::Impl {
     // Offset 0 again (rewinddir): a new listing, not the pages read before.
     if (off == 0) d->cursor = DirCursor();
     // readdirplus hands the kernel each entry's attributes, which it takes
-    // over what it knows: not those of a page fetched before a change made
-    // through this mount (an append, an unlink) since. That page is fetched
-    // again (as the kernel's next request arrives, not per change).
-    if (plus && d->page_changes != changes_.load(std::memory_order_acquire)) d->cursor.reload_page();
+    // over what it knows whatever timeouts come with them (Linux's
+    // fuse_direntplus_link applies them even with 0): not those of a page
+    // fetched before a change made through this mount (an append, an
+    // unlink) since, nor of one older than the timeouts (another client's
+    // append would shrink the kernel's size back). The rest of that page is
+    // fetched again (as the kernel's next request arrives, not per change).
+    if (plus && (d->page_changes != changes_.load(std::memory_order_acquire) ||
+                 std::chrono::steady_clock::now() - d->page_at >= page_ttl_))
+      d->cursor.reload_page();
     for (uint64_t o = static_cast<uint64_t>(off);; ++o) {
       std::string name;
       fuse_entry_param e{};
@@ -1253,6 +1258,9 @@ class FuseServer::Impl {
   // Changes made through this mount (changed(), data_changed()): a listing's
   // page fetched before the count moved may hold stale attributes.
   std::atomic<uint64_t> changes_{0};
+  // How long readdirplus serves the attributes of a fetched page: what the
+  // kernel would trust them for.
+  const std::chrono::duration<double> page_ttl_{std::min(options_.attr_timeout_s, options_.entry_timeout_s)};
 };
 
 FuseServer::FuseServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

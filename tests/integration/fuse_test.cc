@@ -1398,6 +1398,67 @@ TEST_F(FuseTest, AListingInProgressGivesNoAttributesOlderThanAChangeHere) {
   EXPECT_EQ(errno, ENOENT);
 }
 
+// readdirplus gives the kernel attributes it applies whatever timeouts come
+// with them: a listing read slowly must give none older than the timeouts.
+// Another client (a second mount of the cluster) appends to a file in the
+// part of the page the listing has not reached yet; past the attribute
+// timeout, the rest of the listing must not take the kernel's size of it
+// back (statx with AT_STATX_DONT_SYNC: the size the kernel holds).
+TEST_F(FuseTest, ASlowListingGivesNoAttributesOlderThanTheTimeouts) {
+  if (writeback_cache_mode()) GTEST_SKIP() << "writeback_cache: the kernel keeps its size of a cached file (docs/fuse.md)";
+  const std::string mnt2 = dir_->file("mnt-slow-listing");
+  ASSERT_EQ(::mkdir(mnt2.c_str(), 0755), 0) << std::strerror(errno);
+  struct Unmount {
+    std::string mp, pid_file;
+    ~Unmount() {
+      unmount_hard(mp);
+      if (pid_t pid = read_pid(pid_file); pid > 0 && !wait_pid_gone(pid, 10s)) ::kill(pid, SIGKILL);
+    }
+  } unmount{mnt2, dir_->file("mount-slow-listing.pid")};
+  auto m = run_weft({"mount", mnt2, "--config", data_ + "/client.toml", "--background", "--pid-file",
+                     dir_->file("mount-slow-listing.pid"), "--log-file", dir_->file("mount-slow-listing-daemon.log"), "-o", mount_options()},
+                    dir_->file("mount-slow-listing.log"), 60s);
+  ASSERT_EQ(m.code, 0) << m.log;
+  const std::string there = mnt2 + remote_dir();
+  constexpr int kFiles = 200;  // one page of Weft's (512), many of the kernel's
+  for (int i = 0; i < kFiles; ++i) {
+    char name[16];
+    std::snprintf(name, sizeof name, "f%04d", i);
+    ASSERT_TRUE(write_all(p(name), "x"));
+  }
+  int fd = ::open(base_.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(fd, 0);
+  auto first = getdents(fd, 4096);  // fetches the whole page, hands out a part
+  ASSERT_FALSE(first.empty());
+  const std::string last = first.back();
+  ASSERT_EQ(last[0], 'f');
+  char grown[16];
+  std::snprintf(grown, sizeof grown, "f%04d", std::stoi(last.substr(1)) + 3);  // in the next part
+  int a = ::open((there + "/" + grown).c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(a, 0) << there << "/" << grown << ": " << std::strerror(errno);
+  ASSERT_EQ(::write(a, std::string(9999, 'y').data(), 9999), 9999);
+  ASSERT_EQ(::close(a), 0);
+  // A name this mount's kernel has never seen: its lookup makes the kernel
+  // use readdirplus for the directory's next request (readdirplus_auto).
+  ASSERT_TRUE(write_all(there + "/probe", "p"));
+  std::this_thread::sleep_for(1500ms);  // past attr_timeout and entry_timeout (1 s)
+  struct stat st {};
+  ASSERT_EQ(::stat(p("probe").c_str(), &st), 0);
+  int g = ::open(p(grown).c_str(), O_RDONLY);  // the kernel asks meta: 10000 bytes
+  ASSERT_GE(g, 0);
+  ASSERT_EQ(::fstat(g, &st), 0);
+  EXPECT_EQ(st.st_size, 10000);
+  auto second = getdents(fd, 4096);  // the part with `grown`
+  ::close(fd);
+  EXPECT_NE(std::find(second.begin(), second.end(), std::string(grown)), second.end());
+  struct statx sx {};
+  ASSERT_EQ(::statx(g, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_SIZE, &sx), 0);
+  EXPECT_EQ(sx.stx_size, 10000u) << "the kernel took the size of a page fetched before the append";
+  ASSERT_EQ(::stat(p(grown).c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 10000);
+  ::close(g);
+}
+
 // What the named file holds as another client (weft get) sees it now.
 std::string remote_content(const std::string& remote, const std::string& local, const std::string& config) {
   auto get = run_weft({"get", remote, local, "--config", config}, local + ".log");
