@@ -20,6 +20,7 @@ DirAhead::Clock::duration DirAhead::ttl() const {
 std::optional<DirAhead::Hit> DirAhead::find(Ino dir, std::string_view name, const Cred& cred, Clock::time_point now) {
   if (!enabled() || meta::is_dot_or_dotdot(name)) return std::nullopt;
   std::lock_guard lock(mu_);
+  drop_expired_locked(now);
   auto it = dirs_.find(dir);
   if (it == dirs_.end() || !fresh(it->second, now)) return std::nullopt;
   const Dir& d = it->second;
@@ -53,26 +54,51 @@ uint64_t DirAhead::generation() const {
 void DirAhead::store(Ino dir, const Inode& dir_attr, std::vector<DirEntry> entries, uint64_t generation,
                      Clock::time_point fetched) {
   std::lock_guard lock(mu_);
+  drop_expired_locked(fetched);
   Dir& d = dirs_[dir];
   d.listing = false;
   if (generation != generation_) return;  // changed meanwhile: the listing may be stale already
-  d.attr = dir_attr;
-  d.entries.clear();
+  unlist_locked(dir, d);
+  std::unordered_map<std::string, Inode> kept;
+  kept.reserve(entries.size());
   for (auto& e : entries) {
     if (e.attr.ino == 0) continue;  // a page without attributes: that name goes to meta
-    d.entries.emplace(std::move(e.name), std::move(e.attr));
+    kept.emplace(std::move(e.name), std::move(e.attr));
   }
+  if (o_.dirs_max == 0 || kept.size() > entries_cap()) return;
+  // Room for it (entries, then listings): the oldest listings go.
+  while (!by_age_.empty() && (entries_total_ + kept.size() > entries_cap() || by_age_.size() >= o_.dirs_max))
+    unlist_oldest_locked();
+  d.attr = dir_attr;
+  d.entries = std::move(kept);
   d.listed = true;
   d.fetched = fetched;
-  if (listed_locked() > o_.dirs_max) trim_locked(fetched);
+  by_age_.emplace(fetched, dir);
+  entries_total_ += d.entries.size();
+}
+
+void DirAhead::unlist_locked(Ino ino, Dir& d) {
+  if (!d.listed) return;
+  by_age_.erase({d.fetched, ino});
+  entries_total_ -= d.entries.size();
+  d.listed = false;
+  d.entries = {};  // clear() would keep the buckets
+}
+
+void DirAhead::unlist_oldest_locked() {
+  const Ino ino = by_age_.begin()->second;
+  unlist_locked(ino, dirs_.at(ino));
+}
+
+void DirAhead::drop_expired_locked(Clock::time_point now) {
+  while (!by_age_.empty() && now - by_age_.begin()->first >= ttl()) unlist_oldest_locked();
 }
 
 void DirAhead::give_up(Ino dir, Clock::time_point now) {
   std::lock_guard lock(mu_);
   Dir& d = dirs_[dir];
   d.listing = false;
-  d.listed = false;
-  d.entries.clear();
+  unlist_locked(dir, d);
   d.retry_after = now + 10 * ttl();
 }
 
@@ -90,12 +116,9 @@ void DirAhead::sync(uint64_t stamp) {
 
 void DirAhead::changed_locked() {
   ++generation_;
+  while (!by_age_.empty()) unlist_oldest_locked();
   // Keep the state of directories being listed or given up on; drop the rest.
   std::erase_if(dirs_, [&](const auto& kv) { return !kv.second.listing && kv.second.retry_after == Clock::time_point{}; });
-  for (auto& [ino, d] : dirs_) {
-    d.listed = false;
-    d.entries.clear();
-  }
 }
 
 void DirAhead::list(Client& client, const Cred& cred, Ino dir) {
@@ -123,7 +146,12 @@ void DirAhead::list(Client& client, const Cred& cred, Ino dir) {
 
 size_t DirAhead::listings() const {
   std::lock_guard lock(mu_);
-  return listed_locked();
+  return by_age_.size();
+}
+
+size_t DirAhead::entries_total() const {
+  std::lock_guard lock(mu_);
+  return entries_total_;
 }
 
 size_t DirAhead::tracked() const {
@@ -131,31 +159,18 @@ size_t DirAhead::tracked() const {
   return dirs_.size();
 }
 
-size_t DirAhead::listed_locked() const {
-  return static_cast<size_t>(std::count_if(dirs_.begin(), dirs_.end(), [](const auto& kv) { return kv.second.listed; }));
-}
-
-// Drops what is stale; if listings are still over dirs_max, the oldest go.
+// Drops what is stale (listings are bounded by store()).
 void DirAhead::trim_locked(Clock::time_point now) {
+  drop_expired_locked(now);
   std::erase_if(dirs_, [&](const auto& kv) {
     const Dir& d = kv.second;
-    return !d.listing && now >= d.retry_after && !fresh(d, now) && now - d.first_miss >= ttl();
+    return !d.listing && !d.listed && now >= d.retry_after && now - d.first_miss >= ttl();
   });
   // Still crowded (many directories touched within the ttl, or given up on):
   // miss counters and give-ups are cheap to lose, so that a trim runs at most
   // once per 3 * dirs_max new directories and the map stays bounded.
   if (dirs_.size() >= 2 * o_.dirs_max)
     std::erase_if(dirs_, [](const auto& kv) { return !kv.second.listing && !kv.second.listed; });
-  std::vector<std::pair<Clock::time_point, Ino>> listed;
-  for (const auto& [ino, d] : dirs_)
-    if (d.listed) listed.emplace_back(d.fetched, ino);
-  if (listed.size() <= o_.dirs_max) return;
-  std::sort(listed.begin(), listed.end());
-  for (size_t i = 0; i + o_.dirs_max < listed.size(); ++i) {
-    Dir& d = dirs_[listed[i].second];
-    d.listed = false;
-    d.entries.clear();
-  }
 }
 
 }  // namespace weft::client

@@ -20,16 +20,23 @@
 //   - A directory with more than `entries_max` entries is not kept (its
 //     first pages would seldom hold the name), nor is one whose listing
 //     failed; neither is tried again for 10 * ttl_s.
+// Memory: a listing is dropped (its entries freed) once older than ttl_s, by
+// the next find() or store(); at most `dirs_max` listings and
+// max(entries_total_max, entries_max) entries in all are kept, the oldest
+// listings going first.
 // Threading: thread-safe (one mutex; no call into the client under it).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "meta/types.h"
@@ -51,6 +58,7 @@ class DirAhead {
     double ttl_s = 1.0;                 // 0: statahead off
     size_t entries_max = 4096;          // larger directories are not listed
     size_t dirs_max = 256;              // listings kept at once
+    size_t entries_total_max = 65536;   // entries kept across listings (at least entries_max)
     uint32_t misses_before_listing = 2;  // meta lookups in one directory within ttl_s
   };
   struct Hit {
@@ -86,8 +94,9 @@ class DirAhead {
   // or more than entries_max entries.
   void list(Client& client, const Cred& cred, Ino dir);
 
-  size_t listings() const;  // for tests
-  size_t tracked() const;   // for tests: directories with any state
+  size_t listings() const;       // for tests
+  size_t entries_total() const;  // for tests: entries across listings
+  size_t tracked() const;        // for tests: directories with any state
 
  private:
   struct Dir {
@@ -102,15 +111,24 @@ class DirAhead {
   };
   Clock::duration ttl() const;
   bool fresh(const Dir& d, Clock::time_point now) const { return d.listed && now - d.fetched < ttl(); }
+  size_t entries_cap() const { return std::max(o_.entries_total_max, o_.entries_max); }
   void trim_locked(Clock::time_point now);
-  size_t listed_locked() const;
   void changed_locked();
+  // Drops `d`'s listing (if any) and frees its entries.
+  void unlist_locked(Ino ino, Dir& d);
+  void unlist_oldest_locked();
+  // Drops the listings older than ttl_s at `now`.
+  void drop_expired_locked(Clock::time_point now);
 
   const Options o_;
   mutable std::mutex mu_;
   uint64_t generation_ = 0;              // GUARDED_BY(mu_)
   uint64_t stamp_ = 0;                   // GUARDED_BY(mu_): the last sync()
   std::unordered_map<Ino, Dir> dirs_;    // GUARDED_BY(mu_)
+  // GUARDED_BY(mu_): the listed directories by fetch time, oldest first,
+  // and their entries in all.
+  std::set<std::pair<Clock::time_point, Ino>> by_age_;
+  size_t entries_total_ = 0;
 };
 
 }  // namespace weft::client

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -142,6 +143,46 @@ TEST(DirAhead, ManyDirectoriesTouchedWithinTheTtlStayBounded) {
   for (meta::Ino d = 20000; d < 20100; ++d) a.note_miss(d, t2);
   a.store(kDir, dir_inode(0755), listing(2), a.generation(), t2);
   EXPECT_TRUE(a.find(kDir, "f1", user(1000), t2));
+}
+
+// A scan lists many large directories: what is kept stays within the total
+// entry cap at every step, and once the listings are older than the ttl the
+// next lookup frees them all (they used to stay until 4 * dirs_max
+// directories were tracked, up to dirs_max * entries_max Inodes).
+TEST(DirAhead, ListingsAreFreedPastTheTtlAndTheirEntriesCapped) {
+  DirAhead::Options o;  // the defaults: 256 listings, 65536 entries in all
+  o.entries_max = 1000;
+  o.entries_total_max = 20000;
+  DirAhead a(o);
+  auto t = DirAhead::Clock::now();
+  const auto big = listing(1000);
+  size_t peak = 0;
+  for (meta::Ino d = 1000; d < 1300; ++d) {
+    auto at = t + milliseconds(d - 1000);
+    a.store(d, dir_inode(0755), big, a.generation(), at);
+    ASSERT_LE(a.entries_total(), o.entries_total_max) << "after directory " << d;
+    peak = std::max(peak, a.entries_total());
+    EXPECT_TRUE(a.find(d, "f999", user(1000), at)) << "the newest listing is kept";
+  }
+  EXPECT_EQ(peak, o.entries_total_max);
+  EXPECT_EQ(a.listings(), 20u);
+  EXPECT_FALSE(a.find(1000, "f1", user(1000), t + milliseconds(300))) << "the oldest went first";
+  // Past the ttl (1 s) of the newest: one more lookup, and nothing is kept.
+  EXPECT_FALSE(a.find(kDir, "f1", user(1000), t + milliseconds(1300)));
+  EXPECT_EQ(a.listings(), 0u);
+  EXPECT_EQ(a.entries_total(), 0u);
+  // store() drops the expired ones too.
+  a.store(1, dir_inode(0755), big, a.generation(), t + milliseconds(1400));
+  a.store(2, dir_inode(0755), listing(3), a.generation(), t + milliseconds(2500));
+  EXPECT_EQ(a.listings(), 1u);
+  EXPECT_EQ(a.entries_total(), 3u);
+  // A directory larger than the cap is not kept; the cap is never below entries_max.
+  a.store(3, dir_inode(0755), listing(20001), a.generation(), t + milliseconds(2500));
+  EXPECT_FALSE(a.find(3, "f1", user(1000), t + milliseconds(2500)));
+  o.entries_total_max = 10;
+  DirAhead small(o);
+  small.store(kDir, dir_inode(0755), big, small.generation(), t);
+  EXPECT_TRUE(small.find(kDir, "f999", user(1000), t)) << "one listing of entries_max fits";
 }
 
 }  // namespace
