@@ -32,6 +32,16 @@ Result<uint64_t> FreeSpaceGuard::available_bytes() {
   return available;
 }
 
+uint64_t FreeSpaceGuard::headroom_bytes() {
+  int64_t read_at = last_read_ns_.load(std::memory_order_acquire);
+  uint64_t available = last_available_.load(std::memory_order_relaxed);
+  if (read_at == 0 || now_ns() - read_at > max_age_ns_) {
+    if (auto fresh = available_bytes()) available = *fresh;
+  }
+  uint64_t reserve = reserve_bytes();
+  return available > reserve ? available - reserve : 0;
+}
+
 Result<void> FreeSpaceGuard::admit(Kind kind, uint64_t bytes) {
   if (reserve_bytes() == 0) return {};
   int64_t read_at = last_read_ns_.load(std::memory_order_acquire);

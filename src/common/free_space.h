@@ -37,6 +37,10 @@ class FreeSpaceGuard {
   Result<void> admit(Kind kind, uint64_t bytes = 0);
   // A fresh reading of the bytes available on the filesystem.
   Result<uint64_t> available_bytes();
+  // What a kGrow write may still take: the bytes available (a reading at
+  // most max_age old; the last one if statvfs fails now) minus the reserve,
+  // 0 below it. Several stores on one filesystem each see all of it.
+  uint64_t headroom_bytes();
   // The reserve in force: the configured one, capped once the filesystem's size is known.
   uint64_t reserve_bytes() const { return reserve_.load(std::memory_order_relaxed); }
   const std::string& dir() const { return dir_; }

@@ -13,7 +13,9 @@
 #include <rocksdb/write_batch.h>
 
 #include "common/assert.h"
+#include "common/log_throttle.h"
 #include "common/logging.h"
+#include "common/periodic.h"
 #include "common/random.h"
 #include "common/rocks_env.h"
 #include "storage/engine_internal.h"
@@ -65,6 +67,7 @@ ChunkEngine::ChunkEngine(std::string dir, EngineOptions options, metrics::Regist
       stripes_(kStripes) {}
 
 ChunkEngine::~ChunkEngine() {
+  space_pass_.reset();  // a pass under way finishes first
   registry_.remove_callbacks(this);
   committer_.reset();
   ring_.reset();  // drains in-flight I/O before the slab files close
@@ -176,18 +179,13 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const std::string& dir, E
   WEFT_RETURN_IF_ERROR(e->check_last_group(settle));
   WEFT_RETURN_IF_ERROR(e->rebuild(index.v1, settle));
   e->space_guard_ = std::make_unique<FreeSpaceGuard>(dir, options.reserve_bytes);
-  uint64_t capacity = options.capacity_bytes;
-  if (capacity == 0) {
-    // The slab files as they are (used and freed slots) plus what the
-    // filesystem has beyond the reserve (capped by the guard to a quarter of it).
-    WEFT_TRY(uint64_t available, e->space_guard_->available_bytes());
-    uint64_t reserve = e->space_guard_->reserve_bytes();
-    WEFT_TRY(auto slabs, e->existing_slabs());
-    uint64_t slab_bytes = 0;
-    for (SlabFile* file : slabs) slab_bytes += file->slot_count() * file->slot_bytes();
-    capacity = std::max(slab_bytes, e->space_.used_bytes()) + (available > reserve ? available - reserve : 0);
-  }
-  e->space_.set_capacity_bytes(capacity);
+  // After a restart nobody knows which free slots inside a slab file were
+  // punched: the space pass punches them and a writer re-backs them.
+  WEFT_TRY(auto slabs, e->existing_slabs());
+  for (SlabFile* file : slabs)
+    e->space_.mark_free_unknown(class_for_length(static_cast<uint32_t>(file->slot_bytes())), file->slot_count());
+  // Auto capacity: the filesystem is the limit (the guard and fallocate say kNoSpace).
+  e->space_.set_capacity_bytes(options.capacity_bytes == 0 ? ~uint64_t{0} : options.capacity_bytes);
   // One flush per commit group needs the slabs on the index's filesystem
   // (a flush is per device) and a filesystem where any fdatasync flushes all.
   e->one_flush_ = one_fdatasync_flushes_both(dir, dir + "/index");
@@ -202,8 +200,14 @@ Result<std::unique_ptr<ChunkEngine>> ChunkEngine::open(const std::string& dir, E
                     labels, [self] { return self->failed() ? 1.0 : 0.0; }, self);
   registry.gauge_fn("weft_storage_free_bytes", "Capacity minus used bytes", labels,
                     [self] { return static_cast<double>(self->free_bytes()); }, self);
-  registry.gauge_fn("weft_storage_capacity_bytes", "Configured capacity", labels,
+  registry.gauge_fn("weft_storage_capacity_bytes", "Used plus free bytes (at most the configured capacity)", labels,
                     [self] { return static_cast<double>(self->capacity_bytes()); }, self);
+  registry.gauge_fn("weft_storage_unpunched_free_bytes", "Bytes of free slots that may still take filesystem space",
+                    labels, [self] { return static_cast<double>(self->unpunched_free_bytes()); }, self);
+  e->space_log_ = std::make_unique<LogThrottle>(std::chrono::seconds(10));
+  if (options.space_pass_interval_ms > 0)
+    e->space_pass_ = std::make_unique<PeriodicThread>(std::chrono::milliseconds(options.space_pass_interval_ms),
+                                                      [self] { return self->space_pass_tick(); });
   return e;
 }
 
@@ -398,11 +402,6 @@ std::optional<Status> ChunkEngine::failure() {
     if (auto f = file->failure()) return f;
   }
   return std::nullopt;
-}
-
-uint64_t ChunkEngine::free_bytes() const {
-  uint64_t used = space_.used_bytes(), cap = space_.capacity_bytes();
-  return used >= cap ? 0 : cap - used;
 }
 
 std::optional<ChunkMeta> ChunkEngine::get_meta_locked(const ChunkId& id) {

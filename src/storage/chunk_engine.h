@@ -40,6 +40,35 @@
 // Reads return the committed version only and verify the CRC32C of every
 // 4 KiB block they return; a mismatch is Code::kCorruption.
 //
+// Space. Slab files grow by extents and keep their size; a freed slot gives
+// its space back to the filesystem through the space pass (punch_free_slots,
+// run every space_pass_interval_ms): it punches a hole over the free slots
+// of each class beyond free_slack_bytes (the highest first; allocation takes
+// the lowest, so the slack is what gets reused). Rules that keep data safe
+// (slot states: space_manager.h):
+//   - a slot is freed (SpaceManager::free) only after the index change that
+//     freed it is durable (commit, remove), or it never was in the index (a
+//     dropped pending version): a crash at any point finds it free or still
+//     named by a durable record, never punched under a live one. The restart
+//     check's previous entries name slots freed by the last group, and those
+//     are only freed once that group's flush returned (then its new slots
+//     verify and the previous entries are not used);
+//   - a slot read under a pin becomes punchable only at its last unpin;
+//   - a slot taken for punching is not handed out until the punch ended;
+//   - a slot that may be a hole (punched, or free at open: nobody knows)
+//     is re-backed (fallocate) before it is written; if that fails
+//     (kNoSpace) the slot is punched again and freed: nothing half done.
+// A crash between free and punch leaves a free slot holding space: at open
+// every free slot inside a slab file counts as unknown (may hold space, may
+// be a hole), so the pass punches it and a writer re-backs it.
+// Capacity: capacity_bytes() is used + free_bytes(), and free_bytes() is
+// min(configured capacity - used, filesystem available - reserve), the
+// latter read again at most every 20 ms (FreeSpaceGuard): a filesystem
+// filled from elsewhere shows as full. With capacity 0 (auto) the
+// filesystem alone is the limit. Targets sharing a filesystem each report
+// its whole free space (their sum overstates it; each one's figure is right
+// for a write to it). The free slots kept as slack are not counted as free.
+//
 // Threading: every public method is thread-safe. Updates of one chunk are
 // serialised by a per-chunk lock (the chain head serialises them anyway);
 // reads never wait for updates. Blocking methods are meant for a bounded
@@ -55,6 +84,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -83,12 +113,17 @@ namespace rocksdb {
 class DB;
 }
 
+namespace weft {
+class LogThrottle;
+class PeriodicThread;
+}  // namespace weft
+
 namespace weft::storage {
 
 struct EngineOptions {
   std::string target_id = "0";               // the metrics label
   uint32_t chunk_size_max = 64u << 20;       // power of two in [4 KiB, 64 MiB]
-  uint64_t capacity_bytes = 0;               // 0: the slab files + the filesystem's free space at open - reserve
+  uint64_t capacity_bytes = 0;               // 0: the filesystem's free space - reserve is the only limit (see Space above)
   // Bytes of the target's filesystem kept free for the index (RocksDB must
   // never meet a full disk) and whatever else shares it (common/free_space.h):
   // below it slab files do not grow (a write that needs a new extent fails
@@ -96,6 +131,12 @@ struct EngineOptions {
   // quarter of it every write and removal fails. 0: no guard.
   uint64_t reserve_bytes = uint64_t{256} << 20;
   uint64_t extent_bytes = 64u << 20;         // slab growth step (at least one slot)
+  // Free slots each size class keeps backed (reused without a fallocate);
+  // the space pass punches those beyond. 0: punch every freed slot.
+  uint64_t free_slack_bytes = 16u << 20;
+  // How often the space pass runs (a thread of the engine); 0: never on
+  // its own (punch_free_slots() runs it).
+  uint32_t space_pass_interval_ms = 1000;
   unsigned ring_entries = 256;               // io_uring depth
   uint32_t commit_linger_us_max = 2000;      // index group commit: longest wait for the group to gather
   // write() and stage() leave the slot's fdatasync to the commit group's
@@ -216,8 +257,10 @@ class ChunkEngine {
   std::optional<Status> failure();
   bool failed() const { return slab_failed_.load(std::memory_order_acquire) || committer_->failed(); }  // cheap
 
+  // The space pass (see Space above), now: punches the free slots beyond
+  // the slack; returns the bytes punched. One pass at a time.
+  Result<uint64_t> punch_free_slots();
   uint64_t used_bytes() const { return space_.used_bytes(); }
-  uint64_t capacity_bytes() const { return space_.capacity_bytes(); }
   // Drawn at random when the target's index is created and kept in it: a
   // target whose index was lost (a replaced disk, an emptied directory)
   // comes back with another one, which tells mgmtd that the data it held is
@@ -227,7 +270,13 @@ class ChunkEngine {
   // none (an empty directory gets an index holding only that): what a storage
   // server registers with before it opens its engines (open() reads the same).
   static Result<uint64_t> ensure_data_id(const std::string& dir);
+  // used_bytes() + free_bytes(): at most the configured capacity.
+  uint64_t capacity_bytes() const;
+  // min(configured capacity - used, filesystem available - reserve).
   uint64_t free_bytes() const;
+  // Bytes of free slots that may still take filesystem space (the slack,
+  // and what the next pass punches).
+  uint64_t unpunched_free_bytes() const { return space_.holding_bytes(); }
   uint32_t chunk_size_max() const { return options_.chunk_size_max; }
   const std::string& dir() const { return dir_; }
   const EngineOptions& options() const { return options_; }
@@ -300,6 +349,16 @@ class ChunkEngine {
   Result<Content> build_content(const ChunkId& id, const std::optional<ChunkMeta>& old, const Update& update,
                                 uint32_t length);
   Result<void> read_verified(const ChunkMeta& meta, uint32_t first_block, uint32_t block_count, std::byte* out);
+  // Grows the slab file over the slot, or re-backs a slot that may be a
+  // hole; kNoSpace when the filesystem (or its reserve) cannot take it.
+  Result<void> make_writable(SlabFile& file, const Allocation& slot);
+  // Frees a slot whose write failed. `backed`: make_writable succeeded;
+  // otherwise whatever a failed fallocate left is punched again.
+  void release_unwritten(SlabFile* file, const Allocation& slot, bool backed);
+  // Punches the class's free slots beyond the slack; returns the bytes punched.
+  Result<uint64_t> punch_class(uint32_t size_class);
+  // One tick of the background space pass; returns the wait before the next.
+  std::chrono::nanoseconds space_pass_tick();
   // Writes the slot; syncs it now unless options_.defer_slot_sync (then
   // commit_locked's group syncs it: Pending::unsynced).
   Result<Pending> store_new_slot(std::span<const std::byte> content, uint32_t length, uint64_t version,
@@ -345,6 +404,11 @@ class ChunkEngine {
   std::unordered_map<ChunkId, Pending, ChunkIdHash> pending_;  // GUARDED_BY(pending_mu_)
 
   std::vector<Stripe> stripes_;
+
+  std::mutex punch_mu_;                        // one space pass at a time
+  std::atomic<bool> punch_unsupported_{false};  // the filesystem refused a punch: no more passes
+  std::unique_ptr<LogThrottle> space_log_;
+  std::unique_ptr<PeriodicThread> space_pass_;  // stopped first by the destructor
 };
 
 }  // namespace weft::storage

@@ -83,21 +83,22 @@ Result<ChunkEngine::Pending> ChunkEngine::store_new_slot(std::span<const std::by
   // An empty chunk needs no slot (slot_of): nothing to write, nothing to sync,
   // no slab growth that only a later sync would make durable.
   if (length == 0) return p;
-  WEFT_TRY(SlotRef ref, space_.allocate(meta.size_class));
-  meta.slot = ref.slot;
+  WEFT_TRY(Allocation slot, space_.allocate(meta.size_class));
+  meta.slot = slot.slot;
+  SlabFile* file = nullptr;
+  bool backed = false;
   auto written = [&]() -> Result<void> {
-    WEFT_TRY(SlabFile * file, slab(meta.size_class));
-    if (ref.slot >= file->slot_count())  // the slab file must grow: by one extent
-      WEFT_RETURN_IF_ERROR(space_guard_->admit(FreeSpaceGuard::Kind::kGrow, std::max(options_.extent_bytes, file->slot_bytes())));
-    WEFT_RETURN_IF_ERROR(file->ensure_slots(uint64_t{ref.slot} + 1));
+    WEFT_TRY(file, slab(meta.size_class));
+    WEFT_RETURN_IF_ERROR(make_writable(*file, slot));
+    backed = true;
     if (content.empty()) return {};
-    WEFT_TRY(uint64_t ticket, file->write(*ring_, ref.slot, content.data(), static_cast<uint32_t>(content.size())));
+    WEFT_TRY(uint64_t ticket, file->write(*ring_, slot.slot, content.data(), static_cast<uint32_t>(content.size())));
     if (!options_.defer_slot_sync) return file->sync_to(*ring_, ticket);
     p.unsynced = SlabTicket{file, ticket};
     return {};
   }();
   if (!written) {
-    space_.free(ref);
+    release_unwritten(file, slot, backed);
     return error(written.error());
   }
   metrics_->bytes_written.inc(length);

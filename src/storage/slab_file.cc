@@ -58,6 +58,27 @@ Result<void> SlabFile::ensure_slots(uint64_t slots) {
   return {};
 }
 
+Result<void> SlabFile::punch(uint32_t first, uint32_t count) {
+  off_t offset = static_cast<off_t>(uint64_t{first} * slot_bytes_);
+  off_t len = static_cast<off_t>(uint64_t{count} * slot_bytes_);
+  if (WEFT_FAULT("storage.slab.punch_fail")) return error(Code::kIoError, "injected: punch {}", path_);
+  if (::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, len) != 0) {
+    int err = errno;
+    return errno_error(err, fmt::format("punch slots {}..{} of {}", first, first + count - 1, path_));
+  }
+  return {};
+}
+
+Result<void> SlabFile::back(uint32_t slot) {
+  WEFT_ASSERT(slot < slot_count());
+  if (WEFT_FAULT("storage.slab.back_enospc")) return error(Code::kNoSpace, "injected: back slot of {}", path_);
+  if (::fallocate(fd_, 0, static_cast<off_t>(uint64_t{slot} * slot_bytes_), static_cast<off_t>(slot_bytes_)) != 0) {
+    int err = errno;
+    return errno_error(err, fmt::format("allocate slot {} of {}", slot, path_));
+  }
+  return {};
+}
+
 Result<uint64_t> SlabFile::write(IoRing& ring, uint32_t slot, const void* buf, uint32_t len) {
   WEFT_ASSERT(len <= slot_bytes_ && len % 4096 == 0);
   if (WEFT_FAULT("storage.slab.write_eio")) return error(Code::kIoError, "injected: write {}", path_);

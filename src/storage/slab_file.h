@@ -42,6 +42,13 @@ class SlabFile {
   uint64_t slot_count() const;
   // Preallocates whole extents until `slots` slots exist. ENOSPC -> kNoSpace.
   Result<void> ensure_slots(uint64_t slots);
+  // Gives the space of slots [first, first + count) back to the filesystem
+  // (a hole; the file keeps its size, the slots read as zeros).
+  // REQUIRES: nothing reads or writes them meanwhile (SpaceManager's punching state).
+  Result<void> punch(uint32_t first, uint32_t count);
+  // Allocates the space of a slot that may be a hole, so that writing it
+  // cannot fail for lack of space. ENOSPC -> kNoSpace. REQUIRES: slot < slot_count().
+  Result<void> back(uint32_t slot);
 
   // Writes `len` bytes (4 KiB multiple, aligned buffer) at the start of slot
   // `slot`; returns the write's sync ticket (not yet durable).
