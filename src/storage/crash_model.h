@@ -2,7 +2,8 @@
 // The deterministic update stream of the crash-consistency test, shared by
 // the helper process (which applies it) and the test (which checks what
 // survived a SIGKILL). Version v of a chunk is the content after applying
-// ops 1..v. Test-only.
+// ops 1..v (every update frees the chunk's old slot, which the engine's
+// space pass punches at once). Test-only.
 #pragma once
 
 #include <algorithm>
@@ -75,6 +76,10 @@ inline EngineOptions crash_engine_options() {
   o.chunk_size_max = kCrashChunkBytes;
   o.extent_bytes = 1 << 20;
   o.capacity_bytes = 1ull << 30;
+  // Every freed slot is punched, a pass every millisecond: kills land between
+  // a slot's free and its punch, its punch and its reuse (re-backing), too.
+  o.free_slack_bytes = 0;
+  o.space_pass_interval_ms = 1;
   return o;
 }
 
