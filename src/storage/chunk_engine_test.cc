@@ -555,10 +555,9 @@ TEST_F(ChunkEngineTest, DiskEnospcIsNoSpace) {
 }
 
 // A target whose filesystem fills up for real (ext4 on a loop device: slabs
-// use O_DIRECT, which tmpfs refuses). The engine stops at its capacity (free
-// space at open minus the reserve) or at the reserve, whichever comes first,
-// so the index never meets a full disk; reads and removals go on; nothing
-// acknowledged is lost across a reopen.
+// use O_DIRECT, which tmpfs refuses). With capacity 0 the engine stops at the
+// reserve, so the index never meets a full disk; reads and removals go on;
+// nothing acknowledged is lost across a reopen.
 TEST(ChunkEngineFullDisk, KeepsItsReserveAndLosesNothing) {
   weft::testing::TempDir dir;
   auto fs = weft::testing::SmallFs::mount(dir.path(), 96 << 20, weft::testing::SmallFs::Type::kExt4);
