@@ -1,5 +1,6 @@
 #include "storage/scrubber.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "common/logging.h"
@@ -50,7 +51,12 @@ bool Scrubber::pace(std::chrono::steady_clock::time_point start, uint64_t bytes)
 }
 
 ScrubReport Scrubber::run_pass() {
+  std::lock_guard pass_lock(pass_mu_);
   ScrubReport report;
+  {
+    std::lock_guard lock(mu_);
+    found_.clear();
+  }
   auto start = std::chrono::steady_clock::now();
   std::optional<ChunkId> next = ChunkId{};
   while (next) {
@@ -65,10 +71,14 @@ ScrubReport Scrubber::run_pass() {
       auto ok = engine_.verify(c.id);
       if (!ok && ok.error().code() == Code::kCorruption) {
         report.corrupt.push_back(c.id);
+        {
+          std::lock_guard lock(mu_);
+          found_.push_back(c.id);
+        }
         corrupt_found_.inc();
         if (auto held = corrupt_log_.admit())
           WEFT_LOG_ERROR("scrub of target {} ({}): {}; reads of it answer corruption (clients read another "
-                         "replica) until the chunk is rewritten{}",
+                         "replica) until the chunk is repaired or rewritten{}",
                          engine_.options().target_id, engine_.dir(), ok.error(), LogThrottle::held_back(*held));
         if (options_.on_corrupt) options_.on_corrupt(c.id, ok.error());
       }
@@ -85,18 +95,26 @@ ScrubReport Scrubber::run_pass() {
   }
   std::lock_guard lock(mu_);
   if (!report.interrupted) {
-    corrupt_ = report.corrupt;
+    corrupt_ = std::move(found_);
     ++passes_;
     passes_done_.inc();
   } else {
-    corrupt_.insert(corrupt_.end(), report.corrupt.begin(), report.corrupt.end());
+    for (const ChunkId& id : found_)
+      if (std::find(corrupt_.begin(), corrupt_.end(), id) == corrupt_.end()) corrupt_.push_back(id);
   }
+  found_.clear();
   return report;
 }
 
 std::vector<ChunkId> Scrubber::corrupt_chunks() const {
   std::lock_guard lock(mu_);
   return corrupt_;
+}
+
+void Scrubber::forget(const ChunkId& id) {
+  std::lock_guard lock(mu_);
+  std::erase(corrupt_, id);
+  std::erase(found_, id);
 }
 
 uint64_t Scrubber::passes() const {

@@ -4,14 +4,16 @@
 // before a reader or a resync needs the data. Corrupt chunks are counted
 // (weft_storage_scrub_corrupt_chunks_total), logged (at most one line per 10
 // s, naming how many were held back), handed to `on_corrupt`, and kept in
-// corrupt_chunks() until the next pass that no longer finds them. The chunk
-// itself is kept as it is (a missing chunk would read as a hole): reads of
-// it answer kCorruption and clients read another replica; nothing repairs
-// the replica but a rewrite of the chunk (docs/storage.md).
-// The storage service runs one per target ([storage] scrub_mib_per_s,
-// scrub_interval_s).
-// Threading: start()/stop() from one owner thread; run_pass() and
-// corrupt_chunks() are thread-safe. on_corrupt runs on the scrub thread.
+// corrupt_chunks() until the next pass that no longer finds them or forget()
+// (a repair replaced it). The chunk itself is kept as it is (a missing chunk
+// would read as a hole): reads of it answer kCorruption and clients read
+// another replica. The storage service runs one per target ([storage]
+// scrub_mib_per_s, scrub_interval_s) and repairs what on_corrupt names from
+// another replica of its chain (storage/repair.cc).
+// Threading: start()/stop() from one owner thread; run_pass(), forget() and
+// corrupt_chunks() are thread-safe (passes run one at a time: a second
+// run_pass() waits for the running one). on_corrupt runs on the thread of the
+// pass and may call forget().
 // Ownership: borrows the engine, which must outlive the scrubber.
 #pragma once
 
@@ -56,6 +58,9 @@ class Scrubber {
   // One full pass in the calling thread (rate-limited; ends early on stop()).
   ScrubReport run_pass();
   std::vector<ChunkId> corrupt_chunks() const;
+  // `id` is no longer corrupt (repaired): dropped from corrupt_chunks(), also
+  // when the pass that found it is still running.
+  void forget(const ChunkId& id);
   uint64_t passes() const;
 
  private:
@@ -69,10 +74,12 @@ class Scrubber {
   metrics::Counter& passes_done_;
   LogThrottle corrupt_log_{std::chrono::seconds(10)};
 
+  std::mutex pass_mu_;  // held by run_pass()
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;            // GUARDED_BY(mu_)
   std::vector<ChunkId> corrupt_;     // GUARDED_BY(mu_)
+  std::vector<ChunkId> found_;       // GUARDED_BY(mu_): this pass's finds not forgotten since
   uint64_t passes_ = 0;              // GUARDED_BY(mu_)
   std::thread thread_;
 };

@@ -109,6 +109,29 @@ TEST_F(CorruptionTest, FlippedByteIsDetectedByReadsVerifyAndScrubber) {
   EXPECT_TRUE(scrubber.corrupt_chunks().empty());
 }
 
+// A chunk repaired while the pass that found it still runs (the storage
+// service's repair answers on another thread) is not listed when it ends, nor
+// is one repaired after it.
+TEST_F(CorruptionTest, ForgottenChunksAreNoLongerListed) {
+  for (uint64_t i = 0; i < 4; ++i)
+    ASSERT_TRUE(engine_->write(ChunkId{7, i}, Update::write(0, pattern(8192, i))).has_value());
+  flip_byte(ChunkId{7, 1}, 10);
+  flip_byte(ChunkId{7, 2}, 10);
+  Scrubber* self = nullptr;
+  ScrubOptions so;
+  so.bytes_per_sec = 1ull << 30;
+  so.on_corrupt = [&](const ChunkId& id, const Status&) {
+    if (id == ChunkId{7, 1}) self->forget(id);
+  };
+  Scrubber scrubber(*engine_, so, registry_);
+  self = &scrubber;
+  ScrubReport report = scrubber.run_pass();
+  EXPECT_EQ(report.corrupt, (std::vector<ChunkId>{ChunkId{7, 1}, ChunkId{7, 2}})) << "the report names what it found";
+  EXPECT_EQ(scrubber.corrupt_chunks(), (std::vector<ChunkId>{ChunkId{7, 2}}));
+  scrubber.forget(ChunkId{7, 2});
+  EXPECT_TRUE(scrubber.corrupt_chunks().empty());
+}
+
 TEST_F(CorruptionTest, CorruptChunkCrcIsFoundEvenWhenBlocksMatch) {
   // Damage in the unused tail of the last block is harmless: CRCs cover valid bytes only.
   ChunkId id{1, 1};
