@@ -170,7 +170,10 @@ Task<Result<pb::BatchReadReply>> StorageService::batch_read(const pb::BatchReadR
     if (!r.result) {
       out->set_code(static_cast<uint32_t>(r.result.error().code()));
       out->set_message(range_message(r.result.error().message()));
-      if (r.target && r.result.error().code() == Code::kCorruption) r.target->metrics().read_checksum_failures.inc();
+      if (r.target && r.result.error().code() == Code::kCorruption) {
+        r.target->metrics().read_checksum_failures.inc();
+        request_repair(r.target->id(), r.id);  // repair.cc: this replica's copy, from another one
+      }
       if (r.target) r.target->metrics().of(Op::kRead).errors->inc();
       continue;
     }

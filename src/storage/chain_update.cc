@@ -39,6 +39,20 @@ bool keep_on_sync(const ChunkInfo& here, uint32_t chain, uint64_t copy_version) 
   return here.chain_id != chain;
 }
 
+// A repair (ChainUpdate::repair) replaces exactly the committed `version`
+// with the same length and CRC: anything else here means the chunk moved on
+// (or never was that version) and the repair must not touch it.
+Result<void> check_repairable(const Result<ChunkInfo>& info, const ChunkId& id, uint64_t version, uint32_t length,
+                              uint32_t crc) {
+  if (info && info->version == version && info->length == length && info->chunk_crc == crc) return {};
+  if (!info)
+    return error(Code::kVersionMismatch, "repair of chunk {} version {}: no committed version here", id, version);
+  return error(Code::kVersionMismatch,
+               "repair of chunk {} version {} (length {}, CRC {:08x}) refused: version {} (length {}, CRC {:08x}) "
+               "is committed here",
+               id, version, length, crc, info->version, info->length, info->chunk_crc);
+}
+
 // Step 3 on any member: stages `version` (0: committed + 1, the head's choice).
 struct StageJob {
   ChunkEngine* engine;
@@ -54,6 +68,11 @@ struct StageJob {
     if (!info && info.error().code() != Code::kNotFound) return error(info.error());
     uint64_t committed = info ? info->version : 0;
     uint64_t v = version == 0 ? committed + 1 : version;
+    if (u->repair) {
+      if (!has_expect) return error(Code::kInvalidArgument, "repair of chunk {} without its expected CRC", u->id);
+      WEFT_RETURN_IF_ERROR(check_repairable(info, u->id, v, expect_length, expect_crc));
+      return stage(v);  // never "already": the committed copy is the damaged one
+    }
     if (u->sync && info && keep_on_sync(*info, chain, v))
       return StagedUpdate{WriteResult{committed, info->length, info->chunk_crc}, true};
     if (has_expect && info && committed == v && info->chunk_crc == expect_crc && info->length == expect_length &&
@@ -61,6 +80,10 @@ struct StageJob {
       return StagedUpdate{WriteResult{v, info->length, info->chunk_crc}, true};
     if (u->kind != pb::UPDATE_REPLACE && v != committed + 1)
       return error(Code::kVersionMismatch, "chunk {}: update to version {} but committed is {}", u->id, v, committed);
+    return stage(v);
+  }
+
+  Result<StagedUpdate> stage(uint64_t v) const {
     WEFT_TRY(Update update, to_engine_update(*u, chain));
     WEFT_TRY(WriteResult r, engine->stage(u->id, v, update));
     if (has_expect && (r.chunk_crc != expect_crc || r.length != expect_length)) {
@@ -171,6 +194,7 @@ pb::ForwardRequest forward_request(const Placement& p, const ChainUpdate& u, con
   req.set_expect_chunk_length(staged.length);
   req.set_expect_chunk_crc32c(staged.chunk_crc);
   req.set_sync(sync);
+  req.set_repair(u.repair);
   return req;
 }
 
@@ -257,7 +281,8 @@ Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const Ch
   // had committed: the updates its dedup table names for the chunk need not
   // be in it any more, so their retries must be applied again. Also after a
   // failed commit: its entry may have reached the disk.
-  if (u.kind == pb::UPDATE_REPLACE) p.target->dedup().forget_chunk(u.id);
+  // A repair restores the content the entries describe: they stay.
+  if (u.kind == pb::UPDATE_REPLACE && !u.repair) p.target->dedup().forget_chunk(u.id);
   if (committed && p.successor) note_delivered(p, u.id);
   co_return committed;
 }
@@ -426,12 +451,15 @@ Task<Result<pb::ForwardReply>> StorageService::forward_in(const pb::ForwardReque
   ChunkLocks::Guard guard = co_await t.locks().lock(u.id);
   auto p = locate(req.chain_id(), req.chain_version());
   if (!p) co_return error(p.error());
-  if (req.sync()) p->successor.reset();  // resync copies stop at the syncing target
+  if (req.sync() || req.repair()) p->successor.reset();  // resync copies and repairs stop at the target addressed
   u.sync = req.sync();
+  u.repair = req.repair();
+  if (u.repair && u.kind != pb::UPDATE_REPLACE)
+    co_return error(Code::kInvalidArgument, "repair of chunk {} as update kind {}", u.id, u.kind);
   Expect expect{req.expect_chunk_length(), req.expect_chunk_crc32c()};
   auto r = co_await replicate(*p, u, req.version(), req.kind() == pb::UPDATE_REMOVE ? nullptr : &expect);
   if (r) t.dedup().record(u.client_id, u.sequence, {u.id, u.kind, {r->version, r->length, r->chunk_crc}});
-  observe(t.metrics(), req.sync() ? Op::kSync : Op::kForward, r.has_value(), u.data.size(), start);
+  observe(t.metrics(), req.sync() || req.repair() ? Op::kSync : Op::kForward, r.has_value(), u.data.size(), start);
   if (!r) co_return error(r.error());
   co_return write_reply<pb::ForwardReply>(*r);
 }

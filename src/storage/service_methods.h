@@ -25,6 +25,7 @@ inline constexpr MethodId kListChunks{kService, 6};
 // Chain-internal: the reply of kForward is the commit acknowledgement.
 inline constexpr MethodId kForward{kService, 20};
 inline constexpr MethodId kSyncDone{kService, 21};
+inline constexpr MethodId kRepairChunk{kService, 22};  // to the head: repair a member's corrupt chunk
 
 // Admin.
 inline constexpr MethodId kSetRouting{kService, 40};

@@ -66,6 +66,7 @@ StorageService::StorageService(rpc::IoPool& io, StorageServiceOptions options, s
       ScrubOptions scrub;
       scrub.bytes_per_sec = options_.scrub_bytes_per_sec;
       scrub.pass_interval = options_.scrub_interval;
+      scrub.on_corrupt = [this, id](const ChunkId& chunk, const Status&) { request_repair(id, chunk); };
       auto scrubber = std::make_unique<Scrubber>(t->engine(), std::move(scrub), registry_);
       scrubber->start();
       scrubbers_[id] = std::move(scrubber);
@@ -82,7 +83,11 @@ void StorageService::stop() {
   stopping_ = true;
   stray_->stop();
   for (auto& [id, scrubber] : scrubbers_) scrubber->stop();
-  for (int i = 0; i < 3000 && resyncs_running_.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto busy = [this] {
+    std::lock_guard lock(repairs_.mu);
+    return resyncs_running_.load() > 0 || repairs_.worker;
+  };
+  for (int i = 0; i < 3000 && busy(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }
 
 StorageTarget* StorageService::target(mgmt::TargetId id) {
@@ -265,6 +270,9 @@ void StorageService::register_methods(rpc::Server& server) {
   rpc::add_blocking_method<pb::SyncDoneRequest, pb::SyncDoneReply>(
       server, methods::kSyncDone, "storage.sync_done",
       [this](const pb::SyncDoneRequest& r, ServerCall&) { return sync_done(r); });
+  rpc::add_async_method<pb::RepairChunkRequest, pb::RepairChunkReply>(
+      server, methods::kRepairChunk, "storage.repair_chunk",
+      [this](const pb::RepairChunkRequest& r, ServerCall&) { return repair_chunk(r); });
   rpc::add_blocking_method<pb::SetRoutingRequest, pb::SetRoutingReply>(
       server, methods::kSetRouting, "storage.set_routing",
       [this](const pb::SetRoutingRequest& r, ServerCall&) { return set_routing(r); });

@@ -39,6 +39,24 @@
 // a bounded number of copies run at once. A copy never touches the
 // successor's chunks of other chains.
 //
+// Repair (repair.cc): a target whose copy of a chunk fails its checksums (the
+// scrubber's on_corrupt, or a client read answered kCorruption) queues a
+// repair (deduplicated, one at a time per server, off the I/O threads' disk
+// work). The repair asks the head of the chunk's chain (RepairChunk; a local
+// call when the head is on this server), which, under its chunk lock (so the
+// repair is ordered with client writes: one in progress finishes first, one
+// arriving later waits and then builds on the repaired copy), takes a
+// verified copy of its committed version: its own, or, if that is corrupt or
+// is the one to repair, a readable successor's whose version, length and CRC
+// equal the head's record. It repairs its own copy if that was corrupt, then
+// sends the copy to the corrupt member (Forward with `repair`, not forwarded
+// on). A member applies a repair only over a committed chunk of exactly that
+// version, length and CRC (kVersionMismatch otherwise): a repair never moves
+// a chunk backwards or onto other content. With no verified copy anywhere
+// (replicas=1, every replica corrupt) nothing changes: the chunk keeps
+// answering kCorruption, the failure is logged and counted
+// (weft_storage_chunk_repairs_total{result="no_good_copy"}).
+//
 // Threading: handlers run as coroutines on the RPC I/O threads; engine calls
 // go to the service's DiskPool. Invariant: a chunk's lock is held on a chain
 // member from staging until commit or abort, and locks are only awaited
@@ -48,14 +66,17 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
+#include "common/log_throttle.h"
 #include "common/metrics.h"
 #include "rpc/client.h"
 #include "rpc/server.h"
@@ -81,6 +102,8 @@ class ForwardRequest;
 class ForwardReply;
 class SyncDoneRequest;
 class SyncDoneReply;
+class RepairChunkRequest;
+class RepairChunkReply;
 class SetRoutingRequest;
 class SetRoutingReply;
 class TargetStatusRequest;
@@ -124,9 +147,15 @@ struct StorageServiceOptions {
   // chunk bytes a second per target, 0: no scrubbing; a pass starts at once,
   // the next one scrub_interval after a pass ended. A corrupt chunk is logged
   // (throttled) and counted (weft_storage_scrub_corrupt_chunks_total) and
-  // kept: a missing chunk would read as a hole.
+  // kept (a missing chunk would read as a hole) until a repair replaces it.
   uint64_t scrub_bytes_per_sec = uint64_t{64} << 20;
   std::chrono::milliseconds scrub_interval{std::chrono::hours(24)};
+  // Corrupt chunks are repaired from another replica (repair.cc), one at a
+  // time per server: at most repair_queue_max wait (more are dropped and
+  // counted; the next scrub pass finds them again); a chunk whose repair
+  // failed is not queued again for repair_retry_after.
+  size_t repair_queue_max = 4096;
+  std::chrono::milliseconds repair_retry_after{std::chrono::seconds(60)};
 };
 
 // How long a resync waits before its next pass after `failed_passes` (>= 1)
@@ -161,6 +190,9 @@ struct ChainUpdate {
   uint64_t client_id = 0;
   uint64_t sequence = 0;
   bool sync = false;  // a resync copy (Forward with sync): never touches another chain's chunk
+  // A repair (REPLACE of the committed version, repair.cc): applied only over
+  // the same version, length and CRC; never forwarded on.
+  bool repair = false;
   std::optional<uint32_t> data_crc;  // CRC32C of `data` when already known (checked on arrival)
 };
 
@@ -194,6 +226,10 @@ class StorageService {
   StraySweep& stray_sweep() { return *stray_; }  // for tests
   // The target's scrubber; nullptr if scrubbing is off or no such target.
   Scrubber* scrubber(mgmt::TargetId id);
+  // Queues a repair of target t's chunk `id`, whose copy failed its checksums
+  // (repair.cc). Cheap and thread-safe: from the scrub thread or an I/O thread.
+  void request_repair(mgmt::TargetId t, const ChunkId& id);
+  size_t repairs_queued();  // waiting or running (tests)
 
  private:
   struct Expect {
@@ -252,6 +288,22 @@ class StorageService {
   Result<void> check_still_syncing(const ResyncPass& pass) const;
   Result<void> check_still_syncing(mgmt::ChainId chain, mgmt::ChainVersion version, const StorageTarget* source,
                                    mgmt::TargetId dest) const;
+  // Repair (repair.cc).
+  enum class RepairOutcome : uint8_t { kRepaired, kNotNeeded, kNoGoodCopy, kFailed };
+  struct RepairCopy;
+  Task<void> repair_worker();
+  Task<RepairOutcome> repair_one(mgmt::TargetId t, ChunkId id);
+  Task<Result<pb::RepairChunkReply>> ask_head_to_repair(StorageTarget& t, const ChunkId& id);
+  // At the head: steps under the chunk's lock (see the header comment).
+  Task<Result<pb::RepairChunkReply>> repair_chunk(const pb::RepairChunkRequest& req);
+  Task<Result<RepairCopy>> verified_copy(const Placement& p, const ChunkId& id, const ChunkInfo& want,
+                                         mgmt::TargetId corrupt);
+  Task<Result<RepairCopy>> fetch_copy(const Placement& p, mgmt::TargetId from, const ChunkId& id,
+                                      const ChunkInfo& want);
+  Task<Result<void>> apply_repair(const Placement& p, const Placement::Peer* to, const RepairCopy& copy,
+                                  const ChunkId& id);
+  void count_repair(mgmt::TargetId t, std::string_view result);
+
   // After an update of p's chain committed here and on p's successor: if a
   // resync to that successor runs, the chunk no longer needs copying.
   void note_delivered(const Placement& p, const ChunkId& id);
@@ -276,6 +328,17 @@ class StorageService {
   std::map<ResyncKey, std::shared_ptr<Delivered>> delivered_;                   // GUARDED_BY(mu_): running
   std::atomic<size_t> resyncs_running_{0};
   std::atomic<bool> stopping_{false};
+  // Repairs to make (repair.cc). Invariant: a key is in `queued` iff it is in
+  // `todo` or being repaired; `worker` iff a repair_worker runs.
+  using RepairKey = std::pair<mgmt::TargetId, ChunkId>;
+  struct Repairs {
+    std::mutex mu;
+    std::deque<RepairKey> todo;                                               // GUARDED_BY(mu)
+    std::set<RepairKey> queued;                                               // GUARDED_BY(mu)
+    std::map<RepairKey, std::chrono::steady_clock::time_point> not_before;    // GUARDED_BY(mu): failed lately
+    bool worker = false;                                                      // GUARDED_BY(mu)
+    LogThrottle failure_log{std::chrono::seconds(10)};
+  } repairs_;
   // Declared after targets_: they borrow their engines.
   std::unique_ptr<StraySweep> stray_;
   std::map<mgmt::TargetId, std::unique_ptr<Scrubber>> scrubbers_;

@@ -165,6 +165,39 @@ class StorageServiceTest : public ::testing::Test {
     EXPECT_EQ(read(0, 1, id).data, data) << "the failed forward was aborted on the head";
   }
 
+  // Flips one byte of node n's committed copy of `id` at `offset`, on the disk.
+  void corrupt(size_t n, ChunkId id, uint64_t offset) {
+    ChunkEngine& e = nodes_[n]->engine(target_of(n));
+    ChunkMeta meta = *e.committed_meta(id);
+    int fd = ::open(e.slab_path(meta.size_class).c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    off_t pos = static_cast<off_t>(uint64_t{meta.slot} * class_bytes(meta.size_class) + offset);
+    unsigned char b = 0;
+    ASSERT_EQ(::pread(fd, &b, 1, pos), 1);
+    b ^= 0x40;
+    ASSERT_EQ(::pwrite(fd, &b, 1, pos), 1);
+    ::fsync(fd);
+    ::close(fd);
+  }
+  // One scrub pass of node n's target, in this thread: what it found corrupt.
+  std::vector<ChunkId> scrub(size_t n) {
+    Scrubber* s = nodes_[n]->service().scrubber(target_of(n));
+    EXPECT_NE(s, nullptr);
+    return s ? s->run_pass().corrupt : std::vector<ChunkId>{};
+  }
+  static uint64_t repairs(size_t n, const std::string& result) {
+    return metrics::Registry::global()
+        .counter("weft_storage_chunk_repairs_total", "",
+                 {{"target", std::to_string(target_of(n))}, {"result", result}})
+        .value();
+  }
+  // Waits (bounded) until node n has no repair queued or running.
+  bool wait_repairs_done(size_t n) {
+    for (int i = 0; i < 1000 && nodes_[n]->service().repairs_queued() > 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return nodes_[n]->service().repairs_queued() == 0;
+  }
+
   testing::ReadOut read(size_t node, mgmt::ChainVersion cv, ChunkId id) {
     auto r = client_.read(nodes_[node]->ep(), 1, cv, id, 0, kChunk);
     EXPECT_TRUE(r.has_value()) << r.error();
@@ -826,21 +859,164 @@ TEST_F(StorageServiceTest, CorruptReplicaAnswersCorruptionAndAnotherServesTheRea
   ChunkId id{8, 0};
   auto data = pattern(64 * 1024, 8);
   ASSERT_TRUE(write(0, 1, id, 0, data).has_value());
-  ChunkEngine& e = nodes_[1]->engine(target_of(1));
-  ChunkMeta meta = *e.committed_meta(id);
-  int fd = ::open(e.slab_path(meta.size_class).c_str(), O_RDWR);
-  ASSERT_GE(fd, 0);
-  off_t pos = static_cast<off_t>(uint64_t{meta.slot} * class_bytes(meta.size_class) + 5000);
-  unsigned char b = 0;
-  ASSERT_EQ(::pread(fd, &b, 1, pos), 1);
-  b ^= 0x40;
-  ASSERT_EQ(::pwrite(fd, &b, 1, pos), 1);
-  ::fsync(fd);
-  ::close(fd);
+  ASSERT_NO_FATAL_FAILURE(corrupt(1, id, 5000));
   EXPECT_EQ(read(1, 1, id).result.code(), static_cast<uint32_t>(Code::kCorruption));
   auto good = read(0, 1, id);
   EXPECT_EQ(good.result.code(), 0u);
   EXPECT_EQ(good.data, data);
+}
+
+// A tail whose copy rots is repaired from the head once its scrubber finds
+// it: afterwards the tail itself serves the chunk (same version and bytes),
+// its scrubber no longer lists it and a partial write (whose read-modify-write
+// needs the old bytes there) succeeds on both replicas.
+TEST_F(StorageServiceTest, ACorruptTailIsRepairedFromTheHead) {
+  start(2);
+  route({0, 1}, 1);
+  ChunkId id{9, 0}, other{9, 1};
+  auto data = pattern(100000, 9);
+  ASSERT_TRUE(write(0, 1, id, 0, data).has_value());
+  ASSERT_TRUE(write(0, 1, other, 0, pattern(5000, 10)).has_value());
+  uint64_t repaired = repairs(1, "repaired");
+  ASSERT_NO_FATAL_FAILURE(corrupt(1, id, 70000));
+  EXPECT_EQ(scrub(1), std::vector<ChunkId>{id});
+  ASSERT_TRUE(wait_repairs_done(1));
+  EXPECT_EQ(repairs(1, "repaired"), repaired + 1);
+  auto r = read(1, 1, id);
+  EXPECT_EQ(r.result.code(), 0u) << r.result.message();
+  EXPECT_EQ(r.result.version(), 1u) << "repaired at the version it had";
+  EXPECT_EQ(r.data, data);
+  EXPECT_TRUE(nodes_[1]->service().scrubber(target_of(1))->corrupt_chunks().empty());
+  EXPECT_TRUE(scrub(1).empty());
+  EXPECT_TRUE(scrub(0).empty());
+  auto patch = pattern(300, 11);
+  ASSERT_TRUE(write(0, 1, id, 69900, patch).has_value());
+  std::copy(patch.begin(), patch.end(), data.begin() + 69900);
+  EXPECT_EQ(read(1, 1, id).data, data);
+  EXPECT_EQ(read(0, 1, id).data, data);
+  expect_identical({0, 1}, 1);
+}
+
+// A head whose copy rots fetches a verified copy from its successor (reads of
+// the head itself are served again, at the same version), and a read there
+// that meets the damage first is what starts the repair.
+TEST_F(StorageServiceTest, ACorruptHeadIsRepairedFromItsSuccessor) {
+  start(2);
+  route({0, 1}, 1);
+  ChunkId id{10, 0};
+  auto data = pattern(kChunk, 12);
+  ASSERT_TRUE(write(0, 1, id, 0, data).has_value());
+  uint64_t repaired = repairs(0, "repaired");
+  ASSERT_NO_FATAL_FAILURE(corrupt(0, id, 4096 * 7 + 5));
+  EXPECT_EQ(read(0, 1, id).result.code(), static_cast<uint32_t>(Code::kCorruption)) << "the read starts the repair";
+  ASSERT_TRUE(wait_repairs_done(0));
+  EXPECT_EQ(repairs(0, "repaired"), repaired + 1);
+  auto r = read(0, 1, id);
+  EXPECT_EQ(r.result.code(), 0u) << r.result.message();
+  EXPECT_EQ(r.result.version(), 1u);
+  EXPECT_EQ(r.data, data);
+  EXPECT_TRUE(scrub(0).empty());
+  EXPECT_TRUE(scrub(1).empty());
+  ASSERT_TRUE(write(0, 1, id, 4096 * 7, pattern(10, 13)).has_value()) << "the head's read-modify-write works again";
+  expect_identical({0, 1}, 1);
+}
+
+// A client write racing the repair is ordered with it by the head's chunk
+// lock: here it arrives while the head holds the lock for the repair, waits,
+// and then applies on top of the repaired copy on both replicas (without the
+// repair, the tail's read-modify-write meets the damage and the write fails).
+// Nothing rolls the acknowledged write back afterwards.
+TEST_F(StorageServiceTest, AWriteRacingARepairIsNeverRolledBack) {
+  start(2);
+  route({0, 1}, 1);
+  ChunkId id{11, 0};
+  auto data = pattern(60000, 14);
+  ASSERT_TRUE(write(0, 1, id, 0, data).has_value());
+  ASSERT_NO_FATAL_FAILURE(corrupt(1, id, 20000));
+  fault::Scope pause("storage.repair.pause_locked", {.hits_max = 1});
+  EXPECT_EQ(read(1, 1, id).result.code(), static_cast<uint32_t>(Code::kCorruption));
+  for (int i = 0; i < 500 && pause.triggered() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(pause.triggered(), 1) << "the repair did not reach the head";
+  auto patch = pattern(3000, 15);
+  auto w = write(0, 1, id, 19000, patch);  // waits for the head's lock
+  ASSERT_TRUE(w.has_value()) << w.error();
+  EXPECT_EQ(w->version(), 2u);
+  std::copy(patch.begin(), patch.end(), data.begin() + 19000);
+  ASSERT_TRUE(wait_repairs_done(1));
+  for (size_t n : {0, 1}) {
+    auto r = read(n, 1, id);
+    EXPECT_EQ(r.result.code(), 0u) << "node " << n << ": " << r.result.message();
+    EXPECT_EQ(r.result.version(), 2u) << "node " << n;
+    EXPECT_EQ(r.data, data) << "node " << n;
+    EXPECT_TRUE(scrub(n).empty()) << "node " << n;
+  }
+}
+
+// A repair never moves a replica backwards: a repair of a version the
+// replica no longer has committed is refused there (it moved on), whatever
+// the sender.
+TEST_F(StorageServiceTest, ARepairOfAnotherVersionIsRefused) {
+  start(2);
+  route({0, 1}, 1);
+  ChunkId id{12, 0};
+  auto v1 = pattern(8192, 16), v2 = pattern(8192, 17);
+  ASSERT_TRUE(write(0, 1, id, 0, v1).has_value());
+  ASSERT_TRUE(write(0, 1, id, 0, v2).has_value());
+  proto::storage::ForwardRequest req;
+  req.set_chain_id(1);
+  req.set_chain_version(1);
+  req.set_target_id(target_of(1));
+  req.mutable_chunk()->set_inode(id.inode);
+  req.mutable_chunk()->set_index(id.index);
+  req.set_kind(proto::storage::UPDATE_REPLACE);
+  req.set_version(1);
+  req.set_length(static_cast<uint32_t>(v1.size()));
+  req.set_data_crc32c(crc32c(v1));
+  req.set_expect_chunk_length(static_cast<uint32_t>(v1.size()));
+  req.set_expect_chunk_crc32c(crc32c(v1));
+  req.set_repair(true);
+  rpc::CallOptions o;
+  o.payload.push_back(v1);
+  auto r = client_.call<proto::storage::ForwardReply>(nodes_[1]->ep(), methods::kForward, req, std::move(o));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), Code::kVersionMismatch) << r.error();
+  auto now = read(1, 1, id);
+  EXPECT_EQ(now.result.version(), 2u);
+  EXPECT_EQ(now.data, v2);
+}
+
+// With one replica there is no good copy to repair from: the chunk is kept
+// as it is (reads answer kCorruption, never zeros or an older version), the
+// failure is counted, and the scrubber keeps listing it. The same when every
+// replica of a chain is corrupt.
+TEST_F(StorageServiceTest, ACorruptChunkWithoutAGoodCopyIsKept) {
+  start(2);
+  route({0}, 1);
+  ChunkId id{13, 0};
+  auto data = pattern(50000, 18);
+  ASSERT_TRUE(write(0, 1, id, 0, data).has_value());
+  uint64_t no_copy = repairs(0, "no_good_copy");
+  ASSERT_NO_FATAL_FAILURE(corrupt(0, id, 100));
+  EXPECT_EQ(scrub(0), std::vector<ChunkId>{id});
+  ASSERT_TRUE(wait_repairs_done(0));
+  EXPECT_EQ(repairs(0, "no_good_copy"), no_copy + 1);
+  EXPECT_EQ(read(0, 1, id).result.code(), static_cast<uint32_t>(Code::kCorruption));
+  EXPECT_EQ(nodes_[0]->engine(target_of(0)).committed_meta(id)->version, 1u) << "the chunk is kept";
+  EXPECT_EQ(nodes_[0]->service().scrubber(target_of(0))->corrupt_chunks(), std::vector<ChunkId>{id});
+
+  route({0, 1}, 2);  // both replicas, both corrupt
+  ChunkId both{13, 1};
+  ASSERT_TRUE(write(0, 2, both, 0, data).has_value());
+  ASSERT_NO_FATAL_FAILURE(corrupt(0, both, 200));
+  ASSERT_NO_FATAL_FAILURE(corrupt(1, both, 300));
+  uint64_t no_copy1 = repairs(1, "no_good_copy");
+  EXPECT_EQ(scrub(1), std::vector<ChunkId>{both});
+  ASSERT_TRUE(wait_repairs_done(1));
+  EXPECT_EQ(repairs(1, "no_good_copy"), no_copy1 + 1);
+  for (size_t n : {0, 1}) {
+    EXPECT_EQ(read(n, 2, both).result.code(), static_cast<uint32_t>(Code::kCorruption)) << "node " << n;
+    EXPECT_EQ(nodes_[n]->engine(target_of(n)).committed_meta(both)->version, 1u) << "node " << n;
+  }
 }
 
 // A server whose lease from mgmtd ran out answers neither writes nor reads:
