@@ -392,6 +392,7 @@ Task<Result<StorageService::CopyOutcome>> StorageService::copy_chunk_once(Resync
   if (pass.delivered->contains(id)) co_return CopyOutcome::kDelivered;
   ReadWholeJob read{&pass.source->engine(), id};
   auto data = co_await pool_.run(read);
+  if (!data && data.error().code() == Code::kCorruption) request_repair(pass.source->id(), id);  // repair.cc
   if (!data && data.error().code() != Code::kNotFound)
     co_return error(data.error().with_context(
         fmt::format("source target {} cannot read chunk {}", pass.source->id(), id)));

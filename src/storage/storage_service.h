@@ -40,9 +40,9 @@
 // successor's chunks of other chains.
 //
 // Repair (repair.cc): a target whose copy of a chunk fails its checksums (the
-// scrubber's on_corrupt, or a client read answered kCorruption) queues a
-// repair (deduplicated, one at a time per server, off the I/O threads' disk
-// work). The repair asks the head of the chunk's chain (RepairChunk; a local
+// scrubber's on_corrupt, a client read answered kCorruption, a resync copy it
+// could not read) queues a repair (deduplicated, one at a time per server,
+// engine work on the disk pool). The repair asks the head of the chunk's chain (RepairChunk; a local
 // call when the head is on this server), which, under its chunk lock (so the
 // repair is ordered with client writes: one in progress finishes first, one
 // arriving later waits and then builds on the repaired copy), takes a
