@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <filesystem>
 #include <map>
+#include <regex>
 
 #include "process.h"
 
@@ -298,6 +299,79 @@ TEST_F(UpDownTest, MgmtdOnAnOlderBackupRefusesServersUntilAccepted) {
   // And back to a plain mgmtd, as `up` starts it.
   auto plain = up();
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  expect_status_serving();
+}
+
+// The review's scenario: storage-1 dies, then storage-2 (its target now holds
+// the chain's only copy, last-serving), and storage-2's target directory is
+// emptied (a replaced disk) before `up` restarts both. The emptied target
+// must not become the copy the other replica resyncs from (it used to: the
+// data was removed from storage-1 and /f read back as zeros). Instead nothing
+// serves: `up` says its targets are offline, a read waits, and once the
+// operator promotes storage-1's target it serves the file whole and storage-2
+// is copied back from it.
+TEST_F(UpDownTest, ATargetBackWithoutItsDataIsNoCopyUntilTheOperatorPromotesOne) {
+  auto first = up({"--storage-servers", "2", "--targets-per-server", "1", "--replicas", "2"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  std::string content(3'000'000, '\0');
+  for (size_t i = 0; i < content.size(); ++i) content[i] = static_cast<char>((i * 2654435761u) >> 13);
+  const std::string local = tmp_.file("f.src"), back = tmp_.file("f.back");
+  testing::write_file(local, content);
+  auto put = weft({"put", local, "/f", "--config", client_config()});
+  ASSERT_EQ(put.exit_code, 0) << put.output;
+
+  auto kill_and_wait_for = [&](const std::string& role, const std::string& state) {
+    pid_t pid = pid_of(role);
+    ASSERT_EQ(::kill(pid, SIGKILL), 0) << role;
+    CliResult st;
+    for (int i = 0; i < 300; ++i) {  // lease + grace of a local cluster: a few seconds
+      st = weft({"status", "--config", client_config()});
+      if (st.output.find(state) != std::string::npos) return;
+      std::this_thread::sleep_for(100ms);
+    }
+    FAIL() << role << " never showed " << state << ":\n" << st.output;
+  };
+  ASSERT_NO_FATAL_FAILURE(kill_and_wait_for("storage-1", "offline"));
+  ASSERT_NO_FATAL_FAILURE(kill_and_wait_for("storage-2", "last-serving"));
+  const std::string emptied = data_ + "/data/storage-2/t0";
+  std::filesystem::remove_all(emptied);
+  std::filesystem::create_directories(emptied);
+
+  auto restart = weft({"up", "--data-dir", data_, "--timeout", "8"}, 60s);
+  EXPECT_NE(restart.exit_code, 0) << "no target may serve:\n" << restart.output;
+  EXPECT_NE(restart.output.find("offline"), std::string::npos) << restart.output;
+  EXPECT_NE(read_text(data_ + "/logs/mgmtd.log").find("came back without its data"), std::string::npos);
+
+  // A read waits for a copy instead of answering from the empty target.
+  Process get({testing::weft_binary(), "get", "/f", back, "--config", client_config()}, tmp_.file("get.log"));
+  std::this_thread::sleep_for(2s);
+  EXPECT_FALSE(get.wait_exit(0ms)) << "the read ended without a serving copy: " << get.log();
+
+  auto json = weft({"status", "--json", "--config", client_config()}).output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(json, m, std::regex("\"id\":(\\d+),\"node_id\":\\d+,\"name\":\"[^\"]*/data/storage-1/t0\"")))
+      << json;
+  const std::string survivor = m[1];
+  std::vector<std::string> chains;
+  const std::regex chain_re("\\{\"id\":(\\d+),\"table_id\":");
+  for (auto it = std::sregex_iterator(json.begin(), json.end(), chain_re);
+       it != std::sregex_iterator(); ++it)
+    chains.push_back((*it)[1]);
+  ASSERT_FALSE(chains.empty()) << json;
+  for (const auto& chain : chains) {
+    auto promote = weft({"admin", "target", "promote", chain, survivor, "--config", client_config()});
+    ASSERT_EQ(promote.exit_code, 0) << promote.output;
+    EXPECT_NE(promote.output.find("(serving)"), std::string::npos) << promote.output;
+  }
+  auto status = get.wait_exit(90s);
+  ASSERT_TRUE(status) << get.log();
+  ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << get.log();
+  EXPECT_TRUE(read_text(back) == content) << "the promoted copy served other bytes";
+
+  // The emptied target is copied back from it: `up` finds both serving.
+  CliResult ready;
+  for (int i = 0; i < 5 && ready.exit_code != 0; ++i) ready = up();
+  ASSERT_EQ(ready.exit_code, 0) << ready.output;
   expect_status_serving();
 }
 
