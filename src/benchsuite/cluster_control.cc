@@ -2,10 +2,13 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "client/cluster_config.h"
@@ -61,7 +64,11 @@ class WatchImpl final : public ClusterWatch {
 
 }  // namespace
 
-Result<pid_t> kill_role(const std::string& data_dir, const std::string& role) {
+namespace {
+
+// The live pid of `role` from DATA_DIR/run/<role>.pid, checked to be
+// `... serve ... <role>.toml`.
+Result<pid_t> role_pid(const std::string& data_dir, const std::string& role) {
   std::string pid_file = data_dir + "/run/" + role + ".pid";
   std::string text = read_text(pid_file);
   if (text.empty()) return error(Code::kNotFound, "{}: missing or empty (is the cluster up?)", pid_file);
@@ -76,6 +83,111 @@ Result<pid_t> kill_role(const std::string& data_dir, const std::string& role) {
     if (c == '\0') c = ' ';
   if (cmdline.find(" serve ") == std::string::npos || cmdline.find(role + ".toml") == std::string::npos)
     return error(Code::kNotFound, "{}: pid {} is not {} (cmdline '{}')", pid_file, pid, role, cmdline);
+  return pid;
+}
+
+bool alive(pid_t pid) {
+  if (::kill(pid, 0) != 0) return false;
+  std::string stat = read_text(fmt::format("/proc/{}/stat", pid));
+  auto paren = stat.rfind(')');
+  return !(paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z');
+}
+
+// Waits up to `timeout` for the child `pid` to end; its status, or nullopt.
+std::optional<int> wait_child(pid_t pid, std::chrono::milliseconds timeout) {
+  auto until = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    int status = 0;
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return status;
+    if (r < 0) return -1;  // not our child any more (reaped elsewhere)
+    if (std::chrono::steady_clock::now() > until) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+class ControlImpl final : public ClusterControl {
+ public:
+  ControlImpl(std::string data_dir, std::string binary, std::unique_ptr<ClusterWatch> watch)
+      : data_dir_(std::move(data_dir)), binary_(std::move(binary)), watch_(std::move(watch)) {}
+  ~ControlImpl() override { (void)stop_up(); }
+
+  Result<pid_t> kill(const std::string& role) override { return kill_role(data_dir_, role); }
+  Result<void> start_up(const std::string& log) override {
+    if (up_pid_ > 0) return error(Code::kExists, "`weft up` (pid {}) is still running", up_pid_);
+    WEFT_TRY(pid_t pid, spawn_up(binary_, data_dir_, log));
+    up_pid_ = pid;
+    up_status_.reset();
+    return {};
+  }
+  std::optional<int> up_status() override {
+    if (up_pid_ > 0) {
+      int status = 0;
+      if (::waitpid(up_pid_, &status, WNOHANG) == up_pid_) {
+        up_status_ = status;
+        up_pid_ = -1;
+      }
+    }
+    return up_status_;
+  }
+  std::string stop_up() override {
+    if (up_pid_ <= 0) return "";
+    pid_t pid = up_pid_;
+    up_pid_ = -1;
+    ::kill(pid, SIGTERM);
+    auto status = wait_child(pid, std::chrono::seconds(10));
+    std::string what = fmt::format("SIGTERM to `weft up` (pid {})", pid);
+    if (!status) {
+      ::kill(pid, SIGKILL);
+      status = wait_child(pid, std::chrono::seconds(10));
+      what += ", SIGKILL after 10 s";
+    }
+    up_status_ = status;
+    return what + (status ? ", reaped" : ", NOT reaped");
+  }
+  Result<ServingState> poll() override { return watch_->poll(); }
+
+  Result<std::string> restart_meta() override {
+    WEFT_TRY(pid_t pid, role_pid(data_dir_, "meta"));
+    if (::kill(pid, SIGTERM) != 0) return errno_error(errno, fmt::format("kill -TERM {} (meta)", pid));
+    std::string how = "SIGTERM";
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (alive(pid) && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (alive(pid)) {
+      ::kill(pid, SIGKILL);
+      how = "SIGKILL after 30 s";
+      until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (alive(pid) && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::string log = data_dir_ + "/logs/bench-up.log";
+    WEFT_TRY(pid_t up, spawn_up(binary_, data_dir_, log));
+    auto status = wait_child(up, std::chrono::seconds(120));
+    if (!status) {
+      ::kill(up, SIGKILL);
+      (void)wait_child(up, std::chrono::seconds(10));
+      return error(Code::kTimeout, "`weft up --data-dir {}` did not finish in 120 s (see {})", data_dir_, log);
+    }
+    if (!(WIFEXITED(*status) && WEXITSTATUS(*status) == 0))
+      return error(Code::kUnavailable, "`weft up --data-dir {}` failed (see {})", data_dir_, log);
+    return fmt::format("meta server restarted ({} to pid {}, then `weft up`): its RocksDB memtable and block cache "
+                       "start empty",
+                       how, pid);
+  }
+
+ private:
+  std::string data_dir_;
+  std::string binary_;
+  std::unique_ptr<ClusterWatch> watch_;
+  pid_t up_pid_ = -1;
+  std::optional<int> up_status_;
+};
+
+}  // namespace
+
+Result<pid_t> kill_role(const std::string& data_dir, const std::string& role) {
+  WEFT_TRY(pid_t pid, role_pid(data_dir, role));
   if (::kill(pid, SIGKILL) != 0) return errno_error(errno, fmt::format("kill -9 {} ({})", pid, role));
   return pid;
 }
@@ -105,6 +217,17 @@ Result<std::unique_ptr<ClusterWatch>> ClusterWatch::open(const std::string& clie
   auto cc = client::load_cluster_config(client::ClusterConfigQuery::from_flags(client_config, ""));
   if (!cc) return std::unexpected(cc.error());
   return std::unique_ptr<ClusterWatch>(std::make_unique<WatchImpl>(*cc));
+}
+
+Result<std::unique_ptr<ClusterControl>> open_cluster_control(const std::string& data_dir, const std::string& binary) {
+  WEFT_TRY(auto watch, ClusterWatch::open(data_dir + "/client.toml"));
+  std::string bin = binary;
+  if (bin.empty()) {
+    char buf[4096];
+    ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+    bin = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "/proc/self/exe";
+  }
+  return std::unique_ptr<ClusterControl>(std::make_unique<ControlImpl>(data_dir, bin, std::move(watch)));
 }
 
 }  // namespace weft::bench
