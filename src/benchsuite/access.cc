@@ -60,6 +60,9 @@ class PosixHandle final : public Handle {
     if (::fsync(fd_) != 0) return errno_error(errno, "fsync " + path_);
     return {};
   }
+  void drop_cache() override {
+    if (fd_ >= 0) (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
+  }
   Result<void> close() override {
     int fd = fd_;
     fd_ = -1;

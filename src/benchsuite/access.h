@@ -31,6 +31,10 @@ class Handle {
   virtual Result<void> pwrite(std::span<const std::byte> src, uint64_t offset) = 0;
   virtual Result<void> fsync() = 0;
   virtual Result<void> close() = 0;
+  // Drops the file's pages from the kernel's page cache (POSIX:
+  // posix_fadvise DONTNEED), so a later read of it is cold again; nothing
+  // for native handles (libweft keeps no file data).
+  virtual void drop_cache() {}
 };
 
 class Access {

@@ -9,6 +9,7 @@
 
 #include "benchsuite/access.h"
 #include "benchsuite/bench.h"
+#include "benchsuite/cluster_control.h"
 #include "benchsuite/progress.h"
 #include "benchsuite/report.h"
 #include "benchsuite/workloads.h"
@@ -88,10 +89,22 @@ int run(const Options& o) {
                human_bytes(static_cast<double>(o.file_bytes)).c_str(), o.dirs, o.readers, o.md_clients, o.md_files,
                o.open_clients, o.open_files, o.open_seconds, o.quick ? " (--quick)" : "");
 
+  // The cluster behind the target, when --data-dir names it: W7 kills and
+  // restarts a server; cold phases of a native target restart meta.
+  std::unique_ptr<ClusterControl> cluster;
+  std::string cluster_error = "no --data-dir";
+  if (!o.data_dir.empty()) {
+    auto c = open_cluster_control(o.data_dir, o.weft_binary);
+    if (c) cluster = std::move(*c);
+    else cluster_error = fmt::format("{}: {}", o.data_dir, c.error().message());
+  }
+
   std::vector<WorkloadResult> results;
   {
     Progress progress;
     TargetState st_target, st_base;
+    st_target.cluster = cluster.get();
+    st_target.cluster_error = cluster_error;
     for (const auto& id : o.workloads) {
       WorkloadResult r;
       r.workload = id;

@@ -5,21 +5,24 @@
 // Threading: run_workload is called from one thread; it starts its own.
 #pragma once
 
-#include <optional>
 #include <string>
 
 #include "benchsuite/access.h"
 #include "benchsuite/bench.h"
+#include "benchsuite/cluster_control.h"
 #include "benchsuite/progress.h"
 
 namespace weft::bench {
 
 // What earlier workloads of this run left on one target, so later ones
-// reuse it (W2 reads W1's files; W4/W7 compare with W1/W3 measured alone).
+// reuse it (W4/W7 read W3's files), and the cluster behind it.
 struct TargetState {
   bool w3_ready = false;
-  std::optional<double> w1_gib_per_s;    // W1 alone
-  std::optional<double> w3_p99_ms;       // W3 read p99 alone
+  // The local cluster behind the target (--data-dir), not owned: W7 kills and
+  // restarts a storage server, cold read phases of a native target restart
+  // meta. Null for the baseline, or without --data-dir (cluster_error: why).
+  ClusterControl* cluster = nullptr;
+  std::string cluster_error;
 };
 
 Run run_workload(const std::string& id, Access& access, TargetState& state, const Options& o, Progress& progress);

@@ -1,0 +1,412 @@
+// The workloads of `weft bench` against an in-memory file system (a fake
+// Access that can block, fail or lengthen chosen operations) and a fake
+// cluster (ClusterControl): what each figure measures, and that "alone" and
+// "under load" are measured the same way.
+#include <fcntl.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "benchsuite/access.h"
+#include "benchsuite/bench.h"
+#include "benchsuite/cluster_control.h"
+#include "benchsuite/progress.h"
+#include "benchsuite/workloads.h"
+
+namespace weft::bench {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+
+// The shared state of a fake file system and what happened to it.
+struct FakeFs {
+  std::mutex mu;
+  std::map<std::string, std::vector<std::byte>> files;
+  std::vector<std::string> events;  // "cold", "wopen <path> new|existing"
+  // Once armed, the next open for writing of a checkpoint sleeps this long
+  // (what W7's writers feel when a truncate waits for a dead server).
+  std::atomic<bool> block_next_writer_open{false};
+  double writer_open_sleep_s = 0;
+  std::string fail_writes_of;   // pwrite at offset > 0 of this file fails
+  std::string lengthen_on_close;  // one byte appended at its close
+  std::atomic<uint64_t> drops{0};
+  std::atomic<uint64_t> read_opens{0};
+
+  void event(std::string e) {
+    std::lock_guard lock(mu);
+    events.push_back(std::move(e));
+  }
+};
+
+class FakeHandle final : public Handle {
+ public:
+  FakeHandle(FakeFs& fs, std::string name) : fs_(fs), name_(std::move(name)) {}
+  Result<size_t> pread(std::span<std::byte> dst, uint64_t offset) override {
+    std::lock_guard lock(fs_.mu);
+    auto& f = fs_.files[name_];
+    if (offset >= f.size()) return size_t{0};
+    size_t n = std::min<size_t>(dst.size(), f.size() - offset);
+    std::memcpy(dst.data(), f.data() + offset, n);
+    return n;
+  }
+  Result<void> pwrite(std::span<const std::byte> src, uint64_t offset) override {
+    std::lock_guard lock(fs_.mu);
+    if (offset > 0 && name_ == fs_.fail_writes_of) return error(Code::kIoError, "injected write failure");
+    auto& f = fs_.files[name_];
+    if (f.size() < offset + src.size()) f.resize(offset + src.size());
+    std::memcpy(f.data() + offset, src.data(), src.size());
+    return {};
+  }
+  Result<void> fsync() override { return {}; }
+  Result<void> close() override {
+    std::lock_guard lock(fs_.mu);
+    if (name_ == fs_.lengthen_on_close) fs_.files[name_].push_back(std::byte{0});
+    return {};
+  }
+  void drop_cache() override { fs_.drops.fetch_add(1); }
+
+ private:
+  FakeFs& fs_;
+  std::string name_;
+};
+
+class FakeAccess final : public Access {
+ public:
+  FakeAccess(FakeFs& fs, std::string kind) : fs_(fs), kind_(std::move(kind)) {}
+  std::string kind() const override { return kind_; }
+  std::string target() const override { return "fake"; }
+  Result<std::unique_ptr<Handle>> open(const std::string& rel, int flags) override {
+    if ((flags & O_ACCMODE) != O_RDONLY) {
+      if (rel.find("ckpt") != std::string::npos && fs_.block_next_writer_open.exchange(false))
+        std::this_thread::sleep_for(std::chrono::duration<double>(fs_.writer_open_sleep_s));
+      std::lock_guard lock(fs_.mu);
+      auto it = fs_.files.find(rel);
+      bool existed = it != fs_.files.end();
+      if (existed && (flags & O_EXCL)) return error(Code::kExists, "{} exists", rel);
+      if (!existed && !(flags & O_CREAT)) return error(Code::kNotFound, "{}", rel);
+      if (flags & O_TRUNC) fs_.files[rel].clear();
+      else fs_.files[rel];
+      if (rel.find("ckpt") != std::string::npos)
+        fs_.events.push_back("wopen " + rel + (existed ? " existing" : " new"));
+    } else {
+      std::lock_guard lock(fs_.mu);
+      if (!fs_.files.contains(rel)) return error(Code::kNotFound, "{}", rel);
+      fs_.read_opens.fetch_add(1);
+    }
+    return std::unique_ptr<Handle>(std::make_unique<FakeHandle>(fs_, rel));
+  }
+  Result<void> mkdirs(const std::string&) override { return {}; }
+  Result<uint64_t> stat(const std::string& rel) override {
+    std::lock_guard lock(fs_.mu);
+    auto it = fs_.files.find(rel);
+    if (it == fs_.files.end()) return error(Code::kNotFound, "{}", rel);
+    return it->second.size();
+  }
+  Result<void> remove(const std::string& rel) override {
+    std::lock_guard lock(fs_.mu);
+    if (fs_.files.erase(rel) == 0) return error(Code::kNotFound, "{}", rel);
+    return {};
+  }
+  Result<void> remove_tree(const std::string& rel) override {
+    std::lock_guard lock(fs_.mu);
+    for (auto it = fs_.files.lower_bound(rel + "/"); it != fs_.files.end() && it->first.starts_with(rel + "/");)
+      it = fs_.files.erase(it);
+    return {};
+  }
+  Result<std::unique_ptr<Access>> session() override {
+    return std::unique_ptr<Access>(std::make_unique<FakeAccess>(fs_, kind_));
+  }
+  std::string make_cold() override {
+    fs_.event("cold");
+    return "fake cold";
+  }
+
+ private:
+  FakeFs& fs_;
+  std::string kind_;
+};
+
+class FakeCluster final : public ClusterControl {
+ public:
+  explicit FakeCluster(FakeFs& fs) : fs_(fs) {}
+  bool fail_start_up = false;
+  bool up_never_ends = false;
+  std::atomic<int> meta_restarts{0};
+  int stops = 0;
+
+  Result<pid_t> kill(const std::string&) override {
+    killed_ = true;
+    fs_.block_next_writer_open = true;
+    return pid_t{4242};
+  }
+  Result<void> start_up(const std::string&) override {
+    if (fail_start_up) return error(Code::kUnavailable, "injected: cannot start weft up");
+    started_ = true;
+    return {};
+  }
+  std::optional<int> up_status() override {
+    if (!started_ || up_never_ends || stopped_) return stopped_ ? std::optional<int>(9) : std::nullopt;
+    return 0;
+  }
+  std::string stop_up() override {
+    ++stops;
+    stopped_ = true;
+    return "fake SIGTERM";
+  }
+  Result<ServingState> poll() override {
+    ServingState s;
+    s.all_serving = !killed_ || started_;
+    if (!s.all_serving) s.detail = " target 1 offline;";
+    return s;
+  }
+  Result<std::string> restart_meta() override {
+    meta_restarts.fetch_add(1);
+    fs_.event("meta-restart");
+    return std::string("fake meta restart");
+  }
+
+ private:
+  FakeFs& fs_;
+  bool killed_ = false, started_ = false, stopped_ = false;
+};
+
+Options small() {
+  Options o;
+  o.writers = 2;
+  o.checkpoint_bytes = 256 << 10;
+  o.io_bytes = 64 << 10;
+  o.files = 40;
+  o.file_bytes = 4096;
+  o.dirs = 4;
+  o.readers = 2;
+  o.kill_after_s = 0.5;
+  o.restart_after_s = 0.3;
+  o.tail_s = 0.5;
+  o.serving_timeout_s = 5;
+  o.data_dir = "/nonexistent-benchsuite-test";
+  return o;
+}
+
+bool has_note(const bench::Run& r, const std::string& part) {
+  for (const auto& n : r.notes)
+    if (n.find(part) != std::string::npos) return true;
+  return false;
+}
+
+std::string notes(const bench::Run& r) {
+  std::string s;
+  for (const auto& n : r.notes) s += n + "\n";
+  return s;
+}
+
+// The checkpoint opens of `dir`, in order: true when the file existed (a truncate).
+std::vector<bool> write_opens(FakeFs& fs, const std::string& dir) {
+  std::vector<bool> out;
+  std::lock_guard lock(fs.mu);
+  for (const auto& e : fs.events)
+    if (e.starts_with("wopen " + dir + "/ckpt-")) out.push_back(e.ends_with(" existing"));
+  return out;
+}
+
+TEST(W7, StallMaxCountsAWriterBlockedInOpenWhileReadsKeepSucceeding) {
+  FakeFs fs;
+  fs.writer_open_sleep_s = 2.5;
+  FakeAccess a(fs, "native");
+  FakeCluster cluster(fs);
+  TargetState st;
+  st.cluster = &cluster;
+  Progress p;
+  bench::Run r = run_workload("W7", a, st, small(), p);
+  EXPECT_EQ(r.errors, 0u) << notes(r);
+  EXPECT_TRUE(r.verified()) << notes(r);
+  EXPECT_GE(r.figures.at("stall_max_s"), 2.5);
+  EXPECT_GE(r.figures.at("write_stall_max_s"), 2.5);
+  // The readers never waited for it (what hid the stall before).
+  EXPECT_LT(r.figures.at("read_stall_max_s"), 1.5);
+  uint64_t reads_during_block = 0;
+  for (const auto& pt : r.timeline)
+    if (pt.t > 1.5 && pt.t <= 3.0) reads_during_block += pt.read_mib_per_s > 0 ? 1 : 0;
+  EXPECT_GT(reads_during_block, 0u);
+}
+
+TEST(W7, AloneAndUnderLoadWritersRewriteFreshFilesTheSameWay) {
+  FakeFs fs;
+  FakeAccess a(fs, "native");
+  FakeCluster cluster(fs);
+  TargetState st;
+  st.cluster = &cluster;
+  Progress p;
+  Options o = small();
+  bench::Run r = run_workload("W7", a, st, o, p);
+  EXPECT_EQ(r.errors, 0u) << notes(r);
+  for (const char* dir : {"w7/alone", "w7/load"}) {
+    auto opens = write_opens(fs, dir);
+    ASSERT_GE(opens.size(), 2u * o.writers) << dir;
+    // Each writer's first generation creates its file, the later ones truncate it.
+    size_t fresh = 0, truncating = 0;
+    for (bool existed : opens) (existed ? truncating : fresh) += 1;
+    EXPECT_EQ(fresh, o.writers) << dir;
+    EXPECT_GE(truncating, o.writers) << dir;
+  }
+  EXPECT_GT(r.figures.at("write_gib_per_s_alone"), 0);
+  // Every cold step restarted meta (the same warm-up for alone and under load).
+  std::lock_guard lock(fs.mu);
+  int colds = 0, restarts_before_cold = 0;
+  for (size_t i = 0; i < fs.events.size(); ++i) {
+    if (fs.events[i] != "cold") continue;
+    ++colds;
+    if (i > 0 && fs.events[i - 1] == "meta-restart") ++restarts_before_cold;
+  }
+  EXPECT_EQ(restarts_before_cold, 3);  // reads alone, writes alone, under load (not the verification)
+  EXPECT_EQ(cluster.meta_restarts.load(), 3);
+}
+
+TEST(W7, RestartThatCannotStartIsAnErrorWithANote) {
+  FakeFs fs;
+  FakeAccess a(fs, "directory");
+  FakeCluster cluster(fs);
+  cluster.fail_start_up = true;
+  TargetState st;
+  st.cluster = &cluster;
+  Progress p;
+  bench::Run r = run_workload("W7", a, st, small(), p);
+  EXPECT_GT(r.errors, 0u);
+  EXPECT_TRUE(has_note(r, "NOT restarted")) << notes(r);
+  EXPECT_TRUE(has_note(r, "stays down")) << notes(r);
+}
+
+TEST(W7, UpStillRunningAfterTheLoadIsEndedAndReported) {
+  FakeFs fs;
+  FakeAccess a(fs, "directory");
+  FakeCluster cluster(fs);
+  cluster.up_never_ends = true;
+  TargetState st;
+  st.cluster = &cluster;
+  Progress p;
+  Options o = small();
+  o.serving_timeout_s = 1;
+  bench::Run r = run_workload("W7", a, st, o, p);
+  EXPECT_EQ(cluster.stops, 1);
+  EXPECT_GT(r.errors, 0u);
+  EXPECT_TRUE(has_note(r, "was ended (fake SIGTERM)")) << notes(r);
+}
+
+TEST(W4, AloneAndUnderLoadWritesBothCreateFreshFilesAfterTheSameColdStep) {
+  FakeFs fs;
+  FakeAccess a(fs, "native");
+  FakeCluster cluster(fs);
+  TargetState st;
+  st.cluster = &cluster;
+  Progress p;
+  Options o = small();
+  // W1 ran first and left its files: they must not be the reference any more.
+  bench::Run w1 = run_workload("W1", a, st, o, p);
+  ASSERT_EQ(w1.errors, 0u);
+  {
+    std::lock_guard lock(fs.mu);
+    fs.events.clear();
+  }
+  bench::Run r = run_workload("W4", a, st, o, p);
+  EXPECT_EQ(r.errors, 0u) << notes(r);
+  EXPECT_TRUE(r.verified());
+  std::vector<std::string> seq;  // cold steps and checkpoint opens, in order
+  std::set<std::string> dirs;
+  {
+    std::lock_guard lock(fs.mu);
+    for (const auto& e : fs.events) {
+      if (e == "cold") seq.push_back("cold");
+      if (e.starts_with("wopen ")) {
+        EXPECT_TRUE(e.ends_with(" new")) << e << ": a truncate of an existing checkpoint";
+        seq.push_back("w");
+        dirs.insert(e.substr(6, e.rfind('/') - 6));
+      }
+    }
+  }
+  // reads alone (cold), writes alone (cold, 2 fresh files), load (cold, 2 fresh files)
+  EXPECT_EQ(seq, (std::vector<std::string>{"cold", "cold", "w", "w", "cold", "w", "w"}));
+  EXPECT_EQ(dirs.size(), 2u);
+  EXPECT_FALSE(dirs.contains("w1"));
+  EXPECT_EQ(cluster.meta_restarts.load(), 3);
+  EXPECT_GT(r.figures.at("write_gib_per_s_alone"), 0);
+  EXPECT_GT(r.figures.at("read_latency_p99_alone_ms"), 0);
+}
+
+TEST(W1, ThroughputCountsOnlyTheBytesWritten) {
+  FakeFs fs;
+  fs.fail_writes_of = "w1/ckpt-0";
+  FakeAccess a(fs, "directory");
+  TargetState st;
+  Progress p;
+  Options o = small();
+  o.writers = 4;
+  bench::Run r = run_workload("W1", a, st, o, p);
+  EXPECT_EQ(r.errors, 1u);
+  double bytes = r.figures.at("gib_per_s") * r.figures.at("seconds") * kGiB;
+  double expected = 3.0 * static_cast<double>(o.checkpoint_bytes) + static_cast<double>(o.io_bytes);
+  EXPECT_NEAR(bytes, expected, expected * 1e-6);
+}
+
+TEST(W3, AFileLongerThanExpectedFailsVerification) {
+  FakeFs fs;
+  fs.lengthen_on_close = "w3/d001/f000001";
+  FakeAccess a(fs, "directory");
+  TargetState st;
+  Progress p;
+  bench::Run r = run_workload("W3", a, st, small(), p);
+  EXPECT_EQ(r.errors, 1u) << notes(r);
+  EXPECT_FALSE(r.verified());
+  EXPECT_TRUE(has_note(r, "w3/d001/f000001: longer than the 4096 bytes expected")) << notes(r);
+}
+
+TEST(W3, NativeTargetOfAControlledClusterRestartsMetaBeforeTheTimedReads) {
+  FakeFs fs;
+  FakeAccess a(fs, "native");
+  FakeCluster cluster(fs);
+  TargetState st;
+  st.cluster = &cluster;
+  Progress p;
+  Options o = small();
+  bench::Run r = run_workload("W3", a, st, o, p);
+  EXPECT_EQ(r.errors, 0u) << notes(r);
+  EXPECT_EQ(cluster.meta_restarts.load(), 1);
+  EXPECT_TRUE(has_note(r, "cache: fake meta restart; fake cold")) << notes(r);
+  // Every file's pages are dropped after its read.
+  EXPECT_EQ(fs.drops.load(), o.files);
+}
+
+TEST(W3, NativeTargetWithoutDataDirSaysMetaCachesWereNotDropped) {
+  FakeFs fs;
+  FakeAccess a(fs, "native");
+  TargetState st;
+  Progress p;
+  bench::Run r = run_workload("W3", a, st, small(), p);
+  EXPECT_EQ(r.errors, 0u) << notes(r);
+  EXPECT_TRUE(has_note(r, "meta server caches not dropped")) << notes(r);
+}
+
+TEST(W4, ReadersThatWrapAroundSayHowManyPasses) {
+  FakeFs fs;
+  FakeAccess a(fs, "directory");
+  TargetState st;
+  Progress p;
+  Options o = small();
+  o.files = 4;
+  o.dirs = 1;
+  o.checkpoint_bytes = 8 << 20;  // long enough for the readers to go round
+  bench::Run r = run_workload("W4", a, st, o, p);
+  EXPECT_EQ(r.errors, 0u) << notes(r);
+  EXPECT_TRUE(has_note(r, "times through the 4 files")) << notes(r);
+  EXPECT_EQ(fs.drops.load(), fs.read_opens.load());
+}
+
+}  // namespace
+}  // namespace weft::bench
