@@ -89,6 +89,7 @@ struct WorkloadResult {
   Run run;
   bool has_baseline = false;
   std::string baseline_path;
+  std::string baseline_access;  // "directory" or "mount"
   Run baseline;
   Figures ratios;  // figure -> target / baseline
 };

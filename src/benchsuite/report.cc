@@ -1,12 +1,17 @@
 #include "benchsuite/report.h"
 
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -154,7 +159,59 @@ std::string json_string(const std::string& s) {
   return o + "\"";
 }
 
-Machine probe_machine() {
+std::string describe_device(const std::string& path) {
+  struct ::stat st{};
+  if (::stat(path.c_str(), &st) != 0) return fmt::format("unknown ({})", std::strerror(errno));
+  unsigned maj = major(st.st_dev), min = minor(st.st_dev);
+  std::error_code ec;
+  auto sys = std::filesystem::canonical(fmt::format("/sys/dev/block/{}:{}", maj, min), ec);
+  if (ec) {
+    // No block device (tmpfs, FUSE, overlay, ...): the mount's type and source.
+    std::ifstream mi("/proc/self/mountinfo");
+    std::string line, best_type, best_source;
+    size_t best_len = 0;
+    while (std::getline(mi, line)) {
+      // id parent maj:min root mount-point options ... - type source super-options
+      std::istringstream in(line);
+      std::string id, parent, dev, root, mnt;
+      in >> id >> parent >> dev >> root >> mnt;
+      if (dev != fmt::format("{}:{}", maj, min)) continue;
+      auto dash = line.find(" - ");
+      if (dash == std::string::npos) continue;
+      std::istringstream rest(line.substr(dash + 3));
+      std::string type, source;
+      rest >> type >> source;
+      if (mnt.size() >= best_len) {
+        best_len = mnt.size();
+        best_type = type;
+        best_source = source;
+      }
+    }
+    if (best_type.empty()) return fmt::format("no block device (device {}:{})", maj, min);
+    return fmt::format("no block device ({} {})", best_type, best_source);
+  }
+  std::filesystem::path dev = sys;
+  std::string part;
+  if (std::filesystem::exists(dev / "partition")) {
+    part = dev.filename().string();
+    dev = dev.parent_path();
+  }
+  std::string name = dev.filename().string();
+  double gib = 0;
+  try {
+    gib = std::stod(read_line((dev / "size").string())) * 512 / (1024.0 * 1024 * 1024);
+  } catch (...) {
+  }
+  std::string rot = read_line((dev / "queue/rotational").string()) == "1" ? "rotational" : "non-rotational";
+  std::string model = read_line((dev / "device/model").string());
+  std::string slaves;
+  for (const auto& e : std::filesystem::directory_iterator(dev / "slaves", ec))
+    slaves += (slaves.empty() ? "" : ",") + e.path().filename().string();
+  return fmt::format("{}{} {:.1f} GiB {}{}{}", name, part.empty() ? "" : " (" + part + ")", gib, rot,
+                     model.empty() ? "" : " " + model, slaves.empty() ? "" : " on " + slaves);
+}
+
+Machine probe_machine(const std::vector<std::pair<std::string, std::string>>& paths) {
   Machine m;
   m.cores = std::thread::hardware_concurrency();
   std::ifstream mi("/proc/meminfo");
@@ -168,23 +225,8 @@ Machine probe_machine() {
     }
   struct ::utsname u{};
   if (::uname(&u) == 0) m.kernel = fmt::format("{} {} {}", u.sysname, u.release, u.machine);
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/sys/block", ec)) {
-    std::string name = e.path().filename().string();
-    if (name.starts_with("loop") || name.starts_with("ram") || name.starts_with("zram") || name.starts_with("dm-") ||
-        name.starts_with("sr") || name.starts_with("nbd"))
-      continue;
-    double gib = 0;
-    try {
-      gib = std::stod(read_line(e.path().string() + "/size")) * 512 / (1024.0 * 1024 * 1024);
-    } catch (...) {
-    }
-    if (gib <= 0) continue;
-    std::string rot = read_line(e.path().string() + "/queue/rotational") == "1" ? "rotational" : "non-rotational";
-    std::string model = read_line(e.path().string() + "/device/model");
-    m.disk += fmt::format("{}{} {:.1f} GiB {}{}", m.disk.empty() ? "" : "; ", name, gib, rot,
-                          model.empty() ? "" : " " + model);
-  }
+  for (const auto& [what, path] : paths)
+    m.disk += fmt::format("{}{} {}: {}", m.disk.empty() ? "" : "; ", what, path, describe_device(path));
   return m;
 }
 
@@ -208,8 +250,9 @@ std::string render_table(const std::vector<WorkloadResult>& results) {
                      r.run.errors, r.run.verified() ? "yes" : "NO", human_bytes(static_cast<double>(r.run.checked_bytes)));
     for (const auto& n : r.run.notes) o += fmt::format("{:<22}   {}\n", "", n);
     if (r.has_baseline) {
-      o += fmt::format("{:<22} baseline {} (directory): errors {}, verified {}\n", "", r.baseline_path,
-                       r.baseline.errors, r.baseline.verified() ? "yes" : "NO");
+      o += fmt::format("{:<22} baseline {} ({}): errors {}, verified {}\n", "", r.baseline_path,
+                       r.baseline_access.empty() ? "directory" : r.baseline_access, r.baseline.errors,
+                       r.baseline.verified() ? "yes" : "NO");
       for (const auto& n : r.baseline.notes) o += fmt::format("{:<22}   {}\n", "", n);
     }
     o += "\n";
@@ -229,8 +272,11 @@ std::string render_json(const Machine& m, const std::string& command, const std:
                      json_string(r.workload), json_string(r.name), json_string(r.target), json_string(r.access),
                      figures_json(r.run.figures));
     if (r.has_baseline) {
-      o += fmt::format("   \"baseline\": {{\"path\": {}, \"figures\": {}, \"errors\": {}, \"verified\": {}}},\n",
-                       json_string(r.baseline_path), figures_json(r.baseline.figures), r.baseline.errors,
+      o += fmt::format("   \"baseline\": {{\"path\": {}, \"access\": {}, \"figures\": {}, \"errors\": {}, "
+                       "\"verified\": {}}},\n",
+                       json_string(r.baseline_path),
+                       json_string(r.baseline_access.empty() ? "directory" : r.baseline_access),
+                       figures_json(r.baseline.figures), r.baseline.errors,
                        r.baseline.verified() ? "true" : "false");
       o += fmt::format("   \"ratios\": {},\n", figures_json(r.ratios));
     } else {

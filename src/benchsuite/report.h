@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "benchsuite/bench.h"
@@ -15,9 +16,18 @@ struct Machine {
   unsigned cores = 0;
   double memory_gib = 0;
   std::string kernel;
-  std::string disk;  // "vda 100.0 GiB ssd; ..." ("" when unknown)
+  // The devices holding the measured paths: "baseline /var/tmp/b: vda (vda1)
+  // 100.0 GiB non-rotational; ..." ("" when no path was given).
+  std::string disk;
 };
-Machine probe_machine();
+// `paths`: (what, path) of every local path measured (the baseline, a
+// directory or mount target, the data directory of the target's cluster).
+Machine probe_machine(const std::vector<std::pair<std::string, std::string>>& paths = {});
+
+// The block device holding `path`: "vda (vda1) 100.0 GiB non-rotational
+// MODEL", or the file system type and source when it has none ("fuse.weft
+// weft", "tmpfs tmpfs").
+std::string describe_device(const std::string& path);
 
 std::string render_table(const std::vector<WorkloadResult>& results);
 std::string render_json(const Machine& m, const std::string& command, const std::vector<WorkloadResult>& results);

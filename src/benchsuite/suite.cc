@@ -117,6 +117,7 @@ int run(const Options& o) {
         progress.note(fmt::format("{} {} on the baseline {}", id, r.name, o.baseline));
         r.has_baseline = true;
         r.baseline_path = o.baseline;
+        r.baseline_access = base->kind();
         r.baseline = run_workload(id, *base, st_base, o, progress);
         for (const auto& [name, v] : r.run.figures)
           if (auto it = r.baseline.figures.find(name); it != r.baseline.figures.end() && it->second != 0)
@@ -132,7 +133,12 @@ int run(const Options& o) {
     }
   }
 
-  Machine m = probe_machine();
+  // The devices of the paths measured: not every disk of the machine.
+  std::vector<std::pair<std::string, std::string>> paths;
+  if ((*target)->kind() != "native") paths.emplace_back("target", (*target)->target());
+  if (!o.data_dir.empty()) paths.emplace_back("target's cluster (--data-dir)", o.data_dir);
+  if (base) paths.emplace_back("baseline", base->target());
+  Machine m = probe_machine(paths);
   std::fputs(render_table(results).c_str(), stdout);
   int code = 0;
   uint64_t errors = 0;
