@@ -12,6 +12,9 @@
 # and meta_bench, in ../shared/WORKLOADS.md's format). Every cluster and mount it starts is stopped at the
 # end, also on failure or Ctrl-C. Needs a release build (make build), fusermount3,
 # and bindfs for the passthrough baseline (skipped without it). Takes ~20 minutes.
+# Every command's exit code is written to session.log ("# exit N: ..."); a
+# failing command does not stop the session, but the script exits 1 at the
+# end when any failed, listing them.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BIN="$ROOT/build/release"
@@ -30,35 +33,45 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 mkdir -p "$OUT" "$B" "$SRC" "$MNT" "$BIND" "$J"
 exec > >(tee "$OUT/session.log") 2>&1
+exec 3>&1  # the session log, whatever a command's own output is redirected to
 step() { echo; echo "== $* ($(date -u +%T))"; }
-bench() { "$W" bench "$@" 2>>"$OUT/progress.log"; }  # tables to the log, progress aside
+FAILED=()
+# Runs a command, records its exit code in the log (and in FAILED when not 0).
+run() {
+  "$@"
+  local rc=$?
+  echo "# exit $rc: $*" >&3
+  [ "$rc" -eq 0 ] || FAILED+=("exit $rc: $*")
+  return "$rc"
+}
+bench() { run "$W" bench "$@" 2>>"$OUT/progress.log"; }  # tables to the log, progress aside (exit code in the log)
 
 echo "# machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo), kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown), output $OUT"
 
 for r in 1 2; do
   step "meta_bench --files 10000, run $r"
-  "$BIN/src/meta/meta_bench" --files 10000 --dir "$OUT/mb" --posix-dir "$OUT/mb-posix" --json "$J/meta_bench_$r.json"
+  run "$BIN/src/meta/meta_bench" --files 10000 --dir "$OUT/mb" --posix-dir "$OUT/mb-posix" --json "$J/meta_bench_$r.json"
   rm -rf "$OUT/mb" "$OUT/mb-posix"
 done
 
 step "weft up --storage-servers 3 --targets-per-server 2 --replicas 1"
-"$W" up --data-dir "$D" --storage-servers 3 --targets-per-server 2 --replicas 1 >/dev/null || exit 1
+run "$W" up --data-dir "$D" --storage-servers 3 --targets-per-server 2 --replicas 1 >/dev/null || exit 1
 for r in 1 2 3; do
   step "client_randread_bench --file-mib 256 --seconds 8, run $r"
-  "$BIN/bench/client_randread_bench" --config "$D/client.toml" --file-mib 256 --seconds 8 --keep-baseline
+  run "$BIN/bench/client_randread_bench" --config "$D/client.toml" --file-mib 256 --seconds 8 --keep-baseline
   step "client_randread_bench --file-mib 256 --seconds 8 --batch 8 (submit_reads), run $r"
-  "$BIN/bench/client_randread_bench" --config "$D/client.toml" --file-mib 256 --seconds 8 --batch 8 --keep-baseline
+  run "$BIN/bench/client_randread_bench" --config "$D/client.toml" --file-mib 256 --seconds 8 --batch 8 --keep-baseline
 done
 step "native W1,W2,W3,W5,W6 beside $B"
-bench --target weft:///n1 --config "$D/client.toml" --baseline "$B" --workloads W1,W2,W3,W5,W6 --json "$J/native.json"
+bench --target weft:///n1 --config "$D/client.toml" --data-dir "$D" --baseline "$B" --workloads W1,W2,W3,W5,W6 --json "$J/native.json"
 for r in 2 3; do
   step "native W3, run $r"
-  bench --target "weft:///n$r" --config "$D/client.toml" --baseline "$B" --workloads W3 --json "$J/native_w3_$r.json"
+  bench --target "weft:///n$r" --config "$D/client.toml" --data-dir "$D" --baseline "$B" --workloads W3 --json "$J/native_w3_$r.json"
 done
 
 step "mount W1,W2,W3 beside $B"
-"$W" mount "$MNT" --config "$D/client.toml" --background || exit 1
+run "$W" mount "$MNT" --config "$D/client.toml" --background || exit 1
 bench --target "$MNT/m" --baseline "$B" --workloads W1,W2,W3 --json "$J/mount.json"
 if command -v bindfs >/dev/null && bindfs -o multithreaded "$SRC" "$BIND"; then
   for r in 1 2 3; do
@@ -77,11 +90,17 @@ rm -rf "$D"
 
 # One storage server (how the peers of BASELINES.md ran): a read batch is one request.
 step "weft up --storage-servers 1 --targets-per-server 2 --replicas 1"
-"$W" up --data-dir "$D" --storage-servers 1 --targets-per-server 2 --replicas 1 >/dev/null || exit 1
+run "$W" up --data-dir "$D" --storage-servers 1 --targets-per-server 2 --replicas 1 >/dev/null || exit 1
 for r in 1 2 3; do
   step "one server: client_randread_bench --file-mib 256 --seconds 8 --batch 8, run $r"
-  "$BIN/bench/client_randread_bench" --config "$D/client.toml" --file-mib 256 --seconds 8 --batch 8 --keep-baseline
+  run "$BIN/bench/client_randread_bench" --config "$D/client.toml" --file-mib 256 --seconds 8 --batch 8 --keep-baseline
 done
 step "one server: client_randread_bench --file-mib 256 --seconds 8 (pread)"
-"$BIN/bench/client_randread_bench" --config "$D/client.toml" --file-mib 256 --seconds 8
+run "$BIN/bench/client_randread_bench" --config "$D/client.toml" --file-mib 256 --seconds 8
 step "done"
+if [ "${#FAILED[@]}" -gt 0 ]; then
+  echo "bench-session: ${#FAILED[@]} command(s) failed:"
+  printf '  %s\n' "${FAILED[@]}"
+  exit 1
+fi
+echo "bench-session: every command exited 0"
