@@ -140,6 +140,7 @@ class FakeCluster final : public ClusterControl {
   explicit FakeCluster(FakeFs& fs) : fs_(fs) {}
   bool fail_start_up = false;
   bool up_never_ends = false;
+  bool fail_meta_restart = false;
   std::atomic<int> meta_restarts{0};
   int stops = 0;
 
@@ -171,6 +172,7 @@ class FakeCluster final : public ClusterControl {
   Result<std::string> restart_meta() override {
     meta_restarts.fetch_add(1);
     fs_.event("meta-restart");
+    if (fail_meta_restart) return error(Code::kUnavailable, "injected: weft up failed");
     return std::string("fake meta restart");
   }
 
@@ -365,6 +367,28 @@ TEST(W3, AFileLongerThanExpectedFailsVerification) {
   EXPECT_EQ(r.errors, 1u) << notes(r);
   EXPECT_FALSE(r.verified());
   EXPECT_TRUE(has_note(r, "w3/d001/f000001: longer than the 4096 bytes expected")) << notes(r);
+}
+
+// A meta restart that fails (its server may stay down) ends the workload with
+// an error at once, before any timed read, and the workloads after it on that
+// target are skipped: their calls would wait out their retries, file by file.
+TEST(W3, AFailedMetaRestartAbortsTheWorkloadAndSkipsTheRest) {
+  FakeFs fs;
+  FakeAccess a(fs, "native");
+  FakeCluster cluster(fs);
+  cluster.fail_meta_restart = true;
+  TargetState st;
+  st.cluster = &cluster;
+  Progress p;
+  Options o = small();
+  bench::Run r = run_workload("W3", a, st, o, p);
+  EXPECT_EQ(r.errors, 1u) << notes(r);
+  EXPECT_TRUE(has_note(r, "aborted: meta restart failed")) << notes(r);
+  EXPECT_EQ(fs.drops.load(), 0u) << "timed reads ran without a meta server";
+  bench::Run next = run_workload("W4", a, st, o, p);
+  EXPECT_EQ(next.errors, 1u);
+  EXPECT_TRUE(has_note(next, "skipped: meta restart failed")) << notes(next);
+  EXPECT_EQ(cluster.meta_restarts.load(), 1);
 }
 
 TEST(W3, NativeTargetOfAControlledClusterRestartsMetaBeforeTheTimedReads) {

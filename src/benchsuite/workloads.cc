@@ -446,17 +446,19 @@ void ensure_w3(Access& a, TargetState& st, const Options& o, Progress& p, Run& r
 // first (its RocksDB memtable and block cache start empty, as drop_caches
 // empties a local file system's dentry and inode caches); then
 // Access::make_cold (fresh client, page cache dropped). Says what was done.
-std::string make_cold(Access& a, TargetState& st, Tally& tally) {
+// A failed meta restart ends the workload (MetaRestartFailed, caught by
+// run_workload): only called between phases, with no thread of the workload running.
+struct MetaRestartFailed {
+  std::string why;
+};
+
+std::string make_cold(Access& a, TargetState& st, Tally& /*tally*/) {
   std::string meta;
   if (a.kind() == "native") {
     if (st.cluster) {
       auto r = st.cluster->restart_meta();
-      if (r) {
-        meta = *r;
-      } else {
-        tally.fail("meta restart: " + r.error().message());
-        meta = "meta server restart FAILED (" + r.error().message() + "): its caches were not dropped";
-      }
+      if (!r) throw MetaRestartFailed{"meta restart failed: " + r.error().message()};
+      meta = *r;
     } else {
       meta = "meta server caches not dropped (no --data-dir: the suite does not control the cluster)";
     }
@@ -918,7 +920,9 @@ Run w7(Access& a, TargetState& st, const Options& o, Progress& p) {
 
 }  // namespace
 
-Run run_workload(const std::string& id, Access& a, TargetState& st, const Options& o, Progress& p) {
+namespace {
+
+Run dispatch(const std::string& id, Access& a, TargetState& st, const Options& o, Progress& p) {
   if (id == "W1") return w1(a, st, o, p);
   if (id == "W2") return w2(a, st, o, p);
   if (id == "W3") return w3(a, st, o, p);
@@ -930,6 +934,27 @@ Run run_workload(const std::string& id, Access& a, TargetState& st, const Option
   r.errors = 1;
   r.notes.push_back("unknown workload " + id);
   return r;
+}
+
+}  // namespace
+
+Run run_workload(const std::string& id, Access& a, TargetState& st, const Options& o, Progress& p) {
+  Run r;
+  if (!st.aborted.empty()) {
+    r.errors = 1;
+    r.notes.push_back("skipped: " + st.aborted + " earlier in this run");
+    return r;
+  }
+  try {
+    return dispatch(id, a, st, o, p);
+  } catch (const MetaRestartFailed& e) {
+    p.end();
+    st.aborted = e.why;
+    r.errors = 1;
+    r.notes.push_back("aborted: " + e.why + " (the cluster's meta server may be down: the remaining workloads on this "
+                      "target are skipped)");
+    return r;
+  }
 }
 
 }  // namespace weft::bench

@@ -23,6 +23,10 @@ struct TargetState {
   // meta. Null for the baseline, or without --data-dir (cluster_error: why).
   ClusterControl* cluster = nullptr;
   std::string cluster_error;
+  // Set when a meta restart failed: the cluster's meta server may be down, so
+  // every later workload on this target is skipped (its calls would only wait
+  // out their retries) instead of hanging the run.
+  std::string aborted;
 };
 
 Run run_workload(const std::string& id, Access& access, TargetState& state, const Options& o, Progress& progress);
