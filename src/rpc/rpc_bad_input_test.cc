@@ -139,6 +139,13 @@ class BadInput : public ::testing::Test {
     server_.reset();
   }
   virtual void configure(ServerOptions& /*so*/) {}
+  // The server's counter `name` (weft_rpc_server_<name>_total) and open connections.
+  uint64_t server_count(const std::string& name) {
+    return registry_.counter("weft_rpc_server_" + name + "_total", "", {{"server", "bad-input-server"}}).value();
+  }
+  int64_t connections() {
+    return registry_.gauge("weft_rpc_server_connections", "", {{"server", "bad-input-server"}}).value();
+  }
 
   // The server still answers a well-behaved client.
   void expect_server_healthy() {
@@ -388,10 +395,7 @@ class WriteStall : public BadInput {
 
   void configure(ServerOptions& so) override { so.write_stall_timeout_ms = static_cast<uint32_t>(kTimeout.count()); }
   uint64_t stalls() {
-    return registry_.counter("weft_rpc_server_write_stalls_total", "", {{"server", "bad-input-server"}}).value();
-  }
-  int64_t connections() {
-    return registry_.gauge("weft_rpc_server_connections", "", {{"server", "bad-input-server"}}).value();
+    return server_count("write_stalls");
   }
   // Polls `done` for up to 5 s.
   template <class F>
@@ -471,10 +475,7 @@ class ReadStall : public BadInput {
 
   void configure(ServerOptions& so) override { so.read_stall_timeout_ms = static_cast<uint32_t>(kTimeout.count()); }
   uint64_t stalls() {
-    return registry_.counter("weft_rpc_server_read_stalls_total", "", {{"server", "bad-input-server"}}).value();
-  }
-  int64_t connections() {
-    return registry_.gauge("weft_rpc_server_connections", "", {{"server", "bad-input-server"}}).value();
+    return server_count("read_stalls");
   }
   // The header of an echo request of `body_len` body and `payload_len` payload bytes.
   static std::array<std::byte, kFrameHeaderSize> echo_header(uint32_t body_len, uint32_t payload_len) {
@@ -547,10 +548,7 @@ class HelloTimeout : public BadInput {
 
   void configure(ServerOptions& so) override { so.hello_timeout_ms = static_cast<uint32_t>(kTimeout.count()); }
   uint64_t hello_timeouts() {
-    return registry_.counter("weft_rpc_server_hello_timeouts_total", "", {{"server", "bad-input-server"}}).value();
-  }
-  int64_t connections() {
-    return registry_.gauge("weft_rpc_server_connections", "", {{"server", "bad-input-server"}}).value();
+    return server_count("hello_timeouts");
   }
 };
 
