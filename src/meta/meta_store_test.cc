@@ -376,6 +376,20 @@ TEST_F(MetaStoreTest, WritersOtherThanRootDropSetuidAndSetgid) {
   EXPECT_EQ(mode(), 06775u);  // root keeps them (CAP_FSETID)
 }
 
+// mkdir takes no setuid or setgid from the requested mode (Linux masks it
+// with S_IRWXUGO | S_ISVTX); setgid comes from a setgid parent only.
+TEST_F(MetaStoreTest, MkdirTakesNoSetIdBitsFromTheMode) {
+  Ino pub = mkdir("pub", kRootIno, 0777);
+  auto d = s().mkdir(user(1000, 1000), pub, "d", 07755);
+  ASSERT_OK(d);
+  EXPECT_EQ(d->mode, 01755u);
+  Ino sgid = mkdir("sgid", kRootIno, 0777);
+  ASSERT_OK(s().setattr(root(), sgid, SetAttr{.mode = 02777}));
+  auto inherits = s().mkdir(user(1000, 1000), sgid, "d", 04755);
+  ASSERT_OK(inherits);
+  EXPECT_EQ(inherits->mode, 02755u);
+}
+
 // A meta server with special files off refuses mknod as before they existed.
 class NoSpecialFilesTest : public StoreTest {
  protected:

@@ -58,7 +58,9 @@ Result<Inode> MetaStore::new_inode(Txn& txn, const Context& ctx, const Inode& pa
   Inode n;
   n.ino = ino;
   n.type = type;
-  n.mode = mode & kModePermMask;
+  // As Linux's vfs_mkdir: a directory takes no setuid or setgid from the
+  // requested mode; setgid comes from a setgid parent only (below).
+  n.mode = mode & (type == InodeType::kDirectory ? kModeMkdirMask : kModePermMask);
   n.uid = ctx.cred.uid;
   n.gid = ctx.cred.gid;
   if (parent.mode & kModeSetGid) {  // BSD group semantics of setgid directories

@@ -61,6 +61,8 @@ inline constexpr uint32_t kModeSetUid = 04000;
 inline constexpr uint32_t kModeSetGid = 02000;
 inline constexpr uint32_t kModeSticky = 01000;
 inline constexpr uint32_t kModePermMask = 07777;
+// What mkdir takes of the requested mode (Linux's S_IRWXUGO | S_ISVTX).
+inline constexpr uint32_t kModeMkdirMask = 01777;
 // What a write or truncate by a caller without CAP_FSETID (here: not root)
 // leaves of a file's permission bits, as Linux's should_remove_suid: no
 // setuid, and no setgid when the group may execute.
