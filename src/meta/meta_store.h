@@ -214,7 +214,8 @@ class MetaStore {
   // opened it) or root; kBadHandle for anyone else.
   Result<void> close(const Context& ctx, Ino ino, uint64_t session_id);
   // A writer reports the highest offset written after writing; the length
-  // only grows, and mtime and ctime become now.
+  // only grows, and mtime and ctime become now. A caller other than root
+  // drops the file's setuid (and group-executable setgid), as a write does.
   // `session_id` must be an open write session of `ino` (kBadHandle otherwise);
   // a length beyond kFileBytesMax: kFileTooBig.
   Result<Inode> report_length(const Context& ctx, Ino ino, uint64_t session_id, uint64_t length);
@@ -295,10 +296,6 @@ class MetaStore {
   Result<void> drop_link(Txn& txn, Inode victim);
   Result<void> destroy_inode(Txn& txn, const Inode& inode);
   Result<uint64_t> begin_session(Txn& txn, const Context& ctx, Ino ino);
-  // Before a write session of a caller other than root on existing file `n`
-  // (locked shared): drops its setuid/setgid bits (mode_without_privs), as a
-  // Linux write would, locking it exclusive to do so.
-  Result<void> drop_privs_for_writer(Txn& txn, const Context& ctx, Inode& n);
   // Unlocked read, optionally at a snapshot. with_stat: merge a directory's
   // DirStat in (nlink, mtime, ctime); a permission check needs only the base.
   Result<Inode> read_inode(Ino ino, const rocksdb::Snapshot* snapshot = nullptr, bool with_stat = true);

@@ -343,7 +343,8 @@ TEST_F(MetaStoreTest, SpecialFilesSetIdBits) {
 // A write by someone other than root drops setuid (and setgid when the group
 // may execute), as Linux: through the mount the kernel asks for it with a
 // setattr under the writer's credentials, which needs write access, not
-// ownership; natively a write open or a truncate does it.
+// ownership; natively the length report after a write, or a truncate, does
+// it. A write open that writes nothing leaves them (and ctime).
 TEST_F(MetaStoreTest, WritersOtherThanRootDropSetuidAndSetgid) {
   Context bob = user(2000, 100), carol = user(3000, 300);
   Ino f = create("f", kRootIno, 0644);
@@ -365,15 +366,27 @@ TEST_F(MetaStoreTest, WritersOtherThanRootDropSetuidAndSetgid) {
   ASSERT_OK(s().setattr(bob, f, SetAttr{.size = 0}));
   EXPECT_EQ(mode(), 0775u);
   reset();
-  ASSERT_OK(s().open(on_connection(bob, 7), f, OpenFlags{.read = false, .write = true}));
+  const int64_t ctime_before = s().getattr(root(), f)->ctime_ns;
+  auto o = s().open(on_connection(bob, 7), f, OpenFlags{.read = false, .write = true});
+  ASSERT_OK(o);
+  auto c = s().create(on_connection(bob, 7), kRootIno, "f", 0644, false, /*open_for_write=*/true);
+  ASSERT_OK(c);
+  EXPECT_EQ(mode(), 06775u);  // opened, nothing written yet
+  EXPECT_EQ(s().getattr(root(), f)->ctime_ns, ctime_before);
+  ASSERT_OK(s().close(on_connection(bob, 7), f, c->session_id));
+  ASSERT_OK(s().report_length(on_connection(bob, 7), f, o->session_id, 1));  // after a write
   EXPECT_EQ(mode(), 0775u);
   ASSERT_OK(s().setattr(root(), f, SetAttr{.mode = 06765}));  // setgid without group execute stays
-  ASSERT_OK(s().open(on_connection(bob, 7), f, OpenFlags{.read = false, .write = true}));
+  ASSERT_OK(s().report_length(on_connection(bob, 7), f, o->session_id, 1));
   EXPECT_EQ(mode(), 02765u);
+  ASSERT_OK(s().close(on_connection(bob, 7), f, o->session_id));
   reset();
-  ASSERT_OK(s().open(on_connection(root(), 7), f, OpenFlags{.read = false, .write = true}));
+  auto r = s().open(on_connection(root(), 7), f, OpenFlags{.read = false, .write = true});
+  ASSERT_OK(r);
+  ASSERT_OK(s().report_length(on_connection(root(), 7), f, r->session_id, 2));
   ASSERT_OK(s().setattr(root(), f, SetAttr{.size = 0}));
   EXPECT_EQ(mode(), 06775u);  // root keeps them (CAP_FSETID)
+  ASSERT_OK(s().close(on_connection(root(), 7), f, r->session_id));
 }
 
 // mkdir takes no setuid or setgid from the requested mode (Linux masks it

@@ -157,14 +157,6 @@ Result<Inode> MetaStore::do_setattr(Txn& txn, const Context& ctx, Ino ino, const
   return n;
 }
 
-Result<void> MetaStore::drop_privs_for_writer(Txn& txn, const Context& ctx, Inode& n) {
-  if (ctx.cred.uid == 0 || mode_without_privs(n.mode) == n.mode) return {};
-  WEFT_TRY(n, txn.lock_existing(n.ino, /*exclusive=*/true));
-  n.mode = mode_without_privs(n.mode);
-  n.ctime_ns = now_ns();
-  return txn.put_inode(n);
-}
-
 Result<Inode> MetaStore::setattr(const Context& ctx, Ino ino, const SetAttr& attr) {
   return to_inode(mutate(Op::kSetattr, ctx, [&](Txn& txn) -> Result<Reply> {
     WEFT_TRY(Inode n, do_setattr(txn, ctx, ino, attr));

@@ -154,9 +154,9 @@ Result<Reply> MetaStore::do_create(Txn& txn, const Context& ctx, Ino parent_ino,
       return error(Code::kLoop, "'{}' is a symlink: resolve it before create", name);
     if (is_special_type(existing->type)) return special_not_openable(existing->ino);
     WEFT_TRY(Inode file, txn.lock_existing(existing->ino, false));
+    // (Setuid and setgid stay until a write: report_length.)
     WEFT_RETURN_IF_ERROR(check_access(file, ctx.cred, open_for_write ? kAccessWrite : kAccessRead));
     if (open_for_write) {
-      WEFT_RETURN_IF_ERROR(drop_privs_for_writer(txn, ctx, file));
       WEFT_TRY(reply.session_id, begin_session(txn, ctx, file.ino));
     }
     reply = reply_of(std::move(file), reply.session_id);

@@ -51,7 +51,7 @@ Result<Reply> MetaStore::open(const Context& ctx, Ino ino, OpenFlags flags) {
     WEFT_TRY(Inode n, txn.lock_existing(ino, false));
     if (n.nlink == 0) return error(Code::kNotFound, "inode {} was unlinked", ino);
     WEFT_RETURN_IF_ERROR(check_openable(n, ctx.cred, flags));
-    WEFT_RETURN_IF_ERROR(drop_privs_for_writer(txn, ctx, n));
+    // Setuid and setgid stay until a write: report_length drops them.
     WEFT_TRY(uint64_t sid, begin_session(txn, ctx, ino));
     return reply_of(std::move(n), sid);
   });
@@ -96,10 +96,14 @@ Result<Inode> MetaStore::report_length(const Context& ctx, Ino ino, uint64_t ses
       return error(Code::kFileTooBig, "length {} of inode {} beyond the maximum file size {}", length, ino,
                    kFileBytesMax);
     // A report follows writes through the session (a client reports only
-    // then): they changed the data, so mtime moves even when the length
-    // does not (an overwrite inside the file).
+    // then, or just before it truncates): they changed the data, so mtime
+    // moves even when the length does not (an overwrite inside the file),
+    // and a writer other than root drops setuid and setgid, as a Linux
+    // write does (not the open before it: an open that writes nothing
+    // leaves mode and ctime alone).
     n.size = std::max(n.size, length);
     n.mtime_ns = n.ctime_ns = now_ns();
+    if (ctx.cred.uid != 0) n.mode = mode_without_privs(n.mode);
     WEFT_RETURN_IF_ERROR(txn.put_inode(n));
     return reply_of(std::move(n));
   }));
