@@ -202,7 +202,10 @@ class Client {
   // since then is not seen). kIsDirectory for a directory, kInvalidArgument
   // for a symlink.
   virtual Result<std::shared_ptr<File>> open_read_known(const Cred& cred, const Inode& inode) = 0;
-  // Creates (exclusive when O_EXCL is in flags) and opens.
+  // Creates (exclusive when O_EXCL is in flags) and opens; an existing file
+  // (without O_EXCL) is opened with open(2)'s checks for the access mode
+  // (O_RDWR: read and write permission). A symlink of that name: kLoop (the
+  // caller follows it; open_path does).
   virtual Result<std::pair<Inode, std::shared_ptr<File>>> create(const Cred& cred, Ino parent, std::string_view name,
                                                                  uint32_t mode, int flags) = 0;
 

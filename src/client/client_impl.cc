@@ -232,7 +232,8 @@ class ClientImpl final : public Client {
                                                             const std::optional<meta::ParentCheck>& expect_parent) {
     bool write = wants_write(flags);
     WEFT_TRY(meta::Reply reply,
-             core_->meta->create(cred, parent, name, mode, (flags & O_EXCL) != 0, write, expect_parent));
+             core_->meta->create(cred, parent, name, mode, (flags & O_EXCL) != 0,
+                                 meta::OpenFlags{wants_read(flags), write}, expect_parent));
     if (!reply.has_inode) return error(Code::kProtocol, "create {}: meta answered without the inode", name);
     Inode inode = reply.inode;
     if (inode.is_dir()) return error(Code::kIsDirectory, "{} is a directory", name);

@@ -279,12 +279,18 @@ Result<std::vector<Result<Inode>>> MetaClient::batch_stat(const Cred& cred, cons
 }
 
 Result<Reply> MetaClient::create(const Cred& cred, Ino parent, std::string_view name, uint32_t mode, bool exclusive,
-                                 bool open_for_write, const std::optional<ParentCheck>& expect_parent) {
+                                 OpenFlags open, const std::optional<ParentCheck>& expect_parent) {
   Req q = named(parent, name, expect_parent);
   q.set_mode(mode);
   q.set_exclusive(exclusive);
-  q.set_open_write(open_for_write);
+  q.set_open_read(open.read || !open.write);
+  q.set_open_write(open.write);
   return reply_of_rep(mutate(method::kCreate, cred, std::move(q)));
+}
+
+Result<Reply> MetaClient::create(const Cred& cred, Ino parent, std::string_view name, uint32_t mode, bool exclusive,
+                                 bool open_for_write, const std::optional<ParentCheck>& expect_parent) {
+  return create(cred, parent, name, mode, exclusive, OpenFlags{!open_for_write, open_for_write}, expect_parent);
 }
 
 Result<Inode> MetaClient::mkdir(const Cred& cred, Ino parent, std::string_view name, uint32_t mode) {

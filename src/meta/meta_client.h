@@ -73,6 +73,10 @@ class MetaClient {
   uint64_t mutations_sent() const { return seq_.load(); }
   uint64_t mutations_done() const { return done_.load(); }
   // expect_parent (create, unlink, rmdir): see ParentCheck (meta/types.h).
+  // `open`: the open's access (MetaStore::create checks it on an existing file).
+  Result<Reply> create(const Cred& cred, Ino parent, std::string_view name, uint32_t mode, bool exclusive,
+                       OpenFlags open, const std::optional<ParentCheck>& expect_parent = std::nullopt);
+  // The same, for O_WRONLY (open_for_write) or O_RDONLY.
   Result<Reply> create(const Cred& cred, Ino parent, std::string_view name, uint32_t mode, bool exclusive,
                        bool open_for_write, const std::optional<ParentCheck>& expect_parent = std::nullopt);
   Result<Inode> mkdir(const Cred& cred, Ino parent, std::string_view name, uint32_t mode);

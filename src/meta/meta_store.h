@@ -174,8 +174,15 @@ class MetaStore {
 
   // --- mutations ---
   // exclusive: kExists if the name exists; otherwise an existing file is
-  // opened. open_for_write also records a write session (reply.session_id).
+  // opened as open() would, with open(2)'s checks for `open` (read for
+  // O_RDONLY and O_RDWR, write for O_WRONLY and O_RDWR; a create not for
+  // writing opens for reading, whatever open.read says). open.write also
+  // records a write session (reply.session_id). An existing symlink of that
+  // name: kLoop (the caller resolves it and creates at its target).
   // expect_parent (create, unlink, rmdir): see ParentCheck.
+  Result<Reply> create(const Context& ctx, Ino parent, std::string_view name, uint32_t mode,
+                       bool exclusive, OpenFlags open, const std::optional<ParentCheck>& expect_parent = std::nullopt);
+  // The same, for O_WRONLY (open_for_write) or O_RDONLY.
   Result<Reply> create(const Context& ctx, Ino parent, std::string_view name, uint32_t mode,
                        bool exclusive, bool open_for_write, const std::optional<ParentCheck>& expect_parent = std::nullopt);
   Result<Inode> mkdir(const Context& ctx, Ino parent, std::string_view name, uint32_t mode);
@@ -306,7 +313,7 @@ class MetaStore {
   Result<Inode> lookup_at(const Context& ctx, Ino parent_ino, std::string_view name,
                           const rocksdb::Snapshot* snapshot);
   Result<Reply> do_create(Txn& txn, const Context& ctx, Ino parent, std::string_view name, uint32_t mode,
-                          bool exclusive, bool open_for_write);
+                          bool exclusive, OpenFlags open);
   Result<void> do_rename(Txn& txn, const Context& ctx, Ino sp, std::string_view sn, Ino dp,
                          std::string_view dn, RenameFlags flags);
   Result<void> check_not_ancestor(Txn& txn, Ino moved, Ino dst_parent);

@@ -369,7 +369,7 @@ TEST_F(MetaStoreTest, WritersOtherThanRootDropSetuidAndSetgid) {
   const int64_t ctime_before = s().getattr(root(), f)->ctime_ns;
   auto o = s().open(on_connection(bob, 7), f, OpenFlags{.read = false, .write = true});
   ASSERT_OK(o);
-  auto c = s().create(on_connection(bob, 7), kRootIno, "f", 0644, false, /*open_for_write=*/true);
+  auto c = s().create(on_connection(bob, 7), kRootIno, "f", 0644, false, OpenFlags{.read = false, .write = true});
   ASSERT_OK(c);
   EXPECT_EQ(mode(), 06775u);  // opened, nothing written yet
   EXPECT_EQ(s().getattr(root(), f)->ctime_ns, ctime_before);
@@ -387,6 +387,33 @@ TEST_F(MetaStoreTest, WritersOtherThanRootDropSetuidAndSetgid) {
   ASSERT_OK(s().setattr(root(), f, SetAttr{.size = 0}));
   EXPECT_EQ(mode(), 06775u);  // root keeps them (CAP_FSETID)
   ASSERT_OK(s().close(on_connection(root(), 7), f, r->session_id));
+}
+
+// open(2) of an existing file checks what its access mode needs, with
+// O_CREAT too: read and write for O_RDWR (the create request carries both).
+TEST_F(MetaStoreTest, CreateOfAnExistingFileChecksTheOpensAccess) {
+  Context alice = on_connection(user(1000, 1000), 7);
+  create("wo", kRootIno, 0222);  // by root: -w--w--w-
+  create("ro", kRootIno, 0444);
+  const OpenFlags rdwr{.read = true, .write = true}, wronly{.read = false, .write = true};
+  EXPECT_CODE(s().create(alice, kRootIno, "wo", 0644, false, rdwr), Code::kPermissionDenied);
+  EXPECT_CODE(s().create(alice, kRootIno, "ro", 0644, false, rdwr), Code::kPermissionDenied);
+  EXPECT_CODE(s().create(alice, kRootIno, "ro", 0644, false, wronly), Code::kPermissionDenied);
+  auto w = s().create(alice, kRootIno, "wo", 0644, false, wronly);
+  ASSERT_OK(w);
+  EXPECT_NE(w->session_id, 0u);
+  ASSERT_OK(s().close(alice, w->inode.ino, w->session_id));
+  // Not for writing: for reading, whatever the flags say (an old client's create).
+  EXPECT_CODE(s().create(alice, kRootIno, "wo", 0644, false, OpenFlags{.read = false, .write = false}),
+              Code::kPermissionDenied);
+  auto r = s().create(alice, kRootIno, "ro", 0644, false, OpenFlags{.read = false, .write = false});
+  ASSERT_OK(r);
+  EXPECT_EQ(r->session_id, 0u);
+  // A new file is the creator's to open however it asks, whatever its mode.
+  ASSERT_OK(s().setattr(root(), kRootIno, SetAttr{.mode = 0777}));
+  auto made = s().create(alice, kRootIno, "new", 0000, false, rdwr);
+  ASSERT_OK(made);
+  ASSERT_OK(s().close(alice, made->inode.ino, made->session_id));
 }
 
 // mkdir takes no setuid or setgid from the requested mode (Linux masks it

@@ -126,7 +126,11 @@ std::optional<ParentCheck> expect_parent(const Req& q) {
 }
 
 Result<Rep> do_create(MetaStore& s, const Req& q, const Context& ctx) {
-  return map(s.create(ctx, q.ino(), q.name(), q.mode(), q.exclusive(), q.open_write(), expect_parent(q)), reply_with);
+  // A create without open_read (a client from before it was sent for create)
+  // is for reading, or for writing only: what such a client checked.
+  return map(s.create(ctx, q.ino(), q.name(), q.mode(), q.exclusive(), OpenFlags{q.open_read(), q.open_write()},
+                      expect_parent(q)),
+             reply_with);
 }
 Result<Rep> do_mkdir(MetaStore& s, const Req& q, const Context& ctx) {
   return map(s.mkdir(ctx, q.ino(), q.name(), q.mode()), reply_with_inode);

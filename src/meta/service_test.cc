@@ -272,6 +272,33 @@ TEST_F(ServiceTest, OnlyItsOwnerUsesASession) {
   ASSERT_TRUE(c().close(kAlice, f->inode.ino, f->session_id).has_value());
 }
 
+// A create's access reaches meta: O_RDWR of an existing file needs read
+// permission too. A request without open_read (a client from before it was
+// sent for create) is checked as before: write only, or read when not for
+// writing.
+TEST_F(ServiceTest, CreateOfAnExistingFileChecksTheAccessItWasSent) {
+  auto f = c().create(kRoot, kRootIno, "wo", 0222, true, false);
+  ASSERT_TRUE(f.has_value()) << f.error();
+  ASSERT_CODE(c().create(kAlice, kRootIno, "wo", 0644, false, OpenFlags{.read = true, .write = true}),
+              Code::kPermissionDenied);
+  ASSERT_CODE(c().create(kAlice, kRootIno, "wo", 0644, false, OpenFlags{.read = false, .write = false}),
+              Code::kPermissionDenied);
+  auto w = c().create(kAlice, kRootIno, "wo", 0644, false, OpenFlags{.read = false, .write = true});
+  ASSERT_TRUE(w.has_value()) << w.error();
+  ASSERT_TRUE(c().close(kAlice, w->inode.ino, w->session_id).has_value());
+  // What an older client sends for any write open: open_write alone.
+  pb::MetaRequest q;
+  set_context(Context{kAlice, {}}, &q);
+  q.set_ino(kRootIno);
+  q.set_name("wo");
+  q.set_open_write(true);
+  auto old = rpc_->call_blocking<pb::MetaReply>(rpc::Endpoint{"127.0.0.1", port_}, method::kCreate, q, {}, 2000);
+  ASSERT_TRUE(old.has_value()) << old.error();
+  EXPECT_NE(old->session_id(), 0u);
+  auto reaped = reap_sessions(*store_, [&](uint64_t id) { return id != rpc_->client_id(); }, INT64_MAX);
+  ASSERT_TRUE(reaped.has_value()) << reaped.error();
+}
+
 // Replies are bounded by bytes, not only by entry count: 1100 symlinks with
 // 4095-byte targets and 255-byte names are ~4.8 MB, and a page of 1024 of
 // them (what libweft asks for) passed the 4 MiB RPC body limit.

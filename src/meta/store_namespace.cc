@@ -138,7 +138,7 @@ Result<uint64_t> MetaStore::begin_session(Txn& txn, const Context& ctx, Ino ino)
 }
 
 Result<Reply> MetaStore::do_create(Txn& txn, const Context& ctx, Ino parent_ino, std::string_view name,
-                                   uint32_t mode, bool exclusive, bool open_for_write) {
+                                   uint32_t mode, bool exclusive, OpenFlags open) {
   WEFT_RETURN_IF_ERROR(check_name(name));
   if (is_dot_or_dotdot(name))
     return error(exclusive ? Code::kExists : Code::kIsDirectory, "create '{}': is a directory", name);
@@ -154,9 +154,12 @@ Result<Reply> MetaStore::do_create(Txn& txn, const Context& ctx, Ino parent_ino,
       return error(Code::kLoop, "'{}' is a symlink: resolve it before create", name);
     if (is_special_type(existing->type)) return special_not_openable(existing->ino);
     WEFT_TRY(Inode file, txn.lock_existing(existing->ino, false));
-    // (Setuid and setgid stay until a write: report_length.)
-    WEFT_RETURN_IF_ERROR(check_access(file, ctx.cred, open_for_write ? kAccessWrite : kAccessRead));
-    if (open_for_write) {
+    // What open(2) of an existing file checks: read for O_RDONLY and O_RDWR,
+    // write for O_WRONLY and O_RDWR. (Setuid and setgid stay until a write:
+    // report_length.)
+    const uint32_t want = (open.read ? uint32_t{kAccessRead} : 0u) | (open.write ? uint32_t{kAccessWrite} : 0u);
+    WEFT_RETURN_IF_ERROR(check_access(file, ctx.cred, want));
+    if (open.write) {
       WEFT_TRY(reply.session_id, begin_session(txn, ctx, file.ino));
     }
     reply = reply_of(std::move(file), reply.session_id);
@@ -165,7 +168,7 @@ Result<Reply> MetaStore::do_create(Txn& txn, const Context& ctx, Ino parent_ino,
   WEFT_RETURN_IF_ERROR(check_access(parent, ctx.cred, kAccessWrite | kAccessExec));
   WEFT_TRY(Inode file, new_inode(txn, ctx, parent, InodeType::kFile, mode));
   WEFT_RETURN_IF_ERROR(add_entry(txn, parent, name, file));
-  if (open_for_write) {
+  if (open.write) {
     WEFT_TRY(reply.session_id, begin_session(txn, ctx, file.ino));
   }
   reply = reply_of(std::move(file), reply.session_id);
@@ -173,11 +176,18 @@ Result<Reply> MetaStore::do_create(Txn& txn, const Context& ctx, Ino parent_ino,
 }
 
 Result<Reply> MetaStore::create(const Context& ctx, Ino parent, std::string_view name, uint32_t mode,
-                                bool exclusive, bool open_for_write, const std::optional<ParentCheck>& expect_parent) {
+                                bool exclusive, OpenFlags open, const std::optional<ParentCheck>& expect_parent) {
+  // A create opens for reading at least when not for writing.
+  if (!open.write) open.read = true;
   return mutate(Op::kCreate, ctx, [&](Txn& txn) -> Result<Reply> {
     WEFT_RETURN_IF_ERROR(check_parent(txn, ctx, expect_parent, parent));
-    return do_create(txn, ctx, parent, name, mode, exclusive, open_for_write);
+    return do_create(txn, ctx, parent, name, mode, exclusive, open);
   });
+}
+
+Result<Reply> MetaStore::create(const Context& ctx, Ino parent, std::string_view name, uint32_t mode,
+                                bool exclusive, bool open_for_write, const std::optional<ParentCheck>& expect_parent) {
+  return create(ctx, parent, name, mode, exclusive, OpenFlags{!open_for_write, open_for_write}, expect_parent);
 }
 
 Result<Inode> MetaStore::mkdir(const Context& ctx, Ino parent_ino, std::string_view name, uint32_t mode) {

@@ -713,6 +713,27 @@ TEST_F(ClientTest, ReadOnlyOpenByPathFollowsSymlinksAndChecksPermissions) {
   EXPECT_EQ(client_->resolve(root, "/../..")->ino, client_->resolve(root, "/")->ino) << "above / stays at /";
 }
 
+// open(2) of an existing file checks what the access mode needs, with
+// O_CREAT as without: read and write for O_RDWR.
+TEST_F(ClientTest, CreateByPathOfAnExistingFileChecksReadAndWrite) {
+  std::string d = dir();
+  const Cred& root = client_->default_cred();
+  ASSERT_TRUE(write_new(d + "/wo", pattern(10, 3)));
+  ASSERT_NO_FATAL_FAILURE(chmod(d + "/wo", 0222));
+  Cred user{.uid = 4321, .gid = 4321, .groups = {}};
+  for (int flags : {O_RDWR, O_RDONLY}) {
+    auto denied = client_->open_path(user, d + "/wo", O_CREAT | flags, 0644);
+    ASSERT_FALSE(denied.has_value()) << flags;
+    EXPECT_EQ(denied.error().posix_errno(), EACCES) << flags;
+  }
+  auto w = client_->open_path(user, d + "/wo", O_CREAT | O_WRONLY, 0644);
+  ASSERT_TRUE(w.has_value()) << w.error();
+  ASSERT_TRUE((*w)->close().has_value());
+  auto by_root = client_->open_path(root, d + "/wo", O_CREAT | O_RDWR, 0644);  // root reads anything
+  ASSERT_TRUE(by_root.has_value()) << by_root.error();
+  ASSERT_TRUE((*by_root)->close().has_value());
+}
+
 // ".." is the parent of where the path got to, not a lexical step back:
 // after a symlink it is the parent of the link's target, and the name before
 // it must be a directory the caller may search.
