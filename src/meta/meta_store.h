@@ -136,13 +136,19 @@ class DeferSync {
   DeferSync& operator=(const DeferSync&) = delete;
 
   bool sync_pending() const { return sync_pending_; }
+  // Set by a mutation that must not be acknowledged before its sync even by
+  // a caller that acknowledges others early (the service's close): see
+  // MetaStore::close.
+  bool must_wait() const { return must_wait_; }
   // The DeferSync of this thread, or null.
   static DeferSync* current();
   void set_sync_pending() { sync_pending_ = true; }
+  void set_must_wait() { must_wait_ = true; }
 
  private:
   DeferSync* outer_;
   bool sync_pending_ = false;
+  bool must_wait_ = false;
 };
 
 class MetaStore {
@@ -219,6 +225,11 @@ class MetaStore {
   Result<Reply> open_read_at(const Context& ctx, Ino parent, std::string_view name);
   // close and report_length: only the session's owner (the caller_id() that
   // opened it) or root; kBadHandle for anyone else.
+  // A close of a file with no links left (or gone with this close) sets its
+  // thread's DeferSync::must_wait: lost in a crash, its session would come
+  // back and keep the file and its chunks as long as the client lives (the
+  // session reaper drops only sessions of clients without a lease). See
+  // service.cc (Run::kInlineUnsynced) for the other closes.
   Result<void> close(const Context& ctx, Ino ino, uint64_t session_id);
   // A writer reports the highest offset written after writing; the length
   // only grows, and mtime and ctime become now. A caller other than root
@@ -312,6 +323,7 @@ class MetaStore {
   // lookup's reads, at `snapshot` or (null) each at the latest state.
   Result<Inode> lookup_at(const Context& ctx, Ino parent_ino, std::string_view name,
                           const rocksdb::Snapshot* snapshot);
+  Result<void> close_session(const Context& ctx, Ino ino, uint64_t session_id);
   Result<Reply> do_create(Txn& txn, const Context& ctx, Ino parent, std::string_view name, uint32_t mode,
                           bool exclusive, OpenFlags open);
   Result<void> do_rename(Txn& txn, const Context& ctx, Ino sp, std::string_view sn, Ino dp,

@@ -197,11 +197,18 @@ Result<Rep> do_report_length(MetaStore& s, const Req& q, const Context& ctx) {
 // the pool. Inline mutations may still wait briefly for a row lock held by a
 // pool transaction (or back off ~50 µs after a lock conflict); that never
 // deadlocks: pool and syncer threads never wait for I/O threads.
-// Close is the one mutation acknowledged before its WAL sync (kInlineUnsynced):
-// it only drops a write session (lengths are reported, durably, before it), and
-// a close lost in a crash leaves a session that the lease-based session reaper
-// drops, so an empty create (create-with-session + close) costs one fsync wait,
-// not two. Any later synced commit makes the close durable too (WAL order).
+// Close is the one mutation acknowledged before its WAL sync (kInlineUnsynced),
+// so an empty create (create-with-session + close) costs one fsync wait, not
+// two: it only drops a write session (lengths are reported, durably, before
+// it), and any later synced commit makes it durable too (WAL order). A close
+// lost in a crash brings its session back, and the session reaper drops it
+// only once the client's lease is gone: as long as the client lives, the
+// session keeps the file from being destroyed when its last link goes. So a
+// close of a file with no links left waits for its sync after all
+// (DeferSync::must_wait, MetaStore::close): lost, it would keep the file's
+// chunks at once. A linked file's lost close matters only if the file is
+// unlinked later in that client's life (its chunks are then kept until the
+// client goes).
 enum class Run { kPool, kInline, kInlineUnsynced };
 
 struct MethodEntry {
@@ -308,13 +315,14 @@ auto wal_synced(MetaStore* store) {
 struct Deferred {
   Result<Rep> reply;
   bool sync_pending;
+  bool must_wait;  // even where the method is acknowledged before its sync
 };
 
 // Runs a mutation to its (unsynced) commit on this thread.
 Deferred run_deferred(Handler handler, MetaStore& store, const Req& q, const rpc::ServerCall& call) {
   DeferSync defer;
   Result<Rep> r = handler(store, q, context_of(q, call));
-  return Deferred{std::move(r), defer.sync_pending()};
+  return Deferred{std::move(r), defer.sync_pending(), defer.must_wait()};
 }
 
 // A mutation run inline on the I/O thread; the reply waits for the group sync.
@@ -324,7 +332,7 @@ struct InlineMutation {
   bool wait_sync;
   Task<Result<Rep>> operator()(const Req& q, rpc::ServerCall& call) const {
     Deferred d = run_deferred(handler, *store, q, call);
-    if (d.sync_pending && wait_sync) {
+    if (d.sync_pending && (wait_sync || d.must_wait)) {
       auto synced = wal_synced(store);
       Result<void> durable = co_await std::move(synced);
       if (!durable) co_return std::unexpected(durable.error());

@@ -532,5 +532,23 @@ TEST_F(DurableServiceTest, MutationRepliesWaitForTheWalSyncButCloseDoesNot) {
   EXPECT_GE(syncs.value(), before + 2);
 }
 
+// ... except a close of a file with no links left: lost in a crash, its
+// session would come back and keep the file's chunks as long as the client
+// lives (the session reaper drops only sessions of clients without a lease).
+TEST_F(DurableServiceTest, CloseOfAnUnlinkedFileWaitsForTheWalSync) {
+  auto& syncs = registry_.counter("weft_meta_wal_syncs_total", "");
+  auto f = c().create(kRoot, kRootIno, "f", 0644, true, true);
+  ASSERT_TRUE(f.has_value()) << f.error();
+  ASSERT_TRUE(c().unlink(kRoot, kRootIno, "f").has_value());
+  const uint64_t before = syncs.value();
+  auto delay = std::make_unique<fault::Scope>("meta.wal_sync.delay", fault::Spec{.probability = 1.0, .hits_max = 30});
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(c().close(kRoot, f->inode.ino, f->session_id).has_value());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(250));
+  EXPECT_EQ(syncs.value(), before + 1) << "acknowledged once its sync was done";
+  EXPECT_CODE(c().getattr(kRoot, f->inode.ino), Code::kNotFound);
+}
+
+
 }  // namespace
 }  // namespace weft::meta

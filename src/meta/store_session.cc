@@ -68,6 +68,17 @@ Result<Reply> MetaStore::open_read_at(const Context& ctx, Ino parent, std::strin
 }
 
 Result<void> MetaStore::close(const Context& ctx, Ino ino, uint64_t session_id) {
+  WEFT_RETURN_IF_ERROR(close_session(ctx, ino, session_id));
+  // After the commit (or its replay: a retried close whose first reply was
+  // lost waits too): an unlinked file's close is acknowledged once durable.
+  if (DeferSync* d = DeferSync::current()) {
+    auto n = read_inode(ino, nullptr, /*with_stat=*/false);
+    if (!n || n->nlink == 0) d->set_must_wait();
+  }
+  return {};
+}
+
+Result<void> MetaStore::close_session(const Context& ctx, Ino ino, uint64_t session_id) {
   return to_void(mutate(Op::kClose, ctx, [&](Txn& txn) -> Result<Reply> {
            WEFT_TRY(auto n, txn.lock_inode(ino, true));
            if (!n) return error(Code::kBadHandle, "no inode {} for session {}", ino, session_id);
