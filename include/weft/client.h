@@ -211,6 +211,11 @@ class Client {
 
   // ---- path-level (tools, Python). Paths are absolute within the cluster ("/a/b"). ----
   virtual Result<Inode> resolve(const Cred& cred, std::string_view path, bool follow_last = true) = 0;
+  // `flags` as open(): O_CREAT creates the last name (O_EXCL: exclusively)
+  // or opens the file there; a symlink at the last name is followed as
+  // open(2) follows it (with O_CREAT: an existing target opened, a missing
+  // one created; not with O_EXCL, kExists), at most 40 in a row (kLoop);
+  // O_NOFOLLOW: kLoop for a symlink at the last name.
   virtual Result<std::shared_ptr<File>> open_path(const Cred& cred, std::string_view path, int flags,
                                                   uint32_t mode = 0644) = 0;
   virtual Result<void> mkdirs(const Cred& cred, std::string_view path, uint32_t mode = 0755) = 0;

@@ -263,14 +263,7 @@ class ClientImpl final : public Client {
   }
 
   Result<std::shared_ptr<File>> open_path(const Cred& cred, std::string_view path, int flags, uint32_t mode) override {
-    if (flags & O_CREAT) {
-      auto created = with_parent(cred, path, [&](const ParentDir& parent, const std::optional<meta::ParentCheck>& check) {
-        return create_in(cred, parent.dir.ino, parent.name, mode, flags, check);
-      });
-      if (created) return created->second;
-      // An existing symlink is followed, as open(2) does without O_EXCL.
-      if (created.error().code() != Code::kExists || (flags & O_EXCL)) return error(path_error(created.error(), path));
-    }
+    if (flags & O_CREAT) return create_path(cred, path, flags, mode);
     if (auto parts = split_path(path); !wants_write(flags) && parts && !parts->empty()) {
       // The first-epoch case: parent from the directory cache, then lookup +
       // permission check in one round trip; symlinks take the general path.
@@ -281,12 +274,48 @@ class ClientImpl final : public Client {
         WEFT_TRY(auto file, make_file(cred, std::move(*opened), 0, false));
         return file;
       }
+      if (flags & O_NOFOLLOW) return error(Code::kLoop, "{} is a symlink (O_NOFOLLOW)", path);
     }
-    auto n = resolve(cred, path, true);
+    auto n = resolve(cred, path, /*follow_last=*/(flags & O_NOFOLLOW) == 0);
     if (!n) return error(path_error(n.error(), path));
     auto f = open(cred, n->ino, flags);
     if (!f) return error(path_error(f.error(), path));
     return f;
+  }
+
+  // open_path with O_CREAT: creates the path's last name or opens the file
+  // it names. A symlink there (meta answers kLoop for it) is followed as
+  // open(2) follows it: an existing target is opened, a missing one created;
+  // at most kSymlinkDepthMax links in a row, then kLoop. O_EXCL: kExists
+  // (from meta, before it looks at the type); O_NOFOLLOW: kLoop stays.
+  Result<std::shared_ptr<File>> create_path(const Cred& cred, std::string_view path, int flags, uint32_t mode) {
+    std::string at(path);
+    for (int followed = 0;; ++followed) {
+      auto created = with_parent(cred, at, [&](const ParentDir& parent, const std::optional<meta::ParentCheck>& check) {
+        return create_in(cred, parent.dir.ino, parent.name, mode, flags, check);
+      });
+      if (created) return created->second;
+      if (created.error().code() != Code::kLoop || (flags & (O_EXCL | O_NOFOLLOW)))
+        return error(path_error(created.error(), path));
+      // The name is a symlink, or (resolve tells) the way to it has too many.
+      auto link = resolve(cred, at, /*follow_last=*/false);
+      if (!link) return error(path_error(link.error(), path));
+      if (followed == kSymlinkDepthMax)
+        return error(Code::kLoop, "{}: too many levels of symbolic links", path);
+      if (!link->is_symlink()) continue;  // replaced meanwhile: create there again
+      auto target = core_->meta->readlink(cred, link->ino);
+      if (!target) return error(path_error(target.error(), path));
+      if (target->starts_with('/')) {
+        at = std::move(*target);
+        continue;
+      }
+      // Relative to the link's directory: the path up to its last name (".."
+      // in the target is then the parent of where that path got).
+      WEFT_TRY(auto parts, split_path(at));
+      std::string dir;
+      for (size_t i = 0; i + 1 < parts.size(); ++i) dir += "/" + parts[i];
+      at = dir + "/" + *target;
+    }
   }
 
   Result<void> mkdirs(const Cred& cred, std::string_view path, uint32_t mode) override {

@@ -847,7 +847,13 @@ class FuseServer::Impl {
     auto r = s->client_.create(cred_of(req), parent, name, mode & 07777, flags);
     s->changed();
     if (!r) {
-      fuse_reply_err(req, errno_of(r.error()));
+      // The kernel sends CREATE for a name it holds no inode for; a symlink
+      // there now (made meanwhile, or elsewhere while a negative entry was
+      // cached) is for the kernel to follow (O_EXCL: meta said EEXIST).
+      // ESTALE makes it redo the open once with a fresh lookup, which finds
+      // the symlink and follows it (or answers ELOOP for O_NOFOLLOW).
+      const bool symlink_there = r.error().code() == Code::kLoop;
+      fuse_reply_err(req, symlink_there ? ESTALE : errno_of(r.error()));
       return;
     }
     auto& [inode, file] = *r;

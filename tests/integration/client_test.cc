@@ -713,6 +713,81 @@ TEST_F(ClientTest, ReadOnlyOpenByPathFollowsSymlinksAndChecksPermissions) {
   EXPECT_EQ(client_->resolve(root, "/../..")->ino, client_->resolve(root, "/")->ino) << "above / stays at /";
 }
 
+// open_path with O_CREAT follows a symlink at the last name as open(2) does:
+// an existing target is opened (O_TRUNC cuts it), a dangling link creates its
+// target (relative to the link's directory, or from the root); O_EXCL answers
+// EEXIST and O_NOFOLLOW ELOOP without following; 40 links in a row are
+// followed, the 41st is ELOOP.
+TEST_F(ClientTest, CreateByPathFollowsASymlinkAtTheLastName) {
+  std::string d = dir();
+  const Cred& root = client_->default_cred();
+  auto dir_ino = client_->resolve(root, d);
+  ASSERT_TRUE(dir_ino.has_value()) << dir_ino.error();
+  ASSERT_TRUE(write_new(d + "/ckpt-1", pattern(1000, 1)));
+  ASSERT_TRUE(client_->symlink(root, dir_ino->ino, "latest", "ckpt-1").has_value());
+  auto f = client_->open_path(root, d + "/latest", O_CREAT | O_WRONLY | O_TRUNC, 0644);
+  ASSERT_TRUE(f.has_value()) << f.error();
+  auto data = pattern(300, 2);
+  ASSERT_TRUE((*f)->pwrite(data, 0).has_value());
+  ASSERT_TRUE((*f)->close().has_value());
+  EXPECT_EQ(read_all(d + "/ckpt-1"), data) << "the target, cut and written";
+  auto link = client_->resolve(root, d + "/latest", /*follow_last=*/false);
+  ASSERT_TRUE(link.has_value());
+  EXPECT_TRUE(link->is_symlink()) << "the link stays a link";
+
+  // Dangling links: their targets are created.
+  ASSERT_TRUE(client_->mkdirs(root, d + "/sub").has_value());
+  auto sub = client_->resolve(root, d + "/sub");
+  ASSERT_TRUE(sub.has_value());
+  ASSERT_TRUE(client_->symlink(root, sub->ino, "next", "../ckpt-2").has_value());
+  auto made = client_->open_path(root, d + "/sub/next", O_CREAT | O_RDWR, 0600);
+  ASSERT_TRUE(made.has_value()) << made.error();
+  ASSERT_TRUE((*made)->close().has_value());
+  auto created = client_->resolve(root, d + "/ckpt-2", false);
+  ASSERT_TRUE(created.has_value()) << created.error();
+  EXPECT_TRUE(created->is_file());
+  EXPECT_EQ(created->mode & 07777, 0600u);
+  ASSERT_TRUE(client_->symlink(root, sub->ino, "abs", d + "/ckpt-3").has_value());
+  auto via_abs = client_->open_path(root, d + "/sub/abs", O_CREAT | O_WRONLY, 0644);
+  ASSERT_TRUE(via_abs.has_value()) << via_abs.error();
+  ASSERT_TRUE((*via_abs)->close().has_value());
+  EXPECT_TRUE(client_->resolve(root, d + "/ckpt-3", false).has_value());
+
+  // Neither O_EXCL nor O_NOFOLLOW follows.
+  ASSERT_TRUE(client_->symlink(root, dir_ino->ino, "dangling", "nothing").has_value());
+  for (const char* name : {"/latest", "/dangling"}) {
+    auto excl = client_->open_path(root, d + name, O_CREAT | O_WRONLY | O_EXCL, 0644);
+    ASSERT_FALSE(excl.has_value()) << name;
+    EXPECT_EQ(excl.error().posix_errno(), EEXIST) << name;
+    auto nofollow = client_->open_path(root, d + name, O_CREAT | O_WRONLY | O_NOFOLLOW, 0644);
+    ASSERT_FALSE(nofollow.has_value()) << name;
+    EXPECT_EQ(nofollow.error().posix_errno(), ELOOP) << name;
+  }
+  EXPECT_EQ(client_->resolve(root, d + "/nothing").error().posix_errno(), ENOENT);
+  for (int flags : {O_RDONLY, O_WRONLY}) {
+    auto plain = client_->open_path(root, d + "/latest", flags | O_NOFOLLOW);
+    ASSERT_FALSE(plain.has_value()) << flags;
+    EXPECT_EQ(plain.error().posix_errno(), ELOOP) << flags;
+  }
+
+  // Chains: c0 -> c1 -> ... -> c41 -> "end" (missing).
+  for (int i = 0; i <= 41; ++i) {
+    std::string target = i == 41 ? "end" : fmt::format("c{}", i + 1);
+    ASSERT_TRUE(client_->symlink(root, dir_ino->ino, fmt::format("c{}", i), target).has_value());
+  }
+  auto too_many = client_->open_path(root, d + "/c0", O_CREAT | O_WRONLY, 0644);  // 42 links
+  ASSERT_FALSE(too_many.has_value());
+  EXPECT_EQ(too_many.error().posix_errno(), ELOOP);
+  auto forty = client_->open_path(root, d + "/c2", O_CREAT | O_WRONLY, 0644);  // 40 links
+  ASSERT_TRUE(forty.has_value()) << forty.error();
+  ASSERT_TRUE((*forty)->close().has_value());
+  EXPECT_TRUE(client_->resolve(root, d + "/end", false).has_value());
+  ASSERT_TRUE(client_->symlink(root, dir_ino->ino, "self", "self").has_value());
+  auto self = client_->open_path(root, d + "/self", O_CREAT | O_WRONLY, 0644);
+  ASSERT_FALSE(self.has_value());
+  EXPECT_EQ(self.error().posix_errno(), ELOOP);
+}
+
 // open(2) of an existing file checks what the access mode needs, with
 // O_CREAT as without: read and write for O_RDWR.
 TEST_F(ClientTest, CreateByPathOfAnExistingFileChecksReadAndWrite) {

@@ -1658,6 +1658,50 @@ TEST_F(FuseTest, MmapOfAFile) {
   ::close(fd);
 }
 
+// The kernel sends CREATE for a name it holds no inode for. When that name is
+// a symlink by now (made through another mount while this one kept a negative
+// entry, or in a race), the open follows it as open(2) does: the daemon
+// answers ESTALE, and the kernel redoes the open with a fresh lookup.
+TEST_F(FuseTest, CreateOfANameThatIsASymlinkByNowFollowsIt) {
+  std::string mp2 = dir_->file("mnt-negative");
+  ASSERT_EQ(::mkdir(mp2.c_str(), 0755), 0);
+  std::string pid_file = dir_->file("mount-negative.pid");
+  auto m = run_weft({"mount", mp2, "--config", data_ + "/client.toml", "--background", "--pid-file", pid_file, "-o",
+                     "negative_timeout=600"},
+                    dir_->file("mount-negative.log"), 60s);
+  ASSERT_EQ(m.code, 0) << m.log;
+  pid_t pid = read_pid(pid_file);
+  const std::string there = mp2 + "/" + base_.substr(mnt_.size() + 1);
+  struct stat st;
+  EXPECT_EQ(::lstat((there + "/latest").c_str(), &st), -1);  // negative entries, kept 600 s
+  EXPECT_EQ(::lstat((there + "/fresh").c_str(), &st), -1);
+  EXPECT_EQ(::lstat((there + "/excl").c_str(), &st), -1);
+  ASSERT_TRUE(write_all(p("ckpt-1"), "old contents"));
+  ASSERT_EQ(::symlink("ckpt-1", p("latest").c_str()), 0);
+  ASSERT_EQ(::symlink("ckpt-2", p("fresh").c_str()), 0);  // dangling
+  ASSERT_EQ(::symlink("ckpt-3", p("excl").c_str()), 0);
+  int fd = ::open((there + "/latest").c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+  EXPECT_GE(fd, 0) << "existing target: " << std::strerror(errno);
+  if (fd >= 0) {
+    EXPECT_EQ(::write(fd, "new", 3), 3);
+    EXPECT_EQ(::close(fd), 0);
+  }
+  EXPECT_EQ(read_all(there + "/ckpt-1"), "new");  // here: with writeback_cache the first mount keeps what it cached
+  fd = ::open((there + "/fresh").c_str(), O_CREAT | O_WRONLY, 0644);
+  EXPECT_GE(fd, 0) << "dangling link: " << std::strerror(errno);
+  if (fd >= 0) {
+    EXPECT_EQ(::close(fd), 0);
+  }
+  ASSERT_EQ(::lstat(p("ckpt-2").c_str(), &st), 0) << "the dangling link's target is created";
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(::open((there + "/excl").c_str(), O_CREAT | O_WRONLY | O_EXCL, 0644), -1);
+  EXPECT_EQ(errno, EEXIST);
+  EXPECT_EQ(::lstat(p("ckpt-3").c_str(), &st), -1);
+  EXPECT_TRUE(S_ISLNK(::lstat(p("excl").c_str(), &st) == 0 ? st.st_mode : 0));
+  unmount_hard(mp2);
+  if (pid > 0 && !wait_pid_gone(pid, 10s)) ::kill(pid, SIGKILL);
+}
+
 // Last (gtest runs in declaration order): a second mount whose daemon is
 // SIGKILLed; `weft umount --lazy` must leave a usable directory behind.
 TEST_F(FuseTest, KilledDaemonThenLazyUmount) {
