@@ -635,11 +635,9 @@ Result<void> Runner::mount() {
   // daemon does not serve within --ready-timeout: so it is given this run's
   // timeout and waited for a little longer (killing it instead would leave its
   // daemon, in a session of its own, holding a dead mount).
-  WEFT_TRY(pid_t pid, spawn(exec_path_,
-                            {argv0_, "mount", path, "--config", L_.client_config(), "--background", "--pid-file",
-                             L_.mount_pid_file(), "--log-file", log, "--ready-timeout",
-                             std::to_string(options_.timeout_s)},
-                            log));
+  std::vector<std::string> argv = {argv0_};
+  for (auto& a : mount_daemon_args(L_, path, options_.timeout_s)) argv.push_back(std::move(a));  // log: its --log-file
+  WEFT_TRY(pid_t pid, spawn(exec_path_, argv, log));
   auto until = deadline() + 30s;
   int status = 0;
   while (::waitpid(pid, &status, WNOHANG) != pid) {
@@ -867,6 +865,24 @@ bool is_our_process(pid_t pid, const std::string& kind, const std::string& confi
   return args.size() == 5 && args[1] == "serve" && args[2] == kind && args[3] == "--config" && args[4] == config_path;
 }
 
+std::vector<std::string> mount_daemon_args(const Layout& layout, const std::string& mount_path, int ready_timeout_s) {
+  return {"mount",         mount_path, "--config",   layout.client_config(), "--background",
+          "--pid-file",    layout.mount_pid_file(), "--log-file", layout.log("mount"), "--ready-timeout",
+          std::to_string(ready_timeout_s)};
+}
+
+bool is_our_mount_daemon(pid_t pid, const Layout& layout, const std::string& mount_path) {
+  if (!pid_running(pid)) return false;
+  auto args = proc_cmdline(pid);
+  const auto want = mount_daemon_args(layout, mount_path, 0);
+  if (args.size() != want.size() + 1) return false;
+  for (size_t i = 0; i + 1 < want.size(); ++i) {  // the last: --ready-timeout's value, whatever it was
+    if (i == 1 && mount_path.empty()) continue;
+    if (args[i + 1] != want[i]) return false;
+  }
+  return true;
+}
+
 std::optional<pid_t> live_pid(const Layout& layout, const Role& role) {
   std::string path = layout.pid_file(role.name);
   if (!exists(path)) return std::nullopt;
@@ -914,9 +930,11 @@ Result<void> down(const std::string& data_dir, std::FILE* out) {
   Status first_error;
   bool did_something = false;
 
+  std::string mount_path;  // where `weft up --mount` mounted, when recorded
   if (exists(L.mount_file())) {
     std::string path = read_text(L.mount_file());
     while (!path.empty() && path.back() == '\n') path.pop_back();
+    mount_path = path;
     if (!path.empty() && is_mounted(path)) {
       did_something = true;
       std::string log = L.log("mount");
@@ -935,10 +953,9 @@ Result<void> down(const std::string& data_dir, std::FILE* out) {
   // The mount daemon exits once unmounted; make sure of it.
   if (exists(L.mount_pid_file())) {
     pid_t pid = static_cast<pid_t>(std::strtol(read_text(L.mount_pid_file()).c_str(), nullptr, 10));
-    auto is_mount_daemon = [](pid_t p) {
-      auto args = proc_cmdline(p);
-      return pid_running(p) && args.size() >= 2 && args[1] == "mount";
-    };
+    // Only the daemon `weft up --mount` started (its whole command line): the
+    // pid file may name another process by now.
+    auto is_mount_daemon = [&](pid_t p) { return is_our_mount_daemon(p, L, mount_path); };
     for (int sig : {0, SIGTERM, SIGKILL}) {
       if (!is_mount_daemon(pid)) break;
       if (sig != 0) ::kill(pid, sig);

@@ -87,6 +87,15 @@ struct Layout {
 // `<anything> serve <kind> --config <config_path>`.
 bool is_our_process(pid_t pid, const std::string& kind, const std::string& config_path);
 
+// The arguments after argv[0] `weft up --mount` starts the mount daemon with.
+std::vector<std::string> mount_daemon_args(const Layout& layout, const std::string& mount_path, int ready_timeout_s);
+
+// True when `pid` is alive (not a zombie) and its argv is the mount daemon's
+// as `weft up --mount` started it for `layout` (mount_daemon_args, whatever
+// its --ready-timeout; at `mount_path` unless that is empty): not any process
+// whose first argument is "mount".
+bool is_our_mount_daemon(pid_t pid, const Layout& layout, const std::string& mount_path);
+
 // The live PID of `role` from its pid file; a stale pid file (no such
 // process, a zombie, or another program) is removed and nullopt returned.
 std::optional<pid_t> live_pid(const Layout& layout, const Role& role);

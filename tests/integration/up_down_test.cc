@@ -6,7 +6,9 @@
 // and, as a last resort, SIGKILLs the PIDs from the pid files.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <fcntl.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -408,6 +410,58 @@ TEST_F(UpDownTest, AMountThatNeverServesLeavesNothingBehind) {
   EXPECT_NE(WIFEXITED(*status) ? WEXITSTATUS(*status) : -1, 0) << p.log();
   EXPECT_FALSE(mounted) << "a dead mount left at " << mp;
   EXPECT_TRUE(daemons.empty()) << daemons.size() << " mount process(es) left running";
+}
+
+// `weft down` stops the mount daemon `weft up --mount` started, and only it:
+// a pid file naming another process whose first argument is "mount" (its pid
+// reused, say) leaves that process alone.
+TEST_F(UpDownTest, DownStopsOnlyTheMountDaemonUpStarted) {
+  auto first = up({"--storage-servers", "2", "--targets-per-server", "1", "--replicas", "2"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string mp = tmp_.file("mnt"), fake_dir = tmp_.file("fake");
+  std::filesystem::create_directories(mp);
+  std::filesystem::create_directories(fake_dir);
+  testing::write_file(fake_dir + "/mount", "while :; do /bin/sleep 1; done\n");
+  pid_t fake = ::fork();
+  if (fake == 0) {  // argv: x mount MP
+    if (::chdir(fake_dir.c_str()) == 0) ::execl("/bin/sh", "x", "mount", mp.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ASSERT_GT(fake, 0);
+  const std::string cmdline = "/proc/" + std::to_string(fake) + "/cmdline";
+  for (int i = 0; i < 500 && read_text(cmdline).find("mount") == std::string::npos; ++i)
+    std::this_thread::sleep_for(10ms);
+  testing::write_file(data_ + "/run/mount.pid", std::to_string(fake) + "\n");
+  auto down = weft({"down", "--data-dir", data_}, 40s);
+  const bool survived = pid_alive(fake);
+  ::kill(fake, SIGKILL);  // ours: forked above
+  ::waitpid(fake, nullptr, 0);
+  EXPECT_EQ(down.exit_code, 0) << down.output;
+  EXPECT_TRUE(survived) << "weft down killed a process it did not start:\n" << down.output;
+  EXPECT_EQ(down.output.find("stopped the mount daemon"), std::string::npos) << down.output;
+
+  // The daemon up starts: its command line is what down looks for, and down stops it.
+  if (int fd = ::open("/dev/fuse", O_RDWR); fd < 0) {
+    GTEST_SKIP() << "no FUSE here: the mount daemon part is skipped";
+  } else {
+    ::close(fd);
+  }
+  auto mounted = up({"--mount", mp});
+  ASSERT_EQ(mounted.exit_code, 0) << mounted.output;
+  const pid_t daemon = pid_of("mount");
+  ASSERT_TRUE(pid_alive(daemon)) << mounted.output;
+  std::string args = read_text("/proc/" + std::to_string(daemon) + "/cmdline");
+  std::replace(args.begin(), args.end(), '\0', ' ');
+  EXPECT_NE(args.find(" mount " + mp + " --config " + client_config() + " --background --pid-file " + data_ +
+                      "/run/mount.pid --log-file " + data_ + "/logs/mount.log --ready-timeout 30 "),
+            std::string::npos)
+      << args;
+  auto stopped = weft({"down", "--data-dir", data_}, 40s);
+  EXPECT_EQ(stopped.exit_code, 0) << stopped.output;
+  EXPECT_NE(stopped.output.find("unmounted " + mp), std::string::npos) << stopped.output;
+  for (int i = 0; i < 500 && pid_alive(daemon); ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(pid_alive(daemon)) << stopped.output;
+  if (pid_alive(daemon)) ::kill(daemon, SIGKILL);  // started by this test's up
 }
 
 TEST_F(UpDownTest, BadFlagsAreClearErrors) {
