@@ -493,6 +493,12 @@ Result<void> Runner::wait_storage() {
     std::string rpc_error;
     auto reply = rpc_->mgmt.call<mgmt::pb::StatusReply>(mgmt::kStatus, mgmt::pb::StatusRequest{}, 2000);
     std::optional<mgmt::RoutingInfo> routing;
+    if (reply && !reply->behind().empty()) {
+      // Nothing to wait for: mgmtd refuses every server until an operator acts
+      // (the text says what to do).
+      return error(Code::kVersionMismatch, "mgmtd refuses the storage servers (MGMTD IS BEHIND): {}; see {}",
+                   reply->behind(), L_.log("mgmtd"));
+    }
     if (!reply) {
       rpc_error = reply.error().message();
     } else if (auto ri = mgmt::from_proto(reply->routing()); ri) {

@@ -464,6 +464,26 @@ TEST_F(UpDownTest, DownStopsOnlyTheMountDaemonUpStarted) {
   if (pid_alive(daemon)) ::kill(daemon, SIGKILL);  // started by this test's up
 }
 
+// mgmtd whose data_dir is gone starts over below the cluster's routing
+// version and refuses every server: `weft up` says so at once, with the
+// remedy, instead of waiting its timeout out for servers "not registered".
+TEST_F(UpDownTest, UpReportsAMgmtdThatIsBehind) {
+  auto first = up({"--storage-servers", "2", "--targets-per-server", "1", "--replicas", "2"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const pid_t mgmtd = pid_of("mgmtd");
+  ASSERT_EQ(::kill(mgmtd, SIGTERM), 0);
+  for (int i = 0; i < 1000 && pid_alive(mgmtd); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_FALSE(pid_alive(mgmtd));
+  std::filesystem::remove_all(data_ + "/data/mgmtd");
+  auto start = std::chrono::steady_clock::now();
+  auto again = up();
+  EXPECT_NE(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("MGMTD IS BEHIND"), std::string::npos) << again.output;
+  EXPECT_NE(again.output.find("--accept-older-state"), std::string::npos) << again.output;
+  EXPECT_EQ(again.output.find("not registered"), std::string::npos) << again.output;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 25s) << "up waited for its timeout (30 s)";
+}
+
 TEST_F(UpDownTest, BadFlagsAreClearErrors) {
   auto r = up({"--storage-servers", "1", "--replicas", "2"});
   EXPECT_NE(r.exit_code, 0) << r.output;
