@@ -1670,7 +1670,14 @@ TEST_F(FuseTest, CreateOfANameThatIsASymlinkByNowFollowsIt) {
                      "negative_timeout=600"},
                     dir_->file("mount-negative.log"), 60s);
   ASSERT_EQ(m.code, 0) << m.log;
-  pid_t pid = read_pid(pid_file);
+  struct Unmount {  // however the test ends
+    std::string mp;
+    pid_t pid;
+    ~Unmount() {
+      unmount_hard(mp);
+      if (pid > 0 && !wait_pid_gone(pid, 10s)) ::kill(pid, SIGKILL);
+    }
+  } unmount{mp2, read_pid(pid_file)};
   const std::string there = mp2 + "/" + base_.substr(mnt_.size() + 1);
   struct stat st;
   EXPECT_EQ(::lstat((there + "/latest").c_str(), &st), -1);  // negative entries, kept 600 s
@@ -1698,8 +1705,6 @@ TEST_F(FuseTest, CreateOfANameThatIsASymlinkByNowFollowsIt) {
   EXPECT_EQ(errno, EEXIST);
   EXPECT_EQ(::lstat(p("ckpt-3").c_str(), &st), -1);
   EXPECT_TRUE(S_ISLNK(::lstat(p("excl").c_str(), &st) == 0 ? st.st_mode : 0));
-  unmount_hard(mp2);
-  if (pid > 0 && !wait_pid_gone(pid, 10s)) ::kill(pid, SIGKILL);
 }
 
 // Last (gtest runs in declaration order): a second mount whose daemon is
