@@ -506,6 +506,21 @@ Result<void> Runner::wait_storage() {
     } else {
       rpc_error = ri.error().message();
     }
+    if (routing) {
+      // Nothing to wait for either: a chain whose every target is offline lost
+      // its last copy (mgmt/target_states.h, LOST) and waits for an operator.
+      std::string copyless;
+      for (const auto& [id, chain] : routing->chains)
+        if (std::all_of(chain.entries.begin(), chain.entries.end(),
+                        [](const mgmt::ChainEntry& e) { return e.state == mgmt::TargetState::kOffline; }))
+          copyless += fmt::format("{}{}", copyless.empty() ? "" : ", ", id);
+      if (!copyless.empty())
+        return error(Code::kUnavailable,
+                     "chain(s) {} have no copy left: a target came back without its data (see {}); choose the copy "
+                     "left and run `weft admin target promote CHAIN TARGET --config {}` (docs/DEPLOY.md, \"A target "
+                     "that comes back without its data\")",
+                     copyless, L_.log("mgmtd"), L_.client_config());
+    }
     for (uint32_t i = 1; i <= spec_.storage_servers; ++i) {
       const Role& r = role("storage-" + std::to_string(i));
       WEFT_RETURN_IF_ERROR(check_alive(r, "waiting for it to register with mgmtd"));

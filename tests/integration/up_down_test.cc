@@ -341,7 +341,8 @@ TEST_F(UpDownTest, ATargetBackWithoutItsDataIsNoCopyUntilTheOperatorPromotesOne)
 
   auto restart = weft({"up", "--data-dir", data_, "--timeout", "8"}, 60s);
   EXPECT_NE(restart.exit_code, 0) << "no target may serve:\n" << restart.output;
-  EXPECT_NE(restart.output.find("offline"), std::string::npos) << restart.output;
+  EXPECT_NE(restart.output.find("have no copy left"), std::string::npos) << restart.output;
+  EXPECT_NE(restart.output.find("weft admin target promote"), std::string::npos) << restart.output;
   EXPECT_NE(read_text(data_ + "/logs/mgmtd.log").find("came back without its data"), std::string::npos);
 
   // A read waits for a copy instead of answering from the empty target.
