@@ -452,7 +452,7 @@ struct MetaRestartFailed {
   std::string why;
 };
 
-std::string make_cold(Access& a, TargetState& st, Tally& /*tally*/) {
+std::string make_cold(Access& a, TargetState& st) {
   std::string meta;
   if (a.kind() == "native") {
     if (st.cluster) {
@@ -474,7 +474,7 @@ std::string make_cold(Access& a, TargetState& st, Tally& /*tally*/) {
 // permutation, writes of fresh files into a fresh directory.
 double read_alone_p99(Access& a, TargetState& st, const Options& o, uint64_t salt, Progress& p, Run& run,
                       Tally& tally) {
-  run.notes.push_back("reads alone: " + make_cold(a, st, tally));
+  run.notes.push_back("reads alone: " + make_cold(a, st));
   p.begin("reads alone (W3's files)", o.files, "files");
   auto r = read_files(a, o, permutation(o, salt), &p, nullptr, tally, nullptr);
   p.end();
@@ -511,7 +511,7 @@ Run w2(Access& a, TargetState& st, const Options& o, Progress& p) {
     checkpoint_write(a, "w1", o, &p, nullptr, tally);
     p.end();
   }
-  run.notes.push_back("cache: " + make_cold(a, st, tally));
+  run.notes.push_back("cache: " + make_cold(a, st));
   p.begin("W2 checkpoint restore", uint64_t{o.writers} * o.checkpoint_bytes, "B");
   auto t0 = Clock::now();
   parallel(o.writers, [&](uint32_t i) {
@@ -532,7 +532,7 @@ Run w3(Access& a, TargetState& st, const Options& o, Progress& p) {
   Tally tally;
   double setup = w3_setup(a, o, p, tally);
   st.w3_ready = true;
-  run.notes.push_back("cache: " + make_cold(a, st, tally));
+  run.notes.push_back("cache: " + make_cold(a, st));
   p.begin("W3 first epoch", o.files, "files");
   auto r = read_files(a, o, permutation(o, 3), &p, nullptr, tally, nullptr);
   p.end();
@@ -576,11 +576,11 @@ Run w4(Access& a, TargetState& st, const Options& o, Progress& p) {
   // Alone, right before the load: the same reads (permutation 4, cold) and
   // the same writes (fresh files in a fresh directory, cold).
   double p99_alone = read_alone_p99(a, st, o, 4, p, run, tally);
-  run.notes.push_back("writes alone (w4/alone): " + make_cold(a, st, tally));
+  run.notes.push_back("writes alone (w4/alone): " + make_cold(a, st));
   p.begin("writes alone (fresh files)", uint64_t{o.writers} * o.checkpoint_bytes, "B");
   auto alone = checkpoint_write(a, "w4/alone", o, &p, nullptr, tally);
   p.end();
-  run.notes.push_back("under load (w4/load): " + make_cold(a, st, tally));
+  run.notes.push_back("under load (w4/load): " + make_cold(a, st));
   p.begin("W4 mixed (W1 + W3)", uint64_t{o.writers} * o.checkpoint_bytes, "B");
   auto m = mixed(a, o, 4, "w4/load", &p, nullptr, tally);
   p.end();
@@ -761,13 +761,13 @@ Run w7(Access& a, TargetState& st, const Options& o, Progress& p) {
   (void)a.remove_tree("w7");
   // Alone, right before the load, written and read as under load.
   double p99_alone = read_alone_p99(a, st, o, 7, p, run, tally);
-  run.notes.push_back("writes alone (w7/alone, 2 generations per writer): " + make_cold(a, st, tally));
+  run.notes.push_back("writes alone (w7/alone, 2 generations per writer): " + make_cold(a, st));
   p.begin("writes alone (2 generations)", uint64_t{o.writers} * o.checkpoint_bytes * 2, "B");
   Rewriters alone(o.writers);
   rewrite(a, "w7/alone", o, 2, nullptr, nullptr, &p, tally, alone);
   p.end();
   double wgib_alone = alone.seconds > 0 ? static_cast<double>(alone.bytes.load()) / kGiB / alone.seconds : 0;
-  run.notes.push_back("under load (w7/load): " + make_cold(a, st, tally));
+  run.notes.push_back("under load (w7/load): " + make_cold(a, st));
 
   auto start = Clock::now();
   Recorder rec(start);

@@ -511,9 +511,7 @@ Result<void> Runner::wait_storage() {
       // its last copy (mgmt/target_states.h, LOST) and waits for an operator.
       std::string copyless;
       for (const auto& [id, chain] : routing->chains)
-        if (std::all_of(chain.entries.begin(), chain.entries.end(),
-                        [](const mgmt::ChainEntry& e) { return e.state == mgmt::TargetState::kOffline; }))
-          copyless += fmt::format("{}{}", copyless.empty() ? "" : ", ", id);
+        if (mgmt::lost_last_copy(chain)) copyless += fmt::format("{}{}", copyless.empty() ? "" : ", ", id);
       if (!copyless.empty())
         return error(Code::kUnavailable,
                      "chain(s) {} have no copy left: a target came back without its data (see {}); choose the copy "

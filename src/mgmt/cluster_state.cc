@@ -207,10 +207,7 @@ void ClusterState::log_lost_target_locked(TargetId target) const {
   for (const auto& [id, chain] : state_.routing.chains) {
     bool holds = std::any_of(chain.entries.begin(), chain.entries.end(),
                              [&](const ChainEntry& e) { return e.target_id == target; });
-    bool served = std::any_of(chain.entries.begin(), chain.entries.end(), [](const ChainEntry& e) {
-      return e.state == TargetState::kServing || e.state == TargetState::kLastServing;
-    });
-    if (holds && !served) copyless += fmt::format("{}{}", copyless.empty() ? "" : ", ", id);
+    if (holds && lost_last_copy(chain)) copyless += fmt::format("{}{}", copyless.empty() ? "" : ", ", id);
   }
   if (copyless.empty()) {
     WEFT_LOG_WARN("mgmt: target {} came back without its data (another data id: a new disk or an emptied "

@@ -91,6 +91,11 @@ int rank(TargetState s) {
 }
 }  // namespace
 
+bool lost_last_copy(const ChainInfo& chain) {
+  return std::all_of(chain.entries.begin(), chain.entries.end(),
+                     [](const ChainEntry& e) { return e.state == TargetState::kOffline; });
+}
+
 Result<void> check_chain(const ChainInfo& chain) {
   if (chain.entries.empty()) return error(Code::kInternal, "chain {}: no targets", chain.id);
   std::set<TargetId> seen;

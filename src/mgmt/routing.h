@@ -123,6 +123,10 @@ struct ChainRoute {
 // down: neither writes nor reads until it returns).
 Result<ChainRoute> route_chain(const ChainInfo& chain);
 
+// Every entry offline: the chain lost its last copy (mgmt/target_states.h,
+// LOST) and serves nothing until an operator promotes one.
+bool lost_last_copy(const ChainInfo& chain);
+
 // kInternal describing the first broken invariant (see the header comment).
 Result<void> check_chain(const ChainInfo& chain);
 

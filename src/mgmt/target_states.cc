@@ -98,7 +98,7 @@ Result<void> promote_target(ChainInfo& chain, TargetId target) {
   auto it = find_entry(chain.entries, target);
   if (it == chain.entries.end())
     return error(Code::kNotFound, "promote target {}: not in chain {}", target, chain.id);
-  if (count_state(chain.entries, TargetState::kServing) + count_state(chain.entries, TargetState::kLastServing) > 0)
+  if (!lost_last_copy(chain))
     return error(Code::kNotPermitted,
                  "promote target {}: chain {} still has a serving or last-serving target (promote only decides for a "
                  "chain that lost its last copy)", target, chain.id);
