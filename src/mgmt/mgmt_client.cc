@@ -224,7 +224,7 @@ Result<void> MgmtClient::on_heartbeat_error(const Status& s, std::vector<SyncDon
   return std::unexpected(s.with_context("heartbeat"));
 }
 
-Result<std::shared_ptr<const RoutingInfo>> MgmtClient::refresh(uint32_t wait_ms) {
+Result<std::shared_ptr<const RoutingInfo>> MgmtClient::refresh(uint32_t wait_ms, rpc::CancelToken cancel) {
   pb::GetRoutingRequest req;
   bool force = false;
   {
@@ -233,7 +233,7 @@ Result<std::shared_ptr<const RoutingInfo>> MgmtClient::refresh(uint32_t wait_ms)
     if (routing_ && !force) req.set_known_version(routing_->version);
   }
   req.set_wait_ms(wait_ms);
-  auto reply = rpc_.call<pb::GetRoutingReply>(kGetRouting, req, wait_ms + 3000);
+  auto reply = rpc_.call<pb::GetRoutingReply>(kGetRouting, req, wait_ms + 3000, std::move(cancel));
   if (!reply) return std::unexpected(reply.error().with_context("get routing"));
   if (!reply->unchanged()) {
     WEFT_TRY(RoutingInfo info, from_proto(reply->routing()));
@@ -302,15 +302,52 @@ void MgmtClient::start() {
     stopping_ = false;
   }
   loop_ = std::thread([this] { run(); });
+  poll_ = std::thread([this] { poll_routing(); });
 }
 
 void MgmtClient::stop() {
   {
     std::lock_guard lock(loop_mu_);
     stopping_ = true;
+    if (poll_cancel_) poll_cancel_->cancel();
   }
   loop_cv_.notify_all();
   if (loop_.joinable()) loop_.join();
+  if (poll_.joinable()) poll_.join();
+}
+
+// Waits at mgmtd for a routing version other than ours. Not before the first
+// registration, and not while a re-registration waits for the heartbeat to
+// take whatever routing mgmtd has (accept_any_version_): the heartbeat loop
+// owns those.
+void MgmtClient::poll_routing() {
+  constexpr uint32_t kLongPollMs = 20000;
+  std::unique_lock loop_lock(loop_mu_);
+  while (!stopping_ && !fenced_) {
+    auto cancel = std::make_shared<rpc::CancelSource>();
+    poll_cancel_ = cancel;
+    loop_lock.unlock();
+    bool ready = false;
+    {
+      std::lock_guard lock(mu_);
+      ready = routing_ && !accept_any_version_ && node_id_ != kInvalidNode;
+    }
+    bool pause = true;
+    if (ready) {
+      const RoutingVersion before = installed_routing_version();
+      const auto started = std::chrono::steady_clock::now();
+      auto r = refresh(kLongPollMs, cancel->token());
+      if (!r && r.error().code() != Code::kCancelled) WEFT_LOG_DEBUG("mgmt client: routing poll: {}", r.error());
+      // An answer at once without a newer version comes from an mgmtd
+      // behind ours (it does not wait on a version it does not have): pause,
+      // or the poll spins.
+      pause = !r || (installed_routing_version() == before &&
+                     std::chrono::steady_clock::now() - started < std::chrono::seconds(1));
+    }
+    loop_lock.lock();
+    poll_cancel_.reset();
+    if (pause) loop_cv_.wait_for(loop_lock, options_.retry_interval, [this] { return stopping_; });
+  }
 }
 
 void MgmtClient::run() {

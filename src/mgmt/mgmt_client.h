@@ -12,7 +12,7 @@
 //     (a zombie process must not serve). So does a re-registration that gives
 //     the node's targets other ids than its first (mgmtd forgot the node).
 //   - routing: the latest RoutingInfo snapshot, swapped atomically; refreshed
-//     when a heartbeat reply shows a newer routing version and by refresh()
+//     by a long poll, when a heartbeat reply shows a newer routing version and by refresh()
 //     (callers do this when a peer answers kStaleRouting). A snapshot never
 //     goes back to an older version, except right after re-registration
 //     (a mgmtd that lost its state starts counting again).
@@ -96,9 +96,12 @@ class MgmtClient {
   // One heartbeat (registers first if needed); re-registers when mgmtd says the node is unknown.
   Result<void> heartbeat_now();
   // Fetches routing unless the cached version is current; waits up to wait_ms for a change.
-  Result<std::shared_ptr<const RoutingInfo>> refresh(uint32_t wait_ms = 0);
+  Result<std::shared_ptr<const RoutingInfo>> refresh(uint32_t wait_ms = 0, rpc::CancelToken cancel = nullptr);
 
-  // The heartbeat loop (registers first). stop() is idempotent and prompt.
+  // The heartbeat loop (registers first) and the routing long poll (a
+  // change arrives within one round trip of mgmtd publishing it, not at the
+  // next heartbeat: a storage server whose successor died keeps failing
+  // writes until it has the chain without it). stop() is idempotent and prompt.
   void start();
   void stop();
 
@@ -125,6 +128,7 @@ class MgmtClient {
 
  private:
   void run();
+  void poll_routing();
   Duration interval() const;
   // Returns true if `routing` replaced the cached snapshot.
   bool install(std::shared_ptr<const RoutingInfo> routing, bool force);
@@ -160,7 +164,9 @@ class MgmtClient {
   std::mutex loop_mu_;
   std::condition_variable loop_cv_;
   bool stopping_ = false;  // GUARDED_BY(loop_mu_)
+  std::shared_ptr<rpc::CancelSource> poll_cancel_;  // GUARDED_BY(loop_mu_): the long poll under way
   std::thread loop_;
+  std::thread poll_;
 };
 
 }  // namespace weft::mgmt
