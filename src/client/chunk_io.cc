@@ -60,15 +60,25 @@ ChunkIo::ChunkIo(rpc::IoPool& io, rpc::Client& rpc, RoutingCache& routing, Chunk
       options_(options),
       client_id_(options.client_id != 0 ? options.client_id : random_id()) {}
 
-Task<bool> ChunkIo::backoff(int attempt, SteadyClock::time_point deadline) {
+Task<bool> ChunkIo::backoff(Retry& retry, SteadyClock::time_point deadline) {
   if (SteadyClock::now() >= deadline) co_return false;
   retries_.fetch_add(1);
   routing_.request_refresh();
-  auto delay = std::chrono::milliseconds(std::min(500, 10 << std::min(attempt, 6)));
+  if (const mgmt::RoutingVersion now = routing_.version(); now != retry.routing) {
+    retry.routing = now;
+    retry.attempt = 0;
+  }
+  auto delay = std::chrono::milliseconds(std::min(500, 10 << std::min(retry.attempt++, 6)));
+  const auto until = std::min<SteadyClock::time_point>(SteadyClock::now() + delay, deadline);
+  // In slices, so that a routing change ends the wait (the poll thread
+  // installs it; there is no awaitable signal of it on this executor).
+  constexpr auto kSlice = std::chrono::milliseconds(10);
   asio::steady_timer timer(co_await asio::this_coro::executor);
-  timer.expires_after(std::min<SteadyClock::duration>(delay, deadline - SteadyClock::now()));
-  auto waited = co_await timer.async_wait(use_nothrow);
-  (void)waited;
+  while (SteadyClock::now() < until && routing_.version() == retry.routing) {
+    timer.expires_after(std::min<SteadyClock::duration>(kSlice, until - SteadyClock::now()));
+    auto waited = co_await timer.async_wait(use_nothrow);
+    (void)waited;
+  }
   co_return true;
 }
 
@@ -141,7 +151,8 @@ Task<Result<void>> ChunkIo::update(UpdateKind kind, ChunkAddress c, uint32_t off
   const uint32_t crc = kind == UpdateKind::kWrite ? crc32c(src) : 0;
   Status last(Code::kUnavailable, "no attempt made");
   bool timed_out = false;
-  for (int attempt = 0;; ++attempt) {
+  Retry retry{.routing = routing_.version()};
+  while (true) {
     auto head = head_of(c.chain);
     if (head) {
       auto r = co_await send_update(kind, head->first, head->second, c, offset, length, src, crc, seq);
@@ -154,7 +165,7 @@ Task<Result<void>> ChunkIo::update(UpdateKind kind, ChunkAddress c, uint32_t off
       last = head.error();
     }
     if (!worth_retrying(last.code())) break;
-    bool again = co_await backoff(attempt, deadline);
+    bool again = co_await backoff(retry, deadline);
     if (!again) {
       timed_out = true;
       break;
@@ -281,13 +292,14 @@ Task<Result<uint32_t>> ChunkIo::read(ChunkAddress c, uint32_t offset, std::span<
   const auto deadline = SteadyClock::now() + std::chrono::milliseconds(options_.retry_time_ms_max);
   Status last;
   bool timed_out = false;
-  for (int attempt = 0;; ++attempt) {
+  Retry retry{.routing = routing_.version()};
+  while (true) {
     RoutingPtr routing = routing_.current();
     auto r = co_await read_round(*routing, c, offset, dst);
     if (r) co_return r;
     last = r.error();
     if (!worth_retrying(last.code()) && last.code() != Code::kCorruption) break;
-    bool again = co_await backoff(attempt, deadline);
+    bool again = co_await backoff(retry, deadline);
     if (!again) {
       timed_out = true;
       break;

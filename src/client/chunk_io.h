@@ -120,8 +120,18 @@ class ChunkIo {
                                       mgmt::TargetId target, ChunkAddress c, std::span<std::byte> dst);
   Task<Result<uint32_t>> read_from(const mgmt::RoutingInfo& routing, mgmt::ChainVersion cv, mgmt::TargetId target,
                                    ChunkAddress c, uint32_t offset, std::span<std::byte> dst);
-  // Waits after a failed attempt; false when the retry time is used up.
-  Task<bool> backoff(int attempt, std::chrono::steady_clock::time_point deadline);
+  // Where a retry loop is: attempts since the routing version it last saw.
+  struct Retry {
+    int attempt = 0;
+    mgmt::RoutingVersion routing = 0;
+  };
+  // Waits after a failed attempt; false when the retry time is used up. The
+  // wait grows with the attempts (10 ms doubling to 500 ms) and starts over
+  // whenever the routing changed: what the retries wait for is usually
+  // exactly that (a dead server's chains moved on; a head that still has the
+  // old routing refuses the new version for a moment). A change during the
+  // wait ends it.
+  Task<bool> backoff(Retry& retry, std::chrono::steady_clock::time_point deadline);
 
   rpc::IoPool& io_;
   rpc::Client& rpc_;
