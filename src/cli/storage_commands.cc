@@ -126,8 +126,8 @@ void serve_storage(const std::string& config_path) {
   }
   std::function<bool()> fence;
   if (link) fence = [l = link.get()] { return l->can_serve_writes(); };
-  auto service =
-      storage::open_storage_service(runtime.io(), *storage_config, *sc, metrics::Registry::global(), std::move(fence));
+  auto service = storage::open_storage_service(runtime.io(), *storage_config, *sc, metrics::Registry::global(),
+                                               std::move(fence), link ? link->refusals() : nullptr);
   if (!service) return fail(service.error().message());
   (*service)->register_methods(runtime.server());
   if (link) {

@@ -89,6 +89,7 @@ class ClientImpl final : public Client {
       reads_cv_.wait(lock, [&] { return reads_running_ == 0; });
     }
     lease_->stop();
+    core_->refusals->stop();
     core_->releaser->stop();
     core_->routing->stop();
     core_->io->stop();
@@ -918,7 +919,13 @@ Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
   ro.call_timeout_ms = options.call_timeout_ms;
   ro.client_id = client_id;
   ro.tcp = core->cluster.tcp;
+  // A storage server that refuses connections is reported to mgmtd, which
+  // declares it dead without waiting for its lease (mgmt/refusal_probe.h).
+  core->refusals = std::make_shared<mgmt::RefusalReporter>();
+  ro.refusals = core->refusals;
   core->rpc = std::make_unique<rpc::Client>(*core->io, ro);
+  core->mgmt_rpc = std::make_unique<mgmt::MgmtRpc>(*core->io, *core->rpc, core->cluster.mgmtd);
+  core->refusals->start(*core->mgmt_rpc);
   core->routing = std::make_unique<RoutingCache>(*core->io, *core->rpc, core->cluster.mgmtd);
   if (auto r = core->routing->start(); !r)
     return error(r.error().with_context("connect to the cluster at " + core->cluster.source));

@@ -20,6 +20,8 @@
 #include "client/chunk_io.h"
 #include "client/cluster_config.h"
 #include "client/routing_cache.h"
+#include "mgmt/mgmt_rpc.h"
+#include "mgmt/refusal_reporter.h"
 #include "meta/meta_client.h"
 #include "rpc/client.h"
 #include "rpc/io_pool.h"
@@ -141,6 +143,12 @@ struct OpenInode {
 };
 
 struct Core {
+  // Before any member goes: the reporter's thread uses mgmt_rpc (a Client
+  // that failed to connect never reaches ~ClientImpl's stop).
+  ~Core() {
+    if (refusals) refusals->stop();
+  }
+
   ClientOptions options;
   Cred cred;
   ClusterConfig cluster;
@@ -150,7 +158,10 @@ struct Core {
   // Before io: destroyed after the I/O threads that may still hold a buffer.
   std::unique_ptr<ByteBudget> readahead;
   std::unique_ptr<rpc::IoPool> io;
+  // Set in rpc's options before it exists; sends over mgmt_rpc (stopped before io).
+  std::shared_ptr<mgmt::RefusalReporter> refusals;
   std::unique_ptr<rpc::Client> rpc;
+  std::unique_ptr<mgmt::MgmtRpc> mgmt_rpc;
   std::unique_ptr<RoutingCache> routing;
   std::unique_ptr<meta::MetaClient> meta;
   std::unique_ptr<ChunkIo> chunks;

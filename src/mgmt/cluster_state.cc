@@ -17,6 +17,9 @@ class ClusterState::Metrics {
         heartbeats_(r.counter("weft_mgmt_heartbeats_total", "Heartbeats accepted")),
         registrations_(r.counter("weft_mgmt_registrations_total", "Registrations accepted")),
         declared_dead_(r.counter("weft_mgmt_nodes_declared_dead_total", "Nodes whose lease expired")),
+        declared_refusing_(r.counter("weft_mgmt_nodes_declared_refusing_total",
+                                     "Nodes declared dead before their lease ran out: nothing listened at their "
+                                     "address (mgmtd's probe refused)")),
         ignored_reports_(r.counter("weft_mgmt_ignored_reports_total", "Stale or foreign heartbeat reports")),
         behind_(r.gauge("weft_mgmt_behind",
                         "1: a server reported a routing version above mgmtd's (its state is older than the "
@@ -52,6 +55,7 @@ class ClusterState::Metrics {
   metrics::Counter& heartbeats() { return heartbeats_; }
   metrics::Counter& registrations() { return registrations_; }
   metrics::Counter& declared_dead() { return declared_dead_; }
+  metrics::Counter& declared_refusing() { return declared_refusing_; }
   metrics::Counter& ignored_reports() { return ignored_reports_; }
   metrics::Gauge& behind() { return behind_; }
   metrics::Counter& refused() { return refused_; }
@@ -70,6 +74,7 @@ class ClusterState::Metrics {
   metrics::Counter& heartbeats_;
   metrics::Counter& registrations_;
   metrics::Counter& declared_dead_;
+  metrics::Counter& declared_refusing_;
   metrics::Counter& ignored_reports_;
   metrics::Gauge& behind_;
   metrics::Counter& refused_;
@@ -312,6 +317,35 @@ Result<std::vector<NodeId>> ClusterState::tick(Duration period) {
   }
   metrics_->refresh(state_, now);
   return dead;
+}
+
+std::optional<ClusterState::NodeAt> ClusterState::storage_node_up_at(const std::string& address) const {
+  std::lock_guard lock(mu_);
+  for (const auto& [id, node] : state_.routing.nodes)
+    if (node.address == address && node.kind == NodeKind::kStorage && node.state == NodeState::kUp)
+      return NodeAt{.id = id, .incarnation = node.incarnation};
+  return std::nullopt;
+}
+
+Result<bool> ClusterState::declare_refusing(NodeId id, uint64_t incarnation, TimePoint probe_started) {
+  std::lock_guard lock(mu_);
+  if (!behind_.empty()) return false;  // as tick(): no routing change on a view older than the cluster's
+  auto it = state_.routing.nodes.find(id);
+  if (it == state_.routing.nodes.end()) return false;
+  const NodeInfo& node = it->second;
+  // A heartbeat that arrived after the probe began came from a live process
+  // (or one restarted there, with a new incarnation): the lease decides.
+  if (node.state != NodeState::kUp || node.incarnation != incarnation || node.last_heartbeat > probe_started)
+    return false;
+  WEFT_RETURN_IF_ERROR(mutate([&](PersistedState& next) -> Result<void> {
+    declare_dead(next, id);
+    return {};
+  }));
+  WEFT_LOG_WARN("mgmt: nothing listens at node {}'s address {}: declared dead without waiting for its lease", id,
+                state_.routing.nodes.at(id).address);
+  metrics_->declared_refusing().inc();
+  metrics_->refresh(state_, clock_.now());
+  return true;
 }
 
 Result<ChainTableId> ClusterState::create_chain_table(const ChainTableSpec& spec) {

@@ -61,6 +61,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -192,6 +193,23 @@ class ClusterState {
   // offline, target_states.h LOST): `target` serves as it is once up, the
   // others sync from it (apply_promote_target).
   Result<void> promote_target(ChainId chain, TargetId target);
+
+  // The storage node up at `address` (host:port as registered), if any.
+  struct NodeAt {
+    NodeId id = kInvalidNode;
+    uint64_t incarnation = 0;
+  };
+  std::optional<NodeAt> storage_node_up_at(const std::string& address) const;
+  // Declares node `id` dead before its lease ran out because mgmtd's own
+  // probe found nothing listening at its address (mgmt/refusal_probe.h): only
+  // while it is up with `incarnation`, no heartbeat of it arrived after
+  // `probe_started` (this clock's time; such a heartbeat proves the process
+  // alive) and mgmtd is not behind. Returns whether it was declared.
+  // Safe without the lease rule (mgmt/lease.h): a process that does not
+  // listen takes no requests; a write it still forwards from before carries
+  // the old chain version, which its successors refuse once they have the new
+  // routing, or lands on them (and is kept) before.
+  Result<bool> declare_refusing(NodeId id, uint64_t incarnation, TimePoint probe_started);
 
   RoutingInfo routing() const;
   RoutingVersion routing_version() const;

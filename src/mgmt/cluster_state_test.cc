@@ -93,6 +93,50 @@ TEST(ClusterState, LeaseExpiresOnlyAfterLeasePlusGraceSinceLastHeartbeat) {
   EXPECT_TRUE(h.state->tick()->empty()) << "declared once";
 }
 
+// mgmtd's probe found nothing listening at a storage node's address: the node
+// is declared dead at once, its chains move on, long before lease + grace. Not
+// when it heartbeated after the probe began (alive), not for another
+// incarnation (a restarted process), not twice, not while mgmtd is behind.
+TEST(ClusterState, ANodeRefusingConnectionsIsDeclaredDeadBeforeItsLeaseRunsOut) {
+  Harness h;
+  auto c = h.two_replica_chain();
+  const std::string tail_address = h.state->routing().nodes.at(c.tail_node).address;
+  ASSERT_TRUE(h.state->register_node({.kind = NodeKind::kMeta, .address = "meta:1", .incarnation = 1}));
+  EXPECT_FALSE(h.state->storage_node_up_at("meta:1")) << "only storage nodes are probed";
+  EXPECT_FALSE(h.state->storage_node_up_at("nobody:1"));
+  auto at = h.state->storage_node_up_at(tail_address);
+  ASSERT_TRUE(at);
+  EXPECT_EQ(at->id, c.tail_node);
+  const ChainVersion v0 = h.chain(c.id).version;
+
+  TimePoint probe = h.clock.now();
+  h.clock.advance(1ms);
+  h.beat(c.tail_node);
+  EXPECT_FALSE(*h.state->declare_refusing(at->id, at->incarnation, probe)) << "it heartbeated after the probe began";
+  probe = h.clock.now();
+  h.clock.advance(1ms);
+  EXPECT_FALSE(*h.state->declare_refusing(at->id, at->incarnation + 1, probe)) << "another incarnation";
+  EXPECT_EQ(h.state->routing().nodes.at(c.tail_node).state, NodeState::kUp);
+
+  auto declared = h.state->declare_refusing(at->id, at->incarnation, probe);
+  ASSERT_TRUE(declared) << declared.error();
+  EXPECT_TRUE(*declared);
+  EXPECT_EQ(h.state->routing().nodes.at(c.tail_node).state, NodeState::kDown);
+  EXPECT_EQ(h.chain(c.id).entries, (std::vector<ChainEntry>{{c.head, S}, {c.tail, O}}));
+  EXPECT_GT(h.chain(c.id).version, v0);
+  EXPECT_FALSE(*h.state->declare_refusing(at->id, at->incarnation, h.clock.now())) << "declared once";
+  EXPECT_FALSE(h.state->storage_node_up_at(tail_address));
+  EXPECT_TRUE(h.state->tick()->empty()) << "the lease check finds nothing left to declare";
+
+  // Behind (a node reported a routing version above mgmtd's): no routing change.
+  auto above = h.state->heartbeat({.node_id = c.head_node, .incarnation = 1,
+                                   .installed_routing_version = h.state->routing_version() + 100});
+  ASSERT_FALSE(above);
+  ASSERT_FALSE(h.state->behind().empty());
+  EXPECT_FALSE(*h.state->declare_refusing(c.head_node, 1, h.clock.now()));
+  EXPECT_EQ(h.state->routing().nodes.at(c.head_node).state, NodeState::kUp);
+}
+
 // mgmtd stalls (its lock held, the process paused) for longer than a lease:
 // the heartbeats queued meanwhile were sent in time, so the first tick after
 // the stall must not declare their nodes dead. The stall is excused (every

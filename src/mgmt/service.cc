@@ -106,6 +106,7 @@ Result<MgmtdConfig> MgmtdConfig::from(const Config& config) {
   WEFT_TRY(int64_t tick_ms, section.get_int_in("tick_ms", 200, 10, 60'000));
   WEFT_TRY(int64_t client_lease_ms, section.get_int_in("client_lease_ms", 30'000, 300, 3'600'000));
   WEFT_TRY(int64_t client_grace_ms, section.get_int_in("client_grace_ms", 10'000, 0, 3'600'000));
+  WEFT_TRY(c.service.refusal_probe.enabled, section.get_bool("probe_refusals", true));
   c.cluster.db_dir = c.data_dir + "/state";
   c.cluster.lease = {.lease = std::chrono::milliseconds(lease_ms), .grace = std::chrono::milliseconds(grace_ms)};
   c.service.tick = std::chrono::milliseconds(tick_ms);
@@ -122,7 +123,9 @@ MgmtService::MgmtService(ClusterState& state, const Clock& clock, MgmtServiceOpt
       options_(options),
       clients_(options.client_lease, clock, registry, state.leases_at_open().client),
       tick_errors_(registry.counter("weft_mgmt_tick_errors_total", "Failed lease checks (persisting failed)")),
-      long_polls_(registry.counter("weft_mgmt_routing_long_polls_total", "GetRouting calls that waited")) {}
+      long_polls_(registry.counter("weft_mgmt_routing_long_polls_total", "GetRouting calls that waited")),
+      registry_(registry),
+      probes_(options.refusal_probe.quiet) {}
 
 MgmtService::~MgmtService() { stop(); }
 
@@ -148,6 +151,9 @@ void MgmtService::register_methods(rpc::Server& server) {
   rpc::add_blocking_method<pb::RemoveNodeRequest, pb::RemoveNodeReply>(
       server, kRemoveNode, "mgmt.remove_node",
       [this](const pb::RemoveNodeRequest& req, rpc::ServerCall&) { return do_remove_node(state_, req); });
+  rpc::add_blocking_method<pb::ReportRefusalRequest, pb::ReportRefusalReply>(
+      server, kReportRefusal, "mgmt.report_refusal",
+      [this](const pb::ReportRefusalRequest& req, rpc::ServerCall&) { return report_refusal(req); });
   rpc::add_blocking_method<pb::ListChainTablesRequest, pb::ListChainTablesReply>(
       server, kListChainTables, "mgmt.list_chain_tables",
       [this](const pb::ListChainTablesRequest&, rpc::ServerCall&) -> Result<pb::ListChainTablesReply> {
@@ -231,6 +237,28 @@ Task<Result<pb::GetRoutingReply>> MgmtService::get_routing(pb::GetRoutingRequest
   reply.set_version(snap->version);
   *reply.mutable_routing() = snap->routing;
   co_return reply;
+}
+
+Result<pb::ReportRefusalReply> MgmtService::report_refusal(const pb::ReportRefusalRequest& req) {
+  pb::ReportRefusalReply out;
+  auto answer = [&](const char* outcome) {
+    registry_.counter("weft_mgmt_refusal_reports_total", "Reports of a storage server refusing connections",
+                      {{"outcome", outcome}})
+        .inc();
+    out.set_outcome(outcome);
+    return out;
+  };
+  if (!options_.refusal_probe.enabled) return answer("off");
+  auto node = state_.storage_node_up_at(req.address());
+  if (!node) return answer("not-up");
+  WEFT_TRY(rpc::Endpoint ep, rpc::Endpoint::parse(req.address()));
+  if (!probes_.begin(node->id, clock_.now())) return answer("probing");
+  const TimePoint started = clock_.now();
+  const bool refused = probe_refused(ep, options_.refusal_probe);
+  probes_.end(node->id, clock_.now());
+  if (!refused) return answer("listening");
+  WEFT_TRY(bool declared, state_.declare_refusing(node->id, node->incarnation, started));
+  return answer(declared ? "declared" : "kept");
 }
 
 void MgmtService::start() {

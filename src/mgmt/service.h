@@ -4,6 +4,8 @@
 // handlers on ClusterState (RocksDB writes, one mutex); GetRouting is async
 // so a long poll holds a timer, not a thread. Client leases (ClientHeartbeat,
 // ListClients) live in a ClientTable (mgmt/client_table.h), in memory only.
+// ReportRefusal probes a storage server that peers could not connect to and
+// declares it dead when nothing listens there (mgmt/refusal_probe.h).
 // A ticker thread calls ClusterState::tick() every `tick` to declare expired
 // nodes dead and expires client leases.
 // GetRouting serves a serialized snapshot cached per routing version: many
@@ -27,6 +29,7 @@
 #include "common/status.h"
 #include "mgmt/client_table.h"
 #include "mgmt/cluster_state.h"
+#include "mgmt/refusal_probe.h"
 #include "proto/mgmt.pb.h"
 #include "rpc/server.h"
 #include "rpc/task.h"
@@ -39,6 +42,7 @@ struct MgmtServiceOptions {
   // Clients renew every lease/3; a crashed client's write sessions are closed
   // by meta about lease + grace after its last heartbeat.
   LeaseConfig client_lease{.lease = std::chrono::seconds(30), .grace = std::chrono::seconds(10)};
+  RefusalProbeOptions refusal_probe;  // ReportRefusal: mgmt/refusal_probe.h
 };
 
 // The [mgmtd] section of `weft serve mgmtd --config FILE`:
@@ -48,6 +52,8 @@ struct MgmtServiceOptions {
 //   tick_ms  = 200                  # how often expired leases are checked
 //   client_lease_ms = 30000         # lease granted per client heartbeat
 //   client_grace_ms = 10000         # extra wait before a client's lease is dropped
+//   probe_refusals = true           # a storage server reported refusing connections is
+//                                   # probed and, refused again, declared dead at once
 struct MgmtdConfig {
   ClusterOptions cluster;
   MgmtServiceOptions service;
@@ -81,6 +87,8 @@ class MgmtService {
   };
   std::shared_ptr<const Snapshot> snapshot();
   Task<Result<proto::mgmt::GetRoutingReply>> get_routing(proto::mgmt::GetRoutingRequest req);
+  // Blocking (a probe connects): mgmt/refusal_probe.h.
+  Result<proto::mgmt::ReportRefusalReply> report_refusal(const proto::mgmt::ReportRefusalRequest& req);
   void tick_loop();
 
   ClusterState& state_;
@@ -89,6 +97,8 @@ class MgmtService {
   ClientTable clients_;
   metrics::Counter& tick_errors_;
   metrics::Counter& long_polls_;
+  metrics::Registry& registry_;
+  RefusalProbes probes_;
 
   std::mutex snapshot_mu_;
   std::shared_ptr<const Snapshot> snapshot_;  // GUARDED_BY(snapshot_mu_)

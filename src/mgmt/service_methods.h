@@ -19,6 +19,7 @@ inline constexpr rpc::MethodId kListClients{rpc::service::kMgmt, 8};
 inline constexpr rpc::MethodId kReplaceTarget{rpc::service::kMgmt, 9};
 inline constexpr rpc::MethodId kRemoveNode{rpc::service::kMgmt, 10};
 inline constexpr rpc::MethodId kPromoteTarget{rpc::service::kMgmt, 11};
+inline constexpr rpc::MethodId kReportRefusal{rpc::service::kMgmt, 12};
 
 // Upper bound on GetRoutingRequest.wait_ms (a long poll holds no thread, only a timer).
 inline constexpr uint32_t kRoutingWaitMsMax = 60'000;

@@ -27,10 +27,11 @@ using namespace std::chrono_literals;
 
 // An in-process mgmtd with a short lease, and the client side's RPC plumbing.
 struct Fixture {
-  explicit Fixture(std::string db_dir = "", LeaseConfig client_lease = {.lease = 300ms, .grace = 100ms})
+  explicit Fixture(std::string db_dir = "", LeaseConfig client_lease = {.lease = 300ms, .grace = 100ms},
+                   LeaseConfig lease = {.lease = 300ms, .grace = 100ms})
       : client_lease(client_lease) {
     options.db_dir = std::move(db_dir);
-    options.lease = {.lease = 300ms, .grace = 100ms};
+    options.lease = lease;
     start_server();
   }
   ~Fixture() {
@@ -180,6 +181,80 @@ TEST(MgmtService, RoutingCarriesUsageReportedAfterTheVersion) {
   EXPECT_EQ(after.version, before.version);
   EXPECT_EQ(after.targets.at(t0).used_bytes, 12345u);
   EXPECT_EQ(after.targets.at(t0).capacity_bytes, 1u << 20);
+}
+
+// A peer reports that a storage server refused its connection: mgmtd probes
+// the address itself and declares the node dead at once only when nothing
+// listens there, long before its lease (60 s here) would; a server that takes
+// connections is left to its lease, whoever reports it.
+TEST(MgmtService, AReportedRefusalIsProbedAndOnlyANodeWhereNothingListensIsDeclaredDead) {
+  Fixture f("", {.lease = 300ms, .grace = 100ms}, {.lease = 60s, .grace = 5s});
+  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(listener, 16), 0);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const std::string live = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  uint16_t closed_port;
+  {
+    int s = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in c{};
+    c.sin_family = AF_INET;
+    c.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&c), sizeof c), 0);
+    len = sizeof c;
+    ASSERT_EQ(::getsockname(s, reinterpret_cast<sockaddr*>(&c), &len), 0);
+    closed_port = ntohs(c.sin_port);
+    ::close(s);  // bound, never listening: refused
+  }
+  const std::string dead = "127.0.0.1:" + std::to_string(closed_port);
+  MgmtClientOptions lo = f.storage(0), d = f.storage(1);
+  lo.registration.address = live;
+  d.registration.address = dead;
+  MgmtClient live_node(f.rpc(), lo), dead_node(f.rpc(), d);
+  ASSERT_TRUE(live_node.register_now());
+  ASSERT_TRUE(dead_node.register_now());
+  pb::CreateChainTableRequest create;
+  create.set_replicas(2);
+  ASSERT_TRUE(f.rpc().call<pb::CreateChainTableReply>(kCreateChainTable, create));
+  const RoutingVersion before = f.state->routing_version();
+
+  auto report = [&](const std::string& address) {
+    pb::ReportRefusalRequest req;
+    req.set_address(address);
+    auto r = f.rpc().call<pb::ReportRefusalReply>(kReportRefusal, req);
+    EXPECT_TRUE(r) << r.error();
+    return r ? r->outcome() : std::string("error");
+  };
+  EXPECT_EQ(report(live), "listening");
+  EXPECT_EQ(report(live), "probing") << "probed moments ago";
+  EXPECT_EQ(f.state->routing().nodes.at(live_node.node_id()).state, NodeState::kUp);
+  EXPECT_EQ(f.state->routing_version(), before);
+
+  EXPECT_EQ(report(dead), "declared");
+  EXPECT_EQ(f.state->routing().nodes.at(dead_node.node_id()).state, NodeState::kDown);
+  EXPECT_GT(f.state->routing_version(), before) << "its chains moved on";
+  for (const auto& [id, chain] : f.state->routing().chains)
+    for (const auto& e : chain.entries) {
+      if (f.state->routing().targets.at(e.target_id).node_id == dead_node.node_id()) {
+        EXPECT_EQ(e.state, TargetState::kOffline) << "chain " << id;
+      }
+    }
+  EXPECT_EQ(report(dead), "not-up");
+  EXPECT_EQ(report("127.0.0.1:1"), "not-up") << "no node registered there";
+  ::close(listener);
+}
+
+TEST(MgmtdConfig, ProbingRefusalsCanBeTurnedOff) {
+  auto on = MgmtdConfig::from(*Config::parse("[mgmtd]\ndata_dir = \"x\"\n", "test"));
+  ASSERT_TRUE(on) << on.error();
+  EXPECT_TRUE(on->service.refusal_probe.enabled);
+  auto off = MgmtdConfig::from(*Config::parse("[mgmtd]\ndata_dir = \"x\"\nprobe_refusals = false\n", "test"));
+  ASSERT_TRUE(off) << off.error();
+  EXPECT_FALSE(off->service.refusal_probe.enabled);
 }
 
 TEST(MgmtService, ExpiredLeaseMarksNodeDownAndLoopRevivesIt) {

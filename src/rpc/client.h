@@ -34,6 +34,17 @@
 
 namespace weft::rpc {
 
+// Told of every connection attempt whose peer host answered that nothing
+// listens on the port (ECONNREFUSED: a TCP reset, as from a host whose server
+// process died). A timeout or an unreachable network is never reported: only
+// a refusal says the process is gone. Called on an I/O thread or on the
+// caller's thread (call_blocking): must not block.
+class RefusalListener {
+ public:
+  virtual ~RefusalListener() = default;
+  virtual void refused(const Endpoint& ep) = 0;
+};
+
 struct ClientOptions {
   std::string cluster_token;
   uint64_t client_id = 0;  // 0: random per Client
@@ -51,6 +62,8 @@ struct ClientOptions {
   // this Client (rpc/tcp_liveness.h).
   TcpLiveness tcp;
   FrameLimits limits;
+  // Null: refusals are only errors of the calls (mgmt/refusal_reporter.h tells mgmtd).
+  std::shared_ptr<RefusalListener> refusals;
 
   // A client of peers inside the cluster (mgmtd, meta, storage): a dead peer
   // is noticed after a 1 s connect timeout and retried within 500 ms.

@@ -56,6 +56,7 @@ Task<void> ClientConnection::run_connect() {
     co_return;
   }
   auto [cec, unused] = std::get<0>(outcome);
+  if (cec == asio::error::connection_refused && options_.refusals) options_.refusals->refused(ep_);
   if (cec) {
     connect_failed(Status(Code::kUnavailable, fmt::format("cannot connect to {}: {}", ep_.to_string(), cec.message())));
     co_return;

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "common/config.h"
@@ -313,6 +314,48 @@ TEST(Rpc, ConnectFailureBacksOff) {
   ASSERT_FALSE(second);
   EXPECT_EQ(second.error().code(), Code::kUnavailable);
   EXPECT_NE(second.error().message().find("next attempt in"), std::string::npos) << second.error();
+}
+
+// Early failure detection hears of every refused connection (nothing listens:
+// a dead server), from the asynchronous and the blocking path alike, and of
+// nothing else.
+TEST(Rpc, RefusedConnectionsAreToldToTheRefusalListener) {
+  struct Heard final : RefusalListener {
+    std::mutex mu;
+    std::vector<Endpoint> eps;
+    void refused(const Endpoint& ep) override {
+      std::lock_guard lock(mu);
+      eps.push_back(ep);
+    }
+    std::vector<Endpoint> get() {
+      std::lock_guard lock(mu);
+      return eps;
+    }
+  };
+  auto heard = std::make_shared<Heard>();
+  metrics::Registry registry;
+  Cluster live;
+  IoPool io{1};
+  ClientOptions co;
+  co.cluster_token = kToken;
+  co.refusals = heard;
+  Client client(io, co);
+  auto ok = block_on(io.at(0).get_executor(), client.call<proto::EchoReply>(live.ep, kEcho, with_data("x")));
+  ASSERT_TRUE(ok) << ok.error();
+  auto ok_blocking = client.call_blocking<proto::EchoReply>(live.ep, kEcho, with_data("x"), {}, 0);
+  ASSERT_TRUE(ok_blocking) << ok_blocking.error();
+  EXPECT_TRUE(heard->get().empty()) << "a server that takes connections is not reported";
+
+  Endpoint dead{"127.0.0.1", closed_port(registry)};
+  auto r = block_on(io.at(0).get_executor(), client.call<proto::EchoReply>(dead, kEcho, with_data("x")));
+  ASSERT_FALSE(r);
+  ASSERT_EQ(heard->get().size(), 1u);
+  EXPECT_EQ(heard->get()[0], dead);
+  Endpoint dead2{"127.0.0.1", closed_port(registry)};
+  auto b = client.call_blocking<proto::EchoReply>(dead2, kEcho, with_data("x"), {}, 0);
+  ASSERT_FALSE(b);
+  ASSERT_EQ(heard->get().size(), 2u);
+  EXPECT_EQ(heard->get()[1], dead2);
 }
 
 // Endpoints that went away are not kept for ever: once their connections

@@ -30,8 +30,10 @@ long remaining_us(SteadyClock::time_point deadline) {
   return std::max<long>(left, 1);
 }
 
-// A connected, blocking TCP socket with TCP_NODELAY and options.tcp, or an error.
-Result<int> connect_socket(const Endpoint& ep, const ClientOptions& options) {
+}  // namespace
+
+Result<int> connect_blocking(const Endpoint& ep, const ClientOptions& options, bool* refused) {
+  if (refused != nullptr) *refused = false;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -40,17 +42,18 @@ Result<int> connect_socket(const Endpoint& ep, const ClientOptions& options) {
   if (int rc = ::getaddrinfo(ep.host.c_str(), port.c_str(), &hints, &res); rc != 0)
     return error(Code::kUnavailable, "cannot resolve {}: {}", ep.to_string(), gai_strerror(rc));
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owned(res, &::freeaddrinfo);
-  return connect_to_any(ep, res, options);
+  return connect_to_any(ep, res, options, refused);
 }
-
-}  // namespace
 
 // Tries each address in turn (a name may resolve to an IPv6 address nobody
 // listens on before the IPv4 one that works), all within one connect timeout.
-Result<int> connect_to_any(const Endpoint& ep, const addrinfo* addresses, const ClientOptions& options) {
+Result<int> connect_to_any(const Endpoint& ep, const addrinfo* addresses, const ClientOptions& options,
+                           bool* refused) {
   const uint32_t timeout_ms = options.connect_timeout_ms;
   const auto deadline = SteadyClock::now() + std::chrono::milliseconds(timeout_ms);
   std::string why = "no address";
+  bool tried = false, all_refused = true;
+  if (refused != nullptr) *refused = false;
   for (const addrinfo* a = addresses; a != nullptr; a = a->ai_next) {
     auto left_ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - SteadyClock::now()).count();
     if (left_ms <= 0) {
@@ -79,6 +82,8 @@ Result<int> connect_to_any(const Endpoint& ep, const addrinfo* addresses, const 
       }
     }
     if (err != 0) {
+      tried = true;
+      all_refused &= err == ECONNREFUSED;
       why = err == ETIMEDOUT ? fmt::format("timed out after {} ms", timeout_ms) : std::strerror(err);
       ::close(fd);
       continue;
@@ -89,6 +94,7 @@ Result<int> connect_to_any(const Endpoint& ep, const addrinfo* addresses, const 
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     return fd;
   }
+  if (refused != nullptr) *refused = tried && all_refused;
   return error(Code::kUnavailable, "cannot connect to {}: {}", ep.to_string(), why);
 }
 
@@ -100,7 +106,10 @@ SyncChannel::~SyncChannel() {
 }
 
 Result<std::unique_ptr<SyncChannel>> SyncChannel::open(const Endpoint& ep, const ClientOptions& options) {
-  WEFT_TRY(int fd, connect_socket(ep, options));
+  bool refused = false;
+  auto connected = connect_blocking(ep, options, &refused);
+  if (refused && options.refusals) options.refusals->refused(ep);
+  WEFT_TRY(int fd, std::move(connected));
   std::unique_ptr<SyncChannel> ch(new SyncChannel(fd, ep, options.limits));
   proto::Hello hello;
   hello.set_cluster_token(options.cluster_token);

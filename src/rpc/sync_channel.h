@@ -26,9 +26,15 @@ namespace weft::rpc {
 
 // Connects to the first of `addresses` (a getaddrinfo list for `ep`) that
 // takes the connection, all within options.connect_timeout_ms: a blocking
-// socket with TCP_NODELAY and options.tcp. (SyncChannel::open resolves and
-// calls it; exposed for tests.)
-Result<int> connect_to_any(const Endpoint& ep, const addrinfo* addresses, const ClientOptions& options);
+// socket with TCP_NODELAY and options.tcp. On failure *refused (if given)
+// tells whether every address tried answered ECONNREFUSED (nothing listens
+// there; a timeout or an unreachable network is not a refusal).
+// (connect_blocking resolves and calls it; exposed for tests.)
+Result<int> connect_to_any(const Endpoint& ep, const addrinfo* addresses, const ClientOptions& options,
+                           bool* refused = nullptr);
+// Resolves `ep` and connect_to_any()s it (the caller owns the descriptor).
+// Also how mgmtd probes whether a server still listens (mgmt/refusal_probe).
+Result<int> connect_blocking(const Endpoint& ep, const ClientOptions& options, bool* refused = nullptr);
 
 class SyncChannel {
  public:

@@ -181,8 +181,10 @@ TEST(SyncChannel, ConnectTriesEveryResolvedAddress) {
   }
   AddressList list({closed, f.port});
   ClientOptions co;
-  auto fd = connect_to_any(f.ep, list.infos.data(), co);
+  bool refused = true;
+  auto fd = connect_to_any(f.ep, list.infos.data(), co, &refused);
   ASSERT_TRUE(fd) << fd.error();
+  EXPECT_FALSE(refused);
   sockaddr_in peer{};
   socklen_t len = sizeof peer;
   ASSERT_EQ(::getpeername(*fd, reinterpret_cast<sockaddr*>(&peer), &len), 0);
@@ -190,9 +192,16 @@ TEST(SyncChannel, ConnectTriesEveryResolvedAddress) {
   ::close(*fd);
 
   AddressList none({closed, closed});
-  auto refused = connect_to_any(f.ep, none.infos.data(), co);
-  ASSERT_FALSE(refused);
-  EXPECT_EQ(refused.error().code(), Code::kUnavailable) << refused.error();
+  auto none_taken = connect_to_any(f.ep, none.infos.data(), co, &refused);
+  ASSERT_FALSE(none_taken);
+  EXPECT_EQ(none_taken.error().code(), Code::kUnavailable) << none_taken.error();
+  EXPECT_TRUE(refused) << "every address answered ECONNREFUSED";
+  // One refusing, one taking: taken, so not refused.
+  AddressList mixed({closed, f.port});
+  auto taken = connect_to_any(f.ep, mixed.infos.data(), co, &refused);
+  ASSERT_TRUE(taken) << taken.error();
+  EXPECT_FALSE(refused);
+  ::close(*taken);
 }
 
 TEST(SyncChannel, ManyThreadsEachGetTheirOwnAnswers) {

@@ -5,6 +5,7 @@
 #include "common/logging.h"
 #include "mgmt/mgmt_client.h"
 #include "mgmt/mgmt_rpc.h"
+#include "mgmt/refusal_reporter.h"
 #include "rpc/client.h"
 #include "storage/routing_provider.h"
 #include "storage/storage_service.h"
@@ -31,6 +32,8 @@ struct MgmtLink::Impl {
   rpc::Client rpc_client;
   mgmt::MgmtRpc rpc;
   mgmt::MgmtClient client;
+  // After rpc: stopped (destroyed) before it.
+  std::shared_ptr<mgmt::RefusalReporter> refusals = std::make_shared<mgmt::RefusalReporter>();
 };
 
 MgmtLink::MgmtLink(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -59,8 +62,11 @@ Result<std::unique_ptr<MgmtLink>> MgmtLink::connect(rpc::IoPool& io, MgmtLinkOpt
     if (attempt == 0) WEFT_LOG_WARN("storage {}: mgmtd not reachable or refusing ({}); retrying", options.address, r.error());
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
+  impl->refusals->start(impl->rpc);
   return std::unique_ptr<MgmtLink>(new MgmtLink(std::move(impl)));
 }
+
+std::shared_ptr<rpc::RefusalListener> MgmtLink::refusals() const { return impl_->refusals; }
 
 std::vector<mgmt::TargetId> MgmtLink::target_ids() const { return impl_->client.target_ids(); }
 
@@ -87,7 +93,9 @@ void MgmtLink::attach(StorageService& service, StaticRoutingProvider& routing) {
 }
 
 void MgmtLink::stop() {
-  if (impl_) impl_->client.stop();
+  if (!impl_) return;
+  impl_->refusals->stop();
+  impl_->client.stop();
 }
 
 bool MgmtLink::can_serve_writes() const { return impl_->client.lease().can_serve_writes() && !impl_->client.fenced(); }

@@ -2,7 +2,8 @@
 // A storage server's membership in a cluster run by mgmtd: registration (which
 // assigns the target ids: stable per server address + target path), the
 // heartbeat loop whose lease fences writes, routing pushed into the service's
-// StaticRoutingProvider, target usage in every heartbeat (with whether the
+// StaticRoutingProvider, refused connections to peers reported to mgmtd
+// (refusals()), target usage in every heartbeat (with whether the
 // target is out of service: its engine refuses every update, so mgmtd takes
 // it out of its chains), and sync-done reports when a predecessor finished
 // resyncing one of our targets.
@@ -50,6 +51,9 @@ class MgmtLink {
 
   // In the order of options.targets.
   std::vector<mgmt::TargetId> target_ids() const;
+  // Reports connections refused by other storage servers to mgmtd (set it in
+  // the chain connections' rpc::ClientOptions::refusals; mgmt/refusal_probe.h).
+  std::shared_ptr<rpc::RefusalListener> refusals() const;
   // Wires routing, usage and sync-done to `service` and starts the heartbeats.
   // `service` must outlive this link's stop().
   void attach(StorageService& service, StaticRoutingProvider& routing);

@@ -86,7 +86,8 @@ Result<StorageConfig> StorageConfig::from(const Config& config, const rpc::Servi
 Result<std::unique_ptr<StorageService>> open_storage_service(rpc::IoPool& io, const StorageConfig& config,
                                                              const rpc::ServiceConfig& server,
                                                              metrics::Registry& registry,
-                                                             std::function<bool()> write_fence) {
+                                                             std::function<bool()> write_fence,
+                                                             std::shared_ptr<rpc::RefusalListener> refusals) {
   std::vector<std::unique_ptr<StorageTarget>> targets;
   for (const auto& tc : config.targets) {
     std::error_code ec;
@@ -106,6 +107,7 @@ Result<std::unique_ptr<StorageService>> open_storage_service(rpc::IoPool& io, co
   StorageServiceOptions so;
   so.name = server.name;
   so.chain_client = server.client_options(server.name + "-chain");
+  so.chain_client.refusals = std::move(refusals);
   so.disk_threads = config.disk_threads;
   so.forward_timeout_ms = config.forward_timeout_ms;
   so.read_bytes_held_max = config.read_bytes_held_max;

@@ -70,6 +70,7 @@ struct StorageConfig {
 Result<std::unique_ptr<StorageService>> open_storage_service(rpc::IoPool& io, const StorageConfig& config,
                                                              const rpc::ServiceConfig& server,
                                                              metrics::Registry& registry = metrics::Registry::global(),
-                                                             std::function<bool()> write_fence = nullptr);
+                                                             std::function<bool()> write_fence = nullptr,
+                                                             std::shared_ptr<rpc::RefusalListener> refusals = nullptr);
 
 }  // namespace weft::storage

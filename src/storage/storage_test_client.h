@@ -32,8 +32,10 @@ struct ReadOut {
 
 class StorageTestClient {
  public:
-  StorageTestClient(rpc::IoPool& io, const std::string& token, uint64_t client_id = 0)
-      : io_(io), client_(io, options(token, client_id)) {}
+  // `refusals`: told of refused connections, as a real client's (mgmt/refusal_reporter.h).
+  StorageTestClient(rpc::IoPool& io, const std::string& token, uint64_t client_id = 0,
+                    std::shared_ptr<rpc::RefusalListener> refusals = nullptr)
+      : io_(io), client_(io, options(token, client_id, std::move(refusals))) {}
 
   rpc::Client& raw() { return client_; }
 
@@ -136,8 +138,10 @@ class StorageTestClient {
   }
 
  private:
-  static rpc::ClientOptions options(const std::string& token, uint64_t client_id) {
+  static rpc::ClientOptions options(const std::string& token, uint64_t client_id,
+                                    std::shared_ptr<rpc::RefusalListener> refusals) {
     rpc::ClientOptions o;
+    o.refusals = std::move(refusals);
     o.cluster_token = token;
     o.client_id = client_id;
     o.call_timeout_ms = 10000;

@@ -31,6 +31,7 @@
 
 #include "cluster_fixture.h"
 #include "mgmt/mgmt_client.h"
+#include "mgmt/refusal_reporter.h"
 #include "storage/storage_test_client.h"
 #include "storage/test_util.h"
 
@@ -69,8 +70,10 @@ std::vector<std::byte> content(uint64_t index, uint64_t seq) {
 // acknowledgement.
 class Writer {
  public:
-  Writer(ClusterFixture& cluster, std::vector<mgmt::ChainId> chains, uint64_t chunks)
-      : cluster_(cluster), chains_(std::move(chains)), chunks_(chunks) {}
+  // `refusals`: told of refused connections to storage servers, as a real client's.
+  Writer(ClusterFixture& cluster, std::vector<mgmt::ChainId> chains, uint64_t chunks,
+         std::shared_ptr<rpc::RefusalListener> refusals = nullptr)
+      : cluster_(cluster), chains_(std::move(chains)), chunks_(chunks), client_(io_, cluster_.options().token, kClientId, std::move(refusals)) {}
   ~Writer() { stop(); }
 
   void start() { thread_ = std::thread([this] { run(); }); }
@@ -185,7 +188,7 @@ class Writer {
   const std::vector<mgmt::ChainId> chains_;
   const uint64_t chunks_;
   rpc::IoPool io_{1};
-  storage::testing::StorageTestClient client_{io_, cluster_.options().token, kClientId};
+  storage::testing::StorageTestClient client_;
   std::shared_ptr<mgmt::RoutingInfo> routing_;  // writer thread only
   std::atomic<bool> stop_{false};
   std::chrono::milliseconds patience_{30s};
@@ -448,6 +451,64 @@ TEST_F(FailoverTest, StorageKilledUnderWriteLoadResumesResyncsAndKeepsEveryAck) 
   ASSERT_TRUE(cluster_->wait_all_serving(5s));
   verify_replicas(writer);
   verify_cold_chunks(cold);
+}
+
+// A storage server killed outright leaves nothing listening on its port: the
+// first peer whose connection is refused reports it, mgmtd's own probe is
+// refused too, and the node is declared dead at once instead of after lease +
+// grace (15 + 1 s here, so at least 11 s after the kill). Twice: a writer
+// only to chains where the victim is the tail (only the heads forwarding to it
+// can tell), then one only to chains it heads (only the client can tell).
+// Writes resume on the shorter chains and every ack is kept.
+TEST_F(FailoverTest, StorageKilledIsDeclaredDeadWhenNothingListensLongBeforeItsLeaseRunsOut) {
+  ClusterOptions o{.lease_ms = 15000, .grace_ms = 1000, .tick_ms = 50};
+  ASSERT_NO_FATAL_FAILURE(start_cluster(o, 3, 2, 2));
+  // Chains whose head (head = true) or tail is a target of server `victim`.
+  auto chains_where = [&](int victim, bool head) {
+    auto r = cluster_->status();
+    EXPECT_TRUE(r);
+    std::vector<mgmt::ChainId> out;
+    if (!r) return out;
+    auto targets = ClusterFixture::targets_of(*r, ClusterFixture::node_of(*r, cluster_->storage_address(victim)));
+    for (auto& [id, c] : r->chains) {
+      mgmt::TargetId t = head ? c.entries.front().target_id : c.entries.back().target_id;
+      if (std::find(targets.begin(), targets.end(), t) != targets.end()) out.push_back(id);
+    }
+    return out;
+  };
+  rpc::IoPool io(1);
+  rpc::Client mgmt_client(io, rpc::ClientOptions{.cluster_token = o.token});
+  mgmt::MgmtRpc mgmt_rpc(io, mgmt_client, {{"127.0.0.1", cluster_->mgmtd_port()}});
+  auto client_reports = std::make_shared<mgmt::RefusalReporter>();
+  client_reports->start(mgmt_rpc);
+
+  struct Round {
+    int victim;
+    bool victim_heads;
+  };
+  for (Round round : {Round{2, false}, Round{0, true}}) {
+    SCOPED_TRACE(fmt::format("victim s{}, {}", round.victim, round.victim_heads ? "head" : "tail"));
+    auto chains = chains_where(round.victim, round.victim_heads);
+    ASSERT_FALSE(chains.empty());
+    Writer writer(*cluster_, chains, 8 * chains.size(), round.victim_heads ? client_reports : nullptr);
+    writer.start();
+    ASSERT_TRUE(wait_acks(writer, 50, 60s)) << describe(writer) << cluster_->all_logs();
+    KillOutcome k = kill_and_measure(*cluster_, writer, round.victim, o);
+    std::printf("[failover] kill -9 of s%d (%s of the chains written): detected after %.0f ms, writer stall %.0f ms "
+                "(lease %d ms, grace %d ms)\n",
+                round.victim, round.victim_heads ? "head" : "tail", k.detect_ms, k.stall_ms, o.lease_ms, o.grace_ms);
+    EXPECT_LT(k.detect_ms, 5000) << "declared by its lease, not by the probe:\n" << cluster_->all_logs();
+    ASSERT_TRUE(cluster_->start_storage(round.victim)) << cluster_->storage_log(round.victim);
+    ASSERT_TRUE(cluster_->wait_all_serving(60s)) << describe(writer) << cluster_->all_logs();
+    ASSERT_TRUE(wait_acks(writer, 50, 60s)) << describe(writer);
+    writer.stop();
+    EXPECT_FALSE(writer.abandoned());
+    EXPECT_TRUE(writer.unexpected().empty()) << describe(writer);
+    verify_replicas(writer);
+  }
+  EXPECT_NE(cluster_->mgmtd_log().find("declared dead without waiting for its lease"), std::string::npos)
+      << cluster_->mgmtd_log();
+  client_reports->stop();
 }
 
 // A storage server that never comes back: a new server's targets take its

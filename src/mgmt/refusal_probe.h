@@ -1,0 +1,62 @@
+// mgmt/refusal_probe.h
+// Early failure detection. A storage server killed outright (SIGKILL, OOM,
+// crash) leaves its host answering connection attempts with a reset: nothing
+// listens on its port. Waiting for its lease (lease + grace, seconds) to run
+// out stalls every write to its chains that long, although the first peer to
+// reconnect knows at once. So peers (storage servers forwarding down a chain,
+// clients) report refused connections to mgmtd (mgmt/refusal_reporter.h),
+// and mgmtd checks the report itself: it connects to the node's registered
+// address; refused on every attempt, the node is declared dead now
+// (ClusterState::declare_refusing). Anything else (the connection is taken,
+// the attempt times out, the network is unreachable: a partition, a paused
+// process whose kernel still accepts) proves nothing and leaves the node to
+// its lease. A report never declares anything by itself: mgmtd's own probe
+// does, so a confused or hostile reporter cannot take a live server out.
+// RefusalProbes keeps one probe per node at a time and at most one per
+// `quiet` after it (a dead node's chains are reported by many peers at once).
+// Threading: RefusalProbes is thread-safe; probe_refused blocks (run it on a
+// blocking pool thread, never an I/O thread).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <mutex>
+
+#include "common/clock.h"
+#include "mgmt/routing.h"
+#include "rpc/endpoint.h"
+
+namespace weft::mgmt {
+
+struct RefusalProbeOptions {
+  bool enabled = true;  // [mgmtd] probe_refusals
+  std::chrono::milliseconds connect_timeout{500};
+  int attempts = 2;  // all refused: nothing listens (one reset could be a port being re-bound)
+  std::chrono::milliseconds between{50};
+  Duration quiet = std::chrono::seconds(1);  // after a probe of a node, reports of it are not probed again
+};
+
+// True when every one of options.attempts connection attempts to `ep` was
+// refused (ECONNREFUSED); false as soon as one is taken, times out or fails
+// otherwise.
+bool probe_refused(const rpc::Endpoint& ep, const RefusalProbeOptions& options);
+
+class RefusalProbes {
+ public:
+  explicit RefusalProbes(Duration quiet) : quiet_(quiet) {}
+  // True when a probe of `node` may start at `now`: none under way and none
+  // ended within `quiet`. Pair with end().
+  bool begin(NodeId node, TimePoint now);
+  void end(NodeId node, TimePoint now);
+
+ private:
+  struct Probe {
+    bool running = false;
+    TimePoint ended{};
+  };
+  const Duration quiet_;
+  std::mutex mu_;
+  std::map<NodeId, Probe> probes_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace weft::mgmt
