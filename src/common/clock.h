@@ -29,6 +29,20 @@ class SystemClock final : public Clock {
   static SystemClock& instance();
 };
 
+// Monotonic time that also counts the time the machine spent suspended
+// (CLOCK_BOOTTIME; CLOCK_MONOTONIC, behind steady_clock, stops meanwhile).
+// For a lease held on this machine: mgmtd's clock ran on while this machine
+// slept, so after a suspend longer than the lease mgmtd may have declared
+// this server dead; a lease on the monotonic clock would still look valid
+// here and the server would serve as if nothing happened. Its time points
+// are NOT comparable with steady_clock's (they differ by the suspended time).
+class BootClock final : public Clock {
+ public:
+  TimePoint now() const override;
+  int64_t wall_ns() const override { return SystemClock::instance().wall_ns(); }
+  static BootClock& instance();
+};
+
 // A clock that moves only when told to. Thread-safe.
 class ManualClock final : public Clock {
  public:

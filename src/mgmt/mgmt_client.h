@@ -86,7 +86,8 @@ class MgmtClient {
   using UsageSource = std::function<std::vector<TargetUsage>()>;
   using RoutingListener = std::function<void(std::shared_ptr<const RoutingInfo>)>;
 
-  MgmtClient(MgmtRpc& rpc, MgmtClientOptions options, const Clock& clock = SystemClock::instance());
+  // `clock` times the lease: BootClock, so a suspend of this machine counts (common/clock.h).
+  MgmtClient(MgmtRpc& rpc, MgmtClientOptions options, const Clock& clock = BootClock::instance());
   ~MgmtClient();
   MgmtClient(const MgmtClient&) = delete;
   MgmtClient& operator=(const MgmtClient&) = delete;
