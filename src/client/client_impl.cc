@@ -6,6 +6,7 @@
 #include <future>
 #include <map>
 #include <set>
+#include <thread>
 #include <tuple>
 
 #include "client/batch_workers.h"
@@ -15,6 +16,7 @@
 #include "client/file_impl.h"
 #include "client/placement.h"
 #include "client/truncate.h"
+#include "common/fault.h"
 #include "common/logging.h"
 #include "common/random.h"
 #include "meta/permission.h"
@@ -51,9 +53,14 @@ class ClientImpl final : public Client {
     core_->truncate_open = [this](const Cred& cred, Ino ino, uint64_t length, uint64_t session) {
       return truncate_open(cred, ino, length, session);
     };
+    // On an I/O thread (a send's completion).
     core_->chunk_written = [this](Ino ino, uint64_t index, const FileImpl* writer) {
-      for (auto& f : open_files(ino))
-        if (f.get() != writer) f->drop_read_ahead(index);
+      auto files = open_files(ino);
+      // The writer is held by its send's callback: never the last reference here.
+      std::erase_if(files, [&](const auto& f) { return f.get() == writer; });
+      while (WEFT_FAULT("client.chunk_written.hold")) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // tests
+      for (auto& f : files) f->drop_read_ahead(index);
+      release_off_io(std::move(files));
     };
     core_->flush_other_writers = [this](Ino ino, const FileImpl* reader) {
       uint64_t size = 0;
@@ -485,6 +492,14 @@ class ClientImpl final : public Client {
       if (auto f = w.lock(); f && f->is_open()) out.push_back(std::move(f));
     if (out.empty()) files_.erase(it);
     return out;
+  }
+
+  // Drops `files` where a File's destructor may block (it closes the File):
+  // off the I/O threads, through the Releaser, when called on one. The user
+  // may have dropped a File meanwhile, leaving its last reference here.
+  void release_off_io(std::vector<std::shared_ptr<FileImpl>> files) {
+    if (files.empty() || rpc::IoPool::current_context() == nullptr) return;
+    core_->releaser->release(std::make_shared<std::vector<std::shared_ptr<FileImpl>>>(std::move(files)));
   }
 
   // What the Files of `ino` open here share; null when none is.

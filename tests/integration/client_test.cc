@@ -16,6 +16,7 @@
 #include <random>
 #include <thread>
 
+#include "common/fault.h"
 #include "process.h"
 #include "weft/client.h"
 
@@ -1382,6 +1383,47 @@ TEST_F(ClientTest, AFileDroppedWithoutCloseIsFlushedAndClosed) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(back.size(), data.size());
   EXPECT_TRUE(back == data);
+}
+
+// A File dropped without close() while a send's completion holds it (telling
+// the inode's other Files here that a chunk was written) loses its last
+// reference on that I/O thread. Its close must not run there: its call to
+// meta waited for the thread it blocked, and every later call of the client
+// hung. It closes off the I/O threads, and its session ends.
+TEST_F(ClientTest, AFileWhoseLastReferenceASendCompletionHoldsClosesOffTheIoThreads) {
+  std::string d = dir();
+  const Cred& cred = client_->default_cred();
+  ClientOptions o;
+  o.config_path = config_;
+  o.io_threads = 1;  // a call from that thread always waits for itself
+  auto c = Client::connect(o);
+  ASSERT_TRUE(c.has_value()) << c.error();
+  auto a = (*c)->open_path(cred, d + "/f", O_CREAT | O_RDWR, 0644);
+  ASSERT_TRUE(a.has_value()) << a.error();
+  auto b = (*c)->open_path(cred, d + "/f", O_WRONLY, 0644);
+  ASSERT_TRUE(b.has_value()) << b.error();
+  const Ino ino = (*a)->ino();
+  ASSERT_TRUE(client_->remove_path(cred, d + "/f").has_value());  // destroyed once both sessions end
+  {
+    fault::Scope hold("client.chunk_written.hold");
+    ASSERT_TRUE((*a)->pwrite(pattern((*a)->layout().chunk_bytes, 31), 0).has_value());  // full: sent now
+    ASSERT_TRUE(eventually([&] { return hold.triggered() > 0; }));
+    b->reset();  // the completion, held at the fault point, has the last reference
+  }
+  // A hung client can be neither used nor destroyed: watched, and leaked if it hangs.
+  auto closed = std::make_shared<std::promise<Result<void>>>();
+  auto done = closed->get_future();
+  std::thread([closed, f = *a] { closed->set_value(f->close()); }).detach();
+  a->reset();
+  if (done.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    c->release();
+    FAIL() << "close still waiting after 30 s: the client hangs";
+  }
+  EXPECT_TRUE(done.get().has_value());
+  EXPECT_TRUE(eventually([&] {
+    auto n = client_->getattr(cred, ino);
+    return !n && n.error().code() == Code::kNotFound;
+  })) << "the dropped File's session never ended";
 }
 
 // A file unlinked while open for reading here is destroyed at meta (read-only
