@@ -155,7 +155,7 @@ void FileImpl::send_locked(uint64_t index) {
   if (it == dirty_.end()) return;
   auto address = this->address(index);
   if (!address) {
-    failed_ = address.error();
+    fail_locked(address.error());
     return;
   }
   DirtyChunk chunk = std::move(it->second);
@@ -181,9 +181,9 @@ void FileImpl::on_sent(uint64_t index, size_t charged, Result<void> r) {
   if (r) core_.chunk_written(inode_.ino, index, this);  // before mu_: it locks the other Files
   std::lock_guard lock(mu_);
   in_flight_.erase(index);
-  if (!r && !failed_) {
-    WEFT_LOG_WARN("file {}: writing chunk {} failed: {}", inode_.ino, index, r.error());
-    failed_ = r.error();
+  if (!r) {
+    if (!failed_) WEFT_LOG_WARN("file {}: writing chunk {} failed: {}", inode_.ino, index, r.error());
+    fail_locked(r.error());
   }
   auto it = dirty_.find(index);
   if (it != dirty_.end() && (it->second.first_gen <= flush_upto_ || it->second.bytes == inode_.layout.chunk_bytes ||
@@ -192,6 +192,14 @@ void FileImpl::on_sent(uint64_t index, size_t charged, Result<void> r) {
   // Under the lock: a destructor waiting in flush_locked may free this File
   // as soon as it can take the lock.
   cv_.notify_all();
+}
+
+void FileImpl::fail_locked(Status status) {
+  if (!failed_) failed_ = std::move(status);
+  size_t held = 0;
+  for (auto& d : dirty_) held += d.second.data.size();
+  dirty_.clear();
+  if (held) core_.dirty->release(held);
 }
 
 bool FileImpl::dirty_upto_locked(uint64_t gen) const {
@@ -261,7 +269,8 @@ Result<void> FileImpl::flush() {
 void FileImpl::flush_before_read() {
   std::unique_lock lock(mu_);
   if (closing_ && !closed_) cv_.wait(lock, [&] { return closed_; });  // its close flushes
-  if (closed_ || failed_ || !writable_) return;  // nothing on its way to order after
+  if (closed_ || !writable_) return;  // nothing on its way to order after
+  // Failed too: its sends still in flight may land, and go before the caller's cut.
   (void)flush_locked(lock, true);  // a failure is this File's, reported by its next call
 }
 

@@ -13,7 +13,8 @@
 // number of their oldest write, so a flush waits for the writes made before it
 // and not for those other threads make while it waits.
 // A failed background write makes the File fail: the error is returned by the
-// next pwrite/flush/fsync/close (the data it carried is not acknowledged).
+// next pwrite/flush/fsync/close; the data it carried and every write still
+// buffered are lost (dropped, never sent later).
 // Dropping the last reference without close() closes the File (flushing it)
 // in the destructor.
 // Threading: thread-safe (one mutex; no lock held across a wait on the network
@@ -92,6 +93,11 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   bool dirty_upto_locked(uint64_t gen) const;
   bool in_flight_upto_locked(uint64_t gen) const;
   Result<void> check_usable_locked() const;
+  // The File fails (the first error stays): what it buffers is dropped and
+  // never sent. A truncate through another File may have cut where it goes
+  // since, and no length would be reported for it: as after EIO on a local
+  // file, bytes not written are lost, never written later. REQUIRES(mu_).
+  void fail_locked(Status status);
   // Reports the length to meta unless it has it (see reported_gen_). REQUIRES(mu_), released meanwhile.
   // `end`: of the writes since the last report (numbered up to `upto`).
   Result<void> report_length(std::unique_lock<std::mutex>& lock, uint64_t end, uint64_t upto, bool for_read);

@@ -1101,6 +1101,36 @@ TEST_F(ClientTest, ATruncateReachesEveryFileOfTheInodeOpenInTheClient) {
   EXPECT_EQ(std::count(back.begin(), back.end(), std::byte{0}), 4 << 20) << "old bytes after truncate and extension";
 }
 
+// A failed write loses what the File still buffers, as EIO on a local file
+// does: it is never sent later. Its close once sent it, after a truncate
+// through another File had cut the file below it (the failed File reported
+// no length for it): the old bytes came back when the file was extended.
+TEST_F(ClientTest, AFailedFilesBufferedWritesNeverLandAfterATruncate) {
+  std::string d = dir();
+  auto f = open(d + "/failed", O_CREAT | O_RDWR);
+  ASSERT_TRUE(f);
+  const uint32_t cb = f->layout().chunk_bytes;
+  auto old = pattern(100, 32);
+  ASSERT_TRUE(f->pwrite(old, 0).has_value());   // chunk 0: partial, buffered
+  ASSERT_TRUE(f->pwrite(old, cb).has_value());  // chunk 1 too
+  {
+    fault::Scope fail("client.write.fail", {.hits_max = 1});
+    ASSERT_TRUE(f->pwrite(pattern(cb, 33), 2ull * cb).has_value());  // full: sent now, and fails
+    // A write into buffered chunk 0 sends nothing; it fails once the File did.
+    ASSERT_TRUE(eventually([&] { return !f->pwrite(std::span(old).first(1), 0).has_value(); }));
+  }
+  auto g = open(d + "/failed", O_RDWR);
+  ASSERT_TRUE(g);
+  ASSERT_TRUE(g->truncate(0).has_value());
+  EXPECT_FALSE(f->close().has_value()) << "the failure is reported at close";
+  ASSERT_TRUE(g->truncate(3ull * cb).has_value());
+  std::vector<std::byte> back(3ull * cb, std::byte{1});
+  ASSERT_EQ(g->pread(back, 0).value_or(0), back.size());
+  EXPECT_EQ(std::count(back.begin(), back.end(), std::byte{0}), static_cast<ptrdiff_t>(back.size()))
+      << "bytes of the failed File after the truncate";
+  ASSERT_TRUE(g->close().has_value());
+}
+
 // A batch read sees what Files of this client wrote and still buffer.
 TEST_F(ClientTest, BatchReadsSeeTheClientsOwnBufferedWrites) {
   std::string d = dir();
