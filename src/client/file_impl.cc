@@ -142,9 +142,7 @@ Result<size_t> FileImpl::write_at(std::span<const std::byte> src, uint64_t offse
     unreported_end_ = std::max(unreported_end_, end);
     bool full = chunk.bytes == cb;
     if (full) send_locked(s.chunk_index);
-    if (dirty_.size() > kDirtyChunksMax) {
-      for (auto& d : dirty_) send_locked(d.first);
-    }
+    if (dirty_.size() > kDirtyChunksMax) send_all_locked();
   }
   return src.size();
 }
@@ -173,6 +171,14 @@ void FileImpl::send_locked(uint64_t index) {
                    raw->on_sent(index, charged, std::move(r));  // raw may be gone after this when self is null
                    if (self) releaser.release(std::move(self));
                  });
+}
+
+void FileImpl::send_all_locked() {
+  // Not while iterating dirty_: send_locked erases from it.
+  std::vector<uint64_t> indexes;
+  indexes.reserve(dirty_.size());
+  for (auto& d : dirty_) indexes.push_back(d.first);
+  for (uint64_t i : indexes) send_locked(i);
 }
 
 void FileImpl::on_sent(uint64_t index, size_t charged, Result<void> r) {
@@ -217,9 +223,7 @@ Result<void> FileImpl::flush_locked(std::unique_lock<std::mutex>& lock, bool for
   // the same and reports it itself, so neither returns before it is reported.
   const uint64_t end = unreported_end_;
   flush_upto_ = std::max(flush_upto_, upto);
-  std::vector<uint64_t> indexes;
-  for (auto& d : dirty_) indexes.push_back(d.first);
-  for (uint64_t i : indexes) send_locked(i);
+  send_all_locked();
   cv_.wait(lock, [&] { return !in_flight_upto_locked(upto) && (failed_ || !dirty_upto_locked(upto)); });
   if (failed_) return std::unexpected(*failed_);
   return report_length(lock, end, upto, for_read);
@@ -247,9 +251,7 @@ Result<void> FileImpl::report_length(std::unique_lock<std::mutex>& lock, uint64_
 
 void FileImpl::send_dirty() {
   std::lock_guard lock(mu_);
-  std::vector<uint64_t> indexes;
-  for (auto& d : dirty_) indexes.push_back(d.first);
-  for (uint64_t i : indexes) send_locked(i);
+  send_all_locked();
 }
 
 Result<void> FileImpl::flush() {

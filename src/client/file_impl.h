@@ -83,6 +83,8 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   static size_t add_extent(DirtyChunk& chunk, uint32_t start, uint32_t end);
   // Sends chunk `index` unless it is already in flight. REQUIRES(mu_).
   void send_locked(uint64_t index);
+  // Sends every dirty chunk not in flight. REQUIRES(mu_).
+  void send_all_locked();
   // `charged`: the buffer size counted in Core::dirty, given back now.
   void on_sent(uint64_t index, size_t charged, Result<void> r);
   // Sends every dirty chunk and waits until every write made before the call

@@ -1131,6 +1131,31 @@ TEST_F(ClientTest, AFailedFilesBufferedWritesNeverLandAfterATruncate) {
   ASSERT_TRUE(g->close().has_value());
 }
 
+// More partly written chunks than a File keeps buffered (kDirtyChunksMax):
+// the write that makes one too many sends them all, and every byte lands.
+TEST_F(ClientTest, ManyPartlyWrittenChunksAreAllSent) {
+  std::string d = dir();
+  auto f = open(d + "/sparse-many", O_CREAT | O_RDWR);
+  ASSERT_TRUE(f);
+  const uint64_t cb = f->layout().chunk_bytes;
+  const int chunks = 40;
+  auto data = pattern(16 * chunks, 34);
+  for (int i = 0; i < chunks; ++i) {
+    // Scattered, so the buffered chunks' map is not filled in order.
+    uint64_t chunk = (uint64_t(i) * 17) % chunks;
+    ASSERT_TRUE(f->pwrite(std::span(data).subspan(16 * chunk, 16), chunk * cb).has_value());
+  }
+  ASSERT_TRUE(f->close().has_value());
+  auto g = open(d + "/sparse-many", O_RDONLY);
+  ASSERT_TRUE(g);
+  std::vector<std::byte> back(16);
+  for (uint64_t chunk = 0; chunk < chunks; ++chunk) {
+    ASSERT_EQ(g->pread(back, chunk * cb).value_or(0), 16u);
+    EXPECT_TRUE(std::equal(back.begin(), back.end(), data.begin() + 16 * chunk)) << "chunk " << chunk;
+  }
+  ASSERT_TRUE(g->close().has_value());
+}
+
 // A batch read sees what Files of this client wrote and still buffer.
 TEST_F(ClientTest, BatchReadsSeeTheClientsOwnBufferedWrites) {
   std::string d = dir();
