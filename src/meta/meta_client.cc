@@ -13,6 +13,7 @@
 #include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
 
+#include "common/logging.h"
 #include "common/random.h"
 #include "meta/proto_convert.h"
 #include "meta/service_methods.h"
@@ -180,6 +181,13 @@ Task<Result<Rep>> MetaClient::call_async(rpc::MethodId method, Req req, bool mut
 
 Result<Rep> MetaClient::call(rpc::MethodId method, Req req, bool mutation) {
   if (rpc::IoPool::current_context() == nullptr) return call_here(method, std::move(req), mutation);
+  // Waiting here for a context of `io_` could wait for this very thread (a
+  // deadlock; always so with one thread). A caller's bug: refused, loudly.
+  if (io_.in_pool_thread()) {
+    WEFT_LOG_ERROR("meta client: synchronous call (method {}) on one of its own I/O threads refused", method.method);
+    return error(Code::kInternal, "synchronous meta call on an I/O thread of the meta client");
+  }
+  // On a thread of another pool (a server's): wait for one of ours.
   size_t i = std::hash<std::thread::id>{}(std::this_thread::get_id()) % io_.size();
   return block_on(io_.at(i).get_executor(), call_async(method, std::move(req), mutation));
 }

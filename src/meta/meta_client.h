@@ -2,7 +2,8 @@
 // Typed client of the metadata service over rpc::Client, for the client
 // library and tools: one method per operation, each taking the caller's
 // credentials. Synchronous methods block (call them from threads that are
-// not I/O threads of `io`); call_async is the coroutine form underneath.
+// not I/O threads of `io`: there they fail with kInternal); call_async is
+// the coroutine form underneath.
 // Retries: retryable failures (timeouts, disconnects, kOverloaded, kBusy)
 // are retried with backoff until attempts_max or retry_time_ms_max; a
 // mutation keeps the SAME request id across retries, so a retried commit

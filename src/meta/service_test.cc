@@ -7,8 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <future>
 #include <thread>
 
+#include <asio/post.hpp>
 #include <rocksdb/db.h>
 
 #include "common/fault.h"
@@ -421,6 +423,38 @@ TEST_F(SmallWindowServiceTest, NewMutationsWaitForAnOldOneStillRetrying) {
   EXPECT_EQ(failed.load(), 0);
   EXPECT_GE(client.retries(), 1u);
   EXPECT_EQ(client.mutations_sent(), 41u);
+}
+
+// A synchronous call from an I/O thread of the client's own pool once
+// waited for a context of that pool, maybe its own (always, with one
+// thread): a deadlock. It fails at once instead. From a thread of another
+// pool it still waits for one of the client's.
+TEST_F(ServiceTest, SyncCallsFromTheClientsOwnIoThreadsFailInsteadOfHanging) {
+  // Leaked if a call hangs: a deadlocked pool cannot be joined.
+  auto* own = new rpc::IoPool(1);
+  auto* rpc = new rpc::Client(*own, rpc::ClientOptions{.cluster_token = "t"});
+  auto* client = new MetaClient(*own, *rpc, MetaClientOptions{.addresses = {rpc::Endpoint{"127.0.0.1", port_}}});
+  auto* other = new rpc::IoPool(1);
+  auto call_on = [&](rpc::IoPool& pool) {
+    auto done = std::make_shared<std::promise<Result<Inode>>>();
+    auto result = done->get_future();
+    asio::post(pool.at(0), [client, done] { done->set_value(client->getattr(kRoot, kRootIno)); });
+    return result;
+  };
+  auto on_own = call_on(*own);
+  auto on_other = call_on(*other);
+  bool returned = on_own.wait_for(std::chrono::seconds(30)) == std::future_status::ready &&
+                  on_other.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  if (!returned) FAIL() << "a call still waiting after 30 s";
+  auto r = on_own.get();
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), Code::kInternal) << r.error();
+  auto ok = on_other.get();
+  EXPECT_TRUE(ok.has_value()) << ok.error();
+  delete other;
+  delete client;
+  delete rpc;
+  delete own;
 }
 
 TEST_F(ServiceTest, PersistentErrorsAreNotRetried) {
