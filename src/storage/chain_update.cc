@@ -62,6 +62,7 @@ struct StageJob {
   bool has_expect;
   uint32_t expect_length;
   uint32_t expect_crc;
+  ChunkEngine::Reservation* reserved = nullptr;  // the slot to write, taken before the forward went out
 
   Result<StagedUpdate> operator()() const {
     auto info = engine->stat(u->id);
@@ -85,7 +86,7 @@ struct StageJob {
 
   Result<StagedUpdate> stage(uint64_t v) const {
     WEFT_TRY(Update update, to_engine_update(*u, chain));
-    WEFT_TRY(WriteResult r, engine->stage(u->id, v, update));
+    WEFT_TRY(WriteResult r, engine->stage(u->id, v, update, reserved));
     if (has_expect && (r.chunk_crc != expect_crc || r.length != expect_length)) {
       (void)engine->abort(u->id, v);
       return error(Code::kVersionMismatch, "chunk {} version {}: staged content differs from the predecessor's",
@@ -93,6 +94,12 @@ struct StageJob {
     }
     return StagedUpdate{r, false};
   }
+};
+
+struct PrepareJob {
+  ChunkEngine* engine;
+  ChunkEngine::Reservation* reserved;
+  Result<void> operator()() const { return engine->prepare(*reserved); }
 };
 
 struct CommitJob {
@@ -233,18 +240,21 @@ Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const Ch
                                                     const Expect* expect) {
   ChunkEngine* engine = &p.target->engine();
   // A member short of space refuses before it forwards: its successors would
-  // otherwise apply what it does not (reads go to any replica).
+  // otherwise apply what it does not (reads go to any replica). A stage that
+  // overlaps the forward also takes its slot first (make_room).
   if (p.successor) {
     auto room = engine->check_space();
     if (!room) co_return error(room.error());
   }
   if (u.kind == pb::UPDATE_REMOVE) {
+    // Admitted before the forward: the successors' removal must be this member's too.
+    WEFT_CO_TRY(DiskPool::Admission admitted, pool_.admit());
     if (p.successor) {
       auto fwd = co_await forward_out(p, u, WriteResult{}, false);
       if (!fwd) co_return error(fwd.error());
     }
     RemoveJob job{engine, u.id, p.route.chain_id, u.sync};
-    auto removed = co_await pool_.run(job);
+    auto removed = co_await pool_.run(admitted, job);
     // A resync removal: the source never had what this replica recorded.
     if (u.sync && (!removed || *removed)) p.target->dedup().forget_chunk(u.id);
     if (!removed) co_return error(removed.error());
@@ -269,13 +279,16 @@ Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const Ch
     if (p.successor) note_delivered(p, u.id);
     co_return staged.result;
   }
+  // Aborts and commits finish an admitted update: a full disk pool must not
+  // refuse them (it would leave the version pending, or uncommitted here
+  // while the successors committed it).
   if (WEFT_FAULT("storage.chain.commit.fail")) {
     AbortJob abort{engine, u.id, staged.result.version};
-    (void)co_await pool_.run(abort);
+    (void)co_await pool_.finish(abort);
     co_return error(Code::kIoError, "injected: commit of chunk {}", u.id);
   }
   CommitJob commit{engine, u.id, staged.result.version};
-  auto committed = co_await pool_.run(commit);
+  auto committed = co_await pool_.finish(commit);
   // The whole content came from the predecessor (it was rebuilt for a replica
   // that differed, or is a resync copy), maybe at the version this replica
   // had committed: the updates its dedup table names for the chunk need not
@@ -288,10 +301,31 @@ Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const Ch
 }
 
 Task<Result<StagedUpdate>> StorageService::stage_local(const Placement& p, const ChainUpdate& u, uint64_t version,
-                                                       const Expect* expect) {
+                                                       const Expect* expect, Room* room) {
   StageJob stage{&p.target->engine(), &u, p.route.chain_id, version, expect != nullptr, expect ? expect->length : 0,
-                 expect ? expect->crc : 0};
-  co_return co_await pool_.run(stage);
+                 expect ? expect->crc : 0, room ? &room->slot : nullptr};
+  Result<StagedUpdate> staged;
+  if (room) {
+    staged = co_await pool_.run(room->admission, stage);
+  } else {
+    staged = co_await pool_.run(stage);
+  }
+  co_return staged;
+}
+
+// Before a member forwards an update it stages meanwhile: whatever could
+// refuse that stage for lack of room (space guard, capacity, slab growth, a
+// failing fallocate, a full disk pool) refuses now, before the successor
+// commits what this member would then not have.
+Task<Result<StorageService::Room>> StorageService::make_room(const Placement& p, uint32_t length) {
+  Room room;
+  WEFT_CO_TRY(room.admission, pool_.admit());
+  WEFT_CO_TRY(room.slot, p.target->engine().reserve(length));
+  if (!room.slot.ready()) {
+    PrepareJob prepare{&p.target->engine(), &room.slot};
+    WEFT_CO_RETURN_IF_ERROR(co_await pool_.run(prepare));
+  }
+  co_return std::move(room);
 }
 
 // Step 3, then step 4 with the staged result (the head of a partial write).
@@ -303,7 +337,7 @@ Task<Result<StagedUpdate>> StorageService::stage_then_forward(const Placement& p
   if (!fwd) {
     if (!staged->already) {
       AbortJob abort{&p.target->engine(), u.id, staged->result.version};
-      (void)co_await pool_.run(abort);
+      (void)co_await pool_.finish(abort);
     }
     co_return error(fwd.error());
   }
@@ -311,12 +345,15 @@ Task<Result<StagedUpdate>> StorageService::stage_then_forward(const Placement& p
 }
 
 // Steps 3 and 4 at the same time: the local slot write and sync overlap the
-// successor's whole round trip. A failed forward aborts the local stage; a
-// failed local stage fails the update (the successor may have committed it:
-// a retry finds it there, or replaces it, see forward_out).
+// successor's whole round trip. A failed forward aborts the local stage. The
+// local stage cannot fail for lack of room (make_room); a local failure
+// otherwise (a read-modify-write meeting damage, an I/O error) fails the
+// update retryably although the successor may have committed it: the retry
+// finds it there, or replaces it (see forward_out).
 Task<Result<StagedUpdate>> StorageService::stage_and_forward(const Placement& p, const ChainUpdate& u,
                                                              WriteResult predicted, const Expect* expect) {
-  auto local = stage_local(p, u, predicted.version, expect);
+  WEFT_CO_TRY(Room room, co_await make_room(p, predicted.length));
+  auto local = stage_local(p, u, predicted.version, expect, &room);
   auto remote = forward_out(p, u, predicted, false);
   auto joined = std::move(local) && std::move(remote);
   auto both = co_await std::move(joined);
@@ -326,7 +363,7 @@ Task<Result<StagedUpdate>> StorageService::stage_and_forward(const Placement& p,
                  (staged->result.length != predicted.length || staged->result.chunk_crc != predicted.chunk_crc);
   if (staged && !staged->already && (!fwd || differs)) {
     AbortJob abort{&p.target->engine(), u.id, staged->result.version};
-    (void)co_await pool_.run(abort);
+    (void)co_await pool_.finish(abort);
   }
   // This replica is behind (it did not stage): that comes first, whatever
   // the successor said. Its predecessor then sends it the whole chunk, which

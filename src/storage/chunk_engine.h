@@ -200,13 +200,44 @@ class ChunkEngine {
   ChunkEngine(const ChunkEngine&) = delete;
   ChunkEngine& operator=(const ChunkEngine&) = delete;
 
+  // A slot taken ahead of a stage() (reserve()): freed again unless a stage
+  // used it. Move-only; must not outlive its engine.
+  class Reservation {
+   public:
+    Reservation() = default;
+    Reservation(Reservation&& o) noexcept;
+    Reservation& operator=(Reservation&& o) noexcept;
+    ~Reservation();
+    // Writable as it is; otherwise prepare() must grow or re-back it.
+    bool ready() const { return engine_ == nullptr || backed_; }
+
+   private:
+    friend class ChunkEngine;
+    ChunkEngine* engine_ = nullptr;  // null: holds no slot
+    Allocation slot_;
+    bool backed_ = false;
+  };
+
   // stage(committed + 1) and commit in one step (a chain of one). Discards a
   // pending version of the chunk, if any.
   Result<WriteResult> write(const ChunkId& id, const Update& update);
   // Writes the updated content to a new slot as the pending version.
   // `version` must be committed + 1 (kVersionMismatch otherwise) unless the
   // update is Kind::kReplace. Restaging the pending version replaces it.
-  Result<WriteResult> stage(const ChunkId& id, uint64_t version, const Update& update);
+  // With `reserved` (from reserve()) it writes the reserved slot if the new
+  // content is of its size class and checks no space: it cannot fail for
+  // lack of space then.
+  Result<WriteResult> stage(const ChunkId& id, uint64_t version, const Update& update,
+                            Reservation* reserved = nullptr);
+  // Everything that could refuse a stage of `length` bytes for lack of
+  // space, done ahead: the space guard (check_space), the capacity (the
+  // slot is allocated). No I/O (an I/O thread may call it): a slot that
+  // needs the slab file to grow or to be re-backed is not ready() until
+  // prepare() (which may fallocate) made it so; kNoSpace then. For a chain
+  // member that must not refuse an update its successor already committed.
+  // Empty (ready, no slot) for length 0.
+  Result<Reservation> reserve(uint32_t length);
+  Result<void> prepare(Reservation& reserved);
   // Makes the pending `version` the committed one. Committing the version
   // that is already committed (and nothing pending) succeeds: retries are idempotent.
   Result<WriteResult> commit(const ChunkId& id, uint64_t version);
@@ -337,7 +368,8 @@ class ChunkEngine {
   Result<std::optional<ChunkMeta>> get_meta(const ChunkId& id);
   // REQUIRES: stripe(id).mu held (shared or exclusive).
   std::optional<ChunkMeta> get_meta_locked(const ChunkId& id);
-  Result<WriteResult> stage_locked(const ChunkId& id, uint64_t version, const Update& update);
+  Result<WriteResult> stage_locked(const ChunkId& id, uint64_t version, const Update& update,
+                                   Reservation* reserved = nullptr);
   Result<WriteResult> commit_locked(const ChunkId& id, uint64_t version);
   Result<uint32_t> new_length(const Update& update, uint32_t old_length) const;
   // The bytes to write to the new slot, padded to 4 KiB: the caller's own
@@ -362,7 +394,11 @@ class ChunkEngine {
   // Writes the slot; syncs it now unless options_.defer_slot_sync (then
   // commit_locked's group syncs it: Pending::unsynced).
   Result<Pending> store_new_slot(std::span<const std::byte> content, uint32_t length, uint64_t version,
-                                 uint32_t chain_id);
+                                 uint32_t chain_id, Reservation* reserved);
+  // The reserved slot if it is of `size_class` (the reservation gives it up), else a new one.
+  Result<Allocation> take_slot(uint32_t size_class, Reservation* reserved);
+  // Frees a reserved slot no stage used.
+  void release_reservation(const Allocation& slot, bool backed);
   std::optional<Pending> take_pending(const ChunkId& id);
   // Frees the slot of a pending version that is dropped (aborted, restaged,
   // removed), unless the engine failed (see failure()).

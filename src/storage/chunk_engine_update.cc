@@ -2,6 +2,7 @@
 // commit (flip the index entry), abort, remove.
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "common/assert.h"
 #include "common/clock.h"
@@ -69,8 +70,69 @@ Result<ChunkEngine::Content> ChunkEngine::build_content(const ChunkId& id, const
   return Content{std::move(buf), bytes};
 }
 
+ChunkEngine::Reservation::Reservation(Reservation&& o) noexcept
+    : engine_(std::exchange(o.engine_, nullptr)), slot_(o.slot_), backed_(o.backed_) {}
+
+ChunkEngine::Reservation& ChunkEngine::Reservation::operator=(Reservation&& o) noexcept {
+  if (this == &o) return *this;
+  if (engine_) engine_->release_reservation(slot_, backed_);
+  engine_ = std::exchange(o.engine_, nullptr);
+  slot_ = o.slot_;
+  backed_ = o.backed_;
+  return *this;
+}
+
+ChunkEngine::Reservation::~Reservation() {
+  if (engine_) engine_->release_reservation(slot_, backed_);
+}
+
+Result<ChunkEngine::Reservation> ChunkEngine::reserve(uint32_t length) {
+  WEFT_RETURN_IF_ERROR(check_not_failed());
+  WEFT_RETURN_IF_ERROR(check_space());
+  Reservation r;
+  if (length == 0) return r;
+  if (length > options_.chunk_size_max)
+    return error(Code::kInvalidArgument, "{} bytes past this target's chunk size maximum {}", length,
+                 options_.chunk_size_max);
+  WEFT_TRY(r.slot_, space_.allocate(class_for_length(length)));
+  r.engine_ = this;
+  std::lock_guard lock(slabs_mu_);  // an open slab file only: opening one is I/O
+  const SlabFile* file = slabs_[r.slot_.size_class].get();
+  r.backed_ = file && r.slot_.slot < file->slot_count() && !r.slot_.needs_backing;
+  return r;
+}
+
+Result<void> ChunkEngine::prepare(Reservation& r) {
+  if (r.ready()) return {};
+  WEFT_TRY(SlabFile * file, slab(r.slot_.size_class));
+  auto made = make_writable(*file, r.slot_);
+  if (!made) {
+    release_unwritten(file, r.slot_, false);
+    r.engine_ = nullptr;
+    return error(made.error());
+  }
+  r.slot_.needs_backing = false;
+  r.backed_ = true;
+  return {};
+}
+
+// Not prepared: the slot may be a hole or hold space (another writer may
+// have grown the slab over it), so it is freed as unknown.
+void ChunkEngine::release_reservation(const Allocation& slot, bool backed) {
+  if (backed) return space_.free(slot);
+  space_.free_unbacked(slot, true);
+}
+
+Result<Allocation> ChunkEngine::take_slot(uint32_t size_class, Reservation* reserved) {
+  if (!reserved || !reserved->engine_ || reserved->slot_.size_class != size_class) return space_.allocate(size_class);
+  WEFT_ASSERT(reserved->engine_ == this);
+  reserved->engine_ = nullptr;
+  return reserved->slot_;
+}
+
 Result<ChunkEngine::Pending> ChunkEngine::store_new_slot(std::span<const std::byte> content, uint32_t length,
-                                                         uint64_t version, uint32_t chain_id) {
+                                                         uint64_t version, uint32_t chain_id,
+                                                         Reservation* reserved) {
   Pending p;
   ChunkMeta& meta = p.meta;
   meta.chain_id = chain_id;
@@ -83,7 +145,7 @@ Result<ChunkEngine::Pending> ChunkEngine::store_new_slot(std::span<const std::by
   // An empty chunk needs no slot (slot_of): nothing to write, nothing to sync,
   // no slab growth that only a later sync would make durable.
   if (length == 0) return p;
-  WEFT_TRY(Allocation slot, space_.allocate(meta.size_class));
+  WEFT_TRY(Allocation slot, take_slot(meta.size_class, reserved));
   meta.slot = slot.slot;
   SlabFile* file = nullptr;
   bool backed = false;
@@ -124,7 +186,8 @@ std::optional<ChunkEngine::Pending> ChunkEngine::take_pending(const ChunkId& id)
 }
 
 // REQUIRES: the chunk's ChunkLock held.
-Result<WriteResult> ChunkEngine::stage_locked(const ChunkId& id, uint64_t version, const Update& u) {
+Result<WriteResult> ChunkEngine::stage_locked(const ChunkId& id, uint64_t version, const Update& u,
+                                              Reservation* reserved) {
   auto start = std::chrono::steady_clock::now();
   WEFT_TRY(auto old, get_meta(id));
   uint64_t committed = old ? old->version : 0;
@@ -136,7 +199,7 @@ Result<WriteResult> ChunkEngine::stage_locked(const ChunkId& id, uint64_t versio
   WEFT_TRY(Content content, build_content(id, old, u, length));
   if (WEFT_FAULT("storage.stage.fail")) return error(Code::kIoError, "injected: stage of chunk {}", id);
   uint32_t chain_id = u.chain_id != kChainUnknown ? u.chain_id : old ? old->chain_id : kChainUnknown;
-  WEFT_TRY(Pending staged, store_new_slot(content.bytes, length, version, chain_id));
+  WEFT_TRY(Pending staged, store_new_slot(content.bytes, length, version, chain_id, reserved));
   WriteResult result{staged.meta.version, staged.meta.length, staged.meta.chunk_crc};
   std::optional<Pending> replaced = take_pending(id);
   {
@@ -204,11 +267,12 @@ Result<void> ChunkEngine::check_not_failed() {
   return error(why ? *why : Status(Code::kIoError, "the target refuses updates until it is reopened"));
 }
 
-Result<WriteResult> ChunkEngine::stage(const ChunkId& id, uint64_t version, const Update& update) {
+Result<WriteResult> ChunkEngine::stage(const ChunkId& id, uint64_t version, const Update& update,
+                                       Reservation* reserved) {
   WEFT_RETURN_IF_ERROR(check_not_failed());
-  WEFT_RETURN_IF_ERROR(check_space());
+  if (!reserved) WEFT_RETURN_IF_ERROR(check_space());  // reserve() checked it
   ChunkLock lock(*this, id);
-  return stage_locked(id, version, update);
+  return stage_locked(id, version, update, reserved);
 }
 
 Result<WriteResult> ChunkEngine::commit(const ChunkId& id, uint64_t version) {

@@ -15,7 +15,10 @@
 //      knows the staged result (length, CRC) before staging: a successor
 //      always does (its predecessor's result), the head for whole-chunk
 //      writes; otherwise (partial writes, truncates at the head) it stages
-//      first. Both must succeed before the member commits;
+//      first. Both must succeed before the member commits. A member that
+//      stages while it forwards first takes what its stage needs (the slot,
+//      made writable, and a place in the disk pool's queue): it must not
+//      refuse for lack of room what its successors then commit;
 //   5. each member commits when its successor acknowledged (the Forward
 //      reply), so the client's ack means every replica on the write path
 //      (serving and syncing) has committed it. On any failure a member
@@ -236,6 +239,12 @@ class StorageService {
     uint32_t length = 0;
     uint32_t crc = 0;
   };
+  // What a member takes before it forwards an update it stages meanwhile:
+  // its place in the disk pool's queue and the slot the stage writes.
+  struct Room {
+    DiskPool::Admission admission;
+    ChunkEngine::Reservation slot;
+  };
 
   Result<Placement> locate(mgmt::ChainId chain, mgmt::ChainVersion version) const;
   Result<void> check_write_fence() const;
@@ -259,8 +268,10 @@ class StorageService {
                                                const Expect* expect);
   Task<Result<StagedUpdate>> stage_then_forward(const Placement& p, const ChainUpdate& u, uint64_t version,
                                                 const Expect* expect);
+  // `room`: the stage runs in it (never refused for lack of space or queue).
   Task<Result<StagedUpdate>> stage_local(const Placement& p, const ChainUpdate& u, uint64_t version,
-                                         const Expect* expect);
+                                         const Expect* expect, Room* room = nullptr);
+  Task<Result<Room>> make_room(const Placement& p, uint32_t length);
   Task<Result<void>> forward_out(const Placement& p, const ChainUpdate& u, const WriteResult& staged, bool sync);
   Task<Result<pb::GetChunkMetaReply>> get_chunk_meta(const pb::GetChunkMetaRequest& req);
   Task<Result<pb::ListChunksReply>> list_chunks(const pb::ListChunksRequest& req);

@@ -121,7 +121,28 @@ class StorageServiceTest : public ::testing::Test {
       nodes_.push_back(std::make_unique<Node>(io_, "s" + std::to_string(i + 1),
                                               std::vector<mgmt::TargetId>{target_of(i)}, capacity));
   }
+  // One server per entry, with that target capacity (0: the filesystem's).
+  void start_with_capacities(std::vector<uint64_t> capacities) {
+    for (size_t i = 0; i < capacities.size(); ++i)
+      nodes_.push_back(std::make_unique<Node>(io_, "s" + std::to_string(i + 1),
+                                              std::vector<mgmt::TargetId>{target_of(i)}, capacities[i]));
+  }
   static mgmt::TargetId target_of(size_t node) { return 101 + 100 * node; }
+  // The version of `id` staged but not committed on node n (0: none).
+  uint64_t pending_on(size_t n, ChunkId id) {
+    auto info = nodes_[n]->engine(target_of(n)).stat(id);
+    return info ? info->pending_version : 0;
+  }
+  // The read answer of every node for `id`: (code, version).
+  std::vector<std::pair<uint32_t, uint64_t>> reads_of(ChunkId id, mgmt::ChainVersion cv) {
+    std::vector<std::pair<uint32_t, uint64_t>> out;
+    for (size_t n = 0; n < nodes_.size(); ++n) {
+      auto r = client_.read(nodes_[n]->ep(), 1, cv, id, 0, kChunk);
+      EXPECT_TRUE(r.has_value()) << r.error();
+      out.emplace_back(r ? r->result.code() : 0xffffffffu, r ? r->result.version() : 0);
+    }
+    return out;
+  }
   // Chain 1 over the given nodes (all serving unless listed in `syncing`),
   // sent to the nodes in order (`last_first`: the last node first).
   void route(std::vector<size_t> order, mgmt::ChainVersion cv, std::vector<size_t> syncing = {},
@@ -1205,6 +1226,86 @@ TEST_F(StorageServiceTest, FullTargetAnswersNoSpaceAndStillServesReads) {
   ASSERT_FALSE(w.has_value());
   EXPECT_EQ(w.error().code(), Code::kNoSpace);
   EXPECT_EQ(read(0, 1, ChunkId{1, 0}).data, data);
+}
+
+// A member out of room refuses an update before it forwards it, also when it
+// stages while the forward runs (whole-chunk writes at the head, every
+// member after it): the slot is taken first. Here the configured capacity
+// is what runs out, on the head and then on the middle member; the members
+// after it never commit what it refused (they used to: replicas diverged
+// while the client was told kNoSpace).
+TEST_F(StorageServiceTest, AMemberOutOfRoomRefusesBeforeItsSuccessorsCommit) {
+  for (size_t small : {0, 1}) {
+    SCOPED_TRACE(small);
+    nodes_.clear();
+    std::vector<uint64_t> capacities{2u << 20, 0, 0};
+    capacities[small] = 1u << 20;
+    start_with_capacities(capacities);
+    route({0, 1, 2}, 1);
+    auto data = pattern(kChunk, 1);
+    Result<proto::storage::WriteReply> w;
+    uint64_t i = 0;
+    for (; i < 64; ++i) {
+      w = write(0, 1, ChunkId{1, i}, 0, data);
+      if (!w) break;
+    }
+    ASSERT_FALSE(w.has_value());
+    EXPECT_EQ(w.error().code(), Code::kNoSpace) << w.error();
+    const uint32_t absent = static_cast<uint32_t>(Code::kNotFound);
+    for (auto [code, version] : reads_of(ChunkId{1, i}, 1)) EXPECT_EQ(code, absent) << "replicas diverge";
+    for (size_t n = 0; n < 3; ++n) EXPECT_EQ(pending_on(n, ChunkId{1, i}), 0u) << "node " << n;
+    expect_identical({0, 1, 2}, 1);
+  }
+}
+
+// The same for a disk pool whose queue is full when the head would stage a
+// whole-chunk write: it is refused before the forward (kOverloaded, which
+// the client retries), not after the tail committed it.
+TEST_F(StorageServiceTest, AFullDiskPoolRefusesAPipelinedWriteBeforeTheForward) {
+  start(2);
+  route({0, 1}, 1);
+  ChunkId id{21, 0};
+  auto data = pattern(kChunk, 2);
+  {
+    fault::Scope full("storage.disk_pool.full", {.hits_max = 1});
+    auto w = write(0, 1, id, 0, data, 6, 1);
+    if (full.triggered() == 0) GTEST_SKIP() << "fault injection compiled out";
+    ASSERT_FALSE(w.has_value());
+    EXPECT_EQ(w.error().code(), Code::kOverloaded) << w.error();
+  }
+  for (auto [code, version] : reads_of(id, 1))
+    EXPECT_EQ(code, static_cast<uint32_t>(Code::kNotFound)) << "replicas diverge";
+  auto w = write(0, 1, id, 0, data, 6, 1);
+  ASSERT_TRUE(w.has_value()) << w.error();
+  expect_identical({0, 1}, 1);
+}
+
+// Commits and aborts finish an update the disk pool admitted: a full queue
+// does not refuse them. Refused, a tail's commit failed a write its stage
+// had passed, and a head's abort (after a failed forward) left the version
+// pending, its slot taken, until the next update of the chunk.
+TEST_F(StorageServiceTest, AFullDiskPoolRefusesNoCommitOrAbort) {
+  start(2);
+  route({0, 1}, 1);
+  ChunkId id{22, 0};
+  auto base = pattern(8192, 1);
+  ASSERT_TRUE(write(0, 1, id, 0, base).has_value());
+  {
+    // A partial write: the head stages, the tail stages; then the commits.
+    fault::Scope full("storage.disk_pool.full", {.hits_max = 1, .skip = 2});
+    auto w = write(0, 1, id, 100, pattern(50, 2), 7, 1);
+    EXPECT_TRUE(w.has_value()) << w.error();
+  }
+  {
+    fault::Scope fail("storage.forward.fail", {.hits_max = 1});
+    fault::Scope full("storage.disk_pool.full", {.hits_max = 1, .skip = 1});  // after the head's stage
+    auto w = write(0, 1, id, 200, pattern(50, 3), 7, 2);
+    if (fail.triggered() == 0) GTEST_SKIP() << "fault injection compiled out";
+    ASSERT_FALSE(w.has_value());
+  }
+  EXPECT_EQ(pending_on(0, id), 0u) << "the abort ran";
+  EXPECT_EQ(pending_on(1, id), 0u);
+  expect_identical({0, 1}, 1);
 }
 
 // Chunks of a chain their target left (another target took its place) go once
