@@ -300,6 +300,17 @@ Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const Ch
   co_return committed;
 }
 
+// A read-modify-write or a rebuild met damage to this member's committed
+// copy: every update of the chunk would fail here until it is repaired (while
+// a successor that staged in parallel commits each attempt). Retryable: the
+// client's retry after the repair converges the chain (a successor that
+// already committed the attempt finds it there, see StageJob).
+Status StorageService::own_copy_corrupt(const Placement& p, const ChunkId& id, const Status& why) {
+  request_repair(p.target->id(), id);  // repair.cc
+  return Status(Code::kUnavailable, fmt::format("target {}: its copy of chunk {} is corrupt, a repair is queued: {}",
+                                                p.target->id(), id, why.to_string()));
+}
+
 Task<Result<StagedUpdate>> StorageService::stage_local(const Placement& p, const ChainUpdate& u, uint64_t version,
                                                        const Expect* expect, Room* room) {
   StageJob stage{&p.target->engine(), &u, p.route.chain_id, version, expect != nullptr, expect ? expect->length : 0,
@@ -310,6 +321,7 @@ Task<Result<StagedUpdate>> StorageService::stage_local(const Placement& p, const
   } else {
     staged = co_await pool_.run(stage);
   }
+  if (!staged && staged.error().code() == Code::kCorruption) co_return error(own_copy_corrupt(p, u.id, staged.error()));
   co_return staged;
 }
 
@@ -392,6 +404,7 @@ Task<Result<void>> StorageService::forward_out(const Placement& p, const ChainUp
     co_return error(r.error().with_context(fmt::format("forward to target {}", p.successor->id)));
   FullContentJob rebuild{&p.target->engine(), &u, staged};
   auto full = co_await pool_.run(rebuild);
+  if (!full && full.error().code() == Code::kCorruption) co_return error(own_copy_corrupt(p, u.id, full.error()));
   if (!full) co_return error(full.error());
   req.set_kind(pb::UPDATE_REPLACE);
   req.set_offset(0);

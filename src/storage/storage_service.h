@@ -272,6 +272,9 @@ class StorageService {
   Task<Result<StagedUpdate>> stage_local(const Placement& p, const ChainUpdate& u, uint64_t version,
                                          const Expect* expect, Room* room = nullptr);
   Task<Result<Room>> make_room(const Placement& p, uint32_t length);
+  // This member's own copy of `id` failed its checksums: queues its repair
+  // and says so as a retryable error (chain_update.cc).
+  Status own_copy_corrupt(const Placement& p, const ChunkId& id, const Status& why);
   Task<Result<void>> forward_out(const Placement& p, const ChainUpdate& u, const WriteResult& staged, bool sync);
   Task<Result<pb::GetChunkMetaReply>> get_chunk_meta(const pb::GetChunkMetaRequest& req);
   Task<Result<pb::ListChunksReply>> list_chunks(const pb::ListChunksRequest& req);

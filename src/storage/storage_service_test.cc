@@ -1308,6 +1308,61 @@ TEST_F(StorageServiceTest, AFullDiskPoolRefusesNoCommitOrAbort) {
   expect_identical({0, 1}, 1);
 }
 
+// A member whose copy of a chunk rots fails the read-modify-write of every
+// partial write of it, while its successor (which stages at the same time)
+// commits the attempt. It queues its own repair and answers retryably
+// (kUnavailable): the client's retry, once repaired, succeeds and leaves the
+// chain identical (the tail finds that version committed already).
+TEST_F(StorageServiceTest, ACorruptMiddleQueuesItsRepairAndTheRetryConverges) {
+  start(3);
+  route({0, 1, 2}, 1);
+  ChunkId id{20, 0};
+  auto data = pattern(16384, 3);
+  ASSERT_TRUE(write(0, 1, id, 0, data).has_value());
+  ASSERT_NO_FATAL_FAILURE(corrupt(1, id, 100));
+  uint64_t repaired = repairs(1, "repaired");
+  auto patch = pattern(100, 4);
+  auto w = write(0, 1, id, 8192, patch, 5, 10);
+  ASSERT_FALSE(w.has_value());
+  EXPECT_EQ(w.error().code(), Code::kUnavailable) << w.error();
+  EXPECT_TRUE(w.error().retryable());
+  ASSERT_TRUE(wait_repairs_done(1));
+  EXPECT_EQ(repairs(1, "repaired"), repaired + 1);
+  auto retry = write(0, 1, id, 8192, patch, 5, 10);
+  ASSERT_TRUE(retry.has_value()) << retry.error();
+  EXPECT_EQ(retry->version(), 2u);
+  std::copy(patch.begin(), patch.end(), data.begin() + 8192);
+  for (size_t n = 0; n < 3; ++n) EXPECT_EQ(read(n, 1, id).data, data) << "node " << n;
+  expect_identical({0, 1, 2}, 1);
+}
+
+// The rebuild of a successor's chunk (it answered kVersionMismatch) reads
+// the whole committed copy here: damage there also queues a repair and
+// answers retryably. Here the head's truncate reads only the blocks it
+// keeps; its successor never had the chunk.
+TEST_F(StorageServiceTest, ARebuildFromACorruptCopyQueuesItsRepair) {
+  start(2);
+  route({0}, 1);
+  ChunkId id{23, 0};
+  ASSERT_TRUE(write(0, 1, id, 0, pattern(16384, 5)).has_value());
+  ASSERT_NO_FATAL_FAILURE(corrupt(0, id, 12288 + 100));
+  route({0, 1}, 2);
+  uint64_t tried = repairs(0, "failed") + repairs(0, "no_good_copy") + repairs(0, "repaired");
+  proto::storage::TruncateRequest req;
+  req.set_chain_id(1);
+  req.set_chain_version(2);
+  req.mutable_chunk()->set_inode(id.inode);
+  req.mutable_chunk()->set_index(id.index);
+  req.set_length(8192);
+  req.set_chunk_size(kChunk);
+  auto t = client_.call<proto::storage::WriteReply>(nodes_[0]->ep(), methods::kTruncate, req);
+  ASSERT_FALSE(t.has_value());
+  EXPECT_EQ(t.error().code(), Code::kUnavailable) << t.error();
+  ASSERT_TRUE(wait_repairs_done(0));
+  EXPECT_EQ(repairs(0, "failed") + repairs(0, "no_good_copy") + repairs(0, "repaired"), tried + 1);
+  EXPECT_EQ(pending_on(0, id), 0u);
+}
+
 // Chunks of a chain their target left (another target took its place) go once
 // the grace is over; its chunks of unknown chain, and every other target's, stay.
 TEST_F(StorageServiceTest, ATargetRemovesTheChunksOfAChainItLeft) {
