@@ -27,8 +27,9 @@
 // without data=journal, XFS), a group's index record is
 // written first and one device flush (the slab fdatasync) covers it and the
 // slots (index_committer.h); each commit of an unsynced slot also puts a
-// restart-check key naming the chunk and its previous entry, which the next
-// group deletes. At open, check_last_group() verifies the chunks those keys
+// restart-check key naming the chunk and its previous entry, deleted once
+// the group's flush returned (then damage to the chunk is corruption, kept
+// for repair, not a lost write). At open, check_last_group() verifies the chunks those keys
 // name (only the last group can have lost a slot in a power cut) and puts
 // the previous entry back for any whose new slot fails its checksums (a slot
 // past its slab file's end counts as lost; a slab file missing or a size

@@ -6,7 +6,8 @@
 // one chain's chunks with a prefix scan). Both change in one write batch.
 // Chunks of format-1 records are indexed under kChainUnknown.
 // 'V' + ChunkId -> the chunk's previous ChunkMeta ("" if it had none): the
-// restart-check keys of the last commit group (IndexOp::until_next_group),
+// restart-check keys of the last commit group (IndexOp::until_next_group;
+// deleted once its flush returned),
 // see ChunkEngine::check_last_group.
 #pragma once
 

@@ -12,9 +12,10 @@
 //     fdatasyncs, whose device flush covers the slots and the record at once.
 //     A crash before that flush may keep the record and lose a slot: the
 //     group's commits therefore put a restart-check key per chunk
-//     (IndexOp::until_next_group, deleted by the next group's batch), and
-//     the engine verifies those chunks at open (chunk_engine.h). Groups run
-//     one at a time, so only the last group's slots can be missing. A
+//     (IndexOp::until_next_group), deleted once the flush returned (an
+//     unsynced write; else by the next group's batch), and the engine
+//     verifies the chunks of the keys it finds at open (chunk_engine.h).
+//     Groups run one at a time, so only the last group's slots can be missing. A
 //     failure after the record was written is sticky: every later commit
 //     fails until the engine is reopened and the restart check has settled
 //     the group (otherwise its slots could be reused under a live record).
@@ -62,8 +63,9 @@ class DB;
 namespace weft::storage {
 
 // One key change: a put (value set) or a delete (no value). A put with
-// until_next_group is deleted again by the next group's batch (restart-check
-// keys: they name the chunks of the last group written).
+// until_next_group is deleted again once the group is durable, or by the
+// next group's batch (restart-check keys: they name the chunks of the last
+// group written).
 struct IndexOp {
   std::string key;
   std::optional<std::string> value;
@@ -122,6 +124,8 @@ class IndexCommitter {
   // REQUIRES: called by the leader only (no lock needed for last_keys_).
   Result<void> write_index(const std::vector<Request*>& group, bool without_flush);
   void set_failed(Status s);
+  // REQUIRES: called by the leader only, after its group's flush returned.
+  void retire_restart_keys();
 
   rocksdb::DB* db_;
   IoRing* ring_;
