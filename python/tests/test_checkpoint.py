@@ -1,8 +1,11 @@
 """weft.torch.save/load: equality, atomic replace, a save killed halfway."""
 
+import collections
 import errno
+import fractions
 import os
 import pathlib
+import pickle
 import signal
 import subprocess
 import sys
@@ -282,3 +285,66 @@ def test_save_and_load_in_an_atexit_hook(client, cluster, root):
     r = subprocess.run([sys.executable, "-c", _ATEXIT_SCRIPT, f"{root}/ck"], capture_output=True, text=True,
                        timeout=120, env=env)
     assert r.returncode == 0 and r.stdout == "saved\n", r.stdout + r.stderr[-2000:]
+
+
+class _RunsCode:
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.path}",))
+
+
+def test_load_runs_no_code_named_by_a_checkpoint(client, root, tmp_path):
+    marker = tmp_path / "ran"
+    # In the object: refused unless weights_only=False.
+    wt.save({"w": torch.zeros(2), "x": _RunsCode(marker)}, f"{root}/ck", client=client)
+    with pytest.raises(pickle.UnpicklingError, match="weights_only"):
+        wt.load(f"{root}/ck", client=client)
+    assert not marker.exists()
+    # In the manifest: always refused (save writes no global there).
+    client.mkdir(f"{root}/crafted")
+    client.write_file(f"{root}/crafted/manifest.pkl", pickle.dumps(_RunsCode(marker)))
+    for weights_only in (True, False):
+        with pytest.raises(pickle.UnpicklingError):
+            wt.load(f"{root}/crafted", client=client, weights_only=weights_only)
+    assert not marker.exists()
+    # A trusted checkpoint with any object: weights_only=False.
+    wt.save({"f": fractions.Fraction(1, 3)}, f"{root}/any", client=client)
+    with pytest.raises(pickle.UnpicklingError):
+        wt.load(f"{root}/any", client=client)
+    assert wt.load(f"{root}/any", client=client, weights_only=False)["f"] == fractions.Fraction(1, 3)
+
+
+def test_model_and_optimizer_state_load_weights_only(client, root):
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    opt = torch.optim.Adam(model.parameters(), betas=(0.8, 0.9))
+    model(torch.randn(5, 3)).sum().backward()
+    opt.step()
+    sched = torch.optim.lr_scheduler.StepLR(opt, 3)
+    extra = {"size": torch.Size([2, 3]), "dtype": torch.bfloat16, "device": torch.device("cpu"),
+             "layout": torch.strided, "fmt": torch.channels_last, "set": {1, 2}, "cplx": 1j, "sl": slice(1, 5),
+             "counts": collections.Counter("abca"), "dd": collections.defaultdict(list, a=[1]), "b": b"x",
+             "sparse": torch.eye(3).to_sparse()}
+    obj = {"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "extra": extra}
+    wt.save(obj, f"{root}/ck", client=client)
+    back = wt.load(f"{root}/ck", client=client)
+    assert type(back["model"]) is collections.OrderedDict and back["model"]._metadata == obj["model"]._metadata
+    assert_same(dict(back["model"]), dict(obj["model"]))
+    assert back["opt"]["param_groups"] == obj["opt"]["param_groups"]
+    for k, st in obj["opt"]["state"].items():
+        assert_same(back["opt"]["state"][k], st)
+    assert back["sched"] == obj["sched"]
+    sparse = back["extra"].pop("sparse")
+    assert torch.equal(sparse.to_dense(), torch.eye(3))
+    extra.pop("sparse")
+    assert back["extra"] == extra and type(back["extra"]["dd"]) is collections.defaultdict
+
+
+def test_checkpoints_of_earlier_saves_load(client, root):
+    # Their manifest holds torch_version as a TorchVersion (a str subclass).
+    wt.save({"w": torch.arange(3)}, f"{root}/ck", client=client)
+    manifest = pickle.loads(client.read_file(f"{root}/ck/manifest.pkl"))
+    manifest["torch_version"] = torch.__version__
+    client.write_file(f"{root}/ck/manifest.pkl", pickle.dumps(manifest, protocol=pickle.HIGHEST_PROTOCOL))
+    assert torch.equal(wt.load(f"{root}/ck", client=client)["w"], torch.arange(3))

@@ -419,15 +419,71 @@ class _Pickler(pickle.Pickler):
 
 
 class _Unpickler(pickle.Unpickler):
+    """The full unpickler of `object`: any global, so any code (load's
+    weights_only=False, for a checkpoint one trusts)."""
+
     def __init__(self, f, tensors):
         super().__init__(f)
         self.tensors = tensors
 
     def persistent_load(self, pid):
-        kind, index = pid
-        if kind != "weft-tensor":
+        if not (isinstance(pid, tuple) and len(pid) == 2 and pid[0] == "weft-tensor" and type(pid[1]) is int
+                and 0 <= pid[1] < len(self.tensors)):
             raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
-        return self.tensors[index]
+        return self.tensors[pid[1]]
+
+
+# What a weights_only load may name: types and functions that build plain
+# data whatever their arguments (no getattr, no eval, no import), as
+# torch.load(weights_only=True) allows.
+_SAFE_GLOBALS = frozenset(
+    [("builtins", n) for n in ("dict", "list", "tuple", "set", "frozenset", "bytearray", "bytes", "str", "int",
+                               "float", "complex", "bool", "slice", "range")]
+    + [("collections", n) for n in ("OrderedDict", "defaultdict", "Counter", "deque")]
+    + [("torch", "Size"), ("torch", "device"), ("torch.serialization", "_get_layout"),
+       ("torch._utils", "_rebuild_sparse_tensor"), ("torch._utils", "_rebuild_sparse_csr_tensor")])
+# Constants named by a global (torch.float16, torch.channels_last, ...): values, never called.
+_SAFE_CONSTANTS = (torch.dtype, torch.layout, torch.memory_format, torch.qscheme)
+
+
+def _refuse_global(module: str, name: str, why: str):
+    raise pickle.UnpicklingError(
+        f"{module}.{name}: {why}; load(..., weights_only=False) loads any object, which runs code named by the "
+        f"checkpoint: only for a checkpoint you trust")
+
+
+class _WeightsOnlyUnpickler(_Unpickler):
+    """`object` with only containers, tensors and torch's plain types (load's
+    default, weights_only=True): a crafted checkpoint runs no code."""
+
+    def find_class(self, module, name):
+        if (module, name) in _SAFE_GLOBALS:
+            return super().find_class(module, name)
+        if module in ("torch", "torch._utils"):  # torch._utils: how protocol 4 names torch.channels_last
+            obj = torch
+            for part in name.removeprefix("torch.").split("."):
+                obj = getattr(obj, part, None)
+            if isinstance(obj, _SAFE_CONSTANTS):
+                return obj
+        _refuse_global(module, name, "not allowed by weights_only=True")
+
+
+class _ManifestUnpickler(pickle.Unpickler):
+    """The manifest holds only built-in values, but for torch_version: a
+    TorchVersion (a str) in checkpoints of earlier saves."""
+
+    def find_class(self, module, name):
+        if (module, name) == ("torch.torch_version", "TorchVersion"):
+            return super().find_class(module, name)
+        _refuse_global(module, name, "a global in a checkpoint manifest (save writes none)")
+
+
+def _read_manifest(client, path: str) -> dict:
+    with client.open(f"{path}/{_MANIFEST}", "rb", buffering=0) as f:
+        manifest = _ManifestUnpickler(io.BytesIO(f.readall())).load()
+    if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
+        raise ValueError(f"{path}: not a weft checkpoint")
+    return manifest
 
 
 def _run_all(fn, calls, threads: int, prefix: str) -> None:
@@ -497,7 +553,7 @@ def save(obj, path, client=None, threads: int = 8) -> None:
 
         version = _VERSION_PERM if any("perm" in r for r in records) else _VERSION
         manifest = dict(format=_FORMAT, version=version, data=_DATA, tensors=records, object=obj_buf.getvalue(),
-                        torch_version=torch.__version__)
+                        torch_version=str(torch.__version__))
         with client.open(f"{tmp}/{_MANIFEST}", "xb", buffering=0) as f:
             _write_all(f.native, memoryview(pickle.dumps(manifest, protocol=pickle.HIGHEST_PROTOCOL)), 0)
             f.fsync()
@@ -589,9 +645,16 @@ def _publish(client, tmp: str, path: str) -> None:
                      path, tmp, e)
 
 
-def load(path, client=None, map_location=None, threads: int = 4):
+def load(path, client=None, map_location=None, threads: int = 4, weights_only: bool = True):
     """Loads a checkpoint written by save(); tensors are read in parallel
     batched requests straight into their memory (on the CPU).
+
+    weights_only=True (the default, as torch.load's since torch 2.6) loads
+    tensors, containers (dict, list, tuple, set, OrderedDict, defaultdict...),
+    numbers, strings and torch.Size / dtype / device: what model and
+    optimizer state dicts hold; any other global raises
+    pickle.UnpicklingError. weights_only=False loads any object, which runs
+    whatever code the checkpoint names: only for a checkpoint you trust.
 
     map_location, as torch.load takes it: None keeps every tensor on the CPU
     (unlike torch.load, which puts it back where it was saved); a device
@@ -611,7 +674,7 @@ def load(path, client=None, map_location=None, threads: int = 4):
     for _ in range(_LOAD_ATTEMPTS - 1):
         before = client.inode(path).ino
         try:
-            obj = _load_once(client, path, map_location, threads)
+            obj = _load_once(client, path, map_location, threads, weights_only)
         except OSError:
             if client.inode(path).ino != before:
                 continue  # read from the one replaced, maybe removed meanwhile
@@ -619,7 +682,7 @@ def load(path, client=None, map_location=None, threads: int = 4):
         if client.inode(path).ino == before:
             return obj
     before = client.inode(path).ino
-    obj = _load_once(client, path, map_location, threads)
+    obj = _load_once(client, path, map_location, threads, weights_only)
     if client.inode(path).ino != before:
         raise OSError(errno.EAGAIN, f"checkpoint replaced while being loaded, {_LOAD_ATTEMPTS} times", path)
     return obj
@@ -656,11 +719,8 @@ def _place(t: torch.Tensor, location: str, map_location) -> torch.Tensor:
                     f"not {type(map_location).__name__}")
 
 
-def _load_once(client, path: str, map_location, threads: int):
-    with client.open(f"{path}/{_MANIFEST}", "rb", buffering=0) as f:
-        manifest = pickle.loads(f.readall())
-    if manifest.get("format") != _FORMAT:
-        raise ValueError(f"{path}: not a weft checkpoint")
+def _load_once(client, path: str, map_location, threads: int, weights_only: bool):
+    manifest = _read_manifest(client, path)
     if manifest.get("version") not in _VERSIONS:
         raise ValueError(f"{path}: checkpoint version {manifest.get('version')} (this reads {_VERSIONS})")
     records = manifest["tensors"]
@@ -712,4 +772,5 @@ def _load_once(client, path: str, map_location, threads: int):
         elif r.get("requires_grad") and (t.is_floating_point() or t.is_complex()):
             t.requires_grad_(True)
         tensors.append(t)
-    return _Unpickler(io.BytesIO(manifest["object"]), tensors).load()
+    unpickler = _WeightsOnlyUnpickler if weights_only else _Unpickler
+    return unpickler(io.BytesIO(manifest["object"]), tensors).load()
