@@ -287,6 +287,53 @@ def test_save_and_load_in_an_atexit_hook(client, cluster, root):
     assert r.returncode == 0 and r.stdout == "saved\n", r.stdout + r.stderr[-2000:]
 
 
+def test_save_replaces_only_a_checkpoint_or_an_empty_directory(client, root):
+    # A typo (the dataset's path for the checkpoint's) used to swap the
+    # dataset out and remove it.
+    client.makedirs(f"{root}/train")
+    for i in range(3):
+        client.write_file(f"{root}/train/sample{i}", b"x" * 100)
+    client.write_file(f"{root}/file", b"keep")
+    client.symlink("train", f"{root}/to-train")
+    client.symlink("nothing-here", f"{root}/dangling")
+    for target in ("train", "file", "to-train", "dangling"):
+        with pytest.raises(FileExistsError):
+            wt.save({"w": torch.zeros(2)}, f"{root}/{target}", client=client)
+    assert sorted(client.listdir(f"{root}/train")) == ["sample0", "sample1", "sample2"]
+    assert client.read_file(f"{root}/file") == b"keep"
+    assert client.readlink(f"{root}/to-train") == "train" and client.readlink(f"{root}/dangling") == "nothing-here"
+    assert sorted(client.listdir(root)) == ["dangling", "file", "to-train", "train"]  # no temporary left
+    # An empty directory (made ahead for it) is replaced, as is a checkpoint.
+    client.mkdir(f"{root}/ck")
+    wt.save({"w": torch.ones(2)}, f"{root}/ck", client=client)
+    wt.save({"w": torch.full((2,), 2.0)}, f"{root}/ck", client=client)
+    assert torch.equal(wt.load(f"{root}/ck", client=client)["w"], torch.full((2,), 2.0))
+
+
+def test_save_swaps_back_what_took_the_path_meanwhile(client, root):
+    # Between save's look at `path` (a checkpoint) and its swap, a dataset
+    # takes its place: the swap is undone, the dataset stays.
+    wt.save({"w": torch.zeros(2)}, f"{root}/ck", client=client)
+
+    class Racing:
+        def __init__(self, c):
+            self.c, self.fired = c, False
+
+        def __getattr__(self, name):
+            return getattr(self.c, name)
+
+        def rename(self, src, dst, **kwargs):
+            if kwargs.get("exchange") and not self.fired:
+                self.fired = True
+                client.rmtree(f"{root}/ck")
+                client.makedirs(f"{root}/ck/data")
+            return self.c.rename(src, dst, **kwargs)
+
+    with pytest.raises(FileExistsError):
+        wt.save({"w": torch.ones(2)}, f"{root}/ck", client=Racing(client))
+    assert client.listdir(f"{root}/ck") == ["data"] and client.listdir(root) == ["ck"]
+
+
 class _RunsCode:
     def __init__(self, path):
         self.path = path

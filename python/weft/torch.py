@@ -20,9 +20,11 @@ Checkpoints:
   a pool of native writes, then a manifest; it is durable when it returns. A
   checkpoint directory appears complete or not at all (built in a hidden
   sibling, published by rename; an existing one is replaced by an atomic
-  exchange, then removed). The hidden sibling of a killed save is removed by
-  the next save of the same path once its process is gone (same host) or it
-  is a day old.
+  exchange, then removed: only a checkpoint or an empty directory, anything
+  else raises FileExistsError). The hidden sibling of a killed save is
+  removed by the next save of the same path once its process is gone (same
+  host) or it is a day old. load runs no code named by the checkpoint unless
+  given weights_only=False.
 """
 
 from __future__ import annotations
@@ -526,6 +528,7 @@ def save(obj, path, client=None, threads: int = 8) -> None:
     _sweep_stale_tmp(client, parent, name)
     tmp = f"{parent.rstrip('/')}/.{name}.tmp-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     client.mkdir(tmp)
+    tmp_ino = client.lstat(tmp).st_ino  # a failed swap back leaves someone else's data under tmp: kept
     delay = float(os.environ.get("WEFT_TORCH_SAVE_TEST_DELAY", "0") or 0)  # test hook: seconds between tensors
     try:
         records, payloads = [], []
@@ -560,8 +563,10 @@ def save(obj, path, client=None, threads: int = 8) -> None:
         _publish(client, tmp, path)
     except BaseException:
         try:
-            if client.exists(tmp):
+            if client.lstat(tmp).st_ino == tmp_ino:
                 client.rmtree(tmp)
+            else:
+                _log.error("weft.torch.save: swapping %s back failed: what was there is now %s", path, tmp)
         except Exception:
             pass
         raise
@@ -620,14 +625,40 @@ def _sweep_stale_tmp(client, parent: str, name: str) -> None:
             pass  # another sweeper or its owner removed it meanwhile
 
 
+def _replaceable(client, path: str) -> bool:
+    """Whether save may replace what is at `path`: an empty directory or a
+    weft checkpoint (also when named by a symlink there: the link goes, never
+    what it names). Anything else (a dataset, a file...) is never removed."""
+    try:
+        if not stat.S_ISDIR(client.stat(path).st_mode):
+            return False
+        if not client.listdir(path):
+            return True
+        _read_manifest(client, path)
+        return True
+    except Exception:  # missing, unreadable, or not a checkpoint's manifest (any unpickling error)
+        return False
+
+
+def _not_replaceable(path: str) -> FileExistsError:
+    return FileExistsError(errno.EEXIST, "File exists (weft.torch.save replaces only a checkpoint or an empty "
+                           "directory)", path)
+
+
 def _publish(client, tmp: str, path: str) -> None:
     try:
         client.rename(tmp, path, noreplace=True)
         return
     except FileExistsError:
         pass
+    if not _replaceable(client, path):
+        raise _not_replaceable(path)
     # Replace: swap atomically, then remove the old checkpoint (now under tmp).
     client.rename(tmp, path, exchange=True)
+    if not _replaceable(client, tmp):
+        # Something else took `path` between the check and the swap: swap it back.
+        client.rename(tmp, path, exchange=True)
+        raise _not_replaceable(path)
     # What `path` was, now under tmp: a symlink (or file) goes itself, never
     # what it points to. Another saver's sweep may remove it first (its mtime
     # is the old checkpoint's). The save is done either way: a failure here
