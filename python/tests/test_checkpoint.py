@@ -395,3 +395,23 @@ def test_checkpoints_of_earlier_saves_load(client, root):
     manifest["torch_version"] = torch.__version__
     client.write_file(f"{root}/ck/manifest.pkl", pickle.dumps(manifest, protocol=pickle.HIGHEST_PROTOCOL))
     assert torch.equal(wt.load(f"{root}/ck", client=client)["w"], torch.arange(3))
+
+
+def test_non_utf8_checkpoint_name(client, root):
+    # Its data file was opened by a str path: a name with surrogate escapes raised TypeError.
+    path = os.fsencode(root) + b"/ck\xff"
+    wt.save({"w": torch.arange(3)}, path, client=client)
+    wt.save({"w": torch.arange(4)}, path, client=client)  # replaces
+    assert torch.equal(wt.load(path, client=client)["w"], torch.arange(4))
+    assert client.listdir(root) == [os.fsdecode(b"ck\xff")]
+
+
+def test_names_near_the_length_limit(client, root):
+    # The temporary name added ~100 bytes to the checkpoint's: a name near
+    # the 255-byte limit failed.
+    names = ["c" * 255, "\u00e9" * 127]
+    for name in names:
+        wt.save({"w": torch.arange(3)}, f"{root}/{name}", client=client)
+        wt.save({"w": torch.arange(4)}, f"{root}/{name}", client=client)  # replaces
+        assert torch.equal(wt.load(f"{root}/{name}", client=client)["w"], torch.arange(4))
+    assert sorted(client.listdir(root)) == sorted(names)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures as _futures
 import errno
+import hashlib
 import io
 import logging
 import os
@@ -526,7 +527,7 @@ def save(obj, path, client=None, threads: int = 8) -> None:
     path, parent, name = _split(path)
     client.makedirs(parent, exist_ok=True)
     _sweep_stale_tmp(client, parent, name)
-    tmp = f"{parent.rstrip('/')}/.{name}.tmp-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    tmp = f"{parent.rstrip('/')}/{_tmp_prefix(name)}{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     client.mkdir(tmp)
     tmp_ino = client.lstat(tmp).st_ino  # a failed swap back leaves someone else's data under tmp: kept
     delay = float(os.environ.get("WEFT_TORCH_SAVE_TEST_DELAY", "0") or 0)  # test hook: seconds between tensors
@@ -535,7 +536,7 @@ def save(obj, path, client=None, threads: int = 8) -> None:
         obj_buf = io.BytesIO()
         _Pickler(obj_buf, records, payloads).dump(obj)
 
-        nf = client.native.open(f"{tmp}/{_DATA}", _weft._native.O_WRONLY | _weft._native.O_CREAT
+        nf = client.native.open(_weft._fs(f"{tmp}/{_DATA}"), _weft._native.O_WRONLY | _weft._native.O_CREAT
                                 | _weft._native.O_EXCL, 0o644)
         try:
             if delay > 0:
@@ -595,13 +596,27 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+_NAME_MAX = 255
+
+
+def _tmp_prefix(name: str) -> str:
+    """".NAME.tmp-": the start of save's temporary names for `name`, with
+    room left for "HOST-PID-ID" within a name's 255 bytes (a long name is cut
+    and a hash of it added)."""
+    raw = os.fsencode(name)
+    room = _NAME_MAX - len(f"..tmp-{_HOST}-{'9' * 10}-{'f' * 12}")
+    if len(raw) > room:
+        raw = raw[:room - 17] + b"~" + hashlib.sha256(raw).hexdigest()[:16].encode()
+    return f".{os.fsdecode(raw)}.tmp-"
+
+
 def _sweep_stale_tmp(client, parent: str, name: str) -> None:
     """Removes what killed saves of `name` left behind: temporary directories
     (".NAME.tmp-HOST-PID-ID") of processes of this host and pid namespace
     that are gone, and any
     older than a day (their host may be gone; a save does not take that long).
     A live saver's directory is never touched."""
-    prefix = f".{name}.tmp-"
+    prefix = _tmp_prefix(name)
     try:
         entries = [n for n in client.listdir(parent) if n.startswith(prefix)]
     except OSError:
