@@ -375,3 +375,52 @@ def test_exit_with_daemon_threads_in_calls(client, cluster, root):
                            env=env)
         assert r.returncode == 0, (i, r.returncode, r.stderr[-2000:])
         assert client.read_file(f"{d}/last") == b"done"
+
+
+_FORK_WHILE_IMPORTING = r"""
+import importlib.machinery, os, signal, sys, threading
+import weft
+c = weft.connect(config=sys.argv[1])
+ready, release = threading.Event(), threading.Event()
+
+class Held:  # another thread's import of numpy, under way (its module lock held) when the process forks
+    def find_spec(self, name, path=None, target=None):
+        if name != "numpy":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        real = spec.loader
+
+        class Loader:
+            def create_module(self, spec):
+                return real.create_module(spec)
+
+            def exec_module(self, module):
+                ready.set()
+                release.wait()
+                real.exec_module(module)
+
+        spec.loader = Loader()
+        return spec
+
+sys.meta_path.insert(0, Held())
+t = threading.Thread(target=lambda: (__import__("numpy"), ready.set()))
+t.start()
+ready.wait()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(30)  # a hung child dies instead
+    os._exit(0 if len(c.read_batch([(sys.argv[2], 0, None)])[0]) == 3 else 1)
+release.set()
+t.join()
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_read_batch_in_a_child_forked_during_an_import(client, cluster, root):
+    # read_batch imported numpy when first called: in a child forked while
+    # another thread imported it, that waited forever for the import's lock.
+    client.write_file(f"{root}/f", b"abc")
+    r = subprocess.run([sys.executable, "-c", _FORK_WHILE_IMPORTING, str(cluster / "client.toml"), f"{root}/f"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout == "0\n", r.stdout + r.stderr[-2000:]

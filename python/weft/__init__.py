@@ -28,6 +28,13 @@ import weakref
 
 from . import _native
 
+# read_batch's arrays. Imported here, not in read_batch: a child forked while
+# another thread imported numpy would wait forever on that import's lock.
+try:
+    import numpy as _np
+except ImportError:  # numpy is needed only by read_batch
+    _np = None
+
 __all__ = ["connect", "Client", "WeftFile", "StatResult"]
 
 _TYPE_BITS = {1: _stat.S_IFREG, 2: _stat.S_IFDIR, 3: _stat.S_IFLNK, 4: _stat.S_IFIFO, 5: _stat.S_IFSOCK,
@@ -419,8 +426,8 @@ class Client:
         end of the file. errors="return": a failed read gives its OSError in
         place of the array instead of raising.
         """
-        import numpy as np
-
+        if _np is None:
+            raise ImportError("weft.Client.read_batch needs numpy")
         requests = list(requests)
         paths = list(dict.fromkeys(r[0] for r in requests))
         inodes = dict(zip(paths, self.native.stat_many([_fs(p) for p in paths])))
@@ -438,7 +445,7 @@ class Client:
                 continue
             if length is None or length < 0:
                 length = max(0, n.size - offset)
-            a = np.empty(length, dtype=np.uint8)
+            a = _np.empty(length, dtype=_np.uint8)
             arrays.append(a)
             specs.append((i, (n.ino, offset, a, n.layout, n.size)))
         results = self.native.read_batch([s for _, s in specs]) if specs else []
