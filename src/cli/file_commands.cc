@@ -14,8 +14,10 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <optional>
 
 #include "cli/commands.h"
@@ -293,6 +295,80 @@ std::string temp_name_beside(const std::string& path) {
   return fmt::format("{}.{}.weft-tmp-{:016x}", dir, base, random_id());
 }
 
+std::string parent_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+constexpr int kMaxSymlinkHops = 40;  // as the kernel's (and open_path's) ELOOP
+
+// Where put writes remote `path`: symlinks at the last name followed to the
+// name they lead to (a temporary beside it is renamed onto it, as cp writes
+// through a link: the link stays one). The inode found there, if any.
+Result<std::pair<std::string, std::optional<Inode>>> remote_final_path(Client& c, std::string path) {
+  for (int hop = 0; hop <= kMaxSymlinkHops; ++hop) {
+    auto n = c.resolve(c.default_cred(), path, false);
+    if (!n && n.error().code() == Code::kNotFound) return std::pair{path, std::optional<Inode>{}};
+    if (!n) return error(n.error().code(), "{}: {}", path, n.error().message());
+    if (!n->is_symlink()) return std::pair{path, std::optional<Inode>{*n}};
+    WEFT_TRY(std::string link, c.readlink(c.default_cred(), n->ino));
+    path = link.starts_with('/') ? link : parent_of(path) + "/" + link;
+  }
+  return error(Code::kLoop, "{}: too many levels of symbolic links", path);
+}
+
+// Where get writes local `path`: symlinks followed to the file they name
+// (a temporary beside it, renamed onto it); `direct`: written straight into
+// it, for what is not a regular file (/dev/null, a FIFO) and for a process's
+// open file reached through /proc/PID/fd/N (/dev/stdout), which a rename
+// would not reach. `fd`: N when that is this process's own descriptor.
+struct LocalTarget {
+  std::string path;
+  bool exists = false;
+  bool direct = false;
+  int fd = -1;
+  struct stat st {};
+};
+
+// The descriptor N of "/proc/PID/fd/N" when PID is this process; else -1.
+int own_fd(const std::string& real_dir, const std::string& name) {
+  if (real_dir != fmt::format("/proc/{}/fd", ::getpid())) return -1;
+  if (name.empty() || name.size() > 9 || name.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stoi(name);
+}
+
+Result<LocalTarget> local_final_path(std::string path) {
+  for (int hop = 0; hop <= kMaxSymlinkHops; ++hop) {
+    LocalTarget t{.path = path};
+    if (::lstat(path.c_str(), &t.st) != 0) {
+      if (errno == ENOENT) return t;
+      return error(Code::kIoError, "{}: {}", path, std::strerror(errno));
+    }
+    t.exists = true;
+    if (!S_ISLNK(t.st.st_mode)) {
+      t.direct = !S_ISREG(t.st.st_mode);
+      return t;
+    }
+    std::string dir = parent_of(path);
+    std::unique_ptr<char, decltype(&std::free)> real(::realpath(dir.c_str(), nullptr), &std::free);
+    if (!real) return error(Code::kIoError, "{}: {}", dir, std::strerror(errno));
+    std::string real_dir = real.get();
+    if (real_dir.starts_with("/proc/")) {
+      if (::stat(path.c_str(), &t.st) != 0) return error(Code::kIoError, "{}: {}", path, std::strerror(errno));
+      t.direct = true;
+      t.fd = own_fd(real_dir, path.substr(path.find_last_of('/') + 1));
+      return t;
+    }
+    std::array<char, 4096> buf{};
+    ssize_t n = ::readlink(path.c_str(), buf.data(), buf.size());
+    if (n < 0) return error(Code::kIoError, "{}: {}", path, std::strerror(errno));
+    std::string link(buf.data(), static_cast<size_t>(n));
+    path = link.starts_with('/') ? link : real_dir + "/" + link;
+  }
+  return error(Code::kLoop, "{}: too many levels of symbolic links", path);
+}
+
 // Copies local file `fd` (`size` bytes) into `file`.
 Result<void> copy_in(int fd, const std::string& local, File& file, const std::string& target, uint64_t size) {
   Progress progress("put " + target, size);
@@ -343,12 +419,19 @@ void cmd_put(const FileFlags& f, const std::string& local, const std::string& re
     ::close(fd);
     return fail(remote + ": " + (n ? "not a directory" : n.error().message()));
   }
-  const std::string tmp = temp_name_beside(target);
+  auto dest = remote_final_path(*c, target);
+  if (dest && dest->second && !dest->second->is_file())
+    dest = error(Code::kInvalidArgument, "{}: not a regular file", dest->first);
+  if (!dest) {
+    ::close(fd);
+    return fail(dest.error().message());
+  }
+  const auto& [final_path, old] = *dest;
+  const std::string tmp = temp_name_beside(final_path);
   StopSignals stop;  // before the temporary exists: a stop signal removes it
   // A file it replaces keeps its permission bits (owner and links do not
   // follow: the destination is a new file).
-  uint32_t mode = st.st_mode & 0777;
-  if (auto old = c->resolve(c->default_cred(), target, true); old && old->is_file()) mode = old->mode & 07777;
+  uint32_t mode = old ? old->mode & 07777 : st.st_mode & 0777;
   auto file = c->open_path(c->default_cred(), tmp, O_CREAT | O_EXCL | O_WRONLY, mode);
   if (!file) {
     ::close(fd);
@@ -356,7 +439,7 @@ void cmd_put(const FileFlags& f, const std::string& local, const std::string& re
   }
   Result<void> r = copy_in(fd, local, **file, target, S_ISREG(st.st_mode) ? static_cast<uint64_t>(st.st_size) : 0);
   ::close(fd);
-  if (r) r = c->rename_path(c->default_cred(), tmp, target);
+  if (r) r = c->rename_path(c->default_cred(), tmp, final_path);
   if (!r) {
     (void)(*file)->close();
     (void)c->remove_path(c->default_cred(), tmp);
@@ -392,6 +475,17 @@ Result<void> copy_out(File& file, const std::string& remote, int fd, bool show_p
   return {};
 }
 
+// get into what a rename must not replace (see LocalTarget): this process's
+// own descriptor keeps its offset and O_APPEND (`weft get /x /dev/stdout >> log`).
+Result<void> copy_out_direct(File& file, const std::string& remote, const LocalTarget& t) {
+  int flags = O_WRONLY | (S_ISREG(t.st.st_mode) ? O_TRUNC : 0);
+  int out = t.fd >= 0 ? ::dup(t.fd) : ::open(t.path.c_str(), flags);
+  if (out < 0) return error(Code::kIoError, "{}: {}", t.path, std::strerror(errno));
+  Result<void> r = copy_out(file, remote, out, false);
+  if (::close(out) != 0 && r) r = error(Code::kIoError, "{}: {}", t.path, std::strerror(errno));
+  return r;
+}
+
 void cmd_get(const FileFlags& f, const std::string& remote, const std::string& local) {
   auto c = connect(f);
   if (!c) return;
@@ -402,26 +496,23 @@ void cmd_get(const FileFlags& f, const std::string& remote, const std::string& l
   struct stat st {};
   if (::stat(local.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
     target = local + "/" + std::filesystem::path(remote).filename().string();
-  struct stat existing {};
-  const bool exists = ::stat(target.c_str(), &existing) == 0;
-  if (exists && !S_ISREG(existing.st_mode)) {  // /dev/null, /dev/stdout, a FIFO: written where it is
-    int out = ::open(target.c_str(), O_WRONLY);
-    if (out < 0) return fail(fmt::format("{}: {}", target, std::strerror(errno)));
-    Result<void> r = copy_out(**file, remote, out, false);
-    if (::close(out) != 0 && r) r = error(Code::kIoError, "{}: {}", target, std::strerror(errno));
-    if (!r) fail(r.error().message());
+  auto dest = local_final_path(target);
+  if (!dest) return fail(dest.error().message());
+  if (dest->direct) {
+    if (auto r = copy_out_direct(**file, remote, *dest); !r) fail(r.error().message());
     return;
   }
-  const std::string tmp = temp_name_beside(target);
+  const std::string tmp = temp_name_beside(dest->path);
   StopSignals stop;  // before the temporary exists: a stop signal removes it
   // A file it replaces keeps its permission bits.
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, exists ? (existing.st_mode & 07777) : 0644);
+  const mode_t mode = dest->st.st_mode & 07777;
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, dest->exists ? mode : 0644);
   if (fd < 0) return fail(fmt::format("{}: {}", tmp, std::strerror(errno)));
-  if (exists) (void)::fchmod(fd, existing.st_mode & 07777);  // not cut by the umask
+  if (dest->exists) (void)::fchmod(fd, mode);  // not cut by the umask
   Result<void> r = copy_out(**file, remote, fd, true);
   if (::close(fd) != 0 && r) r = error(Code::kIoError, "{}: {}", tmp, std::strerror(errno));
-  if (r && ::rename(tmp.c_str(), target.c_str()) != 0)
-    r = error(Code::kIoError, "{}: {}", target, std::strerror(errno));
+  if (r && ::rename(tmp.c_str(), dest->path.c_str()) != 0)
+    r = error(Code::kIoError, "{}: {}", dest->path, std::strerror(errno));
   if (!r) {
     ::unlink(tmp.c_str());
     fail(r.error().message());

@@ -850,6 +850,56 @@ TEST_F(FuseTest, FileToolsFailWithoutHarm) {
   EXPECT_EQ(st.st_mode & 07777, 0750u);
 }
 
+// put and get write through a symlink to the file it names, as cp does: the
+// link stays a link. A process's open file reached through /proc/self/fd/N
+// (what /dev/stdout is) is written into, never renamed over.
+TEST_F(FuseTest, FileToolsWriteThroughSymlinks) {
+  const std::string remote = "/" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name());
+  auto weft = [&](std::vector<std::string> args, const std::string& log = "links.log") {
+    args.push_back("--config");
+    args.push_back(data_ + "/client.toml");
+    return run_weft(args, dir_->file(log));
+  };
+  auto local = dir_->file("links-local");
+  std::filesystem::create_directories(local);
+  auto write_local = [](const std::string& path, const std::string& text) {
+    std::ofstream(path) << text;
+  };
+  auto read_local = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  auto is_link = [](const std::string& path) {
+    struct stat st {};
+    return ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
+  };
+  write_local(local + "/src", "new");
+  ASSERT_TRUE(write_all(p("real"), "old"));
+  ASSERT_EQ(::symlink("real", p("link").c_str()), 0);
+  auto put = weft({"put", local + "/src", remote + "/link"});
+  ASSERT_EQ(put.code, 0) << put.log;
+  std::this_thread::sleep_for(1200ms);  // a new inode under the name: seen after entry_timeout
+  EXPECT_TRUE(is_link(p("link")));
+  EXPECT_EQ(read_all(p("real")), "new");
+
+  write_local(local + "/real", "old");
+  ASSERT_EQ(::symlink("real", (local + "/link").c_str()), 0);
+  auto get = weft({"get", remote + "/real", local + "/link"});
+  ASSERT_EQ(get.code, 0) << get.log;
+  EXPECT_TRUE(is_link(local + "/link"));
+  EXPECT_EQ(read_local(local + "/real"), "new");
+
+  // The process's stdout is its log file: get writes into it.
+  ASSERT_EQ(::symlink("/proc/self/fd/1", (local + "/stdout").c_str()), 0);
+  auto to_stdout = weft({"get", remote + "/real", local + "/stdout"}, "links-stdout.log");
+  ASSERT_EQ(to_stdout.code, 0) << to_stdout.log;
+  EXPECT_EQ(to_stdout.log, "new");
+  EXPECT_TRUE(is_link(local + "/stdout"));
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(local)) names.insert(e.path().filename().string());
+  EXPECT_EQ(names, (std::set<std::string>{"link", "real", "src", "stdout"}));
+}
+
 // rewinddir starts a new listing: entries made and removed since show.
 TEST_F(FuseTest, RewinddirListsTheDirectoryAsItIsNow) {
   ASSERT_TRUE(write_all(p("a"), "1", 0644));
