@@ -475,6 +475,16 @@ Result<void> copy_out(File& file, const std::string& remote, int fd, bool show_p
   return {};
 }
 
+Result<void> fsync_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return error(Code::kIoError, "{}: {}", dir, std::strerror(errno));
+  const bool ok = ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok) return error(Code::kIoError, "{}: fsync: {}", dir, std::strerror(err));
+  return {};
+}
+
 // get into what a rename must not replace (see LocalTarget): this process's
 // own descriptor keeps its offset and O_APPEND (`weft get /x /dev/stdout >> log`).
 Result<void> copy_out_direct(File& file, const std::string& remote, const LocalTarget& t) {
@@ -510,13 +520,16 @@ void cmd_get(const FileFlags& f, const std::string& remote, const std::string& l
   if (fd < 0) return fail(fmt::format("{}: {}", tmp, std::strerror(errno)));
   if (dest->exists) (void)::fchmod(fd, mode);  // not cut by the umask
   Result<void> r = copy_out(**file, remote, fd, true);
+  // Durable before the rename: else a crash could leave the final name on an empty or short file.
+  if (r && ::fsync(fd) != 0) r = error(Code::kIoError, "{}: fsync: {}", tmp, std::strerror(errno));
   if (::close(fd) != 0 && r) r = error(Code::kIoError, "{}: {}", tmp, std::strerror(errno));
   if (r && ::rename(tmp.c_str(), dest->path.c_str()) != 0)
     r = error(Code::kIoError, "{}: {}", dest->path, std::strerror(errno));
   if (!r) {
     ::unlink(tmp.c_str());
-    fail(r.error().message());
+    return fail(r.error().message());
   }
+  if (auto d = fsync_dir(parent_of(dest->path)); !d) fail(d.error().message());  // the rename itself
 }
 
 void cmd_cat(const FileFlags& f, const std::vector<std::string>& paths) {

@@ -900,6 +900,29 @@ TEST_F(FuseTest, FileToolsWriteThroughSymlinks) {
   EXPECT_EQ(names, (std::set<std::string>{"link", "real", "src", "stdout"}));
 }
 
+// get fsyncs the copy before renaming it over the final name, and the
+// directory after: a crash never leaves the final name on a short file.
+TEST_F(FuseTest, GetSyncsTheCopyBeforeRenamingIt) {
+  if (::access("/usr/bin/strace", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/strace";
+  const std::string remote = "/" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name());
+  ASSERT_TRUE(write_all(p("f"), "data"));
+  const std::string trace = dir_->file("get.strace");
+  const std::string copy = dir_->file("synced-copy");
+  Process get({"/usr/bin/strace", "-f", "-qq", "-e", "trace=fsync,rename", "-o", trace, testing::weft_binary(),
+               "get", remote + "/f", copy, "--config", data_ + "/client.toml"},
+              dir_->file("get-strace.log"));
+  auto status = get.wait_exit(60s);
+  ASSERT_TRUE(status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << get.log();
+  std::ifstream in(trace);
+  std::vector<std::string> calls;  // "fsync" / "rename", in order
+  for (std::string line; std::getline(in, line);) {
+    if (line.find(" fsync(") != std::string::npos) calls.push_back("fsync");
+    if (line.find(" rename(") != std::string::npos && line.find(copy + "\"") != std::string::npos)
+      calls.push_back("rename");
+  }
+  EXPECT_EQ(calls, (std::vector<std::string>{"fsync", "rename", "fsync"}));
+}
+
 // rewinddir starts a new listing: entries made and removed since show.
 TEST_F(FuseTest, RewinddirListsTheDirectoryAsItIsNow) {
   ASSERT_TRUE(write_all(p("a"), "1", 0644));
