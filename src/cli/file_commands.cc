@@ -288,11 +288,13 @@ class StopSignals {
 // A hidden name beside `path` for a copy in progress: put and get rename the
 // copy over `path` only once it is complete, so a failed or killed copy
 // never leaves a truncated file under the final name (nor empties the old one).
+// The name is cut so that the temporary's stays within 255 bytes.
 std::string temp_name_beside(const std::string& path) {
+  constexpr size_t kNameMax = 255, kAdded = 27;  // ".", ".weft-tmp-" and 16 hex digits
   const size_t slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
   const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  return fmt::format("{}.{}.weft-tmp-{:016x}", dir, base, random_id());
+  return fmt::format("{}.{}.weft-tmp-{:016x}", dir, base.substr(0, kNameMax - kAdded), random_id());
 }
 
 std::string parent_of(const std::string& path) {

@@ -923,6 +923,25 @@ TEST_F(FuseTest, GetSyncsTheCopyBeforeRenamingIt) {
   EXPECT_EQ(calls, (std::vector<std::string>{"fsync", "rename", "fsync"}));
 }
 
+// put and get copy files whose names are 255 bytes long (their temporary's
+// name is cut to fit).
+TEST_F(FuseTest, FileToolsCopyNamesOfTheLongestLength) {
+  const std::string remote = "/" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name());
+  const std::string name(255, 'n');
+  const std::string local = dir_->file("long-local");
+  std::filesystem::create_directories(local);
+  std::ofstream(local + "/" + name) << "long";
+  const std::string cfg = data_ + "/client.toml";
+  auto put = run_weft({"put", local + "/" + name, remote + "/" + name, "--config", cfg}, dir_->file("long.log"));
+  ASSERT_EQ(put.code, 0) << put.log;
+  EXPECT_EQ(read_all(p(name)), "long");
+  std::filesystem::remove(local + "/" + name);
+  auto get = run_weft({"get", remote + "/" + name, local + "/" + name, "--config", cfg}, dir_->file("long.log"));
+  ASSERT_EQ(get.code, 0) << get.log;
+  std::ifstream in(local + "/" + name);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "long");
+}
+
 // rewinddir starts a new listing: entries made and removed since show.
 TEST_F(FuseTest, RewinddirListsTheDirectoryAsItIsNow) {
   ASSERT_TRUE(write_all(p("a"), "1", 0644));
