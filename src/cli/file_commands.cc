@@ -397,7 +397,15 @@ Result<void> copy_in(int fd, const std::string& local, File& file, const std::st
   return {};
 }
 
+// The umask, read before any thread starts (umask(2) only reads it by setting it).
+mode_t current_umask() {
+  const mode_t m = ::umask(022);
+  ::umask(m);
+  return m;
+}
+
 void cmd_put(const FileFlags& f, const std::string& local, const std::string& remote) {
+  const mode_t umask = current_umask();
   int fd = ::open(local.c_str(), O_RDONLY);
   if (fd < 0) return fail(fmt::format("{}: {}", local, std::strerror(errno)));
   struct stat st {};
@@ -432,8 +440,10 @@ void cmd_put(const FileFlags& f, const std::string& local, const std::string& re
   const std::string tmp = temp_name_beside(final_path);
   StopSignals stop;  // before the temporary exists: a stop signal removes it
   // A file it replaces keeps its permission bits (owner and links do not
-  // follow: the destination is a new file).
-  uint32_t mode = old ? old->mode & 07777 : st.st_mode & 0777;
+  // follow: the destination is a new file). A new one has a regular source's,
+  // else (a pipe's 0600, a terminal's 0620) the default of a new file.
+  const uint32_t new_mode = S_ISREG(st.st_mode) ? st.st_mode & 0777 : 0666 & ~umask;
+  const uint32_t mode = old ? old->mode & 07777 : new_mode;
   auto file = c->open_path(c->default_cred(), tmp, O_CREAT | O_EXCL | O_WRONLY, mode);
   if (!file) {
     ::close(fd);

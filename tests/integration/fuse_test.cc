@@ -942,6 +942,29 @@ TEST_F(FuseTest, FileToolsCopyNamesOfTheLongestLength) {
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "long");
 }
 
+// put from a pipe makes a file of the default mode (0666 less the umask),
+// not of the pipe's (0600).
+TEST_F(FuseTest, PutFromAPipeMakesAFileOfTheDefaultMode) {
+  const std::string remote = "/" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name());
+  const std::string fifo = dir_->file("put-fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  std::thread writer([&] {
+    int w = ::open(fifo.c_str(), O_WRONLY);  // waits for put's open
+    if (w < 0) return;
+    (void)!::write(w, "piped", 5);
+    ::close(w);
+  });
+  auto put = run_weft({"put", fifo, remote + "/f", "--config", data_ + "/client.toml"}, dir_->file("pipe.log"));
+  writer.join();
+  ASSERT_EQ(put.code, 0) << put.log;
+  const mode_t umask = ::umask(022);
+  ::umask(umask);
+  struct stat st {};
+  ASSERT_EQ(::stat(p("f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0666u & ~umask);
+  EXPECT_EQ(read_all(p("f")), "piped");
+}
+
 // rewinddir starts a new listing: entries made and removed since show.
 TEST_F(FuseTest, RewinddirListsTheDirectoryAsItIsNow) {
   ASSERT_TRUE(write_all(p("a"), "1", 0644));
