@@ -9,6 +9,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -108,26 +109,42 @@ std::string time_string(int64_t ns) {
   return buf;
 }
 
-// A progress line on a terminal; nothing otherwise.
+// A progress line on a terminal, redrawn at most every 200 ms; nothing
+// otherwise. total 0: unknown (a pipe), shown as bytes and rate only.
 class Progress {
  public:
   Progress(std::string what, uint64_t total) : what_(std::move(what)), total_(total), tty_(::isatty(2) == 1) {}
   void update(uint64_t done) {
     if (!tty_) return;
     auto now = std::chrono::steady_clock::now();
-    if (done < total_ && now - last_ < std::chrono::milliseconds(200)) return;
+    if (now - last_ < std::chrono::milliseconds(200)) return;
     last_ = now;
+    draw(done, now);
+  }
+  // The final state and the line's end, once the copy is complete.
+  void finish(uint64_t done) {
+    if (!tty_) return;
+    draw(done, std::chrono::steady_clock::now());
+    std::fprintf(stderr, "\n");
+  }
+
+ private:
+  void draw(uint64_t done, std::chrono::steady_clock::time_point now) {
     double secs = std::chrono::duration<double>(now - start_).count();
     double rate = secs > 0 ? static_cast<double>(done) / secs : 0;
-    double frac = total_ ? static_cast<double>(done) / static_cast<double>(total_) : 1.0;
+    if (total_ == 0) {
+      std::fprintf(stderr, "\r%s %s %s/s   ", what_.c_str(), human(done).c_str(),
+                   human(static_cast<uint64_t>(rate)).c_str());
+      return;
+    }
+    done = std::min(done, total_);  // a file that grew while copied
+    double frac = static_cast<double>(done) / static_cast<double>(total_);
     int bar = static_cast<int>(frac * 30);
     double eta = rate > 0 ? static_cast<double>(total_ - done) / rate : 0;
     std::fprintf(stderr, "\r%s [%-30s] %5.1f%% %s/s ETA %.0fs   ", what_.c_str(), std::string(bar, '#').c_str(),
                  frac * 100, human(static_cast<uint64_t>(rate)).c_str(), eta);
-    if (done >= total_) std::fprintf(stderr, "\n");
   }
 
- private:
   std::string what_;
   uint64_t total_;
   bool tty_;
@@ -393,6 +410,7 @@ Result<void> copy_in(int fd, const std::string& local, File& file, const std::st
     }
     progress.update(off);
   }
+  progress.finish(off);
   if (auto r = file.close(); !r) return error(r.error().code(), "{}: {}", target, r.error().message());
   return {};
 }
@@ -483,6 +501,7 @@ Result<void> copy_out(File& file, const std::string& remote, int fd, bool show_p
     off += *n;
     if (show_progress) progress.update(off);
   }
+  if (show_progress) progress.finish(off);
   (void)file.close();
   return {};
 }

@@ -965,6 +965,22 @@ TEST_F(FuseTest, PutFromAPipeMakesAFileOfTheDefaultMode) {
   EXPECT_EQ(read_all(p("f")), "piped");
 }
 
+// put from a pipe on a terminal (size unknown) shows bytes and rate on one
+// line: no bar, no ETA, one line end (it printed a line per read at "100%").
+TEST_F(FuseTest, PutFromAPipeShowsOneProgressLine) {
+  if (::access("/usr/bin/script", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/script (a terminal for stderr)";
+  const std::string remote = "/" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name());
+  const std::string cmd = "head -c 20000000 /dev/zero | " + testing::weft_binary() + " put /dev/stdin " + remote +
+                          "/f --config " + data_ + "/client.toml";
+  Process put({"/usr/bin/script", "-qec", cmd, "/dev/null"}, dir_->file("tty.log"));
+  auto status = put.wait_exit(60s);
+  ASSERT_TRUE(status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << put.log();
+  const std::string out = put.log();
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  EXPECT_EQ(out.find("ETA"), std::string::npos) << out;
+  EXPECT_NE(out.find("put " + remote + "/f"), std::string::npos) << out;
+}
+
 // rewinddir starts a new listing: entries made and removed since show.
 TEST_F(FuseTest, RewinddirListsTheDirectoryAsItIsNow) {
   ASSERT_TRUE(write_all(p("a"), "1", 0644));
