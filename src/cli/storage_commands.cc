@@ -143,7 +143,12 @@ void serve_storage(const std::string& config_path) {
   warn_unread_keys(*config);
   WEFT_LOG_INFO("{}: serving {} targets{}", sc->name, storage_config->targets.size(),
                 link ? " (member of a cluster run by mgmtd)" : "");
-  auto r = runtime.run();
+  // Heartbeats stop before the listener closes: a server that no longer
+  // listens is declared dead on the first refused connection
+  // (mgmt/refusal_probe.h), and a heartbeat in between would revive it.
+  auto r = runtime.run(nullptr, [&link] {
+    if (link) link->stop();
+  });
   if (orphans) orphans->stop();
   if (link) link->stop();
   (*service)->stop();

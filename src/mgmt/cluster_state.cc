@@ -232,6 +232,7 @@ Result<RegisterReply> ClusterState::register_node(const RegisterRequest& request
              return apply_register(next, request, now, options_.lease.lease);
            }));
   reply.routing_version = state_.routing.version;
+  heartbeated_.erase(reply.node_id);  // a registering process may not listen yet
   metrics_->registrations().inc();
   for (TargetId t : reply.data_lost) log_lost_target_locked(t);
   return reply;
@@ -275,6 +276,7 @@ Result<HeartbeatReply> ClusterState::heartbeat_locked(const HeartbeatRequest& re
     metrics_->ignored_reports().inc(ignored);
   }
   metrics_->heartbeats().inc();
+  heartbeated_.insert(request.node_id);
   return HeartbeatReply{.routing_version = state_.routing.version, .lease = lease};
 }
 
@@ -337,6 +339,9 @@ Result<bool> ClusterState::declare_refusing(NodeId id, uint64_t incarnation, Tim
   // (or one restarted there, with a new incarnation): the lease decides.
   if (node.state != NodeState::kUp || node.incarnation != incarnation || node.last_heartbeat > probe_started)
     return false;
+  // A server registers before it opens its targets and listens: until its
+  // first heartbeat, a refusal may only mean it is still starting.
+  if (!heartbeated_.contains(id)) return false;
   WEFT_RETURN_IF_ERROR(mutate([&](PersistedState& next) -> Result<void> {
     declare_dead(next, id);
     return {};

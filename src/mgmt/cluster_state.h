@@ -62,6 +62,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -204,7 +205,8 @@ class ClusterState {
   // probe found nothing listening at its address (mgmt/refusal_probe.h): only
   // while it is up with `incarnation`, no heartbeat of it arrived after
   // `probe_started` (this clock's time; such a heartbeat proves the process
-  // alive) and mgmtd is not behind. Returns whether it was declared.
+  // alive), it heartbeated at least once since it registered (before, it may
+  // just not listen yet) and mgmtd is not behind. Returns whether it was declared.
   // Safe without the lease rule (mgmt/lease.h): a process that does not
   // listen takes no requests; a write it still forwards from before carries
   // the old chain version, which its successors refuse once they have the new
@@ -253,6 +255,7 @@ class ClusterState {
   TimePoint leases_lowered_at_{};  // GUARDED_BY(mu_): when a shorter configured lease may replace the record
   RoutingVersion behind_of_ = 0;   // GUARDED_BY(mu_): highest version reported above ours; 0: not behind
   std::string behind_;             // GUARDED_BY(mu_): the refusal, while behind
+  std::set<NodeId> heartbeated_;   // GUARDED_BY(mu_): nodes that heartbeated since they (last) registered
 };
 
 }  // namespace weft::mgmt

@@ -108,6 +108,8 @@ TEST(ClusterState, ANodeRefusingConnectionsIsDeclaredDeadBeforeItsLeaseRunsOut) 
   ASSERT_TRUE(at);
   EXPECT_EQ(at->id, c.tail_node);
   const ChainVersion v0 = h.chain(c.id).version;
+  EXPECT_FALSE(*h.state->declare_refusing(at->id, at->incarnation, h.clock.now()))
+      << "no heartbeat since it registered: it may not listen yet";
 
   TimePoint probe = h.clock.now();
   h.clock.advance(1ms);

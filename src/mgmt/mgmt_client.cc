@@ -332,7 +332,7 @@ void MgmtClient::poll_routing() {
       std::lock_guard lock(mu_);
       ready = routing_ && !accept_any_version_ && node_id_ != kInvalidNode;
     }
-    bool pause = true;
+    Duration pause = options_.retry_interval;
     if (ready) {
       const RoutingVersion before = installed_routing_version();
       const auto started = std::chrono::steady_clock::now();
@@ -341,12 +341,13 @@ void MgmtClient::poll_routing() {
       // An answer at once without a newer version comes from an mgmtd
       // behind ours (it does not wait on a version it does not have): pause,
       // or the poll spins.
-      pause = !r || (installed_routing_version() == before &&
-                     std::chrono::steady_clock::now() - started < std::chrono::seconds(1));
+      const bool unchanged_at_once = installed_routing_version() == before &&
+                                     std::chrono::steady_clock::now() - started < std::chrono::seconds(1);
+      if (r) pause = unchanged_at_once ? Duration(std::chrono::seconds(2)) : Duration::zero();
     }
     loop_lock.lock();
     poll_cancel_.reset();
-    if (pause) loop_cv_.wait_for(loop_lock, options_.retry_interval, [this] { return stopping_; });
+    if (pause > Duration::zero()) loop_cv_.wait_for(loop_lock, pause, [this] { return stopping_; });
   }
 }
 

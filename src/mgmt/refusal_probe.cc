@@ -1,5 +1,7 @@
 #include "mgmt/refusal_probe.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <thread>
@@ -10,6 +12,11 @@
 namespace weft::mgmt {
 
 bool probe_refused(const rpc::Endpoint& ep, const RefusalProbeOptions& options) {
+  // A name would be resolved with no bound on the time (DNS retries) on
+  // mgmtd's blocking pool, and may resolve differently here than for the
+  // reporter: only numeric addresses are probed.
+  unsigned char buf[sizeof(in6_addr)];
+  if (::inet_pton(AF_INET, ep.host.c_str(), buf) != 1 && ::inet_pton(AF_INET6, ep.host.c_str(), buf) != 1) return false;
   rpc::ClientOptions co;
   co.connect_timeout_ms = static_cast<uint32_t>(options.connect_timeout.count());
   for (int i = 0; i < options.attempts; ++i) {
@@ -24,15 +31,20 @@ bool probe_refused(const rpc::Endpoint& ep, const RefusalProbeOptions& options) 
 
 bool RefusalProbes::begin(NodeId node, TimePoint now) {
   std::lock_guard lock(mu_);
+  // One probe at a time in all: they run on mgmtd's blocking pool, which
+  // heartbeats need (up to ~1 s each; a dead node's peers report it again).
+  if (running_ > 0) return false;
   Probe& p = probes_[node];
-  if (p.running || (p.ended != TimePoint{} && now < p.ended + quiet_)) return false;
+  if (p.ended != TimePoint{} && now < p.ended + quiet_) return false;
   p.running = true;
+  ++running_;
   return true;
 }
 
 void RefusalProbes::end(NodeId node, TimePoint now) {
   std::lock_guard lock(mu_);
   Probe& p = probes_[node];
+  if (p.running) --running_;
   p.running = false;
   p.ended = now;
 }

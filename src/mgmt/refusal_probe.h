@@ -12,8 +12,10 @@
 // process whose kernel still accepts) proves nothing and leaves the node to
 // its lease. A report never declares anything by itself: mgmtd's own probe
 // does, so a confused or hostile reporter cannot take a live server out.
-// RefusalProbes keeps one probe per node at a time and at most one per
+// RefusalProbes keeps one probe at a time in all (they hold a thread of
+// mgmtd's blocking pool, which heartbeats need) and at most one per node per
 // `quiet` after it (a dead node's chains are reported by many peers at once).
+// Only numeric addresses are probed (a name's resolution has no time bound).
 // Threading: RefusalProbes is thread-safe; probe_refused blocks (run it on a
 // blocking pool thread, never an I/O thread).
 #pragma once
@@ -44,8 +46,8 @@ bool probe_refused(const rpc::Endpoint& ep, const RefusalProbeOptions& options);
 class RefusalProbes {
  public:
   explicit RefusalProbes(Duration quiet) : quiet_(quiet) {}
-  // True when a probe of `node` may start at `now`: none under way and none
-  // ended within `quiet`. Pair with end().
+  // True when a probe of `node` may start at `now`: no probe under way (of
+  // any node) and none of it ended within `quiet`. Pair with end().
   bool begin(NodeId node, TimePoint now);
   void end(NodeId node, TimePoint now);
 
@@ -57,6 +59,7 @@ class RefusalProbes {
   const Duration quiet_;
   std::mutex mu_;
   std::map<NodeId, Probe> probes_;  // GUARDED_BY(mu_)
+  int running_ = 0;                  // GUARDED_BY(mu_)
 };
 
 }  // namespace weft::mgmt

@@ -65,10 +65,14 @@ void RefusalReporter::run(MgmtRpc& rpc) {
     req.set_address(ep.to_string());
     // mgmtd's probe takes up to about a second when the address times out.
     auto r = rpc.call<proto::mgmt::ReportRefusalReply>(kReportRefusal, req, 3000, cancel_.token());
-    if (r)
-      WEFT_LOG_INFO("{} refused a connection: reported to mgmtd ({})", ep.to_string(), r->outcome());
+    // Only a declaration is news; the rest (mgmtd unreachable too, a node
+    // already down) would fill a client's terminal while the cluster is down.
+    if (r && r->outcome() == "declared")
+      WEFT_LOG_INFO("{} refused a connection: reported to mgmtd, which declared it dead", ep.to_string());
+    else if (r)
+      WEFT_LOG_DEBUG("{} refused a connection: reported to mgmtd ({})", ep.to_string(), r->outcome());
     else
-      WEFT_LOG_INFO("{} refused a connection: could not report it to mgmtd: {}", ep.to_string(), r.error());
+      WEFT_LOG_DEBUG("{} refused a connection: could not report it to mgmtd: {}", ep.to_string(), r.error());
     lock.lock();
     ++sent_;
   }

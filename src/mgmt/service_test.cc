@@ -217,6 +217,7 @@ TEST(MgmtService, AReportedRefusalIsProbedAndOnlyANodeWhereNothingListensIsDecla
   MgmtClient live_node(f.rpc(), lo), dead_node(f.rpc(), d);
   ASSERT_TRUE(live_node.register_now());
   ASSERT_TRUE(dead_node.register_now());
+  ASSERT_TRUE(live_node.heartbeat_now());
   pb::CreateChainTableRequest create;
   create.set_replicas(2);
   ASSERT_TRUE(f.rpc().call<pb::CreateChainTableReply>(kCreateChainTable, create));
@@ -234,6 +235,9 @@ TEST(MgmtService, AReportedRefusalIsProbedAndOnlyANodeWhereNothingListensIsDecla
   EXPECT_EQ(f.state->routing().nodes.at(live_node.node_id()).state, NodeState::kUp);
   EXPECT_EQ(f.state->routing_version(), before);
 
+  EXPECT_EQ(report(dead), "kept") << "no heartbeat since it registered: it may still be starting";
+  std::this_thread::sleep_for(1100ms);  // the quiet time after a probe of it
+  ASSERT_TRUE(dead_node.heartbeat_now());
   EXPECT_EQ(report(dead), "declared");
   EXPECT_EQ(f.state->routing().nodes.at(dead_node.node_id()).state, NodeState::kDown);
   EXPECT_GT(f.state->routing_version(), before) << "its chains moved on";

@@ -58,11 +58,13 @@ Result<int> connect_to_any(const Endpoint& ep, const addrinfo* addresses, const 
     auto left_ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - SteadyClock::now()).count();
     if (left_ms <= 0) {
       why = fmt::format("timed out after {} ms", timeout_ms);
+      all_refused = false;  // addresses left untried prove nothing
       break;
     }
     int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
       why = std::strerror(errno);
+      all_refused = false;  // an address this host cannot even try proves nothing
       continue;
     }
     int err = 0;
