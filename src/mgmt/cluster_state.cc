@@ -250,6 +250,7 @@ Result<HeartbeatReply> ClusterState::heartbeat_locked(const HeartbeatRequest& re
   Duration lease = options_.lease.lease;
   WEFT_TRY(NodeInfo * node, find_heartbeat_node(state_, request));
   size_t ignored = 0;
+  note_revived_after_refusal_locked(*node, now);
   if (node->state == NodeState::kDown || !request.sync_done.empty() ||
       has_new_target_failures(state_, request.node_id, request.usage)) {
     std::vector<Status> refused;
@@ -321,6 +322,23 @@ Result<std::vector<NodeId>> ClusterState::tick(Duration period) {
   return dead;
 }
 
+// The same process heartbeating after it was declared dead for refusing
+// connections was alive: mgmtd's probe is misled (a REJECT rule, another
+// address resolution than the peers'). Without a pause the node would be
+// declared and revived, its chains resynced, every few seconds for ever.
+void ClusterState::note_revived_after_refusal_locked(const NodeInfo& node, TimePoint now) {
+  auto d = declared_refusing_.find(node.id);
+  if (d == declared_refusing_.end()) return;
+  const bool same_process = d->second == node.incarnation;
+  declared_refusing_.erase(d);
+  if (!same_process) return;  // a restarted server: the refusal was right
+  refusal_suppressed_until_[node.id] = now + kRefusalSuppression;
+  WEFT_LOG_ERROR("mgmt: node {} ({}) heartbeats after it was declared dead for refusing connections: mgmtd's probe "
+                 "of its address is wrong (a firewall REJECT rule? [mgmtd] probe_refusals = false turns probing "
+                 "off); not declared by refusal for {} s",
+                 node.id, node.address, std::chrono::duration_cast<std::chrono::seconds>(kRefusalSuppression).count());
+}
+
 std::optional<ClusterState::NodeAt> ClusterState::storage_node_up_at(const std::string& address) const {
   std::lock_guard lock(mu_);
   for (const auto& [id, node] : state_.routing.nodes)
@@ -342,12 +360,15 @@ Result<bool> ClusterState::declare_refusing(NodeId id, uint64_t incarnation, Tim
   // A server registers before it opens its targets and listens: until its
   // first heartbeat, a refusal may only mean it is still starting.
   if (!heartbeated_.contains(id)) return false;
+  if (auto s = refusal_suppressed_until_.find(id); s != refusal_suppressed_until_.end() && clock_.now() < s->second)
+    return false;
   WEFT_RETURN_IF_ERROR(mutate([&](PersistedState& next) -> Result<void> {
     declare_dead(next, id);
     return {};
   }));
   WEFT_LOG_WARN("mgmt: nothing listens at node {}'s address {}: declared dead without waiting for its lease", id,
                 state_.routing.nodes.at(id).address);
+  declared_refusing_[id] = incarnation;
   metrics_->declared_refusing().inc();
   metrics_->refresh(state_, clock_.now());
   return true;

@@ -59,6 +59,7 @@
 // distinct nodes; ids only grow; routing version never decreases.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -211,7 +212,11 @@ class ClusterState {
   // listen takes no requests; a write it still forwards from before carries
   // the old chain version, which its successors refuse once they have the new
   // routing, or lands on them (and is kept) before.
+  // A node declared so that heartbeats again in the same incarnation was
+  // alive (the probe was misled): it is not declared by refusal for
+  // kRefusalSuppression after, and mgmtd logs an error.
   Result<bool> declare_refusing(NodeId id, uint64_t incarnation, TimePoint probe_started);
+  static constexpr Duration kRefusalSuppression = std::chrono::minutes(10);
 
   RoutingInfo routing() const;
   RoutingVersion routing_version() const;
@@ -242,6 +247,7 @@ class ClusterState {
   Result<void> check_reported_locked(RoutingVersion reported, const std::string& who);
   Result<void> refuse_if_behind_locked() const;
   void log_lost_target_locked(TargetId target) const;  // REQUIRES: mu_ held
+  void note_revived_after_refusal_locked(const NodeInfo& node, TimePoint now);  // REQUIRES: mu_ held
 
   const ClusterOptions options_;
   const Clock& clock_;
@@ -256,6 +262,8 @@ class ClusterState {
   RoutingVersion behind_of_ = 0;   // GUARDED_BY(mu_): highest version reported above ours; 0: not behind
   std::string behind_;             // GUARDED_BY(mu_): the refusal, while behind
   std::set<NodeId> heartbeated_;   // GUARDED_BY(mu_): nodes that heartbeated since they (last) registered
+  std::map<NodeId, uint64_t> declared_refusing_;          // GUARDED_BY(mu_): by declare_refusing, at incarnation
+  std::map<NodeId, TimePoint> refusal_suppressed_until_;  // GUARDED_BY(mu_): misled probes: no declaration till then
 };
 
 }  // namespace weft::mgmt

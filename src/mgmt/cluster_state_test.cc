@@ -130,6 +130,24 @@ TEST(ClusterState, ANodeRefusingConnectionsIsDeclaredDeadBeforeItsLeaseRunsOut) 
   EXPECT_FALSE(h.state->storage_node_up_at(tail_address));
   EXPECT_TRUE(h.state->tick()->empty()) << "the lease check finds nothing left to declare";
 
+  // The same process heartbeats again: it was alive, the probe was misled
+  // (e.g. a REJECT rule). Not declared by refusal for a while (no flapping).
+  h.beat(c.tail_node);
+  EXPECT_EQ(h.state->routing().nodes.at(c.tail_node).state, NodeState::kUp);
+  h.clock.advance(1ms);
+  EXPECT_FALSE(*h.state->declare_refusing(at->id, at->incarnation, h.clock.now())) << "suppressed after a misled probe";
+  h.clock.advance(ClusterState::kRefusalSuppression);
+  h.beat(c.tail_node);
+  h.beat(c.head_node);
+  h.clock.advance(1ms);
+  EXPECT_TRUE(*h.state->declare_refusing(at->id, at->incarnation, h.clock.now())) << "the pause is over";
+  // A restarted process (new incarnation) after such a declaration: the refusal was right, no pause.
+  h.add_storage(tail_address == "host1:9000" ? 1 : 2, 1, /*incarnation=*/2);
+  ASSERT_EQ(h.state->storage_node_up_at(tail_address)->incarnation, 2u);
+  h.beat(c.tail_node, 2);
+  h.clock.advance(1ms);
+  EXPECT_TRUE(*h.state->declare_refusing(at->id, 2, h.clock.now()));
+
   // Behind (a node reported a routing version above mgmtd's): no routing change.
   auto above = h.state->heartbeat({.node_id = c.head_node, .incarnation = 1,
                                    .installed_routing_version = h.state->routing_version() + 100});
