@@ -9,7 +9,6 @@
 namespace weft::client {
 
 namespace {
-constexpr uint32_t kLongPollMs = 20000;
 constexpr auto kRetryDelay = std::chrono::milliseconds(200);
 // Between polls of an mgmtd whose routing is older than ours: it answers such
 // a poll at once (our version is not its), so without a pause the poll spins.
@@ -82,7 +81,7 @@ RoutingPtr RoutingCache::install(mgmt::RoutingInfo info) {
 void RoutingCache::run() {
   while (true) {
     auto cancel = std::make_shared<rpc::CancelSource>();
-    uint32_t wait_ms = kLongPollMs;
+    uint32_t wait_ms = mgmt::kRoutingLongPollMs;
     {
       std::lock_guard lock(loop_mu_);
       if (stopping_) return;

@@ -232,7 +232,7 @@ Result<RegisterReply> ClusterState::register_node(const RegisterRequest& request
              return apply_register(next, request, now, options_.lease.lease);
            }));
   reply.routing_version = state_.routing.version;
-  heartbeated_.erase(reply.node_id);  // a registering process may not listen yet
+  refusal_watch_[reply.node_id].heartbeated = false;  // a registering process may not listen yet
   metrics_->registrations().inc();
   for (TargetId t : reply.data_lost) log_lost_target_locked(t);
   return reply;
@@ -277,7 +277,7 @@ Result<HeartbeatReply> ClusterState::heartbeat_locked(const HeartbeatRequest& re
     metrics_->ignored_reports().inc(ignored);
   }
   metrics_->heartbeats().inc();
-  heartbeated_.insert(request.node_id);
+  refusal_watch_[request.node_id].heartbeated = true;
   return HeartbeatReply{.routing_version = state_.routing.version, .lease = lease};
 }
 
@@ -327,12 +327,12 @@ Result<std::vector<NodeId>> ClusterState::tick(Duration period) {
 // address resolution than the peers'). Without a pause the node would be
 // declared and revived, its chains resynced, every few seconds for ever.
 void ClusterState::note_revived_after_refusal_locked(const NodeInfo& node, TimePoint now) {
-  auto d = declared_refusing_.find(node.id);
-  if (d == declared_refusing_.end()) return;
-  const bool same_process = d->second == node.incarnation;
-  declared_refusing_.erase(d);
+  auto w = refusal_watch_.find(node.id);
+  if (w == refusal_watch_.end() || w->second.declared_incarnation == 0) return;
+  const bool same_process = w->second.declared_incarnation == node.incarnation;
+  w->second.declared_incarnation = 0;
   if (!same_process) return;  // a restarted server: the refusal was right
-  refusal_suppressed_until_[node.id] = now + kRefusalSuppression;
+  w->second.suppressed_until = now + kRefusalSuppression;
   WEFT_LOG_ERROR("mgmt: node {} ({}) heartbeats after it was declared dead for refusing connections: mgmtd's probe "
                  "of its address is wrong (a firewall REJECT rule? [mgmtd] probe_refusals = false turns probing "
                  "off); not declared by refusal for {} s",
@@ -359,16 +359,15 @@ Result<bool> ClusterState::declare_refusing(NodeId id, uint64_t incarnation, Tim
     return false;
   // A server registers before it opens its targets and listens: until its
   // first heartbeat, a refusal may only mean it is still starting.
-  if (!heartbeated_.contains(id)) return false;
-  if (auto s = refusal_suppressed_until_.find(id); s != refusal_suppressed_until_.end() && clock_.now() < s->second)
-    return false;
+  RefusalWatch& watch = refusal_watch_[id];
+  if (!watch.heartbeated || clock_.now() < watch.suppressed_until) return false;
   WEFT_RETURN_IF_ERROR(mutate([&](PersistedState& next) -> Result<void> {
     declare_dead(next, id);
     return {};
   }));
   WEFT_LOG_WARN("mgmt: nothing listens at node {}'s address {}: declared dead without waiting for its lease", id,
                 state_.routing.nodes.at(id).address);
-  declared_refusing_[id] = incarnation;
+  watch.declared_incarnation = incarnation;
   metrics_->declared_refusing().inc();
   metrics_->refresh(state_, clock_.now());
   return true;

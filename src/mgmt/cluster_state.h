@@ -63,7 +63,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -261,9 +260,13 @@ class ClusterState {
   TimePoint leases_lowered_at_{};  // GUARDED_BY(mu_): when a shorter configured lease may replace the record
   RoutingVersion behind_of_ = 0;   // GUARDED_BY(mu_): highest version reported above ours; 0: not behind
   std::string behind_;             // GUARDED_BY(mu_): the refusal, while behind
-  std::set<NodeId> heartbeated_;   // GUARDED_BY(mu_): nodes that heartbeated since they (last) registered
-  std::map<NodeId, uint64_t> declared_refusing_;          // GUARDED_BY(mu_): by declare_refusing, at incarnation
-  std::map<NodeId, TimePoint> refusal_suppressed_until_;  // GUARDED_BY(mu_): misled probes: no declaration till then
+  // What declare_refusing needs to know of a node, in memory only.
+  struct RefusalWatch {
+    bool heartbeated = false;          // since it (last) registered
+    uint64_t declared_incarnation = 0;  // declared by refusal at this incarnation (0: not)
+    TimePoint suppressed_until{};       // a misled probe: no declaration by refusal till then
+  };
+  std::map<NodeId, RefusalWatch> refusal_watch_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace weft::mgmt

@@ -321,7 +321,6 @@ void MgmtClient::stop() {
 // take whatever routing mgmtd has (accept_any_version_): the heartbeat loop
 // owns those.
 void MgmtClient::poll_routing() {
-  constexpr uint32_t kLongPollMs = 20000;
   std::unique_lock loop_lock(loop_mu_);
   while (!stopping_ && !fenced_) {
     auto cancel = std::make_shared<rpc::CancelSource>();
@@ -336,7 +335,7 @@ void MgmtClient::poll_routing() {
     if (ready) {
       const RoutingVersion before = installed_routing_version();
       const auto started = std::chrono::steady_clock::now();
-      auto r = refresh(kLongPollMs, cancel->token());
+      auto r = refresh(kRoutingLongPollMs, cancel->token());
       if (!r && r.error().code() != Code::kCancelled) WEFT_LOG_DEBUG("mgmt client: routing poll: {}", r.error());
       // An answer at once without a newer version comes from an mgmtd
       // behind ours (it does not wait on a version it does not have): pause,

@@ -33,20 +33,16 @@ bool RefusalProbes::begin(NodeId node, TimePoint now) {
   std::lock_guard lock(mu_);
   // One probe at a time in all: they run on mgmtd's blocking pool, which
   // heartbeats need (up to ~1 s each; a dead node's peers report it again).
-  if (running_ > 0) return false;
-  Probe& p = probes_[node];
-  if (p.ended != TimePoint{} && now < p.ended + quiet_) return false;
-  p.running = true;
-  ++running_;
+  if (running_) return false;
+  if (auto e = ended_.find(node); e != ended_.end() && now < e->second + quiet_) return false;
+  running_ = true;
   return true;
 }
 
 void RefusalProbes::end(NodeId node, TimePoint now) {
   std::lock_guard lock(mu_);
-  Probe& p = probes_[node];
-  if (p.running) --running_;
-  p.running = false;
-  p.ended = now;
+  running_ = false;
+  ended_[node] = now;
 }
 
 }  // namespace weft::mgmt

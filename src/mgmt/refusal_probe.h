@@ -52,14 +52,10 @@ class RefusalProbes {
   void end(NodeId node, TimePoint now);
 
  private:
-  struct Probe {
-    bool running = false;
-    TimePoint ended{};
-  };
   const Duration quiet_;
   std::mutex mu_;
-  std::map<NodeId, Probe> probes_;  // GUARDED_BY(mu_)
-  int running_ = 0;                  // GUARDED_BY(mu_)
+  bool running_ = false;                // GUARDED_BY(mu_)
+  std::map<NodeId, TimePoint> ended_;  // GUARDED_BY(mu_): when each node's last probe ended
 };
 
 }  // namespace weft::mgmt

@@ -21,6 +21,9 @@ inline constexpr rpc::MethodId kRemoveNode{rpc::service::kMgmt, 10};
 inline constexpr rpc::MethodId kPromoteTarget{rpc::service::kMgmt, 11};
 inline constexpr rpc::MethodId kReportRefusal{rpc::service::kMgmt, 12};
 
+// How long clients' and servers' routing long polls wait at mgmtd.
+inline constexpr uint32_t kRoutingLongPollMs = 20'000;
+
 // Upper bound on GetRoutingRequest.wait_ms (a long poll holds no thread, only a timer).
 inline constexpr uint32_t kRoutingWaitMsMax = 60'000;
 
