@@ -339,11 +339,12 @@ void ClusterState::note_revived_after_refusal_locked(const NodeInfo& node, TimeP
                  node.id, node.address, std::chrono::duration_cast<std::chrono::seconds>(kRefusalSuppression).count());
 }
 
-std::optional<ClusterState::NodeAt> ClusterState::storage_node_up_at(const std::string& address) const {
+std::optional<ClusterState::NodeAt> ClusterState::storage_node_up_at(
+    const std::function<bool(const std::string&)>& at_address) const {
   std::lock_guard lock(mu_);
   for (const auto& [id, node] : state_.routing.nodes)
-    if (node.address == address && node.kind == NodeKind::kStorage && node.state == NodeState::kUp)
-      return NodeAt{.id = id, .incarnation = node.incarnation};
+    if (node.kind == NodeKind::kStorage && node.state == NodeState::kUp && at_address(node.address))
+      return NodeAt{.id = id, .incarnation = node.incarnation, .address = node.address};
   return std::nullopt;
 }
 

@@ -59,6 +59,7 @@
 // distinct nodes; ids only grow; routing version never decreases.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -195,12 +196,14 @@ class ClusterState {
   // others sync from it (apply_promote_target).
   Result<void> promote_target(ChainId chain, TargetId target);
 
-  // The storage node up at `address` (host:port as registered), if any.
+  // The storage node up whose registered address (host:port as its config
+  // spells it) `at_address` accepts, if any.
   struct NodeAt {
     NodeId id = kInvalidNode;
     uint64_t incarnation = 0;
+    std::string address;  // as registered
   };
-  std::optional<NodeAt> storage_node_up_at(const std::string& address) const;
+  std::optional<NodeAt> storage_node_up_at(const std::function<bool(const std::string&)>& at_address) const;
   // Declares node `id` dead before its lease ran out because mgmtd's own
   // probe found nothing listening at its address (mgmt/refusal_probe.h): only
   // while it is up with `incarnation`, no heartbeat of it arrived after

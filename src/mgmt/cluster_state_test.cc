@@ -102,9 +102,12 @@ TEST(ClusterState, ANodeRefusingConnectionsIsDeclaredDeadBeforeItsLeaseRunsOut) 
   auto c = h.two_replica_chain();
   const std::string tail_address = h.state->routing().nodes.at(c.tail_node).address;
   ASSERT_TRUE(h.state->register_node({.kind = NodeKind::kMeta, .address = "meta:1", .incarnation = 1}));
-  EXPECT_FALSE(h.state->storage_node_up_at("meta:1")) << "only storage nodes are probed";
-  EXPECT_FALSE(h.state->storage_node_up_at("nobody:1"));
-  auto at = h.state->storage_node_up_at(tail_address);
+  auto up_at = [&](const std::string& address) {
+    return h.state->storage_node_up_at([&](const std::string& registered) { return registered == address; });
+  };
+  EXPECT_FALSE(up_at("meta:1")) << "only storage nodes are probed";
+  EXPECT_FALSE(up_at("nobody:1"));
+  auto at = up_at(tail_address);
   ASSERT_TRUE(at);
   EXPECT_EQ(at->id, c.tail_node);
   const ChainVersion v0 = h.chain(c.id).version;
@@ -127,7 +130,7 @@ TEST(ClusterState, ANodeRefusingConnectionsIsDeclaredDeadBeforeItsLeaseRunsOut) 
   EXPECT_EQ(h.chain(c.id).entries, (std::vector<ChainEntry>{{c.head, S}, {c.tail, O}}));
   EXPECT_GT(h.chain(c.id).version, v0);
   EXPECT_FALSE(*h.state->declare_refusing(at->id, at->incarnation, h.clock.now())) << "declared once";
-  EXPECT_FALSE(h.state->storage_node_up_at(tail_address));
+  EXPECT_FALSE(up_at(tail_address));
   EXPECT_TRUE(h.state->tick()->empty()) << "the lease check finds nothing left to declare";
 
   // The same process heartbeats again: it was alive, the probe was misled
@@ -143,7 +146,7 @@ TEST(ClusterState, ANodeRefusingConnectionsIsDeclaredDeadBeforeItsLeaseRunsOut) 
   EXPECT_TRUE(*h.state->declare_refusing(at->id, at->incarnation, h.clock.now())) << "the pause is over";
   // A restarted process (new incarnation) after such a declaration: the refusal was right, no pause.
   h.add_storage(tail_address == "host1:9000" ? 1 : 2, 1, /*incarnation=*/2);
-  ASSERT_EQ(h.state->storage_node_up_at(tail_address)->incarnation, 2u);
+  ASSERT_EQ(up_at(tail_address)->incarnation, 2u);
   h.beat(c.tail_node, 2);
   h.clock.advance(1ms);
   EXPECT_TRUE(*h.state->declare_refusing(at->id, 2, h.clock.now()));

@@ -249,9 +249,15 @@ Result<pb::ReportRefusalReply> MgmtService::report_refusal(const pb::ReportRefus
     return out;
   };
   if (!options_.refusal_probe.enabled) return answer("off");
-  auto node = state_.storage_node_up_at(req.address());
+  WEFT_TRY(rpc::Endpoint reported, rpc::Endpoint::parse(req.address()));
+  // A node registers its address as its config spells it ("::1:7000"); peers
+  // report it as they print it ("[::1]:7000"). The probe goes where peers connect.
+  auto node = state_.storage_node_up_at([&](const std::string& registered) {
+    auto at = rpc::Endpoint::parse(registered);
+    return at && at->same_address(reported);
+  });
   if (!node) return answer("not-up");
-  WEFT_TRY(rpc::Endpoint ep, rpc::Endpoint::parse(req.address()));
+  WEFT_TRY(rpc::Endpoint ep, rpc::Endpoint::parse(node->address));
   if (!probes_.begin(node->id, clock_.now())) return answer("probing");
   const TimePoint started = clock_.now();
   const bool refused = probe_refused(ep, options_.refusal_probe);

@@ -16,6 +16,10 @@ struct Endpoint {
 
   static Result<Endpoint> parse(const std::string& text);
   std::string to_string() const;
+  // The same host and port however written: numeric addresses compared as
+  // addresses ("::1" = "0:0::1", IPv4-mapped IPv6 = its IPv4), names without
+  // case. No name is resolved (a name and the address it resolves to differ).
+  bool same_address(const Endpoint& other) const;
   auto operator<=>(const Endpoint&) const = default;
 };
 

@@ -17,6 +17,7 @@
 #include "proto/rpc.pb.h"
 #include "rpc/client.h"
 #include "rpc/echo_service.h"
+#include "rpc/endpoint.h"
 #include "rpc/server.h"
 #include "rpc/service_runtime.h"
 #include "rpc/test_cluster.h"
@@ -38,6 +39,32 @@ uint16_t closed_port(metrics::Registry& registry) {
   IoPool tmp{1};
   Server s(tmp, {}, registry);
   return s.listen("127.0.0.1", 0).value();
+}
+
+TEST(Endpoint, ParsesHostPortForms) {
+  EXPECT_EQ(*Endpoint::parse("127.0.0.1:7000"), (Endpoint{"127.0.0.1", 7000}));
+  EXPECT_EQ(*Endpoint::parse("[::1]:7000"), (Endpoint{"::1", 7000}));
+  EXPECT_EQ(*Endpoint::parse("::1:7000"), (Endpoint{"::1", 7000}));
+  EXPECT_EQ(Endpoint::parse("::1:7000")->to_string(), "[::1]:7000");
+  EXPECT_FALSE(Endpoint::parse("host"));
+  EXPECT_FALSE(Endpoint::parse("host:"));
+  EXPECT_FALSE(Endpoint::parse("host:70000"));
+  EXPECT_FALSE(Endpoint::parse("host:7x"));
+}
+
+// mgmtd matches a reported address to a registered one this way.
+TEST(Endpoint, SameAddressHoweverWritten) {
+  auto same = [](const std::string& a, const std::string& b) {
+    return Endpoint::parse(a)->same_address(*Endpoint::parse(b));
+  };
+  EXPECT_TRUE(same("::1:7000", "[::1]:7000"));
+  EXPECT_TRUE(same("[0:0:0:0:0:0:0:1]:7000", "[::1]:7000"));
+  EXPECT_TRUE(same("[::ffff:10.0.0.5]:7000", "10.0.0.5:7000"));
+  EXPECT_TRUE(same("Storage-1.example:7000", "storage-1.EXAMPLE:7000"));
+  EXPECT_FALSE(same("10.0.0.5:7000", "10.0.0.5:7001"));
+  EXPECT_FALSE(same("10.0.0.5:7000", "10.0.0.6:7000"));
+  EXPECT_FALSE(same("localhost:7000", "127.0.0.1:7000")) << "names are not resolved";
+  EXPECT_FALSE(same("[::1]:7000", "127.0.0.1:7000"));
 }
 
 TEST(Rpc, EchoRoundTrip) {
