@@ -59,7 +59,8 @@ void RefusalReporter::run(MgmtRpc& rpc) {
     if (stopping_) return;
     rpc::Endpoint ep = std::move(queue_.front());
     queue_.pop_front();
-    if (std::find(mgmtd.begin(), mgmtd.end(), ep) != mgmtd.end()) continue;  // mgmtd cannot judge itself
+    if (std::any_of(mgmtd.begin(), mgmtd.end(), [&](const rpc::Endpoint& m) { return m.same_address(ep); }))
+      continue;  // mgmtd cannot judge itself
     lock.unlock();
     proto::mgmt::ReportRefusalRequest req;
     req.set_address(ep.to_string());

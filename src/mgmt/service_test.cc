@@ -17,6 +17,7 @@
 #include "mgmt/client_list.h"
 #include "mgmt/mgmt_client.h"
 #include "mgmt/proto_convert.h"
+#include "mgmt/refusal_reporter.h"
 #include "mgmt/service_methods.h"
 #include "mgmt/test_util.h"
 
@@ -187,6 +188,36 @@ TEST(MgmtService, RoutingCarriesUsageReportedAfterTheVersion) {
 // the address itself and declares the node dead at once only when nothing
 // listens there, long before its lease (60 s here) would; a server that takes
 // connections is left to its lease, whoever reports it.
+// Every retry of every caller meets the same refusal: the reporter sends an
+// address at most once per interval, never mgmtd's own, and queues at most
+// kQueuedMax (the lease still finds the rest).
+TEST(RefusalReporter, ReportsAnAddressOncePerIntervalNeverMgmtdAndQueuesABoundedNumber) {
+  Fixture f;
+  auto reports = [&] {
+    return f.registry.counter("weft_mgmt_refusal_reports_total", "", {{"outcome", "not-up"}}).value();
+  };
+  {
+    RefusalReporter reporter(300ms);
+    reporter.start(f.rpc());
+    const rpc::Endpoint nobody{"127.0.0.1", 9};
+    for (int i = 0; i < 100; ++i) reporter.refused(nobody);
+    reporter.refused({"::ffff:127.0.0.1", f.port_});  // mgmtd itself, spelled otherwise
+    ASSERT_TRUE(eventually([&] { return reporter.sent() == 1; }));
+    std::this_thread::sleep_for(100ms);
+    EXPECT_EQ(reporter.sent(), 1u) << "one report per interval, none for mgmtd";
+    EXPECT_EQ(reports(), 1u);
+    std::this_thread::sleep_for(300ms);
+    reporter.refused(nobody);
+    ASSERT_TRUE(eventually([&] { return reporter.sent() == 2; })) << "the interval is over";
+  }
+  RefusalReporter unstarted;
+  for (uint16_t port = 1; port <= 100; ++port) unstarted.refused({"127.0.0.1", port});
+  unstarted.start(f.rpc());
+  ASSERT_TRUE(eventually([&] { return unstarted.sent() == RefusalReporter::kQueuedMax; }));
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(unstarted.sent(), RefusalReporter::kQueuedMax) << "the rest were dropped";
+}
+
 TEST(MgmtService, AReportedRefusalIsProbedAndOnlyANodeWhereNothingListensIsDeclaredDead) {
   Fixture f("", {.lease = 300ms, .grace = 100ms}, {.lease = 60s, .grace = 5s});
   int listener = ::socket(AF_INET, SOCK_STREAM, 0);
