@@ -241,6 +241,7 @@ TEST_F(MetaStoreTest, Symlinks) {
   EXPECT_CODE(s().symlink(root(), kRootIno, "ln", "x"), Code::kExists);
   EXPECT_CODE(s().symlink(root(), kRootIno, "e", ""), Code::kNotFound);
   EXPECT_CODE(s().symlink(root(), kRootIno, "long", std::string(4096, 'x')), Code::kNameTooLong);
+  EXPECT_CODE(s().symlink(root(), kRootIno, "nul", std::string("a\0b", 3)), Code::kInvalidArgument);
   EXPECT_CODE(s().create(root(), kRootIno, "ln", 0644, false, false), Code::kLoop);
   ASSERT_OK(s().unlink(root(), kRootIno, "ln"));
   EXPECT_CODE(s().getattr(root(), l->ino), Code::kNotFound);
@@ -340,6 +341,26 @@ TEST_F(MetaStoreTest, SpecialFilesSetIdBits) {
   EXPECT_EQ(chowned->mode, 0755u);
 }
 
+// As Linux, any chown of a non-directory clears setuid (and group-executable
+// setgid), also one that keeps the ids; a directory keeps them.
+TEST_F(MetaStoreTest, ChownToTheSameIdsClearsSetuidToo) {
+  Context owner = user(1000, 500);
+  Ino w = mkdir("w", kRootIno, 0777);
+  Ino f = create("f", w, 06755, owner);
+  auto same = s().setattr(owner, f, SetAttr{.uid = 1000, .gid = 500});
+  ASSERT_OK(same);
+  EXPECT_EQ(same->mode, 0755u);
+  ASSERT_OK(s().setattr(owner, f, SetAttr{.mode = 04755}));
+  auto group_only = s().setattr(owner, f, SetAttr{.gid = 500});
+  ASSERT_OK(group_only);
+  EXPECT_EQ(group_only->mode, 0755u);
+  Ino d = mkdir("d", w, 0755, owner);
+  ASSERT_OK(s().setattr(owner, d, SetAttr{.mode = 02755}));
+  auto dir = s().setattr(owner, d, SetAttr{.uid = 1000});
+  ASSERT_OK(dir);
+  EXPECT_EQ(dir->mode, 02755u);
+}
+
 // A write by someone other than root drops setuid (and setgid when the group
 // may execute), as Linux: through the mount the kernel asks for it with a
 // setattr under the writer's credentials, which needs write access, not
@@ -363,6 +384,13 @@ TEST_F(MetaStoreTest, WritersOtherThanRootDropSetuidAndSetgid) {
   reset();
   EXPECT_CODE(s().setattr(carol, f, SetAttr{.mode = 0775}), Code::kPermissionDenied);  // may not write
   EXPECT_EQ(mode(), 06775u);
+  // Only a regular file's: a directory's setgid (the group its new entries
+  // take) is its owner's to change, whoever may write in it.
+  Ino shared = mkdir("shared", kRootIno, 0777);
+  ASSERT_OK(s().setattr(root(), shared, SetAttr{.uid = 1000, .gid = 100}));
+  ASSERT_OK(s().setattr(root(), shared, SetAttr{.mode = 02777}));
+  EXPECT_CODE(s().setattr(bob, shared, SetAttr{.mode = 0777}), Code::kNotPermitted);
+  EXPECT_EQ(s().getattr(root(), shared)->mode, 02777u);
   ASSERT_OK(s().setattr(bob, f, SetAttr{.size = 0}));
   EXPECT_EQ(mode(), 0775u);
   reset();

@@ -114,5 +114,36 @@ TEST_F(RenameTest, DotNamesAndPermissions) {
   EXPECT_NE(sub, 0u);
 }
 
+// Linux's order of errors (do_renameat2, vfs_rename): the subtree check
+// (EINVAL) before any permission; the target's type (ENOTDIR, EISDIR) before
+// write access to a directory that changes parent.
+TEST_F(RenameTest, ErrorsComeInLinuxsOrder) {
+  Context u = user(1000, 1000), other = user(3000, 3000);
+  Ino a = mkdir("a", kRootIno, 0777), b = mkdir("b", kRootIno, 0777);
+  mkdir("d", a, 0755, other);  // not writable by u
+  create("f", b, 0644, u);
+  EXPECT_CODE(s().rename(u, a, "d", b, "f"), Code::kNotDirectory);
+  Ino top = mkdir("top", kRootIno, 0777);
+  Ino ta = mkdir("a", top, 0777);
+  Ino tb = mkdir("b", ta, 0777);
+  Ino tc = mkdir("c", tb, 0755, other);  // not writable by u
+  EXPECT_CODE(s().rename(u, top, "a", tc, "x"), Code::kInvalidArgument);
+  create("g", a, 0644, u);
+  mkdir("e", b, 0777, u);
+  EXPECT_CODE(s().rename(u, a, "g", b, "e"), Code::kIsDirectory);
+}
+
+// Nothing limits a directory's depth, so no depth limits rename: a move into
+// a directory 5,000 levels down works (the ancestor walk only starts
+// watching for a cycle of damaged parents past 4,096 levels).
+TEST_F(RenameTest, MovesIntoVeryDeepDirectories) {
+  Ino cur = kRootIno;
+  for (int i = 0; i < 5000; ++i) cur = mkdir("d", cur);
+  mkdir("o");
+  ASSERT_OK(s().rename(root(), kRootIno, "o", cur, "o"));
+  ASSERT_OK(s().rename(root(), cur, "o", kRootIno, "o"));
+  EXPECT_CODE(s().rename(root(), kRootIno, "d", cur, "x"), Code::kInvalidArgument);  // into its own subtree
+}
+
 }  // namespace
 }  // namespace weft::meta::testing

@@ -117,9 +117,12 @@ Result<Inode> MetaStore::do_setattr(Txn& txn, const Context& ctx, Ino ino, const
     if (!owner_or_root(n, c)) {
       // The kernel drops setuid/setgid of a file written through a mount with
       // the writer's credentials (no FUSE_CAP_HANDLE_KILLPRIV): a change that
-      // only drops them needs what the write needs, write access.
+      // only drops them needs what the write needs, write access. Only for
+      // regular files: nothing else is written that way, and a directory's
+      // setgid (its group inherited by new entries) is its owner's to change.
       constexpr uint32_t kPrivs = kModeSetUid | kModeSetGid;
-      const bool drops_privs_only = want != n.mode && (want & ~kPrivs) == (n.mode & ~kPrivs) && (want & ~n.mode) == 0;
+      const bool drops_privs_only = n.is_file() && want != n.mode && (want & ~kPrivs) == (n.mode & ~kPrivs) &&
+                                    (want & ~n.mode) == 0;
       if (!drops_privs_only) return error(Code::kNotPermitted, "only the owner may chmod inode {}", ino);
       WEFT_TRY(bool through_session, holds_write_session(txn, ctx, ino, a.size_session));
       if (!through_session) WEFT_RETURN_IF_ERROR(check_access(n, c, kAccessWrite));
@@ -139,10 +142,11 @@ Result<Inode> MetaStore::do_setattr(Txn& txn, const Context& ctx, Ino ino, const
     n.mtime_ns = now;
     if (c.uid != 0) n.mode = mode_without_privs(n.mode);  // as Linux's truncate
   }
-  bool chown = (a.uid && *a.uid != n.uid) || (a.gid && *a.gid != n.gid);
   if (a.uid) n.uid = *a.uid;
   if (a.gid) n.gid = *a.gid;
-  if (chown && !n.is_dir()) {  // as Linux: chown clears setuid, and setgid when group-executable
+  // As Linux: any chown (even to the same ids, even by root) clears setuid,
+  // and setgid when group-executable, of a non-directory.
+  if ((a.uid || a.gid) && !n.is_dir()) {
     n.mode &= ~kModeSetUid;
     if (n.mode & 0010) n.mode &= ~kModeSetGid;
   }

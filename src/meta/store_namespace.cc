@@ -211,6 +211,8 @@ Result<Inode> MetaStore::symlink(const Context& ctx, Ino parent_ino, std::string
     WEFT_RETURN_IF_ERROR(check_name(name));
     if (target.empty()) return error(Code::kNotFound, "empty symlink target");
     if (target.size() > kSymlinkBytesMax) return error(Code::kNameTooLong, "symlink target too long");
+    // readlink through the kernel would end it at the NUL: not a target a path can name.
+    if (target.find('\0') != std::string_view::npos) return error(Code::kInvalidArgument, "symlink target contains NUL");
     WEFT_TRY(Inode parent, lock_free_name(txn, ctx, parent_ino, name, "symlink"));
     WEFT_TRY(Inode link, new_inode(txn, ctx, parent, InodeType::kSymlink, 0777, target));
     WEFT_RETURN_IF_ERROR(add_entry(txn, parent, name, link));

@@ -6,6 +6,7 @@
 //  4. rewrite the dentries, drop the replaced inode's link, fix parent
 //     pointers of moved directories and the parents' subdirectory counts.
 #include <map>
+#include <unordered_set>
 
 #include "meta/meta_store.h"
 #include "meta/ops.h"
@@ -15,7 +16,9 @@
 namespace weft::meta {
 namespace {
 
-constexpr int kDepthMax = 4096;
+// Ancestors walked before the walk also watches for a cycle (which only
+// damage can make); a path is seldom deeper, but nothing limits depth.
+constexpr int kDepthUnwatched = 4096;
 
 Result<void> check_rename_names(std::string_view sn, std::string_view dn) {
   WEFT_RETURN_IF_ERROR(check_name(sn));
@@ -28,13 +31,15 @@ Result<void> check_rename_names(std::string_view sn, std::string_view dn) {
 
 Result<void> MetaStore::check_not_ancestor(Txn& txn, Ino moved, Ino dst_parent) {
   Ino cur = dst_parent;
-  for (int depth = 0; depth < kDepthMax; ++depth) {
+  std::unordered_set<Ino> seen;
+  for (uint64_t depth = 0;; ++depth) {
     if (cur == moved) return error(Code::kInvalidArgument, "cannot move directory {} into its own subtree", moved);
     if (cur == kRootIno) return {};
+    if (depth >= kDepthUnwatched && !seen.insert(cur).second)
+      return error(Code::kCorruption, "directory {} is in a cycle of parents", cur);
     WEFT_TRY(Inode dir, txn.lock_existing(cur, false));
     cur = dir.parent;
   }
-  return error(Code::kCorruption, "directory {} is deeper than {} levels or in a cycle", dst_parent, kDepthMax);
 }
 
 Result<void> MetaStore::rename(const Context& ctx, Ino sp, std::string_view sn, Ino dp, std::string_view dn,
@@ -68,21 +73,28 @@ Result<void> MetaStore::do_rename(Txn& txn, const Context& ctx, Ino sp, std::str
   if (exchange && !dd) return error(Code::kNotFound, "no '{}' in {}", dn, dp);
   if (dd && noreplace) return error(Code::kExists, "'{}' exists in {}", dn, dp);
   if (dd && dd->ino == sd->ino) return {};  // same inode (itself or a hard link): nothing to do
-  // As Linux: ENOENT, EEXIST and the no-op above come before write permission.
-  WEFT_RETURN_IF_ERROR(check_dir_writable(sdir, ctx));
-  if (sp != dp) WEFT_RETURN_IF_ERROR(check_dir_writable(ddir, ctx));
   WEFT_TRY(Inode src, txn.lock_existing(sd->ino, true));
   std::optional<Inode> dst;
   if (dd) {
     WEFT_TRY(dst, txn.lock_existing(dd->ino, true));
   }
-  WEFT_RETURN_IF_ERROR(check_remove(sdir, src, ctx.cred));
-  if (dst) WEFT_RETURN_IF_ERROR(check_remove(ddir, *dst, ctx.cred));
-  if (sp != dp && src.is_dir()) WEFT_RETURN_IF_ERROR(check_access(src, ctx.cred, kAccessWrite));
-  if (sp != dp && exchange && dst->is_dir()) WEFT_RETURN_IF_ERROR(check_access(*dst, ctx.cred, kAccessWrite));
-  // 3. cycles
+  // 3. cycles (EINVAL): as Linux, after the lookups and before any permission.
   if (sp != dp && src.is_dir()) WEFT_RETURN_IF_ERROR(check_not_ancestor(txn, src.ino, dp));
   if (sp != dp && exchange && dst->is_dir()) WEFT_RETURN_IF_ERROR(check_not_ancestor(txn, dst->ino, sp));
+  // Linux's order (vfs_rename): may_delete the source (parent writable,
+  // sticky), may_create or may_delete the target (the same, then ENOTDIR /
+  // EISDIR for a type that cannot be replaced), then write access to a
+  // directory that changes parent (its ".." is rewritten).
+  WEFT_RETURN_IF_ERROR(check_dir_writable(sdir, ctx));
+  WEFT_RETURN_IF_ERROR(check_remove(sdir, src, ctx.cred));
+  if (sp != dp) WEFT_RETURN_IF_ERROR(check_dir_writable(ddir, ctx));
+  if (dst) {
+    WEFT_RETURN_IF_ERROR(check_remove(ddir, *dst, ctx.cred));
+    if (!exchange && src.is_dir() && !dst->is_dir()) return error(Code::kNotDirectory, "'{}' is not a directory", dn);
+    if (!exchange && !src.is_dir() && dst->is_dir()) return error(Code::kIsDirectory, "'{}' is a directory", dn);
+  }
+  if (sp != dp && src.is_dir()) WEFT_RETURN_IF_ERROR(check_access(src, ctx.cred, kAccessWrite));
+  if (sp != dp && exchange && dst->is_dir()) WEFT_RETURN_IF_ERROR(check_access(*dst, ctx.cred, kAccessWrite));
   // 4. rewrite
   std::map<Ino, int64_t> nlink_delta{{sp, 0}, {dp, 0}};
   int64_t now = now_ns();
@@ -103,8 +115,6 @@ Result<void> MetaStore::do_rename(Txn& txn, const Context& ctx, Ino sp, std::str
     if (src.is_dir() && sp != dp && ddir.nlink >= kLinkCountMax && !(dst && dst->is_dir()))
       return error(Code::kTooManyLinks, "directory {} is full", dp);
     if (dst) {
-      if (src.is_dir() && !dst->is_dir()) return error(Code::kNotDirectory, "'{}' is not a directory", dn);
-      if (!src.is_dir() && dst->is_dir()) return error(Code::kIsDirectory, "'{}' is a directory", dn);
       if (dst->is_dir()) {
         WEFT_TRY(bool busy, txn.has_prefix(key::dentry_prefix(dst->ino)));
         if (busy) return error(Code::kNotEmpty, "directory '{}' is not empty", dn);
