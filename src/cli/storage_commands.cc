@@ -73,6 +73,7 @@ std::unique_ptr<storage::OrphanSweep> start_orphan_sweep(rpc::ServiceRuntime& ru
   storage::OrphanSweepOptions o = storage::OrphanSweep::from_grace(*config.orphan_grace);
   o.name = runtime.config().name;
   o.write_fence = std::move(fence);
+  o.inodes_per_s = config.orphan_sweep_inodes_per_s;
   std::vector<storage::OrphanSweep::Target> targets;
   for (const auto& t : config.targets) targets.push_back({t.id, &service.target(t.id)->engine()});
   auto oracle =

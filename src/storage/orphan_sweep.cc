@@ -6,17 +6,12 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "common/durable_file.h"
 #include "common/logging.h"
 
 namespace weft::storage {
-namespace {
-
-constexpr size_t kListPage = 4096;
-
-}  // namespace
-
 OrphanSweep::OrphanSweep(OrphanSweepOptions options, std::unique_ptr<InodeOracle> oracle, std::vector<Target> targets,
                          metrics::Registry& registry)
     : options_(std::move(options)), oracle_(std::move(oracle)), targets_(std::move(targets)) {
@@ -43,17 +38,34 @@ void OrphanSweep::stop() { passes_.stop(); }
 
 bool OrphanSweep::stopping() const { return passes_.stopping(); }
 
+bool OrphanSweep::must_not_remove() const {
+  return stopping() || (options_.write_fence && !options_.write_fence());
+}
+
+void OrphanSweep::pace(size_t count) {
+  if (options_.inodes_per_s == 0) return;
+  const auto due = pass_start_ + std::chrono::microseconds(asked_this_pass_ * 1000000 / options_.inodes_per_s);
+  asked_this_pass_ += count;
+  // Short slices: a stop must not wait for the pace.
+  while (!stopping() && std::chrono::steady_clock::now() < due)
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(due - std::chrono::steady_clock::now(),
+                                                                              std::chrono::milliseconds(20)));
+}
+
 uint64_t OrphanSweep::run_once() {
   std::lock_guard run(run_mu_);
   if (options_.write_fence && !options_.write_fence()) return 0;
   const auto now = std::chrono::steady_clock::now();
+  pass_start_ = now;
+  asked_this_pass_ = 0;
+  persisted_this_pass_.clear();
   std::map<Key, std::chrono::steady_clock::time_point> seen;
   uint64_t removed = 0;
   for (const Target& t : targets_) {
     std::vector<uint64_t> inos;  // ascending, distinct (an inode split across pages may come twice: harmless)
     std::optional<ChunkId> start = ChunkId{};
     while (start && !stopping()) {
-      auto page = t.engine->list(start, kListPage);
+      auto page = t.engine->list(start, options_.list_page);
       if (!page) {
         if (auto held = log_.admit())
           WEFT_LOG_WARN("{}: target {}: listing chunks for the orphan sweep: {}{}", options_.name, t.id, page.error(),
@@ -68,7 +80,7 @@ uint64_t OrphanSweep::run_once() {
         }
         inos.push_back(c.id.inode);
       }
-      start = page->size() == kListPage ? page->back().id.successor() : std::nullopt;
+      start = page->size() == options_.list_page ? page->back().id.successor() : std::nullopt;
     }
     if (!stopping()) removed += judge(t, inos, now, seen);
   }
@@ -80,6 +92,8 @@ uint64_t OrphanSweep::judge(const Target& t, const std::vector<uint64_t>& inos,
                             std::chrono::steady_clock::time_point now,
                             std::map<Key, std::chrono::steady_clock::time_point>& seen) {
   if (inos.empty()) return 0;
+  pace(inos.size());
+  if (stopping()) return 0;
   // The mark first: an inode made after it has an id at or above it, so a
   // file created while we ask is never judged by an answer from before. The
   // mark again after: the answers must come from that same store.
@@ -113,7 +127,7 @@ uint64_t OrphanSweep::judge(const Target& t, const std::vector<uint64_t>& inos,
       WEFT_LOG_INFO("{}: target {} holds chunks of inode {}, which meta no longer has: they go in {} s", options_.name,
                     t.id, inos[i], std::chrono::duration_cast<std::chrono::seconds>(options_.grace).count());
     if (now - first < options_.grace) continue;
-    if (stopping() || (options_.write_fence && !options_.write_fence())) return removed;
+    if (must_not_remove()) return removed;
     removed += remove_inode(t, inos[i]);
   }
   return removed;
@@ -153,20 +167,25 @@ bool OrphanSweep::same_store(const Target& t, const MetaMark& m) {
     return false;
   }
   if (known.store_id == m.store_id && known.ids_issued_below == m.ids_issued_below) return true;
+  if (known.store_id == m.store_id && persisted_this_pass_.contains(t.id)) {
+    known.ids_issued_below = m.ids_issued_below;  // the file lags until the next pass
+    return true;
+  }
   // Remembered before anything is removed on its word.
   if (auto r = replace_file_durably(file.string(), fmt::format("{:x} {}\n", m.store_id, m.ids_issued_below)); !r) {
     WEFT_LOG_WARN("{}: target {}: cannot write {}: {}", options_.name, t.id, file.string(), r.error());
     return false;
   }
   known = m;
+  persisted_this_pass_.insert(t.id);
   return true;
 }
 
 uint64_t OrphanSweep::remove_inode(const Target& t, uint64_t ino) {
   uint64_t removed = 0;
   std::optional<ChunkId> start = ChunkId{ino, 0};
-  while (start) {
-    auto page = t.engine->list(start, kListPage);
+  while (start && !must_not_remove()) {  // a huge orphan must not hold a stop, nor go on past the lease
+    auto page = t.engine->list(start, options_.list_page);
     if (!page) break;
     for (const ChunkInfo& c : *page) {
       if (c.id.inode != ino) {
@@ -186,7 +205,7 @@ uint64_t OrphanSweep::remove_inode(const Target& t, uint64_t ino) {
         removed_.at(t.id)->inc();
       }
     }
-    if (start) start = page->size() == kListPage ? page->back().id.successor() : std::nullopt;
+    if (start) start = page->size() == options_.list_page ? page->back().id.successor() : std::nullopt;
   }
   if (removed > 0)
     WEFT_LOG_INFO("{}: target {}: removed {} chunks of inode {}, which meta no longer has", options_.name, t.id,

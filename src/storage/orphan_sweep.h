@@ -17,7 +17,10 @@
 // below the remembered one (a store restored from an older copy), or answers
 // from two stores in one question stop the sweep of that target, with an
 // error in the log, until an operator removes the file. (A first contact
-// with the wrong store is not caught.)
+// with the wrong store is not caught.) The mark in the file is rewritten at
+// most once per pass, so after a restart it may lag by one pass.
+// Load: at most `inodes_per_s` inodes asked per second; removal of one
+// orphan's chunks checks the stop and the lease fence per page.
 // Threading: one thread, started by start(), joined by stop(); run_once() is
 // thread-safe (one pass at a time).
 // Ownership: borrows the engines; the oracle is owned.
@@ -31,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,6 +67,11 @@ struct OrphanSweepOptions {
   std::chrono::milliseconds interval{std::chrono::minutes(10)};
   std::function<bool()> write_fence;  // false: remove nothing now
   size_t batch = 1024;                // inodes per question to meta
+  size_t list_page = 4096;            // chunks per listing of a target
+  // At most this many inodes asked about per second over a pass (0: no
+  // limit): every replica of every file is asked about each pass, and meta
+  // serves its clients meanwhile.
+  size_t inodes_per_s = 10000;
 };
 
 class OrphanSweep {
@@ -93,6 +102,11 @@ class OrphanSweep {
                  std::map<Key, std::chrono::steady_clock::time_point>& seen);
   uint64_t remove_inode(const Target& t, uint64_t ino);
   bool stopping() const;
+  // Whether nothing may be removed now (stopping, or the lease fence down).
+  bool must_not_remove() const;
+  // Waits (until stopping) so that asking `count` more inodes keeps the pass
+  // within inodes_per_s.
+  void pace(size_t count);
   // Whether `m` comes from the store target t remembers (remembering it, and
   // a higher mark, first); false stops the sweep of t.
   bool same_store(const Target& t, const MetaMark& m);
@@ -102,6 +116,12 @@ class OrphanSweep {
 
  private:
   std::map<uint64_t, MetaMark> remembered_;  // GUARDED_BY(run_mu_): by target (loaded from kStateFile)
+  // GUARDED_BY(run_mu_): targets whose kStateFile this pass wrote. The mark
+  // grows with every create: written once per pass (and whenever the store
+  // is new), not once per question.
+  std::set<uint64_t> persisted_this_pass_;
+  std::chrono::steady_clock::time_point pass_start_;  // GUARDED_BY(run_mu_)
+  uint64_t asked_this_pass_ = 0;                      // GUARDED_BY(run_mu_)
 
   const OrphanSweepOptions options_;
   const std::unique_ptr<InodeOracle> oracle_;

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <thread>
 #include <set>
 #include <utility>
 
@@ -32,8 +34,11 @@ struct FakeMeta final : InodeOracle {
   }
   Result<MetaMark> mark() override {
     if (*down) return error(Code::kUnavailable, "meta down");
+    if (grow_per_question && ++marks % 2 == 0) *below += grow_per_question;  // files created meanwhile
     return MetaMark{*below, *store};
   }
+  uint64_t grow_per_question = 0;
+  uint64_t marks = 0;
 };
 
 class OrphanSweepTest : public ::testing::Test {
@@ -48,10 +53,14 @@ class OrphanSweepTest : public ::testing::Test {
     ASSERT_TRUE(e.has_value()) << e.error();
     engine_ = std::move(*e);
   }
-  std::unique_ptr<OrphanSweep> sweep(std::chrono::milliseconds grace, std::function<bool()> fence = {}) {
+  std::unique_ptr<OrphanSweep> sweep(std::chrono::milliseconds grace, std::function<bool()> fence = {},
+                                     size_t inodes_per_s = 0, uint64_t grow_per_question = 0,
+                                     size_t list_page = 4096) {
     OrphanSweepOptions o;
     o.grace = grace;
     o.batch = 2;  // several questions per pass
+    o.inodes_per_s = inodes_per_s;
+    o.list_page = list_page;
     o.write_fence = std::move(fence);
     auto meta = std::make_unique<FakeMeta>();
     meta->live = &live_;
@@ -59,6 +68,7 @@ class OrphanSweepTest : public ::testing::Test {
     meta->store = &store_;
     meta->down = &down_;
     meta->switch_store_after_exist = &switch_store_;
+    meta->grow_per_question = grow_per_question;
     return std::make_unique<OrphanSweep>(o, std::move(meta), std::vector<OrphanSweep::Target>{{7, engine_.get()}},
                                          registry_);
   }
@@ -156,6 +166,50 @@ TEST_F(OrphanSweepTest, ItStopsWhenAnotherMetaStoreAnswers) {
   store_ = 0xdef;
   ASSERT_TRUE(std::filesystem::remove(std::filesystem::path(dir_.path()) / OrphanSweep::kStateFile));
   EXPECT_EQ(sweep(std::chrono::milliseconds(0))->run_once(), 1u);  // the operator said the new store is right
+}
+
+// Each pass asks about every inode a target holds: at most inodes_per_s per
+// second, and a stop does not wait for the pace.
+TEST_F(OrphanSweepTest, APassAsksMetaAtTheConfiguredRateAndStopsAtOnce) {
+  for (uint64_t ino = 20; ino < 26; ++ino) put(ino, 1);
+  live_ = {20, 21, 22, 23, 24, 25};
+  auto paced = sweep(std::chrono::milliseconds(0), {}, /*inodes_per_s=*/10);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(paced->run_once(), 0u);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(380))
+      << "3 questions of 2 inodes at 10 inodes/s: the third is due 0.4 s after the first";
+  auto slow = sweep(std::chrono::milliseconds(0), {}, /*inodes_per_s=*/1);
+  slow->start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto stop_at = std::chrono::steady_clock::now();
+  slow->stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - stop_at, std::chrono::seconds(2)) << "the pass would take 4 s";
+}
+
+// The remembered mark grows with every create: its file is rewritten at most
+// once per pass (the first question that saw it grow), not per question.
+TEST_F(OrphanSweepTest, TheStateFileIsWrittenOncePerPass) {
+  for (uint64_t ino = 20; ino < 26; ++ino) put(ino, 1);
+  live_ = {20, 21, 22, 23, 24, 25};
+  auto s = sweep(std::chrono::milliseconds(0), {}, 0, /*grow_per_question=*/5);
+  EXPECT_EQ(s->run_once(), 0u);  // marks 100, 105, 110 for its three questions
+  std::ifstream in(std::filesystem::path(dir_.path()) / OrphanSweep::kStateFile);
+  std::string store;
+  uint64_t mark = 0;
+  in >> store >> mark;
+  EXPECT_EQ(store, "abc");
+  EXPECT_EQ(mark, 100u);
+}
+
+// Removing one orphan's chunks checks the lease fence per page of the
+// listing: a huge orphan does not go on being removed after the lease lapsed.
+TEST_F(OrphanSweepTest, AHugeOrphansRemovalStopsWhenTheFenceGoesDown) {
+  put(11, 150);
+  int fence_checks = 0;
+  // Up for the pass's start, the judgement and the first page only.
+  auto s = sweep(std::chrono::milliseconds(0), [&] { return ++fence_checks <= 3; }, 0, 0, /*list_page=*/100);
+  EXPECT_EQ(s->run_once(), 100u);
+  EXPECT_EQ(engine_->list(std::nullopt, 1000)->size(), 50u);
 }
 
 }  // namespace

@@ -65,6 +65,8 @@ Result<StorageConfig> StorageConfig::from(const Config& config, const rpc::Servi
                    config.source(), orphan);
     if (orphan < 0) sc.orphan_grace.reset();
     else sc.orphan_grace = std::chrono::seconds(orphan);
+    WEFT_TRY(int64_t orphan_rate, s.get_int_in("orphan_sweep_inodes_per_s", 10000, 0, int64_t{1} << 30));
+    sc.orphan_sweep_inodes_per_s = static_cast<uint64_t>(orphan_rate);
     WEFT_TRY(int64_t scrub_mib, s.get_int_in("scrub_mib_per_s", 64, 0, 1 << 20));
     sc.scrub_bytes_per_sec = static_cast<uint64_t>(scrub_mib) << 20;
     WEFT_TRY(int64_t scrub_interval, s.get_int_in("scrub_interval_s", 86400, 1, int64_t{365} * 24 * 3600));

@@ -11,6 +11,7 @@
 // stray_chunk_grace_s = 3600  # chunks of chains a target left go after this long (storage/stray_sweep.h)
 // orphan_grace_s = 3600       # with [cluster]: chunks of files meta no longer has go after this long
 //                             # (storage/orphan_sweep.h); -1: never; else at least 10
+// orphan_sweep_inodes_per_s = 10000  # inodes the orphan sweep asks meta about per second; 0: no limit
 // scrub_mib_per_s = 64        # every target's chunks re-verified at most this fast (storage/scrubber.h); 0: never
 // scrub_interval_s = 86400    # pause between two scrub passes of a target (the first starts at once)
 // [[targets]]
@@ -55,6 +56,7 @@ struct StorageConfig {
   uint64_t read_bytes_held_max = uint64_t{1} << 30;  // [storage] read_held_mib
   std::chrono::seconds stray_chunk_grace{std::chrono::hours(1)};
   std::optional<std::chrono::seconds> orphan_grace = std::chrono::hours(1);  // nullopt: no orphan sweep
+  uint64_t orphan_sweep_inodes_per_s = 10000;                                // 0: no limit
   uint64_t scrub_bytes_per_sec = uint64_t{64} << 20;                         // [storage] scrub_mib_per_s; 0: off
   std::chrono::milliseconds scrub_interval{std::chrono::hours(24)};          // [storage] scrub_interval_s
   std::vector<std::string> mgmtd;  // [cluster] mgmtd; empty: standalone (static routing)

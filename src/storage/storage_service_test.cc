@@ -358,6 +358,9 @@ TEST(StorageServer, OrphanGraceIsAnHourByDefaultAtLeastTenSecondsOrOff) {
   auto short_grace = parse("orphan_grace_s = 3\n");
   ASSERT_FALSE(short_grace.has_value());
   EXPECT_NE(short_grace.error().message().find("at least 10"), std::string::npos) << short_grace.error();
+  EXPECT_EQ(dflt->orphan_sweep_inodes_per_s, 10000u);
+  EXPECT_EQ(parse("orphan_sweep_inodes_per_s = 0\n")->orphan_sweep_inodes_per_s, 0u);
+  EXPECT_FALSE(parse("orphan_sweep_inodes_per_s = -5\n").has_value());
 }
 
 // Scrubbing: 64 MiB/s a target, a pass a day, unless configured; 0: off.
