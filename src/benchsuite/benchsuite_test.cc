@@ -219,15 +219,30 @@ std::vector<bool> write_opens(FakeFs& fs, const std::string& dir) {
   return out;
 }
 
-TEST(W7, StallMaxCountsAWriterBlockedInOpenWhileReadsKeepSucceeding) {
+enum class Cluster { kNone, kControlled };
+
+// One target of `weft bench`: a fake file system reached through an Access of
+// `kind`. With Cluster::kControlled the target has a fake local cluster behind
+// it (--data-dir) that the workloads may kill, restart and poll.
+struct FakeTarget {
   FakeFs fs;
-  fs.writer_open_sleep_s = 2.5;
-  FakeAccess a(fs, "native");
-  FakeCluster cluster(fs);
+  FakeAccess access;
+  FakeCluster cluster{fs};
   TargetState st;
-  st.cluster = &cluster;
-  Progress p;
-  bench::Run r = run_workload("W7", a, st, small(), p);
+  Progress progress;
+
+  FakeTarget(std::string kind, Cluster c) : access(fs, std::move(kind)) {
+    if (c == Cluster::kControlled) st.cluster = &cluster;
+  }
+  bench::Run run(const std::string& workload, const Options& o = small()) {
+    return run_workload(workload, access, st, o, progress);
+  }
+};
+
+TEST(W7, StallMaxCountsAWriterBlockedInOpenWhileReadsKeepSucceeding) {
+  FakeTarget t("native", Cluster::kControlled);
+  t.fs.writer_open_sleep_s = 2.5;
+  bench::Run r = t.run("W7");
   EXPECT_EQ(r.errors, 0u) << notes(r);
   EXPECT_TRUE(r.verified()) << notes(r);
   EXPECT_GE(r.figures.at("stall_max_s"), 2.5);
@@ -241,17 +256,12 @@ TEST(W7, StallMaxCountsAWriterBlockedInOpenWhileReadsKeepSucceeding) {
 }
 
 TEST(W7, AloneAndUnderLoadWritersRewriteFreshFilesTheSameWay) {
-  FakeFs fs;
-  FakeAccess a(fs, "native");
-  FakeCluster cluster(fs);
-  TargetState st;
-  st.cluster = &cluster;
-  Progress p;
+  FakeTarget t("native", Cluster::kControlled);
   Options o = small();
-  bench::Run r = run_workload("W7", a, st, o, p);
+  bench::Run r = t.run("W7", o);
   EXPECT_EQ(r.errors, 0u) << notes(r);
   for (const char* dir : {"w7/alone", "w7/load"}) {
-    auto opens = write_opens(fs, dir);
+    auto opens = write_opens(t.fs, dir);
     ASSERT_GE(opens.size(), 2u * o.writers) << dir;
     // Each writer's first generation creates its file, the later ones truncate it.
     size_t fresh = 0, truncating = 0;
@@ -261,70 +271,55 @@ TEST(W7, AloneAndUnderLoadWritersRewriteFreshFilesTheSameWay) {
   }
   EXPECT_GT(r.figures.at("write_gib_per_s_alone"), 0);
   // Every cold step restarted meta (the same warm-up for alone and under load).
-  std::lock_guard lock(fs.mu);
+  std::lock_guard lock(t.fs.mu);
   int colds = 0, restarts_before_cold = 0;
-  for (size_t i = 0; i < fs.events.size(); ++i) {
-    if (fs.events[i] != "cold") continue;
+  for (size_t i = 0; i < t.fs.events.size(); ++i) {
+    if (t.fs.events[i] != "cold") continue;
     ++colds;
-    if (i > 0 && fs.events[i - 1] == "meta-restart") ++restarts_before_cold;
+    if (i > 0 && t.fs.events[i - 1] == "meta-restart") ++restarts_before_cold;
   }
   EXPECT_EQ(restarts_before_cold, 3);  // reads alone, writes alone, under load (not the verification)
-  EXPECT_EQ(cluster.meta_restarts.load(), 3);
+  EXPECT_EQ(t.cluster.meta_restarts.load(), 3);
 }
 
 TEST(W7, RestartThatCannotStartIsAnErrorWithANote) {
-  FakeFs fs;
-  FakeAccess a(fs, "directory");
-  FakeCluster cluster(fs);
-  cluster.fail_start_up = true;
-  TargetState st;
-  st.cluster = &cluster;
-  Progress p;
-  bench::Run r = run_workload("W7", a, st, small(), p);
+  FakeTarget t("directory", Cluster::kControlled);
+  t.cluster.fail_start_up = true;
+  bench::Run r = t.run("W7");
   EXPECT_GT(r.errors, 0u);
   EXPECT_TRUE(has_note(r, "NOT restarted")) << notes(r);
   EXPECT_TRUE(has_note(r, "stays down")) << notes(r);
 }
 
 TEST(W7, UpStillRunningAfterTheLoadIsEndedAndReported) {
-  FakeFs fs;
-  FakeAccess a(fs, "directory");
-  FakeCluster cluster(fs);
-  cluster.up_never_ends = true;
-  TargetState st;
-  st.cluster = &cluster;
-  Progress p;
+  FakeTarget t("directory", Cluster::kControlled);
+  t.cluster.up_never_ends = true;
   Options o = small();
   o.serving_timeout_s = 1;
-  bench::Run r = run_workload("W7", a, st, o, p);
-  EXPECT_EQ(cluster.stops, 1);
+  bench::Run r = t.run("W7", o);
+  EXPECT_EQ(t.cluster.stops, 1);
   EXPECT_GT(r.errors, 0u);
   EXPECT_TRUE(has_note(r, "was ended (fake SIGTERM)")) << notes(r);
 }
 
 TEST(W4, AloneAndUnderLoadWritesBothCreateFreshFilesAfterTheSameColdStep) {
-  FakeFs fs;
-  FakeAccess a(fs, "native");
-  FakeCluster cluster(fs);
-  TargetState st;
-  st.cluster = &cluster;
-  Progress p;
+  FakeTarget t("native", Cluster::kControlled);
   Options o = small();
   // W1 ran first and left its files: they must not be the reference any more.
-  bench::Run w1 = run_workload("W1", a, st, o, p);
+  bench::Run w1 = t.run("W1", o);
   ASSERT_EQ(w1.errors, 0u);
   {
-    std::lock_guard lock(fs.mu);
-    fs.events.clear();
+    std::lock_guard lock(t.fs.mu);
+    t.fs.events.clear();
   }
-  bench::Run r = run_workload("W4", a, st, o, p);
+  bench::Run r = t.run("W4", o);
   EXPECT_EQ(r.errors, 0u) << notes(r);
   EXPECT_TRUE(r.verified());
   std::vector<std::string> seq;  // cold steps and checkpoint opens, in order
   std::set<std::string> dirs;
   {
-    std::lock_guard lock(fs.mu);
-    for (const auto& e : fs.events) {
+    std::lock_guard lock(t.fs.mu);
+    for (const auto& e : t.fs.events) {
       if (e == "cold") seq.push_back("cold");
       if (e.starts_with("wopen ")) {
         EXPECT_TRUE(e.ends_with(" new")) << e << ": a truncate of an existing checkpoint";
@@ -337,20 +332,17 @@ TEST(W4, AloneAndUnderLoadWritesBothCreateFreshFilesAfterTheSameColdStep) {
   EXPECT_EQ(seq, (std::vector<std::string>{"cold", "cold", "w", "w", "cold", "w", "w"}));
   EXPECT_EQ(dirs.size(), 2u);
   EXPECT_FALSE(dirs.contains("w1"));
-  EXPECT_EQ(cluster.meta_restarts.load(), 3);
+  EXPECT_EQ(t.cluster.meta_restarts.load(), 3);
   EXPECT_GT(r.figures.at("write_gib_per_s_alone"), 0);
   EXPECT_GT(r.figures.at("read_latency_p99_alone_ms"), 0);
 }
 
 TEST(W1, ThroughputCountsOnlyTheBytesWritten) {
-  FakeFs fs;
-  fs.fail_writes_of = "w1/ckpt-0";
-  FakeAccess a(fs, "directory");
-  TargetState st;
-  Progress p;
+  FakeTarget t("directory", Cluster::kNone);
+  t.fs.fail_writes_of = "w1/ckpt-0";
   Options o = small();
   o.writers = 4;
-  bench::Run r = run_workload("W1", a, st, o, p);
+  bench::Run r = t.run("W1", o);
   EXPECT_EQ(r.errors, 1u);
   double bytes = r.figures.at("gib_per_s") * r.figures.at("seconds") * kGiB;
   double expected = 3.0 * static_cast<double>(o.checkpoint_bytes) + static_cast<double>(o.io_bytes);
@@ -358,12 +350,9 @@ TEST(W1, ThroughputCountsOnlyTheBytesWritten) {
 }
 
 TEST(W3, AFileLongerThanExpectedFailsVerification) {
-  FakeFs fs;
-  fs.lengthen_on_close = "w3/d001/f000001";
-  FakeAccess a(fs, "directory");
-  TargetState st;
-  Progress p;
-  bench::Run r = run_workload("W3", a, st, small(), p);
+  FakeTarget t("directory", Cluster::kNone);
+  t.fs.lengthen_on_close = "w3/d001/f000001";
+  bench::Run r = t.run("W3");
   EXPECT_EQ(r.errors, 1u) << notes(r);
   EXPECT_FALSE(r.verified());
   EXPECT_TRUE(has_note(r, "w3/d001/f000001: longer than the 4096 bytes expected")) << notes(r);
@@ -373,63 +362,46 @@ TEST(W3, AFileLongerThanExpectedFailsVerification) {
 // an error at once, before any timed read, and the workloads after it on that
 // target are skipped: their calls would wait out their retries, file by file.
 TEST(W3, AFailedMetaRestartAbortsTheWorkloadAndSkipsTheRest) {
-  FakeFs fs;
-  FakeAccess a(fs, "native");
-  FakeCluster cluster(fs);
-  cluster.fail_meta_restart = true;
-  TargetState st;
-  st.cluster = &cluster;
-  Progress p;
-  Options o = small();
-  bench::Run r = run_workload("W3", a, st, o, p);
+  FakeTarget t("native", Cluster::kControlled);
+  t.cluster.fail_meta_restart = true;
+  bench::Run r = t.run("W3");
   EXPECT_EQ(r.errors, 1u) << notes(r);
   EXPECT_TRUE(has_note(r, "aborted: meta restart failed")) << notes(r);
-  EXPECT_EQ(fs.drops.load(), 0u) << "timed reads ran without a meta server";
-  bench::Run next = run_workload("W4", a, st, o, p);
+  EXPECT_EQ(t.fs.drops.load(), 0u) << "timed reads ran without a meta server";
+  bench::Run next = t.run("W4");
   EXPECT_EQ(next.errors, 1u);
   EXPECT_TRUE(has_note(next, "skipped: meta restart failed")) << notes(next);
-  EXPECT_EQ(cluster.meta_restarts.load(), 1);
+  EXPECT_EQ(t.cluster.meta_restarts.load(), 1);
 }
 
 TEST(W3, NativeTargetOfAControlledClusterRestartsMetaBeforeTheTimedReads) {
-  FakeFs fs;
-  FakeAccess a(fs, "native");
-  FakeCluster cluster(fs);
-  TargetState st;
-  st.cluster = &cluster;
-  Progress p;
+  FakeTarget t("native", Cluster::kControlled);
   Options o = small();
-  bench::Run r = run_workload("W3", a, st, o, p);
+  bench::Run r = t.run("W3", o);
   EXPECT_EQ(r.errors, 0u) << notes(r);
-  EXPECT_EQ(cluster.meta_restarts.load(), 1);
+  EXPECT_EQ(t.cluster.meta_restarts.load(), 1);
   EXPECT_TRUE(has_note(r, "cache: fake meta restart; fake cold")) << notes(r);
   // Every file's pages are dropped after its read.
-  EXPECT_EQ(fs.drops.load(), o.files);
+  EXPECT_EQ(t.fs.drops.load(), o.files);
 }
 
 TEST(W3, NativeTargetWithoutDataDirSaysMetaCachesWereNotDropped) {
-  FakeFs fs;
-  FakeAccess a(fs, "native");
-  TargetState st;
-  Progress p;
-  bench::Run r = run_workload("W3", a, st, small(), p);
+  FakeTarget t("native", Cluster::kNone);
+  bench::Run r = t.run("W3");
   EXPECT_EQ(r.errors, 0u) << notes(r);
   EXPECT_TRUE(has_note(r, "meta server caches not dropped")) << notes(r);
 }
 
 TEST(W4, ReadersThatWrapAroundSayHowManyPasses) {
-  FakeFs fs;
-  FakeAccess a(fs, "directory");
-  TargetState st;
-  Progress p;
+  FakeTarget t("directory", Cluster::kNone);
   Options o = small();
   o.files = 4;
   o.dirs = 1;
   o.checkpoint_bytes = 8 << 20;  // long enough for the readers to go round
-  bench::Run r = run_workload("W4", a, st, o, p);
+  bench::Run r = t.run("W4", o);
   EXPECT_EQ(r.errors, 0u) << notes(r);
   EXPECT_TRUE(has_note(r, "times through the 4 files")) << notes(r);
-  EXPECT_EQ(fs.drops.load(), fs.read_opens.load());
+  EXPECT_EQ(t.fs.drops.load(), t.fs.read_opens.load());
 }
 
 }  // namespace
