@@ -44,14 +44,9 @@ struct FakeMeta final : InodeOracle {
 class OrphanSweepTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    EngineOptions o;
-    o.target_id = "orphans";
-    o.chunk_size_max = 1 << 20;
-    o.extent_bytes = 1 << 20;
-    o.capacity_bytes = 1ull << 30;
-    auto e = ChunkEngine::open(dir_.path(), o, registry_);
+    auto e =
+        testing::open_engine(engine_, dir_.path(), testing::small_engine_options(1ull << 30, "orphans"), registry_);
     ASSERT_TRUE(e.has_value()) << e.error();
-    engine_ = std::move(*e);
   }
   std::unique_ptr<OrphanSweep> sweep(std::chrono::milliseconds grace, std::function<bool()> fence = {},
                                      size_t inodes_per_s = 0, uint64_t grow_per_question = 0,

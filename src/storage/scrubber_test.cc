@@ -2,9 +2,6 @@
 // Code::kCorruption, for the damaged blocks/chunk only.
 #include "storage/scrubber.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -22,30 +19,14 @@ class CorruptionTest : public ::testing::Test {
  protected:
   void SetUp() override { open(); }
   void open() {
-    engine_.reset();
-    EngineOptions o;
-    o.target_id = "scrub";
-    o.chunk_size_max = 1 << 20;
-    o.extent_bytes = 1 << 20;
-    o.capacity_bytes = 1ull << 30;
-    auto e = ChunkEngine::open(dir_.path(), o, registry_);
+    auto e = testing::open_engine(engine_, dir_.path(), testing::small_engine_options(1ull << 30, "scrub"), registry_);
     ASSERT_TRUE(e.has_value()) << e.error();
-    engine_ = std::move(*e);
   }
   // Flips one byte of the committed chunk `id` at `offset`, on disk, with the engine closed.
   void flip_byte(const ChunkId& id, uint64_t offset) {
-    ChunkMeta meta = *engine_->committed_meta(id);
-    std::string path = engine_->slab_path(meta.size_class);
+    testing::DiskByte at = testing::committed_byte(*engine_, id, offset);
     engine_.reset();
-    int fd = ::open(path.c_str(), O_RDWR);
-    ASSERT_GE(fd, 0);
-    off_t pos = static_cast<off_t>(uint64_t{meta.slot} * class_bytes(meta.size_class) + offset);
-    unsigned char b = 0;
-    ASSERT_EQ(::pread(fd, &b, 1, pos), 1);
-    b ^= 0x01;
-    ASSERT_EQ(::pwrite(fd, &b, 1, pos), 1);
-    ASSERT_EQ(::fsync(fd), 0);
-    ::close(fd);
+    ASSERT_TRUE(testing::flip_bits(at, 0x01)) << at.path;
     open();
   }
   uint64_t checksum_failures() { return registry_.counter("weft_storage_checksum_failures_total", "", {{"target", "scrub"}}).value(); }

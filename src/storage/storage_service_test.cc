@@ -4,9 +4,6 @@
 // replica answers kCorruption while another serves the read, a syncing
 // target is resynced, a full target answers kNoSpace and still serves reads;
 // connections to successors take the server's tcp liveness).
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -188,17 +185,7 @@ class StorageServiceTest : public ::testing::Test {
 
   // Flips one byte of node n's committed copy of `id` at `offset`, on the disk.
   void corrupt(size_t n, ChunkId id, uint64_t offset) {
-    ChunkEngine& e = nodes_[n]->engine(target_of(n));
-    ChunkMeta meta = *e.committed_meta(id);
-    int fd = ::open(e.slab_path(meta.size_class).c_str(), O_RDWR);
-    ASSERT_GE(fd, 0);
-    off_t pos = static_cast<off_t>(uint64_t{meta.slot} * class_bytes(meta.size_class) + offset);
-    unsigned char b = 0;
-    ASSERT_EQ(::pread(fd, &b, 1, pos), 1);
-    b ^= 0x40;
-    ASSERT_EQ(::pwrite(fd, &b, 1, pos), 1);
-    ::fsync(fd);
-    ::close(fd);
+    ASSERT_TRUE(testing::flip_bits(testing::committed_byte(nodes_[n]->engine(target_of(n)), id, offset), 0x40));
   }
   // One scrub pass of node n's target, in this thread: what it found corrupt.
   std::vector<ChunkId> scrub(size_t n) {
@@ -406,16 +393,7 @@ TEST(StorageServer, ScrubsItsTargetsAndCountsACorruptChunk) {
   ASSERT_TRUE(wait_for([&] { return passes.value() >= start + 2; })) << "no scrub passes";
   EXPECT_EQ(corrupt.value(), 0u);
 
-  ChunkMeta meta = *e.committed_meta(id);
-  int fd = ::open(e.slab_path(meta.size_class).c_str(), O_RDWR);
-  ASSERT_GE(fd, 0);
-  off_t pos = static_cast<off_t>(uint64_t{meta.slot} * class_bytes(meta.size_class) + 1000);
-  unsigned char b = 0;
-  ASSERT_EQ(::pread(fd, &b, 1, pos), 1);
-  b ^= 0x10;
-  ASSERT_EQ(::pwrite(fd, &b, 1, pos), 1);
-  ::fsync(fd);
-  ::close(fd);
+  ASSERT_TRUE(testing::flip_bits(testing::committed_byte(e, id, 1000), 0x10));
   ASSERT_TRUE(wait_for([&] { return corrupt.value() >= 1; })) << "the corrupt chunk was not found";
   ASSERT_NE(service.scrubber(101), nullptr);
   EXPECT_TRUE(wait_for([&] { return service.scrubber(101)->corrupt_chunks() == std::vector<ChunkId>{id}; }));
