@@ -161,12 +161,48 @@ class StorageServiceTest : public ::testing::Test {
                                            std::span<const std::byte> data, uint64_t client = 0, uint64_t seq = 0) {
     return client_.write(nodes_[node]->ep(), 1, cv, id, off, data, client, seq, kChunk);
   }
-  // Target `t` of node 1, in chain 1 after node 0, whose engine failed for
+  // Writes `data` as the whole chunks {1, first}, {1, first + 1}, ... (up to
+  // index 63) through node 0 at chain version 1 until one is refused: the
+  // index of the last chunk tried, and its reply (the refusal, if any).
+  std::pair<uint64_t, Result<proto::storage::WriteReply>> write_until_refused(uint64_t first,
+                                                                              const std::vector<std::byte>& data) {
+    Result<proto::storage::WriteReply> w;
+    uint64_t i = first;
+    for (; i < 64; ++i) {
+      w = write(0, 1, ChunkId{1, i}, 0, data);
+      if (!w) break;
+    }
+    return {i, std::move(w)};
+  }
+  // A Forward (as from node 0) of an update of `kind` to chunk `id`, staging
+  // `version` at node 1's target, in chain 1 at version 1.
+  static proto::storage::ForwardRequest forward_to_node1(ChunkId id, proto::storage::UpdateKind kind,
+                                                         uint64_t version) {
+    proto::storage::ForwardRequest req;
+    req.set_chain_id(1);
+    req.set_chain_version(1);
+    req.set_target_id(target_of(1));
+    req.mutable_chunk()->set_inode(id.inode);
+    req.mutable_chunk()->set_index(id.index);
+    req.set_kind(kind);
+    req.set_version(version);
+    return req;
+  }
+  // Fails node 1's engine for good: a write of `u` to `id` there meets the
+  // fault `point` once (skips the test where fault injection is compiled out).
+  void fail_second_engine(const std::string& point, ChunkId id, const Update& u) {
+    fault::Scope fail(point, {.hits_max = 1});
+    auto w = nodes_[1]->engine(target_of(1)).write(id, u);
+    if (fail.triggered() == 0) GTEST_SKIP() << "fault injection compiled out";
+    ASSERT_FALSE(w.has_value());
+  }
+  // The target of node 1, in chain 1 after node 0, whose engine failed for
   // good: out of service (`why` in the reason), a read there is refused
   // (retryable kUnavailable), a write through the chain too, and nothing is
   // changed: node 0 still serves `data` of `id`.
-  void expect_second_replica_out_of_service(StorageTarget& t, std::string_view why, ChunkId id,
-                                            const std::vector<std::byte>& data, uint64_t seed) {
+  void expect_second_replica_out_of_service(std::string_view why, ChunkId id, const std::vector<std::byte>& data,
+                                            uint64_t seed) {
+    StorageTarget& t = *nodes_[1]->service().target(target_of(1));
     ASSERT_TRUE(t.failed());
     auto reason = t.out_of_service();
     ASSERT_TRUE(reason.has_value());
@@ -204,6 +240,14 @@ class StorageServiceTest : public ::testing::Test {
     for (int i = 0; i < 1000 && nodes_[n]->service().repairs_queued() > 0; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     return nodes_[n]->service().repairs_queued() == 0;
+  }
+
+  // Starts `servers` servers, routes chain 1 over the nodes `order` at
+  // version 1 and writes `data` as chunk `id` through the head (node 0).
+  void start_with_chunk(size_t servers, std::vector<size_t> order, ChunkId id, const std::vector<std::byte>& data) {
+    start(servers);
+    route(std::move(order), 1);
+    ASSERT_TRUE(write(0, 1, id, 0, data).has_value());
   }
 
   testing::ReadOut read(size_t node, mgmt::ChainVersion cv, ChunkId id) {
@@ -689,14 +733,7 @@ TEST_F(StorageServiceTest, ForwardOfAnUnknownUpdateKindIsRefused) {
   route({0, 1}, 1);
   ChunkId id{13, 0};
   std::vector<std::byte> zeros(5000);
-  proto::storage::ForwardRequest req;
-  req.set_chain_id(1);
-  req.set_chain_version(1);
-  req.set_target_id(target_of(1));
-  req.mutable_chunk()->set_inode(id.inode);
-  req.mutable_chunk()->set_index(id.index);
-  req.set_kind(static_cast<proto::storage::UpdateKind>(7));
-  req.set_version(1);
+  auto req = forward_to_node1(id, static_cast<proto::storage::UpdateKind>(7), 1);
   req.set_offset(5000);
   req.set_expect_chunk_length(5000);  // what the zero-length write at 5000 would stage
   req.set_expect_chunk_crc32c(crc32c(zeros));
@@ -739,11 +776,9 @@ TEST_F(StorageServiceTest, ReusedSequenceForAnotherUpdateIsRefused) {
 // A write of no bytes is refused (it used to zero-fill the chunk up to its
 // offset and bump the version); the client never sends one.
 TEST_F(StorageServiceTest, ZeroLengthWriteIsRefused) {
-  start(2);
-  route({0, 1}, 1);
   ChunkId id{14, 0};
   auto data = pattern(100, 1);
-  ASSERT_TRUE(write(0, 1, id, 0, data).has_value());
+  ASSERT_NO_FATAL_FAILURE(start_with_chunk(2, {0, 1}, id, data));
   auto w = write(0, 1, id, 5000, {});
   ASSERT_FALSE(w.has_value()) << "version " << w->version() << ", length " << w->chunk_length();
   EXPECT_EQ(w.error().code(), Code::kInvalidArgument);
@@ -802,11 +837,9 @@ TEST_F(StorageServiceTest, PipelinedStageFailureIsHealedByTheNextWrite) {
 // the head, a retry of s1 is applied again, not answered "done" from the
 // dedup table while s1's bytes are gone.
 TEST_F(StorageServiceTest, AChunkReplacedOnAReplicaForgetsTheRetriesItRecorded) {
-  start(2);
-  route({0, 1}, 1);
   ChunkId id{16, 0};
   auto base = pattern(8192, 1), s1 = pattern(100, 2), s2 = pattern(100, 3);
-  ASSERT_TRUE(write(0, 1, id, 0, base).has_value());
+  ASSERT_NO_FATAL_FAILURE(start_with_chunk(2, {0, 1}, id, base));
   {
     // skip: the tail's commit comes first, then the head's (which fails).
     fault::Scope fail("storage.chain.commit.fail", {.hits_max = 1, .skip = 1});
@@ -856,11 +889,9 @@ TEST_F(StorageServiceTest, APartialWriteReachesTwoSyncingMembersThatAreBehind) {
 }
 
 TEST_F(StorageServiceTest, CorruptReplicaAnswersCorruptionAndAnotherServesTheRead) {
-  start(2);
-  route({0, 1}, 1);
   ChunkId id{8, 0};
   auto data = pattern(64 * 1024, 8);
-  ASSERT_TRUE(write(0, 1, id, 0, data).has_value());
+  ASSERT_NO_FATAL_FAILURE(start_with_chunk(2, {0, 1}, id, data));
   ASSERT_NO_FATAL_FAILURE(corrupt(1, id, 5000));
   EXPECT_EQ(read(1, 1, id).result.code(), static_cast<uint32_t>(Code::kCorruption));
   auto good = read(0, 1, id);
@@ -873,11 +904,9 @@ TEST_F(StorageServiceTest, CorruptReplicaAnswersCorruptionAndAnotherServesTheRea
 // its scrubber no longer lists it and a partial write (whose read-modify-write
 // needs the old bytes there) succeeds on both replicas.
 TEST_F(StorageServiceTest, ACorruptTailIsRepairedFromTheHead) {
-  start(2);
-  route({0, 1}, 1);
   ChunkId id{9, 0}, other{9, 1};
   auto data = pattern(100000, 9);
-  ASSERT_TRUE(write(0, 1, id, 0, data).has_value());
+  ASSERT_NO_FATAL_FAILURE(start_with_chunk(2, {0, 1}, id, data));
   ASSERT_TRUE(write(0, 1, other, 0, pattern(5000, 10)).has_value());
   uint64_t repaired = repairs(1, "repaired");
   ASSERT_NO_FATAL_FAILURE(corrupt(1, id, 70000));
@@ -903,11 +932,9 @@ TEST_F(StorageServiceTest, ACorruptTailIsRepairedFromTheHead) {
 // the head itself are served again, at the same version), and a read there
 // that meets the damage first is what starts the repair.
 TEST_F(StorageServiceTest, ACorruptHeadIsRepairedFromItsSuccessor) {
-  start(2);
-  route({0, 1}, 1);
   ChunkId id{10, 0};
   auto data = pattern(kChunk, 12);
-  ASSERT_TRUE(write(0, 1, id, 0, data).has_value());
+  ASSERT_NO_FATAL_FAILURE(start_with_chunk(2, {0, 1}, id, data));
   uint64_t repaired = repairs(0, "repaired");
   ASSERT_NO_FATAL_FAILURE(corrupt(0, id, 4096 * 7 + 5));
   EXPECT_EQ(read(0, 1, id).result.code(), static_cast<uint32_t>(Code::kCorruption)) << "the read starts the repair";
@@ -929,11 +956,9 @@ TEST_F(StorageServiceTest, ACorruptHeadIsRepairedFromItsSuccessor) {
 // repair, the tail's read-modify-write meets the damage and the write fails).
 // Nothing rolls the acknowledged write back afterwards.
 TEST_F(StorageServiceTest, AWriteRacingARepairIsNeverRolledBack) {
-  start(2);
-  route({0, 1}, 1);
   ChunkId id{11, 0};
   auto data = pattern(60000, 14);
-  ASSERT_TRUE(write(0, 1, id, 0, data).has_value());
+  ASSERT_NO_FATAL_FAILURE(start_with_chunk(2, {0, 1}, id, data));
   ASSERT_NO_FATAL_FAILURE(corrupt(1, id, 20000));
   fault::Scope pause("storage.repair.pause_locked", {.hits_max = 1});
   EXPECT_EQ(read(1, 1, id).result.code(), static_cast<uint32_t>(Code::kCorruption));
@@ -958,20 +983,11 @@ TEST_F(StorageServiceTest, AWriteRacingARepairIsNeverRolledBack) {
 // replica no longer has committed is refused there (it moved on), whatever
 // the sender.
 TEST_F(StorageServiceTest, ARepairOfAnotherVersionIsRefused) {
-  start(2);
-  route({0, 1}, 1);
   ChunkId id{12, 0};
   auto v1 = pattern(8192, 16), v2 = pattern(8192, 17);
-  ASSERT_TRUE(write(0, 1, id, 0, v1).has_value());
+  ASSERT_NO_FATAL_FAILURE(start_with_chunk(2, {0, 1}, id, v1));
   ASSERT_TRUE(write(0, 1, id, 0, v2).has_value());
-  proto::storage::ForwardRequest req;
-  req.set_chain_id(1);
-  req.set_chain_version(1);
-  req.set_target_id(target_of(1));
-  req.mutable_chunk()->set_inode(id.inode);
-  req.mutable_chunk()->set_index(id.index);
-  req.set_kind(proto::storage::UPDATE_REPLACE);
-  req.set_version(1);
+  auto req = forward_to_node1(id, proto::storage::UPDATE_REPLACE, 1);
   req.set_length(static_cast<uint32_t>(v1.size()));
   req.set_data_crc32c(crc32c(v1));
   req.set_expect_chunk_length(static_cast<uint32_t>(v1.size()));
@@ -992,11 +1008,9 @@ TEST_F(StorageServiceTest, ARepairOfAnotherVersionIsRefused) {
 // failure is counted, and the scrubber keeps listing it. The same when every
 // replica of a chain is corrupt.
 TEST_F(StorageServiceTest, ACorruptChunkWithoutAGoodCopyIsKept) {
-  start(2);
-  route({0}, 1);
   ChunkId id{13, 0};
   auto data = pattern(50000, 18);
-  ASSERT_TRUE(write(0, 1, id, 0, data).has_value());
+  ASSERT_NO_FATAL_FAILURE(start_with_chunk(2, {0}, id, data));
   uint64_t no_copy = repairs(0, "no_good_copy");
   ASSERT_NO_FATAL_FAILURE(corrupt(0, id, 100));
   EXPECT_EQ(scrub(0), std::vector<ChunkId>{id});
@@ -1061,19 +1075,13 @@ TEST_F(StorageServiceTest, AServerWhoseLeaseRanOutServesNoReads) {
 // to another replica, writes wait for the chain without it: the mgmtd link
 // reports it failed), not served or failed one by one as kIoError forever.
 TEST_F(StorageServiceTest, ATargetWhoseEngineFailedForGoodIsOutOfService) {
-  start(2);
-  route({0, 1}, 1);
   ChunkId id{10, 0};
   auto data = pattern(30000, 10);
-  ASSERT_TRUE(write(0, 1, id, 0, data).has_value());
-  StorageTarget* t = nodes_[1]->service().target(target_of(1));
-  {
-    fault::Scope fail("storage.slab.fdatasync_eio", {.hits_max = 1});
-    auto w = t->engine().write(ChunkId{10, 1}, Update::write(0, pattern(8192, 11)));
-    if (fail.triggered() == 0) GTEST_SKIP() << "fault injection compiled out";
-    ASSERT_FALSE(w.has_value());
-  }
-  expect_second_replica_out_of_service(*t, "fdatasync", id, data, 12);
+  ASSERT_NO_FATAL_FAILURE(start_with_chunk(2, {0, 1}, id, data));
+  ASSERT_NO_FATAL_FAILURE(
+      fail_second_engine("storage.slab.fdatasync_eio", ChunkId{10, 1}, Update::write(0, pattern(8192, 11))));
+  if (IsSkipped()) return;
+  expect_second_replica_out_of_service("fdatasync", id, data, 12);
   if (HasFatalFailure()) return;
 
   route({0}, 2);  // mgmtd dropped it: the chain takes writes again
@@ -1082,19 +1090,12 @@ TEST_F(StorageServiceTest, ATargetWhoseEngineFailedForGoodIsOutOfService) {
 
 // The same for a failed index write (sticky: its record may be on the disk).
 TEST_F(StorageServiceTest, ATargetWhoseIndexWriteFailedIsOutOfService) {
-  start(2);
-  route({0, 1}, 1);
   ChunkId id{10, 2};
   auto data = pattern(30000, 13);
-  ASSERT_TRUE(write(0, 1, id, 0, data).has_value());
-  StorageTarget* t = nodes_[1]->service().target(target_of(1));
-  {
-    fault::Scope fail("storage.index.write_then_fail", {.hits_max = 1});
-    auto w = t->engine().write(ChunkId{10, 3}, Update::truncate(0));
-    if (fail.triggered() == 0) GTEST_SKIP() << "fault injection compiled out";
-    ASSERT_FALSE(w.has_value());
-  }
-  expect_second_replica_out_of_service(*t, "index write", id, data, 14);
+  ASSERT_NO_FATAL_FAILURE(start_with_chunk(2, {0, 1}, id, data));
+  ASSERT_NO_FATAL_FAILURE(fail_second_engine("storage.index.write_then_fail", ChunkId{10, 3}, Update::truncate(0)));
+  if (IsSkipped()) return;
+  expect_second_replica_out_of_service("index write", id, data, 14);
 }
 
 TEST_F(StorageServiceTest, SyncingTargetIsResyncedWhileWritesGoOn) {
@@ -1199,11 +1200,7 @@ TEST_F(StorageServiceTest, FullTargetAnswersNoSpaceAndStillServesReads) {
   route({0}, 1);
   auto data = pattern(kChunk, 1);
   ASSERT_TRUE(write(0, 1, ChunkId{1, 0}, 0, data).has_value());
-  Result<proto::storage::WriteReply> w;
-  for (uint64_t i = 1; i < 64; ++i) {
-    w = write(0, 1, ChunkId{1, i}, 0, data);
-    if (!w) break;
-  }
+  auto w = write_until_refused(1, data).second;
   ASSERT_FALSE(w.has_value());
   EXPECT_EQ(w.error().code(), Code::kNoSpace);
   EXPECT_EQ(read(0, 1, ChunkId{1, 0}).data, data);
@@ -1224,12 +1221,7 @@ TEST_F(StorageServiceTest, AMemberOutOfRoomRefusesBeforeItsSuccessorsCommit) {
     start_with_capacities(capacities);
     route({0, 1, 2}, 1);
     auto data = pattern(kChunk, 1);
-    Result<proto::storage::WriteReply> w;
-    uint64_t i = 0;
-    for (; i < 64; ++i) {
-      w = write(0, 1, ChunkId{1, i}, 0, data);
-      if (!w) break;
-    }
+    auto [i, w] = write_until_refused(0, data);
     ASSERT_FALSE(w.has_value());
     EXPECT_EQ(w.error().code(), Code::kNoSpace) << w.error();
     const uint32_t absent = static_cast<uint32_t>(Code::kNotFound);
@@ -1266,11 +1258,9 @@ TEST_F(StorageServiceTest, AFullDiskPoolRefusesAPipelinedWriteBeforeTheForward) 
 // had passed, and a head's abort (after a failed forward) left the version
 // pending, its slot taken, until the next update of the chunk.
 TEST_F(StorageServiceTest, AFullDiskPoolRefusesNoCommitOrAbort) {
-  start(2);
-  route({0, 1}, 1);
   ChunkId id{22, 0};
   auto base = pattern(8192, 1);
-  ASSERT_TRUE(write(0, 1, id, 0, base).has_value());
+  ASSERT_NO_FATAL_FAILURE(start_with_chunk(2, {0, 1}, id, base));
   {
     // A partial write: the head stages, the tail stages; then the commits.
     fault::Scope full("storage.disk_pool.full", {.hits_max = 1, .skip = 2});
@@ -1295,11 +1285,9 @@ TEST_F(StorageServiceTest, AFullDiskPoolRefusesNoCommitOrAbort) {
 // (kUnavailable): the client's retry, once repaired, succeeds and leaves the
 // chain identical (the tail finds that version committed already).
 TEST_F(StorageServiceTest, ACorruptMiddleQueuesItsRepairAndTheRetryConverges) {
-  start(3);
-  route({0, 1, 2}, 1);
   ChunkId id{20, 0};
   auto data = pattern(16384, 3);
-  ASSERT_TRUE(write(0, 1, id, 0, data).has_value());
+  ASSERT_NO_FATAL_FAILURE(start_with_chunk(3, {0, 1, 2}, id, data));
   ASSERT_NO_FATAL_FAILURE(corrupt(1, id, 100));
   uint64_t repaired = repairs(1, "repaired");
   auto patch = pattern(100, 4);
@@ -1322,10 +1310,8 @@ TEST_F(StorageServiceTest, ACorruptMiddleQueuesItsRepairAndTheRetryConverges) {
 // answers retryably. Here the head's truncate reads only the blocks it
 // keeps; its successor never had the chunk.
 TEST_F(StorageServiceTest, ARebuildFromACorruptCopyQueuesItsRepair) {
-  start(2);
-  route({0}, 1);
   ChunkId id{23, 0};
-  ASSERT_TRUE(write(0, 1, id, 0, pattern(16384, 5)).has_value());
+  ASSERT_NO_FATAL_FAILURE(start_with_chunk(2, {0}, id, pattern(16384, 5)));
   ASSERT_NO_FATAL_FAILURE(corrupt(0, id, 12288 + 100));
   route({0, 1}, 2);
   uint64_t tried = repairs(0, "failed") + repairs(0, "no_good_copy") + repairs(0, "repaired");
