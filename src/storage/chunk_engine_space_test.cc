@@ -44,21 +44,16 @@ class ChunkEngineSpaceTest : public ::testing::Test {
  protected:
   // Every freed slot is punched, by the test's own passes only.
   EngineOptions options() {
-    EngineOptions o;
-    o.target_id = "space";
-    o.chunk_size_max = 1 << 20;
-    o.extent_bytes = 1 << 20;
-    o.capacity_bytes = 256ull << 20;
+    EngineOptions o = testing::small_engine_options(256ull << 20, "space");
     o.reserve_bytes = 0;
     o.free_slack_bytes = 0;
     o.space_pass_interval_ms = 0;
     return o;
   }
-  void open() {
-    engine_.reset();
-    auto e = ChunkEngine::open(dir_.path(), options(), registry_);
+  void open() { open(options()); }
+  void open(const EngineOptions& o) {
+    auto e = testing::open_engine(engine_, dir_.path(), o, registry_);
     ASSERT_TRUE(e.has_value()) << e.error();
-    engine_ = std::move(*e);
   }
   void SetUp() override { open(); }
   void write(const ChunkId& id, const std::vector<std::byte>& data) {
@@ -123,12 +118,9 @@ TEST_F(ChunkEngineSpaceTest, AFreedThenReusedSlotKeepsItsNewDataThroughThePunchP
 // The slack: free slots up to free_slack_bytes per class keep their space
 // (the lowest, which allocation takes first); the rest is punched.
 TEST_F(ChunkEngineSpaceTest, TheSlackKeepsTheLowestFreeSlots) {
-  engine_.reset();
   auto o = options();
   o.free_slack_bytes = 2 * (64 << 10);
-  auto e = ChunkEngine::open(dir_.path(), o, registry_);
-  ASSERT_TRUE(e.has_value()) << e.error();
-  engine_ = std::move(*e);
+  ASSERT_NO_FATAL_FAILURE(open(o));
   for (uint64_t i = 0; i < 6; ++i) ASSERT_NO_FATAL_FAILURE(write(ChunkId{1, i}, pattern(64 << 10, i)));
   for (uint64_t i = 0; i < 5; ++i) ASSERT_NO_FATAL_FAILURE(remove(ChunkId{1, i}));
   auto punched = engine_->punch_free_slots();
@@ -227,17 +219,14 @@ TEST(ChunkEngineSpaceFullDisk, SmallChunksRemovedGiveTheirSpaceToLargeOnes) {
   auto fs = weft::testing::SmallFs::mount(dir.path(), 48 << 20, weft::testing::SmallFs::Type::kExt4);
   if (!fs) GTEST_SKIP() << "cannot mount a small filesystem here: " << fs.error();
   metrics::Registry registry;
-  EngineOptions o;
-  o.chunk_size_max = 1 << 20;
-  o.extent_bytes = 1 << 20;
-  o.capacity_bytes = 0;
+  EngineOptions o = testing::small_engine_options(0);
   o.reserve_bytes = 8 << 20;
   o.free_slack_bytes = 0;
   o.space_pass_interval_ms = 10;
   const std::string path = (*fs)->path() + "/target";
-  auto opened = ChunkEngine::open(path, o, registry);
+  std::unique_ptr<ChunkEngine> engine;
+  auto opened = testing::open_engine(engine, path, o, registry);
   ASSERT_TRUE(opened) << opened.error();
-  std::unique_ptr<ChunkEngine> engine = std::move(*opened);
 
   constexpr int kThreads = 8;
   constexpr uint32_t kSmall = 32 << 10;
@@ -292,10 +281,8 @@ TEST(ChunkEngineSpaceFullDisk, SmallChunksRemovedGiveTheirSpaceToLargeOnes) {
   EXPECT_EQ(w.error().code(), Code::kNoSpace) << w.error();
   EXPECT_GE(large.size() << 20, small_bytes * 3 / 4) << "large chunks did not get the small ones' space";
 
-  engine.reset();
-  opened = ChunkEngine::open(path, o, registry);
+  opened = testing::open_engine(engine, path, o, registry);
   ASSERT_TRUE(opened) << opened.error();
-  engine = std::move(*opened);
   for (auto& [id, data] : large) EXPECT_EQ(read_bytes(*engine, id), data) << id;
   expect_space_matches_index(*engine);
 }
@@ -309,14 +296,10 @@ TEST(ChunkEngineSpaceFullDisk, FreeSpaceFollowsTheFilesystemOnEveryTarget) {
   auto fs = weft::testing::SmallFs::mount(dir.path(), 64 << 20, weft::testing::SmallFs::Type::kExt4);
   if (!fs) GTEST_SKIP() << "cannot mount a small filesystem here: " << fs.error();
   metrics::Registry registry;
-  EngineOptions o;
-  o.chunk_size_max = 1 << 20;
-  o.extent_bytes = 1 << 20;
+  EngineOptions o = testing::small_engine_options(1ull << 30, "configured");  // more than the filesystem has
   o.reserve_bytes = 8 << 20;
   o.free_slack_bytes = 0;
   o.space_pass_interval_ms = 0;
-  o.capacity_bytes = 1ull << 30;  // more than the filesystem has
-  o.target_id = "configured";
   auto a = ChunkEngine::open((*fs)->path() + "/a", o, registry);
   ASSERT_TRUE(a) << a.error();
   o.capacity_bytes = 0;

@@ -31,19 +31,14 @@ std::vector<std::byte> bytes_of(const ReadResult& r) { return {r.data().begin(),
 class ChunkEngineTest : public ::testing::Test {
  protected:
   EngineOptions options() {
-    EngineOptions o;
-    o.target_id = "test";
-    o.chunk_size_max = 1 << 20;
-    o.extent_bytes = 1 << 20;
-    o.capacity_bytes = 256ull << 20;
+    EngineOptions o = testing::small_engine_options(256ull << 20, "test");
     o.reserve_bytes = 0;  // whatever /tmp has free (the full-disk test below sets one)
     return o;
   }
-  void open() {
-    engine_.reset();
-    auto e = ChunkEngine::open(dir_.path(), options(), registry_);
+  void open() { open(options()); }
+  void open(const EngineOptions& o) {
+    auto e = testing::open_engine(engine_, dir_.path(), o, registry_);
     ASSERT_TRUE(e.has_value()) << e.error();
-    engine_ = std::move(*e);
   }
   void SetUp() override { open(); }
   std::vector<std::byte> read_all(const ChunkId& id) {
@@ -531,12 +526,9 @@ TEST_F(ChunkEngineTest, ReopenKeepsDataAndRebuildsAllocation) {
 }
 
 TEST_F(ChunkEngineTest, FullTargetRejectsWritesAndKeepsServingReads) {
-  engine_.reset();
   auto o = options();
   o.capacity_bytes = 64 * 1024;
-  auto e = ChunkEngine::open(dir_.path(), o, registry_);
-  ASSERT_TRUE(e.has_value());
-  engine_ = std::move(*e);
+  ASSERT_NO_FATAL_FAILURE(open(o));
   auto d = pattern(32 * 1024, 1);
   ASSERT_TRUE(engine_->write(ChunkId{1, 0}, Update::write(0, d)).has_value());
   auto full = engine_->write(ChunkId{1, 1}, Update::write(0, pattern(40 * 1024, 2)));
@@ -569,15 +561,12 @@ TEST(ChunkEngineFullDisk, KeepsItsReserveAndLosesNothing) {
   auto fs = weft::testing::SmallFs::mount(dir.path(), 96 << 20, weft::testing::SmallFs::Type::kExt4);
   if (!fs) GTEST_SKIP() << "cannot mount a small filesystem here: " << fs.error();
   metrics::Registry registry;
-  EngineOptions o;
-  o.chunk_size_max = 1 << 20;
-  o.extent_bytes = 1 << 20;
-  o.capacity_bytes = 0;
+  EngineOptions o = testing::small_engine_options(0);
   o.reserve_bytes = 16 << 20;
   const std::string path = (*fs)->path() + "/target";
-  auto opened = ChunkEngine::open(path, o, registry);
+  std::unique_ptr<ChunkEngine> engine;
+  auto opened = testing::open_engine(engine, path, o, registry);
   ASSERT_TRUE(opened) << opened.error();
-  std::unique_ptr<ChunkEngine> engine = std::move(*opened);
   EXPECT_LE(engine->capacity_bytes(), (*fs)->available_bytes() - o.reserve_bytes + (1 << 20));
 
   std::map<ChunkId, std::vector<std::byte>> model;
@@ -624,10 +613,8 @@ TEST(ChunkEngineFullDisk, KeepsItsReserveAndLosesNothing) {
   ASSERT_TRUE(after) << after.error();
   model[ChunkId{2, 0}] = pattern(256 << 10, 7);
 
-  engine.reset();
-  opened = ChunkEngine::open(path, o, registry);
+  opened = testing::open_engine(engine, path, o, registry);
   ASSERT_TRUE(opened) << opened.error();
-  engine = std::move(*opened);
   for (auto& [id, data] : model) {
     auto r = engine->read(id, 0, 1 << 20);
     ASSERT_TRUE(r) << r.error();
