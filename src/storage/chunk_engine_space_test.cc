@@ -14,6 +14,7 @@
 #include "common/fault.h"
 #include "common/small_fs.h"
 #include "storage/chunk_engine.h"
+#include "storage/engine_test_fixture.h"
 #include "storage/test_util.h"
 
 namespace weft::storage {
@@ -40,22 +41,16 @@ void expect_space_matches_index(ChunkEngine& e) {
   EXPECT_EQ(e.used_bytes(), *idx);
 }
 
-class ChunkEngineSpaceTest : public ::testing::Test {
+class ChunkEngineSpaceTest : public testing::EngineTest {
  protected:
+  ChunkEngineSpaceTest() : EngineTest("space") {}
   // Every freed slot is punched, by the test's own passes only.
-  EngineOptions options() {
-    EngineOptions o = testing::small_engine_options(256ull << 20, "space");
-    o.reserve_bytes = 0;
+  EngineOptions options() override {
+    EngineOptions o = EngineTest::options();
     o.free_slack_bytes = 0;
     o.space_pass_interval_ms = 0;
     return o;
   }
-  void open() { open(options()); }
-  void open(const EngineOptions& o) {
-    auto e = testing::open_engine(engine_, dir_.path(), o, registry_);
-    ASSERT_TRUE(e.has_value()) << e.error();
-  }
-  void SetUp() override { open(); }
   void write(const ChunkId& id, const std::vector<std::byte>& data) {
     auto w = engine_->write(id, Update::write(0, data));
     ASSERT_TRUE(w.has_value()) << id << ": " << w.error();
@@ -71,9 +66,6 @@ class ChunkEngineSpaceTest : public ::testing::Test {
   }
   uint32_t slot_of(const ChunkId& id) { return engine_->committed_meta(id)->slot; }
 
-  testing::TempDir dir_;
-  metrics::Registry registry_;
-  std::unique_ptr<ChunkEngine> engine_;
   std::map<ChunkId, std::vector<std::byte>> model_;
 };
 

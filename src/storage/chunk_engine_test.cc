@@ -17,6 +17,7 @@
 #include "common/crc32c.h"
 #include "common/fault.h"
 #include "common/small_fs.h"
+#include "storage/engine_test_fixture.h"
 #include "storage/flush_scope.h"
 #include "storage/scrubber.h"
 #include "storage/test_util.h"
@@ -28,19 +29,10 @@ using testing::pattern;
 
 std::vector<std::byte> bytes_of(const ReadResult& r) { return {r.data().begin(), r.data().end()}; }
 
-class ChunkEngineTest : public ::testing::Test {
+// No reserve: whatever /tmp has free (the full-disk test below sets one).
+class ChunkEngineTest : public testing::EngineTest {
  protected:
-  EngineOptions options() {
-    EngineOptions o = testing::small_engine_options(256ull << 20, "test");
-    o.reserve_bytes = 0;  // whatever /tmp has free (the full-disk test below sets one)
-    return o;
-  }
-  void open() { open(options()); }
-  void open(const EngineOptions& o) {
-    auto e = testing::open_engine(engine_, dir_.path(), o, registry_);
-    ASSERT_TRUE(e.has_value()) << e.error();
-  }
-  void SetUp() override { open(); }
+  ChunkEngineTest() : EngineTest("test") {}
   std::vector<std::byte> read_all(const ChunkId& id) {
     auto r = engine_->read(id, 0, 1 << 20);
     EXPECT_TRUE(r.has_value()) << r.error();
@@ -71,10 +63,6 @@ class ChunkEngineTest : public ::testing::Test {
     ASSERT_TRUE(idx.has_value());
     EXPECT_EQ(engine_->used_bytes(), *idx);
   }
-
-  testing::TempDir dir_;
-  metrics::Registry registry_;
-  std::unique_ptr<ChunkEngine> engine_;
 };
 
 // The data id is drawn once and kept in the index: the same across reopens
