@@ -496,6 +496,12 @@ TEST_F(MetaStoreTest, SetattrRules) {
   auto t = s().setattr(bob, f, SetAttr{.size = 12345});
   ASSERT_OK(t);
   EXPECT_EQ(t->size, 12345u);
+  // A truncate's length applies only if the file is still as long as it read.
+  EXPECT_CODE(s().setattr(bob, f, SetAttr{.size = 100, .expect_size = 99999}), Code::kStaleHandle);
+  EXPECT_EQ(s().getattr(root(), f)->size, 12345u);
+  auto cut = s().setattr(bob, f, SetAttr{.size = 100, .expect_size = 12345});
+  ASSERT_OK(cut);
+  EXPECT_EQ(cut->size, 100u);
   EXPECT_CODE(s().setattr(root(), d, SetAttr{.size = 1}), Code::kIsDirectory);
   // times: explicit only for the owner, "now" for writers too
   EXPECT_CODE(s().setattr(alice, f, SetAttr{.mtime_ns = 5}), Code::kNotPermitted);

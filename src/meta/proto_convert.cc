@@ -91,6 +91,7 @@ void to_proto(const SetAttr& a, pb::SetAttr* out) {
   if (a.atime_ns) out->set_has_atime(true), out->set_atime_ns(*a.atime_ns);
   if (a.mtime_ns) out->set_has_mtime(true), out->set_mtime_ns(*a.mtime_ns);
   out->set_size_session(a.size_session);
+  if (a.expect_size) out->set_has_expect_size(true), out->set_expect_size(*a.expect_size);
 }
 
 SetAttr from_proto(const pb::SetAttr& a) {
@@ -102,6 +103,7 @@ SetAttr from_proto(const pb::SetAttr& a) {
   if (a.has_atime()) r.atime_ns = a.atime_ns();
   if (a.has_mtime()) r.mtime_ns = a.mtime_ns();
   r.size_session = a.size_session();
+  if (a.has_expect_size()) r.expect_size = a.expect_size();
   return r;
 }
 

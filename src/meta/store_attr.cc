@@ -135,6 +135,9 @@ Result<Inode> MetaStore::do_setattr(Txn& txn, const Context& ctx, Ino ino, const
     if (!n.is_file()) return error(Code::kInvalidArgument, "truncate of non-file {}", ino);
     WEFT_TRY(bool through_session, holds_write_session(txn, ctx, ino, a.size_session));
     if (!through_session) WEFT_RETURN_IF_ERROR(check_access(n, c, kAccessWrite));
+    if (a.expect_size && n.size != *a.expect_size)
+      return error(Code::kStaleHandle, "inode {} is {} bytes long now, not {} as the truncate to {} read", ino, n.size,
+                   *a.expect_size, *a.size);
     if (*a.size > kFileBytesMax)
       return error(Code::kFileTooBig, "length {} of inode {} beyond the maximum file size {}", *a.size, ino,
                    kFileBytesMax);

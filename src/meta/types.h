@@ -209,6 +209,11 @@ struct SetAttr {
   // file open for writing): write permission was checked when it opened, so
   // the mode need not allow writing now. 0: the caller needs write permission.
   uint64_t size_session = 0;
+  // With `size`: apply it only if the file is this long now, else
+  // kStaleHandle and nothing changes. A truncate removes the chunks past the
+  // new end of the length it read; a writer that reported a longer length
+  // meanwhile may have chunks past it, so the truncate must look again.
+  std::optional<uint64_t> expect_size;
   static constexpr int64_t kTimeNow = INT64_MIN;
 };
 
