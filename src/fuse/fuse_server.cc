@@ -45,9 +45,21 @@ constexpr const char* kCapabilityXattr = "security.capability";
 constexpr int kFmodeExec = 0x20;
 
 int errno_of(const Status& s) {
+  // A server that does not know a method (an older meta during an upgrade):
+  // not ENOSYS, which the kernel takes as "never send this request again"
+  // for the life of the mount (xattrs, create, flush, fsync, access).
+  if (s.code() == Code::kUnknownMethod) return EOPNOTSUPP;
   int e = s.posix_errno();
   return e > 0 ? e : EIO;
 }
+
+// An OPEN names an inode the kernel looked up before it let go of the
+// directory: an unlink (here or elsewhere) may have destroyed it since. Linux
+// would open the unlinked inode; meta has nothing left to open. ESTALE makes
+// the kernel walk the path again once (LOOKUP_REVAL): open(O_CREAT) then
+// creates the name afresh, a plain open finds it gone (ENOENT) or finds the
+// file now there.
+int open_errno(const Status& s) { return s.code() == Code::kNotFound ? ESTALE : errno_of(s); }
 
 timespec timespec_of(int64_t ns) {
   timespec ts{};
@@ -60,7 +72,15 @@ timespec timespec_of(int64_t ns) {
   return ts;
 }
 
-int64_t ns_of(const timespec& ts) { return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec; }
+// Times past what int64 nanoseconds hold (before 1678, after 2262) are
+// clamped, as a filesystem clamps to its own range; INT64_MIN stays free for
+// SetAttr::kTimeNow.
+int64_t ns_of(const timespec& ts) {
+  constexpr int64_t kSecondsMax = INT64_MAX / 1000000000 - 1;
+  if (ts.tv_sec > kSecondsMax) return INT64_MAX;
+  if (ts.tv_sec < -kSecondsMax) return INT64_MIN + 1;
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
 
 // Each inode type and its S_IF* bits.
 constexpr std::pair<InodeType, mode_t> kTypeBits[] = {
@@ -385,14 +405,24 @@ class FuseServer::Impl {
   // trusts the same attributes that long. Entries live while the kernel
   // holds the inode (forget erases them) and are dropped when a handle that
   // may change the file opens or closes here.
-  void remember(const Inode& in, std::chrono::steady_clock::time_point at = std::chrono::steady_clock::now()) {
+  // When attributes were asked for: taken before the meta call. Attributes
+  // fetched across a change made through this mount (a flush, a release, a
+  // write) may be older than what meta has now: those are not remembered.
+  struct Fetched {
+    uint64_t changes = 0;  // changes_ then
+    std::chrono::steady_clock::time_point at;
+  };
+  Fetched fetching() const { return {changes_.load(std::memory_order_acquire), std::chrono::steady_clock::now()}; }
+  void remember(const Inode& in, const Fetched& f) {
     if (!in.is_file() || options_.attr_timeout_s <= 0) return;
     std::lock_guard lk(lookups_mu_);
-    known_[in.ino] = KnownInode{in, at};
+    if (changes_.load(std::memory_order_acquire) != f.changes) return;
+    known_[in.ino] = KnownInode{in, f.at};
   }
   void drop_known(Ino ino) {
     std::lock_guard lk(lookups_mu_);
     known_.erase(ino);
+    data_changed();  // a fetch under way must not put it back (remember() compares under the same lock)
   }
   std::optional<Inode> fresh_known(Ino ino) {
     std::lock_guard lk(lookups_mu_);
@@ -403,14 +433,13 @@ class FuseServer::Impl {
     return it->second.inode;
   }
 
-  void reply_entry(fuse_req_t req, const Inode& in,
-                   std::chrono::steady_clock::time_point at = std::chrono::steady_clock::now()) {
-    std::chrono::duration<double> age = std::chrono::steady_clock::now() - at;
+  void reply_entry(fuse_req_t req, const Inode& in, const Fetched& f) {
+    std::chrono::duration<double> age = std::chrono::steady_clock::now() - f.at;
     fuse_entry_param e = entry_of(in, age.count());
     // Counted before the reply: once the kernel has it, a FORGET for it may
     // run on another thread at once, and must find the count.
     add_lookup(in.ino);
-    remember(in, at);
+    remember(in, f);
     if (fuse_reply_entry(req, &e) != 0) forget_ino(in.ino, 1);
   }
 
@@ -554,10 +583,12 @@ class FuseServer::Impl {
         hit = s->ahead_.find(parent, name, cred, std::chrono::steady_clock::now());
       }
       if (hit) {
-        s->reply_entry(req, hit->inode, hit->fetched);
+        // DirAhead drops its listings at every change (changed()) itself.
+        s->reply_entry(req, hit->inode, Fetched{s->changes_.load(std::memory_order_acquire), hit->fetched});
         return;
       }
     }
+    const Fetched f = s->fetching();
     auto r = s->client_.lookup(cred, parent, name);
     if (!r) {
       if (r.error().code() == Code::kNotFound && s->options_.negative_timeout_s > 0) {
@@ -570,7 +601,7 @@ class FuseServer::Impl {
       fuse_reply_err(req, errno_of(r.error()));
       return;
     }
-    s->reply_entry(req, *r);
+    s->reply_entry(req, *r, f);
   }
 
   static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
@@ -586,12 +617,13 @@ class FuseServer::Impl {
 
   static void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
     auto* s = self(req);
+    const Fetched f = s->fetching();
     auto r = s->client_.getattr(cred_of(req), ino);
     if (!r) {
       fuse_reply_err(req, errno_of(r.error()));
       return;
     }
-    s->remember(*r);
+    s->remember(*r, f);
     s->apply_local_size(*r);
     struct stat st = s->stat_of(*r);
     fuse_reply_attr(req, &st, s->options_.attr_timeout_s);
@@ -671,7 +703,7 @@ class FuseServer::Impl {
       }
       updated = std::move(*r);
     }
-    s->remember(*updated);
+    s->remember(*updated, s->fetching());  // this mount's own change: its result
     s->apply_local_size(*updated);
     struct stat st = s->stat_of(*updated);
     fuse_reply_attr(req, &st, s->options_.attr_timeout_s);
@@ -710,7 +742,7 @@ class FuseServer::Impl {
         fuse_reply_err(req, errno_of(r.error()));
         return;
       }
-      s->reply_entry(req, *r);
+      s->reply_entry(req, *r, s->fetching());  // this mount's own change: its result
       return;
     }
     if (!S_ISREG(mode)) {
@@ -724,7 +756,7 @@ class FuseServer::Impl {
       return;
     }
     (void)r->second->close();
-    s->reply_entry(req, r->first);
+    s->reply_entry(req, r->first, s->fetching());  // this mount's own change: its result
   }
 
   static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
@@ -735,7 +767,7 @@ class FuseServer::Impl {
       fuse_reply_err(req, errno_of(r.error()));
       return;
     }
-    s->reply_entry(req, *r);
+    s->reply_entry(req, *r, s->fetching());  // this mount's own change: its result
   }
 
   static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -758,7 +790,7 @@ class FuseServer::Impl {
       fuse_reply_err(req, errno_of(r.error()));
       return;
     }
-    s->reply_entry(req, *r);
+    s->reply_entry(req, *r, s->fetching());  // this mount's own change: its result
   }
 
   static void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
@@ -785,7 +817,7 @@ class FuseServer::Impl {
       fuse_reply_err(req, errno_of(r.error()));
       return;
     }
-    s->reply_entry(req, *r);
+    s->reply_entry(req, *r, s->fetching());  // this mount's own change: its result
   }
 
   static void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
@@ -801,7 +833,7 @@ class FuseServer::Impl {
       Result<void> allowed =
           n ? meta::check_access(*n, cred, meta::kAccessExec) : Result<void>(std::unexpected(n.error()));
       if (!allowed) {
-        fuse_reply_err(req, errno_of(allowed.error()));
+        fuse_reply_err(req, open_errno(allowed.error()));
         return;
       }
     }
@@ -809,7 +841,7 @@ class FuseServer::Impl {
     if (!writable && !(flags & O_TRUNC) && !s->has_other_writers(ino, nullptr)) known = s->fresh_known(ino);
     auto r = known ? s->client_.open_read_known(cred, *known) : s->client_.open(cred, ino, flags);
     if (!r) {
-      fuse_reply_err(req, errno_of(r.error()));
+      fuse_reply_err(req, open_errno(r.error()));
       return;
     }
     if ((flags & O_TRUNC) && !writable) {

@@ -58,6 +58,8 @@ TEST(MountOptions, AllowOtherImpliesDefaultPermissions) {
 TEST(MountOptions, Errors) {
   EXPECT_FALSE(parse_mount_options({"attr_timeout=x"}));
   EXPECT_FALSE(parse_mount_options({"attr_timeout=-1"}));
+  EXPECT_FALSE(parse_mount_options({"attr_timeout=1e10"})) << "past a day (nanoseconds would overflow)";
+  EXPECT_TRUE(parse_mount_options({"attr_timeout=86400"}));
   EXPECT_FALSE(parse_mount_options({"writeback_cache=1"}));
   EXPECT_FALSE(parse_mount_options({"max_read=4096"}));
   EXPECT_FALSE(parse_mount_options({"read_ahead_kb=lots"}));

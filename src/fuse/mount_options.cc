@@ -20,11 +20,16 @@ std::vector<std::string> split_commas(std::string_view s) {
   return out;
 }
 
+// Cache timeouts: at most a day (converted to nanoseconds and compared with
+// clocks; a day is "forever" for a training job's dataset).
+constexpr double kTimeoutSecondsMax = 86400;
+
 Result<double> parse_seconds(std::string_view key, std::string_view value) {
   double v = 0;
   auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-  if (ec != std::errc() || p != value.data() + value.size() || !std::isfinite(v) || v < 0) {
-    return error(Code::kInvalidArgument, "mount option {}={}: expected a number of seconds >= 0", key, value);
+  if (ec != std::errc() || p != value.data() + value.size() || !std::isfinite(v) || v < 0 || v > kTimeoutSecondsMax) {
+    return error(Code::kInvalidArgument, "mount option {}={}: expected a number of seconds from 0 to {}", key, value,
+                 kTimeoutSecondsMax);
   }
   return v;
 }

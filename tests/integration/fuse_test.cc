@@ -496,6 +496,45 @@ TEST_F(FuseTest, AnotherClientsRewriteIsSeenAfterTheAttributeTimeout) {
   EXPECT_EQ(st.st_size, static_cast<off_t>(longer.size()));
 }
 
+// The kernel opens an inode it looked up before: another client may have
+// unlinked it since (meta destroyed it). open(O_CREAT) must create the name
+// afresh, an open for writing must say ENOENT (the mount answers ESTALE, and
+// the kernel walks the path again). (A read-only open within attr_timeout
+// is served from the attributes the mount holds: docs/fuse.md.)
+TEST_F(FuseTest, OpenOfANameAnotherClientJustRemovedCreatesItOrSaysEnoent) {
+  for (const char* name : {"gone-then-created", "gone"}) {
+    ASSERT_TRUE(write_all(p(name), "old"));
+    struct stat st {};
+    ASSERT_EQ(::stat(p(name).c_str(), &st), 0);  // the kernel now holds the name (entry_timeout)
+    std::string remote = "/" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "/" + name;
+    auto rm = run_weft({"rm", remote, "--config", data_ + "/client.toml"}, dir_->file("rm.log"));
+    ASSERT_EQ(rm.code, 0) << rm.log;
+  }
+  int fd = ::open(p("gone-then-created").c_str(), O_CREAT | O_RDWR, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::write(fd, "new", 3), 3);
+  ASSERT_EQ(::close(fd), 0);
+  EXPECT_EQ(read_all(p("gone-then-created")), "new");
+  errno = 0;
+  EXPECT_LT(::open(p("gone").c_str(), O_WRONLY), 0);
+  EXPECT_EQ(errno, ENOENT) << std::strerror(errno);
+}
+
+// Times past 2262 do not fit int64 nanoseconds: clamped, not wrapped (a
+// file dated 2603 came back dated 2019).
+TEST_F(FuseTest, TimesPastWhatNanosecondsHoldAreClampedNotWrapped) {
+  ASSERT_TRUE(write_all(p("future"), "x"));
+  timespec times[2] = {{20000000000, 0}, {20000000000, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, p("future").c_str(), times, 0), 0) << std::strerror(errno);
+  struct stat st {};
+  ASSERT_EQ(::stat(p("future").c_str(), &st), 0);
+  EXPECT_GT(st.st_mtim.tv_sec, 9000000000) << "the latest time kept, past 2255";
+  timespec past[2] = {{-20000000000, 0}, {-20000000000, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, p("future").c_str(), past, 0), 0) << std::strerror(errno);
+  ASSERT_EQ(::stat(p("future").c_str(), &st), 0);
+  EXPECT_LT(st.st_mtim.tv_sec, -9000000000) << "the earliest time kept, before 1685";
+}
+
 // Statahead (fuse/dir_ahead.h): lookups in a directory that keep missing
 // are answered from one listing. Whatever answered them, the names and
 // sizes must be right, a file another client creates is found at once (no
