@@ -112,6 +112,23 @@ struct OpenFile {
   // When the File last learned the length from meta (steady clock, ns): a
   // short read asks again once that is older than the attribute timeout.
   std::atomic<int64_t> size_known_ns{0};
+
+  // An fsync through this handle reports another handle's write failure
+  // once, as Linux reports a writeback error once per descriptor (else one
+  // failed handle failed every fsync of the inode until it was closed).
+  bool first_report_of(const OpenFile& other) {
+    std::lock_guard lk(reported_mu);
+    return reported.insert(other.id).second;
+  }
+  const uint64_t id = next_id();
+
+ private:
+  static uint64_t next_id() {
+    static std::atomic<uint64_t> last{0};
+    return last.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
+  std::mutex reported_mu;
+  std::set<uint64_t> reported;  // GUARDED_BY(reported_mu): ids of handles whose failure it reported
 };
 
 int64_t steady_ns() {
@@ -488,14 +505,16 @@ class FuseServer::Impl {
   }
 
   // Syncs every handle open for writing on `ino` here; the errno of the
-  // first that failed, 0 if none did.
-  int sync_inode(Ino ino) {
+  // first that failed, 0 if none did. Through `caller`: its own failure
+  // every time, another handle's only the first time (first_report_of).
+  int sync_inode(Ino ino, OpenFile* caller) {
     int err = 0;
     for (auto& f : files_of(ino)) {
       if (!f->writable) continue;
       auto r = f->file->fsync();
       // (kBadHandle: released meanwhile, its close synced it.)
-      if (!r && r.error().code() != Code::kBadHandle && err == 0) err = errno_of(r.error());
+      if (r || r.error().code() == Code::kBadHandle || err != 0) continue;
+      if (caller == nullptr || f.get() == caller || caller->first_report_of(*f)) err = errno_of(r.error());
     }
     return err;
   }
@@ -983,9 +1002,9 @@ class FuseServer::Impl {
   // fsync(2) makes the inode's data durable whichever descriptor wrote it
   // (as Linux), so through a read-only one too: every handle open for
   // writing on it here syncs. The first failure is the answer.
-  static void op_fsync(fuse_req_t req, fuse_ino_t ino, int /*datasync*/, fuse_file_info* /*fi*/) {
+  static void op_fsync(fuse_req_t req, fuse_ino_t ino, int /*datasync*/, fuse_file_info* fi) {
     auto* s = self(req);
-    int err = s->sync_inode(ino);
+    int err = s->sync_inode(ino, fi && fi->fh ? file_of(fi) : nullptr);
     s->data_changed();
     fuse_reply_err(req, err);
   }
