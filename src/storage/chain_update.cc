@@ -224,6 +224,12 @@ bool is_retry_of(const DedupEntry& e, const ChainUpdate& u) {
   return e.kind == pb::UPDATE_REPLACE && (u.kind == pb::UPDATE_WRITE || u.kind == pb::UPDATE_TRUNCATE);
 }
 
+// Neither committed nor pending here (stat reads memory: cheap on an I/O thread).
+bool is_absent(ChunkEngine& engine, const ChunkId& id) {
+  auto info = engine.stat(id);
+  return !info && info.error().code() == Code::kNotFound;
+}
+
 void observe(TargetMetrics& m, Op op, bool ok, uint64_t bytes, std::chrono::steady_clock::time_point start) {
   auto& o = m.of(op);
   o.ops->inc();
@@ -420,7 +426,7 @@ Task<Result<void>> StorageService::forward_out(const Placement& p, const ChainUp
 
 // Steps 1-2 at the head, then replicate().
 Task<Result<WriteResult>> StorageService::head_update(mgmt::ChainId chain, mgmt::ChainVersion version, Op op,
-                                                      const ChainUpdate& u) {
+                                                      const ChainUpdate& u, bool only_if_here) {
   auto start = std::chrono::steady_clock::now();
   WEFT_CO_RETURN_IF_ERROR(check_write_fence());
   WEFT_CO_TRY(Placement first, locate(chain, version));
@@ -431,6 +437,10 @@ Task<Result<WriteResult>> StorageService::head_update(mgmt::ChainId chain, mgmt:
   if (!p) co_return error(p.error());
   if (p->index != 0) co_return error(Code::kNotChainHead, "target {} is no longer the head of chain {}", p->target->id(), chain);
   StorageTarget& t = *p->target;
+  // Under the lock no update of the chunk is on its way here: absent now
+  // (nothing committed, nothing pending) is absent for the whole chain.
+  if (only_if_here && is_absent(t.engine(), u.id))
+    co_return error(Code::kNotFound, "chunk {} is not on target {}", u.id, t.id());
   if (auto hit = t.dedup().find(u.client_id, u.sequence)) {
     // Not a retry: answering with the recorded outcome would report an update
     // that was never applied as done.

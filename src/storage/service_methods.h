@@ -21,6 +21,7 @@ inline constexpr MethodId kRemove{kService, 3};
 inline constexpr MethodId kTruncate{kService, 4};
 inline constexpr MethodId kGetChunkMeta{kService, 5};
 inline constexpr MethodId kListChunks{kService, 6};
+inline constexpr MethodId kRemoveRange{kService, 7};  // RemoveRangeRequest: an inode's chunks from an index on
 
 // Chain-internal: the reply of kForward is the commit acknowledgement.
 inline constexpr MethodId kForward{kService, 20};

@@ -258,6 +258,9 @@ void StorageService::register_methods(rpc::Server& server) {
   rpc::add_async_method<pb::RemoveRequest, pb::RemoveReply>(
       server, methods::kRemove, "storage.remove",
       [this](const pb::RemoveRequest& r, ServerCall& c) { return remove(r, c); });
+  rpc::add_async_method<pb::RemoveRangeRequest, pb::RemoveRangeReply>(
+      server, methods::kRemoveRange, "storage.remove_range",
+      [this](const pb::RemoveRangeRequest& r, ServerCall&) { return remove_range(r); });
   rpc::add_async_method<pb::GetChunkMetaRequest, pb::GetChunkMetaReply>(
       server, methods::kGetChunkMeta, "storage.get_chunk_meta",
       [this](const pb::GetChunkMetaRequest& r, ServerCall&) { return get_chunk_meta(r); });

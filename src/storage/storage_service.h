@@ -26,6 +26,9 @@
 // A successor whose staged result differs from its predecessor's (it fell
 // behind, e.g. while syncing) answers kVersionMismatch and receives the full
 // chunk (UPDATE_REPLACE) instead.
+// RemoveRange (remove_range.cc) removes one inode's chunks of a chain from
+// an index on: the head lists the ones it has (and those with an update on
+// its way) and removes each as above, without a dedup entry; bounded per call.
 // Reads go to any serving replica and return the committed version; like
 // updates, they are refused (kLeaseExpired) while the server's lease from
 // mgmtd has run out (StorageServiceOptions::write_fence).
@@ -97,6 +100,8 @@ class WriteReply;
 class TruncateRequest;
 class RemoveRequest;
 class RemoveReply;
+class RemoveRangeRequest;
+class RemoveRangeReply;
 class GetChunkMetaRequest;
 class GetChunkMetaReply;
 class ListChunksRequest;
@@ -258,9 +263,17 @@ class StorageService {
   Task<Result<pb::WriteReply>> write(const pb::WriteRequest& req, rpc::ServerCall& call);
   Task<Result<pb::WriteReply>> truncate(const pb::TruncateRequest& req, rpc::ServerCall& call);
   Task<Result<pb::RemoveReply>> remove(const pb::RemoveRequest& req, rpc::ServerCall& call);
+  // RemoveRange (remove_range.cc): the page of chunks to remove, then each
+  // removed as RemoveRequest removes one.
+  Task<Result<pb::RemoveRangeReply>> remove_range(const pb::RemoveRangeRequest& req);
+  struct RangePage;
+  Task<Result<RangePage>> range_page(const Placement& p, const pb::RemoveRangeRequest& req);
+  Task<void> range_worker(const pb::RemoveRangeRequest& req, RangePage& page);
   Task<Result<pb::ForwardReply>> forward_in(const pb::ForwardRequest& req, rpc::ServerCall& call);
+  // `only_if_here`: kNotFound, and nothing sent down the chain, when the
+  // head has neither a committed nor a pending version of the chunk (RemoveRange).
   Task<Result<WriteResult>> head_update(mgmt::ChainId chain, mgmt::ChainVersion version, Op op,
-                                        const ChainUpdate& u);
+                                        const ChainUpdate& u, bool only_if_here = false);
   Task<Result<WriteResult>> replicate(const Placement& p, const ChainUpdate& u, uint64_t version,
                                       const Expect* expect);
   // Steps 3-4 at once when the staged result is known beforehand (`predicted`).

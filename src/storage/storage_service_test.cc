@@ -498,6 +498,102 @@ TEST_F(StorageServiceTest, ChainOfOneWritesReadsTruncatesRemoves) {
   EXPECT_EQ(read(0, 1, id).result.code(), static_cast<uint32_t>(Code::kNotFound));
 }
 
+// RemoveRange over a chain of three: every member loses the inode's chunks
+// from the index on (however far apart), keeps those before it and other
+// inodes' chunks; pages of count_max go on from next_index; a retry, or a
+// range where nothing exists, removes nothing and sends nothing down the
+// chain; no member records a retry entry for it.
+TEST_F(StorageServiceTest, RemoveRangeRemovesAnInodesChunksFromAnIndexOnEveryMember) {
+  start(3);
+  route({0, 1, 2}, 1);
+  const std::vector<uint64_t> indexes{0, 1, 2, 5, 9, uint64_t{1} << 40, UINT64_MAX};
+  for (uint64_t i : indexes) ASSERT_TRUE(write(0, 1, ChunkId{7, i}, 0, pattern(5000, i)).has_value());
+  for (ChunkId other : {ChunkId{6, 30}, ChunkId{8, 0}, ChunkId{8, 3}})
+    ASSERT_TRUE(write(0, 1, other, 0, pattern(3000, other.index)).has_value());
+
+  uint64_t removed = 0;
+  uint64_t first = 2;
+  int calls = 0;
+  for (bool more = true; more && calls < 10; ++calls) {
+    auto r = client_.remove_range(nodes_[0]->ep(), 1, 1, 7, first, 2);
+    ASSERT_TRUE(r.has_value()) << r.error();
+    removed += r->removed();
+    more = r->more();
+    if (more) {
+      EXPECT_GT(r->next_index(), first);
+      first = r->next_index();
+    }
+  }
+  EXPECT_EQ(removed, 5u);
+  EXPECT_EQ(calls, 3) << "pages of 2: the last call finds fewer than its bound";
+  for (size_t n = 0; n < 3; ++n) {
+    ChunkEngine& e = nodes_[n]->engine(target_of(n));
+    for (uint64_t i : indexes) {
+      EXPECT_EQ(e.stat(ChunkId{7, i}).has_value(), i < 2) << "node " << n << " chunk 7:" << i;
+    }
+    for (ChunkId other : {ChunkId{6, 30}, ChunkId{8, 0}, ChunkId{8, 3}}) {
+      EXPECT_TRUE(e.stat(other).has_value()) << "node " << n << " " << other;
+    }
+    EXPECT_EQ(nodes_[n]->service().target(target_of(n))->dedup().size(), 0u) << "node " << n;
+  }
+  expect_identical({0, 1, 2}, 1);
+
+  // The forwarded updates nodes 1 and 2 took (a successor's share of every removal).
+  auto forwards_applied = [&] {
+    uint64_t sum = 0;
+    for (size_t n : {1, 2}) sum += nodes_[n]->service().target(target_of(n))->metrics().of(Op::kForward).ops->value();
+    return sum;
+  };
+  const uint64_t forwards = forwards_applied();
+  for (auto [ino, from] : {std::pair<uint64_t, uint64_t>{7, 2}, {7, 2}, {99, 0}, {8, 4}}) {
+    auto again = client_.remove_range(nodes_[0]->ep(), 1, 1, ino, from);
+    ASSERT_TRUE(again.has_value()) << again.error();
+    EXPECT_EQ(again->removed(), 0u);
+    EXPECT_FALSE(again->more());
+  }
+  EXPECT_EQ(forwards_applied(), forwards) << "absent chunks cost no forward";
+  EXPECT_TRUE(nodes_[0]->engine(target_of(0)).stat(ChunkId{8, 3}).has_value());
+
+  // The same checks as a removal: only the head, only at the chain's version.
+  auto not_head = client_.remove_range(nodes_[1]->ep(), 1, 1, 7, 0);
+  ASSERT_FALSE(not_head.has_value());
+  EXPECT_EQ(not_head.error().code(), Code::kNotChainHead);
+  auto stale = client_.remove_range(nodes_[0]->ep(), 1, 2, 7, 0);
+  ASSERT_FALSE(stale.has_value());
+  EXPECT_EQ(stale.error().code(), Code::kStaleRouting);
+  EXPECT_TRUE(nodes_[2]->engine(target_of(2)).stat(ChunkId{7, 0}).has_value());
+}
+
+// A chunk of the range whose update is on its way (its lock held at the head,
+// not committed there when the range is listed) is waited for and removed on
+// every member, as a removal of it would be.
+TEST_F(StorageServiceTest, RemoveRangeWaitsForAnUpdateOnItsWayAndRemovesItsChunk) {
+  start(2);
+  route({0, 1}, 1);
+  ASSERT_TRUE(write(0, 1, ChunkId{7, 1}, 0, pattern(4000, 1)).has_value());
+  const ChunkId late{7, 50};
+  StorageTarget& head = *nodes_[0]->service().target(target_of(0));
+  auto in_chain1 = [](Update u) {
+    u.chain_id = 1;
+    return u;
+  };
+  // As a write in flight: committed on the tail, the head's lock held.
+  auto guard = block_on(io_.at(0).get_executor(), head.locks().lock(late));
+  ASSERT_TRUE(nodes_[1]->engine(target_of(1)).write(late, in_chain1(Update::write(0, pattern(4000, 50)))).has_value());
+  Result<proto::storage::RemoveRangeReply> r = error(Code::kInternal, "not run");
+  std::thread range([&] { r = client_.remove_range(nodes_[0]->ep(), 1, 1, 7, 0); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // it listed and waits for the lock
+  ASSERT_TRUE(head.engine().write(late, in_chain1(Update::write(0, pattern(4000, 50)))).has_value());
+  guard.release();
+  range.join();
+  ASSERT_TRUE(r.has_value()) << r.error();
+  EXPECT_EQ(r->removed(), 2u);
+  for (size_t n = 0; n < 2; ++n) {
+    EXPECT_FALSE(nodes_[n]->engine(target_of(n)).stat(late).has_value()) << "node " << n;
+    EXPECT_FALSE(nodes_[n]->engine(target_of(n)).stat(ChunkId{7, 1}).has_value()) << "node " << n;
+  }
+}
+
 TEST_F(StorageServiceTest, BatchReadSpansTargetsOfOneServer) {
   nodes_.push_back(std::make_unique<Node>(io_, "multi", std::vector<mgmt::TargetId>{1, 2}));
   auto ep = nodes_[0]->ep();

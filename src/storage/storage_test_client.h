@@ -95,6 +95,19 @@ class StorageTestClient {
     return call<proto::storage::RemoveReply>(ep, methods::kRemove, req);
   }
 
+  // One RemoveRange call: `inode`'s chunks of the chain from `first` on, at most `count_max` (0: the server's default).
+  Result<proto::storage::RemoveRangeReply> remove_range(const rpc::Endpoint& ep, mgmt::ChainId chain,
+                                                        mgmt::ChainVersion cv, uint64_t inode, uint64_t first,
+                                                        uint32_t count_max = 0) {
+    proto::storage::RemoveRangeRequest req;
+    req.set_chain_id(chain);
+    req.set_chain_version(cv);
+    req.set_inode(inode);
+    req.set_first_index(first);
+    req.set_count_max(count_max);
+    return call<proto::storage::RemoveRangeReply>(ep, methods::kRemoveRange, req);
+  }
+
   Result<proto::storage::ListChunksReply> list(const rpc::Endpoint& ep, mgmt::TargetId target) {
     proto::storage::ListChunksRequest req;
     req.set_target_id(target);
