@@ -4,6 +4,7 @@
 
 #include "client/core.h"
 #include "client/placement.h"
+#include "client/remove_chunks.h"
 #include "common/assert.h"
 #include "common/logging.h"
 
@@ -31,7 +32,7 @@ struct ChunkGc::Parts {
   }
 };
 
-// Files taken from meta per pass, and chunk removals in flight at once.
+// Files taken from meta per pass, and chunk removal calls in flight at once.
 constexpr size_t kPendingBatch = 64;
 constexpr size_t kRemovesInFlight = 128;
 // Passes before the next one starts at the queue's front again (see collect_once).
@@ -68,8 +69,14 @@ struct ChunkGc::Batch {
   bool queue_end = false;           // none is queued after `last`
 };
 
+// One RemoveRange call of a pass: file `file`'s chunks on `chain`.
+struct ChunkGc::Call {
+  size_t file = 0;
+  mgmt::ChainId chain = 0;
+};
+
 struct ChunkGc::Outcome {
-  uint64_t chunks = 0;             // the file's chunks
+  uint64_t chunks = 0;             // the chunks removed (as RemoveRange counts them)
   std::optional<Status> failure;   // why they are not all gone
   bool no_route = false;           // it failed only for chains with no route (no storage call failed)
 };
@@ -90,9 +97,13 @@ ChunkGc::~ChunkGc() {
   parts_->io.stop();
 }
 
-void ChunkGc::start() { thread_.emplace(PeriodicThread::Wait::zero(), [this] { return tick(); }); }
+void ChunkGc::start() {
+  stopping_ = false;
+  thread_.emplace(PeriodicThread::Wait::zero(), [this] { return tick(); });
+}
 
 void ChunkGc::stop() {
+  stopping_ = true;  // the pass running ends at its next wave
   if (thread_) thread_->stop();
 }
 
@@ -189,79 +200,84 @@ void ChunkGc::forget_unqueued(std::optional<meta::Ino> after, const std::vector<
   }
 }
 
-// The chunks of every file of a pass are removed together, in waves of at
-// most kRemovesInFlight (a pass of small files is one wave rather than a round
-// trip per file; a wave is built when it is sent, so a pass of huge files
-// holds no list of all their chunks). A file one of whose removals failed gets
-// no more requests this pass; the chunks on a chain with no serving target
-// are not sent at all (the file fails at once, its other chunks are removed).
+// The chunks of every file of a pass are removed together: one RemoveRange
+// per chain of each file's stripe (it costs the chunks there are, not the
+// file's length, and has no upper bound: chunks a crashed writer sent past
+// the length meta knows go too), in waves of at most kRemovesInFlight calls
+// (a pass of small files is one wave rather than a round trip per file).
+// Chains with no serving target are not called (the file fails at once, its
+// other chains are cleaned); a file one of whose calls failed gets no more
+// this pass (what went stays gone: its next try costs what is left). A chain
+// whose head predates RemoveRange gets per-index removals of the file's
+// length instead (remove_chunks.h). stop() is heeded between waves.
 std::vector<ChunkGc::Outcome> ChunkGc::remove_chunks(const std::vector<meta::GcItem>& items,
                                                      const mgmt::RoutingInfo& routing) {
-  struct Plan {
-    std::vector<mgmt::ChainId> stripe;
-    std::vector<bool> served;  // by stripe position: the chain has a serving target
-    bool stop = false;         // no more removals this pass: one failed, or none can be sent
-  };
   std::vector<Outcome> outcomes(items.size());
-  std::vector<Plan> plans(items.size());
+  std::vector<FileChunks> files(items.size());
+  std::vector<Call> calls;  // in file order
   auto fail = [&](size_t k, const Status& why) {
     if (!outcomes[k].failure) outcomes[k].failure = why.with_context(fmt::format("gc of file {}", items[k].ino));
   };
   for (size_t k = 0; k < items.size(); ++k) {
-    Plan& plan = plans[k];
     const meta::Layout& layout = items[k].inode.layout;
-    outcomes[k].chunks = meta::chunk_count(items[k].inode.size, layout.chunk_bytes);
-    if (outcomes[k].chunks == 0) continue;
+    // Meta queues no empty file (it never had a length to report); one handed out is done.
+    if (items[k].inode.size == 0) continue;
     auto stripe = stripe_chains(layout, routing);
     if (!stripe) {
       fail(k, stripe.error());
       outcomes[k].no_route = true;
-      plan.stop = true;
       continue;
     }
-    plan.stripe = std::move(*stripe);
-    plan.served.assign(plan.stripe.size(), false);
-    // Chunk i lives on stripe[i % stripe.size()]: the first `chunks` positions hold some.
-    const uint64_t used = std::min<uint64_t>(outcomes[k].chunks, plan.stripe.size());
-    for (uint64_t s = 0; s < used; ++s) {
-      auto served = chain_served(routing, plan.stripe[s]);
-      plan.served[s] = served.has_value();
-      if (served) continue;
+    files[k] = FileChunks{items[k].ino, layout.chunk_bytes, std::move(*stripe)};
+    for (mgmt::ChainId chain : distinct_chains(files[k].stripe)) {
+      auto served = chain_served(routing, chain);
+      if (served) {
+        calls.push_back({k, chain});
+        continue;
+      }
       fail(k, served.error());
       outcomes[k].no_route = true;
     }
-    plan.stop = std::ranges::none_of(plan.served, [](bool b) { return b; });
   }
-  size_t file = 0;     // where the next wave goes on: this file
-  uint64_t chunk = 0;  // and this chunk of it
-  for (;;) {
-    std::vector<Task<Result<void>>> tasks;
-    std::vector<size_t> owner;
-    while (tasks.size() < kRemovesInFlight && file < items.size()) {
-      const Plan& plan = plans[file];
-      if (plan.stop || chunk >= outcomes[file].chunks) {
-        ++file;
-        chunk = 0;
-        continue;
-      }
-      const uint64_t index = chunk++;
-      if (!plan.served[index % plan.stripe.size()]) continue;
-      const meta::GcItem& item = items[file];
-      tasks.push_back(parts_->chunks.remove(
-          {item.ino, index, chain_of_chunk(plan.stripe, index), item.inode.layout.chunk_bytes}));
-      owner.push_back(file);
+  std::vector<Call> fallback;  // chains whose head answered kUnknownMethod
+  auto storage_failed = [&](size_t k, const Status& why) {
+    fail(k, why);
+    // Storage failed it: a new routing version says nothing of that, so the
+    // file keeps its whole wait.
+    outcomes[k].no_route = false;
+  };
+  for (size_t next = 0; next < calls.size();) {
+    if (stopping_.load()) break;
+    std::vector<Task<Result<uint64_t>>> tasks;
+    std::vector<size_t> sent;  // indexes into calls
+    for (; next < calls.size() && tasks.size() < kRemovesInFlight; ++next) {
+      const Call& c = calls[next];
+      if (outcomes[c.file].failure && !outcomes[c.file].no_route) continue;  // a call of it failed in storage
+      tasks.push_back(parts_->chunks.remove_from(items[c.file].ino, c.chain, 0));
+      sent.push_back(next);
     }
-    if (tasks.empty()) break;
     auto results = run_parallel(parts_->io, std::move(tasks));
     for (size_t j = 0; j < results.size(); ++j) {
-      if (results[j]) continue;
-      fail(owner[j], results[j].error());
-      plans[owner[j]].stop = true;
-      // Storage failed it too: a new routing version says nothing of that,
-      // so the file keeps its whole wait.
-      outcomes[owner[j]].no_route = false;
+      const Call& c = calls[sent[j]];
+      if (results[j]) {
+        outcomes[c.file].chunks += *results[j];
+      } else if (results[j].error().code() == Code::kUnknownMethod) {
+        fallback.push_back(c);
+      } else {
+        storage_failed(c.file, results[j].error());
+      }
     }
   }
+  for (const Call& c : fallback) {
+    if (outcomes[c.file].failure && !outcomes[c.file].no_route) continue;
+    const uint64_t end = meta::chunk_count(items[c.file].inode.size, files[c.file].chunk_bytes);
+    auto r = remove_each(parts_->chunks, files[c.file], c.chain, 0, end, [this] { return stopping_.load(); });
+    if (!r) storage_failed(c.file, r.error());
+  }
+  // Files a stop left unfinished stay queued (their next pass finds what is left).
+  if (stopping_.load())
+    for (size_t k = 0; k < items.size(); ++k)
+      if (!outcomes[k].failure) fail(k, Status(Code::kCancelled, "the chunk gc is stopping"));
   return outcomes;
 }
 

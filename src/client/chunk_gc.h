@@ -3,9 +3,11 @@
 // file once its last link and last writer are gone). Runs inside the meta
 // server, with the client's chunk I/O: meta stays off the data path for
 // everything else.
-// Chunks [0, ceil(size / chunk)) are removed, `size` being the length meta
-// knew; bytes a crashed writer sent without ever reporting the length beyond
-// it are not found this way (a storage-side sweep is the remedy; not built).
+// Every chunk of the file is removed, however far past the length meta knew
+// (a crashed writer's too): one storage RemoveRange per chain of its stripe,
+// costing the chunks that exist (client/remove_chunks.h); a chain whose head
+// predates RemoveRange gets a removal per index of [0, ceil(size / chunk)).
+// stop() ends a pass at its next wave of calls (its files stay queued).
 // A file whose chunks could not all be removed stays queued and waits before
 // its next try (back-off, held in memory: a restarted meta tries every file
 // again at once).
@@ -80,12 +82,14 @@ class ChunkGc {
   // ones.
   Result<Pass> collect_once();
   uint64_t files_collected() const { return files_.load(); }
+  // Chunks the storage servers removed (RemoveRange's count; the per-index fallback's are not counted).
   uint64_t chunks_removed() const { return chunks_.load(); }
   // Files whose last try failed, waiting for their next (a gauge, as of the last pass).
   uint64_t files_in_backoff() const { return backoff_files_.load(); }
 
  private:
   struct Batch;
+  struct Call;
   struct Outcome;
   // A file's wait after a failure. `no_route`: its last try failed for want
   // of a serving target (or of the chain or table) in the routing.
@@ -116,6 +120,7 @@ class ChunkGc {
   std::atomic<uint64_t> files_{0};
   std::atomic<uint64_t> chunks_{0};
   std::atomic<uint64_t> backoff_files_{0};
+  std::atomic<bool> stopping_{false};  // stop() was called: passes end at their next wave
   bool routing_started_ = false;  // collect_once's thread only
   // Files whose last try failed, by inode; collect_once's thread only.
   // Invariants: an entry is a file that meta handed out when a pass last

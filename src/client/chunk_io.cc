@@ -144,23 +144,18 @@ Result<std::pair<rpc::Endpoint, mgmt::ChainVersion>> ChunkIo::head_of(mgmt::Chai
   return head;
 }
 
-Task<Result<void>> ChunkIo::update(UpdateKind kind, ChunkAddress c, uint32_t offset, uint32_t length,
-                                   std::span<const std::byte> src) {
-  const uint64_t seq = seq_.fetch_add(1) + 1;
+template <class T>
+Task<Result<T>> ChunkIo::at_head(mgmt::ChainId chain, HeadAttempt<T> attempt, std::string what) {
   const auto deadline = SteadyClock::now() + std::chrono::milliseconds(options_.retry_time_ms_max);
-  const uint32_t crc = kind == UpdateKind::kWrite ? crc32c(src) : 0;
   Status last(Code::kUnavailable, "no attempt made");
   bool timed_out = false;
   Retry retry{.routing = routing_.version()};
   while (true) {
-    auto head = head_of(c.chain);
+    auto head = head_of(chain);
     if (head) {
-      auto r = co_await send_update(kind, head->first, head->second, c, offset, length, src, crc, seq);
+      auto r = co_await attempt(head->first, head->second);
       if (r) co_return r;
       last = r.error();
-      // A chunk the head does not have is already removed / truncated (only
-      // the head's answer says so: not a routing lookup).
-      if (last.code() == Code::kNotFound && kind != UpdateKind::kWrite) co_return Result<void>{};
     } else {
       last = head.error();
     }
@@ -171,8 +166,44 @@ Task<Result<void>> ChunkIo::update(UpdateKind kind, ChunkAddress c, uint32_t off
       break;
     }
   }
-  co_return error(gave_up(last, timed_out, options_.retry_time_ms_max,
-                          fmt::format("chunk {}:{} on chain {}", c.ino, c.index, c.chain)));
+  co_return error(gave_up(last, timed_out, options_.retry_time_ms_max, what));
+}
+
+Task<Result<void>> ChunkIo::update(UpdateKind kind, ChunkAddress c, uint32_t offset, uint32_t length,
+                                   std::span<const std::byte> src) {
+  const uint64_t seq = seq_.fetch_add(1) + 1;
+  const uint32_t crc = kind == UpdateKind::kWrite ? crc32c(src) : 0;
+  auto attempt = [=, this](rpc::Endpoint ep, mgmt::ChainVersion cv) -> Task<Result<void>> {
+    auto r = co_await send_update(kind, ep, cv, c, offset, length, src, crc, seq);
+    // A chunk the head does not have is already removed / truncated (only
+    // the head's answer says so: not a routing lookup).
+    if (!r && r.error().code() == Code::kNotFound && kind != UpdateKind::kWrite) co_return Result<void>{};
+    co_return r;
+  };
+  return at_head<void>(c.chain, attempt, fmt::format("chunk {}:{} on chain {}", c.ino, c.index, c.chain));
+}
+
+Task<Result<uint64_t>> ChunkIo::remove_from(uint64_t ino, mgmt::ChainId chain, uint64_t first_index) {
+  uint64_t removed = 0;
+  for (uint64_t next = first_index;;) {
+    pb::RemoveRangeRequest req;
+    req.set_chain_id(chain);
+    req.set_inode(ino);
+    req.set_first_index(next);
+    auto attempt = [req, this](rpc::Endpoint ep, mgmt::ChainVersion cv) mutable -> Task<Result<pb::RemoveRangeReply>> {
+      req.set_chain_version(cv);
+      rpc::CallOptions o;
+      o.timeout_ms = options_.call_timeout_ms;
+      return rpc_.call<pb::RemoveRangeReply>(ep, methods::kRemoveRange, req, std::move(o));
+    };
+    // Each page has the whole retry time: pages that make progress go on.
+    auto page = co_await at_head<pb::RemoveRangeReply>(
+        chain, attempt, fmt::format("chunks {}:{}.. on chain {}", ino, next, chain));
+    if (!page) co_return error(page.error());
+    removed += page->removed();
+    if (!page->more()) co_return removed;
+    next = page->next_index();
+  }
 }
 
 Task<Result<void>> ChunkIo::write(ChunkAddress c, uint32_t offset, std::span<const std::byte> src) {

@@ -34,6 +34,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <span>
 #include <vector>
 
@@ -87,6 +89,11 @@ class ChunkIo {
   Task<Result<void>> write(ChunkAddress c, uint32_t offset, std::span<const std::byte> src);
   Task<Result<void>> truncate(ChunkAddress c, uint32_t length);
   Task<Result<void>> remove(ChunkAddress c);
+  // Removes every chunk of `ino` on `chain` whose index is >= first_index
+  // (storage RemoveRange, page after page, each retried as an update is):
+  // costs the chunks that exist, not the range. Returns how many went.
+  // kUnknownMethod: the head predates RemoveRange (remove chunk by chunk).
+  Task<Result<uint64_t>> remove_from(uint64_t ino, mgmt::ChainId chain, uint64_t first_index);
   static constexpr size_t kGroupBytesMax = 16u << 20;
   static constexpr size_t kGroupRangesMax = 4096;  // storage::kBatchReadRangesMax
   // Indexes of `reads` grouped by the server of their first-choice replica
@@ -102,6 +109,13 @@ class ChunkIo {
 
  private:
   enum class UpdateKind { kWrite, kTruncate, kRemove };
+  // One attempt of a call to the chain's head (its endpoint, the chain version).
+  template <class T>
+  using HeadAttempt = std::function<Task<Result<T>>(rpc::Endpoint, mgmt::ChainVersion)>;
+  // Calls `attempt` at the head until it succeeds, fails for good or the
+  // retry time is used up (see the header comment); `what` names it in errors.
+  template <class T>
+  Task<Result<T>> at_head(mgmt::ChainId chain, HeadAttempt<T> attempt, std::string what);
   Task<Result<void>> update(UpdateKind kind, ChunkAddress c, uint32_t offset, uint32_t length,
                             std::span<const std::byte> src);
   Task<Result<void>> send_update(UpdateKind kind, rpc::Endpoint ep, mgmt::ChainVersion cv, ChunkAddress c,

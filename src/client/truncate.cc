@@ -1,6 +1,7 @@
 #include "client/truncate.h"
 
 #include "client/placement.h"
+#include "client/remove_chunks.h"
 #include "meta/layout.h"
 #include "meta/permission.h"
 
@@ -57,8 +58,12 @@ Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uin
   if (new_size > meta::kFileBytesMax)
     return error(Code::kFileTooBig, "length {} of file {} beyond the maximum file size {}", new_size, inode.ino,
                  meta::kFileBytesMax);
-  const bool shortens = new_size < old_size;
-  if (shortens) {
+  // Storage is cut when the file shortens, and by every truncate to 0 (O_TRUNC
+  // of a file meta knows as empty may find a crashed writer's chunks). An
+  // extension leaves storage alone: chunks past meta's length may be another
+  // writer's whose length is not reported yet.
+  const bool cuts = new_size < old_size || new_size == 0;
+  if (cuts) {
     // The chunks go first (a later extension must read zeros, never old
     // bytes), then meta records the length: the common reasons meta would
     // refuse it (no permission, a session that is gone, a file that is gone)
@@ -66,20 +71,17 @@ Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uin
     WEFT_RETURN_IF_ERROR(check_may_truncate(core, cred, inode, session));
     const uint32_t cb = inode.layout.chunk_bytes;
     WEFT_TRY(auto stripe, file_stripe(core, inode.layout));
-    auto address = [&](uint64_t index) {
-      return ChunkAddress{inode.ino, index, chain_of_chunk(stripe, index), cb};
-    };
-    uint64_t keep = meta::chunk_count(new_size, cb);  // chunks [0, keep) stay
-    uint64_t end = meta::chunk_count(old_size, cb);
-    constexpr uint64_t kBatch = 256;
-    for (uint64_t first = keep; first < end; first += kBatch) {
-      std::vector<Task<Result<void>>> tasks;
-      for (uint64_t i = first; i < std::min(end, first + kBatch); ++i) tasks.push_back(core.chunks->remove(address(i)));
-      WEFT_RETURN_IF_ERROR(first_error(run_parallel(*core.io, std::move(tasks))));
-    }
+    const FileChunks file{inode.ino, cb, std::move(stripe)};
+    // Every chunk from the first past the new end, with no upper bound (one
+    // RemoveRange per chain: it costs the chunks there are): also those a
+    // writer sent past the length meta knows and never reported (it died).
+    const uint64_t keep = meta::chunk_count(new_size, cb);  // chunks [0, keep) stay
+    WEFT_RETURN_IF_ERROR(remove_chunks_from(*core.chunks, file, keep, meta::chunk_count(old_size, cb)));
     if (new_size % cb != 0) {
+      const uint64_t last = new_size / cb;
       std::vector<Task<Result<void>>> tasks;
-      tasks.push_back(core.chunks->truncate(address(new_size / cb), static_cast<uint32_t>(new_size % cb)));
+      tasks.push_back(core.chunks->truncate({inode.ino, last, chain_of_chunk(file.stripe, last), cb},
+                                            static_cast<uint32_t>(new_size % cb)));
       WEFT_RETURN_IF_ERROR(first_error(run_parallel(*core.io, std::move(tasks))));
     }
   }
@@ -87,7 +89,7 @@ Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uin
   attr.size = new_size;
   attr.size_session = session;
   auto updated = core.meta->setattr(cred, inode.ino, attr);
-  if (!updated && shortens) {
+  if (!updated && cuts) {
     // What the check above cannot rule out: meta unreachable past its retry
     // time (or the session reaped, the mode changed) between the check and
     // here. The bytes past the new end are gone while meta keeps the old

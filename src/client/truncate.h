@@ -1,5 +1,6 @@
 // client/truncate.h
-// Changing a file's length: the chunks past the new end are removed and the
+// Changing a file's length: when it shortens (or becomes 0) every chunk past
+// the new end is removed, however far (client/remove_chunks.h), and the
 // chunk holding the new end is cut, on the storage servers, BEFORE meta
 // records the new length (so a later extension reads zeros, never old bytes).
 // Whether meta will accept the length (session or permission) is asked first:
@@ -12,7 +13,8 @@
 
 namespace weft::client {
 
-// `old_size`: the largest length the file may have had (chunks up to it are cleared).
+// `old_size`: the largest length the file may have had as far as the caller
+// knows (the range a storage server that predates RemoveRange is cleared of).
 // `session`: the caller's write session on the file (ftruncate: no write
 // permission needed now, see meta::SetAttr::size_session); 0: none.
 Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uint64_t old_size, uint64_t new_size,
