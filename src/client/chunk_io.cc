@@ -190,11 +190,13 @@ Task<Result<uint64_t>> ChunkIo::remove_from(uint64_t ino, mgmt::ChainId chain, u
     req.set_chain_id(chain);
     req.set_inode(ino);
     req.set_first_index(next);
-    auto attempt = [req, this](rpc::Endpoint ep, mgmt::ChainVersion cv) mutable -> Task<Result<pb::RemoveRangeReply>> {
-      req.set_chain_version(cv);
+    // A coroutine: `ep` and the request live in its frame while the call runs.
+    auto attempt = [req, this](rpc::Endpoint ep, mgmt::ChainVersion cv) -> Task<Result<pb::RemoveRangeReply>> {
+      pb::RemoveRangeRequest at = req;
+      at.set_chain_version(cv);
       rpc::CallOptions o;
       o.timeout_ms = options_.call_timeout_ms;
-      return rpc_.call<pb::RemoveRangeReply>(ep, methods::kRemoveRange, req, std::move(o));
+      co_return co_await rpc_.call<pb::RemoveRangeReply>(ep, methods::kRemoveRange, at, std::move(o));
     };
     // Each page has the whole retry time: pages that make progress go on.
     auto page = co_await at_head<pb::RemoveRangeReply>(

@@ -238,6 +238,9 @@ Result<void> FileImpl::report_length(std::unique_lock<std::mutex>& lock, uint64_
   // A read needs the bytes on storage, and the length only if it grew.
   const bool report = length > reported_ || (!for_read && upto > reported_gen_);
   if (!report) return {};
+  // Tests: a writer that died with its chunks on storage, its length unreported.
+  if (WEFT_FAULT("client.report_length.lost"))
+    return error(Code::kIoError, "injected: the length report of file {} is lost", inode_.ino);
   lock.unlock();
   auto r = core_.meta->report_length(cred_, inode_.ino, session_id_, length);
   lock.lock();

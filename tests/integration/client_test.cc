@@ -10,8 +10,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <random>
 #include <thread>
@@ -143,6 +145,40 @@ class ClientTest : public ::testing::Test {
     return out;
   }
 
+  // Sets the chunk size of directory `d` (new files take it).
+  void set_chunk_bytes(const std::string& d, uint32_t bytes) {
+    const Cred& cred = client_->default_cred();
+    auto n = client_->resolve(cred, d);
+    ASSERT_TRUE(n.has_value()) << n.error();
+    auto layout = client_->get_layout(cred, n->ino);
+    ASSERT_TRUE(layout.has_value()) << layout.error();
+    layout->chunk_bytes = bytes;
+    ASSERT_TRUE(client_->set_layout(cred, n->ino, *layout).has_value());
+  }
+
+  // Runs `op` on a thread of its own; false if it took longer than `bound`.
+  // The cluster is then stopped (what `op` waits for fails, after the
+  // client's retry time), so that a test fails rather than hangs.
+  static bool ends_within(const std::function<void()>& op, std::chrono::seconds bound) {
+    std::atomic<bool> done{false};
+    std::thread t([&] {
+      op();
+      done = true;
+    });
+    const bool in_time = eventually([&] { return done.load(); }, bound);
+    if (!in_time && dir_) run(fmt::format("{} down --data-dir {} > /dev/null 2>&1", weft_bin(), data_));
+    t.join();
+    return in_time;
+  }
+
+  // Whether [offset, offset + n) of the open file reads as zeros.
+  static bool zeros_at(File& f, uint64_t offset, size_t n) {
+    std::vector<std::byte> buf(n, std::byte{1});
+    auto got = f.pread(buf, offset);
+    EXPECT_TRUE(got.has_value()) << got.error();
+    return got && *got == n && std::all_of(buf.begin(), buf.end(), [](std::byte b) { return b == std::byte{0}; });
+  }
+
   static inline TempDir* dir_ = nullptr;
   static inline std::string data_;
   static inline std::string config_;
@@ -212,6 +248,70 @@ TEST_F(ClientTest, HolesAndTruncateReadZeros) {
   ASSERT_TRUE(t.has_value()) << t.error();
   EXPECT_EQ(t->size, 10u);
   EXPECT_EQ(read_all(d + "/sparse").size(), 10u);
+}
+
+// A 16 TiB sparse file of 64 KiB chunks (2^28 chunk indexes, three chunks
+// written) truncated to 150 KiB: its chunks go, at the cost of the chunks
+// there are (a removal per index took hours), the partial chunk at the new
+// end is cut, and a later extension reads zeros where data was.
+TEST_F(ClientTest, TruncateOfAHugeSparseFileCostsItsChunksNotItsLength) {
+  std::string d = dir();
+  set_chunk_bytes(d, Layout::kChunkBytesMin);
+  auto f = open(d + "/huge", O_CREAT | O_RDWR);
+  ASSERT_TRUE(f);
+  const uint64_t kEnd = uint64_t{16} << 40;
+  auto head = pattern(200 << 10, 31);
+  ASSERT_TRUE(f->pwrite(head, 0).has_value());
+  ASSERT_TRUE(f->pwrite(pattern(1000, 32), uint64_t{1} << 40).has_value());
+  ASSERT_TRUE(f->pwrite(pattern(3000, 33), kEnd - 3000).has_value());
+  ASSERT_TRUE(f->flush().has_value());
+  ASSERT_EQ(f->size(), kEnd);
+  const uint64_t kCut = 150 << 10;
+  ASSERT_TRUE(ends_within([&] {
+    auto t = f->truncate(kCut);
+    EXPECT_TRUE(t.has_value()) << t.error();
+  }, std::chrono::seconds(60))) << "the truncate costs the file's length";
+  EXPECT_EQ(f->size(), kCut);
+  ASSERT_TRUE(f->truncate(kEnd).has_value());  // an extension: zeros past the cut
+  std::vector<std::byte> back(200 << 10);
+  ASSERT_EQ(*f->pread(back, 0), back.size());
+  EXPECT_TRUE(std::equal(back.begin(), back.begin() + kCut, head.begin()));
+  EXPECT_TRUE(std::all_of(back.begin() + kCut, back.end(), [](std::byte b) { return b == std::byte{0}; }))
+      << "the partial chunk at the cut was not cut";
+  EXPECT_TRUE(zeros_at(*f, uint64_t{1} << 40, 1000));
+  EXPECT_TRUE(zeros_at(*f, kEnd - 3000, 3000));
+  ASSERT_TRUE(f->close().has_value());
+}
+
+// A writer that died after its chunks reached storage but before meta heard
+// its length (meta knows the file as empty): an O_TRUNC open removes those
+// chunks too, so the old bytes never show in holes of the new content.
+TEST_F(ClientTest, OTruncRemovesTheChunksPastTheLengthMetaKnows) {
+  std::string d = dir();
+  const std::string path = d + "/crashed";
+  const uint64_t kAt = 5 << 20;
+  auto old = pattern(300 << 10, 41);
+  {
+    auto other = connect_another();
+    ASSERT_TRUE(other.has_value()) << other.error();
+    fault::Scope lost("client.report_length.lost");
+    auto w = (*other)->open_path((*other)->default_cred(), path, O_CREAT | O_WRONLY | O_EXCL, 0644);
+    ASSERT_TRUE(w.has_value()) << w.error();
+    ASSERT_TRUE((*w)->pwrite(old, kAt).has_value());
+    auto flushed = (*w)->flush();  // the chunks reach storage, the length never meta
+    ASSERT_FALSE(flushed.has_value());
+    (void)(*w)->close();
+    ASSERT_GT(lost.triggered(), 0);
+  }
+  auto n = client_->resolve(client_->default_cred(), path);
+  ASSERT_TRUE(n.has_value()) << n.error();
+  ASSERT_EQ(n->size, 0u) << "meta never heard the writer's length";
+  auto f = open(path, O_RDWR | O_TRUNC);
+  ASSERT_TRUE(f);
+  ASSERT_TRUE(f->pwrite(pattern(10, 42), 0).has_value());
+  ASSERT_TRUE(f->truncate(kAt + old.size()).has_value());  // an extension over where the old bytes were
+  EXPECT_TRUE(zeros_at(*f, kAt, old.size())) << "the dead writer's bytes came back";
+  ASSERT_TRUE(f->close().has_value());
 }
 
 TEST_F(ClientTest, WritersOnDisjointRangesOfOneChunkKeepEachOthersBytes) {
