@@ -8,7 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
@@ -297,6 +299,59 @@ TEST_F(ChunkGcTest, FilesOnADeadServerStayQueuedUntilItReturns) {
   std::this_thread::sleep_for(1500ms);
   EXPECT_TRUE(eventually([&] { return used_on(1) <= before1; }, 60s))
       << "the rest go once it is back\n" << meta_->log() << cluster_.all_logs();
+}
+
+// An unlinked 16 TiB sparse file of 64 KiB chunks (2^28 chunk indexes, three
+// chunks written): one pass removes its chunks, at the cost of the chunks
+// there are (counted: three, not a removal per index, which took hours). The
+// queue is the test's own, so the file stays linked: it reads zeros after.
+TEST_F(ChunkGcTest, AHugeSparseFilesChunksGoWithoutARequestPerChunkIndex) {
+  const Cred& cred = client_->default_cred();
+  ASSERT_TRUE(client_->mkdirs(cred, "/huge"));
+  auto dir = client_->resolve(cred, "/huge");
+  ASSERT_TRUE(dir) << dir.error();
+  auto layout = client_->get_layout(cred, dir->ino);
+  ASSERT_TRUE(layout) << layout.error();
+  layout->chunk_bytes = Layout::kChunkBytesMin;
+  ASSERT_TRUE(client_->set_layout(cred, dir->ino, *layout));
+  const uint64_t kEnd = uint64_t{16} << 40;
+  const std::vector<uint64_t> offsets{0, uint64_t{1} << 40, kEnd - 3000};
+  std::vector<std::byte> data(3000, std::byte{7});
+  auto f = client_->open_path(cred, "/huge/f", O_CREAT | O_RDWR | O_EXCL, 0644);
+  ASSERT_TRUE(f) << f.error();
+  for (uint64_t at : offsets) ASSERT_TRUE((*f)->pwrite(data, at));
+  ASSERT_TRUE((*f)->close());
+  auto file = client_->resolve(cred, "/huge/f");
+  ASSERT_TRUE(file) << file.error();
+  ASSERT_EQ(file->size, kEnd);
+
+  TestQueue queue;
+  queue.items = {meta::GcItem{file->ino, *file}};
+  client::ChunkGc gc({rpc::Endpoint{"127.0.0.1", cluster_.mgmtd_port()}}, gc_rpc_options(), queue.hooks());
+  std::atomic<bool> done{false};
+  std::thread pass([&] {
+    auto r = gc.collect_once();
+    EXPECT_TRUE(r) << r.error();
+    done = true;
+  });
+  const bool in_time = eventually([&] { return done.load(); }, 60s);
+  if (!in_time) {  // what the pass waits for fails (after ChunkIo's 2 s), so it ends
+    cluster_.kill_storage(0);
+    cluster_.kill_storage(1);
+  }
+  pass.join();
+  ASSERT_TRUE(in_time) << "the pass costs the file's length";
+  EXPECT_EQ(queue.done, std::vector<meta::Ino>{file->ino});
+  EXPECT_EQ(gc.chunks_removed(), offsets.size()) << "removals counted beyond the chunks there were";
+  auto back = client_->open_path(cred, "/huge/f", O_RDONLY, 0);
+  ASSERT_TRUE(back) << back.error();
+  for (uint64_t at : offsets) {
+    std::vector<std::byte> buf(data.size(), std::byte{1});
+    auto n = (*back)->pread(buf, at);
+    ASSERT_TRUE(n) << n.error();
+    EXPECT_TRUE(std::all_of(buf.begin(), buf.begin() + *n, [](std::byte b) { return b == std::byte{0}; }))
+        << "chunk at " << at << " is still there";
+  }
 }
 
 // More files fail than a pass takes (GC passes take 64): the first 80 files
