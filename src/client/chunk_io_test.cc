@@ -11,10 +11,17 @@
 #include <optional>
 #include <thread>
 
+#include <algorithm>
+#include <mutex>
+
 #include "client/chunk_io.h"
+#include "client/remove_chunks.h"
 #include "client/routing_cache.h"
 #include "client/in_process_mgmtd.h"
+#include "proto/storage.pb.h"
+#include "rpc/service.h"
 #include "rpc/task.h"
+#include "storage/service_methods.h"
 
 namespace weft::client {
 namespace {
@@ -22,6 +29,40 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr char kToken[] = "chunk-io-test";
+
+// A storage server from before RemoveRange: it knows the single removal only
+// (each remembered by chunk index); RemoveRange answers kUnknownMethod.
+struct OldStorage {
+  OldStorage() {
+    namespace pb = proto::storage;
+    server = std::make_unique<rpc::Server>(io, rpc::ServerOptions{.cluster_token = kToken, .name = "old-storage"});
+    rpc::add_blocking_method<pb::RemoveRequest, pb::RemoveReply>(
+        *server, storage::methods::kRemove, "storage.remove",
+        [this](const pb::RemoveRequest& r, rpc::ServerCall&) -> Result<pb::RemoveReply> {
+          std::lock_guard lock(mu);
+          removed.push_back(r.chunk().index());
+          return pb::RemoveReply{};
+        });
+    port = server->listen("127.0.0.1", 0).value();
+  }
+  ~OldStorage() {
+    server->stop();
+    io.stop();
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port); }
+  std::vector<uint64_t> removed_sorted() {
+    std::lock_guard lock(mu);
+    auto out = removed;
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  rpc::IoPool io{1};
+  std::unique_ptr<rpc::Server> server;
+  uint16_t port = 0;
+  std::mutex mu;
+  std::vector<uint64_t> removed;  // GUARDED_BY(mu)
+};
 
 // One meta node (or `meta_nodes`), no chains.
 struct Mgmtd : InProcessMgmtd {
@@ -116,6 +157,32 @@ TEST(RoutingCacheTest, AnMgmtdBehindTheClientIsNotPolledInALoop) {
   EXPECT_LE(routing->fetches() - fetches, 2u) << "polled an mgmtd behind it in a loop";
   EXPECT_EQ(routing->version(), held);
   routing->stop();
+}
+
+// A chain whose head predates RemoveRange (a rolling upgrade): the chunks of
+// the range the caller knows are removed one index at a time, as before, each
+// on its own chain.
+TEST(ChunkIo, ChunksOnAHeadOlderThanRemoveRangeAreRemovedIndexByIndex) {
+  Mgmtd mgmtd;
+  OldStorage storage;
+  ASSERT_EQ(mgmtd.add_storage_and_table(storage.address()), 1u);
+  rpc::IoPool io{1};
+  rpc::Client rpc(io, rpc::ClientOptions::in_cluster(kToken, "chunk-io-test"));
+  RoutingCache routing(io, rpc, {rpc::Endpoint{"127.0.0.1", mgmtd.port}});
+  ASSERT_TRUE(routing.start());
+  ChunkIo chunks(io, rpc, routing, ChunkIoOptions{.call_timeout_ms = 1000, .retry_time_ms_max = 2000});
+  auto table = routing.current()->tables.find(1);
+  ASSERT_NE(table, routing.current()->tables.end());
+  FileChunks file{.ino = 7, .chunk_bytes = 64 << 10, .stripe = table->second.chains};
+  ASSERT_FALSE(file.stripe.empty());
+  auto ranged = block_on(io.at(0).get_executor(), chunks.remove_from(7, file.stripe[0], 3));
+  ASSERT_FALSE(ranged.has_value());
+  EXPECT_EQ(ranged.error().code(), Code::kUnknownMethod) << ranged.error();
+  auto removed = remove_chunks_from(chunks, file, 3, 10);
+  ASSERT_TRUE(removed.has_value()) << removed.error();
+  EXPECT_EQ(*removed, 0u) << "RemoveRange removed nothing";
+  EXPECT_EQ(storage.removed_sorted(), (std::vector<uint64_t>{3, 4, 5, 6, 7, 8, 9}));
+  routing.stop();
 }
 
 }  // namespace
