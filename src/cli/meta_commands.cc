@@ -1,10 +1,12 @@
 // Commands of the meta module: `weft serve meta --config FILE` runs the
 // metadata service (meta/service.h) on a RocksDB store in [meta] data_dir.
 #include <filesystem>
+#include <thread>
 #include <unordered_set>
 
 #include "cli/commands.h"
 #include "common/config.h"
+#include "common/logging.h"
 #include "meta/fsck.h"
 #include "meta/meta_store.h"
 #include "meta/service.h"
@@ -30,8 +32,53 @@ struct ClusterMembership {
   std::unique_ptr<mgmt::MgmtClient> client;
 };
 
+// Past the highest issued-id mark mgmtd recorded for the cluster's meta store,
+// an accepted store change skips this many ids more: mgmtd hears the mark
+// with each heartbeat, so ids handed out after the last one it heard (a
+// heartbeat interval of creates; far more while mgmtd was unreachable) are
+// above it. 2^32 of the 2^64 ids: room for billions of such changes.
+constexpr uint64_t kStoreChangeIdMargin = uint64_t{1} << 32;
+
+// Registers once before anything is served: mgmtd checks the store
+// (mgmt/cluster_state.h, "Meta's store"). Waits while mgmtd is unreachable
+// or behind (logged); a refusal (the client is fenced) is the error to exit
+// with. With accept_store_change, raises the store's next id past the mark
+// mgmtd had recorded, durably, before returning.
+Result<void> register_store(mgmt::MgmtClient& client, meta::MetaStore& store, bool accept_store_change) {
+  auto next_log = std::chrono::steady_clock::now();
+  while (true) {
+    auto registered = client.register_now();
+    if (registered) break;
+    if (client.fenced()) return registered;
+    if (std::chrono::steady_clock::now() >= next_log) {
+      WEFT_LOG_WARN("meta: not serving until mgmtd accepts this meta's store (retrying): {}", registered.error());
+      next_log = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  const mgmt::MgmtClient::MetaStoreCheck check = client.meta_store_check();
+  if (!check.checked) {
+    if (accept_store_change)
+      return error(Code::kNotPermitted, "--accept-store-change: mgmtd is older than the meta store check and "
+                   "cannot tell the highest inode id the cluster issued; upgrade mgmtd first");
+    WEFT_LOG_WARN("meta: mgmtd does not check meta's store (an mgmtd older than the check)");
+    return {};
+  }
+  if (!accept_store_change) return {};
+  const uint64_t floor = check.recorded_mark + kStoreChangeIdMargin;
+  if (floor < check.recorded_mark)
+    return error(Code::kOutOfRange, "--accept-store-change: no inode ids left above {}", check.recorded_mark);
+  if (auto raised = store.raise_next_id(floor); !raised)
+    return std::unexpected(raised.error().with_context("--accept-store-change: raising the next inode id"));
+  WEFT_LOG_WARN("meta: store {:016x} accepted as the cluster's meta store (--accept-store-change): inode ids "
+                "continue from {} (the cluster had issued ids below {}); restart without the flag from now on",
+                store.store_id(), floor, check.recorded_mark);
+  return {};
+}
+
 Result<std::optional<ClusterMembership>> join_cluster(const Config& config, rpc::ServiceRuntime& runtime,
-                                                      const std::string& data_dir) {
+                                                      const std::string& data_dir, meta::MetaStore& store,
+                                                      bool accept_store_change) {
   if (!config.has("cluster")) return std::optional<ClusterMembership>();
   WEFT_TRY(Config c, config.table("cluster"));
   WEFT_TRY(std::vector<std::string> addresses, c.get_strings("mgmtd"));
@@ -58,8 +105,12 @@ Result<std::optional<ClusterMembership>> join_cluster(const Config& config, rpc:
   // Recorded in data_dir: above the last one even after the wall clock stepped back.
   WEFT_TRY(mo.registration.incarnation, mgmt::next_incarnation({data_dir}));
   mo.state_dirs = {data_dir};  // the highest routing version installed, next to mgmt-incarnation
+  mo.registration.meta_store.store_id = store.store_id();
+  mo.registration.accept_store_change = accept_store_change;
+  mo.meta_ids_mark = [&store] { return store.ids_reserved_below(); };
   m.client = std::make_unique<mgmt::MgmtClient>(*m.mgmt_rpc, mo);
-  // The loop registers (and keeps retrying while mgmtd is away).
+  WEFT_RETURN_IF_ERROR(register_store(*m.client, store, accept_store_change));
+  // The loop heartbeats (and re-registers, retrying while mgmtd is away).
   m.client->start();
   return std::optional<ClusterMembership>(std::move(m));
 }
@@ -107,7 +158,7 @@ std::unique_ptr<meta::SessionReaper> start_session_reaper(const ReaperSettings& 
                                                settings.min_age);
 }
 
-void serve_meta(const std::string& config_path) {
+void serve_meta(const std::string& config_path, bool accept_store_change) {
   auto config = Config::load_file(config_path);
   if (!config) return fail(config.error().message());
   auto sc = rpc::ServiceConfig::from(*config, "meta");
@@ -126,7 +177,9 @@ void serve_meta(const std::string& config_path) {
   auto store = meta::MetaStore::open(mc->store_options());
   if (!store) return fail("cannot open the metadata store in " + mc->data_dir + ": " + store.error().message());
   meta::register_meta_service(runtime.server(), **store);
-  auto membership = join_cluster(*config, runtime, mc->data_dir);
+  if (accept_store_change && !config->has("cluster"))
+    return fail("--accept-store-change: only a meta server in a cluster ([cluster] mgmtd) has its store checked");
+  auto membership = join_cluster(*config, runtime, mc->data_dir, **store, accept_store_change);
   if (!membership) return fail(membership.error().message());
   // Before runtime.run(): nothing is served yet.
   if (*membership) (*store)->set_chain_table_check(chain_table_check(*(*membership)->mgmt_rpc));
@@ -188,7 +241,12 @@ void add_meta_commands(CLI::App& app, CLI::App& serve) {
   static std::string config_path;
   auto* meta = serve.add_subcommand("meta", "Metadata server (namespace, inodes, sessions)");
   meta->add_option("--config", config_path, "TOML config file")->required();
-  meta->callback([] { serve_meta(config_path); });
+  static bool accept_store_change = false;
+  meta->add_flag("--accept-store-change", accept_store_change,
+                 "Serve a store other than the one mgmtd recorded for the cluster, or one that issued fewer inode "
+                 "ids (a restore from backup, a deliberately new namespace): mgmtd records it, and meta first "
+                 "raises its next inode id past every id the cluster issued");
+  meta->callback([] { serve_meta(config_path, accept_store_change); });
 
   static std::string fsck_dir, fsck_config;
   auto* fsck = admin_subcommand(app).add_subcommand(

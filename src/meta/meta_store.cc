@@ -146,6 +146,24 @@ Result<uint64_t> MetaStore::alloc_id() {
   return next_id_++;
 }
 
+uint64_t MetaStore::ids_reserved_below() {
+  std::lock_guard lock(alloc_mu_);
+  return id_limit_;
+}
+
+Result<void> MetaStore::raise_next_id(uint64_t floor) {
+  std::lock_guard lock(alloc_mu_);
+  if (floor <= next_id_) return {};
+  const uint64_t limit = std::max(id_limit_, floor);
+  rocksdb::WriteOptions wo;
+  wo.sync = true;  // the promise is durability before serving, even in unsynced test setups
+  auto s = db_->Put(wo, key::kNextIno, key::inode(limit).substr(1));  // big-endian u64, as alloc_id
+  if (!s.ok()) return error(from_rocks(s, "persist the raised inode high-water mark"));
+  next_id_ = floor;
+  id_limit_ = limit;
+  return {};
+}
+
 Result<Reply> MetaStore::mutate(Op op, const Context& ctx, const Body& body) {
   OpMetrics& m = metrics_of(op);
   m.ops->inc();

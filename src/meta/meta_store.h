@@ -178,6 +178,18 @@ class MetaStore {
   // once the commits that queued them are durable.
   Result<std::vector<GcItem>> gc_pending(size_t limit, std::optional<Ino> after = std::nullopt);
 
+  // The store's identity (random, made with it) and its persisted id
+  // high-water mark: every inode and session id it handed out, before a crash
+  // too, is below the mark. A meta in a cluster reports both to mgmtd, which
+  // refuses another store or a lower mark (mgmt/cluster_state.h, "Meta's store").
+  uint64_t store_id() const { return store_id_; }
+  uint64_t ids_reserved_below();
+  // Raises the next id handed out to at least `floor` (never lowers it),
+  // synced before it returns whatever StoreOptions::sync says: after an
+  // operator accepted a store change (`weft serve meta --accept-store-change`),
+  // no id an earlier store handed out may be issued again, restarts included.
+  Result<void> raise_next_id(uint64_t floor);
+
   // --- mutations ---
   // exclusive: kExists if the name exists; otherwise an existing file is
   // opened as open() would, with open(2)'s checks for `open` (read for

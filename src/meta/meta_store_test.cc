@@ -660,6 +660,29 @@ TEST_F(MetaStoreTest, StatfsTellsTheStoreIdAndTheIssuedIdMark) {
   EXPECT_GE(again->ids_issued_below, second->ids_issued_below);
 }
 
+// What meta reports to mgmtd: the persisted mark is above every id handed
+// out, and an accepted store change raises the next id past a floor, durably
+// (`weft serve meta --accept-store-change`, mgmt/cluster_state.h).
+TEST_F(MetaStoreTest, RaisingTheNextIdSkipsEveryIdBelowTheFloorAcrossRestarts) {
+  Ino f = create("f");
+  EXPECT_GT(s().ids_reserved_below(), f);
+  EXPECT_GE(s().ids_reserved_below(), s().statfs(root())->ids_issued_below);
+  const uint64_t floor = (uint64_t{1} << 32) + 12345;
+  ASSERT_OK(s().raise_next_id(floor));
+  EXPECT_GE(s().ids_reserved_below(), floor);
+  Ino g = create("g");
+  EXPECT_EQ(g, floor) << "the next id is the floor itself";
+  EXPECT_GT(s().statfs(root())->ids_issued_below, g);
+  ASSERT_OK(s().raise_next_id(100));  // a lower floor changes nothing
+  Ino h = create("h");
+  EXPECT_GT(h, g);
+  ASSERT_NO_FATAL_FAILURE(open());
+  Ino i = create("i");
+  EXPECT_GT(i, h) << "the raise survived the restart";
+  const uint64_t store = s().store_id();
+  EXPECT_EQ(s().statfs(root())->store_id, store);
+}
+
 TEST_F(MetaStoreTest, StateSurvivesReopenAndIdsNeverRepeat) {
   Ino d = mkdir("d");
   Ino f = create("f", d);

@@ -75,6 +75,8 @@ StoreBatch finalize(const PersistedState& before, PersistedState& after) {
   if (changed) after.routing.version = before.routing.version + 1;
   if (changed || !(before.ids == after.ids)) batch.puts.emplace_back(meta_key(), encode_meta(after.routing.version, after.ids));
   if (!(before.leases == after.leases)) batch.puts.emplace_back(leases_key(), encode_leases(after.leases));
+  if (!(before.meta_store == after.meta_store))
+    batch.puts.emplace_back(meta_store_key(), encode_meta_store(after.meta_store));
   return batch;
 }
 

@@ -160,6 +160,31 @@ Result<RegisterReply> apply_register(PersistedState& state, const RegisterReques
   return reply;
 }
 
+Result<uint64_t> apply_meta_store(PersistedState& state, const RegisterRequest& r) {
+  const MetaStoreRecord known = state.meta_store;
+  const MetaStoreRecord& got = r.meta_store;
+  if (r.kind != NodeKind::kMeta || got.store_id == 0) return known.ids_issued_below;
+  // One line each (an operator reads it in `weft serve meta`'s exit): what
+  // happened, why serving would be wrong, and the two ways out.
+  if (known.store_id != 0 && got.store_id != known.store_id && !r.accept_store_change)
+    return error(Code::kNotPermitted,
+                 "meta runs on store {:016x} but the cluster's meta store is {:016x} (inode ids issued below {}): "
+                 "a wrong or emptied data_dir? Serving it would hand out ids again whose chunks storage still holds; "
+                 "start meta on the cluster's data_dir, or, if this store is meant to replace it (a restore from "
+                 "backup, a deliberately new namespace), start meta once with --accept-store-change",
+                 got.store_id, known.store_id, known.ids_issued_below);
+  if (known.store_id != 0 && got.ids_issued_below < known.ids_issued_below && !r.accept_store_change)
+    return error(Code::kNotPermitted,
+                 "meta's store {:016x} has issued inode ids below {} only, but ids below {} were issued: the "
+                 "store is older than the cluster's (restored from a backup?) and would hand out those ids again; "
+                 "start meta on its newest data_dir, or, if this older store is what should serve, start meta once "
+                 "with --accept-store-change",
+                 got.store_id, got.ids_issued_below, known.ids_issued_below);
+  state.meta_store = {.store_id = got.store_id,
+                      .ids_issued_below = std::max(known.ids_issued_below, got.ids_issued_below)};
+  return known.ids_issued_below;
+}
+
 Result<NodeInfo*> find_heartbeat_node(PersistedState& state, const HeartbeatRequest& r) {
   auto it = state.routing.nodes.find(r.node_id);
   if (it == state.routing.nodes.end())

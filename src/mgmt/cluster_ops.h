@@ -15,6 +15,13 @@ bool target_alive(const PersistedState& state, TargetId target);
 
 Result<RegisterReply> apply_register(PersistedState& state, const RegisterRequest& request, TimePoint now,
                                      Duration lease);
+// Checks a meta node's store against the cluster's and records it
+// (cluster_state.h, "Meta's store"): the first store heard, a higher mark,
+// or, with accept_store_change, another store or a lower mark (the higher
+// mark is kept). kNotPermitted for another store or a lower mark otherwise.
+// Returns the mark recorded before. Other nodes, and a meta that reports no
+// store, change nothing.
+Result<uint64_t> apply_meta_store(PersistedState& state, const RegisterRequest& request);
 // Errors for unknown nodes and wrong incarnations; renews the lease otherwise.
 Result<NodeInfo*> find_heartbeat_node(PersistedState& state, const HeartbeatRequest& request);
 // Applies sync-done reports of `node`: a report makes its target serving only

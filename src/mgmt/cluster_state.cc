@@ -228,9 +228,22 @@ Result<RegisterReply> ClusterState::register_node(const RegisterRequest& request
   std::lock_guard lock(mu_);
   WEFT_RETURN_IF_ERROR(check_reported_locked(request.installed_routing_version, request.address));
   TimePoint now = clock_.now();
-  WEFT_TRY(RegisterReply reply, mutate([&](PersistedState& next) {
+  const MetaStoreRecord store_before = state_.meta_store;
+  uint64_t mark_before = 0;
+  WEFT_TRY(RegisterReply reply, mutate([&](PersistedState& next) -> Result<RegisterReply> {
+             auto checked = apply_meta_store(next, request);
+             if (!checked) {  // logged here too: the operator may look at mgmtd first
+               WEFT_LOG_ERROR("mgmt: refused meta {}: {}", request.address, checked.error().message());
+               return std::unexpected(checked.error());
+             }
+             mark_before = *checked;
              return apply_register(next, request, now, options_.lease.lease);
            }));
+  if (request.kind == NodeKind::kMeta) {
+    log_meta_store_locked(request, store_before);
+    reply.meta_store_checked = request.meta_store.store_id != 0;
+    reply.meta_ids_mark = mark_before;
+  }
   reply.routing_version = state_.routing.version;
   refusal_watch_[reply.node_id].heartbeated = false;  // a registering process may not listen yet
   metrics_->registrations().inc();
@@ -243,6 +256,33 @@ Result<HeartbeatReply> ClusterState::heartbeat(const HeartbeatRequest& request) 
   WEFT_RETURN_IF_ERROR(check_reported_locked(request.installed_routing_version,
                                              fmt::format("node {}", request.node_id)));
   return heartbeat_locked(request);
+}
+
+void ClusterState::log_meta_store_locked(const RegisterRequest& request, const MetaStoreRecord& before) const {
+  const MetaStoreRecord& got = request.meta_store;
+  if (got.store_id == 0) {
+    WEFT_LOG_WARN("mgmt: meta {} reports no store id (a meta older than the check): its store is not checked "
+                  "against the cluster's", request.address);
+  } else if (before.store_id == 0) {
+    WEFT_LOG_INFO("mgmt: meta {} registered store {:016x} (ids issued below {}) as the cluster's meta store",
+                  request.address, got.store_id, got.ids_issued_below);
+  } else if (got.store_id != before.store_id || got.ids_issued_below < before.ids_issued_below) {
+    WEFT_LOG_WARN("mgmt: meta {} changes the cluster's meta store from {:016x} (ids issued below {}) to {:016x} "
+                  "(ids issued below {}) (--accept-store-change): it raises its next id past {} first",
+                  request.address, before.store_id, before.ids_issued_below, got.store_id, got.ids_issued_below,
+                  before.ids_issued_below);
+  }
+}
+
+Result<void> ClusterState::note_meta_mark_locked(const HeartbeatRequest& request) {
+  if (request.meta_ids_issued_below <= state_.meta_store.ids_issued_below || state_.meta_store.store_id == 0)
+    return {};
+  auto node = state_.routing.nodes.find(request.node_id);
+  if (node == state_.routing.nodes.end() || node->second.kind != NodeKind::kMeta) return {};
+  return mutate([&](PersistedState& next) -> Result<void> {
+    next.meta_store.ids_issued_below = request.meta_ids_issued_below;
+    return {};
+  });
 }
 
 Result<HeartbeatReply> ClusterState::heartbeat_locked(const HeartbeatRequest& request) {
@@ -278,6 +318,9 @@ Result<HeartbeatReply> ClusterState::heartbeat_locked(const HeartbeatRequest& re
   }
   metrics_->heartbeats().inc();
   refusal_watch_[request.node_id].heartbeated = true;
+  // Not an error of the heartbeat (the lease is renewed): the next one retries.
+  if (auto noted = note_meta_mark_locked(request); !noted)
+    WEFT_LOG_WARN("mgmt: recording meta's issued-id mark {}: {}", request.meta_ids_issued_below, noted.error());
   return HeartbeatReply{.routing_version = state_.routing.version, .lease = lease};
 }
 
@@ -414,6 +457,11 @@ RoutingVersion ClusterState::routing_version() const {
 std::string ClusterState::behind() const {
   std::lock_guard lock(mu_);
   return behind_;
+}
+
+MetaStoreRecord ClusterState::meta_store() const {
+  std::lock_guard lock(mu_);
+  return state_.meta_store;
 }
 
 uint64_t ClusterState::usage_generation() const {

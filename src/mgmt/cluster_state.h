@@ -38,6 +38,21 @@
 // chain ends above any version the cluster used for it), persists that, and
 // proceeds: servers install its routing as the newest.
 //
+// Meta's store. A meta node registers with its store's random id and its
+// issued-id mark (every inode id the store handed out is below it; heartbeats
+// report the mark as it grows). The first store id mgmtd hears becomes the
+// cluster's, and mgmtd keeps the highest mark heard (MetaStoreRecord,
+// persisted). A registration with another store id (meta on an empty or
+// another data_dir) or a mark below the recorded one (a store restored from an
+// older copy) is refused (kNotPermitted, saying what to do): such a store
+// would hand out inode ids again whose chunks storage still holds, so new
+// files would show and merge into old files' data. `weft serve meta` exits on
+// it rather than serve. accept_store_change (the operator's
+// `--accept-store-change`) records the new store instead, keeps the higher
+// mark, and returns the mark recorded before: meta raises its next id past it
+// (plus a margin) before serving. A meta that reports no store (older than
+// the check) is accepted unchecked, with a warning.
+//
 // Versions. Every operation that changes what a client must see (nodes,
 // targets or their states, chains, tables) bumps the routing version by one;
 // every chain whose entries changed gets its version bumped by one. Usage
@@ -125,6 +140,10 @@ struct RegisterRequest {
   // The highest routing version the node has installed (0: unknown). Above
   // mgmtd's own: mgmtd is behind (see ClusterState).
   RoutingVersion installed_routing_version = 0;
+  // Meta nodes: their store (see ClusterState, "Meta's store"); store_id 0:
+  // not told (a meta older than the check).
+  MetaStoreRecord meta_store;
+  bool accept_store_change = false;  // the operator accepts another store or a lower mark
 };
 
 struct RegisterReply {
@@ -133,6 +152,10 @@ struct RegisterReply {
   std::vector<TargetId> data_lost;   // known targets that came back with another data id (mgmtd logs them)
   RoutingVersion routing_version = 0;
   Duration lease{};  // a registration is also a heartbeat
+  // Meta nodes that reported their store: the highest issued-id mark recorded
+  // before this registration (0: none yet).
+  bool meta_store_checked = false;
+  uint64_t meta_ids_mark = 0;
 };
 
 struct TargetUsage {
@@ -157,6 +180,7 @@ struct HeartbeatRequest {
   std::vector<TargetUsage> usage;
   std::vector<SyncDoneReport> sync_done;
   RoutingVersion installed_routing_version = 0;  // as in RegisterRequest
+  uint64_t meta_ids_issued_below = 0;  // meta nodes: their store's mark now (0: not told)
 };
 
 struct HeartbeatReply {
@@ -229,6 +253,8 @@ class ClusterState {
   uint64_t usage_generation() const;
   // Non-empty while mgmtd is behind: the error refused requests carry.
   std::string behind() const;
+  // The cluster's meta store as recorded (store_id 0: none heard yet).
+  MetaStoreRecord meta_store() const;
   const ClusterOptions& options() const { return options_; }
   // The longest leases granted before this open (zero: none known, a state
   // written before they were recorded or a new one).
@@ -244,6 +270,11 @@ class ClusterState {
   auto mutate(Fn&& fn) -> decltype(fn(std::declval<PersistedState&>()));
   Result<void> commit(PersistedState next);  // REQUIRES: mu_ held
   Result<HeartbeatReply> heartbeat_locked(const HeartbeatRequest& request);
+  // Raises the recorded mark of the cluster's meta store to a meta node's
+  // report. REQUIRES: mu_ held.
+  Result<void> note_meta_mark_locked(const HeartbeatRequest& request);
+  // Logs what a meta node's registration did to the recorded store.
+  void log_meta_store_locked(const RegisterRequest& request, const MetaStoreRecord& before) const;
   // Checks a node's reported routing version: refuses while behind (becoming
   // behind on a report above ours), or raises our versions (accept_older_state).
   Result<void> check_reported_locked(RoutingVersion reported, const std::string& who);

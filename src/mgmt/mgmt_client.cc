@@ -65,6 +65,12 @@ RoutingVersion read_routing_version(const std::vector<std::string>& dirs) {
 MgmtClient::MgmtClient(MgmtRpc& rpc, MgmtClientOptions options, const Clock& clock)
     : rpc_(rpc), options_(std::move(options)), lease_(clock) {
   installed_max_ = recorded_ = read_routing_version(options_.state_dirs);
+  accept_store_change_ = options_.registration.accept_store_change;
+}
+
+MgmtClient::MetaStoreCheck MgmtClient::meta_store_check() const {
+  std::lock_guard lock(mu_);
+  return meta_store_check_;
 }
 
 RoutingVersion MgmtClient::installed_routing_version() const {
@@ -102,6 +108,13 @@ Result<void> MgmtClient::register_now() {
   pb::RegisterRequest req;
   to_proto(r, &req);
   req.set_installed_routing_version(installed_routing_version());
+  // The mark now: a re-registration (mgmtd restarted) must not send the one
+  // of our start, below what our heartbeats raised mgmtd's record to since.
+  if (options_.meta_ids_mark) req.set_meta_ids_issued_below(options_.meta_ids_mark());
+  {
+    std::lock_guard lock(mu_);
+    req.set_accept_store_change(accept_store_change_);
+  }
   HeartbeatTicket ticket = lease_.begin_heartbeat();
   auto reply = rpc_.call<pb::RegisterReply>(kRegister, req);
   if (!reply) {
@@ -139,6 +152,8 @@ Result<void> MgmtClient::register_now() {
     target_ids_ = got.target_ids;
     granted_ = got.lease;
     accept_any_version_ = true;
+    accept_store_change_ = false;  // the operator's decision was for this start's store
+    meta_store_check_ = {.checked = got.meta_store_checked, .recorded_mark = got.meta_ids_mark};
   }
   registrations_.fetch_add(1);
   WEFT_LOG_INFO("mgmt client {}: registered as node {} (routing version {})", r.address, got.node_id,
@@ -169,6 +184,7 @@ Result<void> MgmtClient::heartbeat_now() {
                               std::move(hb.sync_done));
   hb.incarnation = options_.registration.incarnation;
   hb.installed_routing_version = installed_routing_version();
+  if (options_.meta_ids_mark) hb.meta_ids_issued_below = options_.meta_ids_mark();
   if (usage) hb.usage = usage();
   pb::HeartbeatRequest req;
   to_proto(hb, &req);

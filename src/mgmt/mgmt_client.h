@@ -16,6 +16,11 @@
 //     (callers do this when a peer answers kStaleRouting). A snapshot never
 //     goes back to an older version, except right after re-registration
 //     (a mgmtd that lost its state starts counting again).
+//   - a meta node's store (registration.meta_store: its id, and the mark
+//     `meta_ids_mark` reads at each registration and heartbeat) goes with
+//     every register and heartbeat; mgmtd refuses another store or a lower
+//     mark (kNotPermitted: a fence, mgmt/cluster_state.h "Meta's store").
+//     registration.accept_store_change goes with the first registration only.
 //   - the highest routing version ever installed goes with every register and
 //     heartbeat (and is recorded in the file `mgmt-routing-version` of each of
 //     options.state_dirs, so it survives restarts): mgmtd refuses both
@@ -53,6 +58,9 @@ struct MgmtClientOptions {
   // a storage server's target directories, a meta server's data_dir) and read
   // back at construction. Empty: remembered in memory only.
   std::vector<std::string> state_dirs;
+  // Meta nodes: their store's issued-id mark now (read for every register and
+  // heartbeat). Null: the mark in registration.meta_store is sent as it is.
+  std::function<uint64_t()> meta_ids_mark;
 };
 
 inline constexpr const char* kRoutingVersionFile = "mgmt-routing-version";
@@ -116,6 +124,13 @@ class MgmtClient {
   uint64_t registrations() const { return registrations_.load(); }
   // The highest routing version installed (or recorded in state_dirs).
   RoutingVersion installed_routing_version() const;
+  // Meta nodes: what the last registration mgmtd accepted said of the store
+  // (RegisterReply: checked, and the mark mgmtd had recorded before it).
+  struct MetaStoreCheck {
+    bool checked = false;
+    uint64_t recorded_mark = 0;
+  };
+  MetaStoreCheck meta_store_check() const;
 
   // Called before each heartbeat, on the heartbeat thread.
   void set_usage_source(UsageSource source);
@@ -149,6 +164,9 @@ class MgmtClient {
   std::vector<TargetId> target_ids_;     // GUARDED_BY(mu_)
   Duration granted_{};                   // GUARDED_BY(mu_)
   bool accept_any_version_ = false;      // GUARDED_BY(mu_): set by re-registration
+  // GUARDED_BY(mu_): registration.accept_store_change until a registration succeeded
+  bool accept_store_change_ = false;
+  MetaStoreCheck meta_store_check_;      // GUARDED_BY(mu_)
   std::vector<SyncDoneReport> sync_done_;  // GUARDED_BY(mu_)
   UsageSource usage_;                    // GUARDED_BY(mu_)
   RoutingListener listener_;             // GUARDED_BY(mu_)

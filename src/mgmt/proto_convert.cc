@@ -87,6 +87,9 @@ void to_proto(const RegisterRequest& in, pb::RegisterRequest* out) {
   out->set_address(in.address);
   out->set_incarnation(in.incarnation);
   out->set_installed_routing_version(in.installed_routing_version);
+  out->set_meta_store_id(in.meta_store.store_id);
+  out->set_meta_ids_issued_below(in.meta_store.ids_issued_below);
+  out->set_accept_store_change(in.accept_store_change);
   for (const TargetRegistration& t : in.targets) {
     auto* pt = out->add_targets();
     pt->set_name(t.name);
@@ -101,12 +104,15 @@ void to_proto(const RegisterReply& in, pb::RegisterReply* out) {
   for (TargetId t : in.target_ids) out->add_target_ids(t);
   out->set_routing_version(in.routing_version);
   out->set_lease_ns(in.lease.count());
+  out->set_meta_store_checked(in.meta_store_checked);
+  out->set_meta_ids_mark(in.meta_ids_mark);
 }
 
 void to_proto(const HeartbeatRequest& in, pb::HeartbeatRequest* out) {
   out->set_node_id(in.node_id);
   out->set_incarnation(in.incarnation);
   out->set_installed_routing_version(in.installed_routing_version);
+  out->set_meta_ids_issued_below(in.meta_ids_issued_below);
   for (const TargetUsage& u : in.usage) {
     auto* pu = out->add_usage();
     pu->set_target_id(u.target_id);
@@ -197,6 +203,8 @@ Result<RegisterRequest> from_proto(const pb::RegisterRequest& in) {
   r.address = in.address();
   r.incarnation = in.incarnation();
   r.installed_routing_version = in.installed_routing_version();
+  r.meta_store = {.store_id = in.meta_store_id(), .ids_issued_below = in.meta_ids_issued_below()};
+  r.accept_store_change = in.accept_store_change();
   for (const pb::TargetRegistration& t : in.targets())
     r.targets.push_back({.name = t.name(),
                          .capacity_bytes = t.capacity_bytes(),
@@ -211,6 +219,8 @@ RegisterReply from_proto(const pb::RegisterReply& in) {
   r.target_ids.assign(in.target_ids().begin(), in.target_ids().end());
   r.routing_version = in.routing_version();
   r.lease = Duration(in.lease_ns());
+  r.meta_store_checked = in.meta_store_checked();
+  r.meta_ids_mark = in.meta_ids_mark();
   return r;
 }
 
@@ -219,6 +229,7 @@ HeartbeatRequest from_proto(const pb::HeartbeatRequest& in) {
   r.node_id = in.node_id();
   r.incarnation = in.incarnation();
   r.installed_routing_version = in.installed_routing_version();
+  r.meta_ids_issued_below = in.meta_ids_issued_below();
   for (const pb::TargetUsage& u : in.usage())
     r.usage.push_back({.target_id = u.target_id(),
                        .used_bytes = u.used_bytes(),

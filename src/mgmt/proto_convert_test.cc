@@ -146,6 +146,35 @@ TEST(ProtoConvert, RegisterAndHeartbeatRoundTrip) {
   EXPECT_EQ(hr2.lease, hr.lease);
 }
 
+// Meta's store (mgmt/cluster_state.h): its fields cross the wire, and a
+// message without them (an older peer) reads as "not told".
+TEST(ProtoConvert, MetaStoreFieldsRoundTrip) {
+  RegisterRequest reg{.kind = NodeKind::kMeta, .address = "m:1", .incarnation = 2,
+                      .meta_store = {.store_id = 0xabc, .ids_issued_below = 4098}, .accept_store_change = true};
+  pb::RegisterRequest preg;
+  to_proto(reg, &preg);
+  auto reg2 = from_proto(preg);
+  ASSERT_TRUE(reg2);
+  EXPECT_EQ(reg2->meta_store, reg.meta_store);
+  EXPECT_TRUE(reg2->accept_store_change);
+  RegisterReply rr{.node_id = 1, .meta_store_checked = true, .meta_ids_mark = 77};
+  pb::RegisterReply prr;
+  to_proto(rr, &prr);
+  RegisterReply rr2 = from_proto(prr);
+  EXPECT_TRUE(rr2.meta_store_checked);
+  EXPECT_EQ(rr2.meta_ids_mark, 77u);
+  pb::HeartbeatRequest phb;
+  to_proto(HeartbeatRequest{.node_id = 1, .incarnation = 2, .meta_ids_issued_below = 9000}, &phb);
+  EXPECT_EQ(from_proto(phb).meta_ids_issued_below, 9000u);
+  pb::RegisterRequest old;
+  old.set_kind(static_cast<uint32_t>(NodeKind::kMeta));
+  auto old2 = from_proto(old);
+  ASSERT_TRUE(old2);
+  EXPECT_EQ(old2->meta_store, MetaStoreRecord{});
+  EXPECT_FALSE(old2->accept_store_change);
+  EXPECT_FALSE(from_proto(pb::RegisterReply{}).meta_store_checked);
+}
+
 TEST(ProtoConvert, OutOfRangeEnumsAreProtocolErrors) {
   pb::Routing wire;
   to_proto(sample_routing(), &wire);

@@ -355,6 +355,47 @@ TEST(MgmtService, RestartWithoutStateReRegistersAndNewerIncarnationFencesOld) {
   EXPECT_EQ(z.error().code(), Code::kNotPermitted);
 }
 
+// Meta's store over the wire (mgmt/cluster_state.h, "Meta's store"): the
+// mark its source gives goes with every registration and heartbeat, another
+// store is refused and fences the client (`weft serve meta` exits on it), and
+// the operator's override goes with the first registration only and reports
+// the mark to raise past.
+TEST(MgmtService, MetasStoreIsCheckedAtRegistrationAndItsMarkFollowsHeartbeats) {
+  Fixture f;
+  std::atomic<uint64_t> mark{5000};
+  auto meta = [&](uint64_t store_id, uint64_t incarnation, bool accept = false) {
+    MgmtClientOptions o;
+    o.registration = {.kind = NodeKind::kMeta, .address = "127.0.0.1:9200", .incarnation = incarnation,
+                      .meta_store = {.store_id = store_id}, .accept_store_change = accept};
+    o.meta_ids_mark = [&] { return mark.load(); };
+    return o;
+  };
+  MgmtClient a(f.rpc(), meta(0xa, 1));
+  ASSERT_TRUE(a.register_now());
+  EXPECT_TRUE(a.meta_store_check().checked);
+  EXPECT_EQ(f.state->meta_store(), (MetaStoreRecord{.store_id = 0xa, .ids_issued_below = 5000}));
+  mark = 9096;
+  ASSERT_TRUE(a.heartbeat_now());
+  EXPECT_EQ(f.state->meta_store().ids_issued_below, 9096u);
+
+  MgmtClient empty(f.rpc(), meta(0xb, 2));  // restarted on an empty data_dir
+  mark = 2;
+  auto refused = empty.register_now();
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), Code::kNotPermitted);
+  EXPECT_NE(refused.error().message().find("--accept-store-change"), std::string::npos) << refused.error();
+  EXPECT_TRUE(empty.fenced());
+
+  MgmtClient accepted(f.rpc(), meta(0xb, 3, /*accept=*/true));
+  ASSERT_TRUE(accepted.register_now());
+  EXPECT_EQ(accepted.meta_store_check().recorded_mark, 9096u);
+  EXPECT_EQ(f.state->meta_store(), (MetaStoreRecord{.store_id = 0xb, .ids_issued_below = 9096}));
+  // Not raised yet: a second registration without the override is refused.
+  auto again = accepted.register_now();
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code(), Code::kNotPermitted);
+}
+
 // A server records the highest routing version it installed in its
 // directories; restarted against an mgmtd whose state is older (a restored
 // backup), it is refused with the reason, keeps retrying without fencing

@@ -173,10 +173,21 @@ Result<void> decode_leases(std::string_view key, std::string_view value, Persist
   return {};
 }
 
+Result<void> decode_meta_store(std::string_view key, std::string_view value, PersistedState& out) {
+  Reader r(key, value);
+  r.fixed(out.meta_store.store_id), r.fixed(out.meta_store.ids_issued_below);
+  return r.finish();
+}
+
 }  // namespace
 
 std::string meta_key() { return "V"; }
 std::string leases_key() { return "L"; }
+std::string meta_store_key() { return "S"; }
+
+std::string encode_meta_store(const MetaStoreRecord& m) {
+  return Writer(kRecordFormat).fixed(m.store_id).fixed(m.ids_issued_below).take();
+}
 
 std::string encode_leases(const GrantedLeases& l) {
   return Writer(kRecordFormat).fixed(static_cast<int64_t>(l.server.count())).fixed(static_cast<int64_t>(l.client.count()))
@@ -219,6 +230,7 @@ std::string encode_chain(const ChainInfo& c) {
 Result<void> decode_record(std::string_view key, std::string_view value, PersistedState& out) {
   if (key == meta_key()) return decode_meta(key, value, out);
   if (key == leases_key()) return decode_leases(key, value, out);
+  if (key == meta_store_key()) return decode_meta_store(key, value, out);
   switch (key.empty() ? '\0' : key[0]) {
     case 'N': return decode_into(key, value, out.routing.nodes, decode_node);
     case 'T': return decode_into(key, value, out.routing.targets, decode_target);
