@@ -153,7 +153,7 @@ bool OrphanSweep::same_store(const Target& t, const MetaMark& m) {
     if (auto held = log_.admit())
       WEFT_LOG_ERROR("{}: target {}: meta answers from store {:x}, not {:x} as before (a meta started on an empty or "
                      "another store?): orphan sweep stopped for this target; remove {} if the new store is the one "
-                     "of record{}",
+                     "of record (mgmtd accepted it: `weft serve meta --accept-store-change`){}",
                      options_.name, t.id, m.store_id, known.store_id, file.string(), LogThrottle::held_back(*held));
     return false;
   }

@@ -17,7 +17,10 @@
 // below the remembered one (a store restored from an older copy), or answers
 // from two stores in one question stop the sweep of that target, with an
 // error in the log, until an operator removes the file. (A first contact
-// with the wrong store is not caught.) The mark in the file is rewritten at
+// with the wrong store is not caught here, but mgmtd refuses a meta whose
+// store is not the cluster's or is older, and such a meta exits rather than
+// serve: mgmt/cluster_state.h, "Meta's store". After the operator's
+// `--accept-store-change`, the file must be removed.) The mark in the file is rewritten at
 // most once per pass, so after a restart it may lag by one pass.
 // Load: at most `inodes_per_s` inodes asked per second; removal of one
 // orphan's chunks checks the stop and the lease fence per page.
