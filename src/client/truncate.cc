@@ -1,6 +1,7 @@
 #include "client/truncate.h"
 
 #include "client/placement.h"
+#include "common/fault.h"
 #include "client/remove_chunks.h"
 #include "meta/layout.h"
 #include "meta/permission.h"
@@ -47,6 +48,30 @@ Result<void> check_may_truncate(Core& core, const Cred& cred, const Inode& inode
   return meta::check_access(inode, cred, meta::kAccessWrite);
 }
 
+// Removes the chunks past `new_size` (every one from the first past it, no
+// upper bound) and cuts the chunk holding the new end.
+Result<void> cut_storage(Core& core, const Inode& inode, uint64_t old_size, uint64_t new_size) {
+  const uint32_t cb = inode.layout.chunk_bytes;
+  WEFT_TRY(auto stripe, file_stripe(core, inode.layout));
+  const FileChunks file{inode.ino, cb, std::move(stripe)};
+  // Every chunk from the first past the new end, with no upper bound (one
+  // RemoveRange per chain: it costs the chunks there are): also those a
+  // writer sent past the length meta knows and never reported (it died).
+  const uint64_t keep = meta::chunk_count(new_size, cb);  // chunks [0, keep) stay
+  WEFT_RETURN_IF_ERROR(remove_chunks_from(*core.chunks, file, keep, meta::chunk_count(old_size, cb)));
+  if (new_size % cb == 0) return {};
+  const uint64_t last = new_size / cb;
+  std::vector<Task<Result<void>>> tasks;
+  tasks.push_back(core.chunks->truncate({inode.ino, last, chain_of_chunk(file.stripe, last), cb},
+                                        static_cast<uint32_t>(new_size % cb)));
+  return first_error(run_parallel(*core.io, std::move(tasks)));
+}
+
+// Rounds of "cut, then set the length if meta still has the length read"
+// before the length is set whatever meta has (a file extended by another
+// writer at every round: pathological).
+constexpr int kCutRoundsMax = 8;
+
 }  // namespace
 
 Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uint64_t old_size, uint64_t new_size,
@@ -63,33 +88,33 @@ Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uin
   // extension leaves storage alone: chunks past meta's length may be another
   // writer's whose length is not reported yet.
   const bool cuts = new_size < old_size || new_size == 0;
-  if (cuts) {
-    // The chunks go first (a later extension must read zeros, never old
-    // bytes), then meta records the length: the common reasons meta would
-    // refuse it (no permission, a session that is gone, a file that is gone)
-    // are asked for first, so that they leave everything as it was.
-    WEFT_RETURN_IF_ERROR(check_may_truncate(core, cred, inode, session));
-    const uint32_t cb = inode.layout.chunk_bytes;
-    WEFT_TRY(auto stripe, file_stripe(core, inode.layout));
-    const FileChunks file{inode.ino, cb, std::move(stripe)};
-    // Every chunk from the first past the new end, with no upper bound (one
-    // RemoveRange per chain: it costs the chunks there are): also those a
-    // writer sent past the length meta knows and never reported (it died).
-    const uint64_t keep = meta::chunk_count(new_size, cb);  // chunks [0, keep) stay
-    WEFT_RETURN_IF_ERROR(remove_chunks_from(*core.chunks, file, keep, meta::chunk_count(old_size, cb)));
-    if (new_size % cb != 0) {
-      const uint64_t last = new_size / cb;
-      std::vector<Task<Result<void>>> tasks;
-      tasks.push_back(core.chunks->truncate({inode.ino, last, chain_of_chunk(file.stripe, last), cb},
-                                            static_cast<uint32_t>(new_size % cb)));
-      WEFT_RETURN_IF_ERROR(first_error(run_parallel(*core.io, std::move(tasks))));
+  // The chunks go first (a later extension must read zeros, never old
+  // bytes), then meta records the length: the common reasons meta would
+  // refuse it (no permission, a session that is gone, a file that is gone)
+  // are asked for first, so that they leave everything as it was.
+  if (cuts) WEFT_RETURN_IF_ERROR(check_may_truncate(core, cred, inode, session));
+  uint64_t meta_size = inode.size;  // the length meta had when the caller read `inode`
+  for (int round = 1;; ++round) {
+    if (cuts) WEFT_RETURN_IF_ERROR(cut_storage(core, inode, std::max(old_size, meta_size), new_size));
+    while (WEFT_FAULT("client.truncate.hold")) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // tests
+    SetAttr attr;
+    attr.size = new_size;
+    attr.size_session = session;
+    // A writer that reported a longer length since `meta_size` was read may
+    // have chunks past the new end that the cut above missed: meta then
+    // refuses (kStaleHandle) and the cut is made again.
+    if (round < kCutRoundsMax) attr.expect_size = meta_size;
+    auto updated = core.meta->setattr(cred, inode.ino, attr);
+    if (updated) return {};
+    const Code code = updated.error().code();
+    if (code == Code::kStaleHandle && attr.expect_size) {
+      auto now = core.meta->getattr(cred, inode.ino);
+      if (!now) return std::unexpected(now.error());
+      meta_size = now->size;
+      continue;
     }
-  }
-  SetAttr attr;
-  attr.size = new_size;
-  attr.size_session = session;
-  auto updated = core.meta->setattr(cred, inode.ino, attr);
-  if (!updated && cuts) {
+    // The file is gone (unlinked and destroyed meanwhile): nothing to set.
+    if (!cuts || code == Code::kNotFound) return std::unexpected(updated.error());
     // What the check above cannot rule out: meta unreachable past its retry
     // time (or the session reaped, the mode changed) between the check and
     // here. The bytes past the new end are gone while meta keeps the old
@@ -98,8 +123,6 @@ Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uin
     return error(Code::kIoError, "truncate file {} to {}: its data past the new end is removed, but meta did not "
                  "record the length: {}", inode.ino, new_size, updated.error());
   }
-  if (!updated) return std::unexpected(updated.error());
-  return {};
 }
 
 }  // namespace weft::client

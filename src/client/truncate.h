@@ -5,7 +5,12 @@
 // records the new length (so a later extension reads zeros, never old bytes).
 // Whether meta will accept the length (session or permission) is asked first:
 // a refusal leaves data and length unchanged. Only meta failing between the
-// two steps leaves the data removed and the old length: kIoError (EIO).
+// two steps leaves the data removed and the old length: kIoError (EIO); a
+// file destroyed meanwhile answers kNotFound. Meta sets the length only if
+// the file still has the length `inode` had (SetAttr::expect_size): a writer
+// that reported a longer one meanwhile may have written past the new end
+// after the cut, so the cut is made again (a truncate racing a write ends as
+// if one came after the other, never with old bytes past the end).
 // Threading: blocks the caller; never call from an I/O thread.
 #pragma once
 
