@@ -25,6 +25,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/assert.h"
+#include "common/fault.h"
 #include "common/logging.h"
 #include "common/mount_table.h"
 #include "client/dir_ahead.h"
@@ -1036,7 +1038,9 @@ class FuseServer::Impl {
   void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus) {
     OpenDir* d = dir_of(fi);
     Cred cred = cred_of(req);
-    std::lock_guard lk(d->mu);
+    // Every reply is sent with d->mu released: once the kernel has it, the
+    // directory may be closed and RELEASEDIR (which deletes d) run at once.
+    std::unique_lock lk(d->mu);
     std::vector<char> buf(size);
     size_t used = 0;
     std::vector<Ino> counted_inos;  // lookups taken for entries in buf
@@ -1072,6 +1076,7 @@ class FuseServer::Impl {
         }
         if (!r) {
           if (used == 0) {
+            lk.unlock();
             fuse_reply_err(req, errno_of(r.error()));
             return;
           }
@@ -1087,6 +1092,7 @@ class FuseServer::Impl {
             auto l = client_.lookup(cred, ino, de->name);
             if (!l) {
               if (used == 0) {
+                lk.unlock();
                 fuse_reply_err(req, errno_of(l.error()));
                 return;
               }
@@ -1112,9 +1118,12 @@ class FuseServer::Impl {
         counted_inos.push_back(e.ino);
       }
     }
+    lk.unlock();
     // A reply that never reached the kernel: it holds none of these counts.
     if (fuse_reply_buf(req, buf.data(), used) != 0)
       for (Ino ino : counted_inos) forget_ino(ino, 1);
+    // tests: the kernel has the reply; the directory may be closed meanwhile
+    if (WEFT_FAULT("fuse.readdir.after_reply")) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 
   static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
@@ -1126,7 +1135,11 @@ class FuseServer::Impl {
   }
 
   static void op_releasedir(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
-    delete dir_of(fi);
+    OpenDir* d = dir_of(fi);
+    // No READDIR of this handle may still be running (it would use d after the delete).
+    WEFT_ASSERT_MSG(d->mu.try_lock(), "RELEASEDIR while a READDIR of the same handle still holds it");
+    d->mu.unlock();
+    delete d;
     fuse_reply_err(req, 0);
   }
 

@@ -1819,6 +1819,29 @@ TEST_F(FuseTest, AnotherHandlesFailedWriteDoesNotFailReads) {
   ::close(r);
 }
 
+// A READDIR's reply lets the kernel finish getdents: the process may close
+// the directory and RELEASEDIR (which frees the handle) run on another
+// worker at once. The READDIR held the handle's mutex past its reply and
+// unlocked freed memory (heap corruption: the mount daemon died in malloc).
+// The fault point widens the window after the reply; RELEASEDIR asserts no
+// READDIR still holds the handle.
+TEST_F(FuseTest, ADirectoryClosedRightAfterAListingReplyIsNotUsedAfterItsRelease) {
+  ASSERT_EQ(::mkdir(p("rd").c_str(), 0755), 0);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(write_all(p("rd/e" + std::to_string(i)), "x"));
+  ExtraMount m(dir_->file("mnt-rd"), data_ + "/client.toml", "", dir_->file("mount-rd.log"),
+               {"WEFT_FAULTS=fuse.readdir.after_reply"});
+  ASSERT_TRUE(m.mounted()) << m.log();
+  const std::string d = dir_->file("mnt-rd") + remote_dir() + "/rd";
+  for (int i = 0; i < 50; ++i) {
+    DIR* dir = ::opendir(d.c_str());
+    ASSERT_NE(dir, nullptr) << "listing " << i << ": " << std::strerror(errno) << "\n" << m.log();
+    int entries = 0;
+    while (::readdir(dir) != nullptr) ++entries;
+    ::closedir(dir);
+    EXPECT_EQ(entries, 5) << "listing " << i;  // ".", ".." and three files
+  }
+}
+
 // mmap: MAP_PRIVATE works in every mode; MAP_SHARED (read-only too) fails
 // with ENODEV on direct_io mounts (libfuse 3.14 cannot ask for
 // FUSE_DIRECT_IO_ALLOW_MMAP; docs/fuse.md).
