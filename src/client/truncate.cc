@@ -34,18 +34,20 @@ namespace {
 // write permission: kBadHandle, as the File's other calls will answer.
 // (Not a setattr of the old length as a probe: that could undo a length
 // another writer reported since the inode was read. A length report of 0
-// changes nothing: it never shortens a file.)
-Result<void> check_may_truncate(Core& core, const Cred& cred, const Inode& inode, uint64_t session) {
+// changes nothing: it never shortens a file.) Returns the inode as meta has
+// it after the check (a report moves ctime).
+Result<Inode> check_may_truncate(Core& core, const Cred& cred, const Inode& inode, uint64_t session) {
   if (session != 0) {
     auto held = core.meta->report_length(cred, inode.ino, session, 0);
-    if (held) return {};
+    if (held) return *held;
     if (held.error().code() != Code::kBadHandle) return std::unexpected(held.error());
-    if (meta::check_access(inode, cred, meta::kAccessWrite)) return {};
+    if (meta::check_access(inode, cred, meta::kAccessWrite)) return inode;
     return error(held.error().with_context(fmt::format(
         "truncate file {}: the write session is no longer open and the file is not writable by uid {}", inode.ino,
         cred.uid)));
   }
-  return meta::check_access(inode, cred, meta::kAccessWrite);
+  WEFT_RETURN_IF_ERROR(meta::check_access(inode, cred, meta::kAccessWrite));
+  return inode;
 }
 
 // Removes the chunks past `new_size` (every one from the first past it, no
@@ -87,34 +89,42 @@ Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uin
   // of a file meta knows as empty may find a crashed writer's chunks). An
   // extension leaves storage alone: chunks past meta's length may be another
   // writer's whose length is not reported yet.
-  const bool cuts = new_size < old_size || new_size == 0;
   // The chunks go first (a later extension must read zeros, never old
   // bytes), then meta records the length: the common reasons meta would
   // refuse it (no permission, a session that is gone, a file that is gone)
   // are asked for first, so that they leave everything as it was.
-  if (cuts) WEFT_RETURN_IF_ERROR(check_may_truncate(core, cred, inode, session));
-  uint64_t meta_size = inode.size;  // the length meta had when the caller read `inode`
+  Inode seen = inode;  // meta's inode as last read: the length and ctime it must still have
+  bool cut_any = false;
   for (int round = 1;; ++round) {
-    if (cuts) WEFT_RETURN_IF_ERROR(cut_storage(core, inode, std::max(old_size, meta_size), new_size));
+    // Per round: a writer may have made the file longer than the new length since.
+    const bool cuts = new_size < std::max(old_size, seen.size) || new_size == 0;
+    if (cuts && !cut_any) {
+      WEFT_TRY(seen, check_may_truncate(core, cred, seen, session));
+    }
+    if (cuts) {
+      WEFT_RETURN_IF_ERROR(cut_storage(core, inode, std::max(old_size, seen.size), new_size));
+      cut_any = true;
+    }
     while (WEFT_FAULT("client.truncate.hold")) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // tests
     SetAttr attr;
     attr.size = new_size;
     attr.size_session = session;
-    // A writer that reported a longer length since `meta_size` was read may
-    // have chunks past the new end that the cut above missed: meta then
-    // refuses (kStaleHandle) and the cut is made again.
-    if (round < kCutRoundsMax) attr.expect_size = meta_size;
+    // A writer that reported since `seen` was read (a longer length, or any
+    // report: it moves ctime) may have chunks past the new end that the cut
+    // above missed: meta then refuses (kStaleHandle) and the cut is made again.
+    if (round < kCutRoundsMax) {
+      attr.expect_size = seen.size;
+      attr.expect_ctime_ns = seen.ctime_ns;
+    }
     auto updated = core.meta->setattr(cred, inode.ino, attr);
     if (updated) return {};
     const Code code = updated.error().code();
     if (code == Code::kStaleHandle && attr.expect_size) {
-      auto now = core.meta->getattr(cred, inode.ino);
-      if (!now) return std::unexpected(now.error());
-      meta_size = now->size;
+      WEFT_TRY(seen, core.meta->getattr(cred, inode.ino));
       continue;
     }
     // The file is gone (unlinked and destroyed meanwhile): nothing to set.
-    if (!cuts || code == Code::kNotFound) return std::unexpected(updated.error());
+    if (!cut_any || code == Code::kNotFound) return std::unexpected(updated.error());
     // What the check above cannot rule out: meta unreachable past its retry
     // time (or the session reaped, the mode changed) between the check and
     // here. The bytes past the new end are gone while meta keeps the old

@@ -91,7 +91,10 @@ Result<void> MetaStore::init() {
     } else if (s.IsNotFound()) {
       store_id_ = random_id() | 1;  // never 0 ("not told")
       rocksdb::WriteOptions wo;
-      wo.sync = options_.sync;
+      // Synced even with [meta] sync = false: lost in a power cut, the store
+      // would make another id at restart and mgmtd would refuse it as
+      // another store.
+      wo.sync = true;
       s = db_->Put(wo, key::kStoreId, key::inode(store_id_).substr(1));  // big-endian u64
       if (!s.ok()) return error(from_rocks(s, "write the store id"));
     } else {

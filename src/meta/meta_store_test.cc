@@ -499,7 +499,10 @@ TEST_F(MetaStoreTest, SetattrRules) {
   // A truncate's length applies only if the file is still as long as it read.
   EXPECT_CODE(s().setattr(bob, f, SetAttr{.size = 100, .expect_size = 99999}), Code::kStaleHandle);
   EXPECT_EQ(s().getattr(root(), f)->size, 12345u);
-  auto cut = s().setattr(bob, f, SetAttr{.size = 100, .expect_size = 12345});
+  const int64_t ctime = s().getattr(root(), f)->ctime_ns;
+  EXPECT_CODE(s().setattr(bob, f, SetAttr{.size = 100, .expect_size = 12345, .expect_ctime_ns = ctime - 1}),
+              Code::kStaleHandle);
+  auto cut = s().setattr(bob, f, SetAttr{.size = 100, .expect_size = 12345, .expect_ctime_ns = ctime});
   ASSERT_OK(cut);
   EXPECT_EQ(cut->size, 100u);
   EXPECT_CODE(s().setattr(root(), d, SetAttr{.size = 1}), Code::kIsDirectory);

@@ -92,6 +92,7 @@ void to_proto(const SetAttr& a, pb::SetAttr* out) {
   if (a.mtime_ns) out->set_has_mtime(true), out->set_mtime_ns(*a.mtime_ns);
   out->set_size_session(a.size_session);
   if (a.expect_size) out->set_has_expect_size(true), out->set_expect_size(*a.expect_size);
+  if (a.expect_ctime_ns) out->set_has_expect_ctime(true), out->set_expect_ctime_ns(*a.expect_ctime_ns);
 }
 
 SetAttr from_proto(const pb::SetAttr& a) {
@@ -104,6 +105,7 @@ SetAttr from_proto(const pb::SetAttr& a) {
   if (a.has_mtime()) r.mtime_ns = a.mtime_ns();
   r.size_session = a.size_session();
   if (a.has_expect_size()) r.expect_size = a.expect_size();
+  if (a.has_expect_ctime()) r.expect_ctime_ns = a.expect_ctime_ns();
   return r;
 }
 

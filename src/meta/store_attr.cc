@@ -138,6 +138,9 @@ Result<Inode> MetaStore::do_setattr(Txn& txn, const Context& ctx, Ino ino, const
     if (a.expect_size && n.size != *a.expect_size)
       return error(Code::kStaleHandle, "inode {} is {} bytes long now, not {} as the truncate to {} read", ino, n.size,
                    *a.expect_size, *a.size);
+    if (a.expect_ctime_ns && n.ctime_ns != *a.expect_ctime_ns)
+      return error(Code::kStaleHandle, "inode {} changed since the truncate to {} read it (ctime {}, not {})", ino,
+                   *a.size, n.ctime_ns, *a.expect_ctime_ns);
     if (*a.size > kFileBytesMax)
       return error(Code::kFileTooBig, "length {} of inode {} beyond the maximum file size {}", *a.size, ino,
                    kFileBytesMax);

@@ -214,6 +214,10 @@ struct SetAttr {
   // new end of the length it read; a writer that reported a longer length
   // meanwhile may have chunks past it, so the truncate must look again.
   std::optional<uint64_t> expect_size;
+  // With `size`: likewise for the file's ctime, which every length report
+  // moves: a writer that wrote below the old length, past the new end, after
+  // the truncate's cut, reported without making the file longer.
+  std::optional<int64_t> expect_ctime_ns;
   static constexpr int64_t kTimeNow = INT64_MIN;
 };
 

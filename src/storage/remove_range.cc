@@ -71,6 +71,11 @@ struct StorageService::RangePage {
 Task<Result<StorageService::RangePage>> StorageService::range_page(const Placement& p,
                                                                     const pb::RemoveRangeRequest& req) {
   const size_t count = req.count_max() == 0 ? kRangeCountDefault : std::min<size_t>(req.count_max(), kRangeCountMax);
+  // The chunks whose lock is held (an update on its way) BEFORE the listing:
+  // one that commits and lets go between the two is then in one or the other.
+  std::vector<ChunkId> held;
+  for (const ChunkId& id : p.target->locks().held_ids())
+    if (id.inode == req.inode() && id.index >= req.first_index()) held.push_back(id);
   InodeListJob job{&p.target->engine(), req.chain_id(), req.inode(), req.first_index(), count + 1};
   WEFT_CO_TRY(auto listed, co_await pool_.run(job));
   RangePage page;
@@ -82,8 +87,8 @@ Task<Result<StorageService::RangePage>> StorageService::range_page(const Placeme
     page.next_index = last + 1;
   }
   page.ids = std::move(listed);
-  for (const ChunkId& id : p.target->locks().held_ids())
-    if (id.inode == req.inode() && id.index >= req.first_index() && id.index <= last) page.ids.push_back(id);
+  for (const ChunkId& id : held)
+    if (id.index <= last) page.ids.push_back(id);
   std::sort(page.ids.begin(), page.ids.end());
   page.ids.erase(std::unique(page.ids.begin(), page.ids.end()), page.ids.end());
   co_return page;
