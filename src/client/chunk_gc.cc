@@ -73,7 +73,20 @@ struct ChunkGc::Batch {
 struct ChunkGc::Call {
   size_t file = 0;
   mgmt::ChainId chain = 0;
+  std::optional<uint64_t> index;  // one chunk's removal; none: RemoveRange of the chain from 0
 };
+
+namespace {
+
+// One chunk's removal, counted as RemoveRange counts (an absent one is no failure).
+Task<Result<uint64_t>> remove_one(ChunkIo& chunks, ChunkAddress c) {
+  auto r = co_await chunks.remove(c);
+  if (r) co_return uint64_t{1};
+  if (r.error().code() == Code::kNotFound) co_return uint64_t{0};
+  co_return error(r.error());
+}
+
+}  // namespace
 
 struct ChunkGc::Outcome {
   uint64_t chunks = 0;             // the chunks removed (as RemoveRange counts them)
@@ -203,7 +216,8 @@ void ChunkGc::forget_unqueued(std::optional<meta::Ino> after, const std::vector<
 // The chunks of every file of a pass are removed together: one RemoveRange
 // per chain of each file's stripe (it costs the chunks there are, not the
 // file's length, and has no upper bound: chunks a crashed writer sent past
-// the length meta knows go too), in waves of at most kRemovesInFlight calls
+// the length meta knows go too), or for a file of fewer chunks than chains
+// one removal per chunk, in waves of at most kRemovesInFlight calls
 // (a pass of small files is one wave rather than a round trip per file).
 // Chains with no serving target are not called (the file fails at once, its
 // other chains are cleaned); a file one of whose calls failed gets no more
@@ -229,10 +243,22 @@ std::vector<ChunkGc::Outcome> ChunkGc::remove_chunks(const std::vector<meta::GcI
       continue;
     }
     files[k] = FileChunks{items[k].ino, layout.chunk_bytes, std::move(*stripe)};
-    for (mgmt::ChainId chain : distinct_chains(files[k].stripe)) {
-      auto served = chain_served(routing, chain);
+    // A file of fewer chunks than its stripe has chains (a dataset's small
+    // files): one removal per chunk meta knows, fewer calls than one
+    // RemoveRange per chain. Chunks a dead writer sent past that length are
+    // then the orphan sweep's (the inode is gone).
+    const uint64_t known = meta::chunk_count(items[k].inode.size, layout.chunk_bytes);
+    const std::vector<mgmt::ChainId> chains = distinct_chains(files[k].stripe);
+    std::vector<Call> mine;
+    if (known < chains.size()) {
+      for (uint64_t i = 0; i < known; ++i) mine.push_back({k, chain_of_chunk(files[k].stripe, i), i});
+    } else {
+      for (mgmt::ChainId chain : chains) mine.push_back({k, chain, std::nullopt});
+    }
+    for (const Call& c : mine) {
+      auto served = chain_served(routing, c.chain);
       if (served) {
-        calls.push_back({k, chain});
+        calls.push_back(c);
         continue;
       }
       fail(k, served.error());
@@ -253,7 +279,11 @@ std::vector<ChunkGc::Outcome> ChunkGc::remove_chunks(const std::vector<meta::GcI
     for (; next < calls.size() && tasks.size() < kRemovesInFlight; ++next) {
       const Call& c = calls[next];
       if (outcomes[c.file].failure && !outcomes[c.file].no_route) continue;  // a call of it failed in storage
-      tasks.push_back(parts_->chunks.remove_from(items[c.file].ino, c.chain, 0));
+      if (c.index) {
+        tasks.push_back(remove_one(parts_->chunks, {items[c.file].ino, *c.index, c.chain, files[c.file].chunk_bytes}));
+      } else {
+        tasks.push_back(parts_->chunks.remove_from(items[c.file].ino, c.chain, 0));
+      }
       sent.push_back(next);
     }
     auto results = run_parallel(parts_->io, std::move(tasks));

@@ -214,7 +214,7 @@ class ClientImpl final : public Client {
       if (reply.session_id) (void)core_->meta->close(cred, ino, reply.session_id);
       return error(Code::kIsDirectory, "inode {} is a directory", ino);
     }
-    WEFT_TRY(auto file, make_file(cred, std::move(reply.inode), reply.session_id, write));
+    WEFT_TRY(auto file, make_file_or_close(cred, std::move(reply.inode), reply.session_id, write));
     if ((flags & O_TRUNC) && write) WEFT_RETURN_IF_ERROR(file->truncate(0));
     if ((flags & O_APPEND) && write) file->set_append();
     return file;
@@ -245,7 +245,7 @@ class ClientImpl final : public Client {
     if (!reply.has_inode) return error(Code::kProtocol, "create {}: meta answered without the inode", name);
     Inode inode = reply.inode;
     if (inode.is_dir()) return error(Code::kIsDirectory, "{} is a directory", name);
-    WEFT_TRY(auto file, make_file(cred, std::move(reply.inode), reply.session_id, write));
+    WEFT_TRY(auto file, make_file_or_close(cred, std::move(reply.inode), reply.session_id, write));
     // (The length here counts what Files open in this client wrote and did not report yet.)
     if ((flags & O_TRUNC) && write && with_local_size(inode).size > 0) {
       WEFT_RETURN_IF_ERROR(file->truncate(0));
@@ -447,6 +447,15 @@ class ClientImpl final : public Client {
   }
 
   static bool file_gone(const std::weak_ptr<FileImpl>& w) { return w.expired(); }
+
+  // make_file for an open meta just made: a File that cannot be made closes
+  // the write session meta opened (else it stayed while the client lived).
+  Result<std::shared_ptr<FileImpl>> make_file_or_close(const Cred& cred, Inode inode, uint64_t session, bool write) {
+    const Ino ino = inode.ino;
+    auto file = make_file(cred, std::move(inode), session, write);
+    if (!file && session != 0) (void)core_->meta->close(cred, ino, session);
+    return file;
+  }
 
   Result<std::shared_ptr<FileImpl>> make_file(const Cred& cred, Inode inode, uint64_t session, bool write) {
     // What meta's open refuses too; a listing (statahead) may offer one.
