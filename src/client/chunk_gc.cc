@@ -32,9 +32,13 @@ struct ChunkGc::Parts {
   }
 };
 
-// Files taken from meta per pass, and chunk removal calls in flight at once.
+// Files taken from meta per pass, and chunk removals in flight at once. A
+// RemoveRange call counts as the removals its head runs at once (8, see
+// storage/remove_range.cc): the GC is background work, and 128 range calls
+// (up to 1,024 removals) starved the foreground reads and writes.
 constexpr size_t kPendingBatch = 64;
 constexpr size_t kRemovesInFlight = 128;
+constexpr size_t kRemovesPerRangeCall = 8;
 // Passes before the next one starts at the queue's front again (see collect_once).
 constexpr size_t kPassesPerRound = 16;
 // Files a pass looks at, those in back-off included: a pass takes further
@@ -217,7 +221,7 @@ void ChunkGc::forget_unqueued(std::optional<meta::Ino> after, const std::vector<
 // per chain of each file's stripe (it costs the chunks there are, not the
 // file's length, and has no upper bound: chunks a crashed writer sent past
 // the length meta knows go too), or for a file of fewer chunks than chains
-// one removal per chunk, in waves of at most kRemovesInFlight calls
+// one removal per chunk, in waves of at most kRemovesInFlight removals
 // (a pass of small files is one wave rather than a round trip per file).
 // Chains with no serving target are not called (the file fails at once, its
 // other chains are cleaned); a file one of whose calls failed gets no more
@@ -276,13 +280,15 @@ std::vector<ChunkGc::Outcome> ChunkGc::remove_chunks(const std::vector<meta::GcI
     if (stopping_.load()) break;
     std::vector<Task<Result<uint64_t>>> tasks;
     std::vector<size_t> sent;  // indexes into calls
-    for (; next < calls.size() && tasks.size() < kRemovesInFlight; ++next) {
+    for (size_t in_flight = 0; next < calls.size() && in_flight < kRemovesInFlight; ++next) {
       const Call& c = calls[next];
       if (outcomes[c.file].failure && !outcomes[c.file].no_route) continue;  // a call of it failed in storage
       if (c.index) {
         tasks.push_back(remove_one(parts_->chunks, {items[c.file].ino, *c.index, c.chain, files[c.file].chunk_bytes}));
+        in_flight += 1;
       } else {
         tasks.push_back(parts_->chunks.remove_from(items[c.file].ino, c.chain, 0));
+        in_flight += kRemovesPerRangeCall;
       }
       sent.push_back(next);
     }
