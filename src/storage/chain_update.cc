@@ -426,7 +426,7 @@ Task<Result<void>> StorageService::forward_out(const Placement& p, const ChainUp
 
 // Steps 1-2 at the head, then replicate().
 Task<Result<WriteResult>> StorageService::head_update(mgmt::ChainId chain, mgmt::ChainVersion version, Op op,
-                                                      const ChainUpdate& u, bool only_if_here) {
+                                                      const ChainUpdate& u, bool* absent) {
   auto start = std::chrono::steady_clock::now();
   WEFT_CO_RETURN_IF_ERROR(check_write_fence());
   WEFT_CO_TRY(Placement first, locate(chain, version));
@@ -439,8 +439,10 @@ Task<Result<WriteResult>> StorageService::head_update(mgmt::ChainId chain, mgmt:
   StorageTarget& t = *p->target;
   // Under the lock no update of the chunk is on its way here: absent now
   // (nothing committed, nothing pending) is absent for the whole chain.
-  if (only_if_here && is_absent(t.engine(), u.id))
+  if (absent != nullptr && is_absent(t.engine(), u.id)) {
+    *absent = true;
     co_return error(Code::kNotFound, "chunk {} is not on target {}", u.id, t.id());
+  }
   if (auto hit = t.dedup().find(u.client_id, u.sequence)) {
     // Not a retry: answering with the recorded outcome would report an update
     // that was never applied as done.

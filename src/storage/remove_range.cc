@@ -98,10 +98,11 @@ Task<Result<StorageService::RangePage>> StorageService::range_page(const Placeme
 Task<void> StorageService::range_worker(const pb::RemoveRangeRequest& req, RangePage& page) {
   while (!page.failure && page.next < page.ids.size()) {
     ChainUpdate u{pb::UPDATE_REMOVE, page.ids[page.next++], 0, 0, {}, 0, 0, 0};
-    auto r = co_await head_update(req.chain_id(), req.chain_version(), Op::kRemove, u, true);
+    bool absent = false;
+    auto r = co_await head_update(req.chain_id(), req.chain_version(), Op::kRemove, u, &absent);
     if (r) {
       ++page.removed;
-    } else if (r.error().code() != Code::kNotFound) {
+    } else if (!absent) {
       page.failure = r.error();
     }
   }

@@ -270,10 +270,12 @@ class StorageService {
   Task<Result<RangePage>> range_page(const Placement& p, const pb::RemoveRangeRequest& req);
   Task<void> range_worker(const pb::RemoveRangeRequest& req, RangePage& page);
   Task<Result<pb::ForwardReply>> forward_in(const pb::ForwardRequest& req, rpc::ServerCall& call);
-  // `only_if_here`: kNotFound, and nothing sent down the chain, when the
-  // head has neither a committed nor a pending version of the chunk (RemoveRange).
+  // `absent` (RemoveRange): when the head has neither a committed nor a
+  // pending version of the chunk, kNotFound, nothing sent down the chain,
+  // and *absent set (a kNotFound of another cause, e.g. a successor missing
+  // from the routing, leaves it false).
   Task<Result<WriteResult>> head_update(mgmt::ChainId chain, mgmt::ChainVersion version, Op op,
-                                        const ChainUpdate& u, bool only_if_here = false);
+                                        const ChainUpdate& u, bool* absent = nullptr);
   Task<Result<WriteResult>> replicate(const Placement& p, const ChainUpdate& u, uint64_t version,
                                       const Expect* expect);
   // Steps 3-4 at once when the staged result is known beforehand (`predicted`).
