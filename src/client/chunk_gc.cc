@@ -82,12 +82,12 @@ struct ChunkGc::Call {
 
 namespace {
 
-// One chunk's removal, counted as RemoveRange counts (an absent one is no failure).
+// One chunk's removal in the result type of a RemoveRange call
+// (ChunkIo::remove already takes an absent chunk for removed).
 Task<Result<uint64_t>> remove_one(ChunkIo& chunks, ChunkAddress c) {
   auto r = co_await chunks.remove(c);
-  if (r) co_return uint64_t{1};
-  if (r.error().code() == Code::kNotFound) co_return uint64_t{0};
-  co_return error(r.error());
+  if (!r) co_return error(r.error());
+  co_return uint64_t{1};
 }
 
 }  // namespace
