@@ -649,15 +649,16 @@ TEST(MgmtServiceClients, TableOfARestartWithALoweredLeaseWaitsForTheOldOne) {
     f.start_server();
   };
   f.client_lease = {.lease = 300ms, .grace = 100ms};
-  restart();
+  // Taken before the restart: the service counts from its start, inside restart().
   auto restarted = std::chrono::steady_clock::now();
+  restart();
   std::this_thread::sleep_for(600ms);
   EXPECT_FALSE(f.service->clients().list().complete) << "a client may renew its 2 s lease only now";
   ASSERT_TRUE(eventually([&] { return f.service->clients().list().complete; }));
   EXPECT_GE(std::chrono::steady_clock::now() - restarted, 2100ms);
   std::this_thread::sleep_for(200ms);  // the ticker records the shorter lease once the old one ran out
-  restart();
   restarted = std::chrono::steady_clock::now();
+  restart();
   ASSERT_TRUE(eventually([&] { return f.service->clients().list().complete; }));
   EXPECT_LT(std::chrono::steady_clock::now() - restarted, 1500ms);
 }
@@ -681,12 +682,13 @@ TEST(MgmtServiceClients, ManyClientsAreListedInPages) {
   constexpr uint64_t kClients = 16'000;
   auto label_of = [](uint64_t id) { return fmt::format("{:0>256}", id); };
   {
+    MgmtRpc& rpc = f.rpc();  // made here, not lazily by four threads at once
     std::vector<std::thread> threads;
     std::atomic<int> failed{0};
     for (uint64_t t = 0; t < 4; ++t) {
       threads.emplace_back([&, t] {
         for (uint64_t id = 1 + t; id <= kClients; id += 4)
-          if (!client_heartbeat(f.rpc(), id * 7919, label_of(id * 7919))) failed++;
+          if (!client_heartbeat(rpc, id * 7919, label_of(id * 7919))) failed++;
       });
     }
     for (auto& t : threads) t.join();
