@@ -5,13 +5,18 @@
 //      per-chain index, in (inode, index) order), at most count_max, and adds
 //      the chunks of the inode in that range whose lock is held now (an
 //      update on its way: the chunk may be committed on successors already
-//      while it is only pending here);
+//      while it is only pending here) and those the other write-path members
+//      list (ListChunks): a member may hold a chunk the head does not (the
+//      head aborted its stage after a forward the member had applied failed,
+//      and the writer never retried); left there, it would come back as the
+//      content of a hole when the file grows again;
 //   2. each is removed exactly as RemoveRequest removes one (head_update:
 //      the same routing-version, write-fence and target-state checks, the
 //      chunk's lock, UPDATE_REMOVE forwarded down the chain, resync sees it
 //      like any removal), a few at a time, without a dedup entry (a retry
 //      removes what is left) and skipped when, under its lock, the head has
-//      neither a committed nor a pending version (nothing is forwarded then);
+//      neither a committed nor a pending version, unless a member listed it
+//      (nothing is forwarded then);
 //   3. the reply says whether more may remain (the listing was full) and from
 //      which index the next call goes on (no lock is held across calls).
 // The chain's protocol is unchanged (no new forward kind): servers of one
@@ -25,6 +30,7 @@
 #include <asio/experimental/awaitable_operators.hpp>
 
 #include "proto/storage.pb.h"
+#include "storage/service_methods.h"
 #include "storage/storage_service.h"
 
 namespace weft::storage {
@@ -57,16 +63,48 @@ struct InodeListJob {
   }
 };
 
+// Of a listing cut to `count`: the last index it covers (UINT64_MAX: all).
+uint64_t cut_to(std::vector<ChunkId>& listed, size_t count) {
+  if (listed.size() <= count) return UINT64_MAX;
+  listed.resize(count);
+  return listed.back().index;
+}
+
 }  // namespace
 
 struct StorageService::RangePage {
-  std::vector<ChunkId> ids;  // to remove, ascending
+  std::vector<ChunkId> ids;       // to remove, ascending
+  std::vector<ChunkId> elsewhere;  // of ids, those another member listed (ascending): forwarded even when absent here
   size_t next = 0;           // the next one a worker takes
   uint64_t removed = 0;
   std::optional<Status> failure;  // the first removal that failed (the rest are not tried)
   bool more = false;
   uint64_t next_index = 0;  // with `more`
 };
+
+// The inode's chunks of the chain on write-path member `i` (not the head) from
+// first_index on: at most `count`, in index order.
+Task<Result<std::vector<ChunkId>>> StorageService::range_list_member(const Placement& p, size_t i,
+                                                                     const pb::RemoveRangeRequest& req, size_t count) {
+  const mgmt::TargetId member = p.route.write_path[i];
+  WEFT_CO_TRY(std::string address, p.routing->target_address(member));
+  WEFT_CO_TRY(rpc::Endpoint ep, rpc::Endpoint::parse(address));
+  pb::ListChunksRequest list;
+  list.set_target_id(member);
+  list.set_chain_id(req.chain_id());
+  list.set_count_max(static_cast<uint32_t>(count));
+  list.mutable_start()->set_inode(req.inode());
+  list.mutable_start()->set_index(req.first_index());
+  auto r = co_await client_.call<pb::ListChunksReply>(ep, methods::kListChunks, list);
+  if (!r) co_return error(r.error().with_context(fmt::format("list chunks of inode {} on target {}", req.inode(), member)));
+  std::vector<ChunkId> out;
+  // A chunk of unknown chain is listed too: it may be another chain's, and is left alone.
+  for (const auto& c : r->chunks()) {
+    if (c.chunk().inode() != req.inode()) break;
+    if (c.chain_id() == req.chain_id()) out.push_back(ChunkId{c.chunk().inode(), c.chunk().index()});
+  }
+  co_return out;
+}
 
 Task<Result<StorageService::RangePage>> StorageService::range_page(const Placement& p,
                                                                     const pb::RemoveRangeRequest& req) {
@@ -78,17 +116,26 @@ Task<Result<StorageService::RangePage>> StorageService::range_page(const Placeme
     if (id.inode == req.inode() && id.index >= req.first_index()) held.push_back(id);
   InodeListJob job{&p.target->engine(), req.chain_id(), req.inode(), req.first_index(), count + 1};
   WEFT_CO_TRY(auto listed, co_await pool_.run(job));
+  // The page covers [first_index, last]: up to where every listing is complete.
+  uint64_t last = cut_to(listed, count);
   RangePage page;
-  uint64_t last = UINT64_MAX;  // the page covers [first_index, last]
-  if (listed.size() > count) {
-    listed.resize(count);
-    last = listed.back().index;
-    page.more = last != UINT64_MAX;
+  for (size_t i = 1; i < p.route.write_path.size(); ++i) {
+    WEFT_CO_TRY(auto theirs, co_await range_list_member(p, i, req, count + 1));
+    last = std::min(last, cut_to(theirs, count));
+    page.elsewhere.insert(page.elsewhere.end(), theirs.begin(), theirs.end());
+  }
+  if (last != UINT64_MAX) {
+    page.more = true;
     page.next_index = last + 1;
   }
+  auto beyond = [last](const ChunkId& id) { return id.index > last; };
+  std::erase_if(page.elsewhere, beyond);
+  std::sort(page.elsewhere.begin(), page.elsewhere.end());
+  page.elsewhere.erase(std::unique(page.elsewhere.begin(), page.elsewhere.end()), page.elsewhere.end());
   page.ids = std::move(listed);
-  for (const ChunkId& id : held)
-    if (id.index <= last) page.ids.push_back(id);
+  page.ids.insert(page.ids.end(), held.begin(), held.end());
+  page.ids.insert(page.ids.end(), page.elsewhere.begin(), page.elsewhere.end());
+  std::erase_if(page.ids, beyond);
   std::sort(page.ids.begin(), page.ids.end());
   page.ids.erase(std::unique(page.ids.begin(), page.ids.end()), page.ids.end());
   co_return page;
@@ -99,7 +146,9 @@ Task<void> StorageService::range_worker(const pb::RemoveRangeRequest& req, Range
   while (!page.failure && page.next < page.ids.size()) {
     ChainUpdate u{pb::UPDATE_REMOVE, page.ids[page.next++], 0, 0, {}, 0, 0, 0};
     bool absent = false;
-    auto r = co_await head_update(req.chain_id(), req.chain_version(), Op::kRemove, u, &absent);
+    bool listed_elsewhere = std::binary_search(page.elsewhere.begin(), page.elsewhere.end(), u.id);
+    auto r = co_await head_update(req.chain_id(), req.chain_version(), Op::kRemove, u,
+                                  listed_elsewhere ? nullptr : &absent);
     if (r) {
       ++page.removed;
     } else if (!absent) {

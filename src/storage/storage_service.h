@@ -268,6 +268,8 @@ class StorageService {
   Task<Result<pb::RemoveRangeReply>> remove_range(const pb::RemoveRangeRequest& req);
   struct RangePage;
   Task<Result<RangePage>> range_page(const Placement& p, const pb::RemoveRangeRequest& req);
+  Task<Result<std::vector<ChunkId>>> range_list_member(const Placement& p, size_t i, const pb::RemoveRangeRequest& req,
+                                                       size_t count);
   Task<void> range_worker(const pb::RemoveRangeRequest& req, RangePage& page);
   Task<Result<pb::ForwardReply>> forward_in(const pb::ForwardRequest& req, rpc::ServerCall& call);
   // `absent` (RemoveRange): when the head has neither a committed nor a
