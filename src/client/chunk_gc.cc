@@ -287,7 +287,7 @@ std::vector<ChunkGc::Outcome> ChunkGc::remove_chunks(const std::vector<meta::GcI
         tasks.push_back(remove_one(parts_->chunks, {items[c.file].ino, *c.index, c.chain, files[c.file].chunk_bytes}));
         in_flight += 1;
       } else {
-        tasks.push_back(parts_->chunks.remove_from(items[c.file].ino, c.chain, 0));
+        tasks.push_back(parts_->chunks.remove_from(items[c.file].ino, c.chain, 0, &stopping_));
         in_flight += kRemovesPerRangeCall;
       }
       sent.push_back(next);

@@ -183,9 +183,12 @@ Task<Result<void>> ChunkIo::update(UpdateKind kind, ChunkAddress c, uint32_t off
   return at_head<void>(c.chain, attempt, fmt::format("chunk {}:{} on chain {}", c.ino, c.index, c.chain));
 }
 
-Task<Result<uint64_t>> ChunkIo::remove_from(uint64_t ino, mgmt::ChainId chain, uint64_t first_index) {
+Task<Result<uint64_t>> ChunkIo::remove_from(uint64_t ino, mgmt::ChainId chain, uint64_t first_index,
+                                             const std::atomic<bool>* stop) {
   uint64_t removed = 0;
   for (uint64_t next = first_index;;) {
+    if (next != first_index && stop && stop->load())
+      co_return error(Code::kCancelled, "removal of chunks {}:{}.. on chain {} stopped", ino, next, chain);
     pb::RemoveRangeRequest req;
     req.set_chain_id(chain);
     req.set_inode(ino);

@@ -93,7 +93,10 @@ class ChunkIo {
   // (storage RemoveRange, page after page, each retried as an update is):
   // costs the chunks that exist, not the range. Returns how many went.
   // kUnknownMethod: the head predates RemoveRange (remove chunk by chunk).
-  Task<Result<uint64_t>> remove_from(uint64_t ino, mgmt::ChainId chain, uint64_t first_index);
+  // `stop` (if given) is read between pages: set, the call ends with
+  // kCancelled (what the pages before removed stays removed).
+  Task<Result<uint64_t>> remove_from(uint64_t ino, mgmt::ChainId chain, uint64_t first_index,
+                                     const std::atomic<bool>* stop = nullptr);
   static constexpr size_t kGroupBytesMax = 16u << 20;
   static constexpr size_t kGroupRangesMax = 4096;  // storage::kBatchReadRangesMax
   // Indexes of `reads` grouped by the server of their first-choice replica

@@ -1,4 +1,5 @@
 #include "client/placement.h"
+#include "client/remove_chunks.h"
 
 #include <gtest/gtest.h>
 
@@ -77,6 +78,34 @@ TEST(SplitPath, ComponentsAndErrors) {
   EXPECT_EQ(*split_path("../a"), (std::vector<std::string>{"..", "a"}));
   EXPECT_TRUE(split_path("/")->empty());
   EXPECT_EQ(split_path("/" + std::string(256, 'x')).error().code(), Code::kNameTooLong);
+}
+
+// The per-index removal visits exactly the chain's chunks of the range (a
+// chain twice in the stripe, ranges starting and ending mid-row, batches
+// cutting rows), as a walk over every index would find them.
+TEST(ChainIndexes, ListsTheChainsIndexesOfARangeInBatches) {
+  const std::vector<mgmt::ChainId> stripe{1, 2, 1, 3, 4};
+  for (mgmt::ChainId chain : {1u, 2u, 4u, 9u}) {
+    for (auto [first, end] : {std::pair<uint64_t, uint64_t>{0, 0}, {0, 1}, {3, 23}, {5, 25}, {7, 8}, {8, 7}, {0, 100}}) {
+      std::vector<uint64_t> expected;
+      for (uint64_t i = first; i < end; ++i)
+        if (chain_of_chunk(stripe, i) == chain) expected.push_back(i);
+      for (size_t batch : {1u, 2u, 3u, 256u}) {
+        ChainIndexes indexes(stripe, chain, first, end);
+        std::vector<uint64_t> got;
+        for (auto b = indexes.next(batch); !b.empty(); b = indexes.next(batch)) {
+          EXPECT_LE(b.size(), batch);
+          got.insert(got.end(), b.begin(), b.end());
+        }
+        EXPECT_EQ(got, expected) << "chain " << chain << " [" << first << ", " << end << ") batch " << batch;
+      }
+    }
+  }
+  ChainIndexes near_the_top(stripe, 1, UINT64_MAX - 7, UINT64_MAX);
+  auto top = near_the_top.next(100);
+  EXPECT_FALSE(top.empty());
+  for (uint64_t i : top) EXPECT_EQ(chain_of_chunk(stripe, i), 1u);
+  EXPECT_TRUE(near_the_top.next(100).empty());
 }
 
 }  // namespace

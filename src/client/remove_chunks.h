@@ -33,6 +33,22 @@ std::vector<mgmt::ChainId> distinct_chains(std::span<const mgmt::ChainId> stripe
 // fallback's removals not counted). The first failure is the result.
 Result<uint64_t> remove_chunks_from(ChunkIo& chunks, const FileChunks& file, uint64_t first, uint64_t fallback_end);
 
+// The indexes in [first, end) of the chunks that live on `chain` (chunk i on
+// stripe[i % size]), ascending, a batch at a time: costs the chain's share of
+// the range, not the range (a wide stripe's other chains are skipped).
+class ChainIndexes {
+ public:
+  ChainIndexes(std::span<const mgmt::ChainId> stripe, mgmt::ChainId chain, uint64_t first, uint64_t end);
+  // The next at most `max` indexes; empty once the range is done.
+  std::vector<uint64_t> next(size_t max);
+
+ private:
+  uint64_t n_, first_, end_;
+  std::vector<uint64_t> positions_;  // of `chain` in the stripe
+  uint64_t base_ = 0;                // the stripe row visited (a multiple of n_); end_ when done
+  size_t pos_ = 0;                   // the next of positions_ in it
+};
+
 // The per-index fallback: removes the chunks of [first, end) that live on
 // `chain`, in waves of 256 removals; `stopping` (if set) is asked between
 // waves and ends it with kCancelled.
