@@ -172,16 +172,13 @@ class ClientImpl final : public Client {
     auto fresh = core_->routing->fetch_fresh();
     if (!fresh) WEFT_LOG_DEBUG("statfs: usage from the cached routing ({})", fresh.error());
     RoutingPtr routing = fresh ? *fresh : core_->routing->current();
-    uint64_t capacity = 0, used = 0;
-    for (const auto& [id, t] : routing->targets) {
-      capacity += t.capacity_bytes;
-      used += t.used_bytes;
-    }
+    // Targets sharing a filesystem count its free space once (cluster_space).
+    const mgmt::SpaceTotals space = mgmt::cluster_space(*routing);
     uint32_t replicas = 1;
     if (!routing->tables.empty()) replicas = std::max<uint32_t>(1, routing->tables.begin()->second.replicas);
-    if (capacity > 0) {
-      s.capacity_bytes = capacity / replicas;
-      s.used_bytes = used / replicas;
+    if (space.capacity_bytes > 0) {
+      s.capacity_bytes = space.capacity_bytes / replicas;
+      s.used_bytes = space.used_bytes / replicas;
     }
     return s;
   }

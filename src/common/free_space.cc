@@ -28,6 +28,7 @@ Result<uint64_t> FreeSpaceGuard::available_bytes() {
   if (quarter > 0 && reserve_.load(std::memory_order_relaxed) > quarter)
     reserve_.store(quarter, std::memory_order_relaxed);
   last_available_.store(available, std::memory_order_relaxed);
+  fs_id_.store(static_cast<uint64_t>(vfs.f_fsid), std::memory_order_relaxed);
   last_read_ns_.store(now_ns(), std::memory_order_release);
   return available;
 }

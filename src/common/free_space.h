@@ -44,6 +44,9 @@ class FreeSpaceGuard {
   // The reserve in force: the configured one, capped once the filesystem's size is known.
   uint64_t reserve_bytes() const { return reserve_.load(std::memory_order_relaxed); }
   const std::string& dir() const { return dir_; }
+  // The filesystem's id (statvfs f_fsid) as of the last reading; 0 before
+  // one, or where the filesystem reports none.
+  uint64_t fs_id() const { return fs_id_.load(std::memory_order_relaxed); }
 
  private:
   const std::string dir_;
@@ -51,6 +54,7 @@ class FreeSpaceGuard {
   const int64_t max_age_ns_;
   std::atomic<uint64_t> last_available_{0};
   std::atomic<int64_t> last_read_ns_{0};  // 0: never read
+  std::atomic<uint64_t> fs_id_{0};
 };
 
 }  // namespace weft

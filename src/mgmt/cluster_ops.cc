@@ -261,6 +261,8 @@ size_t apply_usage(PersistedState& state, NodeId node, const std::vector<TargetU
     }
     t->second.used_bytes = u.used_bytes;
     t->second.capacity_bytes = u.capacity_bytes;
+    t->second.fs_id = u.fs_id;
+    t->second.fs_free_bytes = u.fs_free_bytes;
   }
   return ignored;
 }

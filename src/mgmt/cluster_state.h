@@ -166,6 +166,8 @@ struct TargetUsage {
   // every chain and not reported (so it stays out) until its node registers
   // it again (cluster_ops.h apply_target_failures).
   bool failed = false;
+  uint64_t fs_id = 0;          // TargetInfo::fs_id
+  uint64_t fs_free_bytes = 0;  // TargetInfo::fs_free_bytes
 };
 
 struct SyncDoneReport {

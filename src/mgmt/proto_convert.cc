@@ -55,6 +55,8 @@ void to_proto(const TargetInfo& in, pb::Target* out) {
   out->set_capacity_bytes(in.capacity_bytes);
   out->set_used_bytes(in.used_bytes);
   out->set_data_id(in.data_id);
+  out->set_fs_id(in.fs_id);
+  out->set_fs_free_bytes(in.fs_free_bytes);
 }
 
 void to_proto(const ChainInfo& in, pb::Chain* out) {
@@ -119,6 +121,8 @@ void to_proto(const HeartbeatRequest& in, pb::HeartbeatRequest* out) {
     pu->set_used_bytes(u.used_bytes);
     pu->set_capacity_bytes(u.capacity_bytes);
     pu->set_failed(u.failed);
+    pu->set_fs_id(u.fs_id);
+    pu->set_fs_free_bytes(u.fs_free_bytes);
   }
   for (const SyncDoneReport& s : in.sync_done) {
     auto* ps = out->add_sync_done();
@@ -155,6 +159,8 @@ Result<TargetInfo> from_proto(const pb::Target& in) {
   t.capacity_bytes = in.capacity_bytes();
   t.used_bytes = in.used_bytes();
   t.data_id = in.data_id();
+  t.fs_id = in.fs_id();
+  t.fs_free_bytes = in.fs_free_bytes();
   return t;
 }
 
@@ -234,7 +240,9 @@ HeartbeatRequest from_proto(const pb::HeartbeatRequest& in) {
     r.usage.push_back({.target_id = u.target_id(),
                        .used_bytes = u.used_bytes(),
                        .capacity_bytes = u.capacity_bytes(),
-                       .failed = u.failed()});
+                       .failed = u.failed(),
+                       .fs_id = u.fs_id(),
+                       .fs_free_bytes = u.fs_free_bytes()});
   for (const pb::SyncDone& s : in.sync_done())
     r.sync_done.push_back({.chain_id = s.chain_id(), .target_id = s.target_id(), .chain_version = s.chain_version()});
   return r;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
 #include <set>
 
 namespace weft::mgmt {
@@ -187,6 +188,30 @@ uint64_t encoded_bytes_bound(const RoutingInfo& info) {
   for (const auto& [id, t] : info.tables) n += delimited(table_bytes(t));
   for (const auto& [id, c] : info.chains) n += delimited(chain_bytes(c));
   return n;
+}
+
+SpaceTotals cluster_space(const RoutingInfo& info) {
+  struct Fs {
+    uint64_t free_sum = 0;
+    uint64_t fs_free = 0;
+  };
+  std::map<uint64_t, Fs> shared;  // by fs_id
+  SpaceTotals out;
+  uint64_t free = 0;
+  for (const auto& [id, t] : info.targets) {
+    out.used_bytes += t.used_bytes;
+    const uint64_t own = t.capacity_bytes > t.used_bytes ? t.capacity_bytes - t.used_bytes : 0;
+    if (t.fs_id == 0) {
+      free += own;
+      continue;
+    }
+    Fs& fs = shared[t.fs_id];
+    fs.free_sum += own;
+    fs.fs_free = std::max(fs.fs_free, t.fs_free_bytes);  // the freshest reading is not known: the largest
+  }
+  for (const auto& [fs_id, fs] : shared) free += std::min(fs.free_sum, fs.fs_free);
+  out.capacity_bytes = out.used_bytes + free;
+  return out;
 }
 
 }  // namespace weft::mgmt

@@ -66,6 +66,11 @@ struct TargetInfo {
   uint64_t capacity_bytes = 0;
   uint64_t used_bytes = 0;  // as last reported (heartbeats; not bumping the routing version)
   uint64_t data_id = 0;     // as registered (TargetRegistration::data_id); 0: not known yet
+  // The filesystem of the target's directory (0: not known) and what it has
+  // free for the target, as last reported: targets on one filesystem share
+  // its free space (cluster_space()). Not persisted: heartbeats bring them.
+  uint64_t fs_id = 0;
+  uint64_t fs_free_bytes = 0;
   bool operator==(const TargetInfo&) const = default;
 };
 
@@ -143,5 +148,15 @@ Result<void> check_address(std::string_view address);
 // move while the shape stays. Keep in step with the proto (proto_convert_test
 // checks it against the real encoding).
 uint64_t encoded_bytes_bound(const RoutingInfo& info);
+
+// The cluster's raw space over its targets, as last reported. Targets on one
+// filesystem (the same fs_id) share its free space: it counts once for them
+// (at most the sum of what each may still take, capacity - used, and at most
+// the filesystem's free bytes). A target of unknown filesystem counts alone.
+struct SpaceTotals {
+  uint64_t capacity_bytes = 0;  // used + free
+  uint64_t used_bytes = 0;
+};
+SpaceTotals cluster_space(const RoutingInfo& info);
 
 }  // namespace weft::mgmt

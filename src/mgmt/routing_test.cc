@@ -68,5 +68,32 @@ TEST(Routing, LookupsReportUnknownIds) {
   EXPECT_EQ(to_string(NodeKind::kMeta), "meta");
 }
 
+// Six targets on one 100 GiB-free disk (a one-machine cluster) hold 100 GiB
+// more, not 600; capped targets count what their caps leave; a target of
+// unknown filesystem (an older server) counts alone.
+TEST(Routing, TargetsSharingAFilesystemCountItsFreeSpaceOnce) {
+  constexpr uint64_t G = uint64_t{1} << 30;
+  RoutingInfo r;
+  auto add = [&](TargetId id, uint64_t used, uint64_t capacity, uint64_t fs_id, uint64_t fs_free) {
+    r.targets[id] = TargetInfo{.id = id, .capacity_bytes = capacity, .used_bytes = used, .fs_id = fs_id,
+                               .fs_free_bytes = fs_free};
+  };
+  for (TargetId id = 1; id <= 6; ++id) add(id, 2 * G, 2 * G + 100 * G, 7, 100 * G);
+  SpaceTotals one_disk = cluster_space(r);
+  EXPECT_EQ(one_disk.used_bytes, 12 * G);
+  EXPECT_EQ(one_disk.capacity_bytes, 112 * G);
+
+  add(7, 1 * G, 4 * G, 8, 50 * G);  // capped at 4 GiB on a disk of its own
+  add(8, 1 * G, 4 * G, 8, 50 * G);
+  add(9, 0, 10 * G, 0, 0);  // unknown filesystem
+  SpaceTotals mixed = cluster_space(r);
+  EXPECT_EQ(mixed.used_bytes, 14 * G);
+  EXPECT_EQ(mixed.capacity_bytes, 112 * G + (2 * G + 6 * G) + 10 * G);
+
+  r.targets[3].fs_free_bytes = 40 * G;  // readings taken at different times: the largest
+  EXPECT_EQ(cluster_space(r).capacity_bytes, mixed.capacity_bytes);
+  EXPECT_EQ(cluster_space(RoutingInfo{}).capacity_bytes, 0u);
+}
+
 }  // namespace
 }  // namespace weft::mgmt

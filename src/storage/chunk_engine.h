@@ -306,6 +306,11 @@ class ChunkEngine {
   uint64_t capacity_bytes() const;
   // min(configured capacity - used, filesystem available - reserve).
   uint64_t free_bytes() const;
+  // The filesystem of the target's directory (FreeSpaceGuard::fs_id) and
+  // what it has free for this target (available - reserve): several targets
+  // on one filesystem each report all of it.
+  uint64_t fs_id() const;
+  uint64_t fs_free_bytes() const;
   // Bytes of free slots that may still take filesystem space (the slack,
   // and what the next pass punches).
   uint64_t unpunched_free_bytes() const { return space_.holding_bytes(); }

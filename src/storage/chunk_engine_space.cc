@@ -84,6 +84,10 @@ uint64_t ChunkEngine::free_bytes() const {
   return std::min(own, space_guard_->headroom_bytes());
 }
 
+uint64_t ChunkEngine::fs_id() const { return space_guard_->fs_id(); }
+
+uint64_t ChunkEngine::fs_free_bytes() const { return space_guard_->headroom_bytes(); }
+
 uint64_t ChunkEngine::capacity_bytes() const { return space_.used_bytes() + free_bytes(); }
 
 }  // namespace weft::storage

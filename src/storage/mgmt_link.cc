@@ -82,7 +82,9 @@ void MgmtLink::attach(StorageService& service, StaticRoutingProvider& routing) {
       if (t == nullptr) continue;
       // A target whose engine refuses every update is reported failed:
       // mgmtd takes it out of its chains until this server restarts.
-      usage.push_back({id, t->engine().used_bytes(), t->engine().capacity_bytes(), t->out_of_service().has_value()});
+      const ChunkEngine& e = t->engine();
+      usage.push_back({id, e.used_bytes(), e.capacity_bytes(), t->out_of_service().has_value(), e.fs_id(),
+                       e.fs_free_bytes()});
     }
     return usage;
   });

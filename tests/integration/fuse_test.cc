@@ -1281,6 +1281,24 @@ TEST_F(FuseTest, Statfs) {
   EXPECT_EQ(st.f_namemax, 255u);
   EXPECT_GT(st.f_blocks, 0u);
   EXPECT_LE(st.f_bfree, st.f_blocks);
+
+  // The cluster's four targets share the filesystem of data_: its free space
+  // counts once (halved by the replication), not once per target (which
+  // showed twice the disk). Usage comes with heartbeats: the first ones may
+  // not have told the filesystem yet.
+  const auto deadline = std::chrono::steady_clock::now() + 15s;
+  uint64_t mount_free = 0, disk_free = 0;
+  do {
+    ASSERT_EQ(::statvfs(mnt_.c_str(), &st), 0) << std::strerror(errno);
+    mount_free = uint64_t{st.f_bavail} * st.f_frsize;
+    struct statvfs disk {};
+    ASSERT_EQ(::statvfs(data_.c_str(), &disk), 0) << std::strerror(errno);
+    disk_free = uint64_t{disk.f_bavail} * disk.f_frsize;
+    if (mount_free <= disk_free / 2 + (uint64_t{256} << 20)) break;
+    std::this_thread::sleep_for(200ms);
+  } while (std::chrono::steady_clock::now() < deadline);
+  EXPECT_LE(mount_free, disk_free / 2 + (uint64_t{256} << 20)) << "free space of one disk counted per target";
+  EXPECT_GT(mount_free, 0u);
 }
 
 // The daemon raises the mount's kernel read-ahead (FUSE starts at 128 KiB),
