@@ -690,6 +690,10 @@ class FuseServer::Impl {
         r = s->client_.setattr(cred, ino, rest);
       }
       s->changed();
+      if (!r && r.error().code() == Code::kNotFound && s->kernel_times_write_back(to_set)) {
+        s->reply_times_of_removed(req, ino, *attr);
+        return;
+      }
       if (!r) {
         fuse_reply_err(req, errno_of(r.error()));
         return;
@@ -743,6 +747,49 @@ class FuseServer::Impl {
     if (!(to_set & FUSE_SET_ATTR_CTIME) || !sa.mtime_ns || *sa.mtime_ns == SetAttr::kTimeNow) return false;
     if (sa.atime_ns && *sa.atime_ns != SetAttr::kTimeNow) return false;  // an explicit atime: the caller's
     return options_.default_permissions || sa.size || writable_handle || sa.atime_ns;
+  }
+
+  // With writeback_cache the kernel keeps the mtime and ctime of a regular
+  // file it caches and writes them back with a SETATTR of exactly those two
+  // (Linux fuse_flush_times, from write_inode) at every close(2) and fsync(2)
+  // of the file, through a read-only descriptor too. An unlink or a rename
+  // over the file through this mount dirties its ctime, and a file only
+  // readers hold open is destroyed at meta right then (read-only opens hold no
+  // session: docs/DESIGN.md), so meta has no inode left to set them on.
+  // Answered with its ENOENT, the kernel failed the reader's close(2) with EIO
+  // (and fsync(2) with ENOENT), where Linux closes an unlinked file without
+  // error.
+  bool kernel_times_write_back(int to_set) const {
+    constexpr int kTimes = FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_CTIME;
+    constexpr int kOthers = FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID | FUSE_SET_ATTR_SIZE |
+                            FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW;
+    return options_.writeback_cache && (to_set & kTimes) == kTimes && (to_set & kOthers) == 0;
+  }
+
+  // Success for the times of a file meta no longer has (see
+  // kernel_times_write_back): nobody can see them any more, as nobody can
+  // see those of an unlinked inode on Linux. fuse_flush_times ignores the
+  // attributes of the reply; a futimens(2) of the same shape (atime omitted)
+  // applies them, so they are what this mount last knew of the file (else a
+  // mode of 0), with no link and a timeout of 0: the kernel's next use asks
+  // getattr, which says ENOENT.
+  void reply_times_of_removed(fuse_req_t req, Ino ino, const struct stat& asked) {
+    WEFT_LOG_DEBUG("setattr of the times of inode {}: meta has no such inode (removed while open for reading "
+                   "here); their write-back succeeds",
+                   ino);
+    Inode in;
+    {
+      std::lock_guard lk(lookups_mu_);
+      if (auto it = known_.find(ino); it != known_.end()) in = it->second.inode;
+    }
+    in.ino = ino;
+    in.type = InodeType::kFile;
+    in.nlink = 0;
+    in.mtime_ns = ns_of(asked.st_mtim);
+    in.ctime_ns = ns_of(asked.st_ctim);
+    apply_local_size(in);
+    struct stat st = stat_of(in);
+    fuse_reply_attr(req, &st, 0);
   }
 
   static void op_readlink(fuse_req_t req, fuse_ino_t ino) {
