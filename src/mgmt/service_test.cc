@@ -34,6 +34,10 @@ struct Fixture {
     options.db_dir = std::move(db_dir);
     options.lease = lease;
     start_server();
+    // Made here, before any test thread runs: a lazy make_unique in rpc() raced
+    // when several threads made the first call at once. The server keeps port_
+    // across restarts.
+    mgmt_rpc = std::make_unique<MgmtRpc>(client_io, client, std::vector<rpc::Endpoint>{{"127.0.0.1", port_}}, 2000);
   }
   ~Fixture() {
     stop_server();
@@ -79,13 +83,23 @@ struct Fixture {
 
   rpc::IoPool client_io{1};
   rpc::Client client{client_io, rpc::ClientOptions{.cluster_token = "t", .backoff_min_ms = 10, .backoff_max_ms = 50}};
-  std::unique_ptr<MgmtRpc> mgmt_rpc;
-  MgmtRpc& rpc() {
-    if (!mgmt_rpc)
-      mgmt_rpc = std::make_unique<MgmtRpc>(client_io, client, std::vector<rpc::Endpoint>{{"127.0.0.1", port_}}, 2000);
-    return *mgmt_rpc;
-  }
+  std::unique_ptr<MgmtRpc> mgmt_rpc;  // made by the constructor
+  MgmtRpc& rpc() { return *mgmt_rpc; }
 };
+
+// `call`'s result once mgmtd answered it. After the server restarts, the
+// client may not have seen the old server close its connection yet: the next
+// call goes out on it and fails as kDisconnected (a transport error) without
+// reaching the new server.
+template <class Call>
+auto answered(Call call) {
+  auto r = call();
+  for (int i = 0; i < 100 && !r && MgmtRpc::is_transport_error(r.error().code()); ++i) {
+    std::this_thread::sleep_for(10ms);
+    r = call();
+  }
+  return r;
+}
 
 template <class Pred>
 bool eventually(Pred pred, Duration timeout = 5s) {
@@ -327,7 +341,7 @@ TEST(MgmtService, RestartWithoutStateReRegistersAndNewerIncarnationFencesOld) {
   ASSERT_GT(installed, 0u);
   f.stop_server();
   f.start_server();
-  auto refused = a.heartbeat_now();
+  auto refused = answered([&] { return a.heartbeat_now(); });
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code(), Code::kVersionMismatch) << refused.error();
   EXPECT_FALSE(a.fenced());
@@ -425,7 +439,7 @@ TEST(MgmtService, MgmtdBehindTheClusterRefusesRestartedServersUntilAccepted) {
   o.registration.incarnation = 2;  // the storage server restarts too
   MgmtClient a(f.rpc(), o);
   EXPECT_EQ(a.installed_routing_version(), cluster);
-  auto r = a.register_now();
+  auto r = answered([&] { return a.register_now(); });
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code(), Code::kVersionMismatch);
   EXPECT_NE(r.error().message().find("--accept-older-state"), std::string::npos) << r.error();
@@ -682,7 +696,7 @@ TEST(MgmtServiceClients, ManyClientsAreListedInPages) {
   constexpr uint64_t kClients = 16'000;
   auto label_of = [](uint64_t id) { return fmt::format("{:0>256}", id); };
   {
-    MgmtRpc& rpc = f.rpc();  // made here, not lazily by four threads at once
+    MgmtRpc& rpc = f.rpc();  // shared by four threads (made by the fixture, before them)
     std::vector<std::thread> threads;
     std::atomic<int> failed{0};
     for (uint64_t t = 0; t < 4; ++t) {
