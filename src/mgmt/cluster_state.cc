@@ -464,6 +464,11 @@ MetaStoreRecord ClusterState::meta_store() const {
   return state_.meta_store;
 }
 
+GrantedLeases ClusterState::recorded_leases() const {
+  std::lock_guard lock(mu_);
+  return state_.leases;
+}
+
 uint64_t ClusterState::usage_generation() const {
   std::lock_guard lock(mu_);
   return usage_generation_;

@@ -261,6 +261,9 @@ class ClusterState {
   // The longest leases granted before this open (zero: none known, a state
   // written before they were recorded or a new one).
   const GrantedLeases& leases_at_open() const { return leases_at_open_; }
+  // The longest leases recorded now: those of this open until the ticker
+  // records the configured (lowered) ones, once no grant of the old is held.
+  GrantedLeases recorded_leases() const;
 
  private:
   class Metrics;
