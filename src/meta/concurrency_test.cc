@@ -1,6 +1,7 @@
 // Many threads mutating one namespace at once; fsck must find it consistent.
 #include <atomic>
 #include <cstdio>
+#include <memory>
 #include <thread>
 
 #include "common/fault.h"
@@ -204,7 +205,9 @@ TEST_F(DurableTest, OneWalSyncCoversManyConcurrentCommits) {
 TEST_F(DurableTest, DeferredCommitsAreAckedTogetherAfterOneSync) {
   constexpr int kCommits = 8;
   auto& syncs = registry_.counter("weft_meta_wal_syncs_total", "");
-  fault::Scope delay("meta.wal_sync.delay", {.probability = 1.0, .hits_max = 5});
+  // Holds the sync back (10 ms a hit) until the test lets it go: with 5 hits
+  // (50 ms) a commit loop held up longer was split over two syncs.
+  auto delay = std::make_unique<fault::Scope>("meta.wal_sync.delay", fault::Spec{.probability = 1.0, .hits_max = 3000});
   uint64_t before = syncs.value();
   std::atomic<int> acked{0}, failed{0};
   for (int i = 0; i < kCommits; ++i) {
@@ -214,7 +217,8 @@ TEST_F(DurableTest, DeferredCommitsAreAckedTogetherAfterOneSync) {
     s().when_durable([&](Result<void> r) { (r ? acked : failed)++; });
   }
   EXPECT_EQ(acked.load(), 0);  // the one sync is still held back by the fault point
-  for (int i = 0; i < 500 && acked.load() + failed.load() < kCommits; ++i)
+  delay.reset();
+  for (int i = 0; i < 5000 && acked.load() + failed.load() < kCommits; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   EXPECT_EQ(acked.load(), kCommits);
   EXPECT_EQ(failed.load(), 0);
