@@ -360,12 +360,15 @@ TEST_F(BadInput, APeerThatDoesNotReadItsRepliesIsNotReadEither) {
     h.request_id = i;
     ASSERT_TRUE(s->send_frame(h, req.SerializeAsString()));  // ~50 bytes each: all fit in the socket buffers
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   auto& answered = registry_.counter("weft_rpc_server_requests_total", "",
                                      {{"server", "bad-input-server"}, {"method", "test.echo"}});
+  // Serving began (a fixed 500 ms sleep alone could end before a loaded server answered any) ...
+  for (int i = 0; i < 1000 && answered.value() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_GT(answered.value(), 0u);
+  // ... and had time to go on answering, were it to.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   // What the kernel's socket buffers took (loopback: up to ~10 MiB) plus 4 MiB queued.
   EXPECT_LT(answered.value(), 40u) << "replies of 1 MiB answered for a peer that reads none";
-  EXPECT_GT(answered.value(), 0u);
   expect_server_healthy();
 }
 
