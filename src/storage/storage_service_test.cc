@@ -97,9 +97,10 @@ std::unique_ptr<rpc::testing::RawSocket> stalled_peer(const Node& node) {
 }
 
 // `reads` whole-chunk reads of chunk {1, 0}, in waves a connection's share
-// admits whole, until the socket buffers (loopback: ~10 MiB) are full and
-// replies stay queued.
-void send_reads(rpc::testing::RawSocket& peer, int reads) {
+// admits whole, then `settle` for the socket buffers (loopback: ~10 MiB) to
+// fill and replies to stay queued.
+void send_reads(rpc::testing::RawSocket& peer, int reads,
+                std::chrono::milliseconds settle = std::chrono::milliseconds(300)) {
   rpc::FrameHeader h;
   h.method = methods::kBatchRead.wire();
   std::string one = batch_of(1, 0, kChunk).SerializeAsString();
@@ -108,7 +109,7 @@ void send_reads(rpc::testing::RawSocket& peer, int reads) {
     ASSERT_TRUE(peer.send_frame(h, one));
     if (i % 2 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::this_thread::sleep_for(settle);
 }
 
 class StorageServiceTest : public ::testing::Test {
@@ -744,8 +745,14 @@ TEST_F(StorageServiceTest, AStalledPeersReadsAreGivenBackAfterTheWriteStallTimeo
   ASSERT_TRUE(client_.write(node.ep(), 1, 1, ChunkId{1, 0}, 0, data, 0, 0, kChunk).has_value());
   auto start = std::chrono::steady_clock::now();
   auto peer = stalled_peer(node);
-  ASSERT_NO_FATAL_FAILURE(send_reads(*peer, 100));  // 25 MiB: more than the socket buffers take
-  EXPECT_GT(node.service().read_bytes_held(), 0u) << "replies the peer does not read keep their reads";
+  // 25 MiB: more than the socket buffers take. No settling time: the holds
+  // are looked at at once, while the stall timeout (from when the buffers
+  // filled) still runs; after a fixed sleep a loaded machine could be past it.
+  ASSERT_NO_FATAL_FAILURE(send_reads(*peer, 100, std::chrono::milliseconds(0)));
+  bool held = false;
+  for (int i = 0; i < 2000 && !(held = node.service().read_bytes_held() > 0); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(held) << "replies the peer does not read keep their reads";
   EXPECT_EQ(read(0, 1, ChunkId{1, 0}).data, data) << "another client is served meanwhile";
   for (int i = 0; i < 500 && node.service().read_bytes_held() > 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
