@@ -82,8 +82,14 @@ void run_worker(int id, rpc::IoPool& io, rpc::Endpoint ep, std::atomic<bool>& st
 TEST(MetaCrash, AcknowledgedCreatesSurviveSigkillAndFsckIsClean) {
   TempDir dir;
   std::unique_ptr<Process> server;
-  uint16_t port = start_and_read_port(dir, server, 0, "log1");
-  ASSERT_NE(port, 0) << server->log();
+  // A port from below the ephemeral range (testing::free_port), not one the
+  // kernel picks (listen on port 0): the restart below needs the same port,
+  // and while the server is down an outgoing connection of this or another
+  // test process could take an ephemeral one as its source port.
+  const uint16_t wanted = testing::free_port();
+  ASSERT_NE(wanted, 0);
+  uint16_t port = start_and_read_port(dir, server, wanted, "log1");
+  ASSERT_EQ(port, wanted) << server->log();
   rpc::Endpoint ep{"127.0.0.1", port};
 
   rpc::IoPool io(2);
