@@ -317,7 +317,9 @@ Result<HeartbeatReply> ClusterState::heartbeat_locked(const HeartbeatRequest& re
     metrics_->ignored_reports().inc(ignored);
   }
   metrics_->heartbeats().inc();
-  refusal_watch_[request.node_id].heartbeated = true;
+  RefusalWatch& watch = refusal_watch_[request.node_id];
+  watch.heartbeated = true;
+  watch.heard = now;
   // Not an error of the heartbeat (the lease is renewed): the next one retries.
   if (auto noted = note_meta_mark_locked(request); !noted)
     WEFT_LOG_WARN("mgmt: recording meta's issued-id mark {}: {}", request.meta_ids_issued_below, noted.error());
@@ -397,13 +399,12 @@ Result<bool> ClusterState::declare_refusing(NodeId id, uint64_t incarnation, Tim
   auto it = state_.routing.nodes.find(id);
   if (it == state_.routing.nodes.end()) return false;
   const NodeInfo& node = it->second;
+  RefusalWatch& watch = refusal_watch_[id];
   // A heartbeat that arrived after the probe began came from a live process
   // (or one restarted there, with a new incarnation): the lease decides.
-  if (node.state != NodeState::kUp || node.incarnation != incarnation || node.last_heartbeat > probe_started)
-    return false;
+  if (node.state != NodeState::kUp || node.incarnation != incarnation || watch.heard > probe_started) return false;
   // A server registers before it opens its targets and listens: until its
   // first heartbeat, a refusal may only mean it is still starting.
-  RefusalWatch& watch = refusal_watch_[id];
   if (!watch.heartbeated || clock_.now() < watch.suppressed_until) return false;
   WEFT_RETURN_IF_ERROR(mutate([&](PersistedState& next) -> Result<void> {
     declare_dead(next, id);

@@ -160,6 +160,29 @@ TEST(ClusterState, ANodeRefusingConnectionsIsDeclaredDeadBeforeItsLeaseRunsOut) 
   EXPECT_EQ(h.state->routing().nodes.at(c.head_node).state, NodeState::kUp);
 }
 
+// A stall of mgmtd excused by a late tick (it moves every node's last
+// heartbeat forward) during a probe is no heartbeat after the probe began: the
+// node that refuses connections is still declared. (It was "kept", left to its
+// lease, whenever mgmtd was slow: seen in mgmt_service_test on a loaded machine.)
+TEST(ClusterState, AStallExcusedDuringAProbeIsNotAHeartbeatAfterIt) {
+  Harness h;
+  auto c = h.two_replica_chain();
+  const std::string tail_address = h.state->routing().nodes.at(c.tail_node).address;
+  auto at = h.state->storage_node_up_at([&](const std::string& registered) { return registered == tail_address; });
+  ASSERT_TRUE(at);
+  EXPECT_TRUE(h.state->tick(20ms)->empty());
+  h.beat(c.tail_node);
+  h.clock.advance(1ms);
+  const TimePoint probe = h.clock.now();
+  h.clock.advance(63ms);  // the probe runs; the next tick (every 20 ms) comes 64 ms after the last
+  EXPECT_TRUE(h.state->tick(20ms)->empty());
+  EXPECT_GT(h.state->routing().nodes.at(c.tail_node).last_heartbeat, probe) << "44 ms excused";
+  auto declared = h.state->declare_refusing(at->id, at->incarnation, probe);
+  ASSERT_TRUE(declared) << declared.error();
+  EXPECT_TRUE(*declared) << "the excused stall was taken for a heartbeat after the probe began";
+  EXPECT_EQ(h.state->routing().nodes.at(c.tail_node).state, NodeState::kDown);
+}
+
 // mgmtd stalls (its lock held, the process paused) for longer than a lease:
 // the heartbeats queued meanwhile were sent in time, so the first tick after
 // the stall must not declare their nodes dead. The stall is excused (every
