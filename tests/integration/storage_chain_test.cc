@@ -6,8 +6,6 @@
 // and still serves reads.
 #include <gtest/gtest.h>
 
-#include <asio/ip/tcp.hpp>
-
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -167,7 +165,9 @@ class StorageChainTest : public ::testing::Test {
 TEST_F(StorageChainTest, MiddleKilledChainShrinksThenResyncedReplicasIdentical) {
   StorageProcess a(dir_, "a", 101), b(dir_, "b", 201), c(dir_, "c", 301);
   all_ = {&a, &b, &c};
-  ASSERT_TRUE(a.start() && b.start() && c.start()) << a.log() << b.log() << c.log();
+  // b comes back on its port after a kill: one from below the ephemeral range
+  // (testing::free_port), which no outgoing connection takes meanwhile.
+  ASSERT_TRUE(a.start() && b.start(testing::free_port()) && c.start()) << a.log() << b.log() << c.log();
   route({&a, &b, &c}, {{&a, TargetState::kServing}, {&b, TargetState::kServing}, {&c, TargetState::kServing}}, 1);
 
   Writer writer(client_, a.ep(), 40);
@@ -222,13 +222,12 @@ TEST_F(StorageChainTest, MiddleKilledChainShrinksThenResyncedReplicasIdentical) 
 }
 
 TEST_F(StorageChainTest, SingleServerKilledMidStreamKeepsEveryAckedWrite) {
-  // A free port for the config's [routing] section.
-  uint16_t port = 0;
-  {
-    asio::io_context ctx;
-    asio::ip::tcp::acceptor probe(ctx, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
-    port = probe.local_endpoint().port();
-  }
+  // A free port for the config's [routing] section, which the server comes
+  // back on after a kill: from below the ephemeral range (testing::free_port),
+  // not one the kernel handed out (an outgoing connection may take that one
+  // while the server is down).
+  const uint16_t port = testing::free_port();
+  ASSERT_NE(port, 0);
   std::string routing = "[routing]\nversion = 1\n[[routing.targets]]\nid = 101\naddress = \"127.0.0.1:" +
                         std::to_string(port) + "\"\n[[routing.chains]]\nid = 1\nversion = 1\ntargets = [\"101\"]\n";
   StorageProcess a(dir_, "solo", 101, 0, routing);
