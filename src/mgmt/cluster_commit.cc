@@ -72,6 +72,9 @@ StoreBatch finalize(const PersistedState& before, PersistedState& after) {
   changed |= diff_map(before.routing.targets, after.routing.targets, target_key, batch);
   changed |= diff_map(before.routing.tables, after.routing.tables, table_key, batch);
   changed |= diff_map(before.routing.chains, after.routing.chains, chain_key, batch);
+  // Routing shows the recorded meta store (not its mark: that grows with every create).
+  after.routing.meta_store_id = after.meta_store.store_id;
+  changed |= before.routing.meta_store_id != after.routing.meta_store_id;
   if (changed) after.routing.version = before.routing.version + 1;
   if (changed || !(before.ids == after.ids)) batch.puts.emplace_back(meta_key(), encode_meta(after.routing.version, after.ids));
   if (!(before.leases == after.leases)) batch.puts.emplace_back(leases_key(), encode_leases(after.leases));

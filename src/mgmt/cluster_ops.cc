@@ -160,26 +160,64 @@ Result<RegisterReply> apply_register(PersistedState& state, const RegisterReques
   return reply;
 }
 
-Result<uint64_t> apply_meta_store(PersistedState& state, const RegisterRequest& r) {
-  const MetaStoreRecord known = state.meta_store;
-  const MetaStoreRecord& got = r.meta_store;
-  if (r.kind != NodeKind::kMeta || got.store_id == 0) return known.ids_issued_below;
-  // One line each (an operator reads it in `weft serve meta`'s exit): what
-  // happened, why serving would be wrong, and the two ways out.
-  if (known.store_id != 0 && got.store_id != known.store_id && !r.accept_store_change)
+bool after_unknown_store_change(const MetaStoreRecord& known, const MetaStoreRecord& got) {
+  return known.ids_issued_below <= UINT64_MAX - kStoreChangeIdMargin &&
+         got.ids_issued_below >= known.ids_issued_below + kStoreChangeIdMargin;
+}
+
+Result<void> check_meta_store(const MetaStoreRecord& known, const MetaStoreRecord& got, bool accept_older_state,
+                              bool running) {
+  if (known.store_id == 0 || got.store_id == 0) return {};
+  if (got.store_id != known.store_id) {
+    if (after_unknown_store_change(known, got)) {
+      if (accept_older_state) return {};
+      return error(Code::kVersionMismatch,
+                   "meta's store {:016x} (inode ids issued below {}) is not the meta store {:016x} in mgmtd's record "
+                   "(ids issued below {}), but it issued ids past that mark plus the store-change margin: it took "
+                   "over after a store change mgmtd's state does not know, so mgmtd's state is older than the "
+                   "cluster's (restored from a backup?): restore mgmtd's newest state, or start mgmtd with "
+                   "--accept-older-state (it then records this store)",
+                   got.store_id, got.ids_issued_below, known.store_id, known.ids_issued_below);
+    }
+    // One line each (an operator reads it in `weft serve meta`'s exit or log):
+    // what happened, why serving would be wrong, and the ways out.
+    if (running)
+      return error(Code::kNotPermitted,
+                   "meta's store {:016x} is no longer the cluster's meta store: mgmtd records store {:016x} (inode "
+                   "ids issued below {}) since another meta's --accept-store-change (or a restart on another "
+                   "data_dir) replaced it; this meta must not serve its store any more: stop it, or restart it on "
+                   "the cluster's data_dir",
+                   got.store_id, known.store_id, known.ids_issued_below);
     return error(Code::kNotPermitted,
                  "meta runs on store {:016x} but the cluster's meta store is {:016x} (inode ids issued below {}): "
                  "a wrong or emptied data_dir? Serving it would hand out ids again whose chunks storage still holds; "
                  "start meta on the cluster's data_dir, or, if this store is meant to replace it (a restore from "
                  "backup, a deliberately new namespace), start meta once with --accept-store-change",
                  got.store_id, known.store_id, known.ids_issued_below);
-  if (known.store_id != 0 && got.ids_issued_below < known.ids_issued_below && !r.accept_store_change)
+  }
+  // A heartbeat's mark below the record is not checked (never lowered, ignored).
+  if (!running && got.ids_issued_below < known.ids_issued_below)
     return error(Code::kNotPermitted,
                  "meta's store {:016x} has issued inode ids below {} only, but ids below {} were issued: the "
                  "store is older than the cluster's (restored from a backup?) and would hand out those ids again; "
                  "start meta on its newest data_dir, or, if this older store is what should serve, start meta once "
                  "with --accept-store-change",
                  got.store_id, got.ids_issued_below, known.ids_issued_below);
+  return {};
+}
+
+Result<uint64_t> apply_meta_store(PersistedState& state, const RegisterRequest& r, bool accept_older_state) {
+  const MetaStoreRecord known = state.meta_store;
+  const MetaStoreRecord& got = r.meta_store;
+  if (r.kind != NodeKind::kMeta || got.store_id == 0) return known.ids_issued_below;
+  if (known.store_id == 0 && r.accept_store_change)
+    return error(Code::kNotPermitted,
+                 "--accept-store-change: mgmtd has no record of the cluster's meta store (a new cluster, or mgmtd's "
+                 "state lost it or predates the check), so there is no issued-id mark to raise this store's ids "
+                 "past; start meta without the flag (mgmtd then records its store, ids issued below {}, as the "
+                 "cluster's), after restoring mgmtd's newest state if another store may have issued higher ids",
+                 got.ids_issued_below);
+  if (!r.accept_store_change) WEFT_RETURN_IF_ERROR(check_meta_store(known, got, accept_older_state, false));
   state.meta_store = {.store_id = got.store_id,
                       .ids_issued_below = std::max(known.ids_issued_below, got.ids_issued_below)};
   return known.ids_issued_below;

@@ -15,13 +15,29 @@ bool target_alive(const PersistedState& state, TargetId target);
 
 Result<RegisterReply> apply_register(PersistedState& state, const RegisterRequest& request, TimePoint now,
                                      Duration lease);
-// Checks a meta node's store against the cluster's and records it
-// (cluster_state.h, "Meta's store"): the first store heard, a higher mark,
-// or, with accept_store_change, another store or a lower mark (the higher
-// mark is kept). kNotPermitted for another store or a lower mark otherwise.
-// Returns the mark recorded before. Other nodes, and a meta that reports no
-// store, change nothing.
-Result<uint64_t> apply_meta_store(PersistedState& state, const RegisterRequest& request);
+// Whether `got`, a meta store other than the recorded `known`, took over
+// after an accepted store change mgmtd's state does not know (mgmtd restored
+// from an older backup): it issued ids from at least the recorded mark plus
+// kStoreChangeIdMargin (a fresh or wrong store counts from the start).
+bool after_unknown_store_change(const MetaStoreRecord& known, const MetaStoreRecord& got);
+// Checks a meta node's store `got` against the recorded `known`
+// (cluster_state.h, "Meta's store"): nothing recorded or not told, the same
+// store with a mark at least the recorded one: fine. Another store:
+// kNotPermitted, except one from an unknown change (above): fine with
+// accept_older_state, else kVersionMismatch naming --accept-older-state.
+// The same store with a lower mark: kNotPermitted at registration; ignored
+// for a `running` node (a heartbeat). Messages are one line each, saying what
+// to do.
+Result<void> check_meta_store(const MetaStoreRecord& known, const MetaStoreRecord& got, bool accept_older_state,
+                              bool running);
+// Checks a meta node's registration (check_meta_store, unless
+// accept_store_change) and records its store: the first store heard, a higher
+// mark, or (accept_store_change, or an unknown change with
+// accept_older_state) another store or a lower mark, keeping the higher mark.
+// accept_store_change without a record is refused (kNotPermitted: no mark to
+// raise past). Returns the mark recorded before. Other nodes, and a meta that
+// reports no store, change nothing.
+Result<uint64_t> apply_meta_store(PersistedState& state, const RegisterRequest& request, bool accept_older_state);
 // Errors for unknown nodes and wrong incarnations; renews the lease otherwise.
 Result<NodeInfo*> find_heartbeat_node(PersistedState& state, const HeartbeatRequest& request);
 // Applies sync-done reports of `node`: a report makes its target serving only

@@ -114,6 +114,7 @@ Result<void> ClusterState::load() {
     WEFT_TRY(state_, store_->load());
     WEFT_RETURN_IF_ERROR(validate_loaded(state_));
   }
+  state_.routing.meta_store_id = state_.meta_store.store_id;  // routing shows the record (finalize keeps it so)
   // Leases restart with mgmtd: every node gets a full lease from now, of the
   // longest lease it may hold (one granted before the restart may be longer).
   TimePoint now = clock_.now();
@@ -231,9 +232,9 @@ Result<RegisterReply> ClusterState::register_node(const RegisterRequest& request
   const MetaStoreRecord store_before = state_.meta_store;
   uint64_t mark_before = 0;
   WEFT_TRY(RegisterReply reply, mutate([&](PersistedState& next) -> Result<RegisterReply> {
-             auto checked = apply_meta_store(next, request);
+             auto checked = apply_meta_store(next, request, options_.accept_older_state);
              if (!checked) {  // logged here too: the operator may look at mgmtd first
-               WEFT_LOG_ERROR("mgmt: refused meta {}: {}", request.address, checked.error().message());
+               log_meta_refusal_locked(request.address, checked.error());
                return std::unexpected(checked.error());
              }
              mark_before = *checked;
@@ -267,27 +268,77 @@ void ClusterState::log_meta_store_locked(const RegisterRequest& request, const M
     WEFT_LOG_INFO("mgmt: meta {} registered store {:016x} (ids issued below {}) as the cluster's meta store",
                   request.address, got.store_id, got.ids_issued_below);
   } else if (got.store_id != before.store_id || got.ids_issued_below < before.ids_issued_below) {
-    WEFT_LOG_WARN("mgmt: meta {} changes the cluster's meta store from {:016x} (ids issued below {}) to {:016x} "
-                  "(ids issued below {}) (--accept-store-change): it raises its next id past {} first",
-                  request.address, before.store_id, before.ids_issued_below, got.store_id, got.ids_issued_below,
-                  before.ids_issued_below);
+    if (request.accept_store_change)
+      WEFT_LOG_WARN("mgmt: meta {} changes the cluster's meta store from {:016x} (ids issued below {}) to {:016x} "
+                    "(ids issued below {}) (--accept-store-change): it raises its next id past {} first",
+                    request.address, before.store_id, before.ids_issued_below, got.store_id, got.ids_issued_below,
+                    before.ids_issued_below);
+    else
+      log_older_store_record_locked(request.address, before, got);
   }
 }
 
-Result<void> ClusterState::note_meta_mark_locked(const HeartbeatRequest& request) {
-  if (request.meta_ids_issued_below <= state_.meta_store.ids_issued_below || state_.meta_store.store_id == 0)
-    return {};
+void ClusterState::log_meta_refusal_locked(const std::string& who, const Status& why) const {
+  if (why.code() != Code::kVersionMismatch) {  // final: the meta stops
+    WEFT_LOG_ERROR("mgmt: refused meta {}: {}", who, why.message());
+  } else if (auto held = newer_store_log_.admit()) {  // retried by the meta
+    WEFT_LOG_ERROR("mgmt: refused meta {} (it retries): {}{}", who, why.message(), LogThrottle::held_back(*held));
+  }
+}
+
+void ClusterState::log_older_store_record_locked(const std::string& who, const MetaStoreRecord& before,
+                                                 const MetaStoreRecord& got) const {
+  WEFT_LOG_WARN("mgmt: {} serves meta store {:016x} (ids issued below {}), which took over after a store change "
+                "mgmtd's state does not know (it recorded store {:016x}, ids issued below {}; --accept-older-state): "
+                "recorded as the cluster's meta store",
+                who, got.store_id, got.ids_issued_below, before.store_id, before.ids_issued_below);
+}
+
+Result<void> ClusterState::check_meta_heartbeat_locked(const HeartbeatRequest& request) {
+  if (request.meta_ids_issued_below == 0 && request.meta_store_id == 0) return {};  // not told
   auto node = state_.routing.nodes.find(request.node_id);
-  if (node == state_.routing.nodes.end() || node->second.kind != NodeKind::kMeta) return {};
-  return mutate([&](PersistedState& next) -> Result<void> {
-    next.meta_store.ids_issued_below = request.meta_ids_issued_below;
+  if (node == state_.routing.nodes.end() || node->second.kind != NodeKind::kMeta ||
+      node->second.incarnation != request.incarnation)
+    return {};  // find_heartbeat_node answers for it; only a meta node speaks for meta's store
+  const MetaStoreRecord known = state_.meta_store;
+  const MetaStoreRecord got{.store_id = request.meta_store_id, .ids_issued_below = request.meta_ids_issued_below};
+  if (auto checked = check_meta_store(known, got, options_.accept_older_state, /*running=*/true); !checked) {
+    log_meta_refusal_locked(fmt::format("node {} ({})", request.node_id, node->second.address), checked.error());
+    return checked;
+  }
+  MetaStoreRecord next = known;
+  if (got.store_id != 0 && got.store_id != known.store_id) {
+    // No store recorded (a state that lost it), or one from a change mgmtd's
+    // state does not know (accept_older_state, checked above): this one.
+    next = {.store_id = got.store_id, .ids_issued_below = std::max(known.ids_issued_below, got.ids_issued_below)};
+  } else if (known.store_id != 0 && got.ids_issued_below > known.ids_issued_below) {
+    next.ids_issued_below = got.ids_issued_below;  // the same store (or not told): its mark grew
+  }
+  if (next == known) return {};
+  // Not an error of the heartbeat: the next one tries again.
+  if (auto noted = mutate([&](PersistedState& s) -> Result<void> {
+        s.meta_store = next;
+        return {};
+      });
+      !noted) {
+    WEFT_LOG_WARN("mgmt: recording meta's store {:016x} (ids issued below {}): {}", next.store_id,
+                  next.ids_issued_below, noted.error());
     return {};
-  });
+  }
+  if (known.store_id == 0)
+    WEFT_LOG_INFO("mgmt: meta node {} ({}) heartbeats with store {:016x} (ids issued below {}): recorded as the "
+                  "cluster's meta store (none was)", request.node_id, node->second.address, next.store_id,
+                  next.ids_issued_below);
+  else if (next.store_id != known.store_id)
+    log_older_store_record_locked(fmt::format("meta node {}", request.node_id), known, got);
+  return {};
 }
 
 Result<HeartbeatReply> ClusterState::heartbeat_locked(const HeartbeatRequest& request) {
   TimePoint now = clock_.now();
   Duration lease = options_.lease.lease;
+  // Before the lease is renewed: a meta whose store is not the cluster's gets none.
+  WEFT_RETURN_IF_ERROR(check_meta_heartbeat_locked(request));
   WEFT_TRY(NodeInfo * node, find_heartbeat_node(state_, request));
   size_t ignored = 0;
   note_revived_after_refusal_locked(*node, now);
@@ -320,9 +371,6 @@ Result<HeartbeatReply> ClusterState::heartbeat_locked(const HeartbeatRequest& re
   RefusalWatch& watch = refusal_watch_[request.node_id];
   watch.heartbeated = true;
   watch.heard = now;
-  // Not an error of the heartbeat (the lease is renewed): the next one retries.
-  if (auto noted = note_meta_mark_locked(request); !noted)
-    WEFT_LOG_WARN("mgmt: recording meta's issued-id mark {}: {}", request.meta_ids_issued_below, noted.error());
   return HeartbeatReply{.routing_version = state_.routing.version, .lease = lease};
 }
 

@@ -50,8 +50,24 @@
 // it rather than serve. accept_store_change (the operator's
 // `--accept-store-change`) records the new store instead, keeps the higher
 // mark, and returns the mark recorded before: meta raises its next id past it
-// (plus a margin) before serving. A meta that reports no store (older than
-// the check) is accepted unchecked, with a warning.
+// (plus kStoreChangeIdMargin) before serving; meta also gives the store a new
+// id first, so every accepted change makes a store id of its own. Without a
+// record (a new cluster, or a state that lost it) there is no mark to raise
+// past: accept_store_change is refused then (without it, the first store
+// heard is recorded). A meta that reports no store (older than the check) is
+// accepted unchecked, with a warning.
+// Heartbeats carry the store id too: a running meta whose store is no longer
+// the cluster's (another meta's accepted change replaced it) is refused
+// (kNotPermitted): its MgmtClient fences itself and the meta stops serving.
+// mgmtd older than the cluster (see "Behind"): a meta store other than the
+// recorded one whose mark is at least the recorded mark plus
+// kStoreChangeIdMargin can only have come from an accepted change mgmtd's
+// state does not know (a fresh or wrong store counts from the start; an
+// older copy is below the mark). With accept_older_state mgmtd records it
+// (the cluster's newer view); without, it refuses that meta with
+// kVersionMismatch (not final: meta waits) naming --accept-older-state. A
+// store below that bound, or the recorded store with a lower mark, is refused
+// as above either way: only the meta's --accept-store-change takes it.
 //
 // Versions. Every operation that changes what a client must see (nodes,
 // targets or their states, chains, tables) bumps the routing version by one;
@@ -84,6 +100,7 @@
 
 #include "common/clock.h"
 #include "common/config.h"
+#include "common/log_throttle.h"
 #include "common/metrics.h"
 #include "common/status.h"
 #include "mgmt/chain_table.h"
@@ -95,6 +112,13 @@
 namespace weft::mgmt {
 
 inline constexpr size_t kTargetsPerNodeMax = 1024;
+// An accepted change of meta's store (see ClusterState, "Meta's store") raises
+// the new store's next inode id this far past the mark mgmtd recorded: mgmtd
+// hears the mark with each heartbeat, so ids handed out after the last one it
+// heard (a heartbeat interval of creates; far more while mgmtd was
+// unreachable) are above it. 2^32 of the 2^64 ids: room for billions of
+// changes. Also how mgmtd tells a store from a change it does not know of.
+inline constexpr uint64_t kStoreChangeIdMargin = uint64_t{1} << 32;
 // The routing info goes whole to every server and client (GetRouting, and the
 // routing listeners of every storage server): beyond what one RPC body may
 // carry, every routing fetch would fail, and the state persists. Registrations
@@ -116,7 +140,9 @@ struct ClusterOptions {
   LeaseConfig client_lease{.lease = Duration::zero(), .grace = Duration::zero()};
   // `weft serve mgmtd --accept-older-state`: a node reporting a routing version
   // above mgmtd's does not make mgmtd behind; mgmtd raises its versions above
-  // the report instead (the operator accepts mgmtd's older view).
+  // the report instead (the operator accepts mgmtd's older view). Likewise a
+  // meta store that took over after a change mgmtd's state does not know is
+  // recorded (see ClusterState, "Meta's store").
   bool accept_older_state = false;
 };
 
@@ -183,6 +209,7 @@ struct HeartbeatRequest {
   std::vector<SyncDoneReport> sync_done;
   RoutingVersion installed_routing_version = 0;  // as in RegisterRequest
   uint64_t meta_ids_issued_below = 0;  // meta nodes: their store's mark now (0: not told)
+  uint64_t meta_store_id = 0;          // meta nodes: their store (0: not told)
 };
 
 struct HeartbeatReply {
@@ -275,11 +302,17 @@ class ClusterState {
   auto mutate(Fn&& fn) -> decltype(fn(std::declval<PersistedState&>()));
   Result<void> commit(PersistedState next);  // REQUIRES: mu_ held
   Result<HeartbeatReply> heartbeat_locked(const HeartbeatRequest& request);
-  // Raises the recorded mark of the cluster's meta store to a meta node's
-  // report. REQUIRES: mu_ held.
-  Result<void> note_meta_mark_locked(const HeartbeatRequest& request);
+  // A meta node's heartbeat: refuses a store other than the cluster's (or
+  // records it: mgmtd older, accept_older_state), records a store when none
+  // is, and raises the recorded mark to the report. REQUIRES: mu_ held.
+  Result<void> check_meta_heartbeat_locked(const HeartbeatRequest& request);
   // Logs what a meta node's registration did to the recorded store.
   void log_meta_store_locked(const RegisterRequest& request, const MetaStoreRecord& before) const;
+  // Logs a refused meta store (kVersionMismatch, which the meta retries, at most every 10 s).
+  void log_meta_refusal_locked(const std::string& who, const Status& why) const;
+  // Logs that `who`'s store `got` replaced the record `before` (accept_older_state).
+  void log_older_store_record_locked(const std::string& who, const MetaStoreRecord& before,
+                                     const MetaStoreRecord& got) const;
   // Checks a node's reported routing version: refuses while behind (becoming
   // behind on a report above ours), or raises our versions (accept_older_state).
   Result<void> check_reported_locked(RoutingVersion reported, const std::string& who);
@@ -310,6 +343,9 @@ class ClusterState {
     TimePoint suppressed_until{};       // a misled probe: no declaration by refusal till then
   };
   std::map<NodeId, RefusalWatch> refusal_watch_;  // GUARDED_BY(mu_)
+  // Refusals of a meta store from a change mgmtd's state does not know: the
+  // meta retries them (kVersionMismatch) several times a second.
+  mutable LogThrottle newer_store_log_{std::chrono::seconds(10)};
 };
 
 }  // namespace weft::mgmt

@@ -135,6 +135,121 @@ TEST(MetaStoreCheck, AMetaThatReportsNoStoreIsAcceptedUnchecked) {
   EXPECT_EQ(h.state->meta_store().store_id, kStore);
 }
 
+// Without a record there is no mark to raise a new store's ids past: the
+// operator's override is refused (saying to start without it), nothing is
+// recorded; without it, the store is recorded as the first heard.
+TEST(MetaStoreCheck, TheOverrideIsRefusedWhileNoStoreIsRecorded) {
+  Harness h;
+  auto refused = h.state->register_node(meta(kStore, 5000, 1, /*accept=*/true));
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), Code::kNotPermitted);
+  EXPECT_NE(refused.error().message().find("no record"), std::string::npos) << refused.error();
+  EXPECT_NE(refused.error().message().find("without the flag"), std::string::npos) << refused.error();
+  EXPECT_EQ(h.state->meta_store(), MetaStoreRecord{});
+  EXPECT_TRUE(h.state->routing().nodes.empty()) << "the refused registration left no trace";
+  ASSERT_TRUE(h.state->register_node(meta(kStore, 5000, 2)));
+  EXPECT_EQ(h.state->meta_store(), (MetaStoreRecord{.store_id = kStore, .ids_issued_below = 5000}));
+}
+
+// A running meta heartbeats with its store id: once another meta's accepted
+// change replaced its store, its heartbeats are refused (kNotPermitted: its
+// client fences itself) and its mark no longer counts.
+TEST(MetaStoreCheck, AHeartbeatOfAReplacedStoreIsRefused) {
+  Harness h;
+  RegisterReply old_meta = h.state->register_node(meta(kStore, 5000)).value();
+  ASSERT_TRUE(h.state->heartbeat({.node_id = old_meta.node_id, .incarnation = 1, .meta_ids_issued_below = 6000,
+                                  .meta_store_id = kStore}));
+  RegisterRequest other = meta(kOtherStore, 2, 1, /*accept=*/true);
+  other.address = "meta2:8000";
+  RegisterReply new_meta = h.state->register_node(other).value();
+  const RoutingVersion after_change = h.state->routing_version();
+  EXPECT_EQ(h.state->routing().meta_store_id, kOtherStore) << "routing shows the store of record";
+  auto refused = h.state->heartbeat({.node_id = old_meta.node_id, .incarnation = 1, .meta_ids_issued_below = 7000,
+                                     .meta_store_id = kStore});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), Code::kNotPermitted);
+  EXPECT_NE(refused.error().message().find("no longer the cluster's meta store"), std::string::npos)
+      << refused.error();
+  EXPECT_EQ(refused.error().message().find('\n'), std::string::npos) << "one line";
+  EXPECT_EQ(h.state->meta_store(), (MetaStoreRecord{.store_id = kOtherStore, .ids_issued_below = 6000}));
+  ASSERT_TRUE(h.state->heartbeat({.node_id = new_meta.node_id, .incarnation = 1,
+                                  .meta_ids_issued_below = 6000 + (1ull << 32), .meta_store_id = kOtherStore}));
+  EXPECT_EQ(h.state->meta_store().ids_issued_below, 6000 + (1ull << 32));
+  EXPECT_EQ(h.state->routing_version(), after_change) << "a mark is not a routing change";
+  // A meta older than the store id in heartbeats is not checked.
+  EXPECT_TRUE(h.state->heartbeat({.node_id = old_meta.node_id, .incarnation = 1}));
+}
+
+// mgmtd restored from a backup older than a store change: the meta serving
+// the new store issued ids from past the recorded mark plus the margin (its
+// raise). Refused without --accept-older-state (kVersionMismatch: the meta
+// waits, not fenced), naming the option; recorded with it. A fresh or wrong
+// store (a low mark), an older copy (a lower mark), or another store below
+// that bound stay refused as before, with the option too: only the meta's
+// --accept-store-change takes them.
+TEST(MetaStoreCheck, AStoreFromAChangeMgmtdsOlderStateMissedNeedsAcceptOlderState) {
+  TempDir dir;
+  Harness h(dir.path() + "/state");
+  ASSERT_TRUE(h.state->register_node(meta(kStore, 5000)));  // the backup's record
+  const uint64_t changed_mark = 9000 + kStoreChangeIdMargin;
+  auto behind = h.state->register_node(meta(kOtherStore, changed_mark, 2));
+  ASSERT_FALSE(behind);
+  EXPECT_EQ(behind.error().code(), Code::kVersionMismatch);
+  EXPECT_NE(behind.error().message().find("--accept-older-state"), std::string::npos) << behind.error();
+  EXPECT_EQ(behind.error().message().find('\n'), std::string::npos) << "one line";
+  EXPECT_EQ(h.state->meta_store(), (MetaStoreRecord{.store_id = kStore, .ids_issued_below = 5000}));
+
+  h.options.accept_older_state = true;
+  h.reopen();
+  // Still refused, with the option: an emptied data_dir, an older copy, a store below the bound.
+  auto fresh = h.state->register_node(meta(0xf5e5, 2, 3));
+  ASSERT_FALSE(fresh);
+  EXPECT_EQ(fresh.error().code(), Code::kNotPermitted);
+  EXPECT_NE(fresh.error().message().find("--accept-store-change"), std::string::npos) << fresh.error();
+  EXPECT_FALSE(h.state->register_node(meta(kStore, 4000, 3))) << "an older copy of the recorded store";
+  EXPECT_FALSE(h.state->register_node(meta(0xf5e5, 5000 + kStoreChangeIdMargin - 1, 3))) << "below the bound";
+  EXPECT_EQ(h.state->meta_store(), (MetaStoreRecord{.store_id = kStore, .ids_issued_below = 5000}));
+  // The cluster's newer view.
+  const RoutingVersion before = h.state->routing_version();
+  auto accepted = h.state->register_node(meta(kOtherStore, changed_mark, 3));
+  ASSERT_TRUE(accepted) << accepted.error();
+  EXPECT_EQ(h.state->meta_store(), (MetaStoreRecord{.store_id = kOtherStore, .ids_issued_below = changed_mark}));
+  EXPECT_GT(h.state->routing_version(), before);
+  EXPECT_EQ(h.state->routing().meta_store_id, kOtherStore);
+  h.reopen();
+  EXPECT_EQ(h.state->meta_store(), (MetaStoreRecord{.store_id = kOtherStore, .ids_issued_below = changed_mark}));
+  EXPECT_EQ(h.state->routing().meta_store_id, kOtherStore) << "routing shows the record after a restart too";
+  EXPECT_FALSE(h.state->register_node(meta(kStore, 5000, 4))) << "the old store is another store now";
+}
+
+// The same through heartbeats: a meta that kept running while mgmtd was
+// restored (mgmtd knows its node and incarnation) and serves a store from a
+// change the restored state does not know.
+TEST(MetaStoreCheck, AHeartbeatFromAChangeMgmtdsOlderStateMissedNeedsAcceptOlderState) {
+  TempDir dir;
+  Harness h(dir.path() + "/state");
+  RegisterReply m = h.state->register_node(meta(kStore, 5000)).value();
+  const HeartbeatRequest beat{.node_id = m.node_id, .incarnation = 1,
+                              .meta_ids_issued_below = 9000 + kStoreChangeIdMargin, .meta_store_id = kOtherStore};
+  auto refused = h.state->heartbeat(beat);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), Code::kVersionMismatch);
+  EXPECT_NE(refused.error().message().find("--accept-older-state"), std::string::npos) << refused.error();
+  auto fresh = h.state->heartbeat({.node_id = m.node_id, .incarnation = 1, .meta_ids_issued_below = 9,
+                                   .meta_store_id = 0xf5e5});
+  ASSERT_FALSE(fresh);
+  EXPECT_EQ(fresh.error().code(), Code::kNotPermitted);
+  h.options.accept_older_state = true;
+  h.reopen();
+  const RoutingVersion before = h.state->routing_version();
+  ASSERT_TRUE(h.state->heartbeat(beat));
+  EXPECT_EQ(h.state->meta_store(), (MetaStoreRecord{.store_id = kOtherStore, .ids_issued_below = beat.meta_ids_issued_below}));
+  EXPECT_GT(h.state->routing_version(), before) << "storage learns the store of record";
+  EXPECT_FALSE(h.state->heartbeat({.node_id = m.node_id, .incarnation = 1, .meta_ids_issued_below = 9,
+                                   .meta_store_id = 0xf5e5}))
+      << "a fresh store, with the option too";
+}
+
 TEST(StateCodec, TheMetaStoreRecordRoundTripsAndAnOlderStateHasNone) {
   const MetaStoreRecord in{.store_id = 0xfeedfacecafe, .ids_issued_below = 1ull << 40};
   PersistedState out;

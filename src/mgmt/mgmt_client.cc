@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
@@ -103,6 +104,29 @@ void MgmtClient::log_refusal(const Status& s) {
 
 MgmtClient::~MgmtClient() { stop(); }
 
+std::string MgmtClient::fence_reason() const {
+  std::lock_guard lock(mu_);
+  return fence_reason_;
+}
+
+void MgmtClient::set_fence_listener(std::function<void(const Status&)> listener) {
+  std::lock_guard lock(mu_);
+  fence_listener_ = std::move(listener);
+}
+
+void MgmtClient::fence(const Status& why) {
+  lease_.revoke();
+  std::function<void(const Status&)> listener;
+  {
+    std::lock_guard lock(mu_);
+    if (fenced_.exchange(true)) return;
+    fence_reason_ = why.message();
+    listener = fence_listener_;
+  }
+  WEFT_LOG_ERROR("mgmt client {}: fenced: {}", options_.registration.address, why.message());
+  if (listener) listener(why);
+}
+
 Result<void> MgmtClient::register_now() {
   const RegisterRequest& r = options_.registration;
   pb::RegisterRequest req;
@@ -119,13 +143,12 @@ Result<void> MgmtClient::register_now() {
   auto reply = rpc_.call<pb::RegisterReply>(kRegister, req);
   if (!reply) {
     if (reply.error().code() == Code::kVersionMismatch) log_refusal(reply.error());
-    if (reply.error().code() == Code::kNotPermitted) {
-      fenced_ = true;
-      lease_.revoke();
-    }
-    return std::unexpected(reply.error().with_context(fmt::format("register {}", r.address)));
+    auto why = reply.error().with_context(fmt::format("register {}", r.address));
+    if (reply.error().code() == Code::kNotPermitted) fence(why);
+    return std::unexpected(why);
   }
   RegisterReply got = from_proto(*reply);
+  std::optional<Status> forgotten;  // fenced once the lock is released
   if (got.target_ids.size() != r.targets.size())
     return error(Code::kProtocol, "register {}: {} target ids for {} targets", r.address, got.target_ids.size(),
                  r.targets.size());
@@ -137,23 +160,25 @@ Result<void> MgmtClient::register_now() {
     // serving under the old ids would take no write, and mgmtd would count
     // the new ones as spares nobody serves. Only a restart joins anew.
     if (!target_ids_.empty() && got.target_ids != target_ids_) {
-      fenced_ = true;
-      lease_.revoke();
       auto why = error(Code::kNotPermitted,
                        "register {}: mgmtd forgot this node and gave its targets new ids ({} -> {}); restart this "
                        "server to join as a new node",
                        r.address, fmt::join(target_ids_, ","), fmt::join(got.target_ids, ","));
-      WEFT_LOG_ERROR("mgmt client: fenced: {}", why.error());
-      return why;
+      forgotten = why.error();
+    } else {
+      if (last_node_id_ != kInvalidNode && last_node_id_ != got.node_id)
+        WEFT_LOG_WARN("mgmt client {}: node id changed {} -> {}", r.address, last_node_id_, got.node_id);
+      node_id_ = last_node_id_ = got.node_id;
+      target_ids_ = got.target_ids;
+      granted_ = got.lease;
+      accept_any_version_ = true;
+      accept_store_change_ = false;  // the operator's decision was for this start's store
+      meta_store_check_ = {.checked = got.meta_store_checked, .recorded_mark = got.meta_ids_mark};
     }
-    if (last_node_id_ != kInvalidNode && last_node_id_ != got.node_id)
-      WEFT_LOG_WARN("mgmt client {}: node id changed {} -> {}", r.address, last_node_id_, got.node_id);
-    node_id_ = last_node_id_ = got.node_id;
-    target_ids_ = got.target_ids;
-    granted_ = got.lease;
-    accept_any_version_ = true;
-    accept_store_change_ = false;  // the operator's decision was for this start's store
-    meta_store_check_ = {.checked = got.meta_store_checked, .recorded_mark = got.meta_ids_mark};
+  }
+  if (forgotten) {
+    fence(*forgotten);
+    return std::unexpected(*forgotten);
   }
   registrations_.fetch_add(1);
   WEFT_LOG_INFO("mgmt client {}: registered as node {} (routing version {})", r.address, got.node_id,
@@ -185,6 +210,7 @@ Result<void> MgmtClient::heartbeat_now() {
   hb.incarnation = options_.registration.incarnation;
   hb.installed_routing_version = installed_routing_version();
   if (options_.meta_ids_mark) hb.meta_ids_issued_below = options_.meta_ids_mark();
+  hb.meta_store_id = options_.registration.meta_store.store_id;
   if (usage) hb.usage = usage();
   pb::HeartbeatRequest req;
   to_proto(hb, &req);
@@ -232,11 +258,7 @@ Result<void> MgmtClient::on_heartbeat_error(const Status& s, std::vector<SyncDon
     return register_now();
   }
   if (s.code() == Code::kVersionMismatch) log_refusal(s);  // mgmtd is behind: not final
-  if (s.code() == Code::kNotPermitted) {
-    WEFT_LOG_ERROR("mgmt client {}: fenced: {}", options_.registration.address, s.message());
-    fenced_ = true;
-    lease_.revoke();
-  }
+  if (s.code() == Code::kNotPermitted) fence(s);
   return std::unexpected(s.with_context("heartbeat"));
 }
 

@@ -19,8 +19,11 @@
 //   - a meta node's store (registration.meta_store: its id, and the mark
 //     `meta_ids_mark` reads at each registration and heartbeat) goes with
 //     every register and heartbeat; mgmtd refuses another store or a lower
-//     mark (kNotPermitted: a fence, mgmt/cluster_state.h "Meta's store").
+//     mark (kNotPermitted: a fence, mgmt/cluster_state.h "Meta's store"),
+//     also a running meta's heartbeat once another store replaced its own.
 //     registration.accept_store_change goes with the first registration only.
+//   - fenced: logged once with the reason (fence_reason()); the fence
+//     listener is told (a meta server then refuses every request).
 //   - the highest routing version ever installed goes with every register and
 //     heartbeat (and is recorded in the file `mgmt-routing-version` of each of
 //     options.state_dirs, so it survives restarts): mgmtd refuses both
@@ -120,6 +123,11 @@ class MgmtClient {
   std::vector<TargetId> target_ids() const;  // in the order of options.registration.targets
   const LeaseKeeper& lease() const { return lease_; }
   bool fenced() const { return fenced_.load(); }
+  // Why mgmtd fenced this client ("" while not fenced).
+  std::string fence_reason() const;
+  // Called once, on the thread that saw the refusal, when this client gets
+  // fenced (not if it already was when set). Set before start().
+  void set_fence_listener(std::function<void(const Status&)> listener);
   uint64_t heartbeats_ok() const { return heartbeats_ok_.load(); }
   uint64_t registrations() const { return registrations_.load(); }
   // The highest routing version installed (or recorded in state_dirs).
@@ -153,6 +161,9 @@ class MgmtClient {
   void note_installed(RoutingVersion version);
   // Logs a refusal by an mgmtd that is behind (at most every 10 s).
   void log_refusal(const Status& s);
+  // Fences this client for good: revokes the lease, records and logs `why`,
+  // tells the listener (the first time only).
+  void fence(const Status& why);
 
   MgmtRpc& rpc_;
   const MgmtClientOptions options_;
@@ -177,6 +188,8 @@ class MgmtClient {
   std::atomic<int64_t> refusal_logged_ns_{0};
 
   std::atomic<bool> fenced_{false};
+  std::string fence_reason_;                           // GUARDED_BY(mu_)
+  std::function<void(const Status&)> fence_listener_;  // GUARDED_BY(mu_)
   std::atomic<uint64_t> heartbeats_ok_{0};
   std::atomic<uint64_t> registrations_{0};
 

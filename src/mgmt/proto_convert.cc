@@ -82,6 +82,7 @@ void to_proto(const RoutingInfo& in, pb::Routing* out) {
   for (const auto& [id, t] : in.targets) to_proto(t, out->add_targets());
   for (const auto& [id, t] : in.tables) to_proto(t, out->add_tables());
   for (const auto& [id, c] : in.chains) to_proto(c, out->add_chains());
+  out->set_meta_store_id(in.meta_store_id);
 }
 
 void to_proto(const RegisterRequest& in, pb::RegisterRequest* out) {
@@ -115,6 +116,7 @@ void to_proto(const HeartbeatRequest& in, pb::HeartbeatRequest* out) {
   out->set_incarnation(in.incarnation);
   out->set_installed_routing_version(in.installed_routing_version);
   out->set_meta_ids_issued_below(in.meta_ids_issued_below);
+  out->set_meta_store_id(in.meta_store_id);
   for (const TargetUsage& u : in.usage) {
     auto* pu = out->add_usage();
     pu->set_target_id(u.target_id);
@@ -200,6 +202,7 @@ Result<RoutingInfo> from_proto(const pb::Routing& in) {
     WEFT_TRY(ChainInfo chain, from_proto(c));
     r.chains[chain.id] = std::move(chain);
   }
+  r.meta_store_id = in.meta_store_id();
   return r;
 }
 
@@ -236,6 +239,7 @@ HeartbeatRequest from_proto(const pb::HeartbeatRequest& in) {
   r.incarnation = in.incarnation();
   r.installed_routing_version = in.installed_routing_version();
   r.meta_ids_issued_below = in.meta_ids_issued_below();
+  r.meta_store_id = in.meta_store_id();
   for (const pb::TargetUsage& u : in.usage())
     r.usage.push_back({.target_id = u.target_id(),
                        .used_bytes = u.used_bytes(),

@@ -164,8 +164,18 @@ TEST(ProtoConvert, MetaStoreFieldsRoundTrip) {
   EXPECT_TRUE(rr2.meta_store_checked);
   EXPECT_EQ(rr2.meta_ids_mark, 77u);
   pb::HeartbeatRequest phb;
-  to_proto(HeartbeatRequest{.node_id = 1, .incarnation = 2, .meta_ids_issued_below = 9000}, &phb);
+  to_proto(HeartbeatRequest{.node_id = 1, .incarnation = 2, .meta_ids_issued_below = 9000, .meta_store_id = 0xabc},
+           &phb);
   EXPECT_EQ(from_proto(phb).meta_ids_issued_below, 9000u);
+  EXPECT_EQ(from_proto(phb).meta_store_id, 0xabcu);
+  EXPECT_EQ(from_proto(pb::HeartbeatRequest{}).meta_store_id, 0u) << "an older meta: not told";
+  RoutingInfo routing{.version = 3, .meta_store_id = 0xfeedfacecafebeef};
+  pb::Routing prouting;
+  to_proto(routing, &prouting);
+  auto routing2 = from_proto(prouting);
+  ASSERT_TRUE(routing2);
+  EXPECT_EQ(routing2->meta_store_id, routing.meta_store_id);
+  EXPECT_GE(encoded_bytes_bound(routing), prouting.ByteSizeLong());
   pb::RegisterRequest old;
   old.set_kind(static_cast<uint32_t>(NodeKind::kMeta));
   auto old2 = from_proto(old);

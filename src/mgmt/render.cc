@@ -87,8 +87,15 @@ static std::map<TargetId, size_t> chain_counts(const RoutingInfo& routing) {
   return out;
 }
 
-std::string render_text(const RoutingInfo& routing, TimePoint now, const std::vector<ClientInfo>& clients) {
+std::string render_text(const RoutingInfo& routing, TimePoint now, const std::vector<ClientInfo>& clients,
+                        const MetaStoreRecord& meta_store) {
   std::string out = fmt::format("routing version {}\n", routing.version);
+  // mgmt/cluster_state.h, "Meta's store": what a meta must serve to be accepted.
+  if (meta_store.store_id == 0)
+    out += "meta store: none recorded\n";
+  else
+    out += fmt::format("meta store: {:016x} (inode ids issued below {})\n", meta_store.store_id,
+                       meta_store.ids_issued_below);
   std::vector<Row> nodes{{"ID", "KIND", "ADDRESS", "STATE", "INCARNATION", "LEASE LEFT"}};
   for (const auto& [id, n] : routing.nodes)
     nodes.push_back({std::to_string(id), std::string(to_string(n.kind)), n.address, std::string(to_string(n.state)),
@@ -117,8 +124,16 @@ std::string render_text(const RoutingInfo& routing, TimePoint now, const std::ve
   return out;
 }
 
-std::string render_json(const RoutingInfo& routing, TimePoint now, const std::vector<ClientInfo>& clients) {
-  std::string out = fmt::format("{{\"routing_version\":{},\"nodes\":[", routing.version);
+std::string render_json(const RoutingInfo& routing, TimePoint now, const std::vector<ClientInfo>& clients,
+                        const MetaStoreRecord& meta_store) {
+  std::string out = fmt::format("{{\"routing_version\":{},", routing.version);
+  // The id as a hex string (as `weft status` and the logs show it; above 2^53 too).
+  if (meta_store.store_id == 0)
+    out += "\"meta_store\":null,";
+  else
+    out += fmt::format("\"meta_store\":{{\"id\":\"{:016x}\",\"ids_issued_below\":{}}},", meta_store.store_id,
+                       meta_store.ids_issued_below);
+  out += "\"nodes\":[";
   bool first = true;
   for (const auto& [id, n] : routing.nodes) {
     out += fmt::format("{}{{\"id\":{},\"kind\":{},\"address\":{},\"state\":{},\"incarnation\":{},\"lease_left_ms\":{}}}",

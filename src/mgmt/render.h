@@ -14,12 +14,18 @@
 #include "common/clock.h"
 #include "mgmt/client_table.h"
 #include "mgmt/routing.h"
+#include "mgmt/state_codec.h"
 
 namespace weft::mgmt {
 
 // `clients`: the clients holding a lease (not part of the routing info).
-std::string render_text(const RoutingInfo& routing, TimePoint now, const std::vector<ClientInfo>& clients = {});
-std::string render_json(const RoutingInfo& routing, TimePoint now, const std::vector<ClientInfo>& clients = {});
+// `meta_store`: the cluster's meta store as mgmtd recorded it (StatusReply;
+// store_id 0: none recorded), shown as "meta store" (text) and "meta_store"
+// (JSON: id as a hex string, or null).
+std::string render_text(const RoutingInfo& routing, TimePoint now, const std::vector<ClientInfo>& clients = {},
+                        const MetaStoreRecord& meta_store = {});
+std::string render_json(const RoutingInfo& routing, TimePoint now, const std::vector<ClientInfo>& clients = {},
+                        const MetaStoreRecord& meta_store = {});
 
 // "a\"b" -> a\"b (without the surrounding quotes); control bytes as \u00XX.
 std::string json_escape(std::string_view s);

@@ -75,6 +75,22 @@ TEST(Render, JsonIsEscapedAndComplete) {
   EXPECT_EQ(json.find('\t'), std::string::npos);
 }
 
+// `weft status` shows the cluster's meta store as mgmtd recorded it.
+TEST(Render, TheMetaStoreMgmtdRecordedIsShown) {
+  ManualClock clock;
+  const RoutingInfo r = sample(clock.now());
+  const MetaStoreRecord store{.store_id = 0xabc, .ids_issued_below = (uint64_t{1} << 32) + 5000};
+  std::string text = render_text(r, clock.now(), {}, store);
+  EXPECT_NE(text.find("\nmeta store: 0000000000000abc (inode ids issued below 4294972296)\n"), std::string::npos)
+      << text;
+  std::string json = render_json(r, clock.now(), {}, store);
+  EXPECT_NE(json.find("\"meta_store\":{\"id\":\"0000000000000abc\",\"ids_issued_below\":4294972296},"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(render_text(r, clock.now()).find("\nmeta store: none recorded\n"), std::string::npos);
+  EXPECT_NE(render_json(r, clock.now()).find("\"meta_store\":null,"), std::string::npos);
+}
+
 TEST(Render, EscapesAndBytes) {
   EXPECT_EQ(json_escape("a\"b\\c\x01\x7f"), "a\\\"b\\\\c\\u0001\\u007f");
   EXPECT_EQ(json_escape("üñí"), "üñí") << "UTF-8 passes through";

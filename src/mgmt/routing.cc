@@ -182,7 +182,7 @@ uint64_t chain_bytes(const ChainInfo& c) {
 }  // namespace
 
 uint64_t encoded_bytes_bound(const RoutingInfo& info) {
-  uint64_t n = kWideField;  // version
+  uint64_t n = 2 * kWideField;  // version, meta store id
   for (const auto& [id, node] : info.nodes) n += delimited(node_bytes(node));
   for (const auto& [id, t] : info.targets) n += delimited(target_bytes(t));
   for (const auto& [id, t] : info.tables) n += delimited(table_bytes(t));

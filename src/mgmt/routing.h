@@ -101,6 +101,10 @@ struct RoutingInfo {
   std::map<TargetId, TargetInfo> targets;
   std::map<ChainTableId, ChainTableInfo> tables;
   std::map<ChainId, ChainInfo> chains;
+  // The cluster's meta store as mgmtd recorded it (mgmt/cluster_state.h,
+  // "Meta's store"; its issued-id mark is not here: it grows with every
+  // create). 0: none recorded, or an mgmtd older than the field.
+  uint64_t meta_store_id = 0;
 
   Result<const ChainInfo*> chain(ChainId id) const;
   Result<const TargetInfo*> target(TargetId id) const;

@@ -168,6 +168,9 @@ void MgmtService::register_methods(rpc::Server& server) {
         out.set_clients_total(clients_.size());
         out.set_now_ns(to_ns(clock_.now()));
         out.set_behind(state_.behind());
+        const MetaStoreRecord store = state_.meta_store();
+        out.set_meta_store_id(store.store_id);
+        out.set_meta_ids_issued_below(store.ids_issued_below);
         return out;
       });
   // Client leases: a mutex and a hash map, cheap enough for the blocking pool

@@ -410,6 +410,56 @@ TEST(MgmtService, MetasStoreIsCheckedAtRegistrationAndItsMarkFollowsHeartbeats) 
   EXPECT_EQ(again.error().code(), Code::kNotPermitted);
 }
 
+// A meta that keeps running after another meta's accepted store change
+// replaced its store: its next heartbeat is refused, and its client fences
+// itself, tells the listener once (`weft serve meta` then refuses every
+// request) and keeps the reason. Status shows the store of record.
+TEST(MgmtService, ARunningMetaWhoseStoreWasReplacedIsFencedOnItsHeartbeat) {
+  Fixture f;
+  auto meta = [&](const std::string& address, uint64_t store_id, bool accept = false) {
+    MgmtClientOptions o;
+    o.registration = {.kind = NodeKind::kMeta, .address = address, .incarnation = 1,
+                      .meta_store = {.store_id = store_id, .ids_issued_below = 5000}, .accept_store_change = accept};
+    return o;
+  };
+  MgmtClient old_meta(f.rpc(), meta("127.0.0.1:9200", 0xa));
+  std::atomic<int> told{0};
+  std::string told_why;
+  old_meta.set_fence_listener([&](const Status& why) {
+    told_why = why.message();
+    told.fetch_add(1);
+  });
+  ASSERT_TRUE(old_meta.register_now());
+  ASSERT_TRUE(old_meta.heartbeat_now());
+  auto status = f.rpc().call<pb::StatusReply>(kStatus, pb::StatusRequest{});
+  ASSERT_TRUE(status) << status.error();
+  EXPECT_EQ(status->meta_store_id(), 0xau);
+  EXPECT_EQ(status->meta_ids_issued_below(), 5000u);
+  EXPECT_EQ(status->routing().meta_store_id(), 0xau);
+
+  MgmtClient new_meta(f.rpc(), meta("127.0.0.1:9201", 0xb, /*accept=*/true));
+  ASSERT_TRUE(new_meta.register_now());
+  auto refused = old_meta.heartbeat_now();
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), Code::kNotPermitted);
+  EXPECT_TRUE(old_meta.fenced());
+  EXPECT_FALSE(old_meta.lease().can_serve_writes());
+  EXPECT_NE(old_meta.fence_reason().find("no longer the cluster's meta store"), std::string::npos)
+      << old_meta.fence_reason();
+  EXPECT_EQ(told.load(), 1);
+  EXPECT_EQ(told_why, old_meta.fence_reason());
+  EXPECT_FALSE(old_meta.heartbeat_now());
+  EXPECT_EQ(told.load(), 1) << "told once";
+  ASSERT_TRUE(new_meta.heartbeat_now());
+  EXPECT_FALSE(new_meta.fenced());
+  EXPECT_EQ(new_meta.fence_reason(), "");
+  status = f.rpc().call<pb::StatusReply>(kStatus, pb::StatusRequest{});
+  ASSERT_TRUE(status) << status.error();
+  EXPECT_EQ(status->meta_store_id(), 0xbu);
+  EXPECT_EQ(status->meta_ids_issued_below(), 5000u);
+  EXPECT_EQ(status->routing().meta_store_id(), 0xbu);
+}
+
 // A server records the highest routing version it installed in its
 // directories; restarted against an mgmtd whose state is older (a restored
 // backup), it is refused with the reason, keeps retrying without fencing
