@@ -32,13 +32,6 @@ struct ClusterMembership {
   std::unique_ptr<mgmt::MgmtClient> client;
 };
 
-// Past the highest issued-id mark mgmtd recorded for the cluster's meta store,
-// an accepted store change skips this many ids more: mgmtd hears the mark
-// with each heartbeat, so ids handed out after the last one it heard (a
-// heartbeat interval of creates; far more while mgmtd was unreachable) are
-// above it. 2^32 of the 2^64 ids: room for billions of such changes.
-constexpr uint64_t kStoreChangeIdMargin = uint64_t{1} << 32;
-
 // Registers once before anything is served: mgmtd checks the store
 // (mgmt/cluster_state.h, "Meta's store"). Waits while mgmtd is unreachable
 // or behind (logged); a refusal (the client is fenced) is the error to exit
@@ -65,7 +58,9 @@ Result<void> register_store(mgmt::MgmtClient& client, meta::MetaStore& store, bo
     return {};
   }
   if (!accept_store_change) return {};
-  const uint64_t floor = check.recorded_mark + kStoreChangeIdMargin;
+  // mgmtd refuses the flag when it has no record (no mark to raise past); an
+  // mgmtd from before that answers 0: the margin is all that is raised.
+  const uint64_t floor = check.recorded_mark + mgmt::kStoreChangeIdMargin;
   if (floor < check.recorded_mark)
     return error(Code::kOutOfRange, "--accept-store-change: no inode ids left above {}", check.recorded_mark);
   if (auto raised = store.raise_next_id(floor); !raised)
@@ -105,14 +100,42 @@ Result<std::optional<ClusterMembership>> join_cluster(const Config& config, rpc:
   // Recorded in data_dir: above the last one even after the wall clock stepped back.
   WEFT_TRY(mo.registration.incarnation, mgmt::next_incarnation({data_dir}));
   mo.state_dirs = {data_dir};  // the highest routing version installed, next to mgmt-incarnation
+  if (accept_store_change) {
+    // A store of its own for the change (meta/meta_store.h renew_store_id):
+    // a meta still serving the store this one replaces (a copy of it too) is
+    // another store to mgmtd from now on, and storage's orphan sweeps see it.
+    const uint64_t before = store.store_id();
+    WEFT_RETURN_IF_ERROR(store.renew_store_id());
+    WEFT_LOG_WARN("meta: --accept-store-change: store {:016x} is store {:016x} from now on", before,
+                  store.store_id());
+  }
   mo.registration.meta_store.store_id = store.store_id();
   mo.registration.accept_store_change = accept_store_change;
   mo.meta_ids_mark = [&store] { return store.ids_reserved_below(); };
   m.client = std::make_unique<mgmt::MgmtClient>(*m.mgmt_rpc, mo);
   WEFT_RETURN_IF_ERROR(register_store(*m.client, store, accept_store_change));
+  // Fenced later (another meta's accepted store change replaced this store,
+  // or a newer process took this address): the service refuses every request
+  // (fence_check), the chunk GC and the session reaper stop.
+  m.client->set_fence_listener([address = advertise](const Status& why) {
+    WEFT_LOG_ERROR("meta {}: mgmtd fenced this meta server: refusing every request from now on (clients try their "
+                   "next meta address), no chunk GC, no session reaping; restart it once the cause is fixed: {}",
+                   address, why.message());
+  });
   // The loop heartbeats (and re-registers, retrying while mgmtd is away).
   m.client->start();
   return std::optional<ClusterMembership>(std::move(m));
+}
+
+// The meta service's check (meta/service.h): kUnavailable once mgmtd fenced
+// this server. Null outside a cluster.
+meta::ServeCheck fence_check(const std::optional<ClusterMembership>& membership) {
+  if (!membership) return nullptr;
+  return [client = membership->client.get()]() -> Result<void> {
+    if (!client->fenced()) return {};
+    return error(Code::kUnavailable, "this meta server was fenced by mgmtd and serves nothing: {}",
+                 client->fence_reason());
+  };
 }
 
 // set_layout's check that a chain table exists: asks mgmtd for its routing
@@ -146,8 +169,9 @@ Result<ReaperSettings> reaper_settings(const Config& config) {
 
 // Write sessions of clients without a lease at mgmtd are closed (meta/session_reaper.h).
 std::unique_ptr<meta::SessionReaper> start_session_reaper(const ReaperSettings& settings, meta::MetaStore& store,
-                                                          mgmt::MgmtRpc& mgmt) {
-  auto live = [&mgmt]() -> Result<std::optional<std::unordered_set<uint64_t>>> {
+                                                          mgmt::MgmtRpc& mgmt, meta::ServeCheck check) {
+  auto live = [&mgmt, check = std::move(check)]() -> Result<std::optional<std::unordered_set<uint64_t>>> {
+    WEFT_RETURN_IF_ERROR(check());  // fenced: reap nothing
     WEFT_TRY(mgmt::LeasedClients leased, mgmt::list_all_clients(mgmt, /*ids_only=*/true));
     if (!leased.tracked) return std::optional<std::unordered_set<uint64_t>>();
     std::unordered_set<uint64_t> ids;
@@ -176,19 +200,25 @@ void serve_meta(const std::string& config_path, bool accept_store_change) {
   if (ec) return fail("cannot create meta.data_dir " + mc->data_dir + ": " + ec.message());
   auto store = meta::MetaStore::open(mc->store_options());
   if (!store) return fail("cannot open the metadata store in " + mc->data_dir + ": " + store.error().message());
-  meta::register_meta_service(runtime.server(), **store);
   if (accept_store_change && !config->has("cluster"))
     return fail("--accept-store-change: only a meta server in a cluster ([cluster] mgmtd) has its store checked");
   auto membership = join_cluster(*config, runtime, mc->data_dir, **store, accept_store_change);
   if (!membership) return fail(membership.error().message());
   // Before runtime.run(): nothing is served yet.
+  meta::register_meta_service(runtime.server(), **store, fence_check(*membership));
   if (*membership) (*store)->set_chain_table_check(chain_table_check(*(*membership)->mgmt_rpc));
   // In a cluster, the chunks of unlinked files are removed from storage in the background.
   std::unique_ptr<client::ChunkGc> gc;
   if (*membership) {
     meta::MetaStore* s = store->get();
     client::ChunkGcHooks hooks;
-    hooks.pending = [s](size_t limit, std::optional<meta::Ino> after) { return s->gc_pending(limit, after); };
+    // A fenced meta's store is no longer the cluster's: its queue may name
+    // files the cluster's store still has.
+    hooks.pending = [s, check = fence_check(*membership)](size_t limit, std::optional<meta::Ino> after)
+        -> Result<std::vector<meta::GcItem>> {
+      WEFT_RETURN_IF_ERROR(check());
+      return s->gc_pending(limit, after);
+    };
     hooks.done = [s](std::span<const meta::Ino> inos) -> Result<void> {
       WEFT_TRY(size_t n, s->gc_done(meta::Context{meta::Cred::root(), {}}, inos));
       (void)n;  // files another pass finished already are no error
@@ -199,7 +229,7 @@ void serve_meta(const std::string& config_path, bool accept_store_change) {
   }
   std::unique_ptr<meta::SessionReaper> reaper;
   if (*membership) {
-    reaper = start_session_reaper(*reaping, **store, *(*membership)->mgmt_rpc);
+    reaper = start_session_reaper(*reaping, **store, *(*membership)->mgmt_rpc, fence_check(*membership));
   }
   meta::RequestRecordExpirer expirer(**store, std::chrono::seconds(mc->request_record_age_s),
                                      std::chrono::seconds(60));
@@ -244,8 +274,8 @@ void add_meta_commands(CLI::App& app, CLI::App& serve) {
   static bool accept_store_change = false;
   meta->add_flag("--accept-store-change", accept_store_change,
                  "Serve a store other than the one mgmtd recorded for the cluster, or one that issued fewer inode "
-                 "ids (a restore from backup, a deliberately new namespace): mgmtd records it, and meta first "
-                 "raises its next inode id past every id the cluster issued");
+                 "ids (a restore from backup, a deliberately new namespace): the store gets a new id, mgmtd "
+                 "records it, and meta first raises its next inode id past every id the cluster issued");
   meta->callback([] { serve_meta(config_path, accept_store_change); });
 
   static std::string fsck_dir, fsck_config;

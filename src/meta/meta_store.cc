@@ -167,6 +167,17 @@ Result<void> MetaStore::raise_next_id(uint64_t floor) {
   return {};
 }
 
+Result<void> MetaStore::renew_store_id() {
+  uint64_t id = store_id_;
+  while (id == store_id_) id = random_id() | 1;  // never 0 ("not told"), never the old one
+  rocksdb::WriteOptions wo;
+  wo.sync = true;  // as at creation: lost, the store would come back as the one it replaced
+  auto s = db_->Put(wo, key::kStoreId, key::inode(id).substr(1));  // big-endian u64
+  if (!s.ok()) return error(from_rocks(s, "write the new store id"));
+  store_id_ = id;
+  return {};
+}
+
 Result<Reply> MetaStore::mutate(Op op, const Context& ctx, const Body& body) {
   OpMetrics& m = metrics_of(op);
   m.ops->inc();

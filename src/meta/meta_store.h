@@ -189,6 +189,13 @@ class MetaStore {
   // operator accepted a store change (`weft serve meta --accept-store-change`),
   // no id an earlier store handed out may be issued again, restarts included.
   Result<void> raise_next_id(uint64_t floor);
+  // Gives the store a new random id, synced (whatever StoreOptions::sync
+  // says): `weft serve meta --accept-store-change` makes every accepted change
+  // a store of its own, so a meta still serving a copy of the store it
+  // replaced is another store to mgmtd (refused, fenced), and storage's
+  // orphan sweeps see the change (storage/orphan_sweep.h). Call before the
+  // store is served.
+  Result<void> renew_store_id();
 
   // --- mutations ---
   // exclusive: kExists if the name exists; otherwise an existing file is

@@ -686,6 +686,22 @@ TEST_F(MetaStoreTest, RaisingTheNextIdSkipsEveryIdBelowTheFloorAcrossRestarts) {
   EXPECT_EQ(s().statfs(root())->store_id, store);
 }
 
+// An accepted store change gives the store a new id (`weft serve meta
+// --accept-store-change`): kept across restarts, told by statfs, and the
+// namespace is the same.
+TEST_F(MetaStoreTest, RenewingTheStoreIdKeepsTheNamespaceAndSurvivesARestart) {
+  Ino f = create("f");
+  const uint64_t old_id = s().store_id();
+  ASSERT_OK(s().renew_store_id());
+  const uint64_t new_id = s().store_id();
+  EXPECT_NE(new_id, old_id);
+  EXPECT_NE(new_id, 0u);
+  EXPECT_EQ(s().statfs(root())->store_id, new_id);
+  ASSERT_NO_FATAL_FAILURE(open());
+  EXPECT_EQ(s().store_id(), new_id);
+  EXPECT_EQ(s().lookup(root(), kRootIno, "f")->ino, f);
+}
+
 TEST_F(MetaStoreTest, StateSurvivesReopenAndIdsNeverRepeat) {
   Ino d = mkdir("d");
   Ino f = create("f", d);

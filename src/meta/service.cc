@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <memory>
 
 #include <asio/associated_executor.hpp>
 #include <asio/async_result.hpp>
@@ -291,10 +292,17 @@ Context context_of(const Req& q, const rpc::ServerCall& call) {
 }
 
 // The coroutine form of a point read (a named type, not a capturing lambda: see DESIGN.md on g++ 12).
+using Check = std::shared_ptr<const ServeCheck>;
+
+// The check before a method (none: always fine).
+Result<void> may_serve(const Check& check) { return *check ? (*check)() : Result<void>(); }
+
 struct InlineRead {
   Handler handler;
   MetaStore* store;
+  Check check;
   Task<Result<Rep>> operator()(const Req& q, rpc::ServerCall& call) const {
+    if (auto ok = may_serve(check); !ok) co_return std::unexpected(ok.error());
     co_return handler(*store, q, context_of(q, call));
   }
 };
@@ -330,7 +338,9 @@ struct InlineMutation {
   Handler handler;
   MetaStore* store;
   bool wait_sync;
+  Check check;
   Task<Result<Rep>> operator()(const Req& q, rpc::ServerCall& call) const {
+    if (auto ok = may_serve(check); !ok) co_return std::unexpected(ok.error());
     Deferred d = run_deferred(handler, *store, q, call);
     if (d.sync_pending && (wait_sync || d.must_wait)) {
       auto synced = wal_synced(store);
@@ -343,23 +353,28 @@ struct InlineMutation {
 
 }  // namespace
 
-void register_meta_service(rpc::Server& server, MetaStore& store) {
+void register_meta_service(rpc::Server& server, MetaStore& store, ServeCheck serve_check) {
   // Without the syncer a durable commit fsyncs in place: keep it off the I/O threads.
   const bool inline_mutations = !store.options().sync || store.options().group_sync;
+  const Check check = std::make_shared<const ServeCheck>(std::move(serve_check));
   for (const MethodEntry& m : kMethods) {
     Handler h = m.handler;
     MetaStore* s = &store;
     if (m.run != Run::kPool && m.mutation && inline_mutations) {
-      rpc::add_async_method<Req, Rep>(server, m.id, m.name, InlineMutation{h, s, m.run == Run::kInline});
+      rpc::add_async_method<Req, Rep>(server, m.id, m.name, InlineMutation{h, s, m.run == Run::kInline, check});
     } else if (m.run == Run::kInline && !m.mutation) {
-      rpc::add_async_method<Req, Rep>(server, m.id, m.name, InlineRead{h, s});
+      rpc::add_async_method<Req, Rep>(server, m.id, m.name, InlineRead{h, s, check});
     } else if (m.mutation) {
-      rpc::add_blocking_method<Req, Rep>(server, m.id, m.name, [h, s](const Req& q, rpc::ServerCall& call) {
+      rpc::add_blocking_method<Req, Rep>(server, m.id, m.name, [h, s, check](const Req& q, rpc::ServerCall& call) -> Result<Rep> {
+        WEFT_RETURN_IF_ERROR(may_serve(check));
         return answer_mutation(h(*s, q, context_of(q, call)));
       });
     } else {
-      rpc::add_blocking_method<Req, Rep>(
-          server, m.id, m.name, [h, s](const Req& q, rpc::ServerCall& call) { return h(*s, q, context_of(q, call)); });
+      rpc::add_blocking_method<Req, Rep>(server, m.id, m.name,
+                                         [h, s, check](const Req& q, rpc::ServerCall& call) -> Result<Rep> {
+                                           WEFT_RETURN_IF_ERROR(may_serve(check));
+                                           return h(*s, q, context_of(q, call));
+                                         });
     }
   }
 }

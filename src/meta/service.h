@@ -16,6 +16,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 
 #include "common/config.h"
@@ -50,8 +51,16 @@ struct MetaServiceConfig {
   StoreOptions store_options() const;
 };
 
-// Registers every meta method on `server`; `store` must outlive it.
-void register_meta_service(rpc::Server& server, MetaStore& store);
+// Whether the server may answer now; an error is every request's answer
+// (a meta server mgmtd fenced: its store is no longer the cluster's, or a
+// newer process took its place; `weft serve meta` answers kUnavailable, which
+// clients retry on their next meta address). Called for every request, on
+// I/O threads: cheap and non-blocking.
+using ServeCheck = std::function<Result<void>()>;
+
+// Registers every meta method on `server`; `store` must outlive it. `check`
+// (optional) comes before every method.
+void register_meta_service(rpc::Server& server, MetaStore& store, ServeCheck check = nullptr);
 
 // Drops the retry records of clients whose newest record is older than `age`
 // (clients that went away leave up to request_window records each; active

@@ -48,7 +48,10 @@ class ServiceTest : public ::testing::Test {
     opts.cluster_token = "t";
     opts.blocking_threads = 8;
     server_ = std::make_unique<rpc::Server>(io_, opts, registry_);
-    register_meta_service(*server_, *store_);
+    register_meta_service(*server_, *store_, [this]() -> Result<void> {
+      if (fenced_) return error(Code::kUnavailable, "meta test: fenced by mgmtd: the reason");
+      return {};
+    });
     auto port = server_->listen("127.0.0.1", 0);
     ASSERT_TRUE(port.has_value()) << port.error();
     port_ = *port;
@@ -82,6 +85,7 @@ class ServiceTest : public ::testing::Test {
   uint16_t port_ = 0;
   std::unique_ptr<rpc::Client> rpc_;
   std::unique_ptr<MetaClient> client_;
+  std::atomic<bool> fenced_{false};  // what the service's check answers
 };
 
 #define ASSERT_CODE(expr, want)                            \
@@ -481,6 +485,34 @@ TEST_F(ServiceTest, FailsOverToTheNextAddress) {
   ASSERT_TRUE(d.has_value()) << d.error();
   EXPECT_GE(client->failovers(), 1u);
   ASSERT_TRUE(client->rmdir(kRoot, kRootIno, "via-second").has_value());
+}
+
+// A meta server mgmtd fenced (`weft serve meta`: its store is no longer the
+// cluster's) answers every method, read or mutation, inline or on the pool,
+// with the check's error, and changes nothing.
+TEST_F(ServiceTest, EveryMethodAnswersTheServeChecksErrorWhileItFails) {
+  auto d = c().mkdir(kRoot, kRootIno, "d", 0755);
+  ASSERT_TRUE(d.has_value()) << d.error();
+  fenced_ = true;
+  MetaClientOptions o;
+  o.addresses = {rpc::Endpoint{"127.0.0.1", port_}};
+  o.call_timeout_ms = 2000;
+  o.retry_time_ms_max = 100;  // kUnavailable is retried: not for long here
+  MetaClient client(io_, *rpc_, o);
+  auto expect_refused = [](const auto& r, const char* what) {
+    ASSERT_FALSE(r.has_value()) << what;
+    EXPECT_EQ(r.error().code(), Code::kUnavailable) << what << ": " << r.error();
+    EXPECT_NE(r.error().message().find("fenced by mgmtd: the reason"), std::string::npos) << r.error();
+  };
+  expect_refused(client.getattr(kRoot, kRootIno), "getattr (inline read)");
+  expect_refused(client.readdir(kRoot, kRootIno, "", 10), "readdir (pool read)");
+  expect_refused(client.statfs(kRoot), "statfs");
+  expect_refused(client.create(kRoot, kRootIno, "f", 0644, true, false), "create (inline mutation)");
+  expect_refused(client.rename(kRoot, kRootIno, "d", kRootIno, "e"), "rename (pool mutation)");
+  expect_refused(client.rmdir(kRoot, kRootIno, "d"), "rmdir (pool mutation)");
+  fenced_ = false;
+  EXPECT_TRUE(c().lookup(kRoot, kRootIno, "d").has_value()) << "nothing changed";
+  ASSERT_CODE(c().lookup(kRoot, kRootIno, "f"), Code::kNotFound);
 }
 
 TEST_F(ServiceTest, TwoMetaClientsOnOneRpcClientDoNotShareRequestIds) {
