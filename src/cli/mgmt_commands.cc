@@ -95,7 +95,10 @@ void status(const ClusterFlags& flags, bool json) {
       if (!rest) return fail(fmt::format("status: listing clients: {}", rest.error().message()));
       clients.insert(clients.end(), rest->clients.begin(), rest->clients.end());
     }
-    std::string out = json ? mgmt::render_json(*routing, now, clients) + "\n" : mgmt::render_text(*routing, now, clients);
+    const mgmt::MetaStoreRecord meta_store{.store_id = reply->meta_store_id(),
+                                           .ids_issued_below = reply->meta_ids_issued_below()};
+    std::string out = json ? mgmt::render_json(*routing, now, clients, meta_store) + "\n"
+                           : mgmt::render_text(*routing, now, clients, meta_store);
     // mgmtd refuses every server (mgmt/cluster_state.h, "Behind"): say so first.
     if (!reply->behind().empty()) {
       if (json && out.starts_with("{"))
