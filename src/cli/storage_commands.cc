@@ -35,7 +35,9 @@ class MetaOracle final : public storage::InodeOracle {
   Result<storage::MetaMark> mark() override {
     WEFT_TRY(meta::MetaClient * c, client());
     WEFT_TRY(meta::StatFs s, c->statfs(meta::Cred::root()));
-    return storage::MetaMark{s.ids_issued_below, s.store_id};
+    return storage::MetaMark{.ids_issued_below = s.ids_issued_below,
+                             .store_id = s.store_id,
+                             .cluster_store_id = routing_.current()->meta_store_id};
   }
 
  private:

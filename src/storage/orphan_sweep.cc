@@ -114,7 +114,14 @@ uint64_t OrphanSweep::judge(const Target& t, const std::vector<uint64_t>& inos,
                     options_.name, before->store_id, after->store_id, LogThrottle::held_back(*held));
     return 0;
   }
-  if (!same_store(t, *before)) return 0;
+  if (before->cluster_store_id != 0 && before->store_id != before->cluster_store_id) {
+    if (auto held = log_.admit())
+      WEFT_LOG_WARN("{}: orphan sweep: meta answers from store {:x}, but mgmtd records {:x} as the cluster's meta "
+                    "store (a meta mgmtd fenced, or a routing not yet refreshed): nothing judged{}",
+                    options_.name, before->store_id, before->cluster_store_id, LogThrottle::held_back(*held));
+    return 0;
+  }
+  if (!same_store(t, *before, seen)) return 0;
   const uint64_t* below = &before->ids_issued_below;
   uint64_t removed = 0;
   for (size_t i = 0; i < inos.size(); ++i) {
@@ -133,7 +140,8 @@ uint64_t OrphanSweep::judge(const Target& t, const std::vector<uint64_t>& inos,
   return removed;
 }
 
-bool OrphanSweep::same_store(const Target& t, const MetaMark& m) {
+bool OrphanSweep::same_store(const Target& t, const MetaMark& m,
+                             std::map<Key, std::chrono::steady_clock::time_point>& seen) {
   const std::filesystem::path file = std::filesystem::path(t.engine->dir()) / kStateFile;
   auto it = remembered_.find(t.id);
   if (it == remembered_.end()) {
@@ -149,11 +157,22 @@ bool OrphanSweep::same_store(const Target& t, const MetaMark& m) {
     it = remembered_.emplace(t.id, known).first;
   }
   MetaMark& known = it->second;
+  if (known.store_id != 0 && known.store_id != m.store_id && m.store_id == m.cluster_store_id) {
+    // mgmtd accepted the new store: the orphans judged so far (and their
+    // first-seen times) were the old store's word.
+    WEFT_LOG_WARN("{}: target {}: meta's store changed from {:x} to {:x}, which mgmtd records as the cluster's meta "
+                  "store (an accepted `--accept-store-change`): the orphan sweep starts over with it",
+                  options_.name, t.id, known.store_id, m.store_id);
+    std::erase_if(since_, [&](const auto& entry) { return entry.first.first == t.id; });
+    std::erase_if(seen, [&](const auto& entry) { return entry.first.first == t.id; });
+    known = MetaMark{};
+    persisted_this_pass_.erase(t.id);
+  }
   if (known.store_id != 0 && known.store_id != m.store_id) {
     if (auto held = log_.admit())
       WEFT_LOG_ERROR("{}: target {}: meta answers from store {:x}, not {:x} as before (a meta started on an empty or "
-                     "another store?): orphan sweep stopped for this target; remove {} if the new store is the one "
-                     "of record (mgmtd accepted it: `weft serve meta --accept-store-change`){}",
+                     "another store?), which mgmtd does not record as the cluster's: orphan sweep stopped for this "
+                     "target; remove {} if the new store is the one of record{}",
                      options_.name, t.id, m.store_id, known.store_id, file.string(), LogThrottle::held_back(*held));
     return false;
   }

@@ -16,12 +16,16 @@
 // store id (a meta started on an empty store, or another meta's), a mark
 // below the remembered one (a store restored from an older copy), or answers
 // from two stores in one question stop the sweep of that target, with an
-// error in the log, until an operator removes the file. (A first contact
-// with the wrong store is not caught here, but mgmtd refuses a meta whose
-// store is not the cluster's or is older, and such a meta exits rather than
-// serve: mgmt/cluster_state.h, "Meta's store". After the operator's
-// `--accept-store-change`, the file must be removed.) The mark in the file is rewritten at
-// most once per pass, so after a restart it may lag by one pass.
+// error in the log, until an operator removes the file. mgmtd's word comes
+// first (MetaMark::cluster_store_id, from the routing; mgmt/cluster_state.h,
+// "Meta's store"): answers from a store other than the one mgmtd records for
+// the cluster judge nothing (a fenced meta, a first contact with the wrong
+// store), and a different store id that IS the one mgmtd records is an
+// accepted store change (`weft serve meta --accept-store-change` gives the
+// store a new id): the target's sweep starts over with it (the file is
+// rewritten, the orphans seen so far forgotten), logged, no operator needed.
+// The mark in the file is rewritten at most once per pass, so after a restart
+// it may lag by one pass.
 // Load: at most `inodes_per_s` inodes asked per second; removal of one
 // orphan's chunks checks the stop and the lease fence per page.
 // Threading: one thread, started by start(), joined by stop(); run_once() is
@@ -53,6 +57,9 @@ namespace weft::storage {
 struct MetaMark {
   uint64_t ids_issued_below = 0;  // every id meta handed out is below this; 0: not told
   uint64_t store_id = 0;          // 0: not told
+  // Not meta's word but mgmtd's: the cluster's meta store as mgmtd recorded
+  // it (RoutingInfo::meta_store_id); 0: not known (an mgmtd older than it).
+  uint64_t cluster_store_id = 0;
 };
 
 // What the sweep asks meta.
@@ -111,8 +118,9 @@ class OrphanSweep {
   // within inodes_per_s.
   void pace(size_t count);
   // Whether `m` comes from the store target t remembers (remembering it, and
-  // a higher mark, first); false stops the sweep of t.
-  bool same_store(const Target& t, const MetaMark& m);
+  // a higher mark, first); false stops the sweep of t. A store change mgmtd
+  // accepted starts t's sweep over (forgetting t's orphans in since_ and `seen`).
+  bool same_store(const Target& t, const MetaMark& m, std::map<Key, std::chrono::steady_clock::time_point>& seen);
 
  public:
   static constexpr const char* kStateFile = "orphan-sweep.state";  // "<store id> <highest mark>\n"

@@ -35,8 +35,9 @@ struct FakeMeta final : InodeOracle {
   Result<MetaMark> mark() override {
     if (*down) return error(Code::kUnavailable, "meta down");
     if (grow_per_question && ++marks % 2 == 0) *below += grow_per_question;  // files created meanwhile
-    return MetaMark{*below, *store};
+    return MetaMark{.ids_issued_below = *below, .store_id = *store, .cluster_store_id = *cluster_store};
   }
+  uint64_t* cluster_store;  // what mgmtd records (routing)
   uint64_t grow_per_question = 0;
   uint64_t marks = 0;
 };
@@ -63,6 +64,7 @@ class OrphanSweepTest : public ::testing::Test {
     meta->store = &store_;
     meta->down = &down_;
     meta->switch_store_after_exist = &switch_store_;
+    meta->cluster_store = &cluster_store_;
     meta->grow_per_question = grow_per_question;
     return std::make_unique<OrphanSweep>(o, std::move(meta), std::vector<OrphanSweep::Target>{{7, engine_.get()}},
                                          registry_);
@@ -92,6 +94,7 @@ class OrphanSweepTest : public ::testing::Test {
   uint64_t store_ = 0xabc;
   bool down_ = false;
   uint64_t switch_store_ = 0;
+  uint64_t cluster_store_ = 0;  // 0: an mgmtd that does not say
 };
 
 TEST_F(OrphanSweepTest, ChunksOfInodesMetaNoLongerHasGoAfterTheGrace) {
@@ -161,6 +164,58 @@ TEST_F(OrphanSweepTest, ItStopsWhenAnotherMetaStoreAnswers) {
   store_ = 0xdef;
   ASSERT_TRUE(std::filesystem::remove(std::filesystem::path(dir_.path()) / OrphanSweep::kStateFile));
   EXPECT_EQ(sweep(std::chrono::milliseconds(0))->run_once(), 1u);  // the operator said the new store is right
+}
+
+// mgmtd's record of the cluster's meta store (routing) comes first: a meta
+// answering from another store judges nothing (its first contact included),
+// and a new store that mgmtd records (an accepted --accept-store-change)
+// restarts the sweep with it, no state file to remove by hand, the old
+// store's orphans forgotten.
+TEST_F(OrphanSweepTest, AStoreChangeMgmtdRecordsRestartsTheSweepWithTheNewStore) {
+  put(11, 1);
+  put(13, 1);
+  live_ = {11, 13};
+  cluster_store_ = 0xabc;
+  store_ = 0xdef;  // a first contact with a store that is not the cluster's
+  EXPECT_EQ(sweep(std::chrono::milliseconds(0))->run_once(), 0u);
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(dir_.path()) / OrphanSweep::kStateFile))
+      << "nothing remembered of it";
+  store_ = 0xabc;
+  live_ = {13};  // 11 is an orphan of the old store: seen, within its grace
+  auto slow = sweep(std::chrono::hours(1));
+  EXPECT_EQ(slow->run_once(), 0u);  // remembers abc
+  live_ = {};
+  store_ = 0xdef;  // the new store serves before mgmtd's record says so: nothing
+  EXPECT_EQ(slow->run_once(), 0u);
+  cluster_store_ = 0xdef;  // mgmtd accepted the change
+  below_ = (uint64_t{1} << 32) + 100;
+  auto quick = sweep(std::chrono::milliseconds(0));
+  EXPECT_EQ(quick->run_once(), 2u) << "the new store is the one of record: the sweep goes on with it";
+  EXPECT_TRUE(inodes_held().empty());
+  std::ifstream in(std::filesystem::path(dir_.path()) / OrphanSweep::kStateFile);
+  std::string store;
+  in >> store;
+  EXPECT_EQ(store, "def");
+  // Without mgmtd's word, another store still stops the sweep.
+  put(15, 1);
+  store_ = 0x123;
+  cluster_store_ = 0;
+  EXPECT_EQ(quick->run_once(), 0u);
+  EXPECT_EQ(inodes_held(), (std::set<uint64_t>{15}));
+}
+
+// The restart forgets the old store's orphans: their grace starts again.
+TEST_F(OrphanSweepTest, AStoreChangeForgetsWhenTheOldStoresOrphansWereSeen) {
+  put(11, 1);
+  live_ = {};
+  cluster_store_ = 0xabc;
+  auto s = sweep(std::chrono::milliseconds(300));
+  EXPECT_EQ(s->run_once(), 0u);  // 11 seen orphaned (store abc)
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  store_ = cluster_store_ = 0xdef;
+  EXPECT_EQ(s->run_once(), 0u) << "a first sighting for the new store";
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_EQ(s->run_once(), 1u);
 }
 
 // Each pass asks about every inode a target holds: at most inodes_per_s per
