@@ -3,8 +3,13 @@
 // is refused by mgmtd and exits with the one-line error instead of serving;
 // started once with --accept-store-change it serves, and its new files get
 // inode ids above every id the old store issued (mgmt/cluster_state.h,
-// "Meta's store"). Every process is stopped by PID, on failure too (Process).
+// "Meta's store"). A meta still running on the replaced store is fenced and
+// refuses every request; mgmtd restored from a backup older than a store
+// change takes the new store with --accept-older-state only, and never a
+// fresh one. Every process is stopped by PID, on failure too (Process).
 #include <sys/wait.h>
+
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -29,21 +34,29 @@ class StoreChange : public ::testing::Test {
                                     mgmtd_port_, dir_.file("mgmtd.ports"), dir_.file("mgmtd")));
   }
 
-  void start_mgmtd() {
-    mgmtd_ = std::make_unique<Process>(
-        std::vector<std::string>{testing::weft_binary(), "serve", "mgmtd", "--config", dir_.file("mgmtd.toml")},
-        dir_.file("mgmtd.log"));
+  void start_mgmtd(std::vector<std::string> flags = {}) {
+    std::filesystem::remove(dir_.file("mgmtd.ports"));
+    std::vector<std::string> argv{testing::weft_binary(), "serve", "mgmtd", "--config", dir_.file("mgmtd.toml")};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    mgmtd_ = std::make_unique<Process>(argv, dir_.file("mgmtd.log." + std::to_string(mgmtd_starts_++)));
     ASSERT_TRUE(testing::wait_for_file(dir_.file("mgmtd.ports"), 10s)) << mgmtd_->log();
   }
+  void stop_mgmtd() {
+    mgmtd_->signal(SIGTERM);
+    ASSERT_TRUE(mgmtd_->wait_exit(20s)) << mgmtd_->log();
+  }
 
-  // A meta server on data_dir `data` (the same port each time).
-  std::unique_ptr<Process> start_meta(const std::string& data, std::vector<std::string> flags = {}) {
+  // A meta server on data_dir `data` (port meta_port_ and port file
+  // meta.ports unless told otherwise).
+  std::unique_ptr<Process> start_meta(const std::string& data, std::vector<std::string> flags = {},
+                                      uint16_t port = 0, const std::string& ports = "meta.ports") {
     const std::string config = dir_.file("meta-" + std::to_string(starts_) + ".toml");
     testing::write_file(config, fmt::format("[server]\nlisten = \"127.0.0.1:{}\"\nmetrics_listen = \"\"\n"
                                             "cluster_token = \"tok\"\nname = \"meta-it\"\nport_file = \"{}\"\n"
                                             "[cluster]\nmgmtd = [\"127.0.0.1:{}\"]\n[meta]\ndata_dir = \"{}\"\n",
-                                            meta_port_, dir_.file("meta.ports"), mgmtd_port_, dir_.file(data)));
-    std::filesystem::remove(dir_.file("meta.ports"));
+                                            port == 0 ? meta_port_ : port, dir_.file(ports), mgmtd_port_,
+                                            dir_.file(data)));
+    std::filesystem::remove(dir_.file(ports));
     std::vector<std::string> argv{testing::weft_binary(), "serve", "meta", "--config", config};
     argv.insert(argv.end(), flags.begin(), flags.end());
     return std::make_unique<Process>(argv, dir_.file("meta.log." + std::to_string(starts_++)));
@@ -54,21 +67,28 @@ class StoreChange : public ::testing::Test {
     ASSERT_TRUE(p.wait_exit(20s)) << p.log();
   }
 
-  // Creates `name` in / through meta; returns its inode id (0 on failure).
-  meta::Ino create(const std::string& name) {
+  // Creates `name` in / through the meta at `port` (meta_port_ if 0).
+  Result<meta::Ino> try_create(const std::string& name, uint16_t port = 0) {
     rpc::Client rpc(io_, rpc::ClientOptions{.cluster_token = "tok"});
     meta::MetaClientOptions o;
-    o.addresses = {rpc::Endpoint{"127.0.0.1", meta_port_}};
+    o.addresses = {rpc::Endpoint{"127.0.0.1", port == 0 ? meta_port_ : port}};
     o.call_timeout_ms = 3000;
+    o.retry_time_ms_max = 1000;
     meta::MetaClient client(io_, rpc, o);
     auto r = client.create(meta::Cred::root(), meta::kRootIno, name, 0644, true, false);
+    if (!r) return std::unexpected(r.error());
+    return r->inode.ino;
+  }
+  // The same, expected to work; returns its inode id (0 on failure).
+  meta::Ino create(const std::string& name, uint16_t port = 0) {
+    auto r = try_create(name, port);
     EXPECT_TRUE(r.has_value()) << r.error();
-    return r ? r->inode.ino : 0;
+    return r ? *r : 0;
   }
 
   TempDir dir_;
   uint16_t mgmtd_port_, meta_port_;
-  int starts_ = 0;
+  int starts_ = 0, mgmtd_starts_ = 0;
   rpc::IoPool io_{1};
   std::unique_ptr<Process> mgmtd_;
 };
@@ -117,8 +137,111 @@ TEST_F(StoreChange, MetaOnAnEmptyDataDirIsRefusedUnlessTheOperatorAcceptsTheChan
   auto old_status = meta->wait_exit(30s);
   ASSERT_TRUE(old_status) << meta->log();
   EXPECT_NE(meta->log().find("--accept-store-change"), std::string::npos) << meta->log();
-  mgmtd_->signal(SIGTERM);
-  EXPECT_TRUE(mgmtd_->wait_exit(20s));
+  ASSERT_NO_FATAL_FAILURE(stop_mgmtd());
+}
+
+// A meta that keeps running after another meta's accepted store change
+// replaced its store: its next heartbeat is refused, and it answers every
+// request with kUnavailable and the reason instead of serving a store that is
+// no longer the cluster's (its log says why). `weft status` shows the store
+// mgmtd records.
+TEST_F(StoreChange, ARunningMetaWhoseStoreWasReplacedStopsServing) {
+  ASSERT_NO_FATAL_FAILURE(start_mgmtd());
+  auto old_meta = start_meta("meta");
+  ASSERT_TRUE(testing::wait_for_file(dir_.file("meta.ports"), 20s)) << old_meta->log();
+  ASSERT_GT(create("before"), 0u);
+  const uint16_t new_port = testing::free_port();
+  auto new_meta = start_meta("new", {"--accept-store-change"}, new_port, "new-meta.ports");
+  ASSERT_TRUE(testing::wait_for_file(dir_.file("new-meta.ports"), 20s)) << new_meta->log();
+  EXPECT_GE(create("after", new_port), uint64_t{1} << 32);
+  Result<meta::Ino> refused = 0;
+  for (int i = 0; i < 100; ++i) {  // its next heartbeat (every 200 ms) is refused
+    refused = try_create("late" + std::to_string(i));
+    if (!refused) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_FALSE(refused.has_value()) << "the replaced meta still serves: " << old_meta->log();
+  EXPECT_EQ(refused.error().code(), Code::kUnavailable) << refused.error();
+  EXPECT_NE(refused.error().message().find("fenced by mgmtd"), std::string::npos) << refused.error();
+  EXPECT_NE(refused.error().message().find("no longer the cluster's meta store"), std::string::npos)
+      << refused.error();
+  EXPECT_TRUE(old_meta->running()) << "it refuses, as a fenced storage server does";
+  EXPECT_NE(old_meta->log().find("mgmtd fenced this meta server"), std::string::npos) << old_meta->log();
+  EXPECT_GT(create("still", new_port), 0u) << "the new store serves on";
+
+  const std::string client = dir_.file("client.toml");
+  testing::write_file(client, fmt::format("mgmtd = [\"127.0.0.1:{}\"]\ncluster_token = \"tok\"\n", mgmtd_port_));
+  Process status({testing::weft_binary(), "status", "--config", client}, dir_.file("status.log"), {"WEFT_CONFIG="});
+  ASSERT_TRUE(status.wait_exit(30s));
+  EXPECT_NE(status.log().find("\nmeta store: "), std::string::npos) << status.log();
+  EXPECT_NE(status.log().find("(inode ids issued below "), std::string::npos) << status.log();
+  EXPECT_NE(new_meta->log().find(status.log().substr(status.log().find("\nmeta store: ") + 13, 16)),
+            std::string::npos)
+      << "the new meta's store id, as its log named it\n" << status.log() << new_meta->log();
+  ASSERT_NO_FATAL_FAILURE(stop(*old_meta));
+  ASSERT_NO_FATAL_FAILURE(stop(*new_meta));
+  ASSERT_NO_FATAL_FAILURE(stop_mgmtd());
+}
+
+// mgmtd restored from a backup taken before a store change: it knows the old
+// store only. Without --accept-older-state it refuses the meta serving the
+// new store, naming the option, and the meta waits without serving; with it,
+// mgmtd takes the cluster's newer view and the meta serves, its ids going on
+// from where they were. A meta on a fresh data_dir is refused all the same.
+TEST_F(StoreChange, MgmtdOnABackupOlderThanAStoreChangeTakesTheNewStoreWithAcceptOlderState) {
+  ASSERT_NO_FATAL_FAILURE(start_mgmtd());
+  auto meta = start_meta("meta");
+  ASSERT_TRUE(testing::wait_for_file(dir_.file("meta.ports"), 20s)) << meta->log();
+  ASSERT_GT(create("old"), 0u);
+  ASSERT_NO_FATAL_FAILURE(stop(*meta));
+  ASSERT_NO_FATAL_FAILURE(stop_mgmtd());
+  std::filesystem::copy(dir_.file("mgmtd"), dir_.file("mgmtd-backup"), std::filesystem::copy_options::recursive);
+  ASSERT_NO_FATAL_FAILURE(start_mgmtd());
+  meta = start_meta("new", {"--accept-store-change"});
+  ASSERT_TRUE(testing::wait_for_file(dir_.file("meta.ports"), 20s)) << meta->log();
+  const meta::Ino new_file = create("new");
+  ASSERT_GE(new_file, uint64_t{1} << 32);
+  ASSERT_NO_FATAL_FAILURE(stop(*meta));
+  ASSERT_NO_FATAL_FAILURE(stop_mgmtd());
+
+  // mgmtd on the backup.
+  std::filesystem::remove_all(dir_.file("mgmtd"));
+  std::filesystem::copy(dir_.file("mgmtd-backup"), dir_.file("mgmtd"), std::filesystem::copy_options::recursive);
+  ASSERT_NO_FATAL_FAILURE(start_mgmtd());
+  meta = start_meta("new");
+  bool named = false;
+  for (int i = 0; i < 100 && !named; ++i) {
+    named = meta->log().find("--accept-older-state") != std::string::npos;
+    if (!named) std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(named) << meta->log();
+  EXPECT_TRUE(meta->running()) << "it waits for mgmtd: " << meta->log();
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("meta.ports"))) << "without serving";
+  meta->signal(SIGKILL);
+  ASSERT_TRUE(meta->wait_exit(20s));
+  ASSERT_NO_FATAL_FAILURE(stop_mgmtd());
+
+  ASSERT_NO_FATAL_FAILURE(start_mgmtd({"--accept-older-state"}));
+  // A fresh store is still refused: only the meta's own flag takes it.
+  auto fresh = start_meta("fresh");
+  auto fresh_status = fresh->wait_exit(30s);
+  ASSERT_TRUE(fresh_status) << "meta on a fresh data_dir kept running: " << fresh->log();
+  EXPECT_TRUE(WIFEXITED(*fresh_status) && WEXITSTATUS(*fresh_status) != 0) << fresh->log();
+  EXPECT_NE(fresh->log().find("--accept-store-change"), std::string::npos) << fresh->log();
+  meta = start_meta("new");
+  ASSERT_TRUE(testing::wait_for_file(dir_.file("meta.ports"), 20s)) << meta->log();
+  EXPECT_GT(create("newer"), new_file);
+  ASSERT_NO_FATAL_FAILURE(stop(*meta));
+  // The record is the new store's now, without the option too.
+  ASSERT_NO_FATAL_FAILURE(stop_mgmtd());
+  ASSERT_NO_FATAL_FAILURE(start_mgmtd());
+  meta = start_meta("new");
+  ASSERT_TRUE(testing::wait_for_file(dir_.file("meta.ports"), 20s)) << meta->log();
+  ASSERT_NO_FATAL_FAILURE(stop(*meta));
+  meta = start_meta("meta");  // the old store stays refused
+  auto old_status = meta->wait_exit(30s);
+  ASSERT_TRUE(old_status) << meta->log();
+  ASSERT_NO_FATAL_FAILURE(stop_mgmtd());
 }
 
 }  // namespace
