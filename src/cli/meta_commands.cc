@@ -213,10 +213,14 @@ void serve_meta(const std::string& config_path, bool accept_store_change) {
     meta::MetaStore* s = store->get();
     client::ChunkGcHooks hooks;
     // A fenced meta's store is no longer the cluster's: its queue may name
-    // files the cluster's store still has.
-    hooks.pending = [s, check = fence_check(*membership)](size_t limit, std::optional<meta::Ino> after)
-        -> Result<std::vector<meta::GcItem>> {
+    // files the cluster's store still has. Nor does a meta without a lease
+    // take files to collect: cut off from mgmtd it would not learn that
+    // another meta's --accept-store-change replaced its store (a pass
+    // already running finishes its batch).
+    hooks.pending = [s, check = fence_check(*membership), client = (*membership)->client.get()](
+                        size_t limit, std::optional<meta::Ino> after) -> Result<std::vector<meta::GcItem>> {
       WEFT_RETURN_IF_ERROR(check());
+      if (!client->lease().can_serve_writes()) return std::vector<meta::GcItem>{};
       return s->gc_pending(limit, after);
     };
     hooks.done = [s](std::span<const meta::Ino> inos) -> Result<void> {

@@ -218,8 +218,17 @@ Result<uint64_t> apply_meta_store(PersistedState& state, const RegisterRequest& 
                  "cluster's), after restoring mgmtd's newest state if another store may have issued higher ids",
                  got.ids_issued_below);
   if (!r.accept_store_change) WEFT_RETURN_IF_ERROR(check_meta_store(known, got, accept_older_state, false));
+  // An accepted change records the floor meta raises its ids to before it
+  // serves (the mark returned plus the margin), not the store's mark before
+  // that raise: until its first heartbeat the record must already cover the
+  // ids it hands out (a later change raises past them; a copy of the old
+  // store does not pass for a change mgmtd missed).
+  uint64_t floor = known.ids_issued_below;
+  if (r.accept_store_change)
+    floor = known.ids_issued_below > UINT64_MAX - kStoreChangeIdMargin ? UINT64_MAX
+                                                                      : known.ids_issued_below + kStoreChangeIdMargin;
   state.meta_store = {.store_id = got.store_id,
-                      .ids_issued_below = std::max(known.ids_issued_below, got.ids_issued_below)};
+                      .ids_issued_below = std::max({known.ids_issued_below, got.ids_issued_below, floor})};
   return known.ids_issued_below;
 }
 

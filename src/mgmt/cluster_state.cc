@@ -306,6 +306,7 @@ Result<void> ClusterState::check_meta_heartbeat_locked(const HeartbeatRequest& r
     log_meta_refusal_locked(fmt::format("node {} ({})", request.node_id, node->second.address), checked.error());
     return checked;
   }
+  const std::string address = node->second.address;  // `node` dangles once mutate() replaced the state
   MetaStoreRecord next = known;
   if (got.store_id != 0 && got.store_id != known.store_id) {
     // No store recorded (a state that lost it), or one from a change mgmtd's
@@ -327,7 +328,7 @@ Result<void> ClusterState::check_meta_heartbeat_locked(const HeartbeatRequest& r
   }
   if (known.store_id == 0)
     WEFT_LOG_INFO("mgmt: meta node {} ({}) heartbeats with store {:016x} (ids issued below {}): recorded as the "
-                  "cluster's meta store (none was)", request.node_id, node->second.address, next.store_id,
+                  "cluster's meta store (none was)", request.node_id, address, next.store_id,
                   next.ids_issued_below);
   else if (next.store_id != known.store_id)
     log_older_store_record_locked(fmt::format("meta node {}", request.node_id), known, got);

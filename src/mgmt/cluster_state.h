@@ -48,9 +48,10 @@
 // would hand out inode ids again whose chunks storage still holds, so new
 // files would show and merge into old files' data. `weft serve meta` exits on
 // it rather than serve. accept_store_change (the operator's
-// `--accept-store-change`) records the new store instead, keeps the higher
-// mark, and returns the mark recorded before: meta raises its next id past it
-// (plus kStoreChangeIdMargin) before serving; meta also gives the store a new
+// `--accept-store-change`) records the new store instead, with the floor its
+// ids are raised to (the mark recorded before plus kStoreChangeIdMargin), and
+// returns the mark recorded before: meta raises its next id past it (plus
+// kStoreChangeIdMargin) before serving; meta also gives the store a new
 // id first, so every accepted change makes a store id of its own. Without a
 // record (a new cluster, or a state that lost it) there is no mark to raise
 // past: accept_store_change is refused then (without it, the first store

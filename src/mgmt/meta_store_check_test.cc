@@ -109,9 +109,12 @@ TEST(MetaStoreCheck, TheOperatorsOverrideRecordsTheNewStoreAndKeepsTheHigherMark
   ASSERT_TRUE(changed) << changed.error();
   EXPECT_TRUE(changed->meta_store_checked);
   EXPECT_EQ(changed->meta_ids_mark, 5000u) << "what the new store must raise its next id past";
-  EXPECT_EQ(h.state->meta_store(), (MetaStoreRecord{.store_id = kOtherStore, .ids_issued_below = 5000}));
+  // The record is the floor the new store raises its ids to before it serves
+  // (not its mark before that): its ids are covered from the first one.
+  const MetaStoreRecord raised{.store_id = kOtherStore, .ids_issued_below = 5000 + kStoreChangeIdMargin};
+  EXPECT_EQ(h.state->meta_store(), raised);
   h.reopen();
-  EXPECT_EQ(h.state->meta_store(), (MetaStoreRecord{.store_id = kOtherStore, .ids_issued_below = 5000}));
+  EXPECT_EQ(h.state->meta_store(), raised);
   // Until the new store raised its ids (and reports so), its low mark is refused
   // without the flag: a crash before the raise cannot slip through.
   EXPECT_FALSE(h.state->register_node(meta(kOtherStore, 2, 3)));
@@ -121,6 +124,28 @@ TEST(MetaStoreCheck, TheOperatorsOverrideRecordsTheNewStoreAndKeepsTheHigherMark
   auto restored = h.state->register_node(meta(kOtherStore, 7, 4, /*accept=*/true));
   ASSERT_TRUE(restored) << restored.error();
   EXPECT_EQ(restored->meta_ids_mark, 5000 + (1ull << 32));
+}
+
+// Store S2 was accepted, served without a heartbeat reaching mgmtd, and S3
+// replaced it: S3 raised past the floor recorded for S2, not past S2's mark
+// before its raise, so S3's ids are not S2's; and a restarted S2 (its mark
+// above the floor) does not pass for a change mgmtd missed, even with
+// --accept-older-state.
+TEST(MetaStoreCheck, ASecondChangeRaisesPastTheFirstOnesFloorBeforeItsFirstHeartbeat) {
+  TempDir dir;
+  Harness h(dir.path() + "/state");
+  ASSERT_TRUE(h.state->register_node(meta(kStore, 5000)));
+  auto s2 = h.state->register_node(meta(kOtherStore, 2, 2, /*accept=*/true));
+  ASSERT_TRUE(s2) << s2.error();
+  const uint64_t s2_floor = s2->meta_ids_mark + kStoreChangeIdMargin;  // what S2 raised to
+  constexpr uint64_t kThirdStore = 0xc0c;
+  auto s3 = h.state->register_node(meta(kThirdStore, 2, 3, /*accept=*/true));
+  ASSERT_TRUE(s3) << s3.error();
+  EXPECT_GE(s3->meta_ids_mark, s2_floor) << "S3 raises past every id S2 may have issued since its raise";
+  h.options.accept_older_state = true;
+  h.reopen();
+  EXPECT_FALSE(h.state->register_node(meta(kOtherStore, s2_floor + 100, 4))) << "S2 restarted: not the store of record";
+  EXPECT_EQ(h.state->meta_store().store_id, kThirdStore);
 }
 
 TEST(MetaStoreCheck, AMetaThatReportsNoStoreIsAcceptedUnchecked) {
@@ -171,7 +196,7 @@ TEST(MetaStoreCheck, AHeartbeatOfAReplacedStoreIsRefused) {
   EXPECT_NE(refused.error().message().find("no longer the cluster's meta store"), std::string::npos)
       << refused.error();
   EXPECT_EQ(refused.error().message().find('\n'), std::string::npos) << "one line";
-  EXPECT_EQ(h.state->meta_store(), (MetaStoreRecord{.store_id = kOtherStore, .ids_issued_below = 6000}));
+  EXPECT_EQ(h.state->meta_store(), (MetaStoreRecord{.store_id = kOtherStore, .ids_issued_below = 6000 + (1ull << 32)}));
   ASSERT_TRUE(h.state->heartbeat({.node_id = new_meta.node_id, .incarnation = 1,
                                   .meta_ids_issued_below = 6000 + (1ull << 32), .meta_store_id = kOtherStore}));
   EXPECT_EQ(h.state->meta_store().ids_issued_below, 6000 + (1ull << 32));

@@ -10,6 +10,7 @@
 
 #include "common/durable_file.h"
 #include "common/logging.h"
+#include "mgmt/cluster_state.h"
 
 namespace weft::storage {
 OrphanSweep::OrphanSweep(OrphanSweepOptions options, std::unique_ptr<InodeOracle> oracle, std::vector<Target> targets,
@@ -157,7 +158,16 @@ bool OrphanSweep::same_store(const Target& t, const MetaMark& m,
     it = remembered_.emplace(t.id, known).first;
   }
   MetaMark& known = it->second;
-  if (known.store_id != 0 && known.store_id != m.store_id && m.store_id == m.cluster_store_id) {
+  // An accepted change: mgmtd records the new store, and meta raised its ids
+  // past the old store's mark plus the margin before serving. mgmtd records
+  // a store without an operator's word too (the first it hears when it has
+  // no record, e.g. a lost state; one a restored mgmtd takes with
+  // --accept-older-state): a fresh or foreign store's ids would stand below
+  // what this target saw, and judging by it would remove live chunks. Half
+  // the margin: the old meta may have issued ids past what mgmtd last heard.
+  const bool raised_past = known.ids_issued_below <= UINT64_MAX - mgmt::kStoreChangeIdMargin / 2 &&
+                           m.ids_issued_below >= known.ids_issued_below + mgmt::kStoreChangeIdMargin / 2;
+  if (known.store_id != 0 && known.store_id != m.store_id && m.store_id == m.cluster_store_id && raised_past) {
     // mgmtd accepted the new store: the orphans judged so far (and their
     // first-seen times) were the old store's word.
     WEFT_LOG_WARN("{}: target {}: meta's store changed from {:x} to {:x}, which mgmtd records as the cluster's meta "
@@ -170,10 +180,15 @@ bool OrphanSweep::same_store(const Target& t, const MetaMark& m,
   }
   if (known.store_id != 0 && known.store_id != m.store_id) {
     if (auto held = log_.admit())
-      WEFT_LOG_ERROR("{}: target {}: meta answers from store {:x}, not {:x} as before (a meta started on an empty or "
-                     "another store?), which mgmtd does not record as the cluster's: orphan sweep stopped for this "
-                     "target; remove {} if the new store is the one of record{}",
-                     options_.name, t.id, m.store_id, known.store_id, file.string(), LogThrottle::held_back(*held));
+      WEFT_LOG_ERROR("{}: target {}: meta answers from store {:x} (ids issued below {}), not {:x} as before (ids "
+                     "below {}; a meta started on an empty or another store?), which mgmtd {}: orphan sweep stopped "
+                     "for this target; remove {} if the new store is the one of record{}",
+                     options_.name, t.id, m.store_id, m.ids_issued_below, known.store_id, known.ids_issued_below,
+                     m.store_id == m.cluster_store_id
+                         ? "records as the cluster's but whose ids were not raised past this target's mark (not an "
+                           "accepted --accept-store-change)"
+                         : "does not record as the cluster's",
+                     file.string(), LogThrottle::held_back(*held));
     return false;
   }
   if (m.ids_issued_below < known.ids_issued_below) {

@@ -204,6 +204,28 @@ TEST_F(OrphanSweepTest, AStoreChangeMgmtdRecordsRestartsTheSweepWithTheNewStore)
   EXPECT_EQ(inodes_held(), (std::set<uint64_t>{15}));
 }
 
+// mgmtd records a store without an operator's word too (the first it hears
+// after losing its state, one a restored mgmtd takes with
+// --accept-older-state): a store whose ids were not raised past what the
+// target saw (a meta on an empty data_dir) judges nothing, or every inode it
+// lacks would go.
+TEST_F(OrphanSweepTest, AStoreMgmtdRecordsWhoseIdsWereNotRaisedStopsTheSweep) {
+  put(11, 1);
+  put(13, 1);
+  live_ = {11, 13};
+  below_ = 5000;
+  cluster_store_ = store_ = 0xabc;
+  auto s = sweep(std::chrono::milliseconds(0));
+  EXPECT_EQ(s->run_once(), 0u);  // remembers abc, ids below 5000
+  live_ = {};
+  store_ = cluster_store_ = 0xdef;  // a fresh store mgmtd recorded
+  below_ = 4;
+  EXPECT_EQ(s->run_once(), 0u);
+  below_ = 5000 + (uint64_t{1} << 30);  // grown, yet not by a change's margin
+  EXPECT_EQ(s->run_once(), 0u);
+  EXPECT_EQ(inodes_held(), (std::set<uint64_t>{11, 13}));
+}
+
 // The restart forgets the old store's orphans: their grace starts again.
 TEST_F(OrphanSweepTest, AStoreChangeForgetsWhenTheOldStoresOrphansWereSeen) {
   put(11, 1);
@@ -213,6 +235,7 @@ TEST_F(OrphanSweepTest, AStoreChangeForgetsWhenTheOldStoresOrphansWereSeen) {
   EXPECT_EQ(s->run_once(), 0u);  // 11 seen orphaned (store abc)
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   store_ = cluster_store_ = 0xdef;
+  below_ += uint64_t{1} << 32;  // an accepted change raised its ids past the old mark
   EXPECT_EQ(s->run_once(), 0u) << "a first sighting for the new store";
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   EXPECT_EQ(s->run_once(), 1u);
