@@ -2,8 +2,12 @@
 
 #include <sys/statvfs.h>
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 namespace weft {
 
@@ -11,6 +15,28 @@ namespace {
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+// FNV-1a, continued from `h`.
+uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+// This machine (this boot): filesystem ids are unique on one machine only
+// (XFS's is the device number, and cloned images share ext4 UUIDs), so they
+// are qualified by the kernel's boot id (the host name where it is missing).
+uint64_t machine_hash() {
+  static const uint64_t hash = [] {
+    std::string id;
+    if (std::ifstream in("/proc/sys/kernel/random/boot_id"); in) std::getline(in, id);
+    if (id.empty()) {
+      char host[256] = {};
+      if (::gethostname(host, sizeof host - 1) == 0) id = host;
+    }
+    return fnv1a(14695981039346656037ull, id.data(), id.size());
+  }();
+  return hash;
 }
 }  // namespace
 
@@ -28,7 +54,9 @@ Result<uint64_t> FreeSpaceGuard::available_bytes() {
   if (quarter > 0 && reserve_.load(std::memory_order_relaxed) > quarter)
     reserve_.store(quarter, std::memory_order_relaxed);
   last_available_.store(available, std::memory_order_relaxed);
-  fs_id_.store(static_cast<uint64_t>(vfs.f_fsid), std::memory_order_relaxed);
+  const uint64_t fsid = static_cast<uint64_t>(vfs.f_fsid);
+  uint64_t id = fsid == 0 ? 0 : fnv1a(machine_hash(), &fsid, sizeof fsid);
+  fs_id_.store(fsid != 0 && id == 0 ? 1 : id, std::memory_order_relaxed);
   last_read_ns_.store(now_ns(), std::memory_order_release);
   return available;
 }

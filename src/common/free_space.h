@@ -44,8 +44,9 @@ class FreeSpaceGuard {
   // The reserve in force: the configured one, capped once the filesystem's size is known.
   uint64_t reserve_bytes() const { return reserve_.load(std::memory_order_relaxed); }
   const std::string& dir() const { return dir_; }
-  // The filesystem's id (statvfs f_fsid) as of the last reading; 0 before
-  // one, or where the filesystem reports none.
+  // The filesystem's id as of the last reading, unique across machines: its
+  // statvfs f_fsid (unique on one machine only) hashed with the machine's boot
+  // id. 0 before a reading, or where the filesystem reports none.
   uint64_t fs_id() const { return fs_id_.load(std::memory_order_relaxed); }
 
  private:

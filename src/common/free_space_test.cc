@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "common/small_fs.h"
 #include "common/temp_dir.h"
 
@@ -67,6 +69,22 @@ TEST(FreeSpaceGuard, MissingDirectoryIsAnError) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code(), Code::kIoError);  // not ENOENT to a client whose create it refuses
   EXPECT_NE(r.error().message().find("/nonexistent/dir"), std::string::npos);
+}
+
+// Two directories of one filesystem have one id (targets sharing a disk count
+// its free space once); another filesystem has another; none before a reading.
+TEST(FreeSpaceGuard, DirectoriesOfOneFilesystemShareItsId) {
+  testing::TempDir dir;
+  std::filesystem::create_directories(dir.path() + "/a");
+  std::filesystem::create_directories(dir.path() + "/b");
+  FreeSpaceGuard a(dir.path() + "/a", 0), b(dir.path() + "/b", 0), proc("/proc", 0);
+  EXPECT_EQ(a.fs_id(), 0u) << "no reading yet";
+  ASSERT_TRUE(a.available_bytes());
+  ASSERT_TRUE(b.available_bytes());
+  EXPECT_NE(a.fs_id(), 0u);
+  EXPECT_EQ(a.fs_id(), b.fs_id());
+  ASSERT_TRUE(proc.available_bytes());
+  EXPECT_NE(proc.fs_id(), a.fs_id());
 }
 
 }  // namespace
