@@ -61,7 +61,8 @@ TEST(ProtoConvert, EncodedBytesBoundCoversTheEncoding) {
                             .lease_expiry = from_ns(INT64_MIN), .last_heartbeat = from_ns(INT64_MIN)};
   wide.targets[UINT64_MAX] = {.id = UINT64_MAX, .node_id = UINT32_MAX, .name = std::string(1024, 'n'),
                               .state = TargetState::kLastServing, .reported = true, .capacity_bytes = UINT64_MAX,
-                              .used_bytes = UINT64_MAX};
+                              .used_bytes = UINT64_MAX, .data_id = UINT64_MAX, .fs_id = UINT64_MAX,
+                              .fs_free_bytes = UINT64_MAX};
   wide.tables[UINT32_MAX] = {.id = UINT32_MAX, .replicas = UINT32_MAX, .chains = std::vector<ChainId>(300, UINT32_MAX)};
   wide.chains[UINT32_MAX] = {.id = UINT32_MAX, .table_id = UINT32_MAX, .version = UINT64_MAX,
                              .entries = std::vector<ChainEntry>(40, {UINT64_MAX, TargetState::kLastServing})};

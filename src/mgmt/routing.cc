@@ -162,9 +162,10 @@ uint64_t node_bytes(const NodeInfo& n) {
 }
 
 uint64_t target_bytes(const TargetInfo& t) {
-  // id, node id, name, state, reported, capacity, used
+  // id, node id, name, state, reported, capacity, used, data id, fs id, fs free
+  // (the last three and usage change in place: counted at their widest)
   return field(t.id) + field(t.node_id) + delimited(t.name.size()) + field(static_cast<uint64_t>(t.state)) +
-         field(1) + 2 * kWideField;
+         field(1) + 5 * kWideField;
 }
 
 uint64_t table_bytes(const ChainTableInfo& t) {

@@ -83,26 +83,37 @@ struct StorageService::RangePage {
 };
 
 // The inode's chunks of the chain on write-path member `i` (not the head) from
-// first_index on: at most `count`, in index order.
+// first_index up to `*last`, which it lowers to where its listing of `count`
+// chunks ended (a full one: more may follow).
 Task<Result<std::vector<ChunkId>>> StorageService::range_list_member(const Placement& p, size_t i,
-                                                                     const pb::RemoveRangeRequest& req, size_t count) {
+                                                                     const pb::RemoveRangeRequest& req, size_t count,
+                                                                     uint64_t* last) {
   const mgmt::TargetId member = p.route.write_path[i];
   WEFT_CO_TRY(std::string address, p.routing->target_address(member));
   WEFT_CO_TRY(rpc::Endpoint ep, rpc::Endpoint::parse(address));
   pb::ListChunksRequest list;
   list.set_target_id(member);
   list.set_chain_id(req.chain_id());
-  list.set_count_max(static_cast<uint32_t>(count));
+  list.set_count_max(static_cast<uint32_t>(count + 1));
   list.mutable_start()->set_inode(req.inode());
   list.mutable_start()->set_index(req.first_index());
   auto r = co_await client_.call<pb::ListChunksReply>(ep, methods::kListChunks, list);
   if (!r) co_return error(r.error().with_context(fmt::format("list chunks of inode {} on target {}", req.inode(), member)));
-  std::vector<ChunkId> out;
-  // A chunk of unknown chain is listed too: it may be another chain's, and is left alone.
+  // The bound comes from the whole listing: a chunk of unknown chain (written
+  // before chains were recorded) is listed too and counts toward the page,
+  // though it is left alone (it may be another chain's).
+  std::vector<std::pair<ChunkId, uint32_t>> listed;
   for (const auto& c : r->chunks()) {
     if (c.chunk().inode() != req.inode()) break;
-    if (c.chain_id() == req.chain_id()) out.push_back(ChunkId{c.chunk().inode(), c.chunk().index()});
+    listed.emplace_back(ChunkId{c.chunk().inode(), c.chunk().index()}, c.chain_id());
   }
+  if (listed.size() > count) {
+    listed.resize(count);
+    *last = std::min(*last, listed.back().first.index);
+  }
+  std::vector<ChunkId> out;
+  for (const auto& [id, chain] : listed)
+    if (chain == req.chain_id() && id.index <= *last) out.push_back(id);
   co_return out;
 }
 
@@ -120,8 +131,7 @@ Task<Result<StorageService::RangePage>> StorageService::range_page(const Placeme
   uint64_t last = cut_to(listed, count);
   RangePage page;
   for (size_t i = 1; i < p.route.write_path.size(); ++i) {
-    WEFT_CO_TRY(auto theirs, co_await range_list_member(p, i, req, count + 1));
-    last = std::min(last, cut_to(theirs, count));
+    WEFT_CO_TRY(auto theirs, co_await range_list_member(p, i, req, count, &last));
     page.elsewhere.insert(page.elsewhere.end(), theirs.begin(), theirs.end());
   }
   if (last != UINT64_MAX) {

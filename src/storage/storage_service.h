@@ -269,7 +269,7 @@ class StorageService {
   struct RangePage;
   Task<Result<RangePage>> range_page(const Placement& p, const pb::RemoveRangeRequest& req);
   Task<Result<std::vector<ChunkId>>> range_list_member(const Placement& p, size_t i, const pb::RemoveRangeRequest& req,
-                                                       size_t count);
+                                                       size_t count, uint64_t* last);
   Task<void> range_worker(const pb::RemoveRangeRequest& req, RangePage& page);
   Task<Result<pb::ForwardReply>> forward_in(const pb::ForwardRequest& req, rpc::ServerCall& call);
   // `absent` (RemoveRange): when the head has neither a committed nor a
