@@ -1294,10 +1294,13 @@ TEST_F(FuseTest, Statfs) {
     struct statvfs disk {};
     ASSERT_EQ(::statvfs(data_.c_str(), &disk), 0) << std::strerror(errno);
     disk_free = uint64_t{disk.f_bavail} * disk.f_frsize;
-    if (mount_free <= disk_free / 2 + (uint64_t{256} << 20)) break;
+    // Slack for what other tests write meanwhile (the targets' readings are
+    // seconds old): a count per target would show the whole disk, or more.
+    if (mount_free <= disk_free / 2 + disk_free / 10 + (uint64_t{512} << 20)) break;
     std::this_thread::sleep_for(200ms);
   } while (std::chrono::steady_clock::now() < deadline);
-  EXPECT_LE(mount_free, disk_free / 2 + (uint64_t{256} << 20)) << "free space of one disk counted per target";
+  EXPECT_LE(mount_free, disk_free / 2 + disk_free / 10 + (uint64_t{512} << 20))
+      << "free space of one disk counted per target";
   EXPECT_GT(mount_free, 0u);
 }
 
