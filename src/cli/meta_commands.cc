@@ -212,14 +212,13 @@ void serve_meta(const std::string& config_path, bool accept_store_change) {
   if (*membership) {
     meta::MetaStore* s = store->get();
     client::ChunkGcHooks hooks;
-    // A fenced meta's store is no longer the cluster's: its queue may name
-    // files the cluster's store still has. Nor does a meta without a lease
-    // take files to collect: cut off from mgmtd it would not learn that
-    // another meta's --accept-store-change replaced its store (a pass
-    // already running finishes its batch).
-    hooks.pending = [s, check = fence_check(*membership), client = (*membership)->client.get()](
+    // Only under a valid lease from mgmtd (a fence revokes it for good): a
+    // fenced meta's store is no longer the cluster's, and its queue may name
+    // files the cluster's store still has; cut off from mgmtd, a meta would
+    // not learn that another meta's --accept-store-change replaced its store.
+    // (A pass already running finishes its batch.)
+    hooks.pending = [s, client = (*membership)->client.get()](
                         size_t limit, std::optional<meta::Ino> after) -> Result<std::vector<meta::GcItem>> {
-      WEFT_RETURN_IF_ERROR(check());
       if (!client->lease().can_serve_writes()) return std::vector<meta::GcItem>{};
       return s->gc_pending(limit, after);
     };

@@ -291,12 +291,12 @@ Context context_of(const Req& q, const rpc::ServerCall& call) {
   return ctx;
 }
 
-// The coroutine form of a point read (a named type, not a capturing lambda: see DESIGN.md on g++ 12).
 using Check = std::shared_ptr<const ServeCheck>;
 
 // The check before a method (none: always fine).
 Result<void> may_serve(const Check& check) { return *check ? (*check)() : Result<void>(); }
 
+// The coroutine form of a point read (a named type, not a capturing lambda: see DESIGN.md on g++ 12).
 struct InlineRead {
   Handler handler;
   MetaStore* store;

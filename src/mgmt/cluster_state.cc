@@ -246,7 +246,7 @@ Result<RegisterReply> ClusterState::register_node(const RegisterRequest& request
     reply.meta_ids_mark = mark_before;
   }
   reply.routing_version = state_.routing.version;
-  refusal_watch_[reply.node_id].heartbeated = false;  // a registering process may not listen yet
+  refusal_watch_[reply.node_id].heard.reset();  // a registering process may not listen yet
   metrics_->registrations().inc();
   for (TargetId t : reply.data_lost) log_lost_target_locked(t);
   return reply;
@@ -369,9 +369,7 @@ Result<HeartbeatReply> ClusterState::heartbeat_locked(const HeartbeatRequest& re
     metrics_->ignored_reports().inc(ignored);
   }
   metrics_->heartbeats().inc();
-  RefusalWatch& watch = refusal_watch_[request.node_id];
-  watch.heartbeated = true;
-  watch.heard = now;
+  refusal_watch_[request.node_id].heard = now;
   return HeartbeatReply{.routing_version = state_.routing.version, .lease = lease};
 }
 
@@ -451,10 +449,11 @@ Result<bool> ClusterState::declare_refusing(NodeId id, uint64_t incarnation, Tim
   RefusalWatch& watch = refusal_watch_[id];
   // A heartbeat that arrived after the probe began came from a live process
   // (or one restarted there, with a new incarnation): the lease decides.
-  if (node.state != NodeState::kUp || node.incarnation != incarnation || watch.heard > probe_started) return false;
+  if (node.state != NodeState::kUp || node.incarnation != incarnation || (watch.heard && *watch.heard > probe_started))
+    return false;
   // A server registers before it opens its targets and listens: until its
   // first heartbeat, a refusal may only mean it is still starting.
-  if (!watch.heartbeated || clock_.now() < watch.suppressed_until) return false;
+  if (!watch.heard || clock_.now() < watch.suppressed_until) return false;
   WEFT_RETURN_IF_ERROR(mutate([&](PersistedState& next) -> Result<void> {
     declare_dead(next, id);
     return {};

@@ -335,11 +335,11 @@ class ClusterState {
   std::string behind_;             // GUARDED_BY(mu_): the refusal, while behind
   // What declare_refusing needs to know of a node, in memory only.
   struct RefusalWatch {
-    bool heartbeated = false;          // since it (last) registered
-    // When its last heartbeat arrived. Not NodeInfo::last_heartbeat: tick()
-    // moves that forward to excuse a stall of mgmtd's, and a stall during a
-    // probe then looked like a heartbeat after the probe began.
-    TimePoint heard{};
+    // When its last heartbeat since it (last) registered arrived; unset: none
+    // yet. Not NodeInfo::last_heartbeat: tick() moves that forward to excuse a
+    // stall of mgmtd's, and a stall during a probe then looked like a
+    // heartbeat after the probe began.
+    std::optional<TimePoint> heard;
     uint64_t declared_incarnation = 0;  // declared by refusal at this incarnation (0: not)
     TimePoint suppressed_until{};       // a misled probe: no declaration by refusal till then
   };

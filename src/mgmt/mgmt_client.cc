@@ -4,10 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <optional>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include <fmt/ranges.h>
 

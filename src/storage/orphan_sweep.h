@@ -20,10 +20,13 @@
 // first (MetaMark::cluster_store_id, from the routing; mgmt/cluster_state.h,
 // "Meta's store"): answers from a store other than the one mgmtd records for
 // the cluster judge nothing (a fenced meta, a first contact with the wrong
-// store), and a different store id that IS the one mgmtd records is an
+// store), and a different store id that IS the one mgmtd records, with ids
+// raised past the remembered mark by at least half kStoreChangeIdMargin, is an
 // accepted store change (`weft serve meta --accept-store-change` gives the
-// store a new id): the target's sweep starts over with it (the file is
-// rewritten, the orphans seen so far forgotten), logged, no operator needed.
+// store a new id and raises its ids): the target's sweep starts over with it
+// (the file is rewritten, the orphans seen so far forgotten), logged, no
+// operator needed. A store mgmtd records without that raise (the first one a
+// state-less mgmtd hears) stops the sweep like any other store.
 // The mark in the file is rewritten at most once per pass, so after a restart
 // it may lag by one pass.
 // Load: at most `inodes_per_s` inodes asked per second; removal of one
