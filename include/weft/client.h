@@ -89,6 +89,12 @@ struct ClientOptions {
   // For data sets that do not change while they are read (a first epoch).
   // At most a day (larger values count as a day).
   double statahead_ttl_s = 0;
+  // Files open here keep their data while they are open, even once another
+  // client (or this one) unlinks or replaces them: every File open here is
+  // named to meta every few seconds (one call for all of them), and meta's
+  // chunk GC leaves those alone. Off: such a file's data may go while it is
+  // open, and its reads then fail with ESTALE (kStaleHandle).
+  bool hold_open_files = true;
   std::string name = "weft-client";         // in server logs
 };
 
@@ -108,6 +114,9 @@ class File {
   // and truncates. refresh_size() asks meta again.
   virtual uint64_t size() const = 0;
   virtual Result<uint64_t> refresh_size() = 0;
+  // The file's attributes as they were when this File opened it (size() is
+  // the length it knows now): what is left to tell of a file removed since.
+  virtual Inode opened() const = 0;
   virtual bool writable() const = 0;
 
   // Reads up to dst.size() bytes; short only at the end of the file.

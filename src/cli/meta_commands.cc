@@ -222,6 +222,10 @@ void serve_meta(const std::string& config_path, bool accept_store_change) {
       if (!client->lease().can_serve_writes()) return std::vector<meta::GcItem>{};
       return s->gc_pending(limit, after);
     };
+    // Not while a reader may still have the file open (meta/read_holds.h).
+    hooks.may_collect = [s](const meta::GcItem& item) {
+      return s->read_holds().may_collect(item.ino, item.inode.ctime_ns);
+    };
     hooks.done = [s](std::span<const meta::Ino> inos) -> Result<void> {
       WEFT_TRY(size_t n, s->gc_done(meta::Context{meta::Cred::root(), {}}, inos));
       (void)n;  // files another pass finished already are no error

@@ -193,7 +193,9 @@ Result<ChunkGc::Batch> ChunkGc::take_batch(TimePoint now) {
       b.last = got[k].ino;
       ++b.looked_at;
       auto wait = backoff_.find(got[k].ino);
-      if (wait == backoff_.end() || wait->second.next_try <= now) b.items.push_back(std::move(got[k]));
+      if (wait != backoff_.end() && wait->second.next_try > now) continue;
+      if (hooks_.may_collect && !hooks_.may_collect(got[k])) continue;
+      b.items.push_back(std::move(got[k]));
     }
     if (to_end && k == got.size()) {
       b.queue_end = true;

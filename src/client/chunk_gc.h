@@ -37,6 +37,11 @@ struct ChunkGcHooks {
   std::function<Result<std::vector<meta::GcItem>>(size_t limit, std::optional<meta::Ino> after)> pending;
   // The chunks of these files are gone (one call per pass).
   std::function<Result<void>(std::span<const meta::Ino>)> done;
+  // Whether a queued file's chunks may go now (unset: always). A file it
+  // refuses is passed over like one in back-off, and asked about again at
+  // the next pass that reaches it (meta: a reader may still have it open,
+  // meta/read_holds.h).
+  std::function<bool(const meta::GcItem&)> may_collect;
 };
 
 struct ChunkGcOptions {
@@ -63,7 +68,7 @@ class ChunkGc {
   void stop();
   struct Pass {
     size_t taken = 0;        // files meta handed out that the pass looked at
-    size_t waiting = 0;      // of those, files in back-off: not tried
+    size_t waiting = 0;      // of those, files in back-off or that may not go yet: not tried
     size_t finished = 0;     // of those, files whose chunks are all gone (reported done)
     bool queue_end = false;  // no file is queued after the last one taken
   };

@@ -15,6 +15,7 @@
 #include "client/dir_ahead.h"
 #include "client/file_impl.h"
 #include "client/placement.h"
+#include "client/read_holder.h"
 #include "client/truncate.h"
 #include "common/fault.h"
 #include "common/logging.h"
@@ -49,6 +50,12 @@ class ClientImpl final : public Client {
  public:
   ClientImpl(std::unique_ptr<Core> core, std::unique_ptr<ClientLease> lease)
       : core_(std::move(core)), ahead_(ahead_options(core_->options)), lease_(std::move(lease)) {
+    if (core_->options.hold_open_files) {
+      holder_ = std::make_unique<ReadHolder>(
+          [this](std::span<const Ino> inos) { return core_->meta->hold_reads(core_->cred, inos); },
+          [this] { return open_inos(); });
+      holder_->start();
+    }
     core_->dirty->set_pressure([this] { send_all_dirty(); });
     core_->truncate_open = [this](const Cred& cred, Ino ino, uint64_t length, uint64_t session) {
       return truncate_open(cred, ino, length, session);
@@ -95,6 +102,7 @@ class ClientImpl final : public Client {
       std::unique_lock lock(reads_mu_);
       reads_cv_.wait(lock, [&] { return reads_running_ == 0; });
     }
+    if (holder_) holder_->stop();
     lease_->stop();
     core_->refusals->stop();
     core_->releaser->stop();
@@ -508,6 +516,19 @@ class ClientImpl final : public Client {
     core_->releaser->release(std::make_shared<std::vector<std::shared_ptr<FileImpl>>>(std::move(files)));
   }
 
+  // Every inode with a File open here (what ReadHolder names to meta).
+  std::vector<Ino> open_inos() {
+    std::vector<Ino> out;
+    std::lock_guard lock(files_mu_);
+    for (auto& [ino, list] : files_)
+      for (auto& w : list.files)
+        if (auto f = w.lock(); f && f->is_open()) {
+          out.push_back(ino);
+          break;
+        }
+    return out;
+  }
+
   // What the Files of `ino` open here share; null when none is.
   std::shared_ptr<OpenInode> open_inode(Ino ino) {
     std::lock_guard lock(files_mu_);
@@ -764,6 +785,7 @@ class ClientImpl final : public Client {
   std::unique_ptr<Core> core_;
   DirAhead ahead_;
   std::unique_ptr<ClientLease> lease_;
+  std::unique_ptr<ReadHolder> holder_;  // with ClientOptions::hold_open_files
   std::mutex reads_mu_;
   std::condition_variable reads_cv_;
   size_t reads_running_ = 0;  // GUARDED_BY(reads_mu_): submitted read batches not finished

@@ -43,6 +43,7 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   Layout layout() const override { return inode_.layout; }
   uint64_t size() const override;
   Result<uint64_t> refresh_size() override;
+  Inode opened() const override { return inode_; }
   bool writable() const override { return writable_; }
   Result<size_t> pread(std::span<std::byte> dst, uint64_t offset) override;
   Result<size_t> pwrite(std::span<const std::byte> src, uint64_t offset) override;

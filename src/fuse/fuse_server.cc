@@ -640,6 +640,14 @@ class FuseServer::Impl {
     auto* s = self(req);
     const Fetched f = s->fetching();
     auto r = s->client_.getattr(cred_of(req), ino);
+    if (!r && r.error().code() == Code::kNotFound) {
+      // Removed while open here (fstat(2), and the kernel's check before a
+      // read): as on Linux, the open file is still there, with no link.
+      if (auto files = s->files_of(ino); !files.empty()) {
+        s->reply_attr_of_removed(req, *files.front());
+        return;
+      }
+    }
     if (!r) {
       fuse_reply_err(req, errno_of(r.error()));
       return;
@@ -790,6 +798,23 @@ class FuseServer::Impl {
     apply_local_size(in);
     struct stat st = stat_of(in);
     fuse_reply_attr(req, &st, 0);
+  }
+
+  // The attributes of a file meta no longer has that `open` (a handle here)
+  // keeps: what this mount last knew of it, else what the File opened, with
+  // no link. Nobody can change it any more (a writer anywhere would have
+  // kept it at meta), so the kernel may keep them for the attribute timeout.
+  void reply_attr_of_removed(fuse_req_t req, const OpenFile& open) {
+    Inode in = open.file->opened();
+    {
+      std::lock_guard lk(lookups_mu_);
+      if (auto it = known_.find(open.ino); it != known_.end()) in = it->second.inode;
+    }
+    in.nlink = 0;
+    in.size = std::max(in.size, open.file->size());
+    apply_local_size(in);
+    struct stat st = stat_of(in);
+    fuse_reply_attr(req, &st, options_.attr_timeout_s);
   }
 
   static void op_readlink(fuse_req_t req, fuse_ino_t ino) {

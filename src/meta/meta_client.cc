@@ -286,6 +286,23 @@ Result<std::vector<Result<Inode>>> MetaClient::batch_stat(const Cred& cred, cons
   return out;
 }
 
+Result<std::chrono::milliseconds> MetaClient::hold_reads(const Cred& cred, std::span<const Ino> inos) {
+  if (options_.addresses.empty()) return error(Code::kConfig, "meta client has no server addresses");
+  Req q;
+  to_proto(cred, q.mutable_cred());
+  q.mutable_inos()->Reserve(static_cast<int>(inos.size()));
+  for (Ino ino : inos) q.add_inos(ino);
+  const size_t at = current_.load() % options_.addresses.size();
+  auto r = rpc_.call_blocking<Rep>(options_.addresses[at], method::kHoldReads, q, {}, options_.call_timeout_ms);
+  if (!r) {
+    size_t expected = at;
+    if (is_transport_failure(r.error().code()))
+      current_.compare_exchange_strong(expected, (at + 1) % options_.addresses.size());
+    return std::unexpected(r.error());
+  }
+  return std::chrono::milliseconds(r->renew_ms());
+}
+
 Result<Reply> MetaClient::create(const Cred& cred, Ino parent, std::string_view name, uint32_t mode, bool exclusive,
                                  OpenFlags open, const std::optional<ParentCheck>& expect_parent) {
   Req q = named(parent, name, expect_parent);

@@ -25,6 +25,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,6 +66,12 @@ class MetaClient {
   Result<Layout> get_layout(const Cred& cred, Ino dir);
   // One result per ino, in order (in several calls when meta answers a prefix).
   Result<std::vector<Result<Inode>>> batch_stat(const Cred& cred, const std::vector<Ino>& inos);
+  // Tells meta that this client has exactly `inos` open now (meta/read_holds.h)
+  // and returns how often to renew (0: meta keeps no holds). One attempt, at
+  // the address that answered last (the next after a transport failure):
+  // the caller renews again soon, and a retry loop would outlast a renewal.
+  // Blocking; not on an I/O thread.
+  Result<std::chrono::milliseconds> hold_reads(const Cred& cred, std::span<const Ino> inos);
 
   // --- mutations ---
   // Mutations sent so far (counted before each is sent) and finished (its

@@ -28,6 +28,7 @@ DeferSync* DeferSync::current() { return tls_defer_sync; }
 
 MetaStore::MetaStore(StoreOptions options) : options_(std::move(options)) {
   if (!options_.clock) options_.clock = &SystemClock::instance();
+  read_holds_ = std::make_unique<ReadHolds>(*options_.clock, options_.read_hold);
   if (!options_.registry) options_.registry = &metrics::Registry::global();
   auto& reg = *options_.registry;
   for (size_t i = 0; i < kOpCount; ++i) {

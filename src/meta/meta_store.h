@@ -59,6 +59,7 @@
 #include "common/metrics.h"
 #include "common/status.h"
 #include "meta/gc_floor.h"
+#include "meta/read_holds.h"
 #include "meta/layout.h"  // validate_layout
 #include "meta/types.h"
 
@@ -101,6 +102,9 @@ struct StoreOptions {
   // data fail with kNoSpace (ENOSPC), removals below a quarter of it
   // (common/free_space.h). 0: no guard.
   uint64_t reserve_bytes = uint64_t{256} << 20;
+  // How long meta keeps the data of a file whose last link went for readers
+  // that may still have it open (meta/read_holds.h); 0: not at all.
+  std::chrono::milliseconds read_hold{0};
   Clock* clock = nullptr;                  // default SystemClock
   metrics::Registry* registry = nullptr;   // default Registry::global()
   // Tests only: expire_requests calls it when it found a client idle, before
@@ -288,6 +292,8 @@ class MetaStore {
 
   rocksdb::DB* db();
   const StoreOptions& options() const { return options_; }
+  // The inodes clients have open, which the chunk GC keeps (read_holds.h).
+  ReadHolds& read_holds() { return *read_holds_; }
   Layout default_layout() const;
 
  private:
@@ -358,6 +364,7 @@ class MetaStore {
   rocksdb::TransactionDB* db_ = nullptr;
   std::unique_ptr<WalSyncer> syncer_;  // set when sync && group_sync
   std::unique_ptr<FreeSpaceGuard> space_;  // admits everything when reserve_bytes is 0
+  std::unique_ptr<ReadHolds> read_holds_;
   GcFloor gc_floor_;  // where gc_pending's scan starts (past the done items' tombstones)
   std::mutex gc_scan_mu_;  // serializes gc_pending's scans (GcFloor's rule)
   std::mutex alloc_mu_;

@@ -120,6 +120,14 @@ Result<Rep> do_batch_stat(MetaStore& s, const Req& q, const Context& ctx) {
   return r;
 }
 
+Result<Rep> do_hold_reads(MetaStore& s, const Req& q, const Context& ctx) {
+  const std::span<const Ino> inos(q.inos().data(), static_cast<size_t>(q.inos().size()));
+  WEFT_RETURN_IF_ERROR(s.read_holds().renew(ctx.connection_client_id, inos));
+  Rep r;
+  r.set_renew_ms(static_cast<uint32_t>(s.read_holds().renew_interval().count()));
+  return r;
+}
+
 // The request's ParentCheck, if it carries one.
 std::optional<ParentCheck> expect_parent(const Req& q) {
   if (!q.has_expect_parent()) return std::nullopt;
@@ -230,6 +238,7 @@ constexpr MethodEntry kMethods[] = {
     {method::kListxattr, "meta.listxattr", do_listxattr, false, Run::kPool},
     {method::kGetLayout, "meta.get_layout", do_get_layout, false, Run::kInline},
     {method::kBatchStat, "meta.batch_stat", do_batch_stat, false, Run::kPool},
+    {method::kHoldReads, "meta.hold_reads", do_hold_reads, false, Run::kInline},
     {method::kCreate, "meta.create", do_create, true, Run::kInline},
     {method::kMkdir, "meta.mkdir", do_mkdir, true, Run::kInline},
     {method::kSymlink, "meta.symlink", do_symlink, true, Run::kInline},
@@ -263,6 +272,7 @@ Result<MetaServiceConfig> MetaServiceConfig::from(const Config& config) {
   WEFT_TRY(c.special_files, meta.get_bool("special_files", true));
   WEFT_TRY(c.request_record_age_s, meta.get_int_in("request_record_age_s", 3600, 1, int64_t{1} << 32));
   WEFT_TRY(int64_t reserve_mib, meta.get_int_in("reserve_mib", 256, 0, int64_t{1} << 30));
+  WEFT_TRY(c.read_hold_ms, meta.get_int_in("read_hold_ms", 5000, 0, 3'600'000));
   c.reserve_bytes = static_cast<uint64_t>(reserve_mib) << 20;
   c.chain_count = static_cast<uint32_t>(chains);
   c.chain_table_id = static_cast<uint32_t>(table);
@@ -279,6 +289,7 @@ StoreOptions MetaServiceConfig::store_options() const {
   o.sync = sync;
   o.special_files = special_files;
   o.reserve_bytes = reserve_bytes;
+  o.read_hold = std::chrono::milliseconds(read_hold_ms);
   return o;
 }
 

@@ -37,6 +37,9 @@ namespace weft::meta {
 //                                    # loses all of them (active clients keep their window)
 //   special_files = true             # mknod of FIFOs, sockets, devices (false: EPERM;
 //                                    # while older clients remain, docs/DEPLOY.md)
+//   read_hold_ms = 5000              # the data of a file whose last link went stays this
+//                                    # long, and as long as a client renewing its holds has
+//                                    # it open (meta/read_holds.h); 0: collected at once
 struct MetaServiceConfig {
   std::string data_dir;
   uint32_t chain_count = 1;
@@ -45,6 +48,7 @@ struct MetaServiceConfig {
   bool sync = true;
   bool special_files = true;
   int64_t request_record_age_s = 3600;
+  int64_t read_hold_ms = 5000;
   uint64_t reserve_bytes = uint64_t{256} << 20;  // StoreOptions::reserve_bytes
 
   static Result<MetaServiceConfig> from(const Config& config);

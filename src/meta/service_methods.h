@@ -25,6 +25,9 @@ inline constexpr MethodId kGetxattr{kSvc, 6};    // ino, name -> value
 inline constexpr MethodId kListxattr{kSvc, 7};   // ino -> names
 inline constexpr MethodId kGetLayout{kSvc, 8};   // ino -> layout
 inline constexpr MethodId kBatchStat{kSvc, 9};   // inos -> inodes, codes (one per ino of a prefix of inos)
+// The inodes the calling client (its connection's id) has open now, replacing
+// its previous list; kept in memory only (meta/read_holds.h), written nowhere.
+inline constexpr MethodId kHoldReads{kSvc, 10};  // inos -> renew_ms
 // mutations
 inline constexpr MethodId kCreate{kSvc, 20};     // ino, name, mode, exclusive, open_write, [expect_parent] -> inode, session_id
 inline constexpr MethodId kMkdir{kSvc, 21};      // ino, name, mode -> inode

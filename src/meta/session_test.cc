@@ -100,6 +100,50 @@ TEST_F(SessionTest, FileLengthIsBounded) {
   ASSERT_OK(s().gc_done(root(), f));
 }
 
+// A queued file's ctime is when it was queued, however it got there: the
+// chunk GC keeps it that long for readers (meta/read_holds.h).
+class QueuedTimeTest : public StoreTest {
+ protected:
+  StoreOptions options() override {
+    StoreOptions o = StoreTest::options();
+    o.clock = &clock_;
+    return o;
+  }
+  int64_t queued_ctime(Ino ino) {
+    auto gc = s().gc_pending(100);
+    EXPECT_TRUE(gc.has_value());
+    if (!gc) return -1;
+    for (const auto& item : *gc)
+      if (item.ino == ino) return item.inode.ctime_ns;
+    return -1;
+  }
+  ManualClock clock_;
+};
+
+TEST_F(QueuedTimeTest, AQueuedFileCarriesTheTimeItWasQueued) {
+  Ino unlinked = create("unlinked");
+  Ino replaced = create("replaced");
+  Ino other = create("other");
+  for (Ino f : {unlinked, replaced}) ASSERT_OK(s().setattr(root(), f, SetAttr{.size = 4096}));
+  auto w = s().create(with_req(root(), 5, 1), kRootIno, "written", 0644, true, /*open_for_write=*/true);
+  ASSERT_OK(w);
+  ASSERT_OK(s().report_length(with_req(root(), 5, 2), w->inode.ino, w->session_id, 4096));
+
+  clock_.advance(std::chrono::seconds(5));
+  ASSERT_OK(s().unlink(root(), kRootIno, "unlinked"));
+  EXPECT_EQ(queued_ctime(unlinked), clock_.wall_ns());
+  clock_.advance(std::chrono::seconds(5));
+  ASSERT_OK(s().rename(root(), kRootIno, "other", kRootIno, "replaced"));
+  EXPECT_EQ(queued_ctime(replaced), clock_.wall_ns());
+  EXPECT_EQ(queued_ctime(other), -1);
+  clock_.advance(std::chrono::seconds(5));
+  ASSERT_OK(s().unlink(root(), kRootIno, "written"));
+  EXPECT_EQ(queued_ctime(w->inode.ino), -1) << "kept for its writer";
+  clock_.advance(std::chrono::seconds(7));
+  ASSERT_OK(s().close(with_req(root(), 5, 3), w->inode.ino, w->session_id));
+  EXPECT_EQ(queued_ctime(w->inode.ino), clock_.wall_ns()) << "queued at the last close, not at the unlink";
+}
+
 TEST(ChunkCount, RoundsUpWithoutOverflow) {
   EXPECT_EQ(chunk_count(0, 65536), 0u);
   EXPECT_EQ(chunk_count(1, 65536), 1u);

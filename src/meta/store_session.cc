@@ -90,7 +90,9 @@ Result<void> MetaStore::close_session(const Context& ctx, Ino ino, uint64_t sess
            WEFT_TRY(bool others, txn.has_prefix(key::session_prefix(ino)));
            if (others) return Reply{};
            // The last writer of an unlinked file closed: queue its chunks for GC.
+           // The queued ctime is when (read_holds.h: readers keep it that long).
            WEFT_RETURN_IF_ERROR(destroy_inode(txn, *n));
+           n->ctime_ns = now_ns();
            WEFT_RETURN_IF_ERROR(txn.queue_chunk_gc(*n));
            return Reply{};
   }));

@@ -60,7 +60,8 @@ class Txn {
   Result<void> del_untracked(const std::string& key);
   Result<void> merge_untracked(const std::string& key, const std::string& value);
   // Queues the chunks of a destroyed file for the GC worker (key G<ino>). A
-  // file of length 0 has no chunks to remove and is not queued.
+  // file of length 0 has no chunks to remove and is not queued. The queued
+  // inode's ctime is when it was queued (ReadHolds::may_collect reads it).
   Result<void> queue_chunk_gc(const Inode& file);
   // The lowest inode this transaction queued, if any (for GcFloor::lower once
   // it committed).

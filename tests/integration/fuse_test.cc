@@ -1456,6 +1456,50 @@ TEST_F(FuseTest, AReaderClosesAFileRemovedUnderItWithoutErrorWithWritebackCache)
   unmount_hard(mp5);
 }
 
+// A file replaced (renamed over) while a process has it open for reading
+// reads on, whole, until that process closes it, as on a local filesystem:
+// the mount names its open files to meta, whose chunk GC leaves them alone
+// (meta/read_holds.h). The file comes from `weft put` (another client:
+// nothing of it is in this mount's page cache, and the pages are dropped
+// again before the read), and is read only after the GC would have taken it
+// ([meta] read_hold_ms, 5 s under `weft up`, plus a pass). Also fstat(2) of
+// it goes on working, with no link left. One mode only: the same read path.
+TEST_F(FuseTest, AFileReplacedWhileOpenReadsOnUntilItIsClosed) {
+  if (!mount_options().ends_with("default_permissions")) GTEST_SKIP() << "run in the default mode only";
+  std::string content(3u << 20, '\0');
+  std::mt19937_64 rng(77);
+  for (char& c : content) c = static_cast<char>(rng());
+  const std::string local = dir_->file("replaced.bin");
+  {
+    std::ofstream out(local, std::ios::binary);
+    out.write(content.data(), static_cast<std::streamsize>(content.size()));
+  }
+  const std::string remote = "/" + base_.substr(mnt_.size() + 1) + "/doomed";
+  auto put = run_weft({"put", local, remote, "--config", data_ + "/client.toml"}, dir_->file("replaced-put.log"));
+  ASSERT_EQ(put.code, 0) << put.log;
+  int fd = ::open(p("doomed").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  char head[4096];
+  ASSERT_EQ(::pread(fd, head, sizeof head, 0), static_cast<ssize_t>(sizeof head)) << std::strerror(errno);
+  ASSERT_TRUE(write_all(p("new"), "the file that replaced it"));
+  ASSERT_EQ(::rename(p("new").c_str(), p("doomed").c_str()), 0) << std::strerror(errno);
+  std::this_thread::sleep_for(8s);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  std::string got(content.size(), '\0');
+  size_t n = 0;
+  while (n < got.size()) {
+    ssize_t r = ::pread(fd, got.data() + n, got.size() - n, static_cast<off_t>(n));
+    ASSERT_GT(r, 0) << "at byte " << n << ": " << (r < 0 ? std::strerror(errno) : "end of file");
+    n += static_cast<size_t>(r);
+  }
+  EXPECT_TRUE(got == content) << "the replaced file's data changed under its reader";
+  struct stat st {};
+  EXPECT_EQ(::fstat(fd, &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(content.size()));
+  EXPECT_EQ(::close(fd), 0) << std::strerror(errno);
+  EXPECT_EQ(read_all(p("doomed")), "the file that replaced it");
+}
+
 TEST_F(FuseTest, ForegroundMountStopsCleanly) {
   std::string mp3 = dir_->file("mnt3");
   ASSERT_EQ(::mkdir(mp3.c_str(), 0755), 0);

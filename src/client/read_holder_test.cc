@@ -1,0 +1,75 @@
+// What ReadHolder sends meta and when (client/read_holder.h), with a fake meta.
+#include "client/read_holder.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace weft::client {
+namespace {
+
+using namespace std::chrono_literals;
+using meta::Ino;
+
+struct FakeMeta {
+  std::vector<std::vector<Ino>> sent;
+  Result<std::chrono::milliseconds> answer = 1250ms;
+  std::vector<Ino> open;
+  ReadHolder holder{[this](std::span<const Ino> inos) -> Result<std::chrono::milliseconds> {
+                      sent.emplace_back(inos.begin(), inos.end());
+                      return answer;
+                    },
+                    [this] { return open; }};
+};
+
+TEST(ReadHolder, NamesEachOpenInodeOnceAtMetasInterval) {
+  FakeMeta m;
+  EXPECT_EQ(m.holder.renew_once(), ReadHolder::kFirst) << "nothing open, nothing held: nothing sent";
+  EXPECT_TRUE(m.sent.empty());
+  m.open = {9, 3, 9, 4};
+  EXPECT_EQ(m.holder.renew_once(), 1250ms);
+  ASSERT_EQ(m.sent.size(), 1u);
+  EXPECT_EQ(m.sent[0], (std::vector<Ino>{3, 4, 9}));
+  // Closed everything: meta is told once (the holds go at once, not at expiry).
+  m.open.clear();
+  EXPECT_EQ(m.holder.renew_once(), 1250ms);
+  ASSERT_EQ(m.sent.size(), 2u);
+  EXPECT_TRUE(m.sent[1].empty());
+  EXPECT_EQ(m.holder.renew_once(), 1250ms);
+  EXPECT_EQ(m.sent.size(), 2u) << "meta already knows nothing is open";
+}
+
+TEST(ReadHolder, AFailedRenewalIsTriedAgainSoon) {
+  FakeMeta m;
+  m.open = {1};
+  m.answer = std::unexpected(Status(Code::kUnavailable, "meta is restarting"));
+  EXPECT_EQ(m.holder.renew_once(), ReadHolder::kRetry);
+  m.answer = 2000ms;
+  EXPECT_EQ(m.holder.renew_once(), 2000ms);
+  m.answer = std::unexpected(Status(Code::kTimeout, "slow"));
+  EXPECT_EQ(m.holder.renew_once(), ReadHolder::kRetry);
+  EXPECT_EQ(m.sent.size(), 3u);
+}
+
+TEST(ReadHolder, AMetaThatKeepsNoHoldsIsAskedRarely) {
+  FakeMeta m;
+  m.open = {1};
+  m.answer = 0ms;
+  EXPECT_EQ(m.holder.renew_once(), ReadHolder::kIdle);
+  m.answer = std::unexpected(Status(Code::kUnknownMethod, "meta.hold_reads"));
+  EXPECT_EQ(m.holder.renew_once(), ReadHolder::kIdle) << "a meta from before read holds";
+  m.open.clear();
+  EXPECT_EQ(m.holder.renew_once(), ReadHolder::kIdle);
+  EXPECT_EQ(m.sent.size(), 2u) << "nothing to release at a meta that held nothing";
+}
+
+TEST(ReadHolder, ARenewalNamesAtMostWhatMetaAccepts) {
+  FakeMeta m;
+  for (Ino i = 1; i <= ReadHolder::kInodesMax + 10; ++i) m.open.push_back(i);
+  m.holder.renew_once();
+  ASSERT_EQ(m.sent.size(), 1u);
+  EXPECT_EQ(m.sent[0].size(), ReadHolder::kInodesMax);
+}
+
+}  // namespace
+}  // namespace weft::client
