@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "common/config.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "meta/fsck.h"
 #include "meta/meta_store.h"
 #include "meta/service.h"
@@ -182,6 +183,24 @@ std::unique_ptr<meta::SessionReaper> start_session_reaper(const ReaperSettings& 
                                                settings.min_age);
 }
 
+// What the chunk GC did and what readers keep from it, on meta's /metrics
+// (why the space of removed files has not come back yet).
+const char kGcMetricsOwnerTag = 0;
+const void* const kGcMetricsOwner = &kGcMetricsOwnerTag;
+void register_gc_metrics(const client::ChunkGc& gc, meta::MetaStore& store) {
+  auto& reg = metrics::Registry::global();
+  reg.gauge_fn("weft_meta_gc_files_collected_total", "Removed files whose chunks the chunk GC removed", {},
+               [&gc] { return static_cast<double>(gc.files_collected()); }, kGcMetricsOwner);
+  reg.gauge_fn("weft_meta_gc_chunks_removed_total", "Chunks the chunk GC removed", {},
+               [&gc] { return static_cast<double>(gc.chunks_removed()); }, kGcMetricsOwner);
+  reg.gauge_fn("weft_meta_gc_files_in_backoff", "Removed files whose chunk removal failed, waiting to be tried again",
+               {}, [&gc] { return static_cast<double>(gc.files_in_backoff()); }, kGcMetricsOwner);
+  reg.gauge_fn("weft_meta_read_holds_clients", "Clients that hold files open (meta/read_holds.h)", {},
+               [&store] { return static_cast<double>(store.read_holds().clients()); }, kGcMetricsOwner);
+  reg.gauge_fn("weft_meta_read_holds_files", "Files held open by clients: the chunk GC leaves them", {},
+               [&store] { return static_cast<double>(store.read_holds().held()); }, kGcMetricsOwner);
+}
+
 void serve_meta(const std::string& config_path, bool accept_store_change) {
   auto config = Config::load_file(config_path);
   if (!config) return fail(config.error().message());
@@ -233,6 +252,7 @@ void serve_meta(const std::string& config_path, bool accept_store_change) {
     };
     gc = std::make_unique<client::ChunkGc>((*membership)->mgmtd, sc->client_options("chunk-gc"), std::move(hooks));
     gc->start();
+    register_gc_metrics(*gc, *s);
   }
   std::unique_ptr<meta::SessionReaper> reaper;
   if (*membership) {
@@ -243,6 +263,7 @@ void serve_meta(const std::string& config_path, bool accept_store_change) {
   warn_unread_keys(*config);
   auto r = runtime.run();
   reaper.reset();
+  metrics::Registry::global().remove_callbacks(kGcMetricsOwner);
   if (gc) gc->stop();
   if (*membership) (*membership)->client->stop();
   runtime.drain_or_exit();

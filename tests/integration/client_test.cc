@@ -20,6 +20,7 @@
 
 #include "common/fault.h"
 #include "process.h"
+#include "rpc/test_util.h"
 #include "weft/client.h"
 
 namespace weft {
@@ -87,6 +88,24 @@ class ClientTest : public ::testing::Test {
     auto r = client_->mkdirs(client_->default_cred(), d);
     EXPECT_TRUE(r.has_value()) << r.error();
     return d;
+  }
+
+  // A number from the /metrics page of the cluster's meta server (nullopt:
+  // not this test's own cluster, or not found).
+  static std::optional<double> meta_metric(const std::string& name) {
+    if (!dir_) return std::nullopt;
+    std::ifstream ports(data_ + "/run/meta.ports");
+    uint16_t rpc_port = 0, metrics_port = 0;
+    if (!(ports >> rpc_port >> metrics_port) || metrics_port == 0) return std::nullopt;
+    rpc::testing::RawSocket http(metrics_port);
+    std::string get = "GET /metrics HTTP/1.1\r\n\r\n";
+    if (!http.send_bytes(get.data(), get.size())) return std::nullopt;
+    std::string text;
+    char c;
+    while (http.recv_bytes(&c, 1, 2000)) text += c;
+    size_t at = text.find("\n" + name + " ");
+    if (at == std::string::npos) return std::nullopt;
+    return std::stod(text.substr(at + name.size() + 2));
   }
 
   // A second client of the same cluster (another process, as far as meta knows).
@@ -1680,6 +1699,10 @@ TEST_F(ClientTest, AFileReplacedWhileOpenKeepsItsDataUntilItsReaderCloses) {
   }, 30s)) << "the GC never took the control file";
   EXPECT_EQ(r.error().code(), Code::kStaleHandle) << r.error();
   std::this_thread::sleep_for(1500ms);  // a pass or two more
+  if (dir_) {
+    EXPECT_GE(meta_metric("weft_meta_read_holds_files").value_or(0), 1) << "meta's /metrics shows the hold";
+    EXPECT_GE(meta_metric("weft_meta_gc_files_collected_total").value_or(0), 1);
+  }
   std::vector<std::byte> all(data.size());
   ASSERT_EQ(held->pread(all, 0).value_or(0), data.size());
   EXPECT_TRUE(all == data) << "a replaced file open here lost its data";
