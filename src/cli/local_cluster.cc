@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -235,6 +236,41 @@ std::string client_config(const ClusterSpec& spec) {
   return header() + fmt::format("mgmtd = [{}]\ncluster_token = {}\n", toml_str(address(spec.mgmtd_port)),
                                 toml_str(spec.cluster_token));
 }
+
+// --- the machine's port lock ----------------------------------------------------
+
+// Held by a `weft up` that makes a new cluster from its probe of free ports
+// until its servers listen on them: two new clusters started at once (tests
+// run in parallel) could otherwise both find one port free and the second
+// server to bind it fail. Waits up to a minute for another `weft up`, then
+// goes on without it (the lock is an aid, never a reason to fail).
+class PortLock {
+ public:
+  static PortLock take() {
+    const std::string path = (std::filesystem::temp_directory_path() / "weft-up-ports.lock").string();
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // another user's lock file
+    if (fd < 0) return PortLock(-1);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+    while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK || std::chrono::steady_clock::now() >= deadline) {
+        ::close(fd);
+        return PortLock(-1);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return PortLock(fd);
+  }
+  PortLock(PortLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  PortLock& operator=(PortLock&&) = delete;
+  ~PortLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+ private:
+  explicit PortLock(int fd) : fd_(fd) {}
+  int fd_;
+};
 
 // --- the directory lock --------------------------------------------------------
 
@@ -923,11 +959,13 @@ Result<void> up(const UpOptions& options, std::FILE* out) {
   WEFT_RETURN_IF_ERROR(make_dirs(L));
   WEFT_TRY(DirLock lock, DirLock::take(L));
   ClusterSpec spec;
+  std::optional<PortLock> ports_lock;  // a new cluster's: until runner.run() returns (its servers listen then)
   if (exists(L.cluster_file())) {
     WEFT_TRY(spec, ClusterSpec::parse(read_text(L.cluster_file()), L.cluster_file()));
     WEFT_RETURN_IF_ERROR(check_flags(options, spec, L.cluster_file()));
     WEFT_RETURN_IF_ERROR(write_configs(L, spec));  // any that went missing
   } else {
+    ports_lock.emplace(PortLock::take());
     WEFT_TRY(spec, new_spec(options));
     WEFT_RETURN_IF_ERROR(write_configs(L, spec));
     // Last: its presence means the directory holds a complete cluster definition.
