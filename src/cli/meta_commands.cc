@@ -217,7 +217,10 @@ void serve_meta(const std::string& config_path, bool accept_store_change) {
   std::error_code ec;
   std::filesystem::create_directories(mc->data_dir, ec);
   if (ec) return fail("cannot create meta.data_dir " + mc->data_dir + ": " + ec.message());
-  auto store = meta::MetaStore::open(mc->store_options());
+  meta::StoreOptions store_options = mc->store_options();
+  // Outside a cluster there is no chunk GC: nothing to hold, clients are told so.
+  if (!config->has("cluster")) store_options.read_hold = std::chrono::milliseconds(0);
+  auto store = meta::MetaStore::open(store_options);
   if (!store) return fail("cannot open the metadata store in " + mc->data_dir + ": " + store.error().message());
   if (accept_store_change && !config->has("cluster"))
     return fail("--accept-store-change: only a meta server in a cluster ([cluster] mgmtd) has its store checked");
@@ -236,9 +239,17 @@ void serve_meta(const std::string& config_path, bool accept_store_change) {
     // files the cluster's store still has; cut off from mgmtd, a meta would
     // not learn that another meta's --accept-store-change replaced its store.
     // (A pass already running finishes its batch.)
-    hooks.pending = [s, client = (*membership)->client.get()](
-                        size_t limit, std::optional<meta::Ino> after) -> Result<std::vector<meta::GcItem>> {
-      if (!client->lease().can_serve_writes()) return std::vector<meta::GcItem>{};
+    // A meta that was without a lease may have been cut off from its
+    // clients too: their read holds lapsed here meanwhile, so it waits for
+    // their renewals before it collects again (meta/read_holds.h).
+    hooks.pending = [s, client = (*membership)->client.get(), leased = true](
+                        size_t limit, std::optional<meta::Ino> after) mutable -> Result<std::vector<meta::GcItem>> {
+      if (!client->lease().can_serve_writes()) {
+        leased = false;
+        return std::vector<meta::GcItem>{};
+      }
+      if (!leased) s->read_holds().restart_window();
+      leased = true;
       return s->gc_pending(limit, after);
     };
     // Not while a reader may still have the file open (meta/read_holds.h).
@@ -251,6 +262,9 @@ void serve_meta(const std::string& config_path, bool accept_store_change) {
       return {};
     };
     gc = std::make_unique<client::ChunkGc>((*membership)->mgmtd, sc->client_options("chunk-gc"), std::move(hooks));
+    // Clients can renew their holds only from now on (join_cluster may have
+    // waited long for mgmtd; runtime.run() listens right after this).
+    s->read_holds().restart_window();
     gc->start();
     register_gc_metrics(*gc, *s);
   }

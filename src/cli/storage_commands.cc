@@ -24,7 +24,9 @@ class MetaOracle final : public storage::InodeOracle {
 
   Result<std::vector<bool>> exist(const std::vector<uint64_t>& inos) override {
     WEFT_TRY(meta::MetaClient * c, client());
-    WEFT_TRY(auto stats, c->batch_stat(meta::Cred::root(), inos));
+    // A file queued for meta's chunk GC is meta's to remove (a reader may
+    // hold it for long: meta/read_holds.h), not an orphan.
+    WEFT_TRY(auto stats, c->batch_stat(meta::Cred::root(), inos, /*with_queued=*/true));
     std::vector<bool> out;
     for (const auto& s : stats) {
       if (!s && s.error().code() != Code::kNotFound) return std::unexpected(s.error());

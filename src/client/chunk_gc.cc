@@ -69,6 +69,7 @@ Result<void> chain_served(const mgmt::RoutingInfo& routing, mgmt::ChainId id) {
 struct ChunkGc::Batch {
   std::vector<meta::GcItem> items;  // the files to try: those not in back-off
   size_t looked_at = 0;             // files meta handed out that the pass looked at
+  size_t held = 0;                  // of those, files hooks.may_collect kept
   std::optional<meta::Ino> last;    // the last of them
   bool queue_end = false;           // none is queued after `last`
 };
@@ -177,7 +178,7 @@ Result<ChunkGc::Pass> ChunkGc::collect_once() {
     WEFT_LOG_WARN("chunk gc: {} of {} files stay queued ({} files in back-off): {}", batch.items.size() - done.size(),
                   batch.items.size(), backoff_.size(), *first_failure);
   }
-  return Pass{batch.looked_at, batch.looked_at - batch.items.size(), done.size(), batch.queue_end};
+  return Pass{batch.looked_at, batch.looked_at - batch.items.size(), done.size(), batch.queue_end, batch.held};
 }
 
 Result<ChunkGc::Batch> ChunkGc::take_batch(TimePoint now) {
@@ -194,7 +195,10 @@ Result<ChunkGc::Batch> ChunkGc::take_batch(TimePoint now) {
       ++b.looked_at;
       auto wait = backoff_.find(got[k].ino);
       if (wait != backoff_.end() && wait->second.next_try > now) continue;
-      if (hooks_.may_collect && !hooks_.may_collect(got[k])) continue;
+      if (hooks_.may_collect && !hooks_.may_collect(got[k])) {
+        ++b.held;
+        continue;
+      }
       b.items.push_back(std::move(got[k]));
     }
     if (to_end && k == got.size()) {
@@ -350,8 +354,11 @@ PeriodicThread::Wait ChunkGc::tick() {
     if (auto held = pass_errors_.admit()) WEFT_LOG_WARN("chunk gc: {}{}", r.error(), LogThrottle::held_back(*held));
   // More is queued and the pass got somewhere: go on at once. A pass that
   // finished nothing waits before going on past its files, which bounds the
-  // work spent on a queue whose storage is unreachable.
-  bool more = r && !r->queue_end && r->finished > 0;
+  // work spent on a queue whose storage is unreachable; unless it passed
+  // over files that may not go yet (held, or queued just now): those cost
+  // no storage call, and waiting at each 1,024 of them would leave the
+  // files behind them waiting for minutes under a steady stream of unlinks.
+  bool more = r && !r->queue_end && (r->finished > 0 || r->held > 0);
   return more ? PeriodicThread::Wait::zero() : PeriodicThread::Wait(options_.interval);
 }
 

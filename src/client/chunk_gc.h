@@ -71,6 +71,7 @@ class ChunkGc {
     size_t waiting = 0;      // of those, files in back-off or that may not go yet: not tried
     size_t finished = 0;     // of those, files whose chunks are all gone (reported done)
     bool queue_end = false;  // no file is queued after the last one taken
+    size_t held = 0;         // of the waiting, files hooks.may_collect kept
   };
   // One pass over the next files of the queue. Files whose removals failed
   // stay queued, they do not fail the pass (logged when a file starts to

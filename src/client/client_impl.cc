@@ -52,8 +52,10 @@ class ClientImpl final : public Client {
       : core_(std::move(core)), ahead_(ahead_options(core_->options)), lease_(std::move(lease)) {
     if (core_->options.hold_open_files) {
       holder_ = std::make_unique<ReadHolder>(
-          [this](std::span<const Ino> inos) { return core_->meta->hold_reads(core_->cred, inos); },
-          [this] { return open_inos(); });
+          [this](std::span<const Ino> inos, std::chrono::milliseconds timeout) {
+            return core_->meta->hold_reads(core_->cred, inos, timeout);
+          },
+          [this] { return read_only_open_inos(); });
       holder_->start();
     }
     core_->dirty->set_pressure([this] { send_all_dirty(); });
@@ -516,16 +518,24 @@ class ClientImpl final : public Client {
     core_->releaser->release(std::make_shared<std::vector<std::shared_ptr<FileImpl>>>(std::move(files)));
   }
 
-  // Every inode with a File open here (what ReadHolder names to meta).
-  std::vector<Ino> open_inos() {
+  // Every inode with a File open here for reading only (what ReadHolder
+  // names to meta: a File open for writing holds a write session). Nothing
+  // of a File is called under files_mu_, and the references taken here go
+  // through the Releaser: the user may drop a File meanwhile, and its
+  // destructor closes it (a writer's flush waits for sends whose completions
+  // take files_mu_).
+  std::vector<Ino> read_only_open_inos() {
+    std::vector<std::shared_ptr<FileImpl>> files;
+    {
+      std::lock_guard lock(files_mu_);
+      for (auto& [ino, list] : files_)
+        for (auto& w : list.files)
+          if (auto f = w.lock()) files.push_back(std::move(f));  // never the last reference dropped here
+    }
     std::vector<Ino> out;
-    std::lock_guard lock(files_mu_);
-    for (auto& [ino, list] : files_)
-      for (auto& w : list.files)
-        if (auto f = w.lock(); f && f->is_open()) {
-          out.push_back(ino);
-          break;
-        }
+    for (const auto& f : files)
+      if (!f->writable() && f->is_open()) out.push_back(f->ino());
+    if (!files.empty()) core_->releaser->release(std::make_shared<decltype(files)>(std::move(files)));
     return out;
   }
 

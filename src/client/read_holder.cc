@@ -6,6 +6,8 @@
 
 namespace weft::client {
 
+using std::chrono::milliseconds;
+
 ReadHolder::ReadHolder(Send send, OpenInodes open) : send_(std::move(send)), open_(std::move(open)) {}
 
 ReadHolder::~ReadHolder() { stop(); }
@@ -18,7 +20,8 @@ void ReadHolder::stop() {
   if (thread_) thread_->stop();
 }
 
-std::chrono::milliseconds ReadHolder::renew_once() {
+milliseconds ReadHolder::renew_once() {
+  const auto start = std::chrono::steady_clock::now();
   std::lock_guard lock(mu_);
   std::vector<meta::Ino> inos = open_();
   if (inos.empty() && !meta_holds_some_) return interval_;
@@ -31,21 +34,42 @@ std::chrono::milliseconds ReadHolder::renew_once() {
     warned_truncated_ = true;
     inos.resize(kInodesMax);
   }
-  auto r = send_(inos);
+  auto r = send_(inos, std::clamp(interval_, kTimeoutMin, kIdle));
+  milliseconds wait;
   if (!r) {
-    if (r.error().code() == Code::kUnknownMethod) {  // a meta from before read holds
+    wait = after_failure(r.error(), inos.size());
+  } else {
+    failing_since_.reset();
+    if (r->count() <= 0) {  // meta keeps none
       meta_holds_some_ = false;
-      return interval_ = kIdle;
+      wait = interval_ = kIdle;
+    } else {
+      meta_holds_some_ = !inos.empty();
+      wait = interval_ = std::min(*r, kIdle);
     }
-    WEFT_LOG_DEBUG("read holds of {} files: {}", inos.size(), r.error());
-    return std::min(interval_, kRetry);
   }
-  if (r->count() <= 0) {  // meta keeps none
+  const auto spent = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
+  return std::max(milliseconds(0), wait - spent);
+}
+
+milliseconds ReadHolder::after_failure(const Status& s, size_t inodes) {
+  if (s.code() == Code::kUnknownMethod) {  // a meta from before read holds
     meta_holds_some_ = false;
+    failing_since_.reset();
     return interval_ = kIdle;
   }
-  meta_holds_some_ = !inos.empty();
-  return interval_ = std::min(*r, kIdle);
+  const auto now = std::chrono::steady_clock::now();
+  if (!failing_since_) failing_since_ = now;
+  if (now - *failing_since_ >= 2 * interval_) {
+    if (auto held = failure_log_.admit())
+      WEFT_LOG_WARN("meta has not taken this client's read holds for {} ms ({} open files): {}; files removed "
+                    "meanwhile may read as ESTALE here{}",
+                    std::chrono::duration_cast<milliseconds>(now - *failing_since_).count(), inodes, s,
+                    LogThrottle::held_back(*held));
+  }
+  // Meta answered and refused: asking again at once would only add load.
+  const bool refused = s.code() == Code::kOverloaded || !s.retryable();
+  return refused ? interval_ : std::min(interval_, kRetry);
 }
 
 }  // namespace weft::client

@@ -1,13 +1,20 @@
 // client/read_holder.h
 // Keeps this client's read holds at meta (meta/read_holds.h): on a thread of
-// its own, it sends meta the inodes of every File open here, in one call,
-// as often as meta asks (its renew_ms; 1 s until meta said). So a file
-// unlinked or renamed over by anyone while it is open here keeps its data
-// until it is closed here, as a local file does. Nothing is sent while
+// its own, it sends meta the inodes this client has open for reading only
+// (Files open for writing hold a write session, which keeps the file), in one
+// call, as often as meta asks (its renew_ms; kDefault until meta said). So
+// a file unlinked or renamed over by anyone while it is open here keeps its
+// data until it is closed here, as a local file does. Nothing is sent while
 // nothing is open and meta already knows that.
-// A failed renewal is tried again after kRetry (at most the interval); a
-// meta that keeps no holds (renew_ms 0) or does not know the method is asked
-// again after kIdle only.
+// Timing (what read_holds.h's margin counts on): each call waits at most one
+// renewal interval for its answer, and renewals start one interval apart
+// however long a call took. A call that failed for want of an answer (meta
+// down, a timeout) is tried again after kRetry; one meta refused (it is
+// overloaded, or the list is too long) after the interval. A meta that keeps
+// no holds (renew_ms 0) or does not know the method is asked again after
+// kIdle. Renewals that keep failing for two intervals are logged as a
+// warning (at most once a minute): this client's readers of files removed
+// meanwhile may get ESTALE.
 // Threading: start()/stop() from the owner; renew_once() from anywhere
 // (renewals are serialized: an older list never lands after a newer one).
 #pragma once
@@ -19,6 +26,7 @@
 #include <span>
 #include <vector>
 
+#include "common/log_throttle.h"
 #include "common/periodic.h"
 #include "common/status.h"
 #include "meta/types.h"
@@ -27,14 +35,18 @@ namespace weft::client {
 
 class ReadHolder {
  public:
-  // Sends the list; returns meta's renewal interval (0: meta keeps none).
-  using Send = std::function<Result<std::chrono::milliseconds>(std::span<const meta::Ino>)>;
-  // The inodes open here now.
+  // Sends the list, waiting at most `timeout`; returns meta's renewal
+  // interval (0: meta keeps none).
+  using Send = std::function<Result<std::chrono::milliseconds>(std::span<const meta::Ino>,
+                                                               std::chrono::milliseconds timeout)>;
+  // The inodes open here for reading only, now.
   using OpenInodes = std::function<std::vector<meta::Ino>()>;
 
-  static constexpr std::chrono::milliseconds kFirst{1000};
+  static constexpr std::chrono::milliseconds kFirst{250};     // the first renewal after start()
+  static constexpr std::chrono::milliseconds kDefault{1000};  // the interval until meta said
   static constexpr std::chrono::milliseconds kRetry{200};
-  static constexpr std::chrono::milliseconds kIdle{60000};
+  static constexpr std::chrono::milliseconds kIdle{5000};
+  static constexpr std::chrono::milliseconds kTimeoutMin{250};
   // Inodes one renewal names (meta's ReadHolds::kInodesPerClientMax).
   static constexpr size_t kInodesMax = 65536;
 
@@ -45,17 +57,24 @@ class ReadHolder {
 
   void start();
   void stop();
-  // One renewal now (what the thread does); returns the wait before the next.
+  // One renewal now (what the thread does); returns the wait before the
+  // next, counted from when this one started.
   std::chrono::milliseconds renew_once();
 
  private:
+  // The wait before the next renewal after one that failed with `s`.
+  std::chrono::milliseconds after_failure(const Status& s, size_t inodes);  // REQUIRES(mu_)
+
   const Send send_;
   const OpenInodes open_;
   std::mutex mu_;  // serializes renewals
-  std::chrono::milliseconds interval_ = kFirst;  // GUARDED_BY(mu_)
-  bool meta_holds_some_ = false;                 // GUARDED_BY(mu_): the last list sent was not empty
-  bool warned_truncated_ = false;                // GUARDED_BY(mu_)
-  std::optional<PeriodicThread> thread_;         // from start()
+  std::chrono::milliseconds interval_ = kDefault;  // GUARDED_BY(mu_)
+  bool meta_holds_some_ = false;                   // GUARDED_BY(mu_): the last list sent was not empty
+  bool warned_truncated_ = false;                  // GUARDED_BY(mu_)
+  // GUARDED_BY(mu_): when renewals started to fail (none since the last success).
+  std::optional<std::chrono::steady_clock::time_point> failing_since_;
+  LogThrottle failure_log_{std::chrono::minutes(1)};
+  std::optional<PeriodicThread> thread_;  // from start()
 };
 
 }  // namespace weft::client

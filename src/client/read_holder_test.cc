@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
 #include <vector>
 
 namespace weft::client {
@@ -13,10 +14,15 @@ using meta::Ino;
 
 struct FakeMeta {
   std::vector<std::vector<Ino>> sent;
+  std::vector<std::chrono::milliseconds> timeouts;
   Result<std::chrono::milliseconds> answer = 1250ms;
+  std::chrono::milliseconds takes{0};  // how long an answer takes
   std::vector<Ino> open;
-  ReadHolder holder{[this](std::span<const Ino> inos) -> Result<std::chrono::milliseconds> {
+  ReadHolder holder{[this](std::span<const Ino> inos, std::chrono::milliseconds timeout)
+                        -> Result<std::chrono::milliseconds> {
                       sent.emplace_back(inos.begin(), inos.end());
+                      timeouts.push_back(timeout);
+                      std::this_thread::sleep_for(takes);
                       return answer;
                     },
                     [this] { return open; }};
@@ -24,7 +30,7 @@ struct FakeMeta {
 
 TEST(ReadHolder, NamesEachOpenInodeOnceAtMetasInterval) {
   FakeMeta m;
-  EXPECT_EQ(m.holder.renew_once(), ReadHolder::kFirst) << "nothing open, nothing held: nothing sent";
+  EXPECT_EQ(m.holder.renew_once(), ReadHolder::kDefault) << "nothing open, nothing held: nothing sent";
   EXPECT_TRUE(m.sent.empty());
   m.open = {9, 3, 9, 4};
   EXPECT_EQ(m.holder.renew_once(), 1250ms);
@@ -39,7 +45,27 @@ TEST(ReadHolder, NamesEachOpenInodeOnceAtMetasInterval) {
   EXPECT_EQ(m.sent.size(), 2u) << "meta already knows nothing is open";
 }
 
-TEST(ReadHolder, AFailedRenewalIsTriedAgainSoon) {
+// A renewal waits at most an interval for meta, and the next one starts an
+// interval after this one started: a slow meta does not stretch the time
+// between renewals past what meta's hold allows for.
+TEST(ReadHolder, RenewalsStartAnIntervalApartAndWaitAtMostThatLong) {
+  FakeMeta m;
+  m.open = {1};
+  m.holder.renew_once();
+  EXPECT_EQ(m.timeouts.back(), ReadHolder::kDefault) << "before meta said, the default interval";
+  m.takes = 300ms;
+  const auto wait = m.holder.renew_once();
+  EXPECT_EQ(m.timeouts.back(), 1250ms);
+  EXPECT_LE(wait, 950ms);
+  EXPECT_GE(wait, 800ms) << "measured from the start of the renewal";
+  m.answer = 100ms;
+  m.takes = 0ms;
+  m.holder.renew_once();
+  m.holder.renew_once();
+  EXPECT_EQ(m.timeouts.back(), ReadHolder::kTimeoutMin) << "never shorter than this";
+}
+
+TEST(ReadHolder, AFailedRenewalIsTriedAgainSoonAndARefusedOneAfterTheInterval) {
   FakeMeta m;
   m.open = {1};
   m.answer = std::unexpected(Status(Code::kUnavailable, "meta is restarting"));
@@ -48,7 +74,11 @@ TEST(ReadHolder, AFailedRenewalIsTriedAgainSoon) {
   EXPECT_EQ(m.holder.renew_once(), 2000ms);
   m.answer = std::unexpected(Status(Code::kTimeout, "slow"));
   EXPECT_EQ(m.holder.renew_once(), ReadHolder::kRetry);
-  EXPECT_EQ(m.sent.size(), 3u);
+  m.answer = std::unexpected(Status(Code::kOverloaded, "too many holds"));
+  EXPECT_EQ(m.holder.renew_once(), 2000ms) << "meta said no: asking at once only adds load";
+  m.answer = std::unexpected(Status(Code::kTooBig, "too many inodes"));
+  EXPECT_EQ(m.holder.renew_once(), 2000ms);
+  EXPECT_EQ(m.sent.size(), 5u);
 }
 
 TEST(ReadHolder, AMetaThatKeepsNoHoldsIsAskedRarely) {

@@ -780,7 +780,8 @@ class FuseServer::Impl {
   // attributes of the reply; a futimens(2) of the same shape (atime omitted)
   // applies them, so they are what this mount last knew of the file (else a
   // mode of 0), with no link and a timeout of 0: the kernel's next use asks
-  // getattr, which says ENOENT.
+  // getattr, answered from a handle still open here (reply_attr_of_removed),
+  // else ENOENT.
   void reply_times_of_removed(fuse_req_t req, Ino ino, const struct stat& asked) {
     WEFT_LOG_DEBUG("setattr of the times of inode {}: meta has no such inode (removed while open for reading "
                    "here); their write-back succeeds",

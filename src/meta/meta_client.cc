@@ -263,12 +263,14 @@ Result<Layout> MetaClient::get_layout(const Cred& cred, Ino dir) {
   return from_proto(r.layout());
 }
 
-Result<std::vector<Result<Inode>>> MetaClient::batch_stat(const Cred& cred, const std::vector<Ino>& inos) {
+Result<std::vector<Result<Inode>>> MetaClient::batch_stat(const Cred& cred, const std::vector<Ino>& inos,
+                                                          bool with_queued) {
   std::vector<Result<Inode>> out;
   out.reserve(inos.size());
   // Meta answers a prefix when the whole would make too big a reply: ask again for the rest.
   while (out.size() < inos.size()) {
     Req q;
+    q.set_with_queued(with_queued);
     for (size_t i = out.size(); i < inos.size(); ++i) q.add_inos(inos[i]);
     WEFT_TRY(Rep r, read(method::kBatchStat, cred, std::move(q)));
     const size_t asked = inos.size() - out.size();
@@ -286,14 +288,16 @@ Result<std::vector<Result<Inode>>> MetaClient::batch_stat(const Cred& cred, cons
   return out;
 }
 
-Result<std::chrono::milliseconds> MetaClient::hold_reads(const Cred& cred, std::span<const Ino> inos) {
+Result<std::chrono::milliseconds> MetaClient::hold_reads(const Cred& cred, std::span<const Ino> inos,
+                                                         std::chrono::milliseconds timeout) {
   if (options_.addresses.empty()) return error(Code::kConfig, "meta client has no server addresses");
   Req q;
   to_proto(cred, q.mutable_cred());
   q.mutable_inos()->Reserve(static_cast<int>(inos.size()));
   for (Ino ino : inos) q.add_inos(ino);
   const size_t at = current_.load() % options_.addresses.size();
-  auto r = rpc_.call_blocking<Rep>(options_.addresses[at], method::kHoldReads, q, {}, options_.call_timeout_ms);
+  const auto timeout_ms = static_cast<uint32_t>(std::clamp<int64_t>(timeout.count(), 1, options_.call_timeout_ms));
+  auto r = rpc_.call_blocking<Rep>(options_.addresses[at], method::kHoldReads, q, {}, timeout_ms);
   if (!r) {
     size_t expected = at;
     if (is_transport_failure(r.error().code()))

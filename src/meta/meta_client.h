@@ -65,13 +65,17 @@ class MetaClient {
   Result<std::vector<std::string>> listxattr(const Cred& cred, Ino ino);
   Result<Layout> get_layout(const Cred& cred, Ino dir);
   // One result per ino, in order (in several calls when meta answers a prefix).
-  Result<std::vector<Result<Inode>>> batch_stat(const Cred& cred, const std::vector<Ino>& inos);
+  // `with_queued`: a file whose chunks wait for meta's chunk GC answers with
+  // its queued inode (a meta from before the flag answers kNotFound).
+  Result<std::vector<Result<Inode>>> batch_stat(const Cred& cred, const std::vector<Ino>& inos,
+                                                bool with_queued = false);
   // Tells meta that this client has exactly `inos` open now (meta/read_holds.h)
-  // and returns how often to renew (0: meta keeps no holds). One attempt, at
-  // the address that answered last (the next after a transport failure):
-  // the caller renews again soon, and a retry loop would outlast a renewal.
-  // Blocking; not on an I/O thread.
-  Result<std::chrono::milliseconds> hold_reads(const Cred& cred, std::span<const Ino> inos);
+  // and returns how often to renew (0: meta keeps no holds). One attempt of
+  // at most `timeout`, at the address that answered last (the next after a
+  // transport failure): the caller renews again soon, and a retry loop or a
+  // long wait would outlast the hold. Blocking; not on an I/O thread.
+  Result<std::chrono::milliseconds> hold_reads(const Cred& cred, std::span<const Ino> inos,
+                                               std::chrono::milliseconds timeout);
 
   // --- mutations ---
   // Mutations sent so far (counted before each is sent) and finished (its

@@ -181,6 +181,8 @@ class MetaStore {
   // round the queue past files it cannot finish yet. Items are handed out only
   // once the commits that queued them are durable.
   Result<std::vector<GcItem>> gc_pending(size_t limit, std::optional<Ino> after = std::nullopt);
+  // The inode as queued for chunk GC (its chunks wait there), else kNotFound.
+  Result<Inode> queued_for_gc(Ino ino);
 
   // The store's identity (random, made with it) and its persisted id
   // high-water mark: every inode and session id it handed out, before a crash

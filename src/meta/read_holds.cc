@@ -3,7 +3,11 @@
 namespace weft::meta {
 
 ReadHolds::ReadHolds(const Clock& clock, std::chrono::milliseconds hold)
-    : clock_(clock), hold_(std::max(hold, std::chrono::milliseconds(0))), started_(clock.now()) {}
+    : clock_(clock),
+      hold_(std::max(hold, std::chrono::milliseconds(0))),
+      window_start_ns_(clock.now().time_since_epoch().count()) {}
+
+void ReadHolds::restart_window() { window_start_ns_.store(clock_.now().time_since_epoch().count()); }
 
 Result<void> ReadHolds::renew(uint64_t client, std::span<const Ino> inos) {
   if (client == 0) return error(Code::kInvalidArgument, "read holds need a client id (the connection announced none)");
@@ -15,8 +19,13 @@ Result<void> ReadHolds::renew(uint64_t client, std::span<const Ino> inos) {
   expire_locked(now);
   auto it = holders_.find(client);
   const size_t previous = it == holders_.end() ? 0 : it->second.inos.size();
-  if (entries_ - previous + inos.size() > kInodesMax)
+  if (entries_ - previous + inos.size() > kInodesMax) {
+    if (it != holders_.end()) {  // what it held stays held: its reads go on
+      it->second.expires = now + hold_;
+      next_expiry_ = std::min(next_expiry_, it->second.expires);
+    }
     return error(Code::kOverloaded, "meta keeps {} read holds already (max {})", entries_, kInodesMax);
+  }
   if (it != holders_.end()) {
     drop_locked(it->second.inos);
     entries_ -= previous;
@@ -34,7 +43,7 @@ Result<void> ReadHolds::renew(uint64_t client, std::span<const Ino> inos) {
 bool ReadHolds::may_collect(Ino ino, int64_t queued_wall_ns) {
   if (hold_.count() == 0) return true;
   const TimePoint now = clock_.now();
-  if (now - started_ < hold_) return false;
+  if (now - TimePoint(Duration(window_start_ns_.load())) < hold_) return false;
   if (clock_.wall_ns() - queued_wall_ns < std::chrono::nanoseconds(hold_).count()) return false;
   std::lock_guard lock(mu_);
   expire_locked(now);

@@ -12,19 +12,28 @@
 //      unlink, rename or last close that queued it sets it): a reader that
 //      opened it before has renewed since (the margin, 3/4 of hold, is for a
 //      renewal's way and a late tick),
-//   2. this table has existed for `hold` (a restarted meta learns every
-//      reader's holds again before it collects anything), and
+//   2. the window opened by restart_window() (at construction, again when
+//      meta starts serving and when it regains its lease from mgmtd) is
+//      `hold` old: a restarted or cut-off meta learns every reader's holds
+//      again before it collects anything, and
 //   3. no client's unexpired list names it.
-// Not covered: a reader whose renewals fail for `hold` (meta unreachable);
-// its reads then fail with ESTALE, never return zeros (client/file_impl.cc,
-// check_not_removed). Condition 1 reads the wall clock: a clock stepped
-// forward by more than 3/4 of hold may let a file go early.
+// The margin in 1 holds while a client's renewal interval plus its call
+// timeout (both hold/4: client/read_holder.h) plus the age of cached
+// attributes an open may be answered from (the mount's attr_timeout, 1 s by
+// default; statahead's ttl) stay below hold: a file opened from attributes
+// fetched before its unlink is held in time then.
+// Not covered: a reader whose renewals fail for `hold` (meta unreachable or
+// overloaded); its reads then fail with ESTALE, never return zeros
+// (client/file_impl.cc, check_not_removed). Condition 1 reads the wall
+// clock: a clock stepped forward by more than the margin may let a file go
+// early.
 // hold 0: holds are off (nothing kept, every file may go at once).
 // Holds are not permission-checked: holding an inode only delays its GC.
 // Threading: thread-safe.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -55,10 +64,12 @@ class ReadHolds {
   // Client `client` (non-zero) has exactly `inos` open now: its previous
   // list is replaced; an empty one releases them all. kTooBig past
   // kInodesPerClientMax, kOverloaded when all holds together would pass
-  // kInodesMax (the client's previous list stays).
+  // kInodesMax (the client's previous list stays, renewed).
   Result<void> renew(uint64_t client, std::span<const Ino> inos);
   // Whether the GC may remove the chunks of `ino`, queued at `queued_wall_ns`.
   bool may_collect(Ino ino, int64_t queued_wall_ns);
+  // Nothing may be collected for `hold` from now (condition 2).
+  void restart_window();
 
   size_t clients() const;
   size_t held() const;  // distinct inodes held
@@ -73,7 +84,7 @@ class ReadHolds {
 
   const Clock& clock_;
   const std::chrono::milliseconds hold_;
-  const TimePoint started_;
+  std::atomic<int64_t> window_start_ns_;  // TimePoint of the last restart_window(), in ns
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, Holder> holders_;  // GUARDED_BY(mu_)
   std::unordered_map<Ino, uint32_t> held_;        // GUARDED_BY(mu_): ino -> holders naming it

@@ -97,6 +97,40 @@ TEST_F(ReadHoldsTest, AllClientsTogetherHoldABoundedNumberOfInodes) {
   EXPECT_TRUE(h.renew(clients + 1, inos({1})).has_value()) << "room again";
 }
 
+TEST_F(ReadHoldsTest, NothingGoesForAHoldAfterTheWindowRestarts) {
+  ReadHolds h(clock_, 4000ms);
+  clock_.advance(10s);
+  const int64_t old = now_wall() - int64_t{60'000'000'000};
+  ASSERT_TRUE(h.may_collect(1, old));
+  h.restart_window();  // meta starts serving, or regained its lease: readers renew first
+  clock_.advance(3999ms);
+  EXPECT_FALSE(h.may_collect(1, old));
+  clock_.advance(1ms);
+  EXPECT_TRUE(h.may_collect(1, old));
+}
+
+TEST_F(ReadHoldsTest, ARefusedRenewalOfAClientKeepsWhatItHeld) {
+  ReadHolds h(clock_, 4000ms);
+  clock_.advance(10s);
+  const int64_t old = now_wall() - int64_t{60'000'000'000};
+  std::vector<Ino> full(ReadHolds::kInodesPerClientMax);
+  for (size_t i = 0; i < full.size(); ++i) full[i] = i + 1000;
+  const std::vector<Ino> almost(full.begin(), full.end() - 1);
+  const uint64_t clients = ReadHolds::kInodesMax / ReadHolds::kInodesPerClientMax;
+  ASSERT_TRUE(h.renew(clients + 1, inos({7})).has_value());
+  for (uint64_t c = 1; c < clients; ++c) ASSERT_TRUE(h.renew(c, full).has_value()) << c;
+  ASSERT_TRUE(h.renew(clients, almost).has_value()) << "exactly full now";
+  clock_.advance(3s);
+  auto refused = h.renew(clients + 1, inos({7, 8}));
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code(), Code::kOverloaded);
+  clock_.advance(3s);  // past the first renewal's expiry; the others' lists lapsed
+  EXPECT_FALSE(h.may_collect(7, old)) << "the refused renewal kept the client's earlier hold";
+  EXPECT_TRUE(h.may_collect(1000, old));
+  clock_.advance(1s);
+  EXPECT_TRUE(h.may_collect(7, old)) << "renewed for one hold only";
+}
+
 TEST_F(ReadHoldsTest, AZeroHoldKeepsNothing) {
   ReadHolds h(clock_, 0ms);
   EXPECT_EQ(h.renew_interval(), 0ms);

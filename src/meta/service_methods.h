@@ -24,7 +24,7 @@ inline constexpr MethodId kStatfs{kSvc, 5};      // -> statfs
 inline constexpr MethodId kGetxattr{kSvc, 6};    // ino, name -> value
 inline constexpr MethodId kListxattr{kSvc, 7};   // ino -> names
 inline constexpr MethodId kGetLayout{kSvc, 8};   // ino -> layout
-inline constexpr MethodId kBatchStat{kSvc, 9};   // inos -> inodes, codes (one per ino of a prefix of inos)
+inline constexpr MethodId kBatchStat{kSvc, 9};   // inos, with_queued -> inodes, codes (one per ino of a prefix of inos)
 // The inodes the calling client (its connection's id) has open now, replacing
 // its previous list; kept in memory only (meta/read_holds.h), written nowhere.
 inline constexpr MethodId kHoldReads{kSvc, 10};  // inos -> renew_ms

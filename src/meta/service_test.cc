@@ -181,6 +181,28 @@ TEST_F(ServiceTest, ReaddirPagesAndBatchStat) {
   EXPECT_EQ((*stats)[25].error().code(), Code::kNotFound);
 }
 
+// Storage's orphan sweep asks with_queued: a removed file whose chunks wait
+// in meta's GC queue (a reader may hold it for long) is meta's, not an orphan.
+TEST_F(ServiceTest, BatchStatWithQueuedAnswersForFilesTheChunkGcHolds) {
+  auto f = c().create(kRoot, kRootIno, "queued", 0644, true, false);
+  ASSERT_TRUE(f.has_value()) << f.error();
+  SetAttr grow;
+  grow.size = 4096;  // a file with chunks is queued; an empty one is not
+  ASSERT_TRUE(c().setattr(kRoot, f->inode.ino, grow).has_value());
+  ASSERT_TRUE(c().unlink(kRoot, kRootIno, "queued").has_value());
+  const std::vector<Ino> inos{f->inode.ino, 987654321};
+  auto plain = c().batch_stat(kRoot, inos);
+  ASSERT_TRUE(plain.has_value()) << plain.error();
+  ASSERT_FALSE((*plain)[0].has_value());
+  EXPECT_EQ((*plain)[0].error().code(), Code::kNotFound);
+  auto queued = c().batch_stat(kRoot, inos, /*with_queued=*/true);
+  ASSERT_TRUE(queued.has_value()) << queued.error();
+  ASSERT_TRUE((*queued)[0].has_value()) << (*queued)[0].error();
+  EXPECT_EQ((*queued)[0]->ino, f->inode.ino);
+  EXPECT_EQ((*queued)[0]->size, 4096u);
+  EXPECT_EQ((*queued)[1].error().code(), Code::kNotFound) << "never queued: gone";
+}
+
 TEST_F(ServiceTest, AttributesXattrsLayoutsAndStatfs) {
   auto f = c().create(kRoot, kRootIno, "f", 0644, true, false);
   ASSERT_TRUE(f.has_value());

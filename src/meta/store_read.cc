@@ -193,6 +193,14 @@ Result<std::vector<GcItem>> MetaStore::gc_pending(size_t limit, std::optional<In
   });
 }
 
+Result<Inode> MetaStore::queued_for_gc(Ino ino) {
+  std::string raw;
+  auto s = db_->Get(rocksdb::ReadOptions(), key::gc(ino), &raw);
+  if (s.IsNotFound()) return error(Code::kNotFound, "inode {} is not queued for chunk GC", ino);
+  if (!s.ok()) return error(from_rocks(s, "read gc queue"));
+  return decode_inode(raw);
+}
+
 Result<std::vector<GcItem>> MetaStore::scan_gc_queue(Ino from, size_t limit) {
   std::vector<GcItem> items;
   const std::string upper = key::prefix_end(std::string(1, key::kGcPrefix));

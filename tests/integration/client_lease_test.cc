@@ -439,6 +439,7 @@ TEST_F(ChunkGcTest, FilesThatMayNotGoYetArePassedOverUntilTheyMay) {
   EXPECT_EQ(queue.done, (std::vector<meta::Ino>{100, 102}));
   EXPECT_EQ(r->taken, 4u);
   EXPECT_EQ(r->waiting, 2u);
+  EXPECT_EQ(r->held, 2u);
   EXPECT_EQ(r->finished, 2u);
   EXPECT_TRUE(queue.queued(101) && queue.queued(103));
   held.erase(101);

@@ -727,7 +727,7 @@ TEST_F(ClientTest, UnlinkedFilesLeaveStorage) {
     ASSERT_TRUE(client_->remove_path(cred, fmt::format("{}/f{}", d, i)).has_value());
     ASSERT_TRUE(client_->remove_path(cred, fmt::format("{}/e{}", d, i)).has_value());
   }
-  EXPECT_TRUE(eventually([&] { return used() + written <= full; }, std::chrono::seconds(20)))
+  EXPECT_TRUE(eventually([&] { return used() + written <= full; }, std::chrono::seconds(40)))
       << "full " << full << ", now " << used() << ": the chunks of unlinked files stay on storage";
 }
 

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "process.h"
+#include "weft/client.h"
 
 namespace weft {
 namespace {
@@ -45,6 +46,7 @@ namespace {
 using namespace std::chrono_literals;
 using testing::Process;
 using testing::TempDir;
+using testing::eventually;
 
 struct Run {
   int code = -1;  // exit code; -1: did not finish or died
@@ -1461,9 +1463,11 @@ TEST_F(FuseTest, AReaderClosesAFileRemovedUnderItWithoutErrorWithWritebackCache)
 // the mount names its open files to meta, whose chunk GC leaves them alone
 // (meta/read_holds.h). The file comes from `weft put` (another client:
 // nothing of it is in this mount's page cache, and the pages are dropped
-// again before the read), and is read only after the GC would have taken it
-// ([meta] read_hold_ms, 5 s under `weft up`, plus a pass). Also fstat(2) of
-// it goes on working, with no link left. One mode only: the same read path.
+// again before the read). It is read once the GC has taken a control file
+// removed after it (a native batch read of the control file fails then):
+// the GC looked at the replaced file in that pass or the one before. Also
+// fstat(2) of it goes on working, with no link left. One mode only: the
+// same read path.
 TEST_F(FuseTest, AFileReplacedWhileOpenReadsOnUntilItIsClosed) {
   if (!mount_options().ends_with("default_permissions")) GTEST_SKIP() << "run in the default mode only";
   std::string content(3u << 20, '\0');
@@ -1474,16 +1478,36 @@ TEST_F(FuseTest, AFileReplacedWhileOpenReadsOnUntilItIsClosed) {
     std::ofstream out(local, std::ios::binary);
     out.write(content.data(), static_cast<std::streamsize>(content.size()));
   }
-  const std::string remote = "/" + base_.substr(mnt_.size() + 1) + "/doomed";
-  auto put = run_weft({"put", local, remote, "--config", data_ + "/client.toml"}, dir_->file("replaced-put.log"));
+  // The control file first: a lower inode, which a GC pass looks at first.
+  ASSERT_TRUE(write_all(p("control"), "control"));
+  const std::string remote = "/" + base_.substr(mnt_.size() + 1);
+  auto put = run_weft({"put", local, remote + "/doomed", "--config", data_ + "/client.toml"},
+                      dir_->file("replaced-put.log"));
   ASSERT_EQ(put.code, 0) << put.log;
+  ClientOptions o;
+  o.config_path = data_ + "/client.toml";
+  auto native = Client::connect(o);
+  ASSERT_TRUE(native.has_value()) << native.error();
+  const Cred cred = (*native)->default_cred();
+  auto control = (*native)->resolve(cred, remote + "/control");
+  ASSERT_TRUE(control.has_value()) << control.error();
+
   int fd = ::open(p("doomed").c_str(), O_RDONLY);
   ASSERT_GE(fd, 0) << std::strerror(errno);
   char head[4096];
   ASSERT_EQ(::pread(fd, head, sizeof head, 0), static_cast<ssize_t>(sizeof head)) << std::strerror(errno);
   ASSERT_TRUE(write_all(p("new"), "the file that replaced it"));
   ASSERT_EQ(::rename(p("new").c_str(), p("doomed").c_str()), 0) << std::strerror(errno);
-  std::this_thread::sleep_for(8s);
+  ASSERT_EQ(::unlink(p("control").c_str()), 0) << std::strerror(errno);
+  std::vector<std::byte> buf(7);
+  ReadOp op;
+  op.ino = control->ino;
+  op.dst = buf;
+  op.layout = control->layout;
+  op.file_size = 7;
+  ASSERT_TRUE(eventually([&] { return !(*native)->read_batch(cred, std::span<const ReadOp>(&op, 1))[0]; }, 30s))
+      << "the GC never took the control file";
+  std::this_thread::sleep_for(1500ms);  // a pass or two more
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
   std::string got(content.size(), '\0');
   size_t n = 0;
