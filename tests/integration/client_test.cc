@@ -1737,6 +1737,55 @@ TEST_F(ClientTest, AFileReplacedWhileOpenKeepsItsDataUntilItsReaderCloses) {
   ASSERT_TRUE(g->close().has_value());
 }
 
+// A restarted meta has lost every client's read holds (they live in its
+// memory only): it collects nothing for read_hold_ms after it starts
+// serving, by which time the reader here has renewed. The replaced file was
+// queued longer than read_hold_ms before the restart, so only that window and
+// the renewal keep it: the GC's first pass runs as meta starts. A second
+// control file, removed after the restart, shows the GC passed over it.
+TEST_F(ClientTest, ARestartedMetaLearnsTheHoldsAgainBeforeItCollects) {
+  if (dir_ == nullptr) GTEST_SKIP() << "needs the cluster this test starts";
+  std::string d = dir();
+  const Cred& cred = client_->default_cred();
+  auto data = pattern(2u << 20, 31);
+  auto small = pattern(4096, 32);
+  ASSERT_TRUE(write_new(d + "/control1", small));
+  ASSERT_TRUE(write_new(d + "/doomed", data));
+  ASSERT_TRUE(write_new(d + "/control2", small));
+  auto control1 = client_->resolve(cred, d + "/control1");
+  auto control2 = client_->resolve(cred, d + "/control2");
+  ASSERT_TRUE(control1.has_value() && control2.has_value());
+  auto held = open(d + "/doomed", O_RDONLY);
+  ASSERT_TRUE(held);
+  std::vector<std::byte> buf(4096);
+  auto gone = [&](const Inode& f) {
+    ReadOp op;
+    op.ino = f.ino;
+    op.dst = buf;
+    op.layout = f.layout;
+    op.file_size = small.size();
+    return !client_->read_batch(cred, std::span<const ReadOp>(&op, 1))[0].has_value();
+  };
+  ASSERT_TRUE(client_->remove_path(cred, d + "/doomed").has_value());
+  ASSERT_TRUE(client_->remove_path(cred, d + "/control1").has_value());
+  ASSERT_TRUE(eventually([&] { return gone(*control1); }, 30s)) << "the GC never took the first control file";
+
+  std::ifstream pidfile(data_ + "/run/meta.pid");
+  pid_t pid = 0;
+  pidfile >> pid;
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  ASSERT_TRUE(eventually([&] { return ::kill(pid, 0) != 0; }, 30s)) << "meta did not stop";
+  ASSERT_EQ(run(fmt::format("{} up --data-dir {} > /dev/null 2>&1", weft_bin(), data_)), 0);
+  ASSERT_TRUE(client_->remove_path(cred, d + "/control2").has_value());  // retried until meta answers
+  ASSERT_TRUE(eventually([&] { return gone(*control2); }, 30s)) << "the GC never took the second control file";
+  std::this_thread::sleep_for(1500ms);  // a pass or two more
+  std::vector<std::byte> all(data.size());
+  ASSERT_EQ(held->pread(all, 0).value_or(0), data.size());
+  EXPECT_TRUE(all == data) << "the restarted meta collected a file a reader here holds";
+  ASSERT_TRUE(held->close().has_value());
+}
+
 TEST_F(ClientTest, ReadsAndWritesCarryOnWhileAStorageServerDies) {
   if (dir_ == nullptr) GTEST_SKIP() << "needs the cluster this test starts";
   std::string d = dir();
