@@ -247,7 +247,7 @@ std::string client_config(const ClusterSpec& spec) {
 class PortLock {
  public:
   static PortLock take() {
-    const std::string path = (std::filesystem::temp_directory_path() / "weft-up-ports.lock").string();
+    const std::string path = "/tmp/weft-up-ports.lock";  // one for the machine, whatever TMPDIR says
     int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // another user's lock file
     if (fd < 0) return PortLock(-1);

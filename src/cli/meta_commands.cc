@@ -189,9 +189,9 @@ const char kGcMetricsOwnerTag = 0;
 const void* const kGcMetricsOwner = &kGcMetricsOwnerTag;
 void register_gc_metrics(const client::ChunkGc& gc, meta::MetaStore& store) {
   auto& reg = metrics::Registry::global();
-  reg.gauge_fn("weft_meta_gc_files_collected_total", "Removed files whose chunks the chunk GC removed", {},
+  reg.gauge_fn("weft_meta_gc_files_collected", "Removed files whose chunks the chunk GC removed", {},
                [&gc] { return static_cast<double>(gc.files_collected()); }, kGcMetricsOwner);
-  reg.gauge_fn("weft_meta_gc_chunks_removed_total", "Chunks the chunk GC removed", {},
+  reg.gauge_fn("weft_meta_gc_chunks_removed", "Chunks the chunk GC removed", {},
                [&gc] { return static_cast<double>(gc.chunks_removed()); }, kGcMetricsOwner);
   reg.gauge_fn("weft_meta_gc_files_in_backoff", "Removed files whose chunk removal failed, waiting to be tried again",
                {}, [&gc] { return static_cast<double>(gc.files_in_backoff()); }, kGcMetricsOwner);
@@ -239,17 +239,18 @@ void serve_meta(const std::string& config_path, bool accept_store_change) {
     // files the cluster's store still has; cut off from mgmtd, a meta would
     // not learn that another meta's --accept-store-change replaced its store.
     // (A pass already running finishes its batch.)
-    // A meta that was without a lease may have been cut off from its
-    // clients too: their read holds lapsed here meanwhile, so it waits for
-    // their renewals before it collects again (meta/read_holds.h).
-    hooks.pending = [s, client = (*membership)->client.get(), leased = true](
+    // A meta that was without a lease (even between two passes) may have
+    // been cut off from its clients too: their read holds lapsed here
+    // meanwhile, so it waits for their renewals before it collects again
+    // (meta/read_holds.h).
+    hooks.pending = [s, client = (*membership)->client.get(), gaps = uint64_t{0}](
                         size_t limit, std::optional<meta::Ino> after) mutable -> Result<std::vector<meta::GcItem>> {
-      if (!client->lease().can_serve_writes()) {
-        leased = false;
+      if (!client->lease().can_serve_writes()) return std::vector<meta::GcItem>{};
+      if (uint64_t now = client->lease().gaps(); now != gaps) {
+        gaps = now;
+        s->read_holds().restart_window();
         return std::vector<meta::GcItem>{};
       }
-      if (!leased) s->read_holds().restart_window();
-      leased = true;
       return s->gc_pending(limit, after);
     };
     // Not while a reader may still have the file open (meta/read_holds.h).

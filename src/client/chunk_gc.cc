@@ -354,11 +354,12 @@ PeriodicThread::Wait ChunkGc::tick() {
     if (auto held = pass_errors_.admit()) WEFT_LOG_WARN("chunk gc: {}{}", r.error(), LogThrottle::held_back(*held));
   // More is queued and the pass got somewhere: go on at once. A pass that
   // finished nothing waits before going on past its files, which bounds the
-  // work spent on a queue whose storage is unreachable; unless it passed
-  // over files that may not go yet (held, or queued just now): those cost
-  // no storage call, and waiting at each 1,024 of them would leave the
-  // files behind them waiting for minutes under a steady stream of unlinks.
-  bool more = r && !r->queue_end && (r->finished > 0 || r->held > 0);
+  // work spent on a queue whose storage is unreachable; unless it only
+  // passed over files (some that may not go yet: held, or queued just now):
+  // those cost no storage call, and waiting at each 1,024 of them would
+  // leave the files behind them waiting for minutes under a steady stream
+  // of unlinks.
+  bool more = r && !r->queue_end && (r->finished > 0 || (r->held > 0 && r->taken == r->waiting));
   return more ? PeriodicThread::Wait::zero() : PeriodicThread::Wait(options_.interval);
 }
 

@@ -13,7 +13,12 @@ ReadHolder::ReadHolder(Send send, OpenInodes open) : send_(std::move(send)), ope
 ReadHolder::~ReadHolder() { stop(); }
 
 void ReadHolder::start() {
-  thread_.emplace(kFirst, [this] { return std::chrono::duration_cast<PeriodicThread::Wait>(renew_once()); });
+  // The next renewal starts an interval after this one started, however long it took.
+  thread_.emplace(kFirst, [this] {
+    const auto start = std::chrono::steady_clock::now();
+    const PeriodicThread::Wait wait = renew_once();
+    return std::max(PeriodicThread::Wait::zero(), wait - (std::chrono::steady_clock::now() - start));
+  });
 }
 
 void ReadHolder::stop() {
@@ -21,7 +26,6 @@ void ReadHolder::stop() {
 }
 
 milliseconds ReadHolder::renew_once() {
-  const auto start = std::chrono::steady_clock::now();
   std::lock_guard lock(mu_);
   std::vector<meta::Ino> inos = open_();
   if (inos.empty() && !meta_holds_some_) return interval_;
@@ -35,21 +39,14 @@ milliseconds ReadHolder::renew_once() {
     inos.resize(kInodesMax);
   }
   auto r = send_(inos, std::clamp(interval_, kTimeoutMin, kIdle));
-  milliseconds wait;
-  if (!r) {
-    wait = after_failure(r.error(), inos.size());
-  } else {
-    failing_since_.reset();
-    if (r->count() <= 0) {  // meta keeps none
-      meta_holds_some_ = false;
-      wait = interval_ = kIdle;
-    } else {
-      meta_holds_some_ = !inos.empty();
-      wait = interval_ = std::min(*r, kIdle);
-    }
+  if (!r) return after_failure(r.error(), inos.size());
+  failing_since_.reset();
+  if (r->count() <= 0) {  // meta keeps none
+    meta_holds_some_ = false;
+    return interval_ = kIdle;
   }
-  const auto spent = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
-  return std::max(milliseconds(0), wait - spent);
+  meta_holds_some_ = !inos.empty();
+  return interval_ = std::min(*r, kIdle);
 }
 
 milliseconds ReadHolder::after_failure(const Status& s, size_t inodes) {

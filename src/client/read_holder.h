@@ -16,7 +16,8 @@
 // warning (at most once a minute): this client's readers of files removed
 // meanwhile may get ESTALE.
 // Threading: start()/stop() from the owner; renew_once() from anywhere
-// (renewals are serialized: an older list never lands after a newer one).
+// (renewals are serialized; a call that timed out may still reach meta after
+// the next one, whose list then stands until the renewal after).
 #pragma once
 
 #include <chrono>
@@ -58,7 +59,8 @@ class ReadHolder {
   void start();
   void stop();
   // One renewal now (what the thread does); returns the wait before the
-  // next, counted from when this one started.
+  // next, counted from when this one started (the thread subtracts the time
+  // it took).
   std::chrono::milliseconds renew_once();
 
  private:

@@ -3,7 +3,6 @@
 
 #include <gtest/gtest.h>
 
-#include <thread>
 #include <vector>
 
 namespace weft::client {
@@ -16,13 +15,11 @@ struct FakeMeta {
   std::vector<std::vector<Ino>> sent;
   std::vector<std::chrono::milliseconds> timeouts;
   Result<std::chrono::milliseconds> answer = 1250ms;
-  std::chrono::milliseconds takes{0};  // how long an answer takes
   std::vector<Ino> open;
   ReadHolder holder{[this](std::span<const Ino> inos, std::chrono::milliseconds timeout)
                         -> Result<std::chrono::milliseconds> {
                       sent.emplace_back(inos.begin(), inos.end());
                       timeouts.push_back(timeout);
-                      std::this_thread::sleep_for(takes);
                       return answer;
                     },
                     [this] { return open; }};
@@ -45,21 +42,15 @@ TEST(ReadHolder, NamesEachOpenInodeOnceAtMetasInterval) {
   EXPECT_EQ(m.sent.size(), 2u) << "meta already knows nothing is open";
 }
 
-// A renewal waits at most an interval for meta, and the next one starts an
-// interval after this one started: a slow meta does not stretch the time
-// between renewals past what meta's hold allows for.
-TEST(ReadHolder, RenewalsStartAnIntervalApartAndWaitAtMostThatLong) {
+// A renewal waits at most an interval for meta (never less than kTimeoutMin).
+TEST(ReadHolder, ARenewalWaitsAtMostAnIntervalForMeta) {
   FakeMeta m;
   m.open = {1};
   m.holder.renew_once();
   EXPECT_EQ(m.timeouts.back(), ReadHolder::kDefault) << "before meta said, the default interval";
-  m.takes = 300ms;
-  const auto wait = m.holder.renew_once();
+  m.holder.renew_once();
   EXPECT_EQ(m.timeouts.back(), 1250ms);
-  EXPECT_LE(wait, 950ms);
-  EXPECT_GE(wait, 800ms) << "measured from the start of the renewal";
   m.answer = 100ms;
-  m.takes = 0ms;
   m.holder.renew_once();
   m.holder.renew_once();
   EXPECT_EQ(m.timeouts.back(), ReadHolder::kTimeoutMin) << "never shorter than this";

@@ -109,7 +109,8 @@ Result<Rep> do_batch_stat(MetaStore& s, const Req& q, const Context& ctx) {
   size_t bytes = 0;
   for (uint64_t ino : q.inos()) {
     auto a = s.getattr(ctx, ino);
-    if (!a && a.error().code() == Code::kNotFound && q.with_queued()) a = s.queued_for_gc(ino);
+    // Root only (storage's orphan sweep): what is left of removed files is nobody else's business.
+    if (!a && a.error().code() == Code::kNotFound && q.with_queued() && ctx.cred.uid == 0) a = s.queued_for_gc(ino);
     pb::Inode one;
     to_proto(a ? *a : Inode{}, &one);
     const size_t one_bytes = one.ByteSizeLong() + 16;  // with its tag, length and code
@@ -274,11 +275,11 @@ Result<MetaServiceConfig> MetaServiceConfig::from(const Config& config) {
   WEFT_TRY(c.request_record_age_s, meta.get_int_in("request_record_age_s", 3600, 1, int64_t{1} << 32));
   WEFT_TRY(int64_t reserve_mib, meta.get_int_in("reserve_mib", 256, 0, int64_t{1} << 30));
   WEFT_TRY(c.read_hold_ms, meta.get_int_in("read_hold_ms", 5000, 0, 3'600'000));
-  // Clients renew every hold/4 and wait for an answer as long: below 1 s
-  // they would call meta several times a second each, and a renewal could
-  // not arrive in time (read_holds.h).
-  if (c.read_hold_ms > 0 && c.read_hold_ms < 1000)
-    return error(Code::kConfig, "{}: [meta] read_hold_ms = {}: 0 (off) or at least 1000", config.source(),
+  // Clients renew every hold/4 and wait for an answer as long, and may open
+  // a file from attributes up to 1 s old (the mount's attr_timeout): all of
+  // that must fit in the hold (read_holds.h), with room for a slow renewal.
+  if (c.read_hold_ms > 0 && c.read_hold_ms < 4000)
+    return error(Code::kConfig, "{}: [meta] read_hold_ms = {}: 0 (off) or at least 4000", config.source(),
                  c.read_hold_ms);
   c.reserve_bytes = static_cast<uint64_t>(reserve_mib) << 20;
   c.chain_count = static_cast<uint32_t>(chains);

@@ -40,7 +40,7 @@ namespace weft::meta {
 //   read_hold_ms = 5000              # the data of a file whose last link went stays this
 //                                    # long, and as long as a client renewing its holds has
 //                                    # it open (meta/read_holds.h); 0: collected at once;
-//                                    # else at least 1000
+//                                    # else at least 4000
 struct MetaServiceConfig {
   std::string data_dir;
   uint32_t chain_count = 1;

@@ -57,6 +57,10 @@ class LeaseKeeper {
   void revoke();
 
   bool can_serve_writes() const;
+  // Times the lease ran out or was revoked after a grant (counted when it is
+  // granted again after running out, and at each revoke): what a caller
+  // polling can_serve_writes() between two such moments would miss.
+  uint64_t gaps() const;
   // Time left on the lease, zero when expired.
   Duration remaining() const;
   TimePoint valid_until() const;
@@ -67,6 +71,7 @@ class LeaseKeeper {
   uint64_t next_sequence_ = 1;
   uint64_t revoked_before_ = 0;  // tickets with a lower sequence cannot grant
   TimePoint valid_until_{};      // epoch: never granted
+  uint64_t gaps_ = 0;
 };
 
 }  // namespace weft::mgmt

@@ -34,6 +34,26 @@ TEST(LeaseKeeper, GrantCountsFromSendTimeAndOnlyExtends) {
   EXPECT_EQ(keeper.remaining(), Duration::zero());
 }
 
+// The meta GC restarts its read-hold window after any gap in its lease,
+// even one that began and ended between two of its looks.
+TEST(LeaseKeeper, CountsTheGapsInTheLease) {
+  ManualClock clock;
+  LeaseKeeper keeper(clock);
+  keeper.on_granted(keeper.begin_heartbeat(), 3s);
+  EXPECT_EQ(keeper.gaps(), 0u) << "the first grant ends no gap";
+  clock.advance(2s);
+  keeper.on_granted(keeper.begin_heartbeat(), 3s);
+  EXPECT_EQ(keeper.gaps(), 0u) << "renewed in time";
+  clock.advance(4s);  // ran out 1 s ago
+  HeartbeatTicket late = keeper.begin_heartbeat();
+  keeper.on_granted(late, 3s);
+  EXPECT_EQ(keeper.gaps(), 1u);
+  keeper.revoke();
+  EXPECT_EQ(keeper.gaps(), 2u);
+  keeper.on_granted(keeper.begin_heartbeat(), 3s);
+  EXPECT_EQ(keeper.gaps(), 2u) << "the grant after a revoke ends the gap the revoke counted";
+}
+
 TEST(LeaseKeeper, RevokeIgnoresRepliesToEarlierHeartbeats) {
   ManualClock clock;
   LeaseKeeper keeper(clock);

@@ -1507,7 +1507,7 @@ TEST_F(FuseTest, AFileReplacedWhileOpenReadsOnUntilItIsClosed) {
   op.file_size = 7;
   ASSERT_TRUE(eventually([&] { return !(*native)->read_batch(cred, std::span<const ReadOp>(&op, 1))[0]; }, 30s))
       << "the GC never took the control file";
-  std::this_thread::sleep_for(1500ms);  // a pass or two more
+  std::this_thread::sleep_for(2500ms);  // passes from the queue's front (1 s apart once they finish nothing)
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
   std::string got(content.size(), '\0');
   size_t n = 0;

@@ -165,4 +165,15 @@ inline std::optional<std::string> wait_for_file(const std::string& path, std::ch
   return std::nullopt;
 }
 
+// Whether process `pid` runs: a zombie (exited, reparented to an init that
+// has not reaped it yet) does not.
+inline bool pid_alive(pid_t pid) {
+  if (pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH)) return false;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return false;
+  return stat[close + 2] != 'Z' && stat[close + 2] != 'X';
+}
+
 }  // namespace weft::testing

@@ -25,6 +25,7 @@ namespace {
 using namespace std::chrono_literals;
 using testing::Process;
 using testing::TempDir;
+using testing::pid_alive;
 
 struct CliResult {
   int exit_code = -1;
@@ -36,14 +37,6 @@ std::string read_text(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-bool pid_alive(pid_t pid) {
-  if (pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH)) return false;
-  std::string stat = read_text("/proc/" + std::to_string(pid) + "/stat");
-  auto close = stat.rfind(')');
-  if (close == std::string::npos || close + 2 >= stat.size()) return false;
-  return stat[close + 2] != 'Z' && stat[close + 2] != 'X';
 }
 
 size_t count(const std::string& text, const std::string& what) {
