@@ -237,64 +237,60 @@ std::string client_config(const ClusterSpec& spec) {
                                 toml_str(spec.cluster_token));
 }
 
-// --- the machine's port lock ----------------------------------------------------
+// --- locks ---------------------------------------------------------------------
 
-// Held by a `weft up` that makes a new cluster from its probe of free ports
-// until its servers listen on them: two new clusters started at once (tests
-// run in parallel) could otherwise both find one port free and the second
-// server to bind it fail. Waits up to a minute for another `weft up`, then
-// goes on without it (the lock is an aid, never a reason to fail).
-class PortLock {
+// An flock(2) held while the object lives (its descriptor closes with it);
+// empty when it could not be taken.
+class FileLock {
  public:
-  static PortLock take() {
-    const std::string path = "/tmp/weft-up-ports.lock";  // one for the machine, whatever TMPDIR says
-    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  // Opens (creating it) and tries to lock `path` once; `fd` < 0 when either failed (errno says why).
+  static FileLock try_take(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // another user's lock file
-    if (fd < 0) return PortLock(-1);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
-    while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      if (errno != EWOULDBLOCK || std::chrono::steady_clock::now() >= deadline) {
-        ::close(fd);
-        return PortLock(-1);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return PortLock(fd);
-  }
-  PortLock(PortLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  PortLock& operator=(PortLock&&) = delete;
-  ~PortLock() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-
- private:
-  explicit PortLock(int fd) : fd_(fd) {}
-  int fd_;
-};
-
-// --- the directory lock --------------------------------------------------------
-
-class DirLock {
- public:
-  static Result<DirLock> take(const Layout& L) {
-    int fd = ::open(L.lock_file().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return errno_error(errno, "open " + L.lock_file());
+    if (fd < 0) return FileLock(-1);
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
       ::close(fd);
-      return error(Code::kBusy, "another `weft up` or `weft down` is working on {} (lock {})", L.dir, L.lock_file());
+      errno = err;
+      return FileLock(-1);
     }
-    return DirLock(fd);
+    return FileLock(fd);
   }
-  DirLock(DirLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  DirLock& operator=(DirLock&&) = delete;
-  ~DirLock() {
+  FileLock(FileLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  FileLock& operator=(FileLock&&) = delete;
+  ~FileLock() {
     if (fd_ >= 0) ::close(fd_);
   }
+  bool held() const { return fd_ >= 0; }
 
  private:
-  explicit DirLock(int fd) : fd_(fd) {}
+  explicit FileLock(int fd) : fd_(fd) {}
   int fd_;
 };
+
+// The machine's port lock: held by a `weft up` that makes a new cluster from
+// its probe of free ports until its servers listen on them: two new clusters
+// started at once (tests run in parallel) could otherwise both find one port
+// free and the second server to bind it fail. Waits up to a minute for
+// another `weft up`, then goes on without it (the lock is an aid, never a
+// reason to fail).
+FileLock take_port_lock() {
+  const std::string path = "/tmp/weft-up-ports.lock";  // one for the machine, whatever TMPDIR says
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  for (;;) {
+    FileLock lock = FileLock::try_take(path);
+    if (lock.held() || errno != EWOULDBLOCK || std::chrono::steady_clock::now() >= deadline) return lock;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// The directory lock: one `weft up` or `weft down` at a time per cluster directory.
+Result<FileLock> take_dir_lock(const Layout& L) {
+  FileLock lock = FileLock::try_take(L.lock_file());
+  if (lock.held()) return lock;
+  if (errno != EWOULDBLOCK) return errno_error(errno, "lock " + L.lock_file());
+  return error(Code::kBusy, "another `weft up` or `weft down` is working on {} (lock {})", L.dir, L.lock_file());
+}
 
 Result<void> make_dirs(const Layout& L) {
   for (const char* sub : {"", "/conf", "/data", "/logs", "/run"}) {
@@ -957,15 +953,15 @@ Result<void> up(const UpOptions& options, std::FILE* out) {
                  "--mount: this weft binary has no `weft mount` command yet; start without --mount and mount later");
   if (!exists(L.cluster_file())) WEFT_RETURN_IF_ERROR(check_new(options));  // before creating anything
   WEFT_RETURN_IF_ERROR(make_dirs(L));
-  WEFT_TRY(DirLock lock, DirLock::take(L));
+  WEFT_TRY(FileLock lock, take_dir_lock(L));
   ClusterSpec spec;
-  std::optional<PortLock> ports_lock;  // a new cluster's: until runner.run() returns (its servers listen then)
+  std::optional<FileLock> ports_lock;  // a new cluster's: until runner.run() returns (its servers listen then)
   if (exists(L.cluster_file())) {
     WEFT_TRY(spec, ClusterSpec::parse(read_text(L.cluster_file()), L.cluster_file()));
     WEFT_RETURN_IF_ERROR(check_flags(options, spec, L.cluster_file()));
     WEFT_RETURN_IF_ERROR(write_configs(L, spec));  // any that went missing
   } else {
-    ports_lock.emplace(PortLock::take());
+    ports_lock.emplace(take_port_lock());
     WEFT_TRY(spec, new_spec(options));
     WEFT_RETURN_IF_ERROR(write_configs(L, spec));
     // Last: its presence means the directory holds a complete cluster definition.
@@ -983,7 +979,7 @@ Result<void> down(const std::string& data_dir, std::FILE* out) {
   }
   WEFT_TRY(ClusterSpec spec, ClusterSpec::parse(read_text(L.cluster_file()), L.cluster_file()));
   WEFT_RETURN_IF_ERROR(make_dirs(L));
-  WEFT_TRY(DirLock lock, DirLock::take(L));
+  WEFT_TRY(FileLock lock, take_dir_lock(L));
   Status first_error;
   bool did_something = false;
 

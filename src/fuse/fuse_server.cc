@@ -786,7 +786,18 @@ class FuseServer::Impl {
     WEFT_LOG_DEBUG("setattr of the times of inode {}: meta has no such inode (removed while open for reading "
                    "here); their write-back succeeds",
                    ino);
-    Inode in;
+    Inode in = removed_inode(ino, Inode{});
+    in.mtime_ns = ns_of(asked.st_mtim);
+    in.ctime_ns = ns_of(asked.st_ctim);
+    struct stat st = stat_of(in);
+    fuse_reply_attr(req, &st, 0);
+  }
+
+  // What is left to tell of file `ino`, which meta no longer has: what this
+  // mount last knew of it, else `otherwise`, with no link and the length the
+  // handles open here know.
+  Inode removed_inode(Ino ino, Inode otherwise) {
+    Inode in = std::move(otherwise);
     {
       std::lock_guard lk(lookups_mu_);
       if (auto it = known_.find(ino); it != known_.end()) in = it->second.inode;
@@ -794,11 +805,8 @@ class FuseServer::Impl {
     in.ino = ino;
     in.type = InodeType::kFile;
     in.nlink = 0;
-    in.mtime_ns = ns_of(asked.st_mtim);
-    in.ctime_ns = ns_of(asked.st_ctim);
     apply_local_size(in);
-    struct stat st = stat_of(in);
-    fuse_reply_attr(req, &st, 0);
+    return in;
   }
 
   // The attributes of a file meta no longer has that `open` (a handle here)
@@ -806,14 +814,8 @@ class FuseServer::Impl {
   // no link. Nobody can change it any more (a writer anywhere would have
   // kept it at meta), so the kernel may keep them for the attribute timeout.
   void reply_attr_of_removed(fuse_req_t req, const OpenFile& open) {
-    Inode in = open.file->opened();
-    {
-      std::lock_guard lk(lookups_mu_);
-      if (auto it = known_.find(open.ino); it != known_.end()) in = it->second.inode;
-    }
-    in.nlink = 0;
+    Inode in = removed_inode(open.ino, open.file->opened());
     in.size = std::max(in.size, open.file->size());
-    apply_local_size(in);
     struct stat st = stat_of(in);
     fuse_reply_attr(req, &st, options_.attr_timeout_s);
   }

@@ -14,6 +14,8 @@ class ReadHoldsTest : public ::testing::Test {
  protected:
   // A file queued now (the wall clock of clock_).
   int64_t now_wall() const { return clock_.wall_ns(); }
+  // A file queued a minute ago: only holds and the window can keep it.
+  int64_t queued_long_ago() const { return now_wall() - int64_t{60'000'000'000}; }
   std::vector<Ino> inos(std::initializer_list<Ino> l) { return std::vector<Ino>(l); }
   ManualClock clock_;
 };
@@ -37,7 +39,7 @@ TEST_F(ReadHoldsTest, AFileGoesOnlyOnceItWasQueuedForTheHoldAndTheTableExistedTh
 TEST_F(ReadHoldsTest, AHeldFileStaysUntilItsHoldersLetGoOrStopRenewing) {
   ReadHolds h(clock_, 4000ms);
   clock_.advance(10s);
-  const int64_t old = now_wall() - int64_t{60'000'000'000};
+  const int64_t old = queued_long_ago();
   ASSERT_TRUE(h.renew(7, inos({1, 2})).has_value());
   ASSERT_TRUE(h.renew(8, inos({2, 3})).has_value());
   EXPECT_EQ(h.clients(), 2u);
@@ -66,7 +68,7 @@ TEST_F(ReadHoldsTest, AHeldFileStaysUntilItsHoldersLetGoOrStopRenewing) {
 TEST_F(ReadHoldsTest, RenewingKeepsAHoldPastItsFirstExpiry) {
   ReadHolds h(clock_, 4000ms);
   clock_.advance(10s);
-  const int64_t old = now_wall() - int64_t{60'000'000'000};
+  const int64_t old = queued_long_ago();
   for (int i = 0; i < 10; ++i) {
     ASSERT_TRUE(h.renew(7, inos({5})).has_value());
     clock_.advance(h.renew_interval());
@@ -77,7 +79,7 @@ TEST_F(ReadHoldsTest, RenewingKeepsAHoldPastItsFirstExpiry) {
 TEST_F(ReadHoldsTest, BadRenewalsAreRefusedAndChangeNothing) {
   ReadHolds h(clock_, 4000ms);
   clock_.advance(10s);
-  const int64_t old = now_wall() - int64_t{60'000'000'000};
+  const int64_t old = queued_long_ago();
   EXPECT_EQ(h.renew(0, inos({1})).error().code(), Code::kInvalidArgument) << "a connection without a client id";
   ASSERT_TRUE(h.renew(7, inos({1})).has_value());
   std::vector<Ino> many(ReadHolds::kInodesPerClientMax + 1, 9);
@@ -100,7 +102,7 @@ TEST_F(ReadHoldsTest, AllClientsTogetherHoldABoundedNumberOfInodes) {
 TEST_F(ReadHoldsTest, NothingGoesForAHoldAfterTheWindowRestarts) {
   ReadHolds h(clock_, 4000ms);
   clock_.advance(10s);
-  const int64_t old = now_wall() - int64_t{60'000'000'000};
+  const int64_t old = queued_long_ago();
   ASSERT_TRUE(h.may_collect(1, old));
   h.restart_window();  // meta starts serving, or regained its lease: readers renew first
   clock_.advance(3999ms);
@@ -112,7 +114,7 @@ TEST_F(ReadHoldsTest, NothingGoesForAHoldAfterTheWindowRestarts) {
 TEST_F(ReadHoldsTest, ARefusedRenewalOfAClientKeepsWhatItHeld) {
   ReadHolds h(clock_, 4000ms);
   clock_.advance(10s);
-  const int64_t old = now_wall() - int64_t{60'000'000'000};
+  const int64_t old = queued_long_ago();
   std::vector<Ino> full(ReadHolds::kInodesPerClientMax);
   for (size_t i = 0; i < full.size(); ++i) full[i] = i + 1000;
   const std::vector<Ino> almost(full.begin(), full.end() - 1);

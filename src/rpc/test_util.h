@@ -202,4 +202,15 @@ inline size_t lines_with(const std::string& log, const std::string& what) {
   return count;
 }
 
+// The text of a server's /metrics page on 127.0.0.1:`port` ("" if it does not answer).
+inline std::string scrape_metrics(uint16_t port) {
+  RawSocket http(port);
+  const std::string get = "GET /metrics HTTP/1.1\r\n\r\n";
+  if (!http.send_bytes(get.data(), get.size())) return "";
+  std::string text;
+  char c;
+  while (http.recv_bytes(&c, 1, 2000)) text += c;
+  return text;
+}
+
 }  // namespace weft::rpc::testing

@@ -97,15 +97,23 @@ class ClientTest : public ::testing::Test {
     std::ifstream ports(data_ + "/run/meta.ports");
     uint16_t rpc_port = 0, metrics_port = 0;
     if (!(ports >> rpc_port >> metrics_port) || metrics_port == 0) return std::nullopt;
-    rpc::testing::RawSocket http(metrics_port);
-    std::string get = "GET /metrics HTTP/1.1\r\n\r\n";
-    if (!http.send_bytes(get.data(), get.size())) return std::nullopt;
-    std::string text;
-    char c;
-    while (http.recv_bytes(&c, 1, 2000)) text += c;
+    const std::string text = rpc::testing::scrape_metrics(metrics_port);
     size_t at = text.find("\n" + name + " ");
     if (at == std::string::npos) return std::nullopt;
     return std::stod(text.substr(at + name.size() + 2));
+  }
+
+  // A batch read of `size` bytes of file `f` from `offset` into `dst`, with
+  // its layout and length known from before (as a dataset has them): once
+  // the chunk GC took a removed file's chunks it fails (kStaleHandle).
+  static Result<size_t> read_known(const Inode& f, uint64_t size, uint64_t offset, std::span<std::byte> dst) {
+    ReadOp op;
+    op.ino = f.ino;
+    op.offset = offset;
+    op.dst = dst;
+    op.layout = f.layout;
+    op.file_size = size;
+    return client_->read_batch(client_->default_cred(), std::span<const ReadOp>(&op, 1))[0];
   }
 
   // A second client of the same cluster (another process, as far as meta knows).
@@ -1680,21 +1688,12 @@ TEST_F(ClientTest, AFileReplacedWhileOpenKeepsItsDataUntilItsReaderCloses) {
   ASSERT_TRUE(write_new_with(**unholding, d + "/new", other_data));
   ASSERT_TRUE((*unholding)->rename_path(cred, d + "/new", d + "/doomed").has_value());
   ASSERT_TRUE((*unholding)->remove_path(cred, d + "/control").has_value());
-  auto batch_read = [&](Ino ino, const Layout& layout, uint64_t size, uint64_t offset) {
-    ReadOp op;
-    op.ino = ino;
-    op.offset = offset;
-    op.dst = buf;
-    op.layout = layout;
-    op.file_size = size;
-    return client_->read_batch(cred, std::span<const ReadOp>(&op, 1))[0];
-  };
   // The GC takes the control file (a batch read of it, with its layout and
   // length known from before as a dataset has them, fails once it did) and
   // so looked at the replaced file in that pass or the next: it left it.
   Result<size_t> r = 0u;
   ASSERT_TRUE(eventually([&] {
-    r = batch_read(control->ino, control->layout, other_data.size(), 0);
+    r = read_known(*control, other_data.size(), 0, buf);
     return !r.has_value();
   }, 30s)) << "the GC never took the control file";
   EXPECT_EQ(r.error().code(), Code::kStaleHandle) << r.error();
@@ -1711,8 +1710,7 @@ TEST_F(ClientTest, AFileReplacedWhileOpenKeepsItsDataUntilItsReaderCloses) {
   EXPECT_TRUE(all == data);
 
   // The holder closes: the data goes, and the reader without holds learns it.
-  const Ino ino = held->ino();
-  const Layout layout = held->layout();
+  const Inode opened = held->opened();
   ASSERT_TRUE(held->close().has_value());
   ASSERT_TRUE(eventually([&] {
     r = (*unheld)->pread(buf, 2u << 20);
@@ -1722,7 +1720,7 @@ TEST_F(ClientTest, AFileReplacedWhileOpenKeepsItsDataUntilItsReaderCloses) {
     return !r.has_value();
   }, 30s)) << "still reading 30 s after the last holder closed: the GC never took the chunks?";
   EXPECT_EQ(r.error().code(), Code::kStaleHandle) << r.error();
-  r = batch_read(ino, layout, data.size(), 2u << 20);
+  r = read_known(opened, data.size(), 2u << 20, buf);
   ASSERT_FALSE(r.has_value()) << "a removed file read as zeros";
   EXPECT_EQ(r.error().code(), Code::kStaleHandle) << r.error();
   EXPECT_EQ(read_all(d + "/doomed"), other_data) << "the name holds the file that replaced it";
@@ -1758,14 +1756,7 @@ TEST_F(ClientTest, ARestartedMetaLearnsTheHoldsAgainBeforeItCollects) {
   auto held = open(d + "/doomed", O_RDONLY);
   ASSERT_TRUE(held);
   std::vector<std::byte> buf(4096);
-  auto gone = [&](const Inode& f) {
-    ReadOp op;
-    op.ino = f.ino;
-    op.dst = buf;
-    op.layout = f.layout;
-    op.file_size = small.size();
-    return !client_->read_batch(cred, std::span<const ReadOp>(&op, 1))[0].has_value();
-  };
+  auto gone = [&](const Inode& f) { return !read_known(f, small.size(), 0, buf).has_value(); };
   ASSERT_TRUE(client_->remove_path(cred, d + "/doomed").has_value());
   ASSERT_TRUE(client_->remove_path(cred, d + "/control1").has_value());
   ASSERT_TRUE(eventually([&] { return gone(*control1); }, 30s)) << "the GC never took the first control file";

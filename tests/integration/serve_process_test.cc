@@ -57,12 +57,8 @@ TEST(ServeProcess, ServesRefusesWrongTokenExportsMetricsAndStopsCleanly) {
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code(), Code::kUnauthenticated);
 
-  rpc::testing::RawSocket http(ports->metrics);
-  std::string get = "GET /metrics HTTP/1.1\r\n\r\n";
-  ASSERT_TRUE(http.send_bytes(get.data(), get.size()));
-  std::string text;
-  char c;
-  while (http.recv_bytes(&c, 1, 2000)) text += c;
+  const std::string text = rpc::testing::scrape_metrics(ports->metrics);
+  ASSERT_FALSE(text.empty());
   EXPECT_NE(text.find("weft_rpc_server_requests_total{server=\"echo-it\",method=\"test.echo\"} 1"), std::string::npos)
       << text;
   EXPECT_NE(text.find("weft_rpc_server_refused_total{server=\"echo-it\"} 1"), std::string::npos) << text;

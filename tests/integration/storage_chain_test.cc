@@ -278,12 +278,8 @@ TEST_F(StorageChainTest, FullTargetAnswersNoSpaceAndServesReads) {
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->data, data);
 
-  rpc::testing::RawSocket http(a.metrics_port());
-  std::string get = "GET /metrics HTTP/1.1\r\n\r\n";
-  ASSERT_TRUE(http.send_bytes(get.data(), get.size()));
-  std::string text;
-  char ch;
-  while (http.recv_bytes(&ch, 1, 2000)) text += ch;
+  const std::string text = rpc::testing::scrape_metrics(a.metrics_port());
+  ASSERT_FALSE(text.empty());
   for (const char* name : {"weft_storage_requests_total{server=\"full\",target=\"101\",op=\"write\"}",
                            "weft_storage_request_latency_us", "weft_storage_target_free_bytes",
                            "weft_storage_disk_queue_depth", "weft_storage_payload_checksum_failures_total"})
