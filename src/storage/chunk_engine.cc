@@ -434,9 +434,16 @@ Result<ChunkInfo> ChunkEngine::stat(const ChunkId& id) {
   return ChunkInfo{id, meta->version, meta->length, meta->chunk_crc, meta->size_class, pending_version, meta->chain_id};
 }
 
-Result<std::vector<ChunkInfo>> ChunkEngine::list(std::optional<ChunkId> start, size_t count_max) {
+Result<std::vector<ChunkInfo>> ChunkEngine::list(std::optional<ChunkId> start, size_t count_max,
+                                                 std::optional<ChunkId> end) {
   std::vector<ChunkInfo> out;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  // With an end, RocksDB stops there too (it would otherwise step over the
+  // tombstones of removed chunks past it to find the next live key).
+  const std::string upper = end ? chunk_key(*end) : std::string();
+  const rocksdb::Slice upper_slice(upper);
+  rocksdb::ReadOptions ro;
+  if (end) ro.iterate_upper_bound = &upper_slice;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
   it->Seek(start ? chunk_key(*start) : std::string(1, kChunkKeyPrefix));
   // Ids from the index, records from the in-memory mirror (as list_chain):
   // a group's index record is written before its slots are flushed, and
@@ -445,6 +452,7 @@ Result<std::vector<ChunkInfo>> ChunkEngine::list(std::optional<ChunkId> start, s
   for (; it->Valid() && is_chunk_key(it->key()) && out.size() < count_max; it->Next()) {
     auto id = ChunkId::decode(std::string_view(it->key().data() + 1, ChunkId::kEncodedBytes));
     if (!id) return error(Code::kCorruption, "chunk index key of {} bytes", it->key().size());
+    if (end && !(*id < *end)) break;
     WEFT_TRY(auto meta, get_meta(*id));
     if (!meta) continue;
     out.push_back(ChunkInfo{*id, meta->version, meta->length, meta->chunk_crc, meta->size_class, 0, meta->chain_id});
@@ -473,12 +481,22 @@ struct ChainCursor {
 // Merges the chain's index with the unknown-chain index in id order; the
 // records come from the in-memory mirror (a chunk removed since is skipped).
 Result<std::vector<ChunkInfo>> ChunkEngine::list_chain(uint32_t chain_id, std::optional<ChunkId> start,
-                                                       size_t count_max) {
+                                                       size_t count_max, std::optional<ChunkId> end) {
   std::vector<uint32_t> chains{chain_id};
   if (chain_id != kChainUnknown) chains.push_back(kChainUnknown);
+  // Upper bounds (see list()); declared before the cursors, whose iterators point at them.
+  std::string uppers[2];
+  rocksdb::Slice upper_slices[2];
   std::vector<ChainCursor> cursors;
-  for (uint32_t c : chains) {
-    ChainCursor cur{std::unique_ptr<rocksdb::Iterator>(db_->NewIterator(rocksdb::ReadOptions())), chain_prefix(c), {}};
+  for (size_t i = 0; i < chains.size(); ++i) {
+    const uint32_t c = chains[i];
+    rocksdb::ReadOptions ro;
+    if (end) {
+      uppers[i] = chain_key(c, *end);
+      upper_slices[i] = rocksdb::Slice(uppers[i]);
+      ro.iterate_upper_bound = &upper_slices[i];
+    }
+    ChainCursor cur{std::unique_ptr<rocksdb::Iterator>(db_->NewIterator(ro)), chain_prefix(c), {}};
     cur.it->Seek(start ? chain_key(c, *start) : cur.prefix);
     cur.load();
     cursors.push_back(std::move(cur));
@@ -488,7 +506,7 @@ Result<std::vector<ChunkInfo>> ChunkEngine::list_chain(uint32_t chain_id, std::o
     std::optional<ChunkId> low;
     for (auto& c : cursors)
       if (c.id && (!low || *c.id < *low)) low = c.id;
-    if (!low) break;
+    if (!low || (end && !(*low < *end))) break;
     for (auto& c : cursors)
       if (c.id == low) c.next();  // an id in both (its chain was just recorded) is listed once
     WEFT_TRY(auto meta, get_meta(*low));

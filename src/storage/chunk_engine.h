@@ -264,13 +264,18 @@ class ChunkEngine {
   Result<void> verify(const ChunkId& id);
 
   Result<ChunkInfo> stat(const ChunkId& id);
-  // Committed chunks in id order, starting at `start` (inclusive), at most `count_max`.
+  // Committed chunks in id order, starting at `start` (inclusive), at most
+  // `count_max`, and below `end` (exclusive) when one is given: a listing of
+  // one inode's chunks (end = its successor inode's first) costs its chunks,
+  // not count_max entries of the inodes after it.
   // Both lists read the index itself: a commit of a one-flush group shows
   // there from its record on, a moment before the group's flush made it durable.
-  Result<std::vector<ChunkInfo>> list(std::optional<ChunkId> start, size_t count_max);
+  Result<std::vector<ChunkInfo>> list(std::optional<ChunkId> start, size_t count_max,
+                                      std::optional<ChunkId> end = std::nullopt);
   // The same for the chunks of one chain plus those of unknown chain (they may
   // belong to it): a prefix scan of the per-chain index, whatever else the target holds.
-  Result<std::vector<ChunkInfo>> list_chain(uint32_t chain_id, std::optional<ChunkId> start, size_t count_max);
+  Result<std::vector<ChunkInfo>> list_chain(uint32_t chain_id, std::optional<ChunkId> start, size_t count_max,
+                                            std::optional<ChunkId> end = std::nullopt);
   // The chains that have chunks here according to the per-chain index
   // (kChainUnknown left out), ascending: one seek per chain.
   Result<std::vector<uint32_t>> chains();

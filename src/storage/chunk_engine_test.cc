@@ -373,6 +373,32 @@ Update in_chain(Update u, uint32_t chain) {
   return u;
 }
 
+TEST_F(ChunkEngineTest, ListingsStopAtTheirEnd) {
+  auto data = pattern(100, 1);
+  for (ChunkId id : {ChunkId{5, 0}, ChunkId{5, 3}, ChunkId{6, 0}, ChunkId{7, 1}})
+    ASSERT_TRUE(engine_->write(id, in_chain(Update::write(0, data), 1)).has_value());
+  ASSERT_TRUE(engine_->write(ChunkId{5, 2}, Update::write(0, data)).has_value());  // unknown chain
+  ASSERT_TRUE(engine_->write(ChunkId{8, 0}, in_chain(Update::write(0, data), 2)).has_value());
+  // One inode's chunks (RemoveRange's listing): the unknown-chain one too, nothing of inode 6 on.
+  EXPECT_EQ(ids_of(engine_->list_chain(1, ChunkId{5, 0}, 100, ChunkId::past_inode(5))),
+            (std::vector<ChunkId>{{5, 0}, {5, 2}, {5, 3}}));
+  EXPECT_EQ(ids_of(engine_->list_chain(1, ChunkId{5, 1}, 100, ChunkId{5, 3})), (std::vector<ChunkId>{{5, 2}}));
+  EXPECT_EQ(ids_of(engine_->list_chain(1, ChunkId{6, 0}, 100, ChunkId::past_inode(6))),
+            (std::vector<ChunkId>{{6, 0}}));
+  EXPECT_TRUE(engine_->list_chain(1, ChunkId{4, 0}, 100, ChunkId::past_inode(4))->empty());
+  EXPECT_EQ(ids_of(engine_->list_chain(2, ChunkId{5, 0}, 100, ChunkId::past_inode(7))),
+            (std::vector<ChunkId>{{5, 2}}));  // chain 2 has inode 8 only: its listing stops before
+  EXPECT_EQ(ids_of(engine_->list(ChunkId{5, 1}, 100, ChunkId::past_inode(5))),
+            (std::vector<ChunkId>{{5, 2}, {5, 3}}));
+  EXPECT_EQ(ids_of(engine_->list(ChunkId{7, 0}, 100, ChunkId::past_inode(8))),
+            (std::vector<ChunkId>{{7, 1}, {8, 0}}));
+  // count_max still applies, and no end lists on.
+  EXPECT_EQ(ids_of(engine_->list_chain(1, ChunkId{5, 0}, 2, ChunkId::past_inode(5))),
+            (std::vector<ChunkId>{{5, 0}, {5, 2}}));
+  EXPECT_EQ(engine_->list_chain(1, ChunkId{5, 0}, 100)->size(), 5u);
+  EXPECT_EQ(ChunkId::past_inode(UINT64_MAX), std::nullopt);
+}
+
 TEST_F(ChunkEngineTest, ChainIsRecordedAndListedPerChain) {
   auto data = pattern(100, 1);
   for (uint64_t i = 0; i < 6; ++i)

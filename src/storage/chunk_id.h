@@ -56,6 +56,12 @@ struct ChunkId {
     if (inode != UINT64_MAX) return ChunkId{inode + 1, 0};
     return std::nullopt;
   }
+  // The first id past every chunk of `inode` (nullopt for the largest inode):
+  // the exclusive end of a listing of that inode's chunks.
+  static std::optional<ChunkId> past_inode(uint64_t inode) {
+    if (inode == UINT64_MAX) return std::nullopt;
+    return ChunkId{inode + 1, 0};
+  }
 
   std::string to_string() const { return fmt::format("{:x}.{}", inode, index); }
 };

@@ -52,13 +52,10 @@ struct InodeListJob {
   uint64_t first;
   size_t count;
   Result<std::vector<ChunkId>> operator()() const {
-    WEFT_TRY(auto listed, engine->list_chain(chain_id, ChunkId{inode, first}, count));
+    WEFT_TRY(auto listed, engine->list_chain(chain_id, ChunkId{inode, first}, count, ChunkId::past_inode(inode)));
     std::vector<ChunkId> out;
-    // Ordered by (inode, index): the inode's chunks come first, then others.
-    for (const auto& info : listed) {
-      if (info.id.inode != inode) break;
-      out.push_back(info.id);
-    }
+    out.reserve(listed.size());
+    for (const auto& info : listed) out.push_back(info.id);
     return out;
   }
 };
@@ -97,6 +94,10 @@ Task<Result<std::vector<ChunkId>>> StorageService::range_list_member(const Place
   list.set_count_max(static_cast<uint32_t>(count + 1));
   list.mutable_start()->set_inode(req.inode());
   list.mutable_start()->set_index(req.first_index());
+  if (auto end = ChunkId::past_inode(req.inode())) {
+    list.mutable_end()->set_inode(end->inode);
+    list.mutable_end()->set_index(end->index);
+  }
   auto r = co_await client_.call<pb::ListChunksReply>(ep, methods::kListChunks, list);
   if (!r) co_return error(r.error().with_context(fmt::format("list chunks of inode {} on target {}", req.inode(), member)));
   // The bound comes from the whole listing: a chunk of unknown chain (written
@@ -104,7 +105,7 @@ Task<Result<std::vector<ChunkId>>> StorageService::range_list_member(const Place
   // though it is left alone (it may be another chain's).
   std::vector<std::pair<ChunkId, uint32_t>> listed;
   for (const auto& c : r->chunks()) {
-    if (c.chunk().inode() != req.inode()) break;
+    if (c.chunk().inode() != req.inode()) break;  // a member that predates `end` lists on
     listed.emplace_back(ChunkId{c.chunk().inode(), c.chunk().index()}, c.chain_id());
   }
   if (listed.size() > count) {
@@ -173,6 +174,11 @@ Task<Result<pb::RemoveRangeReply>> StorageService::remove_range(const pb::Remove
   if (p.index != 0)
     co_return error(Code::kNotChainHead, "target {} is not the head of chain {}", p.target->id(), req.chain_id());
   WEFT_CO_TRY(RangePage page, co_await range_page(p, req));
+  pb::RemoveRangeReply reply;
+  reply.set_more(page.more);
+  reply.set_next_index(page.next_index);
+  // A truncate asks every chain of the stripe, most of which hold nothing of a small file.
+  if (page.ids.empty()) co_return reply;
   // Eight removals in flight (each a chain round trip and a synced index
   // write, which concurrent ones share); the workers share the page on this
   // coroutine's executor (one thread).
@@ -182,10 +188,7 @@ Task<Result<pb::RemoveRangeReply>> StorageService::remove_range(const pb::Remove
   auto workers = four() && four();
   co_await std::move(workers);
   if (page.failure) co_return error(*page.failure);
-  pb::RemoveRangeReply reply;
   reply.set_removed(page.removed);
-  reply.set_more(page.more);
-  reply.set_next_index(page.next_index);
   co_return reply;
 }
 

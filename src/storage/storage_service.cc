@@ -207,8 +207,10 @@ struct ListJob {
   uint32_t chain_id;  // kChainUnknown: every chunk
   std::optional<ChunkId> start;
   size_t count_max;
+  std::optional<ChunkId> end;
   Result<std::vector<ChunkInfo>> operator()() const {
-    return chain_id == kChainUnknown ? engine->list(start, count_max) : engine->list_chain(chain_id, start, count_max);
+    return chain_id == kChainUnknown ? engine->list(start, count_max, end)
+                                     : engine->list_chain(chain_id, start, count_max, end);
   }
 };
 
@@ -235,6 +237,7 @@ Task<Result<pb::ListChunksReply>> StorageService::list_chunks(const pb::ListChun
   size_t count_max = req.count_max() == 0 ? 1024 : std::min<size_t>(req.count_max(), 65536);
   ListJob job{&t->engine(), req.chain_id(), std::nullopt, count_max + 1};
   if (req.has_start()) job.start = ChunkId{req.start().inode(), req.start().index()};
+  if (req.has_end()) job.end = ChunkId{req.end().inode(), req.end().index()};
   auto list = co_await pool_.run(job);
   if (!list) co_return error(list.error());
   pb::ListChunksReply reply;

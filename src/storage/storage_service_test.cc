@@ -511,6 +511,18 @@ TEST_F(StorageServiceTest, RemoveRangeRemovesAnInodesChunksFromAnIndexOnEveryMem
   for (uint64_t i : indexes) ASSERT_TRUE(write(0, 1, ChunkId{7, i}, 0, pattern(5000, i)).has_value());
   for (ChunkId other : {ChunkId{6, 30}, ChunkId{8, 0}, ChunkId{8, 3}})
     ASSERT_TRUE(write(0, 1, other, 0, pattern(3000, other.index)).has_value());
+  {  // A member's listing of one inode (what the head asks for) ends at the inode.
+    proto::storage::ListChunksRequest req;
+    req.set_target_id(target_of(1));
+    req.set_chain_id(1);
+    req.mutable_start()->set_inode(7);
+    req.mutable_end()->set_inode(8);
+    auto l = client_.call<proto::storage::ListChunksReply>(nodes_[1]->ep(), methods::kListChunks, req);
+    ASSERT_TRUE(l.has_value()) << l.error();
+    EXPECT_EQ(l->chunks_size(), static_cast<int>(indexes.size()));
+    for (const auto& c : l->chunks()) EXPECT_EQ(c.chunk().inode(), 7u);
+    EXPECT_FALSE(l->more());
+  }
 
   uint64_t removed = 0;
   uint64_t first = 2;
