@@ -52,8 +52,8 @@ class ClientImpl final : public Client {
       : core_(std::move(core)), ahead_(ahead_options(core_->options)), lease_(std::move(lease)) {
     if (core_->options.hold_open_files) {
       holder_ = std::make_unique<ReadHolder>(
-          [this](std::span<const Ino> inos, std::chrono::milliseconds timeout) {
-            return core_->meta->hold_reads(core_->cred, inos, timeout);
+          [this](std::span<const Ino> inos, std::chrono::milliseconds timeout, uint64_t seq) {
+            return core_->meta->hold_reads(core_->cred, inos, timeout, seq);
           },
           [this] { return read_only_open_inos(); });
       holder_->start();

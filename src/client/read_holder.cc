@@ -23,6 +23,14 @@ void ReadHolder::start() {
 
 void ReadHolder::stop() {
   if (thread_) thread_->stop();
+  std::lock_guard lock(mu_);
+  // Not while renewals fail: meta is likely out of reach, and a client
+  // shutting down should not wait for it. The holds then expire.
+  if (!meta_holds_some_ || failing_since_) return;
+  // Best effort: a release that fails leaves the holds to expire.
+  if (auto r = send_({}, kTimeoutMin, ++seq_); !r)
+    WEFT_LOG_DEBUG("releasing this client's read holds: {}", r.error());
+  meta_holds_some_ = false;
 }
 
 milliseconds ReadHolder::renew_once() {
@@ -38,7 +46,7 @@ milliseconds ReadHolder::renew_once() {
     warned_truncated_ = true;
     inos.resize(kInodesMax);
   }
-  auto r = send_(inos, std::clamp(interval_, kTimeoutMin, kIdle));
+  auto r = send_(inos, std::clamp(interval_, kTimeoutMin, kIdle), ++seq_);
   if (!r) return after_failure(r.error(), inos.size());
   failing_since_.reset();
   if (r->count() <= 0) {  // meta keeps none

@@ -15,9 +15,14 @@
 // kIdle. Renewals that keep failing for two intervals are logged as a
 // warning (at most once a minute): this client's readers of files removed
 // meanwhile may get ESTALE.
+// Renewals are numbered (ascending from 1): a call that timed out here may
+// still reach meta after the next one, and meta then ignores it.
+// stop() releases: when meta holds some of this client's inodes and the last
+// renewal went through, it is told the client holds none (one call of at
+// most kTimeoutMin once connected), so files removed meanwhile are collected
+// without waiting out the hold.
 // Threading: start()/stop() from the owner; renew_once() from anywhere
-// (renewals are serialized; a call that timed out may still reach meta after
-// the next one, whose list then stands until the renewal after).
+// (renewals are serialized).
 #pragma once
 
 #include <chrono>
@@ -39,7 +44,7 @@ class ReadHolder {
   // Sends the list, waiting at most `timeout`; returns meta's renewal
   // interval (0: meta keeps none).
   using Send = std::function<Result<std::chrono::milliseconds>(std::span<const meta::Ino>,
-                                                               std::chrono::milliseconds timeout)>;
+                                                               std::chrono::milliseconds timeout, uint64_t seq)>;
   // The inodes open here for reading only, now.
   using OpenInodes = std::function<std::vector<meta::Ino>()>;
 
@@ -57,6 +62,7 @@ class ReadHolder {
   ReadHolder& operator=(const ReadHolder&) = delete;
 
   void start();
+  // Stops the thread and releases the holds (see above); idempotent.
   void stop();
   // One renewal now (what the thread does); returns the wait before the
   // next, counted from when this one started (the thread subtracts the time
@@ -71,6 +77,7 @@ class ReadHolder {
   const OpenInodes open_;
   std::mutex mu_;  // serializes renewals
   std::chrono::milliseconds interval_ = kDefault;  // GUARDED_BY(mu_)
+  uint64_t seq_ = 0;                               // GUARDED_BY(mu_): the last renewal's number
   bool meta_holds_some_ = false;                   // GUARDED_BY(mu_): the last list sent was not empty
   bool warned_truncated_ = false;                  // GUARDED_BY(mu_)
   // GUARDED_BY(mu_): when renewals started to fail (none since the last success).

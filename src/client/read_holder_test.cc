@@ -14,12 +14,14 @@ using meta::Ino;
 struct FakeMeta {
   std::vector<std::vector<Ino>> sent;
   std::vector<std::chrono::milliseconds> timeouts;
+  std::vector<uint64_t> seqs;
   Result<std::chrono::milliseconds> answer = 1250ms;
   std::vector<Ino> open;
-  ReadHolder holder{[this](std::span<const Ino> inos, std::chrono::milliseconds timeout)
+  ReadHolder holder{[this](std::span<const Ino> inos, std::chrono::milliseconds timeout, uint64_t seq)
                         -> Result<std::chrono::milliseconds> {
                       sent.emplace_back(inos.begin(), inos.end());
                       timeouts.push_back(timeout);
+                      seqs.push_back(seq);
                       return answer;
                     },
                     [this] { return open; }};
@@ -90,6 +92,43 @@ TEST(ReadHolder, ARenewalNamesAtMostWhatMetaAccepts) {
   m.holder.renew_once();
   ASSERT_EQ(m.sent.size(), 1u);
   EXPECT_EQ(m.sent[0].size(), ReadHolder::kInodesMax);
+}
+
+TEST(ReadHolder, StopReleasesWhatMetaHolds) {
+  FakeMeta m;
+  m.open = {5, 6};
+  m.holder.renew_once();
+  m.open = {6};
+  m.holder.renew_once();
+  m.holder.stop();
+  ASSERT_EQ(m.sent.size(), 3u);
+  EXPECT_TRUE(m.sent[2].empty()) << "the holds go at once, not after the hold";
+  EXPECT_EQ(m.timeouts[2], ReadHolder::kTimeoutMin);
+  EXPECT_EQ(m.seqs, (std::vector<uint64_t>{1, 2, 3})) << "numbered in order, the release last";
+  m.holder.stop();
+  EXPECT_EQ(m.sent.size(), 3u) << "released once";
+}
+
+TEST(ReadHolder, StopDoesNotWaitForAMetaThatStoppedAnswering) {
+  FakeMeta m;
+  m.open = {5};
+  m.holder.renew_once();
+  m.answer = std::unexpected(Status(Code::kTimeout, "meta out of reach"));
+  m.holder.renew_once();
+  m.holder.stop();
+  EXPECT_EQ(m.sent.size(), 2u) << "the holds expire at meta instead";
+}
+
+TEST(ReadHolder, StopSendsNothingWhenMetaHoldsNothing) {
+  FakeMeta m;
+  m.holder.stop();
+  EXPECT_TRUE(m.sent.empty()) << "never held anything";
+  m.open = {5};
+  m.holder.renew_once();
+  m.open.clear();
+  m.holder.renew_once();  // told meta it holds nothing
+  m.holder.stop();
+  EXPECT_EQ(m.sent.size(), 2u);
 }
 
 }  // namespace

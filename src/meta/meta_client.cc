@@ -289,12 +289,13 @@ Result<std::vector<Result<Inode>>> MetaClient::batch_stat(const Cred& cred, cons
 }
 
 Result<std::chrono::milliseconds> MetaClient::hold_reads(const Cred& cred, std::span<const Ino> inos,
-                                                         std::chrono::milliseconds timeout) {
+                                                         std::chrono::milliseconds timeout, uint64_t seq) {
   if (options_.addresses.empty()) return error(Code::kConfig, "meta client has no server addresses");
   Req q;
   to_proto(cred, q.mutable_cred());
   q.mutable_inos()->Reserve(static_cast<int>(inos.size()));
   for (Ino ino : inos) q.add_inos(ino);
+  q.set_hold_seq(seq);
   const size_t at = current_.load() % options_.addresses.size();
   const auto timeout_ms = static_cast<uint32_t>(std::clamp<int64_t>(timeout.count(), 1, options_.call_timeout_ms));
   auto r = rpc_.call_blocking<Rep>(options_.addresses[at], method::kHoldReads, q, {}, timeout_ms);

@@ -73,9 +73,11 @@ class MetaClient {
   // and returns how often to renew (0: meta keeps no holds). One attempt of
   // at most `timeout`, at the address that answered last (the next after a
   // transport failure): the caller renews again soon, and a retry loop or a
-  // long wait would outlast the hold. Blocking; not on an I/O thread.
+  // long wait would outlast the hold. `seq`: the renewal's number, ascending
+  // (meta ignores one older than a renewal it took; 0: unordered). Blocking;
+  // not on an I/O thread.
   Result<std::chrono::milliseconds> hold_reads(const Cred& cred, std::span<const Ino> inos,
-                                               std::chrono::milliseconds timeout);
+                                               std::chrono::milliseconds timeout, uint64_t seq = 0);
 
   // --- mutations ---
   // Mutations sent so far (counted before each is sent) and finished (its

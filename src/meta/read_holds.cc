@@ -9,7 +9,7 @@ ReadHolds::ReadHolds(const Clock& clock, std::chrono::milliseconds hold)
 
 void ReadHolds::restart_window() { window_start_ns_.store(clock_.now().time_since_epoch().count()); }
 
-Result<void> ReadHolds::renew(uint64_t client, std::span<const Ino> inos) {
+Result<void> ReadHolds::renew(uint64_t client, std::span<const Ino> inos, uint64_t seq) {
   if (client == 0) return error(Code::kInvalidArgument, "read holds need a client id (the connection announced none)");
   if (inos.size() > kInodesPerClientMax)
     return error(Code::kTooBig, "read holds of {} inodes in one renewal (max {})", inos.size(), kInodesPerClientMax);
@@ -18,6 +18,7 @@ Result<void> ReadHolds::renew(uint64_t client, std::span<const Ino> inos) {
   std::lock_guard lock(mu_);
   expire_locked(now);
   auto it = holders_.find(client);
+  if (it != holders_.end() && seq != 0 && seq <= it->second.seq) return {};  // a late one: the list stands
   const size_t previous = it == holders_.end() ? 0 : it->second.inos.size();
   if (entries_ - previous + inos.size() > kInodesMax) {
     if (it != holders_.end()) {  // what it held stays held: its reads go on
@@ -32,7 +33,7 @@ Result<void> ReadHolds::renew(uint64_t client, std::span<const Ino> inos) {
     holders_.erase(it);
   }
   if (inos.empty()) return {};
-  Holder h{now + hold_, std::vector<Ino>(inos.begin(), inos.end())};
+  Holder h{now + hold_, std::vector<Ino>(inos.begin(), inos.end()), seq};
   for (Ino ino : h.inos) ++held_[ino];
   entries_ += h.inos.size();
   next_expiry_ = std::min(next_expiry_, h.expires);

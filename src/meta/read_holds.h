@@ -64,8 +64,11 @@ class ReadHolds {
   // Client `client` (non-zero) has exactly `inos` open now: its previous
   // list is replaced; an empty one releases them all. kTooBig past
   // kInodesPerClientMax, kOverloaded when all holds together would pass
-  // kInodesMax (the client's previous list stays, renewed).
-  Result<void> renew(uint64_t client, std::span<const Ino> inos);
+  // kInodesMax (the client's previous list stays, renewed). `seq` (0: none)
+  // orders a client's renewals: one numbered at or below the last taken is
+  // ignored (a renewal that timed out at the client and reached meta after
+  // the next must not bring back its older list).
+  Result<void> renew(uint64_t client, std::span<const Ino> inos, uint64_t seq = 0);
   // Whether the GC may remove the chunks of `ino`, queued at `queued_wall_ns`.
   bool may_collect(Ino ino, int64_t queued_wall_ns);
   // Nothing may be collected for `hold` from now (condition 2).
@@ -78,6 +81,7 @@ class ReadHolds {
   struct Holder {
     TimePoint expires;
     std::vector<Ino> inos;
+    uint64_t seq = 0;  // of the renewal that set the list
   };
   void expire_locked(TimePoint now);  // REQUIRES(mu_)
   void drop_locked(const std::vector<Ino>& inos);  // REQUIRES(mu_)

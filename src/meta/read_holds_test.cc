@@ -65,6 +65,27 @@ TEST_F(ReadHoldsTest, AHeldFileStaysUntilItsHoldersLetGoOrStopRenewing) {
   EXPECT_EQ(h.held(), 0u);
 }
 
+TEST_F(ReadHoldsTest, ARenewalOlderThanOneTakenChangesNothing) {
+  ReadHolds h(clock_, 4000ms);
+  clock_.advance(10s);
+  const int64_t old = queued_long_ago();
+  ASSERT_TRUE(h.renew(7, inos({1}), 5).has_value());
+  ASSERT_TRUE(h.renew(7, inos({2}), 7).has_value());
+  clock_.advance(3s);
+  // Renewal 6 timed out at the client and reaches meta only now.
+  EXPECT_TRUE(h.renew(7, inos({1}), 6).has_value()) << "not an error: the client has moved on";
+  EXPECT_TRUE(h.renew(7, inos({1}), 7).has_value()) << "nor is a duplicate";
+  EXPECT_TRUE(h.may_collect(1, old)) << "renewal 7's list stands";
+  EXPECT_FALSE(h.may_collect(2, old));
+  clock_.advance(1s);
+  EXPECT_TRUE(h.may_collect(2, old)) << "the late renewal renewed nothing either";
+  // Unnumbered renewals (a client from before numbering) always count.
+  ASSERT_TRUE(h.renew(8, inos({3}), 0).has_value());
+  ASSERT_TRUE(h.renew(8, inos({4}), 0).has_value());
+  EXPECT_TRUE(h.may_collect(3, old));
+  EXPECT_FALSE(h.may_collect(4, old));
+}
+
 TEST_F(ReadHoldsTest, RenewingKeepsAHoldPastItsFirstExpiry) {
   ReadHolds h(clock_, 4000ms);
   clock_.advance(10s);

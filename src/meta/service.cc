@@ -124,7 +124,7 @@ Result<Rep> do_batch_stat(MetaStore& s, const Req& q, const Context& ctx) {
 
 Result<Rep> do_hold_reads(MetaStore& s, const Req& q, const Context& ctx) {
   const std::span<const Ino> inos(q.inos().data(), static_cast<size_t>(q.inos().size()));
-  WEFT_RETURN_IF_ERROR(s.read_holds().renew(ctx.connection_client_id, inos));
+  WEFT_RETURN_IF_ERROR(s.read_holds().renew(ctx.connection_client_id, inos, q.hold_seq()));
   Rep r;
   r.set_renew_ms(static_cast<uint32_t>(s.read_holds().renew_interval().count()));
   return r;

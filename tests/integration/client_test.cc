@@ -1735,6 +1735,30 @@ TEST_F(ClientTest, AFileReplacedWhileOpenKeepsItsDataUntilItsReaderCloses) {
   ASSERT_TRUE(g->close().has_value());
 }
 
+// A client that shuts down tells meta it holds nothing any more (holds go
+// at once, not read_hold_ms later, and the space of files removed meanwhile
+// comes back sooner).
+TEST_F(ClientTest, AClientThatShutsDownReleasesItsReadHoldsAtOnce) {
+  if (dir_ == nullptr) GTEST_SKIP() << "needs the cluster this test starts (its meta's /metrics)";
+  std::string d = dir();
+  const Cred& cred = client_->default_cred();
+  ASSERT_TRUE(write_new(d + "/f", pattern(4096, 41)));
+  const double before = meta_metric("weft_meta_read_holds_clients").value_or(-1);
+  ASSERT_GE(before, 0);
+  ClientOptions o;
+  o.config_path = config_;
+  auto reader = Client::connect(o);
+  ASSERT_TRUE(reader.has_value()) << reader.error();
+  auto f = (*reader)->open_path(cred, d + "/f", O_RDONLY, 0);
+  ASSERT_TRUE(f.has_value()) << f.error();
+  ASSERT_TRUE(eventually([&] { return meta_metric("weft_meta_read_holds_clients").value_or(0) == before + 1; }, 10s))
+      << "the reader's first renewal never reached meta";
+  reader->reset();  // the File still open: the client closes it as it shuts down
+  EXPECT_EQ(meta_metric("weft_meta_read_holds_clients").value_or(-1), before)
+      << "the holds of a client that shut down stay until they expire";
+  f->reset();  // closed by the client already: its last reference only frees it
+}
+
 // A restarted meta has lost every client's read holds (they live in its
 // memory only): it collects nothing for read_hold_ms after it starts
 // serving, by which time the reader here has renewed. The replaced file was
