@@ -1,5 +1,7 @@
 #include "meta/read_holds.h"
 
+#include <algorithm>
+
 namespace weft::meta {
 
 ReadHolds::ReadHolds(const Clock& clock, std::chrono::milliseconds hold)
@@ -19,6 +21,13 @@ Result<void> ReadHolds::renew(uint64_t client, std::span<const Ino> inos, uint64
   expire_locked(now);
   auto it = holders_.find(client);
   if (it != holders_.end() && seq != 0 && seq <= it->second.seq) return {};  // a late one: the list stands
+  if (it != holders_.end() && std::ranges::equal(it->second.inos, inos)) {
+    // The usual renewal (the same files still open): no per-inode work, on
+    // an I/O thread, for a list that may name tens of thousands.
+    it->second.expires = now + hold_;
+    it->second.seq = seq;
+    return {};
+  }
   const size_t previous = it == holders_.end() ? 0 : it->second.inos.size();
   if (entries_ - previous + inos.size() > kInodesMax) {
     if (it != holders_.end()) {  // what it held stays held: its reads go on
