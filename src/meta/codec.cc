@@ -65,6 +65,7 @@ class Reader {
     return s;
   }
   void fail() { failed_ = true; }
+  bool at_end() const { return failed_ || pos_ == in_.size(); }
   Result<void> finish() const {
     if (failed_ || pos_ != in_.size())
       return error(Code::kCorruption, "malformed {} value ({} bytes)", what_, in_.size());
@@ -239,6 +240,7 @@ std::string encode_request(const RequestRecord& rec) {
   w.u16(static_cast<uint16_t>(rec.code)).bytes(utf8_prefix(rec.message, kRecordMessageBytesMax)).i64(rec.time_ns);
   w.u64(rec.reply.session_id).u8(rec.reply.has_inode ? 1 : 0);
   if (rec.reply.has_inode) write_inode_fields(w, rec.reply.inode);
+  w.u8(rec.op);
   return w.take();
 }
 
@@ -253,6 +255,7 @@ Result<RequestRecord> decode_request(std::string_view bytes) {
   if (has_inode > 1) r.fail();
   rec.reply.has_inode = has_inode == 1;
   if (rec.reply.has_inode) rec.reply.inode = read_inode_fields(r);
+  if (!r.at_end()) rec.op = r.u8();
   WEFT_RETURN_IF_ERROR(r.finish());
   return rec;
 }

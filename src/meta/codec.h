@@ -92,6 +92,10 @@ struct RequestRecord {
   std::string message;
   Reply reply;
   int64_t time_ns = 0;
+  // 1 + the meta::Op of the mutation that made it (a retry of another op
+  // under the same request id is refused, not answered with this outcome);
+  // 0: recorded by a meta from before the field (stored last, optional).
+  uint8_t op = 0;
 };
 
 std::string encode_inode(const Inode& inode);

@@ -71,8 +71,10 @@ TEST(Codec, OtherValuesRoundTrip) {
   rec.message = "exists";
   rec.reply = reply_of(sample_inode(), 77);
   rec.time_ns = 9;
+  rec.op = 4;
   auto r = decode_request(encode_request(rec));
   ASSERT_TRUE(r.has_value()) << r.error();
+  EXPECT_EQ(r->op, 4);
   EXPECT_EQ(r->code, Code::kExists);
   EXPECT_EQ(r->message, "exists");
   EXPECT_TRUE(r->reply.has_inode);
@@ -101,8 +103,13 @@ TEST(Codec, EveryTruncationIsCorruption) {
     EXPECT_EQ(r.error().code(), Code::kCorruption);
   }
   EXPECT_EQ(decode_inode(bytes + "x").error().code(), Code::kCorruption);
-  std::string rec = encode_request({Code::kOk, "m", reply_of(sample_inode()), 1});
-  for (size_t n = 0; n < rec.size(); ++n) EXPECT_FALSE(decode_request(rec.substr(0, n)).has_value());
+  std::string rec = encode_request({Code::kOk, "m", reply_of(sample_inode()), 1, 3});
+  // The last byte (the op) is optional: a record from before it ends there.
+  for (size_t n = 0; n + 1 < rec.size(); ++n) EXPECT_FALSE(decode_request(rec.substr(0, n)).has_value());
+  auto old_record = decode_request(rec.substr(0, rec.size() - 1));
+  ASSERT_TRUE(old_record.has_value()) << old_record.error();
+  EXPECT_EQ(old_record->op, 0);
+  EXPECT_EQ(decode_request(rec + "x").error().code(), Code::kCorruption);
   std::string d = encode_dentry({1, InodeType::kFile});
   for (size_t n = 0; n < d.size(); ++n) EXPECT_FALSE(decode_dentry(d.substr(0, n)).has_value());
 }

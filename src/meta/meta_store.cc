@@ -233,6 +233,11 @@ std::optional<Result<Reply>> MetaStore::attempt(Op op, const Context& ctx, const
       request_replays_->inc();
       auto stored = decode_request(**rec);
       if (!stored) return Result<Reply>(std::unexpected(stored.error()));
+      if (stored->op != 0 && stored->op != static_cast<uint8_t>(op) + 1)
+        return Result<Reply>(error(Code::kInvalidArgument,
+                                   "request {}:{} is a {}, but its id was used by a {}: a client reused a request id",
+                                   ctx.req.client_id, ctx.req.seq, op_name(op),
+                                   op_name(static_cast<Op>(stored->op - 1))));
       // The original commit may not be synced yet (early lock release).
       auto durable = await_sync();
       if (!durable) return Result<Reply>(std::unexpected(durable.error()));
@@ -252,7 +257,7 @@ std::optional<Result<Reply>> MetaStore::attempt(Op op, const Context& ctx, const
     if (!rb) return Result<Reply>(std::unexpected(rb.error()));
   }
   if (ctx.req.valid()) {
-    auto rec = record_request(txn, ctx, r);
+    auto rec = record_request(txn, op, ctx, r);
     if (!rec && txn.conflict()) return std::nullopt;
     if (!rec) return Result<Reply>(std::unexpected(rec.error()));
   }
@@ -283,9 +288,12 @@ void MetaStore::when_durable(std::move_only_function<void(Result<void>)> done) {
   syncer_->when_durable(std::move(done));
 }
 
-Result<void> MetaStore::record_request(Txn& txn, const Context& ctx, const Result<Reply>& r) {
+static_assert(kOpCount < 255, "RequestRecord::op stores 1 + an Op in a byte");
+
+Result<void> MetaStore::record_request(Txn& txn, Op op, const Context& ctx, const Result<Reply>& r) {
   RequestRecord rec;
   rec.time_ns = now_ns();
+  rec.op = static_cast<uint8_t>(static_cast<uint8_t>(op) + 1);
   if (r) {
     rec.reply = *r;
   } else {

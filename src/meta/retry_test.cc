@@ -24,6 +24,21 @@ TEST_F(RetryTest, RetriedCreateReturnsOriginalResult) {
   ASSERT_OK(s().close(root(), first->inode.ino, first->session_id));
 }
 
+// A request id names one mutation: a client that reuses one for another op
+// (a bug) is refused instead of answered with the first op's outcome, and
+// nothing changes. The op is in the retry record (RequestRecord::op).
+TEST_F(RetryTest, ARequestIdReusedForAnotherOpIsRefused) {
+  create("a");
+  Context ctx = with_req(root(), 42, 7);
+  ASSERT_OK(s().unlink(ctx, kRootIno, "a"));
+  auto reused = s().mkdir(ctx, kRootIno, "d", 0755);
+  ASSERT_FALSE(reused.has_value());
+  EXPECT_EQ(reused.error().code(), Code::kInvalidArgument);
+  EXPECT_NE(reused.error().message().find("unlink"), std::string::npos) << reused.error().message();
+  EXPECT_CODE(s().lookup(root(), kRootIno, "d"), Code::kNotFound);
+  ASSERT_OK(s().unlink(ctx, kRootIno, "a"));  // the retry of the op itself is answered as before
+}
+
 TEST_F(RetryTest, RetriedUnlinkAndRenameDoNotFail) {
   create("a");
   create("b");
