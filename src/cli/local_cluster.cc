@@ -268,11 +268,10 @@ class FileLock {
   int fd_;
 };
 
-// The machine's port lock: held by a `weft up` from before it probes for free
-// ports (a new cluster) or restarts stopped servers on their recorded ports
-// until its servers listen on them: two clusters started at once (tests run
-// in parallel) could otherwise both find one port free, or a new cluster take
-// the port of a server being restarted, and the second server to bind it fail. Waits up to a minute for
+// The machine's port lock: held by a `weft up` that makes a new cluster from
+// its probe of free ports until its servers listen on them: two new clusters
+// started at once (tests run in parallel) could otherwise both find one port
+// free and the second server to bind it fail. Waits up to a minute for
 // another `weft up`, then goes on without it (the lock is an aid, never a
 // reason to fail).
 FileLock take_port_lock() {
@@ -956,15 +955,16 @@ Result<void> up(const UpOptions& options, std::FILE* out) {
   WEFT_RETURN_IF_ERROR(make_dirs(L));
   WEFT_TRY(FileLock lock, take_dir_lock(L));
   ClusterSpec spec;
-  // Until runner.run() returns (the servers listen then): a new cluster's
-  // probe must not take ports it is about to bind, nor those a restart of
-  // this cluster's stopped servers binds again.
-  FileLock ports_lock = take_port_lock();
+  // A new cluster's, until runner.run() returns (its servers listen then).
+  // (A restart of stopped servers does not take it: it would hold it while
+  // it waits for them, up to minutes, and every other `weft up` with it.)
+  std::optional<FileLock> ports_lock;
   if (exists(L.cluster_file())) {
     WEFT_TRY(spec, ClusterSpec::parse(read_text(L.cluster_file()), L.cluster_file()));
     WEFT_RETURN_IF_ERROR(check_flags(options, spec, L.cluster_file()));
     WEFT_RETURN_IF_ERROR(write_configs(L, spec));  // any that went missing
   } else {
+    ports_lock.emplace(take_port_lock());
     WEFT_TRY(spec, new_spec(options));
     WEFT_RETURN_IF_ERROR(write_configs(L, spec));
     // Last: its presence means the directory holds a complete cluster definition.

@@ -24,9 +24,9 @@ void ReadHolder::start() {
 void ReadHolder::stop() {
   if (thread_) thread_->stop();
   std::lock_guard lock(mu_);
-  // Not while renewals fail: meta is likely out of reach, and a client
-  // shutting down should not wait for it. The holds then expire.
-  if (!meta_holds_some_ || failing_since_) return;
+  // Not when the last renewal had no answer: meta is likely out of reach, and
+  // a client shutting down should not wait for it. The holds then expire.
+  if (!meta_holds_some_ || !answered_) return;
   // Best effort: a release that fails leaves the holds to expire.
   if (auto r = send_({}, kTimeoutMin, ++seq_); !r)
     WEFT_LOG_DEBUG("releasing this client's read holds: {}", r.error());
@@ -48,6 +48,7 @@ milliseconds ReadHolder::renew_once() {
   }
   auto r = send_(inos, std::clamp(interval_, kTimeoutMin, kIdle), ++seq_);
   if (!r) return after_failure(r.error(), inos.size());
+  answered_ = true;
   failing_since_.reset();
   if (r->count() <= 0) {  // meta keeps none
     meta_holds_some_ = false;
@@ -74,6 +75,7 @@ milliseconds ReadHolder::after_failure(const Status& s, size_t inodes) {
   }
   // Meta answered and refused: asking again at once would only add load.
   const bool refused = s.code() == Code::kOverloaded || !s.retryable();
+  answered_ = refused;  // a refused renewal still leaves meta holding the previous list
   return refused ? interval_ : std::min(interval_, kRetry);
 }
 

@@ -17,10 +17,11 @@
 // meanwhile may get ESTALE.
 // Renewals are numbered (ascending from 1): a call that timed out here may
 // still reach meta after the next one, and meta then ignores it.
-// stop() releases: when meta holds some of this client's inodes and the last
-// renewal went through, it is told the client holds none (one call of at
-// most kTimeoutMin once connected), so files removed meanwhile are collected
-// without waiting out the hold.
+// stop() releases: when meta holds some of this client's inodes and answered
+// the last renewal (taken or refused), it is told the client holds none (one
+// call of at most kTimeoutMin, from the thread calling stop(): plus a connect
+// when that thread has no channel to meta yet), so files removed meanwhile
+// are collected without waiting out the hold.
 // Threading: start()/stop() from the owner; renew_once() from anywhere
 // (renewals are serialized).
 #pragma once
@@ -80,6 +81,7 @@ class ReadHolder {
   uint64_t seq_ = 0;                               // GUARDED_BY(mu_): the last renewal's number
   bool meta_holds_some_ = false;                   // GUARDED_BY(mu_): the last list sent was not empty
   bool warned_truncated_ = false;                  // GUARDED_BY(mu_)
+  bool answered_ = false;                          // GUARDED_BY(mu_): meta answered the last renewal
   // GUARDED_BY(mu_): when renewals started to fail (none since the last success).
   std::optional<std::chrono::steady_clock::time_point> failing_since_;
   LogThrottle failure_log_{std::chrono::minutes(1)};

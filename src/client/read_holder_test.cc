@@ -109,6 +109,19 @@ TEST(ReadHolder, StopReleasesWhatMetaHolds) {
   EXPECT_EQ(m.sent.size(), 3u) << "released once";
 }
 
+TEST(ReadHolder, StopReleasesAfterARefusedRenewal) {
+  FakeMeta m;
+  m.open = {5};
+  m.holder.renew_once();
+  m.open = {5, 6};
+  m.answer = std::unexpected(Status(Code::kOverloaded, "too many holds"));
+  m.holder.renew_once();  // refused: meta keeps holding {5}
+  m.answer = 1250ms;
+  m.holder.stop();
+  ASSERT_EQ(m.sent.size(), 3u);
+  EXPECT_TRUE(m.sent[2].empty());
+}
+
 TEST(ReadHolder, StopDoesNotWaitForAMetaThatStoppedAnswering) {
   FakeMeta m;
   m.open = {5};

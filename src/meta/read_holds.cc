@@ -21,6 +21,10 @@ Result<void> ReadHolds::renew(uint64_t client, std::span<const Ino> inos, uint64
   expire_locked(now);
   auto it = holders_.find(client);
   if (it != holders_.end() && seq != 0 && seq <= it->second.seq) return {};  // a late one: the list stands
+  if (auto r = released_.find(client); r != released_.end()) {
+    if (seq != 0 && seq <= r->second.seq) return {};  // a late one: the release stands
+    released_.erase(r);
+  }
   if (it != holders_.end() && std::ranges::equal(it->second.inos, inos)) {
     // The usual renewal (the same files still open): no per-inode work, on
     // an I/O thread, for a list that may name tens of thousands.
@@ -41,7 +45,13 @@ Result<void> ReadHolds::renew(uint64_t client, std::span<const Ino> inos, uint64
     entries_ -= previous;
     holders_.erase(it);
   }
-  if (inos.empty()) return {};
+  if (inos.empty()) {
+    if (seq != 0) {
+      released_[client] = Released{now + hold_, seq};
+      next_expiry_ = std::min(next_expiry_, now + hold_);
+    }
+    return {};
+  }
   Holder h{now + hold_, std::vector<Ino>(inos.begin(), inos.end()), seq};
   for (Ino ino : h.inos) ++held_[ino];
   entries_ += h.inos.size();
@@ -78,6 +88,14 @@ void ReadHolds::expire_locked(TimePoint now) {
       drop_locked(it->second.inos);
       entries_ -= it->second.inos.size();
       it = holders_.erase(it);
+    } else {
+      next_expiry_ = std::min(next_expiry_, it->second.expires);
+      ++it;
+    }
+  }
+  for (auto it = released_.begin(); it != released_.end();) {
+    if (it->second.expires <= now) {
+      it = released_.erase(it);
     } else {
       next_expiry_ = std::min(next_expiry_, it->second.expires);
       ++it;

@@ -83,6 +83,12 @@ class ReadHolds {
     std::vector<Ino> inos;
     uint64_t seq = 0;  // of the renewal that set the list
   };
+  // A client's last numbered renewal after its list emptied (the holder is
+  // gone): a late renewal must not bring the list back. Kept for `hold`.
+  struct Released {
+    TimePoint expires;
+    uint64_t seq;
+  };
   void expire_locked(TimePoint now);  // REQUIRES(mu_)
   void drop_locked(const std::vector<Ino>& inos);  // REQUIRES(mu_)
 
@@ -91,6 +97,7 @@ class ReadHolds {
   std::atomic<int64_t> window_start_ns_;  // TimePoint of the last restart_window(), in ns
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, Holder> holders_;  // GUARDED_BY(mu_)
+  std::unordered_map<uint64_t, Released> released_;  // GUARDED_BY(mu_)
   std::unordered_map<Ino, uint32_t> held_;        // GUARDED_BY(mu_): ino -> holders naming it
   size_t entries_ = 0;                            // GUARDED_BY(mu_): sum of the holders' list sizes
   TimePoint next_expiry_ = TimePoint::max();      // GUARDED_BY(mu_): the earliest holder's

@@ -75,10 +75,20 @@ TEST_F(ReadHoldsTest, ARenewalOlderThanOneTakenChangesNothing) {
   // Renewal 6 timed out at the client and reaches meta only now.
   EXPECT_TRUE(h.renew(7, inos({1}), 6).has_value()) << "not an error: the client has moved on";
   EXPECT_TRUE(h.renew(7, inos({1}), 7).has_value()) << "nor is a duplicate";
+  EXPECT_TRUE(h.renew(7, inos({2}), 6).has_value()) << "a late one naming the same list";
   EXPECT_TRUE(h.may_collect(1, old)) << "renewal 7's list stands";
   EXPECT_FALSE(h.may_collect(2, old));
   clock_.advance(1s);
-  EXPECT_TRUE(h.may_collect(2, old)) << "the late renewal renewed nothing either";
+  EXPECT_TRUE(h.may_collect(2, old)) << "the late renewals renewed nothing either";
+  // A release (an empty list) stands against a late renewal too, though
+  // the client's holder is gone.
+  ASSERT_TRUE(h.renew(9, inos({5}), 5).has_value());
+  ASSERT_TRUE(h.renew(9, {}, 6).has_value());
+  EXPECT_EQ(h.clients(), 0u) << "client 7 expired, client 9 released";
+  ASSERT_TRUE(h.renew(9, inos({5}), 5).has_value());
+  EXPECT_TRUE(h.may_collect(5, old)) << "the late renewal brought the released list back";
+  ASSERT_TRUE(h.renew(9, inos({5}), 7).has_value());
+  EXPECT_FALSE(h.may_collect(5, old)) << "a newer one holds again";
   // Unnumbered renewals (a client from before numbering) always count.
   ASSERT_TRUE(h.renew(8, inos({3}), 0).has_value());
   ASSERT_TRUE(h.renew(8, inos({4}), 0).has_value());
