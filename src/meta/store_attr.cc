@@ -41,6 +41,11 @@ Result<void> check_times(const Inode& n, const Cred& c, const SetAttr& a) {
   bool now_time = (a.atime_ns && *a.atime_ns == SetAttr::kTimeNow) ||
                   (a.mtime_ns && *a.mtime_ns == SetAttr::kTimeNow);
   if (explicit_time && !owner_or_root(n, c)) return error(Code::kNotPermitted, "only the owner may set times");
+  // A writer may set either time to now alone too, though Linux refuses
+  // utimensat({UTIME_NOW, UTIME_OMIT}) to a non-owner: through FUSE that call
+  // looks like the kernel's own mtime update after a write (FATTR_MTIME_NOW
+  // alone), which a writer must be allowed (FuseTest.AnotherUsersWriteDrops
+  // SetuidAndSetgid, the writeback_cache fsync): tried and reverted.
   if (now_time && !owner_or_root(n, c)) WEFT_RETURN_IF_ERROR(check_access(n, c, kAccessWrite));
   return {};
 }
