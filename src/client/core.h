@@ -182,6 +182,9 @@ struct Core {
   std::function<uint64_t(Ino, const FileImpl* reader)> flush_other_writers;
   // The longest length of `ino` the Files open here know (where an append goes).
   std::function<uint64_t(Ino)> local_size;
+  // Cleared when meta answers close_with_length with kUnknownMethod (a meta
+  // from before it, during an upgrade): Files then report, then close.
+  std::atomic<bool> meta_closes_with_length{true};
 };
 
 // A latch that sleeps at once. std::latch (libstdc++'s atomic wait) spins

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 
 #include "client/placement.h"
 #include "client/truncate.h"
@@ -217,6 +218,13 @@ bool FileImpl::in_flight_upto_locked(uint64_t gen) const {
 }
 
 Result<void> FileImpl::flush_locked(std::unique_lock<std::mutex>& lock, bool for_read) {
+  WEFT_TRY(auto owed, flush_data_locked(lock, for_read));
+  if (!owed) return {};
+  return report_length(lock, *owed);
+}
+
+Result<std::optional<FileImpl::LengthReport>> FileImpl::flush_data_locked(std::unique_lock<std::mutex>& lock,
+                                                                          bool for_read) {
   const uint64_t upto = write_gen_;
   // The end of the writes since the last report (all numbered up to `upto`):
   // the length this flush may report. A flush running beside this one takes
@@ -226,30 +234,62 @@ Result<void> FileImpl::flush_locked(std::unique_lock<std::mutex>& lock, bool for
   send_all_locked();
   cv_.wait(lock, [&] { return !in_flight_upto_locked(upto) && (failed_ || !dirty_upto_locked(upto)); });
   if (failed_) return std::unexpected(*failed_);
-  return report_length(lock, end, upto, for_read);
+  return report_owed_locked(end, upto, for_read);
 }
 
-Result<void> FileImpl::report_length(std::unique_lock<std::mutex>& lock, uint64_t end, uint64_t upto, bool for_read) {
-  if (!writable_) return {};
+std::optional<FileImpl::LengthReport> FileImpl::report_owed_locked(uint64_t end, uint64_t upto, bool for_read) const {
+  if (!writable_) return std::nullopt;
   // Not past what a truncate meanwhile cut (it lowered written_end_). Not the
   // end of writes reported before either: another client may have cut the
   // file below them since, and they are not to be brought back as zeros.
   const uint64_t length = std::min(end, written_end_);
   // A read needs the bytes on storage, and the length only if it grew.
   const bool report = length > reported_ || (!for_read && upto > reported_gen_);
-  if (!report) return {};
+  if (!report) return std::nullopt;
+  return LengthReport{length, upto};
+}
+
+Result<void> FileImpl::report_length(std::unique_lock<std::mutex>& lock, const LengthReport& report) {
   // Tests: a writer that died with its chunks on storage, its length unreported.
   if (WEFT_FAULT("client.report_length.lost"))
     return error(Code::kIoError, "injected: the length report of file {} is lost", inode_.ino);
   lock.unlock();
-  auto r = core_.meta->report_length(cred_, inode_.ino, session_id_, length);
+  auto r = core_.meta->report_length(cred_, inode_.ino, session_id_, report.length);
   lock.lock();
   if (!r) return error(r.error().with_context(fmt::format("report the length of file {}", inode_.ino)));
-  reported_ = std::max(reported_, length);
-  reported_gen_ = std::max(reported_gen_, upto);
-  if (write_gen_ == upto) unreported_end_ = 0;  // else later writes keep theirs (and this end: harmless)
-  size_ = std::max(size_, r->size);
+  reported_locked(report, r->size);
   return {};
+}
+
+void FileImpl::reported_locked(const LengthReport& report, uint64_t meta_size) {
+  reported_ = std::max(reported_, report.length);
+  reported_gen_ = std::max(reported_gen_, report.upto);
+  if (write_gen_ == report.upto) unreported_end_ = 0;  // else later writes keep theirs (and this end: harmless)
+  size_ = std::max(size_, meta_size);
+}
+
+std::pair<Result<void>, bool> FileImpl::close_reporting(std::unique_lock<std::mutex>& lock,
+                                                        const LengthReport& report) {
+  if (session_id_ == 0 || !core_.meta_closes_with_length.load(std::memory_order_relaxed))
+    return {report_length(lock, report), false};
+  if (WEFT_FAULT("client.report_length.lost"))
+    return {error(Code::kIoError, "injected: the length report of file {} is lost", inode_.ino), false};
+  lock.unlock();
+  // Tests: a meta from before close_with_length.
+  auto r = WEFT_FAULT("client.meta_without_close_with_length")
+               ? Result<Inode>(error(Code::kUnknownMethod, "injected: meta has no close_with_length"))
+               : core_.meta->close_with_length(cred_, inode_.ino, session_id_, report.length);
+  lock.lock();
+  if (r) {
+    reported_locked(report, r->size);
+    return {Result<void>(), true};
+  }
+  if (r.error().code() == Code::kUnknownMethod) {
+    core_.meta_closes_with_length.store(false, std::memory_order_relaxed);
+    return {report_length(lock, report), false};
+  }
+  // Nothing changed at meta (one commit): the caller still closes the session.
+  return {error(r.error().with_context(fmt::format("close file {}", inode_.ino))), false};
 }
 
 void FileImpl::send_dirty() {
@@ -284,7 +324,14 @@ Result<void> FileImpl::close() {
   if (closed_ || closing_) return error(Code::kBadHandle, "file {} is closed", inode_.ino);
   closing_ = true;  // every write accepted before this is one the flush waits for
   Result<void> flushed;
-  if (writable_) flushed = flush_locked(lock);
+  bool session_closed = false;
+  if (writable_) {
+    auto owed = flush_data_locked(lock, false);
+    if (!owed)
+      flushed = std::unexpected(owed.error());
+    else if (*owed)
+      std::tie(flushed, session_closed) = close_reporting(lock, **owed);
+  }
   close_flushed_ = flushed;
   closed_ = true;
   cv_.notify_all();  // flush() callers waiting for this close
@@ -295,7 +342,7 @@ Result<void> FileImpl::close() {
   dirty_.clear();
   lock.unlock();
   if (held) core_.dirty->release(held);
-  if (session_id_ != 0) {
+  if (session_id_ != 0 && !session_closed) {
     auto r = core_.meta->close(cred_, inode_.ino, session_id_);
     if (!r && flushed) return error(r.error().with_context(fmt::format("close file {}", inode_.ino)));
   }

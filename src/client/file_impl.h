@@ -88,10 +88,22 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   void send_all_locked();
   // `charged`: the buffer size counted in Core::dirty, given back now.
   void on_sent(uint64_t index, size_t charged, Result<void> r);
+  // A length report a flush owes meta: `length` covers the writes numbered up
+  // to `upto`.
+  struct LengthReport {
+    uint64_t length = 0;
+    uint64_t upto = 0;
+  };
   // Sends every dirty chunk and waits until every write made before the call
   // is acknowledged (or the File failed); reports the length (for_read: only
   // if it grew, else also after writes inside it: see reported_gen_).
   Result<void> flush_locked(std::unique_lock<std::mutex>& lock, bool for_read = false);
+  // flush_locked without the report: the report it owes, if any.
+  Result<std::optional<LengthReport>> flush_data_locked(std::unique_lock<std::mutex>& lock, bool for_read);
+  // close()'s report and the end of its session in one call to meta where
+  // meta has it; else the report alone (the caller closes the session).
+  // Returns the outcome and whether the session is closed.
+  std::pair<Result<void>, bool> close_reporting(std::unique_lock<std::mutex>& lock, const LengthReport& report);
   // Whether a write numbered <= gen is dirty / in flight. REQUIRES(mu_).
   bool dirty_upto_locked(uint64_t gen) const;
   bool in_flight_upto_locked(uint64_t gen) const;
@@ -101,9 +113,13 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   // since, and no length would be reported for it: as after EIO on a local
   // file, bytes not written are lost, never written later. REQUIRES(mu_).
   void fail_locked(Status status);
-  // Reports the length to meta unless it has it (see reported_gen_). REQUIRES(mu_), released meanwhile.
-  // `end`: of the writes since the last report (numbered up to `upto`).
-  Result<void> report_length(std::unique_lock<std::mutex>& lock, uint64_t end, uint64_t upto, bool for_read);
+  // The report a flush of the writes up to `upto` owes meta (none if meta has
+  // it: see reported_gen_). `end`: of the writes since the last report. REQUIRES(mu_).
+  std::optional<LengthReport> report_owed_locked(uint64_t end, uint64_t upto, bool for_read) const;
+  // Sends `report` to meta. REQUIRES(mu_), released meanwhile.
+  Result<void> report_length(std::unique_lock<std::mutex>& lock, const LengthReport& report);
+  // Meta took `report` and answered with `meta_size`. REQUIRES(mu_).
+  void reported_locked(const LengthReport& report, uint64_t meta_size);
   // pwrite's work, under OpenInode::cut held shared.
   Result<size_t> write_at(std::span<const std::byte> src, uint64_t offset);
 

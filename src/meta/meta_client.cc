@@ -422,4 +422,11 @@ Result<Inode> MetaClient::report_length(const Cred& cred, Ino ino, uint64_t sess
   return inode_of(mutate(method::kReportLength, cred, std::move(q)));
 }
 
+Result<Inode> MetaClient::close_with_length(const Cred& cred, Ino ino, uint64_t session_id, uint64_t length) {
+  Req q = of_ino(ino);
+  q.set_session_id(session_id);
+  q.set_length(length);
+  return inode_of(mutate(method::kCloseWithLength, cred, std::move(q)));
+}
+
 }  // namespace weft::meta

@@ -115,6 +115,8 @@ class MetaClient {
   Result<Inode> open_read_at(const Cred& cred, Ino parent, std::string_view name);
   Result<void> close(const Cred& cred, Ino ino, uint64_t session_id);
   Result<Inode> report_length(const Cred& cred, Ino ino, uint64_t session_id, uint64_t length);
+  // Both in one call (kUnknownMethod from a meta that predates it).
+  Result<Inode> close_with_length(const Cred& cred, Ino ino, uint64_t session_id, uint64_t length);
 
   // The coroutine form: sends `req` (cred set by the caller) with retries and
   // failover; a mutation gets a fresh request id first.

@@ -211,6 +211,7 @@ static FreeSpaceGuard::Kind space_kind(Op op) {
     case Op::kRename:
     case Op::kRemovexattr:
     case Op::kClose:
+    case Op::kCloseWithLength:
     case Op::kGcDone:
       return FreeSpaceGuard::Kind::kRelease;
     default:

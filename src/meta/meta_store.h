@@ -262,6 +262,10 @@ class MetaStore {
   // `session_id` must be an open write session of `ino` (kBadHandle otherwise);
   // a length beyond kFileBytesMax: kFileTooBig.
   Result<Inode> report_length(const Context& ctx, Ino ino, uint64_t session_id, uint64_t length);
+  // report_length and close in one commit (a writer's last report): one
+  // round trip and one commit instead of two. Its errors are report_length's
+  // and close's; on any of them nothing changed (the session stays open).
+  Result<Inode> close_with_length(const Context& ctx, Ino ino, uint64_t session_id, uint64_t length);
   // Closes every write session a client opened (the server calls this when
   // the client's lease expires); unlinked files it kept alive go to GC.
   // Returns how many sessions were closed.
@@ -351,6 +355,11 @@ class MetaStore {
   Result<Inode> lookup_at(const Context& ctx, Ino parent_ino, std::string_view name,
                           const rocksdb::Snapshot* snapshot);
   Result<void> close_session(const Context& ctx, Ino ino, uint64_t session_id);
+  // Inside a mutation: ends write session `session_id` of `n` (locked) after
+  // checking its caller; the last writer of an unlinked file destroys it.
+  Result<void> end_session(Txn& txn, const Context& ctx, Inode& n, uint64_t session_id);
+  // A writer's length report applied to `n` (not written).
+  Result<void> apply_length(const Context& ctx, Inode& n, uint64_t length) const;
   Result<Reply> do_create(Txn& txn, const Context& ctx, Ino parent, std::string_view name, uint32_t mode,
                           bool exclusive, OpenFlags open);
   Result<void> do_rename(Txn& txn, const Context& ctx, Ino sp, std::string_view sn, Ino dp,

@@ -20,7 +20,7 @@ namespace weft::meta {
   X(kRmdir, "rmdir") X(kRename, "rename") X(kSetattr, "setattr") X(kSetxattr, "setxattr")     \
   X(kRemovexattr, "removexattr") X(kSetLayout, "set_layout") X(kOpen, "open")                 \
   X(kClose, "close") X(kReportLength, "report_length") X(kGcDone, "gc_done")    \
-  X(kMknod, "mknod")
+  X(kMknod, "mknod") X(kCloseWithLength, "close_with_length")
 
 enum class Op : uint8_t {
 #define WEFT_X(name, str) name,

@@ -194,6 +194,9 @@ Result<Rep> do_open_read_at(MetaStore& s, const Req& q, const Context& ctx) {
 Result<Rep> do_close(MetaStore& s, const Req& q, const Context& ctx) {
   return empty_reply(s.close(ctx, q.ino(), q.session_id()));
 }
+Result<Rep> do_close_with_length(MetaStore& s, const Req& q, const Context& ctx) {
+  return map(s.close_with_length(ctx, q.ino(), q.session_id(), q.length()), reply_with_inode);
+}
 Result<Rep> do_report_length(MetaStore& s, const Req& q, const Context& ctx) {
   return map(s.report_length(ctx, q.ino(), q.session_id(), q.length()), reply_with_inode);
 }
@@ -256,6 +259,7 @@ constexpr MethodEntry kMethods[] = {
     {method::kOpen, "meta.open", do_open, true, Run::kInline},
     {method::kClose, "meta.close", do_close, true, Run::kInlineUnsynced},
     {method::kReportLength, "meta.report_length", do_report_length, true, Run::kInline},
+    {method::kCloseWithLength, "meta.close_with_length", do_close_with_length, true, Run::kInline},
     {method::kOpenRead, "meta.open_read", do_open_read, false, Run::kInline},
     {method::kOpenReadAt, "meta.open_read_at", do_open_read_at, false, Run::kInline},
 };

@@ -50,5 +50,8 @@ inline constexpr MethodId kOpenRead{kSvc, 34};   // ino, open_read (open_write m
 inline constexpr MethodId kOpenReadAt{kSvc, 35};  // ino (parent), name, open_read -> inode
 // A FIFO, socket or device (node_type: meta::InodeType); rdev for devices.
 inline constexpr MethodId kMknod{kSvc, 36};      // ino (parent), name, mode, node_type, rdev -> inode
+// report_length and close in one commit (acknowledged once durable): the last
+// report of a writer that closes. A meta without it answers kUnknownMethod.
+inline constexpr MethodId kCloseWithLength{kSvc, 37};  // ino, session_id, length -> inode
 
 }  // namespace weft::meta::method

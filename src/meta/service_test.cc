@@ -261,6 +261,14 @@ TEST_F(ServiceTest, SessionsAndLengths) {
   ASSERT_TRUE(rw.has_value());
   EXPECT_NE(rw->session_id, 0u);
   ASSERT_TRUE(c().close(kRoot, f->inode.ino, rw->session_id).has_value());
+
+  auto last = c().open(kRoot, f->inode.ino, OpenFlags{true, true});
+  ASSERT_TRUE(last.has_value());
+  auto closed = c().close_with_length(kRoot, f->inode.ino, last->session_id, 1 << 20);
+  ASSERT_TRUE(closed.has_value()) << closed.error();
+  EXPECT_EQ(closed->size, 1u << 20);
+  EXPECT_EQ(c().getattr(kRoot, f->inode.ino)->size, 1u << 20);
+  ASSERT_CODE(c().close(kRoot, f->inode.ino, last->session_id), Code::kBadHandle);
 }
 
 // A write open without a request id belongs to the client id its connection

@@ -144,6 +144,55 @@ TEST_F(QueuedTimeTest, AQueuedFileCarriesTheTimeItWasQueued) {
   EXPECT_EQ(queued_ctime(w->inode.ino), clock_.wall_ns()) << "queued at the last close, not at the unlink";
 }
 
+// close_with_length is report_length and close in one commit: the length
+// grows (never shrinks), the session is gone, and a refusal changes neither.
+TEST_F(SessionTest, CloseWithLengthReportsAndClosesInOneCommit) {
+  Context mine = on_connection(user(1000, 100), 11), theirs = on_connection(user(1000, 100), 12);
+  Ino f = create("f", kRootIno, 06777);
+  auto w = s().open(mine, f, {.read = false, .write = true});
+  ASSERT_OK(w);
+  const uint64_t sid = w->session_id;
+  ASSERT_OK(s().report_length(on_connection(root(), 11), f, sid, 8192));  // root's keeps setuid
+  EXPECT_CODE(s().close_with_length(theirs, f, sid, 1 << 20), Code::kBadHandle);
+  EXPECT_CODE(s().close_with_length(mine, f, sid, kFileBytesMax + 1), Code::kFileTooBig);
+  EXPECT_EQ(s().getattr(root(), f)->size, 8192u) << "refused: nothing changed";
+  EXPECT_EQ(count_prefix(s().db(), key::session_prefix(f)), 1u) << "refused: the session stays";
+
+  auto closed = s().close_with_length(mine, f, sid, 4096);
+  ASSERT_OK(closed);
+  EXPECT_EQ(closed->size, 8192u) << "a length only grows";
+  EXPECT_EQ(closed->mode & 07777, 0777u) << "a writer's report drops setuid and setgid";
+  EXPECT_EQ(count_prefix(s().db(), key::session_prefix(f)), 0u);
+  EXPECT_CODE(s().close_with_length(mine, f, sid, 1), Code::kBadHandle);
+  EXPECT_CODE(s().close(mine, f, sid), Code::kBadHandle);
+
+  auto again = s().open(mine, f, {.read = false, .write = true});
+  ASSERT_OK(again);
+  EXPECT_EQ(s().close_with_length(mine, f, again->session_id, 1 << 20)->size, 1u << 20);
+  EXPECT_EQ(s().getattr(root(), f)->size, 1u << 20);
+}
+
+// The last writer of an unlinked file closing with its length queues the file
+// for GC with that length: every chunk it wrote is collected.
+TEST_F(SessionTest, CloseWithLengthOfAnUnlinkedFileQueuesItWithItsLength) {
+  auto w = s().create(with_req(root(), 5, 1), kRootIno, "f", 0644, true, /*open_for_write=*/true);
+  ASSERT_OK(w);
+  ASSERT_OK(s().unlink(root(), kRootIno, "f"));
+  EXPECT_TRUE(s().gc_pending(10)->empty()) << "kept for its writer";
+  auto closed = s().close_with_length(with_req(root(), 5, 2), w->inode.ino, w->session_id, 3 << 20);
+  ASSERT_OK(closed);
+  auto gc = s().gc_pending(10);
+  ASSERT_EQ(gc->size(), 1u);
+  EXPECT_EQ((*gc)[0].ino, w->inode.ino);
+  EXPECT_EQ((*gc)[0].inode.size, 3u << 20);
+  EXPECT_CODE(s().getattr(root(), w->inode.ino), Code::kNotFound);
+  // A retry of it (its reply lost) is answered as before.
+  auto retried = s().close_with_length(with_req(root(), 5, 2), w->inode.ino, w->session_id, 3 << 20);
+  ASSERT_OK(retried);
+  EXPECT_EQ(retried->size, 3u << 20);
+  EXPECT_EQ(s().gc_pending(10)->size(), 1u);
+}
+
 TEST(ChunkCount, RoundsUpWithoutOverflow) {
   EXPECT_EQ(chunk_count(0, 65536), 0u);
   EXPECT_EQ(chunk_count(1, 65536), 1u);

@@ -80,21 +80,10 @@ Result<void> MetaStore::close(const Context& ctx, Ino ino, uint64_t session_id) 
 
 Result<void> MetaStore::close_session(const Context& ctx, Ino ino, uint64_t session_id) {
   return to_void(mutate(Op::kClose, ctx, [&](Txn& txn) -> Result<Reply> {
-           WEFT_TRY(auto n, txn.lock_inode(ino, true));
-           if (!n) return error(Code::kBadHandle, "no inode {} for session {}", ino, session_id);
-           WEFT_TRY(auto s, txn.lock_raw(key::session(ino, session_id), true));
-           if (!s) return error(Code::kBadHandle, "no session {} on inode {}", session_id, ino);
-           WEFT_RETURN_IF_ERROR(check_session_caller(ctx, *s, ino, session_id));
-           WEFT_RETURN_IF_ERROR(txn.del(key::session(ino, session_id)));
-           if (n->nlink > 0) return Reply{};
-           WEFT_TRY(bool others, txn.has_prefix(key::session_prefix(ino)));
-           if (others) return Reply{};
-           // The last writer of an unlinked file closed: queue its chunks for GC.
-           // The queued ctime is when (read_holds.h: readers keep it that long).
-           WEFT_RETURN_IF_ERROR(destroy_inode(txn, *n));
-           n->ctime_ns = now_ns();
-           WEFT_RETURN_IF_ERROR(txn.queue_chunk_gc(*n));
-           return Reply{};
+    WEFT_TRY(auto n, txn.lock_inode(ino, true));
+    if (!n) return error(Code::kBadHandle, "no inode {} for session {}", ino, session_id);
+    WEFT_RETURN_IF_ERROR(end_session(txn, ctx, *n, session_id));
+    return Reply{};
   }));
 }
 
@@ -104,22 +93,58 @@ Result<Inode> MetaStore::report_length(const Context& ctx, Ino ino, uint64_t ses
     WEFT_TRY(auto s, txn.get_raw(key::session(ino, session_id)));
     if (!s) return error(Code::kBadHandle, "no session {} on inode {}", session_id, ino);
     WEFT_RETURN_IF_ERROR(check_session_caller(ctx, *s, ino, session_id));
-    if (!n.is_file()) return error(Code::kInvalidArgument, "inode {} is not a file", ino);
-    if (length > kFileBytesMax)
-      return error(Code::kFileTooBig, "length {} of inode {} beyond the maximum file size {}", length, ino,
-                   kFileBytesMax);
-    // A report follows writes through the session (a client reports only
-    // then, or just before it truncates): they changed the data, so mtime
-    // moves even when the length does not (an overwrite inside the file),
-    // and a writer other than root drops setuid and setgid, as a Linux
-    // write does (not the open before it: an open that writes nothing
-    // leaves mode and ctime alone).
-    n.size = std::max(n.size, length);
-    n.mtime_ns = n.ctime_ns = now_ns();
-    if (ctx.cred.uid != 0) n.mode = mode_without_privs(n.mode);
+    WEFT_RETURN_IF_ERROR(apply_length(ctx, n, length));
     WEFT_RETURN_IF_ERROR(txn.put_inode(n));
     return reply_of(std::move(n));
   }));
+}
+
+Result<Inode> MetaStore::close_with_length(const Context& ctx, Ino ino, uint64_t session_id, uint64_t length) {
+  return to_inode(mutate(Op::kCloseWithLength, ctx, [&](Txn& txn) -> Result<Reply> {
+    WEFT_TRY(auto n, txn.lock_inode(ino, true));
+    if (!n) return error(Code::kBadHandle, "no inode {} for session {}", ino, session_id);
+    // The length first: a file whose last link and writer go with this
+    // close is queued for GC with it (every chunk it reaches). end_session
+    // checks the session and its caller; a refusal rolls all of it back.
+    WEFT_RETURN_IF_ERROR(apply_length(ctx, *n, length));
+    WEFT_RETURN_IF_ERROR(txn.put_inode(*n));
+    WEFT_RETURN_IF_ERROR(end_session(txn, ctx, *n, session_id));
+    return reply_of(std::move(*n));
+  }));
+}
+
+// Deletes the session; the last writer of an unlinked file takes the inode
+// with it (its chunks queued for GC). `n` is the session's inode, locked.
+Result<void> MetaStore::end_session(Txn& txn, const Context& ctx, Inode& n, uint64_t session_id) {
+  const Ino ino = n.ino;
+  WEFT_TRY(auto s, txn.lock_raw(key::session(ino, session_id), true));
+  if (!s) return error(Code::kBadHandle, "no session {} on inode {}", session_id, ino);
+  WEFT_RETURN_IF_ERROR(check_session_caller(ctx, *s, ino, session_id));
+  WEFT_RETURN_IF_ERROR(txn.del(key::session(ino, session_id)));
+  if (n.nlink > 0) return {};
+  WEFT_TRY(bool others, txn.has_prefix(key::session_prefix(ino)));
+  if (others) return {};
+  // The last writer of an unlinked file closed: queue its chunks for GC.
+  // The queued ctime is when (read_holds.h: readers keep it that long).
+  WEFT_RETURN_IF_ERROR(destroy_inode(txn, n));
+  n.ctime_ns = now_ns();
+  return txn.queue_chunk_gc(n);
+}
+
+// A length report after writes through a session (a client reports only
+// then, or just before it truncates): they changed the data, so mtime moves
+// even when the length does not (an overwrite inside the file), and a writer
+// other than root drops setuid and setgid, as a Linux write does (not the
+// open before it: an open that writes nothing leaves mode and ctime alone).
+Result<void> MetaStore::apply_length(const Context& ctx, Inode& n, uint64_t length) const {
+  if (!n.is_file()) return error(Code::kInvalidArgument, "inode {} is not a file", n.ino);
+  if (length > kFileBytesMax)
+    return error(Code::kFileTooBig, "length {} of inode {} beyond the maximum file size {}", length, n.ino,
+                 kFileBytesMax);
+  n.size = std::max(n.size, length);
+  n.mtime_ns = n.ctime_ns = now_ns();
+  if (ctx.cred.uid != 0) n.mode = mode_without_privs(n.mode);
+  return {};
 }
 
 Result<uint64_t> MetaStore::drop_sessions_of(uint64_t client_id) {

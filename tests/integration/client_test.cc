@@ -384,6 +384,46 @@ TEST_F(ClientTest, OTruncRemovesTheChunksPastTheLengthMetaKnows) {
   ASSERT_TRUE(f->close().has_value());
 }
 
+// A writer's close reports its length and ends its session in one call to
+// meta (close_with_length); against a meta without that call (kUnknownMethod)
+// it reports, then closes, as before. Either way the length is meta's when
+// close returns.
+TEST_F(ClientTest, AWriterClosesWithOneCallToMetaOrTwoToAnOldMeta) {
+  if (dir_ == nullptr) GTEST_SKIP() << "needs the cluster this test starts (its meta's /metrics)";
+  std::string d = dir();
+  const Cred& cred = client_->default_cred();
+  auto ops = [](const char* op) {
+    return meta_metric(std::string("weft_meta_ops_total{op=\"") + op + "\"}").value_or(0);
+  };
+  auto write_and_close = [&](Client& c, const std::string& path, uint64_t bytes) {
+    auto f = c.open_path(cred, path, O_CREAT | O_WRONLY | O_EXCL, 0644);
+    ASSERT_TRUE(f.has_value()) << f.error();
+    ASSERT_TRUE((*f)->pwrite(pattern(bytes, 7), 0).has_value());
+    ASSERT_TRUE((*f)->close().has_value());
+    auto n = client_->resolve(cred, path);
+    ASSERT_TRUE(n.has_value()) << n.error();
+    EXPECT_EQ(n->size, bytes) << path;
+  };
+  const double reports = ops("report_length"), closes = ops("close"), merged = ops("close_with_length");
+  write_and_close(*client_, d + "/new", 300 << 10);
+  EXPECT_EQ(ops("close_with_length"), merged + 1);
+  EXPECT_EQ(ops("report_length"), reports);
+  EXPECT_EQ(ops("close"), closes);
+
+  auto old = connect_another();  // its fallback is remembered client-wide
+  ASSERT_TRUE(old.has_value()) << old.error();
+  {
+    fault::Scope unknown("client.meta_without_close_with_length");
+    write_and_close(**old, d + "/to-an-old-meta", 200 << 10);
+    EXPECT_EQ(unknown.triggered(), 1);
+  }
+  EXPECT_EQ(ops("report_length"), reports + 1);
+  EXPECT_EQ(ops("close"), closes + 1);
+  write_and_close(**old, d + "/again", 100 << 10);  // no second try of the new call
+  EXPECT_EQ(ops("close_with_length"), merged + 1);
+  EXPECT_EQ(ops("report_length"), reports + 2);
+}
+
 TEST_F(ClientTest, WritersOnDisjointRangesOfOneChunkKeepEachOthersBytes) {
   std::string d = dir();
   auto f0 = open(d + "/shared", O_CREAT | O_WRONLY);
