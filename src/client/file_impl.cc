@@ -220,7 +220,15 @@ bool FileImpl::in_flight_upto_locked(uint64_t gen) const {
 Result<void> FileImpl::flush_locked(std::unique_lock<std::mutex>& lock, bool for_read) {
   WEFT_TRY(auto owed, flush_data_locked(lock, for_read));
   if (!owed) return {};
-  return report_length(lock, *owed);
+  WEFT_RETURN_IF_ERROR(report_may_reach_meta());
+  auto r = report_length(lock, *owed);
+  if (!r && r.error().code() == Code::kBadHandle && closing_) {
+    // A close on another thread ended the session first (close_with_length):
+    // its report covers this one if it took it.
+    cv_.wait(lock, [&] { return closed_; });
+    if (reported_gen_ >= owed->upto && reported_ >= owed->length) return {};
+  }
+  return r;
 }
 
 Result<std::optional<FileImpl::LengthReport>> FileImpl::flush_data_locked(std::unique_lock<std::mutex>& lock,
@@ -249,10 +257,14 @@ std::optional<FileImpl::LengthReport> FileImpl::report_owed_locked(uint64_t end,
   return LengthReport{length, upto};
 }
 
-Result<void> FileImpl::report_length(std::unique_lock<std::mutex>& lock, const LengthReport& report) {
+Result<void> FileImpl::report_may_reach_meta() const {
   // Tests: a writer that died with its chunks on storage, its length unreported.
   if (WEFT_FAULT("client.report_length.lost"))
     return error(Code::kIoError, "injected: the length report of file {} is lost", inode_.ino);
+  return {};
+}
+
+Result<void> FileImpl::report_length(std::unique_lock<std::mutex>& lock, const LengthReport& report) {
   lock.unlock();
   auto r = core_.meta->report_length(cred_, inode_.ino, session_id_, report.length);
   lock.lock();
@@ -270,10 +282,9 @@ void FileImpl::reported_locked(const LengthReport& report, uint64_t meta_size) {
 
 std::pair<Result<void>, bool> FileImpl::close_reporting(std::unique_lock<std::mutex>& lock,
                                                         const LengthReport& report) {
+  if (auto may = report_may_reach_meta(); !may) return {may, false};
   if (session_id_ == 0 || !core_.meta_closes_with_length.load(std::memory_order_relaxed))
     return {report_length(lock, report), false};
-  if (WEFT_FAULT("client.report_length.lost"))
-    return {error(Code::kIoError, "injected: the length report of file {} is lost", inode_.ino), false};
   lock.unlock();
   // Tests: a meta from before close_with_length.
   auto r = WEFT_FAULT("client.meta_without_close_with_length")
@@ -288,7 +299,8 @@ std::pair<Result<void>, bool> FileImpl::close_reporting(std::unique_lock<std::mu
     core_.meta_closes_with_length.store(false, std::memory_order_relaxed);
     return {report_length(lock, report), false};
   }
-  // Nothing changed at meta (one commit): the caller still closes the session.
+  // A refusal changed nothing at meta; after a lost reply the commit may have
+  // landed. Either way the caller closes the session (kBadHandle if it is gone).
   return {error(r.error().with_context(fmt::format("close file {}", inode_.ino))), false};
 }
 

@@ -116,6 +116,8 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   // The report a flush of the writes up to `upto` owes meta (none if meta has
   // it: see reported_gen_). `end`: of the writes since the last report. REQUIRES(mu_).
   std::optional<LengthReport> report_owed_locked(uint64_t end, uint64_t upto, bool for_read) const;
+  // kIoError where a test injects a lost length report (client.report_length.lost).
+  Result<void> report_may_reach_meta() const;
   // Sends `report` to meta. REQUIRES(mu_), released meanwhile.
   Result<void> report_length(std::unique_lock<std::mutex>& lock, const LengthReport& report);
   // Meta took `report` and answered with `meta_size`. REQUIRES(mu_).
