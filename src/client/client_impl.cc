@@ -80,6 +80,10 @@ class ClientImpl final : public Client {
       }
       return size;
     };
+    core_->order_other_writers = [this](Ino ino, const FileImpl* writer, uint64_t offset, uint64_t length) {
+      for (auto& f : open_files(ino))
+        if (f.get() != writer) f->order_before_write(offset, length);
+    };
     core_->local_size = [this](Ino ino) {
       uint64_t size = 0;
       for (auto& f : open_files(ino)) size = std::max(size, f->size());

@@ -180,6 +180,10 @@ struct Core {
   // sees what the others wrote before it, as with two descriptors of one
   // local file.
   std::function<uint64_t(Ino, const FileImpl* reader)> flush_other_writers;
+  // Before `writer`, a File of `ino`, buffers a write of [offset, offset +
+  // length): every other File of `ino` open here sends what it holds over
+  // that range and waits for the acks (FileImpl::order_before_write).
+  std::function<void(Ino, const FileImpl* writer, uint64_t offset, uint64_t length)> order_other_writers;
   // The longest length of `ino` the Files open here know (where an append goes).
   std::function<uint64_t(Ino)> local_size;
   // Cleared when meta answers close_with_length with kUnknownMethod (a meta

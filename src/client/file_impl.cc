@@ -113,6 +113,10 @@ Result<size_t> FileImpl::write_at(std::span<const std::byte> src, uint64_t offse
     return error(Code::kFileTooBig, "write at {} of file {}: the maximum file size is {}", offset, inode_.ino,
                  meta::kFileBytesMax);
   src = src.first(static_cast<size_t>(std::min<uint64_t>(src.size(), meta::kFileBytesMax - offset)));
+  // Older bytes another File here holds over this range go out first: each
+  // File sends on its own, and an older send landing after this one would
+  // put the older bytes back.
+  core_.order_other_writers(inode_.ino, this, offset, src.size());
   const uint32_t cb = inode_.layout.chunk_bytes;
   for (const ChunkSpan& s : split_range(offset, src.size(), cb)) {
     std::unique_lock lock(mu_);
@@ -148,6 +152,40 @@ Result<size_t> FileImpl::write_at(std::span<const std::byte> src, uint64_t offse
   return src.size();
 }
 
+namespace {
+
+// Whether the disjoint extents `ex` (start -> end) reach into [start, end).
+bool overlaps(const std::map<uint32_t, uint32_t>& ex, uint32_t start, uint32_t end) {
+  auto it = ex.upper_bound(start);
+  if (it != ex.begin() && std::prev(it)->second > start) return true;
+  return it != ex.end() && it->first < end;
+}
+
+}  // namespace
+
+void FileImpl::order_before_write(uint64_t offset, uint64_t length) {
+  if (!writable_) return;
+  std::unique_lock lock(mu_);
+  for (const ChunkSpan& s : split_range(offset, length, inode_.layout.chunk_bytes)) {
+    const uint32_t start = s.offset, end = s.offset + s.length;
+    auto buffered = [&] {
+      auto d = dirty_.find(s.chunk_index);
+      return d != dirty_.end() && overlaps(d->second.extents, start, end);
+    };
+    auto sending = [&] {
+      auto f = in_flight_.find(s.chunk_index);
+      return f != in_flight_.end() && overlaps(f->second.extents, start, end);
+    };
+    if (buffered()) {
+      // Sent now, or (a send of the chunk is in flight) by on_sent right after it.
+      flush_upto_ = std::max(flush_upto_, dirty_[s.chunk_index].first_gen);
+      send_locked(s.chunk_index);
+    }
+    // A failed File dropped its buffers; its sends in flight may still land.
+    cv_.wait(lock, [&] { return !sending() && (failed_ || !buffered()); });
+  }
+}
+
 void FileImpl::send_locked(uint64_t index) {
   if (in_flight_.contains(index)) return;  // on_sent sends it again if still dirty
   auto it = dirty_.find(index);
@@ -159,7 +197,7 @@ void FileImpl::send_locked(uint64_t index) {
   }
   DirtyChunk chunk = std::move(it->second);
   dirty_.erase(it);
-  in_flight_.emplace(index, chunk.first_gen);
+  in_flight_.emplace(index, InFlight{chunk.first_gen, chunk.extents});
   size_t charged = chunk.data.size();
   // The destructor flushes too (close() not called): no shared_ptr to this
   // exists then, and none is needed, as it waits for every send to complete.
@@ -214,7 +252,7 @@ bool FileImpl::dirty_upto_locked(uint64_t gen) const {
 }
 
 bool FileImpl::in_flight_upto_locked(uint64_t gen) const {
-  return std::any_of(in_flight_.begin(), in_flight_.end(), [&](const auto& f) { return f.second <= gen; });
+  return std::any_of(in_flight_.begin(), in_flight_.end(), [&](const auto& f) { return f.second.first_gen <= gen; });
 }
 
 Result<void> FileImpl::flush_locked(std::unique_lock<std::mutex>& lock, bool for_read) {

@@ -65,6 +65,12 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   void send_dirty();
   // For Client: after a truncate through another path, the length is `length`.
   void truncated_to(uint64_t length);
+  // For another File of this inode (the same client) about to write
+  // [offset, offset + length): sends what this File buffers over that range
+  // and waits until every send of it over the range is acknowledged, so the
+  // later write lands last, as two descriptors of one local file order their
+  // writes. Ranges this File does not hold cost nothing (disjoint writers).
+  void order_before_write(uint64_t offset, uint64_t length);
   // For Client: another File of this inode wrote chunk `index`.
   void drop_read_ahead(uint64_t index);
   // The chunk of `index` (its chain from the layout).
@@ -140,7 +146,11 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   uint64_t written_end_ = 0;   // GUARDED_BY(mu_): highest byte written through this File
   uint64_t reported_ = 0;      // GUARDED_BY(mu_): length last reported to meta
   std::map<uint64_t, DirtyChunk> dirty_;  // GUARDED_BY(mu_)
-  std::map<uint64_t, uint64_t> in_flight_;  // GUARDED_BY(mu_): chunk index -> first_gen of its send
+  struct InFlight {
+    uint64_t first_gen = 0;                // the oldest write the send carries
+    std::map<uint32_t, uint32_t> extents;  // what it writes (DirtyChunk::extents)
+  };
+  std::map<uint64_t, InFlight> in_flight_;  // GUARDED_BY(mu_): chunk index -> its send
   uint64_t write_gen_ = 0;                // GUARDED_BY(mu_): writes so far
   // GUARDED_BY(mu_): the newest write a flush waits for; a chunk holding one
   // that is older is sent again as soon as its previous send completes.

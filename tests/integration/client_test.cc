@@ -459,6 +459,31 @@ TEST_F(ClientTest, AFlushBesideACloseOfTheSameFileSucceeds) {
   }
 }
 
+// Two Files of one file in one client, overlapping writes: the later write's
+// bytes stay, whichever File sends first (each buffers on its own: without
+// ordering, the older File's close would put its older bytes back).
+TEST_F(ClientTest, TheLaterOfTwoOverlappingWritesThroughTwoFilesWins) {
+  std::string d = dir();
+  auto older = open(d + "/f", O_CREAT | O_RDWR);
+  ASSERT_TRUE(older);
+  auto newer = open(d + "/f", O_RDWR);
+  ASSERT_TRUE(newer);
+  auto first = pattern(8192, 1), second = pattern(8192, 2);
+  ASSERT_TRUE(older->pwrite(first, 0).has_value());
+  ASSERT_TRUE(newer->pwrite(second, 4096).has_value());  // over the older's second half
+  ASSERT_TRUE(newer->close().has_value());
+  ASSERT_TRUE(older->close().has_value());  // its buffer, if still held, would land last
+  auto f = open(d + "/f", O_RDONLY);
+  ASSERT_TRUE(f);
+  std::vector<std::byte> got(12288);
+  auto n = f->pread(got, 0);
+  ASSERT_TRUE(n.has_value()) << n.error();
+  ASSERT_EQ(*n, got.size());
+  EXPECT_TRUE(std::equal(first.begin(), first.begin() + 4096, got.begin()));
+  EXPECT_TRUE(std::equal(second.begin(), second.end(), got.begin() + 4096)) << "the older write's bytes came back";
+  ASSERT_TRUE(f->close().has_value());
+}
+
 TEST_F(ClientTest, WritersOnDisjointRangesOfOneChunkKeepEachOthersBytes) {
   std::string d = dir();
   auto f0 = open(d + "/shared", O_CREAT | O_WRONLY);

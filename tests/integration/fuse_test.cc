@@ -120,6 +120,13 @@ void unmount_hard(const std::string& mp) {
   if (is_mounted(mp)) std::system(("fusermount3 -uz '" + mp + "' >/dev/null 2>&1").c_str());
 }
 
+// A number from the environment (a soak's knob), else `fallback`.
+uint64_t env_u64(const char* name, uint64_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  return std::strtoull(v, nullptr, 10);
+}
+
 std::string read_all(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) return "<open failed: " + std::string(std::strerror(errno)) + ">";
@@ -1149,19 +1156,30 @@ TEST_F(FuseTest, PermissionsAsAnotherUser) {
             0);
 }
 
+// Reads, writes, truncates, fsyncs and reopens in a random order through two
+// descriptors of one file in the mount (two handles: each flushes the other
+// before it reads, and a close reports the length), checked against a local
+// file after every operation. WEFT_TEST_SEED and WEFT_TEST_OPS pick another
+// sequence or a longer one (a soak); a failure names the seed.
 TEST_F(FuseTest, RandomOperationsMatchReference) {
+  const uint64_t seed = env_u64("WEFT_TEST_SEED", 12345);
+  const int ops_max = static_cast<int>(env_u64("WEFT_TEST_OPS", 400));
+  SCOPED_TRACE("WEFT_TEST_SEED=" + std::to_string(seed));
   std::string local = dir_->file("reference");
   std::string remote = p("random");
   int lfd = ::open(local.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
-  int rfd = ::open(remote.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  int rfds[2] = {::open(remote.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644), -1};
   ASSERT_GE(lfd, 0);
-  ASSERT_GE(rfd, 0);
-  std::mt19937_64 rng(12345);
+  ASSERT_GE(rfds[0], 0);
+  rfds[1] = ::open(remote.c_str(), O_RDWR);
+  ASSERT_GE(rfds[1], 0);
+  std::mt19937_64 rng(seed);
   constexpr uint64_t kSpan = 5u << 20;  // a few chunks
   std::vector<char> buf(512 << 10), lbuf(512 << 10), rbuf(512 << 10);
   int ops = 0;
-  for (; ops < 400 && !HasFailure(); ++ops) {
+  for (; ops < ops_max && !HasFailure(); ++ops) {
     int op = static_cast<int>(rng() % 100);
+    int& rfd = rfds[rng() % 2];
     uint64_t off = rng() % kSpan;
     size_t len = 1 + rng() % (rng() % 4 == 0 ? buf.size() : 8192);
     if (op < 45) {
@@ -1192,7 +1210,7 @@ TEST_F(FuseTest, RandomOperationsMatchReference) {
     ASSERT_EQ(::fstat(rfd, &rs), 0);
     ASSERT_EQ(rs.st_size, ls.st_size) << "op " << ops;
   }
-  ASSERT_EQ(::close(rfd), 0);
+  for (int fd : rfds) ASSERT_EQ(::close(fd), 0);
   ::close(lfd);
   std::string l = read_all(local), r = read_all(remote);
   ASSERT_EQ(r.size(), l.size());
