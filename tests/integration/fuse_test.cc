@@ -1156,10 +1156,11 @@ TEST_F(FuseTest, PermissionsAsAnotherUser) {
             0);
 }
 
-// Reads, writes, truncates, fsyncs and reopens in a random order through two
-// descriptors of one file in the mount (two handles: each flushes the other
-// before it reads, and a close reports the length), checked against a local
-// file after every operation. WEFT_TEST_SEED and WEFT_TEST_OPS pick another
+// Reads, writes, truncates, fsyncs, reopens (some with O_TRUNC) and appends
+// through a third descriptor, in a random order, through two descriptors of
+// one file in the mount (two handles: each flushes the other before it reads,
+// and a close reports the length), checked against a local file after every
+// operation. WEFT_TEST_SEED and WEFT_TEST_OPS pick another
 // sequence or a longer one (a soak); a failure names the seed.
 TEST_F(FuseTest, RandomOperationsMatchReference) {
   const uint64_t seed = env_u64("WEFT_TEST_SEED", 12345);
@@ -1182,25 +1183,39 @@ TEST_F(FuseTest, RandomOperationsMatchReference) {
     int& rfd = rfds[rng() % 2];
     uint64_t off = rng() % kSpan;
     size_t len = 1 + rng() % (rng() % 4 == 0 ? buf.size() : 8192);
-    if (op < 45) {
+    if (op < 42) {
       fill_pattern(buf.data(), len, rng(), off);
       ASSERT_EQ(::pwrite(lfd, buf.data(), len, static_cast<off_t>(off)), static_cast<ssize_t>(len));
       ASSERT_EQ(::pwrite(rfd, buf.data(), len, static_cast<off_t>(off)), static_cast<ssize_t>(len))
           << "op " << ops << ": " << std::strerror(errno);
-    } else if (op < 80) {
+    } else if (op < 75) {
       ssize_t ln = ::pread(lfd, lbuf.data(), len, static_cast<off_t>(off));
       ssize_t rn = ::pread(rfd, rbuf.data(), len, static_cast<off_t>(off));
       ASSERT_EQ(rn, ln) << "op " << ops << " pread " << len << " at " << off;
       ASSERT_TRUE(std::equal(lbuf.begin(), lbuf.begin() + ln, rbuf.begin()))
           << "op " << ops << " pread " << len << " at " << off;
-    } else if (op < 90) {
+    } else if (op < 85) {
       off_t size = static_cast<off_t>(rng() % kSpan);
       ASSERT_EQ(::ftruncate(lfd, size), 0);
       ASSERT_EQ(::ftruncate(rfd, size), 0) << "op " << ops << ": " << std::strerror(errno);
-    } else if (op < 95) {
+    } else if (op < 90) {
       ASSERT_EQ(::close(rfd), 0) << "op " << ops << ": " << std::strerror(errno);
       rfd = ::open(remote.c_str(), O_RDWR);
       ASSERT_GE(rfd, 0);
+    } else if (op < 92) {  // reopened with O_TRUNC: the other descriptor stays open
+      ASSERT_EQ(::close(rfd), 0) << "op " << ops << ": " << std::strerror(errno);
+      rfd = ::open(remote.c_str(), O_RDWR | O_TRUNC);
+      ASSERT_GE(rfd, 0) << "op " << ops << ": " << std::strerror(errno);
+      ASSERT_EQ(::ftruncate(lfd, 0), 0);
+    } else if (op < 95) {  // an append through a third descriptor
+      fill_pattern(buf.data(), len, rng(), off);
+      int la = ::open(local.c_str(), O_WRONLY | O_APPEND), ra = ::open(remote.c_str(), O_WRONLY | O_APPEND);
+      ASSERT_GE(la, 0);
+      ASSERT_GE(ra, 0) << "op " << ops << ": " << std::strerror(errno);
+      ASSERT_EQ(::write(la, buf.data(), len), static_cast<ssize_t>(len));
+      ASSERT_EQ(::write(ra, buf.data(), len), static_cast<ssize_t>(len)) << "op " << ops << ": " << std::strerror(errno);
+      ::close(la);
+      ASSERT_EQ(::close(ra), 0) << "op " << ops << ": " << std::strerror(errno);
     } else {
       ASSERT_EQ(::fsync(rfd), 0) << "op " << ops;
     }
@@ -1215,6 +1230,133 @@ TEST_F(FuseTest, RandomOperationsMatchReference) {
   std::string l = read_all(local), r = read_all(remote);
   ASSERT_EQ(r.size(), l.size());
   EXPECT_TRUE(r == l) << "content differs after " << ops << " operations";
+}
+
+// What a tree holds, for comparing two: each entry's path (relative), type,
+// and for files their size and link count, for symlinks their target, for
+// directories their link count.
+std::map<std::string, std::string> tree_of(const std::string& root) {
+  std::map<std::string, std::string> out;
+  std::vector<std::string> dirs{""};
+  while (!dirs.empty()) {
+    std::string rel = dirs.back();
+    dirs.pop_back();
+    DIR* d = ::opendir((root + rel).c_str());
+    if (d == nullptr) {
+      out[rel] = "<opendir failed: " + std::string(std::strerror(errno)) + ">";
+      continue;
+    }
+    while (dirent* e = ::readdir(d)) {
+      std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
+      std::string child = rel + "/" + name;
+      struct stat st {};
+      if (::lstat((root + child).c_str(), &st) != 0) {
+        out[child] = "<lstat failed>";
+        continue;
+      }
+      if (S_ISDIR(st.st_mode)) {
+        out[child] = "dir nlink " + std::to_string(st.st_nlink);
+        dirs.push_back(child);
+      } else if (S_ISLNK(st.st_mode)) {
+        char target[256] = {};
+        ssize_t n = ::readlink((root + child).c_str(), target, sizeof target - 1);
+        out[child] = "symlink " + std::string(target, n > 0 ? static_cast<size_t>(n) : 0);
+      } else {
+        out[child] = "file size " + std::to_string(st.st_size) + " nlink " + std::to_string(st.st_nlink);
+      }
+    }
+    ::closedir(d);
+  }
+  return out;
+}
+
+// Random namespace operations (mkdir, rmdir, create, unlink, rename with and
+// without RENAME_NOREPLACE/RENAME_EXCHANGE, link, symlink, stat) on a few
+// colliding paths, the same ones in the same order in a local directory and
+// through the mount: each call must succeed or fail alike, with the same
+// errno, and the two trees must list alike. WEFT_TEST_SEED/WEFT_TEST_OPS as
+// for RandomOperationsMatchReference.
+TEST_F(FuseTest, RandomNamespaceOperationsMatchReference) {
+  const uint64_t seed = env_u64("WEFT_TEST_SEED", 12345);
+  const int ops_max = static_cast<int>(env_u64("WEFT_TEST_OPS", 400));
+  SCOPED_TRACE("WEFT_TEST_SEED=" + std::to_string(seed));
+  const std::string local = dir_->file("ns-reference"), remote = p("ns");
+  ASSERT_EQ(::mkdir(local.c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(remote.c_str(), 0755), 0);
+  std::mt19937_64 rng(seed);
+  const char* names[] = {"a", "b", "c"};
+  auto path = [&] {  // 1 to 3 components: collisions are the point
+    std::string out;
+    for (size_t depth = 1 + rng() % 3; depth > 0; --depth) out += std::string("/") + names[rng() % 3];
+    return out;
+  };
+  // 0, or the errno of a failed call.
+  auto outcome = [](int rc) { return rc == 0 ? 0 : errno; };
+  for (int ops = 0; ops < ops_max && !HasFailure(); ++ops) {
+    const int op = static_cast<int>(rng() % 100);
+    const std::string a = path(), b = path();
+    std::string what;
+    int lr = 0, rr = 0;
+    if (op < 15) {
+      what = "mkdir " + a;
+      lr = outcome(::mkdir((local + a).c_str(), 0755));
+      rr = outcome(::mkdir((remote + a).c_str(), 0755));
+    } else if (op < 25) {
+      what = "rmdir " + a;
+      lr = outcome(::rmdir((local + a).c_str()));
+      rr = outcome(::rmdir((remote + a).c_str()));
+    } else if (op < 42) {
+      const size_t len = rng() % 100;
+      what = "create " + a + " with " + std::to_string(len) + " bytes";
+      auto create = [&](const std::string& full) {
+        int fd = ::open(full.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+        if (fd < 0) return errno;
+        std::string data(len, 'x');
+        int err = ::write(fd, data.data(), len) == static_cast<ssize_t>(len) ? 0 : errno;
+        if (::close(fd) != 0 && err == 0) err = errno;
+        return err;
+      };
+      lr = create(local + a);
+      rr = create(remote + a);
+    } else if (op < 55) {
+      what = "unlink " + a;
+      lr = outcome(::unlink((local + a).c_str()));
+      rr = outcome(::unlink((remote + a).c_str()));
+    } else if (op < 75) {
+      const unsigned flags = op < 67 ? 0u : op < 71 ? unsigned{RENAME_NOREPLACE} : unsigned{RENAME_EXCHANGE};
+      what = "rename " + a + " " + b + " flags " + std::to_string(flags);
+      lr = outcome(::renameat2(AT_FDCWD, (local + a).c_str(), AT_FDCWD, (local + b).c_str(), flags));
+      rr = outcome(::renameat2(AT_FDCWD, (remote + a).c_str(), AT_FDCWD, (remote + b).c_str(), flags));
+    } else if (op < 83) {
+      what = "link " + a + " " + b;
+      lr = outcome(::link((local + a).c_str(), (local + b).c_str()));
+      rr = outcome(::link((remote + a).c_str(), (remote + b).c_str()));
+    } else if (op < 90) {
+      const std::string target = b.substr(1);  // relative: the same in both trees
+      what = "symlink " + target + " at " + a;
+      lr = outcome(::symlink(target.c_str(), (local + a).c_str()));
+      rr = outcome(::symlink(target.c_str(), (remote + a).c_str()));
+    } else {
+      what = "stat " + a;
+      struct stat ls {}, rs{};
+      lr = outcome(::stat((local + a).c_str(), &ls));
+      rr = outcome(::stat((remote + a).c_str(), &rs));
+      if (lr == 0 && rr == 0) {
+        EXPECT_EQ(rs.st_mode & S_IFMT, ls.st_mode & S_IFMT) << "op " << ops << ": " << what;
+        if (S_ISREG(ls.st_mode)) {
+          EXPECT_EQ(rs.st_size, ls.st_size) << "op " << ops << ": " << what;
+          EXPECT_EQ(rs.st_nlink, ls.st_nlink) << "op " << ops << ": " << what;
+        }
+      }
+    }
+    ASSERT_EQ(rr, lr) << "op " << ops << ": " << what << ": local " << std::strerror(lr) << ", mount "
+                      << std::strerror(rr);
+    if (ops % 20 == 19) {
+      ASSERT_EQ(tree_of(remote), tree_of(local)) << "after op " << ops << ": " << what;
+    }
+  }
+  EXPECT_EQ(tree_of(remote), tree_of(local));
 }
 
 TEST_F(FuseTest, ProcessesWriteDisjointRangesOfOneFile) {
