@@ -30,6 +30,7 @@
 #include <thread>
 
 #include "cluster_fixture.h"
+#include "process.h"
 #include "mgmt/mgmt_client.h"
 #include "mgmt/refusal_reporter.h"
 #include "storage/storage_test_client.h"
@@ -45,6 +46,7 @@ using storage::ChunkId;
 using testing::ClusterFixture;
 using testing::ClusterOptions;
 using testing::eventually;
+using testing::env_u64;
 
 constexpr uint64_t kInode = 4242;
 constexpr uint32_t kChunkBytes = 16 * 1024;
@@ -1119,10 +1121,7 @@ TEST_F(FailoverTest, BadInputAtProcessLevel) {
 // Not a test: the writer stall after kill -9 of a storage server, several
 // runs. Environment: WEFT_STALL_LEASE_MS (1000), WEFT_STALL_GRACE_MS (500),
 // WEFT_STALL_RUNS (5). Run with --gtest_also_run_disabled_tests.
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
-}
+int env_int(const char* name, int fallback) { return static_cast<int>(env_u64(name, static_cast<uint64_t>(fallback))); }
 
 TEST_F(FailoverTest, DISABLED_StallBenchmark) {
   ClusterOptions o{.lease_ms = env_int("WEFT_STALL_LEASE_MS", 1000),

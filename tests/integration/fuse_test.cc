@@ -47,6 +47,7 @@ using namespace std::chrono_literals;
 using testing::Process;
 using testing::TempDir;
 using testing::eventually;
+using testing::env_u64;
 
 struct Run {
   int code = -1;  // exit code; -1: did not finish or died
@@ -118,13 +119,6 @@ void unmount_hard(const std::string& mp) {
   run_weft({"umount", mp}, mp + ".umount.log", 20s);
   if (is_mounted(mp)) run_weft({"umount", "--lazy", mp}, mp + ".umount.log", 20s);
   if (is_mounted(mp)) std::system(("fusermount3 -uz '" + mp + "' >/dev/null 2>&1").c_str());
-}
-
-// A number from the environment (a soak's knob), else `fallback`.
-uint64_t env_u64(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  return std::strtoull(v, nullptr, 10);
 }
 
 std::string read_all(const std::string& path) {

@@ -167,6 +167,12 @@ inline std::optional<std::string> wait_for_file(const std::string& path, std::ch
 
 // Whether process `pid` runs: a zombie (exited, reparented to an init that
 // has not reaped it yet) does not.
+// A number from the environment (a test's knob: runs, seeds, timings), else `fallback`.
+inline uint64_t env_u64(const char* name, uint64_t fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::strtoull(v, nullptr, 10) : fallback;
+}
+
 inline bool pid_alive(pid_t pid) {
   if (pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH)) return false;
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
