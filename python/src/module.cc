@@ -338,7 +338,7 @@ class PyClient {
  public:
   // call_timeout, retry_time: seconds, 0 = libweft's default.
   PyClient(std::string config, std::string cluster, size_t io_threads, size_t write_buffer_bytes, std::string name,
-           double statahead_ttl, double call_timeout, double retry_time) {
+           double statahead_ttl, double call_timeout, double retry_time, bool hold_open_files) {
     if (!(statahead_ttl >= 0 && statahead_ttl <= 86400))
       throw py::value_error("statahead_ttl must be between 0 and 86400 seconds");
     if (!(call_timeout >= 0 && call_timeout <= 3600))
@@ -346,6 +346,7 @@ class PyClient {
     if (!(retry_time >= 0 && retry_time <= 86400))
       throw py::value_error("retry_time must be between 0 and 86400 seconds");
     options_.statahead_ttl_s = statahead_ttl;
+    options_.hold_open_files = hold_open_files;
     if (call_timeout > 0) options_.call_timeout_ms = std::max<uint32_t>(1, static_cast<uint32_t>(call_timeout * 1000));
     if (retry_time > 0) options_.retry_time_ms_max = std::max<uint32_t>(1, static_cast<uint32_t>(retry_time * 1000));
     options_.config_path = std::move(config);
@@ -705,10 +706,10 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("path", &PyFile::path);
 
   py::class_<PyClient>(m, "Client")
-      .def(py::init<std::string, std::string, size_t, size_t, std::string, double, double, double>(),
+      .def(py::init<std::string, std::string, size_t, size_t, std::string, double, double, double, bool>(),
            py::arg("config") = "", py::arg("cluster") = "", py::arg("io_threads") = 0,
            py::arg("write_buffer_bytes") = 0, py::arg("name") = "weft-python", py::arg("statahead_ttl") = 0.0,
-           py::arg("call_timeout") = 0.0, py::arg("retry_time") = 0.0)
+           py::arg("call_timeout") = 0.0, py::arg("retry_time") = 0.0, py::arg("hold_open_files") = true)
       .def("description", &PyClient::description)
       .def("open", &PyClient::open, py::arg("path"), py::arg("flags"), py::arg("mode") = 0644)
       .def("stat", &PyClient::stat, py::arg("path"), py::arg("follow") = true)

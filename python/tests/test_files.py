@@ -424,3 +424,51 @@ def test_read_batch_in_a_child_forked_during_an_import(client, cluster, root):
     r = subprocess.run([sys.executable, "-c", _FORK_WHILE_IMPORTING, str(cluster / "client.toml"), f"{root}/f"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout == "0\n", r.stdout + r.stderr[-2000:]
+
+
+def test_open_files_keep_their_data_unless_holds_are_off(client, cluster, root):
+    # A file removed elsewhere while open here keeps its data for a client
+    # that holds its open files (the default, POSIX), and the reads of one
+    # that does not (hold_open_files=False) fail with ESTALE once meta's
+    # chunk GC collects the file: never zeros. "kept" is created first (a
+    # lower inode: a GC pass looks at it before "dropped"), so once the
+    # unheld file is collected the GC has looked at the held one too.
+    import errno
+    import pickle
+    import time
+
+    import weft
+
+    size = 3 << 20
+    kept_data, dropped_data = os.urandom(size), os.urandom(size)
+    client.write_file(f"{root}/kept", kept_data)
+    client.write_file(f"{root}/dropped", dropped_data)
+    unholding = weft.connect(config=str(cluster / "client.toml"), hold_open_files=False)
+    assert pickle.loads(pickle.dumps(unholding))._args["hold_open_files"] is False, "copies keep the option"
+    kept = client.native.open(f"{root}/kept", os.O_RDONLY, 0)
+    dropped = unholding.native.open(f"{root}/dropped", os.O_RDONLY, 0)
+    buf = bytearray(4096)
+    assert kept.pread(buf, 0) == 4096 and bytes(buf) == kept_data[:4096]
+    assert dropped.pread(buf, 0) == 4096 and bytes(buf) == dropped_data[:4096]
+    client.remove(f"{root}/kept")
+    client.remove(f"{root}/dropped")
+    deadline = time.time() + 60
+    while True:
+        try:
+            n = dropped.pread(buf, 2 << 20)
+            assert n == 4096 and bytes(buf) == dropped_data[2 << 20:(2 << 20) + 4096], "read wrong bytes"
+        except OSError as e:
+            assert e.errno == errno.ESTALE, e
+            break
+        assert time.time() < deadline, "the unheld file was never collected"
+        time.sleep(0.2)
+    time.sleep(2.5)  # GC passes go from the queue's front, 1 s apart once they collect nothing
+    whole = bytearray(size)
+    got = 0
+    while got < size:
+        n = kept.pread(memoryview(whole)[got:], got)
+        assert n > 0
+        got += n
+    assert bytes(whole) == kept_data, "a held file lost its data while open"
+    kept.close()
+    dropped.close()

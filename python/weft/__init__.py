@@ -47,7 +47,7 @@ DEFAULT_BUFFER_SIZE = 1 << 20
 
 def connect(addr: str | None = None, config: str | None = None, *, io_threads: int = 0,
             write_buffer_bytes: int = 0, name: str = "weft-python", statahead_ttl: float = 0.0,
-            call_timeout: float = 0.0, retry_time: float = 0.0) -> "Client":
+            call_timeout: float = 0.0, retry_time: float = 0.0, hold_open_files: bool = True) -> "Client":
     """Connects to a cluster.
 
     addr: mgmtd "host:port", overriding the config's list. config: the client
@@ -62,10 +62,15 @@ def connect(addr: str | None = None, config: str | None = None, *, io_threads: i
     through failures. A call blocks (and Ctrl-C waits) up to about
     retry_time + call_timeout when the cluster is unreachable, and so does
     each unclosed file at interpreter exit: lower them to fail faster.
+    hold_open_files: True (default): a file open here keeps its data while it
+    is open, even once it is removed or replaced (POSIX; one small call to
+    meta every few seconds while files are open). False: no such calls, and
+    reads of a file removed elsewhere while open fail with ESTALE once its
+    data is collected. Reads by inode (read_batch, the datasets) never hold.
     """
     return Client(addr=addr, config=config, io_threads=io_threads,
                   write_buffer_bytes=write_buffer_bytes, name=name, statahead_ttl=statahead_ttl,
-                  call_timeout=call_timeout, retry_time=retry_time)
+                  call_timeout=call_timeout, retry_time=retry_time, hold_open_files=hold_open_files)
 
 
 def _raise(err: int, message: str, path: str):
@@ -330,10 +335,11 @@ class Client:
 
     def __init__(self, addr: str | None = None, config: str | None = None, *, io_threads: int = 0,
                  write_buffer_bytes: int = 0, name: str = "weft-python", statahead_ttl: float = 0.0,
-                 call_timeout: float = 0.0, retry_time: float = 0.0):
+                 call_timeout: float = 0.0, retry_time: float = 0.0, hold_open_files: bool = True):
         self._args = dict(addr=addr, config=config, io_threads=io_threads,
                           write_buffer_bytes=write_buffer_bytes, name=name, statahead_ttl=statahead_ttl,
-                          call_timeout=call_timeout, retry_time=retry_time)
+                          call_timeout=call_timeout, retry_time=retry_time,
+                          hold_open_files=bool(hold_open_files))
         self._lock = threading.Lock()
         self._native = None
         self._native_connect()
@@ -344,7 +350,8 @@ class Client:
         self._native = _native.Client(config=a["config"] or "", cluster=a["addr"] or "",
                                       io_threads=a["io_threads"], write_buffer_bytes=a["write_buffer_bytes"],
                                       name=a["name"], statahead_ttl=a["statahead_ttl"],
-                                      call_timeout=a.get("call_timeout", 0.0), retry_time=a.get("retry_time", 0.0))
+                                      call_timeout=a.get("call_timeout", 0.0), retry_time=a.get("retry_time", 0.0),
+                                      hold_open_files=a.get("hold_open_files", True))
 
     @property
     def native(self):

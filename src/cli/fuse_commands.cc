@@ -73,6 +73,7 @@ void serve_mount(const MountArgs& a, const fuse::MountOptions& options, const st
   co.cluster = a.cluster;
   co.name = "weft-mount";
   co.readahead_bytes_max = size_t{options.client_readahead_kb_or_default()} << 10;
+  co.hold_open_files = options.hold_open_files;
   auto client = Client::connect(co);
   if (!client) return fail("cannot connect to the cluster: " + client.error().message());
   auto root = (*client)->getattr(Cred::root(), kRootIno);

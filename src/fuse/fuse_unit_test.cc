@@ -23,7 +23,21 @@ TEST(MountOptions, Defaults) {
   EXPECT_EQ(m->read_ahead_kb, 4096u);
   EXPECT_EQ(m->statahead_entries, 4096u);
   EXPECT_EQ(m->client_readahead_kb_or_default(), 0u);
+  EXPECT_TRUE(m->hold_open_files);
   EXPECT_EQ(m->fuse_option_string(), "fsname=weft,subtype=weft,max_read=1048576");
+}
+
+// Read holds are Weft's (never passed to libfuse); the last word wins.
+TEST(MountOptions, HoldOpenFiles) {
+  auto off = parse_mount_options({"no_hold_open_files"});
+  ASSERT_TRUE(off) << off.error();
+  EXPECT_FALSE(off->hold_open_files);
+  EXPECT_EQ(off->fuse_option_string(), "fsname=weft,subtype=weft,max_read=1048576");
+  auto on = parse_mount_options({"no_hold_open_files", "hold_open_files"});
+  ASSERT_TRUE(on) << on.error();
+  EXPECT_TRUE(on->hold_open_files);
+  EXPECT_FALSE(parse_mount_options({"no_hold_open_files=1"}));
+  EXPECT_FALSE(parse_mount_options({"hold_open_files=0"}));
 }
 
 TEST(MountOptions, OwnAndPassedThrough) {

@@ -83,6 +83,10 @@ Result<MountOptions> parse_mount_options(const std::vector<std::string>& opt_lis
         r = flag(m.keep_cache);
       } else if (key == "nonempty") {
         r = flag(m.nonempty);
+      } else if (key == "hold_open_files" || key == "no_hold_open_files") {
+        bool on = false;
+        r = flag(on);
+        m.hold_open_files = key == "hold_open_files";
       } else if (key == "max_idle_threads") {
         WEFT_TRY(m.max_idle_threads, parse_count(key, value, 1, 1024));
       } else if (key == "read_ahead_kb") {

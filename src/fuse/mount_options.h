@@ -25,6 +25,11 @@ struct MountOptions {
   bool default_permissions = false;  // the kernel checks permissions from the attributes
   bool read_only = false;
   bool nonempty = false;           // allow mounting over a non-empty directory
+  // Files open through the mount keep their data once unlinked or replaced
+  // elsewhere (ClientOptions::hold_open_files). Off (no_hold_open_files):
+  // no renewal calls to meta, and such a file's reads fail with ESTALE once
+  // the chunk GC takes it.
+  bool hold_open_files = true;
   unsigned max_idle_threads = 10;  // idle FUSE worker threads kept (libfuse caps workers at 10)
   // Kernel read-ahead of this mount (its bdi's read_ahead_kb), 0: leave the
   // kernel's 128 KiB. The default lets the kernel ask for 1 MiB per request
