@@ -33,12 +33,30 @@ struct Mgmtd : InProcessMgmtd {
   Mgmtd() : InProcessMgmtd(kToken) {}
 };
 
+// `meta` empty: the file lists no meta server (the client asks mgmtd's routing).
 std::string write_config(const testing::TempDir& dir, uint16_t mgmtd_port, const std::string& extra,
                          const std::string& meta = "127.0.0.1:1") {
   std::string path = dir.file("client.toml");
-  std::ofstream(path) << fmt::format("mgmtd = [\"127.0.0.1:{}\"]\ncluster_token = \"{}\"\nmeta = [\"{}\"]\n{}",
-                                     mgmtd_port, kToken, meta, extra);
+  std::string meta_line = meta.empty() ? std::string() : fmt::format("meta = [\"{}\"]\n", meta);
+  std::ofstream(path) << fmt::format("mgmtd = [\"127.0.0.1:{}\"]\ncluster_token = \"{}\"\n{}{}", mgmtd_port, kToken,
+                                     meta_line, extra);
   return path;
+}
+
+// A mgmtd that nothing has registered with yet is at routing version 0: the
+// client's first fetch must still take its (empty) snapshot. It was answered
+// "unchanged" (the client also starts at 0), and connect() then read the
+// routing through a null pointer (a crash when the config lists no meta).
+TEST(ClientConnect, AnEmptyClusterIsAClearErrorNotACrash) {
+  Mgmtd mgmtd;
+  testing::TempDir dir;
+  ClientOptions o;
+  o.config_path = write_config(dir, mgmtd.port, "", "");
+  auto refused = Client::connect(o);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), Code::kUnavailable);
+  EXPECT_NE(refused.error().message().find("no metadata server has registered with mgmtd"), std::string::npos)
+      << refused.error();
 }
 
 TEST(ClientConnect, ItsConnectionsTakeTheConfigsTcpLiveness) {

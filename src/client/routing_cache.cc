@@ -1,5 +1,7 @@
 #include "client/routing_cache.h"
 
+#include <limits>
+
 #include "common/logging.h"
 #include "mgmt/mgmt_rpc.h"
 #include "mgmt/proto_convert.h"
@@ -21,7 +23,8 @@ RoutingCache::RoutingCache(rpc::IoPool& io, rpc::Client& rpc, std::vector<rpc::E
 RoutingCache::~RoutingCache() { stop(); }
 
 Result<void> RoutingCache::start() {
-  WEFT_RETURN_IF_ERROR(get_routing(version_.load(), 0, nullptr));
+  WEFT_TRY(RoutingPtr first, get_routing(version_.load(), 0, nullptr));
+  if (!first) return error(Code::kUnavailable, "mgmtd answered without a routing snapshot");
   thread_ = std::thread([this] { run(); });
   return {};
 }
@@ -55,7 +58,10 @@ Result<RoutingPtr> RoutingCache::fetch_fresh() { return get_routing(0, 0, nullpt
 Result<RoutingPtr> RoutingCache::get_routing(mgmt::RoutingVersion known, uint32_t wait_ms,
                                              const rpc::CancelToken& cancel) {
   proto::mgmt::GetRoutingRequest req;
-  req.set_known_version(known);
+  // Holding no snapshot yet, ask for one whatever mgmtd's version: a new
+  // mgmtd is at version 0, and "unchanged" would leave current() null.
+  constexpr mgmt::RoutingVersion kNoneHeld = std::numeric_limits<mgmt::RoutingVersion>::max();
+  req.set_known_version(current() ? known : kNoneHeld);
   req.set_wait_ms(wait_ms);
   WEFT_TRY(auto reply, rpc_.call<proto::mgmt::GetRoutingReply>(mgmt::kGetRouting, req, wait_ms + 3000, cancel));
   fetches_.fetch_add(1);

@@ -5,6 +5,8 @@
 // round trip of mgmtd publishing it. Data-path code that meets a stale or
 // failed chain calls request_refresh() (does not block) and waits for
 // version() to move (or simply retries after a backoff).
+// Invariant: once start() succeeded, current() is never null (a mgmtd with
+// nothing registered yet still hands out its empty snapshot, version 0).
 // Threading: thread-safe. The poll thread never runs on an I/O thread.
 #pragma once
 
