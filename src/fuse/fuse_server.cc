@@ -23,6 +23,7 @@
 #include <thread>
 #include <utility>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/assert.h"
@@ -206,6 +207,9 @@ class FuseServer::Impl {
     for (auto& [ino, files] : left) {
       for (auto& f : files) (void)f->file->close();
     }
+    // The session is gone: no READDIR or RELEASEDIR runs any more.
+    for (OpenDir* d : open_dirs_) delete d;
+    open_dirs_.clear();
   }
 
   Result<void> mount() {
@@ -216,6 +220,7 @@ class FuseServer::Impl {
     for (auto& a : argv_s) argv.push_back(a.data());
     fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
     session_ = fuse_session_new(&args, &ops, sizeof(ops), this);
+    fuse_opt_free_args(&args);  // the copy libfuse's option parsing made
     if (!session_) {
       return error(Code::kInvalidArgument, "cannot create the FUSE session with options '{}' (see the message above)",
                    opts);
@@ -1107,7 +1112,20 @@ class FuseServer::Impl {
     d->ino = ino;
     d->parent = r->parent ? r->parent : ino;
     fi->fh = reinterpret_cast<uint64_t>(d);
-    if (fuse_reply_open(req, fi) != 0) delete d;
+    {
+      std::lock_guard lk(s->dirs_mu_);
+      s->open_dirs_.insert(d);
+    }
+    if (fuse_reply_open(req, fi) != 0) s->release_dir(d);
+  }
+
+  // Deletes an open directory's handle (RELEASEDIR, or a failed OPENDIR reply).
+  void release_dir(OpenDir* d) {
+    {
+      std::lock_guard lk(dirs_mu_);
+      open_dirs_.erase(d);
+    }
+    delete d;
   }
 
   void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus) {
@@ -1214,7 +1232,7 @@ class FuseServer::Impl {
     // No READDIR of this handle may still be running (it would use d after the delete).
     WEFT_ASSERT_MSG(d->mu.try_lock(), "RELEASEDIR while a READDIR of the same handle still holds it");
     d->mu.unlock();
-    delete d;
+    self(req)->release_dir(d);
     fuse_reply_err(req, 0);
   }
 
@@ -1400,6 +1418,10 @@ class FuseServer::Impl {
 
   std::mutex files_mu_;
   std::unordered_map<Ino, std::vector<std::shared_ptr<OpenFile>>> open_files_;
+  // Directory handles the kernel has not released: freed at unmount (a
+  // directory still open when the daemon stops gets no RELEASEDIR).
+  std::mutex dirs_mu_;
+  std::unordered_set<OpenDir*> open_dirs_;  // GUARDED_BY(dirs_mu_)
   // Changes made through this mount (changed(), data_changed()): a listing's
   // page fetched before the count moved may hold stale attributes.
   std::atomic<uint64_t> changes_{0};
