@@ -129,7 +129,8 @@ TEST_F(OrphanSweepTest, NothingGoesWithinTheGraceWhileMetaIsDownOrTheFenceIsUp) 
 
 TEST_F(OrphanSweepTest, AChunkWithAnUpdatePendingStaysForALaterPass) {
   put(11, 2);
-  Update u = Update::write(0, pattern(100, 1));
+  auto data = pattern(100, 1);  // outlives u: an Update does not own its bytes
+  Update u = Update::write(0, data);
   u.chain_id = 3;
   ASSERT_TRUE(engine_->stage(ChunkId{11, 1}, 2, u).has_value());
   auto s = sweep(std::chrono::milliseconds(0));

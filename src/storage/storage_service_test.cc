@@ -1303,7 +1303,8 @@ TEST_F(StorageServiceTest, ResyncListingStopsAtTheLargestChunkId) {
   ChunkEngine& source = nodes_[0]->engine(target_of(0));
   for (uint64_t i = 0; i < 256; ++i) {
     ChunkId id = i == 255 ? ChunkId{UINT64_MAX, UINT64_MAX} : ChunkId{7, i};
-    Update u = Update::write(0, pattern(10, i));
+    auto data = pattern(10, i);  // outlives u: an Update does not own its bytes
+    Update u = Update::write(0, data);
     u.chain_id = 1;
     ASSERT_TRUE(source.write(id, u).has_value());
   }
