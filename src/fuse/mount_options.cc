@@ -62,9 +62,9 @@ Result<MountOptions> parse_mount_options(const std::vector<std::string>& opt_lis
       std::string key = opt.substr(0, eq);
       std::string value = eq == std::string::npos ? std::string() : opt.substr(eq + 1);
       bool has_value = eq != std::string::npos;
-      auto flag = [&](bool& field) -> Result<void> {
+      auto flag = [&](bool& field, bool to = true) -> Result<void> {
         if (has_value) return error(Code::kInvalidArgument, "mount option {} takes no value", key);
-        field = true;
+        field = to;
         return {};
       };
       Result<void> r;
@@ -84,9 +84,7 @@ Result<MountOptions> parse_mount_options(const std::vector<std::string>& opt_lis
       } else if (key == "nonempty") {
         r = flag(m.nonempty);
       } else if (key == "hold_open_files" || key == "no_hold_open_files") {
-        bool on = false;
-        r = flag(on);
-        m.hold_open_files = key == "hold_open_files";
+        r = flag(m.hold_open_files, key == "hold_open_files");
       } else if (key == "max_idle_threads") {
         WEFT_TRY(m.max_idle_threads, parse_count(key, value, 1, 1024));
       } else if (key == "read_ahead_kb") {
