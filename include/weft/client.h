@@ -114,6 +114,11 @@ class File {
   // and truncates. refresh_size() asks meta again.
   virtual uint64_t size() const = 0;
   virtual Result<uint64_t> refresh_size() = 0;
+  // The end of the bytes written through this File that meta may not count
+  // yet (buffered, in flight, or acknowledged but not reported); 0 when meta
+  // has heard of every write. What this File adds to a length fresh from
+  // meta: size() may be older than that length (another client's truncate).
+  virtual uint64_t unreported_end() const = 0;
   // The file's attributes as they were when this File opened it (size() is
   // the length it knows now): what is left to tell of a file removed since.
   virtual Inode opened() const = 0;

@@ -76,7 +76,7 @@ class ClientImpl final : public Client {
       for (auto& f : open_files(ino)) {
         if (f.get() == reader) continue;
         f->flush_before_read();
-        size = std::max(size, f->size());
+        size = std::max(size, f->written_end());
       }
       return size;
     };
@@ -86,8 +86,13 @@ class ClientImpl final : public Client {
     };
     core_->local_size = [this](Ino ino) {
       uint64_t size = 0;
-      for (auto& f : open_files(ino)) size = std::max(size, f->size());
+      for (auto& f : open_files(ino)) size = std::max(size, f->written_end());
       return size;
+    };
+    core_->unreported_end = [this](Ino ino) {
+      uint64_t end = 0;
+      for (auto& f : open_files(ino)) end = std::max(end, f->unreported_end());
+      return end;
     };
   }
 
@@ -589,9 +594,10 @@ class ClientImpl final : public Client {
   }
 
   // A file open here may be longer than meta knows (unreported writes).
+  // Only those count: what a File knew at its open may be older than `n`.
   Inode with_local_size(Inode n) {
     if (!n.is_file()) return n;
-    for (auto& f : open_files(n.ino)) n.size = std::max(n.size, f->size());
+    n.size = std::max(n.size, core_->unreported_end(n.ino));
     return n;
   }
 

@@ -176,16 +176,21 @@ struct Core {
   // the other Files of it open here drop their read-ahead of that chunk.
   std::function<void(Ino, uint64_t index, const FileImpl* writer)> chunk_written;
   // Flushes the Files of `ino` open here for writing, except `reader`, and
-  // returns the longest length they know (0: none): a read through one File
+  // returns the end of what they wrote (0: nothing): a read through one File
   // sees what the others wrote before it, as with two descriptors of one
-  // local file.
+  // local file. Not the lengths they knew at open: those may be older than
+  // the reader's (another client's truncate since).
   std::function<uint64_t(Ino, const FileImpl* reader)> flush_other_writers;
   // Before `writer`, a File of `ino`, buffers a write of [offset, offset +
   // length): every other File of `ino` open here sends what it holds over
   // that range and waits for the acks (FileImpl::order_before_write).
   std::function<void(Ino, const FileImpl* writer, uint64_t offset, uint64_t length)> order_other_writers;
-  // The longest length of `ino` the Files open here know (where an append goes).
+  // The end of what the Files of `ino` open here wrote (where an append of
+  // another File goes, if past its own length).
   std::function<uint64_t(Ino)> local_size;
+  // The end of the bytes Files of `ino` open here wrote that meta may not
+  // count yet (FileImpl::unreported_end): what they add to a length fresh from meta.
+  std::function<uint64_t(Ino)> unreported_end;
   // Cleared when meta answers close_with_length with kUnknownMethod (a meta
   // from before it, during an upgrade): Files then report, then close.
   std::atomic<bool> meta_closes_with_length{true};

@@ -46,25 +46,51 @@ uint64_t FileImpl::size() const {
   return size_;
 }
 
+uint64_t FileImpl::unreported_end() const {
+  std::lock_guard lock(mu_);
+  // unreported_end_ outlives a report that covered only older writes (later
+  // ones keep it): past written_end_ it names nothing still written here.
+  return writable_ ? std::min(unreported_end_, written_end_) : 0;
+}
+
+uint64_t FileImpl::written_end() const {
+  std::lock_guard lock(mu_);
+  return written_end_;
+}
+
 Result<uint64_t> FileImpl::refresh_size() {
+  std::pair<uint64_t, uint64_t> asked;
+  {
+    std::lock_guard lock(mu_);
+    asked = gens_locked();
+  }
   WEFT_TRY(Inode n, core_.meta->getattr(cred_, inode_.ino));
   std::lock_guard lock(mu_);
-  if (n.size > size_) {
+  learn_meta_size_locked(n.size, asked);
+  return size_;
+}
+
+void FileImpl::learn_meta_size_locked(uint64_t meta_size, std::pair<uint64_t, uint64_t> asked) {
+  if (meta_size > size_) {
     // Read ahead while the file was shorter: the chunk that held the old end
     // came back short, and those past it empty. Not holes: fetch them again.
     prefetched_.erase(prefetched_.lower_bound(size_ / inode_.layout.chunk_bytes), prefetched_.end());
+    size_ = meta_size;
+    return;
   }
-  size_ = std::max(size_, n.size);
-  // Meta has the file shorter than this File last reported, and every write
-  // made here was reported: another client truncated it. What this File wrote
-  // past the new end is gone, so its later writes must be reported again.
-  if (n.size < reported_ && dirty_.empty() && in_flight_.empty() && written_end_ <= reported_) {
-    size_ = n.size;
-    written_end_ = std::min(written_end_, n.size);
-    reported_ = n.size;
+  // Meta has the file shorter than this File knows, every write made here
+  // was reported, and none was written or reported since the ask began (an
+  // answer from before a report here would undo it): another client
+  // truncated it. What this File wrote past the new end is gone, so its
+  // later writes must be reported again.
+  if (meta_size < size_ && asked == gens_locked() && dirty_.empty() && in_flight_.empty() &&
+      written_end_ <= reported_) {
+    size_ = meta_size;
+    written_end_ = std::min(written_end_, meta_size);
+    unreported_end_ = std::min(unreported_end_, meta_size);
+    reported_ = std::min(reported_, meta_size);
     prefetched_.clear();
   }
-  return size_;
 }
 
 Result<ChunkAddress> FileImpl::address(uint64_t index) const {
@@ -437,7 +463,23 @@ Result<size_t> FileImpl::pread(std::span<std::byte> dst, uint64_t offset) {
     ra_window_ = std::clamp<uint32_t>(ra_window_ * 2, 2, max_window);
     prefetch_locked(offset / cb, size);
   }
-  WEFT_RETURN_IF_ERROR(read_spans(dst, offset, want));
+  std::pair<uint64_t, uint64_t> asked;
+  {
+    std::lock_guard lock(mu_);
+    asked = gens_locked();
+  }
+  WEFT_TRY(std::optional<uint64_t> meta_size, read_spans(dst, offset, want));
+  if (meta_size) {
+    // It met a hole and asked meta: the file may be shorter than this File
+    // knew (another client cut it). The end is meta's length, or what Files
+    // here wrote that meta may not count yet; zeros past it are not the file's.
+    const uint64_t end = std::max(*meta_size, core_.unreported_end(inode_.ino));
+    {
+      std::lock_guard lock(mu_);
+      learn_meta_size_locked(end, asked);
+    }
+    want = static_cast<size_t>(std::min<uint64_t>(want, end > offset ? end - offset : 0));
+  }
   return want;
 }
 
@@ -513,7 +555,7 @@ Result<void> FileImpl::read_direct(std::span<const ChunkSpan> spans, std::span<c
   return {};
 }
 
-Result<void> FileImpl::read_spans(std::span<std::byte> dst, uint64_t offset, size_t want) {
+Result<std::optional<uint64_t>> FileImpl::read_spans(std::span<std::byte> dst, uint64_t offset, size_t want) {
   auto spans = split_range(offset, want, inode_.layout.chunk_bytes);
   std::vector<std::shared_ptr<Prefetch>> ahead(spans.size());
   {
@@ -526,11 +568,10 @@ Result<void> FileImpl::read_spans(std::span<std::byte> dst, uint64_t offset, siz
     WEFT_TRY(ChunkAddress address, this->address(s.chunk_index));
     auto part = dst.subspan(s.buffer_offset, s.length);
     WEFT_TRY(uint32_t got, read_chunk_here(address, s.offset, part));
-    if (got < part.size()) {
-      WEFT_RETURN_IF_ERROR(check_not_removed());
-      std::memset(part.data() + got, 0, part.size() - got);  // a hole
-    }
-    return {};
+    if (got == part.size()) return std::nullopt;
+    WEFT_TRY(uint64_t meta_size, check_not_removed());
+    std::memset(part.data() + got, 0, part.size() - got);  // a hole
+    return meta_size;
   }
   // Direct reads for the spans nobody fetched ahead, in parallel.
   std::vector<uint32_t> got(spans.size(), 0);
@@ -571,23 +612,24 @@ Result<void> FileImpl::read_spans(std::span<std::byte> dst, uint64_t offset, siz
   }
   WEFT_RETURN_IF_ERROR(read_direct(spans, failed, dst, got));
   // Past the end of a chunk (or a missing chunk) inside the file: a hole.
-  bool checked = false;
+  std::optional<uint64_t> meta_size;
   for (size_t i = 0; i < spans.size(); ++i) {
     if (got[i] >= spans[i].length) continue;
-    if (!checked) WEFT_RETURN_IF_ERROR(check_not_removed());
-    checked = true;
+    if (!meta_size) {
+      WEFT_TRY(meta_size, check_not_removed());
+    }
     std::memset(dst.data() + spans[i].buffer_offset + got[i], 0, spans[i].length - got[i]);
   }
-  return {};
+  return meta_size;
 }
 
 // Read-only opens hold no session at meta, so a file unlinked (or renamed
 // over) while open here is destroyed and its chunks collected: its reads
 // then find chunks missing inside the length this File knows. Zeros would
 // pass for data; asking meta tells a hole from a file that is gone.
-Result<void> FileImpl::check_not_removed() {
+Result<uint64_t> FileImpl::check_not_removed() {
   auto n = core_.meta->getattr(cred_, inode_.ino);
-  if (n) return {};
+  if (n) return n->size;
   if (n.error().code() == Code::kNotFound)
     return error(Code::kStaleHandle, "file {} was removed while open here: its data is gone", inode_.ino);
   return std::unexpected(n.error());

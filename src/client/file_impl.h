@@ -43,6 +43,10 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   Layout layout() const override { return inode_.layout; }
   uint64_t size() const override;
   Result<uint64_t> refresh_size() override;
+  uint64_t unreported_end() const override;
+  // The highest byte written through this File (its own writes only, not
+  // meta's length at open), cut by truncates it learned of.
+  uint64_t written_end() const;
   Inode opened() const override { return inode_; }
   bool writable() const override { return writable_; }
   Result<size_t> pread(std::span<std::byte> dst, uint64_t offset) override;
@@ -187,13 +191,21 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   std::map<uint64_t, std::shared_ptr<Prefetch>> prefetched_;  // GUARDED_BY(mu_)
   uint32_t ra_window_ = 0;                                    // GUARDED_BY(mu_): chunks
   void prefetch_locked(uint64_t first_chunk, uint64_t size);
-  // Reads [offset, offset + want) into dst, from prefetched chunks where it can.
-  Result<void> read_spans(std::span<std::byte> dst, uint64_t offset, size_t want);
+  // Reads [offset, offset + want) into dst, from prefetched chunks where it
+  // can. Holes read as zeros; when it met one it asked meta
+  // (check_not_removed), and returns the length meta gave.
+  Result<std::optional<uint64_t>> read_spans(std::span<std::byte> dst, uint64_t offset, size_t want);
   Result<void> read_direct(std::span<const ChunkSpan> spans, std::span<const size_t> which, std::span<std::byte> dst,
                            std::vector<uint32_t>& got);
-  // After a chunk came back shorter than the File's length says: ok for a
-  // hole, kStaleHandle if meta no longer has the file.
-  Result<void> check_not_removed();
+  // After a chunk came back shorter than the File's length says: meta's
+  // length for a hole, kStaleHandle if meta no longer has the file.
+  Result<uint64_t> check_not_removed();
+  // Takes a length meta gave for an ask that began when this File's writes
+  // and reports were at `asked` (write_gen_, reported_gen_): a shorter one
+  // than this File knows, with nothing here meta lacks and nothing written
+  // or reported meanwhile, means another client cut the file.
+  void learn_meta_size_locked(uint64_t meta_size, std::pair<uint64_t, uint64_t> asked);
+  std::pair<uint64_t, uint64_t> gens_locked() const { return {write_gen_, reported_gen_}; }
   // One chunk range read on the calling thread (not an I/O thread), then through read() if that failed.
   Result<uint32_t> read_chunk_here(ChunkAddress address, uint32_t offset, std::span<std::byte> dst);
  public:

@@ -357,14 +357,15 @@ class FuseServer::Impl {
   }
 
   // The size the kernel should see: meta's, or more when files open here
-  // have buffered writes meta does not know yet.
+  // have buffered writes meta does not know yet. Not the length a handle
+  // knew at open: meta's may be newer (another client's truncate).
   void apply_local_size(Inode& in) {
     if (!in.is_file()) return;
     std::lock_guard lk(files_mu_);
     auto it = open_files_.find(in.ino);
     if (it == open_files_.end()) return;
     for (auto& f : it->second) {
-      if (f->writable) in.size = std::max(in.size, f->file->size());
+      if (f->writable) in.size = std::max(in.size, f->file->unreported_end());
     }
   }
 

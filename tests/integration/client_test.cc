@@ -1667,6 +1667,56 @@ TEST_F(ClientTest, WritesAfterAnotherClientsTruncateAreReportedAndMoveMtime) {
   EXPECT_GT(after->mtime_ns, before) << "an overwrite left mtime alone";
 }
 
+// A File open here (for reading, or for writing with every write reported)
+// knows a length from before another client cut the file: it must not hide
+// the cut from this client's stat, or from a reader here, who would read
+// the old length's worth of zeros.
+TEST_F(ClientTest, AnotherClientsTruncateIsSeenWhileFilesHereAreOpen) {
+  std::string d = dir();
+  auto other = connect_another();
+  ASSERT_TRUE(other.has_value()) << other.error();
+  ASSERT_TRUE(write_new_with(*client_, d + "/cut", pattern(1u << 20, 40)));
+  auto reader = open(d + "/cut", O_RDONLY);
+  auto writer = open(d + "/cut", O_WRONLY);
+  ASSERT_TRUE(reader && writer);
+  ASSERT_TRUE(writer->pwrite(pattern(4096, 41), 0).has_value());
+  ASSERT_TRUE(writer->fsync().has_value());  // reported: nothing here is unknown to meta
+
+  auto t = (*other)->open_path((*other)->default_cred(), d + "/cut", O_WRONLY | O_TRUNC, 0644);
+  ASSERT_TRUE(t.has_value()) << t.error();
+  auto fresh = pattern(10, 42);
+  ASSERT_TRUE((*t)->pwrite(fresh, 0).has_value());
+  ASSERT_TRUE((*t)->close().has_value());
+
+  auto seen = client_->getattr(client_->default_cred(), reader->ino());
+  ASSERT_TRUE(seen.has_value()) << seen.error();
+  EXPECT_EQ(seen->size, fresh.size()) << "a File open here kept the old length";
+  auto again = open(d + "/cut", O_RDONLY);
+  ASSERT_TRUE(again);
+  std::vector<std::byte> buf(1u << 20);
+  auto n = again->pread(buf, 0);
+  ASSERT_TRUE(n.has_value()) << n.error();
+  ASSERT_EQ(*n, fresh.size()) << "read past the end another client cut";
+  EXPECT_EQ(0, std::memcmp(buf.data(), fresh.data(), fresh.size()));
+  // Writes here that meta has not heard of still count.
+  ASSERT_TRUE(writer->pwrite(pattern(100, 43), 50).has_value());
+  seen = client_->getattr(client_->default_cred(), reader->ino());
+  ASSERT_TRUE(seen.has_value()) << seen.error();
+  EXPECT_EQ(seen->size, 150u);
+  // The File opened before the cut still thinks 1 MiB: its read meets the
+  // hole past the new end, asks meta, and stops there.
+  n = reader->pread(buf, 0);
+  ASSERT_TRUE(n.has_value()) << n.error();
+  ASSERT_EQ(*n, 150u);
+  EXPECT_EQ(0, std::memcmp(buf.data(), fresh.data(), fresh.size()));
+  EXPECT_TRUE(std::all_of(buf.begin() + 10, buf.begin() + 50, [](std::byte b) { return b == std::byte{0}; }));
+  EXPECT_EQ(0, std::memcmp(buf.data() + 50, pattern(100, 43).data(), 100));
+  EXPECT_EQ(reader->size(), 150u);
+  EXPECT_TRUE(reader->close().has_value());
+  EXPECT_TRUE(writer->close().has_value());
+  EXPECT_TRUE(again->close().has_value());
+}
+
 // O_APPEND: appends through several Files of one client never land on one
 // offset (every line is there once, whole).
 TEST_F(ClientTest, AppendsOfOneClientDoNotOverwriteEachOther) {

@@ -1861,6 +1861,44 @@ TEST_F(FuseTest, AListingInProgressGivesNoAttributesOlderThanAChangeHere) {
   EXPECT_EQ(errno, ENOENT);
 }
 
+// Another client truncates a file this mount holds open, for reading and
+// for writing (every write reported): past the attribute timeout the mount
+// shows the new length, and a reader here gets the new bytes only, not the
+// old length's worth of zeros.
+TEST_F(FuseTest, AnotherClientsTruncateShowsWhileTheFileIsOpenHere) {
+  if (writeback_cache_mode()) GTEST_SKIP() << "writeback_cache: the kernel keeps its size of a cached file (docs/fuse.md)";
+  ASSERT_TRUE(write_all(p("cut"), std::string(1 << 20, 'o')));
+  int r = ::open(p("cut").c_str(), O_RDONLY);
+  int w = ::open(p("cut").c_str(), O_WRONLY);
+  ASSERT_GE(r, 0) << std::strerror(errno);
+  ASSERT_GE(w, 0) << std::strerror(errno);
+  struct Close {
+    int a, b;
+    ~Close() { ::close(a), ::close(b); }
+  } close_both{r, w};
+  ASSERT_EQ(::pwrite(w, "written here", 12, 0), 12) << std::strerror(errno);
+  ASSERT_EQ(::fsync(w), 0) << std::strerror(errno);
+
+  ClientOptions o;
+  o.config_path = data_ + "/client.toml";
+  auto native = Client::connect(o);
+  ASSERT_TRUE(native.has_value()) << native.error();
+  const std::string remote = "/" + base_.substr(mnt_.size() + 1) + "/cut";
+  auto t = (*native)->open_path((*native)->default_cred(), remote, O_WRONLY | O_TRUNC, 0644);
+  ASSERT_TRUE(t.has_value()) << t.error();
+  const std::string fresh = "ten bytes!";
+  ASSERT_TRUE((*t)->pwrite(std::as_bytes(std::span(fresh)), 0).has_value());
+  ASSERT_TRUE((*t)->close().has_value());
+
+  std::this_thread::sleep_for(1500ms);  // past attr_timeout (1 s)
+  struct stat st {};
+  ASSERT_EQ(::stat(p("cut").c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(fresh.size())) << "the handles open here kept the old length";
+  const std::string content = read_all(p("cut"));
+  EXPECT_EQ(content.size(), fresh.size()) << "a reader here got the old length's worth";
+  EXPECT_TRUE(content.starts_with(fresh));
+}
+
 // readdirplus gives the kernel attributes it applies whatever timeouts come
 // with them: a listing read slowly must give none older than the timeouts.
 // Another client (a second mount of the cluster) appends to a file in the
