@@ -348,6 +348,9 @@ class MetaStore {
   // Unlocked read, optionally at a snapshot. with_stat: merge a directory's
   // DirStat in (nlink, mtime, ctime); a permission check needs only the base.
   Result<Inode> read_inode(Ino ino, const rocksdb::Snapshot* snapshot = nullptr, bool with_stat = true);
+  // Whether meta keeps a retry record of ctx's request (it was answered;
+  // mutate() answers a retry from it). False for a request without an id.
+  bool answered_before(const Context& ctx);
   // Up to `limit` items of the GC queue from inode `from` on.
   // REQUIRES: gc_scan_mu_ held (GcFloor: the scan's mark was taken before).
   Result<std::vector<GcItem>> scan_gc_queue(Ino from, size_t limit);

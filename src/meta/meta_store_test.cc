@@ -619,7 +619,7 @@ TEST_F(MetaStoreTest, LayoutsNameAnExistingChainTable) {
   EXPECT_EQ(asked, (std::vector<uint32_t>{7, 7, 2}));
 
   // mgmtd away: the directory's own table and the default need no asking (a
-  // retried set_layout that committed still answers); another table is kBusy
+  // retry of one that committed answers from its record: retry_test); another table is kBusy
   // (retryable at this meta server, not a reason to fail over).
   s().set_chain_table_check([&](uint32_t id) -> Result<void> {
     asked.push_back(id);

@@ -49,6 +49,29 @@ TEST_F(RetryTest, RetriedUnlinkAndRenameDoNotFail) {
   EXPECT_CODE(s().unlink(with_req(root(), 8, 10), kRootIno, "a"), Code::kNotFound);  // other client
 }
 
+// set_layout asks mgmtd whether a chain table exists before its
+// transaction; a retry of one that committed gets the original answer even
+// when another layout was set since and mgmtd is away (or the table gone).
+TEST_F(RetryTest, RetriedSetLayoutAnswersAsBeforeWhateverMgmtdSaysNow) {
+  Ino d = mkdir("d");
+  bool mgmtd_up = true;
+  s().set_chain_table_check([&](uint32_t) -> Result<void> {
+    if (!mgmtd_up) return error(Code::kUnavailable, "mgmtd unreachable");
+    return {};
+  });
+  Layout l = *s().get_layout(root(), d);
+  l.chain_table_id = 7;
+  Context ctx = with_req(root(), 9, 1);
+  ASSERT_OK(s().set_layout(ctx, d, l));  // its reply is lost
+  Layout other = l;
+  other.chain_table_id = 8;
+  ASSERT_OK(s().set_layout(with_req(root(), 10, 1), d, other));
+  mgmtd_up = false;
+  ASSERT_OK(s().set_layout(ctx, d, l));  // the retry: answered from its record, not kBusy
+  EXPECT_EQ(s().get_layout(root(), d)->chain_table_id, 8u);  // and nothing applied again
+  EXPECT_CODE(s().set_layout(with_req(root(), 9, 2), d, l), Code::kBusy);  // a new request asks
+}
+
 // A ParentCheck's name is a name like any other: one of 4 MiB was carried
 // into the kStaleHandle message and so into the retry record, which the
 // retry could not decode (kCorruption instead of the original answer).

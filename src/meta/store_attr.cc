@@ -213,9 +213,10 @@ Result<void> MetaStore::removexattr(const Context& ctx, Ino ino, std::string_vie
 
 Result<void> MetaStore::set_layout(const Context& ctx, Ino dir, const Layout& layout) {
   // Asked before the transaction: no row lock waits on a round trip to mgmtd.
-  // The default table and the directory's own need no asking (so a retry of
-  // a set_layout that committed, or a stripe change, works while mgmtd is away).
-  if (chain_table_check_ && layout.chain_table_id != options_.chain_table_id) {
+  // The default table and the directory's own need no asking (a stripe
+  // change works while mgmtd is away), nor does a retry of a request meta
+  // already answered: it gets that answer (mutate), whatever mgmtd says now.
+  if (chain_table_check_ && layout.chain_table_id != options_.chain_table_id && !answered_before(ctx)) {
     WEFT_RETURN_IF_ERROR(validate_layout(layout));
     auto now = read_inode(dir, nullptr, /*with_stat=*/false);
     if (!now || now->layout.chain_table_id != layout.chain_table_id) {

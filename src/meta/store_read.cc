@@ -30,6 +30,12 @@ class SnapshotHolder {
 
 }  // namespace
 
+bool MetaStore::answered_before(const Context& ctx) {
+  if (!ctx.req.valid()) return false;
+  std::string raw;
+  return db_->Get(rocksdb::ReadOptions(), key::request(ctx.req.client_id, ctx.req.seq), &raw).ok();
+}
+
 Result<Inode> MetaStore::read_inode(Ino ino, const rocksdb::Snapshot* snapshot, bool with_stat) {
   rocksdb::ReadOptions ro;
   ro.snapshot = snapshot;
