@@ -61,6 +61,27 @@ TEST_F(RenameTest, NoDirectoryIntoItsOwnSubtree) {
   EXPECT_EQ(s().getattr(root(), kRootIno)->nlink, 4u);
 }
 
+// A directory whose link count is at the limit takes no more
+// subdirectories: by mkdir, by rename, nor by an exchange that moves a
+// directory into it in place of a file (EMLINK, as Linux's vfs_rename). An
+// exchange of two directories changes no count and is fine.
+TEST_F(RenameTest, AFullDirectoryTakesNoDirectoryByRenameOrExchange) {
+  Ino full = mkdir("full");
+  for (uint32_t i = 2; i < kLinkCountMax; ++i) mkdir("d" + std::to_string(i), full);
+  ASSERT_EQ(s().getattr(root(), full)->nlink, kLinkCountMax);
+  EXPECT_CODE(s().mkdir(root(), full, "more", 0755), Code::kTooManyLinks);
+  mkdir("dir");
+  create("file", full);
+  EXPECT_CODE(s().rename(root(), kRootIno, "dir", full, "dir"), Code::kTooManyLinks);
+  EXPECT_CODE(s().rename(root(), kRootIno, "dir", full, "file", RenameFlags::kExchange), Code::kTooManyLinks);
+  EXPECT_CODE(s().rename(root(), full, "file", kRootIno, "dir", RenameFlags::kExchange), Code::kTooManyLinks);
+  EXPECT_EQ(s().getattr(root(), full)->nlink, kLinkCountMax);
+  EXPECT_EQ(s().lookup(root(), full, "file")->type, InodeType::kFile);
+  ASSERT_OK(s().rename(root(), kRootIno, "dir", full, "d2", RenameFlags::kExchange));  // directory for directory
+  EXPECT_EQ(s().getattr(root(), full)->nlink, kLinkCountMax);
+  ASSERT_OK(s().rename(root(), full, "file", kRootIno, "file"));  // a file still moves out
+}
+
 TEST_F(RenameTest, RenameToItselfAndToHardLinkIsNoOp) {
   Ino f = create("f");
   ASSERT_OK(s().rename(root(), kRootIno, "f", kRootIno, "f"));
@@ -131,6 +152,14 @@ TEST_F(RenameTest, ErrorsComeInLinuxsOrder) {
   create("g", a, 0644, u);
   mkdir("e", b, 0777, u);
   EXPECT_CODE(s().rename(u, a, "g", b, "e"), Code::kIsDirectory);
+  // Onto an ancestor of the source: ENOTEMPTY for a file or a directory
+  // (EINVAL for an exchange), as Linux.
+  create("x", tb, 0644, u);
+  EXPECT_CODE(s().rename(u, tb, "x", ta, "b"), Code::kNotEmpty);
+  EXPECT_CODE(s().rename(u, tb, "x", top, "a"), Code::kNotEmpty);
+  mkdir("y", tb, 0777, u);
+  EXPECT_CODE(s().rename(u, tb, "y", top, "a"), Code::kNotEmpty);
+  EXPECT_CODE(s().rename(u, tb, "x", top, "a", RenameFlags::kExchange), Code::kInvalidArgument);
 }
 
 // Nothing limits a directory's depth, so no depth limits rename: a move into

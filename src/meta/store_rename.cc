@@ -81,6 +81,14 @@ Result<void> MetaStore::do_rename(Txn& txn, const Context& ctx, Ino sp, std::str
   // 3. cycles (EINVAL): as Linux, after the lookups and before any permission.
   if (sp != dp && src.is_dir()) WEFT_RETURN_IF_ERROR(check_not_ancestor(txn, src.ino, dp));
   if (sp != dp && exchange && dst->is_dir()) WEFT_RETURN_IF_ERROR(check_not_ancestor(txn, dst->ino, sp));
+  // A target that is an ancestor of the source (rename("a/x", "a")): Linux
+  // says ENOTEMPTY (EINVAL above for an exchange), whatever the types.
+  if (sp != dp && !exchange && dst && dst->is_dir()) {
+    auto outside = check_not_ancestor(txn, dst->ino, sp);
+    if (!outside && outside.error().code() == Code::kInvalidArgument)
+      return error(Code::kNotEmpty, "'{}' is an ancestor of '{}'", dn, sn);
+    WEFT_RETURN_IF_ERROR(outside);
+  }
   // Linux's order (vfs_rename): may_delete the source (parent writable,
   // sticky), may_create or may_delete the target (the same, then ENOTDIR /
   // EISDIR for a type that cannot be replaced), then write access to a
@@ -95,6 +103,16 @@ Result<void> MetaStore::do_rename(Txn& txn, const Context& ctx, Ino sp, std::str
   }
   if (sp != dp && src.is_dir()) WEFT_RETURN_IF_ERROR(check_access(src, ctx.cred, kAccessWrite));
   if (sp != dp && exchange && dst->is_dir()) WEFT_RETURN_IF_ERROR(check_access(*dst, ctx.cred, kAccessWrite));
+  // A directory that gains a subdirectory (not one for another) must have
+  // room for its "..": the target's parent, or with an exchange of a file
+  // for a directory, the source's.
+  if (sp != dp) {
+    const bool dst_dir = dst && dst->is_dir();
+    if (src.is_dir() && !dst_dir && ddir.nlink >= kLinkCountMax)
+      return error(Code::kTooManyLinks, "directory {} is full", dp);
+    if (exchange && !src.is_dir() && dst_dir && sdir.nlink >= kLinkCountMax)
+      return error(Code::kTooManyLinks, "directory {} is full", sp);
+  }
   // 4. rewrite
   std::map<Ino, int64_t> nlink_delta{{sp, 0}, {dp, 0}};
   int64_t now = now_ns();
@@ -112,8 +130,6 @@ Result<void> MetaStore::do_rename(Txn& txn, const Context& ctx, Ino sp, std::str
     WEFT_RETURN_IF_ERROR(move(src, sp, dp, dn));
     WEFT_RETURN_IF_ERROR(move(*dst, dp, sp, sn));
   } else {
-    if (src.is_dir() && sp != dp && ddir.nlink >= kLinkCountMax && !(dst && dst->is_dir()))
-      return error(Code::kTooManyLinks, "directory {} is full", dp);
     if (dst) {
       if (dst->is_dir()) {
         WEFT_TRY(bool busy, txn.has_prefix(key::dentry_prefix(dst->ino)));
