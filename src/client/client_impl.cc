@@ -577,6 +577,9 @@ class ClientImpl final : public Client {
     if (shared) cut = std::unique_lock(shared->cut);
     auto files = open_files(ino);
     flush_writers_of(files);
+    // No length report of a File here reaches meta from now until every File learned the cut (OpenInode::reports).
+    std::unique_lock<std::shared_mutex> no_reports;
+    if (shared) no_reports = std::unique_lock(shared->reports);
     WEFT_TRY(Inode n, core_->meta->getattr(cred, ino));
     uint64_t old_size = n.size;
     for (auto& f : files) old_size = std::max(old_size, f->size());

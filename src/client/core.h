@@ -137,6 +137,14 @@ struct OpenInode {
   // end reported), never sent after the chunks were removed and then
   // forgotten in the length.
   std::shared_mutex cut;
+  // Length reports (and close_with_length) hold it shared while they are on
+  // their way to meta; a truncate holds it exclusively from after its flush
+  // until every File learned the new length. Meta keeps the max of reports,
+  // so a report of writes made before a cut that reached meta after it would
+  // bring the old length back over the removed chunks: one that waited is
+  // cut to what the truncate left of its File's writes (FileImpl::hold_reports).
+  // Order: cut, then reports, then a File's mu_ (never held while waiting for reports).
+  std::shared_mutex reports;
   // Appends (O_APPEND) take their offset and buffer their bytes under it: two
   // appends of this client never land on one offset.
   std::mutex append;

@@ -328,8 +328,20 @@ Result<void> FileImpl::report_may_reach_meta() const {
   return {};
 }
 
-Result<void> FileImpl::report_length(std::unique_lock<std::mutex>& lock, const LengthReport& report) {
+std::shared_lock<std::shared_mutex> FileImpl::hold_reports(std::unique_lock<std::mutex>& lock,
+                                                           LengthReport& report) {
   lock.unlock();
+  std::shared_lock reporting(shared_->reports);
+  lock.lock();
+  report.length = std::min(report.length, written_end_);  // truncated_to lowered it
+  return reporting;
+}
+
+Result<void> FileImpl::report_length(std::unique_lock<std::mutex>& lock, LengthReport report) {
+  auto reporting = hold_reports(lock, report);
+  lock.unlock();
+  // Tests: a report on its way while another thread truncates.
+  while (WEFT_FAULT("client.report_length.hold")) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   auto r = core_.meta->report_length(cred_, inode_.ino, session_id_, report.length);
   lock.lock();
   if (!r) return error(r.error().with_context(fmt::format("report the length of file {}", inode_.ino)));
@@ -344,11 +356,11 @@ void FileImpl::reported_locked(const LengthReport& report, uint64_t meta_size) {
   size_ = std::max(size_, meta_size);
 }
 
-std::pair<Result<void>, bool> FileImpl::close_reporting(std::unique_lock<std::mutex>& lock,
-                                                        const LengthReport& report) {
+std::pair<Result<void>, bool> FileImpl::close_reporting(std::unique_lock<std::mutex>& lock, LengthReport report) {
   if (auto may = report_may_reach_meta(); !may) return {may, false};
   if (session_id_ == 0 || !core_.meta_closes_with_length.load(std::memory_order_relaxed))
     return {report_length(lock, report), false};
+  auto reporting = hold_reports(lock, report);
   lock.unlock();
   // Tests: a meta from before close_with_length.
   auto r = WEFT_FAULT("client.meta_without_close_with_length")
@@ -361,6 +373,7 @@ std::pair<Result<void>, bool> FileImpl::close_reporting(std::unique_lock<std::mu
   }
   if (r.error().code() == Code::kUnknownMethod) {
     core_.meta_closes_with_length.store(false, std::memory_order_relaxed);
+    reporting.unlock();  // report_length takes it again
     return {report_length(lock, report), false};
   }
   // A refusal changed nothing at meta; after a lost reply the commit may have

@@ -113,7 +113,11 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   // close()'s report and the end of its session in one call to meta where
   // meta has it; else the report alone (the caller closes the session).
   // Returns the outcome and whether the session is closed.
-  std::pair<Result<void>, bool> close_reporting(std::unique_lock<std::mutex>& lock, const LengthReport& report);
+  std::pair<Result<void>, bool> close_reporting(std::unique_lock<std::mutex>& lock, LengthReport report);
+  // Takes OpenInode::reports (shared) for `report`, releasing `lock` (mu_)
+  // while it waits, and cuts the report to what a truncate meanwhile left
+  // of this File's writes. REQUIRES(mu_), held again on return.
+  std::shared_lock<std::shared_mutex> hold_reports(std::unique_lock<std::mutex>& lock, LengthReport& report);
   // Whether a write numbered <= gen is dirty / in flight. REQUIRES(mu_).
   bool dirty_upto_locked(uint64_t gen) const;
   bool in_flight_upto_locked(uint64_t gen) const;
@@ -129,7 +133,7 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   // kIoError where a test injects a lost length report (client.report_length.lost).
   Result<void> report_may_reach_meta() const;
   // Sends `report` to meta. REQUIRES(mu_), released meanwhile.
-  Result<void> report_length(std::unique_lock<std::mutex>& lock, const LengthReport& report);
+  Result<void> report_length(std::unique_lock<std::mutex>& lock, LengthReport report);
   // Meta took `report` and answered with `meta_size`. REQUIRES(mu_).
   void reported_locked(const LengthReport& report, uint64_t meta_size);
   // pwrite's work, under OpenInode::cut held shared.

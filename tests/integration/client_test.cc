@@ -353,6 +353,36 @@ TEST_F(ClientTest, ATruncateRacingAWriterLeavesNoBytesPastTheEnd) {
   }
 }
 
+// A length report on its way to meta while another thread of this client
+// truncates the file: it reports writes made before the cut, and meta keeps
+// the max of reports, so landing after the cut it would bring their end
+// back over the removed chunks (zeros past the cut). The cut waits for it.
+TEST_F(ClientTest, ALengthReportOnItsWayDoesNotUndoATruncateHere) {
+  const std::string path = dir() + "/reported";
+  ASSERT_TRUE(write_new(path, pattern(1 << 20, 60)));
+  auto f = open(path, O_RDWR);
+  ASSERT_TRUE(f);
+  // Inside the length: the truncate's own flush owes meta no report for it.
+  ASSERT_TRUE(f->pwrite(pattern(500 << 10, 61), 0).has_value());
+  std::optional<fault::Scope> hold(std::in_place, "client.report_length.hold");
+  std::thread syncer([&] { EXPECT_TRUE(f->fsync().has_value()); });
+  while (hold->triggered() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::thread cutter([&] { EXPECT_TRUE(f->truncate(1000).has_value()); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the cut, unless it waits for the report
+  hold.reset();
+  syncer.join();
+  cutter.join();
+  auto other = connect_another();
+  ASSERT_TRUE(other.has_value()) << other.error();
+  auto n = (*other)->getattr((*other)->default_cred(), f->ino());
+  ASSERT_TRUE(n.has_value()) << n.error();
+  EXPECT_EQ(n->size, 1000u) << "the report of writes before the cut landed after it";
+  ASSERT_TRUE(f->close().has_value());
+  n = (*other)->getattr((*other)->default_cred(), f->ino());
+  ASSERT_TRUE(n.has_value()) << n.error();
+  EXPECT_EQ(n->size, 1000u);
+}
+
 // A writer that died after its chunks reached storage but before meta heard
 // its length (meta knows the file as empty): an O_TRUNC open removes those
 // chunks too, so the old bytes never show in holes of the new content.
