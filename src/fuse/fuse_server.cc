@@ -609,6 +609,10 @@ class FuseServer::Impl {
         s->ahead_.list(s->client_, cred, parent);
         hit = s->ahead_.find(parent, name, cred, std::chrono::steady_clock::now());
       }
+      // A listing holds a file's length from its fetch, and a writer here
+      // may have reported a longer one since (flush, fsync, a read through
+      // another handle: data_changed() does not drop listings): meta answers.
+      if (hit && s->has_other_writers(hit->inode.ino, nullptr)) hit.reset();
       if (hit) {
         // DirAhead drops its listings at every change (changed()) itself.
         s->reply_entry(req, hit->inode, Fetched{s->changes_.load(std::memory_order_acquire), hit->fetched});

@@ -592,6 +592,30 @@ TEST_F(FuseTest, StatAheadAnswersAreRightAndChangesShow) {
   }
 }
 
+// A statahead listing fetched while a file is open for writing here holds
+// the length from before that writer's fsync: a lookup answered from it
+// would set the kernel's size back, and an O_APPEND write would then land
+// inside the data. Lookups of a file with a writer here go to meta.
+TEST_F(FuseTest, StatAheadDoesNotAnswerForAFileBeingWrittenHere) {
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(write_all(p("f" + std::to_string(i)), "x"));
+  ASSERT_TRUE(write_all(p("log"), std::string(100, 'a')));
+  std::this_thread::sleep_for(1200ms);  // past entry_timeout
+  int fd = ::open(p("log").c_str(), O_WRONLY | O_APPEND);  // the kernel's entry for log: 1 s from now
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  std::this_thread::sleep_for(600ms);
+  struct stat st {};
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(::stat(p("f" + std::to_string(i)).c_str(), &st), 0);  // misses: a listing
+  ASSERT_EQ(::write(fd, std::string(1000, 'b').data(), 1000), 1000);
+  ASSERT_EQ(::fsync(fd), 0) << std::strerror(errno);
+  std::this_thread::sleep_for(600ms);  // log's entry expired; the listing (1 s) has not
+  ASSERT_EQ(::stat(p("log").c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.st_size, 1100) << "the lookup took the length from before the fsync";
+  ASSERT_EQ(::write(fd, "c", 1), 1);
+  ASSERT_EQ(::close(fd), 0) << std::strerror(errno);
+  EXPECT_TRUE(read_all(p("log")) == std::string(100, 'a') + std::string(1000, 'b') + "c")
+      << "the append landed inside the data";
+}
+
 TEST_F(FuseTest, TruncateGrowShrink) {
   ASSERT_TRUE(write_all(p("f"), std::string(10000, 'x')));
   ASSERT_EQ(::truncate(p("f").c_str(), 3 << 20), 0) << std::strerror(errno);  // past a chunk boundary
