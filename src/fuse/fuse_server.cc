@@ -931,10 +931,15 @@ class FuseServer::Impl {
     int flags = s->open_flags(fi->flags, false);
     bool writable = (flags & O_ACCMODE) != O_RDONLY;
     Cred cred = cred_of(req);
-    // exec(2) opens with __FMODE_EXEC, which the kernel passes on in the
-    // flags: it needs x permission, which the kernel checks itself only with
-    // default_permissions (without, only that some x bit is set).
-    if ((fi->flags & kFmodeExec) && !s->options_.default_permissions) {
+    Result<std::shared_ptr<File>> r = std::unexpected(Status(Code::kInternal, "not opened"));
+    if ((fi->flags & kFmodeExec) && !writable && !(flags & O_TRUNC)) {
+      // exec(2) opens with __FMODE_EXEC, which the kernel passes on in the
+      // flags: it needs x permission and not r (the kernel reads the program
+      // to load it; the caller gets no descriptor), so a program of mode 0711
+      // runs for everyone. The kernel checks x itself with
+      // default_permissions, without only that some x bit is set: checked
+      // here, on fresh attributes. The handle is opened as root, as meta
+      // would ask for read permission.
       auto n = s->client_.getattr(cred, ino);
       Result<void> allowed =
           n ? meta::check_access(*n, cred, meta::kAccessExec) : Result<void>(std::unexpected(n.error()));
@@ -942,10 +947,12 @@ class FuseServer::Impl {
         fuse_reply_err(req, open_errno(allowed.error()));
         return;
       }
+      r = s->client_.open_read_known(Cred::root(), *n);
+    } else {
+      std::optional<Inode> known;
+      if (!writable && !(flags & O_TRUNC) && !s->has_other_writers(ino, nullptr)) known = s->fresh_known(ino);
+      r = known ? s->client_.open_read_known(cred, *known) : s->client_.open(cred, ino, flags);
     }
-    std::optional<Inode> known;
-    if (!writable && !(flags & O_TRUNC) && !s->has_other_writers(ino, nullptr)) known = s->fresh_known(ino);
-    auto r = known ? s->client_.open_read_known(cred, *known) : s->client_.open(cred, ino, flags);
     if (!r) {
       fuse_reply_err(req, open_errno(r.error()));
       return;

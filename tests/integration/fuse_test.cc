@@ -817,6 +817,32 @@ int as_other_user(Fn fn) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 101;
 }
 
+// exec(2) needs x permission, not r: a program only its owner may read
+// (0711) runs for every user (the kernel reads it to load it), who still
+// cannot open it for reading.
+TEST_F(FuseTest, AnExecuteOnlyProgramRunsForOtherUsers) {
+  const std::string prog = p("true");
+  ASSERT_TRUE(write_all(prog, read_all("/bin/true"), 0711));
+  ASSERT_EQ(::chmod(prog.c_str(), 0711), 0);
+  EXPECT_EQ(as_other_user([&] {
+              ::execl(prog.c_str(), prog.c_str(), nullptr);
+              return 10 + errno;
+            }),
+            0)
+      << "10 + errno of execl";
+  EXPECT_EQ(as_other_user([&] {
+              int fd = ::open(prog.c_str(), O_RDONLY);
+              return fd < 0 && errno == EACCES ? 0 : 1;
+            }),
+            0);
+  ASSERT_EQ(::chmod(prog.c_str(), 0700), 0);
+  EXPECT_EQ(as_other_user([&] {
+              ::execl(prog.c_str(), prog.c_str(), nullptr);
+              return errno == EACCES ? 0 : 10 + errno;
+            }),
+            0);
+}
+
 // A write by another user to a setuid file it may write drops setuid and
 // setgid (the kernel asks with a setattr under the writer's credentials) and
 // succeeds; it failed with EPERM when only the owner could change the mode.
