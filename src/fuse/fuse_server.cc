@@ -1142,14 +1142,19 @@ class FuseServer::Impl {
 
   void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus) {
     OpenDir* d = dir_of(fi);
-    Cred cred = cred_of(req);
+    const Cred cred = cred_of(req);
     // Every reply is sent with d->mu released: once the kernel has it, the
     // directory may be closed and RELEASEDIR (which deletes d) run at once.
     std::unique_lock lk(d->mu);
     std::vector<char> buf(size);
     size_t used = 0;
     std::vector<Ino> counted_inos;  // lookups taken for entries in buf
-    auto fetch = [&](std::string_view cookie) { return client_.readdir(cred, ino, cookie, kReaddirPageEntries); };
+    // Read permission was checked at OPENDIR, as open(2) does; a mode changed
+    // since (or a descriptor passed to another user) does not stop the
+    // listing: its pages are fetched as root.
+    auto fetch = [&](std::string_view cookie) {
+      return client_.readdir(Cred::root(), ino, cookie, kReaddirPageEntries);
+    };
     // Offset 0 again (rewinddir): a new listing, not the pages read before.
     if (off == 0) d->cursor = DirCursor();
     // readdirplus hands the kernel each entry's attributes, which it takes

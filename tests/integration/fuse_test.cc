@@ -843,6 +843,31 @@ TEST_F(FuseTest, AnExecuteOnlyProgramRunsForOtherUsers) {
             0);
 }
 
+// Read permission on a directory is checked when it is opened, as Linux
+// does: a descriptor opened before a chmod that takes it away still lists
+// (every page; pages are fetched as the listing goes).
+TEST_F(FuseTest, AnOpenDirectoryListsAfterItsModeChanged) {
+  const std::string d = p("mine");
+  ASSERT_EQ(::mkdir(d.c_str(), 0755), 0);
+  for (int i = 0; i < 600; ++i) ASSERT_TRUE(write_all(d + "/f" + std::to_string(i), ""));  // over one page (512)
+  ASSERT_EQ(::chown(d.c_str(), 4321, 4321), 0);
+  EXPECT_EQ(as_other_user([&] {
+              int fd = ::open(d.c_str(), O_RDONLY | O_DIRECTORY);
+              if (fd < 0) return 1;
+              if (::fchmod(fd, 0) != 0) return 2;
+              DIR* dir = ::fdopendir(fd);
+              if (!dir) return 3;
+              int names = 0;
+              errno = 0;
+              while (::readdir(dir) != nullptr) ++names;
+              if (errno != 0) return 10 + errno;
+              ::closedir(dir);
+              return names == 602 ? 0 : 4;
+            }),
+            0)
+      << "10 + errno of readdir";
+}
+
 // A write by another user to a setuid file it may write drops setuid and
 // setgid (the kernel asks with a setattr under the writer's credentials) and
 // succeeds; it failed with EPERM when only the owner could change the mode.
