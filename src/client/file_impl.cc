@@ -337,11 +337,16 @@ std::shared_lock<std::shared_mutex> FileImpl::hold_reports(std::unique_lock<std:
   return reporting;
 }
 
+void FileImpl::report_on_its_way() {
+  // Tests: a length report (or close) held on its way to meta, as long as
+  // the point fires (client.report_length.hold).
+  while (WEFT_FAULT("client.report_length.hold")) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
 Result<void> FileImpl::report_length(std::unique_lock<std::mutex>& lock, LengthReport report) {
   auto reporting = hold_reports(lock, report);
   lock.unlock();
-  // Tests: a report on its way while another thread truncates.
-  while (WEFT_FAULT("client.report_length.hold")) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  report_on_its_way();
   auto r = core_.meta->report_length(cred_, inode_.ino, session_id_, report.length);
   lock.lock();
   if (!r) return error(r.error().with_context(fmt::format("report the length of file {}", inode_.ino)));
@@ -362,6 +367,7 @@ std::pair<Result<void>, bool> FileImpl::close_reporting(std::unique_lock<std::mu
     return {report_length(lock, report), false};
   auto reporting = hold_reports(lock, report);
   lock.unlock();
+  report_on_its_way();
   // Tests: a meta from before close_with_length.
   auto r = WEFT_FAULT("client.meta_without_close_with_length")
                ? Result<Inode>(error(Code::kUnknownMethod, "injected: meta has no close_with_length"))

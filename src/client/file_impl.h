@@ -118,6 +118,8 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   // while it waits, and cuts the report to what a truncate meanwhile left
   // of this File's writes. REQUIRES(mu_), held again on return.
   std::shared_lock<std::shared_mutex> hold_reports(std::unique_lock<std::mutex>& lock, LengthReport& report);
+  // A fault point for tests: a report held on its way. No lock held.
+  static void report_on_its_way();
   // Whether a write numbered <= gen is dirty / in flight. REQUIRES(mu_).
   bool dirty_upto_locked(uint64_t gen) const;
   bool in_flight_upto_locked(uint64_t gen) const;

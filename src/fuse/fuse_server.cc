@@ -210,6 +210,8 @@ class FuseServer::Impl {
     // The session is gone: no READDIR or RELEASEDIR runs any more.
     for (OpenDir* d : open_dirs_) delete d;
     open_dirs_.clear();
+    if (stop_signals_ignored_)
+      for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
   }
 
   Result<void> mount() {
@@ -295,7 +297,11 @@ class FuseServer::Impl {
     char done = 0;
     (void)!::write(pipe_fds[1], &done, 1);  // a stopper still waiting for a signal returns
     stopper.join();
-    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
+    // Ignored, not the default, until ~Impl has closed what the kernel left
+    // open: a second Ctrl-C (or the SIGHUP of a closing terminal) must not
+    // kill the flush of bytes write(2) returned for. SIGKILL still stops it.
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_IGN);
+    stop_signals_ignored_ = true;
     stop_pipe_ = -1;
     ::close(pipe_fds[0]);
     ::close(pipe_fds[1]);
@@ -334,6 +340,7 @@ class FuseServer::Impl {
  private:
   static Impl* self(fuse_req_t req) { return static_cast<Impl*>(fuse_req_userdata(req)); }
   static inline std::atomic<int> stop_pipe_{-1};  // write end: signal handler -> stopper thread
+  bool stop_signals_ignored_ = false;             // run() ignored them until the final flush is done
 
   // ---- credentials, attributes ----
 

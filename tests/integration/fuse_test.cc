@@ -1641,6 +1641,38 @@ TEST_F(FuseTest, AStopSignalWritesBackWhatTheKernelCachedWithWritebackCache) {
   EXPECT_TRUE(back == data);
 }
 
+// After a stop signal the daemon closes the files the kernel left open,
+// which flushes what they buffered and reports their lengths: a second
+// signal meanwhile (a second Ctrl-C, a SIGHUP as the terminal closes) must
+// not kill it halfway, losing writes write(2) already returned for. Its
+// length report is held ~1 s here (client.report_length.hold).
+TEST_F(FuseTest, ASecondStopSignalDoesNotInterruptTheFinalFlush) {
+  if (writeback_cache_mode()) GTEST_SKIP() << "the kernel's cache is written back before the loop ends";
+  std::string mp = dir_->file("mnt-twice");
+  ASSERT_EQ(::mkdir(mp.c_str(), 0755), 0);
+  Process daemon({testing::weft_binary(), "mount", mp, "--config", data_ + "/client.toml"},
+                 dir_->file("mount-twice.log"), {"WEFT_FAULTS=client.report_length.hold=1:1000"});
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!is_mounted(mp) && daemon.running() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(is_mounted(mp)) << daemon.log();
+  std::string data(3'000'000, '\0');
+  fill_pattern(data.data(), data.size(), 12, 0);
+  int fd = ::open((mp + "/" + base_.substr(mnt_.size() + 1) + "/twice").c_str(), O_CREAT | O_WRONLY, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
+  daemon.signal(SIGTERM);  // the file is still open: its last bytes and its length are the daemon's
+  std::this_thread::sleep_for(500ms);
+  daemon.signal(SIGTERM);
+  auto status = daemon.wait_exit(30s);
+  ASSERT_TRUE(status.has_value()) << "the daemon did not exit";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "status " << *status << "\n" << daemon.log();
+  ::close(fd);  // (the mount is gone: its error does not matter)
+  std::string back = read_all(p("twice"));  // through the suite's own mount
+  EXPECT_EQ(back.size(), data.size());
+  EXPECT_TRUE(back == data);
+}
+
 // With writeback_cache the kernel keeps a regular file's mtime and ctime
 // itself and writes them back (a SETATTR of both, Linux fuse_flush_times)
 // whenever a descriptor of the file is closed or fsynced, a read-only one
