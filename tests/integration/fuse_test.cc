@@ -868,6 +868,25 @@ TEST_F(FuseTest, AnOpenDirectoryListsAfterItsModeChanged) {
       << "10 + errno of readdir";
 }
 
+// A truncate past the maximum length by a user who is not root, of a
+// setuid file (a truncate that succeeds drops setuid): refused (EFBIG), it
+// changes nothing, mode included, as on ext4.
+TEST_F(FuseTest, ARefusedTruncateOfASetuidFileLeavesItsMode) {
+  const std::string f = p("suid-big");
+  ASSERT_TRUE(write_all(f, "abc", 0755));
+  ASSERT_EQ(::chown(f.c_str(), 4321, 4321), 0);
+  ASSERT_EQ(::chmod(f.c_str(), 04755), 0);
+  EXPECT_EQ(as_other_user([&] {
+              if (::truncate(f.c_str(), (off_t{1} << 44) + 1) == 0) return 1;
+              return errno == EFBIG ? 0 : 10 + errno;
+            }),
+            0);
+  struct stat st {};
+  ASSERT_EQ(::stat(f.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 04755u) << std::oct << (st.st_mode & 07777);
+  EXPECT_EQ(st.st_size, 3);
+}
+
 // A write by another user to a setuid file it may write drops setuid and
 // setgid (the kernel asks with a setattr under the writer's credentials) and
 // succeeds; it failed with EPERM when only the owner could change the mode.
