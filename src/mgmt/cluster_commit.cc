@@ -14,10 +14,13 @@ bool same_record(const NodeInfo& a, const NodeInfo& b) {
   return a.id == b.id && a.kind == b.kind && a.address == b.address && a.incarnation == b.incarnation &&
          a.state == b.state;
 }
-// What a client sees of a target (used bytes are refreshed by heartbeats, not versioned).
+// What a client sees of a target (used bytes are refreshed by heartbeats, not
+// versioned), and its data id: a disk replaced while nothing else of the
+// target changed must reach the store, or mgmtd reloads the old disk's id and
+// takes the new one for a target without its data.
 bool same_record(const TargetInfo& a, const TargetInfo& b) {
   return a.id == b.id && a.node_id == b.node_id && a.name == b.name && a.reported == b.reported &&
-         a.state == b.state && a.capacity_bytes == b.capacity_bytes;
+         a.state == b.state && a.capacity_bytes == b.capacity_bytes && a.data_id == b.data_id;
 }
 bool same_record(const ChainTableInfo& a, const ChainTableInfo& b) { return a == b; }
 bool same_record(const ChainInfo& a, const ChainInfo& b) { return a == b; }

@@ -376,6 +376,29 @@ TEST(ClusterState, ALastServingTargetBackWithoutItsDataServesNothingUntilPromote
   EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{tail, S}, {head, S}}));
 }
 
+// A target whose disk was replaced while its chain had nothing serving comes
+// back offline, as it was: only its data id changed, and that must reach
+// mgmtd's store too. Reloaded with the old id, mgmtd would take the target
+// for one without its data once it resynced and holds the chain's writes.
+TEST(ClusterState, ANewDataIdIsPersistedWhenNothingElseOfTheTargetChanged) {
+  TempDir dir;
+  Harness h(dir.path());
+  auto [id, head, tail, head_node, tail_node] = h.two_replica_chain();
+  const int tail_host = h.snapshot.nodes.at(tail_node).address == "host1:9000" ? 1 : 2;
+  h.clock.advance(16s);  // the tail is lost, then the head
+  h.beat(head_node);
+  ASSERT_TRUE(h.state->tick().has_value());
+  h.clock.advance(16s);
+  ASSERT_TRUE(h.state->tick().has_value());
+  ASSERT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, L}, {tail, O}}));
+  h.add_storage(tail_host, 1, /*incarnation=*/2, /*disk_generation=*/2);  // a new disk; nothing to sync from
+  ASSERT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, L}, {tail, O}}));
+  const uint64_t new_id = (uint64_t{2} << 32) | (uint64_t(tail_host) << 16) | 1;
+  EXPECT_EQ(h.state->routing().targets.at(tail).data_id, new_id);
+  h.reopen();
+  EXPECT_EQ(h.state->routing().targets.at(tail).data_id, new_id) << "mgmtd's store kept the old disk's id";
+}
+
 // A target that lost its data while another replica serves simply resyncs, as
 // after any restart; a server that reports no data id (older than the field)
 // proves nothing either way.
