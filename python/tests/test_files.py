@@ -76,6 +76,21 @@ def test_seek_tell_partial_reads(client, root):
             f.seek(-1)
 
 
+def test_read_to_the_end_sees_what_another_client_wrote_since_the_open(client, cluster, root):
+    import weft
+
+    p = f"{root}/grows.log"
+    client.write_file(p, b"")
+    other = weft.connect(config=str(cluster / "client.toml"))
+    with client.open(p, "rb") as r:
+        other.write_file(p, b"hello")  # another client, after this open
+        assert r.read() == b"hello"  # read(), not only read(n), asks past the known end
+        with other.open(p, "ab") as w:
+            w.write(b" world")
+        assert r.read() == b" world"
+        assert r.read() == b""
+
+
 def test_modes(client, root):
     p = f"{root}/m.bin"
     with client.open(p, "xb") as f:

@@ -221,10 +221,15 @@ class WeftFile(io.RawIOBase):
         got = self._f.pread(buf, self._pos) if buf else 0
         del buf[got:]
         self._pos += got
-        # The file may have grown since open (another writer): read on until EOF.
-        while got:
+        # The file may have grown since this file object last asked (another
+        # writer): read on until a read comes back empty. One at or past the
+        # known end is what asks meta for the length again, so there is
+        # always one, also when nothing was left to read.
+        while True:
             more = bytearray(DEFAULT_BUFFER_SIZE)
             got = self._f.pread(more, self._pos)
+            if not got:
+                break
             buf += memoryview(more)[:got]
             self._pos += got
         return bytes(buf)
