@@ -262,6 +262,32 @@ def test_replace_succeeds_when_removing_the_old_one_fails(client, root, monkeypa
     assert torch.equal(wt.load(f"{root}/{left[0]}", client=client)["v"], torch.full((100,), 1.0))
 
 
+@pytest.mark.parametrize("failing_read", [1, 2])
+def test_an_io_error_checking_the_old_checkpoint_is_raised_as_such(client, root, monkeypatch, failing_read):
+    # Whether save may replace what is at the path is read from its manifest,
+    # before the exchange (read 1) and after it (read 2). An I/O error there
+    # says nothing about what is there: it used to read as "not a checkpoint"
+    # (FileExistsError, and after the exchange the new checkpoint undone).
+    # Now the error itself is raised, and the old checkpoint stays.
+    wt.save({"v": torch.full((100,), 1.0)}, f"{root}/ck", client=client)
+    original, reads = wt._read_manifest, [0]
+
+    def flaky(c, path):
+        reads[0] += 1
+        if reads[0] == failing_read:
+            raise TimeoutError(errno.ETIMEDOUT, "timed out (injected)", path)
+        return original(c, path)
+
+    monkeypatch.setattr(wt, "_read_manifest", flaky)
+    with pytest.raises(TimeoutError):
+        wt.save({"v": torch.full((100,), 2.0)}, f"{root}/ck", client=client)
+    monkeypatch.undo()
+    assert torch.equal(wt.load(f"{root}/ck", client=client)["v"], torch.full((100,), 1.0))
+    assert not [n for n in client.listdir(root) if n.startswith(".ck.tmp-")]
+    wt.save({"v": torch.full((100,), 3.0)}, f"{root}/ck", client=client)  # and the next save replaces it
+    assert torch.equal(wt.load(f"{root}/ck", client=client)["v"], torch.full((100,), 3.0))
+
+
 _ATEXIT_SCRIPT = """
 import atexit, sys
 def final():

@@ -643,7 +643,9 @@ def _sweep_stale_tmp(client, parent: str, name: str) -> None:
 def _replaceable(client, path: str) -> bool:
     """Whether save may replace what is at `path`: an empty directory or a
     weft checkpoint (also when named by a symlink there: the link goes, never
-    what it names). Anything else (a dataset, a file...) is never removed."""
+    what it names). Anything else (a dataset, a file...) is never removed.
+    An I/O error reading it (a timeout, EIO...) says nothing either way: it
+    is raised, never taken for "not a checkpoint"."""
     try:
         if not stat.S_ISDIR(client.stat(path).st_mode):
             return False
@@ -651,7 +653,11 @@ def _replaceable(client, path: str) -> bool:
             return True
         _read_manifest(client, path)
         return True
-    except Exception:  # missing, unreadable, or not a checkpoint's manifest (any unpickling error)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return False  # gone, or no manifest file: not a checkpoint
+    except OSError:
+        raise
+    except Exception:  # not a checkpoint's manifest (any unpickling error)
         return False
 
 
@@ -670,7 +676,12 @@ def _publish(client, tmp: str, path: str) -> None:
         raise _not_replaceable(path)
     # Replace: swap atomically, then remove the old checkpoint (now under tmp).
     client.rename(tmp, path, exchange=True)
-    if not _replaceable(client, tmp):
+    try:
+        replaceable = _replaceable(client, tmp)
+    except OSError:
+        client.rename(tmp, path, exchange=True)  # cannot tell what was there: put it back
+        raise
+    if not replaceable:
         # Something else took `path` between the check and the swap: swap it back.
         client.rename(tmp, path, exchange=True)
         raise _not_replaceable(path)
