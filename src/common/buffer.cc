@@ -1,5 +1,7 @@
 #include "common/buffer.h"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <bit>
 #include <cstring>
@@ -16,9 +18,19 @@ constexpr int kMinClassLog2 = 16;  // 64 KiB
 constexpr int kMaxClassLog2 = 27;  // 128 MiB
 constexpr size_t kPoolCachedBytesMax = 256u << 20;
 
-// Free lists of 4 KiB-aligned blocks, one per power-of-two size. Thread-safe.
+// Free lists of 4 KiB-aligned blocks, one per power-of-two size. Thread-safe
+// and fork-safe: a fork while another thread held a class's lock (a client's
+// I/O thread freeing a reply while Python forks a DataLoader worker) would
+// leave it held for good in the child, so every lock is held across fork(2)
+// and released on both sides (pthread_atfork; locks are taken one at a time
+// elsewhere, so taking them all in order cannot deadlock).
 class Pool {
  public:
+  Pool() {
+    instance_ = this;
+    ::pthread_atfork([] { instance_->lock_all(); }, [] { instance_->unlock_all(); },
+                     [] { instance_->unlock_all(); });
+  }
   void* take(int cls) {
     std::lock_guard lock(mu_[cls - kMinClassLog2]);
     auto& list = free_[cls - kMinClassLog2];
@@ -41,6 +53,13 @@ class Pool {
   size_t cached() const { return cached_.load(std::memory_order_relaxed); }
 
  private:
+  void lock_all() {
+    for (auto& m : mu_) m.lock();
+  }
+  void unlock_all() {
+    for (auto& m : mu_) m.unlock();
+  }
+  static inline Pool* instance_ = nullptr;  // the one Pool (pool()), for the fork handlers
   static constexpr int kClasses = kMaxClassLog2 - kMinClassLog2 + 1;
   std::mutex mu_[kClasses];
   std::vector<void*> free_[kClasses];

@@ -2,7 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 namespace weft {
 namespace {
@@ -32,6 +39,43 @@ TEST(Buffer, LargeBuffersAreReusedFromThePool) {
   EXPECT_EQ(Buffer::pool_cached_bytes(), before);
   Buffer copy = Buffer::copy_of(again.span().subspan(0, 100));
   EXPECT_EQ(copy.size(), 100u);
+}
+
+// A process forked while another thread held one of the pool's locks (a
+// client's I/O thread freeing a reply while Python forks a DataLoader
+// worker) must not find it held forever: the child's first buffer of that
+// size class would wait for good.
+TEST(Buffer, AChildForkedWhileThePoolIsBusyCanAllocate) {
+  std::atomic<bool> stop{false};
+  std::thread churn([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      Buffer b = Buffer::allocate(64 << 10);
+      b.data()[0] = std::byte{1};
+    }
+  });
+  int hung = 0;
+  for (int i = 0; i < 300 && hung == 0; ++i) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      Buffer b = Buffer::allocate(64 << 10);  // the churning thread's class
+      ::_exit(b.data() != nullptr ? 0 : 1);
+    }
+    ASSERT_GT(pid, 0);
+    int status = 0;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (::waitpid(pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        ++hung;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  stop = true;
+  churn.join();
+  EXPECT_EQ(hung, 0) << "a child forked mid-allocation waited for a lock nobody would release";
 }
 
 }  // namespace
