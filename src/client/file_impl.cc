@@ -447,6 +447,7 @@ Result<void> FileImpl::close() {
 Result<size_t> FileImpl::pread(std::span<std::byte> dst, uint64_t offset) {
   uint64_t size;
   bool sequential;
+  std::pair<uint64_t, uint64_t> asked;  // for a length meta gives if the read meets a hole
   const uint64_t others_know = core_.flush_other_writers(inode_.ino, this);
   {
     std::unique_lock lock(mu_);
@@ -455,6 +456,7 @@ Result<size_t> FileImpl::pread(std::span<std::byte> dst, uint64_t offset) {
     // Read-your-writes: bytes still buffered here go out first.
     if (writable_ && (!dirty_.empty() || !in_flight_.empty())) WEFT_RETURN_IF_ERROR(flush_locked(lock, true));
     size = size_;
+    asked = gens_locked();
     // A stream starts with a read where the previous one ended. Once it runs
     // (ra_window_ > 0), reads within kReorderChunks chunks of its end still
     // belong to it: concurrent readers of one handle (the mount's FUSE
@@ -481,11 +483,6 @@ Result<size_t> FileImpl::pread(std::span<std::byte> dst, uint64_t offset) {
     uint32_t max_window = static_cast<uint32_t>(core_.options.readahead_bytes_max / cb);
     ra_window_ = std::clamp<uint32_t>(ra_window_ * 2, 2, max_window);
     prefetch_locked(offset / cb, size);
-  }
-  std::pair<uint64_t, uint64_t> asked;
-  {
-    std::lock_guard lock(mu_);
-    asked = gens_locked();
   }
   WEFT_TRY(std::optional<uint64_t> meta_size, read_spans(dst, offset, want));
   if (meta_size) {

@@ -933,33 +933,29 @@ class FuseServer::Impl {
     s->reply_entry(req, *r, s->fetching());  // this mount's own change: its result
   }
 
+  // exec(2) opens with __FMODE_EXEC, which the kernel passes on in the
+  // flags: it needs x permission and not r (the kernel reads the program to
+  // load it; the caller gets no descriptor), so a program of mode 0711 runs
+  // for everyone. The kernel checks x itself with default_permissions,
+  // without only that some x bit is set: checked here, on fresh attributes.
+  // The handle is opened as root, as meta would ask for read permission.
+  Result<std::shared_ptr<File>> open_for_exec(const Cred& cred, Ino ino) {
+    WEFT_TRY(Inode n, client_.getattr(cred, ino));
+    WEFT_RETURN_IF_ERROR(meta::check_access(n, cred, meta::kAccessExec));
+    return client_.open_read_known(Cred::root(), n);
+  }
+
   static void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     auto* s = self(req);
     int flags = s->open_flags(fi->flags, false);
     bool writable = (flags & O_ACCMODE) != O_RDONLY;
     Cred cred = cred_of(req);
-    Result<std::shared_ptr<File>> r = std::unexpected(Status(Code::kInternal, "not opened"));
-    if ((fi->flags & kFmodeExec) && !writable && !(flags & O_TRUNC)) {
-      // exec(2) opens with __FMODE_EXEC, which the kernel passes on in the
-      // flags: it needs x permission and not r (the kernel reads the program
-      // to load it; the caller gets no descriptor), so a program of mode 0711
-      // runs for everyone. The kernel checks x itself with
-      // default_permissions, without only that some x bit is set: checked
-      // here, on fresh attributes. The handle is opened as root, as meta
-      // would ask for read permission.
-      auto n = s->client_.getattr(cred, ino);
-      Result<void> allowed =
-          n ? meta::check_access(*n, cred, meta::kAccessExec) : Result<void>(std::unexpected(n.error()));
-      if (!allowed) {
-        fuse_reply_err(req, open_errno(allowed.error()));
-        return;
-      }
-      r = s->client_.open_read_known(Cred::root(), *n);
-    } else {
+    auto r = [&]() -> Result<std::shared_ptr<File>> {
+      if ((fi->flags & kFmodeExec) && !writable && !(flags & O_TRUNC)) return s->open_for_exec(cred, ino);
       std::optional<Inode> known;
       if (!writable && !(flags & O_TRUNC) && !s->has_other_writers(ino, nullptr)) known = s->fresh_known(ino);
-      r = known ? s->client_.open_read_known(cred, *known) : s->client_.open(cred, ino, flags);
-    }
+      return known ? s->client_.open_read_known(cred, *known) : s->client_.open(cred, ino, flags);
+    }();
     if (!r) {
       fuse_reply_err(req, open_errno(r.error()));
       return;
@@ -1149,7 +1145,7 @@ class FuseServer::Impl {
 
   void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus) {
     OpenDir* d = dir_of(fi);
-    const Cred cred = cred_of(req);
+    Cred cred = cred_of(req);
     // Every reply is sent with d->mu released: once the kernel has it, the
     // directory may be closed and RELEASEDIR (which deletes d) run at once.
     std::unique_lock lk(d->mu);
