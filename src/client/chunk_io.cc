@@ -84,7 +84,7 @@ Task<bool> ChunkIo::backoff(Retry& retry, SteadyClock::time_point deadline) {
 
 Task<Result<void>> ChunkIo::send_update(UpdateKind kind, rpc::Endpoint ep, mgmt::ChainVersion cv, ChunkAddress c,
                                         uint32_t offset, uint32_t length, std::span<const std::byte> src, uint32_t crc,
-                                        uint64_t seq) {
+                                        uint64_t seq, uint32_t attempt) {
   rpc::CallOptions o;
   o.timeout_ms = options_.call_timeout_ms;
   if (kind == UpdateKind::kWrite) {
@@ -98,6 +98,7 @@ Task<Result<void>> ChunkIo::send_update(UpdateKind kind, rpc::Endpoint ep, mgmt:
     req.set_chunk_size(c.chunk_bytes);
     req.set_client_id(client_id_);
     req.set_sequence(seq);
+    req.set_attempt(attempt);
     o.payload.push_back(src);
     auto w = co_await rpc_.call<pb::WriteReply>(ep, methods::kWrite, req, std::move(o));
     if (!w) co_return error(w.error());
@@ -112,6 +113,7 @@ Task<Result<void>> ChunkIo::send_update(UpdateKind kind, rpc::Endpoint ep, mgmt:
     req.set_chunk_size(c.chunk_bytes);
     req.set_client_id(client_id_);
     req.set_sequence(seq);
+    req.set_attempt(attempt);
     auto w = co_await rpc_.call<pb::WriteReply>(ep, methods::kTruncate, req, std::move(o));
     if (!w) co_return error(w.error());
     co_return Result<void>{};
@@ -122,6 +124,7 @@ Task<Result<void>> ChunkIo::send_update(UpdateKind kind, rpc::Endpoint ep, mgmt:
   set_chunk(req.mutable_chunk(), c);
   req.set_client_id(client_id_);
   req.set_sequence(seq);
+  req.set_attempt(attempt);
   auto w = co_await rpc_.call<pb::RemoveReply>(ep, methods::kRemove, req, std::move(o));
   if (!w) co_return error(w.error());
   co_return Result<void>{};
@@ -173,8 +176,10 @@ Task<Result<void>> ChunkIo::update(UpdateKind kind, ChunkAddress c, uint32_t off
                                    std::span<const std::byte> src) {
   const uint64_t seq = seq_.fetch_add(1) + 1;
   const uint32_t crc = kind == UpdateKind::kWrite ? crc32c(src) : 0;
-  auto attempt = [=, this](rpc::Endpoint ep, mgmt::ChainVersion cv) -> Task<Result<void>> {
-    auto r = co_await send_update(kind, ep, cv, c, offset, length, src, crc, seq);
+  // `sent` counts the sends of `seq`: the head refuses a retry it can no
+  // longer tell from a first arrival (storage/dedup_table.h).
+  auto attempt = [=, this, sent = uint32_t{0}](rpc::Endpoint ep, mgmt::ChainVersion cv) mutable -> Task<Result<void>> {
+    auto r = co_await send_update(kind, ep, cv, c, offset, length, src, crc, seq, sent++);
     // A chunk the head does not have is already removed / truncated (only
     // the head's answer says so: not a routing lookup).
     if (!r && r.error().code() == Code::kNotFound && kind != UpdateKind::kWrite) co_return Result<void>{};

@@ -123,7 +123,7 @@ class ChunkIo {
                             std::span<const std::byte> src);
   Task<Result<void>> send_update(UpdateKind kind, rpc::Endpoint ep, mgmt::ChainVersion cv, ChunkAddress c,
                                  uint32_t offset, uint32_t length, std::span<const std::byte> src, uint32_t crc,
-                                 uint64_t seq);
+                                 uint64_t seq, uint32_t attempt);
   Result<std::pair<rpc::Endpoint, mgmt::ChainVersion>> head_of(mgmt::ChainId chain) const;
   // One round over the readable replicas; the error of the last replica tried.
   Task<Result<uint32_t>> read_round(const mgmt::RoutingInfo& routing, ChunkAddress c, uint32_t offset,

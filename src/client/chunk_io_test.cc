@@ -10,6 +10,8 @@
 
 #include <optional>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <algorithm>
 #include <mutex>
@@ -62,6 +64,41 @@ struct OldStorage {
   uint16_t port = 0;
   std::mutex mu;
   std::vector<uint64_t> removed;  // GUARDED_BY(mu)
+};
+
+// A storage server whose writes answer the codes of `script` in turn (kOk
+// once it runs out), recording each request's (sequence, attempt).
+struct ScriptedStorage {
+  explicit ScriptedStorage(std::vector<Code> script) : script(std::move(script)) {
+    namespace pb = proto::storage;
+    server = std::make_unique<rpc::Server>(io, rpc::ServerOptions{.cluster_token = kToken, .name = "scripted"});
+    rpc::add_blocking_method<pb::WriteRequest, pb::WriteReply>(
+        *server, storage::methods::kWrite, "storage.write",
+        [this](const pb::WriteRequest& r, rpc::ServerCall&) -> Result<pb::WriteReply> {
+          std::lock_guard lock(mu);
+          sends.emplace_back(r.sequence(), r.attempt());
+          if (sends.size() <= this->script.size() && this->script[sends.size() - 1] != Code::kOk)
+            return error(this->script[sends.size() - 1], "scripted");
+          return pb::WriteReply{};
+        });
+    port = server->listen("127.0.0.1", 0).value();
+  }
+  ~ScriptedStorage() {
+    server->stop();
+    io.stop();
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port); }
+  std::vector<std::pair<uint64_t, uint32_t>> sent() {
+    std::lock_guard lock(mu);
+    return sends;
+  }
+
+  const std::vector<Code> script;
+  rpc::IoPool io{1};
+  std::unique_ptr<rpc::Server> server;
+  uint16_t port = 0;
+  std::mutex mu;
+  std::vector<std::pair<uint64_t, uint32_t>> sends;  // GUARDED_BY(mu)
 };
 
 // One meta node (or `meta_nodes`), no chains.
@@ -182,6 +219,38 @@ TEST(ChunkIo, ChunksOnAHeadOlderThanRemoveRangeAreRemovedIndexByIndex) {
   ASSERT_TRUE(removed.has_value()) << removed.error();
   EXPECT_EQ(*removed, 0u) << "RemoveRange removed nothing";
   EXPECT_EQ(storage.removed_sorted(), (std::vector<uint64_t>{3, 4, 5, 6, 7, 8, 9}));
+  routing.stop();
+}
+
+// Every send of one update carries its sequence and how many sends came
+// before (storage refuses a retry it can no longer tell from a first send,
+// storage/dedup_table.h); that refusal, kOutcomeUnknown, is not retried.
+TEST(ChunkIo, RetriesOfAnUpdateAreNumberedAndAnUnknownOutcomeIsNotRetried) {
+  Mgmtd mgmtd;
+  ScriptedStorage storage({Code::kOverloaded, Code::kTimeout, Code::kOk, Code::kOutcomeUnknown});
+  ASSERT_EQ(mgmtd.add_storage_and_table(storage.address()), 1u);
+  rpc::IoPool io{1};
+  rpc::Client rpc(io, rpc::ClientOptions::in_cluster(kToken, "chunk-io-test"));
+  RoutingCache routing(io, rpc, {rpc::Endpoint{"127.0.0.1", mgmtd.port}});
+  ASSERT_TRUE(routing.start());
+  const mgmt::ChainId chain = routing.current()->tables.at(1).chains[0];
+  ChunkIo chunks(io, rpc, routing, ChunkIoOptions{.call_timeout_ms = 1000, .retry_time_ms_max = 5000});
+  ChunkAddress c{.ino = 7, .index = 0, .chain = chain, .chunk_bytes = 1 << 20};
+  auto ex = io.at(0).get_executor();
+  std::vector<std::byte> buf(4096, std::byte{1});
+  auto first = block_on(ex, chunks.write(c, 0, buf));
+  ASSERT_TRUE(first.has_value()) << first.error();
+  auto second = block_on(ex, chunks.write(c, 0, buf));
+  ASSERT_FALSE(second.has_value());
+  EXPECT_EQ(second.error().code(), Code::kOutcomeUnknown) << second.error();
+  EXPECT_EQ(second.error().posix_errno(), EIO);
+  auto sent = storage.sent();
+  ASSERT_EQ(sent.size(), 4u) << "the unknown outcome was retried";
+  const uint64_t seq = sent[0].first;
+  EXPECT_EQ(sent[0], std::make_pair(seq, 0u));
+  EXPECT_EQ(sent[1], std::make_pair(seq, 1u));
+  EXPECT_EQ(sent[2], std::make_pair(seq, 2u));
+  EXPECT_EQ(sent[3], std::make_pair(seq + 1, 0u)) << "the next update: a new sequence, a first send";
   routing.stop();
 }
 

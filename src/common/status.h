@@ -56,7 +56,8 @@ namespace weft {
   X(kTooManyLinks, 35, EMLINK, false)             \
   X(kConfig, 36, EINVAL, false)                  \
   X(kTooBig, 37, E2BIG, false)                   \
-  X(kStaleHandle, 38, ESTALE, false)
+  X(kStaleHandle, 38, ESTALE, false)             \
+  X(kOutcomeUnknown, 39, EIO, false)
 
 enum class Code : uint16_t {
 #define WEFT_X(name, value, err, retry) name = value,

@@ -453,6 +453,12 @@ Task<Result<WriteResult>> StorageService::head_update(mgmt::ChainId chain, mgmt:
     t.metrics().dedup_hits.inc();
     co_return WriteResult{hit->outcome.version, hit->outcome.chunk_length, hit->outcome.chunk_crc};
   }
+  if (u.retry && t.dedup().forgotten(u.client_id, u.sequence))
+    co_return error(Code::kOutcomeUnknown,
+                    "client {:016x} sequence {} (chunk {}): a retry whose first outcome target {} no longer "
+                    "remembers (its dedup table evicted this client's entries up to there); refused rather than "
+                    "applied a second time",
+                    u.client_id, u.sequence, u.id, t.id());
   auto r = co_await replicate(*p, u, 0, nullptr);
   if (r) t.dedup().record(u.client_id, u.sequence, {u.id, u.kind, {r->version, r->length, r->chunk_crc}});
   observe(t.metrics(), op, r.has_value(), u.data.size(), start);
@@ -468,6 +474,7 @@ Task<Result<pb::WriteReply>> StorageService::write(const pb::WriteRequest& req, 
   WEFT_CO_RETURN_IF_ERROR(check_payload(call, req.length(), req.data_crc32c(), *p.target));
   ChainUpdate u{pb::UPDATE_WRITE, ChunkId{req.chunk().inode(), req.chunk().index()}, req.offset(), req.length(),
                 call.payload.span(), req.chunk_size(), req.client_id(), req.sequence()};
+  u.retry = req.attempt() > 0;
   u.data_crc = req.data_crc32c();  // check_payload verified it
   auto r = co_await head_update(req.chain_id(), req.chain_version(), Op::kWrite, u);
   if (!r) co_return error(r.error());
@@ -477,6 +484,7 @@ Task<Result<pb::WriteReply>> StorageService::write(const pb::WriteRequest& req, 
 Task<Result<pb::WriteReply>> StorageService::truncate(const pb::TruncateRequest& req, rpc::ServerCall&) {
   ChainUpdate u{pb::UPDATE_TRUNCATE, ChunkId{req.chunk().inode(), req.chunk().index()}, 0, req.length(), {},
                 req.chunk_size(), req.client_id(), req.sequence()};
+  u.retry = req.attempt() > 0;
   auto r = co_await head_update(req.chain_id(), req.chain_version(), Op::kTruncate, u);
   if (!r) co_return error(r.error());
   co_return write_reply<pb::WriteReply>(*r);
@@ -485,6 +493,7 @@ Task<Result<pb::WriteReply>> StorageService::truncate(const pb::TruncateRequest&
 Task<Result<pb::RemoveReply>> StorageService::remove(const pb::RemoveRequest& req, rpc::ServerCall&) {
   ChainUpdate u{pb::UPDATE_REMOVE, ChunkId{req.chunk().inode(), req.chunk().index()}, 0, 0, {}, 0,
                 req.client_id(), req.sequence()};
+  u.retry = req.attempt() > 0;
   auto r = co_await head_update(req.chain_id(), req.chain_version(), Op::kRemove, u);
   if (!r) co_return error(r.error());
   co_return pb::RemoveReply{};

@@ -1,5 +1,6 @@
 #include "storage/dedup_table.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace weft::storage {
@@ -10,6 +11,13 @@ std::optional<DedupEntry> DedupTable::find(uint64_t client_id, uint64_t sequence
   auto it = entries_.find({client_id, sequence});
   if (it == entries_.end()) return std::nullopt;
   return it->second.entry;
+}
+
+bool DedupTable::forgotten(uint64_t client_id, uint64_t sequence) const {
+  if (client_id == 0) return false;
+  std::lock_guard lock(mu_);
+  auto it = floors_.find(client_id);
+  return it != floors_.end() && sequence <= it->second.sequence;
 }
 
 void DedupTable::record(uint64_t client_id, uint64_t sequence, DedupEntry entry) {
@@ -25,7 +33,25 @@ void DedupTable::record(uint64_t client_id, uint64_t sequence, DedupEntry entry)
   order_.push_back(key);
   entries_.emplace(key, Slot{entry, std::prev(order_.end())});
   by_chunk_.insert({entry.chunk, key});
-  while (entries_.size() > entries_max_) erase(entries_.find(order_.front()));
+  while (entries_.size() > entries_max_) {
+    raise_floor(order_.front());
+    erase(entries_.find(order_.front()));
+  }
+}
+
+void DedupTable::raise_floor(const Key& evicted) {
+  auto [it, added] = floors_.try_emplace(evicted.first);
+  Floor& f = it->second;
+  if (added) {
+    f.age = floor_order_.insert(floor_order_.end(), evicted.first);
+  } else {
+    floor_order_.splice(floor_order_.end(), floor_order_, f.age);
+  }
+  f.sequence = std::max(f.sequence, evicted.second);
+  if (floors_.size() > clients_max_) {
+    floors_.erase(floor_order_.front());
+    floor_order_.pop_front();
+  }
 }
 
 size_t DedupTable::forget_chunk(const ChunkId& chunk) {

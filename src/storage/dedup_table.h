@@ -5,7 +5,16 @@
 // the kind of update it was for: a (client id, sequence) that comes back for
 // another chunk or kind is not a retry, and must not be answered from here
 // (the caller refuses it). Bounded: the oldest entries go first once
-// `entries_max` is reached. One table per target; every chain member records
+// `entries_max` is reached. An evicted update's retry could no longer be told
+// from a first arrival, so the table keeps, per client, the highest sequence
+// it evicted (the client's floor): a retry at or below it that has no entry
+// is `forgotten` and the caller refuses it (kOutcomeUnknown) instead of
+// applying it a second time, which could overwrite a later acknowledged write
+// of another client. A first attempt is never a duplicate and is applied
+// whatever its sequence. Floors of at most `clients_max` clients are kept,
+// the least recently raised going first (such a client evicted nothing here
+// while `clients_max` others did: far longer than a client retries).
+// One table per target; every chain member records
 // the updates it applied, so a new head after a failover knows them too.
 // A replica whose chunk is replaced wholesale (its predecessor's content, a
 // resync copy or removal) forgets the chunk's entries: the new content need
@@ -39,12 +48,17 @@ struct DedupEntry {
 
 class DedupTable {
  public:
-  explicit DedupTable(size_t entries_max = 65536) : entries_max_(entries_max) {}
+  explicit DedupTable(size_t entries_max = 65536, size_t clients_max = 65536)
+      : entries_max_(entries_max), clients_max_(clients_max) {}
 
   std::optional<DedupEntry> find(uint64_t client_id, uint64_t sequence) const;
+  // True when an entry of this client at or above `sequence` was evicted:
+  // whether (client_id, sequence) was applied here can no longer be told.
+  bool forgotten(uint64_t client_id, uint64_t sequence) const;
   // client_id 0 means "no dedup" and is ignored.
   void record(uint64_t client_id, uint64_t sequence, DedupEntry entry);
-  // Drops every entry naming `chunk`; returns how many.
+  // Drops every entry naming `chunk` (their retries are applied again: no
+  // floor is raised); returns how many.
   size_t forget_chunk(const ChunkId& chunk);
   size_t size() const;
 
@@ -54,13 +68,21 @@ class DedupTable {
     DedupEntry entry;
     std::list<Key>::iterator age;  // in order_
   };
+  struct Floor {
+    uint64_t sequence = 0;
+    std::list<uint64_t>::iterator age;  // in floor_order_
+  };
   void erase(std::map<Key, Slot>::iterator it);  // REQUIRES: mu_ held
+  void raise_floor(const Key& evicted);          // REQUIRES: mu_ held
 
   const size_t entries_max_;
+  const size_t clients_max_;
   mutable std::mutex mu_;
   std::map<Key, Slot> entries_;                  // GUARDED_BY(mu_)
   std::list<Key> order_;                         // GUARDED_BY(mu_), oldest first
   std::set<std::pair<ChunkId, Key>> by_chunk_;   // GUARDED_BY(mu_), the keys of entries_ by chunk
+  std::map<uint64_t, Floor> floors_;             // GUARDED_BY(mu_), by client id
+  std::list<uint64_t> floor_order_;              // GUARDED_BY(mu_), least recently raised first
 };
 
 }  // namespace weft::storage

@@ -56,6 +56,8 @@ Result<StorageConfig> StorageConfig::from(const Config& config, const rpc::Servi
     sc.forward_timeout_ms = static_cast<uint32_t>(timeout);
     WEFT_TRY(int64_t held_mib, s.get_int_in("read_held_mib", 1024, 512, 1 << 20));
     sc.read_bytes_held_max = static_cast<uint64_t>(held_mib) << 20;
+    WEFT_TRY(int64_t dedup, s.get_int_in("dedup_entries", 65536, 16, int64_t{1} << 24));
+    sc.dedup_entries_max = static_cast<size_t>(dedup);
     WEFT_TRY(int64_t grace, s.get_int_in("stray_chunk_grace_s", 3600, 0, int64_t{365} * 24 * 3600));
     sc.stray_chunk_grace = std::chrono::seconds(grace);
     // At least 10 s: meta shows an unlink a moment before it is durable.
@@ -102,7 +104,8 @@ Result<std::unique_ptr<StorageService>> open_storage_service(rpc::IoPool& io, co
     if (tc.chunk_size_max) eo.chunk_size_max = tc.chunk_size_max;
     auto engine = ChunkEngine::open(tc.path, eo, registry);
     if (!engine) return error(engine.error().with_context(fmt::format("open target {} at {}", tc.id, tc.path)));
-    targets.push_back(std::make_unique<StorageTarget>(tc.id, std::move(*engine), registry, server.name));
+    targets.push_back(
+        std::make_unique<StorageTarget>(tc.id, std::move(*engine), registry, server.name, config.dedup_entries_max));
   }
   auto routing = std::make_shared<StaticRoutingProvider>();
   if (config.routing) routing->set(*config.routing);

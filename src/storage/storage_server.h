@@ -54,6 +54,7 @@ struct StorageConfig {
   size_t disk_threads = 8;
   uint32_t forward_timeout_ms = 10000;
   uint64_t read_bytes_held_max = uint64_t{1} << 30;  // [storage] read_held_mib
+  size_t dedup_entries_max = 65536;                  // [storage] dedup_entries, per target
   std::chrono::seconds stray_chunk_grace{std::chrono::hours(1)};
   std::optional<std::chrono::seconds> orphan_grace = std::chrono::hours(1);  // nullopt: no orphan sweep
   uint64_t orphan_sweep_inodes_per_s = 10000;                                // 0: no limit

@@ -7,7 +7,9 @@
 //      that it is the head (kNotChainHead otherwise);
 //   2. it takes the chunk's lock (re-checking the chain version afterwards:
 //      routing may change while waiting), answers a retried (client id,
-//      sequence) from its dedup table, and assigns version committed + 1;
+//      sequence) from its dedup table (refuses it, kOutcomeUnknown, when
+//      the table evicted it: dedup_table.h), and assigns version
+//      committed + 1;
 //   3. it stages the update locally (copy-on-write, not yet visible);
 //   4. it forwards the update with that version to its successor, which
 //      locks, stages, forwards on in turn; the tail stages and commits.
@@ -130,7 +132,6 @@ struct StorageServiceOptions {
   size_t disk_threads = 8;
   size_t disk_queue_max = 4096;
   uint32_t forward_timeout_ms = 10000;
-  size_t dedup_entries_max = 65536;
   size_t resync_batch = 256;  // chunks listed per ListChunks call
   // Bytes that chunk reads may hold on this server (their block-aligned
   // buffers), all connections together, one connection at most a quarter:
@@ -197,6 +198,7 @@ struct ChainUpdate {
   uint32_t chunk_size = 0;
   uint64_t client_id = 0;
   uint64_t sequence = 0;
+  bool retry = false;  // from a client: not the first send of (client_id, sequence)
   bool sync = false;  // a resync copy (Forward with sync): never touches another chain's chunk
   // A repair (REPLACE of the committed version, repair.cc): applied only over
   // the same version, length and CRC; never forwarded on.

@@ -34,9 +34,11 @@ class Node {
  public:
   Node(rpc::IoPool& io, const std::string& name, std::vector<mgmt::TargetId> targets, uint64_t capacity = 0,
        uint64_t read_bytes_held_max = 0, uint32_t write_stall_timeout_ms = 0,
-       std::chrono::seconds stray_grace = std::chrono::hours(1), std::function<bool()> lease = nullptr) {
+       std::chrono::seconds stray_grace = std::chrono::hours(1), std::function<bool()> lease = nullptr,
+       size_t dedup_entries_max = 65536) {
     StorageConfig sc;
     sc.stray_chunk_grace = stray_grace;
+    sc.dedup_entries_max = dedup_entries_max;
     if (read_bytes_held_max) sc.read_bytes_held_max = read_bytes_held_max;
     for (auto t : targets) sc.targets.push_back({t, dir_.path() + "/t" + std::to_string(t), capacity, 1u << 20});
     sc.disk_threads = 4;
@@ -330,6 +332,36 @@ TEST(DedupTable, ForgetsTheEntriesOfAChunk) {
   EXPECT_EQ(t.size(), 1u);
 }
 
+// Each client's floor is the highest sequence evicted; entries dropped with
+// their chunk raise none; the floors of the clients least recently raised go
+// first past clients_max.
+TEST(DedupTable, RemembersHowFarItEvictedEachClient) {
+  DedupTable t(2, 2);
+  const DedupEntry e{ChunkId{5, 0}, 1, {1, 10, 0}};
+  t.record(1, 7, e);
+  t.record(1, 3, e);
+  EXPECT_EQ(t.forget_chunk(ChunkId{5, 0}), 2u);
+  EXPECT_FALSE(t.forgotten(1, 3)) << "dropped with its chunk: a retry is applied again";
+  t.record(1, 7, e);
+  t.record(1, 3, e);
+  t.record(2, 1, e);  // evicts (1, 7)
+  EXPECT_TRUE(t.forgotten(1, 7));
+  EXPECT_TRUE(t.forgotten(1, 4)) << "below the floor, not in the table: cannot be told";
+  EXPECT_FALSE(t.forgotten(1, 8));
+  EXPECT_FALSE(t.forgotten(2, 1));
+  EXPECT_TRUE(t.find(1, 3).has_value());
+  t.record(2, 2, e);  // evicts (1, 3): client 1's floor stays 7
+  EXPECT_TRUE(t.forgotten(1, 7));
+  EXPECT_FALSE(t.forgotten(1, 8));
+  t.record(3, 1, e);  // evicts (2, 1): client 2's floor, the newest
+  t.record(3, 2, e);  // evicts (2, 2)
+  t.record(4, 1, e);  // evicts (3, 1): three floors, client 1's (least recently raised) goes
+  EXPECT_FALSE(t.forgotten(1, 7));
+  EXPECT_TRUE(t.forgotten(2, 2));
+  EXPECT_TRUE(t.forgotten(3, 1));
+  EXPECT_FALSE(t.forgotten(0, 1)) << "client 0: no dedup";
+}
+
 TEST(StorageServer, ChainConnectionsTakeTheServersTcpLiveness) {
   rpc::IoPool io{1};
   testing::TempDir dir;
@@ -409,6 +441,14 @@ TEST(StorageServer, ScrubsAt64MiBPerSecondDailyByDefault) {
   EXPECT_EQ(parse("scrub_mib_per_s = 0\n")->scrub_bytes_per_sec, 0u);
   EXPECT_FALSE(parse("scrub_mib_per_s = -1\n").has_value());
   EXPECT_FALSE(parse("scrub_interval_s = 0\n").has_value());
+}
+
+// The dedup table's size per target: 65536 entries unless configured.
+TEST(StorageServer, RemembersClientUpdatesPerTargetAsConfigured) {
+  auto parse = parse_storage_keys;
+  EXPECT_EQ(parse("")->dedup_entries_max, 65536u);
+  EXPECT_EQ(parse("dedup_entries = 1000000\n")->dedup_entries_max, 1000000u);
+  EXPECT_FALSE(parse("dedup_entries = 0\n").has_value());
 }
 
 // A started server scrubs every target in the background: a chunk that rots
@@ -927,6 +967,54 @@ TEST_F(StorageServiceTest, ReusedSequenceForAnotherUpdateIsRefused) {
   auto retry = write(0, 1, ChunkId{2, 0}, 0, data, 77, 1);
   ASSERT_TRUE(retry.has_value()) << retry.error();
   EXPECT_EQ(retry->version(), 1u) << "a real retry is still answered from the table";
+}
+
+// Client 7's write of chunk A is applied and its ack lost; client 8 then
+// writes A (acknowledged). Once the dedup tables have evicted 7's entry, 7's
+// retry can no longer be told from a first arrival: applied again, it would
+// overwrite 8's acknowledged bytes. It is refused as kOutcomeUnknown, by the
+// head and, after a failover, by the former tail. A first send below the
+// floor, and a retry above it, are applied.
+TEST_F(StorageServiceTest, ARetryTheDedupTableEvictedIsRefusedNotAppliedTwice) {
+  for (size_t n = 0; n < 2; ++n)
+    nodes_.push_back(std::make_unique<Node>(io_, "s" + std::to_string(n + 1), std::vector<mgmt::TargetId>{target_of(n)},
+                                            0, 0, 0, std::chrono::hours(1), nullptr, 16));
+  route({0, 1}, 1);
+  const ChunkId a{21, 0};
+  auto mine = pattern(3000, 1), theirs = pattern(3000, 2), other = pattern(100, 3);
+  auto send = [&](size_t node, mgmt::ChainVersion cv, ChunkId id, std::span<const std::byte> data, uint64_t client,
+                  uint64_t seq, uint32_t attempt) {
+    proto::storage::WriteRequest req;
+    req.set_chain_id(1);
+    req.set_chain_version(cv);
+    req.mutable_chunk()->set_inode(id.inode);
+    req.mutable_chunk()->set_index(id.index);
+    req.set_length(static_cast<uint32_t>(data.size()));
+    req.set_data_crc32c(crc32c(data));
+    req.set_chunk_size(kChunk);
+    req.set_client_id(client);
+    req.set_sequence(seq);
+    req.set_attempt(attempt);
+    rpc::CallOptions o;
+    o.payload.push_back(data);
+    return client_.call<proto::storage::WriteReply>(nodes_[node]->ep(), methods::kWrite, req, std::move(o));
+  };
+  ASSERT_TRUE(send(0, 1, a, mine, 7, 50, 0).has_value());
+  ASSERT_TRUE(send(0, 1, a, theirs, 8, 1, 0).has_value());
+  for (uint64_t i = 0; i < 16; ++i) ASSERT_TRUE(send(0, 1, ChunkId{22, i}, other, 7, 100 + i, 0).has_value()) << i;
+  auto retry = send(0, 1, a, mine, 7, 50, 1);
+  ASSERT_FALSE(retry.has_value()) << "applied twice: version " << retry->version();
+  EXPECT_EQ(retry.error().code(), Code::kOutcomeUnknown) << retry.error();
+  for (size_t n = 0; n < 2; ++n) EXPECT_EQ(read(n, 1, a).data, theirs) << "node " << n;
+  route({1}, 2);  // the head is gone: the former tail evicted the same entries
+  auto at_tail = send(1, 2, a, mine, 7, 50, 3);
+  ASSERT_FALSE(at_tail.has_value()) << "applied twice: version " << at_tail->version();
+  EXPECT_EQ(at_tail.error().code(), Code::kOutcomeUnknown) << at_tail.error();
+  EXPECT_EQ(read(1, 2, a).data, theirs);
+  auto first = send(1, 2, ChunkId{23, 0}, other, 7, 40, 0);
+  EXPECT_TRUE(first.has_value()) << first.error();
+  auto above = send(1, 2, ChunkId{23, 1}, other, 7, 500, 2);
+  EXPECT_TRUE(above.has_value()) << above.error();
 }
 
 // A write of no bytes is refused (it used to zero-fill the chunk up to its
