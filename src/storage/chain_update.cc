@@ -224,10 +224,13 @@ bool is_retry_of(const DedupEntry& e, const ChainUpdate& u) {
   return e.kind == pb::UPDATE_REPLACE && (u.kind == pb::UPDATE_WRITE || u.kind == pb::UPDATE_TRUNCATE);
 }
 
-// Neither committed nor pending here (stat reads memory: cheap on an I/O thread).
-bool is_absent(ChunkEngine& engine, const ChunkId& id) {
+// Neither committed nor pending here, or recorded in another chain (a target
+// serves several chains, and the chunk id is all its locks know). stat reads
+// memory: cheap on an I/O thread.
+bool is_absent(ChunkEngine& engine, const ChunkId& id, mgmt::ChainId chain) {
   auto info = engine.stat(id);
-  return !info && info.error().code() == Code::kNotFound;
+  if (!info) return info.error().code() == Code::kNotFound;
+  return info->chain_id != kChainUnknown && info->chain_id != chain;
 }
 
 void observe(TargetMetrics& m, Op op, bool ok, uint64_t bytes, std::chrono::steady_clock::time_point start) {
@@ -439,9 +442,9 @@ Task<Result<WriteResult>> StorageService::head_update(mgmt::ChainId chain, mgmt:
   StorageTarget& t = *p->target;
   // Under the lock no update of the chunk is on its way here: absent now
   // (nothing committed, nothing pending) is absent for the whole chain.
-  if (absent != nullptr && is_absent(t.engine(), u.id)) {
+  if (absent != nullptr && is_absent(t.engine(), u.id, chain)) {
     *absent = true;
-    co_return error(Code::kNotFound, "chunk {} is not on target {}", u.id, t.id());
+    co_return error(Code::kNotFound, "chunk {} of chain {} is not on target {}", u.id, chain, t.id());
   }
   if (auto hit = t.dedup().find(u.client_id, u.sequence)) {
     // Not a retry: answering with the recorded outcome would report an update

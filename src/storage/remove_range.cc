@@ -15,7 +15,9 @@
 //      chunk's lock, UPDATE_REMOVE forwarded down the chain, resync sees it
 //      like any removal), a few at a time, without a dedup entry (a retry
 //      removes what is left) and skipped when, under its lock, the head has
-//      neither a committed nor a pending version, unless a member listed it
+//      neither a committed nor a pending version, or has it in another chain
+//      (a held lock names a chunk id only; a target serves several chains),
+//      unless a member listed it
 //      (nothing is forwarded then);
 //   3. the reply says whether more may remain (the listing was full) and from
 //      which index the next call goes on (no lock is held across calls).

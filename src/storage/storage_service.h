@@ -275,7 +275,8 @@ class StorageService {
   Task<void> range_worker(const pb::RemoveRangeRequest& req, RangePage& page);
   Task<Result<pb::ForwardReply>> forward_in(const pb::ForwardRequest& req, rpc::ServerCall& call);
   // `absent` (RemoveRange): when the head has neither a committed nor a
-  // pending version of the chunk, kNotFound, nothing sent down the chain,
+  // pending version of the chunk, or has it in another chain (the lock it
+  // waited for was that chain's update), kNotFound, nothing sent down the chain,
   // and *absent set (a kNotFound of another cause, e.g. a successor missing
   // from the routing, leaves it false).
   Task<Result<WriteResult>> head_update(mgmt::ChainId chain, mgmt::ChainVersion version, Op op,

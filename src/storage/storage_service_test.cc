@@ -647,6 +647,33 @@ TEST_F(StorageServiceTest, RemoveRangeWaitsForAnUpdateOnItsWayAndRemovesItsChunk
   }
 }
 
+// The head's target is in another chain too, whose update of chunk {7, 50}
+// holds the lock the range waits for: that chunk is the other chain's, and
+// stays (removing it here would leave that chain's replicas different).
+TEST_F(StorageServiceTest, RemoveRangeLeavesAChunkOfAnotherChainOnTheSameTarget) {
+  start(2);
+  route({0, 1}, 1);
+  ASSERT_TRUE(write(0, 1, ChunkId{7, 1}, 0, pattern(4000, 1)).has_value());
+  const ChunkId theirs{7, 50};
+  StorageTarget& head = *nodes_[0]->service().target(target_of(0));
+  auto guard = block_on(io_.at(0).get_executor(), head.locks().lock(theirs));
+  Result<proto::storage::RemoveRangeReply> r = error(Code::kInternal, "not run");
+  std::thread range([&] { r = client_.remove_range(nodes_[0]->ep(), 1, 1, 7, 0); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // it listed and waits for the lock
+  Update in_chain2 = Update::write(0, pattern(4000, 50));
+  in_chain2.chain_id = 2;
+  ASSERT_TRUE(head.engine().write(theirs, in_chain2).has_value());
+  guard.release();
+  range.join();
+  ASSERT_TRUE(r.has_value()) << r.error();
+  EXPECT_EQ(r->removed(), 1u);
+  auto kept = head.engine().stat(theirs);
+  ASSERT_TRUE(kept.has_value()) << "chain 1's range removed chain 2's chunk: " << kept.error();
+  EXPECT_EQ(kept->chain_id, 2u);
+  for (size_t n = 0; n < 2; ++n)
+    EXPECT_FALSE(nodes_[n]->engine(target_of(n)).stat(ChunkId{7, 1}).has_value()) << "node " << n;
+}
+
 // A chunk a successor committed and the head does not hold (the head aborted
 // its stage after a forward the successor had applied failed, and the writer
 // never retried) goes with the range too: left on the tail, it would be read
