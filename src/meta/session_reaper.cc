@@ -48,10 +48,13 @@ Result<ReapResult> reap_sessions(MetaStore& store, const std::function<bool(uint
   WEFT_TRY(auto doomed, doomed_sessions(store, alive, opened_before_ns, result.scanned));
   for (const SessionRef& s : doomed) {
     auto r = store.close(Context{Cred::root(), {}}, s.ino, s.session_id);
+    // One session that cannot be closed (its inode unreadable) must not keep
+    // the sessions after it, and their files' chunks, forever.
     if (r) {
       ++result.closed;
     } else if (r.error().code() != Code::kBadHandle) {  // kBadHandle: closed meanwhile
-      return std::unexpected(r.error());
+      ++result.failed;
+      WEFT_LOG_WARN("session reaper: session {} of inode {}: {}", s.session_id, s.ino, r.error());
     }
   }
   return result;
@@ -74,7 +77,9 @@ Result<ReapResult> SessionReaper::reap_once() {
   if (!live) return ReapResult{};  // mgmtd's list is not complete yet
   auto alive = [&](uint64_t id) { return live->contains(id); };
   WEFT_TRY(ReapResult r, reap_sessions(store_, alive, clock_.wall_ns() - min_age_.count()));
-  if (r.closed > 0) WEFT_LOG_INFO("session reaper: closed {} write sessions of clients without a lease", r.closed);
+  if (r.closed > 0 || r.failed > 0)
+    WEFT_LOG_INFO("session reaper: closed {} write sessions of clients without a lease ({} could not be closed)",
+                  r.closed, r.failed);
   return r;
 }
 

@@ -31,6 +31,7 @@ namespace weft::meta {
 struct ReapResult {
   uint64_t scanned = 0;  // sessions looked at
   uint64_t closed = 0;
+  uint64_t failed = 0;  // could not be closed (logged; the next pass tries again)
 };
 
 // Closes every session whose client `alive` rejects and that was opened

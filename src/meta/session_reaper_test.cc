@@ -56,6 +56,26 @@ TEST_F(SessionReaperTest, ClosesOnlyOldSessionsOfClientsWithoutALease) {
   ASSERT_OK(s().close(root(), dead_new.inode.ino, dead_new.session_id));
 }
 
+// A session whose close fails (its inode record unreadable) is counted and
+// skipped: the sessions after it are still closed.
+TEST_F(SessionReaperTest, ASessionThatCannotBeClosedDoesNotStopTheOthers) {
+  Reply broken = open_for_write(11, "broken");
+  Reply later = open_for_write(11, "later");
+  ASSERT_LT(broken.inode.ino, later.inode.ino) << "scanned in inode order: the broken one first";
+  std::string record;
+  ASSERT_TRUE(s().db()->Get(rocksdb::ReadOptions(), key::inode(broken.inode.ino), &record).ok());
+  ASSERT_TRUE(s().db()->Put(rocksdb::WriteOptions(), key::inode(broken.inode.ino), "not an inode").ok());
+  clock_.advance(120s);
+  auto r = reap_sessions(s(), [](uint64_t) { return false; }, clock_.wall_ns() - std::chrono::nanoseconds(60s).count());
+  ASSERT_OK(r);
+  EXPECT_EQ(r->failed, 1u);
+  EXPECT_EQ(r->closed, 1u);
+  EXPECT_EQ(sessions_of(later.inode.ino), 0u);
+  EXPECT_EQ(sessions_of(broken.inode.ino), 1u);
+  ASSERT_TRUE(s().db()->Put(rocksdb::WriteOptions(), key::inode(broken.inode.ino), record).ok());  // for the fsck
+  ASSERT_OK(s().close(root(), broken.inode.ino, broken.session_id));
+}
+
 TEST_F(SessionReaperTest, NeverClosesWithoutACompleteClientList) {
   Reply f = open_for_write(11, "f");
   clock_.advance(600s);
