@@ -61,6 +61,9 @@ Result<void> check_xattr_name(std::string_view name) {
 // As Linux's xattr_permission: what may not be read reads as absent (ENODATA).
 Result<void> check_xattr_access(const Inode& n, const Cred& c, std::string_view name, bool write) {
   WEFT_RETURN_IF_ERROR(check_xattr_name(name));
+  // As Linux's xattr_resolve_name: a namespace prefix alone names nothing.
+  for (std::string_view prefix : {"user.", "trusted.", "security."})
+    if (name == prefix) return error(Code::kInvalidArgument, "xattr name '{}' is a namespace without a name", name);
   if (name.starts_with("user.")) {
     if (!n.is_file() && !n.is_dir()) {
       if (!write) return error(Code::kNoData, "no xattr '{}': user xattrs only on files and directories", name);

@@ -42,6 +42,12 @@ TEST_F(XattrTest, LimitsLikeLinux) {
   EXPECT_EQ(Status(Code::kTooBig, "").posix_errno(), E2BIG);
   EXPECT_EQ(Status(Code::kNoData, "").posix_errno(), ENODATA);
   EXPECT_CODE(s().setxattr(root(), f, "bogus.ns", "v", XattrFlags::kAny), Code::kNotSupported);
+  for (std::string ns : {"user.", "trusted.", "security."}) {  // EINVAL on Linux: a namespace, no name
+    SCOPED_TRACE(ns);
+    EXPECT_CODE(s().setxattr(root(), f, ns, "v", XattrFlags::kAny), Code::kInvalidArgument);
+    EXPECT_CODE(s().getxattr(root(), f, ns), Code::kInvalidArgument);
+    EXPECT_CODE(s().removexattr(root(), f, ns), Code::kInvalidArgument);
+  }
 }
 
 // Per inode at most 256 xattrs and 1 MiB of names and values (ENOSPC, as
