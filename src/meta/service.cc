@@ -276,7 +276,10 @@ Result<MetaServiceConfig> MetaServiceConfig::from(const Config& config) {
   WEFT_TRY(int64_t window, meta.get_int_in("request_window", 1024, 1024, 1 << 20));
   WEFT_TRY(c.sync, meta.get_bool("sync", true));
   WEFT_TRY(c.special_files, meta.get_bool("special_files", true));
-  WEFT_TRY(c.request_record_age_s, meta.get_int_in("request_record_age_s", 3600, 1, int64_t{1} << 32));
+  // At least 10 minutes: a client's newest record is usually the request
+  // whose reply was lost, and its retry (clients retry for up to a minute)
+  // must still find it.
+  WEFT_TRY(c.request_record_age_s, meta.get_int_in("request_record_age_s", 3600, 600, int64_t{1} << 32));
   WEFT_TRY(int64_t reserve_mib, meta.get_int_in("reserve_mib", 256, 0, int64_t{1} << 30));
   WEFT_TRY(c.read_hold_ms, meta.get_int_in("read_hold_ms", 5000, 0, 3'600'000));
   // Clients renew every hold/4 and wait for an answer as long, and may open

@@ -555,6 +555,20 @@ TEST_F(ServiceTest, TwoMetaClientsOnOneRpcClientDoNotShareRequestIds) {
   ASSERT_TRUE(c().lookup(kRoot, kRootIno, "b").has_value());
 }
 
+// A client's newest retry record is usually the request whose reply was
+// lost: the age after which a client's records go must outlast its retries.
+TEST(MetaServiceConfig, RetryRecordsLastAtLeastTenMinutes) {
+  auto parse = [](const std::string& keys) -> Result<MetaServiceConfig> {
+    WEFT_TRY(Config cfg, Config::parse("[meta]\ndata_dir = \"/nonexistent\"\n" + keys, "m.toml"));
+    return MetaServiceConfig::from(cfg);
+  };
+  EXPECT_EQ(parse("")->request_record_age_s, 3600);
+  EXPECT_EQ(parse("request_record_age_s = 600\n")->request_record_age_s, 600);
+  auto short_age = parse("request_record_age_s = 5\n");
+  ASSERT_FALSE(short_age.has_value()) << "records of a client retrying could go before its retry";
+  EXPECT_EQ(short_age.error().code(), Code::kConfig);
+}
+
 TEST_F(ServiceTest, ExpirerDropsOldRetryRecords) {
   Context ctx{Cred{}, RequestId{77, 1}};
   ASSERT_TRUE(store_->create(ctx, kRootIno, "x", 0644, true, false).has_value());
