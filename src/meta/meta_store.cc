@@ -138,11 +138,13 @@ Result<uint64_t> MetaStore::alloc_id() {
     uint64_t limit = id_limit_ + options_.ino_batch;
     std::string v = key::inode(limit).substr(1);  // big-endian u64
     rocksdb::WriteOptions wo;
-    // Synced even with group sync (once per ino_batch ids), though every
-    // commit using an id of the new range sits later in the WAL: statfs
-    // reports next_id_ as the issued-id mark, and storage's orphan sweeps
-    // take a mark that goes backwards after a crash for another store.
-    wo.sync = options_.sync;
+    // Synced always (once per ino_batch ids), even with group sync, where
+    // every commit using an id of the new range sits later in the WAL, and
+    // with sync = false: statfs reports next_id_ as the issued-id mark and
+    // storage's orphan sweeps take a mark that goes backwards after a crash
+    // for another store; and ids issued before a power loss must never be
+    // issued again (storage may hold chunks of those inodes).
+    wo.sync = true;
     auto s = db_->Put(wo, key::kNextIno, v);
     if (!s.ok()) return error(from_rocks(s, "persist inode high-water mark"));
     id_limit_ = limit;
