@@ -224,6 +224,10 @@ class Client {
                                                                  uint32_t mode, int flags) = 0;
 
   // ---- path-level (tools, Python). Paths are absolute within the cluster ("/a/b"). ----
+  // A path ending in '/' names a directory, as in POSIX: its last name is
+  // followed if a symlink and must be a directory (kNotDirectory); open_path
+  // with O_CREAT refuses it (kIsDirectory), remove_path removes only a
+  // directory there, rename_path moves only a directory from or to it.
   virtual Result<Inode> resolve(const Cred& cred, std::string_view path, bool follow_last = true) = 0;
   // `flags` as open(): O_CREAT creates the last name (O_EXCL: exclusively)
   // or opens the file there; a symlink at the last name is followed as
@@ -260,5 +264,7 @@ class Client {
 // the link's target) except at the start of an absolute path (the root's
 // parent is the root). Refuses names longer than 255 bytes and NUL bytes.
 Result<std::vector<std::string>> split_path(std::string_view path);
+// Whether `path` ends in '/' after a name ("a/", "/a//"; not "/"): it names a directory.
+bool names_directory(std::string_view path);
 
 }  // namespace weft

@@ -287,8 +287,10 @@ class ClientImpl final : public Client {
   }
 
   Result<std::shared_ptr<File>> open_path(const Cred& cred, std::string_view path, int flags, uint32_t mode) override {
+    const bool dir_only = names_directory(path);
+    if ((flags & O_CREAT) && dir_only) return error(Code::kIsDirectory, "{}: names a directory (ends in '/')", path);
     if (flags & O_CREAT) return create_path(cred, path, flags, mode);
-    if (auto parts = split_path(path); !wants_write(flags) && parts && !parts->empty()) {
+    if (auto parts = split_path(path); !wants_write(flags) && !dir_only && parts && !parts->empty()) {
       // The first-epoch case: parent from the directory cache, then lookup +
       // permission check in one round trip; symlinks take the general path.
       auto opened = open_read_at_path(cred, path);
@@ -364,7 +366,12 @@ class ClientImpl final : public Client {
   Result<void> remove_path(const Cred& cred, std::string_view path) override {
     // Files first: one round trip (a lookup to learn the type would double it);
     // meta refuses to unlink a directory with kIsDirectory, and then it is rmdir.
+    const bool dir_only = names_directory(path);
     auto r = with_parent(cred, path, [&](const ParentDir& parent, const std::optional<meta::ParentCheck>& check) {
+      if (dir_only && parent.name != "." && parent.name != "..") {
+        forget_dirs();
+        return core_->meta->rmdir(cred, parent.dir.ino, parent.name, check);
+      }
       auto removed = core_->meta->unlink(cred, parent.dir.ino, parent.name, check);
       if (!removed && removed.error().code() == Code::kIsDirectory && parent.name != "." && parent.name != "..") {
         forget_dirs();
@@ -379,6 +386,11 @@ class ClientImpl final : public Client {
   Result<void> rename_path(const Cred& cred, std::string_view from, std::string_view to) override {
     WEFT_TRY(auto src, resolve_parent(cred, from, ParentFrom::kMeta));
     WEFT_TRY(auto dst, resolve_parent(cred, to, ParentFrom::kMeta));
+    if (names_directory(from) || names_directory(to)) {
+      auto moved = core_->meta->lookup(cred, src.dir.ino, src.name);
+      if (!moved) return error(path_error(moved.error(), from));
+      if (!moved->is_dir()) return error(Code::kNotDirectory, "rename {} -> {}: {} is not a directory", from, to, from);
+    }
     forget_dirs();
     auto r = core_->meta->rename(cred, src.dir.ino, src.name, dst.dir.ino, dst.name);
     if (!r) return error(r.error().with_context(fmt::format("rename {} -> {}", from, to)));
@@ -725,6 +737,8 @@ class ClientImpl final : public Client {
     WEFT_TRY(auto parts, split_path(path));
     Ino dir = path.starts_with('/') ? kRootIno : start;
     if (parts.empty()) return getattr(cred, dir);
+    const bool dir_only = names_directory(path);  // "a/": a followed and must be a directory
+    if (dir_only) follow_last = true;
     for (size_t i = 0; i < parts.size(); ++i) {
       bool last = i + 1 == parts.size();
       bool on_the_way = !last || last_cached != nullptr;
@@ -766,6 +780,7 @@ class ClientImpl final : public Client {
       // by path reaches that one, not an older one another client replaced.
       if (!cached && !dots && next.is_dir()) remember_dir(cred, dir, parts[i], next, via_symlink);
       if (cached && last_cached) *last_cached = CachedEntry{DirKey{cred.uid, dir, parts[i]}, via_symlink};
+      if (dir_only && !next.is_dir()) return error(Code::kNotDirectory, "{} is not a directory", parts[i]);
       return with_local_size(std::move(next));
     }
     return error(Code::kInternal, "unreachable");
@@ -1022,6 +1037,10 @@ Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
 // and `a/x/.` need `a/x` to be a directory one may search, and `d/.` names
 // "." in d (so removing it is refused, not a removal of d). Only dots at the
 // start of an absolute path are dropped (the root is its own parent).
+bool names_directory(std::string_view path) {
+  return path.ends_with('/') && path.find_first_not_of('/') != std::string_view::npos;
+}
+
 Result<std::vector<std::string>> split_path(std::string_view path) {
   const bool absolute = path.starts_with('/');
   std::vector<std::string> out;

@@ -1286,6 +1286,39 @@ TEST_F(ClientTest, PosixErrors) {
   EXPECT_EQ(client_->remove_path(c, d + "/sub").error().posix_errno(), ENOENT);
 }
 
+// A path ending in '/' names a directory, as a path to open(2), stat(2),
+// unlink(2), rename(2) does on Linux: a file there is ENOTDIR, creating one
+// there EISDIR; a symlink to a directory is followed.
+TEST_F(ClientTest, APathEndingInASlashNamesADirectory) {
+  std::string d = dir();
+  const Cred& c = client_->default_cred();
+  auto data = pattern(100, 3);
+  ASSERT_TRUE(write_new(d + "/f", data));
+  ASSERT_TRUE(client_->mkdirs(c, d + "/sub").has_value());
+  auto dir_inode = client_->resolve(c, d);
+  ASSERT_TRUE(dir_inode.has_value());
+  ASSERT_TRUE(client_->symlink(c, dir_inode->ino, "to-sub", "sub").has_value());
+  ASSERT_TRUE(client_->symlink(c, dir_inode->ino, "to-f", "f").has_value());
+  auto errno_of = [](const auto& r) { return r.has_value() ? 0 : r.error().posix_errno(); };
+  EXPECT_EQ(errno_of(client_->resolve(c, d + "/f/")), ENOTDIR);
+  EXPECT_EQ(errno_of(client_->resolve(c, d + "/to-f/")), ENOTDIR);
+  auto sub = client_->resolve(c, d + "/to-sub/", /*follow_last=*/false);
+  ASSERT_TRUE(sub.has_value()) << sub.error();
+  EXPECT_TRUE(sub->is_dir()) << "followed: the slash asks for the directory";
+  EXPECT_EQ(errno_of(client_->open_path(c, d + "/f/", O_RDONLY)), ENOTDIR);
+  EXPECT_EQ(errno_of(client_->open_path(c, d + "/f/", O_WRONLY)), ENOTDIR);
+  EXPECT_EQ(errno_of(client_->open_path(c, d + "/sub/", O_RDONLY)), EISDIR);
+  EXPECT_EQ(errno_of(client_->open_path(c, d + "/new/", O_CREAT | O_WRONLY)), EISDIR);
+  EXPECT_EQ(errno_of(client_->resolve(c, d + "/new")), ENOENT) << "nothing created";
+  EXPECT_EQ(errno_of(client_->remove_path(c, d + "/f/")), ENOTDIR);
+  EXPECT_EQ(errno_of(client_->rename_path(c, d + "/f/", d + "/g")), ENOTDIR);
+  EXPECT_EQ(errno_of(client_->rename_path(c, d + "/f", d + "/g/")), ENOTDIR);
+  EXPECT_EQ(read_all(d + "/f"), data) << "the file is where it was";
+  ASSERT_TRUE(client_->rename_path(c, d + "/sub/", d + "/moved/").has_value());
+  ASSERT_TRUE(client_->remove_path(c, d + "/moved/").has_value());
+  EXPECT_EQ(errno_of(client_->resolve(c, d + "/moved")), ENOENT);
+}
+
 // No byte at or past meta::kFileBytesMax: EFBIG before anything is buffered,
 // cut or recorded (meta refuses such lengths too).
 TEST_F(ClientTest, FileLengthIsBounded) {
