@@ -266,7 +266,8 @@ void cmd_mv(const FileFlags& f, const std::string& from, const std::string& to) 
 // A stop signal (Ctrl-C, SIGTERM, SIGHUP) while put or get copies ends the
 // copy with an error instead of the process, so the temporary is removed and
 // the destination stays as it was; then the process dies of the signal as it
-// would have. A second signal meanwhile kills at once.
+// would have. A second signal meanwhile kills at once. A signal the process
+// ignores (nohup's SIGHUP, SIGINT of a background job) stays ignored.
 std::atomic<int> g_stop_signal{0};
 
 void on_stop_signal(int sig) {
@@ -281,10 +282,15 @@ class StopSignals {
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;  // no SA_RESTART: a blocked read returns EINTR and the loop looks
     sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &sa, &old_[i]);
+    for (size_t i = 0; i < kSignals.size(); ++i) {
+      ::sigaction(kSignals[i], nullptr, &old_[i]);
+      caught_[i] = old_[i].sa_handler != SIG_IGN;
+      if (caught_[i]) ::sigaction(kSignals[i], &sa, nullptr);
+    }
   }
   ~StopSignals() {
-    for (size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
+    for (size_t i = 0; i < kSignals.size(); ++i)
+      if (caught_[i]) ::sigaction(kSignals[i], &old_[i], nullptr);
     if (int sig = g_stop_signal.load()) {
       std::fflush(nullptr);
       ::raise(sig);  // the old (default) action now
@@ -300,6 +306,7 @@ class StopSignals {
  private:
   static constexpr std::array<int, 3> kSignals = {SIGINT, SIGTERM, SIGHUP};
   std::array<struct sigaction, 3> old_{};
+  std::array<bool, 3> caught_{};
 };
 
 // A hidden name beside `path` for a copy in progress: put and get rename the
@@ -424,8 +431,9 @@ mode_t current_umask() {
 
 void cmd_put(const FileFlags& f, const std::string& local, const std::string& remote) {
   const mode_t umask = current_umask();
-  int fd = ::open(local.c_str(), O_RDONLY);
-  if (fd < 0) return fail(fmt::format("{}: {}", local, std::strerror(errno)));
+  const bool from_stdin = local == "-";
+  int fd = from_stdin ? ::dup(0) : ::open(local.c_str(), O_RDONLY);
+  if (fd < 0) return fail(fmt::format("{}: {}", from_stdin ? "stdin" : local, std::strerror(errno)));
   struct stat st {};
   // A file, or a stream (a pipe, a terminal: `... | weft put /dev/stdin /x`).
   const bool stat_ok = ::fstat(fd, &st) == 0;
@@ -442,6 +450,10 @@ void cmd_put(const FileFlags& f, const std::string& local, const std::string& re
   std::string target = remote;
   auto n = c->resolve(c->default_cred(), remote, true);
   if (n && n->is_dir()) {
+    if (from_stdin) {
+      ::close(fd);
+      return fail(remote + ": a directory; name the file to write stdin to");
+    }
     target = remote + (remote.ends_with('/') ? "" : "/") + std::filesystem::path(local).filename().string();
   } else if (remote.ends_with('/')) {
     ::close(fd);
@@ -469,10 +481,13 @@ void cmd_put(const FileFlags& f, const std::string& local, const std::string& re
   }
   Result<void> r = copy_in(fd, local, **file, target, S_ISREG(st.st_mode) ? static_cast<uint64_t>(st.st_size) : 0);
   ::close(fd);
+  if (r) r = StopSignals::check();  // a signal during the close's flush: the destination stays
   if (r) r = c->rename_path(c->default_cred(), tmp, final_path);
   if (!r) {
     (void)(*file)->close();
-    (void)c->remove_path(c->default_cred(), tmp);
+    if (auto removed = c->remove_path(c->default_cred(), tmp); !removed && removed.error().code() != Code::kNotFound)
+      return fail(fmt::format("{} (the partial copy {} is left: {})", r.error().message(), tmp,
+                              removed.error().message()));
     return fail(r.error().message());
   }
 }
@@ -535,6 +550,12 @@ void cmd_get(const FileFlags& f, const std::string& remote, const std::string& l
   if (!file) return fail(file.error().message());
   std::string target = local;
   struct stat st {};
+  if (local == "-") {  // stdout, written as it is (its offset, O_APPEND)
+    LocalTarget out{.path = "stdout", .exists = true, .direct = true, .fd = 1};
+    if (::fstat(1, &out.st) != 0) return fail(fmt::format("stdout: {}", std::strerror(errno)));
+    if (auto r = copy_out_direct(**file, remote, out); !r) fail(r.error().message());
+    return;
+  }
   if (::stat(local.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
     target = local + "/" + std::filesystem::path(remote).filename().string();
   auto dest = local_final_path(target);
@@ -554,6 +575,7 @@ void cmd_get(const FileFlags& f, const std::string& remote, const std::string& l
   // Durable before the rename: else a crash could leave the final name on an empty or short file.
   if (r && ::fsync(fd) != 0) r = error(Code::kIoError, "{}: fsync: {}", tmp, std::strerror(errno));
   if (::close(fd) != 0 && r) r = error(Code::kIoError, "{}: {}", tmp, std::strerror(errno));
+  if (r) r = StopSignals::check();  // a signal during the fsync: the destination stays
   if (r && ::rename(tmp.c_str(), dest->path.c_str()) != 0)
     r = error(Code::kIoError, "{}: {}", dest->path, std::strerror(errno));
   if (!r) {
@@ -657,14 +679,14 @@ void add_file_commands(CLI::App& app) {
 
   auto* put = app.add_subcommand("put", "Copy a local file into the cluster");
   add_flags(put, flags);
-  put->add_option("local", path)->required();
+  put->add_option("local", path, "a local file; - for stdin")->required();
   put->add_option("remote", path2)->required();
   put->callback([] { cmd_put(flags, path, path2); });
 
   auto* get = app.add_subcommand("get", "Copy a file of the cluster to a local file");
   add_flags(get, flags);
   get->add_option("remote", path)->required();
-  get->add_option("local", path2)->required();
+  get->add_option("local", path2, "a local file or directory; - for stdout")->required();
   get->callback([] { cmd_get(flags, path, path2); });
 
   auto* cat = app.add_subcommand("cat", "Write files of the cluster to stdout");

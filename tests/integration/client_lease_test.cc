@@ -5,10 +5,14 @@
 // Short leases: mgmtd client_lease_ms 1000 + grace 500, meta reaps every
 // 200 ms sessions older than 1 s.
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -169,6 +173,61 @@ TEST_F(ClientLeaseTest, AStopSignalDuringPutLeavesNoTemporary) {
   auto n = (*back)->pread(std::as_writable_bytes(std::span(text)), 0);
   ASSERT_TRUE(n) << n.error();
   EXPECT_EQ(text.substr(0, *n), "old");
+}
+
+// A stop signal the process ignores (`nohup weft put ...` and a hangup, a
+// background job's SIGINT) stays ignored: the copy goes on and completes.
+TEST_F(ClientLeaseTest, AnIgnoredHangupDoesNotStopPut) {
+  std::string fifo = cluster_.dir().file("fifo-hup");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  int fifo_fd = ::open(fifo.c_str(), O_RDWR | O_CLOEXEC);  // put must not hold a write end: it waits for EOF
+  ASSERT_GE(fifo_fd, 0);
+  struct sigaction ignore {}, old {};
+  ignore.sa_handler = SIG_IGN;
+  ASSERT_EQ(::sigaction(SIGHUP, &ignore, &old), 0);  // inherited through fork and exec, as nohup does
+  Process put({weft_binary(), "put", fifo, "/hup", "--config", cluster_.dir().file("client.toml")},
+              cluster_.dir().file("put-hup.log"), {"WEFT_CONFIG="});
+  ::sigaction(SIGHUP, &old, nullptr);
+  std::string half(1 << 20, 'a');
+  ASSERT_EQ(::write(fifo_fd, half.data(), half.size()), static_cast<ssize_t>(half.size()));
+  std::this_thread::sleep_for(500ms);  // reading, its signal handlers in place
+  put.signal(SIGHUP);
+  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(put.running()) << "the ignored hangup stopped put: " << put.log();
+  ASSERT_EQ(::write(fifo_fd, half.data(), half.size()), static_cast<ssize_t>(half.size()));
+  ::close(fifo_fd);  // end of the stream
+  auto status = put.wait_exit(30s);
+  ASSERT_TRUE(status.has_value()) << put.log();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "status " << *status << ": " << put.log();
+  auto copied = client_->resolve(client_->default_cred(), "/hup");
+  ASSERT_TRUE(copied) << copied.error() << "\n" << put.log();
+  EXPECT_EQ(copied->size, 2u << 20);
+}
+
+// "-" is stdin for put and stdout for get; put from stdin into a directory
+// (no name to give the file) is refused.
+TEST_F(ClientLeaseTest, PutAndGetStreamThroughADash) {
+  const std::string in = cluster_.dir().file("dash-in"), out = cluster_.dir().file("dash-out");
+  std::string data(300000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7);
+  { std::ofstream(in, std::ios::binary) << data; }
+  const std::string config = cluster_.dir().file("client.toml");
+  auto sh = [&](const std::string& cmd, const std::string& log) {
+    Process p({"/bin/sh", "-c", cmd}, cluster_.dir().file(log), {"WEFT_CONFIG="});
+    auto status = p.wait_exit(60s);
+    return std::pair<int, std::string>(status && WIFEXITED(*status) ? WEXITSTATUS(*status) : -1, p.log());
+  };
+  auto put = sh(fmt::format("'{}' put - /dash --config '{}' < '{}'", weft_binary(), config, in), "dash-put.log");
+  ASSERT_EQ(put.first, 0) << put.second;
+  auto get = sh(fmt::format("'{}' get /dash - --config '{}' > '{}'", weft_binary(), config, out), "dash-get.log");
+  ASSERT_EQ(get.first, 0) << get.second;
+  std::ifstream back(out, std::ios::binary);
+  std::string got((std::istreambuf_iterator<char>(back)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(got == data) << got.size() << " bytes back of " << data.size();
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::current_path() / "-")) << "get made a file named '-'";
+  auto into_dir = sh(fmt::format("'{}' put - / --config '{}' < '{}'", weft_binary(), config, in), "dash-dir.log");
+  EXPECT_NE(into_dir.first, 0);
+  EXPECT_NE(into_dir.second.find("name the file"), std::string::npos) << into_dir.second;
 }
 
 // A GC queue of the test's own, for a ChunkGc driven by the test: its hooks
