@@ -19,21 +19,34 @@ namespace weft::rpc {
 
 using namespace asio::experimental::awaitable_operators;
 
+// Threading: every coroutine runs on the acceptor's executor (one I/O thread).
 struct MetricsServer::Impl : std::enable_shared_from_this<Impl> {
-  Impl(IoPool& io, metrics::Registry& r)
+  Impl(IoPool& io, metrics::Registry& r, Options options)
       : io(io),
         registry(r),
+        options(options),
         acceptor(io.at(0)),
         accept_errors(&r.counter("weft_metrics_server_accept_errors_total",
-                                 "Failed accepts of the metrics endpoint (accepting pauses)")) {}
+                                 "Failed accepts of the metrics endpoint (accepting pauses)")),
+        refused(&r.counter("weft_metrics_server_refused_total",
+                           "Connections to the metrics endpoint closed unserved: too many open")),
+        connections(&r.gauge("weft_metrics_server_connections", "Connections the metrics endpoint serves now")) {}
   IoPool& io;
   metrics::Registry& registry;
+  const Options options;
   asio::ip::tcp::acceptor acceptor;
   metrics::Counter* accept_errors;
+  metrics::Counter* refused;
+  metrics::Gauge* connections;
   LogThrottle accept_log;
 
   Task<void> serve(asio::ip::tcp::socket socket) {
     auto self = shared_from_this();
+    connections->add(1);
+    struct Done {
+      metrics::Gauge* g;
+      ~Done() { g->add(-1); }
+    } done{connections};
     asio::streambuf buf(16 * 1024);  // bounded request size
     asio::steady_timer timer(socket.get_executor(), std::chrono::seconds(5));
     auto r = co_await (asio::async_read_until(socket, buf, "\r\n\r\n", use_nothrow) || timer.async_wait(use_nothrow));
@@ -56,7 +69,9 @@ struct MetricsServer::Impl : std::enable_shared_from_this<Impl> {
     std::string head = "HTTP/1.1 " + status + "\r\nContent-Type: " + type +
                        "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n";
     std::array<asio::const_buffer, 2> out{asio::buffer(head), asio::buffer(body)};
-    co_await asio::async_write(socket, out, use_nothrow);
+    timer.expires_after(options.reply_timeout);
+    auto w = co_await (asio::async_write(socket, out, use_nothrow) || timer.async_wait(use_nothrow));
+    if (w.index() != 0) co_return;  // not taken in time: the socket closes with this frame
     asio::error_code ec;
     socket.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
   }
@@ -71,13 +86,19 @@ struct MetricsServer::Impl : std::enable_shared_from_this<Impl> {
         co_await pause_after_accept_failure(acceptor, ec, *accept_errors, accept_log, "metrics endpoint");
         continue;
       }
+      if (connections->value() >= options.connections_max) {
+        refused->inc();
+        continue;  // `socket` closes here
+      }
       asio::co_spawn(acceptor.get_executor(), serve(std::move(socket)), asio::detached);
     }
   }
 };
 
-MetricsServer::MetricsServer(IoPool& io, metrics::Registry& registry)
-    : impl_(std::make_shared<Impl>(io, registry)) {}
+MetricsServer::MetricsServer(IoPool& io, metrics::Registry& registry) : MetricsServer(io, registry, Options{}) {}
+
+MetricsServer::MetricsServer(IoPool& io, metrics::Registry& registry, Options options)
+    : impl_(std::make_shared<Impl>(io, registry, options)) {}
 
 MetricsServer::~MetricsServer() { stop(); }
 

@@ -5,6 +5,15 @@
 #include <asio/post.hpp>
 #include <asio/use_future.hpp>
 #include <future>
+#include <thread>
+#include <vector>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
 
 #include "rpc/test_util.h"
 
@@ -32,6 +41,43 @@ TEST(MetricsServer, ServesPrometheusText) {
   EXPECT_NE(http_get(port, "GET /health HTTP/1.1\r\n\r\n").find("ok"), std::string::npos);
   EXPECT_NE(http_get(port, "GET /nope HTTP/1.1\r\n\r\n").find("404"), std::string::npos);
   EXPECT_NE(http_get(port, "POST /metrics HTTP/1.1\r\n\r\n").find("405"), std::string::npos);
+}
+
+// Peers that ask and never read (a reply larger than the socket buffers)
+// hold a connection only until reply_timeout; past connections_max open,
+// more are closed unserved.
+TEST(MetricsServer, PeersThatNeverReadAreCutOffAndBounded) {
+  metrics::Registry registry;
+  const std::string help(200, 'h');
+  for (int i = 0; i < 40000; ++i) registry.counter(fmt::format("weft_test_padding_{}_total", i), help);  // ~10 MB
+  IoPool io{1};
+  MetricsServer server(io, registry, {.reply_timeout = std::chrono::milliseconds(1500), .connections_max = 4});
+  uint16_t port = server.listen("127.0.0.1", 0).value();
+  auto& open = registry.gauge("weft_metrics_server_connections", "");
+  std::vector<int> peers;
+  for (int i = 0; i < 6; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    int small = 4096;
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const std::string get = "GET /metrics HTTP/1.1\r\n\r\n";
+    ASSERT_EQ(::send(fd, get.data(), get.size(), 0), static_cast<ssize_t>(get.size()));
+    peers.push_back(fd);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(open.value(), 4) << "served beyond connections_max, or replies did not stall";
+  EXPECT_EQ(registry.counter("weft_metrics_server_refused_total", "").value(), 2u);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (open.value() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(open.value(), 0) << "replies nobody reads are held past reply_timeout";
+  for (int fd : peers) ::close(fd);
+  EXPECT_NE(http_get(port, "GET /health HTTP/1.1\r\n\r\n").find("ok"), std::string::npos) << "serves again";
 }
 
 // Out of descriptors, the endpoint pauses before accepting again (see
