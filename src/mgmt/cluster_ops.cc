@@ -74,18 +74,44 @@ bool lost_its_data(const TargetInfo& known, const TargetRegistration& reg) {
   return known.data_id != 0 && reg.data_id != 0 && known.data_id != reg.data_id;
 }
 
-// Matches the request's targets to the node's known ones by name; new names get
-// new ids, known targets no longer listed FAIL, known ones that lost their data
-// are LOST in every chain (listed in `lost`).
-std::vector<TargetId> sync_targets(PersistedState& state, NodeId node, const RegisterRequest& r,
-                                   std::vector<TargetId>& lost) {
+// The known target a registration names: the node's target of that name, else
+// the target that holds its data (the same data id: the server came back under
+// another address, or the target's directory moved), which this node takes
+// over with its chains. A target on another node that is up and reported
+// holds that data now too (a copied directory): refused, kExists.
+// nullopt: a new target.
+Result<std::optional<TargetId>> known_target(const PersistedState& state, NodeId node, const TargetRegistration& reg,
+                                             const std::set<TargetId>& listed) {
+  const auto& targets = state.routing.targets;
+  auto it = std::find_if(targets.begin(), targets.end(), [&](const auto& kv) {
+    return kv.second.node_id == node && kv.second.name == reg.name;
+  });
+  if (it != targets.end()) return it->first;
+  if (reg.data_id == 0) return std::nullopt;
+  it = std::find_if(targets.begin(), targets.end(),
+                    [&](const auto& kv) { return kv.second.data_id == reg.data_id && !listed.contains(kv.first); });
+  if (it == targets.end()) return std::nullopt;
+  const TargetInfo& t = it->second;
+  if (t.node_id != node && target_alive(state, t.id)) {
+    auto n = state.routing.nodes.find(t.node_id);
+    return error(Code::kExists,
+                 "target {}: its data (data id {:016x}) is target {} ({}) of node {} at {}, which is up and serves "
+                 "it: two servers on one target's data (a copied directory?)",
+                 reg.name, reg.data_id, t.id, t.name, t.node_id, n == state.routing.nodes.end() ? "?" : n->second.address);
+  }
+  return it->first;
+}
+
+// Matches the request's targets to the node's known ones (known_target); new
+// ones get new ids, known targets no longer listed FAIL, known ones that lost
+// their data are LOST in every chain (listed in `lost`).
+Result<std::vector<TargetId>> sync_targets(PersistedState& state, NodeId node, const RegisterRequest& r,
+                                           std::vector<TargetId>& lost) {
   std::vector<TargetId> ids;
   std::set<TargetId> listed;
   for (const TargetRegistration& reg : r.targets) {
-    auto it = std::find_if(state.routing.targets.begin(), state.routing.targets.end(), [&](const auto& kv) {
-      return kv.second.node_id == node && kv.second.name == reg.name;
-    });
-    TargetId id = it != state.routing.targets.end() ? it->first : state.ids.next_target++;
+    WEFT_TRY(std::optional<TargetId> known, known_target(state, node, reg, listed));
+    TargetId id = known ? *known : state.ids.next_target++;
     TargetInfo& t = state.routing.targets[id];
     if (lost_its_data(t, reg)) {
       for (auto& [chain_id, chain] : state.routing.chains) lose_target_data(chain, id);
@@ -155,7 +181,7 @@ Result<RegisterReply> apply_register(PersistedState& state, const RegisterReques
   }
   revive_node(*node, now, lease);
   RegisterReply reply{.node_id = node->id, .lease = lease};
-  reply.target_ids = sync_targets(state, node->id, r, reply.data_lost);
+  WEFT_TRY(reply.target_ids, sync_targets(state, node->id, r, reply.data_lost));
   WEFT_RETURN_IF_ERROR(check_routing_growth(bytes_before, state.routing, "register " + r.address));
   return reply;
 }

@@ -420,6 +420,44 @@ TEST(ClusterState, ATargetBackWithoutItsDataBesideAServingReplicaResyncs) {
       << "the known data id stays";
 }
 
+// A storage server that comes back under another address (or with its
+// target directory moved) registers a target mgmtd knows by its data id: it
+// keeps its id and its chains (registered as new, the chains' old target
+// could never be replaced while it was their last copy, and the new one's
+// chunks would be swept as strays). While the target's node is up and
+// serving it, the same data elsewhere is refused.
+TEST(ClusterState, ATargetBackUnderAnotherAddressKeepsItsIdAndChains) {
+  Harness h;
+  auto [id, head, tail, head_node, tail_node] = h.two_replica_chain();
+  const int tail_host = h.snapshot.nodes.at(tail_node).address == "host1:9000" ? 1 : 2;
+  const int head_host = 3 - tail_host;
+  const uint64_t tail_data = (uint64_t{1} << 32) | (uint64_t(tail_host) << 16) | 1;
+  const uint64_t head_data = (uint64_t{1} << 32) | (uint64_t(head_host) << 16) | 1;
+  auto register_at = [&](const std::string& address, const std::string& name, uint64_t data_id) {
+    return h.state->register_node({.kind = NodeKind::kStorage, .address = address, .incarnation = 1,
+                                   .targets = {{.name = name, .capacity_bytes = 1ull << 40, .data_id = data_id}}});
+  };
+  auto copied = register_at("host9:9000", "t0", head_data);
+  ASSERT_FALSE(copied.has_value()) << "took over target " << copied->target_ids[0] << " from a live node";
+  EXPECT_EQ(copied.error().code(), Code::kExists) << copied.error();
+  h.clock.advance(16s);  // the tail's server is gone
+  h.beat(head_node);
+  ASSERT_TRUE(h.state->tick().has_value());
+  ASSERT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, O}}));
+  auto moved = register_at("host9:9000", "/new/path/t0", tail_data);
+  ASSERT_TRUE(moved.has_value()) << moved.error();
+  EXPECT_EQ(moved->target_ids, (std::vector<TargetId>{tail})) << "registered as a new target";
+  EXPECT_TRUE(moved->data_lost.empty());
+  RoutingInfo r = h.state->routing();
+  EXPECT_EQ(r.targets.at(tail).node_id, moved->node_id);
+  EXPECT_EQ(r.targets.at(tail).name, "/new/path/t0");
+  EXPECT_EQ(r.targets.size(), 2u);
+  h.beat(moved->node_id);
+  h.beat(head_node);
+  ASSERT_TRUE(h.state->tick().has_value());
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, Y}})) << "it rejoins to resync";
+}
+
 TEST(ClusterState, RestartWithNewIncarnationResyncsItsTargets) {
   Harness h;
   for (int i = 1; i <= 3; ++i) h.add_storage(i, 2);
