@@ -157,3 +157,17 @@ def test_shard_dataset(client, root):
     with pytest.raises(FileNotFoundError):
         wt.ShardDataset([(f"{root}/none", 0, 1)], client=client)
     assert np  # silence unused import
+
+
+def test_file_dataset_reads_a_symlinked_file_as_the_file_it_names(client, root):
+    client.makedirs(f"{root}/ds/inner")
+    client.makedirs(f"{root}/elsewhere")
+    client.write_file(f"{root}/ds/a.bin", b"a" * 10)
+    client.write_file(f"{root}/elsewhere/b.bin", b"b" * 3000)
+    client.write_file(f"{root}/elsewhere/c.bin", b"c")
+    client.symlink(f"{root}/elsewhere/b.bin", f"{root}/ds/b.bin")
+    client.symlink(f"{root}/elsewhere", f"{root}/ds/linked-dir")  # not entered, as os.walk
+    client.symlink("gone", f"{root}/ds/dangling.bin")
+    ds = wt.FileDataset(f"{root}/ds", client=client, output="bytes")
+    assert ds.paths == [f"{root}/ds/a.bin", f"{root}/ds/b.bin"]
+    assert ds[1] == b"b" * 3000

@@ -487,3 +487,61 @@ def test_open_files_keep_their_data_unless_holds_are_off(client, cluster, root):
     assert bytes(whole) == kept_data, "a held file lost its data while open"
     kept.close()
     dropped.close()
+
+
+def test_scandir_entries_behave_as_os_direntry(client, root):
+    # Symlinks are followed by is_dir/is_file/stat unless follow_symlinks=False;
+    # a dangling one is neither; walk lists a linked directory without entering it.
+    d = f"{root}/scan"
+    client.makedirs(f"{d}/sub")
+    client.write_file(f"{d}/f", b"12345")
+    client.write_file(f"{d}/sub/in", b"x")
+    client.symlink("f", f"{d}/to-f")
+    client.symlink("sub", f"{d}/to-sub")
+    client.symlink("nothing", f"{d}/dangling")
+    e = {x.name: x for x in client.scandir(d)}
+    assert e["f"].inode() == client.inode(f"{d}/f").ino
+    assert e["to-f"].inode() == client.inode(f"{d}/to-f", follow_symlinks=False).ino
+    assert os.fspath(e["f"]) == f"{d}/f"
+    assert e["to-f"].is_file() and not e["to-f"].is_file(follow_symlinks=False)
+    assert e["to-f"].is_symlink() and e["to-f"].stat().st_size == 5
+    assert stat.S_ISLNK(e["to-f"].stat(follow_symlinks=False).st_mode)
+    assert e["to-sub"].is_dir() and not e["to-sub"].is_dir(follow_symlinks=False)
+    assert not e["dangling"].is_file() and not e["dangling"].is_dir()
+    with pytest.raises(FileNotFoundError):
+        e["dangling"].stat()
+    assert e["dangling"].stat(follow_symlinks=False).st_size == len("nothing")
+    walked = {top: (sorted(dirs), sorted(files)) for top, dirs, files in client.walk(d)}
+    assert walked == {d: (["sub", "to-sub"], ["dangling", "f", "to-f"]), f"{d}/sub": ([], ["in"])}
+
+
+def test_path_predicates_are_false_where_the_caller_cannot_look(client, root, cluster):
+    # As os.path.exists/isdir/isfile: a name behind a directory the caller
+    # may not search is not there for it (False, not PermissionError).
+    if os.geteuid() != 0:
+        pytest.skip("needs root to act as another user")
+    import shutil
+    import tempfile
+
+    conf_dir = tempfile.mkdtemp(prefix="weft-conf-")
+    os.chmod(conf_dir, 0o755)
+    conf = os.path.join(conf_dir, "client.toml")
+    shutil.copy(cluster / "client.toml", conf)
+    os.chmod(conf, 0o644)
+    client.mkdir(f"{root}/closed", 0o700)
+    client.mkdir(f"{root}/closed/sub")
+    client.write_file(f"{root}/closed/f", b"s")
+    script = f"""
+import os
+os.setgid(65534); os.setuid(65534)
+import weft
+c = weft.connect(config={conf!r})
+print(c.exists({root + '/closed/f'!r}), c.isfile({root + '/closed/f'!r}), c.isdir({root + '/closed/sub'!r}),
+      c.exists({root + '/closed'!r}))
+"""
+    try:
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    finally:
+        shutil.rmtree(conf_dir)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.split() == ["False", "False", "False", "True"], r.stdout + r.stderr

@@ -108,32 +108,58 @@ StatResult = os.stat_result
 
 
 class DirEntry:
-    """What Client.scandir yields: like os.DirEntry, with the stat at hand."""
+    """What Client.scandir yields, as os.DirEntry: `name`, `path`, `inode()`,
+    `is_dir()`, `is_file()` and `stat()` (which follow a symlink unless
+    follow_symlinks=False, asking meta for its target), `is_symlink()`;
+    `native` is the entry's own Inode (for a symlink, the link's)."""
 
-    __slots__ = ("name", "path", "_inode")
+    __slots__ = ("name", "path", "_inode", "_client", "_target")
 
-    def __init__(self, parent, name, inode):
+    def __init__(self, parent, name, inode, client=None):
         # parent and name: both str or both bytes (as os.DirEntry).
         sep = b"/" if isinstance(name, bytes) else "/"
         self.name = name
         self.path = parent.rstrip(sep) + sep + name
         self._inode = inode
+        self._client = client
+        self._target = None  # a symlink's target Inode, once asked for
 
-    @property
-    def inode(self):
+    def inode(self) -> int:
         return self._inode.ino
 
-    def is_dir(self) -> bool:
-        return self._inode.is_dir()
+    def _followed(self):
+        """The Inode a symlink names (raises OSError when it names nothing)."""
+        if self._target is None:
+            self._target = self._client.native.stat(_fs(self.path), True)
+        return self._target
 
-    def is_file(self) -> bool:
-        return self._inode.is_file()
+    def _is(self, kind, follow_symlinks):
+        if not (follow_symlinks and self._inode.is_symlink() and self._client is not None):
+            return getattr(self._inode, kind)()
+        try:
+            return getattr(self._followed(), kind)()
+        except OSError:  # a dangling link: neither, as os.DirEntry says
+            return False
+
+    def is_dir(self, *, follow_symlinks: bool = True) -> bool:
+        return self._is("is_dir", follow_symlinks)
+
+    def is_file(self, *, follow_symlinks: bool = True) -> bool:
+        return self._is("is_file", follow_symlinks)
 
     def is_symlink(self) -> bool:
         return self._inode.is_symlink()
 
-    def stat(self) -> os.stat_result:
+    def is_junction(self) -> bool:
+        return False
+
+    def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
+        if follow_symlinks and self._inode.is_symlink() and self._client is not None:
+            return stat_result(self._followed())
         return stat_result(self._inode)
+
+    def __fspath__(self):
+        return self.path
 
     @property
     def native(self):
@@ -489,23 +515,24 @@ class Client:
         """The native Inode (ino, size, layout, ...) of a path."""
         return self.native.stat(_fs(path), follow_symlinks)
 
+    # As os.path: False for any OSError (a name that cannot be looked up, as
+    # in a directory without search permission, is not there for the caller).
     def exists(self, path) -> bool:
         try:
-            p = _fs(path)
-        except FileNotFoundError:
+            return self.native.exists(_fs(path), True)
+        except (OSError, ValueError):
             return False
-        return self.native.exists(p, True)
 
     def isdir(self, path) -> bool:
         try:
             return self.native.stat(_fs(path), True).is_dir()
-        except (FileNotFoundError, NotADirectoryError):
+        except (OSError, ValueError):
             return False
 
     def isfile(self, path) -> bool:
         try:
             return self.native.stat(_fs(path), True).is_file()
-        except (FileNotFoundError, NotADirectoryError):
+        except (OSError, ValueError):
             return False
 
     def listdir(self, path="/") -> list:
@@ -515,18 +542,20 @@ class Client:
 
     def scandir(self, path="/") -> list[DirEntry]:
         p = os.fspath(path)
-        return [DirEntry(p, _name_like(p, name), n) for name, n in self.native.scandir(_fs(p))]
+        return [DirEntry(p, _name_like(p, name), n, self) for name, n in self.native.scandir(_fs(p))]
 
     def walk(self, top="/"):
         """Like os.walk (top-down, symlinks not followed)."""
         top = os.fspath(top)
         entries = self.scandir(top)
+        # As os.walk: a symlink to a directory is listed among dirs, not entered.
         dirs = [e.name for e in entries if e.is_dir()]
         files = [e.name for e in entries if not e.is_dir()]
         yield top, dirs, files
         sep = b"/" if isinstance(top, bytes) else "/"
-        for d in dirs:
-            yield from self.walk(top.rstrip(sep) + sep + d)
+        for e in entries:
+            if e.is_dir() and not e.is_symlink():
+                yield from self.walk(top.rstrip(sep) + sep + e.name)
 
     def makedirs(self, path, mode: int = 0o755, exist_ok: bool = False) -> None:
         p = _fs(path)

@@ -260,7 +260,8 @@ class _BatchedDataset(_data.Dataset):
 
 class FileDataset(_BatchedDataset):
     """One sample per regular file under `root` (recursively by default), in
-    sorted path order. A sample is the file's bytes: a numpy uint8 array
+    sorted path order; a symlink to a file is a sample read as that file, a
+    symlink to a directory is not entered (as os.walk). A sample is the file's bytes: a numpy uint8 array
     (output="numpy", no copy), bytes, or a uint8 tensor; then `transform`.
 
     The files are listed once, at construction (with their inode, size and
@@ -279,10 +280,11 @@ class FileDataset(_BatchedDataset):
             d = stack.pop()
             for e in self.client.scandir(d):
                 if e.is_dir():
-                    if recursive:
+                    if recursive and not e.is_symlink():  # as os.walk: linked directories not entered
                         stack.append(e.path)
                 elif e.is_file() and (suffix is None or e.name.endswith(suffix)):
-                    found.append((e.path, e.native))
+                    # A symlink to a file is a sample: read as the file it names.
+                    found.append((e.path, e._followed() if e.is_symlink() else e.native))
         found.sort(key=lambda x: x[0])
         self.paths = [p for p, _ in found]
         self._ops = [(n.ino, 0, n.size, n.layout, n.size) for _, n in found]
