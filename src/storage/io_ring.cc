@@ -1,5 +1,8 @@
 #include "storage/io_ring.h"
 
+#include <condition_variable>
+#include <mutex>
+
 #include <atomic>
 #include <chrono>
 #include <cerrno>
@@ -105,15 +108,22 @@ void IoRing::submit_fdatasync(int fd, Callback cb) {
 }
 
 int IoRing::wait_for(OpKind kind, int fd, void* buf, uint32_t len, uint64_t offset) {
-  std::atomic<int> done{0};
+  // The completion notifies while it holds `mu`, so the waiter (which needs
+  // `mu` to return) cannot end this frame before the notify is done: an
+  // atomic's notify after its store could reach a frame already gone.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
   int result = 0;
   auto cb = [&](int res) {
+    std::lock_guard lock(mu);
     result = res;
-    done.store(1, std::memory_order_release);
-    done.notify_one();
+    done = true;
+    cv.notify_one();
   };
   enqueue(std::make_unique<Op>(Op{kind, fd, buf, len, offset, std::move(cb)}));
-  done.wait(0, std::memory_order_acquire);
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return done; });
   return result;
 }
 
