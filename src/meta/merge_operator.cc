@@ -9,12 +9,25 @@
 namespace weft::meta {
 namespace {
 
+// A directory's mtime updated to `next` (a change's clock reading) from
+// `acc`: the later of the two, since concurrent changes commit in an order
+// that need not be their clocks' (one that read the clock first may commit
+// second); but a time more than kStepBackNs behind is taken as it is: the
+// mtime was set ahead (utimensat to the future) or meta's clock stepped back,
+// and Linux sets it to "now" on every change: max() would freeze it.
+// Not associative (hence no partial merges below): operands fold in order.
+// (ctime takes the maximum: no call sets it, and the inode record's ctime,
+// which other changes move, counts too: txn.h apply_dir_stat.)
+constexpr int64_t kStepBackNs = 10'000'000'000;
+int64_t changed_time(int64_t acc, int64_t next) { return next < acc - kStepBackNs ? next : std::max(acc, next); }
+
 // The two merged value kinds: how to read, combine and write them.
 struct DirStatValue {
   static Result<DirStat> decode(std::string_view v) { return decode_dir_stat(v); }
   static std::string encode(const DirStat& s) { return encode_dir_stat(s); }
   static DirStat combine(const DirStat& a, const DirStat& b) {
-    return DirStat{std::max(a.mtime_ns, b.mtime_ns), std::max(a.ctime_ns, b.ctime_ns), a.nlink_delta + b.nlink_delta};
+    return DirStat{changed_time(a.mtime_ns, b.mtime_ns), std::max(a.ctime_ns, b.ctime_ns),
+                   a.nlink_delta + b.nlink_delta};
   }
 };
 struct CounterValue {
@@ -53,16 +66,13 @@ bool fold_by_key(const rocksdb::Slice& key, const rocksdb::Slice* existing, std:
   return false;
 }
 
-class MetaMergeOperator final : public rocksdb::AssociativeMergeOperator {
+// Only full merges, onto the existing value in operand order (a directory
+// time's update is not associative); PartialMerge stays the base's "cannot".
+class MetaMergeOperator final : public rocksdb::MergeOperator {
  public:
-  bool Merge(const rocksdb::Slice& key, const rocksdb::Slice* existing, const rocksdb::Slice& value,
-             std::string* new_value, rocksdb::Logger*) const override {
-    return fold_by_key(key, existing, std::span(&value, 1), new_value);
-  }
   const char* Name() const override { return "weft.meta.merge.v1"; }
 
-  // Folds every operand in one pass (the pairwise default re-encodes after
-  // every operand; a directory read folds up to max_successive_merges).
+  // Folds every operand in one pass (a directory read folds up to max_successive_merges).
   bool FullMergeV2(const MergeOperationInput& in, MergeOperationOutput* out) const override {
     return fold_by_key(in.key, in.existing_value, in.operand_list, &out->new_value);
   }

@@ -43,6 +43,28 @@ TEST_F(MergeOperatorTest, DirStatFoldsTimesByMaxAndLinksBySum) {
   EXPECT_EQ(decode_dir_stat(get(k)).value(), (DirStat{100, 200, 4}));
 }
 
+// An mtime far ahead of a change's (set to the future, or meta's clock
+// stepped back) is replaced by it; within 10 s the later one stays
+// (concurrent changes commit out of their clocks' order); ctime takes the
+// maximum. Over flushes and compactions too.
+TEST_F(MergeOperatorTest, DirStatMtimeFollowsAChangeMadeFarBehindIt) {
+  constexpr int64_t s = 1'000'000'000;
+  std::string k = key::dir_stat(8);
+  ASSERT_TRUE(db_->Put(rocksdb::WriteOptions(), k, encode_dir_stat({4000 * s, 900 * s, 0})).ok());
+  merge(k, encode_dir_stat({1000 * s, 1000 * s, 1}));
+  EXPECT_EQ(decode_dir_stat(get(k)).value(), (DirStat{1000 * s, 1000 * s, 1}));
+  merge(k, encode_dir_stat({1002 * s, 1002 * s, 0}));
+  merge(k, encode_dir_stat({1001 * s, 1001 * s, 0}));  // committed after a later change
+  EXPECT_EQ(decode_dir_stat(get(k)).value(), (DirStat{1002 * s, 1002 * s, 1}));
+  ASSERT_TRUE(db_->Flush(rocksdb::FlushOptions()).ok());
+  merge(k, encode_dir_stat({5000 * s, 5000 * s, 0}));
+  ASSERT_TRUE(db_->Flush(rocksdb::FlushOptions()).ok());
+  merge(k, encode_dir_stat({1003 * s, 1003 * s, 0}));
+  merge(k, encode_dir_stat({1004 * s, 1004 * s, -1}));
+  ASSERT_TRUE(db_->CompactRange(rocksdb::CompactRangeOptions(), nullptr, nullptr).ok());
+  EXPECT_EQ(decode_dir_stat(get(k)).value(), (DirStat{1004 * s, 5000 * s, 0}));
+}
+
 TEST_F(MergeOperatorTest, CounterAddsOverFlushes) {
   std::string k(key::kInodeCount);
   for (int i = 0; i < 10; ++i) merge(k, encode_i64(i % 3 == 0 ? -1 : 2));

@@ -531,6 +531,14 @@ TEST_F(MetaStoreTest, DirectoryTimesAndUtimesToThePast) {
   EXPECT_EQ(s().getattr(root(), d)->nlink, 3u);
   ASSERT_OK(s().setattr(root(), d, SetAttr{.mode = 0700}));
   EXPECT_EQ(s().getattr(root(), d)->nlink, 3u);  // chmod keeps the subdirectory count
+  // Set to the future, then changed: "now", as Linux sets it (not frozen).
+  const int64_t future = before->mtime_ns + int64_t{3600} * 1'000'000'000;
+  ASSERT_OK(s().setattr(root(), d, SetAttr{.mtime_ns = future}));
+  create("g", d);
+  auto changed = s().getattr(root(), d);
+  EXPECT_LT(changed->mtime_ns, future) << "a change in a directory dated ahead left its mtime there";
+  EXPECT_GE(changed->mtime_ns, before->mtime_ns);
+  EXPECT_LT(changed->ctime_ns, future);
 }
 
 TEST_F(MetaStoreTest, SetgidDirectoryGroupInheritance) {

@@ -77,7 +77,10 @@ Result<Inode> apply_dir_stat(Inode inode, const DirStat& s) {
   int64_t nlink = static_cast<int64_t>(inode.nlink) + s.nlink_delta;
   if (nlink < 0) return error(Code::kCorruption, "directory {} link count {}", inode.ino, nlink);
   inode.nlink = static_cast<uint32_t>(nlink);
-  inode.mtime_ns = std::max(inode.mtime_ns, s.mtime_ns);
+  // A directory's mtime lives in its DirStat (setattr resets it there, and
+  // no other change of the inode record moves it); its ctime is moved by
+  // both (a rename or an xattr change writes the record only).
+  inode.mtime_ns = s.mtime_ns;
   inode.ctime_ns = std::max(inode.ctime_ns, s.ctime_ns);
   return inode;
 }
