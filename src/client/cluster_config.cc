@@ -70,11 +70,16 @@ Result<ClusterConfig> parse_cluster_config(const std::string& text, const std::s
 Result<ClusterConfig> load_cluster_config(const ClusterConfigQuery& query) {
   ConfigLocation where = locate_cluster_config(query);
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(where.path, ec))
+  const auto status = std::filesystem::status(where.path, ec);
+  if (status.type() == std::filesystem::file_type::not_found)
     return error(Code::kConfig,
                  "no cluster config at {} (from {}); pass --config FILE, set ${} or run from the directory "
-                 "holding weft-data/",
-                 where.path, where.origin, kClusterConfigEnv);
+                 "holding weft-data/{}",
+                 where.path, where.origin, kClusterConfigEnv,
+                 query.cluster.empty() ? "" : " (--cluster names the address; the token comes from the file)");
+  if (ec) return error(Code::kConfig, "cluster config {} (from {}): {}", where.path, where.origin, ec.message());
+  if (std::filesystem::is_directory(status))
+    return error(Code::kConfig, "cluster config {} (from {}) is a directory", where.path, where.origin);
   WEFT_TRY(Config c, Config::load_file(where.path));
   if (!query.cluster.empty()) {
     auto ep = rpc::Endpoint::parse(query.cluster);

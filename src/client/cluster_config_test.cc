@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/temp_dir.h"
+
 namespace weft::client {
 namespace {
 
@@ -88,6 +90,28 @@ TEST(ClusterConfig, MissingFileSaysWhereItLooked) {
   ASSERT_FALSE(c);
   EXPECT_NE(c.error().message().find("/nonexistent/env.toml"), std::string::npos);
   EXPECT_NE(c.error().message().find("$WEFT_CONFIG"), std::string::npos);
+}
+
+// A config that exists but cannot be read says why (not "no cluster config"):
+// a directory, or (for a user other than root) one behind a directory it may
+// not search; a stream such as --config <(...) is read.
+TEST(ClusterConfig, AConfigThatCannotBeReadSaysWhy) {
+  weft::testing::TempDir dir;
+  ClusterConfigQuery q;
+  q.config_path = dir.path();
+  auto c = load_cluster_config(q);
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message().find("is a directory"), std::string::npos) << c.error();
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const std::string text = "mgmtd = [\"127.0.0.1:7000\"]\ncluster_token = \"t\"\n";
+  ASSERT_EQ(::write(fds[1], text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  ::close(fds[1]);
+  q.config_path = "/dev/fd/" + std::to_string(fds[0]);
+  c = load_cluster_config(q);
+  ::close(fds[0]);
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->cluster_token, "t");
 }
 
 TEST(ClusterConfig, LoadsFileAndClusterFlagOverridesAddress) {
