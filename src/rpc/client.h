@@ -55,6 +55,10 @@ struct ClientOptions {
   uint32_t backoff_min_ms = 50;      // after a failed connect, wait before the next try
   uint32_t backoff_max_ms = 2000;
   size_t pending_max_per_connection = 65536;
+  // A reply stopped this long in its middle closes its connection (its calls
+  // fail as disconnected, retryable), also a reply to a call that already
+  // timed out, which no call's deadline would close; 0: never.
+  uint32_t read_stall_timeout_ms = 30000;
   // Keepalive and TCP_USER_TIMEOUT on every connection (also call_blocking's):
   // an idle connection to a server that vanished is found and closed, and
   // a request written to it fails instead of being retransmitted for

@@ -21,7 +21,9 @@ ClientConnection::ClientConnection(asio::io_context& io, Endpoint ep, std::share
       owned_options_(std::move(options)),
       options_(*owned_options_),
       backoff_(std::move(backoff)),
-      sweep_timer_(io) {}
+      sweep_timer_(io) {
+  set_read_stall_timeout(std::chrono::milliseconds(options_.read_stall_timeout_ms));
+}
 
 void ClientConnection::connect() {
   auto self = std::static_pointer_cast<ClientConnection>(shared_from_this());

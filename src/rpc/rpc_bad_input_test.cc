@@ -684,6 +684,40 @@ TEST(BadServer, GarbageIsUnavailableBeforeAnyReplyAndAProtocolErrorAfter) {
   EXPECT_EQ(b_after.error().code(), Code::kProtocol) << b_after.error();
 }
 
+// A reply to a call that already timed out stops in its middle: no live
+// call is receiving it, so no deadline closes the connection; the read-stall
+// bound does, and the calls behind it fail as disconnected (retryable), not
+// each at its own deadline for as long as the connection lives.
+TEST(BadServer, AStalledReplyToAnExpiredCallClosesItsConnection) {
+  FakeServer fake([](FakeServer& f, asio::ip::tcp::socket& s) {
+    FrameHeader expired = FakeServer::read_request(s);
+    std::this_thread::sleep_for(400ms);  // past the first call's deadline
+    FakeServer::read_request(s);         // the call behind it: never answered
+    FrameHeader r = FakeServer::response_to(expired);
+    r.payload_len = 1 << 20;
+    FakeServer::send(s, r, std::string(10, 'x'));
+    f.hold();
+  });
+  IoPool cio{1};
+  ClientOptions o;
+  o.read_stall_timeout_ms = 1000;
+  Client client(cio, o);
+  CallOptions short_call;
+  short_call.timeout_ms = 200;
+  auto a = start_call(cio, client, fake.ep(), std::move(short_call)).get();
+  ASSERT_FALSE(a);
+  EXPECT_EQ(a.error().code(), Code::kTimeout) << a.error();
+  CallOptions behind;
+  behind.timeout_ms = 20000;
+  auto start = std::chrono::steady_clock::now();
+  auto b = start_call(cio, client, fake.ep(), std::move(behind));
+  ASSERT_EQ(b.wait_for(5s), std::future_status::ready) << "the stalled connection was kept";
+  auto rb = b.get();
+  ASSERT_FALSE(rb);
+  EXPECT_EQ(rb.error().code(), Code::kDisconnected) << rb.error();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 4s);
+}
+
 // A server that sends a reply's header and the start of its payload, then
 // nothing more: the call, whose payload was landing in the caller's buffer,
 // still fails at its deadline (the connection is closed to stop the read),
