@@ -35,15 +35,18 @@ struct ClusterMembership {
 
 // Registers once before anything is served: mgmtd checks the store
 // (mgmt/cluster_state.h, "Meta's store"). Waits while mgmtd is unreachable
-// or behind (logged); a refusal (the client is fenced) is the error to exit
-// with. With accept_store_change, raises the store's next id past the mark
-// mgmtd had recorded, durably, before returning.
+// or behind (logged); any other refusal (the client fenced, a wrong cluster
+// token, the address taken by another kind of node...) is the error to exit
+// with, as storage's. With accept_store_change, raises the store's next id
+// past the mark mgmtd had recorded, durably, before returning.
 Result<void> register_store(mgmt::MgmtClient& client, meta::MetaStore& store, bool accept_store_change) {
   auto next_log = std::chrono::steady_clock::now();
   while (true) {
     auto registered = client.register_now();
     if (registered) break;
-    if (client.fenced()) return registered;
+    const Code code = registered.error().code();
+    const bool transient = mgmt::MgmtRpc::is_transport_error(code) || code == Code::kVersionMismatch;
+    if (client.fenced() || !transient) return registered;
     if (std::chrono::steady_clock::now() >= next_log) {
       WEFT_LOG_WARN("meta: not serving until mgmtd accepts this meta's store (retrying): {}", registered.error());
       next_log = std::chrono::steady_clock::now() + std::chrono::seconds(10);

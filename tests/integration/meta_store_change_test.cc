@@ -49,12 +49,13 @@ class StoreChange : public ::testing::Test {
   // A meta server on data_dir `data` (port meta_port_ and port file
   // meta.ports unless told otherwise).
   std::unique_ptr<Process> start_meta(const std::string& data, std::vector<std::string> flags = {},
-                                      uint16_t port = 0, const std::string& ports = "meta.ports") {
+                                      uint16_t port = 0, const std::string& ports = "meta.ports",
+                                      const std::string& token = "tok") {
     const std::string config = dir_.file("meta-" + std::to_string(starts_) + ".toml");
     testing::write_file(config, fmt::format("[server]\nlisten = \"127.0.0.1:{}\"\nmetrics_listen = \"\"\n"
-                                            "cluster_token = \"tok\"\nname = \"meta-it\"\nport_file = \"{}\"\n"
+                                            "cluster_token = \"{}\"\nname = \"meta-it\"\nport_file = \"{}\"\n"
                                             "[cluster]\nmgmtd = [\"127.0.0.1:{}\"]\n[meta]\ndata_dir = \"{}\"\n",
-                                            port == 0 ? meta_port_ : port, dir_.file(ports), mgmtd_port_,
+                                            port == 0 ? meta_port_ : port, token, dir_.file(ports), mgmtd_port_,
                                             dir_.file(data)));
     std::filesystem::remove(dir_.file(ports));
     std::vector<std::string> argv{testing::weft_binary(), "serve", "meta", "--config", config};
@@ -145,6 +146,19 @@ TEST_F(StoreChange, MetaOnAnEmptyDataDirIsRefusedUnlessTheOperatorAcceptsTheChan
 // request with kUnavailable and the reason instead of serving a store that is
 // no longer the cluster's (its log says why). `weft status` shows the store
 // mgmtd records.
+// A refusal that waiting cannot mend (here a wrong cluster token) ends meta
+// with the reason, as it ends storage; only an unreachable mgmtd, or one
+// behind the cluster, is waited for.
+TEST_F(StoreChange, MetaWithAWrongClusterTokenExitsWithTheReason) {
+  ASSERT_NO_FATAL_FAILURE(start_mgmtd());
+  auto meta = start_meta("meta", {}, 0, "meta.ports", "not-the-token");
+  auto status = meta->wait_exit(20s);
+  ASSERT_TRUE(status) << "meta kept retrying a final refusal: " << meta->log();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) != 0) << meta->log();
+  EXPECT_NE(meta->log().find("token"), std::string::npos) << meta->log();
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("meta.ports"))) << "it listened";
+}
+
 TEST_F(StoreChange, ARunningMetaWhoseStoreWasReplacedStopsServing) {
   ASSERT_NO_FATAL_FAILURE(start_mgmtd());
   auto old_meta = start_meta("meta");
