@@ -205,7 +205,11 @@ int run_fusermount(const std::string& mountpoint, bool lazy) {
 void run_umount(const UmountArgs& a) {
   std::string mountpoint = absolute_path(a.mountpoint);
   if (::geteuid() == 0) {
-    // root unmounts directly (works whether or not the daemon is alive).
+    // root unmounts directly (works whether or not the daemon is alive), a
+    // Weft mount only: umount2 would detach whatever sits there.
+    auto m = mount_at(mountpoint);
+    if (m && m->type != "fuse.weft")
+      return fail(fmt::format("{} is a {} mount, not a Weft mount: left alone", mountpoint, m->type));
     if (::umount2(mountpoint.c_str(), a.lazy ? MNT_DETACH : 0) == 0) return;
     int err = errno;
     if (err == EINVAL) return fail(fmt::format("{} is not a mount point", mountpoint));

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <linux/fs.h>
 #include <stdio.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <poll.h>
 #include <sys/mman.h>
@@ -2373,6 +2374,29 @@ TEST_F(FuseTest, CreateOfANameThatIsASymlinkByNowFollowsIt) {
 
 // Last (gtest runs in declaration order): a second mount whose daemon is
 // SIGKILLed; `weft umount --lazy` must leave a usable directory behind.
+// `weft umount` run by root detaches a Weft mount only: another file system
+// mounted there (here a tmpfs) is left alone, --lazy or not.
+TEST(Umount, AsRootItLeavesAMountOfAnotherKindAlone) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to mount a tmpfs";
+  testing::TempDir dir;
+  const std::string mp = dir.file("tmpfs");
+  ASSERT_EQ(::mkdir(mp.c_str(), 0755), 0);
+  if (::mount("none", mp.c_str(), "tmpfs", 0, "size=1m") != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } cleanup{mp};
+  for (bool lazy : {false, true}) {
+    std::vector<std::string> args{"umount", mp};
+    if (lazy) args.push_back("--lazy");
+    auto u = run_weft(args, dir.file(lazy ? "umount-lazy.log" : "umount.log"), 30s);
+    EXPECT_NE(u.code, 0) << u.log;
+    EXPECT_NE(u.log.find("not a Weft mount"), std::string::npos) << u.log;
+    EXPECT_TRUE(is_mounted(mp)) << "weft umount detached a tmpfs";
+  }
+}
+
 TEST_F(FuseTest, KilledDaemonThenLazyUmount) {
   std::string mp2 = dir_->file("mnt2");
   ASSERT_EQ(::mkdir(mp2.c_str(), 0755), 0);
