@@ -8,6 +8,7 @@
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -325,6 +326,12 @@ Result<pid_t> spawn(const std::string& exec_path, const std::vector<std::string>
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // Where close_range(2) is missing (kernels before 5.9) or filtered
+  // (seccomp), the child closes descriptors one by one up to this limit.
+  struct rlimit files {};
+  const int fd_end = ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY
+                         ? static_cast<int>(std::min<rlim_t>(files.rlim_cur, 1 << 20))
+                         : 1 << 16;
   std::fflush(nullptr);
   pid_t pid = ::fork();
   if (pid < 0) return errno_error(errno, "fork");
@@ -341,7 +348,8 @@ Result<pid_t> spawn(const std::string& exec_path, const std::vector<std::string>
       ::dup2(fd, 1);
       ::dup2(fd, 2);
     }
-    ::close_range(3, ~0U, 0);
+    if (::close_range(3, ~0U, 0) != 0)  // no asio socket of this process is close-on-exec
+      for (int f = 3; f < fd_end; ++f) ::close(f);
     if (exec_path.find('/') == std::string::npos)
       ::execvp(exec_path.c_str(), args.data());
     else
