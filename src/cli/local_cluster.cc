@@ -1044,7 +1044,14 @@ Result<void> down(const std::string& data_dir, std::FILE* out) {
     for (const auto& r : tier) {
       auto pid = live_pid(L, r);
       if (!pid) continue;
-      ::kill(*pid, SIGTERM);
+      if (::kill(*pid, SIGTERM) != 0) {  // EPERM: another user's cluster (`sudo weft up`)
+        const int err = errno;
+        did_something = true;
+        Status why(Code::kNotPermitted, fmt::format("cannot stop {} (pid {}): {}", r.name, *pid, std::strerror(err)));
+        fmt::print(out, "{}\n", why.message());
+        if (first_error.ok()) first_error = why;
+        continue;
+      }
       running.emplace_back(r, *pid);
     }
     auto until = Clock::now() + kStopWait;
@@ -1067,6 +1074,14 @@ Result<void> down(const std::string& data_dir, std::FILE* out) {
         auto kill_until = Clock::now() + 5s;
         while (is_our_process(pid, r.kind, L.config(r.name)) && Clock::now() < kill_until)
           std::this_thread::sleep_for(20ms);
+        if (is_our_process(pid, r.kind, L.config(r.name))) {
+          // Still there (stuck in the kernel on a hung disk): its pid file
+          // stays, so a later `weft down` finds it and `weft up` says so.
+          Status why(Code::kBusy, fmt::format("{} (pid {}) is still running after SIGKILL", r.name, pid));
+          fmt::print(out, "{}\n", why.message());
+          if (first_error.ok()) first_error = why;
+          continue;
+        }
         fmt::print(out, "stopped {} (pid {}; SIGKILL after {} s)\n", r.name, pid,
                    std::chrono::duration_cast<std::chrono::seconds>(kStopWait).count());
       } else {

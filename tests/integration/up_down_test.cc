@@ -409,6 +409,37 @@ TEST_F(UpDownTest, AMountThatNeverServesLeavesNothingBehind) {
 // `weft down` stops the mount daemon `weft up --mount` started, and only it:
 // a pid file naming another process whose first argument is "mount" (its pid
 // reused, say) leaves that process alone.
+// `weft down` by a user who may not signal the cluster's processes (root
+// started it) says so and fails; it keeps the pid files (the processes are
+// still there) and the next `weft down`, by root, stops them.
+TEST_F(UpDownTest, ADownThatCannotStopTheProcessesSaysSoAndKeepsTheirPidFiles) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run as another user";
+  auto first = up({"--storage-servers", "2", "--targets-per-server", "1", "--replicas", "2"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  // The other user must reach the data dir (mkdtemp makes it 0700).
+  for (std::filesystem::path p = data_; p != "/" && p != p.parent_path(); p = p.parent_path())
+    if (p.string().starts_with(tmp_.path())) ::chmod(p.c_str(), 0755);
+  ::chmod(data_.c_str(), 0755);
+  ::chmod((data_ + "/run").c_str(), 0755);
+  auto before = pids();
+  Process as_nobody({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", testing::weft_binary(),
+                     "down", "--data-dir", data_},
+                    tmp_.file("down-denied.log"));
+  auto status = as_nobody.wait_exit(60s);
+  ASSERT_TRUE(status.has_value()) << as_nobody.log();
+  CliResult denied{WIFEXITED(*status) ? WEXITSTATUS(*status) : -1, as_nobody.log()};
+  EXPECT_NE(denied.exit_code, 0) << denied.output;
+  EXPECT_NE(denied.output.find("cannot stop"), std::string::npos) << denied.output;
+  EXPECT_EQ(denied.output.find("stopped mgmtd"), std::string::npos) << denied.output;
+  for (const auto& [role, pid] : before) {
+    EXPECT_TRUE(pid_alive(pid)) << role;
+    EXPECT_EQ(pid_of(role), pid) << role << "'s pid file was removed while it runs";
+  }
+  auto down = weft({"down", "--data-dir", data_}, 60s);
+  EXPECT_EQ(down.exit_code, 0) << down.output;
+  for (const auto& [role, pid] : before) EXPECT_FALSE(pid_alive(pid)) << role;
+}
+
 TEST_F(UpDownTest, DownStopsOnlyTheMountDaemonUpStarted) {
   auto first = up({"--storage-servers", "2", "--targets-per-server", "1", "--replicas", "2"});
   ASSERT_EQ(first.exit_code, 0) << first.output;
