@@ -732,7 +732,32 @@ void Runner::summary(bool was_running) {
   fmt::print(out_, "use it:\n  weft status --config {}\n  weft down --data-dir {}\n", L_.client_config(), L_.dir);
 }
 
+// A mount whose daemon died (OOM-killed, kill -9) stays in the mount table,
+// answering ENOTCONN to everything: it is detached here (a Weft mount only),
+// so that `up --mount` mounts afresh instead of taking it for running.
+void detach_dead_mount(const Layout& L, std::FILE* out) {
+  if (!exists(L.mount_file())) return;
+  std::string recorded = read_text(L.mount_file());
+  while (!recorded.empty() && recorded.back() == '\n') recorded.pop_back();
+  auto m = recorded.empty() ? std::nullopt : mount_at(recorded);
+  if (!m || m->type != "fuse.weft") return;
+  const pid_t pid = exists(L.mount_pid_file())
+                        ? static_cast<pid_t>(std::strtol(read_text(L.mount_pid_file()).c_str(), nullptr, 10))
+                        : 0;
+  if (pid > 0 && is_our_mount_daemon(pid, L, recorded)) return;  // served by its daemon
+  auto rc = run_and_wait({"fusermount3", "-uz", recorded}, L.log("mount"), 10s);
+  if (is_mounted(recorded)) {
+    fmt::print(out, "the mount at {} lost its daemon and could not be detached{}\n", recorded,
+               rc ? "" : fmt::format(": {}", rc.error().message()));
+    return;
+  }
+  fmt::print(out, "the mount at {} had lost its daemon: detached\n", recorded);
+  remove_file(L.mount_file());
+  remove_file(L.mount_pid_file());
+}
+
 Result<void> Runner::run() {
+  detach_dead_mount(L_, out_);
   // What is alive already (stale pid files are removed here).
   bool all_running = true;
   for (const auto& r : roles_) {

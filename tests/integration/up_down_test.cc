@@ -481,12 +481,24 @@ TEST_F(UpDownTest, DownStopsOnlyTheMountDaemonUpStarted) {
                       "/run/mount.pid --log-file " + data_ + "/logs/mount.log --ready-timeout 30 "),
             std::string::npos)
       << args;
+  // The daemon dies (OOM, kill -9): its mount stays, dead (ENOTCONN); up
+  // --mount again detaches it and mounts afresh.
+  testing::write_file(mp + "/kept", "kept");
+  ASSERT_EQ(::kill(daemon, SIGKILL), 0);
+  for (int i = 0; i < 500 && pid_alive(daemon); ++i) std::this_thread::sleep_for(20ms);
+  auto again = up({"--mount", mp});
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("lost its daemon: detached"), std::string::npos) << again.output;
+  const pid_t second = pid_of("mount");
+  EXPECT_NE(second, daemon);
+  EXPECT_TRUE(pid_alive(second)) << again.output;
+  EXPECT_EQ(read_text(mp + "/kept"), "kept") << "the new mount does not serve";
   auto stopped = weft({"down", "--data-dir", data_}, 40s);
   EXPECT_EQ(stopped.exit_code, 0) << stopped.output;
   EXPECT_NE(stopped.output.find("unmounted " + mp), std::string::npos) << stopped.output;
-  for (int i = 0; i < 500 && pid_alive(daemon); ++i) std::this_thread::sleep_for(20ms);
-  EXPECT_FALSE(pid_alive(daemon)) << stopped.output;
-  if (pid_alive(daemon)) ::kill(daemon, SIGKILL);  // started by this test's up
+  for (int i = 0; i < 500 && pid_alive(second); ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(pid_alive(second)) << stopped.output;
+  if (pid_alive(second)) ::kill(second, SIGKILL);  // started by this test's up
 }
 
 // mgmtd whose data_dir is gone starts over below the cluster's routing
