@@ -66,3 +66,26 @@ def root(client, request):
     path = f"/t/{request.node.name.replace('[', '_').replace(']', '')}-{uuid.uuid4().hex[:6]}"
     client.makedirs(path)
     return path
+
+
+@pytest.fixture
+def as_nobody(cluster):
+    """Runs a Python script as uid/gid 65534 with `conf` (a copy of the
+    client config it can read) defined; returns the CompletedProcess.
+    Skips unless the tests run as root."""
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to act as another user")
+    conf_dir = tempfile.mkdtemp(prefix="weft-conf-")  # in /tmp: pytest's own temporaries are 0700
+    os.chmod(conf_dir, 0o755)
+    conf = os.path.join(conf_dir, "client.toml")
+    shutil.copy(cluster / "client.toml", conf)
+    os.chmod(conf, 0o644)
+
+    def run(script: str):
+        prologue = f"import os\nos.setgid(65534); os.setuid(65534)\nconf = {conf!r}\n"
+        return subprocess.run([sys.executable, "-c", prologue + script], capture_output=True, text=True, timeout=60)
+
+    yield run
+    shutil.rmtree(conf_dir)
