@@ -414,6 +414,15 @@ TEST_F(UpDownTest, AMountThatNeverServesLeavesNothingBehind) {
 // still there) and the next `weft down`, by root, stops them.
 TEST_F(UpDownTest, ADownThatCannotStopTheProcessesSaysSoAndKeepsTheirPidFiles) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to run as another user";
+  const std::vector<std::string> as_nobody = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"};
+  {
+    std::vector<std::string> probe = as_nobody;
+    probe.insert(probe.end(), {testing::weft_binary(), "--help"});
+    Process p(probe, tmp_.file("probe.log"));
+    auto st = p.wait_exit(30s);
+    if (!st || !WIFEXITED(*st) || WEXITSTATUS(*st) != 0)
+      GTEST_SKIP() << "uid 65534 cannot run " << testing::weft_binary() << " here: " << p.log();
+  }
   auto first = up({"--storage-servers", "2", "--targets-per-server", "1", "--replicas", "2"});
   ASSERT_EQ(first.exit_code, 0) << first.output;
   // The other user must reach the data dir (mkdtemp makes it 0700).
@@ -422,12 +431,12 @@ TEST_F(UpDownTest, ADownThatCannotStopTheProcessesSaysSoAndKeepsTheirPidFiles) {
   ::chmod(data_.c_str(), 0755);
   ::chmod((data_ + "/run").c_str(), 0755);
   auto before = pids();
-  Process as_nobody({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", testing::weft_binary(),
-                     "down", "--data-dir", data_},
-                    tmp_.file("down-denied.log"));
-  auto status = as_nobody.wait_exit(60s);
-  ASSERT_TRUE(status.has_value()) << as_nobody.log();
-  CliResult denied{WIFEXITED(*status) ? WEXITSTATUS(*status) : -1, as_nobody.log()};
+  std::vector<std::string> down_argv = as_nobody;
+  down_argv.insert(down_argv.end(), {testing::weft_binary(), "down", "--data-dir", data_});
+  Process nobody(down_argv, tmp_.file("down-denied.log"));
+  auto status = nobody.wait_exit(60s);
+  ASSERT_TRUE(status.has_value()) << nobody.log();
+  CliResult denied{WIFEXITED(*status) ? WEXITSTATUS(*status) : -1, nobody.log()};
   EXPECT_NE(denied.exit_code, 0) << denied.output;
   EXPECT_NE(denied.output.find("cannot stop"), std::string::npos) << denied.output;
   EXPECT_EQ(denied.output.find("stopped mgmtd"), std::string::npos) << denied.output;
