@@ -170,11 +170,12 @@ void replace_target(const ClusterFlags& flags, uint64_t old_target, uint64_t new
   });
 }
 
-void promote_target(const ClusterFlags& flags, uint64_t chain, uint64_t target) {
+void promote_target(const ClusterFlags& flags, uint64_t chain, uint64_t target, bool force) {
   with_mgmtd(flags, [&](mgmt::MgmtRpc& rpc) {
     mgmt::pb::PromoteTargetRequest req;
     req.set_chain(chain);
     req.set_target(target);
+    req.set_force(force);
     auto reply = rpc.call<mgmt::pb::PromoteTargetReply>(mgmt::kPromoteTarget, req);
     if (!reply) return fail(fmt::format("target promote: {}", reply.error().message()));
     std::string out = fmt::format("target {} is chain {}'s copy now (routing version {}): it serves what it holds once "
@@ -247,13 +248,17 @@ void add_mgmt_commands(CLI::App& app, CLI::App& serve) {
   replace->callback([] { replace_target(replace_flags, old_target, new_target); });
   static ClusterFlags promote_flags;
   static uint64_t promote_chain = 0, promote_target_id = 0;
+  static bool promote_force = false;
   auto* promote = targets->add_subcommand(
       "promote", "Make an offline target the copy of a chain that lost its last one (it serves what it holds)");
   add_cluster_flags(promote, promote_flags);
   promote->add_option("CHAIN", promote_chain, "the chain (its id in `weft status`); every target of it is offline")
       ->required();
   promote->add_option("TARGET", promote_target_id, "the offline target with the newest data left")->required();
-  promote->callback([] { promote_target(promote_flags, promote_chain, promote_target_id); });
+  promote->add_flag("--force", promote_force,
+                    "also a target that came back without its data while another target of the chain did not "
+                    "(the others then lose what they hold)");
+  promote->callback([] { promote_target(promote_flags, promote_chain, promote_target_id, promote_force); });
 
   auto* nodes = admin.add_subcommand("node", "Servers mgmtd knows");
   nodes->require_subcommand(1);

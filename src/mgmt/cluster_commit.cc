@@ -1,5 +1,6 @@
 // Versioning, persistence diffs and load-time validation for ClusterState
 // (declared in mgmt/cluster_ops.h).
+#include <algorithm>
 #include <map>
 
 #include "common/assert.h"
@@ -20,7 +21,8 @@ bool same_record(const NodeInfo& a, const NodeInfo& b) {
 // takes the new one for a target without its data.
 bool same_record(const TargetInfo& a, const TargetInfo& b) {
   return a.id == b.id && a.node_id == b.node_id && a.name == b.name && a.reported == b.reported &&
-         a.state == b.state && a.capacity_bytes == b.capacity_bytes && a.data_id == b.data_id;
+         a.state == b.state && a.capacity_bytes == b.capacity_bytes && a.data_id == b.data_id &&
+         a.lost_data == b.lost_data;
 }
 bool same_record(const ChainTableInfo& a, const ChainTableInfo& b) { return a == b; }
 bool same_record(const ChainInfo& a, const ChainInfo& b) { return a == b; }
@@ -58,7 +60,14 @@ void reconcile(PersistedState& state) {
     WEFT_ASSERT_MSG(check_chain(chain).has_value(), "chain invariant broken by a transition");
     for (const ChainEntry& e : chain.entries) in_chains[e.target_id].push_back(e.state);
   }
-  for (auto& [id, t] : state.routing.targets) t.state = summarize_target(alive(id), in_chains[id]);
+  for (auto& [id, t] : state.routing.targets) {
+    t.state = summarize_target(alive(id), in_chains[id]);
+    // Served (resynced) in every chain of it: it holds those chains' data again.
+    const auto& states = in_chains[id];
+    if (t.lost_data && !states.empty() &&
+        std::all_of(states.begin(), states.end(), [](TargetState s) { return s == TargetState::kServing; }))
+      t.lost_data = false;
+  }
 }
 
 StoreBatch finalize(const PersistedState& before, PersistedState& after) {

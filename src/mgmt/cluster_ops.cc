@@ -116,6 +116,7 @@ Result<std::vector<TargetId>> sync_targets(PersistedState& state, NodeId node, c
     if (lost_its_data(t, reg)) {
       for (auto& [chain_id, chain] : state.routing.chains) lose_target_data(chain, id);
       lost.push_back(id);
+      t.lost_data = true;
     }
     t.id = id, t.node_id = node, t.name = reg.name, t.reported = true;
     t.capacity_bytes = reg.capacity_bytes, t.used_bytes = reg.used_bytes;
@@ -451,10 +452,24 @@ Result<std::vector<ChainId>> apply_replace_target(PersistedState& state, TargetI
   return changed;
 }
 
-Result<void> apply_promote_target(PersistedState& state, ChainId chain_id, TargetId target) {
+Result<void> apply_promote_target(PersistedState& state, ChainId chain_id, TargetId target, bool force) {
   auto chain = state.routing.chains.find(chain_id);
   if (chain == state.routing.chains.end())
     return error(Code::kNotFound, "promote target {}: no chain {}", target, chain_id);
+  auto lost = [&](TargetId t) {
+    auto it = state.routing.targets.find(t);
+    return it != state.routing.targets.end() && it->second.lost_data;
+  };
+  if (!force && lost(target)) {
+    for (const ChainEntry& e : chain->second.entries) {
+      if (e.target_id == target || lost(e.target_id)) continue;
+      return error(Code::kNotPermitted,
+                   "promote target {}: it came back without its data, and chain {}'s other targets would resync from "
+                   "it and lose theirs; promote target {} (it may hold the chain's data), or pass --force to accept "
+                   "losing it",
+                   target, chain_id, e.target_id);
+    }
+  }
   return promote_target(chain->second, target);
 }
 

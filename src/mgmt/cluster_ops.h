@@ -78,8 +78,11 @@ Result<std::vector<ChainId>> apply_replace_target(PersistedState& state, TargetI
 // again, it is a new node with new target ids, in no chain.
 Result<void> apply_remove_node(PersistedState& state, NodeId node);
 // PROMOTEs `target` in `chain` (target_states.h): kNotFound for an unknown
-// chain or a target not in it; kNotPermitted unless every entry is offline.
-Result<void> apply_promote_target(PersistedState& state, ChainId chain, TargetId target);
+// chain or a target not in it; kNotPermitted unless every entry is offline,
+// and, unless `force`, for a target that came back without its data
+// (TargetInfo::lost_data) while another entry did not: the others would
+// resync from the empty one and lose what they hold.
+Result<void> apply_promote_target(PersistedState& state, ChainId chain, TargetId target, bool force = false);
 
 // RETURNs waiting targets that are alive and recomputes target summaries.
 // Call after every edit.

@@ -478,10 +478,10 @@ Result<std::vector<ChainId>> ClusterState::replace_target(TargetId old_target, T
   return mutate([&](PersistedState& next) { return apply_replace_target(next, old_target, new_target); });
 }
 
-Result<void> ClusterState::promote_target(ChainId chain, TargetId target) {
+Result<void> ClusterState::promote_target(ChainId chain, TargetId target, bool force) {
   std::lock_guard lock(mu_);
   WEFT_RETURN_IF_ERROR(refuse_if_behind_locked());
-  WEFT_RETURN_IF_ERROR(mutate([&](PersistedState& next) { return apply_promote_target(next, chain, target); }));
+  WEFT_RETURN_IF_ERROR(mutate([&](PersistedState& next) { return apply_promote_target(next, chain, target, force); }));
   WEFT_LOG_WARN("mgmt: target {} promoted to chain {}'s copy by an operator: the chain serves what it holds", target,
                 chain);
   return {};

@@ -248,7 +248,7 @@ class ClusterState {
   // An operator's decision for a chain that lost its last copy (every entry
   // offline, target_states.h LOST): `target` serves as it is once up, the
   // others sync from it (apply_promote_target).
-  Result<void> promote_target(ChainId chain, TargetId target);
+  Result<void> promote_target(ChainId chain, TargetId target, bool force = false);
 
   // The storage node up whose registered address (host:port as its config
   // spells it) `at_address` accepts, if any.

@@ -458,6 +458,51 @@ TEST(ClusterState, ATargetBackUnderAnotherAddressKeepsItsIdAndChains) {
   EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, Y}})) << "it rejoins to resync";
 }
 
+// Both replicas offline, and one came back without its data: promoting that
+// one would have the other resync from it and lose what it holds, so it
+// needs --force; the other may be promoted. The mark survives an mgmtd
+// restart and goes once the target served (resynced) in its chains.
+TEST(ClusterState, PromotingATargetThatLostItsDataOverAnotherNeedsForce) {
+  TempDir dir;
+  Harness h(dir.path());
+  auto [id, head, tail, head_node, tail_node] = h.two_replica_chain();
+  const int head_host = h.snapshot.nodes.at(head_node).address == "host1:9000" ? 1 : 2;
+  h.clock.advance(16s);  // the tail is gone; the head serves alone
+  h.beat(head_node);
+  ASSERT_TRUE(h.state->tick().has_value());
+  ASSERT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, O}}));
+  RegisterReply back = h.add_storage(head_host, 1, /*incarnation=*/2, /*disk_generation=*/2);  // an empty disk
+  ASSERT_EQ(back.data_lost, (std::vector<TargetId>{head}));
+  for (const ChainEntry& e : h.chain(id).entries) ASSERT_EQ(e.state, O) << e.target_id;
+  EXPECT_TRUE(h.state->routing().targets.at(head).lost_data);
+  h.reopen();
+  EXPECT_TRUE(h.state->routing().targets.at(head).lost_data) << "not persisted";
+  auto refused = h.state->promote_target(id, head);
+  ASSERT_FALSE(refused.has_value()) << "promoted the empty target over one that may hold the data";
+  EXPECT_EQ(refused.error().code(), Code::kNotPermitted) << refused.error();
+  EXPECT_NE(refused.error().message().find(fmt::format("promote target {}", tail)), std::string::npos)
+      << refused.error();
+  auto forced = h.state->promote_target(id, head, /*force=*/true);
+  ASSERT_TRUE(forced.has_value()) << forced.error();
+  EXPECT_EQ(h.chain(id).entries.front().target_id, head) << "the chain's copy now";
+}
+
+// A target that lost its data and resynced beside a serving replica holds
+// the chain's data again: the mark goes.
+TEST(ClusterState, TheLostDataMarkGoesOnceTheTargetServes) {
+  Harness h;
+  auto [id, head, tail, head_node, tail_node] = h.two_replica_chain();
+  const int tail_host = h.snapshot.nodes.at(tail_node).address == "host1:9000" ? 1 : 2;
+  h.add_storage(tail_host, 1, /*incarnation=*/2, /*disk_generation=*/2);
+  ASSERT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, Y}}));
+  EXPECT_TRUE(h.state->routing().targets.at(tail).lost_data);
+  auto done = h.state->heartbeat(
+      {.node_id = tail_node, .incarnation = 2, .sync_done = {{id, tail, h.chain(id).version}}});
+  ASSERT_TRUE(done.has_value()) << done.error();
+  ASSERT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, S}}));
+  EXPECT_FALSE(h.state->routing().targets.at(tail).lost_data);
+}
+
 TEST(ClusterState, RestartWithNewIncarnationResyncsItsTargets) {
   Harness h;
   for (int i = 1; i <= 3; ++i) h.add_storage(i, 2);

@@ -41,13 +41,19 @@ TEST(StateCodec, RoundTripsEveryRecord) {
 }
 
 // A target record written before data ids existed decodes with data id 0
-// (not known: the next registration records it, proving nothing lost).
+// (not known: the next registration records it, proving nothing lost); one
+// written before the lost-data mark, as not lost.
 TEST(StateCodec, ATargetRecordWithoutADataIdDecodesAsNotKnown) {
   TargetInfo t{.id = 8, .node_id = 2, .name = "/data/ssd0", .capacity_bytes = 1ull << 41, .used_bytes = 5,
                .data_id = 0xfeed};
+  t.lost_data = true;
   std::string record = encode_target(t);
-  record.resize(record.size() - sizeof(uint64_t));  // as the older format wrote it
+  record.resize(record.size() - 1);  // as written before the lost-data mark: not lost
   PersistedState out;
+  ASSERT_TRUE(decode_record(target_key(8), record, out).has_value());
+  t.lost_data = false;
+  EXPECT_EQ(out.routing.targets.at(8), t);
+  record.resize(record.size() - sizeof(uint64_t));  // as the older format wrote it
   ASSERT_TRUE(decode_record(target_key(8), record, out).has_value());
   t.data_id = 0;
   EXPECT_EQ(out.routing.targets.at(8), t);

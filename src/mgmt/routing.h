@@ -66,6 +66,10 @@ struct TargetInfo {
   uint64_t capacity_bytes = 0;
   uint64_t used_bytes = 0;  // as last reported (heartbeats; not bumping the routing version)
   uint64_t data_id = 0;     // as registered (TargetRegistration::data_id); 0: not known yet
+  // Came back without its data (another data id) and has not served in every
+  // chain of it since: an operator's promote of it, where another offline
+  // replica may still hold the chain's data, needs --force. mgmtd only.
+  bool lost_data = false;
   // The filesystem of the target's directory (0: not known) and what it has
   // free for the target, as last reported: targets on one filesystem share
   // its free space (cluster_space()). Not persisted: heartbeats bring them.

@@ -70,7 +70,7 @@ Result<pb::ReplaceTargetReply> do_replace_target(ClusterState& state, const pb::
 }
 
 Result<pb::PromoteTargetReply> do_promote_target(ClusterState& state, const pb::PromoteTargetRequest& req) {
-  WEFT_RETURN_IF_ERROR(state.promote_target(req.chain(), req.target()));
+  WEFT_RETURN_IF_ERROR(state.promote_target(req.chain(), req.target(), req.force()));
   RoutingInfo routing = state.routing();
   pb::PromoteTargetReply out;
   if (auto it = routing.chains.find(req.chain()); it != routing.chains.end()) to_proto(it->second, out.mutable_chain());

@@ -115,7 +115,10 @@ Result<TargetInfo> decode_target(Reader& r) {
   r.fixed(t.id), r.fixed(t.node_id), r.str(t.name), r.fixed(reported), r.fixed(t.capacity_bytes),
       r.fixed(t.used_bytes);
   if (!r.at_end()) r.fixed(t.data_id);  // records written before it have none (0: not known)
-  if (reported > 1) r.fail("bad flag");
+  uint8_t lost = 0;
+  if (!r.at_end()) r.fixed(lost);  // likewise (false)
+  if (reported > 1 || lost > 1) r.fail("bad flag");
+  t.lost_data = lost == 1;
   WEFT_RETURN_IF_ERROR(r.finish());
   t.reported = reported == 1;
   return t;
@@ -210,7 +213,7 @@ std::string encode_node(const NodeInfo& n) {
 
 std::string encode_target(const TargetInfo& t) {
   return Writer(kRecordFormat).fixed(t.id).fixed(t.node_id).str(t.name).fixed(static_cast<uint8_t>(t.reported))
-      .fixed(t.capacity_bytes).fixed(t.used_bytes).fixed(t.data_id).take();
+      .fixed(t.capacity_bytes).fixed(t.used_bytes).fixed(t.data_id).fixed(static_cast<uint8_t>(t.lost_data)).take();
 }
 
 std::string encode_table(const ChainTableInfo& t) {
