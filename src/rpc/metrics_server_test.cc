@@ -4,6 +4,7 @@
 
 #include <asio/post.hpp>
 #include <asio/use_future.hpp>
+#include <algorithm>
 #include <future>
 #include <thread>
 #include <vector>
@@ -51,7 +52,7 @@ TEST(MetricsServer, PeersThatNeverReadAreCutOffAndBounded) {
   const std::string help(200, 'h');
   for (int i = 0; i < 40000; ++i) registry.counter(fmt::format("weft_test_padding_{}_total", i), help);  // ~10 MB
   IoPool io{1};
-  MetricsServer server(io, registry, {.reply_timeout = std::chrono::milliseconds(1500), .connections_max = 4});
+  MetricsServer server(io, registry, {.reply_timeout = std::chrono::milliseconds(3000), .connections_max = 4});
   uint16_t port = server.listen("127.0.0.1", 0).value();
   auto& open = registry.gauge("weft_metrics_server_connections", "");
   std::vector<int> peers;
@@ -69,10 +70,18 @@ TEST(MetricsServer, PeersThatNeverReadAreCutOffAndBounded) {
     peers.push_back(fd);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_EQ(open.value(), 4) << "served beyond connections_max, or replies did not stall";
-  EXPECT_EQ(registry.counter("weft_metrics_server_refused_total", "").value(), 2u);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  // The I/O thread builds each ~10 MB reply before it accepts the next
+  // connection: wait for the last two to be refused, watching how many are
+  // served at once meanwhile.
+  auto& refused = registry.counter("weft_metrics_server_refused_total", "");
+  int64_t most = open.value();
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+       refused.value() < 2 && std::chrono::steady_clock::now() < until;)
+    most = std::max(most, open.value()), std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  most = std::max(most, open.value());
+  EXPECT_EQ(refused.value(), 2u);
+  EXPECT_EQ(most, 4) << "served beyond connections_max, or replies did not stall";
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (open.value() > 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(open.value(), 0) << "replies nobody reads are held past reply_timeout";
