@@ -27,6 +27,7 @@
 
 #include "common/assert.h"
 #include "common/config.h"
+#include "common/durable_file.h"
 #include "meta/meta_client.h"
 #include "meta/types.h"
 #include "mgmt/mgmt_rpc.h"
@@ -73,18 +74,9 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
-// Written to a temporary file, then renamed: readers never see half a file.
-Result<void> write_text(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) return error(Code::kIoError, "cannot write {}", tmp);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return errno_error(errno, "rename " + tmp + " to " + path);
-  return {};
-}
+// Readers never see half a file, nor, after a power cut, an empty one (a
+// cluster.toml lost that way stopped every later up and down).
+Result<void> write_text(const std::string& path, const std::string& text) { return replace_file_durably(path, text); }
 
 bool exists(const std::string& path) {
   std::error_code ec;
