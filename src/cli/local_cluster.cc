@@ -83,6 +83,19 @@ bool exists(const std::string& path) {
   return fs::exists(path, ec);
 }
 
+// Where `weft up --mount` mounted (empty: not recorded) and its daemon's pid
+// (0: not recorded).
+std::string recorded_mount(const Layout& L) {
+  std::string path = exists(L.mount_file()) ? read_text(L.mount_file()) : "";
+  while (!path.empty() && path.back() == '\n') path.pop_back();
+  return path;
+}
+pid_t recorded_mount_pid(const Layout& L) {
+  return exists(L.mount_pid_file())
+             ? static_cast<pid_t>(std::strtol(read_text(L.mount_pid_file()).c_str(), nullptr, 10))
+             : 0;
+}
+
 void remove_file(const std::string& path) {
   std::error_code ec;
   fs::remove(path, ec);
@@ -667,8 +680,7 @@ Result<void> Runner::wait_meta() {
 Result<void> Runner::mount() {
   std::string path = absolute_dir(options_.mount);
   if (exists(L_.mount_file())) {
-    std::string recorded = read_text(L_.mount_file());
-    while (!recorded.empty() && recorded.back() == '\n') recorded.pop_back();
+    const std::string recorded = recorded_mount(L_);
     if (is_mounted(recorded)) {
       if (recorded != path)
         return error(Code::kExists, "the cluster is already mounted at {}; `weft down` first to mount elsewhere",
@@ -728,14 +740,10 @@ void Runner::summary(bool was_running) {
 // answering ENOTCONN to everything: it is detached here (a Weft mount only),
 // so that `up --mount` mounts afresh instead of taking it for running.
 void detach_dead_mount(const Layout& L, std::FILE* out) {
-  if (!exists(L.mount_file())) return;
-  std::string recorded = read_text(L.mount_file());
-  while (!recorded.empty() && recorded.back() == '\n') recorded.pop_back();
+  const std::string recorded = recorded_mount(L);
   auto m = recorded.empty() ? std::nullopt : mount_at(recorded);
   if (!m || m->type != "fuse.weft") return;
-  const pid_t pid = exists(L.mount_pid_file())
-                        ? static_cast<pid_t>(std::strtol(read_text(L.mount_pid_file()).c_str(), nullptr, 10))
-                        : 0;
+  const pid_t pid = recorded_mount_pid(L);
   if (pid > 0 && is_our_mount_daemon(pid, L, recorded)) return;  // served by its daemon
   auto rc = run_and_wait({"fusermount3", "-uz", recorded}, L.log("mount"), 10s);
   if (is_mounted(recorded)) {
@@ -763,11 +771,7 @@ Result<void> Runner::run() {
       state_[r.name] = State{};
     }
   }
-  if (exists(L_.mount_file())) {
-    std::string recorded = read_text(L_.mount_file());
-    while (!recorded.empty() && recorded.back() == '\n') recorded.pop_back();
-    if (is_mounted(recorded)) mounted_ = recorded;
-  }
+  if (std::string recorded = recorded_mount(L_); !recorded.empty() && is_mounted(recorded)) mounted_ = recorded;
   if (all_running && (options_.mount.empty() || mounted_ == absolute_dir(options_.mount))) {
     summary(true);
     return {};
@@ -1013,8 +1017,7 @@ Result<void> down(const std::string& data_dir, std::FILE* out) {
 
   std::string mount_path;  // where `weft up --mount` mounted, when recorded
   if (exists(L.mount_file())) {
-    std::string path = read_text(L.mount_file());
-    while (!path.empty() && path.back() == '\n') path.pop_back();
+    const std::string path = recorded_mount(L);
     mount_path = path;
     if (!path.empty() && is_mounted(path)) {
       did_something = true;
@@ -1033,7 +1036,7 @@ Result<void> down(const std::string& data_dir, std::FILE* out) {
   }
   // The mount daemon exits once unmounted; make sure of it.
   if (exists(L.mount_pid_file())) {
-    pid_t pid = static_cast<pid_t>(std::strtol(read_text(L.mount_pid_file()).c_str(), nullptr, 10));
+    const pid_t pid = recorded_mount_pid(L);
     // Only the daemon `weft up --mount` started (its whole command line): the
     // pid file may name another process by now.
     auto is_mount_daemon = [&](pid_t p) { return is_our_mount_daemon(p, L, mount_path); };
