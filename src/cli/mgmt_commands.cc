@@ -155,11 +155,12 @@ void list_tables(const ClusterFlags& flags) {
   });
 }
 
-void replace_target(const ClusterFlags& flags, uint64_t old_target, uint64_t new_target) {
+void replace_target(const ClusterFlags& flags, uint64_t old_target, uint64_t new_target, bool force) {
   with_mgmtd(flags, [&](mgmt::MgmtRpc& rpc) {
     mgmt::pb::ReplaceTargetRequest req;
     req.set_old_target(old_target);
     req.set_new_target(new_target);
+    req.set_force(force);
     auto reply = rpc.call<mgmt::pb::ReplaceTargetReply>(mgmt::kReplaceTarget, req);
     if (!reply) return fail(fmt::format("target replace: {}", reply.error().message()));
     std::string out = fmt::format("target {} replaced by target {} in {} chain(s) (routing version {}); it syncs "
@@ -240,12 +241,15 @@ void add_mgmt_commands(CLI::App& app, CLI::App& serve) {
   targets->require_subcommand(1);
   static ClusterFlags replace_flags;
   static uint64_t old_target = 0, new_target = 0;
+  static bool replace_force = false;
   auto* replace = targets->add_subcommand(
       "replace", "Put a spare target in the place of an offline one in every chain (it then syncs and serves)");
   add_cluster_flags(replace, replace_flags);
   replace->add_option("OLD", old_target, "the offline target (its id in `weft status`)")->required();
   replace->add_option("NEW", new_target, "an up target in no chain, on a node none of those chains uses")->required();
-  replace->callback([] { replace_target(replace_flags, old_target, new_target); });
+  replace->add_flag("--force", replace_force,
+                    "also in a chain that lost its last copy, where OLD may hold the only data left (it is lost)");
+  replace->callback([] { replace_target(replace_flags, old_target, new_target, replace_force); });
   static ClusterFlags promote_flags;
   static uint64_t promote_chain = 0, promote_target_id = 0;
   static bool promote_force = false;

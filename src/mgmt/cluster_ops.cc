@@ -410,10 +410,18 @@ Result<void> check_replacement(const PersistedState& state, TargetId old_target,
   return {};
 }
 
-// Chain `chain` may take `new_target` in `old_target`'s place.
+// Chain `chain` may take `new_target` in `old_target`'s place. In a chain
+// that lost its last copy an offline target may hold the only data left
+// (its chunks become strays once replaced, swept after stray_chunk_grace_s):
+// replaced only with `force`, unless it came back without its data.
 Result<void> check_chain_replacement(const PersistedState& state, const ChainInfo& chain, TargetId old_target,
-                                     TargetId new_target) {
+                                     TargetId new_target, bool force) {
   NodeId new_node = state.routing.targets.at(new_target).node_id;
+  if (!force && lost_last_copy(chain) && !state.routing.targets.at(old_target).lost_data)
+    return error(Code::kNotPermitted,
+                 "replace target {}: chain {} lost its last copy and this target may hold it; bring its node back "
+                 "and `weft admin target promote` it, or pass --force to accept losing what it holds",
+                 old_target, chain.id);
   for (const ChainEntry& e : chain.entries) {
     if (e.target_id == old_target) {
       if (e.state == TargetState::kLastServing)
@@ -434,14 +442,15 @@ Result<void> check_chain_replacement(const PersistedState& state, const ChainInf
 
 }  // namespace
 
-Result<std::vector<ChainId>> apply_replace_target(PersistedState& state, TargetId old_target, TargetId new_target) {
+Result<std::vector<ChainId>> apply_replace_target(PersistedState& state, TargetId old_target, TargetId new_target,
+                                                  bool force) {
   WEFT_RETURN_IF_ERROR(check_replacement(state, old_target, new_target));
   std::vector<ChainId> changed;
   for (const auto& [id, chain] : state.routing.chains) {
     if (std::none_of(chain.entries.begin(), chain.entries.end(),
                      [&](const ChainEntry& e) { return e.target_id == old_target; }))
       continue;
-    WEFT_RETURN_IF_ERROR(check_chain_replacement(state, chain, old_target, new_target));
+    WEFT_RETURN_IF_ERROR(check_chain_replacement(state, chain, old_target, new_target, force));
     changed.push_back(id);
   }
   if (changed.empty())

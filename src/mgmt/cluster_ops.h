@@ -70,8 +70,11 @@ Result<ChainTableId> apply_create_table(PersistedState& state, const ChainTableS
 // storage target that is alive, in no chain, and on a node that holds no
 // other entry of those chains (kInvalidArgument, kNotFound, kNotPermitted).
 // The old target stays known, in no chain: if its node comes back, it is a
-// spare like any other.
-Result<std::vector<ChainId>> apply_replace_target(PersistedState& state, TargetId old_target, TargetId new_target);
+// spare like any other. In a chain that lost its last copy, an old target
+// that may hold its data is replaced only with `force` (the operator accepts
+// losing it).
+Result<std::vector<ChainId>> apply_replace_target(PersistedState& state, TargetId old_target, TargetId new_target,
+                                                  bool force = false);
 // Forgets node `node` and its targets. Refused unless the node is down (a
 // live one would only register again) and none of its targets is in a chain
 // (replace them first). Its ids are never reused: if the address registers

@@ -472,10 +472,10 @@ Result<ChainTableId> ClusterState::create_chain_table(const ChainTableSpec& spec
   return mutate([&](PersistedState& next) { return apply_create_table(next, spec); });
 }
 
-Result<std::vector<ChainId>> ClusterState::replace_target(TargetId old_target, TargetId new_target) {
+Result<std::vector<ChainId>> ClusterState::replace_target(TargetId old_target, TargetId new_target, bool force) {
   std::lock_guard lock(mu_);
   WEFT_RETURN_IF_ERROR(refuse_if_behind_locked());
-  return mutate([&](PersistedState& next) { return apply_replace_target(next, old_target, new_target); });
+  return mutate([&](PersistedState& next) { return apply_replace_target(next, old_target, new_target, force); });
 }
 
 Result<void> ClusterState::promote_target(ChainId chain, TargetId target, bool force) {

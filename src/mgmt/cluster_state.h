@@ -242,7 +242,7 @@ class ClusterState {
   Result<ChainTableId> create_chain_table(const ChainTableSpec& spec);
   // A new target takes an offline one's place in its chains (apply_replace_target
   // in mgmt/cluster_ops.h); returns the chains that changed.
-  Result<std::vector<ChainId>> replace_target(TargetId old_target, TargetId new_target);
+  Result<std::vector<ChainId>> replace_target(TargetId old_target, TargetId new_target, bool force = false);
   // Forgets a dead node whose targets are in no chain (apply_remove_node).
   Result<void> remove_node(NodeId node);
   // An operator's decision for a chain that lost its last copy (every entry

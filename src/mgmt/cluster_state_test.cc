@@ -487,6 +487,31 @@ TEST(ClusterState, PromotingATargetThatLostItsDataOverAnotherNeedsForce) {
   EXPECT_EQ(h.chain(id).entries.front().target_id, head) << "the chain's copy now";
 }
 
+// A chain that lost its last copy: an offline target that did not lose its
+// data may hold the only copy left, and replacing it would make its chunks
+// strays (swept after a grace); only with force. The one that came back
+// empty holds nothing and may go.
+TEST(ClusterState, ReplacingATargetThatMayHoldALostChainsDataNeedsForce) {
+  Harness h;
+  auto [id, head, tail, head_node, tail_node] = h.two_replica_chain();
+  const int head_host = h.snapshot.nodes.at(head_node).address == "host1:9000" ? 1 : 2;
+  h.clock.advance(16s);  // the tail is gone; the head serves alone
+  h.beat(head_node);
+  ASSERT_TRUE(h.state->tick().has_value());
+  h.add_storage(head_host, 1, /*incarnation=*/2, /*disk_generation=*/2);  // back with an empty disk
+  ASSERT_TRUE(lost_last_copy(h.chain(id)));
+  TargetId spare = h.add_storage(3, 1).target_ids.at(0);
+  TargetId spare_2 = h.add_storage(4, 1).target_ids.at(0);
+  auto refused = h.state->replace_target(tail, spare);
+  ASSERT_FALSE(refused.has_value()) << "replaced the target that may hold the chain's only data";
+  EXPECT_EQ(refused.error().code(), Code::kNotPermitted) << refused.error();
+  EXPECT_NE(refused.error().message().find("--force"), std::string::npos) << refused.error();
+  ASSERT_TRUE(h.state->replace_target(head, spare).has_value()) << "the emptied target holds nothing";
+  auto forced = h.state->replace_target(tail, spare_2, /*force=*/true);
+  ASSERT_TRUE(forced.has_value()) << forced.error();
+  for (const ChainEntry& e : h.chain(id).entries) EXPECT_NE(e.target_id, tail);
+}
+
 // A target that lost its data and resynced beside a serving replica holds
 // the chain's data again: the mark goes.
 TEST(ClusterState, TheLostDataMarkGoesOnceTheTargetServes) {

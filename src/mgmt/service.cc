@@ -58,7 +58,7 @@ Result<pb::CreateChainTableReply> do_create_table(ClusterState& state, const pb:
 }
 
 Result<pb::ReplaceTargetReply> do_replace_target(ClusterState& state, const pb::ReplaceTargetRequest& req) {
-  WEFT_TRY(std::vector<ChainId> changed, state.replace_target(req.old_target(), req.new_target()));
+  WEFT_TRY(std::vector<ChainId> changed, state.replace_target(req.old_target(), req.new_target(), req.force()));
   RoutingInfo routing = state.routing();
   pb::ReplaceTargetReply out;
   for (ChainId c : changed)
