@@ -33,9 +33,10 @@ Result<Update> to_engine_update(const ChainUpdate& u, uint32_t chain) {
 
 // Whether a resync copy of `chain` must leave this replica's chunk alone: it
 // belongs to another chain, or its chain is unknown (written before chains
-// were recorded) and it is newer than the copy (it may be another chain's).
-bool keep_on_sync(const ChunkInfo& here, uint32_t chain, uint64_t copy_version) {
-  if (here.chain_id == kChainUnknown) return here.version > copy_version;
+// were recorded), it is newer than the copy and the source did not record the
+// copy as `chain`'s either (so both may be another chain's).
+bool keep_on_sync(const ChunkInfo& here, uint32_t chain, uint64_t copy_version, bool copy_recorded) {
+  if (here.chain_id == kChainUnknown) return !copy_recorded && here.version > copy_version;
   return here.chain_id != chain;
 }
 
@@ -74,7 +75,7 @@ struct StageJob {
       WEFT_RETURN_IF_ERROR(check_repairable(info, u->id, v, expect_length, expect_crc));
       return stage(v);  // never "already": the committed copy is the damaged one
     }
-    if (u->sync && info && keep_on_sync(*info, chain, v))
+    if (u->sync && info && keep_on_sync(*info, chain, v, u->sync_recorded))
       return StagedUpdate{WriteResult{committed, info->length, info->chunk_crc}, true};
     if (has_expect && info && committed == v && info->chunk_crc == expect_crc && info->length == expect_length &&
         (info->chain_id == chain || !u->sync))
@@ -201,6 +202,7 @@ pb::ForwardRequest forward_request(const Placement& p, const ChainUpdate& u, con
   req.set_expect_chunk_length(staged.length);
   req.set_expect_chunk_crc32c(staged.chunk_crc);
   req.set_sync(sync);
+  req.set_sync_recorded(sync && u.sync_recorded);
   req.set_repair(u.repair);
   return req;
 }
@@ -527,6 +529,7 @@ Task<Result<pb::ForwardReply>> StorageService::forward_in(const pb::ForwardReque
   if (!p) co_return error(p.error());
   if (req.sync() || req.repair()) p->successor.reset();  // resync copies and repairs stop at the target addressed
   u.sync = req.sync();
+  u.sync_recorded = req.sync() && req.sync_recorded();
   u.repair = req.repair();
   if (u.repair && u.kind != pb::UPDATE_REPLACE)
     co_return error(Code::kInvalidArgument, "repair of chunk {} as update kind {}", u.id, u.kind);

@@ -331,7 +331,7 @@ Task<Result<void>> StorageService::resync_lists(ResyncPass& pass) {
       }
       remote.pos++;
     } else {  // both
-      if (r->chain == kChainUnknown && r->version > l->version) {
+      if (r->chain == kChainUnknown && r->version > l->version && l->chain != pass.chain) {  // keep_on_sync
         pass.kept++;
       } else if (!l->same_content(*r)) {
         pass.todo.push_back(l->id);
@@ -401,6 +401,8 @@ Task<Result<StorageService::CopyOutcome>> StorageService::copy_chunk_once(Resync
   u.sync = true;
   WriteResult state;
   if (data) {
+    auto info = pass.source->engine().stat(id);  // memory; the lock holds it still
+    u.sync_recorded = info && info->chain_id == pass.chain;
     u.kind = pb::UPDATE_REPLACE;
     u.data = data->data();
     u.length = static_cast<uint32_t>(u.data.size());

@@ -1409,6 +1409,41 @@ TEST_F(StorageServiceTest, SyncingTargetIsResyncedWhileWritesGoOn) {
   for (uint64_t i = 1; i < 30; ++i) EXPECT_EQ(read(2, 3, ChunkId{6, i}).data, read(0, 3, ChunkId{6, i}).data);
 }
 
+// A chunk id belongs to one chain (its file's layout). A syncing target's
+// chunk recorded before chains were (format 1) may be another chain's where
+// the source's copy is unrecorded too, and then the newer version stays; but
+// a source that recorded the chunk as this chain's proves it is this chain's,
+// and its copy replaces the older life's, whatever that one's version (a
+// remove and rewrite starts versions over).
+TEST_F(StorageServiceTest, AnUnrecordedChunkGivesWayToTheChainsRecordedCopyInAResync) {
+  start(2);
+  route({0}, 1);
+  ChunkEngine& dest = nodes_[1]->engine(target_of(1));
+  ChunkEngine& source = nodes_[0]->engine(target_of(0));
+  for (int i = 0; i < 3; ++i) {  // versions 1..3 of an earlier life, chain not recorded
+    ASSERT_TRUE(dest.write(ChunkId{8, 0}, Update::write(0, pattern(5000, 40 + i))).has_value());
+    ASSERT_TRUE(dest.write(ChunkId{8, 1}, Update::write(0, pattern(5000, 50 + i))).has_value());
+  }
+  auto now = pattern(4000, 60);
+  ASSERT_TRUE(write(0, 1, ChunkId{8, 0}, 0, now).has_value());  // version 1, recorded as chain 1's
+  ASSERT_TRUE(source.write(ChunkId{8, 1}, Update::write(0, pattern(5000, 70))).has_value());  // unrecorded too
+  route({0}, 2, {1});
+  bool synced = false;
+  for (int i = 0; i < 500 && !synced; ++i) {
+    auto s = client_.status(nodes_[1]->ep(), target_of(1));
+    ASSERT_TRUE(s.has_value());
+    for (auto& c : s->targets(0).synced()) synced |= c.chain_id() == 1 && c.synced_chain_version() == 2;
+    if (!synced) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(synced);
+  auto copied = dest.stat(ChunkId{8, 0});
+  ASSERT_TRUE(copied.has_value()) << copied.error();
+  EXPECT_EQ(copied->chain_id, 1u) << "kept the earlier life's version " << copied->version;
+  route({0, 1}, 3);
+  EXPECT_TRUE(read(1, 3, ChunkId{8, 0}).data == now) << "the syncing target serves an earlier life's bytes";
+  EXPECT_EQ(dest.stat(ChunkId{8, 1})->version, 3u) << "both unrecorded: the newer one may be another chain's";
+}
+
 // A full listing page (resync_batch, 256) whose last chunk has the largest id
 // ends the listing: the resync completes (it used to wrap around to {0, 0} and
 // list the chain again, forever).
