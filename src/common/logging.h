@@ -18,6 +18,10 @@ struct LogOptions {
 };
 
 Result<void> log_init(const LogOptions& options);
+// Opens the log file again by its path (after logrotate moved it away), and
+// points stdout and stderr there too if they wrote to it. A process logging to
+// stderr has nothing to reopen.
+Result<void> log_reopen();
 Result<void> log_set_level(const std::string& level);
 
 }  // namespace weft

@@ -21,9 +21,10 @@ namespace {
 
 int g_signal_fd = -1;  // write end of the running runtime's stop pipe
 
-void on_signal(int) {
+// SIGHUP asks for the log to be reopened ('h'); the others stop ('s').
+void on_signal(int sig) {
   if (g_signal_fd >= 0) {
-    char c = 's';
+    char c = sig == SIGHUP ? 'h' : 's';
     [[maybe_unused]] ssize_t n = ::write(g_signal_fd, &c, 1);
   }
 }
@@ -158,9 +159,17 @@ Result<void> ServiceRuntime::run(std::function<void()> on_listening, std::functi
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGHUP, &sa, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
-  char c;
-  while (::read(stop_pipe_[0], &c, 1) < 0 && errno == EINTR) {
+  for (;;) {
+    char c;
+    ssize_t n = ::read(stop_pipe_[0], &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n != 1 || c != 'h') break;
+    if (auto reopened = log_reopen(); !reopened)
+      WEFT_LOG_ERROR("{}: SIGHUP: the log stays where it was: {}", config_.name, reopened.error().message());
+    else
+      WEFT_LOG_INFO("{}: log reopened (SIGHUP)", config_.name);
   }
   WEFT_LOG_INFO("{} stopping", config_.name);
   if (on_stopping) on_stopping();

@@ -329,5 +329,32 @@ TEST(MgmtdProcess, UnknownConfigKeysAreNamedInTheLog) {
   EXPECT_EQ(p.log().find("'server."), std::string::npos) << p.log();
 }
 
+// logrotate's way: the log is renamed, SIGHUP makes the server write to a
+// new file of the same name (its stdout and stderr too, when they went to
+// the log, as under `weft up`); the server keeps running.
+TEST(MgmtdProcess, SighupReopensTheLogAfterItWasMovedAway) {
+  TempDir dir;
+  const std::string log = dir.file("m.log");
+  testing::write_file(dir.file("m.toml"),
+                      fmt::format("[server]\nlisten = \"127.0.0.1:0\"\ncluster_token = \"t\"\nport_file = \"{}\"\n"
+                                  "log_file = \"{}\"\n[mgmtd]\ndata_dir = \"{}\"\n",
+                                  dir.file("ports"), log, dir.file("data")));
+  Process p({testing::weft_binary(), "serve", "mgmtd", "--config", dir.file("m.toml")}, log);
+  ASSERT_TRUE(testing::wait_for_file(dir.file("ports"), 10s)) << testing::read_file(log);
+  std::filesystem::rename(log, dir.file("m.log.1"));
+  p.signal(SIGHUP);
+  ASSERT_TRUE(eventually([&] { return testing::read_file(log).find("log reopened") != std::string::npos; }, 10s))
+      << "moved away: " << testing::read_file(dir.file("m.log.1"));
+  EXPECT_TRUE(p.running()) << "SIGHUP stopped the server";
+  struct stat out {}, now {};
+  ASSERT_EQ(::stat(log.c_str(), &now), 0);
+  ASSERT_EQ(::stat(fmt::format("/proc/{}/fd/2", p.pid()).c_str(), &out), 0);
+  EXPECT_EQ(out.st_ino, now.st_ino) << "stderr still goes to the moved-away file";
+  p.signal(SIGTERM);
+  ASSERT_TRUE(p.wait_exit(10s));
+  EXPECT_NE(testing::read_file(log).find("stopping"), std::string::npos) << testing::read_file(log);
+  EXPECT_EQ(testing::read_file(dir.file("m.log.1")).find("stopping"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace weft

@@ -83,6 +83,13 @@ inline std::string weft_binary() {
   return bin ? bin : "weft";
 }
 
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 class Process {
  public:
   // Runs argv[0] with the given arguments; stdout+stderr go to log_path.
@@ -136,12 +143,7 @@ class Process {
     }
     return status_;
   }
-  std::string log() const {
-    std::ifstream in(log_path_);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
+  std::string log() const { return read_file(log_path_); }
 
  private:
   pid_t pid_ = -1;
