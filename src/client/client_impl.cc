@@ -72,7 +72,7 @@ class ClientImpl final : public Client {
       release_off_io(std::move(files));
     };
     core_->flush_other_writers = [this](Ino ino, const FileImpl* reader) {
-      uint64_t size = 0;
+      uint64_t size = closed_end(ino);
       for (auto& f : open_files(ino)) {
         if (f.get() == reader) continue;
         f->flush_before_read();
@@ -85,7 +85,7 @@ class ClientImpl final : public Client {
         if (f.get() != writer) f->order_before_write(offset, length);
     };
     core_->local_size = [this](Ino ino) {
-      uint64_t size = 0;
+      uint64_t size = closed_end(ino);
       for (auto& f : open_files(ino)) size = std::max(size, f->written_end());
       return size;
     };
@@ -567,6 +567,11 @@ class ClientImpl final : public Client {
     return it == files_.end() ? nullptr : it->second.shared.lock();
   }
 
+  uint64_t closed_end(Ino ino) {
+    auto shared = open_inode(ino);
+    return shared ? shared->closed_end.load() : 0;
+  }
+
   void send_all_dirty() {
     std::vector<std::shared_ptr<FileImpl>> all;
     {
@@ -597,6 +602,11 @@ class ClientImpl final : public Client {
     for (auto& f : files) old_size = std::max(old_size, f->size());
     WEFT_RETURN_IF_ERROR(truncate_file(*core_, cred, n, old_size, length, session));
     for (auto& f : files) f->truncated_to(length);
+    if (shared) {
+      uint64_t end = shared->closed_end.load();
+      while (end > length && !shared->closed_end.compare_exchange_weak(end, length)) {
+      }
+    }
     return {};
   }
 

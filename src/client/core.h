@@ -148,6 +148,17 @@ struct OpenInode {
   // Appends (O_APPEND) take their offset and buffer their bytes under it: two
   // appends of this client never land on one offset.
   std::mutex append;
+  // The end of what Files of this inode wrote here and closed (their close
+  // reported it to meta): the others go on counting it as they count an open
+  // File's written end (an append goes after it, a read sees up to it), else
+  // a File that knew an older length would append over it. Raised by a close
+  // before it is seen as closed; a truncate here lowers it.
+  std::atomic<uint64_t> closed_end{0};
+  void raise_closed_end(uint64_t end) {
+    uint64_t now = closed_end.load();
+    while (now < end && !closed_end.compare_exchange_weak(now, end)) {
+    }
+  }
 };
 
 struct Core {
@@ -184,7 +195,8 @@ struct Core {
   // the other Files of it open here drop their read-ahead of that chunk.
   std::function<void(Ino, uint64_t index, const FileImpl* writer)> chunk_written;
   // Flushes the Files of `ino` open here for writing, except `reader`, and
-  // returns the end of what they wrote (0: nothing): a read through one File
+  // returns the end of what they wrote (and what Files closed here wrote,
+  // OpenInode::closed_end; 0: nothing): a read through one File
   // sees what the others wrote before it, as with two descriptors of one
   // local file. Not the lengths they knew at open: those may be older than
   // the reader's (another client's truncate since).
@@ -193,8 +205,9 @@ struct Core {
   // length): every other File of `ino` open here sends what it holds over
   // that range and waits for the acks (FileImpl::order_before_write).
   std::function<void(Ino, const FileImpl* writer, uint64_t offset, uint64_t length)> order_other_writers;
-  // The end of what the Files of `ino` open here wrote (where an append of
-  // another File goes, if past its own length).
+  // The end of what the Files of `ino` open here wrote, or closed here while
+  // others stayed open (where an append of another File goes, if past its
+  // own length).
   std::function<uint64_t(Ino)> local_size;
   // The end of the bytes Files of `ino` open here wrote that meta may not
   // count yet (FileImpl::unreported_end): what they add to a length fresh from meta.

@@ -428,6 +428,7 @@ Result<void> FileImpl::close() {
       std::tie(flushed, session_closed) = close_reporting(lock, **owed);
   }
   close_flushed_ = flushed;
+  if (writable_ && flushed) shared_->raise_closed_end(written_end_);  // before a truncate can see it closed
   closed_ = true;
   cv_.notify_all();  // flush() callers waiting for this close
   prefetched_.clear();  // a caller may keep the closed File: not its read-ahead (up to 16 MiB)

@@ -1807,6 +1807,49 @@ TEST_F(ClientTest, AppendsOfOneClientDoNotOverwriteEachOther) {
     for (int i = 0; i < 50; ++i) EXPECT_NE(text.find(fmt::format("{}:{:03}\n", t, i)), std::string::npos);
 }
 
+// A File closed here still counts for the Files of its inode left open
+// here: an append through one that knew an older length goes after what the
+// closed one wrote (it went over it), and a read through one sees it (it
+// came back short in the middle of the file).
+TEST_F(ClientTest, AFileClosedHereStillCountsForItsSiblingsAppendsAndReads) {
+  std::string d = dir();
+  const std::string start = "0123456789";
+  auto w = open(d + "/app", O_CREAT | O_WRONLY);
+  ASSERT_TRUE(w && w->pwrite(std::as_bytes(std::span(start)), 0).has_value() && w->close().has_value());
+  auto a = open(d + "/app", O_WRONLY | O_APPEND);
+  auto b = open(d + "/app", O_WRONLY | O_APPEND);
+  auto r = open(d + "/app", O_RDONLY);
+  ASSERT_TRUE(a && b && r);
+  std::vector<std::byte> buf(400);
+  ASSERT_EQ(r->pread(buf, 0).value_or(0), start.size());
+  std::string first(100, 'A'), second(50, 'B');
+  ASSERT_TRUE(a->pwrite(std::as_bytes(std::span(first)), 0).has_value());
+  ASSERT_TRUE(a->close().has_value());
+  auto n = r->pread(buf, 0);
+  ASSERT_TRUE(n.has_value()) << n.error();
+  EXPECT_EQ(*n, start.size() + first.size()) << "a read missed what a File closed here wrote";
+  ASSERT_TRUE(b->pwrite(std::as_bytes(std::span(second)), 0).has_value());
+  ASSERT_TRUE(b->close().has_value());
+  auto all = read_all(d + "/app");
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(all.data()), all.size()), start + first + second);
+  // A truncate here lowers what closed Files count: the next append goes at the new end.
+  auto c = open(d + "/app", O_WRONLY | O_APPEND);
+  auto e = open(d + "/app", O_WRONLY);
+  ASSERT_TRUE(c && e);
+  ASSERT_TRUE(c->pwrite(std::as_bytes(std::span(first)), 0).has_value());
+  ASSERT_TRUE(c->close().has_value());
+  ASSERT_TRUE(e->truncate(10).has_value());
+  ASSERT_TRUE(e->pwrite(std::as_bytes(std::span(second)), 0).has_value()) << "not an append: offset 0";
+  auto f = open(d + "/app", O_WRONLY | O_APPEND);
+  ASSERT_TRUE(f);
+  const std::string z = "Z";
+  ASSERT_TRUE(f->pwrite(std::as_bytes(std::span(z)), 0).has_value());
+  ASSERT_TRUE(f->close().has_value());
+  ASSERT_TRUE(e->close().has_value());
+  all = read_all(d + "/app");
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(all.data()), all.size()), second + "Z");
+}
+
 // The last reference going away without close() closes the File, flushing
 // what it buffered (it used to abort the process: std::bad_weak_ptr). Sends
 // in flight hold references too, so the close may come a moment later.

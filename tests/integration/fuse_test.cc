@@ -1161,6 +1161,30 @@ TEST_F(FuseTest, AReadHandleSeesTheFileGrowAfterTheWriterClosed) {
   EXPECT_EQ(read_all(f), "abcdef");
 }
 
+// The same at once (a closed writer was no longer counted by the reader's
+// File: the read came back short, and in page-cache mode the kernel then
+// took the file for that short and put the next append over the middle).
+TEST_F(FuseTest, AReadHandleSeesAWriteAsSoonAsItsWriterClosed) {
+  std::string f = p("log");
+  ASSERT_TRUE(write_all(f, "a", 0644));
+  int r = ::open(f.c_str(), O_RDONLY);
+  ASSERT_GE(r, 0);
+  char buf[64];
+  ASSERT_EQ(::pread(r, buf, sizeof buf, 0), 1);
+  int w = ::open(f.c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(w, 0);
+  ASSERT_EQ(::write(w, "bcdef", 5), 5);
+  ASSERT_EQ(::close(w), 0);
+  ssize_t n = ::pread(r, buf, sizeof buf, 0);
+  EXPECT_EQ(std::string(buf, static_cast<size_t>(std::max<ssize_t>(n, 0))), "abcdef");
+  w = ::open(f.c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(w, 0);
+  ASSERT_EQ(::write(w, "XY", 2), 2);
+  ASSERT_EQ(::close(w), 0);
+  ::close(r);
+  EXPECT_EQ(read_all(f), "abcdefXY");
+}
+
 // opendir needs read permission on the directory, as open(2) of one does.
 // (This suite mounts with default_permissions, so the kernel refuses it
 // first; the daemon's own check serves mounts without that option.)
