@@ -43,8 +43,10 @@ Cred process_cred() {
   return c;
 }
 
-bool wants_write(int flags) { return (flags & O_ACCMODE) == O_WRONLY || (flags & O_ACCMODE) == O_RDWR; }
-bool wants_read(int flags) { return (flags & O_ACCMODE) == O_RDONLY || (flags & O_ACCMODE) == O_RDWR; }
+// Access mode 3 (O_ACCMODE, Linux's "ioctl only" open) needs read and write
+// permission, as open(2) checks it, and O_TRUNC applies.
+bool wants_write(int flags) { return (flags & O_ACCMODE) != O_RDONLY; }
+bool wants_read(int flags) { return (flags & O_ACCMODE) != O_WRONLY; }
 
 class ClientImpl final : public Client {
  public:

@@ -750,6 +750,7 @@ TEST_F(ClientTest, StataheadAnswersReadOnlyOpensFromAListing) {
   auto denied = s->open_path(other, path(5), O_RDONLY);
   ASSERT_FALSE(denied.has_value());
   EXPECT_EQ(denied.error().posix_errno(), EACCES);
+
   EXPECT_TRUE(s->open_path(other, path(4), O_RDONLY).has_value());
   auto is_dir = s->open_path(cred, d + "/sub0", O_RDONLY);
   ASSERT_FALSE(is_dir.has_value());
@@ -1805,6 +1806,24 @@ TEST_F(ClientTest, AppendsOfOneClientDoNotOverwriteEachOther) {
   EXPECT_EQ(text.size(), 100u * 6);
   for (int t = 0; t < 2; ++t)
     for (int i = 0; i < 50; ++i) EXPECT_NE(text.find(fmt::format("{}:{:03}\n", t, i)), std::string::npos);
+}
+
+// Access mode 3 (O_ACCMODE: Linux's open for ioctls only) needs read and
+// write permission, as open(2) checks it, and O_TRUNC truncates (it was
+// taken for neither: no check at all, and no truncate).
+TEST_F(ClientTest, AccessModeThreeNeedsReadAndWritePermission) {
+  std::string d = dir();
+  ASSERT_TRUE(write_new(d + "/f", pattern(5000, 3)));
+  Cred other{.uid = 4321, .gid = 4321, .groups = {}};
+  auto readable = client_->open_path(other, d + "/f", O_RDONLY);
+  ASSERT_TRUE(readable.has_value()) << readable.error();
+  auto mode_3 = client_->open_path(other, d + "/f", O_ACCMODE);
+  ASSERT_FALSE(mode_3.has_value()) << "opened without write permission";
+  EXPECT_EQ(mode_3.error().posix_errno(), EACCES);
+  auto truncating = client_->open_path(client_->default_cred(), d + "/f", O_ACCMODE | O_TRUNC);
+  ASSERT_TRUE(truncating.has_value()) << truncating.error();
+  ASSERT_TRUE((*truncating)->close().has_value());
+  EXPECT_EQ(read_all(d + "/f").size(), 0u);
 }
 
 // A File closed here still counts for the Files of its inode left open
