@@ -1082,18 +1082,16 @@ class FuseServer::Impl {
 
   static void op_release(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
     auto* s = self(req);
-    auto of = s->unregister_file(file_of(fi));
-    int err = 0;
-    if (of) {
-      auto r = of->file->close();
-      if (!r) err = errno_of(r.error());  // the kernel drops it; close(2) saw flush's result
-      if (of->writable) {
-        // Its close reported the length: attributes fetched meanwhile are stale.
-        s->drop_known(of->ino);
-        s->changed();
-      }
-    }
-    fuse_reply_err(req, err);
+    OpenFile* raw = file_of(fi);  // the registry owns it until unregistered
+    // Closed while still registered: an fsync through another handle of the
+    // inode meanwhile waits for this close's flush (sync_inode), rather than
+    // missing what it still sends (pages written back at release: shared
+    // mappings, writeback_cache).
+    auto r = raw->file->close();
+    // A writable one's close reported the length: unregistering drops the
+    // attributes fetched meanwhile.
+    (void)s->unregister_file(raw);
+    fuse_reply_err(req, r ? 0 : errno_of(r.error()));  // the kernel drops it; close(2) saw flush's result
   }
 
   // fsync(2) makes the inode's data durable whichever descriptor wrote it

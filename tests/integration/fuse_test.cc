@@ -1185,6 +1185,34 @@ TEST_F(FuseTest, AReadHandleSeesAWriteAsSoonAsItsWriterClosed) {
   EXPECT_EQ(read_all(f), "abcdefXY");
 }
 
+// close(2) makes a descriptor's writes visible to other clients (close to
+// open) whichever handle of the inode carried them: with writeback_cache the
+// kernel writes cached pages back through the newest writable handle (here
+// not the one closed), then its times through that handle too; that setattr
+// flushes the handle (op_setattr) before the close's FLUSH is answered.
+TEST_F(FuseTest, ACloseMakesItsWritesVisibleElsewhereWhicheverHandleCarriedThem) {
+  const std::string f = p("shared");
+  int a = ::open(f.c_str(), O_CREAT | O_WRONLY, 0644);
+  ASSERT_GE(a, 0) << std::strerror(errno);
+  const std::string data(5000, 'q');  // less than a chunk: nothing is sent before a flush
+  ASSERT_EQ(::write(a, data.data(), data.size()), static_cast<ssize_t>(data.size()));
+  int b = ::open(f.c_str(), O_RDWR);
+  ASSERT_GE(b, 0) << std::strerror(errno);
+  ASSERT_EQ(::close(a), 0) << std::strerror(errno);
+  ClientOptions o;
+  o.config_path = data_ + "/client.toml";
+  auto native = Client::connect(o);
+  ASSERT_TRUE(native.has_value()) << native.error();
+  const Cred cred = (*native)->default_cred();
+  auto file = (*native)->open_path(cred, "/" + base_.substr(mnt_.size() + 1) + "/shared", O_RDONLY);
+  ASSERT_TRUE(file.has_value()) << file.error();
+  std::vector<std::byte> got(data.size() + 1);
+  auto n = (*file)->pread(got, 0);
+  ASSERT_TRUE(n.has_value()) << n.error();
+  EXPECT_EQ(*n, data.size()) << "another client does not see what was written before close(2)";
+  EXPECT_EQ(::close(b), 0);
+}
+
 // opendir needs read permission on the directory, as open(2) of one does.
 // (This suite mounts with default_permissions, so the kernel refuses it
 // first; the daemon's own check serves mounts without that option.)
