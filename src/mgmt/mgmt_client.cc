@@ -223,8 +223,13 @@ Result<void> MgmtClient::heartbeat_now() {
   {
     std::lock_guard lock(mu_);
     granted_ = got.lease;
-    if (routing_) cached = routing_->version;
     any_version = accept_any_version_ || !routing_;
+  }
+  {
+    // The version the service serves, not only the one fetched: a hand-over
+    // in progress (the routing poll's) finishes first.
+    std::lock_guard deliver(deliver_mu_);
+    cached = delivered_;
   }
   heartbeats_ok_.fetch_add(1);
   // Routing first, lease second (mgmt/lease.h): a node that mgmtd declared dead
@@ -276,6 +281,7 @@ Result<std::shared_ptr<const RoutingInfo>> MgmtClient::refresh(uint32_t wait_ms,
   if (!reply->unchanged()) {
     WEFT_TRY(RoutingInfo info, from_proto(reply->routing()));
     auto snapshot = std::make_shared<const RoutingInfo>(std::move(info));
+    std::lock_guard deliver(deliver_mu_);
     if (install(snapshot, force)) {
       note_installed(snapshot->version);
       RoutingListener listener;
@@ -284,6 +290,7 @@ Result<std::shared_ptr<const RoutingInfo>> MgmtClient::refresh(uint32_t wait_ms,
         listener = listener_;
       }
       if (listener) listener(snapshot);
+      delivered_ = snapshot->version;
     }
   }
   return routing();

@@ -183,6 +183,11 @@ class MgmtClient {
   RoutingListener listener_;             // GUARDED_BY(mu_)
   std::shared_ptr<const RoutingInfo> routing_;  // GUARDED_BY(mu_)
   RoutingVersion installed_max_ = 0;     // GUARDED_BY(mu_)
+  // Held from a routing's install to the listener's return: hand-overs go in
+  // version order, and a heartbeat waits for one in progress before it
+  // takes a version as had (routing first, lease second).
+  std::mutex deliver_mu_;
+  RoutingVersion delivered_ = 0;         // GUARDED_BY(deliver_mu_): the listener's version (0: none yet)
   std::mutex record_mu_;                 // serializes writes of the record
   RoutingVersion recorded_ = 0;          // GUARDED_BY(record_mu_)
   std::atomic<int64_t> refusal_logged_ns_{0};

@@ -12,6 +12,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "mgmt/client_list.h"
@@ -327,6 +329,54 @@ TEST(MgmtService, ExpiredLeaseMarksNodeDownAndLoopRevivesIt) {
   ASSERT_TRUE(eventually([&] { return f.state->routing().nodes.at(bid).state == NodeState::kUp; }));
   a.stop();
   b.stop();
+}
+
+// Routing first, lease second, also when the routing poll fetched the new
+// routing and is still handing it over (recording it in the target
+// directories, then to the service) as the heartbeat's answer names that
+// version: the heartbeat waits for the hand-over (it took the version as
+// had, and granted the lease while the service still served the routing
+// under which the node had been declared dead).
+TEST(MgmtService, AHeartbeatGrantsNoLeaseWhileItsRoutingIsStillBeingHandedOver) {
+  Fixture f;
+  MgmtClient b(f.rpc(), f.storage(1));
+  ASSERT_TRUE(b.register_now());
+  const NodeId id = b.node_id();
+  ASSERT_TRUE(eventually([&] { return f.state->routing().nodes.at(id).state == NodeState::kDown; }));
+  ASSERT_FALSE(b.lease().can_serve_writes());
+  ASSERT_TRUE(f.state->heartbeat({.node_id = id, .incarnation = 1}).has_value());  // back up: a newer routing
+  const RoutingVersion revived = f.state->routing_version();
+  std::mutex mu;
+  std::condition_variable cv;
+  bool entered = false, release = false;
+  b.set_routing_listener([&](std::shared_ptr<const RoutingInfo> r) {
+    if (r->version < revived) return;
+    std::unique_lock lock(mu);
+    entered = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+  });
+  std::thread poll([&] { EXPECT_TRUE(b.refresh().has_value()); });
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 5s, [&] { return entered; }));
+  }
+  std::atomic<bool> beat_done{false};
+  std::thread beat([&] {
+    EXPECT_TRUE(b.heartbeat_now().has_value());
+    beat_done = true;
+  });
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(b.lease().can_serve_writes()) << "a lease before the routing it answers was handed over";
+  {
+    std::lock_guard lock(mu);
+    release = true;
+    cv.notify_all();
+  }
+  poll.join();
+  beat.join();
+  EXPECT_TRUE(beat_done);
+  EXPECT_TRUE(b.lease().can_serve_writes());
 }
 
 TEST(MgmtService, RestartWithoutStateReRegistersAndNewerIncarnationFencesOld) {
