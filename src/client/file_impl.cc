@@ -192,15 +192,19 @@ bool overlaps(const std::map<uint32_t, uint32_t>& ex, uint32_t start, uint32_t e
 void FileImpl::order_before_write(uint64_t offset, uint64_t length) {
   if (!writable_) return;
   std::unique_lock lock(mu_);
+  // Only writes made here before the caller's go first: one made meanwhile
+  // (a new buffer of the chunk while its send is in flight) may stay
+  // buffered, and waiting for it could last until this File flushes.
+  const uint64_t upto = write_gen_;
   for (const ChunkSpan& s : split_range(offset, length, inode_.layout.chunk_bytes)) {
     const uint32_t start = s.offset, end = s.offset + s.length;
     auto buffered = [&] {
       auto d = dirty_.find(s.chunk_index);
-      return d != dirty_.end() && overlaps(d->second.extents, start, end);
+      return d != dirty_.end() && d->second.first_gen <= upto && overlaps(d->second.extents, start, end);
     };
     auto sending = [&] {
       auto f = in_flight_.find(s.chunk_index);
-      return f != in_flight_.end() && overlaps(f->second.extents, start, end);
+      return f != in_flight_.end() && f->second.first_gen <= upto && overlaps(f->second.extents, start, end);
     };
     if (buffered()) {
       // Sent now, or (a send of the chunk is in flight) by on_sent right after it.

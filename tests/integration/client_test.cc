@@ -1808,6 +1808,34 @@ TEST_F(ClientTest, AppendsOfOneClientDoNotOverwriteEachOther) {
     for (int i = 0; i < 50; ++i) EXPECT_NE(text.find(fmt::format("{}:{:03}\n", t, i)), std::string::npos);
 }
 
+// A write through one File waits for what another File of the inode
+// buffered over its range before it, never for what that one writes
+// meanwhile (it waited for a buffer refilled during the send, which nothing
+// sends until that File flushes).
+TEST_F(ClientTest, AWriteDoesNotWaitForWhatAnotherFileWritesMeanwhile) {
+  std::string d = dir();
+  auto a = open(d + "/f", O_CREAT | O_RDWR);
+  auto b = open(d + "/f", O_RDWR);
+  ASSERT_TRUE(a && b);
+  std::atomic<bool> stop{false};
+  std::thread rewriter([&] {
+    const auto data = pattern(4096, 1);
+    while (!stop) EXPECT_TRUE(a->pwrite(data, 0).has_value());
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto write = std::async(std::launch::async, [&] { return b->pwrite(pattern(4096, 2), 0); });
+  const bool done = write.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  stop = true;
+  rewriter.join();
+  if (!done) {
+    ASSERT_TRUE(a->flush().has_value());  // lets it finish
+  }
+  EXPECT_TRUE(done) << "the write waited for the other File's later writes";
+  EXPECT_TRUE(write.get().has_value());
+  EXPECT_TRUE(a->close().has_value());
+  EXPECT_TRUE(b->close().has_value());
+}
+
 // Access mode 3 (O_ACCMODE: Linux's open for ioctls only) needs read and
 // write permission, as open(2) checks it, and O_TRUNC truncates (it was
 // taken for neither: no check at all, and no truncate).
