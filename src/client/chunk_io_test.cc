@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <atomic>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -17,6 +18,7 @@
 #include <mutex>
 
 #include "client/chunk_io.h"
+#include "common/fault.h"
 #include "client/remove_chunks.h"
 #include "client/routing_cache.h"
 #include "client/in_process_mgmtd.h"
@@ -219,6 +221,37 @@ TEST(ChunkIo, ChunksOnAHeadOlderThanRemoveRangeAreRemovedIndexByIndex) {
   ASSERT_TRUE(removed.has_value()) << removed.error();
   EXPECT_EQ(*removed, 0u) << "RemoveRange removed nothing";
   EXPECT_EQ(storage.removed_sorted(), (std::vector<uint64_t>{3, 4, 5, 6, 7, 8, 9}));
+  routing.stop();
+}
+
+// Retries ask for a refresh after each failure: many at once (a server died
+// under load) cancelled each immediate fetch before its answer came, so the
+// routing never moved. A refresh request cuts a long poll only.
+TEST(RoutingCacheTest, RefreshRequestsInABurstDoNotStarveTheFetch) {
+  Mgmtd mgmtd;
+  rpc::IoPool io{1};
+  rpc::Client rpc(io, rpc::ClientOptions::in_cluster(kToken, "chunk-io-test"));
+  RoutingCache routing(io, rpc, {rpc::Endpoint{"127.0.0.1", mgmtd.port}});
+  ASSERT_TRUE(routing.start());
+  fault::Scope slow("mgmt.get_routing.slow");  // each answer takes 5 ms
+  std::atomic<bool> stop{false};
+  std::thread burst([&] {
+    while (!stop) {
+      routing.request_refresh();
+      std::this_thread::yield();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(mgmtd.add_storage_and_table("127.0.0.1:2"), 1u);  // never dialled
+  const mgmt::RoutingVersion wanted = mgmtd.state->routing_version();
+  bool seen = false;
+  for (int i = 0; i < 300 && !seen; ++i) {
+    seen = routing.version() >= wanted;
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  stop = true;
+  burst.join();
+  EXPECT_TRUE(seen) << "routing version " << routing.version() << ", mgmtd's " << wanted;
   routing.stop();
 }
 

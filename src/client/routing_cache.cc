@@ -48,7 +48,10 @@ void RoutingCache::request_refresh() {
   {
     std::lock_guard lock(loop_mu_);
     refresh_wanted_ = true;
-    if (poll_cancel_) poll_cancel_->cancel();
+    // An immediate fetch in flight is left to finish (another follows it):
+    // cancelling it too, a burst of requests (every retry asks) kept the
+    // routing from ever arriving.
+    if (poll_cancel_ && poll_long_) poll_cancel_->cancel();
   }
   loop_cv_.notify_all();
 }
@@ -94,6 +97,7 @@ void RoutingCache::run() {
       if (refresh_wanted_) wait_ms = 0;
       refresh_wanted_ = false;
       poll_cancel_ = cancel;
+      poll_long_ = wait_ms > 0;
     }
     const uint64_t refused_before = older_refused_.load();
     const mgmt::RoutingVersion known = version_.load();

@@ -74,6 +74,7 @@ class RoutingCache {
   bool stopping_ = false;        // GUARDED_BY(loop_mu_)
   bool refresh_wanted_ = false;  // GUARDED_BY(loop_mu_)
   std::shared_ptr<rpc::CancelSource> poll_cancel_;  // GUARDED_BY(loop_mu_)
+  bool poll_long_ = false;  // GUARDED_BY(loop_mu_): the call in flight is a long poll (a request cuts only that)
   std::chrono::steady_clock::time_point last_behind_warning_{};  // poll thread only
   std::thread thread_;
 };

@@ -3,6 +3,7 @@
 #include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
 
+#include "common/fault.h"
 #include "common/logging.h"
 #include "mgmt/client_list.h"
 #include "mgmt/proto_convert.h"
@@ -227,6 +228,10 @@ Task<Result<pb::GetRoutingReply>> MgmtService::get_routing(pb::GetRoutingRequest
     if (!waited) long_polls_.inc();
     waited = true;
     asio::steady_timer timer(co_await asio::this_coro::executor, options_.routing_poll);
+    co_await timer.async_wait(use_nothrow);
+  }
+  if (WEFT_FAULT("mgmt.get_routing.slow")) {  // tests: a loaded mgmtd, a large snapshot
+    asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::milliseconds(5));
     co_await timer.async_wait(use_nothrow);
   }
   pb::GetRoutingReply reply;
