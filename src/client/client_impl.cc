@@ -433,7 +433,8 @@ class ClientImpl final : public Client {
         for (const auto& op : ops) out.push_back(op.file->pwrite(op.src, op.offset));
         // Durable together: each distinct file is flushed once.
         std::map<File*, Result<void>> flushed;
-        for (const auto& op : ops) flushed.try_emplace(op.file.get(), op.file->flush());
+        for (const auto& op : ops)
+          if (!flushed.contains(op.file.get())) flushed.emplace(op.file.get(), op.file->flush());
         for (size_t i = 0; i < ops.size(); ++i) {
           const auto& f = flushed.at(ops[i].file.get());
           if (out[i] && !f) out[i] = std::unexpected(f.error());

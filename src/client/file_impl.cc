@@ -486,7 +486,7 @@ Result<size_t> FileImpl::pread(std::span<std::byte> dst, uint64_t offset) {
   if (sequential && core_.options.readahead_bytes_max >= cb) {
     std::lock_guard lock(mu_);
     uint32_t max_window = static_cast<uint32_t>(core_.options.readahead_bytes_max / cb);
-    ra_window_ = std::clamp<uint32_t>(ra_window_ * 2, 2, max_window);
+    ra_window_ = std::clamp<uint32_t>(ra_window_ * 2, std::min(2u, max_window), max_window);  // max_window >= 1
     prefetch_locked(offset / cb, size);
   }
   WEFT_TRY(std::optional<uint64_t> meta_size, read_spans(dst, offset, want));
