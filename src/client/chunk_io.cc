@@ -162,7 +162,10 @@ Task<Result<T>> ChunkIo::at_head(mgmt::ChainId chain, HeadAttempt<T> attempt, st
     } else {
       last = head.error();
     }
-    if (!worth_retrying(last.code())) break;
+    // kCorruption: the payload was damaged on its way to a member (each
+    // checks it on arrival): sent again, as a read of a bad replica is tried
+    // again. (A member whose own copy is bad answers kUnavailable.)
+    if (!worth_retrying(last.code()) && last.code() != Code::kCorruption) break;
     bool again = co_await backoff(retry, deadline);
     if (!again) {
       timed_out = true;

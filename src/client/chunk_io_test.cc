@@ -287,5 +287,28 @@ TEST(ChunkIo, RetriesOfAnUpdateAreNumberedAndAnUnknownOutcomeIsNotRetried) {
   routing.stop();
 }
 
+// A payload whose checksum failed on arrival (storage refuses it, kCorruption)
+// is sent again, as a read of a bad replica is tried again: the File failed
+// for good on one damaged frame.
+TEST(ChunkIo, AWriteWhosePayloadArrivedDamagedIsSentAgain) {
+  Mgmtd mgmtd;
+  ScriptedStorage storage({Code::kCorruption, Code::kOk});
+  ASSERT_EQ(mgmtd.add_storage_and_table(storage.address()), 1u);
+  rpc::IoPool io{1};
+  rpc::Client rpc(io, rpc::ClientOptions::in_cluster(kToken, "chunk-io-test"));
+  RoutingCache routing(io, rpc, {rpc::Endpoint{"127.0.0.1", mgmtd.port}});
+  ASSERT_TRUE(routing.start());
+  const mgmt::ChainId chain = routing.current()->tables.at(1).chains[0];
+  ChunkIo chunks(io, rpc, routing, ChunkIoOptions{.call_timeout_ms = 1000, .retry_time_ms_max = 5000});
+  ChunkAddress c{.ino = 7, .index = 0, .chain = chain, .chunk_bytes = 1 << 20};
+  std::vector<std::byte> buf(4096, std::byte{1});
+  auto written = block_on(io.at(0).get_executor(), chunks.write(c, 0, buf));
+  ASSERT_TRUE(written.has_value()) << written.error();
+  auto sent = storage.sent();
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[1], std::make_pair(sent[0].first, 1u)) << "the same update, its second send";
+  routing.stop();
+}
+
 }  // namespace
 }  // namespace weft::client
