@@ -719,6 +719,16 @@ class FuseServer::Impl {
         s->reply_times_of_removed(req, ino, *attr);
         return;
       }
+      if (!r && s->kernel_times_write_back(to_set) &&
+          (r.error().code() == Code::kNotPermitted || r.error().code() == Code::kPermissionDenied)) {
+        // A ctime change (rename, link, unlink, xattr) by a user who may not
+        // set this file's times, written back at its next close: the times
+        // stay meta's (which moved the ctime itself). Refused, the kernel
+        // failed that close(2) with EIO. (A futimens(2) of the same shape by
+        // such a user, on a mount without default_permissions, is answered
+        // as done too: the two cannot be told apart.)
+        r = s->client_.getattr(cred, ino);
+      }
       if (!r) {
         fuse_reply_err(req, errno_of(r.error()));
         return;

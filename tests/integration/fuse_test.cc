@@ -1213,6 +1213,28 @@ TEST_F(FuseTest, ACloseMakesItsWritesVisibleElsewhereWhicheverHandleCarriedThem)
   EXPECT_EQ(::close(b), 0);
 }
 
+// A rename (or link, unlink, xattr change) of a file by a user who does not
+// own it is a ctime change the writeback_cache kernel writes back with that
+// user's credentials at the file's next close: a write-back of times meta
+// does not let them set. Refused, the kernel failed that close(2) with EIO
+// where Linux closes without error; the times stay meta's instead.
+TEST_F(FuseTest, ARenameByAnotherUserDoesNotFailTheFilesNextClose) {
+  ASSERT_EQ(::mkdir(p("shared").c_str(), 0777), 0);
+  ASSERT_EQ(::chmod(p("shared").c_str(), 0777), 0);
+  const std::string f = p("shared/f"), g = p("shared/g");
+  ASSERT_TRUE(write_all(f, "owned by root", 0644));
+  EXPECT_EQ(as_other_user([&] {
+              if (::rename(f.c_str(), g.c_str()) != 0) return 1;
+              int fd = ::open(g.c_str(), O_RDONLY);
+              if (fd < 0) return 2;
+              char buf[4];
+              if (::read(fd, buf, sizeof buf) != 4) return 3;
+              return ::close(fd) == 0 ? 0 : 10 + errno;
+            }),
+            0);
+  EXPECT_EQ(read_all(g), "owned by root");
+}
+
 // opendir needs read permission on the directory, as open(2) of one does.
 // (This suite mounts with default_permissions, so the kernel refuses it
 // first; the daemon's own check serves mounts without that option.)
