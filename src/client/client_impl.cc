@@ -73,23 +73,24 @@ class ClientImpl final : public Client {
       for (auto& f : files) f->drop_read_ahead(index);
       release_off_io(std::move(files));
     };
+    // closed_end after open_files: a File it left out as closed raised it first.
     core_->flush_other_writers = [this](Ino ino, const FileImpl* reader) {
-      uint64_t size = closed_end(ino);
+      uint64_t size = 0;
       for (auto& f : open_files(ino)) {
         if (f.get() == reader) continue;
         f->flush_before_read();
         size = std::max(size, f->written_end());
       }
-      return size;
+      return std::max(size, closed_end(ino));
     };
     core_->order_other_writers = [this](Ino ino, const FileImpl* writer, uint64_t offset, uint64_t length) {
       for (auto& f : open_files(ino))
         if (f.get() != writer) f->order_before_write(offset, length);
     };
     core_->local_size = [this](Ino ino) {
-      uint64_t size = closed_end(ino);
+      uint64_t size = 0;
       for (auto& f : open_files(ino)) size = std::max(size, f->written_end());
-      return size;
+      return std::max(size, closed_end(ino));
     };
     core_->unreported_end = [this](Ino ino) {
       uint64_t end = 0;
