@@ -50,12 +50,14 @@ uint64_t FileImpl::unreported_end() const {
   std::lock_guard lock(mu_);
   // unreported_end_ outlives a report that covered only older writes (later
   // ones keep it): past written_end_ it names nothing still written here.
-  return writable_ ? std::min(unreported_end_, written_end_) : 0;
+  // A failed File reports nothing more: its unreported writes were dropped
+  // (or their outcome is unknown), and its siblings must not count them.
+  return writable_ && !failed_ ? std::min(unreported_end_, written_end_) : 0;
 }
 
 uint64_t FileImpl::written_end() const {
   std::lock_guard lock(mu_);
-  return written_end_;
+  return failed_ ? std::min(written_end_, reported_) : written_end_;  // as unreported_end()
 }
 
 Result<uint64_t> FileImpl::refresh_size() {

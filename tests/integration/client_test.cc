@@ -1467,6 +1467,29 @@ TEST_F(ClientTest, AFailedFilesBufferedWritesNeverLandAfterATruncate) {
   ASSERT_TRUE(g->close().has_value());
 }
 
+// A File whose writes failed dropped them: the other Files of the inode in
+// this client and its attributes do not count them (the length grew over
+// them until the failed File was closed, and they read as zeros).
+TEST_F(ClientTest, AFailedFilesDroppedWritesDoNotCountForItsSiblings) {
+  std::string d = dir();
+  auto f = open(d + "/failed", O_CREAT | O_RDWR);
+  auto r = open(d + "/failed", O_RDONLY);
+  ASSERT_TRUE(f && r);
+  const uint32_t cb = f->layout().chunk_bytes;
+  {
+    fault::Scope fail("client.write.fail", {.hits_max = 1});
+    ASSERT_TRUE(f->pwrite(pattern(cb, 34), 0).has_value());  // full: sent now, and fails
+    ASSERT_TRUE(eventually([&] { return !f->flush().has_value(); }));
+  }
+  auto attr = client_->getattr(client_->default_cred(), f->ino());
+  ASSERT_TRUE(attr.has_value()) << attr.error();
+  EXPECT_EQ(attr->size, 0u) << "the length counts writes that failed";
+  std::vector<std::byte> back(cb);
+  EXPECT_EQ(r->pread(back, 0).value_or(99), 0u);
+  EXPECT_FALSE(f->close().has_value());
+  EXPECT_TRUE(r->close().has_value());
+}
+
 // More partly written chunks than a File keeps buffered (kDirtyChunksMax):
 // the write that makes one too many sends them all, and every byte lands.
 TEST_F(ClientTest, ManyPartlyWrittenChunksAreAllSent) {
