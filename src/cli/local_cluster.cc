@@ -28,6 +28,7 @@
 #include "common/assert.h"
 #include "common/config.h"
 #include "common/durable_file.h"
+#include "common/port_window.h"
 #include "meta/meta_client.h"
 #include "meta/types.h"
 #include "mgmt/mgmt_rpc.h"
@@ -148,18 +149,29 @@ bool port_free(uint16_t port) {
   return ok;
 }
 
-// `count` distinct free ports below the kernel's ephemeral range (32768+), so
-// that outgoing connections do not take them between restarts.
+// `count` distinct free ports outside the kernel's ephemeral range
+// (common/port_window.h), so that outgoing connections do not take them
+// between restarts.
 Result<std::vector<uint16_t>> probe_ports(size_t count) {
+  const auto ephemeral = read_ephemeral_range();
+  std::optional<PortWindow> window = ephemeral ? listen_port_window(*ephemeral) : PortWindow{20000, 32000};
+  if (!window)
+    return error(Code::kUnavailable,
+                 "every unprivileged port is in the kernel's ephemeral range (net.ipv4.ip_local_port_range = {} {}), "
+                 "where outgoing connections take ports at any time: narrow it, or start the servers by hand on "
+                 "ports reserved with net.ipv4.ip_local_reserved_ports",
+                 ephemeral->first, ephemeral->second);
   std::random_device rd;
   std::mt19937 gen(rd());
-  std::uniform_int_distribution<int> dist(20000, 32000);
+  std::uniform_int_distribution<int> dist(window->first, window->last);
   std::set<uint16_t> chosen;
   for (int attempt = 0; attempt < 2000 && chosen.size() < count; ++attempt) {
     auto p = static_cast<uint16_t>(dist(gen));
     if (!chosen.contains(p) && port_free(p)) chosen.insert(p);
   }
-  if (chosen.size() < count) return error(Code::kUnavailable, "could not find {} free TCP ports on {}", count, kHost);
+  if (chosen.size() < count)
+    return error(Code::kUnavailable, "could not find {} free TCP ports on {} in {}..{}", count, kHost, window->first,
+                 window->last);
   std::vector<uint16_t> out(chosen.begin(), chosen.end());
   std::shuffle(out.begin(), out.end(), gen);
   return out;
