@@ -91,6 +91,24 @@ def test_read_to_the_end_sees_what_another_client_wrote_since_the_open(client, c
         assert r.read() == b""
 
 
+def test_flush_makes_writes_visible_to_other_clients(client, cluster, root):
+    # io's buffered writers never called the raw file's flush(): the bytes
+    # stayed in libweft's write-behind buffer until close.
+    import weft
+
+    other = weft.connect(config=str(cluster / "client.toml"))
+    for mode, data in (("wb", b"step 1\n"), ("w+b", b"step 1\n"), ("w", "step 1\n")):
+        p = f"{root}/log-{mode.replace('+', 'plus')}"
+        with client.open(p, mode) as f:
+            f.write(data)
+            f.flush()
+            assert other.read_file(p) == b"step 1\n", mode
+    raw = client.open(f"{root}/raw", "wb", buffering=0)
+    raw.close()
+    with pytest.raises(ValueError):
+        raw.flush()  # as io.FileIO's
+
+
 def test_modes(client, root):
     p = f"{root}/m.bin"
     with client.open(p, "xb") as f:

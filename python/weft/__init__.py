@@ -192,6 +192,25 @@ def _parse_mode(mode: str):
     return flags, readable, writable, kind == "a", "b" in chars
 
 
+class _FlushThrough:
+    """io's buffered writers hand their bytes to the raw file on flush() but
+    never call its flush(), which is what sends them to the storage servers
+    and reports the length (so that other clients see them): these do."""
+
+    def flush(self) -> None:
+        super().flush()
+        if not self.raw.closed:
+            self.raw.flush()
+
+
+class _BufferedWriter(_FlushThrough, io.BufferedWriter):
+    pass
+
+
+class _BufferedRandom(_FlushThrough, io.BufferedRandom):
+    pass
+
+
 class WeftFile(io.RawIOBase):
     """A raw (unbuffered) binary file of the cluster over native pread/pwrite.
 
@@ -310,8 +329,10 @@ class WeftFile(io.RawIOBase):
 
     def flush(self) -> None:
         # Sends buffered bytes to the storage servers (visible to other clients).
-        if self.closed or self._f.closed:
-            return
+        if self.closed:
+            raise ValueError("I/O operation on closed file")  # as io.FileIO
+        if self._f.closed:
+            return  # close(): its native close flushed (IOBase.close flushes after it)
         if self._writable:
             self._f.flush()
 
@@ -428,9 +449,9 @@ class Client:
         size = DEFAULT_BUFFER_SIZE if buffering in (-1, 1) else buffering
         try:
             if readable and writable:
-                buffered = io.BufferedRandom(raw, size)
+                buffered = _BufferedRandom(raw, size)
             elif writable:
-                buffered = io.BufferedWriter(raw, size)
+                buffered = _BufferedWriter(raw, size)
             else:
                 buffered = io.BufferedReader(raw, size)
             if binary:
