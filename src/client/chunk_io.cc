@@ -25,6 +25,13 @@ using SteadyClock = std::chrono::steady_clock;
 // Codes after which another attempt (maybe on a newer routing) can succeed.
 bool worth_retrying(Code c) { return code_retryable(c) || c == Code::kIoError; }
 
+// Refusals a head (or a member it forwarded to) answers before any member
+// staged the update: the routing it was sent under, the head's place, the
+// lease. Such a send applied nothing anywhere.
+bool refused_before_staging(Code c) {
+  return c == Code::kStaleRouting || c == Code::kNotChainHead || c == Code::kLeaseExpired;
+}
+
 // The error of an operation that stopped retrying. Once retry_time_ms_max
 // is used up, a retryable code (EAGAIN, ESTALE, EHOSTDOWN, EBUSY...) would
 // tell the caller to try again, and a File keeps its first error for good:
@@ -179,10 +186,13 @@ Task<Result<void>> ChunkIo::update(UpdateKind kind, ChunkAddress c, uint32_t off
                                    std::span<const std::byte> src) {
   const uint64_t seq = seq_.fetch_add(1) + 1;
   const uint32_t crc = kind == UpdateKind::kWrite ? crc32c(src) : 0;
-  // `sent` counts the sends of `seq`: the head refuses a retry it can no
-  // longer tell from a first arrival (storage/dedup_table.h).
+  // `sent` counts the sends of `seq` that may have been applied: the head
+  // refuses a retry it can no longer tell from a first arrival
+  // (storage/dedup_table.h), so a send refused before anything was staged
+  // leaves the next one a first send.
   auto attempt = [=, this, sent = uint32_t{0}](rpc::Endpoint ep, mgmt::ChainVersion cv) mutable -> Task<Result<void>> {
-    auto r = co_await send_update(kind, ep, cv, c, offset, length, src, crc, seq, sent++);
+    auto r = co_await send_update(kind, ep, cv, c, offset, length, src, crc, seq, sent);
+    if (r || !refused_before_staging(r.error().code())) ++sent;
     // A chunk the head does not have is already removed / truncated (only
     // the head's answer says so: not a routing lookup).
     if (!r && r.error().code() == Code::kNotFound && kind != UpdateKind::kWrite) co_return Result<void>{};

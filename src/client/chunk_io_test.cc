@@ -287,6 +287,33 @@ TEST(ChunkIo, RetriesOfAnUpdateAreNumberedAndAnUnknownOutcomeIsNotRetried) {
   routing.stop();
 }
 
+// A send refused before anything was staged (stale routing, not the head,
+// lease expired) applied nothing: the next send is still a first one (as a
+// retry, a head whose dedup table evicted this client's entries beyond it
+// refused it as kOutcomeUnknown although it was never applied anywhere).
+TEST(ChunkIo, ASendRefusedBeforeStagingLeavesTheNextOneAFirstSend) {
+  Mgmtd mgmtd;
+  ScriptedStorage storage({Code::kStaleRouting, Code::kNotChainHead, Code::kTimeout, Code::kOk});
+  ASSERT_EQ(mgmtd.add_storage_and_table(storage.address()), 1u);
+  rpc::IoPool io{1};
+  rpc::Client rpc(io, rpc::ClientOptions::in_cluster(kToken, "chunk-io-test"));
+  RoutingCache routing(io, rpc, {rpc::Endpoint{"127.0.0.1", mgmtd.port}});
+  ASSERT_TRUE(routing.start());
+  const mgmt::ChainId chain = routing.current()->tables.at(1).chains[0];
+  ChunkIo chunks(io, rpc, routing, ChunkIoOptions{.call_timeout_ms = 1000, .retry_time_ms_max = 5000});
+  ChunkAddress c{.ino = 7, .index = 0, .chain = chain, .chunk_bytes = 1 << 20};
+  std::vector<std::byte> buf(4096, std::byte{1});
+  auto written = block_on(io.at(0).get_executor(), chunks.write(c, 0, buf));
+  ASSERT_TRUE(written.has_value()) << written.error();
+  auto sent = storage.sent();
+  ASSERT_EQ(sent.size(), 4u);
+  const uint64_t seq = sent[0].first;
+  EXPECT_EQ(sent[1], std::make_pair(seq, 0u)) << "after a stale routing";
+  EXPECT_EQ(sent[2], std::make_pair(seq, 0u)) << "after not the head";
+  EXPECT_EQ(sent[3], std::make_pair(seq, 1u)) << "after a timeout: maybe applied";
+  routing.stop();
+}
+
 // A payload whose checksum failed on arrival (storage refuses it, kCorruption)
 // is sent again, as a read of a bad replica is tried again: the File failed
 // for good on one damaged frame.
