@@ -184,6 +184,22 @@ std::optional<WriteResult> predict(ChunkEngine& engine, const ChainUpdate& u, ui
   return WriteResult{v, static_cast<uint32_t>(u.data.size()), data_crc_of(u)};
 }
 
+void set_held(pb::ForwardRequest& req, const std::vector<DedupTable::Key>& held) {
+  req.clear_held();
+  for (const auto& [client, sequence] : held) {
+    auto* k = req.add_held();
+    k->set_client_id(client);
+    k->set_sequence(sequence);
+  }
+}
+
+std::vector<DedupTable::Key> held_of(const pb::ForwardRequest& req) {
+  std::vector<DedupTable::Key> held;
+  held.reserve(static_cast<size_t>(req.held_size()));
+  for (const auto& k : req.held()) held.emplace_back(k.client_id(), k.sequence());
+  return held;
+}
+
 pb::ForwardRequest forward_request(const Placement& p, const ChainUpdate& u, const WriteResult& staged, bool sync) {
   pb::ForwardRequest req;
   req.set_chain_id(p.route.chain_id);
@@ -203,6 +219,7 @@ pb::ForwardRequest forward_request(const Placement& p, const ChainUpdate& u, con
   req.set_expect_chunk_crc32c(staged.chunk_crc);
   req.set_sync(sync);
   req.set_sync_recorded(sync && u.sync_recorded);
+  set_held(req, u.held);
   req.set_repair(u.repair);
   return req;
 }
@@ -302,11 +319,18 @@ Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const Ch
   auto committed = co_await pool_.finish(commit);
   // The whole content came from the predecessor (it was rebuilt for a replica
   // that differed, or is a resync copy), maybe at the version this replica
-  // had committed: the updates its dedup table names for the chunk need not
-  // be in it any more, so their retries must be applied again. Also after a
-  // failed commit: its entry may have reached the disk.
-  // A repair restores the content the entries describe: they stay.
-  if (u.kind == pb::UPDATE_REPLACE && !u.repair) p.target->dedup().forget_chunk(u.id);
+  // had committed: of the updates its dedup table names for the chunk, only
+  // those the sender's content holds (u.held) are in it; the others' retries
+  // must be applied again. After a failed commit (its entry may have reached
+  // the disk, or not) every entry goes. A repair restores the content the
+  // entries describe: they stay.
+  if (u.kind == pb::UPDATE_REPLACE && !u.repair) {
+    if (committed)
+      p.target->dedup().replaced(u.id, u.held, pb::UPDATE_REPLACE,
+                                 {staged.result.version, staged.result.length, staged.result.chunk_crc});
+    else
+      p.target->dedup().forget_chunk(u.id);
+  }
   if (committed && p.successor) note_delivered(p, u.id);
   co_return committed;
 }
@@ -421,6 +445,7 @@ Task<Result<void>> StorageService::forward_out(const Placement& p, const ChainUp
   req.set_offset(0);
   req.set_length(static_cast<uint32_t>(full->size()));
   req.set_data_crc32c(crc32c(*full));
+  set_held(req, p.target->dedup().keys_of(u.id, kHeldKeysMax));  // what this member's content holds
   rpc::CallOptions replace_options;
   replace_options.payload.push_back(std::span<const std::byte>(*full));
   auto r2 = co_await client_.call<pb::ForwardReply>(p.successor->endpoint, methods::kForward, req,
@@ -530,6 +555,7 @@ Task<Result<pb::ForwardReply>> StorageService::forward_in(const pb::ForwardReque
   if (req.sync() || req.repair()) p->successor.reset();  // resync copies and repairs stop at the target addressed
   u.sync = req.sync();
   u.sync_recorded = req.sync() && req.sync_recorded();
+  u.held = held_of(req);
   u.repair = req.repair();
   if (u.repair && u.kind != pb::UPDATE_REPLACE)
     co_return error(Code::kInvalidArgument, "repair of chunk {} as update kind {}", u.id, u.kind);

@@ -63,6 +63,39 @@ size_t DedupTable::forget_chunk(const ChunkId& chunk) {
   return keys.size();
 }
 
+std::vector<DedupTable::Key> DedupTable::keys_of(const ChunkId& chunk, size_t max) const {
+  std::lock_guard lock(mu_);
+  std::vector<Key> keys;
+  for (auto it = by_chunk_.lower_bound({chunk, Key{0, 0}}); it != by_chunk_.end() && it->first == chunk; ++it)
+    keys.push_back(it->second);
+  if (keys.size() > max) {  // the highest sequences: the likeliest to be retried still
+    std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) { return a.second > b.second; });
+    keys.resize(max);
+  }
+  return keys;
+}
+
+size_t DedupTable::replaced(const ChunkId& chunk, const std::vector<Key>& held, int kind, DedupOutcome outcome) {
+  std::vector<Key> missing;
+  size_t gone = 0;
+  {
+    std::lock_guard lock(mu_);
+    const std::set<Key> keep(held.begin(), held.end());
+    std::vector<Key> drop;
+    std::set<Key> here;
+    for (auto it = by_chunk_.lower_bound({chunk, Key{0, 0}}); it != by_chunk_.end() && it->first == chunk; ++it) {
+      here.insert(it->second);
+      if (!keep.contains(it->second)) drop.push_back(it->second);
+    }
+    for (const Key& k : drop) erase(entries_.find(k));
+    gone = drop.size();
+    for (const Key& k : keep)
+      if (!here.contains(k)) missing.push_back(k);
+  }
+  for (const Key& k : missing) record(k.first, k.second, DedupEntry{chunk, kind, outcome});
+  return gone;
+}
+
 void DedupTable::erase(std::map<Key, Slot>::iterator it) {
   by_chunk_.erase({it->second.entry.chunk, it->first});
   order_.erase(it->second.age);

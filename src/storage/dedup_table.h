@@ -17,8 +17,11 @@
 // One table per target; every chain member records
 // the updates it applied, so a new head after a failover knows them too.
 // A replica whose chunk is replaced wholesale (its predecessor's content, a
-// resync copy or removal) forgets the chunk's entries: the new content need
-// not hold the updates they name, so their retries must be applied again.
+// resync copy) keeps the entries of the updates the sender's content holds
+// (the sender's own entries for the chunk, sent with it: `replaced`) and
+// forgets the others, whose retries must be applied again; a removal by a
+// resync forgets them all. Invariant: a member's entries for a chunk name
+// updates its committed content holds.
 // Threading: thread-safe.
 #pragma once
 
@@ -29,10 +32,14 @@
 #include <optional>
 #include <set>
 #include <utility>
+#include <vector>
 
 #include "storage/chunk_id.h"
 
 namespace weft::storage {
+
+// Entries a REPLACE carries at most (DedupTable::keys_of): a bound on its request.
+inline constexpr size_t kHeldKeysMax = 1024;
 
 struct DedupOutcome {
   uint64_t version = 0;
@@ -60,10 +67,17 @@ class DedupTable {
   // Drops every entry naming `chunk` (their retries are applied again: no
   // floor is raised); returns how many.
   size_t forget_chunk(const ChunkId& chunk);
+  using Key = std::pair<uint64_t, uint64_t>;  // (client id, sequence)
+  // The keys of the entries naming `chunk`, at most `max` (the newest).
+  std::vector<Key> keys_of(const ChunkId& chunk, size_t max) const;
+  // `chunk` was replaced by content holding the updates `held` (the sender's
+  // keys_of): entries naming it that are not in `held` go, as in
+  // forget_chunk; those in it stay, or are recorded (as `outcome`, kind
+  // `kind`, the replacement's) when missing here. Returns how many went.
+  size_t replaced(const ChunkId& chunk, const std::vector<Key>& held, int kind, DedupOutcome outcome);
   size_t size() const;
 
  private:
-  using Key = std::pair<uint64_t, uint64_t>;
   struct Slot {
     DedupEntry entry;
     std::list<Key>::iterator age;  // in order_

@@ -403,6 +403,7 @@ Task<Result<StorageService::CopyOutcome>> StorageService::copy_chunk_once(Resync
   if (data) {
     auto info = pass.source->engine().stat(id);  // memory; the lock holds it still
     u.sync_recorded = info && info->chain_id == pass.chain;
+    u.held = pass.source->dedup().keys_of(id, kHeldKeysMax);
     u.kind = pb::UPDATE_REPLACE;
     u.data = data->data();
     u.length = static_cast<uint32_t>(u.data.size());

@@ -201,6 +201,8 @@ struct ChainUpdate {
   bool retry = false;  // from a client: not the first send of (client_id, sequence)
   bool sync = false;  // a resync copy (Forward with sync): never touches another chain's chunk
   bool sync_recorded = false;  // with sync: the source recorded the chunk as the chain's (ForwardRequest)
+  // REPLACE: the client updates its content holds (ForwardRequest.held).
+  std::vector<std::pair<uint64_t, uint64_t>> held;
   // A repair (REPLACE of the committed version, repair.cc): applied only over
   // the same version, length and CRC; never forwarded on.
   bool repair = false;

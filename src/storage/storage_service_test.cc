@@ -332,6 +332,26 @@ TEST(DedupTable, ForgetsTheEntriesOfAChunk) {
   EXPECT_EQ(t.size(), 1u);
 }
 
+// A chunk replaced by content holding some of the updates recorded for it:
+// those stay (or are recorded, as the replacement), the others go; the keys
+// sent with it are bounded, the highest sequences first.
+TEST(DedupTable, KeepsWhatTheReplacingContentHolds) {
+  DedupTable t;
+  const ChunkId c{5, 0};
+  t.record(1, 1, {c, 1, {1, 10, 0}});
+  t.record(1, 2, {c, 1, {2, 10, 0}});
+  t.record(2, 7, {ChunkId{5, 1}, 1, {1, 10, 0}});
+  EXPECT_EQ(t.keys_of(c, 10), (std::vector<DedupTable::Key>{{1, 1}, {1, 2}}));
+  EXPECT_EQ(t.keys_of(c, 1), (std::vector<DedupTable::Key>{{1, 2}}));
+  EXPECT_EQ(t.replaced(c, {{1, 2}, {3, 4}}, 6, {9, 20, 0}), 1u);
+  EXPECT_FALSE(t.find(1, 1).has_value()) << "not in the content: its retry is applied again";
+  EXPECT_EQ(t.find(1, 2)->outcome.version, 2u) << "kept as it was";
+  ASSERT_TRUE(t.find(3, 4).has_value()) << "the sender's record, recorded here";
+  EXPECT_EQ(t.find(3, 4)->kind, 6);
+  EXPECT_EQ(t.find(3, 4)->outcome.version, 9u);
+  EXPECT_TRUE(t.find(2, 7).has_value()) << "another chunk's";
+}
+
 // Each client's floor is the highest sequence evicted; entries dropped with
 // their chunk raise none; the floors of the clients least recently raised go
 // first past clients_max.
@@ -1132,6 +1152,51 @@ TEST_F(StorageServiceTest, AChunkReplacedOnAReplicaForgetsTheRetriesItRecorded) 
   auto r = read(1, 2, id);
   EXPECT_EQ(r.result.version(), retry->version());
   EXPECT_TRUE(r.data == both) << "the acknowledged retry of s1 is not on the replica";
+}
+
+// The same, but of an update the replacing content holds: the tail commits
+// w1 on both members (its ack is lost, its client retries), then w2 on the
+// tail only (the head's commit fails), then w3 reaches the tail as the head's
+// whole chunk (base + w1 + w3). The tail keeps its record of w1 (the head's
+// content holds it, and the head sends what its records name) and forgets
+// w2's. Once the tail is the head, w1's retry is answered from the record:
+// applied again, it went over w3, an acknowledged write.
+TEST_F(StorageServiceTest, ARetryOfAnUpdateTheReplacingContentHoldsIsNotAppliedAgain) {
+  ChunkId id{16, 1};
+  auto base = pattern(8192, 1), w1 = pattern(100, 2), w2 = pattern(100, 3), w3 = pattern(50, 4);
+  ASSERT_NO_FATAL_FAILURE(start_with_chunk(2, {0, 1}, id, base));
+  ASSERT_TRUE(write(0, 1, id, 0, w1, 77, 1).has_value());
+  {
+    fault::Scope fail("storage.chain.commit.fail", {.hits_max = 1, .skip = 1});  // the head's commit
+    ASSERT_FALSE(write(0, 1, id, 4096, w2, 88, 1).has_value());
+  }
+  ASSERT_TRUE(write(0, 1, id, 0, w3, 99, 1).has_value());
+  auto expected = base;
+  std::copy(w1.begin(), w1.end(), expected.begin());
+  std::copy(w3.begin(), w3.end(), expected.begin());
+  ASSERT_TRUE(read(1, 1, id).data == expected) << "the tail was given the head's chunk";
+  route({1}, 2);  // the head is gone
+  proto::storage::WriteRequest req;
+  req.set_chain_id(1);
+  req.set_chain_version(2);
+  req.mutable_chunk()->set_inode(id.inode);
+  req.mutable_chunk()->set_index(id.index);
+  req.set_length(static_cast<uint32_t>(w1.size()));
+  req.set_data_crc32c(crc32c(w1));
+  req.set_chunk_size(kChunk);
+  req.set_client_id(77);
+  req.set_sequence(1);
+  req.set_attempt(1);
+  rpc::CallOptions o;
+  o.payload.push_back(w1);
+  auto retry = client_.call<proto::storage::WriteReply>(nodes_[1]->ep(), methods::kWrite, req, std::move(o));
+  ASSERT_TRUE(retry.has_value()) << retry.error();
+  EXPECT_TRUE(read(1, 2, id).data == expected) << "w1's retry was applied again over w3";
+  // w2 is not in the content: its retry is applied.
+  auto w2_retry = write(1, 2, id, 4096, w2, 88, 1);
+  ASSERT_TRUE(w2_retry.has_value()) << w2_retry.error();
+  std::copy(w2.begin(), w2.end(), expected.begin() + 4096);
+  EXPECT_TRUE(read(1, 2, id).data == expected);
 }
 
 // Two syncing members behind the head on a chunk (here: written on the head
