@@ -60,6 +60,19 @@ def test_save_load_equality(client, root):
     assert back["noncontig"].is_contiguous()
 
 
+def test_a_manifest_is_never_loaded_with_another_checkpoints_data(client, root):
+    # What a load racing a save that swapped its checkpoint in and back out
+    # could read: one checkpoint's manifest, the other's data. Same shapes:
+    # nothing else would fail.
+    wt.save({"step": 1, "w": torch.zeros(256)}, f"{root}/a", client=client)
+    wt.save({"step": 2, "w": torch.ones(256)}, f"{root}/b", client=client)
+    client.rename(f"{root}/b/manifest.pkl", f"{root}/a/manifest.pkl")
+    with pytest.raises(OSError) as e:
+        got = wt.load(f"{root}/a", client=client)
+        pytest.fail(f"loaded step {got['step']} with w = {got['w'][:4]}")
+    assert e.value.errno == errno.EAGAIN
+
+
 def test_shared_tensors_and_parameters(client, root):
     w = torch.nn.Parameter(torch.randn(4, 4))
     obj = {"a": w, "b": w, "list": [torch.zeros(2), 5]}

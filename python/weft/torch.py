@@ -540,6 +540,7 @@ def save(obj, path, client=None, threads: int = 8) -> None:
 
         nf = client.native.open(_weft._fs(f"{tmp}/{_DATA}"), _weft._native.O_WRONLY | _weft._native.O_CREAT
                                 | _weft._native.O_EXCL, 0o644)
+        data_ino = nf.ino
         try:
             if delay > 0:
                 for rec, data in zip(records, payloads):
@@ -558,8 +559,11 @@ def save(obj, path, client=None, threads: int = 8) -> None:
             nf.close()
 
         version = _VERSION_PERM if any("perm" in r for r in records) else _VERSION
-        manifest = dict(format=_FORMAT, version=version, data=_DATA, tensors=records, object=obj_buf.getvalue(),
-                        torch_version=str(torch.__version__))
+        # data_ino: the data file this manifest describes (inode numbers are
+        # never reused); load checks it (a manifest of one checkpoint read
+        # with the data of another).
+        manifest = dict(format=_FORMAT, version=version, data=_DATA, data_ino=data_ino, tensors=records,
+                        object=obj_buf.getvalue(), torch_version=str(torch.__version__))
         with client.open(f"{tmp}/{_MANIFEST}", "xb", buffering=0) as f:
             _write_all(f.native, memoryview(pickle.dumps(manifest, protocol=pickle.HIGHEST_PROTOCOL)), 0)
             f.fsync()
@@ -727,13 +731,16 @@ def load(path, client=None, map_location=None, threads: int = 4, weights_only: b
     path, _, _ = _split(path)
     # A save may swap a new checkpoint directory in while this reads: the
     # manifest of one with the data of the other would be wrong without an
-    # error. Each save publishes a new directory (a new inode) and the one it
-    # replaces is removed, never swapped back: the same inode at `path` before
-    # and after the read means manifest and data came from one checkpoint.
+    # error. Each save publishes a new directory (a new inode); the one it
+    # replaces is removed, or swapped back when the save fails after the swap.
+    # The same inode at `path` before and after the read, and the data file
+    # the manifest names (data_ino), mean manifest and data are one checkpoint's.
     for _ in range(_LOAD_ATTEMPTS - 1):
         before = client.inode(path).ino
         try:
             obj = _load_once(client, path, map_location, threads, weights_only)
+        except _Mixed:
+            continue
         except OSError:
             if client.inode(path).ino != before:
                 continue  # read from the one replaced, maybe removed meanwhile
@@ -741,13 +748,20 @@ def load(path, client=None, map_location=None, threads: int = 4, weights_only: b
         if client.inode(path).ino == before:
             return obj
     before = client.inode(path).ino
-    obj = _load_once(client, path, map_location, threads, weights_only)
+    try:
+        obj = _load_once(client, path, map_location, threads, weights_only)
+    except _Mixed:
+        raise OSError(errno.EAGAIN, f"manifest and data of different checkpoints, {_LOAD_ATTEMPTS} times", path)
     if client.inode(path).ino != before:
         raise OSError(errno.EAGAIN, f"checkpoint replaced while being loaded, {_LOAD_ATTEMPTS} times", path)
     return obj
 
 
 _LOAD_ATTEMPTS = 4
+
+
+class _Mixed(Exception):
+    """The data file at the path is not the one the manifest read describes."""
 
 
 def _untyped_storage(t: torch.Tensor):
@@ -785,6 +799,8 @@ def _load_once(client, path: str, map_location, threads: int, weights_only: bool
     records = manifest["tensors"]
     data_path = f"{path}/{manifest['data']}"
     node = client.inode(data_path)
+    if manifest.get("data_ino", node.ino) != node.ino:  # (a checkpoint saved before data_ino: not checked)
+        raise _Mixed(path)
 
     buffers = [torch.empty(r["nbytes"], dtype=torch.uint8) for r in records]
     # Pieces of at most _PIECE bytes, grouped into batches of ~_READ_BATCH_BYTES.
