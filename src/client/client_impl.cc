@@ -73,15 +73,14 @@ class ClientImpl final : public Client {
       for (auto& f : files) f->drop_read_ahead(index);
       release_off_io(std::move(files));
     };
-    // closed_end after open_files: a File it left out as closed raised it first.
     core_->flush_other_writers = [this](Ino ino, const FileImpl* reader) {
       uint64_t size = 0;
-      for (auto& f : open_files(ino)) {
+      for (auto& f : open_files(ino, &size)) {
         if (f.get() == reader) continue;
         f->flush_before_read();
         size = std::max(size, f->written_end());
       }
-      return std::max(size, closed_end(ino));
+      return size;
     };
     core_->order_other_writers = [this](Ino ino, const FileImpl* writer, uint64_t offset, uint64_t length) {
       for (auto& f : open_files(ino))
@@ -89,8 +88,8 @@ class ClientImpl final : public Client {
     };
     core_->local_size = [this](Ino ino) {
       uint64_t size = 0;
-      for (auto& f : open_files(ino)) size = std::max(size, f->written_end());
-      return std::max(size, closed_end(ino));
+      for (auto& f : open_files(ino, &size)) size = std::max(size, f->written_end());
+      return size;
     };
     core_->unreported_end = [this](Ino ino) {
       uint64_t end = 0;
@@ -524,13 +523,18 @@ class ClientImpl final : public Client {
     files_after_sweep_ = files_.size();
   }
 
-  std::vector<std::shared_ptr<FileImpl>> open_files(Ino ino) {
+  // The Files of `ino` open here; `closed_end`, if given, gets
+  // OpenInode::closed_end, read after the Files were found open or not (a
+  // File left out as closed raised it before it was seen closed).
+  std::vector<std::shared_ptr<FileImpl>> open_files(Ino ino, uint64_t* closed_end = nullptr) {
     std::vector<std::shared_ptr<FileImpl>> out;
     std::lock_guard lock(files_mu_);
     auto it = files_.find(ino);
     if (it == files_.end()) return out;
     for (auto& w : it->second.files)
       if (auto f = w.lock(); f && f->is_open()) out.push_back(std::move(f));
+    if (closed_end != nullptr)
+      if (auto shared = it->second.shared.lock()) *closed_end = shared->closed_end.load();
     if (out.empty()) files_.erase(it);
     return out;
   }
@@ -569,11 +573,6 @@ class ClientImpl final : public Client {
     std::lock_guard lock(files_mu_);
     auto it = files_.find(ino);
     return it == files_.end() ? nullptr : it->second.shared.lock();
-  }
-
-  uint64_t closed_end(Ino ino) {
-    auto shared = open_inode(ino);
-    return shared ? shared->closed_end.load() : 0;
   }
 
   void send_all_dirty() {
