@@ -179,12 +179,17 @@ void ClientConnection::start_call(MethodId method, std::string body, CallOptions
   if (options.cancel) {
     std::weak_ptr<FrameStream> weak = shared_from_this();
     auto ex = executor();
-    options.cancel->on_cancel([weak, ex, id] {
+    const uint64_t registered = options.cancel->on_cancel([weak, ex, id] {
       asio::post(ex, [weak, id] {
         if (auto self = weak.lock())
           static_cast<ClientConnection*>(self.get())->abort_call(id, Status(Code::kCancelled, "call cancelled"));
       });
     });
+    // send() may have closed the stream and failed the call already.
+    if (auto it = pending_.find(id); it != pending_.end())
+      it->second.cancel = CancelRegistration(options.cancel, registered);
+    else if (registered != 0)
+      options.cancel->forget(registered);
   }
   if (sweeping_ && deadline < sweep_timer_.expiry()) {
     sweep_timer_.cancel();  // the sweep loop wakes and waits for this earlier deadline

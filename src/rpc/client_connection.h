@@ -68,6 +68,7 @@ class ClientConnection final : public FrameStream {
     bool receiving = false;
     std::optional<Status> abort_after_write;
     std::optional<Status> on_close;  // what this call fails with when the connection closes (else close_status_)
+    CancelRegistration cancel;  // its callback on the caller's token, dropped with this entry
   };
 
   Task<void> run_connect();

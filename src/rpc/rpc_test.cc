@@ -270,6 +270,24 @@ TEST(Rpc, CancellationCompletesTheCallEarly) {
   EXPECT_TRUE(c.echo(with_data("after")));
 }
 
+// A long-lived token (a reporter's, a poller's) passed to every call keeps
+// no callback of the calls that ended: they piled up for its whole life.
+TEST(Rpc, CallsThatEndDropTheirCallbackFromTheToken) {
+  Cluster c;
+  CancelSource source;
+  for (int i = 0; i < 50; ++i) {
+    CallOptions opts;
+    opts.cancel = source.token();
+    ASSERT_TRUE(c.echo(with_data("x"), std::move(opts)));
+  }
+  proto::EchoRequest fail = with_data("boom");
+  fail.set_fail(true);
+  CallOptions failing;
+  failing.cancel = source.token();
+  EXPECT_FALSE(c.echo(fail, std::move(failing)));
+  EXPECT_EQ(source.token()->registered(), 0u);
+}
+
 TEST(Rpc, HandlerErrorsAndUnknownMethods) {
   Cluster c;
   proto::EchoRequest fail = with_data("boom");
