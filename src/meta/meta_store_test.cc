@@ -417,6 +417,37 @@ TEST_F(MetaStoreTest, WritersOtherThanRootDropSetuidAndSetgid) {
   ASSERT_OK(s().close(on_connection(root(), 7), f, r->session_id));
 }
 
+// As Linux since 6.2 (setattr_should_drop_sgid): a truncate, write or chown
+// by a caller outside the file's group drops its setgid even when the group
+// may not execute (a member's keeps it, and root's).
+TEST_F(MetaStoreTest, ACallerOutsideTheFilesGroupDropsItsSetgid) {
+  Context alice = user(1000, 100);
+  Ino w = mkdir("w", kRootIno, 0777);
+  Ino f = create("f", w, 0644, alice);
+  auto mode = [&] { auto n = s().getattr(root(), f); return n ? n->mode : 0u; };
+  auto reset = [&] {
+    ASSERT_OK(s().setattr(root(), f, SetAttr{.gid = 500}));
+    ASSERT_OK(s().setattr(root(), f, SetAttr{.mode = 02644}));
+  };
+  reset();
+  ASSERT_OK(s().setattr(alice, f, SetAttr{.size = 0}));
+  EXPECT_EQ(mode(), 0644u) << "truncate";
+  reset();
+  auto o = s().open(on_connection(alice, 7), f, OpenFlags{.read = false, .write = true});
+  ASSERT_OK(o);
+  ASSERT_OK(s().report_length(on_connection(alice, 7), f, o->session_id, 1));
+  EXPECT_EQ(mode(), 0644u) << "write";
+  ASSERT_OK(s().close(on_connection(alice, 7), f, o->session_id));
+  reset();
+  ASSERT_OK(s().setattr(alice, f, SetAttr{.gid = 100}));
+  EXPECT_EQ(mode(), 0644u) << "chown by the owner, to her group, from one she is not in";
+  reset();
+  ASSERT_OK(s().setattr(user(1000, 100, {500}), f, SetAttr{.size = 0}));
+  EXPECT_EQ(mode(), 02644u) << "a member's truncate keeps it";
+  ASSERT_OK(s().setattr(root(), f, SetAttr{.gid = 500}));
+  EXPECT_EQ(mode(), 02644u) << "root's chown keeps it";
+}
+
 // open(2) of an existing file checks what its access mode needs, with
 // O_CREAT too: read and write for O_RDWR (the create request carries both).
 TEST_F(MetaStoreTest, CreateOfAnExistingFileChecksTheOpensAccess) {

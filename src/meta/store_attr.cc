@@ -154,15 +154,16 @@ Result<Inode> MetaStore::do_setattr(Txn& txn, const Context& ctx, Ino ino, const
                    kFileBytesMax);
     n.size = *a.size;
     n.mtime_ns = now;
-    if (c.uid != 0) n.mode = mode_without_privs(n.mode);  // as Linux's truncate
+    if (c.uid != 0) n.mode = mode_without_privs(n.mode, c.in_group(n.gid));  // as Linux's truncate
   }
+  const bool caller_in_group = c.uid == 0 || c.in_group(n.gid);  // the group before the change; root: CAP_FSETID
   if (a.uid) n.uid = *a.uid;
   if (a.gid) n.gid = *a.gid;
   // As Linux: any chown (even to the same ids, even by root) clears setuid,
-  // and setgid when group-executable, of a non-directory.
+  // and setgid when drops_setgid, of a non-directory.
   if ((a.uid || a.gid) && !n.is_dir()) {
     n.mode &= ~kModeSetUid;
-    if (n.mode & 0010) n.mode &= ~kModeSetGid;
+    if (drops_setgid(n.mode, caller_in_group)) n.mode &= ~kModeSetGid;
   }
   if (a.atime_ns) n.atime_ns = *a.atime_ns == SetAttr::kTimeNow ? now : *a.atime_ns;
   if (a.mtime_ns) n.mtime_ns = *a.mtime_ns == SetAttr::kTimeNow ? now : *a.mtime_ns;

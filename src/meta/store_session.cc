@@ -143,7 +143,7 @@ Result<void> MetaStore::apply_length(const Context& ctx, Inode& n, uint64_t leng
                  kFileBytesMax);
   n.size = std::max(n.size, length);
   n.mtime_ns = n.ctime_ns = now_ns();
-  if (ctx.cred.uid != 0) n.mode = mode_without_privs(n.mode);
+  if (ctx.cred.uid != 0) n.mode = mode_without_privs(n.mode, ctx.cred.in_group(n.gid));
   return {};
 }
 

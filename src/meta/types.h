@@ -63,12 +63,18 @@ inline constexpr uint32_t kModeSticky = 01000;
 inline constexpr uint32_t kModePermMask = 07777;
 // What mkdir takes of the requested mode (Linux's S_IRWXUGO | S_ISVTX).
 inline constexpr uint32_t kModeMkdirMask = 01777;
+// Whether a change by a caller without CAP_FSETID drops setgid, as Linux's
+// setattr_should_drop_sgid (since 6.2): when the group may execute, or when
+// the caller is not in the file's group.
+inline constexpr bool drops_setgid(uint32_t mode, bool caller_in_group) {
+  return (mode & 0010) || !caller_in_group;
+}
 // What a write or truncate by a caller without CAP_FSETID (here: not root)
-// leaves of a file's permission bits, as Linux's should_remove_suid: no
-// setuid, and no setgid when the group may execute.
-inline constexpr uint32_t mode_without_privs(uint32_t mode) {
+// leaves of a file's permission bits, as Linux's setattr_should_drop_suidgid:
+// no setuid, and no setgid when drops_setgid.
+inline constexpr uint32_t mode_without_privs(uint32_t mode, bool caller_in_group) {
   mode &= ~kModeSetUid;
-  if (mode & 0010) mode &= ~kModeSetGid;
+  if (drops_setgid(mode, caller_in_group)) mode &= ~kModeSetGid;
   return mode;
 }
 
