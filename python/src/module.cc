@@ -167,7 +167,15 @@ class BufferView {
  public:
   BufferView(py::handle obj, bool writable) {
     int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) throw py::error_already_set();
+    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) {
+      // As io's readinto: a read-only buffer is the wrong type of argument.
+      if (writable && PyErr_ExceptionMatches(PyExc_BufferError)) {
+        PyErr_Clear();
+        throw py::type_error(std::string("argument must be read-write bytes-like object, not ") +
+                             Py_TYPE(obj.ptr())->tp_name);
+      }
+      throw py::error_already_set();
+    }
     held_ = true;
   }
   BufferView(BufferView&& o) noexcept : view_(o.view_), held_(o.held_) { o.held_ = false; }

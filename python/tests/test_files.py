@@ -103,10 +103,16 @@ def test_flush_makes_writes_visible_to_other_clients(client, cluster, root):
             f.write(data)
             f.flush()
             assert other.read_file(p) == b"step 1\n", mode
+
+
+def test_raw_file_errors_as_io_fileio(client, root):
     raw = client.open(f"{root}/raw", "wb", buffering=0)
     raw.close()
     with pytest.raises(ValueError):
         raw.flush()  # as io.FileIO's
+    with client.open(f"{root}/raw", "rb", buffering=0) as raw:
+        with pytest.raises(TypeError):
+            raw.readinto(b"abcd")  # read-only: as io.FileIO's
 
 
 def test_modes(client, root):
