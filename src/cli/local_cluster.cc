@@ -885,6 +885,64 @@ Result<ClusterSpec> new_spec(const UpOptions& o) {
   return spec;
 }
 
+// The configs `weft up` keeps (edits too) repeat what cluster.toml decides:
+// each server's listen address and the cluster token, and the client's mgmtd
+// address. One that differs (a hand edit) would start a server where `up`
+// does not wait for it, or one the others refuse: refused here, naming it.
+Result<void> check_configs_agree(const Layout& L, const ClusterSpec& spec) {
+  auto differs = [&](const std::string& file, const std::string& what) {
+    return error(Code::kConfig,
+                 "{}: {} differs from {} (which `weft up` and `weft down` go by): make them agree, or remove {} to "
+                 "have it written again",
+                 file, what, L.cluster_file(), file);
+  };
+  for (const Role& r : roles(spec)) {
+    const std::string file = L.config(r.name);
+    if (!exists(file)) continue;
+    WEFT_TRY(Config c, Config::load_file(file));
+    WEFT_TRY(Config server, c.table("server"));
+    WEFT_TRY(std::string listen, server.get_string("listen", ""));
+    if (listen != address(r.port))
+      return differs(file, fmt::format("[server] listen = \"{}\" (cluster.toml: port {})", listen, r.port));
+    WEFT_TRY(std::string token, server.get_string("cluster_token", ""));
+    if (token != spec.cluster_token) return differs(file, "[server] cluster_token");
+  }
+  if (exists(L.client_config())) {
+    WEFT_TRY(Config c, Config::load_file(L.client_config()));
+    WEFT_TRY(std::string token, c.get_string("cluster_token", ""));
+    if (token != spec.cluster_token) return differs(L.client_config(), "cluster_token");
+    WEFT_TRY(std::vector<std::string> mgmtd, c.get_strings("mgmtd"));
+    if (std::find(mgmtd.begin(), mgmtd.end(), address(spec.mgmtd_port)) == mgmtd.end())
+      return differs(L.client_config(), fmt::format("mgmtd (cluster.toml: port {})", spec.mgmtd_port));
+  }
+  return {};
+}
+
+// No cluster.toml (it is written last): configs here were left by a first
+// `up` that stopped before it. This `up` decides anew (other ports, another
+// token), so they go, unless a server started from one still runs.
+Result<void> remove_unfinished_configs(const Layout& L) {
+  std::error_code ec;
+  const auto conf_dir = std::filesystem::path(L.config("x")).parent_path();
+  for (const auto& e : std::filesystem::directory_iterator(conf_dir, ec)) {
+    if (e.path().extension() != ".toml") continue;
+    const std::string name = e.path().stem().string(), file = e.path().string();
+    const long pid = std::strtol(read_text(L.pid_file(name)).c_str(), nullptr, 10);
+    if (pid > 0 && pid_running(static_cast<pid_t>(pid))) {
+      auto args = proc_cmdline(static_cast<pid_t>(pid));
+      if (std::find(args.begin(), args.end(), file) != args.end())
+        return error(Code::kBusy,
+                     "{} (pid {}) runs from {}, left by a `weft up` that did not finish (there is no {} yet): stop "
+                     "it, then run `weft up` again",
+                     name, pid, file, L.cluster_file());
+    }
+    remove_file(file);
+  }
+  if (ec) return error(Code::kIoError, "list {}: {}", conf_dir.string(), ec.message());
+  remove_file(L.client_config());
+  return {};
+}
+
 // Writes whatever config is missing (meta's needs the chain table: later).
 Result<void> write_configs(const Layout& L, const ClusterSpec& spec) {
   for (const auto& r : roles(spec)) {
@@ -1003,8 +1061,10 @@ Result<void> up(const UpOptions& options, std::FILE* out) {
   if (exists(L.cluster_file())) {
     WEFT_TRY(spec, ClusterSpec::parse(read_text(L.cluster_file()), L.cluster_file()));
     WEFT_RETURN_IF_ERROR(check_flags(options, spec, L.cluster_file()));
+    WEFT_RETURN_IF_ERROR(check_configs_agree(L, spec));
     WEFT_RETURN_IF_ERROR(write_configs(L, spec));  // any that went missing
   } else {
+    WEFT_RETURN_IF_ERROR(remove_unfinished_configs(L));
     ports_lock.emplace(take_port_lock());
     WEFT_TRY(spec, new_spec(options));
     WEFT_RETURN_IF_ERROR(write_configs(L, spec));

@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 
@@ -528,6 +530,48 @@ TEST_F(UpDownTest, UpReportsAMgmtdThatIsBehind) {
   EXPECT_NE(again.output.find("--accept-older-state"), std::string::npos) << again.output;
   EXPECT_EQ(again.output.find("not registered"), std::string::npos) << again.output;
   EXPECT_LT(std::chrono::steady_clock::now() - start, 25s) << "up waited for its timeout (30 s)";
+}
+
+// The configs `up` keeps (edits too) repeat cluster.toml's ports and token:
+// one edited to differ is refused, naming it (`up` started that server where
+// it then did not wait for it). Configs left by a first `up` that stopped
+// before writing cluster.toml (written last) are not this `up`'s: they are
+// written again (they were kept, with another attempt's ports and token).
+TEST_F(UpDownTest, ConfigsMustAgreeWithClusterTomlAndAnUnfinishedFirstUpsAreRewritten) {
+  auto first = up({"--storage-servers", "2", "--targets-per-server", "1", "--replicas", "2"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  auto down = weft({"down", "--data-dir", data_});
+  ASSERT_EQ(down.exit_code, 0) << down.output;
+  // What an unfinished first `up` leaves in a directory: configs, no cluster.toml.
+  const std::string second = tmp_.file("second");
+  std::filesystem::create_directories(second + "/conf");
+  for (const char* f : {"conf/mgmtd.toml", "conf/storage-1.toml", "conf/storage-2.toml", "client.toml"})
+    std::filesystem::copy_file(data_ + "/" + f, second + "/" + f);
+
+  const std::string conf = data_ + "/conf/storage-1.toml";
+  std::string edited = read_text(conf);
+  const auto at = edited.find("listen = ");
+  ASSERT_NE(at, std::string::npos) << edited;
+  edited.replace(at, edited.find('\n', at) - at, "listen = \"127.0.0.1:1\"");
+  std::ofstream(conf, std::ios::trunc) << edited;
+  auto refused = up();
+  EXPECT_NE(refused.exit_code, 0) << refused.output;
+  EXPECT_NE(refused.output.find(conf + ": [server] listen"), std::string::npos) << refused.output;
+  EXPECT_LE(pid_of("mgmtd"), 0) << "started before refusing";
+
+  struct DownAtEnd {
+    std::function<void()> down;
+    ~DownAtEnd() { down(); }
+  } guard{[&] { (void)weft({"down", "--data-dir", second}, 40s); }};
+  auto redo = weft({"up", "--data-dir", second, "--timeout", "30", "--storage-servers", "2", "--targets-per-server",
+                    "1", "--replicas", "2"},
+                   90s);
+  ASSERT_EQ(redo.exit_code, 0) << redo.output;
+  EXPECT_EQ(read_text(second + "/conf/storage-1.toml").find(data_), std::string::npos)
+      << "the unfinished attempt's config was kept";
+  auto st = weft({"status", "--config", second + "/client.toml"});
+  EXPECT_EQ(st.exit_code, 0) << st.output;
+  EXPECT_GE(count(st.output, "serving"), 2u) << st.output;
 }
 
 TEST_F(UpDownTest, BadFlagsAreClearErrors) {
