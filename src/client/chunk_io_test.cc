@@ -255,36 +255,46 @@ TEST(RoutingCacheTest, RefreshRequestsInABurstDoNotStarveTheFetch) {
   routing.stop();
 }
 
+// A ScriptedStorage as the one server of an in-process mgmtd's chain table,
+// and a ChunkIo that writes 4 KiB to chunk {7, 0} of its first chain.
+struct ScriptedChain {
+  explicit ScriptedChain(std::vector<Code> script) : storage(std::move(script)) {
+    if (mgmtd.add_storage_and_table(storage.address()) == 1 && routing.start())
+      c.chain = routing.current()->tables.at(1).chains[0];
+  }
+  ~ScriptedChain() { routing.stop(); }
+  bool ready() const { return c.chain != 0; }
+  Result<void> write() { return block_on(io.at(0).get_executor(), chunks.write(c, 0, buf)); }
+
+  Mgmtd mgmtd;
+  ScriptedStorage storage;
+  rpc::IoPool io{1};
+  rpc::Client rpc{io, rpc::ClientOptions::in_cluster(kToken, "chunk-io-test")};
+  RoutingCache routing{io, rpc, {rpc::Endpoint{"127.0.0.1", mgmtd.port}}};
+  ChunkIo chunks{io, rpc, routing, ChunkIoOptions{.call_timeout_ms = 1000, .retry_time_ms_max = 5000}};
+  ChunkAddress c{.ino = 7, .index = 0, .chain = 0, .chunk_bytes = 1 << 20};
+  std::vector<std::byte> buf = std::vector<std::byte>(4096, std::byte{1});
+};
+
 // Every send of one update carries its sequence and how many sends came
 // before (storage refuses a retry it can no longer tell from a first send,
 // storage/dedup_table.h); that refusal, kOutcomeUnknown, is not retried.
 TEST(ChunkIo, RetriesOfAnUpdateAreNumberedAndAnUnknownOutcomeIsNotRetried) {
-  Mgmtd mgmtd;
-  ScriptedStorage storage({Code::kOverloaded, Code::kTimeout, Code::kOk, Code::kOutcomeUnknown});
-  ASSERT_EQ(mgmtd.add_storage_and_table(storage.address()), 1u);
-  rpc::IoPool io{1};
-  rpc::Client rpc(io, rpc::ClientOptions::in_cluster(kToken, "chunk-io-test"));
-  RoutingCache routing(io, rpc, {rpc::Endpoint{"127.0.0.1", mgmtd.port}});
-  ASSERT_TRUE(routing.start());
-  const mgmt::ChainId chain = routing.current()->tables.at(1).chains[0];
-  ChunkIo chunks(io, rpc, routing, ChunkIoOptions{.call_timeout_ms = 1000, .retry_time_ms_max = 5000});
-  ChunkAddress c{.ino = 7, .index = 0, .chain = chain, .chunk_bytes = 1 << 20};
-  auto ex = io.at(0).get_executor();
-  std::vector<std::byte> buf(4096, std::byte{1});
-  auto first = block_on(ex, chunks.write(c, 0, buf));
+  ScriptedChain t({Code::kOverloaded, Code::kTimeout, Code::kOk, Code::kOutcomeUnknown});
+  ASSERT_TRUE(t.ready());
+  auto first = t.write();
   ASSERT_TRUE(first.has_value()) << first.error();
-  auto second = block_on(ex, chunks.write(c, 0, buf));
+  auto second = t.write();
   ASSERT_FALSE(second.has_value());
   EXPECT_EQ(second.error().code(), Code::kOutcomeUnknown) << second.error();
   EXPECT_EQ(second.error().posix_errno(), EIO);
-  auto sent = storage.sent();
+  auto sent = t.storage.sent();
   ASSERT_EQ(sent.size(), 4u) << "the unknown outcome was retried";
   const uint64_t seq = sent[0].first;
   EXPECT_EQ(sent[0], std::make_pair(seq, 0u));
   EXPECT_EQ(sent[1], std::make_pair(seq, 1u));
   EXPECT_EQ(sent[2], std::make_pair(seq, 2u));
   EXPECT_EQ(sent[3], std::make_pair(seq + 1, 0u)) << "the next update: a new sequence, a first send";
-  routing.stop();
 }
 
 // A send refused before anything was staged (stale routing, not the head,
@@ -292,49 +302,29 @@ TEST(ChunkIo, RetriesOfAnUpdateAreNumberedAndAnUnknownOutcomeIsNotRetried) {
 // retry, a head whose dedup table evicted this client's entries beyond it
 // refused it as kOutcomeUnknown although it was never applied anywhere).
 TEST(ChunkIo, ASendRefusedBeforeStagingLeavesTheNextOneAFirstSend) {
-  Mgmtd mgmtd;
-  ScriptedStorage storage({Code::kStaleRouting, Code::kNotChainHead, Code::kTimeout, Code::kOk});
-  ASSERT_EQ(mgmtd.add_storage_and_table(storage.address()), 1u);
-  rpc::IoPool io{1};
-  rpc::Client rpc(io, rpc::ClientOptions::in_cluster(kToken, "chunk-io-test"));
-  RoutingCache routing(io, rpc, {rpc::Endpoint{"127.0.0.1", mgmtd.port}});
-  ASSERT_TRUE(routing.start());
-  const mgmt::ChainId chain = routing.current()->tables.at(1).chains[0];
-  ChunkIo chunks(io, rpc, routing, ChunkIoOptions{.call_timeout_ms = 1000, .retry_time_ms_max = 5000});
-  ChunkAddress c{.ino = 7, .index = 0, .chain = chain, .chunk_bytes = 1 << 20};
-  std::vector<std::byte> buf(4096, std::byte{1});
-  auto written = block_on(io.at(0).get_executor(), chunks.write(c, 0, buf));
+  ScriptedChain t({Code::kStaleRouting, Code::kNotChainHead, Code::kTimeout, Code::kOk});
+  ASSERT_TRUE(t.ready());
+  auto written = t.write();
   ASSERT_TRUE(written.has_value()) << written.error();
-  auto sent = storage.sent();
+  auto sent = t.storage.sent();
   ASSERT_EQ(sent.size(), 4u);
   const uint64_t seq = sent[0].first;
   EXPECT_EQ(sent[1], std::make_pair(seq, 0u)) << "after a stale routing";
   EXPECT_EQ(sent[2], std::make_pair(seq, 0u)) << "after not the head";
   EXPECT_EQ(sent[3], std::make_pair(seq, 1u)) << "after a timeout: maybe applied";
-  routing.stop();
 }
 
 // A payload whose checksum failed on arrival (storage refuses it, kCorruption)
 // is sent again, as a read of a bad replica is tried again: the File failed
 // for good on one damaged frame.
 TEST(ChunkIo, AWriteWhosePayloadArrivedDamagedIsSentAgain) {
-  Mgmtd mgmtd;
-  ScriptedStorage storage({Code::kCorruption, Code::kOk});
-  ASSERT_EQ(mgmtd.add_storage_and_table(storage.address()), 1u);
-  rpc::IoPool io{1};
-  rpc::Client rpc(io, rpc::ClientOptions::in_cluster(kToken, "chunk-io-test"));
-  RoutingCache routing(io, rpc, {rpc::Endpoint{"127.0.0.1", mgmtd.port}});
-  ASSERT_TRUE(routing.start());
-  const mgmt::ChainId chain = routing.current()->tables.at(1).chains[0];
-  ChunkIo chunks(io, rpc, routing, ChunkIoOptions{.call_timeout_ms = 1000, .retry_time_ms_max = 5000});
-  ChunkAddress c{.ino = 7, .index = 0, .chain = chain, .chunk_bytes = 1 << 20};
-  std::vector<std::byte> buf(4096, std::byte{1});
-  auto written = block_on(io.at(0).get_executor(), chunks.write(c, 0, buf));
+  ScriptedChain t({Code::kCorruption, Code::kOk});
+  ASSERT_TRUE(t.ready());
+  auto written = t.write();
   ASSERT_TRUE(written.has_value()) << written.error();
-  auto sent = storage.sent();
+  auto sent = t.storage.sent();
   ASSERT_EQ(sent.size(), 2u);
   EXPECT_EQ(sent[1], std::make_pair(sent[0].first, 1u)) << "the same update, its second send";
-  routing.stop();
 }
 
 }  // namespace

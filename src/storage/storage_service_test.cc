@@ -1493,14 +1493,7 @@ TEST_F(StorageServiceTest, AnUnrecordedChunkGivesWayToTheChainsRecordedCopyInARe
   ASSERT_TRUE(write(0, 1, ChunkId{8, 0}, 0, now).has_value());  // version 1, recorded as chain 1's
   ASSERT_TRUE(source.write(ChunkId{8, 1}, Update::write(0, pattern(5000, 70))).has_value());  // unrecorded too
   route({0}, 2, {1});
-  bool synced = false;
-  for (int i = 0; i < 500 && !synced; ++i) {
-    auto s = client_.status(nodes_[1]->ep(), target_of(1));
-    ASSERT_TRUE(s.has_value());
-    for (auto& c : s->targets(0).synced()) synced |= c.chain_id() == 1 && c.synced_chain_version() == 2;
-    if (!synced) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_TRUE(synced);
+  ASSERT_TRUE(wait_synced(1, 2));
   auto copied = dest.stat(ChunkId{8, 0});
   ASSERT_TRUE(copied.has_value()) << copied.error();
   EXPECT_EQ(copied->chain_id, 1u) << "kept the earlier life's version " << copied->version;
