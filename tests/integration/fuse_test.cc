@@ -1140,28 +1140,8 @@ TEST_F(FuseTest, RewinddirListsTheDirectoryAsItIsNow) {
   ::closedir(d);
 }
 
-// A handle open for reading sees the file grow after the writer closed, once
-// the attribute timeout has passed (tail -f), and the kernel is not left
-// thinking the file ends where this handle last knew it did.
-TEST_F(FuseTest, AReadHandleSeesTheFileGrowAfterTheWriterClosed) {
-  std::string f = p("log");
-  ASSERT_TRUE(write_all(f, "a", 0644));
-  int r = ::open(f.c_str(), O_RDONLY);
-  ASSERT_GE(r, 0);
-  char buf[64];
-  ASSERT_EQ(::pread(r, buf, sizeof buf, 0), 1);
-  int w = ::open(f.c_str(), O_WRONLY | O_APPEND);
-  ASSERT_GE(w, 0);
-  ASSERT_EQ(::write(w, "bcdef", 5), 5);
-  ASSERT_EQ(::close(w), 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past the attribute timeout (1 s)
-  ssize_t n = ::pread(r, buf, sizeof buf, 0);
-  EXPECT_EQ(std::string(buf, static_cast<size_t>(std::max<ssize_t>(n, 0))), "abcdef");
-  ::close(r);
-  EXPECT_EQ(read_all(f), "abcdef");
-}
-
-// The same at once (a closed writer was no longer counted by the reader's
+// A read handle sees what another descriptor of this mount wrote as soon as
+// that one closed (a closed writer was no longer counted by the reader's
 // File: the read came back short, and in page-cache mode the kernel then
 // took the file for that short and put the next append over the middle).
 TEST_F(FuseTest, AReadHandleSeesAWriteAsSoonAsItsWriterClosed) {
