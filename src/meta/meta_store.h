@@ -33,8 +33,9 @@
 // a client still active keeps its window. Clients number their mutations
 // consecutively, so a client's newest record is its highest seq.
 //
-// Names: "." and ".." are never stored. lookup resolves them; mkdir/create/
-// symlink/link of them -> kExists (EEXIST, as Linux); rmdir "." -> EINVAL,
+// Names: "." and ".." are never stored. lookup resolves them; mkdir/
+// symlink/link and exclusive create of them -> kExists (EEXIST, as Linux), a
+// create without O_EXCL -> kIsDirectory (EISDIR); rmdir "." -> EINVAL,
 // rmdir ".." -> ENOTEMPTY; unlink of either -> EISDIR; rename of either ->
 // EINVAL (Linux says EBUSY for some cases; we have no EBUSY semantics).
 // readdir does not return "." and "..": clients synthesize them.
