@@ -923,22 +923,18 @@ Result<void> check_configs_agree(const Layout& L, const ClusterSpec& spec) {
 // token), so they go, unless a server started from one still runs.
 Result<void> remove_unfinished_configs(const Layout& L) {
   std::error_code ec;
-  const auto conf_dir = std::filesystem::path(L.config("x")).parent_path();
-  for (const auto& e : std::filesystem::directory_iterator(conf_dir, ec)) {
+  for (const auto& e : fs::directory_iterator(L.conf_dir(), ec)) {
     if (e.path().extension() != ".toml") continue;
-    const std::string name = e.path().stem().string(), file = e.path().string();
-    const long pid = std::strtol(read_text(L.pid_file(name)).c_str(), nullptr, 10);
-    if (pid > 0 && pid_running(static_cast<pid_t>(pid))) {
-      auto args = proc_cmdline(static_cast<pid_t>(pid));
-      if (std::find(args.begin(), args.end(), file) != args.end())
-        return error(Code::kBusy,
-                     "{} (pid {}) runs from {}, left by a `weft up` that did not finish (there is no {} yet): stop "
-                     "it, then run `weft up` again",
-                     name, pid, file, L.cluster_file());
-    }
-    remove_file(file);
+    const std::string name = e.path().stem().string();
+    const Role role{name, name.starts_with("storage-") ? "storage" : name, 0};
+    if (auto pid = live_pid(L, role))
+      return error(Code::kBusy,
+                   "{} (pid {}) runs from {}, left by a `weft up` that did not finish (there is no {} yet): stop it, "
+                   "then run `weft up` again",
+                   name, *pid, L.config(name), L.cluster_file());
+    remove_file(L.config(name));
   }
-  if (ec) return error(Code::kIoError, "list {}: {}", conf_dir.string(), ec.message());
+  if (ec) return error(Code::kIoError, "list {}: {}", L.conf_dir(), ec.message());
   remove_file(L.client_config());
   return {};
 }

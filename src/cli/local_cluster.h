@@ -70,7 +70,8 @@ struct Layout {
   std::string dir;
   std::string cluster_file() const { return dir + "/cluster.toml"; }
   std::string client_config() const { return dir + "/client.toml"; }
-  std::string config(const std::string& role) const { return dir + "/conf/" + role + ".toml"; }
+  std::string conf_dir() const { return dir + "/conf"; }
+  std::string config(const std::string& role) const { return conf_dir() + "/" + role + ".toml"; }
   std::string data(const std::string& role) const { return dir + "/data/" + role; }
   std::string log(const std::string& role) const { return dir + "/logs/" + role + ".log"; }
   std::string pid_file(const std::string& role) const { return dir + "/run/" + role + ".pid"; }
