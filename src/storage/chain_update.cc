@@ -1,10 +1,16 @@
 // The update path of the storage service: client writes at the head and
 // forwarded updates on the rest of the chain (protocol steps in
 // storage_service.h).
+// g++ 12 reports a false -Wmismatched-new-delete on asio's awaitable frame
+// operator delete for some coroutine bodies.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
 #include <chrono>
 #include <cstring>
 
 #include <asio/experimental/awaitable_operators.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
 
 #include "common/crc32c.h"
 #include "common/fault.h"
@@ -168,6 +174,39 @@ struct FullContentJob {
   }
 };
 
+using Clock = std::chrono::steady_clock;
+
+// What a member keeps back of a time budget it was given: its commit and the
+// reply's way back, and how much later than its sender it started counting
+// (the Forward's time on the wire or in the sender's queue).
+Clock::duration hop_margin(Clock::duration budget) {
+  using namespace std::chrono_literals;
+  return std::clamp<Clock::duration>(budget / 8, 10ms, 1s);
+}
+
+// The last instant a successor may commit an update whose Forward had to be
+// answered by `deadline` (the sender's call timeout, counted from arrival).
+Clock::time_point commit_deadline(Clock::time_point deadline) {
+  if (deadline == Clock::time_point::max()) return deadline;
+  return deadline - hop_margin(deadline - Clock::now());
+}
+
+// The timeout of a Forward from a member that must commit by `commit_by`: the
+// successor's answer must come before then, with room left for this
+// member's own stage to finish. 0: no time left to ask.
+uint32_t forward_timeout_ms(Clock::time_point commit_by, uint32_t configured) {
+  if (commit_by == Clock::time_point::max()) return configured;
+  auto left = commit_by - Clock::now();
+  left -= hop_margin(left) / 2;
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(left).count();
+  return ms <= 0 ? 0 : static_cast<uint32_t>(std::min<int64_t>(ms, configured));
+}
+
+Status past_commit_by(const ChunkId& id, std::string_view what) {
+  return Status(Code::kTimeout, fmt::format("chunk {}: {}: the predecessor's timeout for this update has passed "
+                                            "(it gives up and aborts)", id, what));
+}
+
 uint32_t data_crc_of(const ChainUpdate& u) { return u.data_crc ? *u.data_crc : crc32c(u.data); }
 
 // What staging `u` at `version` will produce, when that is known without
@@ -281,6 +320,7 @@ Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const Ch
       auto fwd = co_await forward_out(p, u, WriteResult{}, false);
       if (!fwd) co_return error(fwd.error());
     }
+    if (Clock::now() > u.commit_by) co_return error(past_commit_by(u.id, "removal refused"));
     RemoveJob job{engine, u.id, p.route.chain_id, u.sync};
     auto removed = co_await pool_.run(admitted, job);
     // A resync removal: the source never had what this replica recorded.
@@ -314,6 +354,15 @@ Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const Ch
     AbortJob abort{engine, u.id, staged.result.version};
     (void)co_await pool_.finish(abort);
     co_return error(Code::kIoError, "injected: commit of chunk {}", u.id);
+  }
+  if (WEFT_FAULT("storage.chain.commit.delay")) {  // tests: a member slow to commit
+    asio::steady_timer pause(co_await asio::this_coro::executor, std::chrono::milliseconds(800));
+    co_await pause.async_wait(asio::use_awaitable);
+  }
+  if (Clock::now() > u.commit_by) {
+    AbortJob abort{engine, u.id, staged.result.version};
+    (void)co_await pool_.finish(abort);
+    co_return error(past_commit_by(u.id, fmt::format("version {} aborted, not committed", staged.result.version)));
   }
   CommitJob commit{engine, u.id, staged.result.version};
   auto committed = co_await pool_.finish(commit);
@@ -431,6 +480,8 @@ Task<Result<void>> StorageService::forward_out(const Placement& p, const ChainUp
   if (WEFT_FAULT("storage.forward.fail")) co_return error(Code::kUnavailable, "injected: forward of {}", u.id);
   pb::ForwardRequest req = forward_request(p, u, staged, sync);
   rpc::CallOptions options;
+  options.timeout_ms = forward_timeout_ms(u.commit_by, options_.forward_timeout_ms);
+  if (options.timeout_ms == 0) co_return error(past_commit_by(u.id, "not forwarded"));
   if (!u.data.empty()) options.payload.push_back(u.data);
   auto r = co_await client_.call<pb::ForwardReply>(p.successor->endpoint, methods::kForward, req, std::move(options));
   if (r) co_return Result<void>{};
@@ -447,6 +498,8 @@ Task<Result<void>> StorageService::forward_out(const Placement& p, const ChainUp
   req.set_data_crc32c(crc32c(*full));
   set_held(req, p.target->dedup().keys_of(u.id, kHeldKeysMax));  // what this member's content holds
   rpc::CallOptions replace_options;
+  replace_options.timeout_ms = forward_timeout_ms(u.commit_by, options_.forward_timeout_ms);
+  if (replace_options.timeout_ms == 0) co_return error(past_commit_by(u.id, "full chunk not forwarded"));
   replace_options.payload.push_back(std::span<const std::byte>(*full));
   auto r2 = co_await client_.call<pb::ForwardReply>(p.successor->endpoint, methods::kForward, req,
                                                     std::move(replace_options));
@@ -549,7 +602,9 @@ Task<Result<pb::ForwardReply>> StorageService::forward_in(const pb::ForwardReque
                 has_data ? call.payload.span() : std::span<const std::byte>{}, req.chunk_size(), req.client_id(),
                 req.sequence()};
   if (has_data) u.data_crc = req.data_crc32c();  // check_payload verified it
+  u.commit_by = commit_deadline(call.deadline);
   ChunkLocks::Guard guard = co_await t.locks().lock(u.id);
+  if (Clock::now() > u.commit_by) co_return error(past_commit_by(u.id, "not staged: the chunk's lock came too late"));
   auto p = locate(req.chain_id(), req.chain_version());
   if (!p) co_return error(p.error());
   if (req.sync() || req.repair()) p->successor.reset();  // resync copies and repairs stop at the target addressed

@@ -24,7 +24,12 @@
 //   5. each member commits when its successor acknowledged (the Forward
 //      reply), so the client's ack means every replica on the write path
 //      (serving and syncing) has committed it. On any failure a member
-//      aborts its staged version and the error travels back.
+//      aborts its staged version and the error travels back. A successor
+//      commits only before its predecessor's timeout for the Forward, less a
+//      margin for the commit and the reply (ChainUpdate::commit_by), and
+//      gives its own successor a timeout that ends before then: a member
+//      never commits what a slower-to-answer chain made its predecessor
+//      abort (kTimeout instead; the client's retry applies it everywhere).
 // A successor whose staged result differs from its predecessor's (it fell
 // behind, e.g. while syncing) answers kVersionMismatch and receives the full
 // chunk (UPDATE_REPLACE) instead.
@@ -207,6 +212,12 @@ struct ChainUpdate {
   // the same version, length and CRC; never forwarded on.
   bool repair = false;
   std::optional<uint32_t> data_crc;  // CRC32C of `data` when already known (checked on arrival)
+  // From a predecessor (Forward): past this instant it may have given up on
+  // the update and aborted its own stage, so this member must not commit it,
+  // nor ask its successor to (their Forward's timeout ends before it). max():
+  // nobody upstream aborts on a clock (the head; resync and repair sources
+  // retry a copy whose outcome they did not hear).
+  std::chrono::steady_clock::time_point commit_by = std::chrono::steady_clock::time_point::max();
 };
 
 // What staging an update on one replica produced.

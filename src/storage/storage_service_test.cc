@@ -35,14 +35,14 @@ class Node {
   Node(rpc::IoPool& io, const std::string& name, std::vector<mgmt::TargetId> targets, uint64_t capacity = 0,
        uint64_t read_bytes_held_max = 0, uint32_t write_stall_timeout_ms = 0,
        std::chrono::seconds stray_grace = std::chrono::hours(1), std::function<bool()> lease = nullptr,
-       size_t dedup_entries_max = 65536) {
+       size_t dedup_entries_max = 65536, uint32_t forward_timeout_ms = 3000) {
     StorageConfig sc;
     sc.stray_chunk_grace = stray_grace;
     sc.dedup_entries_max = dedup_entries_max;
     if (read_bytes_held_max) sc.read_bytes_held_max = read_bytes_held_max;
     for (auto t : targets) sc.targets.push_back({t, dir_.path() + "/t" + std::to_string(t), capacity, 1u << 20});
     sc.disk_threads = 4;
-    sc.forward_timeout_ms = 3000;
+    sc.forward_timeout_ms = forward_timeout_ms;
     auto s = open_storage_service(io, sc, rpc::ServiceConfig{.cluster_token = kToken, .name = name},
                                   metrics::Registry::global(), std::move(lease));
     EXPECT_TRUE(s.has_value()) << s.error();
@@ -116,10 +116,11 @@ void send_reads(rpc::testing::RawSocket& peer, int reads,
 
 class StorageServiceTest : public ::testing::Test {
  protected:
-  void start(size_t servers, uint64_t capacity = 0) {
+  void start(size_t servers, uint64_t capacity = 0, uint32_t forward_timeout_ms = 3000) {
     for (size_t i = 0; i < servers; ++i)
       nodes_.push_back(std::make_unique<Node>(io_, "s" + std::to_string(i + 1),
-                                              std::vector<mgmt::TargetId>{target_of(i)}, capacity));
+                                              std::vector<mgmt::TargetId>{target_of(i)}, capacity, 0, 0,
+                                              std::chrono::hours(1), nullptr, 65536, forward_timeout_ms));
   }
   // One server per entry, with that target capacity (0: the filesystem's).
   void start_with_capacities(std::vector<uint64_t> capacities) {
@@ -1094,6 +1095,39 @@ TEST_F(StorageServiceTest, FailedForwardAbortsAndRetrySucceeds) {
   ASSERT_TRUE(w.has_value()) << w.error();
   EXPECT_EQ(w->version(), 1u);
   expect_identical({0, 1}, 1);
+}
+
+// A member whose predecessor gave up on an update (its Forward timed out)
+// must not commit it: the predecessor aborted, so the replicas would differ
+// and reads would return a write that failed, until the next write rolled it
+// back. Here the tail is slow to commit (an injected delay past every hop's
+// timeout): each member's commit deadline comes from its Forward's, a margin
+// before it, so the tail aborts too and every replica keeps the old content.
+TEST_F(StorageServiceTest, AMemberDoesNotCommitAnUpdateItsPredecessorGaveUpOn) {
+  start(3, 0, /*forward_timeout_ms=*/300);
+  route({0, 1, 2}, 1);
+  ChunkId id{13, 0};
+  auto a = pattern(kChunk, 31), b = pattern(kChunk, 32), c = pattern(kChunk, 33);
+  ASSERT_TRUE(write(0, 1, id, 0, a, 11, 1).has_value());
+  {
+    // The first member to reach its commit is the tail (the others wait for their forward).
+    fault::Scope slow("storage.chain.commit.delay", {.hits_max = 1});
+    auto w = write(0, 1, id, 0, b, 11, 2);
+    if (slow.triggered() == 0) GTEST_SKIP() << "fault injection compiled out";
+    EXPECT_FALSE(w.has_value()) << "the head's forward timed out";
+    // The delay (800 ms) ends; the tail decides.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  }
+  for (size_t n = 0; n < 3; ++n) {
+    auto r = read(n, 1, id);
+    EXPECT_EQ(r.result.version(), 1u) << "node " << n;
+    EXPECT_TRUE(r.data == a) << "node " << n << " serves the failed write's bytes";
+    EXPECT_EQ(pending_on(n, id), 0u) << "node " << n;
+  }
+  auto w = write(0, 1, id, 0, c, 11, 3);
+  ASSERT_TRUE(w.has_value()) << w.error();
+  EXPECT_EQ(w->version(), 2u);
+  expect_identical({0, 1, 2}, 1);
 }
 
 // Whole-chunk writes stage on the head while they are forwarded. A stage that
