@@ -142,6 +142,41 @@ TEST_F(ConcurrencyTest, SharedDirectoryCreatesAllLand) {
   EXPECT_EQ(s().statfs(root())->inodes_used, 2u + kThreads * kFiles);
 }
 
+// A directory's subdirectory count is merged without a lock, so mkdirs and
+// renames that take its last link at once (each under the shared lock) must
+// still be ordered: exactly one gets it, the others EMLINK.
+TEST_F(ConcurrencyTest, ConcurrentMkdirsNeverPushADirectoryPastItsLinkLimit) {
+  Ino full = mkdir("full");
+  for (uint32_t i = 2; i < kLinkCountMax - 1; ++i) mkdir("d" + std::to_string(i), full);
+  ASSERT_EQ(s().getattr(root(), full)->nlink, kLinkCountMax - 1);
+  std::vector<Ino> movers;
+  for (int t = 0; t < 4; ++t) movers.push_back(mkdir(fmt::format("m{}", t)));
+  fault::Scope slow_commits("meta.commit.delay");  // locks held 500 us longer: the calls overlap
+  constexpr int kThreads = 8;
+  std::atomic<int> ready{0}, made{0}, full_errors{0}, other{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      ready++;
+      while (ready.load() < kThreads) std::this_thread::yield();
+      // Half mkdir, half move a directory in.
+      auto r = t % 2 == 0 ? to_void(s().mkdir(root(), full, fmt::format("last{}", t), 0755))
+                          : s().rename(root(), kRootIno, fmt::format("m{}", t / 2), full, fmt::format("last{}", t));
+      if (r) made++;
+      else if (r.error().code() == Code::kTooManyLinks) full_errors++;
+      else other++;
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(made.load(), 1);
+  EXPECT_EQ(full_errors.load(), kThreads - 1);
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(s().getattr(root(), full)->nlink, kLinkCountMax);
+  auto report = fsck(*s().db());
+  ASSERT_OK(report);
+  EXPECT_TRUE(report->ok()) << report->summary();
+}
+
 TEST_F(ConcurrencyTest, CrossRenamesOfDirectoriesNeverMakeCycles) {
   // Two threads repeatedly try a->b/a and b->a/b style moves: at most one wins.
   Ino a = mkdir("a"), b = mkdir("b");

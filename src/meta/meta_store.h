@@ -23,6 +23,8 @@
 //     sessions, attrs).
 //   - directory mtime/ctime and subdirectory count live in DirStat (T<ino>),
 //     merged without a lock so creates in one directory do not serialize.
+//     A directory within 1024 links of kLinkCountMax is locked exclusive by
+//     mkdir and rename instead, so its last links are counted in order.
 //
 // Retries: a mutation with a valid RequestId stores its outcome (success or
 // error) in the same transaction under R<client><seq>; the same id again

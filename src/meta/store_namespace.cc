@@ -8,8 +8,34 @@
 
 namespace weft::meta {
 
+namespace {
+
+// Concurrent operations that can each add a subdirectory to one directory
+// under its shared lock: far more than the server runs at once.
+constexpr uint32_t kLinkRaceMargin = 1024;
+
+// Whether `dir` (read without a lock) is so close to kLinkCountMax that the
+// operations adding its last links must be ordered.
+Result<bool> near_link_limit(Txn& txn, Ino dir) {
+  WEFT_TRY(auto raw, txn.get_raw(key::inode(dir)));
+  if (!raw) return false;
+  WEFT_TRY(Inode inode, decode_inode(*raw));
+  WEFT_TRY(inode, txn.with_dir_stat(std::move(inode)));
+  return inode.nlink + kLinkRaceMargin >= kLinkCountMax;
+}
+
+}  // namespace
+
+// need_nlink: the caller may add a subdirectory and checks the count against
+// kLinkCountMax. The count is merged without a lock (DirStat), so callers
+// under the shared lock could each see room for the last link: near the limit
+// the directory is locked exclusively instead, which orders them.
 Result<Inode> MetaStore::lock_dir_searchable(Txn& txn, const Context& ctx, Ino dir, bool need_nlink) {
-  WEFT_TRY(Inode parent, txn.lock_existing(dir, /*exclusive=*/false, need_nlink));
+  bool exclusive = false;
+  if (need_nlink) {
+    WEFT_TRY(exclusive, near_link_limit(txn, dir));
+  }
+  WEFT_TRY(Inode parent, txn.lock_existing(dir, exclusive, need_nlink));
   if (!parent.is_dir()) return error(Code::kNotDirectory, "inode {} is not a directory", dir);
   WEFT_RETURN_IF_ERROR(check_access(parent, ctx.cred, kAccessExec));
   return parent;
