@@ -429,7 +429,9 @@ class PyClient {
     raise_status(r.error(), path);
   }
 
-  // Entries of a directory: (name as bytes, Inode), in the directory's order.
+  // Entries of a directory: (name as bytes, inode number, InodeType as int,
+  // Inode or None), in the directory's order. None: meta gave no attributes
+  // (the caller may read the directory but not search it).
   py::list scandir(const std::string& path) {
     auto c = conn();
     weft::Result<std::vector<weft::DirEntry>> r;
@@ -439,7 +441,10 @@ class PyClient {
     }
     if (!r) raise_status(r.error(), path);
     py::list out;
-    for (auto& e : *r) out.append(py::make_tuple(py::bytes(e.name), py::cast(std::move(e.attr))));
+    for (auto& e : *r) {
+      py::object attr = e.attr.ino != 0 ? py::cast(std::move(e.attr)) : py::none();
+      out.append(py::make_tuple(py::bytes(e.name), e.ino, static_cast<int>(e.type), std::move(attr)));
+    }
     return out;
   }
 
@@ -668,6 +673,9 @@ PYBIND11_MODULE(_native, m) {
   m.attr("O_TRUNC") = O_TRUNC;
   m.attr("O_APPEND") = O_APPEND;
   m.attr("ROOT_INO") = weft::kRootIno;
+  m.attr("TYPE_FILE") = static_cast<int>(weft::InodeType::kFile);
+  m.attr("TYPE_DIRECTORY") = static_cast<int>(weft::InodeType::kDirectory);
+  m.attr("TYPE_SYMLINK") = static_cast<int>(weft::InodeType::kSymlink);
   m.attr("RENAME_REPLACE") = 0;
   m.attr("RENAME_NOREPLACE") = static_cast<int>(weft::RenameFlags::kNoReplace);
   m.attr("RENAME_EXCHANGE") = static_cast<int>(weft::RenameFlags::kExchange);

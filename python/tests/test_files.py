@@ -553,3 +553,31 @@ print(c.exists({root + '/closed/f'!r}), c.isfile({root + '/closed/f'!r}), c.isdi
 """)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.split() == ["False", "False", "False", "True"], r.stdout + r.stderr
+
+
+def test_scandir_of_a_directory_the_caller_may_not_search_gives_names_and_types_only(client, root, as_nobody):
+    # As os.scandir on Linux: read permission without search permission lists
+    # names, inode numbers and types; stat() of an entry is refused.
+    d = f"{root}/listonly"
+    client.mkdir(d, 0o744)
+    client.write_file(f"{d}/f", b"12345")
+    client.mkdir(f"{d}/sub")
+    client.symlink("secret-target", f"{d}/link")
+    r = as_nobody(f"""
+import weft
+c = weft.connect(config=conf)
+e = {{x.name: x for x in c.scandir({d!r})}}
+print(sorted(e), e["f"].inode(), e["f"].is_file(), e["sub"].is_dir(follow_symlinks=False),
+      e["link"].is_symlink())
+for name in sorted(e):
+    try:
+        e[name].stat(follow_symlinks=False)
+        print(name, "stat given")
+    except PermissionError:
+        print(name, "refused")
+""")
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    ino = client.inode(f"{d}/f").ino
+    assert lines[0] == f"['f', 'link', 'sub'] {ino} True True True", r.stdout + r.stderr
+    assert lines[1:] == ["f refused", "link refused", "sub refused"], r.stdout + r.stderr

@@ -111,21 +111,32 @@ class DirEntry:
     """What Client.scandir yields, as os.DirEntry: `name`, `path`, `inode()`,
     `is_dir()`, `is_file()` and `stat()` (which follow a symlink unless
     follow_symlinks=False, asking meta for its target), `is_symlink()`;
-    `native` is the entry's own Inode (for a symlink, the link's)."""
+    `native` is the entry's own Inode (for a symlink, the link's).
+    In a directory the caller may read but not search, the listing has names,
+    inode numbers and types only: stat() and `native` then ask meta, which
+    refuses (PermissionError), as os.DirEntry.stat() does there."""
 
-    __slots__ = ("name", "path", "_inode", "_client", "_target")
+    __slots__ = ("name", "path", "_ino", "_type", "_inode", "_client", "_target")
 
-    def __init__(self, parent, name, inode, client=None):
+    def __init__(self, parent, name, ino, kind, inode, client=None):
         # parent and name: both str or both bytes (as os.DirEntry).
         sep = b"/" if isinstance(name, bytes) else "/"
         self.name = name
         self.path = parent.rstrip(sep) + sep + name
-        self._inode = inode
+        self._ino = ino
+        self._type = kind  # _native.TYPE_*
+        self._inode = inode  # None: not given with the listing
         self._client = client
         self._target = None  # a symlink's target Inode, once asked for
 
     def inode(self) -> int:
-        return self._inode.ino
+        return self._ino
+
+    def _own(self):
+        """The entry's own Inode (a symlink's: the link), asked for if the listing had none."""
+        if self._inode is None:
+            self._inode = self._client.native.stat(_fs(self.path), False)
+        return self._inode
 
     def _followed(self):
         """The Inode a symlink names (raises OSError when it names nothing)."""
@@ -134,36 +145,36 @@ class DirEntry:
         return self._target
 
     def _is(self, kind, follow_symlinks):
-        if not (follow_symlinks and self._inode.is_symlink() and self._client is not None):
-            return getattr(self._inode, kind)()
+        if not (follow_symlinks and self.is_symlink() and self._client is not None):
+            return self._type == kind
         try:
-            return getattr(self._followed(), kind)()
+            return self._followed().type == kind
         except OSError:  # a dangling link: neither, as os.DirEntry says
             return False
 
     def is_dir(self, *, follow_symlinks: bool = True) -> bool:
-        return self._is("is_dir", follow_symlinks)
+        return self._is(_native.TYPE_DIRECTORY, follow_symlinks)
 
     def is_file(self, *, follow_symlinks: bool = True) -> bool:
-        return self._is("is_file", follow_symlinks)
+        return self._is(_native.TYPE_FILE, follow_symlinks)
 
     def is_symlink(self) -> bool:
-        return self._inode.is_symlink()
+        return self._type == _native.TYPE_SYMLINK
 
     def is_junction(self) -> bool:
         return False
 
     def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
-        if follow_symlinks and self._inode.is_symlink() and self._client is not None:
+        if follow_symlinks and self.is_symlink() and self._client is not None:
             return stat_result(self._followed())
-        return stat_result(self._inode)
+        return stat_result(self._own())
 
     def __fspath__(self):
         return self.path
 
     @property
     def native(self):
-        return self._inode
+        return self._own()
 
     def __repr__(self):
         return f"<weft.DirEntry {self.path!r}>"
@@ -563,7 +574,8 @@ class Client:
 
     def scandir(self, path="/") -> list[DirEntry]:
         p = os.fspath(path)
-        return [DirEntry(p, _name_like(p, name), n, self) for name, n in self.native.scandir(_fs(p))]
+        return [DirEntry(p, _name_like(p, name), ino, kind, n, self)
+                for name, ino, kind, n in self.native.scandir(_fs(p))]
 
     def walk(self, top="/"):
         """Like os.walk (top-down, symlinks not followed)."""
@@ -621,9 +633,9 @@ class Client:
         self.native.remove(p, True)
 
     def _rmtree_below(self, p: bytes) -> None:
-        for name, n in self.native.scandir(p):
+        for name, _, kind, _ in self.native.scandir(p):
             child = p.rstrip(b"/") + b"/" + name
-            if n.is_dir():
+            if kind == _native.TYPE_DIRECTORY:
                 self._rmtree_below(child)
                 self.native.remove(child, True)
             else:

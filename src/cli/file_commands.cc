@@ -174,6 +174,13 @@ void cmd_ls(const FileFlags& f, const std::string& path, bool long_format) {
       continue;
     }
     const Inode& a = e.attr;
+    if (a.ino == 0) {  // a directory the caller may read but not search: its name and type only, as ls does
+      fail(fmt::format("cannot access '{}/{}': permission denied (no search permission on the directory)", path,
+                       e.name));
+      std::printf("%c????????? %3s %5s %5s %12s %19s %s\n", type_char(e.type), "?", "?", "?", "?", "?",
+                  e.name.c_str());
+      continue;
+    }
     // A device shows its number where a file shows its size, as ls does.
     std::string size = meta::is_device_type(a.type) ? device_string(a.rdev) : std::to_string(a.size);
     std::printf("%s %3u %5u %5u %12s %s %s\n", mode_string(a).c_str(), a.nlink, a.uid, a.gid, size.c_str(),

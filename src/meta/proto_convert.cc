@@ -129,7 +129,7 @@ void to_proto(const DirPage& p, pb::MetaReply* out) {
     pe->set_name(e.name);
     pe->set_ino(e.ino);
     pe->set_type(static_cast<uint32_t>(e.type));
-    to_proto(e.attr, pe->mutable_attr());
+    if (e.attr.ino != 0) to_proto(e.attr, pe->mutable_attr());  // else not given (DirEntry::attr)
   }
   out->set_value(p.cookie);
   out->set_eof(p.eof);
@@ -140,7 +140,10 @@ Result<DirPage> dir_page_from(const pb::MetaReply& r) {
   page.entries.reserve(r.entries_size());
   for (const auto& pe : r.entries()) {
     WEFT_TRY(InodeType type, inode_type_from_wire(pe.type()));
-    WEFT_TRY(Inode attr, from_proto(pe.attr()));
+    Inode attr;
+    if (pe.has_attr()) {
+      WEFT_TRY(attr, from_proto(pe.attr()));
+    }
     page.entries.push_back(DirEntry{pe.name(), pe.ino(), type, std::move(attr)});
   }
   page.cookie = r.value();

@@ -141,13 +141,18 @@ TEST(ProtoConvert, DirPageAndReply) {
   DirPage page;
   page.entries.push_back(DirEntry{"x", 42, InodeType::kSymlink, sample_inode()});
   page.entries.push_back(DirEntry{"dir", 43, InodeType::kDirectory, Inode{.ino = 43, .type = InodeType::kDirectory}});
+  page.entries.push_back(DirEntry{"bare", 44, InodeType::kSymlink, Inode{}});  // attributes not given
   page.cookie = "dir";
   page.eof = true;
   pb::MetaReply r;
   to_proto(page, &r);
+  EXPECT_FALSE(r.entries(2).has_attr());
   auto back = dir_page_from(r);
   ASSERT_TRUE(back.has_value());
-  ASSERT_EQ(back->entries.size(), 2u);
+  ASSERT_EQ(back->entries.size(), 3u);
+  EXPECT_EQ(back->entries[2].ino, 44u);
+  EXPECT_EQ(back->entries[2].type, InodeType::kSymlink);
+  EXPECT_EQ(back->entries[2].attr, Inode{});
   EXPECT_EQ(back->entries[0].name, "x");
   EXPECT_EQ(back->entries[0].attr, sample_inode());
   EXPECT_EQ(back->entries[1].type, InodeType::kDirectory);

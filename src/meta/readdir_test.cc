@@ -48,6 +48,36 @@ TEST_F(ReaddirTest, PagesWithAttributes) {
   EXPECT_TRUE(exact->eof);
 }
 
+// Read permission on a directory without search permission lists it as
+// getdents(2) does: names, inode numbers and types, no attributes (a stat of
+// an entry is refused there, and a symlink's target is an attribute too).
+TEST_F(ReaddirTest, ACallerWhoMayNotSearchTheDirectoryGetsNoAttributes) {
+  Ino d = mkdir("readonly");
+  Ino f = create("f", d);
+  ASSERT_OK(s().symlink(root(), d, "link", "secret-target"));
+  ASSERT_OK(s().setattr(root(), d, SetAttr{.mode = 0744}));
+  Context bob = user(2000, 200);
+  EXPECT_CODE(s().lookup(bob, d, "f"), Code::kPermissionDenied);
+  auto p = s().readdir(bob, d, "", 10);
+  ASSERT_OK(p);
+  ASSERT_EQ(p->entries.size(), 2u);
+  EXPECT_EQ(p->entries[0].name, "f");
+  EXPECT_EQ(p->entries[0].ino, f);
+  EXPECT_EQ(p->entries[0].type, InodeType::kFile);
+  EXPECT_EQ(p->entries[1].type, InodeType::kSymlink);
+  for (const auto& e : p->entries) {
+    EXPECT_EQ(e.attr.ino, 0u) << e.name;
+    EXPECT_EQ(e.attr.symlink_target, "") << e.name;
+  }
+  // The owner (root) may search it: attributes.
+  auto mine = s().readdir(root(), d, "", 10);
+  ASSERT_OK(mine);
+  EXPECT_EQ(mine->entries[1].attr.symlink_target, "secret-target");
+  // Search permission alone (0711) lists nothing.
+  ASSERT_OK(s().setattr(root(), d, SetAttr{.mode = 0711}));
+  EXPECT_CODE(s().readdir(bob, d, "", 10), Code::kPermissionDenied);
+}
+
 TEST_F(ReaddirTest, CookieSurvivesRemovalOfLastEntry) {
   Ino d = mkdir("d");
   for (auto n : {"a", "b", "c", "d"}) create(n, d);

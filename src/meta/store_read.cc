@@ -117,6 +117,7 @@ Result<DirPage> MetaStore::readdir(const Context& ctx, Ino dir, std::string_view
     WEFT_TRY(Inode d, read_inode(dir, snap.get()));
     if (!d.is_dir()) return error(Code::kNotDirectory, "inode {} is not a directory", dir);
     WEFT_RETURN_IF_ERROR(check_access(d, ctx.cred, kAccessRead));
+    const bool searchable = check_access(d, ctx.cred, kAccessExec).has_value();
     const std::string prefix = key::dentry_prefix(dir);
     const std::string end = key::prefix_end(prefix);
     rocksdb::Slice end_slice(end);
@@ -138,7 +139,9 @@ Result<DirPage> MetaStore::readdir(const Context& ctx, Ino dir, std::string_view
       WEFT_TRY(DentryValue dv, decode_dentry(std::string_view(it->value().data(), it->value().size())));
       e.ino = dv.ino;
       e.type = dv.type;
-      WEFT_TRY(e.attr, read_inode(dv.ino, snap.get()));
+      if (searchable) {
+        WEFT_TRY(e.attr, read_inode(dv.ino, snap.get()));
+      }
       const size_t bytes = encoded_bytes_max(e);
       if (!page.entries.empty() && page_bytes + bytes > kListReplyBytesMax) break;
       page_bytes += bytes;

@@ -179,7 +179,10 @@ struct DirEntry {
   std::string name;
   Ino ino = 0;
   InodeType type = InodeType::kFile;
-  Inode attr;  // readdirplus
+  // readdirplus; attr.ino == 0: not given, to a caller who may read the
+  // directory but not search it (names, inode numbers and types only, as
+  // getdents(2) gives there; stat of the entries is refused).
+  Inode attr;
 };
 
 // At most the `limit` readdir was asked for, and about kListReplyBytesMax
