@@ -14,6 +14,9 @@ Scrubber::Scrubber(ChunkEngine& engine, ScrubOptions options, metrics::Registry&
                                        {{"target", engine.options().target_id}})),
       corrupt_found_(registry.counter("weft_storage_scrub_corrupt_chunks_total", "Corrupt chunks found by the scrubber",
                                       {{"target", engine.options().target_id}})),
+      unreadable_found_(registry.counter("weft_storage_scrub_unreadable_chunks_total",
+                                         "Chunks the scrubber could not read back from the disk (I/O errors)",
+                                         {{"target", engine.options().target_id}})),
       passes_done_(registry.counter("weft_storage_scrub_passes_total", "Completed scrub passes",
                                     {{"target", engine.options().target_id}})) {}
 
@@ -43,8 +46,14 @@ void Scrubber::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+std::chrono::steady_clock::duration scrub_pace(uint64_t bytes, uint64_t bytes_per_sec) {
+  // In double seconds: bytes * 10^6 overflows 64 bits past 18 TB.
+  std::chrono::duration<double> s(static_cast<double>(bytes) / static_cast<double>(std::max<uint64_t>(bytes_per_sec, 1)));
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(s);
+}
+
 bool Scrubber::pace(std::chrono::steady_clock::time_point start, uint64_t bytes) {
-  auto due = start + std::chrono::microseconds(bytes * 1'000'000 / std::max<uint64_t>(options_.bytes_per_sec, 1));
+  auto due = start + scrub_pace(bytes, options_.bytes_per_sec);
   std::unique_lock lock(mu_);
   cv_.wait_until(lock, due, [&] { return stopping_; });
   return !stopping_;
@@ -81,6 +90,13 @@ ScrubReport Scrubber::run_pass() {
                          "replica) until the chunk is repaired or rewritten{}",
                          engine_.options().target_id, engine_.dir(), ok.error(), LogThrottle::held_back(*held));
         if (options_.on_corrupt) options_.on_corrupt(c.id, ok.error());
+      } else if (!ok && ok.error().code() != Code::kNotFound) {  // kNotFound: removed since the listing
+        report.unreadable.push_back(c.id);
+        unreadable_found_.inc();
+        if (auto held = unreadable_log_.admit())
+          WEFT_LOG_ERROR("scrub of target {} ({}): chunk {} could not be read back: {}; reads of it fail here "
+                         "(clients read another replica) until it is rewritten: check the device{}",
+                         engine_.options().target_id, engine_.dir(), c.id, ok.error(), LogThrottle::held_back(*held));
       }
       report.chunks++;
       report.bytes += c.length;

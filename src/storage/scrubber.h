@@ -42,8 +42,16 @@ struct ScrubReport {
   uint64_t chunks = 0;
   uint64_t bytes = 0;
   std::vector<ChunkId> corrupt;
+  // Chunks the disk did not give back (an I/O error, a short slab): counted
+  // (weft_storage_scrub_unreadable_chunks_total) and logged, not handed to
+  // on_corrupt (a repair mends checksum failures, not the device).
+  std::vector<ChunkId> unreadable;
   bool interrupted = false;
 };
+
+// How long into a pass `bytes` may have been read at `bytes_per_sec` (0
+// counts as 1).
+std::chrono::steady_clock::duration scrub_pace(uint64_t bytes, uint64_t bytes_per_sec);
 
 class Scrubber {
  public:
@@ -71,8 +79,10 @@ class Scrubber {
   ScrubOptions options_;
   metrics::Counter& bytes_scrubbed_;
   metrics::Counter& corrupt_found_;
+  metrics::Counter& unreadable_found_;
   metrics::Counter& passes_done_;
   LogThrottle corrupt_log_{std::chrono::seconds(10)};
+  LogThrottle unreadable_log_{std::chrono::seconds(10)};
 
   std::mutex pass_mu_;  // held by run_pass()
   mutable std::mutex mu_;

@@ -8,6 +8,8 @@
 #include <map>
 #include <thread>
 
+#include <unistd.h>
+
 #include "storage/test_util.h"
 
 namespace weft::storage {
@@ -111,6 +113,38 @@ TEST_F(CorruptionTest, ForgottenChunksAreNoLongerListed) {
   EXPECT_EQ(scrubber.corrupt_chunks(), (std::vector<ChunkId>{ChunkId{7, 2}}));
   scrubber.forget(ChunkId{7, 2});
   EXPECT_TRUE(scrubber.corrupt_chunks().empty());
+}
+
+// A chunk the disk cannot give back (a media error, a slab cut short) is
+// what a scrub pass is for finding too: reported, counted and logged, not
+// taken for a checksum failure (a repair does not mend an I/O error).
+TEST_F(CorruptionTest, AnUnreadableChunkIsReportedNotSkipped) {
+  ChunkId id{9, 0};
+  ASSERT_TRUE(engine_->write(id, Update::write(0, pattern(64 * 1024, 9))).has_value());
+  testing::DiskByte at = testing::committed_byte(*engine_, id, 0);
+  ASSERT_EQ(::truncate(at.path.c_str(), 0), 0) << at.path;
+  auto v = engine_->verify(id);
+  ASSERT_FALSE(v.has_value());
+  ASSERT_NE(v.error().code(), Code::kCorruption) << v.error();
+  int handed = 0;
+  ScrubOptions so;
+  so.bytes_per_sec = 1ull << 30;
+  so.on_corrupt = [&](const ChunkId&, const Status&) { handed++; };
+  Scrubber scrubber(*engine_, so, registry_);
+  ScrubReport report = scrubber.run_pass();
+  EXPECT_EQ(report.unreadable, std::vector<ChunkId>{id});
+  EXPECT_TRUE(report.corrupt.empty());
+  EXPECT_EQ(handed, 0);
+  EXPECT_EQ(registry_.counter("weft_storage_scrub_unreadable_chunks_total", "", {{"target", "scrub"}}).value(), 1u);
+}
+
+// The pace of a pass stays right past 2^64 / 10^6 bytes (18 TB): 20 TB at
+// 64 MiB/s is about 3.45 days, not a wrapped-around moment.
+TEST(ScrubPace, LargePassesAreNotWrappedAround) {
+  auto t = scrub_pace(20'000'000'000'000ull, 64ull << 20);
+  EXPECT_NEAR(std::chrono::duration<double>(t).count(), 20e12 / (64.0 * 1024 * 1024), 1.0);
+  EXPECT_EQ(scrub_pace(1 << 20, 1 << 20), std::chrono::seconds(1));
+  EXPECT_EQ(scrub_pace(1, 0), scrub_pace(1, 1)) << "a rate of 0 counts as 1 byte/s";
 }
 
 TEST_F(CorruptionTest, CorruptChunkCrcIsFoundEvenWhenBlocksMatch) {
