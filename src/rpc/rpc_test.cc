@@ -3,6 +3,7 @@
 // overload and back-pressure; the [server] write-stall setting.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -499,6 +500,42 @@ TEST(ServiceRuntime, RaisesTheOpenFilesLimitToTheHardLimit) {
   ASSERT_TRUE(WIFEXITED(status));
   if (WEXITSTATUS(status) == 2) GTEST_SKIP() << "the hard limit is too low to lower the soft one";
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the soft limit was not raised to the hard one";
+}
+
+// A stop signal sent as soon as the port file appears (what `weft up` and
+// the tests wait for) stops the server cleanly (on_stopping runs, exit 0),
+// however long its on_listening takes: the handlers are in place before the
+// port file is written.
+TEST(ServiceRuntime, AStopSignalRightAfterThePortFileStopsCleanly) {
+  char dir_template[] = "/tmp/weft-rpc-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string port_file = std::string(dir_template) + "/port";
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ServiceConfig config;
+    config.cluster_token = "t";
+    config.name = "signal-test";
+    config.metrics_listen.clear();
+    config.io_threads = 1;
+    config.blocking_threads = 1;
+    config.port_file = port_file;
+    ServiceRuntime runtime(config);
+    if (!runtime.init()) ::_exit(2);
+    bool stopped = false;
+    auto r = runtime.run([] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); },
+                         [&] { stopped = true; });
+    ::_exit(r && stopped ? 0 : 3);
+  }
+  ASSERT_GT(pid, 0);
+  for (int i = 0; i < 1000 && ::access(port_file.c_str(), F_OK) != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ::unlink(port_file.c_str());
+  ::rmdir(dir_template);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 TEST(ServiceConfig, WriteStallTimeoutIsReadAndBounded) {

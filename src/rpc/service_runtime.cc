@@ -139,6 +139,17 @@ void ServiceRuntime::request_stop() {
 }
 
 Result<void> ServiceRuntime::run(std::function<void()> on_listening, std::function<void()> on_stopping) {
+  // Before anything says the server is up (the port file, on_listening): a
+  // stop signal sent as soon as it is must go through the stop pipe, not
+  // take its default action.
+  g_signal_fd = stop_pipe_[1];
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGHUP, &sa, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
   WEFT_TRY(rpc_port_, server_->listen(config_.listen.host, config_.listen.port));
   if (!config_.metrics_listen.empty()) {
     auto m = Endpoint::parse(config_.metrics_listen);
@@ -153,14 +164,6 @@ Result<void> ServiceRuntime::run(std::function<void()> on_listening, std::functi
   WEFT_LOG_INFO("{} serving on {}:{} (metrics on port {})", config_.name, config_.listen.host, rpc_port_,
                 metrics_port_);
   if (on_listening) on_listening();
-  g_signal_fd = stop_pipe_[1];
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::sigaction(SIGHUP, &sa, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
   for (;;) {
     char c;
     ssize_t n = ::read(stop_pipe_[0], &c, 1);
