@@ -168,10 +168,11 @@ void ClientConnection::start_call(MethodId method, std::string body, CallOptions
   frame->body = std::move(body);
   frame->payload = std::move(options.payload);
   frame->call_id = id;
+  frame->deadline = SteadyClock::now() + std::chrono::milliseconds(timeout_ms);
   Pending& p = pending_[id];
   p.done = std::move(done);
   p.timeout_ms = timeout_ms;
-  p.deadline = SteadyClock::now() + std::chrono::milliseconds(timeout_ms);
+  p.deadline = frame->deadline;
   p.dest = options.response_payload;
   p.frame = frame;
   const auto deadline = p.deadline;  // send() may close the stream, which clears pending_

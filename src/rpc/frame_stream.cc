@@ -3,6 +3,7 @@
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include <asio/read.hpp>
@@ -37,6 +38,15 @@ std::string describe(const asio::ip::tcp::socket& s) {
 }
 
 // Header, body and payload spans of one frame, skipping empty parts.
+// A request leaves the queue: its header carries what is left of the call's
+// budget (at least 1 ms: 0 would mean none).
+void stamp_budget(OutFrame& f) {
+  if (f.deadline == std::chrono::steady_clock::time_point{}) return;
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(f.deadline - std::chrono::steady_clock::now());
+  f.header.timeout_ms = static_cast<uint32_t>(std::clamp<int64_t>(left.count(), 1, f.header.timeout_ms));
+  encode_header(f.header, f.encoded.data());
+}
+
 void append_buffers(const OutFrame& f, std::vector<asio::const_buffer>& out) {
   out.emplace_back(f.encoded.data(), f.encoded.size());
   if (!f.body.empty()) out.emplace_back(f.body.data(), f.body.size());
@@ -111,6 +121,7 @@ bool FrameStream::try_write_now() {
   if (f->payload.size() + 2 > 64) return false;  // asio gathers at most 64 buffers per call
   std::vector<asio::const_buffer> buffers;
   buffers.reserve(f->payload.size() + 2);
+  stamp_budget(*f);
   append_buffers(*f, buffers);
   size_t total = asio::buffer_size(buffers);
   asio::error_code ec;
@@ -286,6 +297,7 @@ Task<void> FrameStream::write_loop() {
         uncount(*f);
         continue;
       }
+      if (f->state == OutFrame::State::kQueued) stamp_budget(*f);  // not one try_write_now() began
       f->state = OutFrame::State::kWriting;
       size_t first_buffer = buffers.size();
       append_buffers(*f, buffers);

@@ -43,6 +43,10 @@ struct OutFrame {
   std::vector<std::span<const std::byte>> payload;  // gathered as is; not copied
   std::shared_ptr<void> keepalive;                  // owns payload memory when needed
   uint64_t call_id = 0;                             // client side: the pending call
+  // Client side: the call's deadline. header.timeout_ms is set from it when
+  // the header starts to be written, so the receiver's budget does not
+  // include the time the frame waited in this queue (or for the handshake).
+  std::chrono::steady_clock::time_point deadline{};
   size_t queued_bytes = 0;                          // counted in FrameStream::queued_bytes() until written or dropped
   State state = State::kQueued;
   bool dropped = false;

@@ -15,6 +15,7 @@
 
 #include "common/config.h"
 #include "common/crc32c.h"
+#include "common/fault.h"
 #include "proto/rpc.pb.h"
 #include "rpc/client.h"
 #include "rpc/echo_service.h"
@@ -469,6 +470,35 @@ TEST(Rpc, BackPressureStillCompletesEverything) {
   for (auto& f : futs) ASSERT_TRUE(f.get());
   // 40 calls of 20 ms with at most 4 in progress take at least 10 rounds.
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(190));
+}
+
+// The header's timeout is the caller's budget left when the request is
+// written, not when it was queued: here it waits ~1.2 s for the handshake
+// (the server's accept loop is held) of a 2 s call, and the server must see
+// ~0.8 s left, or a chain member would commit after its sender gave up.
+TEST(Rpc, ARequestsBudgetCountsFromWhenItIsWritten) {
+  Cluster c;
+  std::atomic<int64_t> budget_ms{-1};
+  const MethodId m{service::kTest, 50};
+  c.server->add_async(m, "Budget", [&](ServerCall& call) -> Task<Status> {
+    budget_ms = std::chrono::duration_cast<std::chrono::milliseconds>(call.deadline - std::chrono::steady_clock::now())
+                    .count();
+    call.response_body = proto::EchoReply().SerializeAsString();
+    co_return Status{};
+  });
+  fault::Scope hold("rpc.server.accept.hold");
+  auto call = std::async(std::launch::async, [&] {
+    CallOptions o;
+    o.timeout_ms = 2000;
+    return c.echo(proto::EchoRequest{}, std::move(o), nullptr, m);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  if (hold.triggered() == 0) GTEST_SKIP() << "fault injection compiled out";
+  fault::disarm("rpc.server.accept.hold");
+  auto r = call.get();
+  ASSERT_TRUE(r.has_value()) << r.error();
+  EXPECT_LE(budget_ms.load(), 850);
+  EXPECT_GT(budget_ms.load(), 200);
 }
 
 TEST(Rpc, ManyConnectionsPerEndpoint) {
