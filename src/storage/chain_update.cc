@@ -484,6 +484,8 @@ Task<Result<void>> StorageService::forward_out(const Placement& p, const ChainUp
   if (options.timeout_ms == 0) co_return error(past_commit_by(u.id, "not forwarded"));
   if (!u.data.empty()) options.payload.push_back(u.data);
   auto r = co_await client_.call<pb::ForwardReply>(p.successor->endpoint, methods::kForward, req, std::move(options));
+  if (r && WEFT_FAULT("storage.forward.drop_reply"))  // tests: delivered and applied, the reply lost
+    co_return error(Code::kDisconnected, "injected: the reply of target {} was lost", p.successor->id);
   if (r) co_return Result<void>{};
   bool rebuildable = u.kind == pb::UPDATE_WRITE || u.kind == pb::UPDATE_TRUNCATE;
   if (r.error().code() != Code::kVersionMismatch || !rebuildable)
@@ -542,8 +544,16 @@ Task<Result<WriteResult>> StorageService::head_update(mgmt::ChainId chain, mgmt:
                     "remembers (its dedup table evicted this client's entries up to there); refused rather than "
                     "applied a second time",
                     u.client_id, u.sequence, u.id, t.id());
+  std::optional<uint64_t> committed;  // before the update (0: no chunk), if known
+  if (p->successor) {
+    auto info = t.engine().stat(u.id);  // in memory: cheap enough for an I/O thread
+    if (info) committed = info->version;
+    else if (info.error().code() == Code::kNotFound) committed = 0;
+  }
   auto r = co_await replicate(*p, u, 0, nullptr);
   if (r) t.dedup().record(u.client_id, u.sequence, {u.id, u.kind, {r->version, r->length, r->chunk_crc}});
+  // Failed after (maybe) forwarding: the members after this one may have committed it (reconcile.cc).
+  if (!r && committed) note_in_doubt(*p, u.id, *committed);
   observe(t.metrics(), op, r.has_value(), u.data.size(), start);
   co_return r;
 }

@@ -84,8 +84,8 @@ void StorageService::stop() {
   stray_->stop();
   for (auto& [id, scrubber] : scrubbers_) scrubber->stop();
   auto busy = [this] {
-    std::lock_guard lock(repairs_.mu);
-    return resyncs_running_.load() > 0 || repairs_.worker;
+    std::scoped_lock lock(repairs_.mu, reconciles_.mu);
+    return resyncs_running_.load() > 0 || repairs_.worker || reconciles_.worker;
   };
   for (int i = 0; i < 3000 && busy(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }

@@ -70,6 +70,14 @@
 // answering kCorruption, the failure is logged and counted
 // (weft_storage_chunk_repairs_total{result="no_good_copy"}).
 //
+// Reconcile (reconcile.cc): an update that fails at the head after it was
+// forwarded may have been committed by the members after it (a lost reply, a
+// tail that committed before its predecessor aborted). The head notes the
+// chunk in doubt; once every member has decided (the forward timeout later)
+// it compares every member's committed record with its own under the chunk's
+// lock and, if one differs, writes its own content through the chain again
+// (a REPLACE, or a removal). Counted in weft_storage_reconciles_total.
+//
 // Threading: handlers run as coroutines on the RPC I/O threads; engine calls
 // go to the service's DiskPool. Invariant: a chunk's lock is held on a chain
 // member from staging until commit or abort, and locks are only awaited
@@ -254,6 +262,7 @@ class StorageService {
   // (repair.cc). Cheap and thread-safe: from the scrub thread or an I/O thread.
   void request_repair(mgmt::TargetId t, const ChunkId& id);
   size_t repairs_queued();  // waiting or running (tests)
+  size_t reconciles_waiting();  // chunks noted in doubt, not yet taken (tests)
 
  private:
   struct Expect {
@@ -352,6 +361,20 @@ class StorageService {
                                   const ChunkId& id);
   void count_repair(mgmt::TargetId t, std::string_view result);
 
+  // Reconcile (reconcile.cc).
+  using ReconcileKey = std::pair<mgmt::ChainId, ChunkId>;
+  struct InDoubt {
+    mgmt::TargetId target = 0;        // the head that noted it
+    uint64_t committed_version = 0;   // its committed version then (0: none)
+    std::chrono::steady_clock::time_point not_before;
+    int attempts = 0;
+  };
+  enum class ReconcileOutcome : uint8_t { kDone, kRetry };
+  void note_in_doubt(const Placement& p, const ChunkId& id, uint64_t committed_version);
+  Task<void> reconcile_worker();
+  Task<ReconcileOutcome> reconcile_one(mgmt::ChainId chain, ChunkId id, InDoubt d);
+  void count_reconcile(mgmt::TargetId t, std::string_view result);
+
   // After an update of p's chain committed here and on p's successor: if a
   // resync to that successor runs, the chunk no longer needs copying.
   void note_delivered(const Placement& p, const ChunkId& id);
@@ -387,6 +410,13 @@ class StorageService {
     bool worker = false;                                                      // GUARDED_BY(mu)
     LogThrottle failure_log{std::chrono::seconds(10)};
   } repairs_;
+  // Chunks in doubt (reconcile.cc). Invariant: `worker` iff a reconcile_worker runs.
+  struct Reconciles {
+    std::mutex mu;
+    std::map<ReconcileKey, InDoubt> todo;  // GUARDED_BY(mu)
+    bool worker = false;                   // GUARDED_BY(mu)
+    LogThrottle log{std::chrono::seconds(10)};
+  } reconciles_;
   // Declared after targets_: they borrow their engines.
   std::unique_ptr<StraySweep> stray_;
   std::map<mgmt::TargetId, std::unique_ptr<Scrubber>> scrubbers_;

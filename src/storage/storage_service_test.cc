@@ -1130,6 +1130,55 @@ TEST_F(StorageServiceTest, AMemberDoesNotCommitAnUpdateItsPredecessorGaveUpOn) {
   expect_identical({0, 1, 2}, 1);
 }
 
+// A Forward whose reply is lost (the connection closed after the successor
+// got it) fails the update although the members after it committed it.
+// Here the tail commits, the middle loses its reply and aborts, and so does
+// the head: the head reconciles the chunk once every member has decided
+// (after the forward timeout), rewriting its own content through the chain,
+// so no replica keeps serving the failed write.
+TEST_F(StorageServiceTest, AChunkAFailedUpdateLeftDifferentOnTheReplicasIsReconciled) {
+  start(3, 0, /*forward_timeout_ms=*/400);
+  route({0, 1, 2}, 1);
+  ChunkId id{14, 0};
+  auto a = pattern(kChunk, 41), b = pattern(kChunk, 42);
+  ASSERT_TRUE(write(0, 1, id, 0, a, 12, 1).has_value());
+  {
+    fault::Scope lost("storage.forward.drop_reply", {.hits_max = 1});  // the first reply back: the tail's
+    auto w = write(0, 1, id, 0, b, 12, 2);
+    if (lost.triggered() == 0) GTEST_SKIP() << "fault injection compiled out";
+    EXPECT_FALSE(w.has_value());
+  }
+  auto served = [&](size_t n) { return read(n, 1, id).data == a; };
+  for (int i = 0; i < 100 && !(served(0) && served(1) && served(2)); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (size_t n = 0; n < 3; ++n) EXPECT_TRUE(served(n)) << "node " << n << " serves the failed write's bytes";
+  expect_identical({0, 1, 2}, 1);
+}
+
+// A Forward that never went out leaves the replicas as they were: the
+// reconciliation finds them equal and rewrites nothing.
+TEST_F(StorageServiceTest, AFailedUpdateThatChangedNoReplicaIsNotRewritten) {
+  start(3, 0, /*forward_timeout_ms=*/400);
+  route({0, 1, 2}, 1);
+  ChunkId id{15, 0};
+  auto a = pattern(kChunk, 51);
+  ASSERT_TRUE(write(0, 1, id, 0, a, 13, 1).has_value());
+  {
+    fault::Scope fail("storage.forward.fail", {.hits_max = 1});
+    EXPECT_FALSE(write(0, 1, id, 0, pattern(kChunk, 52), 13, 2).has_value());
+    if (fail.triggered() == 0) GTEST_SKIP() << "fault injection compiled out";
+  }
+  auto consistent = [] {
+    return metrics::Registry::global()
+        .counter("weft_storage_reconciles_total", "", {{"target", std::to_string(target_of(0))}, {"result", "consistent"}})
+        .value();
+  };
+  const uint64_t before = consistent();
+  for (int i = 0; i < 100 && consistent() == before; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(consistent(), before + 1);
+  for (size_t n = 0; n < 3; ++n) EXPECT_EQ(read(n, 1, id).result.version(), 1u) << "node " << n;
+}
+
 // Whole-chunk writes stage on the head while they are forwarded. A stage that
 // fails on either side fails the write; if the head's failed, the tail may
 // have committed it. The next write (other bytes, same version) must still

@@ -1,0 +1,228 @@
+// Reconciliation of chunks a failed update may have left different on the
+// members of their chain (see storage_service.h, "Reconcile").
+//
+// A head that aborts an update after forwarding it cannot know whether the
+// members after it committed: a Forward's reply can be lost with the
+// connection, a member can commit and then lose its own successor's answer
+// (a tail ahead of a middle that aborted), a commit can fail here after the
+// successors committed. Such a chunk is noted in doubt. Once every member has
+// decided (the forward timeout after the failure: no member commits past its
+// predecessor's deadline, ChainUpdate::commit_by) the head, under the chunk's
+// lock, compares its committed record with every other member's. If one
+// differs, it sends its own content through the chain as an UPDATE_REPLACE
+// (or a removal, when it has no chunk): the failed update disappears
+// everywhere, as the client was told. An update of the chunk that went
+// through meanwhile converged the chain already (a member that differed
+// answered kVersionMismatch and received the whole chunk): nothing to do.
+//
+// g++ 12 reports a false -Wmismatched-new-delete on asio's awaitable frame
+// operator delete for some coroutine bodies.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+#include <algorithm>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/steady_timer.hpp>
+
+#include "common/logging.h"
+#include "proto/storage.pb.h"
+#include "storage/service_methods.h"
+#include "storage/storage_service.h"
+
+namespace weft::storage {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kInDoubtMax = 65536;              // chunks noted at once; more are dropped (and logged)
+constexpr int kAttemptsMax = 20;                   // then the chunk is given up (and logged)
+constexpr auto kRetryAfter = std::chrono::seconds(1);
+constexpr auto kPollMax = std::chrono::milliseconds(200);  // how soon the worker notices stop()
+
+struct StatJob {
+  ChunkEngine* engine;
+  ChunkId id;
+  Result<ChunkInfo> operator()() const { return engine->stat(id); }
+};
+
+struct ReadCommittedJob {
+  ChunkEngine* engine;
+  ChunkId id;
+  Result<ReadResult> operator()() const { return engine->read(id, 0, engine->chunk_size_max()); }
+};
+
+// A member's committed record of the chunk, or nullopt when it has none.
+struct Record {
+  uint64_t version = 0;
+  uint32_t length = 0;
+  uint32_t crc = 0;
+  bool operator==(const Record&) const = default;
+};
+
+}  // namespace
+
+void StorageService::count_reconcile(mgmt::TargetId t, std::string_view result) {
+  registry_
+      .counter("weft_storage_reconciles_total",
+               "Chunks a failed update may have left different on their replicas, by what reconciling found",
+               {{"target", std::to_string(t)}, {"result", std::string(result)}})
+      .inc();
+}
+
+void StorageService::note_in_doubt(const Placement& p, const ChunkId& id, uint64_t committed_version) {
+  const ReconcileKey key{p.route.chain_id, id};
+  {
+    std::lock_guard lock(reconciles_.mu);
+    if (stopping_) return;
+    InDoubt& d = reconciles_.todo[key];
+    if (reconciles_.todo.size() > kInDoubtMax) {
+      reconciles_.todo.erase(key);
+      count_reconcile(p.target->id(), "dropped");
+      if (auto held = reconciles_.log.admit())
+        WEFT_LOG_ERROR("{}: chunk {} of chain {} may differ on its replicas after a failed update, and {} chunks "
+                       "wait to be reconciled already: it is not{}",
+                       options_.name, id, p.route.chain_id, kInDoubtMax, LogThrottle::held_back(*held));
+      return;
+    }
+    // Every member has decided once the forward timeout has passed since now
+    // (the Forward went out before): none commits past its sender's deadline.
+    d = InDoubt{p.target->id(), committed_version,
+                Clock::now() + std::chrono::milliseconds(options_.forward_timeout_ms), 0};
+    if (reconciles_.worker) return;
+    reconciles_.worker = true;
+  }
+  asio::co_spawn(io_.next(), reconcile_worker(), asio::detached);
+}
+
+size_t StorageService::reconciles_waiting() {
+  std::lock_guard lock(reconciles_.mu);
+  return reconciles_.todo.size();
+}
+
+// Takes the chunks whose time has come, one at a time, until none is left or stop().
+Task<void> StorageService::reconcile_worker() {
+  for (;;) {
+    ReconcileKey key;
+    InDoubt d;
+    Clock::time_point wake;
+    {
+      std::lock_guard lock(reconciles_.mu);
+      if (reconciles_.todo.empty() || stopping_) {
+        reconciles_.todo.clear();
+        reconciles_.worker = false;
+        co_return;
+      }
+      auto due = std::min_element(reconciles_.todo.begin(), reconciles_.todo.end(),
+                                  [](const auto& a, const auto& b) { return a.second.not_before < b.second.not_before; });
+      const auto now = Clock::now();
+      if (due->second.not_before <= now) {
+        key = due->first;
+        d = due->second;
+        reconciles_.todo.erase(due);
+      } else {
+        wake = std::min(due->second.not_before, now + kPollMax);
+      }
+    }
+    if (d.target == 0) {
+      asio::steady_timer timer(co_await asio::this_coro::executor, wake);
+      co_await timer.async_wait(use_nothrow);
+      continue;
+    }
+    ReconcileOutcome outcome = co_await reconcile_one(key.first, key.second, d);
+    if (outcome != ReconcileOutcome::kRetry) continue;
+    std::lock_guard lock(reconciles_.mu);
+    if (++d.attempts >= kAttemptsMax) {
+      count_reconcile(d.target, "given_up");
+      if (auto held = reconciles_.log.admit())
+        WEFT_LOG_ERROR("{}: chunk {} of chain {} may still differ on its replicas after a failed update: "
+                       "reconciling failed {} times; the next write of the chunk converges them{}",
+                       options_.name, key.second, key.first, kAttemptsMax, LogThrottle::held_back(*held));
+      continue;
+    }
+    d.not_before = Clock::now() + kRetryAfter;
+    reconciles_.todo.try_emplace(key, d);  // noted again meanwhile: that entry is as good
+  }
+}
+
+// At the head, under the chunk's lock.
+Task<StorageService::ReconcileOutcome> StorageService::reconcile_one(mgmt::ChainId chain, ChunkId id, InDoubt d) {
+  if (!check_write_fence()) co_return ReconcileOutcome::kRetry;
+  RoutingSnapshot routing = routing_->current();
+  auto route = routing->chain(chain);
+  if (!route) co_return ReconcileOutcome::kRetry;
+  auto first = locate(chain, (*route)->version);
+  if (!first) co_return ReconcileOutcome::kRetry;
+  if (first->index != 0 || first->target->id() != d.target) {
+    // The chain has another head now, which does not know of this chunk.
+    count_reconcile(d.target, "not_head");
+    WEFT_LOG_WARN("{}: chunk {} of chain {} may differ on its replicas after a failed update, but target {} is no "
+                  "longer the chain's head to reconcile it; the next write of the chunk converges them",
+                  options_.name, id, chain, d.target);
+    co_return ReconcileOutcome::kDone;
+  }
+  ChunkLocks::Guard guard = co_await first->target->locks().lock(id);
+  auto p = locate(chain, (*route)->version);  // routing may have changed while waiting
+  if (!p || p->index != 0) co_return ReconcileOutcome::kRetry;
+  ChunkEngine* engine = &p->target->engine();
+  auto info = co_await pool_.run(StatJob{engine, id});
+  if (!info && info.error().code() != Code::kNotFound) co_return ReconcileOutcome::kRetry;
+  std::optional<Record> mine;
+  if (info) mine = Record{info->version, info->length, info->chunk_crc};
+  if ((mine ? mine->version : 0) != d.committed_version) {
+    count_reconcile(d.target, "converged");  // an update went through since: the chain converged
+    co_return ReconcileOutcome::kDone;
+  }
+  bool differ = false;
+  for (size_t i = 1; i < p->route.write_path.size() && !differ; ++i) {
+    const mgmt::TargetId member = p->route.write_path[i];
+    auto address = p->routing->target_address(member);
+    if (!address) co_return ReconcileOutcome::kRetry;
+    auto ep = rpc::Endpoint::parse(*address);
+    if (!ep) co_return ReconcileOutcome::kRetry;
+    pb::GetChunkMetaRequest req;
+    req.set_target_id(member);
+    req.mutable_chunk()->set_inode(id.inode);
+    req.mutable_chunk()->set_index(id.index);
+    auto r = co_await client_.call<pb::GetChunkMetaReply>(*ep, methods::kGetChunkMeta, req);
+    std::optional<Record> theirs;
+    if (r) {
+      const auto& m = r->meta();
+      theirs = Record{m.version(), m.length(), m.chunk_crc32c()};
+    } else if (r.error().code() != Code::kNotFound) {
+      co_return ReconcileOutcome::kRetry;
+    }
+    differ = theirs != mine;
+  }
+  if (!differ) {
+    count_reconcile(d.target, "consistent");
+    co_return ReconcileOutcome::kDone;
+  }
+  // This member's content, as the whole chunk, through the chain.
+  ChainUpdate u;
+  ReadResult content;
+  if (mine) {
+    auto read = co_await pool_.run(ReadCommittedJob{engine, id});
+    if (!read) co_return ReconcileOutcome::kRetry;
+    content = std::move(*read);
+    u.kind = pb::UPDATE_REPLACE;
+    u.data = content.data();
+    u.length = static_cast<uint32_t>(u.data.size());
+    u.held = p->target->dedup().keys_of(id, kHeldKeysMax);
+  } else {
+    u.kind = pb::UPDATE_REMOVE;
+  }
+  u.id = id;
+  auto r = co_await replicate(*p, u, 0, nullptr);
+  if (!r) {
+    WEFT_LOG_WARN("{}: reconciling chunk {} of chain {}: {}; tried again", options_.name, id, chain, r.error());
+    co_return ReconcileOutcome::kRetry;
+  }
+  count_reconcile(d.target, "rewritten");
+  WEFT_LOG_INFO("{}: chunk {} of chain {} differed on its replicas after a failed update: its head's content was "
+                "written through the chain again",
+                options_.name, id, chain);
+  co_return ReconcileOutcome::kDone;
+}
+
+}  // namespace weft::storage
