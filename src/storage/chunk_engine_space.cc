@@ -68,6 +68,11 @@ Result<uint64_t> ChunkEngine::punch_class(uint32_t size_class) {
 }
 
 std::chrono::nanoseconds ChunkEngine::space_pass_tick() {
+  if (auto synced = committer_->sync_retired_keys(); !synced) {
+    if (auto held = space_log_->admit())
+      WEFT_LOG_WARN("target {} ({}): space pass: {}{}", options_.target_id, dir_, synced.error(),
+                    LogThrottle::held_back(*held));
+  }
   auto punched = punch_free_slots();
   if (!punched) {
     if (auto held = space_log_->admit())

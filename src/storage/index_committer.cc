@@ -146,7 +146,24 @@ void IndexCommitter::retire_restart_keys() {
   if (last_keys_.empty() || WEFT_FAULT("storage.index.keep_restart_keys")) return;
   rocksdb::WriteBatch batch;
   for (const std::string& key : last_keys_) batch.Delete(key);
-  if (db_->Write(rocksdb::WriteOptions(), &batch).ok()) last_keys_.clear();
+  if (!db_->Write(rocksdb::WriteOptions(), &batch).ok()) return;
+  last_keys_.clear();
+  retired_unsynced_.store(true, std::memory_order_release);
+}
+
+Result<void> IndexCommitter::sync_retired_keys() {
+  std::unique_lock lock(mu_);
+  // A group running syncs the WAL itself (and its own keys are not retired yet).
+  if (!retired_unsynced_.load(std::memory_order_acquire) || leading_) return {};
+  leading_ = true;  // no group starts meanwhile: this sync is not one without its flush
+  lock.unlock();
+  rocksdb::Status s = db_->FlushWAL(/*sync=*/true);
+  lock.lock();
+  leading_ = false;
+  if (s.ok()) retired_unsynced_.store(false, std::memory_order_release);
+  cv_.notify_all();  // a commit queued meanwhile leads now
+  if (!s.ok()) return error(Code::kIoError, "sync of the chunk index's log: {}", s.ToString());
+  return {};
 }
 
 Result<void> IndexCommitter::write_index(const std::vector<Request*>& group, bool without_flush) {
@@ -185,6 +202,7 @@ Result<void> IndexCommitter::write_index(const std::vector<Request*>& group, boo
     return error(failed);
   }
   last_keys_ = std::move(keys);
+  retired_unsynced_.store(false, std::memory_order_release);  // this synced write covers the deletes before it
   if (group_size_) group_size_->observe(group.size());
   return {};
 }

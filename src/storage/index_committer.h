@@ -103,6 +103,16 @@ class IndexCommitter {
     IndexCommitter& c_;
   };
 
+  // The restart-check keys of a durable group are deleted without a sync
+  // (retire_restart_keys): the next group's synced batch makes that durable.
+  // A target left idle would keep them across a power cut, and take damage
+  // found later in those chunks for a lost last group (rolling an
+  // acknowledged version back). The engine's space pass calls this: one WAL
+  // sync (with its device flush) while no group runs, when such a delete
+  // is not yet durable.
+  Result<void> sync_retired_keys();
+  bool retired_keys_unsynced() const { return retired_unsynced_.load(std::memory_order_acquire); }
+
   uint64_t groups() const;  // synced index writes made so far
   // The sticky failure (an index write failed, or a group failed after its
   // record was written), if any: every commit fails with it until the engine
@@ -135,6 +145,9 @@ class IndexCommitter {
 
   // Leader-only state (one leader at a time; handed over under mu_).
   std::vector<std::string> last_keys_;  // until_next_group keys of the last group written
+  // A delete of retire_restart_keys is not yet durable (set by the leader,
+  // cleared by the next synced index write or sync_retired_keys).
+  std::atomic<bool> retired_unsynced_{false};
 
   mutable std::mutex failed_mu_;   // failure() is asked from other threads (the storage service)
   std::optional<Status> failed_;   // GUARDED_BY(failed_mu_): sticky, see failure()

@@ -212,5 +212,27 @@ TEST_F(IndexCommitterTest, UntilNextGroupKeysLastOneGroup) {
   EXPECT_FALSE(get("Vb").has_value());
 }
 
+// A durable group's restart-check keys are deleted without a sync; an idle
+// committer is asked (by the engine's space pass) to make that durable, and
+// does so once; a later group's synced write covers it too.
+TEST_F(IndexCommitterTest, RetiredRestartKeysAreMadeDurableOnRequest) {
+  IndexCommitter c(db_.get(), ring_.get(), nullptr, std::chrono::microseconds(100), /*one_flush=*/true);
+  EXPECT_FALSE(c.retired_keys_unsynced());
+  auto t = write_slot(0);
+  ASSERT_TRUE(t.has_value());
+  ASSERT_TRUE(c.commit({{"a", "1"}, {"Va", "prev", true}}, SlabTicket{slab_.get(), *t}));
+  EXPECT_FALSE(get("Va").has_value()) << "retired once the group's flush returned";
+  EXPECT_TRUE(c.retired_keys_unsynced());
+  ASSERT_TRUE(c.sync_retired_keys());
+  EXPECT_FALSE(c.retired_keys_unsynced());
+  ASSERT_TRUE(c.sync_retired_keys()) << "nothing to do";
+  auto t2 = write_slot(1);
+  ASSERT_TRUE(t2.has_value());
+  ASSERT_TRUE(c.commit({{"b", "1"}, {"Vb", "prev", true}}, SlabTicket{slab_.get(), *t2}));
+  EXPECT_TRUE(c.retired_keys_unsynced());
+  ASSERT_TRUE(c.commit({{"c", "1"}}, std::nullopt));  // a synced write after the delete
+  EXPECT_FALSE(c.retired_keys_unsynced());
+}
+
 }  // namespace
 }  // namespace weft::storage
