@@ -518,7 +518,9 @@ Task<Result<WriteResult>> StorageService::head_update(mgmt::ChainId chain, mgmt:
   if (first.index != 0)
     co_return error(Code::kNotChainHead, "target {} is not the head of chain {}", first.target->id(), chain);
   ChunkLocks::Guard guard = co_await first.target->locks().lock(u.id);
-  auto p = locate(chain, version);  // re-check: routing may have changed while waiting
+  // Re-checked: the lease may have run out, the routing changed, while waiting.
+  WEFT_CO_RETURN_IF_ERROR(check_write_fence());
+  auto p = locate(chain, version);
   if (!p) co_return error(p.error());
   if (p->index != 0) co_return error(Code::kNotChainHead, "target {} is no longer the head of chain {}", p->target->id(), chain);
   StorageTarget& t = *p->target;
@@ -615,6 +617,7 @@ Task<Result<pb::ForwardReply>> StorageService::forward_in(const pb::ForwardReque
   u.commit_by = commit_deadline(call.deadline);
   ChunkLocks::Guard guard = co_await t.locks().lock(u.id);
   if (Clock::now() > u.commit_by) co_return error(past_commit_by(u.id, "not staged: the chunk's lock came too late"));
+  WEFT_CO_RETURN_IF_ERROR(check_write_fence());  // the lease may have run out while waiting
   auto p = locate(req.chain_id(), req.chain_version());
   if (!p) co_return error(p.error());
   if (req.sync() || req.repair()) p->successor.reset();  // resync copies and repairs stop at the target addressed

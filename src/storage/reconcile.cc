@@ -162,7 +162,8 @@ Task<StorageService::ReconcileOutcome> StorageService::reconcile_one(mgmt::Chain
     co_return ReconcileOutcome::kDone;
   }
   ChunkLocks::Guard guard = co_await first->target->locks().lock(id);
-  auto p = locate(chain, (*route)->version);  // routing may have changed while waiting
+  if (!check_write_fence()) co_return ReconcileOutcome::kRetry;  // the lease and the routing may have
+  auto p = locate(chain, (*route)->version);                     // changed while waiting
   if (!p || p->index != 0) co_return ReconcileOutcome::kRetry;
   ChunkEngine* engine = &p->target->engine();
   auto info = co_await pool_.run(StatJob{engine, id});

@@ -201,7 +201,8 @@ Task<Result<pb::RepairChunkReply>> StorageService::repair_chunk(const pb::Repair
   if (first.index != 0)
     co_return error(Code::kNotChainHead, "target {} is not the head of chain {}", first.target->id(), req.chain_id());
   ChunkLocks::Guard guard = co_await first.target->locks().lock(id);
-  WEFT_CO_TRY(Placement p, locate(req.chain_id(), req.chain_version()));  // routing may have changed meanwhile
+  WEFT_CO_RETURN_IF_ERROR(check_write_fence());  // the lease and the routing may have changed meanwhile
+  WEFT_CO_TRY(Placement p, locate(req.chain_id(), req.chain_version()));
   if (p.index != 0)
     co_return error(Code::kNotChainHead, "target {} is no longer the head of chain {}", p.target->id(), req.chain_id());
   const mgmt::TargetId head = p.target->id(), corrupt = req.target_id();

@@ -1488,6 +1488,41 @@ TEST_F(StorageServiceTest, AServerWhoseLeaseRanOutServesNoReads) {
   EXPECT_EQ(read(1, 1, id).data, data);
 }
 
+// The lease is checked again once an update holds its chunk's lock: one
+// that waited there behind a slow update while the lease ran out is refused,
+// not applied by a server mgmtd may already have moved the chain away from.
+TEST_F(StorageServiceTest, AnUpdateThatWaitedForItsChunkWhileTheLeaseRanOutIsRefused) {
+  auto lease = std::make_shared<std::atomic<bool>>(true);
+  nodes_.push_back(std::make_unique<Node>(io_, "s1", std::vector<mgmt::TargetId>{target_of(0)}, 0, 0, 0,
+                                          std::chrono::hours(1), [lease] { return lease->load(); }));
+  nodes_.push_back(std::make_unique<Node>(io_, "s2", std::vector<mgmt::TargetId>{target_of(1)}));
+  route({0, 1}, 1);
+  ChunkId id{16, 0};
+  auto a = pattern(kChunk, 61), b = pattern(kChunk, 62);
+  Result<proto::storage::WriteReply> first;
+  {
+    fault::Scope slow("storage.chain.commit.delay", {.hits_max = 1});  // the tail's commit: the chunk stays locked
+    std::thread slow_writer([&] { first = write(0, 1, id, 0, a, 14, 1); });
+    for (int i = 0; i < 200 && slow.triggered() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (slow.triggered() == 0) {
+      slow_writer.join();
+      GTEST_SKIP() << "fault injection compiled out";
+    }
+    std::thread waiting_writer([&] {
+      auto w = write(0, 1, id, 0, b, 14, 2);
+      ASSERT_FALSE(w.has_value()) << "applied after the lease ran out";
+      EXPECT_EQ(w.error().code(), Code::kLeaseExpired) << w.error();
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // it waits for the chunk's lock
+    lease->store(false);
+    slow_writer.join();
+    waiting_writer.join();
+  }
+  ASSERT_TRUE(first.has_value()) << first.error();
+  lease->store(true);
+  for (size_t n = 0; n < 2; ++n) EXPECT_TRUE(read(n, 1, id).data == a) << "node " << n;
+}
+
 // A target whose engine failed for good (a slab fdatasync failed: every later
 // commit fails until the engine is reopened) is out of service: its requests
 // are refused with a retryable kUnavailable that names the failure (reads go
