@@ -68,6 +68,27 @@ def test_prefetch_single_process(client, files):
     assert ds._state().executor is not None  # prefetch was used
 
 
+def test_a_loop_that_stops_early_leaves_no_prefetched_batch_behind(client, files):
+    # Prefetched batches hold their buffers: a loop that breaks off (or an
+    # iterator dropped part way) gives them back instead of keeping them
+    # until the dataset goes.
+    import gc
+    root, _ = files
+    ds = wt.FileDataset(root, client=client)
+    loader = wt.DataLoader(ds, batch_size=8, shuffle=True, collate_fn=collate)
+    for _ in loader:
+        assert len(ds._state().pending) == 1, "the next batch is prefetched"
+        break
+    gc.collect()
+    assert len(ds._state().pending) == 0
+    it = iter(loader)
+    next(it)
+    del it
+    gc.collect()
+    assert len(ds._state().pending) == 0
+    assert sum(len(b) for b in loader) == len(ds), "a full pass after it reads every sample"
+
+
 def test_dataloader_sampler_and_generator(client, files):
     # The loader's sampler is the one batches come from (it used to be a
     # SequentialSampler torch made, so loader.sampler.set_epoch failed), and

@@ -149,6 +149,18 @@ class DataLoader(_data.DataLoader):
         # value once built): the sampler batches come from is the one shown.
         object.__setattr__(self, "sampler", sampler)
 
+    def __iter__(self):
+        # A loop that stops early (break, an exception, an iterator dropped
+        # part way) leaves the dataset's prefetched batches, which hold their
+        # buffers, to this process: they are given back when it ends.
+        it = super().__iter__()
+        try:
+            yield from it
+        finally:
+            drop = getattr(self.dataset, "drop_prefetched", None)
+            if drop is not None:
+                drop()
+
 
 class _ProcessState:
     """What a dataset keeps per process: threads do not survive fork()."""
@@ -212,6 +224,18 @@ class _BatchedDataset(_data.Dataset):
 
     def _name(self, i) -> str:
         return str(i)
+
+    def drop_prefetched(self) -> None:
+        """Gives back the batches this process prefetched and nobody took (a
+        loop that stopped early): a read not started is cancelled, a finished
+        one's buffer freed. weft.torch.DataLoader calls it when a loop ends."""
+        st = self._st
+        if st is None or st.pid != os.getpid():
+            return
+        with st.lock:
+            for fut in st.pending.values():
+                fut.cancel()
+            st.pending.clear()
 
     def _finish(self, arr):
         if self.output == "bytes":
