@@ -69,7 +69,7 @@ std::shared_ptr<ChannelBackoff> Client::backoff_for(const Endpoint& ep) {
   return ch.backoff;
 }
 
-Result<std::shared_ptr<ClientConnection>> Client::connection_for(const Endpoint& ep) {
+Result<std::shared_ptr<ClientConnection>> Client::connection_for(const Endpoint& ep, std::optional<uint32_t> lane) {
   const size_t per = options_.connections_per_endpoint;
   const size_t here = io_.current_index();  // io_.size() outside the pool
   std::lock_guard lock(mu_);
@@ -80,7 +80,7 @@ Result<std::shared_ptr<ClientConnection>> Client::connection_for(const Endpoint&
     ch.local.resize(io_.size() * per);
     if (!ch.backoff) ch.backoff = std::make_shared<ChannelBackoff>();
   }
-  size_t k = ch.next++ % per;
+  size_t k = lane ? *lane % per : ch.next++ % per;
   bool on_pool = here < io_.size();
   auto& conn = on_pool ? ch.local[here * per + k] : ch.conns[k];
   if (conn && !conn->broken()) return conn;
@@ -126,7 +126,7 @@ struct StartCall {
 
 Task<Result<RawResponse>> Client::call_raw(const Endpoint& ep, MethodId method, std::string body,
                                            CallOptions options) {
-  auto conn = connection_for(ep);
+  auto conn = connection_for(ep, options.lane);
   if (!conn) co_return std::unexpected(std::move(conn).error());
   if (options.cancel && options.cancel->cancelled()) co_return error(Code::kCancelled, "call cancelled");
   StartCall start{std::move(*conn), method, std::move(body), std::move(options)};

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -88,6 +89,13 @@ struct CallOptions {
   // Where the response payload goes. Empty, or too small: an owned Buffer in RawResponse.
   std::span<std::byte> response_payload;
   CancelToken cancel;
+  // Which of the endpoint's connections (ClientOptions::connections_per_endpoint,
+  // modulo) carries the call; unset: the next in turn. Servers that call each
+  // other from their handlers (chain members forwarding) put a call on the
+  // lane of the calls it will wait on, minus one (its remaining hops): a
+  // connection that stops being read when full (ServerOptions::inflight_max)
+  // then never holds only calls that wait on one that cannot be read.
+  std::optional<uint32_t> lane;
 };
 
 struct RawResponse {
@@ -161,7 +169,8 @@ class Client {
     size_t next = 0;
     std::shared_ptr<ChannelBackoff> backoff;
   };
-  Result<std::shared_ptr<ClientConnection>> connection_for(const Endpoint& ep);
+  // `lane`: CallOptions::lane.
+  Result<std::shared_ptr<ClientConnection>> connection_for(const Endpoint& ep, std::optional<uint32_t> lane = std::nullopt);
   std::shared_ptr<ChannelBackoff> backoff_for(const Endpoint& ep);
   // REQUIRES: mu_. Drops the channels of endpoints whose connections all
   // broke and whose backoff ran out, once the map has doubled since the last

@@ -3,6 +3,9 @@
 // overload and back-pressure; the [server] write-stall setting.
 #include <gtest/gtest.h>
 
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -499,6 +502,77 @@ TEST(Rpc, ARequestsBudgetCountsFromWhenItIsWritten) {
   ASSERT_TRUE(r.has_value()) << r.error();
   EXPECT_LE(budget_ms.load(), 850);
   EXPECT_GT(budget_ms.load(), 200);
+}
+
+// Three servers that call each other from their handlers, as chain members
+// forward: Relay(n) calls the next server's Relay(n - 1), Relay(0) answers.
+// With few requests in progress allowed per connection, a link fills with
+// Relays waiting on the next link, and its server stops reading the Relay(0)s
+// that would finish and free it: every server waits on another. On lanes by
+// remaining hops (CallOptions::lane) a Relay(k) waits only on Relay(k - 1)s of
+// their own connections, down to Relay(0)s that wait on nothing.
+TEST(Rpc, ServersCallingEachOtherOnLanesByRemainingHopsDoNotDeadlock) {
+  constexpr int kServers = 3, kCallsPerServer = 40;
+  const MethodId relay{service::kTest, 51};
+  metrics::Registry registry;
+  IoPool io(2, "relay");
+  ServerOptions so;
+  so.cluster_token = testing::kTestToken;
+  so.name = "relay";
+  so.inflight_max = 4;
+  ClientOptions co;
+  co.cluster_token = testing::kTestToken;
+  co.connections_per_endpoint = 2;
+  co.call_timeout_ms = 3000;
+  std::vector<std::unique_ptr<Server>> servers;
+  std::vector<std::unique_ptr<Client>> clients;
+  std::vector<Endpoint> eps(kServers);
+  for (int i = 0; i < kServers; ++i) {
+    servers.push_back(std::make_unique<Server>(io, so, registry));
+    clients.push_back(std::make_unique<Client>(io, co));
+  }
+  for (int i = 0; i < kServers; ++i) {
+    servers[i]->add_async(relay, "Relay", [&, i](ServerCall& call) -> Task<Status> {
+      proto::EchoRequest req;
+      if (!req.ParseFromString(call.body)) co_return Status(Code::kProtocol, "relay");
+      const int n = std::stoi(req.data());
+      // A moment's work first: the links fill before the first Relay(0) is sent.
+      asio::steady_timer work(co_await asio::this_coro::executor, std::chrono::milliseconds(20));
+      co_await work.async_wait(use_nothrow);
+      if (n > 0) {
+        proto::EchoRequest next;
+        next.set_data(std::to_string(n - 1));
+        CallOptions o;
+        o.lane = static_cast<uint32_t>(n - 1);
+        auto r = co_await clients[i]->call<proto::EchoReply>(eps[(i + 1) % kServers], relay, next, std::move(o));
+        if (!r) co_return r.error();
+      }
+      call.response_body = proto::EchoReply().SerializeAsString();
+      co_return Status{};
+    });
+    eps[i] = Endpoint{"127.0.0.1", servers[i]->listen("127.0.0.1", 0).value()};
+  }
+  ClientOptions tco = co;
+  tco.call_timeout_ms = 8000;
+  tco.connections_per_endpoint = 16;  // so that many Relay(2)s are in progress at each server
+  IoPool test_io(1, "relay-cli");
+  Client tester(test_io, tco);
+  std::vector<std::future<Result<proto::EchoReply>>> calls;
+  proto::EchoRequest two;
+  two.set_data("2");
+  for (int c = 0; c < kCallsPerServer; ++c)
+    for (int i = 0; i < kServers; ++i)
+      calls.push_back(std::async(std::launch::async, [&, i] {
+        return block_on(test_io.at(0).get_executor(), tester.call<proto::EchoReply>(eps[i], relay, two));
+      }));
+  int failed = 0;
+  std::string first_error;
+  for (auto& f : calls) {
+    auto r = f.get();
+    if (!r && failed++ == 0) first_error = r.error().to_string();
+  }
+  EXPECT_EQ(failed, 0) << first_error;
+  for (auto& s : servers) s->stop();
 }
 
 TEST(Rpc, ManyConnectionsPerEndpoint) {

@@ -202,6 +202,18 @@ uint32_t forward_timeout_ms(Clock::time_point commit_by, uint32_t configured) {
   return ms <= 0 ? 0 : static_cast<uint32_t>(std::min<int64_t>(ms, configured));
 }
 
+// The connection lane of a Forward from p's member (rpc::CallOptions::lane):
+// the hops the successor still has to forward (0: it is the last, or the
+// Forward stops there: a resync copy, a repair). A Forward waits only on
+// Forwards of the lane below, down to lane 0's, which wait on nothing: the
+// storage servers' connections to each other, which stop being read when
+// full, can then not all wait on one another.
+uint32_t forward_lane(const Placement& p, bool stops_there) {
+  if (stops_there) return 0;
+  const size_t after = p.route.write_path.size() - p.index - 2;  // p has a successor
+  return static_cast<uint32_t>(std::min<size_t>(after, kForwardLanes - 1));
+}
+
 Status past_commit_by(const ChunkId& id, std::string_view what) {
   return Status(Code::kTimeout, fmt::format("chunk {}: {}: the predecessor's timeout for this update has passed "
                                             "(it gives up and aborts)", id, what));
@@ -480,6 +492,7 @@ Task<Result<void>> StorageService::forward_out(const Placement& p, const ChainUp
   if (WEFT_FAULT("storage.forward.fail")) co_return error(Code::kUnavailable, "injected: forward of {}", u.id);
   pb::ForwardRequest req = forward_request(p, u, staged, sync);
   rpc::CallOptions options;
+  options.lane = forward_lane(p, sync || u.repair);
   options.timeout_ms = forward_timeout_ms(u.commit_by, options_.forward_timeout_ms);
   if (options.timeout_ms == 0) co_return error(past_commit_by(u.id, "not forwarded"));
   if (!u.data.empty()) options.payload.push_back(u.data);
@@ -500,6 +513,7 @@ Task<Result<void>> StorageService::forward_out(const Placement& p, const ChainUp
   req.set_data_crc32c(crc32c(*full));
   set_held(req, p.target->dedup().keys_of(u.id, kHeldKeysMax));  // what this member's content holds
   rpc::CallOptions replace_options;
+  replace_options.lane = options.lane;
   replace_options.timeout_ms = forward_timeout_ms(u.commit_by, options_.forward_timeout_ms);
   if (replace_options.timeout_ms == 0) co_return error(past_commit_by(u.id, "full chunk not forwarded"));
   replace_options.payload.push_back(std::span<const std::byte>(*full));

@@ -17,6 +17,7 @@ namespace {
 rpc::ClientOptions client_options(const StorageServiceOptions& o) {
   rpc::ClientOptions c = o.chain_client;
   c.call_timeout_ms = o.forward_timeout_ms;
+  c.connections_per_endpoint = std::max<size_t>(c.connections_per_endpoint, kForwardLanes);
   return c;
 }
 

@@ -137,6 +137,11 @@ namespace weft::storage {
 
 namespace pb = ::weft::proto::storage;
 
+// Connection lanes of Forwards between storage servers (chain_update.cc,
+// forward_lane): chains of up to kForwardLanes + 1 members never deadlock on
+// full connections; longer ones share the last lane.
+inline constexpr uint32_t kForwardLanes = 4;
+
 struct StorageServiceOptions {
   std::string name = "storage";
   // Of the connections to other storage servers (rpc::ServiceConfig::client_options);
