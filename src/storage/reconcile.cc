@@ -7,9 +7,10 @@
 // (a tail ahead of a middle that aborted), a commit can fail here after the
 // successors committed. Such a chunk is noted in doubt. Once every member has
 // decided (the forward timeout after the failure: no member commits past its
-// predecessor's deadline, ChainUpdate::commit_by) the head, under the chunk's
-// lock, compares its committed record with every other member's. If one
-// differs, it sends its own content through the chain as an UPDATE_REPLACE
+// predecessor's deadline, ChainUpdate::commit_by) the head compares its
+// committed record with every other member's. If one differs, it takes the
+// chunk's lock and, its own record unchanged since the failure, sends its
+// own content through the chain as an UPDATE_REPLACE
 // (or a removal, when it has no chunk): the failed update disappears
 // everywhere, as the client was told. An update of the chunk that went
 // through meanwhile converged the chain already (a member that differed
@@ -52,6 +53,8 @@ struct ReadCommittedJob {
   Result<ReadResult> operator()() const { return engine->read(id, 0, engine->chunk_size_max()); }
 };
 
+constexpr uint32_t kAskTimeoutMs = 2000;  // for a member's record (GetChunkMeta)
+
 // A member's committed record of the chunk, or nullopt when it has none.
 struct Record {
   uint64_t version = 0;
@@ -59,6 +62,39 @@ struct Record {
   uint32_t crc = 0;
   bool operator==(const Record&) const = default;
 };
+
+std::optional<Record> record_of(const Result<ChunkInfo>& info) {
+  if (!info) return std::nullopt;
+  return Record{info->version, info->length, info->chunk_crc};
+}
+
+// Whether a member after p's (the head) has another record of `id` than
+// `mine`. Asked without the chunk's lock: a member that does not answer
+// must not hold up the chunk's writes.
+Task<Result<bool>> members_differ(rpc::Client& client, const Placement& p, const ChunkId& id,
+                                  const std::optional<Record>& mine, uint32_t timeout_ms) {
+  for (size_t i = p.index + 1; i < p.route.write_path.size(); ++i) {
+    const mgmt::TargetId member = p.route.write_path[i];
+    WEFT_CO_TRY(std::string address, p.routing->target_address(member));
+    WEFT_CO_TRY(rpc::Endpoint ep, rpc::Endpoint::parse(address));
+    pb::GetChunkMetaRequest req;
+    req.set_target_id(member);
+    req.mutable_chunk()->set_inode(id.inode);
+    req.mutable_chunk()->set_index(id.index);
+    rpc::CallOptions o;
+    o.timeout_ms = timeout_ms;
+    auto r = co_await client.call<pb::GetChunkMetaReply>(ep, methods::kGetChunkMeta, req, std::move(o));
+    std::optional<Record> theirs;
+    if (r) {
+      const auto& m = r->meta();
+      theirs = Record{m.version(), m.length(), m.chunk_crc32c()};
+    } else if (r.error().code() != Code::kNotFound) {
+      co_return error(r.error().with_context(fmt::format("record of chunk {} on target {}", id, member)));
+    }
+    if (theirs != mine) co_return true;
+  }
+  co_return false;
+}
 
 }  // namespace
 
@@ -145,7 +181,9 @@ Task<void> StorageService::reconcile_worker() {
   }
 }
 
-// At the head, under the chunk's lock.
+// At the head. The members are asked without the chunk's lock (one that
+// does not answer must not hold up the chunk's writes); the rewrite is made
+// under it, if the head's own record is still the one noted.
 Task<StorageService::ReconcileOutcome> StorageService::reconcile_one(mgmt::ChainId chain, ChunkId id, InDoubt d) {
   if (!check_write_fence()) co_return ReconcileOutcome::kRetry;
   RoutingSnapshot routing = routing_->current();
@@ -161,44 +199,35 @@ Task<StorageService::ReconcileOutcome> StorageService::reconcile_one(mgmt::Chain
                   options_.name, id, chain, d.target);
     co_return ReconcileOutcome::kDone;
   }
+  ChunkEngine* engine = &first->target->engine();
+  // The members' records first, without the chunk's lock.
+  auto before = co_await pool_.run(StatJob{engine, id});
+  if (!before && before.error().code() != Code::kNotFound) co_return ReconcileOutcome::kRetry;
+  if ((before ? before->version : 0) != d.committed_version) {
+    count_reconcile(d.target, "converged");  // an update went through since: the chain converged
+    co_return ReconcileOutcome::kDone;
+  }
+  const uint32_t ask_ms = std::min(kAskTimeoutMs, options_.forward_timeout_ms);
+  auto differ = co_await members_differ(client_, *first, id, record_of(before), ask_ms);
+  if (!differ) {
+    WEFT_LOG_DEBUG("{}: reconciling chunk {} of chain {}: {}; tried again", options_.name, id, chain, differ.error());
+    co_return ReconcileOutcome::kRetry;
+  }
+  if (!*differ) {
+    count_reconcile(d.target, "consistent");
+    co_return ReconcileOutcome::kDone;
+  }
   ChunkLocks::Guard guard = co_await first->target->locks().lock(id);
   if (!check_write_fence()) co_return ReconcileOutcome::kRetry;  // the lease and the routing may have
   auto p = locate(chain, (*route)->version);                     // changed while waiting
   if (!p || p->index != 0) co_return ReconcileOutcome::kRetry;
-  ChunkEngine* engine = &p->target->engine();
   auto info = co_await pool_.run(StatJob{engine, id});
   if (!info && info.error().code() != Code::kNotFound) co_return ReconcileOutcome::kRetry;
-  std::optional<Record> mine;
-  if (info) mine = Record{info->version, info->length, info->chunk_crc};
-  if ((mine ? mine->version : 0) != d.committed_version) {
-    count_reconcile(d.target, "converged");  // an update went through since: the chain converged
+  if ((info ? info->version : 0) != d.committed_version) {
+    count_reconcile(d.target, "converged");
     co_return ReconcileOutcome::kDone;
   }
-  bool differ = false;
-  for (size_t i = 1; i < p->route.write_path.size() && !differ; ++i) {
-    const mgmt::TargetId member = p->route.write_path[i];
-    auto address = p->routing->target_address(member);
-    if (!address) co_return ReconcileOutcome::kRetry;
-    auto ep = rpc::Endpoint::parse(*address);
-    if (!ep) co_return ReconcileOutcome::kRetry;
-    pb::GetChunkMetaRequest req;
-    req.set_target_id(member);
-    req.mutable_chunk()->set_inode(id.inode);
-    req.mutable_chunk()->set_index(id.index);
-    auto r = co_await client_.call<pb::GetChunkMetaReply>(*ep, methods::kGetChunkMeta, req);
-    std::optional<Record> theirs;
-    if (r) {
-      const auto& m = r->meta();
-      theirs = Record{m.version(), m.length(), m.chunk_crc32c()};
-    } else if (r.error().code() != Code::kNotFound) {
-      co_return ReconcileOutcome::kRetry;
-    }
-    differ = theirs != mine;
-  }
-  if (!differ) {
-    count_reconcile(d.target, "consistent");
-    co_return ReconcileOutcome::kDone;
-  }
+  const std::optional<Record> mine = record_of(info);
   // This member's content, as the whole chunk, through the chain.
   ChainUpdate u;
   ReadResult content;

@@ -74,9 +74,11 @@
 // forwarded may have been committed by the members after it (a lost reply, a
 // tail that committed before its predecessor aborted). The head notes the
 // chunk in doubt; once every member has decided (the forward timeout later)
-// it compares every member's committed record with its own under the chunk's
-// lock and, if one differs, writes its own content through the chain again
-// (a REPLACE, or a removal). Counted in weft_storage_reconciles_total.
+// it compares every member's committed record with its own and, if one
+// differs, writes its own content through the chain again under the chunk's
+// lock (a REPLACE, or a removal). Counted in weft_storage_reconciles_total.
+// A member never stages a REPLACE below its committed version (only a late
+// Forward would ask that).
 //
 // Threading: handlers run as coroutines on the RPC I/O threads; engine calls
 // go to the service's DiskPool. Invariant: a chunk's lock is held on a chain
