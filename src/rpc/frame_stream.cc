@@ -142,6 +142,10 @@ bool FrameStream::try_write_now() {
     if (done->call_id != 0) on_frame_written(done->call_id);
     return true;
   }
+  // Nothing went out (the socket is full): the frame is queued as before, so
+  // a call that ends meanwhile drops it and write_loop stamps its budget
+  // again when it is written.
+  if (n == 0) f->state = OutFrame::State::kQueued;
   first_frame_written_ = n;  // write_loop goes on after these bytes
   return false;
 }
