@@ -150,16 +150,44 @@ class DataLoader(_data.DataLoader):
         object.__setattr__(self, "sampler", sampler)
 
     def __iter__(self):
-        # A loop that stops early (break, an exception, an iterator dropped
-        # part way) leaves the dataset's prefetched batches, which hold their
-        # buffers, to this process: they are given back when it ends.
-        it = super().__iter__()
+        return _LoaderIter(super().__iter__(), self.dataset)
+
+
+class _LoaderIter:
+    """torch's DataLoader iterator (len(), its attributes), which gives the
+    dataset's prefetched batches back when it ends or is dropped part way (a
+    loop that breaks off, an exception): they hold their buffers."""
+
+    def __init__(self, it, dataset):
+        self._it = it
+        self._dataset = dataset
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
         try:
-            yield from it
-        finally:
-            drop = getattr(self.dataset, "drop_prefetched", None)
-            if drop is not None:
-                drop()
+            return next(self._it)
+        except StopIteration:
+            self._release()
+            raise
+
+    def __len__(self):
+        return len(self._it)
+
+    def __getattr__(self, name):
+        if name in ("_it", "_dataset"):  # not set yet (a failed __init__ before __del__)
+            raise AttributeError(name)
+        return getattr(self._it, name)
+
+    def _release(self):
+        dataset, self._dataset = self._dataset, None
+        drop = getattr(dataset, "drop_prefetched", None)
+        if drop is not None:
+            drop()
+
+    def __del__(self):
+        self._release()
 
 
 class _ProcessState:
@@ -232,10 +260,16 @@ class _BatchedDataset(_data.Dataset):
         st = self._st
         if st is None or st.pid != os.getpid():
             return
-        with st.lock:
+        # Not waited for: this may run from a finalizer on a thread inside
+        # __getitems__ (which holds the lock); those batches stay then.
+        if not st.lock.acquire(blocking=False):
+            return
+        try:
             for fut in st.pending.values():
                 fut.cancel()
             st.pending.clear()
+        finally:
+            st.lock.release()
 
     def _finish(self, arr):
         if self.output == "bytes":

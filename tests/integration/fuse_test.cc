@@ -2290,6 +2290,20 @@ TEST_F(FuseTest, AllowOtherImpliesDefaultPermissions) {
               return errno == EACCES ? 0 : 10 + errno;
             }),
             0);
+  // Read permission without search permission lists the names (readdirplus
+  // included), as on Linux.
+  EXPECT_EQ(as_other_user([&] {
+              DIR* d = ::opendir((dir + "/nosearch").c_str());
+              if (!d) return 10 + errno;
+              bool found = false;
+              errno = 0;
+              while (dirent* e = ::readdir(d)) found |= std::string(e->d_name) == "f";
+              int err = errno;
+              ::closedir(d);
+              return err != 0 ? 10 + err : found ? 0 : 1;
+            }),
+            0)
+      << "10 + errno";
 }
 
 // One handle's failed write (sticky in its File) is that handle's: reads
