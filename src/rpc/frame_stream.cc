@@ -233,6 +233,13 @@ Task<void> FrameStream::read_loop() {
       close(std::move(s));
       co_return;
     }
+    // A frame that starts within what waited through a pause waited too.
+    const uint64_t frame_bytes = kFrameHeaderSize + uint64_t{h.body_len} + h.payload_len;
+    frame_waited_since_.reset();
+    if (waited_bytes_ > 0) {
+      frame_waited_since_ = paused_at_;
+      waited_bytes_ -= std::min(waited_bytes_, frame_bytes);
+    }
     rpos_ += kFrameHeaderSize;
     if (h.body_len + uint64_t{h.payload_len} > rend_ - rpos_) begin_frame_read();
     if (!co_await fill(h.body_len)) co_return;
@@ -262,11 +269,20 @@ Task<void> FrameStream::read_loop() {
     if (closed_) co_return;
     if (rpos_ == rend_) rpos_ = rend_ = 0;
     on_frame(h, std::move(body), std::move(target));
-    while (!closed_ && should_pause_reading()) {
-      paused_ = true;
-      resume_.expires_at(asio::steady_timer::time_point::max());
-      co_await resume_.async_wait(use_nothrow);
-      paused_ = false;
+    frame_waited_since_.reset();
+    if (!closed_ && should_pause_reading()) {
+      // Frames that arrive meanwhile wait in the socket: sent at the earliest
+      // about now (those before were read on the way here).
+      if (waited_bytes_ == 0) paused_at_ = std::chrono::steady_clock::now();
+      while (!closed_ && should_pause_reading()) {
+        paused_ = true;
+        resume_.expires_at(asio::steady_timer::time_point::max());
+        co_await resume_.async_wait(use_nothrow);
+        paused_ = false;
+      }
+      int in_socket = 0;
+      if (::ioctl(socket_.native_handle(), FIONREAD, &in_socket) != 0) in_socket = 0;
+      waited_bytes_ = (rend_ - rpos_) + static_cast<uint64_t>(std::max(in_socket, 0));
     }
   }
 }

@@ -19,6 +19,7 @@
 
 #include <array>
 #include <chrono>
+#include <optional>
 #include <deque>
 #include <memory>
 #include <string>
@@ -95,6 +96,10 @@ class FrameStream : public std::enable_shared_from_this<FrameStream> {
   // asked again after each frame read and each batch of frames written.
   virtual bool should_pause_reading() { return false; }
   void resume_reading();
+  // During on_frame: when the frame waited in the socket while reading was
+  // paused, the moment reading stopped (it was sent about then or later);
+  // nullopt otherwise. A receiver's deadline counts from there.
+  std::optional<std::chrono::steady_clock::time_point> frame_waited_since() const { return frame_waited_since_; }
   // Bytes of frames sent and not yet written to the socket (a peer that does
   // not read makes this grow).
   size_t queued_bytes() const { return queued_bytes_; }
@@ -138,6 +143,12 @@ class FrameStream : public std::enable_shared_from_this<FrameStream> {
   bool close_after_flush_ = false;
   Status close_reason_;
   bool paused_ = false;
+  // After a pause: the bytes that were waiting (read buffer and socket) when
+  // reading resumed, and when it had stopped. Frames starting within them
+  // waited (frame_waited_since).
+  uint64_t waited_bytes_ = 0;
+  std::chrono::steady_clock::time_point paused_at_;
+  std::optional<std::chrono::steady_clock::time_point> frame_waited_since_;
   size_t first_frame_written_ = 0;  // bytes of outq_.front() written by try_write_now()
   size_t queued_bytes_ = 0;
   asio::steady_timer resume_;

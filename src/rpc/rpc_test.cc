@@ -504,6 +504,35 @@ TEST(Rpc, ARequestsBudgetCountsFromWhenItIsWritten) {
   EXPECT_GT(budget_ms.load(), 200);
 }
 
+// The same for a request that waited in the server's socket while it had
+// stopped reading the connection (inflight_max): its budget counts from when
+// reading stopped, not from when it was finally read.
+TEST(Rpc, ARequestsBudgetDoesNotGrowWhileTheServerStoppedReading) {
+  ServerOptions so;
+  so.inflight_max = 1;
+  Cluster c(so);
+  std::atomic<int64_t> budget_ms{-1};
+  const MethodId m{service::kTest, 52};
+  c.server->add_async(m, "Budget", [&](ServerCall& call) -> Task<Status> {
+    budget_ms = std::chrono::duration_cast<std::chrono::milliseconds>(call.deadline - std::chrono::steady_clock::now())
+                    .count();
+    call.response_body = proto::EchoReply().SerializeAsString();
+    co_return Status{};
+  });
+  ASSERT_TRUE(c.echo(with_data("warm")).has_value());  // connected
+  proto::EchoRequest slow;
+  slow.set_sleep_ms(1200);  // holds the connection's one request in progress: reading stops
+  auto first = std::async(std::launch::async, [&] { return c.echo(slow); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CallOptions o;
+  o.timeout_ms = 2000;
+  auto r = c.echo(proto::EchoRequest{}, std::move(o), nullptr, m);
+  ASSERT_TRUE(r.has_value()) << r.error();
+  ASSERT_TRUE(first.get().has_value());
+  EXPECT_LE(budget_ms.load(), 950) << "read ~1.1 s after it was sent with 2 s";
+  EXPECT_GT(budget_ms.load(), 300);
+}
+
 // Three servers that call each other from their handlers, as chain members
 // forward: Relay(n) calls the next server's Relay(n - 1), Relay(0) answers.
 // With few requests in progress allowed per connection, a link fills with

@@ -136,8 +136,12 @@ void ServerConnection::on_frame(const FrameHeader& h, std::string body, PayloadT
   call->body = std::move(body);
   call->payload = std::move(payload.owned);
   call->payload_len = h.payload_len;
-  auto now = std::chrono::steady_clock::now();
-  call->deadline = h.timeout_ms ? now + std::chrono::milliseconds(h.timeout_ms)
+  // The budget counts from when the request was read, or from when this
+  // connection stopped being read if it waited in the socket meanwhile
+  // (the sender's deadline started before that).
+  auto from = std::chrono::steady_clock::now();
+  if (auto waited = frame_waited_since()) from = std::min(from, *waited);
+  call->deadline = h.timeout_ms ? from + std::chrono::milliseconds(h.timeout_ms)
                                 : std::chrono::steady_clock::time_point::max();
   ++inflight_;
   inflight_bytes_ += call->payload_len;
