@@ -15,6 +15,10 @@
 namespace weft::rpc {
 namespace {
 
+// How long after a pause frames read are still taken for ones that waited
+// through it, at most (FrameStream::draining_).
+constexpr auto kDrainWindow = std::chrono::milliseconds(200);
+
 constexpr size_t kReadBufferBytes = 64 * 1024;
 constexpr size_t kWriteBatchFramesMax = 128;
 constexpr size_t kWriteBatchBuffersMax = 512;  // under IOV_MAX (1024)
@@ -206,8 +210,13 @@ Task<bool> FrameStream::fill(size_t n) {
       }
       co_return false;
     }
+    const bool short_read = got < rbuf_.size() - rend_;
     rend_ += got;
     if (in_frame_) read_progress_at_ = std::chrono::steady_clock::now();
+    if (draining_ && short_read) {  // the socket held no more: what is buffered here waited, later frames did not
+      draining_ = false;
+      waited_bytes_ = rend_ - rpos_;
+    }
   }
   co_return true;
 }
@@ -233,13 +242,13 @@ Task<void> FrameStream::read_loop() {
       close(std::move(s));
       co_return;
     }
-    // A frame that starts within what waited through a pause waited too.
+    // A frame read while the backlog of a pause drains, or that starts within
+    // what was buffered when it had drained, waited through the pause.
+    if (draining_ && std::chrono::steady_clock::now() - resumed_at_ > kDrainWindow) draining_ = false;
     const uint64_t frame_bytes = kFrameHeaderSize + uint64_t{h.body_len} + h.payload_len;
     frame_waited_since_.reset();
-    if (waited_bytes_ > 0) {
-      frame_waited_since_ = paused_at_;
-      waited_bytes_ -= std::min(waited_bytes_, frame_bytes);
-    }
+    if (draining_ || waited_bytes_ > 0) frame_waited_since_ = paused_at_;
+    if (!draining_) waited_bytes_ -= std::min(waited_bytes_, frame_bytes);
     rpos_ += kFrameHeaderSize;
     if (h.body_len + uint64_t{h.payload_len} > rend_ - rpos_) begin_frame_read();
     if (!co_await fill(h.body_len)) co_return;
@@ -273,16 +282,15 @@ Task<void> FrameStream::read_loop() {
     if (!closed_ && should_pause_reading()) {
       // Frames that arrive meanwhile wait in the socket: sent at the earliest
       // about now (those before were read on the way here).
-      if (waited_bytes_ == 0) paused_at_ = std::chrono::steady_clock::now();
+      if (!draining_ && waited_bytes_ == 0) paused_at_ = std::chrono::steady_clock::now();
       while (!closed_ && should_pause_reading()) {
         paused_ = true;
         resume_.expires_at(asio::steady_timer::time_point::max());
         co_await resume_.async_wait(use_nothrow);
         paused_ = false;
       }
-      int in_socket = 0;
-      if (::ioctl(socket_.native_handle(), FIONREAD, &in_socket) != 0) in_socket = 0;
-      waited_bytes_ = (rend_ - rpos_) + static_cast<uint64_t>(std::max(in_socket, 0));
+      draining_ = true;
+      resumed_at_ = std::chrono::steady_clock::now();
     }
   }
 }

@@ -143,11 +143,14 @@ class FrameStream : public std::enable_shared_from_this<FrameStream> {
   bool close_after_flush_ = false;
   Status close_reason_;
   bool paused_ = false;
-  // After a pause: the bytes that were waiting (read buffer and socket) when
-  // reading resumed, and when it had stopped. Frames starting within them
-  // waited (frame_waited_since).
+  // After a pause, frames waited (frame_waited_since) until the socket is
+  // found empty (a short read), for at most kDrainWindow (the sender's own
+  // buffer drains behind the receive queue); then the bytes still buffered
+  // here (waited_bytes_) were waiting too.
+  bool draining_ = false;
   uint64_t waited_bytes_ = 0;
   std::chrono::steady_clock::time_point paused_at_;
+  std::chrono::steady_clock::time_point resumed_at_;
   std::optional<std::chrono::steady_clock::time_point> frame_waited_since_;
   size_t first_frame_written_ = 0;  // bytes of outq_.front() written by try_write_now()
   size_t queued_bytes_ = 0;
