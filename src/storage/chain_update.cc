@@ -88,13 +88,6 @@ struct StageJob {
       return StagedUpdate{WriteResult{v, info->length, info->chunk_crc}, true};
     if (u->kind != pb::UPDATE_REPLACE && v != committed + 1)
       return error(Code::kVersionMismatch, "chunk {}: update to version {} but committed is {}", u->id, v, committed);
-    // A replacement may rewrite the committed version (a predecessor's
-    // content for a replica that differed) but never go below it: only a
-    // Forward that arrived late (its sender gave up, the chain moved on)
-    // asks for that, and it would roll acknowledged versions back.
-    if (u->kind == pb::UPDATE_REPLACE && !u->sync && v < committed)
-      return error(Code::kVersionMismatch, "chunk {}: replacement at version {} below the committed {} (a late Forward)",
-                   u->id, v, committed);
     return stage(v);
   }
 

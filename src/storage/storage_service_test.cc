@@ -1422,30 +1422,6 @@ TEST_F(StorageServiceTest, ARepairOfAnotherVersionIsRefused) {
   EXPECT_EQ(now.data, v2);
 }
 
-// A replacement never moves a replica below what it committed: a Forward
-// that arrives late (its sender gave up, the chain went on to later versions)
-// with a REPLACE of an older version is refused, not staged over them.
-TEST_F(StorageServiceTest, ALateReplacementOfAnOlderVersionIsRefused) {
-  ChunkId id{17, 0};
-  auto v1 = pattern(8192, 71), v2 = pattern(8192, 72), v3 = pattern(8192, 73);
-  ASSERT_NO_FATAL_FAILURE(start_with_chunk(2, {0, 1}, id, v1));
-  ASSERT_TRUE(write(0, 1, id, 0, v2).has_value());
-  ASSERT_TRUE(write(0, 1, id, 0, v3).has_value());
-  auto req = forward_to_node1(id, proto::storage::UPDATE_REPLACE, 2);
-  req.set_length(static_cast<uint32_t>(v1.size()));
-  req.set_data_crc32c(crc32c(v1));
-  req.set_expect_chunk_length(static_cast<uint32_t>(v1.size()));
-  req.set_expect_chunk_crc32c(crc32c(v1));
-  rpc::CallOptions o;
-  o.payload.push_back(v1);
-  auto r = client_.call<proto::storage::ForwardReply>(nodes_[1]->ep(), methods::kForward, req, std::move(o));
-  ASSERT_FALSE(r.has_value()) << "staged as version " << r->version();
-  EXPECT_EQ(r.error().code(), Code::kVersionMismatch) << r.error();
-  auto now = read(1, 1, id);
-  EXPECT_EQ(now.result.version(), 3u);
-  EXPECT_TRUE(now.data == v3);
-}
-
 // With one replica there is no good copy to repair from: the chunk is kept
 // as it is (reads answer kCorruption, never zeros or an older version), the
 // failure is counted, and the scrubber keeps listing it. The same when every
