@@ -77,8 +77,9 @@
 // it compares every member's committed record with its own and, if one
 // differs, writes its own content through the chain again under the chunk's
 // lock (a REPLACE, or a removal). Counted in weft_storage_reconciles_total.
-// A member never stages a REPLACE below its committed version (only a late
-// Forward would ask that).
+// A REPLACE may go below a member's committed version: versions start again
+// at 1 when a chunk is removed and written again, and a member may still hold
+// the chunk's earlier life.
 //
 // Threading: handlers run as coroutines on the RPC I/O threads; engine calls
 // go to the service's DiskPool. Invariant: a chunk's lock is held on a chain
