@@ -28,6 +28,7 @@
 
 #include "common/logging.h"
 #include "proto/storage.pb.h"
+#include "storage/engine_jobs.h"
 #include "storage/service_methods.h"
 #include "storage/storage_service.h"
 
@@ -40,18 +41,6 @@ constexpr size_t kInDoubtMax = 65536;              // chunks noted at once; more
 constexpr int kAttemptsMax = 20;                   // then the chunk is given up (and logged)
 constexpr auto kRetryAfter = std::chrono::seconds(1);
 constexpr auto kPollMax = std::chrono::milliseconds(200);  // how soon the worker notices stop()
-
-struct StatJob {
-  ChunkEngine* engine;
-  ChunkId id;
-  Result<ChunkInfo> operator()() const { return engine->stat(id); }
-};
-
-struct ReadCommittedJob {
-  ChunkEngine* engine;
-  ChunkId id;
-  Result<ReadResult> operator()() const { return engine->read(id, 0, engine->chunk_size_max()); }
-};
 
 constexpr uint32_t kAskTimeoutMs = 2000;  // for a member's record (GetChunkMeta)
 

@@ -26,6 +26,7 @@
 #include "common/fault.h"
 #include "common/logging.h"
 #include "proto/storage.pb.h"
+#include "storage/engine_jobs.h"
 #include "storage/service_methods.h"
 #include "storage/storage_service.h"
 
@@ -36,18 +37,6 @@ struct VerifyJob {
   ChunkEngine* engine;
   ChunkId id;
   Result<void> operator()() const { return engine->verify(id); }
-};
-
-struct InfoJob {
-  ChunkEngine* engine;
-  ChunkId id;
-  Result<ChunkInfo> operator()() const { return engine->stat(id); }
-};
-
-struct ReadCommittedJob {
-  ChunkEngine* engine;
-  ChunkId id;
-  Result<ReadResult> operator()() const { return engine->read(id, 0, engine->chunk_size_max()); }
 };
 
 bool same_record(const ChunkInfo& want, uint64_t version, uint32_t length, std::span<const std::byte> data) {
@@ -167,7 +156,7 @@ Task<StorageService::RepairOutcome> StorageService::repair_one(mgmt::TargetId t,
 // Step 2: RepairChunk to the head of the chunk's chain (a local call when the
 // head is on this server).
 Task<Result<pb::RepairChunkReply>> StorageService::ask_head_to_repair(StorageTarget& t, const ChunkId& id) {
-  InfoJob stat{&t.engine(), id};
+  StatJob stat{&t.engine(), id};
   auto info = co_await pool_.run(stat);
   if (!info) co_return error(info.error());
   if (info->chain_id == kChainUnknown)
@@ -213,7 +202,7 @@ Task<Result<pb::RepairChunkReply>> StorageService::repair_chunk(const pb::Repair
     asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::milliseconds(300));
     co_await timer.async_wait(use_nothrow);
   }
-  InfoJob stat{&p.target->engine(), id};
+  StatJob stat{&p.target->engine(), id};
   auto want = co_await pool_.run(stat);
   if (!want)
     co_return error(want.error().with_context(fmt::format("the head of chain {} (target {})", req.chain_id(), head)));

@@ -26,6 +26,7 @@
 #include "common/crc32c.h"
 #include "common/logging.h"
 #include "proto/storage.pb.h"
+#include "storage/engine_jobs.h"
 #include "storage/service_methods.h"
 #include "storage/storage_service.h"
 
@@ -53,12 +54,6 @@ struct ListJob {
   std::optional<ChunkId> start;
   size_t count_max;
   Result<std::vector<ChunkInfo>> operator()() const { return engine->list_chain(chain, start, count_max); }
-};
-
-struct ReadWholeJob {
-  ChunkEngine* engine;
-  ChunkId id;
-  Result<ReadResult> operator()() const { return engine->read(id, 0, engine->chunk_size_max()); }
 };
 
 // One side's listing, a page at a time.
@@ -390,7 +385,7 @@ Task<Result<StorageService::CopyOutcome>> StorageService::copy_chunk_once(Resync
     co_return error(Code::kStaleRouting, "target {} is no longer the successor of {}", pass.dest.id,
                     pass.source->id());
   if (pass.delivered->contains(id)) co_return CopyOutcome::kDelivered;
-  ReadWholeJob read{&pass.source->engine(), id};
+  ReadCommittedJob read{&pass.source->engine(), id};
   auto data = co_await pool_.run(read);
   if (!data && data.error().code() == Code::kCorruption) request_repair(pass.source->id(), id);  // repair.cc
   if (!data && data.error().code() != Code::kNotFound)

@@ -8,6 +8,7 @@
 #include "common/crc32c.h"
 #include "common/logging.h"
 #include "proto/storage.pb.h"
+#include "storage/engine_jobs.h"
 #include "rpc/service.h"
 #include "storage/service_methods.h"
 
@@ -196,12 +197,6 @@ Result<void> StorageService::check_payload(const rpc::ServerCall& call, uint32_t
 }
 
 namespace {
-
-struct StatJob {
-  ChunkEngine* engine;
-  ChunkId id;
-  Result<ChunkInfo> operator()() const { return engine->stat(id); }
-};
 
 struct ListJob {
   ChunkEngine* engine;
