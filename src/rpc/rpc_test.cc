@@ -475,6 +475,17 @@ TEST(Rpc, BackPressureStillCompletesEverything) {
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(190));
 }
 
+// Method `m` on `server`: records the budget a request has left when its
+// handler starts (ServerCall::deadline - now), in ms.
+void add_budget_probe(Server& server, MethodId m, std::atomic<int64_t>& budget_ms) {
+  server.add_async(m, "Budget", [&budget_ms](ServerCall& call) -> Task<Status> {
+    budget_ms = std::chrono::duration_cast<std::chrono::milliseconds>(call.deadline - std::chrono::steady_clock::now())
+                    .count();
+    call.response_body = proto::EchoReply().SerializeAsString();
+    co_return Status{};
+  });
+}
+
 // The header's timeout is the caller's budget left when the request is
 // written, not when it was queued: here it waits ~1.2 s for the handshake
 // (the server's accept loop is held) of a 2 s call, and the server must see
@@ -483,12 +494,7 @@ TEST(Rpc, ARequestsBudgetCountsFromWhenItIsWritten) {
   Cluster c;
   std::atomic<int64_t> budget_ms{-1};
   const MethodId m{service::kTest, 50};
-  c.server->add_async(m, "Budget", [&](ServerCall& call) -> Task<Status> {
-    budget_ms = std::chrono::duration_cast<std::chrono::milliseconds>(call.deadline - std::chrono::steady_clock::now())
-                    .count();
-    call.response_body = proto::EchoReply().SerializeAsString();
-    co_return Status{};
-  });
+  add_budget_probe(*c.server, m, budget_ms);
   fault::Scope hold("rpc.server.accept.hold");
   auto call = std::async(std::launch::async, [&] {
     CallOptions o;
@@ -513,12 +519,7 @@ TEST(Rpc, ARequestsBudgetDoesNotGrowWhileTheServerStoppedReading) {
   Cluster c(so);
   std::atomic<int64_t> budget_ms{-1};
   const MethodId m{service::kTest, 52};
-  c.server->add_async(m, "Budget", [&](ServerCall& call) -> Task<Status> {
-    budget_ms = std::chrono::duration_cast<std::chrono::milliseconds>(call.deadline - std::chrono::steady_clock::now())
-                    .count();
-    call.response_body = proto::EchoReply().SerializeAsString();
-    co_return Status{};
-  });
+  add_budget_probe(*c.server, m, budget_ms);
   ASSERT_TRUE(c.echo(with_data("warm")).has_value());  // connected
   proto::EchoRequest slow;
   slow.set_sleep_ms(1200);  // holds the connection's one request in progress: reading stops
