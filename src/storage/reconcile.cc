@@ -100,9 +100,7 @@ void StorageService::note_in_doubt(const Placement& p, const ChunkId& id, uint64
   {
     std::lock_guard lock(reconciles_.mu);
     if (stopping_) return;
-    InDoubt& d = reconciles_.todo[key];
-    if (reconciles_.todo.size() > kInDoubtMax) {
-      reconciles_.todo.erase(key);
+    if (reconciles_.todo.size() >= kInDoubtMax && !reconciles_.todo.contains(key)) {
       count_reconcile(p.target->id(), "dropped");
       if (auto held = reconciles_.log.admit())
         WEFT_LOG_ERROR("{}: chunk {} of chain {} may differ on its replicas after a failed update, and {} chunks "
@@ -112,8 +110,8 @@ void StorageService::note_in_doubt(const Placement& p, const ChunkId& id, uint64
     }
     // Every member has decided once the forward timeout has passed since now
     // (the Forward went out before): none commits past its sender's deadline.
-    d = InDoubt{p.target->id(), committed_version,
-                Clock::now() + std::chrono::milliseconds(options_.forward_timeout_ms), 0};
+    reconciles_.schedule(key, InDoubt{p.target->id(), committed_version,
+                                      Clock::now() + std::chrono::milliseconds(options_.forward_timeout_ms), 0});
     if (reconciles_.worker) return;
     reconciles_.worker = true;
   }
@@ -135,18 +133,19 @@ Task<void> StorageService::reconcile_worker() {
       std::lock_guard lock(reconciles_.mu);
       if (reconciles_.todo.empty() || stopping_) {
         reconciles_.todo.clear();
+        reconciles_.due.clear();
         reconciles_.worker = false;
         co_return;
       }
-      auto due = std::min_element(reconciles_.todo.begin(), reconciles_.todo.end(),
-                                  [](const auto& a, const auto& b) { return a.second.not_before < b.second.not_before; });
+      const auto [not_before, first] = *reconciles_.due.begin();
       const auto now = Clock::now();
-      if (due->second.not_before <= now) {
-        key = due->first;
-        d = due->second;
-        reconciles_.todo.erase(due);
+      if (not_before <= now) {
+        key = first;
+        d = reconciles_.todo.at(first);
+        reconciles_.todo.erase(first);
+        reconciles_.due.erase(reconciles_.due.begin());
       } else {
-        wake = std::min(due->second.not_before, now + kPollMax);
+        wake = std::min(not_before, now + kPollMax);
       }
     }
     if (d.target == 0) {
@@ -166,7 +165,7 @@ Task<void> StorageService::reconcile_worker() {
       continue;
     }
     d.not_before = Clock::now() + kRetryAfter;
-    reconciles_.todo.try_emplace(key, d);  // noted again meanwhile: that entry is as good
+    if (!reconciles_.todo.contains(key)) reconciles_.schedule(key, d);  // noted again meanwhile: that entry is as good
   }
 }
 

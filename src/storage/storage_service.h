@@ -422,7 +422,18 @@ class StorageService {
   struct Reconciles {
     std::mutex mu;
     std::map<ReconcileKey, InDoubt> todo;  // GUARDED_BY(mu)
+    // todo's keys by not_before (the worker takes the earliest first).
+    std::set<std::pair<std::chrono::steady_clock::time_point, ReconcileKey>> due;  // GUARDED_BY(mu)
     bool worker = false;                   // GUARDED_BY(mu)
+    // REQUIRES: mu. Notes `key` as `d`, in place of an entry it had.
+    void schedule(const ReconcileKey& key, const InDoubt& d) {
+      auto [it, added] = todo.try_emplace(key, d);
+      if (!added) {
+        due.erase({it->second.not_before, key});
+        it->second = d;
+      }
+      due.insert({d.not_before, key});
+    }
     LogThrottle log{std::chrono::seconds(10)};
   } reconciles_;
   // Declared after targets_: they borrow their engines.
