@@ -60,6 +60,11 @@ struct ClientOptions {
   // fail as disconnected, retryable), also a reply to a call that already
   // timed out, which no call's deadline would close; 0: never.
   uint32_t read_stall_timeout_ms = 30000;
+  // A request stopped this long in its middle, the server taking no byte
+  // of it (hung, or not reading this connection), closes its connection
+  // (its calls fail as disconnected, retryable), also a request whose call
+  // already timed out, which is still written whole; 0: never.
+  uint32_t write_stall_timeout_ms = 30000;
   // Keepalive and TCP_USER_TIMEOUT on every connection (also call_blocking's):
   // an idle connection to a server that vanished is found and closed, and
   // a request written to it fails instead of being retransmitted for

@@ -23,6 +23,7 @@ ClientConnection::ClientConnection(asio::io_context& io, Endpoint ep, std::share
       backoff_(std::move(backoff)),
       sweep_timer_(io) {
   set_read_stall_timeout(std::chrono::milliseconds(options_.read_stall_timeout_ms));
+  set_write_stall_timeout(std::chrono::milliseconds(options_.write_stall_timeout_ms));
 }
 
 void ClientConnection::connect() {
@@ -227,39 +228,24 @@ Task<void> ClientConnection::sweep_deadlines() {
   sweeping_ = false;
 }
 
-// A call past its deadline whose reply payload is landing in the caller's
-// buffer, or whose request is being written from the caller's memory, cannot
-// just be dropped: the socket operation would go on using that memory after
-// the caller got its answer (and a peer that stalls mid-payload would keep
-// the call for ever). Closing the connection cancels the operation; on this
-// connection's one thread, no byte moves between close() and the cancelled
-// operation's completion. A call cancelled while its write was in progress
-// (abort_after_write) keeps its own status.
+// A call whose deadline passed ends now, also when its request is being
+// written from the caller's memory or its reply payload is landing in the
+// caller's buffer: the stream takes that memory back (a copy of the rest of
+// the request is written, the rest of the reply is dropped), and the
+// connection goes on serving its other calls.
 void ClientConnection::expire(uint64_t id) {
   auto it = pending_.find(id);
   if (it == pending_.end()) return;
-  Pending& p = it->second;
-  Status why = p.abort_after_write ? *p.abort_after_write
-                                   : Status(Code::kTimeout, fmt::format("call to {} timed out after {} ms",
-                                                                        ep_.to_string(), p.timeout_ms));
-  const bool writing = p.frame && p.frame->state == OutFrame::State::kWriting;
-  if (!p.receiving && !writing) return abort_call(id, std::move(why));
-  p.on_close = std::move(why);
-  close(Status(Code::kDisconnected,
-               fmt::format("connection to {} closed: a call timed out after {} ms while its {}", ep_.to_string(),
-                           p.timeout_ms, p.receiving ? "reply was being received" : "request was being written")));
+  abort_call(id, Status(Code::kTimeout, fmt::format("call to {} timed out after {} ms", ep_.to_string(),
+                                                    it->second.timeout_ms)));
 }
 
 void ClientConnection::abort_call(uint64_t id, Status why) {
   auto it = pending_.find(id);
   if (it == pending_.end()) return;
   Pending& p = it->second;
-  if (p.receiving) return;  // the answer is landing in the caller's buffer: let it finish (or its deadline pass)
-  if (p.frame && p.frame->state == OutFrame::State::kWriting) {
-    p.abort_after_write = std::move(why);  // caller memory is in a writev: finish it first (or the deadline pass)
-    return;
-  }
-  if (p.frame && p.frame->state == OutFrame::State::kQueued) p.frame->dropped = true;
+  if (p.receiving) release_payload_target();
+  if (p.frame) release_payload(*p.frame);
   complete(id, error(std::move(why)));
 }
 
@@ -275,7 +261,6 @@ void ClientConnection::on_frame_written(uint64_t call_id) {
   auto it = pending_.find(call_id);
   if (it == pending_.end()) return;
   it->second.frame.reset();
-  if (it->second.abort_after_write) complete(call_id, error(std::move(*it->second.abort_after_write)));
 }
 
 // A reply to a request not wholly written (queued, or in the middle of its
@@ -295,7 +280,7 @@ Status ClientConnection::check_header(const FrameHeader& h) {
 
 PayloadTarget ClientConnection::payload_target(const FrameHeader& h) {
   auto it = pending_.find(h.request_id);
-  if (it != pending_.end() && it->second.dest.size() >= h.payload_len && !it->second.abort_after_write) {
+  if (it != pending_.end() && it->second.dest.size() >= h.payload_len) {
     it->second.receiving = true;
     return PayloadTarget{it->second.dest.data(), Buffer()};
   }

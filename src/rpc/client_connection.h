@@ -3,16 +3,14 @@
 // request id, deadlines swept every few milliseconds, cancellation.
 // Threading: all state lives on the connection's executor; start_call is
 // posted there by Client. broken() may be read from any thread.
-// Invariants: a pending call completes exactly once; its request payload is
-// not released to the caller while its frame is being written, and its
-// response destination is not released while the payload is being read.
-// A call whose deadline passes while one of those is in progress closes the
-// connection (the only way to stop a socket operation on caller memory; on
-// this one thread, close() cancels it before any further byte is copied):
-// that call fails with kTimeout, the others on the connection with
-// kDisconnected (retryable). A reply to a call whose request is not wholly
-// written yet (a broken peer) closes the connection too: that call fails
-// with kProtocol, the others with kDisconnected. A connection-level protocol
+// Invariants: a pending call completes exactly once; when it completes, no
+// byte of its request payload or response destination is used any more
+// (FrameStream::release_payload and release_payload_target take the memory
+// back from a write or read in progress), so a call that times out or is
+// cancelled mid-transfer ends at once and the connection's other calls go on.
+// A reply to a call whose request is not wholly written yet (a broken peer)
+// closes the connection: that call fails with kProtocol, the others with
+// kDisconnected (retryable). A connection-level protocol
 // failure (a bad handshake reply, a malformed frame) before any reply fails
 // calls with kUnavailable: the peer may be no Weft server at all.
 #pragma once
@@ -66,7 +64,6 @@ class ClientConnection final : public FrameStream {
     std::span<std::byte> dest;
     std::shared_ptr<OutFrame> frame;
     bool receiving = false;
-    std::optional<Status> abort_after_write;
     std::optional<Status> on_close;  // what this call fails with when the connection closes (else close_status_)
     CancelRegistration cancel;  // its callback on the caller's token, dropped with this entry
   };

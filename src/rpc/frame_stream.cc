@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include <asio/read.hpp>
 #include <asio/write.hpp>
 
 #include "common/log_throttle.h"
@@ -22,17 +21,6 @@ constexpr auto kDrainWindow = std::chrono::milliseconds(200);
 constexpr size_t kReadBufferBytes = 64 * 1024;
 constexpr size_t kWriteBatchFramesMax = 128;
 constexpr size_t kWriteBatchBuffersMax = 512;  // under IOV_MAX (1024)
-
-// asio's transfer_all moves at most 64 KiB per syscall; on virtual machines a
-// syscall costs tens of microseconds, so let one readv/writev move up to 16 MiB.
-// Each call (one per syscall) notes the time in `*progress_at`.
-struct TransferAllLarge {
-  std::chrono::steady_clock::time_point* progress_at;
-  size_t operator()(const asio::error_code& ec, size_t) const {
-    *progress_at = std::chrono::steady_clock::now();
-    return ec ? 0 : 16u << 20;
-  }
-};
 
 std::string describe(const asio::ip::tcp::socket& s) {
   asio::error_code ec;
@@ -154,6 +142,25 @@ bool FrameStream::try_write_now() {
   return false;
 }
 
+void FrameStream::release_payload(OutFrame& f) {
+  if (f.state == OutFrame::State::kQueued) {
+    f.dropped = true;
+    return;
+  }
+  if (f.state != OutFrame::State::kWriting || f.payload.empty()) return;
+  size_t total = 0;
+  for (auto p : f.payload) total += p.size();
+  auto copy = std::make_shared<Buffer>(Buffer::allocate(total));
+  size_t at = 0;
+  for (auto p : f.payload) {
+    if (!p.empty()) std::memcpy(copy->data() + at, p.data(), p.size());
+    at += p.size();
+  }
+  f.payload = {std::span<const std::byte>(copy->data(), total)};
+  f.keepalive = std::move(copy);
+  payload_moved_ = true;  // write_loop's gathered buffers still point at the old spans
+}
+
 void FrameStream::set_ready() {
   ready_ = true;
   if (!outq_.empty() && !writing_ && !closed_) {
@@ -221,6 +228,38 @@ Task<bool> FrameStream::fill(size_t n) {
   co_return true;
 }
 
+// Non-blocking reads straight into `dest`, waiting for the socket between
+// them: while this waits, no socket operation holds `dest`, so
+// release_payload_target() can send the rest to rbuf_ (free: everything
+// buffered went to the payload first) and give `dest` back at once.
+Task<bool> FrameStream::read_payload(std::byte* dest, size_t len) {
+  payload_dest_ = dest;
+  asio::error_code ec;
+  if (!socket_.non_blocking()) socket_.non_blocking(true, ec);
+  for (size_t got = 0; got < len && !closed_ && !ec;) {
+    std::byte* to = payload_dest_ ? payload_dest_ + got : rbuf_.data();
+    size_t want = payload_dest_ ? len - got : std::min(len - got, rbuf_.size());
+    size_t n = socket_.read_some(asio::buffer(to, want), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      auto waited = co_await socket_.async_wait(asio::socket_base::wait_read, use_nothrow);
+      ec = closed_ ? asio::error::operation_aborted : std::get<0>(waited);
+      continue;
+    }
+    if (!ec) {
+      got += n;
+      read_progress_at_ = std::chrono::steady_clock::now();
+    }
+  }
+  if (ec && !closed_)
+    close(Status(Code::kDisconnected, ec == asio::error::eof
+                                          ? fmt::format("connection closed by {} in the middle of a payload", peer_)
+                                          : fmt::format("{} disconnected in the middle of a payload: {}", peer_,
+                                                        ec.message())));
+  co_return !closed_;
+}
+
+void FrameStream::release_payload_target() { payload_dest_ = nullptr; }
+
 Task<void> FrameStream::read_loop() {
   auto self = shared_from_this();  // keeps the stream alive while reading
   while (!closed_) {
@@ -261,20 +300,12 @@ Task<void> FrameStream::read_loop() {
       std::memcpy(target.data, rbuf_.data() + rpos_, buffered);
       rpos_ += buffered;
       if (buffered < h.payload_len) {
-        auto ec_n_result = co_await asio::async_read(
-            socket_, asio::buffer(target.data + buffered, h.payload_len - buffered),
-            TransferAllLarge{&read_progress_at_}, use_nothrow);
-        auto& [ec, n] = ec_n_result;
-        if (ec) {
-          if (!closed_)
-            close(Status(Code::kDisconnected,
-                         fmt::format("{} disconnected in the middle of a payload: {}", peer_, ec.message())));
-          co_return;
-        }
+        if (!co_await read_payload(target.data + buffered, h.payload_len - buffered)) co_return;
+        if (!payload_dest_ && target.owned.empty()) target.data = nullptr;  // released meanwhile: dropped
+        payload_dest_ = nullptr;
       }
     }
     in_frame_ = false;
-    // Closed meanwhile (a deadline passed while the payload landed): its destination may be the caller's again.
     if (closed_) co_return;
     if (rpos_ == rend_) rpos_ = rend_ = 0;
     on_frame(h, std::move(body), std::move(target));
@@ -335,20 +366,32 @@ Task<void> FrameStream::write_loop() {
     }
     if (batch.empty()) break;
     size_t written = std::exchange(first_frame_written_, 0);  // try_write_now() sent the start of the first frame
-    size_t first = 0;  // buffers[first..] are left to write; buffers[first] starts at byte `written`
-    for (size_t skip = written; skip > 0;) {
-      size_t n = std::min(skip, buffers[first].size());
-      buffers[first] += n;
-      skip -= n;
-      if (buffers[first].size() == 0) ++first;
-    }
+    size_t first = 0;  // buffers[first..] are left to write
+    auto skip = [&](size_t bytes) {  // advances buffers[first..] past `bytes` sent
+      while (bytes > 0) {
+        size_t k = std::min(bytes, buffers[first].size());
+        buffers[first] += k;
+        bytes -= k;
+        if (buffers[first].size() == 0) ++first;
+      }
+    };
+    skip(written);
     size_t frames_written = 0;
+    payload_moved_ = false;
     while (first < buffers.size()) {
       size_t n = socket_.write_some(std::span<const asio::const_buffer>(buffers).subspan(first), ec);
       if (ec == asio::error::would_block || ec == asio::error::try_again || (!ec && n == 0)) {
         auto waited = co_await socket_.async_wait(asio::socket_base::wait_write, use_nothrow);
         ec = closed_ ? asio::error::operation_aborted : std::get<0>(waited);
         if (ec) break;
+        if (std::exchange(payload_moved_, false)) {
+          // A frame's payload was copied (release_payload): gather the rest
+          // again, from the first frame not wholly written.
+          buffers.clear();
+          for (size_t i = frames_written; i < batch.size(); ++i) append_buffers(*batch[i], buffers);
+          first = 0;
+          skip(written - (frames_written > 0 ? ends[frames_written - 1] : 0));
+        }
         continue;
       }
       if (ec) break;
@@ -356,12 +399,7 @@ Task<void> FrameStream::write_loop() {
       written += n;
       while (frames_written < batch.size() && ends[frames_written] <= written)
         batch[frames_written++]->state = OutFrame::State::kDone;  // not read again; the peer may answer it
-      while (n > 0) {
-        size_t k = std::min(n, buffers[first].size());
-        buffers[first] += k;
-        n -= k;
-        if (buffers[first].size() == 0) ++first;
-      }
+      skip(n);
     }
     for (auto& f : batch) {
       f->state = OutFrame::State::kDone;

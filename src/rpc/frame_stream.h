@@ -5,8 +5,9 @@
 // and caller-owned payload spans) into one writev.
 // Threading: every method runs on the socket's executor (one I/O thread);
 // callers on other threads post to executor() first.
-// Invariants: a frame in `kWriting` state is never freed or modified until
-// its write completes; it is `kDone` as soon as its last byte went to the
+// Invariants: a frame in `kWriting` state is never freed, and its bytes are
+// never changed, until its write completes (release_payload moves them to
+// memory the frame owns, between two writes); it is `kDone` as soon as its last byte went to the
 // kernel (maybe before the rest of its batch), so before any frame read
 // after that is decoded; a dropped frame is never written. With a write-stall
 // timeout set, a stream whose writer has waited that long with no byte
@@ -14,7 +15,11 @@
 // a stream with nothing to write never is. Likewise, with a read-stall
 // timeout set, a stream in the middle of reading a frame (header read, body
 // or payload not yet whole) that got no byte for that long is handed to
-// on_read_stalled() (once); a stream between frames never is.
+// on_read_stalled() (once); a stream between frames never is. No socket
+// operation holds caller memory while the stream waits (payloads are read
+// and written by non-blocking calls between waits for the socket), so a
+// caller's memory is free again as soon as release_payload() or
+// release_payload_target() returns, and the connection stays usable.
 #pragma once
 
 #include <array>
@@ -100,6 +105,16 @@ class FrameStream : public std::enable_shared_from_this<FrameStream> {
   // paused, the moment reading stopped (it was sent about then or later);
   // nullopt otherwise. A receiver's deadline counts from there.
   std::optional<std::chrono::steady_clock::time_point> frame_waited_since() const { return frame_waited_since_; }
+  // A frame whose payload spans are caller memory, sent and not yet wholly
+  // written, gives that memory back: a queued frame is dropped (never
+  // written), a frame being written goes on from a copy of its payload made
+  // now. After this the caller may reuse or free the spans.
+  void release_payload(OutFrame& f);
+  // The payload being read straight into a caller's buffer (payload_target's
+  // `data`) goes to scratch memory from now on and is dropped; the frame is
+  // delivered with `data` null. After this the caller may reuse the buffer.
+  // No-op unless a payload is being read into caller memory.
+  void release_payload_target();
   // Bytes of frames sent and not yet written to the socket (a peer that does
   // not read makes this grow).
   size_t queued_bytes() const { return queued_bytes_; }
@@ -129,6 +144,7 @@ class FrameStream : public std::enable_shared_from_this<FrameStream> {
   Task<void> read_watch_loop();
   int64_t unacked_bytes();  // the kernel's send queue (SIOCOUTQ): unsent or unacknowledged; -1 if unknown
   Task<bool> fill(size_t n);  // ensures n unread bytes in rbuf_; false on EOF/error
+  Task<bool> read_payload(std::byte* dest, size_t len);  // false: closed
   bool try_write_now();      // true: the lone queued frame was written (or the stream closed)
   void uncount(OutFrame& f);  // f leaves queued_bytes() (once)
 
@@ -153,6 +169,8 @@ class FrameStream : public std::enable_shared_from_this<FrameStream> {
   std::chrono::steady_clock::time_point resumed_at_;
   std::optional<std::chrono::steady_clock::time_point> frame_waited_since_;
   size_t first_frame_written_ = 0;  // bytes of outq_.front() written by try_write_now()
+  bool payload_moved_ = false;      // release_payload() copied a frame of the batch being written
+  std::byte* payload_dest_ = nullptr;  // caller memory read_payload() reads into; null: scratch
   size_t queued_bytes_ = 0;
   asio::steady_timer resume_;
   // The write-stall watch: one timer per stream, ticking while the writer runs.

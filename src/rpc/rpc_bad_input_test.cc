@@ -8,6 +8,7 @@
 #include <asio/ip/tcp.hpp>
 #include <asio/read.hpp>
 #include <asio/write.hpp>
+#include <algorithm>
 #include <atomic>
 #include <future>
 #include <thread>
@@ -720,8 +721,8 @@ TEST(BadServer, AStalledReplyToAnExpiredCallClosesItsConnection) {
 
 // A server that sends a reply's header and the start of its payload, then
 // nothing more: the call, whose payload was landing in the caller's buffer,
-// still fails at its deadline (the connection is closed to stop the read),
-// and another call on that connection fails as disconnected (retryable).
+// still fails at its deadline, and another call on that connection fails as
+// disconnected (retryable) once the reply stalled for read_stall_timeout_ms.
 TEST(BadServer, AReplyPayloadThatStallsTimesOutTheCall) {
   FakeServer fake([](FakeServer& f, asio::ip::tcp::socket& s) {
     FrameHeader first = FakeServer::read_request(s);
@@ -733,7 +734,9 @@ TEST(BadServer, AReplyPayloadThatStallsTimesOutTheCall) {
   });
   std::vector<std::byte> dest(1 << 20);
   IoPool cio{1};
-  Client client(cio, ClientOptions{});
+  ClientOptions co;
+  co.read_stall_timeout_ms = 1000;
+  Client client(cio, co);
   CallOptions stalls;
   stalls.timeout_ms = 300;
   stalls.response_payload = dest;
@@ -754,23 +757,119 @@ TEST(BadServer, AReplyPayloadThatStallsTimesOutTheCall) {
   EXPECT_EQ(rb.error().code(), Code::kDisconnected) << rb.error();
 }
 
+// A reply whose payload is landing in the caller's buffer when its call
+// times out: the call ends at its deadline, the rest of the payload is read
+// and dropped (the caller's buffer is not written any more), and the
+// connection goes on to answer the call behind it.
+TEST(BadServer, AReplyLandingAfterItsCallTimedOutIsDroppedAndTheConnectionGoesOn) {
+  std::promise<void> timed_out;
+  auto go_on = timed_out.get_future();
+  FakeServer fake([&](FakeServer& f, asio::ip::tcp::socket& s) {
+    FrameHeader first = FakeServer::read_request(s);
+    FrameHeader second = FakeServer::read_request(s);
+    FrameHeader r = FakeServer::response_to(first);
+    r.payload_len = 1 << 20;
+    FakeServer::send(s, r, std::string(1000, 'x'));
+    go_on.wait_for(10s);
+    asio::write(s, asio::buffer(std::string(r.payload_len - 1000, 'y')));
+    FakeServer::send(s, FakeServer::response_to(second));
+    f.hold();
+  });
+  std::vector<std::byte> dest(1 << 20);
+  IoPool cio{1};
+  Client client(cio, ClientOptions{});
+  CallOptions landing;
+  landing.timeout_ms = 300;
+  landing.response_payload = dest;
+  auto a = start_call(cio, client, fake.ep(), std::move(landing));
+  CallOptions behind;
+  behind.timeout_ms = 5000;
+  auto b = start_call(cio, client, fake.ep(), std::move(behind));
+  ASSERT_EQ(a.wait_for(3s), std::future_status::ready) << "the call outlived its deadline by far";
+  auto ra = a.get();
+  ASSERT_FALSE(ra);
+  EXPECT_EQ(ra.error().code(), Code::kTimeout) << ra.error();
+  std::fill(dest.begin(), dest.end(), std::byte{0x5a});  // the caller has its buffer back
+  timed_out.set_value();
+  ASSERT_EQ(b.wait_for(3s), std::future_status::ready);
+  auto rb = b.get();
+  EXPECT_TRUE(rb) << "the call behind the one that timed out failed: " << rb.error();
+  EXPECT_EQ(std::count(dest.begin(), dest.end(), std::byte{0x5a}), static_cast<ptrdiff_t>(dest.size()))
+      << "the rest of the reply landed in the buffer of a call that had ended";
+}
+
+// A request being written from the caller's memory when its call times out
+// (the server stopped reading it midway): the call ends at its deadline, the
+// rest of the request is written whole from a copy (the caller may reuse
+// its memory at once), and the connection goes on to carry the call behind.
+TEST(BadServer, ARequestWrittenWhenItsCallTimedOutIsWrittenWholeAndTheConnectionGoesOn) {
+  constexpr size_t kPayload = 32 << 20;  // more than the socket buffers take
+  std::promise<void> timed_out;
+  auto go_on = timed_out.get_future();
+  std::atomic<size_t> intact{0};
+  FakeServer fake([&](FakeServer& f, asio::ip::tcp::socket& s) {
+    FrameHeader first = FakeServer::read_request(s);
+    std::vector<char> got(first.payload_len);
+    asio::read(s, asio::buffer(got.data(), 65536));
+    go_on.wait_for(10s);
+    asio::read(s, asio::buffer(got.data() + 65536, got.size() - 65536));
+    for (size_t i = 0; i < got.size(); ++i) intact += got[i] == static_cast<char>(i % 251);
+    FrameHeader second = FakeServer::read_request(s);
+    FakeServer::send(s, FakeServer::response_to(first));  // late: the client drops it
+    FakeServer::send(s, FakeServer::response_to(second));
+    f.hold();
+  });
+  std::vector<std::byte> payload(kPayload);
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::byte>(i % 251);
+  IoPool cio{1};
+  Client client(cio, ClientOptions{});
+  CallOptions writing;
+  writing.timeout_ms = 300;
+  writing.payload.push_back(payload);
+  auto a = start_call(cio, client, fake.ep(), std::move(writing));
+  CallOptions behind;
+  behind.timeout_ms = 5000;
+  auto b = start_call(cio, client, fake.ep(), std::move(behind));
+  ASSERT_EQ(a.wait_for(3s), std::future_status::ready) << "the call outlived its deadline by far";
+  auto ra = a.get();
+  ASSERT_FALSE(ra);
+  EXPECT_EQ(ra.error().code(), Code::kTimeout) << ra.error();
+  std::fill(payload.begin(), payload.end(), std::byte{0});  // the caller reuses its memory
+  timed_out.set_value();
+  ASSERT_EQ(b.wait_for(5s), std::future_status::ready);
+  auto rb = b.get();
+  EXPECT_TRUE(rb) << "the call behind the one that timed out failed: " << rb.error();
+  EXPECT_EQ(intact.load(), kPayload) << "the request was not written as the caller had given it";
+}
+
 // A server that stops reading in the middle of a request's payload: the
-// call fails at its deadline instead of waiting for the write to finish.
+// call fails at its deadline instead of waiting for the write to finish,
+// and a call behind it fails as disconnected (retryable) once the write
+// stalled for write_stall_timeout_ms.
 TEST(BadServer, ARequestPayloadThatCannotBeWrittenTimesOutTheCall) {
   FakeServer fake([](FakeServer& f, asio::ip::tcp::socket&) { f.hold(); });
   std::vector<std::byte> payload(32 << 20);  // more than the socket buffers take
   IoPool cio{1};
-  Client client(cio, ClientOptions{});
+  ClientOptions co;
+  co.write_stall_timeout_ms = 1000;
+  Client client(cio, co);
   CallOptions opts;
   opts.timeout_ms = 300;
   opts.payload.push_back(payload);
   auto start = std::chrono::steady_clock::now();
   auto f = start_call(cio, client, fake.ep(), std::move(opts));
+  CallOptions behind;
+  behind.timeout_ms = 20000;
+  auto b = start_call(cio, client, fake.ep(), std::move(behind));
   ASSERT_EQ(f.wait_for(3s), std::future_status::ready) << "the call outlived its deadline by far";
   auto r = f.get();
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code(), Code::kTimeout) << r.error();
   EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+  ASSERT_EQ(b.wait_for(5s), std::future_status::ready) << "the stalled connection was kept";
+  auto rb = b.get();
+  ASSERT_FALSE(rb);
+  EXPECT_EQ(rb.error().code(), Code::kDisconnected) << rb.error();
 }
 
 // A server that answers a call as soon as it has read a request's header:
