@@ -131,21 +131,40 @@ Task<Result<pb::BatchReadReply>> StorageService::batch_read(const pb::BatchReadR
   held->reads.resize(req.ranges_size());
   std::vector<RangeRead>* reads = &held->reads;
   uint64_t want = 0;  // at most what the buffers take: a read ends at its chunk's end
-  for (int i = 0; i < req.ranges_size(); ++i) {
-    const auto& range = req.ranges(i);
-    RangeRead& r = (*reads)[i];
-    r.id = ChunkId{range.chunk().inode(), range.chunk().index()};
-    r.offset = range.offset();
-    r.length = range.length();
-    auto p = locate(range.chain_id(), range.chain_version());
-    if (!p) {
-      r.result = error(p.error());
-    } else if (!p->readable) {
-      r.result = error(Code::kUnavailable, "target {} is not serving in chain {}", p->target->id(), range.chain_id());
-    } else {
-      r.target = p->target;
-      want += buffer_bytes(r.offset, r.length, r.target->engine().chunk_size_max());
+  std::vector<std::pair<StorageTarget*, ChunkId>> updating;  // wait for these first (below)
+  for (bool waited = false;; waited = true) {
+    want = 0;
+    for (int i = 0; i < req.ranges_size(); ++i) {
+      const auto& range = req.ranges(i);
+      RangeRead& r = (*reads)[i];
+      r.id = ChunkId{range.chunk().inode(), range.chunk().index()};
+      r.offset = range.offset();
+      r.length = range.length();
+      r.target = nullptr;
+      auto p = locate(range.chain_id(), range.chain_version());
+      if (!p) {
+        r.result = error(p.error());
+      } else if (!p->readable) {
+        r.result = error(Code::kUnavailable, "target {} is not serving in chain {}", p->target->id(), range.chain_id());
+      } else {
+        r.target = p->target;
+        want += buffer_bytes(r.offset, r.length, r.target->engine().chunk_size_max());
+        if (!waited && p->target->id() != p->route.readable.back() && p->target->locks().is_held(r.id))
+          updating.emplace_back(p->target, r.id);
+      }
     }
+    if (updating.empty()) break;
+    // An update of the chunk is in progress here, and the members after
+    // this one may have committed it already (the last serving one commits
+    // first): answering with this member's committed version could give an
+    // older version than a read elsewhere gave before. Once its lock was
+    // free, this member holds every version committed anywhere until then,
+    // and reads later never go back. (The last serving member never waits:
+    // no serving member commits before it.) Then again: the routing may have
+    // moved and the lease run out meanwhile.
+    for (auto& [target, id] : updating) (void)co_await target->locks().lock(id);
+    updating.clear();
+    WEFT_CO_RETURN_IF_ERROR(check_read_fence());
   }
   // One connection holds at most a quarter: a peer that stops reading its
   // replies (stopped, hung) cannot take every other client's reads with it.

@@ -49,6 +49,11 @@ void ChunkLocks::unlock(const ChunkId& id) {
   next();  // ownership passes to the waiter
 }
 
+bool ChunkLocks::is_held(const ChunkId& id) const {
+  std::lock_guard lock(mu_);
+  return held_.contains(id);
+}
+
 size_t ChunkLocks::held() const {
   std::lock_guard lock(mu_);
   return held_.size();

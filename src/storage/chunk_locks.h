@@ -47,6 +47,7 @@ class ChunkLocks {
   };
 
   Task<Guard> lock(ChunkId id);
+  bool is_held(const ChunkId& id) const;
   size_t held() const;
   // The chunks locked now. Locking each of them afterwards waits until every
   // update in progress at the time of the call (and queued before) is done.

@@ -1130,6 +1130,34 @@ TEST_F(StorageServiceTest, AMemberDoesNotCommitAnUpdateItsPredecessorGaveUpOn) {
   expect_identical({0, 1, 2}, 1);
 }
 
+// Reads never go back in time: while an update is between the tail's
+// commit and the head's, a read at the tail gives the new version, and a
+// read at the head after it must not give the old one (the head waits for
+// its own commit).
+TEST_F(StorageServiceTest, AReadAfterAnotherSawAnUpdateNeverGivesAnOlderVersion) {
+  start(2, 0);
+  route({0, 1}, 1);
+  ChunkId id{17, 0};
+  auto a = pattern(kChunk, 71), b = pattern(kChunk, 72);
+  ASSERT_TRUE(write(0, 1, id, 0, a, 15, 1).has_value());
+  fault::Scope slow("storage.chain.commit.delay", {.hits_max = 1, .skip = 1});  // the head's commit (after the tail's)
+  Result<proto::storage::WriteReply> w;
+  std::thread writer([&] { w = write(0, 1, id, 0, b, 15, 2); });
+  for (int i = 0; i < 200 && slow.triggered() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (slow.triggered() == 0) {
+    writer.join();
+    GTEST_SKIP() << "fault injection compiled out";
+  }
+  auto at_tail = read(1, 1, id);
+  auto at_head = read(0, 1, id);
+  writer.join();
+  ASSERT_TRUE(w.has_value()) << w.error();
+  EXPECT_EQ(at_tail.result.version(), 2u);
+  EXPECT_TRUE(at_tail.data == b);
+  EXPECT_EQ(at_head.result.version(), 2u) << "the head gave an older version than the tail had given before";
+  EXPECT_TRUE(at_head.data == b);
+}
+
 // A Forward whose reply is lost (the connection closed after the successor
 // got it) fails the update although the members after it committed it.
 // Here the tail commits, the middle loses its reply and aborts, and so does
