@@ -26,6 +26,7 @@
 #include "common/crc32c.h"
 #include "common/logging.h"
 #include "proto/storage.pb.h"
+#include "storage/chunk_listing.h"
 #include "storage/engine_jobs.h"
 #include "storage/service_methods.h"
 #include "storage/storage_service.h"
@@ -38,41 +39,6 @@ namespace {
 
 constexpr int kCopyAttemptsMax = 20;
 constexpr int kCopyBackoffMsMax = 1000;
-
-struct Seen {
-  ChunkId id;
-  uint64_t version = 0;
-  uint32_t crc = 0;
-  uint32_t length = 0;
-  uint32_t chain = kChainUnknown;
-  bool same_content(const Seen& o) const { return version == o.version && crc == o.crc && length == o.length; }
-};
-
-struct ListJob {
-  ChunkEngine* engine;
-  uint32_t chain;
-  std::optional<ChunkId> start;
-  size_t count_max;
-  Result<std::vector<ChunkInfo>> operator()() const { return engine->list_chain(chain, start, count_max); }
-};
-
-// One side's listing, a page at a time.
-struct Cursor {
-  std::vector<Seen> page;
-  size_t pos = 0;
-  bool more = true;
-  std::optional<ChunkId> start;
-
-  bool need_page() const { return pos == page.size() && more; }
-  const Seen* peek() const { return pos < page.size() ? &page[pos] : nullptr; }
-  void load(std::vector<Seen> next, bool has_more) {
-    page = std::move(next);
-    pos = 0;
-    std::optional<ChunkId> after = page.empty() ? std::nullopt : page.back().id.successor();
-    more = has_more && after.has_value();  // nothing follows the largest id
-    if (after) start = after;
-  }
-};
 
 }  // namespace
 
@@ -287,31 +253,11 @@ Task<Result<void>> StorageService::resync_lists(ResyncPass& pass) {
   const size_t batch = options_.resync_batch;
   while (!stopping_) {
     if (remote.need_page()) {
-      pb::ListChunksRequest req;
-      req.set_target_id(pass.dest.id);
-      req.set_chain_id(pass.chain);
-      req.set_count_max(static_cast<uint32_t>(batch));
-      if (remote.start) {
-        req.mutable_start()->set_inode(remote.start->inode);
-        req.mutable_start()->set_index(remote.start->index);
-      }
-      auto r = co_await client_.call<pb::ListChunksReply>(pass.dest.endpoint, methods::kListChunks, req);
+      auto r = co_await load_remote_page(client_, pass.dest.endpoint, pass.dest.id, pass.chain, batch, remote);
       if (!r) co_return error(r.error().with_context("list chunks of the syncing target"));
-      std::vector<Seen> page;
-      for (const auto& c : r->chunks())
-        page.push_back(Seen{ChunkId{c.chunk().inode(), c.chunk().index()}, c.version(), c.chunk_crc32c(), c.length(),
-                            c.chain_id()});
-      remote.load(std::move(page), r->more());
     }
-    if (local.need_page()) {
-      ListJob list{&pass.source->engine(), pass.chain, local.start, batch};
-      auto r = co_await pool_.run(list);
-      if (!r) co_return error(r.error());
-      std::vector<Seen> page;
-      for (const auto& c : *r) page.push_back(Seen{c.id, c.version, c.chunk_crc, c.length, c.chain_id});
-      bool more = r->size() == batch;
-      local.load(std::move(page), more);
-    }
+    if (local.need_page()) WEFT_CO_RETURN_IF_ERROR(co_await load_local_page(pool_, pass.source->engine(), pass.chain,
+                                                                            batch, local));
     const Seen* l = local.peek();
     const Seen* r = remote.peek();
     if (!l && !r) break;

@@ -73,6 +73,9 @@ Result<StorageConfig> StorageConfig::from(const Config& config, const rpc::Servi
     sc.scrub_bytes_per_sec = static_cast<uint64_t>(scrub_mib) << 20;
     WEFT_TRY(int64_t scrub_interval, s.get_int_in("scrub_interval_s", 86400, 1, int64_t{365} * 24 * 3600));
     sc.scrub_interval = std::chrono::seconds(scrub_interval);
+    WEFT_TRY(int64_t check_interval,
+             s.get_int_in("replica_check_interval_s", 3600, 0, int64_t{365} * 24 * 3600));
+    sc.replica_check_interval = std::chrono::seconds(check_interval);
   }
   // Forwards go over connections with the server's user timeout (open_storage_service).
   if (server.tcp.user_timeout_ms != 0 && sc.forward_timeout_ms >= server.tcp.user_timeout_ms)
@@ -119,6 +122,7 @@ Result<std::unique_ptr<StorageService>> open_storage_service(rpc::IoPool& io, co
   so.stray_chunk_grace = config.stray_chunk_grace;
   so.scrub_bytes_per_sec = config.scrub_bytes_per_sec;
   so.scrub_interval = config.scrub_interval;
+  so.replica_check_interval = config.replica_check_interval;
   so.write_fence = std::move(write_fence);
   auto service = std::make_unique<StorageService>(io, so, routing, std::move(targets), registry);
   return service;

@@ -14,6 +14,8 @@
 // orphan_sweep_inodes_per_s = 10000  # inodes the orphan sweep asks meta about per second; 0: no limit
 // scrub_mib_per_s = 64        # every target's chunks re-verified at most this fast (storage/scrubber.h); 0: never
 // scrub_interval_s = 86400    # pause between two scrub passes of a target (the first starts at once)
+// replica_check_interval_s = 3600  # chains this server heads: members' chunk records compared, differences
+//                             # reconciled (storage/replica_check.cc); 0: never
 // [[targets]]
 // id = 101                    # cluster-wide target id
 // path = "/data/ssd0/weft"    # the target's directory
@@ -60,6 +62,7 @@ struct StorageConfig {
   uint64_t orphan_sweep_inodes_per_s = 10000;                                // 0: no limit
   uint64_t scrub_bytes_per_sec = uint64_t{64} << 20;                         // [storage] scrub_mib_per_s; 0: off
   std::chrono::milliseconds scrub_interval{std::chrono::hours(24)};          // [storage] scrub_interval_s
+  std::chrono::milliseconds replica_check_interval{std::chrono::hours(1)};   // [storage] replica_check_interval_s
   std::vector<std::string> mgmtd;  // [cluster] mgmtd; empty: standalone (static routing)
   std::string advertise;           // [cluster] advertise; empty: the listen address
 

@@ -44,7 +44,14 @@ StorageService::StorageService(rpc::IoPool& io, StorageServiceOptions options, s
       client_(io, client_options(options_)),
       resync_failures_(registry_.counter("weft_storage_resync_failures_total",
                                          "Resync passes that failed (retried after a growing pause)",
-                                         {{"server", options_.name}})) {
+                                         {{"server", options_.name}})),
+      replica_check_passes_(registry_.counter("weft_storage_replica_check_passes_total",
+                                              "Replica checks of the chains this server heads",
+                                              {{"server", options_.name}})),
+      replica_check_differing_(registry_.counter(
+          "weft_storage_replica_check_differing_chunks_total",
+          "Chunk records a replica check found different between a chain's head and another member (reconciled)",
+          {{"server", options_.name}})) {
   for (auto& t : targets) targets_[t->id()] = std::move(t);
   DiskPool* pool = &pool_;
   registry_.gauge_fn("weft_storage_disk_queue_depth", "Engine jobs queued or running on the disk pool",
@@ -73,6 +80,7 @@ StorageService::StorageService(rpc::IoPool& io, StorageServiceOptions options, s
       scrubber->start();
       scrubbers_[id] = std::move(scrubber);
     }
+  start_replica_check();
 }
 
 StorageService::~StorageService() {
@@ -87,7 +95,7 @@ void StorageService::stop() {
   for (auto& [id, scrubber] : scrubbers_) scrubber->stop();
   auto busy = [this] {
     std::scoped_lock lock(repairs_.mu, reconciles_.mu);
-    return resyncs_running_.load() > 0 || repairs_.worker || reconciles_.worker;
+    return resyncs_running_.load() > 0 || repairs_.worker || reconciles_.worker || replica_check_running_.load();
   };
   for (int i = 0; i < 3000 && busy(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }

@@ -77,6 +77,10 @@
 // it compares every member's committed record with its own and, if one
 // differs, writes its own content through the chain again under the chunk's
 // lock (a REPLACE, or a removal). Counted in weft_storage_reconciles_total.
+// Replica check (replica_check.cc): periodically, the head of each chain
+// whose members all serve compares their listings of the chain's chunks and
+// notes every chunk that differs for reconciliation, whatever the cause
+// (reconcile notes live in memory at one head only).
 // A REPLACE may go below a member's committed version: versions start again
 // at 1 when a chunk is removed and written again, and a member may still hold
 // the chunk's earlier life.
@@ -186,6 +190,10 @@ struct StorageServiceOptions {
   // failed is not queued again for repair_retry_after.
   size_t repair_queue_max = 4096;
   std::chrono::milliseconds repair_retry_after{std::chrono::seconds(60)};
+  // Every this long, the head of each chain whose members all serve compares
+  // their records of the chain's chunks and reconciles those that differ
+  // (replica_check.cc); the first check one interval after start. 0: never.
+  std::chrono::milliseconds replica_check_interval{std::chrono::hours(1)};
 };
 
 // How long a resync waits before its next pass after `failed_passes` (>= 1)
@@ -271,6 +279,15 @@ class StorageService {
   void request_repair(mgmt::TargetId t, const ChunkId& id);
   size_t repairs_queued();  // waiting or running (tests)
   size_t reconciles_waiting();  // chunks noted in doubt, not yet taken (tests)
+  // One replica check of every chain a local target heads (replica_check.cc):
+  // what it found; the chunks that differ are left to reconciliation.
+  struct ReplicaCheckReport {
+    uint64_t chains = 0;     // chains compared
+    uint64_t compared = 0;   // chunk records compared (one per chunk and member)
+    uint64_t differing = 0;  // of those, differing: noted in doubt
+    uint64_t failed = 0;     // members that could not be compared (logged)
+  };
+  Task<ReplicaCheckReport> check_replicas();
 
  private:
   struct Expect {
@@ -383,6 +400,11 @@ class StorageService {
   Task<ReconcileOutcome> reconcile_one(mgmt::ChainId chain, ChunkId id, InDoubt d);
   void count_reconcile(mgmt::TargetId t, std::string_view result);
 
+  // Replica check (replica_check.cc).
+  Task<Result<void>> check_member_replica(const Placement& p, mgmt::TargetId member, ReplicaCheckReport& report);
+  void start_replica_check();  // unless the interval is 0
+  Task<void> replica_check_loop();
+
   // After an update of p's chain committed here and on p's successor: if a
   // resync to that successor runs, the chunk no longer needs copying.
   void note_delivered(const Placement& p, const ChunkId& id);
@@ -400,6 +422,9 @@ class StorageService {
   DiskPool pool_;
   rpc::Client client_;
   metrics::Counter& resync_failures_;  // resync passes that failed (each is retried after resync_pass_backoff)
+  metrics::Counter& replica_check_passes_;
+  metrics::Counter& replica_check_differing_;
+  std::atomic<bool> replica_check_running_{false};  // replica_check_loop runs
 
   std::mutex mu_;
   SyncListener sync_listener_;                                                  // GUARDED_BY(mu_)

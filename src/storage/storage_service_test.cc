@@ -464,6 +464,39 @@ TEST(StorageServer, ScrubsAt64MiBPerSecondDailyByDefault) {
   EXPECT_FALSE(parse("scrub_interval_s = 0\n").has_value());
 }
 
+// Replica checks: hourly unless configured; 0: off.
+TEST(StorageServer, ChecksReplicasHourlyByDefault) {
+  auto parse = parse_storage_keys;
+  auto dflt = parse("");
+  ASSERT_TRUE(dflt.has_value()) << dflt.error();
+  EXPECT_EQ(dflt->replica_check_interval, std::chrono::hours(1));
+  EXPECT_EQ(parse("replica_check_interval_s = 60\n")->replica_check_interval, std::chrono::minutes(1));
+  EXPECT_EQ(parse("replica_check_interval_s = 0\n")->replica_check_interval.count(), 0);
+  EXPECT_FALSE(parse("replica_check_interval_s = -1\n").has_value());
+}
+
+// A started server checks its chains' replicas every interval
+// (weft_storage_replica_check_passes_total), and stop() ends that at once.
+TEST(StorageServer, ChecksReplicasEveryIntervalUntilStopped) {
+  rpc::IoPool io{1};
+  testing::TempDir dir;
+  metrics::Registry registry;
+  StorageConfig sc;
+  sc.targets.push_back({101, dir.path() + "/t", 0, 1u << 20});
+  sc.replica_check_interval = std::chrono::milliseconds(20);
+  auto s = open_storage_service(io, sc, rpc::ServiceConfig{.cluster_token = kToken, .name = "s1"}, registry);
+  ASSERT_TRUE(s.has_value()) << s.error();
+  auto& passes = registry.counter("weft_storage_replica_check_passes_total", "", {{"server", "s1"}});
+  for (int i = 0; i < 500 && passes.value() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_GE(passes.value(), 3u) << "no periodic replica checks";
+  auto start = std::chrono::steady_clock::now();
+  (*s)->stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  const uint64_t stopped_at = passes.value();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(passes.value(), stopped_at) << "checks went on after stop()";
+}
+
 // The dedup table's size per target: 65536 entries unless configured.
 TEST(StorageServer, RemembersClientUpdatesPerTargetAsConfigured) {
   auto parse = parse_storage_keys;
@@ -1205,6 +1238,61 @@ TEST_F(StorageServiceTest, AFailedUpdateThatChangedNoReplicaIsNotRewritten) {
   for (int i = 0; i < 100 && consistent() == before; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(consistent(), before + 1);
   for (size_t n = 0; n < 3; ++n) EXPECT_EQ(read(n, 1, id).result.version(), 1u) << "node " << n;
+}
+
+// The replica check finds chunks that differ between a chain's members
+// without any note of a failed update (notes are lost with a restart or a
+// change of head): a chunk only the tail has, one only the head has, one at
+// another version on the tail, one with other bytes on the middle. Each is
+// made the head's on every member; members that are not the head check nothing.
+TEST_F(StorageServiceTest, TheReplicaCheckReconcilesChunksThatDifferWithoutANote) {
+  start(3, 0, /*forward_timeout_ms=*/300);
+  route({0, 1, 2}, 1);
+  const ChunkId same{18, 0}, tail_only{18, 1}, head_only{18, 2}, ahead{18, 3}, other{18, 4};
+  auto a = pattern(kChunk, 81), b = pattern(kChunk, 82);
+  for (ChunkId id : {same, ahead, other}) ASSERT_TRUE(write(0, 1, id, 0, a, 16, id.index + 1).has_value());
+  auto in_chain1 = [](std::span<const std::byte> data) {
+    Update u = Update::write(0, data);
+    u.chain_id = 1;
+    return u;
+  };
+  ASSERT_TRUE(nodes_[2]->engine(target_of(2)).write(tail_only, in_chain1(b)).has_value());
+  ASSERT_TRUE(nodes_[0]->engine(target_of(0)).write(head_only, in_chain1(b)).has_value());
+  ASSERT_TRUE(nodes_[2]->engine(target_of(2)).write(ahead, in_chain1(b)).has_value());  // version 2 there
+  ASSERT_TRUE(nodes_[1]->engine(target_of(1)).remove(other).has_value());
+  ASSERT_TRUE(nodes_[1]->engine(target_of(1)).write(other, in_chain1(b)).has_value());  // version 1, other bytes
+  for (size_t n : {1, 2}) {
+    auto r = block_on(io_.at(0).get_executor(), nodes_[n]->service().check_replicas());
+    EXPECT_EQ(r.chains, 0u) << "node " << n << " is not the chain's head";
+  }
+  auto report = block_on(io_.at(0).get_executor(), nodes_[0]->service().check_replicas());
+  EXPECT_EQ(report.chains, 1u);
+  EXPECT_EQ(report.failed, 0u);
+  // head_only against both members, tail_only, ahead and other against one each.
+  EXPECT_EQ(report.differing, 5u);
+  auto converged = [&] {
+    for (ChunkId id : {same, tail_only, head_only, ahead, other}) {
+      auto first = nodes_[0]->engine(target_of(0)).stat(id);
+      for (size_t n : {1, 2}) {
+        auto info = nodes_[n]->engine(target_of(n)).stat(id);
+        if (info.has_value() != first.has_value()) return false;
+        if (info && (info->version != first->version || info->chunk_crc != first->chunk_crc)) return false;
+      }
+    }
+    return true;
+  };
+  for (int i = 0; i < 100 && !converged(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  expect_identical({0, 1, 2}, 1);
+  for (size_t n = 0; n < 3; ++n) {
+    SCOPED_TRACE(n);
+    EXPECT_FALSE(nodes_[n]->engine(target_of(n)).stat(tail_only).has_value());
+    EXPECT_TRUE(read(n, 1, head_only).data == b);
+    EXPECT_TRUE(read(n, 1, ahead).data == a);
+    EXPECT_TRUE(read(n, 1, other).data == a);
+    EXPECT_TRUE(read(n, 1, same).data == a);
+  }
+  auto again = block_on(io_.at(0).get_executor(), nodes_[0]->service().check_replicas());
+  EXPECT_EQ(again.differing, 0u) << "the chain still differs after reconciling";
 }
 
 // Whole-chunk writes stage on the head while they are forwarded. A stage that
