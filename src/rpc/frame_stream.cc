@@ -285,6 +285,7 @@ Task<void> FrameStream::read_loop() {
     // what was buffered when it had drained, waited through the pause.
     if (draining_ && std::chrono::steady_clock::now() - resumed_at_ > kDrainWindow) draining_ = false;
     const uint64_t frame_bytes = kFrameHeaderSize + uint64_t{h.body_len} + h.payload_len;
+    frame_header_at_ = std::chrono::steady_clock::now();
     frame_waited_since_.reset();
     if (draining_ || waited_bytes_ > 0) frame_waited_since_ = paused_at_;
     if (!draining_) waited_bytes_ -= std::min(waited_bytes_, frame_bytes);

@@ -105,6 +105,9 @@ class FrameStream : public std::enable_shared_from_this<FrameStream> {
   // paused, the moment reading stopped (it was sent about then or later);
   // nullopt otherwise. A receiver's deadline counts from there.
   std::optional<std::chrono::steady_clock::time_point> frame_waited_since() const { return frame_waited_since_; }
+  // During on_frame: when the frame's header was decoded (its body and
+  // payload may have taken long to come after it).
+  std::chrono::steady_clock::time_point frame_header_at() const { return frame_header_at_; }
   // A frame whose payload spans are caller memory, sent and not yet wholly
   // written, gives that memory back: a queued frame is dropped (never
   // written), a frame being written goes on from a copy of its payload made
@@ -168,6 +171,7 @@ class FrameStream : public std::enable_shared_from_this<FrameStream> {
   std::chrono::steady_clock::time_point paused_at_;
   std::chrono::steady_clock::time_point resumed_at_;
   std::optional<std::chrono::steady_clock::time_point> frame_waited_since_;
+  std::chrono::steady_clock::time_point frame_header_at_;
   size_t first_frame_written_ = 0;  // bytes of outq_.front() written by try_write_now()
   bool payload_moved_ = false;      // release_payload() copied a frame of the batch being written
   std::byte* payload_dest_ = nullptr;  // caller memory read_payload() reads into; null: scratch

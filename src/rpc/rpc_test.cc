@@ -26,6 +26,7 @@
 #include "rpc/server.h"
 #include "rpc/service_runtime.h"
 #include "rpc/test_cluster.h"
+#include "rpc/test_util.h"
 
 namespace weft::rpc {
 namespace {
@@ -531,6 +532,45 @@ TEST(Rpc, ARequestsBudgetDoesNotGrowWhileTheServerStoppedReading) {
   ASSERT_TRUE(r.has_value()) << r.error();
   ASSERT_TRUE(first.get().has_value());
   EXPECT_LE(budget_ms.load(), 950) << "read ~1.1 s after it was sent with 2 s";
+  EXPECT_GT(budget_ms.load(), 300);
+}
+
+// A request's budget counts from when its header arrived, not from its last
+// byte: a sender whose request went out slowly (its socket full) gives the
+// receiver no more time than it has left itself. Here the payload's rest
+// comes 800 ms after the header of a 2 s call.
+TEST(Rpc, ARequestsBudgetCountsFromItsHeaderNotItsLastByte) {
+  Cluster c;
+  std::atomic<int64_t> budget_ms{-1};
+  const MethodId m{service::kTest, 53};
+  add_budget_probe(*c.server, m, budget_ms);
+  testing::RawSocket s(c.port);
+  FrameHeader hello;
+  hello.method = kHello.wire();
+  proto::Hello hi;
+  hi.set_cluster_token(kToken);
+  ASSERT_TRUE(s.send_frame(hello, hi.SerializeAsString()));
+  FrameHeader rh;
+  std::string rbody;
+  ASSERT_TRUE(s.recv_frame(&rh, &rbody));
+  FrameHeader h;
+  h.method = m.wire();
+  h.request_id = 1;
+  h.timeout_ms = 2000;
+  const std::string body = proto::EchoRequest().SerializeAsString();
+  const std::string payload(1 << 20, 'p');
+  h.body_len = static_cast<uint32_t>(body.size());
+  h.payload_len = static_cast<uint32_t>(payload.size());
+  std::byte hdr[kFrameHeaderSize];
+  encode_header(h, hdr);
+  ASSERT_TRUE(s.send_bytes(hdr, sizeof(hdr)));
+  ASSERT_TRUE(s.send_bytes(body.data(), body.size()));
+  ASSERT_TRUE(s.send_bytes(payload.data(), 1000));
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  ASSERT_TRUE(s.send_bytes(payload.data() + 1000, payload.size() - 1000));
+  ASSERT_TRUE(s.recv_frame(&rh, &rbody));
+  EXPECT_EQ(rh.status, 0);
+  EXPECT_LE(budget_ms.load(), 1300) << "the budget counted from the request's last byte";
   EXPECT_GT(budget_ms.load(), 300);
 }
 

@@ -136,10 +136,11 @@ void ServerConnection::on_frame(const FrameHeader& h, std::string body, PayloadT
   call->body = std::move(body);
   call->payload = std::move(payload.owned);
   call->payload_len = h.payload_len;
-  // The budget counts from when the request was read, or from when this
-  // connection stopped being read if it waited in the socket meanwhile
-  // (the sender's deadline started before that).
-  auto from = std::chrono::steady_clock::now();
+  // The budget counts from when the request's header was read (its sender
+  // stamped the budget as it began writing it: a payload that came slowly
+  // after it spent the sender's time too), or from when this connection
+  // stopped being read if it waited in the socket meanwhile.
+  auto from = frame_header_at();
   if (auto waited = frame_waited_since()) from = std::min(from, *waited);
   call->deadline = h.timeout_ms ? from + std::chrono::milliseconds(h.timeout_ms)
                                 : std::chrono::steady_clock::time_point::max();
