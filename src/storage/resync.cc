@@ -6,7 +6,8 @@
 //      may belong to the chain version before the successor joined);
 //   2. list the chain's chunks on both sides (paged, in id order) and merge:
 //      what differs is copied, the successor's chunks of the chain the source
-//      lacks are removed;
+//      lacks are removed; at most resync_window differing chunks at a time
+//      (listed, then copied as in 3, then listed on);
 //   3. copy with a few copies in flight, each under the source's chunk lock;
 //      skip a chunk whose update reached the successor through the chain at
 //      this version (it is already equal); retry a failed copy alone;
@@ -61,9 +62,11 @@ struct StorageService::ResyncPass {
   StorageTarget* source;
   Placement::Peer dest;
   std::shared_ptr<Delivered> delivered;
-  std::vector<ChunkId> todo;
+  // Both sides' listings, merged a window of differing chunks at a time.
+  Cursor local, remote;
+  std::vector<ChunkId> todo;  // this window's (at most resync_window)
   size_t next = 0;
-  uint64_t copied = 0, removed = 0, skipped = 0, kept = 0, retries = 0;
+  uint64_t differing = 0, copied = 0, removed = 0, skipped = 0, kept = 0, retries = 0;
   std::optional<Status> failure;
   std::optional<ChunkId> failed_chunk;  // the chunk whose copy set `failure`
 };
@@ -199,19 +202,25 @@ Task<Result<std::pair<uint64_t, uint64_t>>> StorageService::resync_once(mgmt::Ch
     auto it = delivered_.find(ResyncKey{chain, version, dest.id});
     pass.delivered = it != delivered_.end() ? it->second : std::make_shared<Delivered>();
   }
-  auto listed = co_await resync_lists(pass);
-  if (!listed) co_return error(listed.error());
+  for (bool listed_all = false; !listed_all;) {
+    pass.todo.clear();
+    pass.next = 0;
+    auto listed = co_await resync_lists(pass);
+    if (!listed) co_return error(listed.error());
+    listed_all = *listed;
+    pass.differing += pass.todo.size();
+    auto workers = (copy_worker(pass) && copy_worker(pass)) && (copy_worker(pass) && copy_worker(pass));
+    co_await std::move(workers);
+    failed_chunk = pass.failed_chunk;
+    if (pass.failure) co_return error(*pass.failure);
+    if (stopping_) co_return error(Code::kCancelled, "stopping");
+  }
   if (pass.kept > 0)
     WEFT_LOG_INFO("{}: resync of target {} in chain {}: kept {} chunks of unknown chain that are newer there",
                   options_.name, dest.id, chain, pass.kept);
-  auto workers = (copy_worker(pass) && copy_worker(pass)) && (copy_worker(pass) && copy_worker(pass));
-  co_await std::move(workers);
-  failed_chunk = pass.failed_chunk;
-  if (pass.failure) co_return error(*pass.failure);
-  if (stopping_) co_return error(Code::kCancelled, "stopping");
   WEFT_LOG_INFO("{}: resync of target {} in chain {}: {} differing chunks: {} copied, {} removed, {} already "
                 "delivered by writes, {} copy retries",
-                options_.name, dest.id, chain, pass.todo.size(), pass.copied, pass.removed, pass.skipped,
+                options_.name, dest.id, chain, pass.differing, pass.copied, pass.removed, pass.skipped,
                 pass.retries);
   // The chain may have moved on while the copies ran (with nothing to copy,
   // nothing checked it): a SyncDone names the version it proves, and only if
@@ -245,13 +254,15 @@ Result<void> StorageService::check_still_syncing(mgmt::ChainId chain, mgmt::Chai
   return {};
 }
 
-// Step 2: merges both sides' listings of the chain into pass.todo. A chunk of
-// unknown chain on the successor is never removed and never replaced by an
-// older version (it may be another chain's).
-Task<Result<void>> StorageService::resync_lists(ResyncPass& pass) {
-  Cursor local, remote;
+// Step 2: merges both sides' listings of the chain into pass.todo, from where
+// the last window stopped, until it holds resync_window chunks (true: the
+// listings are done). A chunk of unknown chain on the successor is never
+// removed and never replaced by an older version (it may be another chain's).
+Task<Result<bool>> StorageService::resync_lists(ResyncPass& pass) {
+  Cursor& local = pass.local;
+  Cursor& remote = pass.remote;
   const size_t batch = options_.resync_batch;
-  while (!stopping_) {
+  while (!stopping_ && pass.todo.size() < std::max<size_t>(options_.resync_window, 1)) {
     if (remote.need_page()) {
       auto r = co_await load_remote_page(client_, pass.dest.endpoint, pass.dest.id, pass.chain, batch, remote);
       if (!r) co_return error(r.error().with_context("list chunks of the syncing target"));
@@ -260,7 +271,7 @@ Task<Result<void>> StorageService::resync_lists(ResyncPass& pass) {
                                                                             batch, local));
     const Seen* l = local.peek();
     const Seen* r = remote.peek();
-    if (!l && !r) break;
+    if (!l && !r) co_return true;
     if (!r || (l && l->id < r->id)) {  // only here
       pass.todo.push_back(l->id);
       local.pos++;
@@ -282,7 +293,7 @@ Task<Result<void>> StorageService::resync_lists(ResyncPass& pass) {
     }
   }
   if (stopping_) co_return error(Code::kCancelled, "stopping");
-  co_return Result<void>{};
+  co_return false;
 }
 
 // Step 3: takes chunks off pass.todo until it is empty or a copy failed for good.

@@ -16,6 +16,7 @@
 // scrub_interval_s = 86400    # pause between two scrub passes of a target (the first starts at once)
 // replica_check_interval_s = 3600  # chains this server heads: members' chunk records compared, differences
 //                             # reconciled (storage/replica_check.cc); 0: never
+// resync_window = 65536       # differing chunks a resync lists before copying them (its memory bound)
 // [[targets]]
 // id = 101                    # cluster-wide target id
 // path = "/data/ssd0/weft"    # the target's directory
@@ -63,6 +64,7 @@ struct StorageConfig {
   uint64_t scrub_bytes_per_sec = uint64_t{64} << 20;                         // [storage] scrub_mib_per_s; 0: off
   std::chrono::milliseconds scrub_interval{std::chrono::hours(24)};          // [storage] scrub_interval_s
   std::chrono::milliseconds replica_check_interval{std::chrono::hours(1)};   // [storage] replica_check_interval_s
+  size_t resync_window = 65536;                                              // [storage] resync_window
   std::vector<std::string> mgmtd;  // [cluster] mgmtd; empty: standalone (static routing)
   std::string advertise;           // [cluster] advertise; empty: the listen address
 

@@ -158,6 +158,9 @@ struct StorageServiceOptions {
   size_t disk_queue_max = 4096;
   uint32_t forward_timeout_ms = 10000;
   size_t resync_batch = 256;  // chunks listed per ListChunks call
+  // A resync lists at most this many differing chunks, copies them, then
+  // lists on: its memory stays bounded however far behind the successor is.
+  size_t resync_window = 65536;
   // Bytes that chunk reads may hold on this server (their block-aligned
   // buffers), all connections together, one connection at most a quarter:
   // from the read until its reply is written to the socket (a peer that does
@@ -363,7 +366,7 @@ class StorageService {
   struct Delivered;
   using ResyncKey = std::tuple<mgmt::ChainId, mgmt::ChainVersion, mgmt::TargetId>;
   enum class CopyOutcome : uint8_t { kCopied, kRemoved, kDelivered };
-  Task<Result<void>> resync_lists(ResyncPass& pass);
+  Task<Result<bool>> resync_lists(ResyncPass& pass);  // true: listed to the end
   Task<void> copy_worker(ResyncPass& pass);
   Task<Result<CopyOutcome>> copy_chunk(ResyncPass& pass, ChunkId id);
   Task<Result<CopyOutcome>> copy_chunk_once(ResyncPass& pass, ChunkId id);

@@ -35,8 +35,9 @@ class Node {
   Node(rpc::IoPool& io, const std::string& name, std::vector<mgmt::TargetId> targets, uint64_t capacity = 0,
        uint64_t read_bytes_held_max = 0, uint32_t write_stall_timeout_ms = 0,
        std::chrono::seconds stray_grace = std::chrono::hours(1), std::function<bool()> lease = nullptr,
-       size_t dedup_entries_max = 65536, uint32_t forward_timeout_ms = 3000) {
+       size_t dedup_entries_max = 65536, uint32_t forward_timeout_ms = 3000, size_t resync_window = 65536) {
     StorageConfig sc;
+    sc.resync_window = resync_window;
     sc.stray_chunk_grace = stray_grace;
     sc.dedup_entries_max = dedup_entries_max;
     if (read_bytes_held_max) sc.read_bytes_held_max = read_bytes_held_max;
@@ -473,6 +474,14 @@ TEST(StorageServer, ChecksReplicasHourlyByDefault) {
   EXPECT_EQ(parse("replica_check_interval_s = 60\n")->replica_check_interval, std::chrono::minutes(1));
   EXPECT_EQ(parse("replica_check_interval_s = 0\n")->replica_check_interval.count(), 0);
   EXPECT_FALSE(parse("replica_check_interval_s = -1\n").has_value());
+}
+
+// A resync's window of differing chunks: 65536 unless configured, at least 1.
+TEST(StorageServer, ResyncsAWindowOf65536ChunksByDefault) {
+  auto parse = parse_storage_keys;
+  EXPECT_EQ(parse("")->resync_window, 65536u);
+  EXPECT_EQ(parse("resync_window = 1000\n")->resync_window, 1000u);
+  EXPECT_FALSE(parse("resync_window = 0\n").has_value());
 }
 
 // A started server checks its chains' replicas every interval
@@ -1754,6 +1763,36 @@ TEST_F(StorageServiceTest, ResyncListingStopsAtTheLargestChunkId) {
   ASSERT_TRUE(wait_synced(1, 2));
   expect_identical({0, 1}, 2);
   EXPECT_EQ(nodes_[1]->engine(target_of(1)).stat(ChunkId{UINT64_MAX, UINT64_MAX})->version, 1u);
+}
+
+// A resync lists and copies a window of differing chunks at a time (its
+// memory bound) and goes on listing where the window ended: with a window of
+// 3, the successor's 10 missing or stale chunks are copied, its 4 extra ones
+// removed, and its 5 equal ones kept.
+TEST_F(StorageServiceTest, AResyncFarBehindCopiesAWindowAtATime) {
+  for (size_t n = 0; n < 2; ++n)
+    nodes_.push_back(std::make_unique<Node>(io_, "s" + std::to_string(n + 1),
+                                            std::vector<mgmt::TargetId>{target_of(n)}, 0, 0, 0,
+                                            std::chrono::hours(1), nullptr, 65536, 3000, /*resync_window=*/3));
+  route({0}, 1);
+  ChunkEngine& source = nodes_[0]->engine(target_of(0));
+  ChunkEngine& dest = nodes_[1]->engine(target_of(1));
+  std::vector<std::vector<std::byte>> data;  // outlives the updates: an Update does not own its bytes
+  for (uint64_t i = 0; i < 20; ++i) data.push_back(pattern(1000, 900 + i));
+  auto in_chain1 = [](std::span<const std::byte> bytes) {
+    Update u = Update::write(0, bytes);
+    u.chain_id = 1;
+    return u;
+  };
+  for (uint64_t i = 0; i < 15; ++i) ASSERT_TRUE(source.write(ChunkId{9, i}, in_chain1(data[i])).has_value());
+  for (uint64_t i = 0; i < 5; ++i) ASSERT_TRUE(dest.write(ChunkId{9, i}, in_chain1(data[i])).has_value());  // equal
+  for (uint64_t i = 5; i < 8; ++i) ASSERT_TRUE(dest.write(ChunkId{9, i}, in_chain1(data[19])).has_value());  // stale
+  for (uint64_t i = 100; i < 104; ++i)
+    ASSERT_TRUE(dest.write(ChunkId{9, i}, in_chain1(data[i - 100])).has_value());  // not on the source
+  route({0}, 2, {1}, /*last_first=*/true);
+  ASSERT_TRUE(wait_synced(1, 2));
+  expect_identical({0, 1}, 2);
+  for (uint64_t i = 100; i < 104; ++i) EXPECT_FALSE(dest.stat(ChunkId{9, i}).has_value()) << i;
 }
 
 // A resync reports SyncDone only for the chain version it ran at, and only
