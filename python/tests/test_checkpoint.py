@@ -436,6 +436,30 @@ def test_checkpoints_of_earlier_saves_load(client, root):
     assert torch.equal(wt.load(f"{root}/ck", client=client)["w"], torch.arange(3))
 
 
+def test_a_checkpoint_of_the_other_byte_order_loads_with_its_bytes_swapped(client, root):
+    # As saved on a machine of the other byte order: every element's bytes
+    # reversed in data.bin, and the manifest saying so.
+    sd = {"f32": torch.randn(1000), "i64": torch.arange(-5, 5000, dtype=torch.int64),
+          "f16": torch.randn(77).half(), "c64": torch.randn(40, dtype=torch.complex64),
+          "u8": torch.arange(0, 200, dtype=torch.uint8), "bool": torch.rand(9) > 0.5}
+    wt.save(sd, f"{root}/ck", client=client)
+    manifest = pickle.loads(client.read_file(f"{root}/ck/manifest.pkl"))
+    assert manifest["byteorder"] == sys.byteorder
+    other = "big" if sys.byteorder == "little" else "little"
+    with client.open(f"{root}/ck/data.bin", "r+b", buffering=0) as f:
+        for r in manifest["tensors"]:
+            if not r["nbytes"]:
+                continue
+            f.seek(r["offset"])
+            raw = bytearray(f.read(r["nbytes"]))
+            wt._swap_bytes(torch.frombuffer(raw, dtype=torch.uint8), wt._dtype_from_name(r["dtype"]))
+            f.seek(r["offset"])
+            assert f.write(raw) == len(raw)
+    manifest["byteorder"] = other
+    client.write_file(f"{root}/ck/manifest.pkl", pickle.dumps(manifest, protocol=pickle.HIGHEST_PROTOCOL))
+    assert_same(sd, wt.load(f"{root}/ck", client=client))
+
+
 def test_non_utf8_checkpoint_name(client, root):
     # Its data file was opened by a str path: a name with surrogate escapes raised TypeError.
     path = os.fsencode(root) + b"/ck\xff"

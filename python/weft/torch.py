@@ -39,6 +39,7 @@ import os
 import pickle
 import socket
 import stat
+import sys
 import threading
 import time
 import uuid
@@ -620,8 +621,11 @@ def save(obj, path, client=None, threads: int = 8) -> None:
         # data_ino: the data file this manifest describes (inode numbers are
         # never reused); load checks it (a manifest of one checkpoint read
         # with the data of another).
+        # byteorder: the order of the elements' bytes in data.bin (this
+        # machine's); load swaps them on a machine of the other order.
         manifest = dict(format=_FORMAT, version=version, data=_DATA, data_ino=data_ino, tensors=records,
-                        object=obj_buf.getvalue(), torch_version=str(torch.__version__))
+                        object=obj_buf.getvalue(), torch_version=str(torch.__version__),
+                        byteorder=sys.byteorder)
         with client.open(f"{tmp}/{_MANIFEST}", "xb", buffering=0) as f:
             _write_all(f.native, memoryview(pickle.dumps(manifest, protocol=pickle.HIGHEST_PROTOCOL)), 0)
             f.fsync()
@@ -850,6 +854,16 @@ def _place(t: torch.Tensor, location: str, map_location) -> torch.Tensor:
                     f"not {type(map_location).__name__}")
 
 
+def _swap_bytes(raw: torch.Tensor, dtype: torch.dtype) -> None:
+    """Reverses the byte order of every element of `dtype` in `raw` (uint8),
+    in place: each component of a complex number on its own."""
+    size = torch.empty(0, dtype=dtype).element_size()
+    if dtype.is_complex:
+        size //= 2
+    if size > 1:
+        raw.numpy().view(f"u{size}").byteswap(inplace=True)
+
+
 def _load_once(client, path: str, map_location, threads: int, weights_only: bool):
     manifest = _read_manifest(client, path)
     if manifest.get("version") not in _VERSIONS:
@@ -886,9 +900,13 @@ def _load_once(client, path: str, map_location, threads: int, weights_only: bool
 
     _run_all(run, [(b,) for b in batches], threads, "weft-load")
 
+    # Checkpoints saved before byteorder was recorded came from little-endian machines.
+    swap = manifest.get("byteorder", "little") != sys.byteorder
     tensors = []
     for r, b in zip(records, buffers):
         dtype = _dtype_from_name(r["dtype"])
+        if swap:
+            _swap_bytes(b, dtype)
         perm = r.get("perm")
         if not r["nbytes"]:
             t = torch.empty(r["shape"], dtype=dtype)
