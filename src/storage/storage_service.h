@@ -36,7 +36,10 @@
 // RemoveRange (remove_range.cc) removes one inode's chunks of a chain from
 // an index on: the head lists the ones it has (and those with an update on
 // its way) and removes each as above, without a dedup entry; bounded per call.
-// Reads go to any serving replica and return the committed version; like
+// Reads go to any serving replica and return the committed version; a
+// serving member other than the last one waits first for the lock of a
+// chunk being updated there (the members after it may have committed the
+// update: an older version must not be given after a newer one was). Like
 // updates, they are refused (kLeaseExpired) while the server's lease from
 // mgmtd has run out (StorageServiceOptions::write_fence).
 //
