@@ -723,7 +723,8 @@ TEST_F(StorageServiceTest, RemoveRangeLeavesAChunkOfAnotherChainOnTheSameTarget)
   Result<proto::storage::RemoveRangeReply> r = error(Code::kInternal, "not run");
   std::thread range([&] { r = client_.remove_range(nodes_[0]->ep(), 1, 1, 7, 0); });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // it listed and waits for the lock
-  Update in_chain2 = Update::write(0, pattern(4000, 50));
+  const auto theirs_data = pattern(4000, 50);  // outlives the update: an Update does not own its bytes
+  Update in_chain2 = Update::write(0, theirs_data);
   in_chain2.chain_id = 2;
   ASSERT_TRUE(head.engine().write(theirs, in_chain2).has_value());
   guard.release();
