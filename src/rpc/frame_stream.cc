@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include <asio/bind_cancellation_slot.hpp>
 #include <asio/write.hpp>
 
 #include "common/log_throttle.h"
@@ -228,26 +229,26 @@ Task<bool> FrameStream::fill(size_t n) {
   co_return true;
 }
 
-// Non-blocking reads straight into `dest`, waiting for the socket between
-// them: while this waits, no socket operation holds `dest`, so
-// release_payload_target() can send the rest to rbuf_ (free: everything
-// buffered went to the payload first) and give `dest` back at once.
+// Reads straight into `dest` (asio's speculative reads: no epoll_ctl per
+// read, as an async_wait would cost). Each read is bound to payload_cancel_:
+// release_payload_target() cancels the one pending (on this stream's one
+// thread, a pending read has copied nothing yet) and the rest goes to rbuf_
+// (free: everything buffered went to the payload first), so `dest` is the
+// caller's again as soon as it returns.
 Task<bool> FrameStream::read_payload(std::byte* dest, size_t len) {
   payload_dest_ = dest;
   asio::error_code ec;
-  if (!socket_.non_blocking()) socket_.non_blocking(true, ec);
-  for (size_t got = 0; got < len && !closed_ && !ec;) {
+  for (size_t got = 0; got < len && !closed_;) {
     std::byte* to = payload_dest_ ? payload_dest_ + got : rbuf_.data();
     size_t want = payload_dest_ ? len - got : std::min(len - got, rbuf_.size());
-    size_t n = socket_.read_some(asio::buffer(to, want), ec);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) {
-      auto waited = co_await socket_.async_wait(asio::socket_base::wait_read, use_nothrow);
-      ec = closed_ ? asio::error::operation_aborted : std::get<0>(waited);
-      continue;
-    }
-    if (!ec) {
-      got += n;
-      read_progress_at_ = std::chrono::steady_clock::now();
+    auto [e, n] = co_await socket_.async_read_some(
+        asio::buffer(to, want), asio::bind_cancellation_slot(payload_cancel_.slot(), use_nothrow));
+    got += n;
+    if (n > 0) read_progress_at_ = std::chrono::steady_clock::now();
+    if (e == asio::error::operation_aborted && !closed_) continue;  // released: the rest goes to scratch
+    if (e) {
+      ec = e;
+      break;
     }
   }
   if (ec && !closed_)
@@ -258,7 +259,11 @@ Task<bool> FrameStream::read_payload(std::byte* dest, size_t len) {
   co_return !closed_;
 }
 
-void FrameStream::release_payload_target() { payload_dest_ = nullptr; }
+void FrameStream::release_payload_target() {
+  if (!payload_dest_) return;
+  payload_dest_ = nullptr;
+  payload_cancel_.emit(asio::cancellation_type::total);
+}
 
 Task<void> FrameStream::read_loop() {
   auto self = shared_from_this();  // keeps the stream alive while reading

@@ -15,11 +15,12 @@
 // a stream with nothing to write never is. Likewise, with a read-stall
 // timeout set, a stream in the middle of reading a frame (header read, body
 // or payload not yet whole) that got no byte for that long is handed to
-// on_read_stalled() (once); a stream between frames never is. No socket
-// operation holds caller memory while the stream waits (payloads are read
-// and written by non-blocking calls between waits for the socket), so a
-// caller's memory is free again as soon as release_payload() or
-// release_payload_target() returns, and the connection stays usable.
+// on_read_stalled() (once); a stream between frames never is. A caller's
+// memory is free again as soon as release_payload() or
+// release_payload_target() returns (payloads are written by non-blocking
+// calls between waits for the socket; a payload read pending into caller
+// memory is cancelled, which on this one thread happens before it copied
+// anything), and the connection stays usable.
 #pragma once
 
 #include <array>
@@ -31,6 +32,7 @@
 #include <string_view>
 #include <vector>
 
+#include <asio/cancellation_signal.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/steady_timer.hpp>
 
@@ -175,6 +177,7 @@ class FrameStream : public std::enable_shared_from_this<FrameStream> {
   size_t first_frame_written_ = 0;  // bytes of outq_.front() written by try_write_now()
   bool payload_moved_ = false;      // release_payload() copied a frame of the batch being written
   std::byte* payload_dest_ = nullptr;  // caller memory read_payload() reads into; null: scratch
+  asio::cancellation_signal payload_cancel_;  // cancels read_payload()'s pending read (release_payload_target)
   size_t queued_bytes_ = 0;
   asio::steady_timer resume_;
   // The write-stall watch: one timer per stream, ticking while the writer runs.
