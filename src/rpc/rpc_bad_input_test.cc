@@ -10,6 +10,7 @@
 #include <asio/write.hpp>
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -757,6 +758,28 @@ TEST(BadServer, AReplyPayloadThatStallsTimesOutTheCall) {
   EXPECT_EQ(rb.error().code(), Code::kDisconnected) << rb.error();
 }
 
+// Starts `first` on `fake` and, behind it on the same connection, a call
+// with 5 s to go. `first` must fail with kTimeout; then `caller_goes_on`
+// runs (the caller reuses its memory and lets the server go on), and the
+// call behind must succeed: the timeout did not cost the connection.
+void expect_the_call_behind_a_timeout_succeeds(FakeServer& fake, CallOptions first,
+                                               const std::function<void()>& caller_goes_on) {
+  IoPool cio{1};
+  Client client(cio, ClientOptions{});
+  auto a = start_call(cio, client, fake.ep(), std::move(first));
+  CallOptions behind;
+  behind.timeout_ms = 5000;
+  auto b = start_call(cio, client, fake.ep(), std::move(behind));
+  ASSERT_EQ(a.wait_for(3s), std::future_status::ready) << "the call outlived its deadline by far";
+  auto ra = a.get();
+  ASSERT_FALSE(ra);
+  EXPECT_EQ(ra.error().code(), Code::kTimeout) << ra.error();
+  caller_goes_on();
+  ASSERT_EQ(b.wait_for(5s), std::future_status::ready);
+  auto rb = b.get();
+  EXPECT_TRUE(rb) << "the call behind the one that timed out failed: " << rb.error();
+}
+
 // A reply whose payload is landing in the caller's buffer when its call
 // times out: the call ends at its deadline, the rest of the payload is read
 // and dropped (the caller's buffer is not written any more), and the
@@ -776,24 +799,13 @@ TEST(BadServer, AReplyLandingAfterItsCallTimedOutIsDroppedAndTheConnectionGoesOn
     f.hold();
   });
   std::vector<std::byte> dest(1 << 20);
-  IoPool cio{1};
-  Client client(cio, ClientOptions{});
   CallOptions landing;
   landing.timeout_ms = 300;
   landing.response_payload = dest;
-  auto a = start_call(cio, client, fake.ep(), std::move(landing));
-  CallOptions behind;
-  behind.timeout_ms = 5000;
-  auto b = start_call(cio, client, fake.ep(), std::move(behind));
-  ASSERT_EQ(a.wait_for(3s), std::future_status::ready) << "the call outlived its deadline by far";
-  auto ra = a.get();
-  ASSERT_FALSE(ra);
-  EXPECT_EQ(ra.error().code(), Code::kTimeout) << ra.error();
-  std::fill(dest.begin(), dest.end(), std::byte{0x5a});  // the caller has its buffer back
-  timed_out.set_value();
-  ASSERT_EQ(b.wait_for(3s), std::future_status::ready);
-  auto rb = b.get();
-  EXPECT_TRUE(rb) << "the call behind the one that timed out failed: " << rb.error();
+  expect_the_call_behind_a_timeout_succeeds(fake, std::move(landing), [&] {
+    std::fill(dest.begin(), dest.end(), std::byte{0x5a});  // the caller has its buffer back
+    timed_out.set_value();
+  });
   EXPECT_EQ(std::count(dest.begin(), dest.end(), std::byte{0x5a}), static_cast<ptrdiff_t>(dest.size()))
       << "the rest of the reply landed in the buffer of a call that had ended";
 }
@@ -821,24 +833,13 @@ TEST(BadServer, ARequestWrittenWhenItsCallTimedOutIsWrittenWholeAndTheConnection
   });
   std::vector<std::byte> payload(kPayload);
   for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::byte>(i % 251);
-  IoPool cio{1};
-  Client client(cio, ClientOptions{});
   CallOptions writing;
   writing.timeout_ms = 300;
   writing.payload.push_back(payload);
-  auto a = start_call(cio, client, fake.ep(), std::move(writing));
-  CallOptions behind;
-  behind.timeout_ms = 5000;
-  auto b = start_call(cio, client, fake.ep(), std::move(behind));
-  ASSERT_EQ(a.wait_for(3s), std::future_status::ready) << "the call outlived its deadline by far";
-  auto ra = a.get();
-  ASSERT_FALSE(ra);
-  EXPECT_EQ(ra.error().code(), Code::kTimeout) << ra.error();
-  std::fill(payload.begin(), payload.end(), std::byte{0});  // the caller reuses its memory
-  timed_out.set_value();
-  ASSERT_EQ(b.wait_for(5s), std::future_status::ready);
-  auto rb = b.get();
-  EXPECT_TRUE(rb) << "the call behind the one that timed out failed: " << rb.error();
+  expect_the_call_behind_a_timeout_succeeds(fake, std::move(writing), [&] {
+    std::fill(payload.begin(), payload.end(), std::byte{0});  // the caller reuses its memory
+    timed_out.set_value();
+  });
   EXPECT_EQ(intact.load(), kPayload) << "the request was not written as the caller had given it";
 }
 
