@@ -306,7 +306,10 @@ Task<void> FrameStream::read_loop() {
       std::memcpy(target.data, rbuf_.data() + rpos_, buffered);
       rpos_ += buffered;
       if (buffered < h.payload_len) {
-        if (!co_await read_payload(target.data + buffered, h.payload_len - buffered)) co_return;
+        if (!co_await read_payload(target.data + buffered, h.payload_len - buffered)) {
+          payload_dest_ = nullptr;  // closed: nothing is read into it any more
+          co_return;
+        }
         if (!payload_dest_ && target.owned.empty()) target.data = nullptr;  // released meanwhile: dropped
         payload_dest_ = nullptr;
       }
