@@ -122,10 +122,18 @@ class File {
   // The file's attributes as they were when this File opened it (size() is
   // the length it knows now): what is left to tell of a file removed since.
   virtual Inode opened() const = 0;
-  virtual bool writable() const = 0;
+  virtual bool readable() const = 0;  // opened O_RDONLY or O_RDWR
+  virtual bool writable() const = 0;  // opened O_WRONLY or O_RDWR
 
   // Reads up to dst.size() bytes; short only at the end of the file.
+  // kBadHandle (EBADF) when the File was opened write-only.
   virtual Result<size_t> pread(std::span<std::byte> dst, uint64_t offset) = 0;
+  // pread whatever the access mode: for a page cache kept over this File,
+  // such as the kernel's with the mount's writeback_cache, which fills the
+  // rest of a partly written page by reading through the write-only handle
+  // that wrote it. The caller answers for the bytes not reaching whoever
+  // opened the File without read access.
+  virtual Result<size_t> pread_page_fill(std::span<std::byte> dst, uint64_t offset) = 0;
   // Buffers the bytes (write-behind; mtime moves when they are reported to
   // meta, at a flush); errors of the background flush surface
   // from a later pwrite, flush, fsync or close. No byte goes at or past

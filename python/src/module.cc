@@ -310,6 +310,7 @@ class PyFile {
   }
 
   bool closed() const { return !file_; }
+  bool readable() { return usable()->readable(); }
   bool writable() { return usable()->writable(); }
   uint64_t ino() { return usable()->ino(); }
   LayoutTuple layout() { return to_tuple(usable()->layout()); }
@@ -716,6 +717,7 @@ PYBIND11_MODULE(_native, m) {
       .def("truncate", &PyFile::truncate, py::arg("length"))
       .def("close", &PyFile::close)
       .def_property_readonly("closed", &PyFile::closed)
+      .def_property_readonly("readable", &PyFile::readable)
       .def_property_readonly("writable", &PyFile::writable)
       .def_property_readonly("ino", &PyFile::ino)
       .def_property_readonly("layout", &PyFile::layout)

@@ -232,7 +232,7 @@ class ClientImpl final : public Client {
       if (reply.session_id) (void)core_->meta->close(cred, ino, reply.session_id);
       return error(Code::kIsDirectory, "inode {} is a directory", ino);
     }
-    WEFT_TRY(auto file, make_file_or_close(cred, std::move(reply.inode), reply.session_id, write));
+    WEFT_TRY(auto file, make_file_or_close(cred, std::move(reply.inode), reply.session_id, {wants_read(flags), write}));
     if ((flags & O_TRUNC) && write) WEFT_RETURN_IF_ERROR(file->truncate(0));
     if ((flags & O_APPEND) && write) file->set_append();
     return file;
@@ -244,7 +244,7 @@ class ClientImpl final : public Client {
       return error(Code::kInvalidArgument, "inode {} is not a regular file", inode.ino);
     // The same rule meta applies to a read-only open (meta/permission.h).
     WEFT_RETURN_IF_ERROR(meta::check_access(inode, cred, meta::kAccessRead));
-    WEFT_TRY(auto file, make_file(cred, inode, 0, false));
+    WEFT_TRY(auto file, make_file(cred, inode, 0, meta::OpenFlags{}));
     return file;
   }
 
@@ -263,7 +263,7 @@ class ClientImpl final : public Client {
     if (!reply.has_inode) return error(Code::kProtocol, "create {}: meta answered without the inode", name);
     Inode inode = reply.inode;
     if (inode.is_dir()) return error(Code::kIsDirectory, "{} is a directory", name);
-    WEFT_TRY(auto file, make_file_or_close(cred, std::move(reply.inode), reply.session_id, write));
+    WEFT_TRY(auto file, make_file_or_close(cred, std::move(reply.inode), reply.session_id, {wants_read(flags), write}));
     // (The length here counts what Files open in this client wrote and did not report yet.)
     if ((flags & O_TRUNC) && write && with_local_size(inode).size > 0) {
       WEFT_RETURN_IF_ERROR(file->truncate(0));
@@ -299,7 +299,7 @@ class ClientImpl final : public Client {
       if (!opened) return error(path_error(opened.error(), path));
       if (!opened->is_symlink()) {
         if (opened->is_dir()) return error(Code::kIsDirectory, "{} is a directory", path);
-        WEFT_TRY(auto file, make_file(cred, std::move(*opened), 0, false));
+        WEFT_TRY(auto file, make_file(cred, std::move(*opened), 0, meta::OpenFlags{}));
         return file;
       }
       if (flags & O_NOFOLLOW) return error(Code::kLoop, "{} is a symlink (O_NOFOLLOW)", path);
@@ -481,19 +481,20 @@ class ClientImpl final : public Client {
 
   // make_file for an open meta just made: a File that cannot be made closes
   // the write session meta opened (else it stayed while the client lived).
-  Result<std::shared_ptr<FileImpl>> make_file_or_close(const Cred& cred, Inode inode, uint64_t session, bool write) {
+  Result<std::shared_ptr<FileImpl>> make_file_or_close(const Cred& cred, Inode inode, uint64_t session,
+                                                        meta::OpenFlags access) {
     const Ino ino = inode.ino;
-    auto file = make_file(cred, std::move(inode), session, write);
+    auto file = make_file(cred, std::move(inode), session, access);
     if (!file && session != 0) (void)core_->meta->close(cred, ino, session);
     return file;
   }
 
-  Result<std::shared_ptr<FileImpl>> make_file(const Cred& cred, Inode inode, uint64_t session, bool write) {
+  Result<std::shared_ptr<FileImpl>> make_file(const Cred& cred, Inode inode, uint64_t session, meta::OpenFlags access) {
     // What meta's open refuses too; a listing (statahead) may offer one.
     if (inode.is_special()) return meta::special_not_openable(inode.ino);
     WEFT_TRY(auto stripe, file_stripe(*core_, inode.layout));
     Ino ino = inode.ino;
-    auto file = std::make_shared<FileImpl>(*core_, cred, std::move(inode), session, write);
+    auto file = std::make_shared<FileImpl>(*core_, cred, std::move(inode), session, access);
     file->set_stripe(std::move(stripe));
     std::lock_guard lock(files_mu_);
     OpenList& list = files_[ino];

@@ -25,8 +25,13 @@ Task<Result<void>> send_chunk(ChunkIo& io, ChunkAddress address, Buffer data, st
 
 }  // namespace
 
-FileImpl::FileImpl(Core& core, Cred cred, Inode inode, uint64_t session_id, bool writable)
-    : core_(core), cred_(std::move(cred)), inode_(std::move(inode)), session_id_(session_id), writable_(writable) {
+FileImpl::FileImpl(Core& core, Cred cred, Inode inode, uint64_t session_id, meta::OpenFlags access)
+    : core_(core),
+      cred_(std::move(cred)),
+      inode_(std::move(inode)),
+      session_id_(session_id),
+      readable_(access.read),
+      writable_(access.write) {
   size_ = reported_ = inode_.size;
 }
 
@@ -452,6 +457,11 @@ Result<void> FileImpl::close() {
 }
 
 Result<size_t> FileImpl::pread(std::span<std::byte> dst, uint64_t offset) {
+  if (!readable_) return error(Code::kBadHandle, "file {} is not open for reading", inode_.ino);
+  return pread_page_fill(dst, offset);
+}
+
+Result<size_t> FileImpl::pread_page_fill(std::span<std::byte> dst, uint64_t offset) {
   uint64_t size;
   bool sequential;
   std::pair<uint64_t, uint64_t> asked;  // for a length meta gives if the read meets a hole

@@ -36,7 +36,7 @@ namespace weft::client {
 
 class FileImpl final : public File, public std::enable_shared_from_this<FileImpl> {
  public:
-  FileImpl(Core& core, Cred cred, Inode inode, uint64_t session_id, bool writable);
+  FileImpl(Core& core, Cred cred, Inode inode, uint64_t session_id, meta::OpenFlags access);
   ~FileImpl() override;
 
   Ino ino() const override { return inode_.ino; }
@@ -48,8 +48,10 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   // meta's length at open), cut by truncates it learned of.
   uint64_t written_end() const;
   Inode opened() const override { return inode_; }
+  bool readable() const override { return readable_; }
   bool writable() const override { return writable_; }
   Result<size_t> pread(std::span<std::byte> dst, uint64_t offset) override;
+  Result<size_t> pread_page_fill(std::span<std::byte> dst, uint64_t offset) override;
   Result<size_t> pwrite(std::span<const std::byte> src, uint64_t offset) override;
   Result<void> flush() override;
   Result<void> fsync() override { return flush(); }
@@ -145,6 +147,7 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   const Cred cred_;
   const Inode inode_;
   const uint64_t session_id_;
+  const bool readable_;
   const bool writable_;
   std::vector<mgmt::ChainId> stripe_;  // set at open
   std::shared_ptr<OpenInode> shared_;  // set at open

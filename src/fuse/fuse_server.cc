@@ -547,8 +547,9 @@ class FuseServer::Impl {
   int open_flags(int fuse_flags, bool create) const {
     // The caller's access mode, so that meta checks the permission the open
     // needs: with writeback_cache the kernel fills partial pages with reads
-    // through a handle opened write-only, which File::pread serves anyway
-    // (a File checks no access: meta did at open).
+    // through a handle opened write-only, which op_read serves with
+    // File::pread_page_fill (the kernel refuses read(2) on such a
+    // descriptor itself).
     int flags = fuse_flags & (O_ACCMODE | O_TRUNC | (create ? O_EXCL : 0));
     if (create) flags |= O_CREAT;
     return flags;
@@ -1033,8 +1034,10 @@ class FuseServer::Impl {
     // takes their length): every write(2) that returned before this read
     // began is seen, whichever thread started its flush. Another handle's
     // failed write is that handle's, reported by its own next call.
+    // pread_page_fill: a read of a write-only handle is the kernel filling
+    // a page (writeback_cache); read(2) on one never gets here (EBADF).
     auto& buf = read_buffer(size);
-    auto r = of->file->pread(std::span<std::byte>(buf.data(), size), static_cast<uint64_t>(off));
+    auto r = of->file->pread_page_fill(std::span<std::byte>(buf.data(), size), static_cast<uint64_t>(off));
     if (!r) {
       fuse_reply_err(req, errno_of(r.error()));
       return;
@@ -1049,7 +1052,7 @@ class FuseServer::Impl {
       of->size_known_ns = steady_ns();
       auto grown = of->file->refresh_size();
       if (grown && *grown > static_cast<uint64_t>(off) + n) {
-        auto more = of->file->pread(std::span<std::byte>(buf.data() + n, size - n), static_cast<uint64_t>(off) + n);
+        auto more = of->file->pread_page_fill(std::span<std::byte>(buf.data() + n, size - n), static_cast<uint64_t>(off) + n);
         if (more) n += *more;
       }
     }

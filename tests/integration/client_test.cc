@@ -1877,6 +1877,41 @@ TEST_F(ClientTest, AccessModeThreeNeedsReadAndWritePermission) {
   EXPECT_EQ(read_all(d + "/f").size(), 0u);
 }
 
+// As read(2) on a descriptor opened O_WRONLY: EBADF, and nothing read. A
+// page cache over the File (the mount's writeback_cache) reads through it
+// with pread_page_fill.
+TEST_F(ClientTest, AWriteOnlyFileRefusesReads) {
+  std::string d = dir();
+  auto data = pattern(5000, 4);
+  ASSERT_TRUE(write_new(d + "/f", data));
+  auto w = open(d + "/f", O_WRONLY);
+  ASSERT_TRUE(w);
+  EXPECT_FALSE(w->readable());
+  EXPECT_TRUE(w->writable());
+  std::vector<std::byte> buf(100, std::byte{7});
+  auto refused = w->pread(buf, 0);
+  ASSERT_FALSE(refused.has_value()) << "read " << *refused << " bytes through a write-only File";
+  EXPECT_EQ(refused.error().posix_errno(), EBADF) << refused.error();
+  EXPECT_TRUE(std::all_of(buf.begin(), buf.end(), [](std::byte b) { return b == std::byte{7}; }));
+  auto filled = w->pread_page_fill(buf, 0);
+  ASSERT_TRUE(filled.has_value()) << filled.error();
+  EXPECT_EQ(*filled, buf.size());
+  EXPECT_TRUE(std::equal(buf.begin(), buf.end(), data.begin()));
+  ASSERT_TRUE(w->close().has_value());
+
+  auto rw = open(d + "/f", O_RDWR);
+  ASSERT_TRUE(rw);
+  EXPECT_TRUE(rw->readable() && rw->writable());
+  auto n = rw->pread(buf, 0);
+  ASSERT_TRUE(n.has_value()) << n.error();
+  EXPECT_EQ(*n, buf.size());
+  ASSERT_TRUE(rw->close().has_value());
+  auto r = open(d + "/f", O_RDONLY);
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r->readable() && !r->writable());
+  ASSERT_TRUE(r->close().has_value());
+}
+
 // A File closed here still counts for the Files of its inode left open
 // here: an append through one that knew an older length goes after what the
 // closed one wrote (it went over it), and a read through one sees it (it

@@ -674,6 +674,39 @@ TEST_F(FuseTest, LengthsPastTheMaximumAreEfbig) {
   EXPECT_EQ(read_all(p("f")), "abc");
 }
 
+// A write of part of a page through a descriptor opened write-only keeps
+// the rest of the page: with writeback_cache the kernel first fills the page
+// by reading through that very handle (File::pread_page_fill), which a
+// native write-only File refuses to pread. The file comes from another
+// client, so the mount has none of its pages cached. read(2) on the
+// descriptor itself stays EBADF.
+TEST_F(FuseTest, APartPageWriteThroughAWriteOnlyDescriptorKeepsTheRestOfThePage) {
+  std::string local = dir_->file("page.txt");
+  const std::string before(10000, 'a');
+  {
+    std::ofstream out(local);
+    out << before;
+  }
+  const std::string remote = "/" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "/f";
+  auto put = run_weft({"put", local, remote, "--config", data_ + "/client.toml"}, dir_->file("page-put.log"));
+  ASSERT_EQ(put.code, 0) << put.log;
+  int fd = ::open(p("f").c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::pwrite(fd, "xyz", 3, 5000), 3) << std::strerror(errno);
+  char c;
+  errno = 0;
+  EXPECT_EQ(::pread(fd, &c, 1, 0), -1);
+  EXPECT_EQ(errno, EBADF);
+  ASSERT_EQ(::fsync(fd), 0) << std::strerror(errno);
+  ASSERT_EQ(::close(fd), 0);
+  std::string after = before;
+  after.replace(5000, 3, "xyz");
+  EXPECT_EQ(read_all(p("f")), after);
+  auto get = run_weft({"get", remote, dir_->file("page.out"), "--config", data_ + "/client.toml"}, dir_->file("page-get.log"));
+  ASSERT_EQ(get.code, 0) << get.log;
+  EXPECT_EQ(read_all(dir_->file("page.out")), after);
+}
+
 TEST_F(FuseTest, ReaddirListsEveryEntryOnce) {
   constexpr int kFiles = 300;
   std::set<std::string> expected;
