@@ -10,13 +10,16 @@
 //      (listed, then copied as in 3, then listed on);
 //   3. copy with a few copies in flight, each under the source's chunk lock;
 //      skip a chunk whose update reached the successor through the chain at
-//      this version (it is already equal); retry a failed copy alone;
+//      this version since its window began (it is already equal); retry a
+//      failed copy alone;
 //   4. SyncDone.
 // g++ 12 reports a false -Wmismatched-new-delete on asio's awaitable frame
 // operator delete for some coroutine bodies (resync_once).
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 #include <algorithm>
+#include <span>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <asio/co_spawn.hpp>
@@ -43,15 +46,48 @@ constexpr int kCopyBackoffMsMax = 1000;
 
 }  // namespace
 
-// The chunks whose update reached the successor through the chain since this
-// resync started (written on the I/O threads of forwarded updates).
+// Which differing chunks an update delivered to the successor through the
+// chain while the resync ran (set on the I/O threads of forwarded updates),
+// so that their copies are skipped. Bounded by resync_window twice over:
+// `window` holds the current window's ids (the chunks about to be copied),
+// `later` at most resync_window ids past the window, delivered before their
+// own window lists them (the listing pages in hand may predate the delivery,
+// or the successor's listing may be done). A delivery past both is not kept:
+// that chunk, if it still lists as differing, is copied (its current content
+// again), never skipped wrongly.
 struct StorageService::Delivered {
-  std::mutex mu;
-  std::unordered_set<ChunkId, ChunkIdHash> ids;  // GUARDED_BY(mu)
+  explicit Delivered(size_t cap) : later_max(std::max<size_t>(cap, 1)) {}
 
+  std::mutex mu;
+  const size_t later_max;
+  std::unordered_map<ChunkId, bool, ChunkIdHash> window;  // GUARDED_BY(mu): id -> delivered
+  std::optional<ChunkId> window_last;                     // GUARDED_BY(mu): the window's highest id
+  std::unordered_set<ChunkId, ChunkIdHash> later;         // GUARDED_BY(mu): delivered, past the window
+
+  // `ids` ascending (the listing's order).
+  void start_window(std::span<const ChunkId> ids) {
+    std::lock_guard lock(mu);
+    window.clear();
+    for (const ChunkId& id : ids) window.emplace(id, later.contains(id));
+    if (!ids.empty()) window_last = ids.back();
+    std::erase_if(later, [&](const ChunkId& id) { return window_last && !(*window_last < id); });
+  }
+  void note(const ChunkId& id) {
+    std::lock_guard lock(mu);
+    if (auto it = window.find(id); it != window.end()) {
+      it->second = true;
+    } else if ((!window_last || *window_last < id) && later.size() < later_max) {
+      later.insert(id);
+    }
+  }
   bool contains(const ChunkId& id) {
     std::lock_guard lock(mu);
-    return ids.contains(id);
+    auto it = window.find(id);
+    return it != window.end() && it->second;
+  }
+  size_t tracked() {
+    std::lock_guard lock(mu);
+    return window.size() + later.size();
   }
 };
 
@@ -100,7 +136,7 @@ void StorageService::start_resyncs() {
         while (older != resyncs_.end() && std::get<0>(*older) == chain_id && std::get<1>(*older) < chain.version)
           older = resyncs_.erase(older);
         if (!resyncs_.insert(key).second) continue;
-        delivered_[key] = std::make_shared<Delivered>();
+        delivered_[key] = std::make_shared<Delivered>(options_.resync_window);
       }
       resyncs_running_++;
       asio::co_spawn(io_.next(), resync(chain_id, chain.version, source, Placement::Peer{e[i + 1].target_id, *ep}),
@@ -118,8 +154,18 @@ void StorageService::note_delivered(const Placement& p, const ChunkId& id) {
     if (it == delivered_.end()) return;
     d = it->second;
   }
-  std::lock_guard lock(d->mu);
-  d->ids.insert(id);
+  d->note(id);
+}
+
+size_t StorageService::resync_chunks_tracked() {
+  std::vector<std::shared_ptr<Delivered>> all;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [key, d] : delivered_) all.push_back(d);
+  }
+  size_t n = 0;
+  for (const auto& d : all) n += d->tracked();
+  return n;
 }
 
 // Retries the pass until it succeeds, the chain moves on, or stop().
@@ -200,7 +246,7 @@ Task<Result<std::pair<uint64_t, uint64_t>>> StorageService::resync_once(mgmt::Ch
   {
     std::lock_guard lock(mu_);
     auto it = delivered_.find(ResyncKey{chain, version, dest.id});
-    pass.delivered = it != delivered_.end() ? it->second : std::make_shared<Delivered>();
+    pass.delivered = it != delivered_.end() ? it->second : std::make_shared<Delivered>(options_.resync_window);
   }
   for (bool listed_all = false; !listed_all;) {
     pass.todo.clear();
@@ -209,6 +255,12 @@ Task<Result<std::pair<uint64_t, uint64_t>>> StorageService::resync_once(mgmt::Ch
     if (!listed) co_return error(listed.error());
     listed_all = *listed;
     pass.differing += pass.todo.size();
+    pass.delivered->start_window(pass.todo);
+    // Tests: hold the pass between a window's listing and its copies.
+    while (WEFT_FAULT("storage.resync.window.hold") && !stopping_) {
+      asio::steady_timer hold(co_await asio::this_coro::executor, std::chrono::milliseconds(10));
+      co_await hold.async_wait(use_nothrow);
+    }
     auto workers = (copy_worker(pass) && copy_worker(pass)) && (copy_worker(pass) && copy_worker(pass));
     co_await std::move(workers);
     failed_chunk = pass.failed_chunk;
@@ -309,9 +361,18 @@ Task<void> StorageService::copy_worker(ResyncPass& pass) {
       break;
     }
     switch (*r) {
-      case CopyOutcome::kCopied: pass.copied++; break;
-      case CopyOutcome::kRemoved: pass.removed++; break;
-      case CopyOutcome::kDelivered: pass.skipped++; break;
+      case CopyOutcome::kCopied:
+        pass.copied++;
+        resync_copied_.inc();
+        break;
+      case CopyOutcome::kRemoved:
+        pass.removed++;
+        resync_removed_.inc();
+        break;
+      case CopyOutcome::kDelivered:
+        pass.skipped++;
+        resync_delivered_.inc();
+        break;
     }
   }
 }

@@ -32,6 +32,14 @@ void to_proto(const ChunkInfo& info, pb::ChunkMeta* out) {
   out->set_chain_id(info.chain_id);
 }
 
+metrics::Counter& resync_chunks_counter(metrics::Registry& registry, const std::string& server,
+                                        const std::string& outcome) {
+  return registry.counter("weft_storage_resync_chunks_total",
+                          "Differing chunks resyncs handled, by outcome: copied, removed (not on the source), "
+                          "delivered (an update reached the successor first: no copy)",
+                          {{"server", server}, {"outcome", outcome}});
+}
+
 }  // namespace
 
 StorageService::StorageService(rpc::IoPool& io, StorageServiceOptions options, std::shared_ptr<RoutingProvider> routing,
@@ -45,6 +53,9 @@ StorageService::StorageService(rpc::IoPool& io, StorageServiceOptions options, s
       resync_failures_(registry_.counter("weft_storage_resync_failures_total",
                                          "Resync passes that failed (retried after a growing pause)",
                                          {{"server", options_.name}})),
+      resync_copied_(resync_chunks_counter(registry_, options_.name, "copied")),
+      resync_removed_(resync_chunks_counter(registry_, options_.name, "removed")),
+      resync_delivered_(resync_chunks_counter(registry_, options_.name, "delivered")),
       replica_check_passes_(registry_.counter("weft_storage_replica_check_passes_total",
                                               "Replica checks of the chains this server heads",
                                               {{"server", options_.name}})),

@@ -277,6 +277,9 @@ class StorageService {
   RoutingProvider& routing() { return *routing_; }
   const rpc::ClientOptions& chain_client_options() const { return client_.options(); }  // for tests
   size_t resyncs_running() const { return resyncs_running_.load(); }
+  // Chunk ids the running resyncs hold for their current windows (each at
+  // most resync_window).
+  size_t resync_chunks_tracked();
   StraySweep& stray_sweep() { return *stray_; }  // for tests
   // The target's scrubber; nullptr if scrubbing is off or no such target.
   Scrubber* scrubber(mgmt::TargetId id);
@@ -428,6 +431,9 @@ class StorageService {
   DiskPool pool_;
   rpc::Client client_;
   metrics::Counter& resync_failures_;  // resync passes that failed (each is retried after resync_pass_backoff)
+  metrics::Counter& resync_copied_;    // chunks by resync outcome
+  metrics::Counter& resync_removed_;
+  metrics::Counter& resync_delivered_;
   metrics::Counter& replica_check_passes_;
   metrics::Counter& replica_check_differing_;
   std::atomic<bool> replica_check_running_{false};  // replica_check_loop runs

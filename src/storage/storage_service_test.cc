@@ -1796,6 +1796,51 @@ TEST_F(StorageServiceTest, AResyncFarBehindCopiesAWindowAtATime) {
   for (uint64_t i = 100; i < 104; ++i) EXPECT_FALSE(dest.stat(ChunkId{9, i}).has_value()) << i;
 }
 
+// A resync remembers which chunks an update delivered to the successor
+// (their copies are skipped) for its current window, and for at most
+// resync_window chunks past it (its memory bound). With a window of 3 and
+// writes to the 10 chunks it must copy while its first window waits: the
+// first window's 3 and the next 3 are skipped, the last 4 copied (the
+// listings it holds predate the writes), and the replicas end identical.
+TEST_F(StorageServiceTest, AResyncRemembersABoundedNumberOfChunksItsWritesDelivered) {
+  for (size_t n = 0; n < 2; ++n)
+    nodes_.push_back(std::make_unique<Node>(io_, "s" + std::to_string(n + 1),
+                                            std::vector<mgmt::TargetId>{target_of(n)}, 0, 0, 0,
+                                            std::chrono::hours(1), nullptr, 65536, 3000, /*resync_window=*/3));
+  route({0}, 1);
+  ChunkEngine& source = nodes_[0]->engine(target_of(0));
+  std::vector<std::vector<std::byte>> data;  // outlives the updates: an Update does not own its bytes
+  for (uint64_t i = 0; i < 20; ++i) data.push_back(pattern(1000, 700 + i));
+  for (uint64_t i = 0; i < 10; ++i) {
+    Update u = Update::write(0, data[i]);
+    u.chain_id = 1;
+    ASSERT_TRUE(source.write(ChunkId{9, i}, u).has_value());
+  }
+  auto outcome = [](const char* name) -> metrics::Counter& {
+    return metrics::Registry::global().counter("weft_storage_resync_chunks_total", "",
+                                               {{"server", "s1"}, {"outcome", name}});
+  };
+  const uint64_t copied = outcome("copied").value(), delivered = outcome("delivered").value();
+  {
+    fault::Scope hold("storage.resync.window.hold");
+    route({0}, 2, {1}, /*last_first=*/true);
+    StorageService& head = nodes_[0]->service();
+    for (int i = 0; i < 1000 && head.resync_chunks_tracked() != 3; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ASSERT_EQ(head.resync_chunks_tracked(), 3u);
+    for (uint64_t i = 0; i < 10; ++i) {
+      auto w = write(0, 2, ChunkId{9, i}, 0, data[10 + i]);
+      ASSERT_TRUE(w.has_value()) << i << ": " << w.error();
+    }
+    EXPECT_EQ(head.resync_chunks_tracked(), 6u);
+  }
+  ASSERT_TRUE(wait_synced(1, 2));
+  expect_identical({0, 1}, 2);
+  EXPECT_EQ(outcome("delivered").value() - delivered, 6u);
+  EXPECT_EQ(outcome("copied").value() - copied, 4u);
+  EXPECT_EQ(read(0, 2, ChunkId{9, 9}).data, data[19]);
+}
+
 // A resync reports SyncDone only for the chain version it ran at, and only
 // while that still holds: one superseded by a newer chain version (here while
 // it waited for an update in progress, step 1) does not report, and a syncing
