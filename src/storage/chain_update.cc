@@ -569,7 +569,7 @@ Task<Result<WriteResult>> StorageService::head_update(mgmt::ChainId chain, mgmt:
   auto r = co_await replicate(*p, u, 0, nullptr);
   if (r) t.dedup().record(u.client_id, u.sequence, {u.id, u.kind, {r->version, r->length, r->chunk_crc}});
   // Failed after (maybe) forwarding: the members after this one may have committed it (reconcile.cc).
-  if (!r && committed) note_in_doubt(*p, u.id, *committed);
+  if (!r && committed) note_in_doubt(*p, u.id, *committed, "after a failed update");
   observe(t.metrics(), op, r.has_value(), u.data.size(), start);
   co_return r;
 }

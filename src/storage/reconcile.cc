@@ -37,7 +37,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr size_t kInDoubtMax = 65536;              // chunks noted at once; more are dropped (and logged)
 constexpr int kAttemptsMax = 20;                   // then the chunk is given up (and logged)
 constexpr auto kRetryAfter = std::chrono::seconds(1);
 constexpr auto kPollMax = std::chrono::milliseconds(200);  // how soon the worker notices stop()
@@ -95,27 +94,44 @@ void StorageService::count_reconcile(mgmt::TargetId t, std::string_view result) 
       .inc();
 }
 
-void StorageService::note_in_doubt(const Placement& p, const ChunkId& id, uint64_t committed_version) {
+bool StorageService::note_in_doubt(const Placement& p, const ChunkId& id, uint64_t committed_version,
+                                   std::string_view why) {
   const ReconcileKey key{p.route.chain_id, id};
   {
     std::lock_guard lock(reconciles_.mu);
-    if (stopping_) return;
-    if (reconciles_.todo.size() >= kInDoubtMax && !reconciles_.todo.contains(key)) {
+    if (stopping_) return false;
+    if (reconciles_.todo.size() >= options_.reconcile_queue_max && !reconciles_.todo.contains(key)) {
       count_reconcile(p.target->id(), "dropped");
       if (auto held = reconciles_.log.admit())
-        WEFT_LOG_ERROR("{}: chunk {} of chain {} may differ on its replicas after a failed update, and {} chunks "
-                       "wait to be reconciled already: it is not{}",
-                       options_.name, id, p.route.chain_id, kInDoubtMax, LogThrottle::held_back(*held));
-      return;
+        WEFT_LOG_ERROR("{}: chunk {} of chain {} may differ on its replicas ({}), and {} chunks wait to be "
+                       "reconciled already: it is not (the next replica check finds it again){}",
+                       options_.name, id, p.route.chain_id, why, options_.reconcile_queue_max,
+                       LogThrottle::held_back(*held));
+      return false;
     }
     // Every member has decided once the forward timeout has passed since now
     // (the Forward went out before): none commits past its sender's deadline.
     reconciles_.schedule(key, InDoubt{p.target->id(), committed_version,
                                       Clock::now() + std::chrono::milliseconds(options_.forward_timeout_ms), 0});
-    if (reconciles_.worker) return;
+    if (reconciles_.worker) return true;
     reconciles_.worker = true;
   }
   asio::co_spawn(io_.next(), reconcile_worker(), asio::detached);
+  return true;
+}
+
+bool StorageService::reconcile_queue_full() {
+  std::lock_guard lock(reconciles_.mu);
+  return reconciles_.todo.size() >= options_.reconcile_queue_max;
+}
+
+// Sleeps in slices until the reconcile queue has room or stop().
+Task<void> StorageService::wait_for_reconcile_room() {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  while (!stopping_ && reconcile_queue_full()) {
+    timer.expires_after(std::chrono::milliseconds(20));
+    co_await timer.async_wait(use_nothrow);
+  }
 }
 
 size_t StorageService::reconciles_waiting() {

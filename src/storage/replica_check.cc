@@ -9,10 +9,14 @@
 //
 // The safety net behind the notes a failed update leaves (reconcile.cc):
 // those are kept in memory only, by the head that noted them, so a restart
-// or a change of head loses them, and they are dropped past 65,536 or
-// given up after 20 failed tries; a difference of any other origin is found
-// too. Chunks that a side records under another chain (or under no chain:
+// or a change of head loses them, and they are dropped past
+// reconcile_queue_max (65,536) or given up after 20 failed tries; a
+// difference of any other origin is found too. Chunks that a side records under another chain (or under no chain:
 // written before chains were recorded) are left alone, as resync leaves them.
+//
+// A check compares at most replica_check_chunks_per_s records a second, and
+// notes a differing chunk only once the reconcile queue has room: it keeps
+// pace with reconciliation instead of overflowing the queue.
 //
 // g++ 12 reports a false -Wmismatched-new-delete on asio's awaitable frame
 // operator delete for some coroutine bodies.
@@ -55,10 +59,35 @@ bool next_differs(Cursor& here, Cursor& there, mgmt::ChainId chain, ChunkId* id,
 
 }  // namespace
 
+// At most `per_s` comparisons a second over a whole check: wait() before a
+// page is loaded sleeps until the comparisons so far are due (in slices, so
+// that stop() is not kept waiting).
+struct StorageService::Pace {
+  Pace(uint64_t per_s, const std::atomic<bool>& stopping) : per_s(per_s), stopping(stopping) {}
+
+  void count() { done++; }
+  Task<void> wait() {
+    if (per_s == 0) co_return;
+    const auto due = start + std::chrono::microseconds(done * 1000000 / per_s);
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    for (auto now = std::chrono::steady_clock::now(); !stopping && now < due; now = std::chrono::steady_clock::now()) {
+      timer.expires_after(std::min<std::chrono::steady_clock::duration>(due - now, std::chrono::milliseconds(50)));
+      co_await timer.async_wait(use_nothrow);
+    }
+  }
+
+  const uint64_t per_s;
+  const std::atomic<bool>& stopping;
+  const std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  uint64_t done = 0;
+};
+
 // The head's chunks of `p`'s chain against member `member`'s: each that
-// differs is noted in doubt. Counts what it compared and noted in `report`.
+// differs is noted in doubt, once the reconcile queue has room (the check
+// keeps pace with reconciliation rather than overflow it). Counts what it
+// compared and noted in `report`; `pace` spaces the comparisons.
 Task<Result<void>> StorageService::check_member_replica(const Placement& p, mgmt::TargetId member,
-                                                       ReplicaCheckReport& report) {
+                                                       ReplicaCheckReport& report, Pace& pace) {
   WEFT_CO_TRY(std::string address, p.routing->target_address(member));
   WEFT_CO_TRY(rpc::Endpoint ep, rpc::Endpoint::parse(address));
   const mgmt::ChainId chain = p.route.chain_id;
@@ -66,24 +95,30 @@ Task<Result<void>> StorageService::check_member_replica(const Placement& p, mgmt
   Cursor here, there;
   while (!stopping_) {
     if (there.need_page()) {
+      co_await pace.wait();
       auto r = co_await load_remote_page(client_, ep, member, chain, batch, there);
       if (!r) co_return error(r.error().with_context(fmt::format("list chunks of target {}", member)));
     }
-    if (here.need_page()) WEFT_CO_RETURN_IF_ERROR(co_await load_local_page(pool_, p.target->engine(), chain, batch,
-                                                                           here));
+    if (here.need_page()) {
+      co_await pace.wait();
+      WEFT_CO_RETURN_IF_ERROR(co_await load_local_page(pool_, p.target->engine(), chain, batch, here));
+    }
     if (!here.peek() && !there.peek()) co_return Result<void>{};
     ChunkId id;
     uint64_t head_version = 0;
     report.compared++;
+    pace.count();
     if (!next_differs(here, there, chain, &id, &head_version)) continue;
     report.differing++;
-    note_in_doubt(p, id, head_version);
+    co_await wait_for_reconcile_room();
+    if (!note_in_doubt(p, id, head_version, "found by the replica check")) report.dropped++;
   }
   co_return error(Code::kCancelled, "stopping");
 }
 
 Task<StorageService::ReplicaCheckReport> StorageService::check_replicas() {
   ReplicaCheckReport report;
+  Pace pace(options_.replica_check_chunks_per_s, stopping_);
   RoutingSnapshot routing = routing_->current();
   for (const auto& [chain_id, chain] : routing->chains) {
     if (stopping_) break;
@@ -96,7 +131,7 @@ Task<StorageService::ReplicaCheckReport> StorageService::check_replicas() {
     report.chains++;
     const uint64_t differing = report.differing;
     for (size_t i = 1; i < route->write_path.size(); ++i) {
-      auto checked = co_await check_member_replica(*p, route->write_path[i], report);
+      auto checked = co_await check_member_replica(*p, route->write_path[i], report, pace);
       if (checked) continue;
       report.failed++;
       WEFT_LOG_WARN("{}: replica check of chain {} on target {}: {}", options_.name, chain_id, route->write_path[i],

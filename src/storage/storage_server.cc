@@ -76,6 +76,8 @@ Result<StorageConfig> StorageConfig::from(const Config& config, const rpc::Servi
     WEFT_TRY(int64_t check_interval,
              s.get_int_in("replica_check_interval_s", 3600, 0, int64_t{365} * 24 * 3600));
     sc.replica_check_interval = std::chrono::seconds(check_interval);
+    WEFT_TRY(int64_t check_rate, s.get_int_in("replica_check_chunks_per_s", 100000, 0, int64_t{1} << 32));
+    sc.replica_check_chunks_per_s = static_cast<uint64_t>(check_rate);
     WEFT_TRY(int64_t window, s.get_int_in("resync_window", 65536, 1, int64_t{1} << 24));
     sc.resync_window = static_cast<size_t>(window);
   }
@@ -125,6 +127,8 @@ Result<std::unique_ptr<StorageService>> open_storage_service(rpc::IoPool& io, co
   so.scrub_bytes_per_sec = config.scrub_bytes_per_sec;
   so.scrub_interval = config.scrub_interval;
   so.replica_check_interval = config.replica_check_interval;
+  so.replica_check_chunks_per_s = config.replica_check_chunks_per_s;
+  so.reconcile_queue_max = config.reconcile_queue_max;
   so.resync_window = config.resync_window;
   so.write_fence = std::move(write_fence);
   auto service = std::make_unique<StorageService>(io, so, routing, std::move(targets), registry);

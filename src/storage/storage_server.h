@@ -16,6 +16,7 @@
 // scrub_interval_s = 86400    # pause between two scrub passes of a target (the first starts at once)
 // replica_check_interval_s = 3600  # chains this server heads: members' chunk records compared, differences
 //                             # reconciled (storage/replica_check.cc); 0: never
+// replica_check_chunks_per_s = 100000  # chunk records a replica check compares per second; 0: no limit
 // resync_window = 65536       # differing chunks a resync lists before copying them (its memory bound)
 // [[targets]]
 // id = 101                    # cluster-wide target id
@@ -65,6 +66,8 @@ struct StorageConfig {
   std::chrono::milliseconds scrub_interval{std::chrono::hours(24)};          // [storage] scrub_interval_s
   std::chrono::milliseconds replica_check_interval{std::chrono::hours(1)};   // [storage] replica_check_interval_s
   size_t resync_window = 65536;                                              // [storage] resync_window
+  uint64_t replica_check_chunks_per_s = 100000;  // [storage] replica_check_chunks_per_s; 0: no limit
+  size_t reconcile_queue_max = 65536;            // no config key (tests set it)
   std::vector<std::string> mgmtd;  // [cluster] mgmtd; empty: standalone (static routing)
   std::string advertise;           // [cluster] advertise; empty: the listen address
 

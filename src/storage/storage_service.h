@@ -200,6 +200,13 @@ struct StorageServiceOptions {
   // their records of the chain's chunks and reconciles those that differ
   // (replica_check.cc); the first check one interval after start. 0: never.
   std::chrono::milliseconds replica_check_interval{std::chrono::hours(1)};
+  // A replica check compares at most this many chunk records per second
+  // (over all members it lists); 0: no limit.
+  uint64_t replica_check_chunks_per_s = 100000;
+  // Chunks waiting for reconciliation at once (reconcile.cc): past it a
+  // failed update's note is dropped (counted, logged; the next replica check
+  // finds the chunk again), and a replica check waits for room.
+  size_t reconcile_queue_max = 65536;
 };
 
 // How long a resync waits before its next pass after `failed_passes` (>= 1)
@@ -295,6 +302,7 @@ class StorageService {
     uint64_t compared = 0;   // chunk records compared (one per chunk and member)
     uint64_t differing = 0;  // of those, differing: noted in doubt
     uint64_t failed = 0;     // members that could not be compared (logged)
+    uint64_t dropped = 0;    // differing, not noted: the reconcile queue was full (stop() came)
   };
   Task<ReplicaCheckReport> check_replicas();
 
@@ -404,13 +412,19 @@ class StorageService {
     int attempts = 0;
   };
   enum class ReconcileOutcome : uint8_t { kDone, kRetry };
-  void note_in_doubt(const Placement& p, const ChunkId& id, uint64_t committed_version);
+  // `why` completes "chunk ... may differ on its replicas" in the log.
+  // False if the queue had no room (reconcile_queue_max): dropped, counted.
+  bool note_in_doubt(const Placement& p, const ChunkId& id, uint64_t committed_version, std::string_view why);
+  bool reconcile_queue_full();
+  Task<void> wait_for_reconcile_room();
   Task<void> reconcile_worker();
   Task<ReconcileOutcome> reconcile_one(mgmt::ChainId chain, ChunkId id, InDoubt d);
   void count_reconcile(mgmt::TargetId t, std::string_view result);
 
   // Replica check (replica_check.cc).
-  Task<Result<void>> check_member_replica(const Placement& p, mgmt::TargetId member, ReplicaCheckReport& report);
+  struct Pace;  // spaces a check's comparisons (replica_check_chunks_per_s)
+  Task<Result<void>> check_member_replica(const Placement& p, mgmt::TargetId member, ReplicaCheckReport& report,
+                                          Pace& pace);
   void start_replica_check();  // unless the interval is 0
   Task<void> replica_check_loop();
 

@@ -35,7 +35,8 @@ class Node {
   Node(rpc::IoPool& io, const std::string& name, std::vector<mgmt::TargetId> targets, uint64_t capacity = 0,
        uint64_t read_bytes_held_max = 0, uint32_t write_stall_timeout_ms = 0,
        std::chrono::seconds stray_grace = std::chrono::hours(1), std::function<bool()> lease = nullptr,
-       size_t dedup_entries_max = 65536, uint32_t forward_timeout_ms = 3000, size_t resync_window = 65536) {
+       size_t dedup_entries_max = 65536, uint32_t forward_timeout_ms = 3000, size_t resync_window = 65536,
+       const std::function<void(StorageConfig&)>& configure = {}) {
     StorageConfig sc;
     sc.resync_window = resync_window;
     sc.stray_chunk_grace = stray_grace;
@@ -44,6 +45,7 @@ class Node {
     for (auto t : targets) sc.targets.push_back({t, dir_.path() + "/t" + std::to_string(t), capacity, 1u << 20});
     sc.disk_threads = 4;
     sc.forward_timeout_ms = forward_timeout_ms;
+    if (configure) configure(sc);
     auto s = open_storage_service(io, sc, rpc::ServiceConfig{.cluster_token = kToken, .name = name},
                                   metrics::Registry::global(), std::move(lease));
     EXPECT_TRUE(s.has_value()) << s.error();
@@ -474,6 +476,10 @@ TEST(StorageServer, ChecksReplicasHourlyByDefault) {
   EXPECT_EQ(parse("replica_check_interval_s = 60\n")->replica_check_interval, std::chrono::minutes(1));
   EXPECT_EQ(parse("replica_check_interval_s = 0\n")->replica_check_interval.count(), 0);
   EXPECT_FALSE(parse("replica_check_interval_s = -1\n").has_value());
+  EXPECT_EQ(dflt->replica_check_chunks_per_s, 100000u);
+  EXPECT_EQ(parse("replica_check_chunks_per_s = 0\n")->replica_check_chunks_per_s, 0u);
+  EXPECT_EQ(parse("replica_check_chunks_per_s = 500\n")->replica_check_chunks_per_s, 500u);
+  EXPECT_FALSE(parse("replica_check_chunks_per_s = -1\n").has_value());
 }
 
 // A resync's window of differing chunks: 65536 unless configured, at least 1.
@@ -1303,6 +1309,56 @@ TEST_F(StorageServiceTest, TheReplicaCheckReconcilesChunksThatDifferWithoutANote
   }
   auto again = block_on(io_.at(0).get_executor(), nodes_[0]->service().check_replicas());
   EXPECT_EQ(again.differing, 0u) << "the chain still differs after reconciling";
+}
+
+// A replica check notes a differing chunk only once the reconcile queue has
+// room: with room for 2, all 8 chunks only the tail has are reconciled, none
+// dropped (it used to overflow the queue and leave them to the next check).
+TEST_F(StorageServiceTest, TheReplicaCheckWaitsForRoomInTheReconcileQueue) {
+  for (size_t n = 0; n < 2; ++n)
+    nodes_.push_back(std::make_unique<Node>(io_, "s" + std::to_string(n + 1),
+                                            std::vector<mgmt::TargetId>{target_of(n)}, 0, 0, 0,
+                                            std::chrono::hours(1), nullptr, 65536, /*forward_timeout_ms=*/200, 65536,
+                                            [](StorageConfig& sc) { sc.reconcile_queue_max = 2; }));
+  route({0, 1}, 1);
+  auto data = pattern(4096, 83);
+  Update u = Update::write(0, data);
+  u.chain_id = 1;
+  for (uint64_t i = 0; i < 8; ++i) ASSERT_TRUE(nodes_[1]->engine(target_of(1)).write(ChunkId{19, i}, u).has_value());
+  auto report = block_on(io_.at(0).get_executor(), nodes_[0]->service().check_replicas());
+  EXPECT_EQ(report.differing, 8u);
+  EXPECT_EQ(report.dropped, 0u);
+  auto left_on_tail = [&] {
+    size_t n = 0;
+    for (uint64_t i = 0; i < 8; ++i) n += nodes_[1]->engine(target_of(1)).stat(ChunkId{19, i}).has_value();
+    return n;
+  };
+  for (int i = 0; i < 250 && left_on_tail() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(left_on_tail(), 0u);
+  EXPECT_EQ(block_on(io_.at(0).get_executor(), nodes_[0]->service().check_replicas()).differing, 0u);
+}
+
+// A replica check compares at most replica_check_chunks_per_s chunk records
+// a second: 600 at 1,000 a second take at least half a second (listing pages
+// of 256 wait for their turn).
+TEST_F(StorageServiceTest, TheReplicaCheckKeepsItsPace) {
+  for (size_t n = 0; n < 2; ++n)
+    nodes_.push_back(std::make_unique<Node>(io_, "s" + std::to_string(n + 1),
+                                            std::vector<mgmt::TargetId>{target_of(n)}, 0, 0, 0,
+                                            std::chrono::hours(1), nullptr, 65536, 3000, 65536,
+                                            [](StorageConfig& sc) { sc.replica_check_chunks_per_s = 1000; }));
+  route({0, 1}, 1);
+  auto data = pattern(4096, 84);
+  Update u = Update::write(0, data);
+  u.chain_id = 1;
+  for (uint64_t i = 0; i < 600; ++i)
+    for (size_t n = 0; n < 2; ++n) ASSERT_TRUE(nodes_[n]->engine(target_of(n)).write(ChunkId{20, i}, u).has_value());
+  const auto start = std::chrono::steady_clock::now();
+  auto report = block_on(io_.at(0).get_executor(), nodes_[0]->service().check_replicas());
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(report.compared, 600u);
+  EXPECT_EQ(report.differing, 0u);
+  EXPECT_GE(took, std::chrono::milliseconds(500));
 }
 
 // Whole-chunk writes stage on the head while they are forwarded. A stage that
