@@ -94,44 +94,32 @@ void StorageService::count_reconcile(mgmt::TargetId t, std::string_view result) 
       .inc();
 }
 
-bool StorageService::note_in_doubt(const Placement& p, const ChunkId& id, uint64_t committed_version,
-                                   std::string_view why) {
+StorageService::Noted StorageService::note_in_doubt(const Placement& p, const ChunkId& id, uint64_t committed_version,
+                                                   std::string_view why, bool drop_when_full) {
   const ReconcileKey key{p.route.chain_id, id};
   {
     std::lock_guard lock(reconciles_.mu);
-    if (stopping_) return false;
-    if (reconciles_.todo.size() >= options_.reconcile_queue_max && !reconciles_.todo.contains(key)) {
+    if (stopping_) return Noted::kStopping;
+    if (reconciles_.todo.size() >= std::max<size_t>(options_.reconcile_queue_max, 1) &&
+        !reconciles_.todo.contains(key)) {
+      if (!drop_when_full) return Noted::kFull;
       count_reconcile(p.target->id(), "dropped");
       if (auto held = reconciles_.log.admit())
         WEFT_LOG_ERROR("{}: chunk {} of chain {} may differ on its replicas ({}), and {} chunks wait to be "
                        "reconciled already: it is not (the next replica check finds it again){}",
                        options_.name, id, p.route.chain_id, why, options_.reconcile_queue_max,
                        LogThrottle::held_back(*held));
-      return false;
+      return Noted::kFull;
     }
     // Every member has decided once the forward timeout has passed since now
     // (the Forward went out before): none commits past its sender's deadline.
     reconciles_.schedule(key, InDoubt{p.target->id(), committed_version,
                                       Clock::now() + std::chrono::milliseconds(options_.forward_timeout_ms), 0});
-    if (reconciles_.worker) return true;
+    if (reconciles_.worker) return Noted::kNoted;
     reconciles_.worker = true;
   }
   asio::co_spawn(io_.next(), reconcile_worker(), asio::detached);
-  return true;
-}
-
-bool StorageService::reconcile_queue_full() {
-  std::lock_guard lock(reconciles_.mu);
-  return reconciles_.todo.size() >= options_.reconcile_queue_max;
-}
-
-// Sleeps in slices until the reconcile queue has room or stop().
-Task<void> StorageService::wait_for_reconcile_room() {
-  asio::steady_timer timer(co_await asio::this_coro::executor);
-  while (!stopping_ && reconcile_queue_full()) {
-    timer.expires_after(std::chrono::milliseconds(20));
-    co_await timer.async_wait(use_nothrow);
-  }
+  return Noted::kNoted;
 }
 
 size_t StorageService::reconciles_waiting() {

@@ -68,7 +68,12 @@ struct StorageService::Pace {
   void count() { done++; }
   Task<void> wait() {
     if (per_s == 0) co_return;
-    const auto due = start + std::chrono::microseconds(done * 1000000 / per_s);
+    auto due = start + std::chrono::microseconds(done * 1000000 / per_s);
+    // Behind (the check waited for something else): no burst to catch up.
+    if (auto now = std::chrono::steady_clock::now(); now > due + std::chrono::seconds(1)) {
+      start += now - due;
+      due = now;
+    }
     asio::steady_timer timer(co_await asio::this_coro::executor);
     for (auto now = std::chrono::steady_clock::now(); !stopping && now < due; now = std::chrono::steady_clock::now()) {
       timer.expires_after(std::min<std::chrono::steady_clock::duration>(due - now, std::chrono::milliseconds(50)));
@@ -78,7 +83,7 @@ struct StorageService::Pace {
 
   const uint64_t per_s;
   const std::atomic<bool>& stopping;
-  const std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   uint64_t done = 0;
 };
 
@@ -110,10 +115,35 @@ Task<Result<void>> StorageService::check_member_replica(const Placement& p, mgmt
     pace.count();
     if (!next_differs(here, there, chain, &id, &head_version)) continue;
     report.differing++;
-    co_await wait_for_reconcile_room();
-    if (!note_in_doubt(p, id, head_version, "found by the replica check")) report.dropped++;
+    WEFT_CO_RETURN_IF_ERROR(co_await note_found(p, id, head_version));
   }
   co_return error(Code::kCancelled, "stopping");
+}
+
+// Notes a chunk the check found differing once the reconcile queue has room
+// (failed updates, noted at once, come first), while this target still heads
+// the chain at the check's version and holds its write fence; after
+// kRoomWaitMax without room, this member's check ends (the next one lists
+// the rest again).
+Task<Result<void>> StorageService::note_found(const Placement& p, const ChunkId& id, uint64_t head_version) {
+  constexpr auto kRoomWaitMax = std::chrono::seconds(60);
+  const auto since = std::chrono::steady_clock::now();
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  for (;;) {
+    switch (note_in_doubt(p, id, head_version, "found by the replica check", /*drop_when_full=*/false)) {
+      case Noted::kNoted: co_return Result<void>{};
+      case Noted::kStopping: co_return error(Code::kCancelled, "stopping");
+      case Noted::kFull: break;
+    }
+    if (std::chrono::steady_clock::now() - since > kRoomWaitMax)
+      co_return error(Code::kBusy, "the reconcile queue stayed full for {} s", kRoomWaitMax.count());
+    timer.expires_after(std::chrono::milliseconds(20));
+    co_await timer.async_wait(use_nothrow);
+    auto still = locate(p.route.chain_id, p.route.version);
+    if (!still || still->index != 0 || still->target != p.target || !check_write_fence())
+      co_return error(Code::kStaleRouting, "target {} no longer heads chain {} at version {}", p.target->id(),
+                      p.route.chain_id, p.route.version);
+  }
 }
 
 Task<StorageService::ReplicaCheckReport> StorageService::check_replicas() {

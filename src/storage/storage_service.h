@@ -284,8 +284,8 @@ class StorageService {
   RoutingProvider& routing() { return *routing_; }
   const rpc::ClientOptions& chain_client_options() const { return client_.options(); }  // for tests
   size_t resyncs_running() const { return resyncs_running_.load(); }
-  // Chunk ids the running resyncs hold for their current windows (each at
-  // most resync_window).
+  // Chunk ids the running resyncs hold to know which chunks writes delivered
+  // (each at most twice resync_window: its window and as many past it).
   size_t resync_chunks_tracked();
   StraySweep& stray_sweep() { return *stray_; }  // for tests
   // The target's scrubber; nullptr if scrubbing is off or no such target.
@@ -302,7 +302,6 @@ class StorageService {
     uint64_t compared = 0;   // chunk records compared (one per chunk and member)
     uint64_t differing = 0;  // of those, differing: noted in doubt
     uint64_t failed = 0;     // members that could not be compared (logged)
-    uint64_t dropped = 0;    // differing, not noted: the reconcile queue was full (stop() came)
   };
   Task<ReplicaCheckReport> check_replicas();
 
@@ -413,10 +412,11 @@ class StorageService {
   };
   enum class ReconcileOutcome : uint8_t { kDone, kRetry };
   // `why` completes "chunk ... may differ on its replicas" in the log.
-  // False if the queue had no room (reconcile_queue_max): dropped, counted.
-  bool note_in_doubt(const Placement& p, const ChunkId& id, uint64_t committed_version, std::string_view why);
-  bool reconcile_queue_full();
-  Task<void> wait_for_reconcile_room();
+  // kFull: the queue had no room (reconcile_queue_max); the chunk is dropped,
+  // counted and logged when `drop_when_full`, else left to the caller.
+  enum class Noted : uint8_t { kNoted, kFull, kStopping };
+  Noted note_in_doubt(const Placement& p, const ChunkId& id, uint64_t committed_version, std::string_view why,
+                      bool drop_when_full = true);
   Task<void> reconcile_worker();
   Task<ReconcileOutcome> reconcile_one(mgmt::ChainId chain, ChunkId id, InDoubt d);
   void count_reconcile(mgmt::TargetId t, std::string_view result);
@@ -425,6 +425,7 @@ class StorageService {
   struct Pace;  // spaces a check's comparisons (replica_check_chunks_per_s)
   Task<Result<void>> check_member_replica(const Placement& p, mgmt::TargetId member, ReplicaCheckReport& report,
                                           Pace& pace);
+  Task<Result<void>> note_found(const Placement& p, const ChunkId& id, uint64_t head_version);
   void start_replica_check();  // unless the interval is 0
   Task<void> replica_check_loop();
 
