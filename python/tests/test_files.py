@@ -380,6 +380,23 @@ def test_native_file_dropped_without_close_keeps_its_data(client, root):
     assert client.read_file(f"{root}/dropped.bin") == data
 
 
+def test_native_file_opened_write_only_refuses_reads(client, root):
+    # As read(2) on a descriptor opened O_WRONLY: EBADF, the buffer untouched.
+    client.write_file(f"{root}/wo.bin", b"x" * 100)
+    nf = client.native.open(f"{root}/wo.bin", os.O_WRONLY, 0)
+    assert nf.writable and not nf.readable
+    buf = bytearray(b"y" * 10)
+    with pytest.raises(OSError) as e:
+        nf.pread(buf, 0)
+    assert e.value.errno == errno.EBADF
+    assert buf == b"y" * 10
+    nf.close()
+    nf = client.native.open(f"{root}/wo.bin", os.O_RDWR, 0)
+    assert nf.writable and nf.readable
+    assert nf.pread(buf, 0) == 10 and buf == b"x" * 10
+    nf.close()
+
+
 _EXIT_SCRIPT = """
 import os, sys, threading, time
 import weft
