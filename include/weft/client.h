@@ -154,14 +154,18 @@ class File {
 };
 
 // One read of a batch: `length` bytes at `offset` of file `ino`, into `dst`
-// (dst.size() >= length). The layout is fetched once per inode per batch
-// unless given.
+// (dst.size() >= length). What the read needs of the file comes, per inode
+// and batch, from `attrs` if given (a lookup or listing the caller made: its
+// layout, size and, as open_read_known checks, read permission for `cred`),
+// else from `layout` and `file_size` if both are given (no permission check:
+// the caller vouches), else from meta (with the permission check).
 struct ReadOp {
   Ino ino = 0;
   uint64_t offset = 0;
   std::span<std::byte> dst;
   std::optional<Layout> layout;
   std::optional<uint64_t> file_size;  // clips the read; unset: asks meta
+  std::optional<Inode> attrs;
 };
 
 // One write of a batch, into an open writable File.

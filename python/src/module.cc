@@ -33,6 +33,7 @@
 #include <thread>
 #include <tuple>
 #include <utility>
+#include <variant>
 #include <vector>
 
 // g++ 12 at -O2 reports false "may be used uninitialized" warnings on moves
@@ -340,8 +341,11 @@ class PyFile {
   uint64_t generation_;
 };
 
-// One read of read_batch: (ino, offset, buffer, layout or None, file size or None).
-using ReadSpec = std::tuple<uint64_t, uint64_t, py::object, std::optional<LayoutTuple>, std::optional<uint64_t>>;
+// One read of read_batch: (ino, offset, buffer, Inode or layout or None, file
+// size or None). An Inode (from stat or scandir) gives layout and size and has
+// the read permission checked; a layout and a size are read as given.
+using ReadSpec = std::tuple<uint64_t, uint64_t, py::object, std::optional<std::variant<weft::Inode, LayoutTuple>>,
+                            std::optional<uint64_t>>;
 
 class PyClient {
  public:
@@ -587,7 +591,11 @@ class PyClient {
       op.ino = ino;
       op.offset = offset;
       op.dst = std::span<std::byte>(views.back().data(), views.back().size());
-      if (layout) op.layout = from_tuple(*layout);
+      if (layout && std::holds_alternative<weft::Inode>(*layout)) {
+        op.attrs = std::get<weft::Inode>(*layout);
+      } else if (layout) {
+        op.layout = from_tuple(std::get<LayoutTuple>(*layout));
+      }
       op.file_size = size;
       ops.push_back(std::move(op));
     }

@@ -517,7 +517,7 @@ class Client:
                 length = max(0, n.size - offset)
             a = _np.empty(length, dtype=_np.uint8)
             arrays.append(a)
-            specs.append((i, (n.ino, offset, a, n.layout, n.size)))
+            specs.append((i, (n.ino, offset, a, n, n.size)))  # the Inode: read permission checked
         results = self.native.read_batch([s for _, s in specs]) if specs else []
         for (i, _), r in zip(specs, results):
             if isinstance(r, tuple):
@@ -532,8 +532,10 @@ class Client:
         return arrays
 
     def read_batch_into(self, specs):
-        """Low level: specs of (ino, offset, buffer, layout, file_size) as from
-        scandir/stat; returns bytes read per spec, or (errno, message)."""
+        """Low level: specs of (ino, offset, buffer, inode, file_size) with the
+        native Inode from scandir/stat (its layout and size are used, and read
+        permission is checked on it; a layout tuple in its place is read
+        without that check); returns bytes read per spec, or (errno, message)."""
         return self.native.read_batch(specs)
 
     # ---- namespace ----

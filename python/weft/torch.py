@@ -202,7 +202,8 @@ class _ProcessState:
 
 
 class _BatchedDataset(_data.Dataset):
-    """Base: subclasses fill self._ops[i] = (ino, offset, length, layout, file_size)."""
+    """Base: subclasses fill self._ops[i] = (ino, offset, length, inode, file_size)
+    (inode: the native Inode, whose read permission each read checks)."""
 
     _PENDING_MAX = 4
 
@@ -238,11 +239,11 @@ class _BatchedDataset(_data.Dataset):
         total = sum(op[2] for op in ops)
         buf = np.empty(total, dtype=np.uint8)
         specs, views, at = [], [], 0
-        for ino, offset, length, layout, size in ops:
+        for ino, offset, length, inode, size in ops:
             v = buf[at:at + length]
             at += length
             views.append(v)
-            specs.append((ino, offset, v, layout, size))
+            specs.append((ino, offset, v, inode, size))
         results = self.client.read_batch_into(specs)
         out = []
         for i, v, r in zip(indices, views, results):
@@ -346,7 +347,7 @@ class FileDataset(_BatchedDataset):
                     found.append((e.path, e._followed() if e.is_symlink() else e.native))
         found.sort(key=lambda x: x[0])
         self.paths = [p for p, _ in found]
-        self._ops = [(n.ino, 0, n.size, n.layout, n.size) for _, n in found]
+        self._ops = [(n.ino, 0, n.size, n, n.size) for _, n in found]
 
     def _name(self, i) -> str:
         return self.paths[i]
@@ -375,7 +376,7 @@ class ShardDataset(_BatchedDataset):
             n = inodes[p]
             if o + length > n.size:
                 raise ValueError(f"record ({p!r}, {o}, {length}) ends past the end of the file ({n.size} bytes)")
-            self._ops.append((n.ino, o, length, n.layout, n.size))
+            self._ops.append((n.ino, o, length, n, n.size))
 
     def _name(self, i) -> str:
         p, o, n = self.records[i]
@@ -881,7 +882,7 @@ def _load_once(client, path: str, map_location, threads: int, weights_only: bool
         arr = b.numpy()
         for at in range(0, r["nbytes"], _PIECE):
             piece = arr[at:at + _PIECE]
-            batch.append((node.ino, r["offset"] + at, piece, node.layout, node.size))
+            batch.append((node.ino, r["offset"] + at, piece, node, node.size))
             batch_bytes += len(piece)
             if batch_bytes >= _READ_BATCH_BYTES:
                 batches.append(batch)

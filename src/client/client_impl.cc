@@ -882,7 +882,9 @@ void ClientImpl::plan_reads(const Cred& cred, std::span<const ReadOp> ops, ReadJ
     FileInfo& info = files[op.ino];
     // Read-your-writes: what Files open here buffered goes out first.
     flush_writers_of(open_files(op.ino));
-    if (op.layout && op.file_size) {
+    if (op.attrs) {
+      info.inode = *op.attrs;
+    } else if (op.layout && op.file_size) {
       Inode n;
       n.ino = op.ino;
       n.layout = *op.layout;
@@ -896,6 +898,14 @@ void ClientImpl::plan_reads(const Cred& cred, std::span<const ReadOp> ops, ReadJ
       info.inode = info.inode->is_dir() ? error(Code::kIsDirectory, "inode {} is a directory", op.ino)
                                         : error(Code::kInvalidArgument, "inode {} is not a regular file", op.ino);
       continue;
+    }
+    // As a read-only open checks (open_read_known), on attributes from meta
+    // or the caller's; ops that bring only a layout and a length bring no mode.
+    if (op.attrs || !(op.layout && op.file_size)) {
+      if (auto allowed = meta::check_access(*info.inode, cred, meta::kAccessRead); !allowed) {
+        info.inode = std::unexpected(allowed.error());
+        continue;
+      }
     }
     auto stripe = file_stripe(*core_, info.inode->layout);
     if (!stripe) info.inode = std::unexpected(stripe.error());

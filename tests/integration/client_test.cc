@@ -1247,6 +1247,48 @@ TEST_F(ClientTest, ReadOnlyOpenOfAKnownInodeChecksPermissions) {
   EXPECT_EQ(is_dir.error().posix_errno(), EISDIR);
 }
 
+// A batch read checks read permission as a read-only open does, on the
+// attributes it fetches or is given; a bare layout and size are the caller's
+// word and are read as given.
+TEST_F(ClientTest, ABatchReadChecksReadPermission) {
+  std::string d = dir();
+  const Cred& root = client_->default_cred();
+  auto data = pattern(9000, 6);
+  ASSERT_TRUE(write_new(d + "/private", data));
+  chmod(d + "/private", 0600);
+  auto inode = client_->resolve(root, d + "/private");
+  ASSERT_TRUE(inode.has_value());
+
+  Cred user{.uid = 4321, .gid = 4321, .groups = {}};
+  auto read_as = [&](const Cred& cred, auto&& fill) {
+    std::vector<std::byte> back(data.size());
+    ReadOp op;
+    op.ino = inode->ino;
+    op.dst = back;
+    fill(op);
+    auto r = client_->read_batch(cred, std::span<const ReadOp>(&op, 1))[0];
+    if (r) {
+      EXPECT_EQ(back, data);
+    }
+    return r;
+  };
+  auto asks_meta = read_as(user, [](ReadOp&) {});
+  ASSERT_FALSE(asks_meta.has_value());
+  EXPECT_EQ(asks_meta.error().posix_errno(), EACCES);
+  auto given_attrs = read_as(user, [&](ReadOp& op) { op.attrs = *inode; });
+  ASSERT_FALSE(given_attrs.has_value());
+  EXPECT_EQ(given_attrs.error().posix_errno(), EACCES);
+  auto vouched = read_as(user, [&](ReadOp& op) {
+    op.layout = inode->layout;
+    op.file_size = inode->size;
+  });
+  ASSERT_TRUE(vouched.has_value()) << vouched.error();
+  EXPECT_EQ(*vouched, data.size());
+  auto owner = read_as(root, [&](ReadOp& op) { op.attrs = *inode; });
+  ASSERT_TRUE(owner.has_value()) << owner.error();
+  EXPECT_EQ(*owner, data.size());
+}
+
 TEST_F(ClientTest, PosixErrors) {
   std::string d = dir();
   const Cred& c = client_->default_cred();
