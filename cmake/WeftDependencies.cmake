@@ -11,7 +11,7 @@ find_package(GTest REQUIRED)
 find_package(benchmark REQUIRED)
 
 pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)
-pkg_check_modules(FUSE3 REQUIRED IMPORTED_TARGET fuse3)
+pkg_check_modules(FUSE3 REQUIRED IMPORTED_TARGET fuse3>=3.12)  # fuse_loop_cfg_* (FUSE_USE_VERSION 312)
 
 # ISA-L ships no CMake or pkg-config file on Debian.
 find_path(ISAL_INCLUDE_DIR isa-l/crc.h REQUIRED)

@@ -679,6 +679,22 @@ Result<void> FileImpl::truncate(uint64_t length) {
   return core_.truncate_open(cred_, inode_.ino, length, session_id_);
 }
 
+// A write of no bytes that ends at `length`: numbered and reported as writes
+// are, so a flush or close reports it too, and a truncate meanwhile lowers it.
+Result<void> FileImpl::extend(uint64_t length) {
+  if (!writable_) return error(Code::kBadHandle, "file {} is not open for writing", inode_.ino);
+  if (length > meta::kFileBytesMax)
+    return error(Code::kFileTooBig, "extend file {} to {}: the maximum file size is {}", inode_.ino, length,
+                 meta::kFileBytesMax);
+  std::unique_lock lock(mu_);
+  WEFT_RETURN_IF_ERROR(check_usable_locked());
+  ++write_gen_;
+  size_ = std::max(size_, length);
+  written_end_ = std::max(written_end_, length);
+  unreported_end_ = std::max(unreported_end_, length);
+  return flush_locked(lock);
+}
+
 void FileImpl::drop_read_ahead(uint64_t index) {
   std::lock_guard lock(mu_);
   prefetched_.erase(index);

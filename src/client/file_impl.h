@@ -56,6 +56,7 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   Result<void> flush() override;
   Result<void> fsync() override { return flush(); }
   Result<void> truncate(uint64_t length) override;
+  Result<void> extend(uint64_t length) override;
   Result<void> close() override;
 
   // Closing counts as open: its writes may still be on their way (flush()

@@ -1,9 +1,10 @@
-#define FUSE_USE_VERSION 35
+#define FUSE_USE_VERSION 312
 #include "fuse/fuse_server.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fuse_lowlevel.h>
+#include <linux/falloc.h>
 #include <linux/fs.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -18,6 +19,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -289,10 +291,13 @@ class FuseServer::Impl {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
     });
-    fuse_loop_config config{};
-    config.clone_fd = 1;
-    config.max_idle_threads = options_.max_idle_threads;
-    int r = fuse_session_loop_mt(session_, &config);
+    std::unique_ptr<fuse_loop_config, decltype(&fuse_loop_cfg_destroy)> config(fuse_loop_cfg_create(),
+                                                                               &fuse_loop_cfg_destroy);
+    WEFT_ASSERT_MSG(config != nullptr, "fuse_loop_cfg_create: out of memory");
+    fuse_loop_cfg_set_clone_fd(config.get(), 1);
+    fuse_loop_cfg_set_max_threads(config.get(), options_.max_threads);
+    fuse_loop_cfg_set_idle_threads(config.get(), options_.max_idle_threads);
+    int r = fuse_session_loop_mt(session_, config.get());
     loop_done = true;
     char done = 0;
     (void)!::write(pipe_fds[1], &done, 1);  // a stopper still waiting for a signal returns
@@ -338,7 +343,16 @@ class FuseServer::Impl {
   const std::string& mountpoint() const { return mountpoint_; }
 
  private:
-  static Impl* self(fuse_req_t req) { return static_cast<Impl*>(fuse_req_userdata(req)); }
+  // Every request handler starts here: it also names the libfuse worker it
+  // runs on "weft-fuse" (once per thread), so `top -H` and /proc show them.
+  static Impl* self(fuse_req_t req) {
+    thread_local bool named = false;
+    if (!named) {
+      pthread_setname_np(pthread_self(), "weft-fuse");
+      named = true;
+    }
+    return static_cast<Impl*>(fuse_req_userdata(req));
+  }
   static inline std::atomic<int> stop_pipe_{-1};  // write end: signal handler -> stopper thread
   bool stop_signals_ignored_ = false;             // run() ignored them until the final flush is done
 
@@ -1117,6 +1131,46 @@ class FuseServer::Impl {
     fuse_reply_err(req, err);
   }
 
+  // fallocate(2): Weft writes a chunk when its data comes, so nothing can be
+  // reserved. Mode 0 (posix_fallocate) makes the length at least
+  // offset + length (the range past the old length reads as zeros);
+  // FALLOC_FL_KEEP_SIZE changes nothing. Both first check that the cluster
+  // has `length` bytes free (ENOSPC), as close as Weft comes to the call's
+  // promise. Without this, glibc's posix_fallocate would write a byte into
+  // every 4 KiB block of the range. Punching, zeroing, collapsing and
+  // inserting ranges: EOPNOTSUPP. (The kernel checks the handle is writable.)
+  static void op_fallocate(fuse_req_t req, fuse_ino_t /*ino*/, int mode, off_t offset, off_t length,
+                           fuse_file_info* fi) {
+    auto* s = self(req);
+    if (mode & ~FALLOC_FL_KEEP_SIZE) {
+      fuse_reply_err(req, EOPNOTSUPP);
+      return;
+    }
+    OpenFile* of = file_of(fi);
+    if (!of->writable) {
+      fuse_reply_err(req, EBADF);
+      return;
+    }
+    auto space = s->client_.statfs(cred_of(req));
+    if (!space) {
+      fuse_reply_err(req, errno_of(space.error()));
+      return;
+    }
+    uint64_t free_bytes = space->capacity_bytes > space->used_bytes ? space->capacity_bytes - space->used_bytes : 0;
+    if (static_cast<uint64_t>(length) > free_bytes) {
+      fuse_reply_err(req, ENOSPC);
+      return;
+    }
+    if (!(mode & FALLOC_FL_KEEP_SIZE)) {
+      if (auto r = of->file->extend(static_cast<uint64_t>(offset) + static_cast<uint64_t>(length)); !r) {
+        fuse_reply_err(req, errno_of(r.error()));
+        return;
+      }
+      s->data_changed();
+    }
+    fuse_reply_err(req, 0);
+  }
+
   static void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     auto* s = self(req);
     auto r = s->client_.getattr(cred_of(req), ino);
@@ -1421,6 +1475,7 @@ class FuseServer::Impl {
     ops.releasedir = op_releasedir;
     ops.fsyncdir = op_fsyncdir;
     ops.statfs = op_statfs;
+    ops.fallocate = op_fallocate;
     ops.setxattr = op_setxattr;
     ops.getxattr = op_getxattr;
     ops.listxattr = op_listxattr;

@@ -24,7 +24,25 @@ TEST(MountOptions, Defaults) {
   EXPECT_EQ(m->statahead_entries, 4096u);
   EXPECT_EQ(m->client_readahead_kb_or_default(), 0u);
   EXPECT_TRUE(m->hold_open_files);
+  EXPECT_EQ(m->max_threads, 10u);
+  EXPECT_EQ(m->max_idle_threads, 10u);
   EXPECT_EQ(m->fuse_option_string(), "fsname=weft,subtype=weft,max_read=1048576");
+}
+
+// Worker counts are Weft's (given to libfuse's loop, not to the kernel).
+TEST(MountOptions, WorkerThreads) {
+  auto m = parse_mount_options({"max_threads=128,max_idle_threads=4"});
+  ASSERT_TRUE(m) << m.error();
+  EXPECT_EQ(m->max_threads, 128u);
+  EXPECT_EQ(m->max_idle_threads, 4u);
+  EXPECT_EQ(m->fuse_option_string(), "fsname=weft,subtype=weft,max_read=1048576");
+  EXPECT_FALSE(parse_mount_options({"max_threads=0"}));
+  EXPECT_FALSE(parse_mount_options({"max_threads=many"}));
+  auto idle_above = parse_mount_options({"max_threads=8"});  // the default 10 idle exceed it
+  ASSERT_FALSE(idle_above);
+  EXPECT_NE(idle_above.error().message().find("max_idle_threads=10 exceeds max_threads=8"), std::string::npos)
+      << idle_above.error().message();
+  EXPECT_TRUE(parse_mount_options({"max_threads=8,max_idle_threads=8"}));
 }
 
 // Read holds are Weft's (never passed to libfuse); the last word wins.

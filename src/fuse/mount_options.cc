@@ -87,6 +87,8 @@ Result<MountOptions> parse_mount_options(const std::vector<std::string>& opt_lis
         r = flag(m.hold_open_files, key == "hold_open_files");
       } else if (key == "max_idle_threads") {
         WEFT_TRY(m.max_idle_threads, parse_count(key, value, 1, 1024));
+      } else if (key == "max_threads") {
+        WEFT_TRY(m.max_threads, parse_count(key, value, 1, 1024));
       } else if (key == "read_ahead_kb") {
         WEFT_TRY(m.read_ahead_kb, parse_count(key, value, 0, 1u << 20));
       } else if (key == "client_readahead_kb") {
@@ -110,6 +112,10 @@ Result<MountOptions> parse_mount_options(const std::vector<std::string>& opt_lis
       }
       if (!r) return std::unexpected(r.error());
     }
+  }
+  if (m.max_idle_threads > m.max_threads) {
+    return error(Code::kInvalidArgument, "mount option max_idle_threads={} exceeds max_threads={}", m.max_idle_threads,
+                 m.max_threads);
   }
   // Serving other users, the mount has the kernel check permissions: it
   // walks paths through cached dentries without asking the daemon (a user

@@ -30,7 +30,13 @@ struct MountOptions {
   // no renewal calls to meta, and such a file's reads fail with ESTALE once
   // the chunk GC takes it.
   bool hold_open_files = true;
-  unsigned max_idle_threads = 10;  // idle FUSE worker threads kept (libfuse caps workers at 10)
+  // FUSE worker threads: at most max_threads requests are served at once
+  // (each waits on the cluster in its thread); idle ones above
+  // max_idle_threads exit. 10 is libfuse's default; 64 served W3 with 16
+  // readers and W6 ~30% slower on 2 cores (docs/BENCHMARKS.md, session 31):
+  // more threads pay where workers wait on remote servers, not on this CPU.
+  unsigned max_threads = 10;
+  unsigned max_idle_threads = 10;
   // Kernel read-ahead of this mount (its bdi's read_ahead_kb), 0: leave the
   // kernel's 128 KiB. The default lets the kernel ask for 1 MiB per request
   // with a few requests in flight per stream (restores, large files).

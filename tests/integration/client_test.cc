@@ -1922,6 +1922,43 @@ TEST_F(ClientTest, AccessModeThreeNeedsReadAndWritePermission) {
 // As read(2) on a descriptor opened O_WRONLY: EBADF, and nothing read. A
 // page cache over the File (the mount's writeback_cache) reads through it
 // with pread_page_fill.
+// File::extend (fallocate through the mount) makes the length at least what
+// it is given, reported to meta with the File's earlier writes before it
+// returns; it never shortens; past the maximum EFBIG; a read-only File EBADF.
+TEST_F(ClientTest, ExtendMakesTheLengthAtLeastItsArgument) {
+  std::string d = dir();
+  const Cred& root = client_->default_cred();
+  auto f = open(d + "/f", O_CREAT | O_RDWR);
+  ASSERT_TRUE(f);
+  auto data = pattern(3000, 9);
+  ASSERT_EQ(*f->pwrite(data, 0), data.size());  // buffered: neither sent nor reported yet
+  constexpr uint64_t kLength = 1 << 20;
+  ASSERT_TRUE(f->extend(kLength).has_value());
+  auto seen = client_->resolve(root, d + "/f");
+  ASSERT_TRUE(seen.has_value());
+  EXPECT_EQ(seen->size, kLength);
+  auto back = read_all(d + "/f");
+  ASSERT_EQ(back.size(), kLength);
+  EXPECT_TRUE(std::equal(data.begin(), data.end(), back.begin()));
+  EXPECT_TRUE(std::all_of(back.begin() + data.size(), back.end(), [](std::byte b) { return b == std::byte{0}; }));
+
+  ASSERT_TRUE(f->extend(10).has_value());
+  auto too_far = f->extend(meta::kFileBytesMax + 1);
+  ASSERT_FALSE(too_far.has_value());
+  EXPECT_EQ(too_far.error().posix_errno(), EFBIG);
+  ASSERT_TRUE(f->close().has_value());
+  seen = client_->resolve(root, d + "/f");
+  ASSERT_TRUE(seen.has_value());
+  EXPECT_EQ(seen->size, kLength);
+
+  auto r = open(d + "/f", O_RDONLY);
+  ASSERT_TRUE(r);
+  auto refused = r->extend(2 * kLength);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().posix_errno(), EBADF);
+  ASSERT_TRUE(r->close().has_value());
+}
+
 TEST_F(ClientTest, AWriteOnlyFileRefusesReads) {
   std::string d = dir();
   auto data = pattern(5000, 4);

@@ -5,6 +5,7 @@
 // `weft down`, even when a test failed.
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <grp.h>
 #include <gtest/gtest.h>
 #include <linux/fs.h>
@@ -224,6 +225,34 @@ class FuseTest : public ::testing::Test {
   }
 
   std::string p(const std::string& name) const { return base_ + "/" + name; }
+
+  // Another mount of the cluster at dir_/mnt-NAME with `options`: unmounted,
+  // and its daemon stopped, however the test ends.
+  struct SecondMount {
+    std::string mp;
+    pid_t pid = -1;
+    std::string error;  // why it did not mount ("" once mounted)
+    SecondMount() = default;
+    SecondMount(const SecondMount&) = delete;
+    SecondMount& operator=(const SecondMount&) = delete;
+    ~SecondMount() {
+      unmount_hard(mp);
+      if (pid > 0 && !wait_pid_gone(pid, 10s)) ::kill(pid, SIGKILL);
+    }
+  };
+  static void mount_again(SecondMount& m, const std::string& name, const std::string& options) {
+    m.mp = dir_->file("mnt-" + name);
+    if (::mkdir(m.mp.c_str(), 0755) != 0) {
+      m.error = m.mp + ": " + std::strerror(errno);
+      return;
+    }
+    const std::string pid_file = dir_->file("mount-" + name + ".pid");
+    auto r = run_weft({"mount", m.mp, "--config", data_ + "/client.toml", "--background", "--pid-file", pid_file,
+                       "--log-file", dir_->file("mount-" + name + "-daemon.log"), "-o", options},
+                      dir_->file("mount-" + name + ".log"), 60s);
+    if (r.code != 0) m.error = "weft mount failed (" + std::to_string(r.code) + "):\n" + r.log;
+    m.pid = read_pid(pid_file);
+  }
 
   static inline TempDir* dir_ = nullptr;
   static inline std::string no_fuse_;
@@ -1921,6 +1950,75 @@ TEST_F(FuseTest, ForegroundMountStopsCleanly) {
   }
 }
 
+// Threads of process `pid` whose name is `name`.
+int threads_named(pid_t pid, const std::string& name) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::ifstream in(task.path() / "comm");
+    std::string comm;
+    if (std::getline(in, comm) && comm == name) ++n;
+  }
+  return n;
+}
+
+// With max_threads above libfuse's default of 10 workers, that many
+// requests are served at once: with meta paused, 24 lookups wait in the
+// daemon together, each on a worker of its own (named "weft-fuse"), and
+// every one is answered once meta runs again.
+TEST_F(FuseTest, MaxThreadsServesMoreThanTenRequestsAtOnce) {
+  constexpr int kWaiters = 24;
+  for (int i = 0; i < kWaiters; ++i) ASSERT_EQ(::mkdir(p("d" + std::to_string(i)).c_str(), 0755), 0);
+  SecondMount wide;
+  mount_again(wide, "max-threads", mount_options() + ",max_threads=32");
+  ASSERT_EQ(wide.error, "");
+  ASSERT_GT(wide.pid, 0);
+  const std::string there = wide.mp + "/" + base_.substr(mnt_.size() + 1);
+  pid_t meta = read_pid(data_ + "/run/meta.pid");
+  ASSERT_GT(meta, 0);
+  struct Waiters {
+    pid_t meta;
+    std::vector<pid_t> children;
+    std::vector<int> codes;  // per child: its errno, or -1 (did not finish)
+    void resume_and_reap() {
+      ::kill(meta, SIGCONT);
+      auto deadline = std::chrono::steady_clock::now() + 60s;
+      codes.assign(children.size(), -1);
+      for (size_t i = 0; i < children.size(); ++i) {
+        int status = 0;
+        while (children[i] > 0 && ::waitpid(children[i], &status, WNOHANG) == 0 &&
+               std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(10ms);
+        }
+        if (children[i] > 0 && ::waitpid(children[i], &status, WNOHANG) == 0) {
+          ::kill(children[i], SIGKILL);
+          ::waitpid(children[i], &status, 0);
+        } else if (children[i] > 0 && WIFEXITED(status)) {
+          codes[i] = WEXITSTATUS(status);
+        }
+        children[i] = -1;
+      }
+    }
+    ~Waiters() { resume_and_reap(); }
+  } waiters{meta, {}, {}};
+  ASSERT_EQ(::kill(meta, SIGSTOP), 0);
+  for (int i = 0; i < kWaiters; ++i) {
+    std::string missing = there + "/d" + std::to_string(i) + "/missing";
+    pid_t child = ::fork();
+    if (child == 0) {
+      struct stat st;
+      ::_exit(::stat(missing.c_str(), &st) == 0 ? 0 : (errno & 0x7f));
+    }
+    waiters.children.push_back(child);
+  }
+  // Capped at 10 workers, never more than 10 would carry the name.
+  bool together = eventually([&] { return threads_named(wide.pid, "weft-fuse") >= kWaiters; }, 10s);
+  int seen = threads_named(wide.pid, "weft-fuse");
+  waiters.resume_and_reap();
+  EXPECT_TRUE(together) << seen << " workers while " << kWaiters << " lookups waited for meta";
+  for (int code : waiters.codes) EXPECT_EQ(code, ENOENT);
+}
+
 // Reads through the mount go on while a storage server is SIGKILLed (the
 // other replica answers) and after `weft up` restarted it; a write made while
 // it is down waits for mgmtd to take it out of its chains, then lands.
@@ -2121,19 +2219,10 @@ TEST_F(FuseTest, AnotherClientsTruncateShowsWhileTheFileIsOpenHere) {
 // back (statx with AT_STATX_DONT_SYNC: the size the kernel holds).
 TEST_F(FuseTest, ASlowListingGivesNoAttributesOlderThanTheTimeouts) {
   if (writeback_cache_mode()) GTEST_SKIP() << "writeback_cache: the kernel keeps its size of a cached file (docs/fuse.md)";
-  const std::string mnt2 = dir_->file("mnt-slow-listing");
-  ASSERT_EQ(::mkdir(mnt2.c_str(), 0755), 0) << std::strerror(errno);
-  struct Unmount {
-    std::string mp, pid_file;
-    ~Unmount() {
-      unmount_hard(mp);
-      if (pid_t pid = read_pid(pid_file); pid > 0 && !wait_pid_gone(pid, 10s)) ::kill(pid, SIGKILL);
-    }
-  } unmount{mnt2, dir_->file("mount-slow-listing.pid")};
-  auto m = run_weft({"mount", mnt2, "--config", data_ + "/client.toml", "--background", "--pid-file",
-                     dir_->file("mount-slow-listing.pid"), "--log-file", dir_->file("mount-slow-listing-daemon.log"), "-o", mount_options()},
-                    dir_->file("mount-slow-listing.log"), 60s);
-  ASSERT_EQ(m.code, 0) << m.log;
+  SecondMount other;
+  mount_again(other, "slow-listing", mount_options());
+  ASSERT_EQ(other.error, "");
+  const std::string& mnt2 = other.mp;
   const std::string there = mnt2 + remote_dir();
   constexpr int kFiles = 200;  // one page of Weft's (512), many of the kernel's
   for (int i = 0; i < kFiles; ++i) {
@@ -2180,6 +2269,59 @@ std::string remote_content(const std::string& remote, const std::string& local, 
   if (get.code != 0) return "<weft get failed: " + get.log + ">";
   std::ifstream in(local);
   return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// fallocate(2) through the mount: mode 0 (posix_fallocate) makes the length
+// at least offset + length, the new range reads as zeros, and another client
+// sees the length while the descriptor is still open; it never shortens;
+// KEEP_SIZE changes nothing; more than the cluster has free is ENOSPC;
+// punching a hole is EOPNOTSUPP (the bytes stay); a read-only descriptor
+// gets EBADF.
+TEST_F(FuseTest, FallocateExtendsTheLengthAndRefusesWhatItCannotDo) {
+  const std::string cfg = data_ + "/client.toml";
+  int fd = ::open(p("f").c_str(), O_CREAT | O_RDWR, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::write(fd, "head", 4), 4);
+  constexpr off_t kLength = 1 << 20;
+  ASSERT_EQ(::fallocate(fd, 0, 4096, kLength - 4096), 0) << std::strerror(errno);
+  struct stat st {};
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  EXPECT_EQ(st.st_size, kLength);
+  std::string expected(kLength, '\0');
+  expected.replace(0, 4, "head");
+  std::string remote = remote_content(remote_dir() + "/f", dir_->file("fallocate.out"), cfg);
+  EXPECT_EQ(remote.size(), static_cast<size_t>(kLength)) << "the length reached meta";
+  if (writeback_cache_mode()) {  // "head" may still be in the kernel's page cache
+    ASSERT_EQ(::fsync(fd), 0);
+    remote = remote_content(remote_dir() + "/f", dir_->file("fallocate.out"), cfg);
+  }
+  EXPECT_EQ(remote, expected);
+
+  EXPECT_EQ(::fallocate(fd, 0, 0, 100), 0) << "inside the length: nothing to do";
+  EXPECT_EQ(::fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, 4 * kLength), 0) << std::strerror(errno);
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  EXPECT_EQ(st.st_size, kLength);
+
+  struct statvfs vfs {};
+  ASSERT_EQ(::statvfs(mnt_.c_str(), &vfs), 0);
+  const off_t beyond = static_cast<off_t>(vfs.f_bavail * vfs.f_frsize) + (off_t{1} << 30);
+  errno = 0;
+  EXPECT_EQ(::fallocate(fd, 0, 0, beyond), -1);
+  EXPECT_EQ(errno, ENOSPC);
+  errno = 0;
+  EXPECT_EQ(::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096), -1);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  EXPECT_EQ(st.st_size, kLength);
+  ASSERT_EQ(::close(fd), 0);
+  EXPECT_EQ(read_all(p("f")), expected);
+
+  int ro = ::open(p("f").c_str(), O_RDONLY);
+  ASSERT_GE(ro, 0);
+  errno = 0;
+  EXPECT_EQ(::fallocate(ro, 0, 0, 2 * kLength), -1);
+  EXPECT_EQ(errno, EBADF);
+  ::close(ro);
 }
 
 // O_SYNC, O_DSYNC and RWF_SYNC/RWF_DSYNC writes are durable when write(2)
@@ -2429,21 +2571,10 @@ TEST_F(FuseTest, MmapOfAFile) {
 // entry, or in a race), the open follows it as open(2) does: the daemon
 // answers ESTALE, and the kernel redoes the open with a fresh lookup.
 TEST_F(FuseTest, CreateOfANameThatIsASymlinkByNowFollowsIt) {
-  std::string mp2 = dir_->file("mnt-negative");
-  ASSERT_EQ(::mkdir(mp2.c_str(), 0755), 0);
-  std::string pid_file = dir_->file("mount-negative.pid");
-  auto m = run_weft({"mount", mp2, "--config", data_ + "/client.toml", "--background", "--pid-file", pid_file, "-o",
-                     "negative_timeout=600"},
-                    dir_->file("mount-negative.log"), 60s);
-  ASSERT_EQ(m.code, 0) << m.log;
-  struct Unmount {  // however the test ends
-    std::string mp;
-    pid_t pid;
-    ~Unmount() {
-      unmount_hard(mp);
-      if (pid > 0 && !wait_pid_gone(pid, 10s)) ::kill(pid, SIGKILL);
-    }
-  } unmount{mp2, read_pid(pid_file)};
+  SecondMount other;
+  mount_again(other, "negative", "negative_timeout=600");
+  ASSERT_EQ(other.error, "");
+  const std::string& mp2 = other.mp;
   const std::string there = mp2 + "/" + base_.substr(mnt_.size() + 1);
   struct stat st;
   EXPECT_EQ(::lstat((there + "/latest").c_str(), &st), -1);  // negative entries, kept 600 s
