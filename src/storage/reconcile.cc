@@ -95,14 +95,17 @@ void StorageService::count_reconcile(mgmt::TargetId t, std::string_view result) 
 }
 
 StorageService::Noted StorageService::note_in_doubt(const Placement& p, const ChunkId& id, uint64_t committed_version,
-                                                   std::string_view why, bool drop_when_full) {
+                                                   std::string_view why, NoteOrigin origin) {
   const ReconcileKey key{p.route.chain_id, id};
   {
     std::lock_guard lock(reconciles_.mu);
     if (stopping_) return Noted::kStopping;
-    if (reconciles_.todo.size() >= std::max<size_t>(options_.reconcile_queue_max, 1) &&
-        !reconciles_.todo.contains(key)) {
-      if (!drop_when_full) return Noted::kFull;
+    const bool check = origin == NoteOrigin::kReplicaCheck;
+    if (check && reconciles_.todo.contains(key)) return Noted::kNoted;
+    const size_t max = std::max<size_t>(options_.reconcile_queue_max, 1);
+    const size_t room = check ? std::max<size_t>(max - max / 4, 1) : max;
+    if (reconciles_.todo.size() >= room && !reconciles_.todo.contains(key)) {
+      if (check) return Noted::kFull;
       count_reconcile(p.target->id(), "dropped");
       if (auto held = reconciles_.log.admit())
         WEFT_LOG_ERROR("{}: chunk {} of chain {} may differ on its replicas ({}), and {} chunks wait to be "

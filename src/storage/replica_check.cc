@@ -121,7 +121,8 @@ Task<Result<void>> StorageService::check_member_replica(const Placement& p, mgmt
 }
 
 // Notes a chunk the check found differing once the reconcile queue has room
-// (failed updates, noted at once, come first), while this target still heads
+// (the check's share of it: failed updates, noted at once, keep a quarter),
+// while this target still heads
 // the chain at the check's version and holds its write fence; after
 // kRoomWaitMax without room, this member's check ends (the next one lists
 // the rest again).
@@ -130,7 +131,7 @@ Task<Result<void>> StorageService::note_found(const Placement& p, const ChunkId&
   const auto since = std::chrono::steady_clock::now();
   asio::steady_timer timer(co_await asio::this_coro::executor);
   for (;;) {
-    switch (note_in_doubt(p, id, head_version, "found by the replica check", /*drop_when_full=*/false)) {
+    switch (note_in_doubt(p, id, head_version, "found by the replica check", NoteOrigin::kReplicaCheck)) {
       case Noted::kNoted: co_return Result<void>{};
       case Noted::kStopping: co_return error(Code::kCancelled, "stopping");
       case Noted::kFull: break;

@@ -412,11 +412,16 @@ class StorageService {
   };
   enum class ReconcileOutcome : uint8_t { kDone, kRetry };
   // `why` completes "chunk ... may differ on its replicas" in the log.
-  // kFull: the queue had no room (reconcile_queue_max); the chunk is dropped,
-  // counted and logged when `drop_when_full`, else left to the caller.
+  // A failed update's note is taken while the queue has room
+  // (reconcile_queue_max), else dropped, counted and logged (kFull). The
+  // replica check's notes take at most 3/4 of the queue, so failed updates
+  // always find room beside a check that waits, and kFull leaves them to the
+  // caller; a chunk already waiting keeps its entry (the check's version,
+  // from its listing, may be older than the entry's).
+  enum class NoteOrigin : uint8_t { kFailedUpdate, kReplicaCheck };
   enum class Noted : uint8_t { kNoted, kFull, kStopping };
   Noted note_in_doubt(const Placement& p, const ChunkId& id, uint64_t committed_version, std::string_view why,
-                      bool drop_when_full = true);
+                      NoteOrigin origin = NoteOrigin::kFailedUpdate);
   Task<void> reconcile_worker();
   Task<ReconcileOutcome> reconcile_one(mgmt::ChainId chain, ChunkId id, InDoubt d);
   void count_reconcile(mgmt::TargetId t, std::string_view result);

@@ -1345,6 +1345,57 @@ TEST_F(StorageServiceTest, TheReplicaCheckWaitsForRoomInTheReconcileQueue) {
   EXPECT_EQ(block_on(io_.at(0).get_executor(), nodes_[0]->service().check_replicas()).differing, 0u);
 }
 
+// A replica check waiting for room takes at most 3/4 of the reconcile queue:
+// a failed update meanwhile is noted, not dropped.
+TEST_F(StorageServiceTest, AFailedUpdateFindsRoomBesideAWaitingReplicaCheck) {
+  for (size_t n = 0; n < 2; ++n)
+    nodes_.push_back(std::make_unique<Node>(io_, "s" + std::to_string(n + 1),
+                                            std::vector<mgmt::TargetId>{target_of(n)}, 0, 0, 0,
+                                            std::chrono::hours(1), nullptr, 65536, /*forward_timeout_ms=*/1500, 65536,
+                                            [](StorageConfig& sc) { sc.reconcile_queue_max = 4; }));
+  route({0, 1}, 1);
+  ChunkId failing{22, 0};
+  ASSERT_TRUE(write(0, 1, failing, 0, pattern(kChunk, 85), 14, 1).has_value());
+  auto data = pattern(4096, 86);
+  Update u = Update::write(0, data);
+  u.chain_id = 1;
+  for (uint64_t i = 0; i < 8; ++i) ASSERT_TRUE(nodes_[1]->engine(target_of(1)).write(ChunkId{21, i}, u).has_value());
+  auto reconciles = [&](const char* result) {
+    return metrics::Registry::global()
+        .counter("weft_storage_reconciles_total", "", {{"target", std::to_string(target_of(0))}, {"result", result}})
+        .value();
+  };
+  const uint64_t dropped = reconciles("dropped");
+  StorageService& head = nodes_[0]->service();
+  StorageService::ReplicaCheckReport report;
+  std::thread checker([&] { report = block_on(io_.at(0).get_executor(), head.check_replicas()); });
+  // Its notes are due only a forward timeout after they are taken: the
+  // check holds its share of the queue meanwhile.
+  for (int i = 0; i < 100 && head.reconciles_waiting() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(head.reconciles_waiting(), 3u) << "the check's share of a queue of 4";
+  {
+    fault::Scope fail("storage.forward.fail", {.hits_max = 1});
+    EXPECT_FALSE(write(0, 1, failing, 0, pattern(kChunk, 87), 14, 2).has_value());
+    if (fail.triggered() == 0) {
+      checker.join();
+      GTEST_SKIP() << "fault injection compiled out";
+    }
+  }
+  EXPECT_EQ(reconciles("dropped"), dropped) << "the failed update's note was dropped";
+  EXPECT_EQ(head.reconciles_waiting(), 4u);
+  checker.join();
+  EXPECT_EQ(report.differing, 8u);
+  EXPECT_EQ(reconciles("dropped"), dropped);
+  auto left_on_tail = [&] {
+    size_t n = 0;
+    for (uint64_t i = 0; i < 8; ++i) n += nodes_[1]->engine(target_of(1)).stat(ChunkId{21, i}).has_value();
+    return n;
+  };
+  for (int i = 0; i < 750 && left_on_tail() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(left_on_tail(), 0u);
+}
+
 // A replica check compares at most replica_check_chunks_per_s chunk records
 // a second: 600 at 1,000 a second take at least half a second (listing pages
 // of 256 wait for their turn).
