@@ -160,11 +160,14 @@ class File {
 };
 
 // One read of a batch: `length` bytes at `offset` of file `ino`, into `dst`
-// (dst.size() >= length). What the read needs of the file comes, per inode
-// and batch, from `attrs` if given (a lookup or listing the caller made: its
-// layout, size and, as open_read_known checks, read permission for `cred`),
-// else from `layout` and `file_size` if both are given (no permission check:
-// the caller vouches), else from meta (with the permission check).
+// (dst.size() >= length). What the reads of one inode need of it comes, once
+// per batch, from the `attrs` of its first op that has them (a lookup or
+// listing the caller made, of this very inode, else EINVAL: its layout and
+// size; `file_size` is then not used), else from meta if any of its ops
+// lacks `layout` or `file_size`, else from the first op's `layout` and
+// `file_size`. Read permission for `cred` is checked as open_read_known
+// checks it in the first two cases; ops that all bring a bare layout and
+// length are the caller's word and are not checked.
 struct ReadOp {
   Ino ino = 0;
   uint64_t offset = 0;

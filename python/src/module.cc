@@ -709,10 +709,42 @@ PYBIND11_MODULE(_native, m) {
       .def("is_dir", &weft::Inode::is_dir)
       .def("is_file", &weft::Inode::is_file)
       .def("is_symlink", &weft::Inode::is_symlink)
-      .def("__repr__", [](const weft::Inode& n) {
-        return "<weft Inode " + std::to_string(n.ino) + " type " + std::to_string(static_cast<int>(n.type)) +
-               " size " + std::to_string(n.size) + ">";
-      });
+      .def("__repr__",
+           [](const weft::Inode& n) {
+             return "<weft Inode " + std::to_string(n.ino) + " type " + std::to_string(static_cast<int>(n.type)) +
+                    " size " + std::to_string(n.size) + ">";
+           })
+      // Datasets hold Inodes and go to DataLoader workers by pickle (spawn,
+      // forkserver): every field, so the copy reads and checks as the original.
+      .def(py::pickle(
+          [](const weft::Inode& n) {
+            return py::make_tuple(n.ino, static_cast<int>(n.type), n.mode, n.uid, n.gid, n.nlink, n.size, n.atime_ns,
+                                  n.mtime_ns, n.ctime_ns, n.parent, to_tuple(n.layout), py::bytes(n.symlink_target),
+                                  n.rdev);
+          },
+          [](const py::tuple& t) {
+            if (t.size() != 14) throw std::runtime_error("weft Inode: pickled state has " + std::to_string(t.size()) +
+                                                         " fields, not 14");
+            weft::Inode n;
+            n.ino = t[0].cast<uint64_t>();
+            int type = t[1].cast<int>();
+            if (type < 1 || type > weft::meta::kInodeTypeMax)
+              throw std::runtime_error("weft Inode: pickled type " + std::to_string(type) + " is not a known type");
+            n.type = static_cast<weft::InodeType>(type);
+            n.mode = t[2].cast<uint32_t>();
+            n.uid = t[3].cast<uint32_t>();
+            n.gid = t[4].cast<uint32_t>();
+            n.nlink = t[5].cast<uint32_t>();
+            n.size = t[6].cast<uint64_t>();
+            n.atime_ns = t[7].cast<int64_t>();
+            n.mtime_ns = t[8].cast<int64_t>();
+            n.ctime_ns = t[9].cast<int64_t>();
+            n.parent = t[10].cast<uint64_t>();
+            n.layout = from_tuple(t[11].cast<LayoutTuple>());
+            n.symlink_target = t[12].cast<std::string>();
+            n.rdev = t[13].cast<uint64_t>();
+            return n;
+          }));
 
   py::class_<PyFile>(m, "File")
       .def("pread", &PyFile::pread, py::arg("buffer"), py::arg("offset"),

@@ -202,3 +202,22 @@ def test_file_dataset_reads_a_symlinked_file_as_the_file_it_names(client, root):
     ds = wt.FileDataset(f"{root}/ds", client=client, output="bytes")
     assert ds.paths == [f"{root}/ds/a.bin", f"{root}/ds/b.bin"]
     assert ds[1] == b"b" * 3000
+
+
+def test_datasets_pickle_and_load_in_spawned_workers(client, files):
+    """DataLoader workers started by spawn or forkserver get the dataset by
+    pickle: its native Inodes go along, and read (and check) as before."""
+    import pickle
+
+    root, sizes = files
+    ds = wt.FileDataset(root, client=client, transform=first_word)
+    copy = pickle.loads(pickle.dumps(ds))
+    assert [copy[k] for k in (0, 7)] == [ds[k] for k in (0, 7)]
+    n = client.inode(ds.paths[7])
+    m = pickle.loads(pickle.dumps(n))
+    assert (m.ino, m.type, m.mode, m.uid, m.gid, m.size, m.mtime_ns, m.layout) == \
+        (n.ino, n.type, n.mode, n.uid, n.gid, n.size, n.mtime_ns, n.layout)
+    loader = wt.DataLoader(ds, batch_size=8, num_workers=2, collate_fn=collate, multiprocessing_context="spawn")
+    seen = [x for b in loader for x in b]
+    want = sorted((i, hashlib.sha1(content(i, s)).hexdigest(), s) for i, s in sizes.values())
+    assert sorted(seen) == want

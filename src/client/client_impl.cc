@@ -871,37 +871,49 @@ void ClientImpl::plan_reads(const Cred& cred, std::span<const ReadOp> ops, ReadJ
   job.out.assign(ops.size(), Result<size_t>(0));
   job.inos.reserve(ops.size());
   for (const ReadOp& op : ops) job.inos.push_back(op.ino);
-  // Layouts and sizes: once per inode.
+  // Layouts and sizes: once per inode. The read permission is checked, as a
+  // read-only open checks it (open_read_known), when any op of the inode
+  // brings attributes (the first such op's are used) or asks meta; only
+  // ops that all bring a bare layout and length (the caller vouches) skip it.
   struct FileInfo {
     Result<Inode> inode = error(Code::kInternal, "unset");
     std::vector<mgmt::ChainId> stripe;
+    const ReadOp* first = nullptr;
+    const ReadOp* with_attrs = nullptr;
+    bool asks_meta = false;
   };
   std::map<Ino, FileInfo> files;
   for (const ReadOp& op : ops) {
-    if (files.contains(op.ino)) continue;
     FileInfo& info = files[op.ino];
+    if (!info.first) info.first = &op;
+    if (op.attrs && !info.with_attrs) info.with_attrs = &op;
+    if (!op.attrs && !(op.layout && op.file_size)) info.asks_meta = true;
+  }
+  for (auto& [ino, info] : files) {
     // Read-your-writes: what Files open here buffered goes out first.
-    flush_writers_of(open_files(op.ino));
-    if (op.attrs) {
-      info.inode = *op.attrs;
-    } else if (op.layout && op.file_size) {
-      Inode n;
-      n.ino = op.ino;
-      n.layout = *op.layout;
-      n.size = *op.file_size;
-      info.inode = n;
+    flush_writers_of(open_files(ino));
+    const bool check = info.with_attrs || info.asks_meta;
+    if (info.with_attrs) {
+      const Inode& given = *info.with_attrs->attrs;
+      info.inode = given.ino == ino ? Result<Inode>(given)
+                                    : error(Code::kInvalidArgument, "attributes of inode {} given for a read of inode {}",
+                                            given.ino, ino);
+    } else if (info.asks_meta) {
+      info.inode = getattr(cred, ino);
     } else {
-      info.inode = getattr(cred, op.ino);
+      Inode n;
+      n.ino = ino;
+      n.layout = *info.first->layout;
+      n.size = *info.first->file_size;
+      info.inode = n;
     }
     if (!info.inode) continue;
     if (!info.inode->is_file()) {
-      info.inode = info.inode->is_dir() ? error(Code::kIsDirectory, "inode {} is a directory", op.ino)
-                                        : error(Code::kInvalidArgument, "inode {} is not a regular file", op.ino);
+      info.inode = info.inode->is_dir() ? error(Code::kIsDirectory, "inode {} is a directory", ino)
+                                        : error(Code::kInvalidArgument, "inode {} is not a regular file", ino);
       continue;
     }
-    // As a read-only open checks (open_read_known), on attributes from meta
-    // or the caller's; ops that bring only a layout and a length bring no mode.
-    if (op.attrs || !(op.layout && op.file_size)) {
+    if (check) {
       if (auto allowed = meta::check_access(*info.inode, cred, meta::kAccessRead); !allowed) {
         info.inode = std::unexpected(allowed.error());
         continue;

@@ -1287,6 +1287,27 @@ TEST_F(ClientTest, ABatchReadChecksReadPermission) {
   auto owner = read_as(root, [&](ReadOp& op) { op.attrs = *inode; });
   ASSERT_TRUE(owner.has_value()) << owner.error();
   EXPECT_EQ(*owner, data.size());
+
+  // One inode, two ops: a vouched one first does not spare the other's check.
+  std::vector<std::byte> a(100), b(100);
+  std::vector<ReadOp> both(2);
+  both[0].ino = both[1].ino = inode->ino;
+  both[0].dst = a;
+  both[0].layout = inode->layout;
+  both[0].file_size = inode->size;
+  both[1].dst = b;
+  both[1].attrs = *inode;
+  for (const auto& r : client_->read_batch(user, both)) {
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().posix_errno(), EACCES);
+  }
+  // Attributes of another inode are refused, not read with.
+  ASSERT_TRUE(write_new(d + "/other", pattern(100, 7)));
+  auto other = client_->resolve(root, d + "/other");
+  ASSERT_TRUE(other.has_value());
+  auto mixed = read_as(root, [&](ReadOp& op) { op.attrs = *other; });
+  ASSERT_FALSE(mixed.has_value());
+  EXPECT_EQ(mixed.error().posix_errno(), EINVAL);
 }
 
 TEST_F(ClientTest, PosixErrors) {
