@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -56,6 +57,7 @@ std::string MountOptions::fuse_option_string() const {
 
 Result<MountOptions> parse_mount_options(const std::vector<std::string>& opt_lists) {
   MountOptions m;
+  bool idle_given = false;
   for (const auto& list : opt_lists) {
     for (const auto& opt : split_commas(list)) {
       auto eq = opt.find('=');
@@ -87,6 +89,7 @@ Result<MountOptions> parse_mount_options(const std::vector<std::string>& opt_lis
         r = flag(m.hold_open_files, key == "hold_open_files");
       } else if (key == "max_idle_threads") {
         WEFT_TRY(m.max_idle_threads, parse_count(key, value, 1, 1024));
+        idle_given = true;
       } else if (key == "max_threads") {
         WEFT_TRY(m.max_threads, parse_count(key, value, 1, 1024));
       } else if (key == "read_ahead_kb") {
@@ -113,6 +116,8 @@ Result<MountOptions> parse_mount_options(const std::vector<std::string>& opt_lis
       if (!r) return std::unexpected(r.error());
     }
   }
+  // A cap below the default idle count brings it down; both given, they must agree.
+  if (!idle_given) m.max_idle_threads = std::min(m.max_idle_threads, m.max_threads);
   if (m.max_idle_threads > m.max_threads) {
     return error(Code::kInvalidArgument, "mount option max_idle_threads={} exceeds max_threads={}", m.max_idle_threads,
                  m.max_threads);
