@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <optional>
 
@@ -464,7 +465,7 @@ void cmd_put(const FileFlags& f, const std::string& local, const std::string& re
     target = remote + (remote.ends_with('/') ? "" : "/") + std::filesystem::path(local).filename().string();
   } else if (remote.ends_with('/')) {
     ::close(fd);
-    return fail(remote + ": " + (n ? "not a directory" : n.error().message()));
+    return fail(n ? remote + ": not a directory" : n.error().message());
   }
   auto dest = remote_final_path(*c, target);
   if (dest && dest->second && !dest->second->is_file())
@@ -576,7 +577,10 @@ void cmd_get(const FileFlags& f, const std::string& remote, const std::string& l
   // A file it replaces keeps its permission bits.
   const mode_t mode = dest->st.st_mode & 07777;
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, dest->exists ? mode : 0644);
-  if (fd < 0) return fail(fmt::format("{}: {}", tmp, std::strerror(errno)));
+  if (fd < 0) {  // named as the user named it: the temporary beside it is ours
+    return fail(fmt::format("{}: cannot create it: {} (writing {})", dest->path, std::strerror(errno),
+                            tmp.substr(tmp.find_last_of('/') + 1)));
+  }
   if (dest->exists) (void)::fchmod(fd, mode);  // not cut by the umask
   Result<void> r = copy_out(**file, remote, fd, true);
   // Durable before the rename: else a crash could leave the final name on an empty or short file.
@@ -710,10 +714,15 @@ void add_file_commands(CLI::App& app) {
   auto* lset = layout->add_subcommand("set", "Set the layout new files in a directory inherit");
   add_flags(lset, flags);
   lset->add_option("path", path)->required();
-  lset->add_option("--chunk-size", chunk, "bytes, a power of two in [64 KiB, 64 MiB]");
-  lset->add_option("--stripe", stripe, "chains a file is spread over");
-  lset->add_option("--chain-table", table, "chain table id");
-  lset->callback([] { cmd_layout_set(flags, path, chunk, stripe, table); });
+  // 0 is "not given" below: given, it is refused as the value it is.
+  const CLI::Range positive(1u, std::numeric_limits<uint32_t>::max());
+  lset->add_option("--chunk-size", chunk, "bytes, a power of two in [64 KiB, 64 MiB]")->check(positive);
+  lset->add_option("--stripe", stripe, "chains a file is spread over")->check(positive);
+  lset->add_option("--chain-table", table, "chain table id")->check(positive);
+  lset->callback([] {
+    if (!chunk && !stripe && !table) return fail("layout set: nothing to set (--chunk-size, --stripe, --chain-table)", 2);
+    cmd_layout_set(flags, path, chunk, stripe, table);
+  });
 }
 
 }  // namespace weft::cli

@@ -274,7 +274,15 @@ class ClientImpl final : public Client {
   }
 
   // ---- paths ----
+  // Errors name the path, as every path call's do.
   Result<Inode> resolve(const Cred& cred, std::string_view path, bool follow_last) override {
+    auto r = resolve_unnamed(cred, path, follow_last);
+    if (!r) return error(path_error(r.error(), path));
+    return r;
+  }
+
+  // resolve() for callers that name the path in their own errors.
+  Result<Inode> resolve_unnamed(const Cred& cred, std::string_view path, bool follow_last) {
     int depth = 0;
     bool cached = false;
     auto r = resolve_from(cred, kRootIno, path, follow_last, depth, nullptr, &cached);
@@ -304,7 +312,7 @@ class ClientImpl final : public Client {
       }
       if (flags & O_NOFOLLOW) return error(Code::kLoop, "{} is a symlink (O_NOFOLLOW)", path);
     }
-    auto n = resolve(cred, path, /*follow_last=*/(flags & O_NOFOLLOW) == 0);
+    auto n = resolve_unnamed(cred, path, /*follow_last=*/(flags & O_NOFOLLOW) == 0);
     if (!n) return error(path_error(n.error(), path));
     auto f = open(cred, n->ino, flags);
     if (!f) return error(path_error(f.error(), path));
@@ -326,7 +334,7 @@ class ClientImpl final : public Client {
       if (created.error().code() != Code::kLoop || (flags & (O_EXCL | O_NOFOLLOW)))
         return error(path_error(created.error(), path));
       // The name is a symlink, or (resolve tells) the way to it has too many.
-      auto link = resolve(cred, at, /*follow_last=*/false);
+      auto link = resolve_unnamed(cred, at, /*follow_last=*/false);
       if (!link) return error(path_error(link.error(), path));
       if (followed == kSymlinkDepthMax)
         return error(Code::kLoop, "{}: too many levels of symbolic links", path);
@@ -400,7 +408,7 @@ class ClientImpl final : public Client {
   }
 
   Result<std::vector<DirEntry>> list_path(const Cred& cred, std::string_view path) override {
-    auto dir = resolve(cred, path, true);
+    auto dir = resolve_unnamed(cred, path, true);
     if (!dir) return error(path_error(dir.error(), path));
     if (!dir->is_dir()) return error(Code::kNotDirectory, "{} is not a directory", path);
     std::vector<DirEntry> out;

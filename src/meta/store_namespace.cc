@@ -290,7 +290,7 @@ Result<void> MetaStore::unlink(const Context& ctx, Ino parent_ino, std::string_v
     if (is_dot_or_dotdot(name)) return error(Code::kIsDirectory, "unlink '{}'", name);
     WEFT_TRY(Inode parent, lock_dir_searchable(txn, ctx, parent_ino));
     WEFT_TRY(auto d, txn.lock_dentry(parent_ino, name));
-    if (!d) return error(Code::kNotFound, "no '{}' in {}", name, parent_ino);
+    if (!d) return error(Code::kNotFound, "no '{}' in directory {}", name, parent_ino);
     WEFT_RETURN_IF_ERROR(check_dir_writable(parent, ctx));
     WEFT_TRY(Inode victim, txn.lock_existing(d->ino, true));
     WEFT_RETURN_IF_ERROR(check_remove(parent, victim, ctx.cred));
@@ -312,7 +312,7 @@ Result<void> MetaStore::rmdir(const Context& ctx, Ino parent_ino, std::string_vi
     if (name == "..") return error(Code::kNotEmpty, "rmdir '..'");
     WEFT_TRY(Inode parent, lock_dir_searchable(txn, ctx, parent_ino));
     WEFT_TRY(auto d, txn.lock_dentry(parent_ino, name));
-    if (!d) return error(Code::kNotFound, "no '{}' in {}", name, parent_ino);
+    if (!d) return error(Code::kNotFound, "no '{}' in directory {}", name, parent_ino);
     WEFT_RETURN_IF_ERROR(check_dir_writable(parent, ctx));
     WEFT_TRY(Inode victim, txn.lock_existing(d->ino, true));
     WEFT_RETURN_IF_ERROR(check_remove(parent, victim, ctx.cred));

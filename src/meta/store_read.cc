@@ -87,7 +87,7 @@ Result<Inode> MetaStore::lookup_at(const Context& ctx, Ino parent_ino, std::stri
   ro.snapshot = snapshot;
   std::string raw;
   auto s = db_->Get(ro, key::dentry(parent_ino, name), &raw);
-  if (s.IsNotFound()) return error(Code::kNotFound, "no '{}' in {}", name, parent_ino);
+  if (s.IsNotFound()) return error(Code::kNotFound, "no '{}' in directory {}", name, parent_ino);
   if (!s.ok()) return error(from_rocks(s, "lookup"));
   WEFT_TRY(DentryValue d, decode_dentry(raw));
   auto child = read_inode(d.ino, snapshot);

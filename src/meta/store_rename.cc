@@ -69,8 +69,8 @@ Result<void> MetaStore::do_rename(Txn& txn, const Context& ctx, Ino sp, std::str
   WEFT_TRY(auto d2, txn.lock_dentry(src_first ? dp : sp, src_first ? dn : sn));
   auto sd = src_first ? d1 : d2;
   auto dd = src_first ? d2 : d1;
-  if (!sd) return error(Code::kNotFound, "no '{}' in {}", sn, sp);
-  if (exchange && !dd) return error(Code::kNotFound, "no '{}' in {}", dn, dp);
+  if (!sd) return error(Code::kNotFound, "no '{}' in directory {}", sn, sp);
+  if (exchange && !dd) return error(Code::kNotFound, "no '{}' in directory {}", dn, dp);
   if (dd && noreplace) return error(Code::kExists, "'{}' exists in {}", dn, dp);
   if (dd && dd->ino == sd->ino) return {};  // same inode (itself or a hard link): nothing to do
   WEFT_TRY(Inode src, txn.lock_existing(sd->ino, true));

@@ -1049,6 +1049,39 @@ TEST_F(FuseTest, FileToolsFailWithoutHarm) {
   EXPECT_EQ(st.st_mode & 07777, 0750u);
 }
 
+// The file tools' errors name the path as the user gave it (not an inode
+// number alone, nor a temporary); layout set refuses a 0 and an empty set.
+TEST_F(FuseTest, FileToolsNameThePathInTheirErrors) {
+  const std::string remote = "/" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name());
+  const std::string cfg = data_ + "/client.toml";
+  auto weft = [&](std::vector<std::string> args) {
+    args.push_back("--config");
+    args.push_back(cfg);
+    return run_weft(args, dir_->file("tools-errors.log"));
+  };
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"ls", remote + "/missing"}, {"stat", remote + "/missing"}, {"rm", remote + "/missing"},
+           {"layout", "get", remote + "/missing"}, {"ls", remote + "/missing/deeper"}}) {
+    auto r = weft(args);
+    EXPECT_EQ(r.code, 1) << args[0];
+    EXPECT_NE(r.log.find(remote + "/missing"), std::string::npos) << args[0] << ": " << r.log;
+  }
+  ASSERT_TRUE(write_all(p("f"), "data"));
+  const std::string local = dir_->file("tools-errors-local");
+  auto get = weft({"get", remote + "/f", local + "/no-dir/f"});
+  EXPECT_EQ(get.code, 1);
+  EXPECT_NE(get.log.find(local + "/no-dir/f: cannot create it"), std::string::npos) << get.log;
+
+  EXPECT_NE(weft({"layout", "set", remote, "--stripe", "0"}).code, 0);
+  EXPECT_NE(weft({"layout", "set", remote, "--chunk-size", "0"}).code, 0);
+  EXPECT_EQ(weft({"layout", "set", remote}).code, 2);
+  auto set = weft({"layout", "set", remote, "--stripe", "2"});
+  ASSERT_EQ(set.code, 0) << set.log;
+  auto shown = weft({"layout", "get", remote});
+  ASSERT_EQ(shown.code, 0) << shown.log;
+  EXPECT_NE(shown.log.find("stripe_count = 2"), std::string::npos) << shown.log;
+}
+
 // put and get write through a symlink to the file it names, as cp does: the
 // link stays a link. A process's open file reached through /proc/self/fd/N
 // (what /dev/stdout is) is written into, never renamed over.
