@@ -344,7 +344,7 @@ Result<std::pair<std::string, std::optional<Inode>>> remote_final_path(Client& c
   for (int hop = 0; hop <= kMaxSymlinkHops; ++hop) {
     auto n = c.resolve(c.default_cred(), path, false);
     if (!n && n.error().code() == Code::kNotFound) return std::pair{path, std::optional<Inode>{}};
-    if (!n) return error(n.error().code(), "{}: {}", path, n.error().message());
+    if (!n) return std::unexpected(n.error());  // resolve names the path
     if (!n->is_symlink()) return std::pair{path, std::optional<Inode>{*n}};
     WEFT_TRY(std::string link, c.readlink(c.default_cred(), n->ino));
     path = link.starts_with('/') ? link : parent_of(path) + "/" + link;
@@ -577,7 +577,7 @@ void cmd_get(const FileFlags& f, const std::string& remote, const std::string& l
   // A file it replaces keeps its permission bits.
   const mode_t mode = dest->st.st_mode & 07777;
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, dest->exists ? mode : 0644);
-  if (fd < 0) {  // named as the user named it: the temporary beside it is ours
+  if (fd < 0) {  // named by the destination (symlinks followed), not by our temporary beside it
     return fail(fmt::format("{}: cannot create it: {} (writing {})", dest->path, std::strerror(errno),
                             tmp.substr(tmp.find_last_of('/') + 1)));
   }

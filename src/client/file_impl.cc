@@ -679,8 +679,12 @@ Result<void> FileImpl::truncate(uint64_t length) {
   return core_.truncate_open(cred_, inode_.ino, length, session_id_);
 }
 
-// A write of no bytes that ends at `length`: numbered and reported as writes
-// are, so a flush or close reports it too, and a truncate meanwhile lowers it.
+// This File's writes go out first (with their length), then one length
+// report of `length` through the session: meta keeps the larger. Nothing
+// here changes until meta took it, so a failed extend leaves no trace in
+// this File (meta may still have it after a lost reply, as with any call).
+// Under the reports lock, shared: a truncate of the inode from this client
+// comes wholly before or after the report.
 Result<void> FileImpl::extend(uint64_t length) {
   if (!writable_) return error(Code::kBadHandle, "file {} is not open for writing", inode_.ino);
   if (length > meta::kFileBytesMax)
@@ -688,11 +692,15 @@ Result<void> FileImpl::extend(uint64_t length) {
                  meta::kFileBytesMax);
   std::unique_lock lock(mu_);
   WEFT_RETURN_IF_ERROR(check_usable_locked());
-  ++write_gen_;
-  size_ = std::max(size_, length);
-  written_end_ = std::max(written_end_, length);
-  unreported_end_ = std::max(unreported_end_, length);
-  return flush_locked(lock);
+  WEFT_RETURN_IF_ERROR(flush_locked(lock));
+  WEFT_RETURN_IF_ERROR(report_may_reach_meta());
+  lock.unlock();
+  std::shared_lock reporting(shared_->reports);  // then mu_ again, as hold_reports orders them
+  auto r = core_.meta->report_length(cred_, inode_.ino, session_id_, length);
+  lock.lock();
+  if (!r) return error(r.error().with_context(fmt::format("extend file {} to {}", inode_.ino, length)));
+  size_ = std::max(size_, r->size);
+  return {};
 }
 
 void FileImpl::drop_read_ahead(uint64_t index) {

@@ -1135,8 +1135,8 @@ class FuseServer::Impl {
   // reserved. Mode 0 (posix_fallocate) makes the length at least
   // offset + length (the range past the old length reads as zeros);
   // FALLOC_FL_KEEP_SIZE changes nothing. Both first check that the cluster
-  // has `length` bytes free (ENOSPC), as close as Weft comes to the call's
-  // promise. Without this, glibc's posix_fallocate would write a byte into
+  // has free what the range adds past the length (ENOSPC), as close as Weft
+  // comes to the call's promise. Without this, glibc's posix_fallocate would write a byte into
   // every 4 KiB block of the range. Punching, zeroing, collapsing and
   // inserting ranges: EOPNOTSUPP. (The kernel checks the handle is writable.)
   static void op_fallocate(fuse_req_t req, fuse_ino_t /*ino*/, int mode, off_t offset, off_t length,
@@ -1151,15 +1151,22 @@ class FuseServer::Impl {
       fuse_reply_err(req, EBADF);
       return;
     }
-    auto space = s->client_.statfs(cred_of(req));
-    if (!space) {
-      fuse_reply_err(req, errno_of(space.error()));
-      return;
-    }
-    uint64_t free_bytes = space->capacity_bytes > space->used_bytes ? space->capacity_bytes - space->used_bytes : 0;
-    if (static_cast<uint64_t>(length) > free_bytes) {
-      fuse_reply_err(req, ENOSPC);
-      return;
+    // What the range adds past the length this handle knows (the part
+    // inside holds data or a hole already: Weft does not fill holes).
+    const uint64_t end = static_cast<uint64_t>(offset) + static_cast<uint64_t>(length);
+    const uint64_t known = of->file->size();
+    const uint64_t grows = end > known ? end - std::max<uint64_t>(known, static_cast<uint64_t>(offset)) : 0;
+    if (grows > 0) {
+      auto space = s->client_.statfs(cred_of(req));
+      if (!space) {
+        fuse_reply_err(req, errno_of(space.error()));
+        return;
+      }
+      uint64_t free_bytes = space->capacity_bytes > space->used_bytes ? space->capacity_bytes - space->used_bytes : 0;
+      if (grows > free_bytes) {
+        fuse_reply_err(req, ENOSPC);
+        return;
+      }
     }
     if (!(mode & FALLOC_FL_KEEP_SIZE)) {
       if (auto r = of->file->extend(static_cast<uint64_t>(offset) + static_cast<uint64_t>(length)); !r) {

@@ -46,6 +46,10 @@ TEST(MountOptions, WorkerThreads) {
   EXPECT_NE(idle_above.error().message().find("max_idle_threads=9 exceeds max_threads=8"), std::string::npos)
       << idle_above.error().message();
   EXPECT_TRUE(parse_mount_options({"max_threads=8,max_idle_threads=8"}));
+  auto idle_only = parse_mount_options({"max_idle_threads=20"});  // the default cap follows it
+  ASSERT_TRUE(idle_only) << idle_only.error();
+  EXPECT_EQ(idle_only->max_threads, 20u);
+  EXPECT_EQ(idle_only->max_idle_threads, 20u);
 }
 
 // Read holds are Weft's (never passed to libfuse); the last word wins.

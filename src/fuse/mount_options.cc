@@ -57,7 +57,7 @@ std::string MountOptions::fuse_option_string() const {
 
 Result<MountOptions> parse_mount_options(const std::vector<std::string>& opt_lists) {
   MountOptions m;
-  bool idle_given = false;
+  bool idle_given = false, threads_given = false;
   for (const auto& list : opt_lists) {
     for (const auto& opt : split_commas(list)) {
       auto eq = opt.find('=');
@@ -92,6 +92,7 @@ Result<MountOptions> parse_mount_options(const std::vector<std::string>& opt_lis
         idle_given = true;
       } else if (key == "max_threads") {
         WEFT_TRY(m.max_threads, parse_count(key, value, 1, 1024));
+        threads_given = true;
       } else if (key == "read_ahead_kb") {
         WEFT_TRY(m.read_ahead_kb, parse_count(key, value, 0, 1u << 20));
       } else if (key == "client_readahead_kb") {
@@ -116,8 +117,10 @@ Result<MountOptions> parse_mount_options(const std::vector<std::string>& opt_lis
       if (!r) return std::unexpected(r.error());
     }
   }
-  // A cap below the default idle count brings it down; both given, they must agree.
+  // One given, the other's default follows it (so max_idle_threads=20 alone
+  // still mounts, as before max_threads existed); both given, they must agree.
   if (!idle_given) m.max_idle_threads = std::min(m.max_idle_threads, m.max_threads);
+  if (idle_given && !threads_given) m.max_threads = std::max(m.max_threads, m.max_idle_threads);
   if (m.max_idle_threads > m.max_threads) {
     return error(Code::kInvalidArgument, "mount option max_idle_threads={} exceeds max_threads={}", m.max_idle_threads,
                  m.max_threads);

@@ -101,9 +101,18 @@ StorageService::Noted StorageService::note_in_doubt(const Placement& p, const Ch
     std::lock_guard lock(reconciles_.mu);
     if (stopping_) return Noted::kStopping;
     const bool check = origin == NoteOrigin::kReplicaCheck;
-    if (check && reconciles_.todo.contains(key)) return Noted::kNoted;
+    if (check) {
+      // A waiting entry of this head at a version no older than the check's
+      // listing stands (the check's would be older: reconciling it would
+      // find the head changed and count it converged); else the note replaces it.
+      auto waiting = reconciles_.todo.find(key);
+      if (waiting != reconciles_.todo.end() && waiting->second.target == p.target->id() &&
+          waiting->second.committed_version >= committed_version)
+        return Noted::kNoted;
+    }
     const size_t max = std::max<size_t>(options_.reconcile_queue_max, 1);
-    const size_t room = check ? std::max<size_t>(max - max / 4, 1) : max;
+    // The check's share: all but a quarter (at least one slot) of the queue.
+    const size_t room = !check ? max : max > 1 ? max - std::max<size_t>(max / 4, 1) : 1;
     if (reconciles_.todo.size() >= room && !reconciles_.todo.contains(key)) {
       if (check) return Noted::kFull;
       count_reconcile(p.target->id(), "dropped");

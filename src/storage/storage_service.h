@@ -414,10 +414,10 @@ class StorageService {
   // `why` completes "chunk ... may differ on its replicas" in the log.
   // A failed update's note is taken while the queue has room
   // (reconcile_queue_max), else dropped, counted and logged (kFull). The
-  // replica check's notes take at most 3/4 of the queue, so failed updates
-  // always find room beside a check that waits, and kFull leaves them to the
-  // caller; a chunk already waiting keeps its entry (the check's version,
-  // from its listing, may be older than the entry's).
+  // replica check's notes leave a quarter of the queue (at least one slot)
+  // free, so failed updates always find room beside a check that waits, and
+  // kFull leaves them to the caller; a chunk already waiting at this head
+  // keeps its entry unless the check's version is newer.
   enum class NoteOrigin : uint8_t { kFailedUpdate, kReplicaCheck };
   enum class Noted : uint8_t { kNoted, kFull, kStopping };
   Noted note_in_doubt(const Placement& p, const ChunkId& id, uint64_t committed_version, std::string_view why,

@@ -1964,6 +1964,16 @@ TEST_F(ClientTest, ExtendMakesTheLengthAtLeastItsArgument) {
   EXPECT_TRUE(std::all_of(back.begin() + data.size(), back.end(), [](std::byte b) { return b == std::byte{0}; }));
 
   ASSERT_TRUE(f->extend(10).has_value());
+  {
+    // A failed extend leaves no trace: not in this File's length, nor in a
+    // later report (its flush or close).
+    fault::Scope lost("client.report_length.lost");
+    auto failed = f->extend(4 * kLength);
+    ASSERT_FALSE(failed.has_value());
+    if (lost.triggered() == 0) GTEST_SKIP() << "fault injection compiled out";
+  }
+  EXPECT_EQ(f->size(), kLength);
+  ASSERT_TRUE(f->flush().has_value());
   auto too_far = f->extend(meta::kFileBytesMax + 1);
   ASSERT_FALSE(too_far.has_value());
   EXPECT_EQ(too_far.error().posix_errno(), EFBIG);

@@ -2003,10 +2003,16 @@ TEST_F(FuseTest, MaxThreadsServesMoreThanTenRequestsAtOnce) {
   constexpr int kWaiters = 24;
   for (int i = 0; i < kWaiters; ++i) ASSERT_EQ(::mkdir(p("d" + std::to_string(i)).c_str(), 0755), 0);
   SecondMount wide;
-  mount_again(wide, "max-threads", mount_options() + ",max_threads=32");
+  // Entries kept a minute: the 24 lookups are of 24 names (of one name, the
+  // kernel would send one lookup and hold the others back).
+  mount_again(wide, "max-threads", mount_options() + ",max_threads=32,entry_timeout=60");
   ASSERT_EQ(wide.error, "");
   ASSERT_GT(wide.pid, 0);
   const std::string there = wide.mp + "/" + base_.substr(mnt_.size() + 1);
+  for (int i = 0; i < kWaiters; ++i) {
+    struct stat st {};
+    ASSERT_EQ(::stat((there + "/d" + std::to_string(i)).c_str(), &st), 0) << std::strerror(errno);
+  }
   pid_t meta = read_pid(data_ + "/run/meta.pid");
   ASSERT_GT(meta, 0);
   struct Waiters {
