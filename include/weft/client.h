@@ -149,11 +149,12 @@ class File {
   // this client flushes first and learns it). A length beyond
   // meta::kFileBytesMax: kFileTooBig, nothing changes.
   virtual Result<void> truncate(uint64_t length) = 0;
-  // Makes the length at least `length`, never less: as a write of no bytes
-  // ending there (what lies past the old length reads as zeros), reported to
-  // meta with this File's earlier writes before it returns. Allocates no
-  // space (chunks are written when data is). Past meta::kFileBytesMax:
-  // kFileTooBig, nothing changes.
+  // Makes the length at least `length`, never less: this File's writes go
+  // out first, then one length report of `length`, before it returns. What
+  // lies past the old length reads as zeros (unless a writer that died left
+  // chunks there, as after a truncate that lengthens). Allocates no space
+  // (chunks are written when data is). Past meta::kFileBytesMax:
+  // kFileTooBig; a failure changes nothing in this File.
   virtual Result<void> extend(uint64_t length) = 0;
   // flush() and end the session; later calls fail with kBadHandle.
   virtual Result<void> close() = 0;
