@@ -253,14 +253,16 @@ pb::BatchReadRequest ChunkIo::read_request(mgmt::ChainVersion cv, ChunkAddress c
 // Checks one replica's answer and its CRC32C over the bytes in dst.
 Result<uint32_t> ChunkIo::read_reply(const Result<pb::BatchReadReply>& reply, const rpc::RawResponse& raw,
                                      const rpc::Endpoint& ep, mgmt::TargetId target, ChunkAddress c,
-                                     std::span<std::byte> dst) {
+                                     std::span<std::byte> dst, uint32_t* chunk_length) {
   if (!reply) return error(reply.error());
   if (reply->results_size() != 1)
     return error(Code::kProtocol, "batch read from {}: {} results for 1 range", ep.to_string(), reply->results_size());
   const pb::RangeResult& rr = reply->results(0);
   Code code = code_from_wire(rr.code());
+  if (chunk_length) *chunk_length = 0;
   if (code == Code::kNotFound) return 0u;  // no such chunk: a hole
   if (code != Code::kOk) return error(code, "target {} at {}: {}", target, ep.to_string(), rr.message());
+  if (chunk_length) *chunk_length = rr.chunk_length();
   if (rr.length() > dst.size() || rr.length() != raw.payload_len)
     return error(Code::kProtocol, "batch read from {}: {} bytes for a range of {}", ep.to_string(), rr.length(),
                  dst.size());
@@ -273,7 +275,7 @@ Result<uint32_t> ChunkIo::read_reply(const Result<pb::BatchReadReply>& reply, co
 
 Task<Result<uint32_t>> ChunkIo::read_from(const mgmt::RoutingInfo& routing, mgmt::ChainVersion cv,
                                           mgmt::TargetId target, ChunkAddress c, uint32_t offset,
-                                          std::span<std::byte> dst) {
+                                          std::span<std::byte> dst, uint32_t* chunk_length) {
   WEFT_CO_TRY(rpc::Endpoint ep, endpoint_of(routing, target));
   pb::BatchReadRequest req = read_request(cv, c, offset, dst.size());
   rpc::CallOptions o;
@@ -281,7 +283,7 @@ Task<Result<uint32_t>> ChunkIo::read_from(const mgmt::RoutingInfo& routing, mgmt
   o.response_payload = dst;
   rpc::RawResponse raw;
   auto reply = co_await rpc_.call<pb::BatchReadReply>(ep, methods::kBatchRead, req, std::move(o), &raw);
-  co_return read_reply(reply, raw, ep, target, c, dst);
+  co_return read_reply(reply, raw, ep, target, c, dst, chunk_length);
 }
 
 Result<uint32_t> ChunkIo::read_from_blocking(const mgmt::RoutingInfo& routing, const pb::BatchReadRequest& req,
@@ -289,7 +291,7 @@ Result<uint32_t> ChunkIo::read_from_blocking(const mgmt::RoutingInfo& routing, c
   WEFT_TRY(rpc::Endpoint ep, endpoint_of(routing, target));
   rpc::RawResponse raw;
   auto reply = rpc_.call_blocking<pb::BatchReadReply>(ep, methods::kBatchRead, req, dst, options_.call_timeout_ms, &raw);
-  return read_reply(reply, raw, ep, target, c, dst);
+  return read_reply(reply, raw, ep, target, c, dst, nullptr);
 }
 
 Result<uint32_t> ChunkIo::read_blocking(ChunkAddress c, uint32_t offset, std::span<std::byte> dst) {
@@ -315,7 +317,7 @@ Result<uint32_t> ChunkIo::read_blocking(ChunkAddress c, uint32_t offset, std::sp
 }
 
 Task<Result<uint32_t>> ChunkIo::read_round(const mgmt::RoutingInfo& routing, ChunkAddress c, uint32_t offset,
-                                           std::span<std::byte> dst) {
+                                           std::span<std::byte> dst, uint32_t* chunk_length) {
   WEFT_CO_TRY(const mgmt::ChainInfo* chain, routing.chain(c.chain));
   WEFT_CO_TRY(mgmt::ChainRoute route, mgmt::route_chain(*chain));
   if (route.readable.empty()) co_return error(Code::kUnavailable, "chain {} has no serving replica", c.chain);
@@ -324,7 +326,7 @@ Task<Result<uint32_t>> ChunkIo::read_round(const mgmt::RoutingInfo& routing, Chu
   Status last;
   for (size_t i = 0; i < n; ++i) {
     mgmt::TargetId target = route.readable[(first + i) % n];
-    auto r = co_await read_from(routing, route.version, target, c, offset, dst);
+    auto r = co_await read_from(routing, route.version, target, c, offset, dst, chunk_length);
     if (r) co_return r;
     last = r.error();
     if (i + 1 < n) {
@@ -343,13 +345,25 @@ Task<Result<uint32_t>> ChunkIo::read_once(ChunkAddress c, uint32_t offset, std::
 }
 
 Task<Result<uint32_t>> ChunkIo::read(ChunkAddress c, uint32_t offset, std::span<std::byte> dst) {
+  return read_retrying(c, offset, dst, nullptr);
+}
+
+Task<Result<uint32_t>> ChunkIo::stored_length(ChunkAddress c) {
+  uint32_t length = 0;
+  auto r = co_await read_retrying(c, 0, {}, &length);
+  if (!r) co_return error(r.error());
+  co_return length;
+}
+
+Task<Result<uint32_t>> ChunkIo::read_retrying(ChunkAddress c, uint32_t offset, std::span<std::byte> dst,
+                                              uint32_t* chunk_length) {
   const auto deadline = SteadyClock::now() + std::chrono::milliseconds(options_.retry_time_ms_max);
   Status last;
   bool timed_out = false;
   Retry retry{.routing = routing_.version()};
   while (true) {
     RoutingPtr routing = routing_.current();
-    auto r = co_await read_round(*routing, c, offset, dst);
+    auto r = co_await read_round(*routing, c, offset, dst, chunk_length);
     if (r) co_return r;
     last = r.error();
     if (!worth_retrying(last.code()) && last.code() != Code::kCorruption) break;

@@ -354,22 +354,50 @@ void FileImpl::report_on_its_way() {
   while (WEFT_FAULT("client.report_length.hold")) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
+Result<meta::LengthReply> FileImpl::send_report(uint64_t& length, bool close, bool& answered_cut) {
+  answered_cut = false;
+  uint64_t ack = 0;
+  for (;;) {
+    // Tests: a meta from before close_with_length.
+    auto r = !close ? core_.meta->report_length(cred_, inode_.ino, session_id_, length, ack)
+             : WEFT_FAULT("client.meta_without_close_with_length")
+                 ? Result<meta::LengthReply>(error(Code::kUnknownMethod, "injected: meta has no close_with_length"))
+                 : core_.meta->close_with_length(cred_, inode_.ino, session_id_, length, ack);
+    if (!r || r->cut.gen == 0) return r;
+    // Capped for a truncate by another client (meta/types.h SessionCut):
+    // report what storage still holds of these writes past it, and say so.
+    WEFT_TRY(length, stored_end(core_, inode_, r->cut.length, length));
+    ack = r->cut.gen;
+    answered_cut = true;
+  }
+}
+
 Result<void> FileImpl::report_length(std::unique_lock<std::mutex>& lock, LengthReport report) {
   auto reporting = hold_reports(lock, report);
   lock.unlock();
   report_on_its_way();
-  auto r = core_.meta->report_length(cred_, inode_.ino, session_id_, report.length);
+  bool answered_cut = false;
+  auto r = send_report(report.length, false, answered_cut);
   lock.lock();
   if (!r) return error(r.error().with_context(fmt::format("report the length of file {}", inode_.ino)));
-  reported_locked(report, r->size);
+  reported_locked(report, r->inode.size, answered_cut);
   return {};
 }
 
-void FileImpl::reported_locked(const LengthReport& report, uint64_t meta_size) {
+void FileImpl::reported_locked(const LengthReport& report, uint64_t meta_size, bool answered_cut) {
   reported_ = std::max(reported_, report.length);
   reported_gen_ = std::max(reported_gen_, report.upto);
   if (write_gen_ == report.upto) unreported_end_ = 0;  // else later writes keep theirs (and this end: harmless)
   size_ = std::max(size_, meta_size);
+  // Another client's truncate removed what these writes put past
+  // report.length (now what storage holds of them). With nothing written
+  // here since, this File's length is meta's.
+  if (answered_cut && write_gen_ == report.upto && dirty_.empty() && in_flight_.empty()) {
+    size_ = meta_size;
+    written_end_ = std::min(written_end_, report.length);
+    reported_ = report.length;
+    prefetched_.clear();
+  }
 }
 
 std::pair<Result<void>, bool> FileImpl::close_reporting(std::unique_lock<std::mutex>& lock, LengthReport report) {
@@ -379,13 +407,11 @@ std::pair<Result<void>, bool> FileImpl::close_reporting(std::unique_lock<std::mu
   auto reporting = hold_reports(lock, report);
   lock.unlock();
   report_on_its_way();
-  // Tests: a meta from before close_with_length.
-  auto r = WEFT_FAULT("client.meta_without_close_with_length")
-               ? Result<Inode>(error(Code::kUnknownMethod, "injected: meta has no close_with_length"))
-               : core_.meta->close_with_length(cred_, inode_.ino, session_id_, report.length);
+  bool answered_cut = false;
+  auto r = send_report(report.length, true, answered_cut);
   lock.lock();
   if (r) {
-    reported_locked(report, r->size);
+    reported_locked(report, r->inode.size, answered_cut);
     return {Result<void>(), true};
   }
   if (r.error().code() == Code::kUnknownMethod) {
@@ -684,7 +710,10 @@ Result<void> FileImpl::truncate(uint64_t length) {
 // here changes until meta took it, so a failed extend leaves no trace in
 // this File (meta may still have it after a lost reply, as with any call).
 // Under the reports lock, shared: a truncate of the inode from this client
-// comes wholly before or after the report.
+// comes wholly before or after the report. A truncate by another client
+// after the flush caps the report (meta/types.h SessionCut): the extension
+// is made now, after it, so it acknowledges it, once nothing was written
+// here since the flush (else those writes are flushed, and answer it, first).
 Result<void> FileImpl::extend(uint64_t length) {
   if (!writable_) return error(Code::kBadHandle, "file {} is not open for writing", inode_.ino);
   if (length > meta::kFileBytesMax)
@@ -692,15 +721,21 @@ Result<void> FileImpl::extend(uint64_t length) {
                  meta::kFileBytesMax);
   std::unique_lock lock(mu_);
   WEFT_RETURN_IF_ERROR(check_usable_locked());
-  WEFT_RETURN_IF_ERROR(flush_locked(lock));
-  WEFT_RETURN_IF_ERROR(report_may_reach_meta());
-  lock.unlock();
-  std::shared_lock reporting(shared_->reports);  // then mu_ again, as hold_reports orders them
-  auto r = core_.meta->report_length(cred_, inode_.ino, session_id_, length);
-  lock.lock();
-  if (!r) return error(r.error().with_context(fmt::format("extend file {} to {}", inode_.ino, length)));
-  size_ = std::max(size_, r->size);
-  return {};
+  for (uint64_t ack = 0;;) {
+    WEFT_RETURN_IF_ERROR(flush_locked(lock));
+    const uint64_t flushed = write_gen_;
+    WEFT_RETURN_IF_ERROR(report_may_reach_meta());
+    lock.unlock();
+    std::shared_lock reporting(shared_->reports);  // then mu_ again, as hold_reports orders them
+    auto r = core_.meta->report_length(cred_, inode_.ino, session_id_, length, ack);
+    lock.lock();
+    if (!r) return error(r.error().with_context(fmt::format("extend file {} to {}", inode_.ino, length)));
+    if (r->cut.gen == 0) {
+      size_ = std::max(size_, r->inode.size);
+      return {};
+    }
+    ack = write_gen_ == flushed ? r->cut.gen : 0;
+  }
 }
 
 void FileImpl::drop_read_ahead(uint64_t index) {

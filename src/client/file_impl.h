@@ -139,8 +139,14 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   Result<void> report_may_reach_meta() const;
   // Sends `report` to meta. REQUIRES(mu_), released meanwhile.
   Result<void> report_length(std::unique_lock<std::mutex>& lock, LengthReport report);
-  // Meta took `report` and answered with `meta_size`. REQUIRES(mu_).
-  void reported_locked(const LengthReport& report, uint64_t meta_size);
+  // One length report (close: close_with_length), and the answer to every
+  // truncate by another client meta caps it for (client/truncate.h
+  // stored_end): `length` becomes what was reported last, `answered_cut`
+  // whether it was lowered so. No lock held.
+  Result<meta::LengthReply> send_report(uint64_t& length, bool close, bool& answered_cut);
+  // Meta took `report` and answered with `meta_size`; `answered_cut`: as
+  // send_report's. REQUIRES(mu_).
+  void reported_locked(const LengthReport& report, uint64_t meta_size, bool answered_cut);
   // pwrite's work, under OpenInode::cut held shared.
   Result<size_t> write_at(std::span<const std::byte> src, uint64_t offset);
 

@@ -6,6 +6,7 @@
 #include "meta/layout.h"
 #include "meta/permission.h"
 
+#include <algorithm>
 #include <thread>
 
 namespace weft::client {
@@ -24,6 +25,29 @@ Result<std::vector<mgmt::ChainId>> file_stripe(Core& core, const Layout& layout)
   return stripe_chains(layout, *core.routing->current());
 }
 
+Result<uint64_t> stored_end(Core& core, const Inode& inode, uint64_t cut, uint64_t end) {
+  if (end <= cut) return cut;
+  const uint32_t cb = inode.layout.chunk_bytes;
+  WEFT_TRY(auto stripe, file_stripe(core, inode.layout));
+  const uint64_t first = cut / cb;  // the chunk the truncate cut (or the first it removed)
+  constexpr uint64_t kProbesAtOnce = 32;
+  for (uint64_t top = (end - 1) / cb + 1; top > first;) {
+    const uint64_t bottom = top - std::min(top - first, kProbesAtOnce);
+    std::vector<Task<Result<uint32_t>>> probes;
+    for (uint64_t i = bottom; i < top; ++i)
+      probes.push_back(core.chunks->stored_length({inode.ino, i, chain_of_chunk(stripe, i), cb}));
+    auto lengths = run_parallel(*core.io, std::move(probes));
+    for (uint64_t i = top; i-- > bottom;) {
+      auto& length = lengths[i - bottom];
+      if (!length) return error(length.error().with_context(fmt::format("look for the data of file {} past the "
+                                                                         "truncate to {}", inode.ino, cut)));
+      if (*length > 0) return std::clamp(i * cb + *length, cut, end);
+    }
+    top = bottom;
+  }
+  return cut;
+}
+
 namespace {
 
 // Whether meta will take a new length from this caller, asked before any
@@ -38,8 +62,8 @@ namespace {
 // it after the check (a report moves ctime).
 Result<Inode> check_may_truncate(Core& core, const Cred& cred, const Inode& inode, uint64_t session) {
   if (session != 0) {
-    auto held = core.meta->report_length(cred, inode.ino, session, 0);
-    if (held) return *held;
+    auto held = core.meta->report_length(cred, inode.ino, session, 0);  // 0: never capped
+    if (held) return held->inode;
     if (held.error().code() != Code::kBadHandle) return std::unexpected(held.error());
     if (meta::check_access(inode, cred, meta::kAccessWrite)) return inode;
     return error(held.error().with_context(fmt::format(

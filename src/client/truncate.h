@@ -25,6 +25,14 @@ namespace weft::client {
 Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uint64_t old_size, uint64_t new_size,
                            uint64_t session = 0);
 
+// What a writer answers for a truncate by another client (meta/types.h
+// SessionCut): the end of the data storage holds of `inode` in [cut, end),
+// or `cut` when it holds none. The truncate removed every chunk past `cut`
+// (and cut the one holding it), so whatever is there was written after it;
+// what the writer wrote there before it is gone, and is not to come back as
+// zeros. Chunks are looked at from the top down, a few at a time.
+Result<uint64_t> stored_end(Core& core, const Inode& inode, uint64_t cut, uint64_t end);
+
 // The stripe chains of a file from the current routing; kInvalidArgument for
 // a layout meta would refuse (meta::validate_layout).
 Result<std::vector<mgmt::ChainId>> file_stripe(Core& core, const Layout& layout);

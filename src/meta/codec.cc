@@ -214,7 +214,10 @@ Result<DirStat> decode_dir_stat(std::string_view bytes) {
 }
 
 std::string encode_session(const SessionValue& s) {
-  return Writer().u64(s.client_id).i64(s.opened_ns).take();
+  Writer w;
+  w.u64(s.client_id).i64(s.opened_ns);
+  if (s.cut_gen != 0) w.u64(s.cut_gen).u64(s.acked_gen).u64(s.cut_length);  // a session never cut: as before
+  return w.take();
 }
 
 Result<SessionValue> decode_session(std::string_view bytes) {
@@ -222,6 +225,12 @@ Result<SessionValue> decode_session(std::string_view bytes) {
   SessionValue s;
   s.client_id = r.u64();
   s.opened_ns = r.i64();
+  if (!r.at_end()) {
+    s.cut_gen = r.u64();
+    s.acked_gen = r.u64();
+    s.cut_length = r.u64();
+    if (s.cut_gen == 0 || s.acked_gen > s.cut_gen) r.fail();
+  }
   WEFT_RETURN_IF_ERROR(r.finish());
   return s;
 }
@@ -241,6 +250,7 @@ std::string encode_request(const RequestRecord& rec) {
   w.u64(rec.reply.session_id).u8(rec.reply.has_inode ? 1 : 0);
   if (rec.reply.has_inode) write_inode_fields(w, rec.reply.inode);
   w.u8(rec.op);
+  if (rec.reply.cut.gen != 0) w.u64(rec.reply.cut.gen).u64(rec.reply.cut.length);  // records before cuts: none
   return w.take();
 }
 
@@ -256,6 +266,11 @@ Result<RequestRecord> decode_request(std::string_view bytes) {
   rec.reply.has_inode = has_inode == 1;
   if (rec.reply.has_inode) rec.reply.inode = read_inode_fields(r);
   if (!r.at_end()) rec.op = r.u8();
+  if (!r.at_end()) {
+    rec.reply.cut.gen = r.u64();
+    rec.reply.cut.length = r.u64();
+    if (rec.reply.cut.gen == 0) r.fail();
+  }
   WEFT_RETURN_IF_ERROR(r.finish());
   return rec;
 }

@@ -65,6 +65,14 @@ TEST(Codec, OtherValuesRoundTrip) {
   EXPECT_EQ(*decode_dir_stat(encode_dir_stat(s)), s);
   SessionValue sv{7, 8};
   EXPECT_EQ(*decode_session(encode_session(sv)), sv);
+  EXPECT_EQ(encode_session(sv).size(), 17u) << "a session never cut is stored as before cuts existed";
+  SessionValue cut{7, 8, 3, 2, 4096};
+  EXPECT_EQ(*decode_session(encode_session(cut)), cut);
+  EXPECT_TRUE(cut.cut_pending());
+  std::string bad = encode_session(SessionValue{7, 8, 1, 0, 10});
+  bad[25] = 2;  // acked_gen 2 > cut_gen 1 (after the format byte)
+  EXPECT_FALSE(decode_session(bad).has_value());
+  EXPECT_FALSE(decode_session(encode_session(cut).substr(0, 20)).has_value()) << "a cut record cut short";
   EXPECT_EQ(*decode_i64(encode_i64(-12345)), -12345);
   RequestRecord rec;
   rec.code = Code::kExists;
@@ -80,6 +88,12 @@ TEST(Codec, OtherValuesRoundTrip) {
   EXPECT_TRUE(r->reply.has_inode);
   EXPECT_EQ(r->reply.inode, sample_inode());
   EXPECT_EQ(r->reply.session_id, 77u);
+  EXPECT_EQ(r->reply.cut, SessionCut{});
+  rec.reply.cut = SessionCut{5, 1000};  // a capped length report
+  r = decode_request(encode_request(rec));
+  ASSERT_TRUE(r.has_value()) << r.error();
+  EXPECT_EQ(r->reply.cut, (SessionCut{5, 1000}));
+  EXPECT_EQ(r->op, 4);
 }
 
 TEST(Codec, RequestRecordsKeepABoundedMessage) {

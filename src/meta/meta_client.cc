@@ -34,6 +34,12 @@ Result<Inode> inode_of(Result<Rep> r) {
   return from_proto(r->inode());
 }
 
+Result<LengthReply> length_reply_of(Result<Rep> r) {
+  if (!r) return std::unexpected(std::move(r).error());
+  WEFT_TRY(Inode inode, from_proto(r->inode()));
+  return LengthReply{std::move(inode), SessionCut{r->cut_gen(), r->cut_length()}};
+}
+
 Result<void> void_of(Result<Rep> r) {
   if (!r) return std::unexpected(std::move(r).error());
   return {};
@@ -415,18 +421,22 @@ Result<void> MetaClient::close(const Cred& cred, Ino ino, uint64_t session_id) {
   return void_of(mutate(method::kClose, cred, std::move(q)));
 }
 
-Result<Inode> MetaClient::report_length(const Cred& cred, Ino ino, uint64_t session_id, uint64_t length) {
+Result<LengthReply> MetaClient::report_length(const Cred& cred, Ino ino, uint64_t session_id, uint64_t length,
+                                              uint64_t ack_cut) {
   Req q = of_ino(ino);
   q.set_session_id(session_id);
   q.set_length(length);
-  return inode_of(mutate(method::kReportLength, cred, std::move(q)));
+  q.set_ack_cut(ack_cut);
+  return length_reply_of(mutate(method::kReportLength, cred, std::move(q)));
 }
 
-Result<Inode> MetaClient::close_with_length(const Cred& cred, Ino ino, uint64_t session_id, uint64_t length) {
+Result<LengthReply> MetaClient::close_with_length(const Cred& cred, Ino ino, uint64_t session_id, uint64_t length,
+                                                  uint64_t ack_cut) {
   Req q = of_ino(ino);
   q.set_session_id(session_id);
   q.set_length(length);
-  return inode_of(mutate(method::kCloseWithLength, cred, std::move(q)));
+  q.set_ack_cut(ack_cut);
+  return length_reply_of(mutate(method::kCloseWithLength, cred, std::move(q)));
 }
 
 }  // namespace weft::meta

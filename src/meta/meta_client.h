@@ -114,9 +114,14 @@ class MetaClient {
   // unopened (is_symlink(): follow it, then open the target).
   Result<Inode> open_read_at(const Cred& cred, Ino parent, std::string_view name);
   Result<void> close(const Cred& cred, Ino ino, uint64_t session_id);
-  Result<Inode> report_length(const Cred& cred, Ino ino, uint64_t session_id, uint64_t length);
-  // Both in one call (kUnknownMethod from a meta that predates it).
-  Result<Inode> close_with_length(const Cred& cred, Ino ino, uint64_t session_id, uint64_t length);
+  // The cut a report was capped for (MetaStore::report_length): a writer
+  // answers it with `ack_cut`.
+  Result<LengthReply> report_length(const Cred& cred, Ino ino, uint64_t session_id, uint64_t length,
+                                    uint64_t ack_cut = 0);
+  // Both in one call (kUnknownMethod from a meta that predates it); a
+  // capped report leaves the session open.
+  Result<LengthReply> close_with_length(const Cred& cred, Ino ino, uint64_t session_id, uint64_t length,
+                                        uint64_t ack_cut = 0);
 
   // The coroutine form: sends `req` (cred set by the caller) with retries and
   // failover; a mutation gets a fresh request id first.

@@ -264,11 +264,21 @@ class MetaStore {
   // drops the file's setuid (and group-executable setgid), as a write does.
   // `session_id` must be an open write session of `ino` (kBadHandle otherwise);
   // a length beyond kFileBytesMax: kFileTooBig.
-  Result<Inode> report_length(const Context& ctx, Ino ino, uint64_t session_id, uint64_t length);
+  // When another client truncated the file since the session last answered
+  // for it (types.h SessionCut) and `length` is past the truncate's length,
+  // the report counts only up to that length and the reply names the cut:
+  // the writer reports again, with `ack_cut` = the cut's gen, the end of
+  // what storage still holds of its writes. A report acknowledging the
+  // newest cut is taken whole (and clears it).
+  Result<LengthReply> report_length(const Context& ctx, Ino ino, uint64_t session_id, uint64_t length,
+                                    uint64_t ack_cut = 0);
   // report_length and close in one commit (a writer's last report): one
   // round trip and one commit instead of two. Its errors are report_length's
   // and close's; on any of them nothing changed (the session stays open).
-  Result<Inode> close_with_length(const Context& ctx, Ino ino, uint64_t session_id, uint64_t length);
+  // A report capped for a cut leaves the session open too (the writer
+  // answers the cut and closes again).
+  Result<LengthReply> close_with_length(const Context& ctx, Ino ino, uint64_t session_id, uint64_t length,
+                                        uint64_t ack_cut = 0);
   // Closes every write session a client opened (the server calls this when
   // the client's lease expires); unlinked files it kept alive go to GC.
   // Returns how many sessions were closed.
@@ -366,6 +376,14 @@ class MetaStore {
   Result<void> end_session(Txn& txn, const Context& ctx, Inode& n, uint64_t session_id);
   // A writer's length report applied to `n` (not written).
   Result<void> apply_length(const Context& ctx, Inode& n, uint64_t length) const;
+  // report_length's body on `n` (locked) through session `session_id`: the
+  // cut the report was capped for (gen 0: taken whole). Writes the inode
+  // and, when the report acknowledged a cut, the session.
+  Result<SessionCut> take_report(Txn& txn, const Context& ctx, Inode& n, uint64_t session_id, uint64_t length,
+                                 uint64_t ack_cut);
+  // A truncate of `n` to `length`: every write session of other clients
+  // records it (types.h SessionCut).
+  Result<void> mark_sessions_cut(Txn& txn, const Context& ctx, Ino ino, uint64_t length);
   Result<Reply> do_create(Txn& txn, const Context& ctx, Ino parent, std::string_view name, uint32_t mode,
                           bool exclusive, OpenFlags open);
   Result<void> do_rename(Txn& txn, const Context& ctx, Ino sp, std::string_view sn, Ino dp,

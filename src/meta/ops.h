@@ -60,6 +60,11 @@ inline Result<Inode> to_inode(Result<Reply> r) {
   return std::move(r->inode);
 }
 
+inline Result<LengthReply> to_length_reply(Result<Reply> r) {
+  if (!r) return std::unexpected(std::move(r).error());
+  return LengthReply{std::move(r->inode), r->cut};
+}
+
 // Runs f() (returning a Result) and records count, errors and latency.
 template <class F>
 auto observe(OpMetrics& m, F&& f) {

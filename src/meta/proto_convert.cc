@@ -155,6 +155,8 @@ void to_proto(const Reply& r, pb::MetaReply* out) {
   out->set_inode_present(r.has_inode);
   if (r.has_inode) to_proto(r.inode, out->mutable_inode());
   out->set_session_id(r.session_id);
+  out->set_cut_gen(r.cut.gen);
+  out->set_cut_length(r.cut.length);
 }
 
 Result<Reply> reply_from(const pb::MetaReply& r) {
@@ -164,6 +166,7 @@ Result<Reply> reply_from(const pb::MetaReply& r) {
     WEFT_TRY(out.inode, from_proto(r.inode()));
   }
   out.session_id = r.session_id();
+  out.cut = SessionCut{r.cut_gen(), r.cut_length()};
   return out;
 }
 

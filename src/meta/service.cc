@@ -28,6 +28,12 @@ Rep reply_with(const Reply& r) {
 
 Rep reply_with_inode(const Inode& i) { return reply_with(reply_of(i)); }
 
+Rep reply_with_length(const LengthReply& r) {
+  Reply out = reply_of(r.inode);
+  out.cut = r.cut;
+  return reply_with(out);
+}
+
 // A mutation's reply, or kTimeout if the lost-reply fault point is armed.
 Result<Rep> answer_mutation(Result<Rep> r) {
   if (r && WEFT_FAULT("meta.service.drop_reply")) return error(Code::kTimeout, "injected: reply lost");
@@ -195,10 +201,10 @@ Result<Rep> do_close(MetaStore& s, const Req& q, const Context& ctx) {
   return empty_reply(s.close(ctx, q.ino(), q.session_id()));
 }
 Result<Rep> do_close_with_length(MetaStore& s, const Req& q, const Context& ctx) {
-  return map(s.close_with_length(ctx, q.ino(), q.session_id(), q.length()), reply_with_inode);
+  return map(s.close_with_length(ctx, q.ino(), q.session_id(), q.length(), q.ack_cut()), reply_with_length);
 }
 Result<Rep> do_report_length(MetaStore& s, const Req& q, const Context& ctx) {
-  return map(s.report_length(ctx, q.ino(), q.session_id(), q.length()), reply_with_inode);
+  return map(s.report_length(ctx, q.ino(), q.session_id(), q.length(), q.ack_cut()), reply_with_length);
 }
 
 // Where a method runs. Point reads and cheap mutations run inline on the I/O

@@ -42,7 +42,7 @@ inline constexpr MethodId kRemovexattr{kSvc, 29};  // ino, name
 inline constexpr MethodId kSetLayout{kSvc, 30};  // ino, layout
 inline constexpr MethodId kOpen{kSvc, 31};       // ino, open_read, open_write -> inode?, session_id
 inline constexpr MethodId kClose{kSvc, 32};      // ino, session_id
-inline constexpr MethodId kReportLength{kSvc, 33};  // ino, session_id, length -> inode
+inline constexpr MethodId kReportLength{kSvc, 33};  // ino, session_id, length, ack_cut -> inode, cut_gen, cut_length
 // A read-only open: a permission check that writes nothing, served inline.
 inline constexpr MethodId kOpenRead{kSvc, 34};   // ino, open_read (open_write must be false) -> inode
 // Lookup + read-only open in one round trip (the first-epoch open). A symlink's
@@ -52,6 +52,7 @@ inline constexpr MethodId kOpenReadAt{kSvc, 35};  // ino (parent), name, open_re
 inline constexpr MethodId kMknod{kSvc, 36};      // ino (parent), name, mode, node_type, rdev -> inode
 // report_length and close in one commit (acknowledged once durable): the last
 // report of a writer that closes. A meta without it answers kUnknownMethod.
-inline constexpr MethodId kCloseWithLength{kSvc, 37};  // ino, session_id, length -> inode
+// A report capped for a truncate (cut_gen != 0) leaves the session open.
+inline constexpr MethodId kCloseWithLength{kSvc, 37};  // ino, session_id, length, ack_cut -> inode, cut_gen, cut_length
 
 }  // namespace weft::meta::method

@@ -247,10 +247,10 @@ TEST_F(ServiceTest, SessionsAndLengths) {
   ASSERT_NE(f->session_id, 0u);
   auto grown = c().report_length(kRoot, f->inode.ino, f->session_id, 4096);
   ASSERT_TRUE(grown.has_value()) << grown.error();
-  EXPECT_EQ(grown->size, 4096u);
+  EXPECT_EQ(grown->inode.size, 4096u);
   auto shrink = c().report_length(kRoot, f->inode.ino, f->session_id, 10);
   ASSERT_TRUE(shrink.has_value());
-  EXPECT_EQ(shrink->size, 4096u);
+  EXPECT_EQ(shrink->inode.size, 4096u);
   ASSERT_CODE(c().report_length(kRoot, f->inode.ino, f->session_id + 1000, 1), Code::kBadHandle);
   ASSERT_TRUE(c().close(kRoot, f->inode.ino, f->session_id).has_value());
 
@@ -266,7 +266,7 @@ TEST_F(ServiceTest, SessionsAndLengths) {
   ASSERT_TRUE(last.has_value());
   auto closed = c().close_with_length(kRoot, f->inode.ino, last->session_id, 1 << 20);
   ASSERT_TRUE(closed.has_value()) << closed.error();
-  EXPECT_EQ(closed->size, 1u << 20);
+  EXPECT_EQ(closed->inode.size, 1u << 20);
   EXPECT_EQ(c().getattr(kRoot, f->inode.ino)->size, 1u << 20);
   ASSERT_CODE(c().close(kRoot, f->inode.ino, last->session_id), Code::kBadHandle);
 }
@@ -304,7 +304,7 @@ TEST_F(ServiceTest, OnlyItsOwnerUsesASession) {
   ASSERT_CODE(other->report_length(kAlice, f->inode.ino, f->session_id, 1), Code::kBadHandle);
   auto grown = c().report_length(kAlice, f->inode.ino, f->session_id, 4096);
   ASSERT_TRUE(grown.has_value()) << grown.error();
-  EXPECT_EQ(grown->size, 4096u);
+  EXPECT_EQ(grown->inode.size, 4096u);
   ASSERT_TRUE(c().close(kAlice, f->inode.ino, f->session_id).has_value());
 }
 

@@ -66,9 +66,9 @@ TEST_F(SessionTest, LengthOnlyGrowsTruncateSetsExactly) {
   ASSERT_OK(c);
   Ino f = c->inode.ino;
   uint64_t sid = c->session_id;
-  EXPECT_EQ(s().report_length(root(), f, sid, 4096)->size, 4096u);
-  EXPECT_EQ(s().report_length(root(), f, sid, 100)->size, 4096u);
-  EXPECT_EQ(s().report_length(root(), f, sid, 1 << 20)->size, 1u << 20);
+  EXPECT_EQ(s().report_length(root(), f, sid, 4096)->inode.size, 4096u);
+  EXPECT_EQ(s().report_length(root(), f, sid, 100)->inode.size, 4096u);
+  EXPECT_EQ(s().report_length(root(), f, sid, 1 << 20)->inode.size, 1u << 20);
   EXPECT_CODE(s().report_length(root(), f, sid + 1000, 1), Code::kBadHandle);
   EXPECT_EQ(s().setattr(root(), f, SetAttr{.size = 10})->size, 10u);
   EXPECT_EQ(s().getattr(root(), f)->size, 10u);
@@ -90,7 +90,7 @@ TEST_F(SessionTest, FileLengthIsBounded) {
   }
   EXPECT_EQ(s().getattr(root(), f)->size, 0u);
   EXPECT_EQ(Status(Code::kFileTooBig, "").posix_errno(), EFBIG);
-  EXPECT_EQ(s().report_length(root(), f, sid, kFileBytesMax)->size, kFileBytesMax);
+  EXPECT_EQ(s().report_length(root(), f, sid, kFileBytesMax)->inode.size, kFileBytesMax);
   EXPECT_EQ(s().setattr(root(), f, SetAttr{.size = kFileBytesMax})->size, kFileBytesMax);
   ASSERT_OK(s().close(root(), f, sid));
   ASSERT_OK(s().unlink(root(), kRootIno, "f"));
@@ -160,15 +160,15 @@ TEST_F(SessionTest, CloseWithLengthReportsAndClosesInOneCommit) {
 
   auto closed = s().close_with_length(mine, f, sid, 4096);
   ASSERT_OK(closed);
-  EXPECT_EQ(closed->size, 8192u) << "a length only grows";
-  EXPECT_EQ(closed->mode & 07777, 0777u) << "a writer's report drops setuid and setgid";
+  EXPECT_EQ(closed->inode.size, 8192u) << "a length only grows";
+  EXPECT_EQ(closed->inode.mode & 07777, 0777u) << "a writer's report drops setuid and setgid";
   EXPECT_EQ(count_prefix(s().db(), key::session_prefix(f)), 0u);
   EXPECT_CODE(s().close_with_length(mine, f, sid, 1), Code::kBadHandle);
   EXPECT_CODE(s().close(mine, f, sid), Code::kBadHandle);
 
   auto again = s().open(mine, f, {.read = false, .write = true});
   ASSERT_OK(again);
-  EXPECT_EQ(s().close_with_length(mine, f, again->session_id, 1 << 20)->size, 1u << 20);
+  EXPECT_EQ(s().close_with_length(mine, f, again->session_id, 1 << 20)->inode.size, 1u << 20);
   EXPECT_EQ(s().getattr(root(), f)->size, 1u << 20);
 }
 
@@ -189,7 +189,7 @@ TEST_F(SessionTest, CloseWithLengthOfAnUnlinkedFileQueuesItWithItsLength) {
   // A retry of it (its reply lost) is answered as before.
   auto retried = s().close_with_length(with_req(root(), 5, 2), w->inode.ino, w->session_id, 3 << 20);
   ASSERT_OK(retried);
-  EXPECT_EQ(retried->size, 3u << 20);
+  EXPECT_EQ(retried->inode.size, 3u << 20);
   EXPECT_EQ(s().gc_pending(10)->size(), 1u);
 }
 
@@ -215,17 +215,80 @@ TEST_F(SessionTest, OnlyItsOwnerUsesASession) {
   EXPECT_CODE(s().report_length(theirs, f, sid, 4096), Code::kBadHandle);
   EXPECT_CODE(s().close(theirs, f, sid), Code::kBadHandle);
   EXPECT_CODE(s().close(with_req(user(1000, 100), 12, 1), f, sid), Code::kBadHandle);
-  EXPECT_EQ(s().report_length(mine, f, sid, 4096)->size, 4096u);
+  EXPECT_EQ(s().report_length(mine, f, sid, 4096)->inode.size, 4096u);
   ASSERT_OK(s().unlink(root(), kRootIno, "f"));
   EXPECT_CODE(s().close(theirs, f, sid), Code::kBadHandle);
   ASSERT_OK(s().getattr(root(), f));  // still there for its writer
-  EXPECT_EQ(s().report_length(mine, f, sid, 8192)->size, 8192u);
+  EXPECT_EQ(s().report_length(mine, f, sid, 8192)->inode.size, 8192u);
   ASSERT_OK(s().close(with_req(user(1000, 100), 11, 1), f, sid));  // a request id names the client too
   ASSERT_EQ(s().gc_pending(10)->size(), 1u);
   Ino g = create("g", kRootIno, 0666);
   auto w2 = s().open(mine, g, {.read = false, .write = true});
   ASSERT_OK(w2);
   ASSERT_OK(s().close(root(), g, w2->session_id));  // root (the reaper) may
+}
+
+// A truncate by another client removes the chunks past its length, also
+// those a writer wrote before it and has not reported: that writer's report
+// past the cut counts only up to it and names the cut, until the writer
+// reports again acknowledging it (after looking at what storage holds). The
+// truncating client's own sessions are not marked (it orders its reports
+// after its truncates itself).
+TEST_F(SessionTest, AReportPastAnotherClientsTruncateIsCappedUntilTheWriterAnswersIt) {
+  Context writer_ctx = on_connection(root(), 11), cutter = on_connection(root(), 12);
+  Ino f = create("f", kRootIno, 0666);
+  auto w = s().open(writer_ctx, f, {.read = false, .write = true});
+  ASSERT_OK(w);
+  const uint64_t sid = w->session_id;
+  auto own = s().open(cutter, f, {.read = false, .write = true});
+  ASSERT_OK(own);
+  ASSERT_OK(s().report_length(writer_ctx, f, sid, 8192));
+  SetAttr cut;
+  cut.size = 100;
+  ASSERT_OK(s().setattr(cutter, f, cut));
+
+  auto capped = s().report_length(writer_ctx, f, sid, 1 << 20);
+  ASSERT_OK(capped);
+  EXPECT_EQ(capped->inode.size, 100u) << "the report brought the cut range back";
+  EXPECT_EQ(capped->cut, (SessionCut{1, 100}));
+  auto below = s().report_length(writer_ctx, f, sid, 50);  // not past the cut: taken, the cut stays
+  ASSERT_OK(below);
+  EXPECT_EQ(below->cut, SessionCut{});
+  EXPECT_EQ(s().report_length(writer_ctx, f, sid, 1 << 20)->cut, (SessionCut{1, 100}));
+  EXPECT_EQ(s().report_length(cutter, f, own->session_id, 300)->cut, SessionCut{}) << "the cutter's own session";
+
+  // A second truncate before the writer answered: the shorter length, a new
+  // generation; an answer to the first is not an answer to it.
+  cut.size = 40;
+  ASSERT_OK(s().setattr(cutter, f, cut));
+  cut.size = 70;
+  ASSERT_OK(s().setattr(cutter, f, cut));
+  EXPECT_EQ(s().report_length(writer_ctx, f, sid, 4096, /*ack_cut=*/1)->cut, (SessionCut{3, 40}));
+  EXPECT_EQ(s().getattr(root(), f)->size, 70u);
+  auto answered = s().report_length(writer_ctx, f, sid, 4096, /*ack_cut=*/3);
+  ASSERT_OK(answered);
+  EXPECT_EQ(answered->cut, SessionCut{});
+  EXPECT_EQ(answered->inode.size, 4096u);
+  EXPECT_EQ(s().report_length(writer_ctx, f, sid, 8192)->inode.size, 8192u) << "answered: no cap any more";
+
+  // A retried capped report (its reply lost) is answered as before.
+  cut.size = 10;
+  ASSERT_OK(s().setattr(cutter, f, cut));
+  Context once = with_req(root(), 11, 1);
+  EXPECT_EQ(s().report_length(once, f, sid, 1 << 20)->cut, (SessionCut{4, 10}));
+  EXPECT_EQ(s().report_length(once, f, sid, 1 << 20)->cut, (SessionCut{4, 10}));
+
+  // close_with_length capped keeps the session open for the answer.
+  auto closing = s().close_with_length(writer_ctx, f, sid, 1 << 20);
+  ASSERT_OK(closing);
+  EXPECT_EQ(closing->cut, (SessionCut{4, 10}));
+  EXPECT_EQ(count_prefix(s().db(), key::session_prefix(f)), 2u) << "the capped close ended the session";
+  auto closed = s().close_with_length(writer_ctx, f, sid, 20, /*ack_cut=*/4);
+  ASSERT_OK(closed);
+  EXPECT_EQ(closed->cut, SessionCut{});
+  EXPECT_EQ(closed->inode.size, 20u);
+  EXPECT_EQ(count_prefix(s().db(), key::session_prefix(f)), 1u);
+  ASSERT_OK(s().close(cutter, f, own->session_id));
 }
 
 // A truncate through the caller's own write session needs no write

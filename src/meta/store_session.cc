@@ -87,29 +87,78 @@ Result<void> MetaStore::close_session(const Context& ctx, Ino ino, uint64_t sess
   }));
 }
 
-Result<Inode> MetaStore::report_length(const Context& ctx, Ino ino, uint64_t session_id, uint64_t length) {
-  return to_inode(mutate(Op::kReportLength, ctx, [&](Txn& txn) -> Result<Reply> {
+Result<SessionCut> MetaStore::take_report(Txn& txn, const Context& ctx, Inode& n, uint64_t session_id,
+                                          uint64_t length, uint64_t ack_cut) {
+  const Ino ino = n.ino;
+  WEFT_TRY(auto raw, txn.get_raw(key::session(ino, session_id)));  // stable: `n` is locked, as by every truncate
+  if (!raw) return error(Code::kBadHandle, "no session {} on inode {}", session_id, ino);
+  WEFT_RETURN_IF_ERROR(check_session_caller(ctx, *raw, ino, session_id));
+  WEFT_TRY(SessionValue s, decode_session(*raw));
+  SessionCut capped;
+  if (s.cut_pending()) {
+    if (ack_cut == s.cut_gen) {
+      s.acked_gen = s.cut_gen;  // the writer looked at storage after the newest cut
+      WEFT_RETURN_IF_ERROR(txn.put(key::session(ino, session_id), encode_session(s)));
+    } else if (length > s.cut_length) {
+      // Not past the cut: the bytes past it that this writer wrote before
+      // the truncate are gone, and those written after are for it to find.
+      capped = SessionCut{s.cut_gen, s.cut_length};
+      length = s.cut_length;
+    }
+  }
+  WEFT_RETURN_IF_ERROR(apply_length(ctx, n, length));
+  WEFT_RETURN_IF_ERROR(txn.put_inode(n));
+  return capped;
+}
+
+Result<void> MetaStore::mark_sessions_cut(Txn& txn, const Context& ctx, Ino ino, uint64_t length) {
+  const std::string prefix = key::session_prefix(ino);
+  std::string start = prefix;
+  for (;;) {
+    WEFT_TRY(auto keys, txn.scan_keys(prefix, 256, start));
+    for (const auto& [k, size] : keys) {
+      WEFT_TRY(auto raw, txn.lock_raw(k, true));
+      if (!raw) continue;  // closed meanwhile
+      auto decoded = decode_session(*raw);
+      if (!decoded) continue;  // damaged: no report goes through it anyway (take_report)
+      SessionValue s = *decoded;
+      // The truncating client orders its own reports after its truncates
+      // (client/core.h OpenInode::reports): its sessions need no mark.
+      if (s.client_id == ctx.caller_id() && ctx.caller_id() != 0) continue;
+      s.cut_length = s.cut_pending() ? std::min(s.cut_length, length) : length;
+      ++s.cut_gen;
+      WEFT_RETURN_IF_ERROR(txn.put(k, encode_session(s)));
+    }
+    if (keys.size() < 256) return {};
+    start = keys.back().first + '\0';
+  }
+}
+
+Result<LengthReply> MetaStore::report_length(const Context& ctx, Ino ino, uint64_t session_id, uint64_t length,
+                                             uint64_t ack_cut) {
+  return to_length_reply(mutate(Op::kReportLength, ctx, [&](Txn& txn) -> Result<Reply> {
     WEFT_TRY(Inode n, txn.lock_existing(ino, true));
-    WEFT_TRY(auto s, txn.get_raw(key::session(ino, session_id)));
-    if (!s) return error(Code::kBadHandle, "no session {} on inode {}", session_id, ino);
-    WEFT_RETURN_IF_ERROR(check_session_caller(ctx, *s, ino, session_id));
-    WEFT_RETURN_IF_ERROR(apply_length(ctx, n, length));
-    WEFT_RETURN_IF_ERROR(txn.put_inode(n));
-    return reply_of(std::move(n));
+    WEFT_TRY(SessionCut cut, take_report(txn, ctx, n, session_id, length, ack_cut));
+    Reply r = reply_of(std::move(n));
+    r.cut = cut;
+    return r;
   }));
 }
 
-Result<Inode> MetaStore::close_with_length(const Context& ctx, Ino ino, uint64_t session_id, uint64_t length) {
-  return to_inode(mutate(Op::kCloseWithLength, ctx, [&](Txn& txn) -> Result<Reply> {
+Result<LengthReply> MetaStore::close_with_length(const Context& ctx, Ino ino, uint64_t session_id, uint64_t length,
+                                                 uint64_t ack_cut) {
+  return to_length_reply(mutate(Op::kCloseWithLength, ctx, [&](Txn& txn) -> Result<Reply> {
     WEFT_TRY(auto n, txn.lock_inode(ino, true));
     if (!n) return error(Code::kBadHandle, "no inode {} for session {}", ino, session_id);
     // The length first: a file whose last link and writer go with this
     // close is queued for GC with it (every chunk it reaches). end_session
     // checks the session and its caller; a refusal rolls all of it back.
-    WEFT_RETURN_IF_ERROR(apply_length(ctx, *n, length));
-    WEFT_RETURN_IF_ERROR(txn.put_inode(*n));
-    WEFT_RETURN_IF_ERROR(end_session(txn, ctx, *n, session_id));
-    return reply_of(std::move(*n));
+    WEFT_TRY(SessionCut cut, take_report(txn, ctx, *n, session_id, length, ack_cut));
+    // Capped: the session stays for the writer's answer.
+    if (cut.gen == 0) WEFT_RETURN_IF_ERROR(end_session(txn, ctx, *n, session_id));
+    Reply r = reply_of(std::move(*n));
+    r.cut = cut;
+    return r;
   }));
 }
 

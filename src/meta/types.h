@@ -166,14 +166,37 @@ struct ParentCheck {
   std::string name;
 };
 
+// Truncates by other clients that a write session has not answered for
+// (gen 0: none). A truncate removes every chunk past its new length, also
+// chunks a writer wrote before it and has not reported yet: a report past
+// `length` is taken only up to it, and the writer looks at what storage still
+// holds past `length` and reports that end with the generation acknowledged
+// (MetaStore::report_length). Without it the report would raise the length
+// over the removed bytes: zeros that neither order of the write and the
+// truncate gives.
+struct SessionCut {
+  uint64_t gen = 0;     // the newest truncate not acknowledged (per session, from 1)
+  uint64_t length = 0;  // the shortest length of the truncates not acknowledged
+  bool operator==(const SessionCut&) const = default;
+};
+
 // Replies of mutations, also what the retry table stores.
 struct Reply {
   bool has_inode = false;
   Inode inode;
   uint64_t session_id = 0;
+  SessionCut cut;  // report_length, close_with_length: the report was capped
 };
 
-inline Reply reply_of(Inode inode, uint64_t session_id = 0) { return Reply{true, std::move(inode), session_id}; }
+inline Reply reply_of(Inode inode, uint64_t session_id = 0) { return Reply{true, std::move(inode), session_id, {}}; }
+
+// A length report's answer: the inode after it and, when cut.gen != 0, the
+// truncate the report was capped for (close_with_length then left the
+// session open).
+struct LengthReply {
+  Inode inode;
+  SessionCut cut;
+};
 
 struct DirEntry {
   std::string name;

@@ -353,6 +353,86 @@ TEST_F(ClientTest, ATruncateRacingAWriterLeavesNoBytesPastTheEnd) {
   }
 }
 
+// Another client's writes that reached storage before this client's
+// truncate, their length report still on its way: the truncate removed them,
+// so the report must not raise the length over the range as zeros (neither
+// order of the write and the truncate gives that). The report (a flush's, or
+// close's) finds the cut and reports what storage still holds: nothing.
+TEST_F(ClientTest, AReportOfWritesAnotherClientsTruncateRemovedBringsNoZerosBack) {
+  const std::string d = dir();
+  for (const bool by_close : {false, true}) {
+    const std::string path = d + (by_close ? "/cut-before-close" : "/cut-before-fsync");
+    const auto old = pattern(1 << 20, 70);
+    ASSERT_TRUE(write_new(path, old));
+    auto other = connect_another();
+    ASSERT_TRUE(other.has_value()) << other.error();
+    auto w = (*other)->open_path((*other)->default_cred(), path, O_WRONLY, 0644);
+    ASSERT_TRUE(w.has_value()) << w.error();
+    ASSERT_TRUE((*w)->pwrite(pattern(2 << 20, 71), 1 << 20).has_value());
+    std::optional<fault::Scope> hold(std::in_place, "client.report_length.hold");
+    std::thread writer([&] {
+      auto r = by_close ? (*w)->close() : (*w)->fsync();
+      EXPECT_TRUE(r.has_value()) << r.error();
+    });
+    while (hold->triggered() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    // The writer's chunks are on storage, its report held: the cut removes them.
+    auto f = open(path, O_RDWR);
+    ASSERT_TRUE(f);
+    ASSERT_TRUE(f->truncate(512 << 10).has_value());
+    hold.reset();
+    writer.join();
+    if (!by_close) {
+      ASSERT_TRUE((*w)->close().has_value());
+    }
+    auto n = client_->getattr(client_->default_cred(), f->ino());
+    ASSERT_TRUE(n.has_value()) << n.error();
+    EXPECT_EQ(n->size, 512u << 10) << "the writer's report brought the removed range back as zeros";
+    std::vector<std::byte> back(4 << 20);
+    ASSERT_TRUE(f->refresh_size().has_value());
+    auto got = f->pread(back, 0);
+    ASSERT_TRUE(got.has_value()) << got.error();
+    ASSERT_EQ(*got, 512u << 10);
+    EXPECT_EQ(0, std::memcmp(back.data(), old.data(), *got));
+    ASSERT_TRUE(f->close().has_value());
+  }
+}
+
+// A writer whose session saw another client's truncate, writing after it:
+// its report past the cut is capped, it finds its bytes on storage and
+// reports their end; the bytes and the length stand.
+TEST_F(ClientTest, WritesAfterAnotherClientsTruncateStandWithTheirLength) {
+  const std::string path = dir() + "/written-after-cut";
+  ASSERT_TRUE(write_new(path, pattern(1 << 20, 72)));
+  auto other = connect_another();
+  ASSERT_TRUE(other.has_value()) << other.error();
+  auto w = (*other)->open_path((*other)->default_cred(), path, O_WRONLY, 0644);
+  ASSERT_TRUE(w.has_value()) << w.error();
+  auto f = open(path, O_RDWR);
+  ASSERT_TRUE(f);
+  ASSERT_TRUE(f->truncate(512 << 10).has_value());  // marks the writer's session
+  const auto line = pattern(4096, 73);
+  const uint64_t at = (2 << 20) + 100;
+  ASSERT_TRUE((*w)->pwrite(line, at).has_value());
+  ASSERT_TRUE((*w)->fsync().has_value());
+  auto n = client_->getattr(client_->default_cred(), f->ino());
+  ASSERT_TRUE(n.has_value()) << n.error();
+  EXPECT_EQ(n->size, at + line.size()) << "a write after the truncate lost its length";
+  EXPECT_EQ((*w)->size(), at + line.size());
+  ASSERT_TRUE(f->refresh_size().has_value());
+  std::vector<std::byte> back(line.size());
+  ASSERT_EQ(f->pread(back, at).value_or(0), line.size());
+  EXPECT_EQ(back, line);
+  EXPECT_TRUE(zeros_at(*f, 512 << 10, at - (512 << 10)));
+
+  // Answered: the next writes report whole, through close.
+  ASSERT_TRUE((*w)->pwrite(line, 3 << 20).has_value());
+  ASSERT_TRUE((*w)->close().has_value());
+  n = client_->getattr(client_->default_cred(), f->ino());
+  ASSERT_TRUE(n.has_value()) << n.error();
+  EXPECT_EQ(n->size, (3u << 20) + line.size());
+  ASSERT_TRUE(f->close().has_value());
+}
+
 // A length report on its way to meta while another thread of this client
 // truncates the file: it reports writes made before the cut, and meta keeps
 // the max of reports, so landing after the cut it would bring their end
