@@ -253,16 +253,14 @@ pb::BatchReadRequest ChunkIo::read_request(mgmt::ChainVersion cv, ChunkAddress c
 // Checks one replica's answer and its CRC32C over the bytes in dst.
 Result<uint32_t> ChunkIo::read_reply(const Result<pb::BatchReadReply>& reply, const rpc::RawResponse& raw,
                                      const rpc::Endpoint& ep, mgmt::TargetId target, ChunkAddress c,
-                                     std::span<std::byte> dst, uint32_t* chunk_length) {
+                                     std::span<std::byte> dst) {
   if (!reply) return error(reply.error());
   if (reply->results_size() != 1)
     return error(Code::kProtocol, "batch read from {}: {} results for 1 range", ep.to_string(), reply->results_size());
   const pb::RangeResult& rr = reply->results(0);
   Code code = code_from_wire(rr.code());
-  if (chunk_length) *chunk_length = 0;
   if (code == Code::kNotFound) return 0u;  // no such chunk: a hole
   if (code != Code::kOk) return error(code, "target {} at {}: {}", target, ep.to_string(), rr.message());
-  if (chunk_length) *chunk_length = rr.chunk_length();
   if (rr.length() > dst.size() || rr.length() != raw.payload_len)
     return error(Code::kProtocol, "batch read from {}: {} bytes for a range of {}", ep.to_string(), rr.length(),
                  dst.size());
@@ -275,7 +273,7 @@ Result<uint32_t> ChunkIo::read_reply(const Result<pb::BatchReadReply>& reply, co
 
 Task<Result<uint32_t>> ChunkIo::read_from(const mgmt::RoutingInfo& routing, mgmt::ChainVersion cv,
                                           mgmt::TargetId target, ChunkAddress c, uint32_t offset,
-                                          std::span<std::byte> dst, uint32_t* chunk_length) {
+                                          std::span<std::byte> dst) {
   WEFT_CO_TRY(rpc::Endpoint ep, endpoint_of(routing, target));
   pb::BatchReadRequest req = read_request(cv, c, offset, dst.size());
   rpc::CallOptions o;
@@ -283,7 +281,7 @@ Task<Result<uint32_t>> ChunkIo::read_from(const mgmt::RoutingInfo& routing, mgmt
   o.response_payload = dst;
   rpc::RawResponse raw;
   auto reply = co_await rpc_.call<pb::BatchReadReply>(ep, methods::kBatchRead, req, std::move(o), &raw);
-  co_return read_reply(reply, raw, ep, target, c, dst, chunk_length);
+  co_return read_reply(reply, raw, ep, target, c, dst);
 }
 
 Result<uint32_t> ChunkIo::read_from_blocking(const mgmt::RoutingInfo& routing, const pb::BatchReadRequest& req,
@@ -291,7 +289,7 @@ Result<uint32_t> ChunkIo::read_from_blocking(const mgmt::RoutingInfo& routing, c
   WEFT_TRY(rpc::Endpoint ep, endpoint_of(routing, target));
   rpc::RawResponse raw;
   auto reply = rpc_.call_blocking<pb::BatchReadReply>(ep, methods::kBatchRead, req, dst, options_.call_timeout_ms, &raw);
-  return read_reply(reply, raw, ep, target, c, dst, nullptr);
+  return read_reply(reply, raw, ep, target, c, dst);
 }
 
 Result<uint32_t> ChunkIo::read_blocking(ChunkAddress c, uint32_t offset, std::span<std::byte> dst) {
@@ -317,7 +315,7 @@ Result<uint32_t> ChunkIo::read_blocking(ChunkAddress c, uint32_t offset, std::sp
 }
 
 Task<Result<uint32_t>> ChunkIo::read_round(const mgmt::RoutingInfo& routing, ChunkAddress c, uint32_t offset,
-                                           std::span<std::byte> dst, uint32_t* chunk_length) {
+                                           std::span<std::byte> dst) {
   WEFT_CO_TRY(const mgmt::ChainInfo* chain, routing.chain(c.chain));
   WEFT_CO_TRY(mgmt::ChainRoute route, mgmt::route_chain(*chain));
   if (route.readable.empty()) co_return error(Code::kUnavailable, "chain {} has no serving replica", c.chain);
@@ -326,7 +324,7 @@ Task<Result<uint32_t>> ChunkIo::read_round(const mgmt::RoutingInfo& routing, Chu
   Status last;
   for (size_t i = 0; i < n; ++i) {
     mgmt::TargetId target = route.readable[(first + i) % n];
-    auto r = co_await read_from(routing, route.version, target, c, offset, dst, chunk_length);
+    auto r = co_await read_from(routing, route.version, target, c, offset, dst);
     if (r) co_return r;
     last = r.error();
     if (i + 1 < n) {
@@ -345,25 +343,13 @@ Task<Result<uint32_t>> ChunkIo::read_once(ChunkAddress c, uint32_t offset, std::
 }
 
 Task<Result<uint32_t>> ChunkIo::read(ChunkAddress c, uint32_t offset, std::span<std::byte> dst) {
-  return read_retrying(c, offset, dst, nullptr);
-}
-
-Task<Result<uint32_t>> ChunkIo::stored_length(ChunkAddress c) {
-  uint32_t length = 0;
-  auto r = co_await read_retrying(c, 0, {}, &length);
-  if (!r) co_return error(r.error());
-  co_return length;
-}
-
-Task<Result<uint32_t>> ChunkIo::read_retrying(ChunkAddress c, uint32_t offset, std::span<std::byte> dst,
-                                              uint32_t* chunk_length) {
   const auto deadline = SteadyClock::now() + std::chrono::milliseconds(options_.retry_time_ms_max);
   Status last;
   bool timed_out = false;
   Retry retry{.routing = routing_.version()};
   while (true) {
     RoutingPtr routing = routing_.current();
-    auto r = co_await read_round(*routing, c, offset, dst, chunk_length);
+    auto r = co_await read_round(*routing, c, offset, dst);
     if (r) co_return r;
     last = r.error();
     if (!worth_retrying(last.code()) && last.code() != Code::kCorruption) break;
@@ -375,6 +361,76 @@ Task<Result<uint32_t>> ChunkIo::read_retrying(ChunkAddress c, uint32_t offset, s
   }
   co_return error(gave_up(last, timed_out, options_.retry_time_ms_max,
                           fmt::format("read chunk {}:{} on chain {}", c.ino, c.index, c.chain)));
+}
+
+Task<Result<std::optional<uint64_t>>> ChunkIo::data_end_at(rpc::Endpoint ep, mgmt::TargetId target, uint64_t ino,
+                                                           mgmt::ChainId chain, uint32_t chunk_bytes,
+                                                           uint64_t first_index, uint64_t end_index) {
+  std::optional<uint64_t> end;
+  pb::ListChunksRequest req;
+  req.set_target_id(target);
+  req.set_chain_id(chain);
+  req.set_count_max(1024);
+  req.mutable_start()->set_inode(ino);
+  req.mutable_start()->set_index(first_index);
+  req.mutable_end()->set_inode(ino);
+  req.mutable_end()->set_index(end_index);
+  for (;;) {
+    rpc::CallOptions o;
+    o.timeout_ms = options_.call_timeout_ms;
+    auto page = co_await rpc_.call<pb::ListChunksReply>(ep, methods::kListChunks, req, std::move(o));
+    if (!page) co_return error(page.error().with_context(fmt::format("list chunks of {} on target {}", ino, target)));
+    for (const auto& c : page->chunks()) {
+      // In id order; the end bound is the server's to keep (one that
+      // predates it ignores it).
+      if (c.chunk().inode() != ino || c.chunk().index() >= end_index) co_return end;
+      if (c.length() > 0) end = c.chunk().index() * chunk_bytes + c.length();
+    }
+    if (!page->more() || page->chunks().empty()) co_return end;
+    const auto& last = page->chunks(page->chunks_size() - 1).chunk();
+    if (last.index() + 1 >= end_index) co_return end;
+    req.mutable_start()->set_index(last.index() + 1);
+  }
+}
+
+Task<Result<std::optional<uint64_t>>> ChunkIo::data_end(uint64_t ino, mgmt::ChainId chain, uint32_t chunk_bytes,
+                                                        uint64_t first_index, uint64_t end_index) {
+  const auto deadline = SteadyClock::now() + std::chrono::milliseconds(options_.retry_time_ms_max);
+  Status last(Code::kUnavailable, "no attempt made");
+  bool timed_out = false;
+  Retry retry{.routing = routing_.version()};
+  while (true) {
+    RoutingPtr routing = routing_.current();
+    auto route = [&]() -> Result<mgmt::ChainRoute> {
+      WEFT_TRY(const mgmt::ChainInfo* info, routing->chain(chain));
+      return mgmt::route_chain(*info);
+    }();
+    if (!route) {
+      last = route.error();
+    } else if (route->readable.empty()) {
+      last = Status(Code::kUnavailable, fmt::format("chain {} has no serving replica", chain));
+    } else {
+      for (mgmt::TargetId target : route->readable) {
+        auto ep = endpoint_of(*routing, target);
+        if (!ep) {
+          last = ep.error();
+          continue;
+        }
+        auto r = co_await data_end_at(*ep, target, ino, chain, chunk_bytes, first_index, end_index);
+        if (r) co_return r;
+        last = r.error();
+        replica_failovers_.fetch_add(1);
+      }
+    }
+    if (!worth_retrying(last.code())) break;
+    bool again = co_await backoff(retry, deadline);
+    if (!again) {
+      timed_out = true;
+      break;
+    }
+  }
+  co_return error(gave_up(last, timed_out, options_.retry_time_ms_max,
+                          fmt::format("list the chunks of {} on chain {}", ino, chain)));
 }
 
 // A group is one BatchRead: within the server's limits (storage/service_methods.h).

@@ -35,6 +35,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <span>
 #include <vector>
@@ -84,9 +85,13 @@ class ChunkIo {
   // One round of read() over the replicas, no backoff: for read-ahead, a
   // guess that must not hold the reader behind it for read()'s retry time.
   Task<Result<uint32_t>> read_once(ChunkAddress c, uint32_t offset, std::span<std::byte> dst);
-  // The chunk's length on a serving replica (0 for a missing chunk), with
-  // read()'s replica order, fail-over and retries.
-  Task<Result<uint32_t>> stored_length(ChunkAddress c);
+  // The end (index * chunk_bytes + length) of the last non-empty chunk of
+  // `ino` with an index in [first_index, end_index) on `chain`, as a serving
+  // replica lists them (storage ListChunks, page after page: it costs the
+  // chunks there are, not the range); nullopt when there is none. With
+  // read()'s fail-over and retries.
+  Task<Result<std::optional<uint64_t>>> data_end(uint64_t ino, mgmt::ChainId chain, uint32_t chunk_bytes,
+                                                 uint64_t first_index, uint64_t end_index);
   // One round of read() on the calling thread. REQUIRES: not on an I/O thread.
   Result<uint32_t> read_blocking(ChunkAddress c, uint32_t offset, std::span<std::byte> dst);
   Task<Result<void>> write(ChunkAddress c, uint32_t offset, std::span<const std::byte> src);
@@ -128,22 +133,22 @@ class ChunkIo {
                                  uint32_t offset, uint32_t length, std::span<const std::byte> src, uint32_t crc,
                                  uint64_t seq, uint32_t attempt);
   Result<std::pair<rpc::Endpoint, mgmt::ChainVersion>> head_of(mgmt::ChainId chain) const;
-  // read(); `chunk_length` (if given) gets the chunk's full length.
-  Task<Result<uint32_t>> read_retrying(ChunkAddress c, uint32_t offset, std::span<std::byte> dst,
-                                       uint32_t* chunk_length);
+  // data_end() at one replica.
+  Task<Result<std::optional<uint64_t>>> data_end_at(rpc::Endpoint ep, mgmt::TargetId target, uint64_t ino,
+                                                    mgmt::ChainId chain, uint32_t chunk_bytes,
+                                                    uint64_t first_index, uint64_t end_index);
   // One round over the readable replicas; the error of the last replica tried.
   Task<Result<uint32_t>> read_round(const mgmt::RoutingInfo& routing, ChunkAddress c, uint32_t offset,
-                                    std::span<std::byte> dst, uint32_t* chunk_length = nullptr);
+                                    std::span<std::byte> dst);
   static proto::storage::BatchReadRequest read_request(mgmt::ChainVersion cv, ChunkAddress c, uint32_t offset,
                                                        size_t length);
   static Result<uint32_t> read_reply(const Result<proto::storage::BatchReadReply>& reply, const rpc::RawResponse& raw,
                                      const rpc::Endpoint& ep, mgmt::TargetId target, ChunkAddress c,
-                                     std::span<std::byte> dst, uint32_t* chunk_length);
+                                     std::span<std::byte> dst);
   Result<uint32_t> read_from_blocking(const mgmt::RoutingInfo& routing, const proto::storage::BatchReadRequest& req,
                                       mgmt::TargetId target, ChunkAddress c, std::span<std::byte> dst);
   Task<Result<uint32_t>> read_from(const mgmt::RoutingInfo& routing, mgmt::ChainVersion cv, mgmt::TargetId target,
-                                   ChunkAddress c, uint32_t offset, std::span<std::byte> dst,
-                                   uint32_t* chunk_length = nullptr);
+                                   ChunkAddress c, uint32_t offset, std::span<std::byte> dst);
   // Where a retry loop is: attempts since the routing version it last saw.
   struct Retry {
     int attempt = 0;

@@ -339,13 +339,12 @@ Result<void> FileImpl::report_may_reach_meta() const {
   return {};
 }
 
-std::shared_lock<std::shared_mutex> FileImpl::hold_reports(std::unique_lock<std::mutex>& lock,
-                                                           LengthReport& report) {
+FileImpl::ReportHold FileImpl::hold_reports(std::unique_lock<std::mutex>& lock, LengthReport& report) {
   lock.unlock();
-  std::shared_lock reporting(shared_->reports);
+  ReportHold hold{std::shared_lock(shared_->reports), std::unique_lock(reporting_mu_)};
   lock.lock();
   report.length = std::min(report.length, written_end_);  // truncated_to lowered it
-  return reporting;
+  return hold;
 }
 
 void FileImpl::report_on_its_way() {
@@ -354,8 +353,12 @@ void FileImpl::report_on_its_way() {
   while (WEFT_FAULT("client.report_length.hold")) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
-Result<meta::LengthReply> FileImpl::send_report(uint64_t& length, bool close, bool& answered_cut) {
-  answered_cut = false;
+Result<meta::LengthReply> FileImpl::send_report(uint64_t& length, bool close, std::optional<uint64_t> probe_from,
+                                                std::optional<uint64_t>& answered) {
+  answered.reset();
+  if (probe_from && length > *probe_from) {
+    WEFT_TRY(length, stored_end(core_, inode_, *probe_from, length));
+  }
   uint64_t ack = 0;
   for (;;) {
     // Tests: a meta from before close_with_length.
@@ -368,35 +371,54 @@ Result<meta::LengthReply> FileImpl::send_report(uint64_t& length, bool close, bo
     // report what storage still holds of these writes past it, and say so.
     WEFT_TRY(length, stored_end(core_, inode_, r->cut.length, length));
     ack = r->cut.gen;
-    answered_cut = true;
+    answered = answered ? std::min(*answered, r->cut.length) : r->cut.length;
   }
 }
 
-Result<void> FileImpl::report_length(std::unique_lock<std::mutex>& lock, LengthReport report) {
-  auto reporting = hold_reports(lock, report);
+Result<meta::LengthReply> FileImpl::send_and_record(std::unique_lock<std::mutex>& lock, LengthReport& report,
+                                                    bool close) {
+  const std::optional<uint64_t> probe_from =
+      cut_to_probe_ ? std::optional<uint64_t>(cut_to_probe_->from) : std::nullopt;
+  const bool probes = probe_from && report.length > *probe_from;  // send_report lowers report.length
   lock.unlock();
   report_on_its_way();
-  bool answered_cut = false;
-  auto r = send_report(report.length, false, answered_cut);
+  std::optional<uint64_t> answered;
+  auto r = send_report(report.length, close, probe_from, answered);
   lock.lock();
+  if (r) reported_locked(report, r->inode.size, probes, answered);
+  return r;
+}
+
+Result<void> FileImpl::report_length(std::unique_lock<std::mutex>& lock, LengthReport report) {
+  auto hold = hold_reports(lock, report);
+  auto r = send_and_record(lock, report, false);
   if (!r) return error(r.error().with_context(fmt::format("report the length of file {}", inode_.ino)));
-  reported_locked(report, r->inode.size, answered_cut);
   return {};
 }
 
-void FileImpl::reported_locked(const LengthReport& report, uint64_t meta_size, bool answered_cut) {
+void FileImpl::reported_locked(const LengthReport& report, uint64_t meta_size, bool probed,
+                               std::optional<uint64_t> answered) {
   reported_ = std::max(reported_, report.length);
   reported_gen_ = std::max(reported_gen_, report.upto);
-  if (write_gen_ == report.upto) unreported_end_ = 0;  // else later writes keep theirs (and this end: harmless)
+  if (write_gen_ == report.upto) unreported_end_ = 0;  // else later writes keep theirs (and this end)
   size_ = std::max(size_, meta_size);
-  // Another client's truncate removed what these writes put past
-  // report.length (now what storage holds of them). With nothing written
-  // here since, this File's length is meta's.
-  if (answered_cut && write_gen_ == report.upto && dirty_.empty() && in_flight_.empty()) {
-    size_ = meta_size;
-    written_end_ = std::min(written_end_, report.length);
-    reported_ = report.length;
-    prefetched_.clear();
+  if (cut_to_probe_ && report.upto >= cut_to_probe_->upto_gen) cut_to_probe_.reset();  // covered
+  if (!probed && !answered) return;
+  if (write_gen_ == report.upto) {
+    // Nothing written here since: what these writes put past report.length
+    // (what storage holds of them) another client's truncate removed, and
+    // this File's length is meta's.
+    if (dirty_.empty() && in_flight_.empty()) {
+      size_ = meta_size;
+      written_end_ = std::min(written_end_, report.length);
+      reported_ = report.length;
+      prefetched_.clear();
+    }
+  } else if (answered) {
+    // Writes since this report's own may have reached storage before the
+    // truncate: their report looks at storage too.
+    cut_to_probe_ = CutToProbe{cut_to_probe_ ? std::min(cut_to_probe_->from, *answered) : *answered,
+                               std::max(cut_to_probe_ ? cut_to_probe_->upto_gen : 0, write_gen_)};
   }
 }
 
@@ -404,19 +426,12 @@ std::pair<Result<void>, bool> FileImpl::close_reporting(std::unique_lock<std::mu
   if (auto may = report_may_reach_meta(); !may) return {may, false};
   if (session_id_ == 0 || !core_.meta_closes_with_length.load(std::memory_order_relaxed))
     return {report_length(lock, report), false};
-  auto reporting = hold_reports(lock, report);
-  lock.unlock();
-  report_on_its_way();
-  bool answered_cut = false;
-  auto r = send_report(report.length, true, answered_cut);
-  lock.lock();
-  if (r) {
-    reported_locked(report, r->inode.size, answered_cut);
-    return {Result<void>(), true};
-  }
+  auto hold = hold_reports(lock, report);
+  auto r = send_and_record(lock, report, true);
+  if (r) return {Result<void>(), true};
   if (r.error().code() == Code::kUnknownMethod) {
     core_.meta_closes_with_length.store(false, std::memory_order_relaxed);
-    reporting.unlock();  // report_length takes it again
+    hold.unlock();  // report_length takes them again
     return {report_length(lock, report), false};
   }
   // A refusal changed nothing at meta; after a lost reply the commit may have
@@ -709,11 +724,11 @@ Result<void> FileImpl::truncate(uint64_t length) {
 // report of `length` through the session: meta keeps the larger. Nothing
 // here changes until meta took it, so a failed extend leaves no trace in
 // this File (meta may still have it after a lost reply, as with any call).
-// Under the reports lock, shared: a truncate of the inode from this client
-// comes wholly before or after the report. A truncate by another client
-// after the flush caps the report (meta/types.h SessionCut): the extension
-// is made now, after it, so it acknowledges it, once nothing was written
-// here since the flush (else those writes are flushed, and answer it, first).
+// Under a ReportHold: a truncate of the inode from this client comes wholly
+// before or after the report. A truncate by another client after the flush
+// caps the report (meta/types.h SessionCut): the extension is made now,
+// after it, so it acknowledges it once every write here is reported (else
+// those writes are flushed, and their report answers it, first).
 Result<void> FileImpl::extend(uint64_t length) {
   if (!writable_) return error(Code::kBadHandle, "file {} is not open for writing", inode_.ino);
   if (length > meta::kFileBytesMax)
@@ -723,10 +738,10 @@ Result<void> FileImpl::extend(uint64_t length) {
   WEFT_RETURN_IF_ERROR(check_usable_locked());
   for (uint64_t ack = 0;;) {
     WEFT_RETURN_IF_ERROR(flush_locked(lock));
-    const uint64_t flushed = write_gen_;
     WEFT_RETURN_IF_ERROR(report_may_reach_meta());
+    LengthReport none;
+    auto hold = hold_reports(lock, none);
     lock.unlock();
-    std::shared_lock reporting(shared_->reports);  // then mu_ again, as hold_reports orders them
     auto r = core_.meta->report_length(cred_, inode_.ino, session_id_, length, ack);
     lock.lock();
     if (!r) return error(r.error().with_context(fmt::format("extend file {} to {}", inode_.ino, length)));
@@ -734,7 +749,10 @@ Result<void> FileImpl::extend(uint64_t length) {
       size_ = std::max(size_, r->inode.size);
       return {};
     }
-    ack = write_gen_ == flushed ? r->cut.gen : 0;
+    // Every write here reported (each report answered the cuts it met):
+    // nothing of this File's is left for the cut to have removed.
+    const bool all_reported = reported_gen_ == write_gen_ && dirty_.empty() && in_flight_.empty();
+    ack = all_reported ? r->cut.gen : 0;
   }
 }
 

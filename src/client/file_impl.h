@@ -117,10 +117,21 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   // meta has it; else the report alone (the caller closes the session).
   // Returns the outcome and whether the session is closed.
   std::pair<Result<void>, bool> close_reporting(std::unique_lock<std::mutex>& lock, LengthReport report);
-  // Takes OpenInode::reports (shared) for `report`, releasing `lock` (mu_)
-  // while it waits, and cuts the report to what a truncate meanwhile left
-  // of this File's writes. REQUIRES(mu_), held again on return.
-  std::shared_lock<std::shared_mutex> hold_reports(std::unique_lock<std::mutex>& lock, LengthReport& report);
+  // What a length report holds while it is on its way: OpenInode::reports
+  // (shared: a truncate here comes wholly before or after it), then
+  // reporting_mu_ (this File's reports go one at a time).
+  struct ReportHold {
+    std::shared_lock<std::shared_mutex> inode;
+    std::unique_lock<std::mutex> file;
+    void unlock() {
+      file.unlock();
+      inode.unlock();
+    }
+  };
+  // Takes them for `report`, releasing `lock` (mu_) while it waits, and cuts
+  // the report to what a truncate meanwhile left of this File's writes.
+  // REQUIRES(mu_), held again on return.
+  ReportHold hold_reports(std::unique_lock<std::mutex>& lock, LengthReport& report);
   // A fault point for tests: a report held on its way. No lock held.
   static void report_on_its_way();
   // Whether a write numbered <= gen is dirty / in flight. REQUIRES(mu_).
@@ -141,12 +152,18 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   Result<void> report_length(std::unique_lock<std::mutex>& lock, LengthReport report);
   // One length report (close: close_with_length), and the answer to every
   // truncate by another client meta caps it for (client/truncate.h
-  // stored_end): `length` becomes what was reported last, `answered_cut`
-  // whether it was lowered so. No lock held.
-  Result<meta::LengthReply> send_report(uint64_t& length, bool close, bool& answered_cut);
-  // Meta took `report` and answered with `meta_size`; `answered_cut`: as
-  // send_report's. REQUIRES(mu_).
-  void reported_locked(const LengthReport& report, uint64_t meta_size, bool answered_cut);
+  // stored_end). `probe_from`: cut_to_probe_'s, looked at before the first
+  // send. `length` becomes what was reported last; the answered cut's
+  // length, if any, goes to `answered`. Holds a ReportHold; not mu_.
+  Result<meta::LengthReply> send_report(uint64_t& length, bool close, std::optional<uint64_t> probe_from,
+                                        std::optional<uint64_t>& answered);
+  // report_length()/close_reporting()'s: sends `report` (with
+  // cut_to_probe_) with mu_ released, then records what meta took.
+  // REQUIRES(mu_) and `hold`.
+  Result<meta::LengthReply> send_and_record(std::unique_lock<std::mutex>& lock, LengthReport& report, bool close);
+  // Meta took `report` and answered with `meta_size`; `probed`: the report
+  // looked at storage (send_report), `answered`: as send_report's. REQUIRES(mu_).
+  void reported_locked(const LengthReport& report, uint64_t meta_size, bool probed, std::optional<uint64_t> answered);
   // pwrite's work, under OpenInode::cut held shared.
   Result<size_t> write_at(std::span<const std::byte> src, uint64_t offset);
 
@@ -187,6 +204,16 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   // client may have cut the file under it since, and the write updates mtime).
   uint64_t reported_gen_ = 0;
   uint64_t unreported_end_ = 0;  // GUARDED_BY(mu_): end of the writes since the last report
+  std::mutex reporting_mu_;      // see ReportHold
+  // GUARDED_BY(mu_), changed under reporting_mu_: a truncate by another
+  // client this File answered while it had writes the answering report did
+  // not cover (up to write gen `upto_gen`); the truncate may have removed
+  // those too. Reports past `from` look at storage first, until one covers them.
+  struct CutToProbe {
+    uint64_t from = 0;
+    uint64_t upto_gen = 0;
+  };
+  std::optional<CutToProbe> cut_to_probe_;
 
   // Read-ahead: once reads are sequential, whole chunks from the one being
   // read onwards are fetched ahead (window doubling from 2 chunks up to

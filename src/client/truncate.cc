@@ -30,22 +30,19 @@ Result<uint64_t> stored_end(Core& core, const Inode& inode, uint64_t cut, uint64
   const uint32_t cb = inode.layout.chunk_bytes;
   WEFT_TRY(auto stripe, file_stripe(core, inode.layout));
   const uint64_t first = cut / cb;  // the chunk the truncate cut (or the first it removed)
-  constexpr uint64_t kProbesAtOnce = 32;
-  for (uint64_t top = (end - 1) / cb + 1; top > first;) {
-    const uint64_t bottom = top - std::min(top - first, kProbesAtOnce);
-    std::vector<Task<Result<uint32_t>>> probes;
-    for (uint64_t i = bottom; i < top; ++i)
-      probes.push_back(core.chunks->stored_length({inode.ino, i, chain_of_chunk(stripe, i), cb}));
-    auto lengths = run_parallel(*core.io, std::move(probes));
-    for (uint64_t i = top; i-- > bottom;) {
-      auto& length = lengths[i - bottom];
-      if (!length) return error(length.error().with_context(fmt::format("look for the data of file {} past the "
-                                                                         "truncate to {}", inode.ino, cut)));
-      if (*length > 0) return std::clamp(i * cb + *length, cut, end);
-    }
-    top = bottom;
+  const uint64_t last = (end - 1) / cb + 1;
+  std::vector<mgmt::ChainId> chains(stripe.begin(), stripe.end());
+  std::sort(chains.begin(), chains.end());
+  chains.erase(std::unique(chains.begin(), chains.end()), chains.end());
+  std::vector<Task<Result<std::optional<uint64_t>>>> lists;
+  for (mgmt::ChainId chain : chains) lists.push_back(core.chunks->data_end(inode.ino, chain, cb, first, last));
+  uint64_t found = cut;
+  for (auto& r : run_parallel(*core.io, std::move(lists))) {
+    if (!r) return error(r.error().with_context(fmt::format("look for the data of file {} past the truncate to {}",
+                                                            inode.ino, cut)));
+    if (*r) found = std::max(found, **r);
   }
-  return cut;
+  return std::min(found, end);
 }
 
 namespace {

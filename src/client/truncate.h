@@ -30,7 +30,8 @@ Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uin
 // or `cut` when it holds none. The truncate removed every chunk past `cut`
 // (and cut the one holding it), so whatever is there was written after it;
 // what the writer wrote there before it is gone, and is not to come back as
-// zeros. Chunks are looked at from the top down, a few at a time.
+// zeros. One listing per chain of the stripe (ChunkIo::data_end): it costs
+// the chunks there are past the cut, not the range.
 Result<uint64_t> stored_end(Core& core, const Inode& inode, uint64_t cut, uint64_t end);
 
 // The stripe chains of a file from the current routing; kInvalidArgument for

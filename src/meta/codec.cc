@@ -216,7 +216,8 @@ Result<DirStat> decode_dir_stat(std::string_view bytes) {
 std::string encode_session(const SessionValue& s) {
   Writer w;
   w.u64(s.client_id).i64(s.opened_ns);
-  if (s.cut_gen != 0) w.u64(s.cut_gen).u64(s.acked_gen).u64(s.cut_length);  // a session never cut: as before
+  // A session of a client from before cuts, never cut: as before them.
+  if (s.answers_cuts || s.cut_gen != 0) w.u8(s.answers_cuts ? 1 : 0).u64(s.cut_gen).u64(s.acked_gen).u64(s.cut_length);
   return w.take();
 }
 
@@ -226,10 +227,12 @@ Result<SessionValue> decode_session(std::string_view bytes) {
   s.client_id = r.u64();
   s.opened_ns = r.i64();
   if (!r.at_end()) {
+    const uint8_t flags = r.u8();
+    s.answers_cuts = flags == 1;
     s.cut_gen = r.u64();
     s.acked_gen = r.u64();
     s.cut_length = r.u64();
-    if (s.cut_gen == 0 || s.acked_gen > s.cut_gen) r.fail();
+    if (flags > 1 || s.acked_gen > s.cut_gen) r.fail();
   }
   WEFT_RETURN_IF_ERROR(r.finish());
   return s;

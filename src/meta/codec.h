@@ -79,9 +79,11 @@ struct DirStat {
 struct SessionValue {
   uint64_t client_id = 0;
   int64_t opened_ns = 0;
-  // Truncates by other clients (types.h SessionCut): cut_gen counts them,
+  // Truncates by other clients (types.h SessionCut), recorded only for a
+  // writer that answers them (OpenFlags::answers_cuts): cut_gen counts them,
   // acked_gen is the one the writer answered for last; cut_length is the
   // shortest new length since (meaningful while cut_gen != acked_gen).
+  bool answers_cuts = false;
   uint64_t cut_gen = 0;
   uint64_t acked_gen = 0;
   uint64_t cut_length = 0;

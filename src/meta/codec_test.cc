@@ -66,11 +66,16 @@ TEST(Codec, OtherValuesRoundTrip) {
   SessionValue sv{7, 8};
   EXPECT_EQ(*decode_session(encode_session(sv)), sv);
   EXPECT_EQ(encode_session(sv).size(), 17u) << "a session never cut is stored as before cuts existed";
-  SessionValue cut{7, 8, 3, 2, 4096};
+  SessionValue answers{7, 8, true};
+  EXPECT_EQ(*decode_session(encode_session(answers)), answers);
+  SessionValue cut{7, 8, true, 3, 2, 4096};
   EXPECT_EQ(*decode_session(encode_session(cut)), cut);
   EXPECT_TRUE(cut.cut_pending());
-  std::string bad = encode_session(SessionValue{7, 8, 1, 0, 10});
-  bad[25] = 2;  // acked_gen 2 > cut_gen 1 (after the format byte)
+  std::string bad = encode_session(SessionValue{7, 8, true, 1, 0, 10});
+  bad[26] = 2;  // acked_gen 2 > cut_gen 1 (after the format byte and the flags)
+  EXPECT_FALSE(decode_session(bad).has_value());
+  bad = encode_session(cut);
+  bad[17] = 2;  // an unknown flag
   EXPECT_FALSE(decode_session(bad).has_value());
   EXPECT_FALSE(decode_session(encode_session(cut).substr(0, 20)).has_value()) << "a cut record cut short";
   EXPECT_EQ(*decode_i64(encode_i64(-12345)), -12345);

@@ -321,6 +321,7 @@ Result<Reply> MetaClient::create(const Cred& cred, Ino parent, std::string_view 
   q.set_exclusive(exclusive);
   q.set_open_read(open.read || !open.write);
   q.set_open_write(open.write);
+  q.set_answers_cuts(open.answers_cuts);
   return reply_of_rep(mutate(method::kCreate, cred, std::move(q)));
 }
 
@@ -404,6 +405,7 @@ Result<Reply> MetaClient::open(const Cred& cred, Ino ino, OpenFlags flags) {
   Req q = of_ino(ino);
   q.set_open_read(flags.read);
   q.set_open_write(flags.write);
+  q.set_answers_cuts(flags.answers_cuts);
   // Read-only opens write nothing: no request id, served inline by the server.
   if (!flags.write) return reply_of_rep(read(method::kOpenRead, cred, std::move(q)));
   return reply_of_rep(mutate(method::kOpen, cred, std::move(q)));

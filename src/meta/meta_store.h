@@ -357,7 +357,7 @@ class MetaStore {
   Result<void> touch_dir(Txn& txn, Ino dir, int64_t nlink_delta);
   Result<void> drop_link(Txn& txn, Inode victim);
   Result<void> destroy_inode(Txn& txn, const Inode& inode);
-  Result<uint64_t> begin_session(Txn& txn, const Context& ctx, Ino ino);
+  Result<uint64_t> begin_session(Txn& txn, const Context& ctx, Ino ino, bool answers_cuts);
   // Unlocked read, optionally at a snapshot. with_stat: merge a directory's
   // DirStat in (nlink, mtime, ctime); a permission check needs only the base.
   Result<Inode> read_inode(Ino ino, const rocksdb::Snapshot* snapshot = nullptr, bool with_stat = true);

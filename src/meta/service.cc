@@ -145,7 +145,7 @@ std::optional<ParentCheck> expect_parent(const Req& q) {
 Result<Rep> do_create(MetaStore& s, const Req& q, const Context& ctx) {
   // A create without open_read (a client from before it was sent for create)
   // is for reading, or for writing only: what such a client checked.
-  return map(s.create(ctx, q.ino(), q.name(), q.mode(), q.exclusive(), OpenFlags{q.open_read(), q.open_write()},
+  return map(s.create(ctx, q.ino(), q.name(), q.mode(), q.exclusive(), OpenFlags{q.open_read(), q.open_write(), q.answers_cuts()},
                       expect_parent(q)),
              reply_with);
 }
@@ -187,7 +187,7 @@ Result<Rep> do_set_layout(MetaStore& s, const Req& q, const Context& ctx) {
   return empty_reply(s.set_layout(ctx, q.ino(), from_proto(q.layout())));
 }
 Result<Rep> do_open(MetaStore& s, const Req& q, const Context& ctx) {
-  return map(s.open(ctx, q.ino(), OpenFlags{q.open_read(), q.open_write()}), reply_with);
+  return map(s.open(ctx, q.ino(), OpenFlags{q.open_read(), q.open_write(), q.answers_cuts()}), reply_with);
 }
 Result<Rep> do_open_read(MetaStore& s, const Req& q, const Context& ctx) {
   if (q.open_write()) return error(Code::kInvalidArgument, "open_read with write access: use open");

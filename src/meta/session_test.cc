@@ -271,24 +271,39 @@ TEST_F(SessionTest, AReportPastAnotherClientsTruncateIsCappedUntilTheWriterAnswe
   EXPECT_EQ(answered->inode.size, 4096u);
   EXPECT_EQ(s().report_length(writer_ctx, f, sid, 8192)->inode.size, 8192u) << "answered: no cap any more";
 
-  // A retried capped report (its reply lost) is answered as before.
+  // A retried capped report (its reply lost) is answered as before, even
+  // once the cut was answered.
   cut.size = 10;
   ASSERT_OK(s().setattr(cutter, f, cut));
   Context once = with_req(root(), 11, 1);
   EXPECT_EQ(s().report_length(once, f, sid, 1 << 20)->cut, (SessionCut{4, 10}));
+  ASSERT_OK(s().report_length(writer_ctx, f, sid, 10, /*ack_cut=*/4));
   EXPECT_EQ(s().report_length(once, f, sid, 1 << 20)->cut, (SessionCut{4, 10}));
+  EXPECT_EQ(s().getattr(root(), f)->size, 10u);
+  ASSERT_OK(s().setattr(cutter, f, cut));  // cut 5, to 10 again
 
   // close_with_length capped keeps the session open for the answer.
   auto closing = s().close_with_length(writer_ctx, f, sid, 1 << 20);
   ASSERT_OK(closing);
-  EXPECT_EQ(closing->cut, (SessionCut{4, 10}));
+  EXPECT_EQ(closing->cut, (SessionCut{5, 10}));
   EXPECT_EQ(count_prefix(s().db(), key::session_prefix(f)), 2u) << "the capped close ended the session";
-  auto closed = s().close_with_length(writer_ctx, f, sid, 20, /*ack_cut=*/4);
+  auto closed = s().close_with_length(writer_ctx, f, sid, 20, /*ack_cut=*/5);
   ASSERT_OK(closed);
   EXPECT_EQ(closed->cut, SessionCut{});
   EXPECT_EQ(closed->inode.size, 20u);
   EXPECT_EQ(count_prefix(s().db(), key::session_prefix(f)), 1u);
   ASSERT_OK(s().close(cutter, f, own->session_id));
+
+  // A client from before cuts would never answer one: its session is not
+  // marked, and its reports are taken whole.
+  auto old = s().open(writer_ctx, f, {.read = false, .write = true, .answers_cuts = false});
+  ASSERT_OK(old);
+  ASSERT_OK(s().setattr(cutter, f, cut));
+  auto whole = s().report_length(writer_ctx, f, old->session_id, 4096);
+  ASSERT_OK(whole);
+  EXPECT_EQ(whole->cut, SessionCut{});
+  EXPECT_EQ(whole->inode.size, 4096u);
+  ASSERT_OK(s().close(writer_ctx, f, old->session_id));
 }
 
 // A truncate through the caller's own write session needs no write

@@ -154,12 +154,12 @@ Result<void> MetaStore::drop_link(Txn& txn, Inode victim) {
   return {};
 }
 
-Result<uint64_t> MetaStore::begin_session(Txn& txn, const Context& ctx, Ino ino) {
+Result<uint64_t> MetaStore::begin_session(Txn& txn, const Context& ctx, Ino ino, bool answers_cuts) {
   // A session without an owner could never be reaped: no lease is ever missing for it.
   const uint64_t owner = ctx.caller_id();
   if (owner == 0) return error(Code::kInvalidArgument, "a write open of inode {} without a client id", ino);
   WEFT_TRY(uint64_t sid, alloc_id());
-  WEFT_RETURN_IF_ERROR(txn.put_untracked(key::session(ino, sid), encode_session({owner, now_ns()})));
+  WEFT_RETURN_IF_ERROR(txn.put_untracked(key::session(ino, sid), encode_session({owner, now_ns(), answers_cuts})));
   return sid;
 }
 
@@ -186,7 +186,7 @@ Result<Reply> MetaStore::do_create(Txn& txn, const Context& ctx, Ino parent_ino,
     const uint32_t want = (open.read ? uint32_t{kAccessRead} : 0u) | (open.write ? uint32_t{kAccessWrite} : 0u);
     WEFT_RETURN_IF_ERROR(check_access(file, ctx.cred, want));
     if (open.write) {
-      WEFT_TRY(reply.session_id, begin_session(txn, ctx, file.ino));
+      WEFT_TRY(reply.session_id, begin_session(txn, ctx, file.ino, open.answers_cuts));
     }
     reply = reply_of(std::move(file), reply.session_id);
     return reply;
@@ -195,7 +195,7 @@ Result<Reply> MetaStore::do_create(Txn& txn, const Context& ctx, Ino parent_ino,
   WEFT_TRY(Inode file, new_inode(txn, ctx, parent, InodeType::kFile, mode));
   WEFT_RETURN_IF_ERROR(add_entry(txn, parent, name, file));
   if (open.write) {
-    WEFT_TRY(reply.session_id, begin_session(txn, ctx, file.ino));
+    WEFT_TRY(reply.session_id, begin_session(txn, ctx, file.ino, open.answers_cuts));
   }
   reply = reply_of(std::move(file), reply.session_id);
   return reply;

@@ -52,7 +52,7 @@ Result<Reply> MetaStore::open(const Context& ctx, Ino ino, OpenFlags flags) {
     if (n.nlink == 0) return error(Code::kNotFound, "inode {} was unlinked", ino);
     WEFT_RETURN_IF_ERROR(check_openable(n, ctx.cred, flags));
     // Setuid and setgid stay until a write: report_length drops them.
-    WEFT_TRY(uint64_t sid, begin_session(txn, ctx, ino));
+    WEFT_TRY(uint64_t sid, begin_session(txn, ctx, ino, flags.answers_cuts));
     return reply_of(std::move(n), sid);
   });
 }
@@ -93,7 +93,9 @@ Result<SessionCut> MetaStore::take_report(Txn& txn, const Context& ctx, Inode& n
   WEFT_TRY(auto raw, txn.get_raw(key::session(ino, session_id)));  // stable: `n` is locked, as by every truncate
   if (!raw) return error(Code::kBadHandle, "no session {} on inode {}", session_id, ino);
   WEFT_RETURN_IF_ERROR(check_session_caller(ctx, *raw, ino, session_id));
-  WEFT_TRY(SessionValue s, decode_session(*raw));
+  auto decoded = decode_session(*raw);
+  if (!decoded && ctx.cred.uid != 0) return std::unexpected(decoded.error());
+  SessionValue s = decoded.value_or(SessionValue{});  // root reports even through a damaged record, uncapped
   SessionCut capped;
   if (s.cut_pending()) {
     if (ack_cut == s.cut_gen) {
@@ -123,8 +125,9 @@ Result<void> MetaStore::mark_sessions_cut(Txn& txn, const Context& ctx, Ino ino,
       if (!decoded) continue;  // damaged: no report goes through it anyway (take_report)
       SessionValue s = *decoded;
       // The truncating client orders its own reports after its truncates
-      // (client/core.h OpenInode::reports): its sessions need no mark.
-      if (s.client_id == ctx.caller_id() && ctx.caller_id() != 0) continue;
+      // (client/core.h OpenInode::reports): its sessions need no mark. A
+      // client from before cuts would never answer one.
+      if (!s.answers_cuts || (s.client_id == ctx.caller_id() && ctx.caller_id() != 0)) continue;
       s.cut_length = s.cut_pending() ? std::min(s.cut_length, length) : length;
       ++s.cut_gen;
       WEFT_RETURN_IF_ERROR(txn.put(k, encode_session(s)));

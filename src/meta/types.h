@@ -259,6 +259,9 @@ enum class XattrFlags : uint32_t { kAny = 0, kCreate = 1, kReplace = 2 };
 struct OpenFlags {
   bool read = true;
   bool write = false;
+  // The writer answers capped length reports (SessionCut); a client from
+  // before them does not: its sessions are never marked, nor its reports capped.
+  bool answers_cuts = true;
 };
 
 // A file waiting for its chunks to be removed.

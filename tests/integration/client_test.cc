@@ -381,20 +381,91 @@ TEST_F(ClientTest, AReportOfWritesAnotherClientsTruncateRemovedBringsNoZerosBack
     ASSERT_TRUE(f->truncate(512 << 10).has_value());
     hold.reset();
     writer.join();
-    if (!by_close) {
-      ASSERT_TRUE((*w)->close().has_value());
-    }
     auto n = client_->getattr(client_->default_cred(), f->ino());
     ASSERT_TRUE(n.has_value()) << n.error();
     EXPECT_EQ(n->size, 512u << 10) << "the writer's report brought the removed range back as zeros";
+    if (!by_close) {
+      EXPECT_EQ((*w)->size(), 512u << 10) << "the writer kept the length of what the truncate removed";
+    }
     std::vector<std::byte> back(4 << 20);
     ASSERT_TRUE(f->refresh_size().has_value());
     auto got = f->pread(back, 0);
     ASSERT_TRUE(got.has_value()) << got.error();
     ASSERT_EQ(*got, 512u << 10);
     EXPECT_EQ(0, std::memcmp(back.data(), old.data(), *got));
+    if (!by_close) {
+      ASSERT_TRUE((*w)->close().has_value());
+      n = client_->getattr(client_->default_cred(), f->ino());
+      ASSERT_TRUE(n.has_value()) << n.error();
+      EXPECT_EQ(n->size, 512u << 10) << "the writer's close brought the removed range back";
+    }
     ASSERT_TRUE(f->close().has_value());
   }
+}
+
+// The same with a second write through the writer's File while its report
+// is held: the answer to the cut does not cover that write's report, which
+// would carry the removed writes' end too (the File's ends were not
+// lowered), so that report looks at storage as well.
+TEST_F(ClientTest, AWriteBesideTheReportThatAnswersACutBringsNoZerosBack) {
+  const std::string path = dir() + "/cut-beside-a-write";
+  const auto old = pattern(1 << 20, 74);
+  ASSERT_TRUE(write_new(path, old));
+  auto other = connect_another();
+  ASSERT_TRUE(other.has_value()) << other.error();
+  auto w = (*other)->open_path((*other)->default_cred(), path, O_WRONLY, 0644);
+  ASSERT_TRUE(w.has_value()) << w.error();
+  ASSERT_TRUE((*w)->pwrite(pattern(2 << 20, 75), 1 << 20).has_value());
+  std::optional<fault::Scope> hold(std::in_place, "client.report_length.hold");
+  std::thread syncer([&] {
+    auto r = (*w)->fsync();
+    EXPECT_TRUE(r.has_value()) << r.error();
+  });
+  while (hold->triggered() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto f = open(path, O_RDWR);
+  ASSERT_TRUE(f);
+  ASSERT_TRUE(f->truncate(512 << 10).has_value());
+  const auto line = pattern(4096, 76);
+  ASSERT_TRUE((*w)->pwrite(line, 0).has_value());  // while the held report is on its way
+  hold.reset();
+  syncer.join();
+  ASSERT_TRUE((*w)->fsync().has_value());
+  auto n = client_->getattr(client_->default_cred(), f->ino());
+  ASSERT_TRUE(n.has_value()) << n.error();
+  EXPECT_EQ(n->size, 512u << 10) << "the second report brought the removed range back as zeros";
+  EXPECT_EQ((*w)->size(), 512u << 10);
+  ASSERT_TRUE((*w)->close().has_value());
+  ASSERT_TRUE(f->refresh_size().has_value());
+  std::vector<std::byte> back(1 << 20);
+  ASSERT_EQ(f->pread(back, 0).value_or(0), 512u << 10);
+  EXPECT_EQ(0, std::memcmp(back.data(), line.data(), line.size()));
+  EXPECT_EQ(0, std::memcmp(back.data() + line.size(), old.data() + line.size(), (512 << 10) - line.size()));
+  ASSERT_TRUE(f->close().has_value());
+}
+
+// An extension (fallocate) through a session another client's truncate
+// marked, with every write of the File reported: it is made after the
+// truncate, so it stands whole.
+TEST_F(ClientTest, AnExtensionAfterAnotherClientsTruncateStands) {
+  const std::string path = dir() + "/extended-after-cut";
+  ASSERT_TRUE(write_new(path, pattern(1 << 20, 77)));
+  auto other = connect_another();
+  ASSERT_TRUE(other.has_value()) << other.error();
+  auto w = (*other)->open_path((*other)->default_cred(), path, O_WRONLY, 0644);
+  ASSERT_TRUE(w.has_value()) << w.error();
+  ASSERT_TRUE((*w)->pwrite(pattern(4096, 78), 0).has_value());
+  ASSERT_TRUE((*w)->fsync().has_value());
+  auto f = open(path, O_RDWR);
+  ASSERT_TRUE(f);
+  ASSERT_TRUE(f->truncate(512 << 10).has_value());
+  ASSERT_TRUE((*w)->extend(3 << 20).has_value());
+  auto n = client_->getattr(client_->default_cred(), f->ino());
+  ASSERT_TRUE(n.has_value()) << n.error();
+  EXPECT_EQ(n->size, 3u << 20);
+  ASSERT_TRUE(f->refresh_size().has_value());
+  EXPECT_TRUE(zeros_at(*f, 512 << 10, (3 << 20) - (512 << 10)));
+  ASSERT_TRUE((*w)->close().has_value());
+  ASSERT_TRUE(f->close().has_value());
 }
 
 // A writer whose session saw another client's truncate, writing after it:
