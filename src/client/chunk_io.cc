@@ -363,13 +363,15 @@ Task<Result<uint32_t>> ChunkIo::read(ChunkAddress c, uint32_t offset, std::span<
                           fmt::format("read chunk {}:{} on chain {}", c.ino, c.index, c.chain)));
 }
 
-Task<Result<std::optional<uint64_t>>> ChunkIo::data_end_at(rpc::Endpoint ep, mgmt::TargetId target, uint64_t ino,
-                                                           mgmt::ChainId chain, uint32_t chunk_bytes,
-                                                           uint64_t first_index, uint64_t end_index) {
+Task<Result<std::optional<uint64_t>>> ChunkIo::data_end_at(rpc::Endpoint ep, mgmt::TargetId target,
+                                                           mgmt::ChainVersion cv, uint64_t ino, mgmt::ChainId chain,
+                                                           uint32_t chunk_bytes, uint64_t first_index,
+                                                           uint64_t end_index) {
   std::optional<uint64_t> end;
   pb::ListChunksRequest req;
   req.set_target_id(target);
   req.set_chain_id(chain);
+  req.set_chain_version(cv);  // listed only where a read would be served
   req.set_count_max(1024);
   req.mutable_start()->set_inode(ino);
   req.mutable_start()->set_index(first_index);
@@ -416,7 +418,7 @@ Task<Result<std::optional<uint64_t>>> ChunkIo::data_end(uint64_t ino, mgmt::Chai
           last = ep.error();
           continue;
         }
-        auto r = co_await data_end_at(*ep, target, ino, chain, chunk_bytes, first_index, end_index);
+        auto r = co_await data_end_at(*ep, target, route->version, ino, chain, chunk_bytes, first_index, end_index);
         if (r) co_return r;
         last = r.error();
         replica_failovers_.fetch_add(1);

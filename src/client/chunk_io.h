@@ -134,8 +134,8 @@ class ChunkIo {
                                  uint64_t seq, uint32_t attempt);
   Result<std::pair<rpc::Endpoint, mgmt::ChainVersion>> head_of(mgmt::ChainId chain) const;
   // data_end() at one replica.
-  Task<Result<std::optional<uint64_t>>> data_end_at(rpc::Endpoint ep, mgmt::TargetId target, uint64_t ino,
-                                                    mgmt::ChainId chain, uint32_t chunk_bytes,
+  Task<Result<std::optional<uint64_t>>> data_end_at(rpc::Endpoint ep, mgmt::TargetId target, mgmt::ChainVersion cv,
+                                                    uint64_t ino, mgmt::ChainId chain, uint32_t chunk_bytes,
                                                     uint64_t first_index, uint64_t end_index);
   // One round over the readable replicas; the error of the last replica tried.
   Task<Result<uint32_t>> read_round(const mgmt::RoutingInfo& routing, ChunkAddress c, uint32_t offset,

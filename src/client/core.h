@@ -143,7 +143,8 @@ struct OpenInode {
   // so a report of writes made before a cut that reached meta after it would
   // bring the old length back over the removed chunks: one that waited is
   // cut to what the truncate left of its File's writes (FileImpl::hold_reports).
-  // Order: cut, then reports, then a File's mu_ (never held while waiting for reports).
+  // Order: cut, then reports, then a File's reporting_mu_, then its mu_
+  // (never held while waiting for reports or reporting_mu_).
   std::shared_mutex reports;
   // Appends (O_APPEND) take their offset and buffer their bytes under it: two
   // appends of this client never land on one offset.

@@ -85,16 +85,19 @@ void FileImpl::learn_meta_size_locked(uint64_t meta_size, std::pair<uint64_t, ui
     size_ = meta_size;
     return;
   }
-  // Meta has the file shorter than this File knows, every write made here
-  // was reported, and none was written or reported since the ask began (an
+  // Meta has the file shorter than this File knows, nothing is on its way to
+  // storage, and nothing was written or reported since the ask began (an
   // answer from before a report here would undo it): another client
-  // truncated it. What this File wrote past the new end is gone, so its
-  // later writes must be reported again.
-  if (meta_size < size_ && asked == gens_locked() && dirty_.empty() && in_flight_.empty() &&
-      written_end_ <= reported_) {
-    size_ = meta_size;
-    written_end_ = std::min(written_end_, meta_size);
-    unreported_end_ = std::min(unreported_end_, meta_size);
+  // truncated it. What this File wrote past the new end before the last
+  // report is gone, so its later writes must be reported again; writes not
+  // reported yet (acknowledged after the truncate, or their report answers
+  // it) still count.
+  if (meta_size < size_ && asked == gens_locked() && dirty_.empty() && in_flight_.empty()) {
+    const uint64_t known = std::max(meta_size, reported_gen_ == write_gen_ ? 0 : unreported_end_);
+    if (known >= size_) return;
+    size_ = known;
+    written_end_ = std::min(written_end_, known);
+    unreported_end_ = std::min(unreported_end_, known);
     reported_ = std::min(reported_, meta_size);
     prefetched_.clear();
   }
@@ -301,7 +304,9 @@ Result<void> FileImpl::flush_locked(std::unique_lock<std::mutex>& lock, bool for
     // A close on another thread ended the session first (close_with_length):
     // its report covers this one if it took it.
     cv_.wait(lock, [&] { return closed_; });
-    if (reported_gen_ >= owed->upto && reported_ >= owed->length) return {};
+    // (Its length may be below this one's: an answer to another client's
+    // truncate lowers it.)
+    if (reported_gen_ >= owed->upto) return {};
   }
   return r;
 }
@@ -385,7 +390,13 @@ Result<meta::LengthReply> FileImpl::send_and_record(std::unique_lock<std::mutex>
   std::optional<uint64_t> answered;
   auto r = send_report(report.length, close, probe_from, answered);
   lock.lock();
-  if (r) reported_locked(report, r->inode.size, probes, answered);
+  if (r) {
+    reported_locked(report, r->inode.size, probes, answered);
+  } else if (answered) {
+    // Meta may have taken the answer (its reply lost): it caps no more, so
+    // every later report of these writes looks at storage itself.
+    remember_cut_locked(*answered);
+  }
   return r;
 }
 
@@ -402,24 +413,29 @@ void FileImpl::reported_locked(const LengthReport& report, uint64_t meta_size, b
   reported_gen_ = std::max(reported_gen_, report.upto);
   if (write_gen_ == report.upto) unreported_end_ = 0;  // else later writes keep theirs (and this end)
   size_ = std::max(size_, meta_size);
-  if (cut_to_probe_ && report.upto >= cut_to_probe_->upto_gen) cut_to_probe_.reset();  // covered
   if (!probed && !answered) return;
-  if (write_gen_ == report.upto) {
+  if (write_gen_ == report.upto && dirty_.empty() && in_flight_.empty()) {
     // Nothing written here since: what these writes put past report.length
     // (what storage holds of them) another client's truncate removed, and
     // this File's length is meta's.
-    if (dirty_.empty() && in_flight_.empty()) {
-      size_ = meta_size;
-      written_end_ = std::min(written_end_, report.length);
-      reported_ = report.length;
-      prefetched_.clear();
-    }
+    size_ = meta_size;
+    written_end_ = std::min(written_end_, report.length);
+    reported_ = report.length;
+    prefetched_.clear();
+    cut_to_probe_.reset();
   } else if (answered) {
-    // Writes since this report's own may have reached storage before the
-    // truncate: their report looks at storage too.
-    cut_to_probe_ = CutToProbe{cut_to_probe_ ? std::min(cut_to_probe_->from, *answered) : *answered,
-                               std::max(cut_to_probe_ ? cut_to_probe_->upto_gen : 0, write_gen_)};
+    remember_cut_locked(*answered);
   }
+  // Else (probed for a cut remembered before, with writes since) the cut
+  // stays remembered: this File's ends still count the removed writes.
+}
+
+void FileImpl::remember_cut_locked(uint64_t cut) {
+  // Writes since the report may have reached storage before the truncate,
+  // and this File's ends (written_end_, unreported_end_, size_) still count
+  // what it removed: until a report finds nothing written meanwhile (and
+  // lowers them), every report looks at storage past the cut.
+  cut_to_probe_ = CutToProbe{cut_to_probe_ ? std::min(cut_to_probe_->from, cut) : cut};
 }
 
 std::pair<Result<void>, bool> FileImpl::close_reporting(std::unique_lock<std::mutex>& lock, LengthReport report) {
@@ -435,7 +451,9 @@ std::pair<Result<void>, bool> FileImpl::close_reporting(std::unique_lock<std::mu
     return {report_length(lock, report), false};
   }
   // A refusal changed nothing at meta; after a lost reply the commit may have
-  // landed. Either way the caller closes the session (kBadHandle if it is gone).
+  // landed; a capped close whose answer failed left the length at the cut
+  // (writes past it after the truncate are lost from it: the error says so).
+  // Either way the caller closes the session (kBadHandle if it is gone).
   return {error(r.error().with_context(fmt::format("close file {}", inode_.ino))), false};
 }
 

@@ -206,14 +206,18 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   uint64_t unreported_end_ = 0;  // GUARDED_BY(mu_): end of the writes since the last report
   std::mutex reporting_mu_;      // see ReportHold
   // GUARDED_BY(mu_), changed under reporting_mu_: a truncate by another
-  // client this File answered while it had writes the answering report did
-  // not cover (up to write gen `upto_gen`); the truncate may have removed
-  // those too. Reports past `from` look at storage first, until one covers them.
+  // client to `from` this File answered while it had writes the answering
+  // report did not cover; the truncate may have removed those too, and this
+  // File's ends still count what it removed. Every report past `from` looks
+  // at storage first, until one finds nothing written meanwhile (and lowers
+  // the ends: reported_locked).
   struct CutToProbe {
     uint64_t from = 0;
-    uint64_t upto_gen = 0;
   };
   std::optional<CutToProbe> cut_to_probe_;
+  // Remembers a truncate to `cut` a report answered (or may have: its reply
+  // was lost) while this File had writes the report did not cover. REQUIRES(mu_).
+  void remember_cut_locked(uint64_t cut);
 
   // Read-ahead: once reads are sequential, whole chunks from the one being
   // read onwards are fetched ahead (window doubling from 2 chunks up to

@@ -249,6 +249,13 @@ Task<Result<pb::ListChunksReply>> StorageService::list_chunks(const pb::ListChun
   if (!t) co_return error(Code::kNotFound, "no target {} on {}", req.target_id(), options_.name);
   WEFT_CO_RETURN_IF_ERROR(check_in_service(*t));
   if (req.chain_id() != kChainUnknown) WEFT_CO_RETURN_IF_ERROR(check_member(*t, req.chain_id()));
+  if (req.chain_id() != kChainUnknown && req.chain_version() != 0) {
+    // As batch_read: a client trusts what it lists as what it would read.
+    WEFT_CO_RETURN_IF_ERROR(check_read_fence());
+    WEFT_CO_TRY(Placement p, locate(req.chain_id(), req.chain_version()));
+    if (!p.readable || p.target != t)
+      co_return error(Code::kUnavailable, "target {} is not serving in chain {}", t->id(), req.chain_id());
+  }
   size_t count_max = req.count_max() == 0 ? 1024 : std::min<size_t>(req.count_max(), 65536);
   ListJob job{&t->engine(), req.chain_id(), std::nullopt, count_max + 1};
   if (req.has_start()) job.start = ChunkId{req.start().inode(), req.start().index()};

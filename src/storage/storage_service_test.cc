@@ -2159,6 +2159,22 @@ TEST_F(StorageServiceTest, ATargetRemovesTheChunksOfAChainItLeft) {
   auto listed = client_.call<proto::storage::ListChunksReply>(b.ep(), methods::kListChunks, req);
   ASSERT_FALSE(listed.has_value()) << "a chain's chunks are listed only at its members";
   EXPECT_EQ(listed.error().code(), Code::kStaleRouting) << listed.error();
+  // A client's listing (with the chain version) only where a read is served:
+  // not at a syncing member, nor at an older version.
+  req.set_target_id(202);
+  req.set_chain_version(2);
+  listed = client_.call<proto::storage::ListChunksReply>(b.ep(), methods::kListChunks, req);
+  ASSERT_FALSE(listed.has_value()) << "listed at a syncing member";
+  EXPECT_EQ(listed.error().code(), Code::kUnavailable) << listed.error();
+  req.set_target_id(101);
+  listed = client_.call<proto::storage::ListChunksReply>(a.ep(), methods::kListChunks, req);
+  ASSERT_TRUE(listed.has_value()) << listed.error();
+  EXPECT_EQ(listed->chunks_size(), 5);
+  req.set_chain_version(1);
+  listed = client_.call<proto::storage::ListChunksReply>(a.ep(), methods::kListChunks, req);
+  ASSERT_FALSE(listed.has_value()) << "listed at an old chain version";
+  EXPECT_EQ(listed.error().code(), Code::kStaleRouting) << listed.error();
+  req.set_chain_version(0);
   b.service().stray_sweep().run_once();  // (its thread may have been first: one runs at a time)
   EXPECT_EQ(a.service().stray_sweep().run_once(), 0u);
   auto left = b.engine(201).list(std::nullopt, 100);

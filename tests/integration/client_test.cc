@@ -443,6 +443,34 @@ TEST_F(ClientTest, AWriteBesideTheReportThatAnswersACutBringsNoZerosBack) {
   ASSERT_TRUE(f->close().has_value());
 }
 
+// A File that learns another client's truncate (a read past the end it knows
+// asks meta) while it has a write not reported yet: the write still counts, and
+// its report (through fsync) gives it its length.
+TEST_F(ClientTest, LearningAnotherClientsTruncateKeepsWritesNotReportedYet) {
+  const std::string path = dir() + "/learns-the-cut";
+  auto w = open(path, O_CREAT | O_RDWR);
+  ASSERT_TRUE(w);
+  ASSERT_TRUE(w->pwrite(pattern(1 << 20, 79), 0).has_value());
+  ASSERT_TRUE(w->fsync().has_value());
+  auto other = connect_another();
+  ASSERT_TRUE(other.has_value()) << other.error();
+  auto t = (*other)->open_path((*other)->default_cred(), path, O_WRONLY, 0644);
+  ASSERT_TRUE(t.has_value()) << t.error();
+  ASSERT_TRUE((*t)->truncate(100).has_value());
+  ASSERT_TRUE((*t)->close().has_value());
+  const auto line = pattern(100, 80);
+  ASSERT_TRUE(w->pwrite(line, 500).has_value());
+  std::vector<std::byte> buf(4096);
+  ASSERT_TRUE(w->pread(buf, 1 << 20).has_value());  // past the end it knows: asks meta
+  ASSERT_TRUE(w->fsync().has_value());
+  auto n = client_->getattr(client_->default_cred(), w->ino());
+  ASSERT_TRUE(n.has_value()) << n.error();
+  EXPECT_EQ(n->size, 600u) << "the write not reported when the File learned the truncate lost its length";
+  ASSERT_EQ(w->pread(buf, 0).value_or(0), 600u);
+  EXPECT_EQ(0, std::memcmp(buf.data() + 500, line.data(), line.size()));
+  ASSERT_TRUE(w->close().has_value());
+}
+
 // An extension (fallocate) through a session another client's truncate
 // marked, with every write of the File reported: it is made after the
 // truncate, so it stands whole.
