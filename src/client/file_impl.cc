@@ -371,6 +371,9 @@ Result<meta::LengthReply> FileImpl::send_report(uint64_t& length, bool close, st
              : WEFT_FAULT("client.meta_without_close_with_length")
                  ? Result<meta::LengthReply>(error(Code::kUnknownMethod, "injected: meta has no close_with_length"))
                  : core_.meta->close_with_length(cred_, inode_.ino, session_id_, length, ack);
+    // Tests: meta took the answer to a cut, its reply never came back.
+    if (r && ack != 0 && WEFT_FAULT("client.report_length.answer_lost"))
+      return error(Code::kTimeout, "injected: the reply to file {}'s answer to a truncate is lost", inode_.ino);
     if (!r || r->cut.gen == 0) return r;
     // Capped for a truncate by another client (meta/types.h SessionCut):
     // report what storage still holds of these writes past it, and say so.

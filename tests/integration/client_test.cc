@@ -443,6 +443,36 @@ TEST_F(ClientTest, AWriteBesideTheReportThatAnswersACutBringsNoZerosBack) {
   ASSERT_TRUE(f->close().has_value());
 }
 
+// The reply to a report that answered a cut is lost: meta took the answer
+// and caps no more, so the File's next report of the same writes must look
+// at storage itself, not raise the length over the removed range.
+TEST_F(ClientTest, AnAnswerToACutWhoseReplyIsLostStillBringsNoZerosBack) {
+  const std::string path = dir() + "/answer-lost";
+  const auto old = pattern(1 << 20, 81);
+  ASSERT_TRUE(write_new(path, old));
+  auto other = connect_another();
+  ASSERT_TRUE(other.has_value()) << other.error();
+  auto w = (*other)->open_path((*other)->default_cred(), path, O_WRONLY, 0644);
+  ASSERT_TRUE(w.has_value()) << w.error();
+  ASSERT_TRUE((*w)->pwrite(pattern(2 << 20, 82), 1 << 20).has_value());
+  std::optional<fault::Scope> hold(std::in_place, "client.report_length.hold");
+  fault::Scope lost("client.report_length.answer_lost", fault::Spec{.hits_max = 1});
+  std::thread syncer([&] { EXPECT_FALSE((*w)->fsync().has_value()) << "the reply was lost"; });
+  while (hold->triggered() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto f = open(path, O_RDWR);
+  ASSERT_TRUE(f);
+  ASSERT_TRUE(f->truncate(512 << 10).has_value());
+  hold.reset();
+  syncer.join();
+  ASSERT_EQ(lost.triggered(), 1);
+  ASSERT_TRUE((*w)->fsync().has_value());  // the same writes, reported again
+  auto n = client_->getattr(client_->default_cred(), f->ino());
+  ASSERT_TRUE(n.has_value()) << n.error();
+  EXPECT_EQ(n->size, 512u << 10) << "the report after the lost answer brought the removed range back";
+  ASSERT_TRUE((*w)->close().has_value());
+  ASSERT_TRUE(f->close().has_value());
+}
+
 // A File that learns another client's truncate (a read past the end it knows
 // asks meta) while it has a write not reported yet: the write still counts, and
 // its report (through fsync) gives it its length.
