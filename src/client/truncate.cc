@@ -130,6 +130,7 @@ Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uin
     SetAttr attr;
     attr.size = new_size;
     attr.size_session = session;
+    attr.no_cut = !cut_any;  // an extension: other writers' bytes all stayed
     // A writer that reported since `seen` was read (a longer length, or any
     // report: it moves ctime) may have chunks past the new end that the cut
     // above missed: meta then refuses (kStaleHandle) and the cut is made again.

@@ -93,6 +93,7 @@ void to_proto(const SetAttr& a, pb::SetAttr* out) {
   out->set_size_session(a.size_session);
   if (a.expect_size) out->set_has_expect_size(true), out->set_expect_size(*a.expect_size);
   if (a.expect_ctime_ns) out->set_has_expect_ctime(true), out->set_expect_ctime_ns(*a.expect_ctime_ns);
+  out->set_no_cut(a.no_cut);
 }
 
 SetAttr from_proto(const pb::SetAttr& a) {
@@ -106,6 +107,7 @@ SetAttr from_proto(const pb::SetAttr& a) {
   r.size_session = a.size_session();
   if (a.has_expect_size()) r.expect_size = a.expect_size();
   if (a.has_expect_ctime()) r.expect_ctime_ns = a.expect_ctime_ns();
+  r.no_cut = a.no_cut();
   return r;
 }
 

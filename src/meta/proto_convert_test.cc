@@ -121,6 +121,9 @@ TEST(ProtoConvert, SetAttrKeepsAbsentFieldsAbsent) {
   EXPECT_EQ(back.size, std::optional<uint64_t>(12));
   EXPECT_EQ(back.mtime_ns, std::optional<int64_t>(SetAttr::kTimeNow));
   EXPECT_FALSE(back.uid || back.gid || back.atime_ns);
+  EXPECT_FALSE(back.no_cut);
+  a.no_cut = true;
+  EXPECT_TRUE((round_trip<SetAttr, pb::SetAttr>(a).no_cut));
   SetAttr all{1, 2, 3, 4, 5, 6};
   SetAttr all_back = round_trip<SetAttr, pb::SetAttr>(all);
   EXPECT_EQ(all_back.uid, std::optional<uint32_t>(2));

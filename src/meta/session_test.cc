@@ -304,6 +304,17 @@ TEST_F(SessionTest, AReportPastAnotherClientsTruncateIsCappedUntilTheWriterAnswe
   EXPECT_EQ(whole->cut, SessionCut{});
   EXPECT_EQ(whole->inode.size, 4096u);
   ASSERT_OK(s().close(writer_ctx, f, old->session_id));
+
+  // A truncate that removed no chunks (an extension) marks no session.
+  auto w2 = s().open(writer_ctx, f, {.read = false, .write = true});
+  ASSERT_OK(w2);
+  SetAttr grow;
+  grow.size = 8192;
+  grow.no_cut = true;
+  ASSERT_OK(s().setattr(cutter, f, grow));
+  EXPECT_EQ(s().report_length(writer_ctx, f, w2->session_id, 1 << 20)->cut, SessionCut{});
+  EXPECT_EQ(s().getattr(root(), f)->size, 1u << 20);
+  ASSERT_OK(s().close(writer_ctx, f, w2->session_id));
 }
 
 // A truncate through the caller's own write session needs no write

@@ -157,7 +157,7 @@ Result<Inode> MetaStore::do_setattr(Txn& txn, const Context& ctx, Ino ino, const
     // The client removed the chunks past the new length first, also what
     // other writers wrote there and have not reported: their reports past it
     // must not bring that range back as zeros (types.h SessionCut).
-    WEFT_RETURN_IF_ERROR(mark_sessions_cut(txn, ctx, ino, *a.size));
+    if (!a.no_cut) WEFT_RETURN_IF_ERROR(mark_sessions_cut(txn, ctx, ino, *a.size));
     if (c.uid != 0) n.mode = mode_without_privs(n.mode, c.in_group(n.gid));  // as Linux's truncate
   }
   const bool caller_in_group = c.uid == 0 || c.in_group(n.gid);  // the group before the change; root: CAP_FSETID

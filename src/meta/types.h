@@ -250,6 +250,10 @@ struct SetAttr {
   // moves: a writer that wrote below the old length, past the new end, after
   // the truncate's cut, reported without making the file longer.
   std::optional<int64_t> expect_ctime_ns;
+  // With `size`: the caller removed no chunks for it (an extension past
+  // every length it knew): no write session is marked (SessionCut), as no
+  // writer's acknowledged bytes went.
+  bool no_cut = false;
   static constexpr int64_t kTimeNow = INT64_MIN;
 };
 
