@@ -155,20 +155,15 @@ Result<std::pair<rpc::Endpoint, mgmt::ChainVersion>> ChunkIo::head_of(mgmt::Chai
 }
 
 template <class T>
-Task<Result<T>> ChunkIo::at_head(mgmt::ChainId chain, HeadAttempt<T> attempt, std::string what) {
+Task<Result<T>> ChunkIo::retrying(Round<T> round, std::string what) {
   const auto deadline = SteadyClock::now() + std::chrono::milliseconds(options_.retry_time_ms_max);
   Status last(Code::kUnavailable, "no attempt made");
   bool timed_out = false;
   Retry retry{.routing = routing_.version()};
   while (true) {
-    auto head = head_of(chain);
-    if (head) {
-      auto r = co_await attempt(head->first, head->second);
-      if (r) co_return r;
-      last = r.error();
-    } else {
-      last = head.error();
-    }
+    auto r = co_await round();
+    if (r) co_return r;
+    last = r.error();
     // kCorruption: the payload was damaged on its way to a member (each
     // checks it on arrival): sent again, as a read of a bad replica is tried
     // again. (A member whose own copy is bad answers kUnavailable.)
@@ -180,6 +175,16 @@ Task<Result<T>> ChunkIo::at_head(mgmt::ChainId chain, HeadAttempt<T> attempt, st
     }
   }
   co_return error(gave_up(last, timed_out, options_.retry_time_ms_max, what));
+}
+
+template <class T>
+Task<Result<T>> ChunkIo::at_head(mgmt::ChainId chain, HeadAttempt<T> attempt, std::string what) {
+  Round<T> round = [this, chain, attempt = std::move(attempt)]() -> Task<Result<T>> {
+    auto head = head_of(chain);
+    if (!head) co_return error(head.error());
+    co_return co_await attempt(head->first, head->second);
+  };
+  return retrying<T>(std::move(round), std::move(what));
 }
 
 Task<Result<void>> ChunkIo::update(UpdateKind kind, ChunkAddress c, uint32_t offset, uint32_t length,
@@ -397,42 +402,24 @@ Task<Result<std::optional<uint64_t>>> ChunkIo::data_end_at(rpc::Endpoint ep, mgm
 
 Task<Result<std::optional<uint64_t>>> ChunkIo::data_end(uint64_t ino, mgmt::ChainId chain, uint32_t chunk_bytes,
                                                         uint64_t first_index, uint64_t end_index) {
-  const auto deadline = SteadyClock::now() + std::chrono::milliseconds(options_.retry_time_ms_max);
-  Status last(Code::kUnavailable, "no attempt made");
-  bool timed_out = false;
-  Retry retry{.routing = routing_.version()};
-  while (true) {
+  using T = std::optional<uint64_t>;
+  // One round: each serving replica in turn; the last one's error.
+  Round<T> round = [=, this]() -> Task<Result<T>> {
     RoutingPtr routing = routing_.current();
-    auto route = [&]() -> Result<mgmt::ChainRoute> {
-      WEFT_TRY(const mgmt::ChainInfo* info, routing->chain(chain));
-      return mgmt::route_chain(*info);
-    }();
-    if (!route) {
-      last = route.error();
-    } else if (route->readable.empty()) {
-      last = Status(Code::kUnavailable, fmt::format("chain {} has no serving replica", chain));
-    } else {
-      for (mgmt::TargetId target : route->readable) {
-        auto ep = endpoint_of(*routing, target);
-        if (!ep) {
-          last = ep.error();
-          continue;
-        }
-        auto r = co_await data_end_at(*ep, target, route->version, ino, chain, chunk_bytes, first_index, end_index);
-        if (r) co_return r;
-        last = r.error();
-        replica_failovers_.fetch_add(1);
-      }
+    WEFT_CO_TRY(const mgmt::ChainInfo* info, routing->chain(chain));
+    WEFT_CO_TRY(mgmt::ChainRoute route, mgmt::route_chain(*info));
+    Status last(Code::kUnavailable, fmt::format("chain {} has no serving replica", chain));
+    for (mgmt::TargetId target : route.readable) {
+      auto ep = endpoint_of(*routing, target);
+      auto r = ep ? co_await data_end_at(*ep, target, route.version, ino, chain, chunk_bytes, first_index, end_index)
+                  : Result<T>(std::unexpected(ep.error()));
+      if (r) co_return r;
+      last = r.error();
+      replica_failovers_.fetch_add(1);
     }
-    if (!worth_retrying(last.code())) break;
-    bool again = co_await backoff(retry, deadline);
-    if (!again) {
-      timed_out = true;
-      break;
-    }
-  }
-  co_return error(gave_up(last, timed_out, options_.retry_time_ms_max,
-                          fmt::format("list the chunks of {} on chain {}", ino, chain)));
+    co_return error(last);
+  };
+  return retrying<T>(std::move(round), fmt::format("list the chunks of {} on chain {}", ino, chain));
 }
 
 // A group is one BatchRead: within the server's limits (storage/service_methods.h).

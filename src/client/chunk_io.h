@@ -127,6 +127,14 @@ class ChunkIo {
   // retry time is used up (see the header comment); `what` names it in errors.
   template <class T>
   Task<Result<T>> at_head(mgmt::ChainId chain, HeadAttempt<T> attempt, std::string what);
+  // One attempt of a call that retries (at_head's at the head; data_end's
+  // over the serving replicas).
+  template <class T>
+  using Round = std::function<Task<Result<T>>()>;
+  // Runs `round` until it succeeds, fails for good or the retry time is used
+  // up (see the header comment); `what` names it in errors.
+  template <class T>
+  Task<Result<T>> retrying(Round<T> round, std::string what);
   Task<Result<void>> update(UpdateKind kind, ChunkAddress c, uint32_t offset, uint32_t length,
                             std::span<const std::byte> src);
   Task<Result<void>> send_update(UpdateKind kind, rpc::Endpoint ep, mgmt::ChainVersion cv, ChunkAddress c,

@@ -385,8 +385,7 @@ Result<meta::LengthReply> FileImpl::send_report(uint64_t& length, bool close, st
 
 Result<meta::LengthReply> FileImpl::send_and_record(std::unique_lock<std::mutex>& lock, LengthReport& report,
                                                     bool close) {
-  const std::optional<uint64_t> probe_from =
-      cut_to_probe_ ? std::optional<uint64_t>(cut_to_probe_->from) : std::nullopt;
+  const std::optional<uint64_t> probe_from = cut_to_probe_;
   const bool probes = probe_from && report.length > *probe_from;  // send_report lowers report.length
   lock.unlock();
   report_on_its_way();
@@ -438,7 +437,7 @@ void FileImpl::remember_cut_locked(uint64_t cut) {
   // and this File's ends (written_end_, unreported_end_, size_) still count
   // what it removed: until a report finds nothing written meanwhile (and
   // lowers them), every report looks at storage past the cut.
-  cut_to_probe_ = CutToProbe{cut_to_probe_ ? std::min(cut_to_probe_->from, cut) : cut};
+  cut_to_probe_ = std::min(cut_to_probe_.value_or(cut), cut);
 }
 
 std::pair<Result<void>, bool> FileImpl::close_reporting(std::unique_lock<std::mutex>& lock, LengthReport report) {

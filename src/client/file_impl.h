@@ -206,15 +206,12 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   uint64_t unreported_end_ = 0;  // GUARDED_BY(mu_): end of the writes since the last report
   std::mutex reporting_mu_;      // see ReportHold
   // GUARDED_BY(mu_), changed under reporting_mu_: a truncate by another
-  // client to `from` this File answered while it had writes the answering
+  // client to this length that this File answered while it had writes the answering
   // report did not cover; the truncate may have removed those too, and this
-  // File's ends still count what it removed. Every report past `from` looks
+  // File's ends still count what it removed. Every report past it looks
   // at storage first, until one finds nothing written meanwhile (and lowers
   // the ends: reported_locked).
-  struct CutToProbe {
-    uint64_t from = 0;
-  };
-  std::optional<CutToProbe> cut_to_probe_;
+  std::optional<uint64_t> cut_to_probe_;
   // Remembers a truncate to `cut` a report answered (or may have: its reply
   // was lost) while this File had writes the report did not cover. REQUIRES(mu_).
   void remember_cut_locked(uint64_t cut);

@@ -6,7 +6,6 @@
 #include "meta/layout.h"
 #include "meta/permission.h"
 
-#include <algorithm>
 #include <thread>
 
 namespace weft::client {
@@ -31,11 +30,8 @@ Result<uint64_t> stored_end(Core& core, const Inode& inode, uint64_t cut, uint64
   WEFT_TRY(auto stripe, file_stripe(core, inode.layout));
   const uint64_t first = cut / cb;  // the chunk the truncate cut (or the first it removed)
   const uint64_t last = (end - 1) / cb + 1;
-  std::vector<mgmt::ChainId> chains(stripe.begin(), stripe.end());
-  std::sort(chains.begin(), chains.end());
-  chains.erase(std::unique(chains.begin(), chains.end()), chains.end());
   std::vector<Task<Result<std::optional<uint64_t>>>> lists;
-  for (mgmt::ChainId chain : chains) lists.push_back(core.chunks->data_end(inode.ino, chain, cb, first, last));
+  for (mgmt::ChainId chain : distinct_chains(stripe)) lists.push_back(core.chunks->data_end(inode.ino, chain, cb, first, last));
   uint64_t found = cut;
   for (auto& r : run_parallel(*core.io, std::move(lists))) {
     if (!r) return error(r.error().with_context(fmt::format("look for the data of file {} past the truncate to {}",

@@ -123,6 +123,43 @@ class ClientTest : public ::testing::Test {
     return Client::connect(o);
   }
 
+  // Another client's writer of `path` (written here first: 1 MiB of
+  // pattern(seed)) with [1 MiB, 3 MiB) of pattern(seed + 1) on storage and
+  // its length report held on its way (`finish`, its fsync or close, runs on
+  // a thread), while this client truncates the file to 512 KiB (`cutter`).
+  // release() lets the report go and waits for `finish`.
+  struct HeldReportCut {
+    std::vector<std::byte> old;
+    std::unique_ptr<Client> other;
+    std::shared_ptr<File> writer, cutter;
+    std::optional<fault::Scope> hold;
+    std::thread finisher;
+    void release() {
+      hold.reset();
+      if (finisher.joinable()) finisher.join();
+    }
+    ~HeldReportCut() { release(); }
+  };
+  void cut_beside_a_held_report(HeldReportCut& c, const std::string& path, uint64_t seed,
+                                std::function<void(File&)> finish) {
+    c.old = pattern(1 << 20, seed);
+    ASSERT_TRUE(write_new(path, c.old));
+    auto other = connect_another();
+    ASSERT_TRUE(other.has_value()) << other.error();
+    c.other = std::move(*other);
+    auto w = c.other->open_path(c.other->default_cred(), path, O_WRONLY, 0644);
+    ASSERT_TRUE(w.has_value()) << w.error();
+    c.writer = *w;
+    ASSERT_TRUE(c.writer->pwrite(pattern(2 << 20, seed + 1), 1 << 20).has_value());
+    c.hold.emplace("client.report_length.hold");
+    c.finisher = std::thread([&c, finish] { finish(*c.writer); });
+    while (c.hold->triggered() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    // The writer's chunks are on storage, its report held: the cut removes them.
+    c.cutter = open(path, O_RDWR);
+    ASSERT_TRUE(c.cutter);
+    ASSERT_TRUE(c.cutter->truncate(512 << 10).has_value());
+  }
+
   std::shared_ptr<File> open(const std::string& path, int flags) {
     auto f = client_->open_path(client_->default_cred(), path, flags, 0644);
     EXPECT_TRUE(f.has_value()) << path << ": " << f.error();
@@ -362,30 +399,20 @@ TEST_F(ClientTest, AReportOfWritesAnotherClientsTruncateRemovedBringsNoZerosBack
   const std::string d = dir();
   for (const bool by_close : {false, true}) {
     const std::string path = d + (by_close ? "/cut-before-close" : "/cut-before-fsync");
-    const auto old = pattern(1 << 20, 70);
-    ASSERT_TRUE(write_new(path, old));
-    auto other = connect_another();
-    ASSERT_TRUE(other.has_value()) << other.error();
-    auto w = (*other)->open_path((*other)->default_cred(), path, O_WRONLY, 0644);
-    ASSERT_TRUE(w.has_value()) << w.error();
-    ASSERT_TRUE((*w)->pwrite(pattern(2 << 20, 71), 1 << 20).has_value());
-    std::optional<fault::Scope> hold(std::in_place, "client.report_length.hold");
-    std::thread writer([&] {
-      auto r = by_close ? (*w)->close() : (*w)->fsync();
+    HeldReportCut c;
+    ASSERT_NO_FATAL_FAILURE(cut_beside_a_held_report(c, path, 70, [by_close](File& w) {
+      auto r = by_close ? w.close() : w.fsync();
       EXPECT_TRUE(r.has_value()) << r.error();
-    });
-    while (hold->triggered() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    // The writer's chunks are on storage, its report held: the cut removes them.
-    auto f = open(path, O_RDWR);
-    ASSERT_TRUE(f);
-    ASSERT_TRUE(f->truncate(512 << 10).has_value());
-    hold.reset();
-    writer.join();
+    }));
+    c.release();
+    const auto& old = c.old;
+    auto& f = c.cutter;
+    auto& w = c.writer;
     auto n = client_->getattr(client_->default_cred(), f->ino());
     ASSERT_TRUE(n.has_value()) << n.error();
     EXPECT_EQ(n->size, 512u << 10) << "the writer's report brought the removed range back as zeros";
     if (!by_close) {
-      EXPECT_EQ((*w)->size(), 512u << 10) << "the writer kept the length of what the truncate removed";
+      EXPECT_EQ(w->size(), 512u << 10) << "the writer kept the length of what the truncate removed";
     }
     std::vector<std::byte> back(4 << 20);
     ASSERT_TRUE(f->refresh_size().has_value());
@@ -394,7 +421,7 @@ TEST_F(ClientTest, AReportOfWritesAnotherClientsTruncateRemovedBringsNoZerosBack
     ASSERT_EQ(*got, 512u << 10);
     EXPECT_EQ(0, std::memcmp(back.data(), old.data(), *got));
     if (!by_close) {
-      ASSERT_TRUE((*w)->close().has_value());
+      ASSERT_TRUE(w->close().has_value());
       n = client_->getattr(client_->default_cred(), f->ino());
       ASSERT_TRUE(n.has_value()) << n.error();
       EXPECT_EQ(n->size, 512u << 10) << "the writer's close brought the removed range back";
@@ -408,33 +435,23 @@ TEST_F(ClientTest, AReportOfWritesAnotherClientsTruncateRemovedBringsNoZerosBack
 // would carry the removed writes' end too (the File's ends were not
 // lowered), so that report looks at storage as well.
 TEST_F(ClientTest, AWriteBesideTheReportThatAnswersACutBringsNoZerosBack) {
-  const std::string path = dir() + "/cut-beside-a-write";
-  const auto old = pattern(1 << 20, 74);
-  ASSERT_TRUE(write_new(path, old));
-  auto other = connect_another();
-  ASSERT_TRUE(other.has_value()) << other.error();
-  auto w = (*other)->open_path((*other)->default_cred(), path, O_WRONLY, 0644);
-  ASSERT_TRUE(w.has_value()) << w.error();
-  ASSERT_TRUE((*w)->pwrite(pattern(2 << 20, 75), 1 << 20).has_value());
-  std::optional<fault::Scope> hold(std::in_place, "client.report_length.hold");
-  std::thread syncer([&] {
-    auto r = (*w)->fsync();
+  HeldReportCut c;
+  ASSERT_NO_FATAL_FAILURE(cut_beside_a_held_report(c, dir() + "/cut-beside-a-write", 74, [](File& w) {
+    auto r = w.fsync();
     EXPECT_TRUE(r.has_value()) << r.error();
-  });
-  while (hold->triggered() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  auto f = open(path, O_RDWR);
-  ASSERT_TRUE(f);
-  ASSERT_TRUE(f->truncate(512 << 10).has_value());
+  }));
+  const auto& old = c.old;
+  auto& f = c.cutter;
+  auto& w = c.writer;
   const auto line = pattern(4096, 76);
-  ASSERT_TRUE((*w)->pwrite(line, 0).has_value());  // while the held report is on its way
-  hold.reset();
-  syncer.join();
-  ASSERT_TRUE((*w)->fsync().has_value());
+  ASSERT_TRUE(w->pwrite(line, 0).has_value());  // while the held report is on its way
+  c.release();
+  ASSERT_TRUE(w->fsync().has_value());
   auto n = client_->getattr(client_->default_cred(), f->ino());
   ASSERT_TRUE(n.has_value()) << n.error();
   EXPECT_EQ(n->size, 512u << 10) << "the second report brought the removed range back as zeros";
-  EXPECT_EQ((*w)->size(), 512u << 10);
-  ASSERT_TRUE((*w)->close().has_value());
+  EXPECT_EQ(w->size(), 512u << 10);
+  ASSERT_TRUE(w->close().has_value());
   ASSERT_TRUE(f->refresh_size().has_value());
   std::vector<std::byte> back(1 << 20);
   ASSERT_EQ(f->pread(back, 0).value_or(0), 512u << 10);
@@ -447,29 +464,20 @@ TEST_F(ClientTest, AWriteBesideTheReportThatAnswersACutBringsNoZerosBack) {
 // and caps no more, so the File's next report of the same writes must look
 // at storage itself, not raise the length over the removed range.
 TEST_F(ClientTest, AnAnswerToACutWhoseReplyIsLostStillBringsNoZerosBack) {
-  const std::string path = dir() + "/answer-lost";
-  const auto old = pattern(1 << 20, 81);
-  ASSERT_TRUE(write_new(path, old));
-  auto other = connect_another();
-  ASSERT_TRUE(other.has_value()) << other.error();
-  auto w = (*other)->open_path((*other)->default_cred(), path, O_WRONLY, 0644);
-  ASSERT_TRUE(w.has_value()) << w.error();
-  ASSERT_TRUE((*w)->pwrite(pattern(2 << 20, 82), 1 << 20).has_value());
-  std::optional<fault::Scope> hold(std::in_place, "client.report_length.hold");
   fault::Scope lost("client.report_length.answer_lost", fault::Spec{.hits_max = 1});
-  std::thread syncer([&] { EXPECT_FALSE((*w)->fsync().has_value()) << "the reply was lost"; });
-  while (hold->triggered() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  auto f = open(path, O_RDWR);
-  ASSERT_TRUE(f);
-  ASSERT_TRUE(f->truncate(512 << 10).has_value());
-  hold.reset();
-  syncer.join();
+  HeldReportCut c;
+  ASSERT_NO_FATAL_FAILURE(cut_beside_a_held_report(c, dir() + "/answer-lost", 81, [](File& w) {
+    EXPECT_FALSE(w.fsync().has_value()) << "the reply was lost";
+  }));
+  c.release();
+  auto& f = c.cutter;
+  auto& w = c.writer;
   ASSERT_EQ(lost.triggered(), 1);
-  ASSERT_TRUE((*w)->fsync().has_value());  // the same writes, reported again
+  ASSERT_TRUE(w->fsync().has_value());  // the same writes, reported again
   auto n = client_->getattr(client_->default_cred(), f->ino());
   ASSERT_TRUE(n.has_value()) << n.error();
   EXPECT_EQ(n->size, 512u << 10) << "the report after the lost answer brought the removed range back";
-  ASSERT_TRUE((*w)->close().has_value());
+  ASSERT_TRUE(w->close().has_value());
   ASSERT_TRUE(f->close().has_value());
 }
 
