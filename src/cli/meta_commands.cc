@@ -15,6 +15,7 @@
 #include "mgmt/proto_convert.h"
 #include "mgmt/service_methods.h"
 #include "client/chunk_gc.h"
+#include "client/truncate.h"
 #include "mgmt/client_list.h"
 #include "mgmt/mgmt_client.h"
 #include "mgmt/mgmt_rpc.h"
@@ -172,8 +173,11 @@ Result<ReaperSettings> reaper_settings(const Config& config) {
 }
 
 // Write sessions of clients without a lease at mgmtd are closed (meta/session_reaper.h).
+// Before a dead writer's session closes, storage is asked what it left past
+// the file's length, through the chunk GC's storage access.
 std::unique_ptr<meta::SessionReaper> start_session_reaper(const ReaperSettings& settings, meta::MetaStore& store,
-                                                          mgmt::MgmtRpc& mgmt, meta::ServeCheck check) {
+                                                          mgmt::MgmtRpc& mgmt, meta::ServeCheck check,
+                                                          client::StorageClient& storage) {
   auto live = [&mgmt, check = std::move(check)]() -> Result<std::optional<std::unordered_set<uint64_t>>> {
     WEFT_RETURN_IF_ERROR(check());  // fenced: reap nothing
     WEFT_TRY(mgmt::LeasedClients leased, mgmt::list_all_clients(mgmt, /*ids_only=*/true));
@@ -182,8 +186,12 @@ std::unique_ptr<meta::SessionReaper> start_session_reaper(const ReaperSettings& 
     for (const auto& c : leased.clients) ids.insert(c.id);
     return std::optional<std::unordered_set<uint64_t>>(std::move(ids));
   };
+  auto stored_end = [&storage](const meta::Inode& inode, uint64_t from) -> Result<uint64_t> {
+    WEFT_RETURN_IF_ERROR(storage.start());
+    return client::stored_end(storage.routing(), storage.chunks(), inode, from, meta::kFileBytesMax);
+  };
   return std::make_unique<meta::SessionReaper>(store, SystemClock::instance(), live, settings.interval,
-                                               settings.min_age);
+                                               settings.min_age, stored_end);
 }
 
 // What the chunk GC did and what readers keep from it, on meta's /metrics
@@ -274,7 +282,8 @@ void serve_meta(const std::string& config_path, bool accept_store_change) {
   }
   std::unique_ptr<meta::SessionReaper> reaper;
   if (*membership) {
-    reaper = start_session_reaper(*reaping, **store, *(*membership)->mgmt_rpc, fence_check(*membership));
+    reaper = start_session_reaper(*reaping, **store, *(*membership)->mgmt_rpc, fence_check(*membership),
+                                  gc->storage());
   }
   meta::RequestRecordExpirer expirer(**store, std::chrono::seconds(mc->request_record_age_s),
                                      std::chrono::seconds(60));

@@ -10,28 +10,6 @@
 
 namespace weft::client {
 
-struct ChunkGc::Parts {
-  rpc::IoPool io{1, "chunk-gc"};
-  rpc::Client rpc;
-  RoutingCache routing;
-  ChunkIo chunks;
-
-  Parts(std::vector<rpc::Endpoint> mgmtd, rpc::ClientOptions rpc_options)
-      : rpc(io, std::move(rpc_options)),
-        routing(io, rpc, std::move(mgmtd)),
-        chunks(io, rpc, routing, chunk_options()) {}
-
-  static ChunkIoOptions chunk_options() {
-    ChunkIoOptions o;
-    // A file that cannot be cleaned now is tried again later (a head that
-    // stopped answering before mgmtd declares it down, or failing storage,
-    // would otherwise hold the whole pass for long).
-    o.retry_time_ms_max = 2000;
-    o.call_timeout_ms = 3000;  // a hung head, too, holds a pass only this long
-    return o;
-  }
-};
-
 // Files taken from meta per pass, and chunk removals in flight at once. A
 // RemoveRange call counts as the removals its head runs at once (8, see
 // storage/remove_range.cc): the GC is background work, and 128 range calls
@@ -101,7 +79,7 @@ struct ChunkGc::Outcome {
 
 ChunkGc::ChunkGc(std::vector<rpc::Endpoint> mgmtd, rpc::ClientOptions rpc_options, ChunkGcHooks hooks,
                  ChunkGcOptions options, const Clock& clock)
-    : parts_(std::make_unique<Parts>(std::move(mgmtd), std::move(rpc_options))),
+    : storage_(std::make_unique<StorageClient>(std::move(mgmtd), std::move(rpc_options), "chunk-gc")),
       hooks_(std::move(hooks)),
       options_(options),
       clock_(clock) {
@@ -111,8 +89,6 @@ ChunkGc::ChunkGc(std::vector<rpc::Endpoint> mgmtd, rpc::ClientOptions rpc_option
 
 ChunkGc::~ChunkGc() {
   stop();
-  parts_->routing.stop();
-  parts_->io.stop();
 }
 
 void ChunkGc::start() {
@@ -126,11 +102,8 @@ void ChunkGc::stop() {
 }
 
 Result<ChunkGc::Pass> ChunkGc::collect_once() {
-  if (!routing_started_) {
-    WEFT_RETURN_IF_ERROR(parts_->routing.start());
-    routing_started_ = true;
-  }
-  auto routing = parts_->routing.current();
+  WEFT_RETURN_IF_ERROR(storage_->start());
+  auto routing = storage_->routing().current();
   const TimePoint now = clock_.now();
   // A new routing version may have a chain serve again: the files that wait
   // for want of a route are tried at once (while their chain still has no
@@ -290,15 +263,15 @@ std::vector<ChunkGc::Outcome> ChunkGc::remove_chunks(const std::vector<meta::GcI
       const Call& c = calls[next];
       if (outcomes[c.file].failure && !outcomes[c.file].no_route) continue;  // a call of it failed in storage
       if (c.index) {
-        tasks.push_back(remove_one(parts_->chunks, {items[c.file].ino, *c.index, c.chain, files[c.file].chunk_bytes}));
+        tasks.push_back(remove_one(storage_->chunks(), {items[c.file].ino, *c.index, c.chain, files[c.file].chunk_bytes}));
         in_flight += 1;
       } else {
-        tasks.push_back(parts_->chunks.remove_from(items[c.file].ino, c.chain, 0, &stopping_));
+        tasks.push_back(storage_->chunks().remove_from(items[c.file].ino, c.chain, 0, &stopping_));
         in_flight += kRemovesPerRangeCall;
       }
       sent.push_back(next);
     }
-    auto results = run_parallel(parts_->io, std::move(tasks));
+    auto results = run_parallel(storage_->io(), std::move(tasks));
     for (size_t j = 0; j < results.size(); ++j) {
       const Call& c = calls[sent[j]];
       if (results[j]) {
@@ -313,7 +286,7 @@ std::vector<ChunkGc::Outcome> ChunkGc::remove_chunks(const std::vector<meta::GcI
   for (const Call& c : fallback) {
     if (outcomes[c.file].failure && !outcomes[c.file].no_route) continue;
     const uint64_t end = meta::chunk_count(items[c.file].inode.size, files[c.file].chunk_bytes);
-    auto r = remove_each(parts_->chunks, files[c.file], c.chain, 0, end, [this] { return stopping_.load(); });
+    auto r = remove_each(storage_->chunks(), files[c.file], c.chain, 0, end, [this] { return stopping_.load(); });
     if (!r) storage_failed(c.file, r.error());
   }
   // Files a stop left unfinished stay queued (their next pass finds what is left).

@@ -21,8 +21,7 @@
 #include <optional>
 #include <span>
 
-#include "client/chunk_io.h"
-#include "client/routing_cache.h"
+#include "client/storage_client.h"
 #include "common/clock.h"
 #include "common/log_throttle.h"
 #include "common/periodic.h"
@@ -56,8 +55,9 @@ struct ChunkGcOptions {
 
 class ChunkGc {
  public:
-  // Owns its own I/O threads, RPC client (made with `rpc_options`) and
-  // routing cache. `clock` times the back-off and the warnings only.
+  // Owns its storage access (client/storage_client.h; RPC client made with
+  // `rpc_options`): storage() lends it to other background work of the meta
+  // server. `clock` times the back-off and the warnings only.
   ChunkGc(std::vector<rpc::Endpoint> mgmtd, rpc::ClientOptions rpc_options, ChunkGcHooks hooks,
           ChunkGcOptions options = {}, const Clock& clock = SystemClock::instance());
   ~ChunkGc();
@@ -87,6 +87,7 @@ class ChunkGc {
   // stop the files behind them (however many), nor do new files stop the old
   // ones.
   Result<Pass> collect_once();
+  StorageClient& storage() { return *storage_; }
   uint64_t files_collected() const { return files_.load(); }
   // Chunks the storage servers removed (RemoveRange's count; the per-index fallback's are not counted).
   uint64_t chunks_removed() const { return chunks_.load(); }
@@ -118,8 +119,7 @@ class ChunkGc {
   // Updates the back-off of the files tried; true when one failed that was not in back-off.
   bool note_outcomes(const std::vector<meta::GcItem>& items, const std::vector<Outcome>& outcomes, TimePoint now);
 
-  struct Parts;
-  std::unique_ptr<Parts> parts_;
+  std::unique_ptr<StorageClient> storage_;
   ChunkGcHooks hooks_;
   const ChunkGcOptions options_;
   const Clock& clock_;
@@ -127,7 +127,6 @@ class ChunkGc {
   std::atomic<uint64_t> chunks_{0};
   std::atomic<uint64_t> backoff_files_{0};
   std::atomic<bool> stopping_{false};  // stop() was called: passes end at their next wave
-  bool routing_started_ = false;  // collect_once's thread only
   // Files whose last try failed, by inode; collect_once's thread only.
   // Invariants: an entry is a file that meta handed out when a pass last
   // looked at its inode (passes drop the entries of the inode ranges they

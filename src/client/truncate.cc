@@ -10,35 +10,42 @@
 
 namespace weft::client {
 
-Result<std::vector<mgmt::ChainId>> file_stripe(Core& core, const Layout& layout) {
+Result<std::vector<mgmt::ChainId>> file_stripe(RoutingCache& routing_cache, const Layout& layout) {
   // Meta's rule (a layout a caller made up, e.g. a ReadOp's: a chunk size of
   // 0 would divide by zero wherever the file's chunks are placed).
   WEFT_RETURN_IF_ERROR(meta::validate_layout(layout));
-  auto routing = core.routing->current();
+  auto routing = routing_cache.current();
   auto stripe = stripe_chains(layout, *routing);
   if (stripe) return stripe;
   // The table may be new: fetch the routing again once.
-  core.routing->request_refresh();
-  for (int i = 0; i < 50 && core.routing->current() == routing; ++i)
+  routing_cache.request_refresh();
+  for (int i = 0; i < 50 && routing_cache.current() == routing; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  return stripe_chains(layout, *core.routing->current());
+  return stripe_chains(layout, *routing_cache.current());
 }
 
-Result<uint64_t> stored_end(Core& core, const Inode& inode, uint64_t cut, uint64_t end) {
+Result<std::vector<mgmt::ChainId>> file_stripe(Core& core, const Layout& layout) {
+  return file_stripe(*core.routing, layout);
+}
+
+Result<uint64_t> stored_end(RoutingCache& routing, ChunkIo& chunks, const Inode& inode, uint64_t cut, uint64_t end) {
   if (end <= cut) return cut;
   const uint32_t cb = inode.layout.chunk_bytes;
-  WEFT_TRY(auto stripe, file_stripe(core, inode.layout));
+  WEFT_TRY(auto stripe, file_stripe(routing, inode.layout));
   const uint64_t first = cut / cb;  // the chunk the truncate cut (or the first it removed)
   const uint64_t last = (end - 1) / cb + 1;
   std::vector<Task<Result<std::optional<uint64_t>>>> lists;
-  for (mgmt::ChainId chain : distinct_chains(stripe)) lists.push_back(core.chunks->data_end(inode.ino, chain, cb, first, last));
+  for (mgmt::ChainId chain : distinct_chains(stripe)) lists.push_back(chunks.data_end(inode.ino, chain, cb, first, last));
   uint64_t found = cut;
-  for (auto& r : run_parallel(*core.io, std::move(lists))) {
-    if (!r) return error(r.error().with_context(fmt::format("look for the data of file {} past the truncate to {}",
-                                                            inode.ino, cut)));
+  for (auto& r : run_parallel(chunks.io(), std::move(lists))) {
+    if (!r) return error(r.error().with_context(fmt::format("look for the data of file {} past {}", inode.ino, cut)));
     if (*r) found = std::max(found, **r);
   }
   return std::min(found, end);
+}
+
+Result<uint64_t> stored_end(Core& core, const Inode& inode, uint64_t cut, uint64_t end) {
+  return stored_end(*core.routing, *core.chunks, inode, cut, end);
 }
 
 namespace {

@@ -33,9 +33,13 @@ Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uin
 // zeros. One listing per chain of the stripe (ChunkIo::data_end): it costs
 // the chunks there are past the cut, not the range.
 Result<uint64_t> stored_end(Core& core, const Inode& inode, uint64_t cut, uint64_t end);
+// The same with the given storage access (the meta server's session reaper,
+// which asks what a dead writer left past the length: `cut` = the length).
+Result<uint64_t> stored_end(RoutingCache& routing, ChunkIo& chunks, const Inode& inode, uint64_t cut, uint64_t end);
 
 // The stripe chains of a file from the current routing; kInvalidArgument for
 // a layout meta would refuse (meta::validate_layout).
 Result<std::vector<mgmt::ChainId>> file_stripe(Core& core, const Layout& layout);
+Result<std::vector<mgmt::ChainId>> file_stripe(RoutingCache& routing, const Layout& layout);
 
 }  // namespace weft::client

@@ -2,6 +2,8 @@
 
 #include <rocksdb/db.h>
 
+#include <map>
+
 #include "meta/codec.h"
 #include "meta/test_util.h"
 
@@ -137,6 +139,103 @@ TEST_F(SessionReaperTest, SessionsWithoutAClientIdAreKept) {
   ASSERT_OK(r);
   EXPECT_EQ(r->closed, 0u);
   ASSERT_OK(s().close(root(), f, sid));
+}
+
+
+// What a dead writer stored past the length counts when its session closes
+// (the file's length becomes its end, as its close would have made it); a
+// file it left nothing past, an unlinked file and a session of a client from
+// before cut answers close as they did; a listing that fails keeps the
+// session for the next pass.
+TEST_F(SessionReaperTest, ADeadWritersDataPastTheLengthCountsWhenItsSessionCloses) {
+  Reply wrote = open_for_write(11, "wrote");
+  Reply quiet = open_for_write(11, "quiet");
+  Reply gone = open_for_write(11, "gone");
+  ASSERT_OK(s().report_length(root(), quiet.inode.ino, quiet.session_id, 700));
+  ASSERT_OK(s().unlink(root(), kRootIno, "gone"));
+  Ino old_file = create("old");
+  auto old = s().open(on_connection(root(), 11), old_file, {.read = false, .write = true, .answers_cuts = false});
+  ASSERT_OK(old);
+  auto quiet_before = s().getattr(root(), quiet.inode.ino);
+  ASSERT_OK(quiet_before);
+  clock_.advance(120s);
+  std::map<Ino, uint64_t> listed;  // inode -> the length it was listed from
+  bool storage_away = true;
+  StoredEnd stored_end = [&](const Inode& n, uint64_t from) -> Result<uint64_t> {
+    EXPECT_EQ(n.size, from);
+    listed[n.ino] = from;
+    if (storage_away) return error(Code::kUnavailable, "chain 3 has no serving replica");
+    return n.ino == wrote.inode.ino ? uint64_t{5 << 20} : from;
+  };
+  auto dead = [](uint64_t) { return false; };
+  auto r = reap_sessions(s(), dead, clock_.wall_ns(), stored_end);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->failed, 2u) << "storage unreachable: nothing known of what was left";
+  EXPECT_EQ(r->closed, 2u) << "the unlinked file and the old client's session";
+  EXPECT_EQ(sessions_of(wrote.inode.ino), 1u);
+  EXPECT_EQ(sessions_of(quiet.inode.ino), 1u);
+  EXPECT_EQ(listed.count(gone.inode.ino), 0u) << "an unlinked file's chunks all go to GC";
+  EXPECT_EQ(listed.count(old_file), 0u) << "a client from before cut answers: a listing could undo a truncate";
+  EXPECT_EQ(sessions_of(gone.inode.ino), 0u);
+  EXPECT_EQ(sessions_of(old_file), 0u);
+
+  storage_away = false;
+  listed.clear();
+  r = reap_sessions(s(), dead, clock_.wall_ns(), stored_end);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->closed, 2u);
+  EXPECT_EQ(r->lengthened, 1u);
+  EXPECT_EQ(r->failed, 0u);
+  EXPECT_EQ(listed[quiet.inode.ino], 700u);
+  EXPECT_EQ(sessions_of(wrote.inode.ino), 0u);
+  EXPECT_EQ(sessions_of(quiet.inode.ino), 0u);
+  auto n = s().getattr(root(), wrote.inode.ino);
+  ASSERT_OK(n);
+  EXPECT_EQ(n->size, uint64_t{5 << 20}) << "the dead writer's data is in the file";
+  n = s().getattr(root(), quiet.inode.ino);
+  ASSERT_OK(n);
+  EXPECT_EQ(n->size, 700u);
+  EXPECT_EQ(n->mtime_ns, quiet_before->mtime_ns) << "nothing found: a plain close";
+}
+
+// A truncate by another client while storage is listed: the listing may
+// have counted what it removed, so the close is capped at the cut and the
+// session stays; the next pass lists again and counts what was written
+// after the cut.
+TEST_F(SessionReaperTest, ATruncateWhileStorageIsListedKeepsTheSessionForTheNextPass) {
+  Reply w = open_for_write(11, "f");
+  const Ino f = w.inode.ino;
+  ASSERT_OK(s().report_length(root(), f, w.session_id, 8000));
+  clock_.advance(120s);
+  int lists = 0;
+  StoredEnd stored_end = [&](const Inode& n, uint64_t from) -> Result<uint64_t> {
+    ++lists;
+    if (lists == 1) {
+      SetAttr cut;
+      cut.size = 1000;
+      EXPECT_TRUE(s().setattr(on_connection(root(), 12), f, cut).has_value());
+      return uint64_t{9000};  // what was there before the cut
+    }
+    EXPECT_EQ(n.size, 1000u);
+    EXPECT_EQ(from, 1000u);
+    return uint64_t{1500};  // written after the cut (by the writer's last send, or by another writer)
+  };
+  auto dead = [](uint64_t) { return false; };
+  auto r = reap_sessions(s(), dead, clock_.wall_ns(), stored_end);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->cut, 1u);
+  EXPECT_EQ(r->closed, 0u);
+  EXPECT_EQ(sessions_of(f), 1u);
+  auto n = s().getattr(root(), f);
+  ASSERT_OK(n);
+  EXPECT_EQ(n->size, 1000u) << "the listing before the cut brought the removed range back";
+  r = reap_sessions(s(), dead, clock_.wall_ns(), stored_end);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->lengthened, 1u);
+  EXPECT_EQ(sessions_of(f), 0u);
+  n = s().getattr(root(), f);
+  ASSERT_OK(n);
+  EXPECT_EQ(n->size, 1500u);
 }
 
 }  // namespace

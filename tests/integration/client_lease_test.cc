@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <filesystem>
@@ -23,6 +24,8 @@
 
 #include "client/chunk_gc.h"
 #include "cluster_fixture.h"
+#include "common/crash_child.h"
+#include "common/fault.h"
 #include "weft/client.h"
 
 namespace weft::testing {
@@ -136,6 +139,72 @@ TEST_F(ClientLeaseTest, AKilledWritersSessionIsClosedAndItsUnlinkedFileRemoved) 
   // Servers flush their log every second (common/logging.cc): wait for the line.
   EXPECT_TRUE(eventually([&] { return meta_->log().find("session reaper: closed 1") != std::string::npos; }, 5s))
       << meta_->log();
+}
+
+// The dead writer of DeadWritersDataCountsOnceItsSessionIsReaped: a child
+// process (common/crash_child.h) that writes past the file's length, gets its
+// chunks to storage but never its length to meta, acknowledges, and waits to
+// be killed.
+constexpr uint64_t kDeadWriteAt = (3 << 20) + 5;
+constexpr size_t kDeadWriteBytes = 300 << 10;
+std::byte dead_writer_byte(size_t i) { return static_cast<std::byte>((i * 131 + 7) % 251); }
+
+TEST(DeadWriterChild, WritesPastTheLengthThenWaits) {
+  const char* fd_text = getenv("WEFT_DEAD_WRITER_FD");
+  if (fd_text == nullptr) GTEST_SKIP() << "the child of ClientLeaseTest.ADeadWritersDataCountsOnceItsSessionIsReaped";
+  ClientOptions o;
+  o.config_path = getenv("WEFT_DEAD_WRITER_CONFIG");
+  o.name = "dead-writer";
+  auto c = Client::connect(o);
+  ASSERT_TRUE(c) << c.error();
+  auto f = (*c)->open_path((*c)->default_cred(), getenv("WEFT_DEAD_WRITER_PATH"), O_CREAT | O_WRONLY | O_EXCL, 0644);
+  ASSERT_TRUE(f) << f.error();
+  std::vector<std::byte> data(kDeadWriteBytes);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = dead_writer_byte(i);
+  ASSERT_TRUE((*f)->pwrite(data, kDeadWriteAt).has_value());
+  fault::Scope lost("client.report_length.lost");  // until the kill: no report ever reaches meta
+  ASSERT_FALSE((*f)->flush().has_value()) << "the chunks reach storage, the length never meta";
+  ASSERT_GT(lost.triggered(), 0);
+  uint64_t ack = 0;
+  ASSERT_EQ(::write(std::atoi(fd_text), &ack, sizeof ack), static_cast<ssize_t>(sizeof ack));
+  for (;;) std::this_thread::sleep_for(1h);
+}
+
+// A writer killed after its data reached storage, before meta heard its
+// length: once its lease is gone, meta closes its session with the length of
+// what it stored (meta/session_reaper.h), so the data is in the file, as a
+// killed process's writes are on a local file system, and the range before
+// it reads as a hole.
+TEST_F(ClientLeaseTest, ADeadWritersDataCountsOnceItsSessionIsReaped) {
+  const std::string path = "/dead-writer";
+  uint64_t acked = 0;
+  ASSERT_NO_FATAL_FAILURE(run_child_until_killed(
+      "DeadWriterChild.WritesPastTheLengthThenWaits", "WEFT_DEAD_WRITER_FD",
+      {{"WEFT_DEAD_WRITER_CONFIG", cluster_.dir().file("client.toml")}, {"WEFT_DEAD_WRITER_PATH", path}}, 1, &acked));
+  ASSERT_EQ(acked, 1u);
+  const Cred& cred = client_->default_cred();
+  auto n = client_->resolve(cred, path);
+  ASSERT_TRUE(n) << n.error();
+  const uint64_t end = kDeadWriteAt + kDeadWriteBytes;
+  auto reaped = [&] {
+    auto m = client_->getattr(cred, n->ino);
+    return m && m->size == end;
+  };
+  EXPECT_TRUE(eventually(reaped, 20s)) << "the length covers the dead writer's data\n" << meta_->log();
+  EXPECT_TRUE(eventually([&] { return meta_->log().find("(1 with the length of data") != std::string::npos; }, 5s))
+      << meta_->log();
+  auto f = client_->open_path(cred, path, O_RDONLY, 0);
+  ASSERT_TRUE(f) << f.error();
+  std::vector<std::byte> back(end + 100);
+  auto got = (*f)->pread(back, 0);
+  ASSERT_TRUE(got) << got.error();
+  ASSERT_EQ(*got, end);
+  EXPECT_TRUE(std::all_of(back.begin(), back.begin() + kDeadWriteAt, [](std::byte b) { return b == std::byte{0}; }))
+      << "the range before the write is a hole";
+  bool same = true;
+  for (size_t i = 0; i < kDeadWriteBytes; ++i) same = same && back[kDeadWriteAt + i] == dead_writer_byte(i);
+  EXPECT_TRUE(same) << "the dead writer's bytes";
+  ASSERT_TRUE((*f)->close().has_value());
 }
 
 // Ctrl-C (or SIGTERM) during `weft put` removes its temporary and leaves the
