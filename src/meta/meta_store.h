@@ -279,6 +279,16 @@ class MetaStore {
   // answers the cut and closes again).
   Result<LengthReply> close_with_length(const Context& ctx, Ino ino, uint64_t session_id, uint64_t length,
                                         uint64_t ack_cut = 0);
+  // The session reaper's close of a dead writer's session (root): with
+  // `length` (what storage holds of the file past its length, listed after
+  // the file was read with ctime `expect_ctime_ns`), as the writer's own
+  // close_with_length. Only if the inode's ctime is still that: any change
+  // since (a truncate, by another client or the dead one's own, another
+  // writer's report) may be one the listing missed, and the answer is false
+  // with nothing changed (the reaper lists again at its next pass). So every
+  // truncate marked on the session came before the listing, which answers it.
+  // kBadHandle when the session or the inode is gone.
+  Result<bool> close_dead_session(Ino ino, uint64_t session_id, uint64_t length, int64_t expect_ctime_ns);
   // Closes every write session a client opened (the server calls this when
   // the client's lease expires); unlinked files it kept alive go to GC.
   // Returns how many sessions were closed.

@@ -14,7 +14,6 @@ namespace {
 struct SessionRef {
   Ino ino = 0;
   uint64_t session_id = 0;
-  SessionValue value;  // as the scan read it
 };
 
 // Sessions to close: a scan of the session keys, outside any transaction
@@ -35,57 +34,75 @@ Result<std::vector<SessionRef>> doomed_sessions(MetaStore& store, const std::fun
     if (v->client_id == 0 || v->opened_ns >= opened_before_ns || alive(v->client_id)) continue;
     WEFT_TRY(uint64_t ino, key::u64_at(k, 1));
     WEFT_TRY(uint64_t sid, key::u64_at(k, 9));
-    out.push_back({ino, sid, *v});
+    out.push_back({ino, sid});
   }
   if (!it->status().ok()) return error(Code::kIoError, "session reaper: scan: {}", it->status().ToString());
   return out;
 }
 
-enum class Reaped { kClosed, kLengthened, kCut };
+enum class Reaped { kClosed, kLengthened, kChanged };
 
 // Closes one dead writer's session, with the length of what it stored when
 // that is past the file's length (see the header).
 Result<Reaped> reap_one(MetaStore& store, const SessionRef& s, const StoredEnd& stored_end) {
   const Context root{Cred::root(), {}};
-  if (stored_end && s.value.answers_cuts) {
+  if (stored_end) {
     auto n = store.getattr(root, s.ino);
+    if (!n && n.error().code() != Code::kNotFound) return std::unexpected(n.error());
     if (n && n->is_file() && n->nlink > 0) {
       WEFT_TRY(uint64_t end, stored_end(*n, n->size));
       if (end > n->size) {
-        // The cut generation the scan saw: a truncate since then caps this.
-        WEFT_TRY(LengthReply r, store.close_with_length(root, s.ino, s.session_id, end, s.value.cut_gen));
-        return r.cut.gen != 0 ? Reaped::kCut : Reaped::kLengthened;
+        WEFT_TRY(bool closed, store.close_dead_session(s.ino, s.session_id, end, n->ctime_ns));
+        return closed ? Reaped::kLengthened : Reaped::kChanged;
       }
     }
-    // Otherwise plain close (which answers for an inode that cannot be read).
+    // Nothing past the length, the file unlinked or gone: a plain close.
   }
   WEFT_RETURN_IF_ERROR(store.close(root, s.ino, s.session_id));
   return Reaped::kClosed;
 }
 
+constexpr int64_t kBackoffFirstNs = 1'000'000'000;
+constexpr int64_t kBackoffMaxNs = 300'000'000'000;
+
 }  // namespace
 
 Result<ReapResult> reap_sessions(MetaStore& store, const std::function<bool(uint64_t)>& alive,
-                                 int64_t opened_before_ns, const StoredEnd& stored_end) {
+                                 int64_t opened_before_ns, const StoredEnd& stored_end, ReapState* state) {
   ReapResult result;
   WEFT_TRY(auto doomed, doomed_sessions(store, alive, opened_before_ns, result.scanned));
+  ReapState scratch;
+  ReapState& st = state ? *state : scratch;
+  std::map<std::pair<Ino, uint64_t>, ReapState::Wait> waits;  // the next pass's
   for (const SessionRef& s : doomed) {
+    const auto key = std::make_pair(s.ino, s.session_id);
+    auto wait = st.waits.find(key);
+    if (st.stop.load() || (wait != st.waits.end() && wait->second.next_ns > st.now_ns)) {
+      if (wait != st.waits.end()) waits.insert(*wait);
+      ++result.waiting;
+      continue;
+    }
     auto r = reap_one(store, s, stored_end);
     // One session that cannot be closed (its inode unreadable, its file's
     // storage unreachable) must not keep the sessions after it, and their
     // files' chunks, forever.
     if (r) {
-      if (*r == Reaped::kCut) {
-        ++result.cut;
+      if (*r == Reaped::kChanged) {
+        ++result.changed;
         continue;
       }
       ++result.closed;
       if (*r == Reaped::kLengthened) ++result.lengthened;
     } else if (r.error().code() != Code::kBadHandle) {  // kBadHandle: closed meanwhile
       ++result.failed;
-      WEFT_LOG_WARN("session reaper: session {} of inode {}: {}", s.session_id, s.ino, r.error());
+      const int64_t delay = wait == st.waits.end() ? kBackoffFirstNs
+                                                   : std::min(wait->second.delay_ns * 2, kBackoffMaxNs);
+      waits[key] = ReapState::Wait{st.now_ns + delay, delay};
+      WEFT_LOG_WARN("session reaper: session {} of inode {} (tried again in {} s): {}", s.session_id, s.ino,
+                    delay / 1'000'000'000, r.error());
     }
   }
+  st.waits = std::move(waits);
   return result;
 }
 
@@ -103,16 +120,22 @@ SessionReaper::SessionReaper(MetaStore& store, const Clock& clock, LiveClients l
         return interval;
       }) {}
 
+SessionReaper::~SessionReaper() {
+  state_.stop = true;  // a pass running ends before its next session
+  thread_.stop();
+}
+
 Result<ReapResult> SessionReaper::reap_once() {
   WEFT_TRY(auto live, live_());
   if (!live) return ReapResult{};  // mgmtd's list is not complete yet
   auto alive = [&](uint64_t id) { return live->contains(id); };
-  WEFT_TRY(ReapResult r, reap_sessions(store_, alive, clock_.wall_ns() - min_age_.count(), stored_end_));
-  if (r.closed > 0 || r.failed > 0 || r.cut > 0)
+  state_.now_ns = clock_.wall_ns();
+  WEFT_TRY(ReapResult r, reap_sessions(store_, alive, state_.now_ns - min_age_.count(), stored_end_, &state_));
+  if (r.closed > 0 || r.failed > 0)
     WEFT_LOG_INFO(
         "session reaper: closed {} write sessions of clients without a lease ({} with the length of data their "
-        "writer left past it; {} kept for a truncate meanwhile, {} could not be closed)",
-        r.closed, r.lengthened, r.cut, r.failed);
+        "writer left past it; {} could not be closed, {} wait to be tried again, {} files changed while listed)",
+        r.closed, r.lengthened, r.failed, r.waiting, r.changed);
   return r;
 }
 

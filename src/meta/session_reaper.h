@@ -9,20 +9,21 @@
 //      list proves nothing), and
 //   2. it was opened more than `min_age` ago on the store's clock: a client
 //      that just connected may open a file before its first heartbeat lands.
-// What the dead writer stored counts: before its session is closed, storage
-// is asked for the file's data past its length (`StoredEnd`, the chunk
-// listing of client::stored_end), and the session is closed with that
-// length (MetaStore::close_with_length), as if the writer had closed it. So
-// its writes are in the file, as a killed process's are on a local file
-// system, and never show up later inside an extension or a hole that should
-// read as zeros. A truncate by another client meanwhile marks the session
-// (meta/types.h SessionCut): the listing answers the cut it saw at the scan,
-// a newer one caps the close and keeps the session for the next pass. Not
-// asked: unlinked files (their chunks all go to GC), sessions of clients
-// from before cut answers (nothing would tell the listing from a truncate
-// after it), or without a StoredEnd (no storage: a meta outside a cluster,
-// the store's tests). A listing that fails keeps the session for the next
-// pass.
+// What the dead writer stored counts: before its session of a linked file is
+// closed, storage is asked for the file's data past its length (`StoredEnd`,
+// the chunk listing of client::stored_end), and the session is closed with
+// the end found (MetaStore::close_dead_session), as the writer's own close
+// would have: its writes are in the file, as a killed process's are on a
+// local file system. The close happens only if the inode did not change
+// since it was read for the listing (a truncate meanwhile, even by the dead
+// client itself if it still runs cut off from mgmtd, may have removed what
+// was listed): otherwise the session waits for the next pass. Not asked:
+// unlinked files (all their chunks go to GC), or without a StoredEnd (no
+// storage: a meta outside a cluster, the store's tests).
+// A session whose listing (or close) failed is not tried again before a
+// back-off has passed (1 s, doubling up to 5 min, in memory), so a chain
+// without a serving target costs a pass little and logs a line per session
+// at that pace; the other sessions are tried meanwhile.
 // A session is owned by the client id of the write open (MetaStore::open:
 // its request id's client, else its connection's); sessions recorded without
 // one (only possible before write opens required one) are never closed.
@@ -30,8 +31,10 @@
 // on its own thread every `interval`.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <optional>
 #include <unordered_set>
 
@@ -46,18 +49,33 @@ struct ReapResult {
   uint64_t scanned = 0;     // sessions looked at
   uint64_t closed = 0;
   uint64_t lengthened = 0;  // of the closed, files whose writer left data past their length
-  uint64_t cut = 0;         // kept: a truncate came while storage was listed (the next pass lists again)
-  uint64_t failed = 0;      // could not be closed (logged; the next pass tries again)
+  uint64_t changed = 0;     // kept: the file changed while storage was listed (the next pass lists again)
+  uint64_t failed = 0;      // could not be closed (logged; tried again after a back-off)
+  uint64_t waiting = 0;     // not tried: in back-off after a failure
 };
 
 // The end of the data storage holds of `inode` past `from` (its length), or
 // `from` when it holds none there.
 using StoredEnd = std::function<Result<uint64_t>(const Inode& inode, uint64_t from)>;
 
+// What reap_sessions keeps from one pass to the next (SessionReaper's).
+struct ReapState {
+  int64_t now_ns = 0;               // set before each pass (store clock, wall ns): times the back-off
+  std::atomic<bool> stop{false};    // a pass ends before its next session
+  struct Wait {
+    int64_t next_ns = 0;
+    int64_t delay_ns = 0;
+  };
+  // Sessions (inode, session id) whose last try failed. Invariant: only
+  // sessions the last pass found doomed (the others are dropped).
+  std::map<std::pair<Ino, uint64_t>, Wait> waits;
+};
+
 // Closes every session whose client `alive` rejects and that was opened
 // before `opened_before_ns` (store clock, wall nanoseconds).
 Result<ReapResult> reap_sessions(MetaStore& store, const std::function<bool(uint64_t client_id)>& alive,
-                                 int64_t opened_before_ns, const StoredEnd& stored_end = {});
+                                 int64_t opened_before_ns, const StoredEnd& stored_end = {},
+                                 ReapState* state = nullptr);
 
 class SessionReaper {
  public:
@@ -67,6 +85,7 @@ class SessionReaper {
 
   SessionReaper(MetaStore& store, const Clock& clock, LiveClients live, std::chrono::milliseconds interval,
                 std::chrono::nanoseconds min_age, StoredEnd stored_end = {});
+  ~SessionReaper();
   SessionReaper(const SessionReaper&) = delete;
   SessionReaper& operator=(const SessionReaper&) = delete;
 
@@ -79,6 +98,7 @@ class SessionReaper {
   const LiveClients live_;
   const std::chrono::nanoseconds min_age_;
   const StoredEnd stored_end_;
+  ReapState state_;  // the thread's (stop: any thread)
   PeriodicThread thread_;  // last: starts after the fields it uses
 };
 

@@ -144,9 +144,8 @@ TEST_F(SessionReaperTest, SessionsWithoutAClientIdAreKept) {
 
 // What a dead writer stored past the length counts when its session closes
 // (the file's length becomes its end, as its close would have made it); a
-// file it left nothing past, an unlinked file and a session of a client from
-// before cut answers close as they did; a listing that fails keeps the
-// session for the next pass.
+// file it left nothing past and an unlinked file close as they did; a
+// listing that fails keeps the session.
 TEST_F(SessionReaperTest, ADeadWritersDataPastTheLengthCountsWhenItsSessionCloses) {
   Reply wrote = open_for_write(11, "wrote");
   Reply quiet = open_for_write(11, "quiet");
@@ -165,44 +164,48 @@ TEST_F(SessionReaperTest, ADeadWritersDataPastTheLengthCountsWhenItsSessionClose
     EXPECT_EQ(n.size, from);
     listed[n.ino] = from;
     if (storage_away) return error(Code::kUnavailable, "chain 3 has no serving replica");
-    return n.ino == wrote.inode.ino ? uint64_t{5 << 20} : from;
+    if (n.ino == wrote.inode.ino) return uint64_t{5 << 20};
+    if (n.ino == old_file) return uint64_t{4096};
+    return from;
   };
   auto dead = [](uint64_t) { return false; };
   auto r = reap_sessions(s(), dead, clock_.wall_ns(), stored_end);
   ASSERT_OK(r);
-  EXPECT_EQ(r->failed, 2u) << "storage unreachable: nothing known of what was left";
-  EXPECT_EQ(r->closed, 2u) << "the unlinked file and the old client's session";
+  EXPECT_EQ(r->failed, 3u) << "storage unreachable: nothing known of what was left";
+  EXPECT_EQ(r->closed, 1u) << "the unlinked file";
   EXPECT_EQ(sessions_of(wrote.inode.ino), 1u);
   EXPECT_EQ(sessions_of(quiet.inode.ino), 1u);
+  EXPECT_EQ(sessions_of(old_file), 1u);
   EXPECT_EQ(listed.count(gone.inode.ino), 0u) << "an unlinked file's chunks all go to GC";
-  EXPECT_EQ(listed.count(old_file), 0u) << "a client from before cut answers: a listing could undo a truncate";
   EXPECT_EQ(sessions_of(gone.inode.ino), 0u);
-  EXPECT_EQ(sessions_of(old_file), 0u);
 
   storage_away = false;
   listed.clear();
   r = reap_sessions(s(), dead, clock_.wall_ns(), stored_end);
   ASSERT_OK(r);
-  EXPECT_EQ(r->closed, 2u);
-  EXPECT_EQ(r->lengthened, 1u);
+  EXPECT_EQ(r->closed, 3u);
+  EXPECT_EQ(r->lengthened, 2u);
   EXPECT_EQ(r->failed, 0u);
   EXPECT_EQ(listed[quiet.inode.ino], 700u);
-  EXPECT_EQ(sessions_of(wrote.inode.ino), 0u);
-  EXPECT_EQ(sessions_of(quiet.inode.ino), 0u);
+  for (Ino f : {wrote.inode.ino, quiet.inode.ino, old_file}) EXPECT_EQ(sessions_of(f), 0u);
   auto n = s().getattr(root(), wrote.inode.ino);
   ASSERT_OK(n);
   EXPECT_EQ(n->size, uint64_t{5 << 20}) << "the dead writer's data is in the file";
+  n = s().getattr(root(), old_file);
+  ASSERT_OK(n);
+  EXPECT_EQ(n->size, 4096u) << "a client from before cut answers: the same";
   n = s().getattr(root(), quiet.inode.ino);
   ASSERT_OK(n);
   EXPECT_EQ(n->size, 700u);
   EXPECT_EQ(n->mtime_ns, quiet_before->mtime_ns) << "nothing found: a plain close";
 }
 
-// A truncate by another client while storage is listed: the listing may
-// have counted what it removed, so the close is capped at the cut and the
-// session stays; the next pass lists again and counts what was written
-// after the cut.
-TEST_F(SessionReaperTest, ATruncateWhileStorageIsListedKeepsTheSessionForTheNextPass) {
+// A truncate while storage is listed, by another client or by the dead
+// client itself (cut off from mgmtd, it may still run; its own truncates
+// mark none of its sessions): the listing may have counted what it removed,
+// so nothing is closed and the next pass lists again. What was written
+// after the truncate counts then.
+TEST_F(SessionReaperTest, AFileThatChangesWhileStorageIsListedIsListedAgainAtTheNextPass) {
   Reply w = open_for_write(11, "f");
   const Ino f = w.inode.ino;
   ASSERT_OK(s().report_length(root(), f, w.session_id, 8000));
@@ -210,32 +213,83 @@ TEST_F(SessionReaperTest, ATruncateWhileStorageIsListedKeepsTheSessionForTheNext
   int lists = 0;
   StoredEnd stored_end = [&](const Inode& n, uint64_t from) -> Result<uint64_t> {
     ++lists;
-    if (lists == 1) {
+    if (lists <= 2) {
+      clock_.advance(1ms);  // ctime moves with the truncate
       SetAttr cut;
-      cut.size = 1000;
-      EXPECT_TRUE(s().setattr(on_connection(root(), 12), f, cut).has_value());
-      return uint64_t{9000};  // what was there before the cut
+      cut.size = lists == 1 ? 1000 : 900;
+      Context by = lists == 1 ? on_connection(root(), 12) : on_connection(root(), 11);
+      EXPECT_TRUE(s().setattr(by, f, cut).has_value());
+      return uint64_t{9000};  // what was there before the truncate
     }
-    EXPECT_EQ(n.size, 1000u);
-    EXPECT_EQ(from, 1000u);
-    return uint64_t{1500};  // written after the cut (by the writer's last send, or by another writer)
+    EXPECT_EQ(n.size, 900u);
+    EXPECT_EQ(from, 900u);
+    return uint64_t{1500};  // written after the truncate
   };
   auto dead = [](uint64_t) { return false; };
+  for (uint64_t size : {1000u, 900u}) {
+    auto r = reap_sessions(s(), dead, clock_.wall_ns(), stored_end);
+    ASSERT_OK(r);
+    EXPECT_EQ(r->changed, 1u);
+    EXPECT_EQ(r->closed, 0u);
+    EXPECT_EQ(sessions_of(f), 1u);
+    auto n = s().getattr(root(), f);
+    ASSERT_OK(n);
+    EXPECT_EQ(n->size, size) << "the listing before the truncate brought the removed range back";
+  }
   auto r = reap_sessions(s(), dead, clock_.wall_ns(), stored_end);
-  ASSERT_OK(r);
-  EXPECT_EQ(r->cut, 1u);
-  EXPECT_EQ(r->closed, 0u);
-  EXPECT_EQ(sessions_of(f), 1u);
-  auto n = s().getattr(root(), f);
-  ASSERT_OK(n);
-  EXPECT_EQ(n->size, 1000u) << "the listing before the cut brought the removed range back";
-  r = reap_sessions(s(), dead, clock_.wall_ns(), stored_end);
   ASSERT_OK(r);
   EXPECT_EQ(r->lengthened, 1u);
   EXPECT_EQ(sessions_of(f), 0u);
-  n = s().getattr(root(), f);
+  auto n = s().getattr(root(), f);
   ASSERT_OK(n);
   EXPECT_EQ(n->size, 1500u);
+}
+
+// A session whose listing failed waits before its next try (1 s, doubling,
+// at most 5 min) while the others are tried; a stopping reaper tries none.
+TEST_F(SessionReaperTest, ASessionWhoseListingFailedWaitsItsBackOff) {
+  Reply stuck = open_for_write(11, "stuck");
+  clock_.advance(120s);
+  int tries = 0;
+  StoredEnd failing = [&](const Inode&, uint64_t) -> Result<uint64_t> {
+    ++tries;
+    return error(Code::kUnavailable, "no serving replica");
+  };
+  auto dead = [](uint64_t) { return false; };
+  ReapState state;
+  auto pass = [&](std::chrono::milliseconds after) {
+    clock_.advance(after);
+    state.now_ns = clock_.wall_ns();
+    auto r = reap_sessions(s(), dead, clock_.wall_ns() + 1, failing, &state);  // every session is old enough
+    EXPECT_TRUE(r.has_value());
+    return r.value_or(ReapResult{});
+  };
+  EXPECT_EQ(pass(0ms).failed, 1u);
+  Reply later = open_for_write(11, "later");
+  EXPECT_EQ(tries, 1);
+  ReapResult r = pass(0ms);
+  EXPECT_EQ(r.waiting, 1u);
+  EXPECT_EQ(r.failed, 1u) << "the new session is tried";
+  EXPECT_EQ(tries, 2);
+  pass(999ms);
+  EXPECT_EQ(tries, 2);
+  r = pass(1ms);
+  EXPECT_EQ(tries, 4) << "both, 1 s after their failures";
+  pass(1999ms);
+  EXPECT_EQ(tries, 4);
+  pass(1ms);
+  EXPECT_EQ(tries, 6) << "2 s after the second failures";
+  for (int i = 0; i < 12; ++i) pass(std::chrono::minutes(5));
+  int before = tries;
+  pass(std::chrono::minutes(5));
+  EXPECT_EQ(tries, before + 2) << "at most 5 min apart";
+  state.stop = true;
+  r = pass(std::chrono::hours(1));
+  EXPECT_EQ(tries, before + 2);
+  EXPECT_EQ(r.waiting, 2u);
+  EXPECT_EQ(sessions_of(stuck.inode.ino), 1u);
+  ASSERT_OK(s().close(root(), stuck.inode.ino, stuck.session_id));
+  ASSERT_OK(s().close(root(), later.inode.ino, later.session_id));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // MetaStore write sessions, file length reports and the chunk GC queue.
 #include <rocksdb/utilities/transaction_db.h>
 
+#include "common/assert.h"
 #include "meta/meta_store.h"
 #include "meta/ops.h"
 #include "meta/permission.h"
@@ -163,6 +164,28 @@ Result<LengthReply> MetaStore::close_with_length(const Context& ctx, Ino ino, ui
     r.cut = cut;
     return r;
   }));
+}
+
+Result<bool> MetaStore::close_dead_session(Ino ino, uint64_t session_id, uint64_t length, int64_t expect_ctime_ns) {
+  const Context root{Cred::root(), {}};
+  bool closed = false;
+  auto r = mutate(Op::kCloseWithLength, root, [&](Txn& txn) -> Result<Reply> {
+    closed = false;  // the body runs again after a lock conflict
+    WEFT_TRY(auto n, txn.lock_inode(ino, true));
+    if (!n) return error(Code::kBadHandle, "no inode {} for session {}", ino, session_id);
+    if (n->ctime_ns != expect_ctime_ns) return Reply{};
+    WEFT_TRY(auto raw, txn.get_raw(key::session(ino, session_id)));
+    if (!raw) return error(Code::kBadHandle, "no session {} on inode {}", session_id, ino);
+    // The newest cut is answered: it was marked before the inode was read.
+    auto s = decode_session(*raw);
+    WEFT_TRY(SessionCut cut, take_report(txn, root, *n, session_id, length, s ? s->cut_gen : 0));
+    WEFT_ASSERT(cut.gen == 0);
+    WEFT_RETURN_IF_ERROR(end_session(txn, root, *n, session_id));
+    closed = true;
+    return reply_of(std::move(*n));
+  });
+  if (!r) return std::unexpected(r.error());
+  return closed;
 }
 
 // Deletes the session; the last writer of an unlinked file takes the inode
