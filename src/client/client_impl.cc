@@ -264,8 +264,12 @@ class ClientImpl final : public Client {
     Inode inode = reply.inode;
     if (inode.is_dir()) return error(Code::kIsDirectory, "{} is a directory", name);
     WEFT_TRY(auto file, make_file_or_close(cred, std::move(reply.inode), reply.session_id, {wants_read(flags), write}));
-    // (The length here counts what Files open in this client wrote and did not report yet.)
-    if ((flags & O_TRUNC) && write && with_local_size(inode).size > 0) {
+    // A file made by this call holds no chunk; one that existed may, past
+    // any length (a writer's not reported yet, a dead writer's): truncate(0)
+    // removes them all, as open() with O_TRUNC does. (The length here counts
+    // what Files open in this client wrote and did not report yet; a meta
+    // from before `existed` never says so.)
+    if ((flags & O_TRUNC) && write && (reply.existed || with_local_size(inode).size > 0)) {
       WEFT_RETURN_IF_ERROR(file->truncate(0));
       inode.size = 0;
     }

@@ -250,7 +250,9 @@ static std::string_view utf8_prefix(std::string_view text, size_t max) {
 std::string encode_request(const RequestRecord& rec) {
   Writer w;
   w.u16(static_cast<uint16_t>(rec.code)).bytes(utf8_prefix(rec.message, kRecordMessageBytesMax)).i64(rec.time_ns);
-  w.u64(rec.reply.session_id).u8(rec.reply.has_inode ? 1 : 0);
+  // Bit 0: an inode follows; bit 1: create found the file existing (records
+  // from before it: never set).
+  w.u64(rec.reply.session_id).u8((rec.reply.has_inode ? 1 : 0) | (rec.reply.existed ? 2 : 0));
   if (rec.reply.has_inode) write_inode_fields(w, rec.reply.inode);
   w.u8(rec.op);
   if (rec.reply.cut.gen != 0) w.u64(rec.reply.cut.gen).u64(rec.reply.cut.length);  // records before cuts: none
@@ -264,9 +266,10 @@ Result<RequestRecord> decode_request(std::string_view bytes) {
   rec.message = r.bytes(1 << 16);
   rec.time_ns = r.i64();
   rec.reply.session_id = r.u64();
-  uint8_t has_inode = r.u8();
-  if (has_inode > 1) r.fail();
-  rec.reply.has_inode = has_inode == 1;
+  uint8_t reply_flags = r.u8();
+  if (reply_flags > 3) r.fail();
+  rec.reply.has_inode = (reply_flags & 1) != 0;
+  rec.reply.existed = (reply_flags & 2) != 0;
   if (rec.reply.has_inode) rec.reply.inode = read_inode_fields(r);
   if (!r.at_end()) rec.op = r.u8();
   if (!r.at_end()) {

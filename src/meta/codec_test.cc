@@ -99,6 +99,14 @@ TEST(Codec, OtherValuesRoundTrip) {
   ASSERT_TRUE(r.has_value()) << r.error();
   EXPECT_EQ(r->reply.cut, (SessionCut{5, 1000}));
   EXPECT_EQ(r->op, 4);
+  EXPECT_FALSE(r->reply.existed);
+  rec.reply = reply_of(sample_inode(), 77);
+  rec.reply.existed = true;  // a create that opened an existing file
+  r = decode_request(encode_request(rec));
+  ASSERT_TRUE(r.has_value()) << r.error();
+  EXPECT_TRUE(r->reply.existed);
+  EXPECT_TRUE(r->reply.has_inode);
+  EXPECT_EQ(r->reply.inode, sample_inode());
 }
 
 TEST(Codec, RequestRecordsKeepABoundedMessage) {

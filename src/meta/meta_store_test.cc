@@ -93,6 +93,10 @@ TEST_F(MetaStoreTest, CreateExclusiveAndOpenExisting) {
   ASSERT_OK(again);
   EXPECT_EQ(again->inode.ino, f);
   EXPECT_EQ(again->inode.mode, 0644u);  // existing file opened, mode untouched
+  EXPECT_TRUE(again->existed) << "an O_TRUNC create cuts what an existing file may hold";
+  auto made = s().create(root(), kRootIno, "new", 0600, false, false);
+  ASSERT_OK(made);
+  EXPECT_FALSE(made->existed);
   Ino d = mkdir("d");
   EXPECT_CODE(s().create(root(), kRootIno, "d", 0644, false, false), Code::kIsDirectory);
   EXPECT_CODE(s().create(root(), kRootIno, "d", 0644, true, false), Code::kExists);

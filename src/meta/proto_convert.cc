@@ -159,6 +159,7 @@ void to_proto(const Reply& r, pb::MetaReply* out) {
   out->set_session_id(r.session_id);
   out->set_cut_gen(r.cut.gen);
   out->set_cut_length(r.cut.length);
+  out->set_existed(r.existed);
 }
 
 Result<Reply> reply_from(const pb::MetaReply& r) {
@@ -169,6 +170,7 @@ Result<Reply> reply_from(const pb::MetaReply& r) {
   }
   out.session_id = r.session_id();
   out.cut = SessionCut{r.cut_gen(), r.cut_length()};
+  out.existed = r.existed();
   return out;
 }
 

@@ -170,6 +170,10 @@ TEST(ProtoConvert, DirPageAndReply) {
   EXPECT_TRUE(rb->has_inode);
   EXPECT_EQ(rb->inode, sample_inode());
   EXPECT_EQ(rb->session_id, 99u);
+  EXPECT_FALSE(rb->existed);
+  reply.existed = true;
+  to_proto(reply, &pr);
+  EXPECT_TRUE(reply_from(pr)->existed);
   pb::MetaReply empty;
   to_proto(Reply{}, &empty);
   auto eb = reply_from(empty);

@@ -18,9 +18,18 @@ TEST_F(RetryTest, RetriedCreateReturnsOriginalResult) {
   ASSERT_OK(again);  // not kExists
   EXPECT_EQ(again->inode.ino, first->inode.ino);
   EXPECT_EQ(again->session_id, first->session_id);
+  EXPECT_FALSE(again->existed);
   // A new request id executes again.
   EXPECT_CODE(s().create(with_req(root(), 42, 2), kRootIno, "f", 0644, true, false), Code::kExists);
   EXPECT_EQ(registry_.counter("weft_meta_request_replays_total", "").value(), 1u);
+  // A create that opened an existing file says so again when retried.
+  Context open_ctx = with_req(root(), 42, 3);
+  auto opened = s().create(open_ctx, kRootIno, "f", 0644, false, false);
+  ASSERT_OK(opened);
+  EXPECT_TRUE(opened->existed);
+  auto reopened = s().create(open_ctx, kRootIno, "f", 0644, false, false);
+  ASSERT_OK(reopened);
+  EXPECT_TRUE(reopened->existed);
   ASSERT_OK(s().close(root(), first->inode.ino, first->session_id));
 }
 

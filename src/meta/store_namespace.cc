@@ -189,6 +189,7 @@ Result<Reply> MetaStore::do_create(Txn& txn, const Context& ctx, Ino parent_ino,
       WEFT_TRY(reply.session_id, begin_session(txn, ctx, file.ino, open.answers_cuts));
     }
     reply = reply_of(std::move(file), reply.session_id);
+    reply.existed = true;
     return reply;
   }
   WEFT_RETURN_IF_ERROR(check_access(parent, ctx.cred, kAccessWrite | kAccessExec));

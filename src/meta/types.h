@@ -186,6 +186,10 @@ struct Reply {
   Inode inode;
   uint64_t session_id = 0;
   SessionCut cut;  // report_length, close_with_length: the report was capped
+  // create: the name was an existing file, opened (not made). Its chunks may
+  // reach past the length (a writer's not reported yet, or a dead one's):
+  // an O_TRUNC create cuts them even when the length is 0.
+  bool existed = false;
 };
 
 inline Reply reply_of(Inode inode, uint64_t session_id = 0) { return Reply{true, std::move(inode), session_id, {}}; }

@@ -602,33 +602,43 @@ TEST_F(ClientTest, ALengthReportOnItsWayDoesNotUndoATruncateHere) {
 
 // A writer that died after its chunks reached storage but before meta heard
 // its length (meta knows the file as empty): an O_TRUNC open removes those
-// chunks too, so the old bytes never show in holes of the new content.
+// chunks too, so the old bytes never show in holes of the new content. Also
+// when the open is a create (O_CREAT) that finds the file there.
 TEST_F(ClientTest, OTruncRemovesTheChunksPastTheLengthMetaKnows) {
   std::string d = dir();
-  const std::string path = d + "/crashed";
   const uint64_t kAt = 5 << 20;
   auto old = pattern(300 << 10, 41);
-  {
-    auto other = connect_another();
-    ASSERT_TRUE(other.has_value()) << other.error();
-    fault::Scope lost("client.report_length.lost");
-    auto w = (*other)->open_path((*other)->default_cred(), path, O_CREAT | O_WRONLY | O_EXCL, 0644);
-    ASSERT_TRUE(w.has_value()) << w.error();
-    ASSERT_TRUE((*w)->pwrite(old, kAt).has_value());
-    auto flushed = (*w)->flush();  // the chunks reach storage, the length never meta
-    ASSERT_FALSE(flushed.has_value());
-    (void)(*w)->close();
-    ASSERT_GT(lost.triggered(), 0);
+  for (int flags : {O_RDWR | O_TRUNC, O_CREAT | O_WRONLY | O_TRUNC}) {
+    SCOPED_TRACE(flags & O_CREAT ? "create" : "open");
+    const std::string path = d + (flags & O_CREAT ? "/crashed-create" : "/crashed-open");
+    {
+      auto other = connect_another();
+      ASSERT_TRUE(other.has_value()) << other.error();
+      fault::Scope lost("client.report_length.lost");
+      auto w = (*other)->open_path((*other)->default_cred(), path, O_CREAT | O_WRONLY | O_EXCL, 0644);
+      ASSERT_TRUE(w.has_value()) << w.error();
+      ASSERT_TRUE((*w)->pwrite(old, kAt).has_value());
+      ASSERT_TRUE((*w)->pwrite(old, 0).has_value());  // in the chunk the new content goes to, past its end
+      auto flushed = (*w)->flush();  // the chunks reach storage, the length never meta
+      ASSERT_FALSE(flushed.has_value());
+      (void)(*w)->close();
+      ASSERT_GT(lost.triggered(), 0);
+    }
+    auto n = client_->resolve(client_->default_cred(), path);
+    ASSERT_TRUE(n.has_value()) << n.error();
+    ASSERT_EQ(n->size, 0u) << "meta never heard the writer's length";
+    auto f = client_->open_path(client_->default_cred(), path, flags, 0644);
+    ASSERT_TRUE(f.has_value()) << f.error();
+    ASSERT_TRUE((*f)->pwrite(pattern(10, 42), 0).has_value());
+    ASSERT_TRUE((*f)->truncate(kAt + old.size()).has_value());  // an extension over where the old bytes were
+    ASSERT_TRUE((*f)->flush().has_value());
+    auto r = open(path, O_RDONLY);
+    ASSERT_TRUE(r);
+    EXPECT_TRUE(zeros_at(*r, 10, old.size() - 10)) << "the dead writer's bytes came back after the new content";
+    EXPECT_TRUE(zeros_at(*r, kAt, old.size())) << "the dead writer's bytes came back";
+    ASSERT_TRUE(r->close().has_value());
+    ASSERT_TRUE((*f)->close().has_value());
   }
-  auto n = client_->resolve(client_->default_cred(), path);
-  ASSERT_TRUE(n.has_value()) << n.error();
-  ASSERT_EQ(n->size, 0u) << "meta never heard the writer's length";
-  auto f = open(path, O_RDWR | O_TRUNC);
-  ASSERT_TRUE(f);
-  ASSERT_TRUE(f->pwrite(pattern(10, 42), 0).has_value());
-  ASSERT_TRUE(f->truncate(kAt + old.size()).has_value());  // an extension over where the old bytes were
-  EXPECT_TRUE(zeros_at(*f, kAt, old.size())) << "the dead writer's bytes came back";
-  ASSERT_TRUE(f->close().has_value());
 }
 
 // A writer's close reports its length and ends its session in one call to
