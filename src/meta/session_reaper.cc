@@ -1,5 +1,6 @@
 #include "meta/session_reaper.h"
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -40,30 +41,40 @@ Result<std::vector<SessionRef>> doomed_sessions(MetaStore& store, const std::fun
   return out;
 }
 
-enum class Reaped { kClosed, kLengthened, kChanged };
+enum class Reaped { kClosed, kLengthened, kChanged, kDeferred };
+
+// A file that changed while storage was listed is listed again at once this
+// often (a listing takes milliseconds; a file whose writers report that
+// fast is left for the next pass).
+constexpr int kListRounds = 3;
 
 // Closes one dead writer's session, with the length of what it stored when
-// that is past the file's length (see the header).
-Result<Reaped> reap_one(MetaStore& store, const SessionRef& s, const StoredEnd& stored_end) {
+// that is past the file's length (see the header). Without `may_list`, a
+// session that needs a listing is left for a later pass (kDeferred).
+Result<Reaped> reap_one(MetaStore& store, const SessionRef& s, const StoredEnd& stored_end, bool may_list) {
   const Context root{Cred::root(), {}};
-  if (stored_end) {
+  for (int round = 0; stored_end && round < kListRounds; ++round) {
     auto n = store.getattr(root, s.ino);
     if (!n && n.error().code() != Code::kNotFound) return std::unexpected(n.error());
-    if (n && n->is_file() && n->nlink > 0) {
-      WEFT_TRY(uint64_t end, stored_end(*n, n->size));
-      if (end > n->size) {
-        WEFT_TRY(bool closed, store.close_dead_session(s.ino, s.session_id, end, n->ctime_ns));
-        return closed ? Reaped::kLengthened : Reaped::kChanged;
-      }
-    }
-    // Nothing past the length, the file unlinked or gone: a plain close.
+    if (!n || !n->is_file() || n->nlink == 0) break;  // gone, or unlinked: all its chunks go to GC
+    if (!may_list) return Reaped::kDeferred;
+    WEFT_TRY(uint64_t end, stored_end(*n, n->size));
+    if (end <= n->size) break;  // nothing past the length
+    WEFT_TRY(bool closed, store.close_dead_session(s.ino, s.session_id, end, n->ctime_ns));
+    if (closed) return Reaped::kLengthened;
+    if (round + 1 == kListRounds) return Reaped::kChanged;
   }
   WEFT_RETURN_IF_ERROR(store.close(root, s.ino, s.session_id));
   return Reaped::kClosed;
 }
 
-constexpr int64_t kBackoffFirstNs = 1'000'000'000;
-constexpr int64_t kBackoffMaxNs = 300'000'000'000;
+constexpr Duration kBackoffFirst = std::chrono::seconds(1);
+constexpr Duration kBackoffMax = std::chrono::minutes(5);
+// Listings that may fail in one pass before the rest wait for the next: a
+// failing one costs the storage client's retry time (seconds), and many
+// files on one chain without a serving target would make a pass last that
+// many times as long.
+constexpr uint64_t kListFailuresPerPass = 4;
 
 }  // namespace
 
@@ -73,33 +84,45 @@ Result<ReapResult> reap_sessions(MetaStore& store, const std::function<bool(uint
   WEFT_TRY(auto doomed, doomed_sessions(store, alive, opened_before_ns, result.scanned));
   ReapState scratch;
   ReapState& st = state ? *state : scratch;
+  const TimePoint start = st.clock->now();
+  // Sessions that never failed first, then those whose back-off is over,
+  // the longest waiting first: failing ones never hold up the others.
+  auto wait_of = [&](const SessionRef& s) -> const ReapState::Wait* {
+    auto w = st.waits.find({s.ino, s.session_id});
+    return w == st.waits.end() ? nullptr : &w->second;
+  };
+  std::stable_sort(doomed.begin(), doomed.end(), [&](const SessionRef& a, const SessionRef& b) {
+    const ReapState::Wait *wa = wait_of(a), *wb = wait_of(b);
+    if (!wa || !wb) return !wa && wb;
+    return wa->next < wb->next;
+  });
   std::map<std::pair<Ino, uint64_t>, ReapState::Wait> waits;  // the next pass's
+  uint64_t list_failures = 0;
   for (const SessionRef& s : doomed) {
     const auto key = std::make_pair(s.ino, s.session_id);
-    auto wait = st.waits.find(key);
-    if (st.stop.load() || (wait != st.waits.end() && wait->second.next_ns > st.now_ns)) {
-      if (wait != st.waits.end()) waits.insert(*wait);
+    const ReapState::Wait* wait = wait_of(s);
+    if (st.stop.load() || (wait && wait->next > start)) {
+      if (wait) waits[key] = *wait;
       ++result.waiting;
       continue;
     }
-    auto r = reap_one(store, s, stored_end);
+    auto r = reap_one(store, s, stored_end, list_failures < kListFailuresPerPass);
     // One session that cannot be closed (its inode unreadable, its file's
     // storage unreachable) must not keep the sessions after it, and their
     // files' chunks, forever.
-    if (r) {
-      if (*r == Reaped::kChanged) {
-        ++result.changed;
-        continue;
-      }
+    if (r && (*r == Reaped::kChanged || *r == Reaped::kDeferred)) {
+      if (wait) waits[key] = *wait;  // its back-off stays as it was
+      ++(*r == Reaped::kChanged ? result.changed : result.waiting);
+    } else if (r) {
       ++result.closed;
       if (*r == Reaped::kLengthened) ++result.lengthened;
     } else if (r.error().code() != Code::kBadHandle) {  // kBadHandle: closed meanwhile
       ++result.failed;
-      const int64_t delay = wait == st.waits.end() ? kBackoffFirstNs
-                                                   : std::min(wait->second.delay_ns * 2, kBackoffMaxNs);
-      waits[key] = ReapState::Wait{st.now_ns + delay, delay};
+      ++list_failures;  // (or an unreadable inode: counted alike)
+      const Duration delay = wait ? std::min(wait->delay * 2, kBackoffMax) : kBackoffFirst;
+      waits[key] = ReapState::Wait{st.clock->now() + delay, delay};
       WEFT_LOG_WARN("session reaper: session {} of inode {} (tried again in {} s): {}", s.session_id, s.ino,
-                    delay / 1'000'000'000, r.error());
+                    std::chrono::duration_cast<std::chrono::seconds>(delay).count(), r.error());
     }
   }
   st.waits = std::move(waits);
@@ -114,6 +137,7 @@ SessionReaper::SessionReaper(MetaStore& store, const Clock& clock, LiveClients l
       live_(std::move(live)),
       min_age_(min_age),
       stored_end_(std::move(stored_end)),
+      state_{.clock = &clock},
       thread_(interval, [this, interval] {
         auto r = reap_once();
         if (!r) WEFT_LOG_WARN("session reaper: {}", r.error());
@@ -129,8 +153,7 @@ Result<ReapResult> SessionReaper::reap_once() {
   WEFT_TRY(auto live, live_());
   if (!live) return ReapResult{};  // mgmtd's list is not complete yet
   auto alive = [&](uint64_t id) { return live->contains(id); };
-  state_.now_ns = clock_.wall_ns();
-  WEFT_TRY(ReapResult r, reap_sessions(store_, alive, state_.now_ns - min_age_.count(), stored_end_, &state_));
+  WEFT_TRY(ReapResult r, reap_sessions(store_, alive, clock_.wall_ns() - min_age_.count(), stored_end_, &state_));
   if (r.closed > 0 || r.failed > 0)
     WEFT_LOG_INFO(
         "session reaper: closed {} write sessions of clients without a lease ({} with the length of data their "

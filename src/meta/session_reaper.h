@@ -21,9 +21,13 @@
 // unlinked files (all their chunks go to GC), or without a StoredEnd (no
 // storage: a meta outside a cluster, the store's tests).
 // A session whose listing (or close) failed is not tried again before a
-// back-off has passed (1 s, doubling up to 5 min, in memory), so a chain
-// without a serving target costs a pass little and logs a line per session
-// at that pace; the other sessions are tried meanwhile.
+// back-off has passed (1 s, doubling up to 5 min from its failure, in
+// memory); a pass tries sessions that never failed first, and after 4
+// failed listings leaves the other sessions that need one for later passes.
+// So a chain without a serving target costs a pass a few storage retry
+// times, and logs a line per session at the back-off's pace. A file that
+// changed while listed is listed again up to 3 times, then left for the
+// next pass.
 // A session is owned by the client id of the write open (MetaStore::open:
 // its request id's client, else its connection's); sessions recorded without
 // one (only possible before write opens required one) are never closed.
@@ -60,11 +64,11 @@ using StoredEnd = std::function<Result<uint64_t>(const Inode& inode, uint64_t fr
 
 // What reap_sessions keeps from one pass to the next (SessionReaper's).
 struct ReapState {
-  int64_t now_ns = 0;               // set before each pass (store clock, wall ns): times the back-off
-  std::atomic<bool> stop{false};    // a pass ends before its next session
+  const Clock* clock = &SystemClock::instance();  // its now() (monotonic) times the back-off
+  std::atomic<bool> stop{false};                  // a pass ends before its next session
   struct Wait {
-    int64_t next_ns = 0;
-    int64_t delay_ns = 0;
+    TimePoint next{};
+    Duration delay{};
   };
   // Sessions (inode, session id) whose last try failed. Invariant: only
   // sessions the last pass found doomed (the others are dropped).
@@ -98,7 +102,7 @@ class SessionReaper {
   const LiveClients live_;
   const std::chrono::nanoseconds min_age_;
   const StoredEnd stored_end_;
-  ReapState state_;  // the thread's (stop: any thread)
+  ReapState state_;  // the thread's (stop: any thread; clock set at construction)
   PeriodicThread thread_;  // last: starts after the fields it uses
 };
 

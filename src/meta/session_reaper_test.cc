@@ -3,6 +3,8 @@
 #include <rocksdb/db.h>
 
 #include <map>
+#include <string>
+#include <vector>
 
 #include "meta/codec.h"
 #include "meta/test_util.h"
@@ -203,93 +205,132 @@ TEST_F(SessionReaperTest, ADeadWritersDataPastTheLengthCountsWhenItsSessionClose
 // A truncate while storage is listed, by another client or by the dead
 // client itself (cut off from mgmtd, it may still run; its own truncates
 // mark none of its sessions): the listing may have counted what it removed,
-// so nothing is closed and the next pass lists again. What was written
-// after the truncate counts then.
-TEST_F(SessionReaperTest, AFileThatChangesWhileStorageIsListedIsListedAgainAtTheNextPass) {
+// so nothing is closed and storage is listed again, up to 3 times in a
+// pass, then at the next pass. What was written after the truncate counts.
+TEST_F(SessionReaperTest, AFileThatChangesWhileStorageIsListedIsListedAgain) {
   Reply w = open_for_write(11, "f");
   const Ino f = w.inode.ino;
   ASSERT_OK(s().report_length(root(), f, w.session_id, 8000));
   clock_.advance(120s);
   int lists = 0;
+  const uint64_t cuts[] = {1000, 900, 800, 700};
   StoredEnd stored_end = [&](const Inode& n, uint64_t from) -> Result<uint64_t> {
+    EXPECT_EQ(n.size, from);
+    if (lists > 0) {
+      EXPECT_EQ(from, cuts[lists - 1]) << "listed again from the new length";
+    }
     ++lists;
-    if (lists <= 2) {
-      clock_.advance(1ms);  // ctime moves with the truncate
+    if (lists <= 4) {
       SetAttr cut;
-      cut.size = lists == 1 ? 1000 : 900;
-      Context by = lists == 1 ? on_connection(root(), 12) : on_connection(root(), 11);
-      EXPECT_TRUE(s().setattr(by, f, cut).has_value());
+      cut.size = cuts[lists - 1];
+      Context by = on_connection(root(), lists % 2 == 1 ? 12 : 11);
+      EXPECT_TRUE(s().setattr(by, f, cut).has_value());  // the same clock tick: ctime still moves
       return uint64_t{9000};  // what was there before the truncate
     }
-    EXPECT_EQ(n.size, 900u);
-    EXPECT_EQ(from, 900u);
-    return uint64_t{1500};  // written after the truncate
+    return uint64_t{1500};  // written after the truncates
   };
   auto dead = [](uint64_t) { return false; };
-  for (uint64_t size : {1000u, 900u}) {
-    auto r = reap_sessions(s(), dead, clock_.wall_ns(), stored_end);
-    ASSERT_OK(r);
-    EXPECT_EQ(r->changed, 1u);
-    EXPECT_EQ(r->closed, 0u);
-    EXPECT_EQ(sessions_of(f), 1u);
-    auto n = s().getattr(root(), f);
-    ASSERT_OK(n);
-    EXPECT_EQ(n->size, size) << "the listing before the truncate brought the removed range back";
-  }
   auto r = reap_sessions(s(), dead, clock_.wall_ns(), stored_end);
   ASSERT_OK(r);
+  EXPECT_EQ(lists, 3);
+  EXPECT_EQ(r->changed, 1u);
+  EXPECT_EQ(r->closed, 0u);
+  EXPECT_EQ(sessions_of(f), 1u);
+  auto n = s().getattr(root(), f);
+  ASSERT_OK(n);
+  EXPECT_EQ(n->size, 800u) << "a listing before a truncate brought the removed range back";
+  r = reap_sessions(s(), dead, clock_.wall_ns(), stored_end);
+  ASSERT_OK(r);
+  EXPECT_EQ(lists, 5);
   EXPECT_EQ(r->lengthened, 1u);
   EXPECT_EQ(sessions_of(f), 0u);
-  auto n = s().getattr(root(), f);
+  n = s().getattr(root(), f);
   ASSERT_OK(n);
   EXPECT_EQ(n->size, 1500u);
 }
 
-// A session whose listing failed waits before its next try (1 s, doubling,
-// at most 5 min) while the others are tried; a stopping reaper tries none.
+// A session whose listing failed waits before its next try (1 s from its
+// failure, doubling, at most 5 min) while the others are tried; a stopping
+// reaper tries none.
 TEST_F(SessionReaperTest, ASessionWhoseListingFailedWaitsItsBackOff) {
   Reply stuck = open_for_write(11, "stuck");
   clock_.advance(120s);
   int tries = 0;
   StoredEnd failing = [&](const Inode&, uint64_t) -> Result<uint64_t> {
     ++tries;
+    clock_.advance(10ms);  // a listing takes time: the back-off counts from its failure
     return error(Code::kUnavailable, "no serving replica");
   };
   auto dead = [](uint64_t) { return false; };
   ReapState state;
+  state.clock = &clock_;
   auto pass = [&](std::chrono::milliseconds after) {
     clock_.advance(after);
-    state.now_ns = clock_.wall_ns();
     auto r = reap_sessions(s(), dead, clock_.wall_ns() + 1, failing, &state);  // every session is old enough
     EXPECT_TRUE(r.has_value());
     return r.value_or(ReapResult{});
   };
-  EXPECT_EQ(pass(0ms).failed, 1u);
+  EXPECT_EQ(pass(0ms).failed, 1u);  // fails at t0 + 10 ms
   Reply later = open_for_write(11, "later");
   EXPECT_EQ(tries, 1);
   ReapResult r = pass(0ms);
   EXPECT_EQ(r.waiting, 1u);
-  EXPECT_EQ(r.failed, 1u) << "the new session is tried";
+  EXPECT_EQ(r.failed, 1u) << "the new session is tried";  // fails at t0 + 20 ms
   EXPECT_EQ(tries, 2);
-  pass(999ms);
+  pass(989ms);  // t0 + 1009 ms
   EXPECT_EQ(tries, 2);
-  r = pass(1ms);
-  EXPECT_EQ(tries, 4) << "both, 1 s after their failures";
-  pass(1999ms);
+  pass(1ms);  // t0 + 1010 ms: the first is due, not the second
+  EXPECT_EQ(tries, 3);
+  pass(10ms);
   EXPECT_EQ(tries, 4);
-  pass(1ms);
-  EXPECT_EQ(tries, 6) << "2 s after the second failures";
-  for (int i = 0; i < 12; ++i) pass(std::chrono::minutes(5));
-  int before = tries;
-  pass(std::chrono::minutes(5));
-  EXPECT_EQ(tries, before + 2) << "at most 5 min apart";
+  for (int i = 0; i < 10; ++i) pass(std::chrono::minutes(5));
+  for (int i = 0; i < 3; ++i) {
+    const int before = tries;
+    pass(std::chrono::minutes(5));
+    EXPECT_EQ(tries, before + 2) << "at most 5 min apart";
+  }
   state.stop = true;
+  const int before = tries;
   r = pass(std::chrono::hours(1));
-  EXPECT_EQ(tries, before + 2);
+  EXPECT_EQ(tries, before);
   EXPECT_EQ(r.waiting, 2u);
   EXPECT_EQ(sessions_of(stuck.inode.ino), 1u);
   ASSERT_OK(s().close(root(), stuck.inode.ino, stuck.session_id));
   ASSERT_OK(s().close(root(), later.inode.ino, later.session_id));
+}
+
+// Many sessions on storage that cannot be listed: a pass gives up listing
+// after 4 failures (each costs the storage client's retry time), sessions
+// that need no listing still close, and the sessions never tried go first
+// in the next pass.
+TEST_F(SessionReaperTest, APassListsOnlyUntilFourListingsFailed) {
+  std::vector<Reply> files;
+  for (int i = 0; i < 10; ++i) files.push_back(open_for_write(11, "f" + std::to_string(i)));
+  Reply gone = open_for_write(11, "gone");
+  ASSERT_OK(s().unlink(root(), kRootIno, "gone"));
+  clock_.advance(120s);
+  std::vector<Ino> listed;
+  StoredEnd failing = [&](const Inode& n, uint64_t) -> Result<uint64_t> {
+    listed.push_back(n.ino);
+    return error(Code::kUnavailable, "no serving replica");
+  };
+  auto dead = [](uint64_t) { return false; };
+  ReapState state;
+  state.clock = &clock_;
+  auto r = reap_sessions(s(), dead, clock_.wall_ns(), failing, &state);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->failed, 4u);
+  EXPECT_EQ(r->waiting, 6u);
+  EXPECT_EQ(r->closed, 1u) << "the unlinked file needs no listing";
+  EXPECT_EQ(sessions_of(gone.inode.ino), 0u);
+  ASSERT_EQ(listed.size(), 4u);
+  listed.clear();
+  r = reap_sessions(s(), dead, clock_.wall_ns(), failing, &state);
+  ASSERT_OK(r);
+  ASSERT_EQ(listed.size(), 4u);
+  for (Ino ino : listed)
+    EXPECT_GE(ino, files[4].inode.ino) << "the sessions not tried yet go first, not those in back-off";
+  for (const Reply& f : files) ASSERT_OK(s().close(root(), f.inode.ino, f.session_id));
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 
 #include <rocksdb/utilities/transaction_db.h>
 
+#include <algorithm>
+
 #include "meta/meta_store.h"
 #include "meta/ops.h"
 #include "meta/permission.h"
@@ -171,7 +173,10 @@ Result<Inode> MetaStore::do_setattr(Txn& txn, const Context& ctx, Ino ino, const
   }
   if (a.atime_ns) n.atime_ns = *a.atime_ns == SetAttr::kTimeNow ? now : *a.atime_ns;
   if (a.mtime_ns) n.mtime_ns = *a.mtime_ns == SetAttr::kTimeNow ? now : *a.mtime_ns;
-  n.ctime_ns = now;
+  // Strictly later, even within one tick of a coarse clock: a truncate and
+  // the session reaper tell that a file changed by its ctime (expect_ctime_ns,
+  // close_dead_session).
+  n.ctime_ns = std::max(now, n.ctime_ns + 1);
   WEFT_RETURN_IF_ERROR(txn.put_inode(n));
   if (n.is_dir()) {  // times live in DirStat too (max-merged): reset them exactly
     WEFT_TRY(DirStat s, txn.dir_stat(ino));

@@ -1,6 +1,8 @@
 // MetaStore write sessions, file length reports and the chunk GC queue.
 #include <rocksdb/utilities/transaction_db.h>
 
+#include <algorithm>
+
 #include "common/assert.h"
 #include "meta/meta_store.h"
 #include "meta/ops.h"
@@ -217,7 +219,7 @@ Result<void> MetaStore::apply_length(const Context& ctx, Inode& n, uint64_t leng
     return error(Code::kFileTooBig, "length {} of inode {} beyond the maximum file size {}", length, n.ino,
                  kFileBytesMax);
   n.size = std::max(n.size, length);
-  n.mtime_ns = n.ctime_ns = now_ns();
+  n.mtime_ns = n.ctime_ns = std::max(now_ns(), n.ctime_ns + 1);  // strictly later: see do_setattr
   if (ctx.cred.uid != 0) n.mode = mode_without_privs(n.mode, ctx.cred.in_group(n.gid));
   return {};
 }
