@@ -453,9 +453,9 @@ std::pair<Result<void>, bool> FileImpl::close_reporting(std::unique_lock<std::mu
     return {report_length(lock, report), false};
   }
   // A refusal changed nothing at meta; after a lost reply the commit may have
-  // landed; a capped close whose answer failed left the length at the cut
-  // (writes past it after the truncate are lost from it: the error says so).
-  // Either way the caller closes the session (kBadHandle if it is gone).
+  // landed; a capped close whose answer failed left the length at the cut.
+  // Either way the caller abandons the session (kBadHandle if it is gone):
+  // meta's session reaper closes it with what storage holds.
   return {error(r.error().with_context(fmt::format("close file {}", inode_.ino))), false};
 }
 
@@ -511,7 +511,13 @@ Result<void> FileImpl::close() {
   lock.unlock();
   if (held) core_.dirty->release(held);
   if (session_id_ != 0 && !session_closed) {
-    auto r = core_.meta->close(cred_, inode_.ino, session_id_);
+    // Tests: a writer that died before its close reached meta.
+    if (WEFT_FAULT("client.close.lost")) return error(Code::kIoError, "injected: the close of file {} is lost", inode_.ino);
+    // A failed flush or length report may leave written bytes past the
+    // length meta knows: the session is abandoned, and meta's session reaper
+    // closes it with what storage holds (meta/meta_store.h abandon_session),
+    // rather than closed here without them.
+    auto r = core_.meta->close(cred_, inode_.ino, session_id_, /*abandon=*/!flushed);
     if (!r && flushed) return error(r.error().with_context(fmt::format("close file {}", inode_.ino)));
   }
   return flushed;

@@ -216,8 +216,10 @@ Result<DirStat> decode_dir_stat(std::string_view bytes) {
 std::string encode_session(const SessionValue& s) {
   Writer w;
   w.u64(s.client_id).i64(s.opened_ns);
-  // A session of a client from before cuts, never cut: as before them.
-  if (s.answers_cuts || s.cut_gen != 0) w.u8(s.answers_cuts ? 1 : 0).u64(s.cut_gen).u64(s.acked_gen).u64(s.cut_length);
+  // A session of a client from before cuts, never cut nor abandoned: as
+  // before them. Flags: bit 0 answers_cuts, bit 1 abandoned.
+  if (s.answers_cuts || s.cut_gen != 0 || s.abandoned)
+    w.u8((s.answers_cuts ? 1 : 0) | (s.abandoned ? 2 : 0)).u64(s.cut_gen).u64(s.acked_gen).u64(s.cut_length);
   return w.take();
 }
 
@@ -228,11 +230,12 @@ Result<SessionValue> decode_session(std::string_view bytes) {
   s.opened_ns = r.i64();
   if (!r.at_end()) {
     const uint8_t flags = r.u8();
-    s.answers_cuts = flags == 1;
+    s.answers_cuts = (flags & 1) != 0;
+    s.abandoned = (flags & 2) != 0;
     s.cut_gen = r.u64();
     s.acked_gen = r.u64();
     s.cut_length = r.u64();
-    if (flags > 1 || s.acked_gen > s.cut_gen) r.fail();
+    if (flags > 3 || s.acked_gen > s.cut_gen) r.fail();
   }
   WEFT_RETURN_IF_ERROR(r.finish());
   return s;

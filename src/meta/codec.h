@@ -87,6 +87,10 @@ struct SessionValue {
   uint64_t cut_gen = 0;
   uint64_t acked_gen = 0;
   uint64_t cut_length = 0;
+  // The writer gave up closing it (its last length report failed,
+  // MetaStore::abandon_session): the session reaper closes it, whatever the
+  // client's lease, with the length of what storage holds.
+  bool abandoned = false;
   bool cut_pending() const { return cut_gen != acked_gen; }
   bool operator==(const SessionValue&) const = default;
 };

@@ -75,8 +75,13 @@ TEST(Codec, OtherValuesRoundTrip) {
   bad[26] = 2;  // acked_gen 2 > cut_gen 1 (after the format byte and the flags)
   EXPECT_FALSE(decode_session(bad).has_value());
   bad = encode_session(cut);
-  bad[17] = 2;  // an unknown flag
+  bad[17] = 4;  // an unknown flag
   EXPECT_FALSE(decode_session(bad).has_value());
+  for (SessionValue abandoned : {SessionValue{7, 8, false, 0, 0, 0, true}, SessionValue{7, 8, true, 3, 2, 4096, true}}) {
+    auto back = decode_session(encode_session(abandoned));
+    ASSERT_TRUE(back.has_value()) << back.error();
+    EXPECT_EQ(*back, abandoned);
+  }
   EXPECT_FALSE(decode_session(encode_session(cut).substr(0, 20)).has_value()) << "a cut record cut short";
   EXPECT_EQ(*decode_i64(encode_i64(-12345)), -12345);
   RequestRecord rec;

@@ -417,9 +417,10 @@ Result<Inode> MetaClient::open_read_at(const Cred& cred, Ino parent, std::string
   return inode_of(read(method::kOpenReadAt, cred, std::move(q)));
 }
 
-Result<void> MetaClient::close(const Cred& cred, Ino ino, uint64_t session_id) {
+Result<void> MetaClient::close(const Cred& cred, Ino ino, uint64_t session_id, bool abandon) {
   Req q = of_ino(ino);
   q.set_session_id(session_id);
+  q.set_abandon(abandon);
   return void_of(mutate(method::kClose, cred, std::move(q)));
 }
 

@@ -113,7 +113,8 @@ class MetaClient {
   // Lookup + read-only open of `name` in one round trip; a symlink comes back
   // unopened (is_symlink(): follow it, then open the target).
   Result<Inode> open_read_at(const Cred& cred, Ino parent, std::string_view name);
-  Result<void> close(const Cred& cred, Ino ino, uint64_t session_id);
+  // `abandon`: MetaStore::abandon_session instead (a meta from before it closes).
+  Result<void> close(const Cred& cred, Ino ino, uint64_t session_id, bool abandon = false);
   // The cut a report was capped for (MetaStore::report_length): a writer
   // answers it with `ack_cut`.
   Result<LengthReply> report_length(const Cred& cred, Ino ino, uint64_t session_id, uint64_t length,

@@ -279,6 +279,14 @@ class MetaStore {
   // answers the cut and closes again).
   Result<LengthReply> close_with_length(const Context& ctx, Ino ino, uint64_t session_id, uint64_t length,
                                         uint64_t ack_cut = 0);
+  // The writer gives up closing its session itself: its last length report
+  // failed (storage or meta unreachable for the retry time, or the answer
+  // to another client's truncate could not be listed). Instead of a close
+  // that would leave what it wrote past the length outside the file, the
+  // session is marked abandoned and the session reaper closes it, whatever
+  // the client's lease, with the length of what storage holds (as for a dead
+  // writer, close_dead_session). Caller as close's; kBadHandle when gone.
+  Result<void> abandon_session(const Context& ctx, Ino ino, uint64_t session_id);
   // The session reaper's close of a dead writer's session (root): with
   // `length` (what storage holds of the file past its length, listed after
   // the file was read with ctime `expect_ctime_ns`), as the writer's own

@@ -198,6 +198,7 @@ Result<Rep> do_open_read_at(MetaStore& s, const Req& q, const Context& ctx) {
   return map(s.open_read_at(ctx, q.ino(), q.name()), reply_with);
 }
 Result<Rep> do_close(MetaStore& s, const Req& q, const Context& ctx) {
+  if (q.abandon()) return empty_reply(s.abandon_session(ctx, q.ino(), q.session_id()));
   return empty_reply(s.close(ctx, q.ino(), q.session_id()));
 }
 Result<Rep> do_close_with_length(MetaStore& s, const Req& q, const Context& ctx) {

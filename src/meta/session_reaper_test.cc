@@ -333,5 +333,36 @@ TEST_F(SessionReaperTest, APassListsOnlyUntilFourListingsFailed) {
   for (const Reply& f : files) ASSERT_OK(s().close(root(), f.inode.ino, f.session_id));
 }
 
+// A writer whose last length report failed abandons its session instead of
+// closing it (MetaStore::abandon_session): the reaper closes it at its next
+// pass, whatever the client's lease and the session's age, with what storage
+// holds. Only the session's owner (or root) abandons it.
+TEST_F(SessionReaperTest, AnAbandonedSessionIsClosedWithWhatStorageHolds) {
+  Reply abandoned = open_for_write(11, "abandoned");
+  Reply kept = open_for_write(11, "kept");
+  const Ino f = abandoned.inode.ino;
+  EXPECT_CODE(s().abandon_session(on_connection(user(1000, 100), 12), f, abandoned.session_id), Code::kBadHandle);
+  ASSERT_OK(s().abandon_session(on_connection(root(), 11), f, abandoned.session_id));
+  ASSERT_OK(s().abandon_session(on_connection(root(), 11), f, abandoned.session_id));  // again: no change
+  EXPECT_CODE(s().abandon_session(on_connection(root(), 11), f, 999), Code::kBadHandle);
+  std::string raw;
+  ASSERT_TRUE(s().db()->Get(rocksdb::ReadOptions(), key::session(f, abandoned.session_id), &raw).ok());
+  EXPECT_TRUE(decode_session(raw)->abandoned);
+  StoredEnd stored_end = [&](const Inode& n, uint64_t from) -> Result<uint64_t> {
+    return n.ino == f ? uint64_t{3 << 20} : from;
+  };
+  auto alive = [](uint64_t) { return true; };
+  auto r = reap_sessions(s(), alive, clock_.wall_ns() - std::chrono::nanoseconds(120s).count(), stored_end);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->closed, 1u);
+  EXPECT_EQ(r->lengthened, 1u);
+  EXPECT_EQ(sessions_of(f), 0u);
+  EXPECT_EQ(sessions_of(kept.inode.ino), 1u) << "a live client's young session";
+  auto n = s().getattr(root(), f);
+  ASSERT_OK(n);
+  EXPECT_EQ(n->size, uint64_t{3 << 20});
+  ASSERT_OK(s().close(root(), kept.inode.ino, kept.session_id));
+}
+
 }  // namespace
 }  // namespace weft::meta::testing

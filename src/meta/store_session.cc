@@ -90,6 +90,22 @@ Result<void> MetaStore::close_session(const Context& ctx, Ino ino, uint64_t sess
   }));
 }
 
+Result<void> MetaStore::abandon_session(const Context& ctx, Ino ino, uint64_t session_id) {
+  return to_void(mutate(Op::kClose, ctx, [&](Txn& txn) -> Result<Reply> {
+    // The inode first, as every change of its sessions (take_report reads
+    // them under the inode's lock alone).
+    WEFT_TRY(auto n, txn.lock_inode(ino, true));
+    if (!n) return error(Code::kBadHandle, "no inode {} for session {}", ino, session_id);
+    WEFT_TRY(auto raw, txn.lock_raw(key::session(ino, session_id), true));
+    if (!raw) return error(Code::kBadHandle, "no session {} on inode {}", session_id, ino);
+    WEFT_RETURN_IF_ERROR(check_session_caller(ctx, *raw, ino, session_id));
+    WEFT_TRY(SessionValue s, decode_session(*raw));
+    s.abandoned = true;
+    WEFT_RETURN_IF_ERROR(txn.put(key::session(ino, session_id), encode_session(s)));
+    return Reply{};
+  }));
+}
+
 Result<SessionCut> MetaStore::take_report(Txn& txn, const Context& ctx, Inode& n, uint64_t session_id,
                                           uint64_t length, uint64_t ack_cut) {
   const Ino ino = n.ino;

@@ -210,6 +210,40 @@ TEST_F(ClientLeaseTest, ADeadWritersDataCountsOnceItsSessionIsReaped) {
   ASSERT_TRUE((*f)->close().has_value());
 }
 
+// A close whose length report fails (meta or storage unreachable for the
+// retry time) returns the error and abandons the write session: meta's
+// session reaper closes it with what storage holds, so what was written is
+// in the file, not left past its length.
+TEST_F(ClientLeaseTest, AFailedClosesWritesCountOnceMetaClosesTheSession) {
+  const Cred& cred = client_->default_cred();
+  auto f = client_->open_path(cred, "/failed-close", O_CREAT | O_WRONLY | O_EXCL, 0644);
+  ASSERT_TRUE(f) << f.error();
+  std::vector<std::byte> data(kDeadWriteBytes);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = dead_writer_byte(i);
+  ASSERT_TRUE((*f)->pwrite(data, kDeadWriteAt).has_value());
+  {
+    fault::Scope lost("client.report_length.lost");
+    auto closed = (*f)->close();
+    if (lost.triggered() == 0) GTEST_SKIP() << "fault injection compiled out";
+    ASSERT_FALSE(closed.has_value()) << "the length never reached meta: close says so";
+  }
+  const Ino ino = (*f)->ino();
+  const uint64_t end = kDeadWriteAt + kDeadWriteBytes;
+  auto counted = [&] {
+    auto n = client_->getattr(cred, ino);
+    return n && n->size == end;
+  };
+  EXPECT_TRUE(eventually(counted, 10s)) << meta_->log();
+  auto r = client_->open_path(cred, "/failed-close", O_RDONLY, 0);
+  ASSERT_TRUE(r) << r.error();
+  std::vector<std::byte> back(kDeadWriteBytes);
+  auto got = (*r)->pread(back, kDeadWriteAt);
+  ASSERT_TRUE(got) << got.error();
+  EXPECT_EQ(*got, kDeadWriteBytes);
+  EXPECT_TRUE(back == data);
+  ASSERT_TRUE((*r)->close().has_value());
+}
+
 // Ctrl-C (or SIGTERM) during `weft put` removes its temporary and leaves the
 // destination as it was; the process still dies of the signal.
 TEST_F(ClientLeaseTest, AStopSignalDuringPutLeavesNoTemporary) {
