@@ -89,7 +89,8 @@ struct SessionValue {
   uint64_t cut_length = 0;
   // The writer gave up closing it (its last length report failed,
   // MetaStore::abandon_session): the session reaper closes it, whatever the
-  // client's lease, with the length of what storage holds.
+  // client's lease, with the length of what storage holds. opened_ns is
+  // then the abandon's time (the reaper's min_age counts from it).
   bool abandoned = false;
   bool cut_pending() const { return cut_gen != acked_gen; }
   bool operator==(const SessionValue&) const = default;

@@ -285,7 +285,11 @@ class MetaStore {
   // that would leave what it wrote past the length outside the file, the
   // session is marked abandoned and the session reaper closes it, whatever
   // the client's lease, with the length of what storage holds (as for a dead
-  // writer, close_dead_session). Caller as close's; kBadHandle when gone.
+  // writer, close_dead_session), once min_age passed since the abandon (a
+  // write the client gave up on may still land). Every write through it
+  // came before: a length set since, even an extension and even by its own
+  // client, marks it, and no byte past that counts. Caller as close's;
+  // kBadHandle when gone.
   Result<void> abandon_session(const Context& ctx, Ino ino, uint64_t session_id);
   // The session reaper's close of a dead writer's session (root): with
   // `length` (what storage holds of the file past its length, listed after
@@ -401,7 +405,8 @@ class MetaStore {
                                  uint64_t ack_cut);
   // A truncate of `n` to `length`: every write session of other clients
   // records it (types.h SessionCut).
-  Result<void> mark_sessions_cut(Txn& txn, const Context& ctx, Ino ino, uint64_t length);
+  // `abandoned_only`: an extension, which removed nothing (SetAttr::no_cut).
+  Result<void> mark_sessions_cut(Txn& txn, const Context& ctx, Ino ino, uint64_t length, bool abandoned_only);
   Result<Reply> do_create(Txn& txn, const Context& ctx, Ino parent, std::string_view name, uint32_t mode,
                           bool exclusive, OpenFlags open);
   Result<void> do_rename(Txn& txn, const Context& ctx, Ino sp, std::string_view sn, Ino dp,

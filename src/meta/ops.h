@@ -2,6 +2,7 @@
 // Internal: the operation kinds of MetaStore, for metrics labels.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -54,6 +55,12 @@ Result<void> to_void(Result<T> r) {
   if (!r) return std::unexpected(std::move(r).error());
   return {};
 }
+
+// A change of `n` at `now`: its ctime moves strictly forward, even within one
+// tick of a coarse clock or after the clock stepped back. A truncate
+// (SetAttr::expect_ctime_ns) and the session reaper (close_dead_session)
+// tell that a file changed since they read it by its ctime.
+inline void touch_ctime(Inode& n, int64_t now) { n.ctime_ns = std::max(now, n.ctime_ns + 1); }
 
 inline Result<Inode> to_inode(Result<Reply> r) {
   if (!r) return std::unexpected(std::move(r).error());

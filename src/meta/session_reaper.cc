@@ -32,8 +32,9 @@ Result<std::vector<SessionRef>> doomed_sessions(MetaStore& store, const std::fun
       WEFT_LOG_WARN("session reaper: undecodable session record skipped: {}", v.error());
       continue;
     }
-    // An abandoned session is its writer's request: no lease or age to wait for.
-    if (!v->abandoned && (v->client_id == 0 || v->opened_ns >= opened_before_ns || alive(v->client_id))) continue;
+    // An abandoned session is its writer's request: no lease to wait for
+    // (its age counts from the abandon).
+    if (v->client_id == 0 || v->opened_ns >= opened_before_ns || (!v->abandoned && alive(v->client_id))) continue;
     WEFT_TRY(uint64_t ino, key::u64_at(k, 1));
     WEFT_TRY(uint64_t sid, key::u64_at(k, 9));
     out.push_back({ino, sid});

@@ -334,33 +334,51 @@ TEST_F(SessionReaperTest, APassListsOnlyUntilFourListingsFailed) {
 }
 
 // A writer whose last length report failed abandons its session instead of
-// closing it (MetaStore::abandon_session): the reaper closes it at its next
-// pass, whatever the client's lease and the session's age, with what storage
-// holds. Only the session's owner (or root) abandons it.
+// closing it (MetaStore::abandon_session): the reaper closes it once min_age
+// has passed since the abandon, whatever the client's lease, with what
+// storage holds, but nothing past a length set after the abandon (its
+// writes all came before it), even an extension by its own client. Only the
+// session's owner (or root) abandons it.
 TEST_F(SessionReaperTest, AnAbandonedSessionIsClosedWithWhatStorageHolds) {
   Reply abandoned = open_for_write(11, "abandoned");
+  Reply extended = open_for_write(11, "extended");
   Reply kept = open_for_write(11, "kept");
-  const Ino f = abandoned.inode.ino;
+  const Ino f = abandoned.inode.ino, g = extended.inode.ino;
+  clock_.advance(600s);
   EXPECT_CODE(s().abandon_session(on_connection(user(1000, 100), 12), f, abandoned.session_id), Code::kBadHandle);
   ASSERT_OK(s().abandon_session(on_connection(root(), 11), f, abandoned.session_id));
   ASSERT_OK(s().abandon_session(on_connection(root(), 11), f, abandoned.session_id));  // again: no change
   EXPECT_CODE(s().abandon_session(on_connection(root(), 11), f, 999), Code::kBadHandle);
+  ASSERT_OK(s().abandon_session(on_connection(root(), 11), g, extended.session_id));
   std::string raw;
   ASSERT_TRUE(s().db()->Get(rocksdb::ReadOptions(), key::session(f, abandoned.session_id), &raw).ok());
   EXPECT_TRUE(decode_session(raw)->abandoned);
+  SetAttr extend;
+  extend.size = 1000;
+  extend.no_cut = true;  // an extension: nothing removed on storage
+  ASSERT_OK(s().setattr(on_connection(root(), 11), g, extend));
   StoredEnd stored_end = [&](const Inode& n, uint64_t from) -> Result<uint64_t> {
-    return n.ino == f ? uint64_t{3 << 20} : from;
+    return n.ino == kept.inode.ino ? from : uint64_t{3 << 20};
   };
   auto alive = [](uint64_t) { return true; };
-  auto r = reap_sessions(s(), alive, clock_.wall_ns() - std::chrono::nanoseconds(120s).count(), stored_end);
+  const auto min_age = std::chrono::nanoseconds(120s).count();
+  auto r = reap_sessions(s(), alive, clock_.wall_ns() - min_age, stored_end);
   ASSERT_OK(r);
-  EXPECT_EQ(r->closed, 1u);
-  EXPECT_EQ(r->lengthened, 1u);
+  EXPECT_EQ(r->closed, 0u) << "abandoned just now: a write given up on may still land";
+  clock_.advance(121s);
+  r = reap_sessions(s(), alive, clock_.wall_ns() - min_age, stored_end);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->closed, 2u);
+  EXPECT_EQ(r->lengthened, 2u);
   EXPECT_EQ(sessions_of(f), 0u);
-  EXPECT_EQ(sessions_of(kept.inode.ino), 1u) << "a live client's young session";
+  EXPECT_EQ(sessions_of(g), 0u);
+  EXPECT_EQ(sessions_of(kept.inode.ino), 1u) << "a live client's session";
   auto n = s().getattr(root(), f);
   ASSERT_OK(n);
   EXPECT_EQ(n->size, uint64_t{3 << 20});
+  n = s().getattr(root(), g);
+  ASSERT_OK(n);
+  EXPECT_EQ(n->size, 1000u) << "the bytes past the extension were written before it";
   ASSERT_OK(s().close(root(), kept.inode.ino, kept.session_id));
 }
 

@@ -159,7 +159,7 @@ Result<Inode> MetaStore::do_setattr(Txn& txn, const Context& ctx, Ino ino, const
     // The client removed the chunks past the new length first, also what
     // other writers wrote there and have not reported: their reports past it
     // must not bring that range back as zeros (types.h SessionCut).
-    if (!a.no_cut) WEFT_RETURN_IF_ERROR(mark_sessions_cut(txn, ctx, ino, *a.size));
+    WEFT_RETURN_IF_ERROR(mark_sessions_cut(txn, ctx, ino, *a.size, /*abandoned_only=*/a.no_cut));
     if (c.uid != 0) n.mode = mode_without_privs(n.mode, c.in_group(n.gid));  // as Linux's truncate
   }
   const bool caller_in_group = c.uid == 0 || c.in_group(n.gid);  // the group before the change; root: CAP_FSETID
@@ -173,10 +173,7 @@ Result<Inode> MetaStore::do_setattr(Txn& txn, const Context& ctx, Ino ino, const
   }
   if (a.atime_ns) n.atime_ns = *a.atime_ns == SetAttr::kTimeNow ? now : *a.atime_ns;
   if (a.mtime_ns) n.mtime_ns = *a.mtime_ns == SetAttr::kTimeNow ? now : *a.mtime_ns;
-  // Strictly later, even within one tick of a coarse clock: a truncate and
-  // the session reaper tell that a file changed by its ctime (expect_ctime_ns,
-  // close_dead_session).
-  n.ctime_ns = std::max(now, n.ctime_ns + 1);
+  touch_ctime(n, now);
   WEFT_RETURN_IF_ERROR(txn.put_inode(n));
   if (n.is_dir()) {  // times live in DirStat too (max-merged): reset them exactly
     WEFT_TRY(DirStat s, txn.dir_stat(ino));
@@ -205,7 +202,7 @@ Result<void> MetaStore::setxattr(const Context& ctx, Ino ino, std::string_view n
            WEFT_TRY(XattrUsage used, xattr_usage(txn, ino));
            WEFT_RETURN_IF_ERROR(check_xattr_room(used, ino, name, old ? old->size() : 0, old.has_value(), value.size()));
            WEFT_RETURN_IF_ERROR(txn.put(key::xattr(ino, name), std::string(value)));
-           n.ctime_ns = now_ns();
+           touch_ctime(n, now_ns());
            WEFT_RETURN_IF_ERROR(txn.put_inode(n));
            return Reply{};
   }));
@@ -218,7 +215,7 @@ Result<void> MetaStore::removexattr(const Context& ctx, Ino ino, std::string_vie
            WEFT_TRY(auto old, txn.get_raw(key::xattr(ino, name)));
            if (!old) return error(Code::kNoData, "no xattr '{}'", name);
            WEFT_RETURN_IF_ERROR(txn.del(key::xattr(ino, name)));
-           n.ctime_ns = now_ns();
+           touch_ctime(n, now_ns());
            WEFT_RETURN_IF_ERROR(txn.put_inode(n));
            return Reply{};
   }));

@@ -143,7 +143,7 @@ Result<void> MetaStore::destroy_inode(Txn& txn, const Inode& inode) {
 Result<void> MetaStore::drop_link(Txn& txn, Inode victim) {
   if (victim.nlink == 0) return error(Code::kCorruption, "inode {} already has no links", victim.ino);
   victim.nlink--;
-  victim.ctime_ns = now_ns();
+  touch_ctime(victim, now_ns());
   if (victim.nlink > 0) return txn.put_inode(victim);
   if (victim.is_file()) {
     WEFT_TRY(bool open, txn.has_prefix(key::session_prefix(victim.ino)));
@@ -276,7 +276,7 @@ Result<Inode> MetaStore::link(const Context& ctx, Ino ino, Ino parent_ino, std::
     if (target.nlink == 0) return error(Code::kNotFound, "inode {} was unlinked", ino);
     if (target.nlink >= kLinkCountMax) return error(Code::kTooManyLinks, "inode {} has too many links", ino);
     target.nlink++;
-    target.ctime_ns = now_ns();
+    touch_ctime(target, now_ns());
     WEFT_RETURN_IF_ERROR(txn.put_inode(target));
     WEFT_RETURN_IF_ERROR(add_entry(txn, parent, name, target));
     return reply_of(std::move(target));

@@ -118,7 +118,7 @@ Result<void> MetaStore::do_rename(Txn& txn, const Context& ctx, Ino sp, std::str
   int64_t now = now_ns();
   auto move = [&](Inode& node, Ino from, Ino to, std::string_view name) -> Result<void> {
     WEFT_RETURN_IF_ERROR(txn.put(key::dentry(to, name), encode_dentry({node.ino, node.type})));
-    node.ctime_ns = now;
+    touch_ctime(node, now);
     if (node.is_dir() && from != to) {
       node.parent = to;
       nlink_delta[from]--;

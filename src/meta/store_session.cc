@@ -91,7 +91,7 @@ Result<void> MetaStore::close_session(const Context& ctx, Ino ino, uint64_t sess
 }
 
 Result<void> MetaStore::abandon_session(const Context& ctx, Ino ino, uint64_t session_id) {
-  return to_void(mutate(Op::kClose, ctx, [&](Txn& txn) -> Result<Reply> {
+  WEFT_RETURN_IF_ERROR(to_void(mutate(Op::kClose, ctx, [&](Txn& txn) -> Result<Reply> {
     // The inode first, as every change of its sessions (take_report reads
     // them under the inode's lock alone).
     WEFT_TRY(auto n, txn.lock_inode(ino, true));
@@ -101,9 +101,16 @@ Result<void> MetaStore::abandon_session(const Context& ctx, Ino ino, uint64_t se
     WEFT_RETURN_IF_ERROR(check_session_caller(ctx, *raw, ino, session_id));
     WEFT_TRY(SessionValue s, decode_session(*raw));
     s.abandoned = true;
+    // Its age starts again: a write the client gave up on may still land on
+    // storage; the reaper waits its min_age before it lists.
+    s.opened_ns = now_ns();
     WEFT_RETURN_IF_ERROR(txn.put(key::session(ino, session_id), encode_session(s)));
     return Reply{};
-  }));
+  })));
+  // Acknowledged once durable, as a close of an unlinked file (close()):
+  // lost in a crash, the session would stay as the client left it.
+  if (DeferSync* d = DeferSync::current()) d->set_must_wait();
+  return {};
 }
 
 Result<SessionCut> MetaStore::take_report(Txn& txn, const Context& ctx, Inode& n, uint64_t session_id,
@@ -132,7 +139,8 @@ Result<SessionCut> MetaStore::take_report(Txn& txn, const Context& ctx, Inode& n
   return capped;
 }
 
-Result<void> MetaStore::mark_sessions_cut(Txn& txn, const Context& ctx, Ino ino, uint64_t length) {
+Result<void> MetaStore::mark_sessions_cut(Txn& txn, const Context& ctx, Ino ino, uint64_t length,
+                                          bool abandoned_only) {
   const std::string prefix = key::session_prefix(ino);
   std::string start = prefix;
   for (;;) {
@@ -145,8 +153,12 @@ Result<void> MetaStore::mark_sessions_cut(Txn& txn, const Context& ctx, Ino ino,
       SessionValue s = *decoded;
       // The truncating client orders its own reports after its truncates
       // (client/core.h OpenInode::reports): its sessions need no mark. A
-      // client from before cuts would never answer one.
-      if (!s.answers_cuts || (s.client_id == ctx.caller_id() && ctx.caller_id() != 0)) continue;
+      // client from before cuts would never answer one. An abandoned session
+      // is always marked: every write through it came before this length was
+      // set, so the session reaper counts none past it (close_dead_session).
+      if (!s.abandoned &&
+          (abandoned_only || !s.answers_cuts || (s.client_id == ctx.caller_id() && ctx.caller_id() != 0)))
+        continue;
       s.cut_length = s.cut_pending() ? std::min(s.cut_length, length) : length;
       ++s.cut_gen;
       WEFT_RETURN_IF_ERROR(txn.put(k, encode_session(s)));
@@ -195,7 +207,10 @@ Result<bool> MetaStore::close_dead_session(Ino ino, uint64_t session_id, uint64_
     WEFT_TRY(auto raw, txn.get_raw(key::session(ino, session_id)));
     if (!raw) return error(Code::kBadHandle, "no session {} on inode {}", session_id, ino);
     // The newest cut is answered: it was marked before the inode was read.
+    // An abandoned session's writes all came before it: none counts past
+    // the shortest length set since.
     auto s = decode_session(*raw);
+    if (s && s->abandoned && s->cut_pending()) length = std::min(length, s->cut_length);
     WEFT_TRY(SessionCut cut, take_report(txn, root, *n, session_id, length, s ? s->cut_gen : 0));
     WEFT_ASSERT(cut.gen == 0);
     WEFT_RETURN_IF_ERROR(end_session(txn, root, *n, session_id));
@@ -235,7 +250,8 @@ Result<void> MetaStore::apply_length(const Context& ctx, Inode& n, uint64_t leng
     return error(Code::kFileTooBig, "length {} of inode {} beyond the maximum file size {}", length, n.ino,
                  kFileBytesMax);
   n.size = std::max(n.size, length);
-  n.mtime_ns = n.ctime_ns = std::max(now_ns(), n.ctime_ns + 1);  // strictly later: see do_setattr
+  touch_ctime(n, now_ns());
+  n.mtime_ns = n.ctime_ns;
   if (ctx.cred.uid != 0) n.mode = mode_without_privs(n.mode, ctx.cred.in_group(n.gid));
   return {};
 }

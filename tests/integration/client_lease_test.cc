@@ -233,7 +233,7 @@ TEST_F(ClientLeaseTest, AFailedClosesWritesCountOnceMetaClosesTheSession) {
     auto n = client_->getattr(cred, ino);
     return n && n->size == end;
   };
-  EXPECT_TRUE(eventually(counted, 10s)) << meta_->log();
+  EXPECT_TRUE(eventually(counted, 20s)) << meta_->log();
   auto r = client_->open_path(cred, "/failed-close", O_RDONLY, 0);
   ASSERT_TRUE(r) << r.error();
   std::vector<std::byte> back(kDeadWriteBytes);
