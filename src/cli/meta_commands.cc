@@ -231,6 +231,8 @@ void serve_meta(const std::string& config_path, bool accept_store_change) {
   meta::StoreOptions store_options = mc->store_options();
   // Outside a cluster there is no chunk GC: nothing to hold, clients are told so.
   if (!config->has("cluster")) store_options.read_hold = std::chrono::milliseconds(0);
+  // Nor a session reaper: an abandoned write session is closed at once.
+  store_options.sessions_reaped = config->has("cluster");
   auto store = meta::MetaStore::open(store_options);
   if (!store) return fail("cannot open the metadata store in " + mc->data_dir + ": " + store.error().message());
   if (accept_store_change && !config->has("cluster"))

@@ -108,6 +108,9 @@ struct StoreOptions {
   // How long meta keeps the data of a file whose last link went for readers
   // that may still have it open (meta/read_holds.h); 0: not at all.
   std::chrono::milliseconds read_hold{0};
+  // A session reaper closes abandoned write sessions (meta in a cluster);
+  // false: abandon_session closes the session as close() does.
+  bool sessions_reaped = true;
   Clock* clock = nullptr;                  // default SystemClock
   metrics::Registry* registry = nullptr;   // default Registry::global()
   // Tests only: expire_requests calls it when it found a client idle, before
@@ -289,7 +292,8 @@ class MetaStore {
   // write the client gave up on may still land). Every write through it
   // came before: a length set since, even an extension and even by its own
   // client, marks it, and no byte past that counts. Caller as close's;
-  // kBadHandle when gone.
+  // kBadHandle when gone. Without a reaper (StoreOptions::sessions_reaped
+  // false) it is close().
   Result<void> abandon_session(const Context& ctx, Ino ino, uint64_t session_id);
   // The session reaper's close of a dead writer's session (root): with
   // `length` (what storage holds of the file past its length, listed after

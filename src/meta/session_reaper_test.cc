@@ -382,5 +382,25 @@ TEST_F(SessionReaperTest, AnAbandonedSessionIsClosedWithWhatStorageHolds) {
   ASSERT_OK(s().close(root(), kept.inode.ino, kept.session_id));
 }
 
+// A meta outside a cluster runs no session reaper: an abandon closes the
+// session there, as a close does, rather than leave it open for good.
+class NoReaperTest : public StoreTest {
+ protected:
+  StoreOptions options() override {
+    StoreOptions o = StoreTest::options();
+    o.sessions_reaped = false;
+    return o;
+  }
+};
+
+TEST_F(NoReaperTest, AnAbandonClosesTheSession) {
+  auto w = s().create(with_req(root(), 11, 1), kRootIno, "f", 0644, true, /*open_for_write=*/true);
+  ASSERT_OK(w);
+  ASSERT_OK(s().unlink(root(), kRootIno, "f"));
+  ASSERT_OK(s().abandon_session(on_connection(root(), 11), w->inode.ino, w->session_id));
+  EXPECT_CODE(s().close(root(), w->inode.ino, w->session_id), Code::kBadHandle);  // closed by the abandon
+  EXPECT_CODE(s().getattr(root(), w->inode.ino), Code::kNotFound);  // the unlinked file its session kept is gone
+}
+
 }  // namespace
 }  // namespace weft::meta::testing

@@ -91,6 +91,7 @@ Result<void> MetaStore::close_session(const Context& ctx, Ino ino, uint64_t sess
 }
 
 Result<void> MetaStore::abandon_session(const Context& ctx, Ino ino, uint64_t session_id) {
+  if (!options_.sessions_reaped) return close(ctx, ino, session_id);  // nobody would close it
   WEFT_RETURN_IF_ERROR(to_void(mutate(Op::kClose, ctx, [&](Txn& txn) -> Result<Reply> {
     // The inode first, as every change of its sessions (take_report reads
     // them under the inode's lock alone).
