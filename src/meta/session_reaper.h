@@ -52,7 +52,9 @@ namespace weft::meta {
 struct ReapResult {
   uint64_t scanned = 0;     // sessions looked at
   uint64_t closed = 0;
-  uint64_t lengthened = 0;  // of the closed, files whose writer left data past their length
+  // of the closed, those closed with the end a listing found past the length
+  // (for an abandoned session capped at a length set since, which may leave it as it was)
+  uint64_t lengthened = 0;
   uint64_t changed = 0;     // kept: the file changed while storage was listed (the next pass lists again)
   uint64_t failed = 0;      // could not be closed (logged; tried again after a back-off)
   uint64_t waiting = 0;     // not tried: in back-off after a failure
