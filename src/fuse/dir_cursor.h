@@ -39,6 +39,16 @@ class DirCursor {
   // that index are forgotten (a seek there re-reads from before it).
   void reload_page() { reload_ = loaded_; }
 
+  // Whether at(index) is answered from the page in hand, without a fetch.
+  // A reply that stops where this turns false never spans two pages, so the
+  // kernel's next request (from the first entry its caller did not take)
+  // falls in the page in hand or starts the next one, and is not counted
+  // from an older page's start, which entries removed since would shift.
+  bool holds(uint64_t index) const {
+    if (!loaded_ || reload_ || index < cur_start_) return false;
+    return index < cur_start_ + cur_.size() || cur_eof_;
+  }
+
   size_t pages_fetched() const { return pages_fetched_; }
 
  private:

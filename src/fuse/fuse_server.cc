@@ -1224,6 +1224,7 @@ class FuseServer::Impl {
     std::vector<char> buf(size);
     size_t used = 0;
     std::vector<Ino> counted_inos;  // lookups taken for entries in buf
+    bool took_entry = false;        // of Weft's (not "." or "..")
     // Read permission was checked at OPENDIR, as open(2) does; a mode changed
     // since (or a descriptor passed to another user) does not stop the
     // listing: its pages are fetched as root.
@@ -1251,6 +1252,10 @@ class FuseServer::Impl {
         e.attr.st_ino = o == 0 ? d->ino : d->parent;
         e.attr.st_mode = S_IFDIR;
       } else {
+        // One page per reply (DirCursor::holds): the kernel may ask next
+        // from any entry of this reply its caller did not take.
+        if (took_entry && !d->cursor.holds(o - 2)) break;
+        took_entry = true;
         const size_t fetched = d->cursor.pages_fetched();
         const uint64_t changes = changes_.load(std::memory_order_acquire);
         const auto fetch_at = std::chrono::steady_clock::now();

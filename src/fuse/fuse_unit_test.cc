@@ -272,6 +272,30 @@ TEST(DirCursor, InsertWhileIteratingReturnsTheUnchangedEntriesOnce) {
   EXPECT_GT(removed_ahead.size(), 10u);
 }
 
+// holds(): what at() answers without a fetch (readdir ends a reply there).
+TEST(DirCursor, HoldsOnlyThePageInHand) {
+  FakeDir d{25, 10};
+  DirCursor c;
+  auto fetch = [&](std::string_view k) { return d.fetch(k); };
+  EXPECT_FALSE(c.holds(0));  // nothing fetched yet
+  ASSERT_TRUE(c.at(12, fetch));
+  EXPECT_FALSE(c.holds(9));
+  EXPECT_TRUE(c.holds(10));
+  EXPECT_TRUE(c.holds(19));
+  EXPECT_FALSE(c.holds(20));  // the next page
+  c.reload_page();
+  EXPECT_FALSE(c.holds(13));  // stale: fetched again
+  ASSERT_TRUE(c.at(22, fetch));
+  EXPECT_TRUE(c.holds(24));
+  EXPECT_TRUE(c.holds(25));  // the end, known from the last page
+  EXPECT_TRUE(c.holds(1000));
+  const int calls = d.calls;
+  auto end = c.at(25, fetch);
+  ASSERT_TRUE(end);
+  EXPECT_EQ(*end, nullptr);
+  EXPECT_EQ(d.calls, calls);
+}
+
 TEST(DirCursor, EmptyDirectory) {
   FakeDir d{0, 10};
   DirCursor c;
