@@ -282,7 +282,9 @@ class FuseServer::Impl {
       }
       if (loop_done) return;
       WEFT_LOG_INFO("signal {}: writing back and unmounting {}", static_cast<int>(sig), mountpoint_);
-      if (options_.writeback_cache) sync_mount();
+      // In every cache mode: shared writable mappings dirty the kernel's
+      // pages without writeback_cache too.
+      sync_mount();
       fuse_session_exit(session_);
       // The loop's thread notices the exit once its wait is interrupted;
       // again until it has (a signal just before it waits is lost).

@@ -1901,6 +1901,40 @@ TEST_F(FuseTest, ASecondStopSignalDoesNotInterruptTheFinalFlush) {
   EXPECT_TRUE(back == data);
 }
 
+// A process's writes through a shared writable mapping sit in the kernel's
+// page cache until it writes them back, in every cache mode: a stop signal
+// has the kernel write them back (served by the still running daemon)
+// before the mount goes. Without writeback_cache the daemon skipped that,
+// and the pages were lost.
+TEST_F(FuseTest, AStopSignalWritesBackASharedMappingsDirtyPages) {
+  std::string mp = dir_->file("mnt-mmap");
+  ASSERT_EQ(::mkdir(mp.c_str(), 0755), 0);
+  Process daemon({testing::weft_binary(), "mount", mp, "--config", data_ + "/client.toml"},
+                 dir_->file("mount-mmap.log"));
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!is_mounted(mp) && daemon.running() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(is_mounted(mp)) << daemon.log();
+  constexpr size_t kBytes = 3 << 20;
+  std::string data(kBytes, '\0');
+  fill_pattern(data.data(), data.size(), 13, 0);
+  int fd = ::open((mp + "/" + base_.substr(mnt_.size() + 1) + "/mapped").c_str(), O_CREAT | O_RDWR, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::ftruncate(fd, kBytes), 0) << std::strerror(errno);
+  void* m = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(m, MAP_FAILED) << std::strerror(errno);
+  std::memcpy(m, data.data(), kBytes);  // no msync: the pages are dirty in the kernel
+  daemon.signal(SIGTERM);
+  auto status = daemon.wait_exit(30s);
+  ASSERT_TRUE(status.has_value()) << "the daemon did not exit";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "status " << *status << "\n" << daemon.log();
+  ::munmap(m, kBytes);  // (the mount is gone: a write-back now has nowhere to go)
+  ::close(fd);
+  std::string back = read_all(p("mapped"));  // through the suite's own mount
+  EXPECT_EQ(back.size(), data.size());
+  EXPECT_TRUE(back == data);
+}
+
 // With writeback_cache the kernel keeps a regular file's mtime and ctime
 // itself and writes them back (a SETATTR of both, Linux fuse_flush_times)
 // whenever a descriptor of the file is closed or fsynced, a read-only one
