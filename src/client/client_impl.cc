@@ -442,12 +442,19 @@ class ClientImpl final : public Client {
     write_batches_->submit([done, ops = std::move(ops)] {
       try {
         std::vector<Result<size_t>> out;
-        for (const auto& op : ops) out.push_back(op.file->pwrite(op.src, op.offset));
+        for (const auto& op : ops) {
+          if (!op.file) {
+            out.push_back(error(Code::kBadHandle, "write op without a file"));
+            continue;
+          }
+          out.push_back(op.file->pwrite(op.src, op.offset));
+        }
         // Durable together: each distinct file is flushed once.
         std::map<File*, Result<void>> flushed;
         for (const auto& op : ops)
-          if (!flushed.contains(op.file.get())) flushed.emplace(op.file.get(), op.file->flush());
+          if (op.file && !flushed.contains(op.file.get())) flushed.emplace(op.file.get(), op.file->flush());
         for (size_t i = 0; i < ops.size(); ++i) {
+          if (!ops[i].file) continue;
           const auto& f = flushed.at(ops[i].file.get());
           if (out[i] && !f) out[i] = std::unexpected(f.error());
         }

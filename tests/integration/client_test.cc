@@ -1203,6 +1203,23 @@ TEST_F(ClientTest, OverlappingWriteBatchesLandInSubmissionOrder) {
   EXPECT_TRUE(later_file->close().has_value());
 }
 
+// A write op without a file fails alone (EBADF); the batch's other ops
+// land. It crashed the worker thread that ran the batch.
+TEST_F(ClientTest, AWriteOpWithoutAFileFailsAlone) {
+  std::string d = dir();
+  auto f = open(d + "/f", O_CREAT | O_RDWR | O_EXCL);
+  ASSERT_TRUE(f);
+  auto data = pattern(5000, 31);
+  auto out = client_->submit_writes({WriteOp{nullptr, 0, data}, WriteOp{f, 0, data}}).get();
+  ASSERT_EQ(out.size(), 2u);
+  ASSERT_FALSE(out[0]);
+  EXPECT_EQ(out[0].error().code(), Code::kBadHandle);
+  ASSERT_TRUE(out[1]) << out[1].error();
+  EXPECT_EQ(*out[1], data.size());
+  ASSERT_TRUE(f->close().has_value());
+  EXPECT_EQ(read_all(d + "/f"), data);
+}
+
 // Read-only opens by path take one round trip (lookup + open at meta); the
 // answers must match the general path: symlinks followed, permissions checked.
 TEST_F(ClientTest, ReadOnlyOpenByPathFollowsSymlinksAndChecksPermissions) {
