@@ -42,9 +42,25 @@ Status gave_up(const Status& last, bool deadline_passed, uint32_t retry_time_ms,
                                             retry_time_ms, last.to_string()));
 }
 
+// A chain, target or node this client's routing does not know (one added
+// since it was fetched) is kStaleRouting: retried on refreshed routing,
+// never kNotFound, which would read as "no such chunk" (ENOENT).
+Status unknown_is_stale(const mgmt::RoutingInfo& routing, Status s) {
+  if (s.code() != Code::kNotFound) return s;
+  return Status(Code::kStaleRouting, fmt::format("routing version {} of this client: {}", routing.version, s.message()));
+}
+
 Result<rpc::Endpoint> endpoint_of(const mgmt::RoutingInfo& routing, mgmt::TargetId target) {
-  WEFT_TRY(std::string address, routing.target_address(target));
-  return rpc::Endpoint::parse(address);
+  auto address = routing.target_address(target);
+  if (!address) return error(unknown_is_stale(routing, address.error()));
+  return rpc::Endpoint::parse(*address);
+}
+
+// The chain's route now (see unknown_is_stale).
+Result<mgmt::ChainRoute> route_of(const mgmt::RoutingInfo& routing, mgmt::ChainId id) {
+  auto chain = routing.chain(id);
+  if (!chain) return error(unknown_is_stale(routing, chain.error()));
+  return mgmt::route_chain(**chain);
 }
 
 void set_chunk(pb::ChunkRef* ref, const ChunkAddress& c) {
@@ -137,21 +153,12 @@ Task<Result<void>> ChunkIo::send_update(UpdateKind kind, rpc::Endpoint ep, mgmt:
   co_return Result<void>{};
 }
 
-// The head of the chain now, and the chain version to send. A chain, target
-// or node this client's routing does not know is kStaleRouting (retried on
-// refreshed routing), never kNotFound: that would read as "no such chunk".
+// The head of the chain now, and the chain version to send.
 Result<std::pair<rpc::Endpoint, mgmt::ChainVersion>> ChunkIo::head_of(mgmt::ChainId chain_id) const {
   RoutingPtr routing = routing_.current();
-  auto head = [&]() -> Result<std::pair<rpc::Endpoint, mgmt::ChainVersion>> {
-    WEFT_TRY(const mgmt::ChainInfo* chain, routing->chain(chain_id));
-    WEFT_TRY(mgmt::ChainRoute route, mgmt::route_chain(*chain));
-    WEFT_TRY(rpc::Endpoint ep, endpoint_of(*routing, route.head()));
-    return std::pair<rpc::Endpoint, mgmt::ChainVersion>(ep, route.version);
-  }();
-  if (!head && head.error().code() == Code::kNotFound)
-    return error(Code::kStaleRouting, "routing version {} of this client: {}", routing->version,
-                 head.error().message());
-  return head;
+  WEFT_TRY(mgmt::ChainRoute route, route_of(*routing, chain_id));
+  WEFT_TRY(rpc::Endpoint ep, endpoint_of(*routing, route.head()));
+  return std::pair<rpc::Endpoint, mgmt::ChainVersion>(ep, route.version);
 }
 
 template <class T>
@@ -299,8 +306,7 @@ Result<uint32_t> ChunkIo::read_from_blocking(const mgmt::RoutingInfo& routing, c
 
 Result<uint32_t> ChunkIo::read_blocking(ChunkAddress c, uint32_t offset, std::span<std::byte> dst) {
   RoutingPtr routing = routing_.current();
-  WEFT_TRY(const mgmt::ChainInfo* chain, routing->chain(c.chain));
-  WEFT_TRY(mgmt::ChainRoute route, mgmt::route_chain(*chain));
+  WEFT_TRY(mgmt::ChainRoute route, route_of(*routing, c.chain));
   if (route.readable.empty()) return error(Code::kUnavailable, "chain {} has no serving replica", c.chain);
   const size_t n = route.readable.size();
   const size_t first = first_replica(c, n);
@@ -321,8 +327,7 @@ Result<uint32_t> ChunkIo::read_blocking(ChunkAddress c, uint32_t offset, std::sp
 
 Task<Result<uint32_t>> ChunkIo::read_round(const mgmt::RoutingInfo& routing, ChunkAddress c, uint32_t offset,
                                            std::span<std::byte> dst) {
-  WEFT_CO_TRY(const mgmt::ChainInfo* chain, routing.chain(c.chain));
-  WEFT_CO_TRY(mgmt::ChainRoute route, mgmt::route_chain(*chain));
+  WEFT_CO_TRY(mgmt::ChainRoute route, route_of(routing, c.chain));
   if (route.readable.empty()) co_return error(Code::kUnavailable, "chain {} has no serving replica", c.chain);
   size_t n = route.readable.size();
   size_t first = first_replica(c, n);
@@ -406,8 +411,7 @@ Task<Result<std::optional<uint64_t>>> ChunkIo::data_end(uint64_t ino, mgmt::Chai
   // One round: each serving replica in turn; the last one's error.
   Round<T> round = [=, this]() -> Task<Result<T>> {
     RoutingPtr routing = routing_.current();
-    WEFT_CO_TRY(const mgmt::ChainInfo* info, routing->chain(chain));
-    WEFT_CO_TRY(mgmt::ChainRoute route, mgmt::route_chain(*info));
+    WEFT_CO_TRY(mgmt::ChainRoute route, route_of(*routing, chain));
     Status last(Code::kUnavailable, fmt::format("chain {} has no serving replica", chain));
     for (mgmt::TargetId target : route.readable) {
       auto ep = endpoint_of(*routing, target);
@@ -438,8 +442,7 @@ std::vector<std::vector<size_t>> ChunkIo::group_reads(std::span<GroupedRead> rea
   std::map<std::string, std::vector<Group>> by_server;
   for (size_t i = 0; i < reads.size(); ++i) {
     GroupedRead& g = reads[i];
-    auto chain = routing->chain(g.chunk.chain);
-    auto route = chain ? mgmt::route_chain(**chain) : Result<mgmt::ChainRoute>(std::unexpected(chain.error()));
+    auto route = route_of(*routing, g.chunk.chain);
     auto address = route && !route->readable.empty()
                        ? routing->target_address(route->readable[first_replica(g.chunk, route->readable.size())])
                        : Result<std::string>(std::unexpected(Status(Code::kUnavailable, "no route")));
@@ -466,8 +469,7 @@ Task<Result<void>> ChunkIo::read_group(std::span<GroupedRead> reads, std::vector
   std::optional<rpc::Endpoint> ep;
   for (size_t i : members) {
     GroupedRead& g = reads[i];
-    auto chain = routing->chain(g.chunk.chain);
-    auto route = chain ? mgmt::route_chain(**chain) : Result<mgmt::ChainRoute>(std::unexpected(chain.error()));
+    auto route = route_of(*routing, g.chunk.chain);
     if (!route || route->readable.empty()) {
       g.retry_alone = true;
       continue;

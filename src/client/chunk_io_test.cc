@@ -1,8 +1,9 @@
-// ChunkIo's updates when the client's routing does not know the chunk's
-// chain (it lags a new chain table): a truncate or remove is not "done"
-// without reaching storage; it is retried on refreshed routing and fails
-// when the chain never shows up. Only a storage server's kNotFound means the
-// chunk is already gone.
+// ChunkIo when the client's routing does not know the chunk's chain (it
+// lags a new chain table): a truncate or remove is not "done" without
+// reaching storage, and a read or listing does not find "no such chunk"
+// (ENOENT); each is retried on refreshed routing and fails when the chain
+// never shows up. Only a storage server's kNotFound means the chunk is
+// already gone.
 // Reads and updates that are still failing with a retryable code when the
 // retry time runs out fail with kIoError (EIO), not with that code (EAGAIN,
 // ESTALE, EHOSTDOWN...): a File keeps it as its error for good.
@@ -108,7 +109,7 @@ struct Mgmtd : InProcessMgmtd {
   explicit Mgmtd(uint16_t at_port = 0, int meta_nodes = 1) : InProcessMgmtd(kToken, at_port, meta_nodes) {}
 };
 
-TEST(ChunkIo, AnUpdateOfAChainTheRoutingDoesNotKnowIsNotDone) {
+TEST(ChunkIo, AChainTheRoutingDoesNotKnowIsRetriedNotMissing) {
   Mgmtd mgmtd;
   rpc::IoPool io{1};
   rpc::Client rpc(io, rpc::ClientOptions::in_cluster(kToken, "chunk-io-test"));
@@ -127,6 +128,25 @@ TEST(ChunkIo, AnUpdateOfAChainTheRoutingDoesNotKnowIsNotDone) {
   ASSERT_FALSE(removed.has_value()) << "a remove reported done without reaching storage";
   EXPECT_EQ(removed.error().code(), Code::kIoError) << removed.error();
   EXPECT_GT(chunks.retries(), 0u) << "retried on refreshed routing";
+  // Reads and listings too: retried, then EIO, never ENOENT ("no such chunk").
+  std::vector<std::byte> buf(4096);
+  auto expect_retried_then_eio = [&](const Status& s, std::string_view what) {
+    EXPECT_EQ(s.code(), Code::kIoError) << what << ": " << s;
+    EXPECT_NE(s.message().find("kStaleRouting"), std::string::npos) << what << ": the last error: " << s;
+  };
+  auto first_round = chunks.read_blocking(c, 0, buf);
+  ASSERT_FALSE(first_round.has_value());
+  EXPECT_EQ(first_round.error().code(), Code::kStaleRouting) << "read_blocking: " << first_round.error();
+  uint64_t retries = chunks.retries();
+  auto read = block_on(ex, chunks.read(c, 0, buf));
+  ASSERT_FALSE(read.has_value());
+  expect_retried_then_eio(read.error(), "read");
+  EXPECT_GT(chunks.retries(), retries);
+  retries = chunks.retries();
+  auto end = block_on(ex, chunks.data_end(c.ino, c.chain, c.chunk_bytes, 0, 8));
+  ASSERT_FALSE(end.has_value());
+  expect_retried_then_eio(end.error(), "data_end");
+  EXPECT_GT(chunks.retries(), retries);
   routing.stop();
 }
 
