@@ -285,6 +285,7 @@ class FuseServer::Impl {
       // In every cache mode: shared writable mappings dirty the kernel's
       // pages without writeback_cache too.
       sync_mount();
+      wait_for_written_back_pages();
       fuse_session_exit(session_);
       // The loop's thread notices the exit once its wait is interrupted;
       // again until it has (a signal just before it waits is lost).
@@ -320,6 +321,31 @@ class FuseServer::Impl {
   static void on_stop_signal(int sig) {
     char c = static_cast<char>(sig);
     if (int fd = stop_pipe_; fd >= 0) (void)!::write(fd, &c, 1);  // async-signal-safe
+  }
+
+  // After sync_mount: serves on until the writes it queued are in. syncfs
+  // queues them but does not wait for FUSE's replies (this kernel ends a
+  // FUSE page's writeback early, or skips the wait: an unprivileged daemon
+  // must not hang sync), and a loop ended meanwhile loses them: whole 1 MiB
+  // writes of a shared mapping were. The queued writes reach the workers at
+  // once, so the first quiet spell with none in progress ends the wait.
+  void wait_for_written_back_pages() {
+    constexpr auto kQuiet = std::chrono::milliseconds(300);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    auto last_seen = writes_seen_.load();
+    auto quiet_since = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      auto seen = writes_seen_.load();
+      auto now = std::chrono::steady_clock::now();
+      if (seen != last_seen || writes_in_progress_.load() > 0) {
+        last_seen = seen;
+        quiet_since = now;
+      } else if (now - quiet_since >= kQuiet) {
+        return;
+      }
+    }
+    WEFT_LOG_WARN("stop: writes of {} still arriving after 30 s; unmounting anyway", mountpoint_);
   }
 
   // syncfs(2) on the mount: the kernel sends what its page cache holds for
@@ -725,6 +751,11 @@ class FuseServer::Impl {
     // the file as it was, not already truncated.
     SetAttr rest = sa;
     rest.size.reset();
+    // A truncate through a handle open for writing sets the mtime itself
+    // (meta does, with the size) and needs no write permission now (open
+    // checked it): the kernel's mtime sent with it (writeback_cache) is not
+    // asked for apart, which a non-owner without that permission may not.
+    if (handle && sa.size && s->kernel_mtime(to_set, sa, true)) rest.mtime_ns.reset();
     if (rest.mode || rest.uid || rest.gid || rest.atime_ns || rest.mtime_ns) {
       auto r = s->client_.setattr(cred, ino, rest);
       if (!r && r.error().code() == Code::kNotPermitted && s->kernel_mtime(to_set, sa, handle != nullptr)) {
@@ -1077,6 +1108,7 @@ class FuseServer::Impl {
 
   static void op_write(fuse_req_t req, fuse_ino_t /*ino*/, const char* buf, size_t size, off_t off,
                        fuse_file_info* fi) {
+    WriteInProgress counted(*self(req));
     OpenFile* of = file_of(fi);
     auto r = of->file->pwrite(std::span<const std::byte>(reinterpret_cast<const std::byte*>(buf), size),
                               static_cast<uint64_t>(off));
@@ -1525,6 +1557,17 @@ class FuseServer::Impl {
   // Changes made through this mount (changed(), data_changed()): a listing's
   // page fetched before the count moved may hold stale attributes.
   std::atomic<uint64_t> changes_{0};
+  // WRITE requests begun and in progress (wait_for_written_back_pages).
+  std::atomic<uint64_t> writes_seen_{0};
+  std::atomic<int> writes_in_progress_{0};
+  struct WriteInProgress {
+    explicit WriteInProgress(Impl& s) : s(s) {
+      s.writes_seen_.fetch_add(1);
+      s.writes_in_progress_.fetch_add(1);
+    }
+    ~WriteInProgress() { s.writes_in_progress_.fetch_sub(1); }
+    Impl& s;
+  };
   // How long readdirplus serves the attributes of a fetched page: what the
   // kernel would trust them for.
   const std::chrono::duration<double> page_ttl_{std::min(options_.attr_timeout_s, options_.entry_timeout_s)};
