@@ -31,7 +31,7 @@ void DedupTable::record(uint64_t client_id, uint64_t sequence, DedupEntry entry)
     return;
   }
   order_.push_back(key);
-  entries_.emplace(key, Slot{entry, std::prev(order_.end())});
+  entries_.emplace(key, Slot{entry, std::prev(order_.end()), ++stamps_});
   by_chunk_.insert({entry.chunk, key});
   while (entries_.size() > entries_max_) {
     raise_floor(order_.front());
@@ -68,8 +68,9 @@ std::vector<DedupTable::Key> DedupTable::keys_of(const ChunkId& chunk, size_t ma
   std::vector<Key> keys;
   for (auto it = by_chunk_.lower_bound({chunk, Key{0, 0}}); it != by_chunk_.end() && it->first == chunk; ++it)
     keys.push_back(it->second);
-  if (keys.size() > max) {  // the highest sequences: the likeliest to be retried still
-    std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) { return a.second > b.second; });
+  if (keys.size() > max) {
+    auto stamp = [&](const Key& k) { return entries_.at(k).stamp; };
+    std::sort(keys.begin(), keys.end(), [&](const Key& a, const Key& b) { return stamp(a) > stamp(b); });
     keys.resize(max);
   }
   return keys;

@@ -68,7 +68,9 @@ class DedupTable {
   // floor is raised); returns how many.
   size_t forget_chunk(const ChunkId& chunk);
   using Key = std::pair<uint64_t, uint64_t>;  // (client id, sequence)
-  // The keys of the entries naming `chunk`, at most `max` (the newest).
+  // The keys of the entries naming `chunk`, at most `max`: the most recently
+  // recorded here (the likeliest to be retried still; sequences of different
+  // clients are not comparable).
   std::vector<Key> keys_of(const ChunkId& chunk, size_t max) const;
   // `chunk` was replaced by content holding the updates `held` (the sender's
   // keys_of): entries naming it that are not in `held` go, as in
@@ -81,6 +83,7 @@ class DedupTable {
   struct Slot {
     DedupEntry entry;
     std::list<Key>::iterator age;  // in order_
+    uint64_t stamp = 0;            // when recorded: later is greater
   };
   struct Floor {
     uint64_t sequence = 0;
@@ -94,6 +97,7 @@ class DedupTable {
   mutable std::mutex mu_;
   std::map<Key, Slot> entries_;                  // GUARDED_BY(mu_)
   std::list<Key> order_;                         // GUARDED_BY(mu_), oldest first
+  uint64_t stamps_ = 0;                          // GUARDED_BY(mu_), the last Slot::stamp given
   std::set<std::pair<ChunkId, Key>> by_chunk_;   // GUARDED_BY(mu_), the keys of entries_ by chunk
   std::map<uint64_t, Floor> floors_;             // GUARDED_BY(mu_), by client id
   std::list<uint64_t> floor_order_;              // GUARDED_BY(mu_), least recently raised first

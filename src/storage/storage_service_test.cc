@@ -336,9 +336,25 @@ TEST(DedupTable, ForgetsTheEntriesOfAChunk) {
   EXPECT_EQ(t.size(), 1u);
 }
 
+// The keys a replacement carries, when bounded, are the most recently
+// recorded, not the highest sequences: those of different clients are not
+// comparable (a young client's are low, and its retry is as likely).
+TEST(DedupTable, BoundedKeysAreTheMostRecentlyRecorded) {
+  DedupTable t;
+  const ChunkId c{5, 0};
+  t.record(4, 900, {c, 1, {1, 10, 0}});
+  t.record(5, 3, {c, 1, {2, 10, 0}});
+  t.record(4, 901, {ChunkId{5, 1}, 1, {1, 10, 0}});
+  EXPECT_EQ(t.keys_of(c, 1), (std::vector<DedupTable::Key>{{5, 3}}));
+  t.record(4, 900, {c, 1, {3, 10, 0}});  // recorded again: keeps its age
+  EXPECT_EQ(t.keys_of(c, 1), (std::vector<DedupTable::Key>{{5, 3}}));
+  t.record(6, 1, {c, 1, {4, 10, 0}});
+  EXPECT_EQ(t.keys_of(c, 2), (std::vector<DedupTable::Key>{{6, 1}, {5, 3}}));
+}
+
 // A chunk replaced by content holding some of the updates recorded for it:
 // those stay (or are recorded, as the replacement), the others go; the keys
-// sent with it are bounded, the highest sequences first.
+// sent with it are bounded, the most recently recorded first.
 TEST(DedupTable, KeepsWhatTheReplacingContentHolds) {
   DedupTable t;
   const ChunkId c{5, 0};
