@@ -102,8 +102,8 @@ class Client;
 
 // An open file. Obtained from Client::open/create; close() (or the last
 // shared_ptr going away) ends the write session. Offsets are absolute.
-// Dropped without close(), a File still flushes and closes, but later (sends
-// in flight hold references too) and with nobody to hear of an error: call
+// Dropped without close(), a File still flushes and closes (the drop of the
+// last reference waits for it), with nobody to hear of an error: call
 // close() to know that the data landed.
 class File {
  public:

@@ -235,7 +235,7 @@ class ClientImpl final : public Client {
     WEFT_TRY(auto file, make_file_or_close(cred, std::move(reply.inode), reply.session_id, {wants_read(flags), write}));
     if ((flags & O_TRUNC) && write) WEFT_RETURN_IF_ERROR(file->truncate(0));
     if ((flags & O_APPEND) && write) file->set_append();
-    return file;
+    return handed_out(std::move(file));
   }
 
   Result<std::shared_ptr<File>> open_read_known(const Cred& cred, const Inode& inode) override {
@@ -245,7 +245,7 @@ class ClientImpl final : public Client {
     // The same rule meta applies to a read-only open (meta/permission.h).
     WEFT_RETURN_IF_ERROR(meta::check_access(inode, cred, meta::kAccessRead));
     WEFT_TRY(auto file, make_file(cred, inode, 0, meta::OpenFlags{}));
-    return file;
+    return handed_out(std::move(file));
   }
 
   Result<std::pair<Inode, std::shared_ptr<File>>> create(const Cred& cred, Ino parent, std::string_view name,
@@ -274,7 +274,7 @@ class ClientImpl final : public Client {
       inode.size = 0;
     }
     if ((flags & O_APPEND) && write) file->set_append();
-    return std::pair<Inode, std::shared_ptr<File>>(std::move(inode), std::move(file));
+    return std::pair<Inode, std::shared_ptr<File>>(std::move(inode), handed_out(std::move(file)));
   }
 
   // ---- paths ----
@@ -312,7 +312,7 @@ class ClientImpl final : public Client {
       if (!opened->is_symlink()) {
         if (opened->is_dir()) return error(Code::kIsDirectory, "{} is a directory", path);
         WEFT_TRY(auto file, make_file(cred, std::move(*opened), 0, meta::OpenFlags{}));
-        return file;
+        return handed_out(std::move(file));
       }
       if (flags & O_NOFOLLOW) return error(Code::kLoop, "{} is a symlink (O_NOFOLLOW)", path);
     }
@@ -497,6 +497,11 @@ class ClientImpl final : public Client {
   }
 
   static bool file_gone(const std::weak_ptr<FileImpl>& w) { return w.expired(); }
+
+  // What the user gets of a File: it closes the File when dropped (FileHandle).
+  static std::shared_ptr<File> handed_out(std::shared_ptr<FileImpl> file) {
+    return std::make_shared<FileHandle>(std::move(file));
+  }
 
   // make_file for an open meta just made: a File that cannot be made closes
   // the write session meta opened (else it stayed while the client lived).

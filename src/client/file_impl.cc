@@ -46,6 +46,11 @@ FileImpl::~FileImpl() {
   }
 }
 
+FileHandle::~FileHandle() {
+  if (!impl_->is_open()) return;
+  if (auto r = impl_->close(); !r) WEFT_LOG_WARN("closing file {} on release: {}", impl_->ino(), r.error());
+}
+
 uint64_t FileImpl::size() const {
   std::lock_guard lock(mu_);
   return size_;

@@ -15,8 +15,9 @@
 // A failed background write makes the File fail: the error is returned by the
 // next pwrite/flush/fsync/close; the data it carried and every write still
 // buffered are lost (dropped, never sent later).
-// Dropping the last reference without close() closes the File (flushing it)
-// in the destructor.
+// The user holds a FileHandle, which closes the File (flushing it) when
+// dropped without close(); the FileImpl's own destructor closes it only if
+// nothing did (a File that never reached the user).
 // Threading: thread-safe (one mutex; no lock held across a wait on the network
 // except the condition-variable waits).
 #pragma once
@@ -267,6 +268,45 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
     size_ = size;
     reported_ = size;
   }
+};
+
+// What Client::open/create hand out: the File, closed when the user drops
+// the last reference without close(). The close runs while the FileImpl is
+// still alive and listed among its inode's open Files (weakly: a File whose
+// last reference went is not), so its flush stays ordered with its siblings'
+// truncates, writes and reads. A FileImpl's own last reference may go with
+// a send's completion, long after the user let go: closing there, it was
+// invisible to its siblings.
+class FileHandle final : public File {
+ public:
+  explicit FileHandle(std::shared_ptr<FileImpl> impl) : impl_(std::move(impl)) {}
+  ~FileHandle() override;
+  FileHandle(const FileHandle&) = delete;
+  FileHandle& operator=(const FileHandle&) = delete;
+
+  Ino ino() const override { return impl_->ino(); }
+  Layout layout() const override { return impl_->layout(); }
+  uint64_t size() const override { return impl_->size(); }
+  Result<uint64_t> refresh_size() override { return impl_->refresh_size(); }
+  uint64_t unreported_end() const override { return impl_->unreported_end(); }
+  Inode opened() const override { return impl_->opened(); }
+  bool readable() const override { return impl_->readable(); }
+  bool writable() const override { return impl_->writable(); }
+  Result<size_t> pread(std::span<std::byte> dst, uint64_t offset) override { return impl_->pread(dst, offset); }
+  Result<size_t> pread_page_fill(std::span<std::byte> dst, uint64_t offset) override {
+    return impl_->pread_page_fill(dst, offset);
+  }
+  Result<size_t> pwrite(std::span<const std::byte> src, uint64_t offset) override {
+    return impl_->pwrite(src, offset);
+  }
+  Result<void> flush() override { return impl_->flush(); }
+  Result<void> fsync() override { return impl_->fsync(); }
+  Result<void> truncate(uint64_t length) override { return impl_->truncate(length); }
+  Result<void> extend(uint64_t length) override { return impl_->extend(length); }
+  Result<void> close() override { return impl_->close(); }
+
+ private:
+  const std::shared_ptr<FileImpl> impl_;
 };
 
 }  // namespace weft::client

@@ -2369,6 +2369,33 @@ TEST_F(ClientTest, AFileWhoseLastReferenceASendCompletionHoldsClosesOffTheIoThre
   })) << "the dropped File's session never ended";
 }
 
+// A File the user drops without close() is closed by the drop, while its
+// siblings can still see it (their truncates and reads wait for its
+// writes): not later by whatever dropped its last reference, a send's
+// completion here, when the length its close reports could come after a
+// sibling's truncate.
+TEST_F(ClientTest, AFileDroppedWithoutCloseIsClosedByTheDrop) {
+  std::string d = dir();
+  const Cred& cred = client_->default_cred();
+  auto f = open(d + "/f", O_CREAT | O_WRONLY | O_EXCL);
+  ASSERT_TRUE(f);
+  const Ino ino = f->ino();
+  const auto data = pattern(f->layout().chunk_bytes, 41);
+  std::optional<fault::Scope> hold(std::in_place, "client.chunk_written.hold");
+  ASSERT_TRUE(f->pwrite(data, 0).has_value());  // a full chunk: sent now, its completion held
+  ASSERT_TRUE(eventually([&] { return hold->triggered() > 0; }));
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    hold.reset();
+  });
+  f.reset();  // waits for the send and the close
+  auto n = client_->getattr(cred, ino);
+  release.join();
+  ASSERT_TRUE(n.has_value()) << n.error();
+  EXPECT_EQ(n->size, data.size()) << "the drop returned before the File was closed";
+  EXPECT_EQ(read_all(d + "/f"), data);
+}
+
 // POSIX's "an open file outlives its last link", for readers too: a file
 // replaced (renamed over) by another client while a File has it open here
 // keeps its data until that File closes (the client names its open files to
