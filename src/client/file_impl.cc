@@ -71,19 +71,21 @@ uint64_t FileImpl::written_end() const {
 }
 
 Result<uint64_t> FileImpl::refresh_size() {
-  std::pair<uint64_t, uint64_t> asked;
+  Gens asked;
   {
     std::lock_guard lock(mu_);
     asked = gens_locked();
   }
   WEFT_TRY(Inode n, core_.meta->getattr(cred_, inode_.ino));
+  while (WEFT_FAULT("client.refresh_size.hold")) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // tests
   std::lock_guard lock(mu_);
   learn_meta_size_locked(n.size, asked);
   return size_;
 }
 
-void FileImpl::learn_meta_size_locked(uint64_t meta_size, std::pair<uint64_t, uint64_t> asked) {
+void FileImpl::learn_meta_size_locked(uint64_t meta_size, Gens asked) {
   if (meta_size > size_) {
+    if (asked.truncated != truncated_gen_) return;  // from before a truncate here
     // Read ahead while the file was shorter: the chunk that held the old end
     // came back short, and those past it empty. Not holes: fetch them again.
     prefetched_.erase(prefetched_.lower_bound(size_ / inode_.layout.chunk_bytes), prefetched_.end());
@@ -536,12 +538,17 @@ Result<size_t> FileImpl::pread(std::span<std::byte> dst, uint64_t offset) {
 Result<size_t> FileImpl::pread_page_fill(std::span<std::byte> dst, uint64_t offset) {
   uint64_t size;
   bool sequential;
-  std::pair<uint64_t, uint64_t> asked;  // for a length meta gives if the read meets a hole
+  Gens asked;  // for a length meta gives if the read meets a hole
+  uint64_t truncated_before;
+  {
+    std::lock_guard lock(mu_);
+    truncated_before = truncated_gen_;
+  }
   const uint64_t others_know = core_.flush_other_writers(inode_.ino, this);
   {
     std::unique_lock lock(mu_);
     WEFT_RETURN_IF_ERROR(check_usable_locked());
-    size_ = std::max(size_, others_know);
+    if (truncated_gen_ == truncated_before) size_ = std::max(size_, others_know);  // else older than the truncate
     // Read-your-writes: bytes still buffered here go out first.
     if (writable_ && (!dirty_.empty() || !in_flight_.empty())) WEFT_RETURN_IF_ERROR(flush_locked(lock, true));
     size = size_;
@@ -794,6 +801,7 @@ void FileImpl::drop_read_ahead(uint64_t index) {
 
 void FileImpl::truncated_to(uint64_t length) {
   std::lock_guard lock(mu_);
+  ++truncated_gen_;
   prefetched_.clear();
   size_ = length;
   written_end_ = std::min(written_end_, length);

@@ -204,6 +204,7 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   // with newer writes reports even a length meta already has (another
   // client may have cut the file under it since, and the write updates mtime).
   uint64_t reported_gen_ = 0;
+  uint64_t truncated_gen_ = 0;   // GUARDED_BY(mu_): truncated_to calls
   uint64_t unreported_end_ = 0;  // GUARDED_BY(mu_): end of the writes since the last report
   std::mutex reporting_mu_;      // see ReportHold
   // GUARDED_BY(mu_), changed under reporting_mu_: a truncate by another
@@ -245,12 +246,19 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   // After a chunk came back shorter than the File's length says: meta's
   // length for a hole, kStaleHandle if meta no longer has the file.
   Result<uint64_t> check_not_removed();
-  // Takes a length meta gave for an ask that began when this File's writes
-  // and reports were at `asked` (write_gen_, reported_gen_): a shorter one
-  // than this File knows, with nothing here meta lacks and nothing written
-  // or reported meanwhile, means another client cut the file.
-  void learn_meta_size_locked(uint64_t meta_size, std::pair<uint64_t, uint64_t> asked);
-  std::pair<uint64_t, uint64_t> gens_locked() const { return {write_gen_, reported_gen_}; }
+  // Where this File's writes, reports and truncates were when an ask of
+  // meta's length began.
+  struct Gens {
+    uint64_t write = 0, reported = 0, truncated = 0;
+    bool operator==(const Gens&) const = default;
+  };
+  Gens gens_locked() const { return {write_gen_, reported_gen_, truncated_gen_}; }
+  // Takes a length meta gave for an ask that began at `asked`: a shorter one
+  // than this File knows, with nothing here meta lacks and nothing written,
+  // reported or truncated meanwhile, means another client cut the file; a
+  // longer one counts unless a truncate here came after the ask (it is
+  // older than that truncate).
+  void learn_meta_size_locked(uint64_t meta_size, Gens asked);
   // One chunk range read on the calling thread (not an I/O thread), then through read() if that failed.
   Result<uint32_t> read_chunk_here(ChunkAddress address, uint32_t offset, std::span<std::byte> dst);
  public:

@@ -2396,6 +2396,31 @@ TEST_F(ClientTest, AFileDroppedWithoutCloseIsClosedByTheDrop) {
   EXPECT_EQ(read_all(d + "/f"), data);
 }
 
+// A length meta gave for an ask made before a truncate here does not raise
+// the File's length after it: the File's appends then went at the old end,
+// past zeros.
+TEST_F(ClientTest, ALengthAskedBeforeATruncateHereDoesNotComeBackAfterIt) {
+  std::string d = dir();
+  ASSERT_TRUE(write_new(d + "/f", pattern(1000, 5)));
+  auto f = open(d + "/f", O_RDWR | O_APPEND);
+  ASSERT_TRUE(f);
+  std::optional<fault::Scope> hold(std::in_place, "client.refresh_size.hold");
+  std::promise<Result<uint64_t>> refreshed;
+  auto answer = refreshed.get_future();
+  std::thread asker([&] { refreshed.set_value(f->refresh_size()); });  // meta says 1000, held before it counts
+  ASSERT_TRUE(eventually([&] { return hold->triggered() > 0; }));
+  auto cut = f->truncate(0);
+  hold.reset();
+  asker.join();
+  ASSERT_TRUE(cut.has_value()) << cut.error();
+  ASSERT_TRUE(answer.get().has_value());
+  EXPECT_EQ(f->size(), 0u) << "the length from before the truncate came back";
+  const auto tail = pattern(3, 6);
+  ASSERT_TRUE(f->pwrite(tail, 0).has_value());  // O_APPEND: at the end
+  ASSERT_TRUE(f->close().has_value());
+  EXPECT_EQ(read_all(d + "/f"), tail);
+}
+
 // POSIX's "an open file outlives its last link", for readers too: a file
 // replaced (renamed over) by another client while a File has it open here
 // keeps its data until that File closes (the client names its open files to
