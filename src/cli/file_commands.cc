@@ -201,7 +201,8 @@ void cmd_stat(const FileFlags& f, const std::string& path) {
               static_cast<unsigned long long>(n->size), human(n->size).c_str(), n->mode, mode_string(*n).c_str(),
               n->uid, n->gid, n->nlink, time_string(n->mtime_ns).c_str(), time_string(n->ctime_ns).c_str());
   if (meta::is_device_type(n->type)) std::printf("  device: %s\n", device_string(n->rdev).c_str());
-  if (n->is_special()) return;  // no data, so no layout
+  if (n->is_symlink()) std::printf("  target: %s\n", n->symlink_target.c_str());
+  if (n->is_special() || n->is_symlink()) return;  // no data, so no layout
   const Layout& l = n->layout;
   std::printf("  layout: chunk %s, stripe %u, chain table %u\n", human(l.chunk_bytes).c_str(), l.stripe_count,
               l.chain_table_id);
@@ -225,13 +226,58 @@ void cmd_mkdir(const FileFlags& f, const std::string& path, bool parents, uint32
   if (!r) fail(path + ": " + r.error().message());
 }
 
-Result<void> remove_tree(Client& c, const std::string& path) {
-  WEFT_TRY(Inode n, c.resolve(c.default_cred(), path, false));
-  if (n.is_dir()) {
-    WEFT_TRY(auto entries, c.list_path(c.default_cred(), path));
-    for (const auto& e : entries) WEFT_RETURN_IF_ERROR(remove_tree(c, path + "/" + e.name));
+// rm -r of `name` in directory `parent` (`shown`: its path, for errors). It
+// walks by inode, never by path below where it started: a directory another
+// client replaces by a symlink meanwhile is not followed (its target's
+// entries are not removed), at worst its removal fails. An entry already
+// gone (another remover) is what was wanted. Every error is printed and
+// the walk goes on; false when any occurred.
+bool remove_in(Client& c, Ino parent, const std::string& name, const std::string& shown) {
+  const Cred& cred = c.default_cred();
+  auto gone = [](const Status& s) { return s.code() == Code::kNotFound; };
+  auto n = c.lookup(cred, parent, name);
+  if (!n) {
+    if (gone(n.error())) return true;
+    fail(fmt::format("{}: {}", shown, n.error().message()));
+    return false;
   }
-  return c.remove_path(c.default_cred(), path);
+  bool ok = true;
+  if (n->is_dir()) {
+    // Page by page: removing entries does not disturb the cookie (meta
+    // resumes strictly after a name, gone or not).
+    std::string cookie;
+    for (;;) {
+      auto page = c.readdir(cred, n->ino, cookie, 1024);
+      if (!page) {
+        if (gone(page.error())) return ok;
+        fail(fmt::format("{}: {}", shown, page.error().message()));
+        return false;
+      }
+      for (const auto& e : page->entries)
+        if (e.name != "." && e.name != "..") ok = remove_in(c, n->ino, e.name, shown + "/" + e.name) && ok;
+      if (page->eof || page->entries.empty()) break;
+      cookie = page->cookie;
+    }
+  }
+  if (!ok) return false;  // a directory not emptied stays, as rm's does
+  auto r = n->is_dir() ? c.rmdir(cred, parent, name) : c.unlink(cred, parent, name);
+  if (r || gone(r.error())) return true;
+  fail(fmt::format("{}: {}", shown, r.error().message()));
+  return false;
+}
+
+// rm -r of `path`: its parent is resolved as any path is, its last name is
+// not followed.
+void remove_tree(Client& c, const std::string& path) {
+  auto parts = split_path(path);
+  if (!parts) return fail(fmt::format("{}: {}", path, parts.error().message()));
+  std::string parent;
+  for (size_t i = 0; i + 1 < parts->size(); ++i) parent += "/" + (*parts)[i];
+  auto dir = c.resolve(c.default_cred(), parent.empty() ? "/" : parent, true);
+  if (!dir) return fail(dir.error().message());
+  auto n = c.lookup(c.default_cred(), dir->ino, parts->back());
+  if (!n) return fail(fmt::format("{}: {}", path, n.error().message()));  // an rm of nothing fails
+  remove_in(c, dir->ino, parts->back(), path);
 }
 
 // As GNU rm: a path ending in "." or ".." and the root are never removed
@@ -251,22 +297,32 @@ void cmd_rm(const FileFlags& f, const std::vector<std::string>& paths, bool recu
   if (!c) return;
   for (const auto& p : paths) {
     auto r = check_removable(*c, p);
-    if (r) r = recursive ? remove_tree(*c, p) : c->remove_path(c->default_cred(), p);
+    if (r && recursive) {
+      remove_tree(*c, p);
+      continue;
+    }
+    if (r) r = c->remove_path(c->default_cred(), p);
     if (!r) fail(r.error().message());
   }
 }
 
-// As mv(1): a destination that is a directory (or ends in '/') receives the
-// source under its own name.
+// As mv(1): a destination that is a directory receives the source under its
+// own name. One ending in '/' that does not exist names the directory a
+// directory source becomes; for anything else it is an error (ENOTDIR).
 void cmd_mv(const FileFlags& f, const std::string& from, const std::string& to) {
   auto c = connect(f);
   if (!c) return;
   std::string target = to;
   auto n = c->resolve(c->default_cred(), to, true);
-  if ((n && n->is_dir()) || to.ends_with('/')) {
+  if (n && n->is_dir()) {
     std::string_view src = from;
     while (src.size() > 1 && src.back() == '/') src.remove_suffix(1);
     target = to + (to.ends_with('/') ? "" : "/") + std::string(src.substr(src.find_last_of('/') + 1));
+  } else if (to.ends_with('/')) {
+    auto src = c->resolve(c->default_cred(), from, false);
+    if (!src) return fail(src.error().message());
+    if (n || !src->is_dir()) return fail(fmt::format("{}: not a directory", to));
+    while (target.size() > 1 && target.back() == '/') target.pop_back();
   }
   if (auto r = c->rename_path(c->default_cred(), from, target); !r) fail(r.error().message());
 }

@@ -1134,6 +1134,11 @@ TEST_F(FuseTest, FileToolsFailWithoutHarm) {
   EXPECT_EQ(read_all(p("d/remote")), "precious");
   EXPECT_NE(weft({"mv", remote + "/d/f", remote + "/nodir/"}).code, 0);
   EXPECT_EQ(names(base_), (std::set<std::string>{"d"}));
+  // A directory moved to "NEW/", which does not exist, becomes NEW (mv(1)).
+  auto mv_dir = weft({"mv", remote + "/d", remote + "/e/"});
+  ASSERT_EQ(mv_dir.code, 0) << mv_dir.log;
+  EXPECT_EQ(read_all(p("e/remote")), "precious");
+  ASSERT_EQ(weft({"mv", remote + "/e", remote + "/d"}).code, 0);
   // A mode that is not octal: exit code 2, not an abort.
   EXPECT_EQ(weft({"mkdir", "-m", "rwx", remote + "/m"}).code, 2);
   EXPECT_EQ(weft({"mkdir", "-m", "0o755", remote + "/m"}).code, 2);
@@ -1142,6 +1147,45 @@ TEST_F(FuseTest, FileToolsFailWithoutHarm) {
   struct stat st {};
   ASSERT_EQ(::stat(p("m").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0750u);
+}
+
+// rm -r removes a tree, a symlink in it as a link (what it points to
+// stays), and two at once both succeed: an entry the other removed first is
+// what was wanted (one stopped at it, exit 1, leaving the rest).
+TEST_F(FuseTest, RmRecursiveRemovesTheTreeNotWhatItsLinksNameAndSharesTheWork) {
+  const std::string remote = "/" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name());
+  const std::string cfg = data_ + "/client.toml";
+  ASSERT_EQ(::mkdir(p("outside").c_str(), 0755), 0);
+  ASSERT_TRUE(write_all(p("outside/kept"), "x"));
+  auto make_tree = [&](const std::string& top) {
+    ASSERT_EQ(::mkdir(p(top).c_str(), 0755), 0);
+    for (int d = 0; d < 4; ++d) {
+      std::string dir = top + "/d" + std::to_string(d);
+      ASSERT_EQ(::mkdir(p(dir).c_str(), 0755), 0);
+      ASSERT_EQ(::mkdir(p(dir + "/empty").c_str(), 0755), 0);
+      for (int f = 0; f < 60; ++f) ASSERT_TRUE(write_all(p(dir + "/f" + std::to_string(f)), "y"));
+    }
+    ASSERT_EQ(::symlink(p("outside").c_str(), p(top + "/link").c_str()), 0);
+  };
+  ASSERT_NO_FATAL_FAILURE(make_tree("t1"));
+  auto rm = run_weft({"rm", "-r", remote + "/t1/", "--config", cfg}, dir_->file("rm1.log"));
+  EXPECT_EQ(rm.code, 0) << rm.log;
+  ASSERT_NO_FATAL_FAILURE(make_tree("t2"));
+  Process a({testing::weft_binary(), "rm", "-r", remote + "/t2", "--config", cfg}, dir_->file("rm2a.log"));
+  Process b({testing::weft_binary(), "rm", "-r", remote + "/t2", "--config", cfg}, dir_->file("rm2b.log"));
+  for (Process* r : {&a, &b}) {
+    auto status = r->wait_exit(60s);
+    ASSERT_TRUE(status.has_value());
+    // Exit 1 only when it found nothing at all to remove (the other was done).
+    if (!(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)) {
+      EXPECT_NE(r->log().find(remote + "/t2: "), std::string::npos) << r->log();
+    }
+  }
+  std::this_thread::sleep_for(1200ms);  // this mount's entries of the removed names time out
+  std::set<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(base_)) left.insert(e.path().filename().string());
+  EXPECT_EQ(left, (std::set<std::string>{"outside"}));
+  EXPECT_EQ(read_all(p("outside/kept")), "x");
 }
 
 // The file tools' errors name the path as the user gave it (not an inode
