@@ -58,5 +58,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  // What was printed must have reached stdout (`weft status --json > f` on
+  // a full disk): the buffered rest is written here, at the latest.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) weft::cli::fail("writing the output failed (stdout)");
   return weft::cli::exit_code();
 }

@@ -74,7 +74,7 @@ Result<ClusterConfig> load_cluster_config(const ClusterConfigQuery& query) {
   if (status.type() == std::filesystem::file_type::not_found)
     return error(Code::kConfig,
                  "no cluster config at {} (from {}); pass --config FILE, set ${} or run from the directory "
-                 "holding weft-data/{}",
+                 "holding weft-data/client.toml{}",
                  where.path, where.origin, kClusterConfigEnv,
                  query.cluster.empty() ? "" : " (--cluster names the address; the token comes from the file)");
   if (ec) return error(Code::kConfig, "cluster config {} (from {}): {}", where.path, where.origin, ec.message());
