@@ -1048,6 +1048,8 @@ Result<std::vector<rpc::Endpoint>> meta_addresses(const ClusterConfig& cluster, 
 Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
   using namespace client;
   auto core = std::make_unique<Core>();
+  // 0 would expire every call at once (the wire's "no timeout" is not the client's).
+  if (options.call_timeout_ms == 0) return error(Code::kInvalidArgument, "ClientOptions::call_timeout_ms must be > 0");
   core->options = options;
   core->cred = options.cred ? *options.cred : process_cred();
   WEFT_TRY(core->cluster, load_cluster_config(ClusterConfigQuery::from_flags(options.config_path, options.cluster)));

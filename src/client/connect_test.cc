@@ -89,6 +89,18 @@ TEST(ClientConnect, UserTimeoutNotAboveTheCallTimeoutIsRefused) {
       << refused.error();
 }
 
+// A call timeout of 0 expired every call at once (and broke a clamp's
+// bounds): refused at connect.
+TEST(ClientConnect, AZeroCallTimeoutIsRefused) {
+  testing::TempDir dir;
+  ClientOptions o;
+  o.config_path = write_config(dir, 1, "");
+  o.call_timeout_ms = 0;
+  auto refused = Client::connect(o);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), Code::kInvalidArgument) << refused.error();
+}
+
 // A Client whose metadata is served (in-process meta) and whose one storage
 // server drops every connection: data calls fail after the retry time.
 class ClientWithoutStorage : public ::testing::Test {
