@@ -5,9 +5,12 @@
 //     ancestors, each locked shared so none can move meanwhile);
 //  4. rewrite the dentries, drop the replaced inode's link, fix parent
 //     pointers of moved directories and the parents' subdirectory counts.
+#include <chrono>
 #include <map>
+#include <thread>
 #include <unordered_set>
 
+#include "common/fault.h"
 #include "meta/meta_store.h"
 #include "meta/ops.h"
 #include "meta/permission.h"
@@ -73,10 +76,21 @@ Result<void> MetaStore::do_rename(Txn& txn, const Context& ctx, Ino sp, std::str
   if (exchange && !dd) return error(Code::kNotFound, "no '{}' in directory {}", dn, dp);
   if (dd && noreplace) return error(Code::kExists, "'{}' exists in {}", dn, dp);
   if (dd && dd->ino == sd->ino) return {};  // same inode (itself or a hard link): nothing to do
-  WEFT_TRY(Inode src, txn.lock_existing(sd->ino, true));
+  // The two inodes in inode order: by their names' order, two renames whose
+  // names are hard links of each other's inodes took them in opposite
+  // orders (a deadlock, broken by aborting one, over and over).
+  auto lock_inode = [&](Ino ino) {
+    auto n = txn.lock_existing(ino, true);
+    if (WEFT_FAULT("meta.rename.between_inode_locks")) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return n;
+  };
   std::optional<Inode> dst;
-  if (dd) {
-    WEFT_TRY(dst, txn.lock_existing(dd->ino, true));
+  if (dd && dd->ino < sd->ino) {
+    WEFT_TRY(dst, lock_inode(dd->ino));
+  }
+  WEFT_TRY(Inode src, lock_inode(sd->ino));
+  if (dd && !dst) {
+    WEFT_TRY(dst, lock_inode(dd->ino));
   }
   // 3. cycles (EINVAL): as Linux, after the lookups and before any permission.
   if (sp != dp && src.is_dir()) WEFT_RETURN_IF_ERROR(check_not_ancestor(txn, src.ino, dp));
