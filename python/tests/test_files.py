@@ -210,6 +210,13 @@ def test_namespace(client, root):
     assert not client.exists(f"{root}/x")
 
 
+def test_write_file_with_data_it_cannot_take_leaves_the_file(client, root):
+    client.write_file(f"{root}/keep", b"precious")
+    with pytest.raises(TypeError):
+        client.write_file(f"{root}/keep", "text, not bytes")
+    assert client.read_file(f"{root}/keep") == b"precious"
+
+
 def test_rmtree_refuses_the_root(client, root):
     # Relative names resolve from the root: rmtree(os.path.dirname("x.pt")),
     # i.e. rmtree(""), used to empty the whole cluster.

@@ -479,8 +479,8 @@ class Client:
             return f.readall()
 
     def write_file(self, path, data, fsync: bool = False) -> None:
+        view = memoryview(data).cast("B")  # before the file is emptied: bad data leaves it as it was
         with self.open(path, "wb", buffering=0) as f:
-            view = memoryview(data).cast("B")
             while view:
                 n = f.write(view)
                 view = view[n:]
@@ -626,7 +626,9 @@ class Client:
         last = p.rstrip(b"/").rpartition(b"/")[2]
         if last in (b".", b".."):
             raise OSError(errno.EINVAL, "Invalid argument (rmtree refuses to remove '.' or '..')", path)
-        n = self.native.stat(p, False)
+        # Without a trailing '/': "link/" would name the directory the link
+        # points to (a path ending in '/' names a directory), and empty it.
+        n = self.native.stat(p.rstrip(b"/") or b"/", False)
         if n.is_symlink():
             raise OSError(errno.ELOOP, "rmtree of a symbolic link (not followed)", path)
         if n.ino == _native.ROOT_INO:

@@ -925,4 +925,13 @@ def _load_once(client, path: str, map_location, threads: int, weights_only: bool
             t.requires_grad_(True)
         tensors.append(t)
     unpickler = _WeightsOnlyUnpickler if weights_only else _Unpickler
-    return unpickler(io.BytesIO(manifest["object"]), tensors).load()
+    # As torch.load: the sparse tensors the unpickling rebuilt, unchecked, are
+    # checked now (indices in range: a crafted checkpoint would read out of
+    # bounds), and the list torch keeps of them is emptied either way.
+    try:
+        result = unpickler(io.BytesIO(manifest["object"]), tensors).load()
+    except BaseException:
+        torch._utils._sparse_tensors_to_validate.clear()
+        raise
+    torch._utils._validate_loaded_sparse_tensors()
+    return result
