@@ -498,7 +498,7 @@ class PyClient {
     weft::Result<void> r;
     {
       GilRelease nogil;
-      r = remove_locked(*c->client, parent_path, name, directory);
+      r = remove_locked(*c->client, parent_path, name, directory, weft::names_directory(path));
     }
     check(std::move(r), path);
   }
@@ -514,6 +514,10 @@ class PyClient {
       r = [&]() -> weft::Result<void> {
         WEFT_TRY(weft::Inode src, resolve_dir(*c->client, from_parent));
         WEFT_TRY(weft::Inode dst, resolve_dir(*c->client, to_parent));
+        if (weft::names_directory(from) || weft::names_directory(to)) {  // "f/" names a directory: ENOTDIR
+          WEFT_TRY(weft::Inode moved, c->client->lookup(c->client->default_cred(), src.ino, from_name));
+          if (!moved.is_dir()) return weft::error(Code::kNotDirectory, "not a directory");
+        }
         return c->client->rename(c->client->default_cred(), src.ino, from_name, dst.ino, to_name,
                                  static_cast<weft::RenameFlags>(flags));
       }();
@@ -649,11 +653,13 @@ class PyClient {
     return n;
   }
 
+  // `dir_only`: the path ends in '/', which names a directory (os.remove("f/"): ENOTDIR).
   static weft::Result<void> remove_locked(weft::Client& client, const std::string& parent_path,
-                                          const std::string& name, bool directory) {
+                                          const std::string& name, bool directory, bool dir_only) {
     const auto& cred = client.default_cred();
     WEFT_TRY(weft::Inode parent, resolve_dir(client, parent_path));
     WEFT_TRY(weft::Inode n, client.lookup(cred, parent.ino, name));
+    if (dir_only && !n.is_dir()) return weft::error(Code::kNotDirectory, "not a directory");
     if (directory) {
       if (!n.is_dir()) return weft::error(Code::kNotDirectory, "not a directory");
       return client.rmdir(cred, parent.ino, name);

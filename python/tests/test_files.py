@@ -210,6 +210,21 @@ def test_namespace(client, root):
     assert not client.exists(f"{root}/x")
 
 
+def test_a_trailing_slash_names_a_directory_in_remove_and_rename(client, root):
+    client.write_file(f"{root}/f", b"x")
+    client.mkdir(f"{root}/d")
+    with pytest.raises(NotADirectoryError):
+        client.remove(f"{root}/f/")
+    with pytest.raises(NotADirectoryError):
+        client.rename(f"{root}/f/", f"{root}/g")
+    with pytest.raises(NotADirectoryError):
+        client.rename(f"{root}/f", f"{root}/g/")
+    assert client.read_file(f"{root}/f") == b"x"
+    client.rename(f"{root}/d/", f"{root}/e/")  # a directory may be named so
+    client.rmdir(f"{root}/e/")
+    assert sorted(client.listdir(root)) == ["f"]
+
+
 def test_write_file_with_data_it_cannot_take_leaves_the_file(client, root):
     client.write_file(f"{root}/keep", b"precious")
     with pytest.raises(TypeError):
