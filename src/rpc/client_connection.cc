@@ -28,7 +28,7 @@ ClientConnection::ClientConnection(asio::io_context& io, Endpoint ep, std::share
 
 void ClientConnection::connect() {
   auto self = std::static_pointer_cast<ClientConnection>(shared_from_this());
-  asio::co_spawn(executor(), [self] { return self->run_connect(); }, asio::detached);
+  asio::co_spawn(executor(), [self] { return self->run_connect(); }, closing_on_throw(self, "connect"));
 }
 
 void ClientConnection::connect_failed(Status why) {
@@ -198,7 +198,7 @@ void ClientConnection::start_call(MethodId method, std::string body, CallOptions
   } else if (!sweeping_) {
     sweeping_ = true;
     auto self = std::static_pointer_cast<ClientConnection>(shared_from_this());
-    asio::co_spawn(executor(), [self] { return self->sweep_deadlines(); }, asio::detached);
+    asio::co_spawn(executor(), [self] { return self->sweep_deadlines(); }, closing_on_throw(self, "deadline sweep"));
   }
 }
 

@@ -78,8 +78,21 @@ void FrameStream::on_connected() {
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
 }
 
+void FrameStream::close_for(std::exception_ptr e, const char* loop) {
+  std::string what = "an unknown exception";
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    what = x.what();
+  } catch (...) {
+  }
+  WEFT_LOG_ERROR("closing connection with {}: its {} failed: {}", peer_, loop, what);
+  close(Status(Code::kInternal, fmt::format("connection with {}: its {} failed: {}", peer_, loop, what)));
+}
+
 void FrameStream::start() {
-  asio::co_spawn(executor(), [self = shared_from_this()] { return self->read_loop(); }, asio::detached);
+  asio::co_spawn(executor(), [self = shared_from_this()] { return self->read_loop(); },
+                 closing_on_throw(shared_from_this(), "read loop"));
 }
 
 std::shared_ptr<OutFrame> FrameStream::send(std::shared_ptr<OutFrame> frame) {
@@ -98,7 +111,8 @@ std::shared_ptr<OutFrame> FrameStream::send(std::shared_ptr<OutFrame> frame) {
   if (ready_ && !writing_ && outq_.size() == 1 && prefer_immediate_write() && try_write_now()) return frame;
   if (ready_ && !writing_) {
     writing_ = true;
-    asio::co_spawn(executor(), [self = shared_from_this()] { return self->write_loop(); }, asio::detached);
+    asio::co_spawn(executor(), [self = shared_from_this()] { return self->write_loop(); },
+                   closing_on_throw(shared_from_this(), "write loop"));
   }
   return frame;
 }
@@ -166,7 +180,8 @@ void FrameStream::set_ready() {
   ready_ = true;
   if (!outq_.empty() && !writing_ && !closed_) {
     writing_ = true;
-    asio::co_spawn(executor(), [self = shared_from_this()] { return self->write_loop(); }, asio::detached);
+    asio::co_spawn(executor(), [self = shared_from_this()] { return self->write_loop(); },
+                   closing_on_throw(shared_from_this(), "write loop"));
   }
 }
 
@@ -425,7 +440,8 @@ Task<void> FrameStream::write_loop() {
 void FrameStream::watch_writes() {
   if (write_stall_timeout_ <= std::chrono::steady_clock::duration::zero() || watching_) return;
   watching_ = true;
-  asio::co_spawn(executor(), [self = shared_from_this()] { return self->watch_loop(); }, asio::detached);
+  asio::co_spawn(executor(), [self = shared_from_this()] { return self->watch_loop(); },
+                 closing_on_throw(shared_from_this(), "write watch"));
 }
 
 // Looks every half timeout while the writer runs and stops at the first look
@@ -463,7 +479,8 @@ void FrameStream::begin_frame_read() {
   read_progress_at_ = std::chrono::steady_clock::now();
   if (read_watching_) return;
   read_watching_ = true;
-  asio::co_spawn(executor(), [self = shared_from_this()] { return self->read_watch_loop(); }, asio::detached);
+  asio::co_spawn(executor(), [self = shared_from_this()] { return self->read_watch_loop(); },
+                 closing_on_throw(shared_from_this(), "read watch"));
 }
 
 // Looks every half timeout while frames are being read and stops at the

@@ -27,6 +27,7 @@
 #include <chrono>
 #include <optional>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -88,6 +89,18 @@ class FrameStream : public std::enable_shared_from_this<FrameStream> {
   // Closes after everything queued so far has been written.
   void close_after_flush(Status why);
   void close(Status why);
+  // The completion of one of the stream's detached loops (`loop` names it):
+  // an exception it let out (an allocation that failed) closes the stream.
+  // With asio::detached it was dropped, and a stream neither read nor
+  // closed went on taking calls that could only time out.
+  static auto closing_on_throw(std::shared_ptr<FrameStream> self, const char* loop) {
+    return [self = std::move(self), loop](std::exception_ptr e) {
+      if (e) self->close_for(e, loop);
+    };
+  }
+
+ private:
+  void close_for(std::exception_ptr e, const char* loop);
 
  protected:
   // Called for every decoded header before its body is read; an error closes the stream.

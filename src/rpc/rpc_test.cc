@@ -112,6 +112,31 @@ TEST(Rpc, PayloadsGatherAndScatterWithoutLoss) {
   EXPECT_EQ(owned.payload.data()[12345], static_cast<std::byte>(12345 * 31 + 7));
 }
 
+// A server connection whose read loop throws (an allocation for a payload
+// fails) closes: the call fails at once instead of timing out on a
+// connection nobody reads any more (asio::detached dropped the exception),
+// and the next call reconnects.
+TEST(Rpc, AConnectionWhoseReadLoopThrowsCloses) {
+  Cluster c;
+  ASSERT_TRUE(c.echo(with_data("before")).has_value());
+  std::vector<std::byte> payload(4096, std::byte{7});
+  CallOptions o;
+  o.timeout_ms = 20000;
+  o.payload.push_back(payload);
+  auto start = std::chrono::steady_clock::now();
+  Result<proto::EchoReply> r;
+  {
+    fault::Scope fail("rpc.server.payload_alloc.throw", {.hits_max = 1});
+    r = c.echo(with_data("payload"), std::move(o));
+  }
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().code(), Code::kTimeout) << r.error();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "waited for the call's timeout";
+  auto after = c.echo(with_data("after"));
+  ASSERT_TRUE(after.has_value()) << after.error();
+  EXPECT_EQ(after->data(), "after");
+}
+
 TEST(Rpc, TenThousandConcurrentCallsOnOneConnection) {
   Cluster c;
   constexpr int kCalls = 10000;

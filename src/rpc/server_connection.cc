@@ -1,5 +1,8 @@
 #include "rpc/server_connection.h"
 
+#include <new>
+
+#include "common/fault.h"
 #include "common/log_throttle.h"
 #include "common/logging.h"
 #include "proto/rpc.pb.h"
@@ -72,6 +75,7 @@ Status ServerConnection::check_header(const FrameHeader& h) {
 }
 
 PayloadTarget ServerConnection::payload_target(const FrameHeader& h) {
+  if (WEFT_FAULT("rpc.server.payload_alloc.throw")) throw std::bad_alloc();  // tests: an allocation that fails
   PayloadTarget t;
   t.owned = Buffer::allocate(h.payload_len);
   t.data = t.owned.data();
