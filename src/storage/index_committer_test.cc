@@ -10,6 +10,7 @@
 #include <thread>
 
 #include <rocksdb/db.h>
+#include <rocksdb/statistics.h>
 
 #include "common/buffer.h"
 #include "common/fault.h"
@@ -25,6 +26,7 @@ class IndexCommitterTest : public ::testing::Test {
     rocksdb::Options o;
     o.create_if_missing = true;
     o.env = rocks_env();  // so that the one-flush order really leaves the WAL's flush out
+    o.statistics = stats_ = rocksdb::CreateDBStatistics();
     rocksdb::DB* raw = nullptr;
     ASSERT_TRUE(rocksdb::DB::Open(o, dir_.path() + "/index", &raw).ok());
     db_.reset(raw);
@@ -73,6 +75,7 @@ class IndexCommitterTest : public ::testing::Test {
   }
 
   testing::TempDir dir_;
+  std::shared_ptr<rocksdb::Statistics> stats_;
   std::unique_ptr<rocksdb::DB> db_;
   std::unique_ptr<IoRing> ring_;
   std::unique_ptr<SlabFile> slab_;
@@ -232,6 +235,24 @@ TEST_F(IndexCommitterTest, RetiredRestartKeysAreMadeDurableOnRequest) {
   EXPECT_TRUE(c.retired_keys_unsynced());
   ASSERT_TRUE(c.commit({{"c", "1"}}, std::nullopt));  // a synced write after the delete
   EXPECT_FALSE(c.retired_keys_unsynced());
+}
+
+// A committer closed while its retired keys' deletes are unsynced (a clean
+// stop before the engine's space pass asked) syncs them: left in the WAL
+// unsynced, a power cut after the stop could bring a key back, and the next
+// open roll an acknowledged version back for damage to its new slot.
+TEST_F(IndexCommitterTest, AClosedCommitterMakesItsRetiredKeysDurable) {
+  uint64_t syncs = 0;
+  {
+    IndexCommitter c(db_.get(), ring_.get(), nullptr, std::chrono::microseconds(100), /*one_flush=*/true);
+    auto t = write_slot(0);
+    ASSERT_TRUE(t.has_value());
+    ASSERT_TRUE(c.commit({{"a", "1"}, {"Va", "prev", true}}, SlabTicket{slab_.get(), *t}));
+    ASSERT_TRUE(c.retired_keys_unsynced());
+    syncs = stats_->getTickerCount(rocksdb::WAL_FILE_SYNCED);
+  }
+  EXPECT_GT(stats_->getTickerCount(rocksdb::WAL_FILE_SYNCED), syncs) << "the deletes were left unsynced";
+  EXPECT_FALSE(get("Va").has_value());
 }
 
 }  // namespace

@@ -136,7 +136,7 @@ std::vector<SlotRun> SpaceManager::take_for_punch(uint32_t size_class, uint64_t 
       --want;
       set_bit(c.bitmap, slot);  // taken: allocate() skips it
       c.punching.insert(slot);
-      if (!runs.empty() && runs.back().first == slot + 1) {
+      if (!runs.empty() && runs.back().first == uint64_t{slot} + 1) {  // 64-bit: slot 2^32-1 ends no run at 0
         --runs.back().first;
         ++runs.back().count;
       } else {
@@ -151,7 +151,8 @@ void SpaceManager::punched(uint32_t size_class, const std::vector<SlotRun>& runs
   std::lock_guard lock(mu_);
   ClassState& c = classes_[size_class];
   for (const SlotRun& run : runs)
-    for (uint32_t slot = run.first; slot < run.first + run.count; ++slot) {
+    for (uint64_t s = run.first; s < uint64_t{run.first} + run.count; ++s) {  // a run may end at 2^32
+      const auto slot = static_cast<uint32_t>(s);
       bool taken = c.punching.erase(slot) == 1;
       WEFT_ASSERT_MSG(taken, "punched() of a slot not taken for punching");
       clear_bit(c.bitmap, slot);
