@@ -174,16 +174,24 @@ class ClientImpl final : public Client {
     return core_->meta->link(cred, ino, new_parent, new_name);
   }
   Result<void> unlink(const Cred& cred, Ino parent, std::string_view name) override {
-    return core_->meta->unlink(cred, parent, name);
+    auto r = core_->meta->unlink(cred, parent, name);
+    forget_dir(DirKey{cred.uid, parent, std::string(name)});  // a symlink to a directory is cached under its name
+    return r;
   }
+  // Directories move or go: the cache is dropped before (nothing cached
+  // steers the call) and after (nothing a lookup racing it remembered stays).
   Result<void> rmdir(const Cred& cred, Ino parent, std::string_view name) override {
     forget_dirs();
-    return core_->meta->rmdir(cred, parent, name);
+    auto r = core_->meta->rmdir(cred, parent, name);
+    forget_dirs();
+    return r;
   }
   Result<void> rename(const Cred& cred, Ino parent, std::string_view name, Ino new_parent, std::string_view new_name,
                       RenameFlags flags) override {
     forget_dirs();
-    return core_->meta->rename(cred, parent, name, new_parent, new_name, flags);
+    auto r = core_->meta->rename(cred, parent, name, new_parent, new_name, flags);
+    forget_dirs();
+    return r;
   }
   Result<StatFs> statfs(const Cred& cred) override {
     WEFT_TRY(StatFs s, core_->meta->statfs(cred));
@@ -382,15 +390,17 @@ class ClientImpl final : public Client {
     // meta refuses to unlink a directory with kIsDirectory, and then it is rmdir.
     const bool dir_only = names_directory(path);
     auto r = with_parent(cred, path, [&](const ParentDir& parent, const std::optional<meta::ParentCheck>& check) {
-      if (dir_only && parent.name != "." && parent.name != "..") {
+      auto rmdir = [&] {
+        forget_dirs();  // before and after, as rmdir()
+        auto r = core_->meta->rmdir(cred, parent.dir.ino, parent.name, check);
         forget_dirs();
-        return core_->meta->rmdir(cred, parent.dir.ino, parent.name, check);
-      }
+        return r;
+      };
+      if (dir_only && parent.name != "." && parent.name != "..") return rmdir();
       auto removed = core_->meta->unlink(cred, parent.dir.ino, parent.name, check);
-      if (!removed && removed.error().code() == Code::kIsDirectory && parent.name != "." && parent.name != "..") {
-        forget_dirs();
-        removed = core_->meta->rmdir(cred, parent.dir.ino, parent.name, check);
-      }
+      forget_dir(DirKey{cred.uid, parent.dir.ino, parent.name});  // a symlink to a directory, as unlink()
+      if (!removed && removed.error().code() == Code::kIsDirectory && parent.name != "." && parent.name != "..")
+        removed = rmdir();
       return removed;
     });
     if (!r) return error(path_error(r.error(), path));
@@ -407,6 +417,7 @@ class ClientImpl final : public Client {
     }
     forget_dirs();
     auto r = core_->meta->rename(cred, src.dir.ino, src.name, dst.dir.ino, dst.name);
+    forget_dirs();  // before and after, as rename()
     if (!r) return error(r.error().with_context(fmt::format("rename {} -> {}", from, to)));
     return {};
   }
@@ -775,6 +786,7 @@ class ClientImpl final : public Client {
     WEFT_TRY(auto parts, split_path(path));
     Ino dir = path.starts_with('/') ? kRootIno : start;
     if (parts.empty()) return getattr(cred, dir);
+    const uint64_t cache_gen = dir_cache_gen();  // what is looked up from here on is remembered only under it
     const bool dir_only = names_directory(path);  // "a/": a followed and must be a directory
     if (dir_only) follow_last = true;
     for (size_t i = 0; i < parts.size(); ++i) {
@@ -808,7 +820,7 @@ class ClientImpl final : public Client {
       }
       if (!last) {
         if (!next.is_dir()) return error(Code::kNotDirectory, "{} is not a directory", parts[i]);
-        if (!cached && !dots) remember_dir(cred, dir, parts[i], next, via_symlink);
+        if (!cached && !dots) remember_dir(cred, dir, parts[i], next, via_symlink, cache_gen);
         dir = next.ino;
         continue;
       }
@@ -816,7 +828,7 @@ class ClientImpl final : public Client {
       // cache had (up to a second old): so a caller that checks a directory
       // (weft.torch.load: its inode before and after) and then works below it
       // by path reaches that one, not an older one another client replaced.
-      if (!cached && !dots && next.is_dir()) remember_dir(cred, dir, parts[i], next, via_symlink);
+      if (!cached && !dots && next.is_dir()) remember_dir(cred, dir, parts[i], next, via_symlink, cache_gen);
       if (cached && last_cached) *last_cached = CachedEntry{DirKey{cred.uid, dir, parts[i]}, via_symlink};
       if (dir_only && !next.is_dir()) return error(Code::kNotDirectory, "{} is not a directory", parts[i]);
       return with_local_size(std::move(next));
@@ -840,8 +852,12 @@ class ClientImpl final : public Client {
     }
     return it->second;
   }
-  void remember_dir(const Cred& cred, Ino parent, const std::string& name, const Inode& dir, bool via_symlink) {
+  // `gen`: dir_cache_gen() before the lookup began. A forget since (a rename
+  // or rmdir here) may have made the answer stale: it is not kept.
+  void remember_dir(const Cred& cred, Ino parent, const std::string& name, const Inode& dir, bool via_symlink,
+                    uint64_t gen) {
     std::lock_guard lock(dir_cache_mu_);
+    if (gen != dir_cache_gen_) return;
     if (dir_cache_.size() > 65536) dir_cache_.clear();
     dir_cache_[DirKey{cred.uid, parent, name}] = CachedDir{std::chrono::steady_clock::now() + kDirCacheTtl, dir, via_symlink};
   }
@@ -853,10 +869,16 @@ class ClientImpl final : public Client {
   void forget_dirs() {
     std::lock_guard lock(dir_cache_mu_);
     dir_cache_.clear();
+    ++dir_cache_gen_;
+  }
+  uint64_t dir_cache_gen() {
+    std::lock_guard lock(dir_cache_mu_);
+    return dir_cache_gen_;
   }
   static constexpr auto kDirCacheTtl = std::chrono::seconds(1);
   std::mutex dir_cache_mu_;
   std::map<DirKey, CachedDir> dir_cache_;  // GUARDED_BY(dir_cache_mu_)
+  uint64_t dir_cache_gen_ = 0;             // GUARDED_BY(dir_cache_mu_): forget_dirs() calls
 
   std::unique_ptr<Core> core_;
   DirAhead ahead_;

@@ -1267,6 +1267,31 @@ TEST_F(ClientTest, ReadOnlyOpenByPathFollowsSymlinksAndChecksPermissions) {
 // target (relative to the link's directory, or from the root); O_EXCL answers
 // EEXIST and O_NOFOLLOW ELOOP without following; 40 links in a row are
 // followed, the 41st is ELOOP.
+// The path API's directory cache (1 s) forgets what this client changes:
+// a symlink to a directory replaced by one to another directory leads to
+// the new one at once, and so does a directory renamed away and made anew.
+TEST_F(ClientTest, PathsFollowWhatThisClientChangedNotWhatItCached) {
+  std::string d = dir();
+  const Cred& cred = client_->default_cred();
+  for (const char* sub : {"/d1", "/d1/sub", "/d2", "/d2/sub", "/p", "/p/sub"})
+    ASSERT_TRUE(client_->mkdirs(cred, d + sub).has_value()) << sub;
+  auto parent = client_->resolve(cred, d, true);
+  ASSERT_TRUE(parent.has_value());
+  ASSERT_TRUE(client_->symlink(cred, parent->ino, "l", "d1").has_value());
+  ASSERT_TRUE(write_new(d + "/l/sub/x", pattern(10, 1)));  // caches "l" (to d1) and d1's "sub"
+  ASSERT_TRUE(client_->remove_path(cred, d + "/l").has_value());
+  ASSERT_TRUE(client_->symlink(cred, parent->ino, "l", "d2").has_value());
+  ASSERT_TRUE(write_new(d + "/l/sub/y", pattern(10, 2)));
+  EXPECT_TRUE(client_->resolve(cred, d + "/d2/sub/y", false).has_value()) << "created through the old link";
+  EXPECT_FALSE(client_->resolve(cred, d + "/d1/sub/y", false).has_value());
+  ASSERT_TRUE(write_new(d + "/p/sub/a", pattern(10, 3)));  // caches "p" and "sub"
+  ASSERT_TRUE(client_->rename_path(cred, d + "/p", d + "/p.old").has_value());
+  ASSERT_TRUE(client_->mkdirs(cred, d + "/p/sub").has_value());
+  ASSERT_TRUE(write_new(d + "/p/sub/b", pattern(10, 4)));
+  EXPECT_TRUE(client_->resolve(cred, d + "/p/sub/b", false).has_value());
+  EXPECT_FALSE(client_->resolve(cred, d + "/p.old/sub/b", false).has_value()) << "created in the renamed tree";
+}
+
 TEST_F(ClientTest, CreateByPathFollowsASymlinkAtTheLastName) {
   std::string d = dir();
   const Cred& root = client_->default_cred();
