@@ -408,8 +408,10 @@ class ClientImpl final : public Client {
   }
 
   Result<void> rename_path(const Cred& cred, std::string_view from, std::string_view to) override {
-    WEFT_TRY(auto src, resolve_parent(cred, from, ParentFrom::kMeta));
-    WEFT_TRY(auto dst, resolve_parent(cred, to, ParentFrom::kMeta));
+    // Both parents asked of meta level by level: nothing moved by another
+    // client meanwhile steers the rename (it takes no ParentCheck).
+    WEFT_TRY(auto src, resolve_parent(cred, from, ParentFrom::kFresh));
+    WEFT_TRY(auto dst, resolve_parent(cred, to, ParentFrom::kFresh));
     if (names_directory(from) || names_directory(to)) {
       auto moved = core_->meta->lookup(cred, src.dir.ino, src.name);
       if (!moved) return error(path_error(moved.error(), from));
@@ -671,7 +673,14 @@ class ClientImpl final : public Client {
   // replaced within the cache's second never receives a mutation: create and
   // remove take a cached parent only with meta's check (with_parent), rename
   // asks meta for both parents; a read-only open may read from a cached one.
-  enum class ParentFrom { kMeta, kCache };
+  // kFresh: every directory on the way asked of meta too.
+  enum class ParentFrom { kMeta, kCache, kFresh };
+  // An entry a path walk went through (resolve_from's `levels`).
+  struct PathLevel {
+    meta::EntryCheck entry;
+    bool cached = false;       // from the directory cache
+    bool via_symlink = false;  // a symlink to the directory (meta cannot check it as an entry of it)
+  };
   // Keyed by the caller's uid too: a lookup is a permission check (search on the parent).
   using DirKey = std::tuple<uint32_t, Ino, std::string>;
   // A directory taken from the cache: its entry, and whether that entry is a
@@ -684,6 +693,7 @@ class ClientImpl final : public Client {
     Inode dir;
     std::string name;
     std::optional<CachedEntry> cached;
+    std::vector<PathLevel> levels;  // the walk to `dir`
   };
   Result<ParentDir> resolve_parent(const Cred& cred, std::string_view path, ParentFrom from) {
     WEFT_TRY(auto parts, split_path(path));
@@ -694,32 +704,48 @@ class ClientImpl final : public Client {
     for (size_t i = 0; i + 1 < parts.size(); ++i) parent_path += "/" + parts[i];
     int depth = 0;
     auto dir = resolve_from(cred, kRootIno, parent_path.empty() ? "/" : parent_path, true, depth,
-                            from == ParentFrom::kCache ? &out.cached : nullptr);
+                            from == ParentFrom::kCache ? &out.cached : nullptr, nullptr, from == ParentFrom::kFresh,
+                            &out.levels);
     if (!dir) return error(path_error(dir.error(), parent_path.empty() ? "/" : parent_path));
     if (!dir->is_dir()) return error(Code::kNotDirectory, "{} is not a directory", parent_path);
     out.dir = std::move(*dir);
     return out;
   }
 
-  // A mutation by path (op: (parent, check) -> Result): the parent from the
-  // directory cache, verified by meta inside the mutation (meta::ParentCheck:
-  // what asking meta for the parent first guaranteed, one round trip less). A
-  // parent that is not what the cache says any more is asked for afresh and
-  // the mutation runs once more there.
+  // A mutation by path (op: (parent, check) -> Result): the way to the parent
+  // from the directory cache, verified by meta inside the mutation
+  // (meta::ParentCheck: the parent's entry and every level above it, what
+  // asking meta for each first guaranteed, in one round trip). A way that is
+  // not what the cache says any more is asked for afresh and the mutation
+  // runs once more there.
   template <class Op>
   auto with_parent(const Cred& cred, std::string_view path, Op&& op)
       -> decltype(op(std::declval<const ParentDir&>(), std::nullopt)) {
     WEFT_TRY(ParentDir parent, resolve_parent(cred, path, ParentFrom::kCache));
     if (parent.cached && parent.cached->via_symlink) {
-      WEFT_TRY(parent, resolve_parent(cred, path, ParentFrom::kMeta));
+      WEFT_TRY(parent, resolve_parent(cred, path, ParentFrom::kFresh));
     }
-    std::optional<meta::ParentCheck> check;
-    if (parent.cached) check = meta::ParentCheck{std::get<1>(parent.cached->key), std::get<2>(parent.cached->key)};
+    std::optional<meta::ParentCheck> check = check_of(parent);
     auto r = op(parent, check);
     if (r || r.error().code() != Code::kStaleHandle || !check) return r;
-    forget_dir(parent.cached->key);
-    WEFT_TRY(parent, resolve_parent(cred, path, ParentFrom::kMeta));
+    forget_dirs();
+    WEFT_TRY(parent, resolve_parent(cred, path, ParentFrom::kFresh));
     return op(parent, std::nullopt);
+  }
+
+  // What meta checks of a walk that took something from the cache (nothing
+  // for one asked of meta throughout). The parent's own entry is left out
+  // only when it is a symlink to it: with_parent asks meta for it then.
+  static std::optional<meta::ParentCheck> check_of(const ParentDir& parent) {
+    const auto& levels = parent.levels;
+    if (levels.empty() || std::none_of(levels.begin(), levels.end(), [](const PathLevel& l) { return l.cached; }))
+      return std::nullopt;
+    const PathLevel& own = levels.back();
+    if (own.via_symlink || own.entry.ino != parent.dir.ino) return std::nullopt;
+    meta::ParentCheck check{own.entry.dir, own.entry.name, {}};
+    for (size_t i = 0; i + 1 < levels.size(); ++i)
+      if (!levels[i].via_symlink) check.above.push_back(levels[i].entry);
+    return check;
   }
 
   // A read-only open of `path` (one round trip: lookup + permission check at
@@ -780,9 +806,11 @@ class ClientImpl final : public Client {
   // from the cache too; *last_cached is then set to that entry.
   // `used_cache` given: set when a directory on the way came from the cache.
   // `fresh`: no directory from the cache (each is remembered still).
+  // `levels` given: the entries of `path` itself walked through to a
+  // directory (not "." or "..", not those inside a symlink's target).
   Result<Inode> resolve_from(const Cred& cred, Ino start, std::string_view path, bool follow_last, int& depth,
                              std::optional<CachedEntry>* last_cached = nullptr, bool* used_cache = nullptr,
-                             bool fresh = false) {
+                             bool fresh = false, std::vector<PathLevel>* levels = nullptr) {
     WEFT_TRY(auto parts, split_path(path));
     Ino dir = path.starts_with('/') ? kRootIno : start;
     if (parts.empty()) return getattr(cred, dir);
@@ -818,6 +846,8 @@ class ClientImpl final : public Client {
         WEFT_TRY(next, resolve_from(cred, dir, target, true, depth, nullptr, used_cache, fresh));
         via_symlink = true;
       }
+      if (levels && !dots && next.is_dir())
+        levels->push_back(PathLevel{meta::EntryCheck{dir, parts[i], next.ino}, cached.has_value(), via_symlink});
       if (!last) {
         if (!next.is_dir()) return error(Code::kNotDirectory, "{} is not a directory", parts[i]);
         if (!cached && !dots) remember_dir(cred, dir, parts[i], next, via_symlink, cache_gen);

@@ -62,6 +62,12 @@ Req named(Ino ino, std::string_view name, const std::optional<ParentCheck>& expe
   if (expect_parent) {
     q.mutable_expect_parent()->set_dir(expect_parent->dir);
     q.mutable_expect_parent()->set_name(expect_parent->name);
+    for (const EntryCheck& a : expect_parent->above) {
+      auto* e = q.mutable_expect_parent()->add_above();
+      e->set_dir(a.dir);
+      e->set_name(a.name);
+      e->set_ino(a.ino);
+    }
   }
   return q;
 }

@@ -374,6 +374,7 @@ class MetaStore {
   // REQUIRES: before the operation's own locks. kStaleHandle unless
   // `expect` (when set) still names `parent`; see ParentCheck.
   Result<void> check_parent(Txn& txn, const Context& ctx, const std::optional<ParentCheck>& expect, Ino parent);
+  Result<void> check_entry(Txn& txn, const Context& ctx, const EntryCheck& e);  // one entry of a ParentCheck
   // Compacts the key range of the retry records (after a large expiry).
   Result<void> compact_requests();
   // symlink_target: symlinks only; rdev: devices only.

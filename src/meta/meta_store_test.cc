@@ -198,6 +198,32 @@ TEST_F(MetaStoreTest, ParentCheckRefusesAParentMovedOrReplaced) {
   EXPECT_CODE(s().create(root(), again, "w", 0644, true, false, missing), Code::kStaleHandle);
 }
 
+// The levels above the parent (ParentCheck::above): a directory on the way
+// moved away (its entry gone) or replaced (its entry names another one)
+// refuses the mutation, which changes nothing; search permission is checked
+// at each level.
+TEST_F(MetaStoreTest, ParentCheckRefusesALevelAboveMovedOrReplaced) {
+  Ino a = mkdir("a");
+  Ino b = mkdir("b", a);
+  Ino c = mkdir("c", b);
+  ParentCheck way{b, "c", {EntryCheck{kRootIno, "a", a}, EntryCheck{a, "b", b}}};
+  ASSERT_OK(s().create(root(), c, "f", 0644, true, false, way));
+  ASSERT_OK(s().rename(root(), kRootIno, "a", kRootIno, "a.old"));
+  EXPECT_CODE(s().create(root(), c, "g", 0644, true, false, way), Code::kStaleHandle);
+  EXPECT_CODE(s().unlink(root(), c, "f", way), Code::kStaleHandle);
+  ASSERT_OK(s().lookup(root(), c, "f"));  // a refused unlink removes nothing
+  EXPECT_CODE(s().lookup(root(), c, "g"), Code::kNotFound);
+  Ino a2 = mkdir("a");  // a new "a": its entry names another directory
+  EXPECT_CODE(s().create(root(), c, "g", 0644, true, false, way), Code::kStaleHandle);
+  ASSERT_OK(s().rename(root(), kRootIno, "a", kRootIno, "a.new"));
+  ASSERT_OK(s().rename(root(), kRootIno, "a.old", kRootIno, "a"));
+  ASSERT_OK(s().create(root(), c, "g", 0644, true, false, way));  // the way is as it was
+  ASSERT_OK(s().setattr(root(), c, SetAttr{.mode = 0777}));
+  ASSERT_OK(s().setattr(root(), a, SetAttr{.mode = 0700}));  // no search above the parent for user 1000
+  EXPECT_CODE(s().create(user(1000, 1000), c, "u", 0644, true, false, way), Code::kPermissionDenied);
+  (void)a2;
+}
+
 TEST_F(MetaStoreTest, UnlinkAndRmdirErrors) {
   Ino d = mkdir("d");
   create("f", d);

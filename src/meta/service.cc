@@ -139,7 +139,10 @@ Result<Rep> do_hold_reads(MetaStore& s, const Req& q, const Context& ctx) {
 // The request's ParentCheck, if it carries one.
 std::optional<ParentCheck> expect_parent(const Req& q) {
   if (!q.has_expect_parent()) return std::nullopt;
-  return ParentCheck{q.expect_parent().dir(), q.expect_parent().name()};
+  const auto& e = q.expect_parent();
+  ParentCheck c{e.dir(), e.name(), {}};
+  for (const auto& a : e.above()) c.above.push_back(EntryCheck{a.dir(), a.name(), a.ino()});
+  return c;
 }
 
 Result<Rep> do_create(MetaStore& s, const Req& q, const Context& ctx) {

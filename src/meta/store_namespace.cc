@@ -58,23 +58,28 @@ Result<Inode> MetaStore::lock_free_name(Txn& txn, const Context& ctx, Ino parent
 Result<void> MetaStore::check_parent(Txn& txn, const Context& ctx, const std::optional<ParentCheck>& expect,
                                      Ino parent) {
   if (!expect) return {};
+  // Root first, as a walk takes them (each directory before its entry).
+  for (const EntryCheck& e : expect->above) WEFT_RETURN_IF_ERROR(check_entry(txn, ctx, e));
+  return check_entry(txn, ctx, EntryCheck{expect->dir, expect->name, parent});
+}
+
+Result<void> MetaStore::check_entry(Txn& txn, const Context& ctx, const EntryCheck& e) {
   // A name like any other (it also ends up in the kStaleHandle message, and so
   // in the request's retry record).
-  WEFT_RETURN_IF_ERROR(check_name(expect->name));
+  WEFT_RETURN_IF_ERROR(check_name(e.name));
   // Search permission first (as a lookup: nothing is told about the entries of
   // a directory the caller may not search), the directory's inode before its
-  // entry (rename's lock order). Shared: a rename or removal of the parent's
-  // entry waits for this commit.
-  WEFT_TRY(auto dir, txn.lock_inode(expect->dir, /*exclusive=*/false, /*with_stat=*/false));
+  // entry (rename's lock order). Shared: a rename or removal of the entry
+  // waits for this commit.
+  WEFT_TRY(auto dir, txn.lock_inode(e.dir, /*exclusive=*/false, /*with_stat=*/false));
   if (dir) WEFT_RETURN_IF_ERROR(check_access(*dir, ctx.cred, kAccessExec));
-  WEFT_TRY(auto raw, txn.lock_raw(key::dentry(expect->dir, expect->name), /*exclusive=*/false));
+  WEFT_TRY(auto raw, txn.lock_raw(key::dentry(e.dir, e.name), /*exclusive=*/false));
   std::optional<DentryValue> d;
   if (raw) {
     WEFT_TRY(d, decode_dentry(*raw));
   }
-  if (!dir || !d || d->ino != parent)
-    return error(Code::kStaleHandle, "'{}' in directory {} is no longer directory {}", expect->name, expect->dir,
-                 parent);
+  if (!dir || !d || d->ino != e.ino)
+    return error(Code::kStaleHandle, "'{}' in directory {} is no longer directory {}", e.name, e.dir, e.ino);
   return {};
 }
 

@@ -155,15 +155,27 @@ struct Context {
   uint64_t caller_id() const { return req.client_id != 0 ? req.client_id : connection_client_id; }
 };
 
-// A mutation by path whose parent directory came from a client's cache: the
-// entry `name` of directory `dir` must still be that parent, and the caller
-// may search `dir` (what a fresh lookup of the parent would have checked).
-// Checked in the mutation's transaction (the entry stays locked until the
-// commit); otherwise kStaleHandle and nothing changes: the client looks the
-// parent up afresh and tries again.
+// An entry a path went through: `name` of directory `dir` is directory `ino`.
+struct EntryCheck {
+  Ino dir = 0;
+  std::string name;
+  Ino ino = 0;
+};
+
+// A mutation by path whose way to its parent directory came (in part) from
+// a client's cache: the entry `name` of directory `dir` must still be that
+// parent, each entry of `above` (the levels above it, root first; those
+// reached through a symlink are left out) must still name its directory,
+// and the caller may search each directory (what fresh lookups would have
+// checked). A directory on the way that another client moved or replaced
+// meanwhile would otherwise receive the mutation in its new place. Checked
+// in the mutation's transaction (the entries stay locked until the commit);
+// otherwise kStaleHandle and nothing changes: the client looks the path up
+// afresh and tries again.
 struct ParentCheck {
   Ino dir = 0;
   std::string name;
+  std::vector<EntryCheck> above;
 };
 
 // Truncates by other clients that a write session has not answered for

@@ -1292,6 +1292,29 @@ TEST_F(ClientTest, PathsFollowWhatThisClientChangedNotWhatItCached) {
   EXPECT_FALSE(client_->resolve(cred, d + "/p.old/sub/b", false).has_value()) << "created in the renamed tree";
 }
 
+// A directory on the way that another client moved away and made anew
+// within the cache's second receives no mutation by path here: meta checks
+// every cached level (meta::ParentCheck::above), and the path is then looked
+// up afresh. The create landed in the moved tree, and the remove removed there.
+TEST_F(ClientTest, MutationsByPathGoWhereThePathLeadsAfterAnotherClientMovedADirectoryOnTheWay) {
+  std::string d = dir();
+  const Cred& cred = client_->default_cred();
+  ASSERT_TRUE(client_->mkdirs(cred, d + "/a/b").has_value());
+  ASSERT_TRUE(write_new(d + "/a/b/f1", pattern(10, 1)));  // caches "a" and "b"
+  auto other = connect_another();
+  ASSERT_TRUE(other.has_value()) << other.error();
+  const Cred& ocred = (*other)->default_cred();
+  ASSERT_TRUE((*other)->rename_path(ocred, d + "/a", d + "/a.old").has_value());
+  ASSERT_TRUE((*other)->mkdirs(ocred, d + "/a/b").has_value());
+  ASSERT_TRUE(write_new(d + "/a/b/f2", pattern(10, 2)));
+  EXPECT_TRUE((*other)->resolve(ocred, d + "/a/b/f2", false).has_value());
+  EXPECT_FALSE((*other)->resolve(ocred, d + "/a.old/b/f2", false).has_value()) << "created in the moved tree";
+  auto removed = client_->remove_path(cred, d + "/a/b/f1");
+  ASSERT_FALSE(removed.has_value()) << "removed from the moved tree";
+  EXPECT_EQ(removed.error().code(), Code::kNotFound) << removed.error();
+  EXPECT_TRUE((*other)->resolve(ocred, d + "/a.old/b/f1", false).has_value());
+}
+
 TEST_F(ClientTest, CreateByPathFollowsASymlinkAtTheLastName) {
   std::string d = dir();
   const Cred& root = client_->default_cred();
