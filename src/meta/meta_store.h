@@ -374,7 +374,8 @@ class MetaStore {
   // REQUIRES: before the operation's own locks. kStaleHandle unless
   // `expect` (when set) still names `parent`; see ParentCheck.
   Result<void> check_parent(Txn& txn, const Context& ctx, const std::optional<ParentCheck>& expect, Ino parent);
-  Result<void> check_entry(Txn& txn, const Context& ctx, const EntryCheck& e);  // one entry of a ParentCheck
+  // One entry of a ParentCheck; `lock`: shared locks on it and its directory.
+  Result<void> check_entry(Txn& txn, const Context& ctx, const EntryCheck& e, bool lock);
   // Compacts the key range of the retry records (after a large expiry).
   Result<void> compact_requests();
   // symlink_target: symlinks only; rdev: devices only.
