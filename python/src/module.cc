@@ -266,6 +266,26 @@ class PyFile {
     return check(std::move(r), path_);
   }
 
+  // pread into a new bytes object of `n` bytes, shrunk to what was read: a
+  // large read is not copied a second time (readall).
+  py::bytes pread_bytes(size_t n, uint64_t offset) {
+    auto f = usable();
+    if (n > static_cast<size_t>(PY_SSIZE_T_MAX)) raise_errno(EOVERFLOW, "read too large", path_);
+    PyObject* raw = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(n));
+    if (raw == nullptr) throw py::error_already_set();
+    auto out = py::reinterpret_steal<py::bytes>(raw);
+    weft::Result<size_t> r;
+    {
+      GilRelease nogil;  // nobody else can see the object yet
+      r = f->pread(std::span<std::byte>(reinterpret_cast<std::byte*>(PyBytes_AS_STRING(raw)), n), offset);
+    }
+    const size_t got = check(std::move(r), path_);
+    if (got == n) return out;
+    PyObject* shrunk = out.release().ptr();
+    if (_PyBytes_Resize(&shrunk, static_cast<Py_ssize_t>(got)) != 0) throw py::error_already_set();  // freed it
+    return py::reinterpret_steal<py::bytes>(shrunk);
+  }
+
   size_t pwrite(py::handle buffer, uint64_t offset) {
     auto f = usable();
     BufferView b(buffer, false);
@@ -755,6 +775,7 @@ PYBIND11_MODULE(_native, m) {
   py::class_<PyFile>(m, "File")
       .def("pread", &PyFile::pread, py::arg("buffer"), py::arg("offset"),
            "Reads into a writable contiguous buffer at offset; returns the bytes read (short only at EOF).")
+      .def("pread_bytes", &PyFile::pread_bytes, py::arg("length"), py::arg("offset"))
       .def("pwrite", &PyFile::pwrite, py::arg("buffer"), py::arg("offset"))
       .def("size", &PyFile::size)
       .def("refresh_size", &PyFile::refresh_size)

@@ -225,6 +225,20 @@ def test_a_trailing_slash_names_a_directory_in_remove_and_rename(client, root):
     assert sorted(client.listdir(root)) == ["f"]
 
 
+def test_read_file_holds_the_file_once_in_memory(client, root):
+    import tracemalloc
+    data = os.urandom(1 << 16) * 512  # 32 MiB
+    client.write_file(f"{root}/big", data)
+    tracemalloc.start()
+    try:
+        back = client.read_file(f"{root}/big")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert back == data
+    assert peak < 1.5 * len(data), f"peak {peak} bytes for a read of {len(data)}"  # it was twice the file
+
+
 def test_write_file_with_data_it_cannot_take_leaves_the_file(client, root):
     client.write_file(f"{root}/keep", b"precious")
     with pytest.raises(TypeError):

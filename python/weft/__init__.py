@@ -273,22 +273,22 @@ class WeftFile(io.RawIOBase):
         if not self._readable:
             raise io.UnsupportedOperation("not readable")
         size = self._f.size()
-        buf = bytearray(max(0, size - self._pos))
-        got = self._f.pread(buf, self._pos) if buf else 0
-        del buf[got:]
-        self._pos += got
+        # Straight into the bytes returned: the file's size in memory, not twice it.
+        data = self._f.pread_bytes(size - self._pos, self._pos) if size > self._pos else b""
+        self._pos += len(data)
         # The file may have grown since this file object last asked (another
         # writer): read on until a read comes back empty. One at or past the
         # known end is what asks meta for the length again, so there is
         # always one, also when nothing was left to read.
+        grown = bytearray()
         while True:
             more = bytearray(DEFAULT_BUFFER_SIZE)
             got = self._f.pread(more, self._pos)
             if not got:
                 break
-            buf += memoryview(more)[:got]
+            grown += memoryview(more)[:got]
             self._pos += got
-        return bytes(buf)
+        return data + bytes(grown) if grown else data
 
     def write(self, b) -> int:
         self._check_open()
