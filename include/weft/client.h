@@ -260,7 +260,15 @@ class Client {
                                                   uint32_t mode = 0644) = 0;
   virtual Result<void> mkdirs(const Cred& cred, std::string_view path, uint32_t mode = 0755) = 0;
   virtual Result<void> remove_path(const Cred& cred, std::string_view path) = 0;  // file, symlink or empty dir
-  virtual Result<void> rename_path(const Cred& cred, std::string_view from, std::string_view to) = 0;
+  // unlink(2) and rmdir(2) by path: kIsDirectory / kNotDirectory for the
+  // other type; a path ending in '/' names a directory (unlink: kNotDirectory
+  // for a file there). Like remove_path, they check with meta that no
+  // directory on the way was moved since this client cached it.
+  virtual Result<void> unlink_path(const Cred& cred, std::string_view path) = 0;
+  virtual Result<void> rmdir_path(const Cred& cred, std::string_view path) = 0;
+  // Both ways are looked up afresh (nothing cached steers a rename).
+  virtual Result<void> rename_path(const Cred& cred, std::string_view from, std::string_view to,
+                                   RenameFlags flags = RenameFlags::kNone) = 0;
   virtual Result<std::vector<DirEntry>> list_path(const Cred& cred, std::string_view path) = 0;
 
   // ---- batches ----

@@ -512,35 +512,29 @@ class PyClient {
   }
 
   // kind: 0 = file or symlink (unlink: EISDIR on a directory), 1 = empty directory (ENOTDIR on others).
+  // Through libweft's path calls: meta checks that no directory on the way
+  // moved since the client cached it (a remove could land in a moved tree).
   void remove(const std::string& path, bool directory) {
-    auto [parent_path, name] = split_parent(path);
+    (void)split_parent(path);  // the root: EINVAL, as before
     auto c = conn();
     weft::Result<void> r;
     {
       GilRelease nogil;
-      r = remove_locked(*c->client, parent_path, name, directory, weft::names_directory(path));
+      const auto& cred = c->client->default_cred();
+      r = directory ? c->client->rmdir_path(cred, path) : c->client->unlink_path(cred, path);
     }
     check(std::move(r), path);
   }
 
   // flags: 0 replace, 1 no-replace, 2 exchange.
   void rename(const std::string& from, const std::string& to, uint32_t flags) {
-    auto [from_parent, from_name] = split_parent(from);
-    auto [to_parent, to_name] = split_parent(to);
+    (void)split_parent(from);  // the root: EINVAL, as before
+    (void)split_parent(to);
     auto c = conn();
     weft::Result<void> r;
     {
-      GilRelease nogil;
-      r = [&]() -> weft::Result<void> {
-        WEFT_TRY(weft::Inode src, resolve_dir(*c->client, from_parent));
-        WEFT_TRY(weft::Inode dst, resolve_dir(*c->client, to_parent));
-        if (weft::names_directory(from) || weft::names_directory(to)) {  // "f/" names a directory: ENOTDIR
-          WEFT_TRY(weft::Inode moved, c->client->lookup(c->client->default_cred(), src.ino, from_name));
-          if (!moved.is_dir()) return weft::error(Code::kNotDirectory, "not a directory");
-        }
-        return c->client->rename(c->client->default_cred(), src.ino, from_name, dst.ino, to_name,
-                                 static_cast<weft::RenameFlags>(flags));
-      }();
+      GilRelease nogil;  // both ways looked up afresh; "f/" names a directory (ENOTDIR)
+      r = c->client->rename_path(c->client->default_cred(), from, to, static_cast<weft::RenameFlags>(flags));
     }
     if (!r) raise_status(r.error(), from, &to);
   }
@@ -671,21 +665,6 @@ class PyClient {
     WEFT_TRY(weft::Inode n, client.resolve(client.default_cred(), path, true));
     if (!n.is_dir()) return weft::error(Code::kNotDirectory, "{} is not a directory", path);
     return n;
-  }
-
-  // `dir_only`: the path ends in '/', which names a directory (os.remove("f/"): ENOTDIR).
-  static weft::Result<void> remove_locked(weft::Client& client, const std::string& parent_path,
-                                          const std::string& name, bool directory, bool dir_only) {
-    const auto& cred = client.default_cred();
-    WEFT_TRY(weft::Inode parent, resolve_dir(client, parent_path));
-    WEFT_TRY(weft::Inode n, client.lookup(cred, parent.ino, name));
-    if (dir_only && !n.is_dir()) return weft::error(Code::kNotDirectory, "not a directory");
-    if (directory) {
-      if (!n.is_dir()) return weft::error(Code::kNotDirectory, "not a directory");
-      return client.rmdir(cred, parent.ino, name);
-    }
-    if (n.is_dir()) return weft::error(Code::kIsDirectory, "is a directory");
-    return client.unlink(cred, parent.ino, name);
   }
 
   weft::ClientOptions options_;

@@ -407,7 +407,37 @@ class ClientImpl final : public Client {
     return {};
   }
 
-  Result<void> rename_path(const Cred& cred, std::string_view from, std::string_view to) override {
+  Result<void> unlink_path(const Cred& cred, std::string_view path) override {
+    const bool dir_only = names_directory(path);
+    auto r = with_parent(cred, path, [&](const ParentDir& parent, const std::optional<meta::ParentCheck>& check) {
+      if (dir_only) {  // "f/": a directory is named; unlink refuses one anyway
+        auto n = core_->meta->lookup(cred, parent.dir.ino, parent.name);
+        if (!n) return Result<void>(std::unexpected(n.error()));
+        if (!n->is_dir()) return Result<void>(error(Code::kNotDirectory, "{} is not a directory", parent.name));
+      }
+      auto removed = core_->meta->unlink(cred, parent.dir.ino, parent.name, check);
+      forget_dir(DirKey{cred.uid, parent.dir.ino, parent.name});  // a symlink to a directory, as unlink()
+      return removed;
+    });
+    if (!r) return error(path_error(r.error(), path));
+    return {};
+  }
+
+  Result<void> rmdir_path(const Cred& cred, std::string_view path) override {
+    auto r = with_parent(cred, path, [&](const ParentDir& parent, const std::optional<meta::ParentCheck>& check) {
+      if (parent.name == "." || parent.name == "..")
+        return Result<void>(error(Code::kInvalidArgument, "rmdir of '{}'", parent.name));
+      forget_dirs();  // before and after, as rmdir()
+      auto removed = core_->meta->rmdir(cred, parent.dir.ino, parent.name, check);
+      forget_dirs();
+      return removed;
+    });
+    if (!r) return error(path_error(r.error(), path));
+    return {};
+  }
+
+  Result<void> rename_path(const Cred& cred, std::string_view from, std::string_view to,
+                           RenameFlags flags) override {
     // Both parents asked of meta level by level: nothing moved by another
     // client meanwhile steers the rename (it takes no ParentCheck).
     WEFT_TRY(auto src, resolve_parent(cred, from, ParentFrom::kFresh));
@@ -418,7 +448,7 @@ class ClientImpl final : public Client {
       if (!moved->is_dir()) return error(Code::kNotDirectory, "rename {} -> {}: {} is not a directory", from, to, from);
     }
     forget_dirs();
-    auto r = core_->meta->rename(cred, src.dir.ino, src.name, dst.dir.ino, dst.name);
+    auto r = core_->meta->rename(cred, src.dir.ino, src.name, dst.dir.ino, dst.name, flags);
     forget_dirs();  // before and after, as rename()
     if (!r) return error(r.error().with_context(fmt::format("rename {} -> {}", from, to)));
     return {};
