@@ -266,6 +266,9 @@ class Client {
   // directory on the way was moved since this client cached it.
   virtual Result<void> unlink_path(const Cred& cred, std::string_view path) = 0;
   virtual Result<void> rmdir_path(const Cred& cred, std::string_view path) = 0;
+  // mkdir(2) and symlink(2) by path, checked the same way.
+  virtual Result<Inode> mkdir_path(const Cred& cred, std::string_view path, uint32_t mode = 0755) = 0;
+  virtual Result<Inode> symlink_path(const Cred& cred, std::string_view target, std::string_view path) = 0;
   // Both ways are looked up afresh (nothing cached steers a rename).
   virtual Result<void> rename_path(const Cred& cred, std::string_view from, std::string_view to,
                                    RenameFlags flags = RenameFlags::kNone) = 0;

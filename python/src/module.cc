@@ -498,15 +498,12 @@ class PyClient {
   }
 
   void mkdir(const std::string& path, uint32_t mode) {
-    auto [parent_path, name] = split_parent(path);
+    (void)split_parent(path);  // the root: EINVAL, as before
     auto c = conn();
     weft::Result<weft::Inode> r;
     {
-      GilRelease nogil;
-      const auto& cred = c->client->default_cred();
-      auto parent = resolve_dir(*c->client, parent_path);
-      if (!parent) r = std::unexpected(parent.error());
-      else r = c->client->mkdir(cred, parent->ino, name, mode);
+      GilRelease nogil;  // checked by meta as a remove is (Client::mkdir_path)
+      r = c->client->mkdir_path(c->client->default_cred(), path, mode);
     }
     check(std::move(r), path);
   }
@@ -540,14 +537,12 @@ class PyClient {
   }
 
   void symlink(const std::string& target, const std::string& path) {
-    auto [parent_path, name] = split_parent(path);
+    (void)split_parent(path);  // the root: EINVAL, as before
     auto c = conn();
     weft::Result<weft::Inode> r;
     {
-      GilRelease nogil;
-      auto parent = resolve_dir(*c->client, parent_path);
-      if (!parent) r = std::unexpected(parent.error());
-      else r = c->client->symlink(c->client->default_cred(), parent->ino, name, target);
+      GilRelease nogil;  // checked by meta as a remove is (Client::symlink_path)
+      r = c->client->symlink_path(c->client->default_cred(), target, path);
     }
     check(std::move(r), path);
   }

@@ -239,20 +239,34 @@ def test_read_file_holds_the_file_once_in_memory(client, root):
     assert peak < 1.5 * len(data), f"peak {peak} bytes for a read of {len(data)}"  # it was twice the file
 
 
-def test_removes_and_renames_go_where_the_path_leads_after_another_client_moved_a_directory(client, cluster, root):
+def test_path_mutations_go_where_the_path_leads_after_another_client_moved_a_directory(client, cluster, root):
+    # Each step: this client caches "a" and "b", another moves "a" away and
+    # makes a new "a/b", then this client mutates by path at once (within
+    # the cache's second). Each used to land in the moved tree.
     import weft
     other = weft.connect(config=str(cluster / "client.toml"))
+    moves = iter(range(10))
+
+    def cache_then_move():
+        client.write_file(f"{root}/a/b/c{next(moves)}", b"x")  # caches "a" and "b"
+        other.rename(f"{root}/a", f"{root}/a.old{next(moves)}")
+        other.makedirs(f"{root}/a/b")
+
     client.makedirs(f"{root}/a/b")
-    for n in ("f1", "f2", "f3"):
-        client.write_file(f"{root}/a/b/{n}", b"x")  # this client caches "a" and "b"
-    other.rename(f"{root}/a", f"{root}/a.old")
-    other.makedirs(f"{root}/a/b")
-    other.write_file(f"{root}/a/b/f2", b"new")
+    cache_then_move()
+    client.mkdir(f"{root}/a/b/m")
+    assert other.listdir(f"{root}/a/b") == ["m"]
+    cache_then_move()
+    client.symlink("t", f"{root}/a/b/s")
+    assert other.listdir(f"{root}/a/b") == ["s"]
+    cache_then_move()
+    other.write_file(f"{root}/a/b/f", b"new")
     with pytest.raises(FileNotFoundError):
-        client.remove(f"{root}/a/b/f1")  # it removed a.old/b/f1
-    client.rename(f"{root}/a/b/f2", f"{root}/a/b/g")  # it renamed a.old/b/f2
-    assert sorted(other.listdir(f"{root}/a/b")) == ["g"] and other.read_file(f"{root}/a/b/g") == b"new"
-    assert sorted(other.listdir(f"{root}/a.old/b")) == ["f1", "f2", "f3"]
+        client.remove(f"{root}/a/b/c4")  # it is in the moved tree
+    cache_then_move()
+    other.write_file(f"{root}/a/b/f", b"new")
+    client.rename(f"{root}/a/b/f", f"{root}/a/b/g")
+    assert other.listdir(f"{root}/a/b") == ["g"] and other.read_file(f"{root}/a/b/g") == b"new"
 
 
 def test_write_file_with_data_it_cannot_take_leaves_the_file(client, root):

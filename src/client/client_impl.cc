@@ -423,6 +423,22 @@ class ClientImpl final : public Client {
     return {};
   }
 
+  Result<Inode> mkdir_path(const Cred& cred, std::string_view path, uint32_t mode) override {
+    auto r = with_parent(cred, path, [&](const ParentDir& parent, const std::optional<meta::ParentCheck>& check) {
+      return core_->meta->mkdir(cred, parent.dir.ino, parent.name, mode, check);
+    });
+    if (!r) return error(path_error(r.error(), path));
+    return r;
+  }
+
+  Result<Inode> symlink_path(const Cred& cred, std::string_view target, std::string_view path) override {
+    auto r = with_parent(cred, path, [&](const ParentDir& parent, const std::optional<meta::ParentCheck>& check) {
+      return core_->meta->symlink(cred, parent.dir.ino, parent.name, target, check);
+    });
+    if (!r) return error(path_error(r.error(), path));
+    return r;
+  }
+
   Result<void> rmdir_path(const Cred& cred, std::string_view path) override {
     auto r = with_parent(cred, path, [&](const ParentDir& parent, const std::optional<meta::ParentCheck>& check) {
       if (parent.name == "." || parent.name == "..")

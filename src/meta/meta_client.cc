@@ -336,14 +336,16 @@ Result<Reply> MetaClient::create(const Cred& cred, Ino parent, std::string_view 
   return create(cred, parent, name, mode, exclusive, OpenFlags{!open_for_write, open_for_write}, expect_parent);
 }
 
-Result<Inode> MetaClient::mkdir(const Cred& cred, Ino parent, std::string_view name, uint32_t mode) {
-  Req q = named(parent, name);
+Result<Inode> MetaClient::mkdir(const Cred& cred, Ino parent, std::string_view name, uint32_t mode,
+                                const std::optional<ParentCheck>& expect_parent) {
+  Req q = named(parent, name, expect_parent);
   q.set_mode(mode);
   return inode_of(mutate(method::kMkdir, cred, std::move(q)));
 }
 
-Result<Inode> MetaClient::symlink(const Cred& cred, Ino parent, std::string_view name, std::string_view target) {
-  Req q = named(parent, name);
+Result<Inode> MetaClient::symlink(const Cred& cred, Ino parent, std::string_view name, std::string_view target,
+                                  const std::optional<ParentCheck>& expect_parent) {
+  Req q = named(parent, name, expect_parent);
   q.set_value(std::string(target));
   return inode_of(mutate(method::kSymlink, cred, std::move(q)));
 }

@@ -93,8 +93,10 @@ class MetaClient {
   // The same, for O_WRONLY (open_for_write) or O_RDONLY.
   Result<Reply> create(const Cred& cred, Ino parent, std::string_view name, uint32_t mode, bool exclusive,
                        bool open_for_write, const std::optional<ParentCheck>& expect_parent = std::nullopt);
-  Result<Inode> mkdir(const Cred& cred, Ino parent, std::string_view name, uint32_t mode);
-  Result<Inode> symlink(const Cred& cred, Ino parent, std::string_view name, std::string_view target);
+  Result<Inode> mkdir(const Cred& cred, Ino parent, std::string_view name, uint32_t mode,
+                      const std::optional<ParentCheck>& expect_parent = std::nullopt);
+  Result<Inode> symlink(const Cred& cred, Ino parent, std::string_view name, std::string_view target,
+                        const std::optional<ParentCheck>& expect_parent = std::nullopt);
   Result<Inode> mknod(const Cred& cred, Ino parent, std::string_view name, InodeType type, uint32_t mode,
                       uint64_t rdev);
   Result<Inode> link(const Cred& cred, Ino ino, Ino new_parent, std::string_view new_name);

@@ -222,8 +222,10 @@ class MetaStore {
   // The same, for O_WRONLY (open_for_write) or O_RDONLY.
   Result<Reply> create(const Context& ctx, Ino parent, std::string_view name, uint32_t mode,
                        bool exclusive, bool open_for_write, const std::optional<ParentCheck>& expect_parent = std::nullopt);
-  Result<Inode> mkdir(const Context& ctx, Ino parent, std::string_view name, uint32_t mode);
-  Result<Inode> symlink(const Context& ctx, Ino parent, std::string_view name, std::string_view target);
+  Result<Inode> mkdir(const Context& ctx, Ino parent, std::string_view name, uint32_t mode,
+                      const std::optional<ParentCheck>& expect_parent = std::nullopt);
+  Result<Inode> symlink(const Context& ctx, Ino parent, std::string_view name, std::string_view target,
+                        const std::optional<ParentCheck>& expect_parent = std::nullopt);
   // A FIFO, socket or character/block device (`type`, is_special_type);
   // devices only for root (kNotPermitted, as Linux without CAP_MKNOD), and
   // `rdev` is kept for devices only. Regular files come from create.

@@ -218,6 +218,13 @@ TEST_F(MetaStoreTest, ParentCheckRefusesALevelAboveMovedOrReplaced) {
   ASSERT_OK(s().rename(root(), kRootIno, "a", kRootIno, "a.new"));
   ASSERT_OK(s().rename(root(), kRootIno, "a.old", kRootIno, "a"));
   ASSERT_OK(s().create(root(), c, "g", 0644, true, false, way));  // the way is as it was
+  ASSERT_OK(s().mkdir(root(), c, "m", 0755, way));  // mkdir and symlink are checked too
+  ASSERT_OK(s().symlink(root(), c, "s", "m", way));
+  ASSERT_OK(s().rename(root(), kRootIno, "a", kRootIno, "a.old"));
+  EXPECT_CODE(s().mkdir(root(), c, "m2", 0755, way), Code::kStaleHandle);
+  EXPECT_CODE(s().symlink(root(), c, "s2", "m", way), Code::kStaleHandle);
+  EXPECT_CODE(s().lookup(root(), c, "m2"), Code::kNotFound);
+  ASSERT_OK(s().rename(root(), kRootIno, "a.old", kRootIno, "a"));
   ASSERT_OK(s().setattr(root(), c, SetAttr{.mode = 0777}));
   ASSERT_OK(s().setattr(root(), a, SetAttr{.mode = 0700}));  // no search above the parent for user 1000
   EXPECT_CODE(s().create(user(1000, 1000), c, "u", 0644, true, false, way), Code::kPermissionDenied);

@@ -153,10 +153,10 @@ Result<Rep> do_create(MetaStore& s, const Req& q, const Context& ctx) {
              reply_with);
 }
 Result<Rep> do_mkdir(MetaStore& s, const Req& q, const Context& ctx) {
-  return map(s.mkdir(ctx, q.ino(), q.name(), q.mode()), reply_with_inode);
+  return map(s.mkdir(ctx, q.ino(), q.name(), q.mode(), expect_parent(q)), reply_with_inode);
 }
 Result<Rep> do_symlink(MetaStore& s, const Req& q, const Context& ctx) {
-  return map(s.symlink(ctx, q.ino(), q.name(), q.value()), reply_with_inode);
+  return map(s.symlink(ctx, q.ino(), q.name(), q.value(), expect_parent(q)), reply_with_inode);
 }
 Result<Rep> do_mknod(MetaStore& s, const Req& q, const Context& ctx) {
   if (q.node_type() > kInodeTypeMax) return error(Code::kInvalidArgument, "mknod of inode type {}", q.node_type());

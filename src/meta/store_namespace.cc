@@ -234,8 +234,10 @@ Result<Reply> MetaStore::create(const Context& ctx, Ino parent, std::string_view
   return create(ctx, parent, name, mode, exclusive, OpenFlags{!open_for_write, open_for_write}, expect_parent);
 }
 
-Result<Inode> MetaStore::mkdir(const Context& ctx, Ino parent_ino, std::string_view name, uint32_t mode) {
+Result<Inode> MetaStore::mkdir(const Context& ctx, Ino parent_ino, std::string_view name, uint32_t mode,
+                               const std::optional<ParentCheck>& expect_parent) {
   return to_inode(mutate(Op::kMkdir, ctx, [&](Txn& txn) -> Result<Reply> {
+    WEFT_RETURN_IF_ERROR(check_parent(txn, ctx, expect_parent, parent_ino));
     WEFT_RETURN_IF_ERROR(check_name(name));
     if (is_dot_or_dotdot(name)) return error(Code::kExists, "mkdir '{}'", name);
     WEFT_TRY(Inode parent, lock_dir_searchable(txn, ctx, parent_ino, /*need_nlink=*/true));
@@ -250,8 +252,9 @@ Result<Inode> MetaStore::mkdir(const Context& ctx, Ino parent_ino, std::string_v
 }
 
 Result<Inode> MetaStore::symlink(const Context& ctx, Ino parent_ino, std::string_view name,
-                                 std::string_view target) {
+                                 std::string_view target, const std::optional<ParentCheck>& expect_parent) {
   return to_inode(mutate(Op::kSymlink, ctx, [&](Txn& txn) -> Result<Reply> {
+    WEFT_RETURN_IF_ERROR(check_parent(txn, ctx, expect_parent, parent_ino));
     WEFT_RETURN_IF_ERROR(check_name(name));
     if (target.empty()) return error(Code::kNotFound, "empty symlink target");
     if (target.size() > kSymlinkBytesMax) return error(Code::kNameTooLong, "symlink target too long");
