@@ -230,14 +230,14 @@ void cmd_mkdir(const FileFlags& f, const std::string& path, bool parents, uint32
 // walks by inode, never by path below where it started: a directory another
 // client replaces by a symlink meanwhile is not followed (its target's
 // entries are not removed), at worst its removal fails. An entry already
-// gone (another remover) is what was wanted. Every error is printed and
-// the walk goes on; false when any occurred.
-bool remove_in(Client& c, Ino parent, const std::string& name, const std::string& shown) {
+// gone (another remover) is what was wanted, below `top` (an rm of nothing
+// fails). Every error is printed and the walk goes on; false when any occurred.
+bool remove_in(Client& c, Ino parent, const std::string& name, const std::string& shown, bool top = false) {
   const Cred& cred = c.default_cred();
   auto gone = [](const Status& s) { return s.code() == Code::kNotFound; };
   auto n = c.lookup(cred, parent, name);
   if (!n) {
-    if (gone(n.error())) return true;
+    if (gone(n.error()) && !top) return true;
     fail(fmt::format("{}: {}", shown, n.error().message()));
     return false;
   }
@@ -275,9 +275,7 @@ void remove_tree(Client& c, const std::string& path) {
   for (size_t i = 0; i + 1 < parts->size(); ++i) parent += "/" + (*parts)[i];
   auto dir = c.resolve(c.default_cred(), parent.empty() ? "/" : parent, true);
   if (!dir) return fail(dir.error().message());
-  auto n = c.lookup(c.default_cred(), dir->ino, parts->back());
-  if (!n) return fail(fmt::format("{}: {}", path, n.error().message()));  // an rm of nothing fails
-  remove_in(c, dir->ino, parts->back(), path);
+  remove_in(c, dir->ino, parts->back(), path, /*top=*/true);
 }
 
 // As GNU rm: a path ending in "." or ".." and the root are never removed

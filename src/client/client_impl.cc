@@ -174,24 +174,14 @@ class ClientImpl final : public Client {
     return core_->meta->link(cred, ino, new_parent, new_name);
   }
   Result<void> unlink(const Cred& cred, Ino parent, std::string_view name) override {
-    auto r = core_->meta->unlink(cred, parent, name);
-    forget_dir(DirKey{cred.uid, parent, std::string(name)});  // a symlink to a directory is cached under its name
-    return r;
+    return unlink_at(cred, parent, name, std::nullopt);
   }
-  // Directories move or go: the cache is dropped before (nothing cached
-  // steers the call) and after (nothing a lookup racing it remembered stays).
   Result<void> rmdir(const Cred& cred, Ino parent, std::string_view name) override {
-    forget_dirs();
-    auto r = core_->meta->rmdir(cred, parent, name);
-    forget_dirs();
-    return r;
+    return moving_dirs([&] { return core_->meta->rmdir(cred, parent, name); });
   }
   Result<void> rename(const Cred& cred, Ino parent, std::string_view name, Ino new_parent, std::string_view new_name,
                       RenameFlags flags) override {
-    forget_dirs();
-    auto r = core_->meta->rename(cred, parent, name, new_parent, new_name, flags);
-    forget_dirs();
-    return r;
+    return moving_dirs([&] { return core_->meta->rename(cred, parent, name, new_parent, new_name, flags); });
   }
   Result<StatFs> statfs(const Cred& cred) override {
     WEFT_TRY(StatFs s, core_->meta->statfs(cred));
@@ -390,15 +380,9 @@ class ClientImpl final : public Client {
     // meta refuses to unlink a directory with kIsDirectory, and then it is rmdir.
     const bool dir_only = names_directory(path);
     auto r = with_parent(cred, path, [&](const ParentDir& parent, const std::optional<meta::ParentCheck>& check) {
-      auto rmdir = [&] {
-        forget_dirs();  // before and after, as rmdir()
-        auto r = core_->meta->rmdir(cred, parent.dir.ino, parent.name, check);
-        forget_dirs();
-        return r;
-      };
+      auto rmdir = [&] { return moving_dirs([&] { return core_->meta->rmdir(cred, parent.dir.ino, parent.name, check); }); };
       if (dir_only && parent.name != "." && parent.name != "..") return rmdir();
-      auto removed = core_->meta->unlink(cred, parent.dir.ino, parent.name, check);
-      forget_dir(DirKey{cred.uid, parent.dir.ino, parent.name});  // a symlink to a directory, as unlink()
+      auto removed = unlink_at(cred, parent.dir.ino, parent.name, check);
       if (!removed && removed.error().code() == Code::kIsDirectory && parent.name != "." && parent.name != "..")
         removed = rmdir();
       return removed;
@@ -415,9 +399,7 @@ class ClientImpl final : public Client {
         if (!n) return Result<void>(std::unexpected(n.error()));
         if (!n->is_dir()) return Result<void>(error(Code::kNotDirectory, "{} is not a directory", parent.name));
       }
-      auto removed = core_->meta->unlink(cred, parent.dir.ino, parent.name, check);
-      forget_dir(DirKey{cred.uid, parent.dir.ino, parent.name});  // a symlink to a directory, as unlink()
-      return removed;
+      return unlink_at(cred, parent.dir.ino, parent.name, check);
     });
     if (!r) return error(path_error(r.error(), path));
     return {};
@@ -443,10 +425,7 @@ class ClientImpl final : public Client {
     auto r = with_parent(cred, path, [&](const ParentDir& parent, const std::optional<meta::ParentCheck>& check) {
       if (parent.name == "." || parent.name == "..")
         return Result<void>(error(Code::kInvalidArgument, "rmdir of '{}'", parent.name));
-      forget_dirs();  // before and after, as rmdir()
-      auto removed = core_->meta->rmdir(cred, parent.dir.ino, parent.name, check);
-      forget_dirs();
-      return removed;
+      return moving_dirs([&] { return core_->meta->rmdir(cred, parent.dir.ino, parent.name, check); });
     });
     if (!r) return error(path_error(r.error(), path));
     return {};
@@ -463,9 +442,7 @@ class ClientImpl final : public Client {
       if (!moved) return error(path_error(moved.error(), from));
       if (!moved->is_dir()) return error(Code::kNotDirectory, "rename {} -> {}: {} is not a directory", from, to, from);
     }
-    forget_dirs();
-    auto r = core_->meta->rename(cred, src.dir.ino, src.name, dst.dir.ino, dst.name, flags);
-    forget_dirs();  // before and after, as rename()
+    auto r = moving_dirs([&] { return core_->meta->rename(cred, src.dir.ino, src.name, dst.dir.ino, dst.name, flags); });
     if (!r) return error(r.error().with_context(fmt::format("rename {} -> {}", from, to)));
     return {};
   }
@@ -940,6 +917,24 @@ class ClientImpl final : public Client {
   void forget_dir(const DirKey& key) {
     std::lock_guard lock(dir_cache_mu_);
     dir_cache_.erase(key);
+  }
+  // A rename or rmdir here: directories move or go. The cache is dropped
+  // before (nothing cached steers the call) and after (nothing a lookup
+  // racing it remembered stays: remember_dir's generation).
+  template <class Call>
+  auto moving_dirs(Call&& call) -> decltype(call()) {
+    forget_dirs();
+    auto r = call();
+    forget_dirs();
+    return r;
+  }
+  // An unlink here: its name leaves the cache too (a symlink to a directory
+  // is cached under its name).
+  Result<void> unlink_at(const Cred& cred, Ino dir, std::string_view name,
+                         const std::optional<meta::ParentCheck>& check) {
+    auto r = core_->meta->unlink(cred, dir, name, check);
+    forget_dir(DirKey{cred.uid, dir, std::string(name)});
+    return r;
   }
   // Any namespace change made here: forget everything (renames and removals move directories).
   void forget_dirs() {

@@ -539,11 +539,7 @@ Result<size_t> FileImpl::pread_page_fill(std::span<std::byte> dst, uint64_t offs
   uint64_t size;
   bool sequential;
   Gens asked;  // for a length meta gives if the read meets a hole
-  uint64_t truncated_before;
-  {
-    std::lock_guard lock(mu_);
-    truncated_before = truncated_gen_;
-  }
+  const uint64_t truncated_before = truncated_gen_.load();
   const uint64_t others_know = core_.flush_other_writers(inode_.ino, this);
   {
     std::unique_lock lock(mu_);

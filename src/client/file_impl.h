@@ -204,7 +204,8 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   // with newer writes reports even a length meta already has (another
   // client may have cut the file under it since, and the write updates mtime).
   uint64_t reported_gen_ = 0;
-  uint64_t truncated_gen_ = 0;   // GUARDED_BY(mu_): truncated_to calls
+  // truncated_to calls; changed under mu_, read without it too (pread_page_fill).
+  std::atomic<uint64_t> truncated_gen_{0};
   uint64_t unreported_end_ = 0;  // GUARDED_BY(mu_): end of the writes since the last report
   std::mutex reporting_mu_;      // see ReportHold
   // GUARDED_BY(mu_), changed under reporting_mu_: a truncate by another

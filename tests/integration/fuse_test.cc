@@ -225,6 +225,16 @@ class FuseTest : public ::testing::Test {
   }
 
   std::string p(const std::string& name) const { return base_ + "/" + name; }
+  // Empty files entry-0000 .. entry-<n-1> in the test's directory.
+  void create_entries(int n) {
+    for (int i = 0; i < n; ++i) {
+      char name[32];
+      std::snprintf(name, sizeof name, "entry-%04d", i);
+      int fd = ::open(p(name).c_str(), O_CREAT | O_WRONLY, 0644);
+      ASSERT_GE(fd, 0) << name << ": " << std::strerror(errno);
+      ::close(fd);
+    }
+  }
 
   // Another mount of the cluster at dir_/mnt-NAME with `options`: unmounted,
   // and its daemon stopped, however the test ends.
@@ -790,13 +800,7 @@ TEST_F(FuseTest, ReaddirListsEveryEntryOnce) {
 // be listed once, and the directory end up empty.
 TEST_F(FuseTest, UnlinkingEveryEntryAsItIsListedEmptiesTheDirectory) {
   constexpr int kFiles = 1000;
-  for (int i = 0; i < kFiles; ++i) {
-    char name[32];
-    std::snprintf(name, sizeof name, "entry-%04d", i);
-    int fd = ::open(p(name).c_str(), O_CREAT | O_WRONLY, 0644);
-    ASSERT_GE(fd, 0) << name << ": " << std::strerror(errno);
-    ::close(fd);
-  }
+  ASSERT_NO_FATAL_FAILURE(create_entries(kFiles));
   auto list_and_unlink = [&](bool unlink) {
     DIR* d = ::opendir(base_.c_str());
     EXPECT_NE(d, nullptr);
@@ -841,13 +845,7 @@ std::vector<std::string> getdents(int fd, size_t bytes) {
 // ~500 entries were skipped and rmdir failed with ENOTEMPTY.
 TEST_F(FuseTest, EntriesRemovedElsewhereWhileListedWithASmallBufferAreEachListedOnce) {
   constexpr int kFiles = 1100;
-  for (int i = 0; i < kFiles; ++i) {
-    char name[32];
-    std::snprintf(name, sizeof name, "entry-%04d", i);
-    int fd = ::open(p(name).c_str(), O_CREAT | O_WRONLY, 0644);
-    ASSERT_GE(fd, 0) << i << ": " << std::strerror(errno);
-    ::close(fd);
-  }
+  ASSERT_NO_FATAL_FAILURE(create_entries(kFiles));
   ClientOptions o;
   o.config_path = data_ + "/client.toml";
   auto native = Client::connect(o);
