@@ -61,6 +61,9 @@ using meta::RenameFlags;
 using meta::SetAttr;
 using meta::StatFs;
 using meta::XattrFlags;
+
+// Hears each error of a walk that goes on past them (Client::remove_tree).
+using TreeErrorFn = std::function<void(const Status&)>;
 inline constexpr Ino kRootIno = meta::kRootIno;
 
 struct ClientOptions {
@@ -258,8 +261,21 @@ class Client {
   // O_NOFOLLOW: kLoop for a symlink at the last name.
   virtual Result<std::shared_ptr<File>> open_path(const Cred& cred, std::string_view path, int flags,
                                                   uint32_t mode = 0644) = 0;
+  // mkdir -p: every level asked of meta (looked up, made where missing;
+  // nothing from the directory cache), a symlink to a directory followed, a
+  // level that is not a directory kNotDirectory.
   virtual Result<void> mkdirs(const Cred& cred, std::string_view path, uint32_t mode = 0755) = 0;
   virtual Result<void> remove_path(const Cred& cred, std::string_view path) = 0;  // file, symlink or empty dir
+  // rm -r: `path` and, if it is a directory, everything under it. Its last
+  // name is not followed (a symlink there is removed); its parent is asked of
+  // meta afresh and the walk goes by inode from there, so nothing another
+  // client moved or replaced meanwhile is removed through the old path. The
+  // root and a last name "." or ".." are refused (kInvalidArgument); a path
+  // ending in '/' must name a directory (kNotDirectory). Entries another
+  // remover took first are not errors. An error does not stop the walk:
+  // `on_error` hears each, named by its path, the first is returned, and
+  // directories not emptied stay.
+  virtual Result<void> remove_tree(const Cred& cred, std::string_view path, const TreeErrorFn& on_error = {}) = 0;
   // unlink(2) and rmdir(2) by path: kIsDirectory / kNotDirectory for the
   // other type; a path ending in '/' names a directory (unlink: kNotDirectory
   // for a file there). Like remove_path, they check with meta that no

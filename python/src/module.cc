@@ -523,6 +523,18 @@ class PyClient {
     check(std::move(r), path);
   }
 
+  // rm -r by inode from the path's parent (Client::remove_tree): the first
+  // error is raised once the walk removed everything else it could.
+  void remove_tree(const std::string& path) {
+    auto c = conn();
+    weft::Result<void> r;
+    {
+      GilRelease nogil;
+      r = c->client->remove_tree(c->client->default_cred(), path);
+    }
+    check(std::move(r), path);
+  }
+
   // flags: 0 replace, 1 no-replace, 2 exchange.
   void rename(const std::string& from, const std::string& to, uint32_t flags) {
     (void)split_parent(from);  // the root: EINVAL, as before
@@ -779,6 +791,7 @@ PYBIND11_MODULE(_native, m) {
       .def("mkdirs", &PyClient::mkdirs, py::arg("path"), py::arg("mode") = 0755)
       .def("mkdir", &PyClient::mkdir, py::arg("path"), py::arg("mode") = 0755)
       .def("remove", &PyClient::remove, py::arg("path"), py::arg("directory") = false)
+      .def("remove_tree", &PyClient::remove_tree, py::arg("path"))
       .def("rename", &PyClient::rename, py::arg("src"), py::arg("dst"), py::arg("flags") = 0)
       .def("symlink", &PyClient::symlink, py::arg("target"), py::arg("path"))
       .def("readlink", &PyClient::readlink, py::arg("path"))

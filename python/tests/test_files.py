@@ -245,7 +245,7 @@ def test_path_mutations_go_where_the_path_leads_after_another_client_moved_a_dir
     # the cache's second). Each used to land in the moved tree.
     import weft
     other = weft.connect(config=str(cluster / "client.toml"))
-    moves = iter(range(10))
+    moves = iter(range(20))
 
     def cache_then_move():
         client.write_file(f"{root}/a/b/c{next(moves)}", b"x")  # caches "a" and "b"
@@ -267,6 +267,14 @@ def test_path_mutations_go_where_the_path_leads_after_another_client_moved_a_dir
     other.write_file(f"{root}/a/b/f", b"new")
     client.rename(f"{root}/a/b/f", f"{root}/a/b/g")
     assert other.listdir(f"{root}/a/b") == ["g"] and other.read_file(f"{root}/a/b/g") == b"new"
+    cache_then_move()
+    client.makedirs(f"{root}/a/b/n/o")
+    assert other.listdir(f"{root}/a/b") == ["n"] and other.listdir(f"{root}/a/b/n") == ["o"]
+    cache_then_move()
+    other.makedirs(f"{root}/a/b/x")
+    client.rmtree(f"{root}/a/b")
+    assert not other.exists(f"{root}/a/b")
+    assert sorted(other.listdir(f"{root}/a.old11/b")) == ["c10", "n"], "emptied the moved tree"
 
 
 def test_write_file_with_data_it_cannot_take_leaves_the_file(client, root):
@@ -293,6 +301,9 @@ def test_rmtree_refuses_the_root(client, root):
             client.rmtree(f"{root}/up")  # a symlink to the root: refused as a symlink
         assert e.value.errno == errno.ELOOP
         assert client.read_file(keep) == b"precious"
+        assert client.read_file(f"{root}/f") == b"x"
+        with pytest.raises(NotADirectoryError):
+            client.rmtree(f"{root}/f")  # as shutil.rmtree: a file is not removed
         assert client.read_file(f"{root}/f") == b"x"
         # Through a symlink above it: fine. (Not of `root` through `up`, which
         # is inside it: once `up` is gone, the path names nothing, as on Linux.)

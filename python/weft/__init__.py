@@ -633,17 +633,13 @@ class Client:
             raise OSError(errno.ELOOP, "rmtree of a symbolic link (not followed)", path)
         if n.ino == _native.ROOT_INO:
             raise OSError(errno.EINVAL, "Invalid argument (rmtree refuses to remove the root)", path)
-        self._rmtree_below(p)
-        self.native.remove(p, True)
-
-    def _rmtree_below(self, p: bytes) -> None:
-        for name, _, kind, _ in self.native.scandir(p):
-            child = p.rstrip(b"/") + b"/" + name
-            if kind == _native.TYPE_DIRECTORY:
-                self._rmtree_below(child)
-                self.native.remove(child, True)
-            else:
-                self.native.remove(child, False)
+        if not n.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "Not a directory", path)
+        # By inode from the parent (libweft's remove_tree): a directory
+        # replaced by a symlink meanwhile is not followed, one moved away is
+        # not reached through the old path. The walk goes on past an error
+        # and raises the first one at the end.
+        self.native.remove_tree(p.rstrip(b"/") or b"/")
 
     def rename(self, src, dst, *, exchange: bool = False, noreplace: bool = False) -> None:
         """Renames src to dst, replacing dst (a file, or an empty directory)

@@ -218,68 +218,12 @@ void cmd_mkdir(const FileFlags& f, const std::string& path, bool parents, uint32
   auto parts = split_path(path);
   if (!parts) return fail(parts.error().message());
   if (parts->empty()) return fail(path + ": exists");
-  std::string parent;
-  for (size_t i = 0; i + 1 < parts->size(); ++i) parent += "/" + (*parts)[i];
-  auto dir = c->resolve(c->default_cred(), parent.empty() ? "/" : parent, true);
-  if (!dir) return fail(dir.error().message());
-  auto r = c->mkdir(c->default_cred(), dir->ino, parts->back(), mode);
-  if (!r) fail(path + ": " + r.error().message());
-}
-
-// rm -r of `name` in directory `parent` (`shown`: its path, for errors). It
-// walks by inode, never by path below where it started: a directory another
-// client replaces by a symlink meanwhile is not followed (its target's
-// entries are not removed), at worst its removal fails. An entry already
-// gone (another remover) is what was wanted, below `top` (an rm of nothing
-// fails). Every error is printed and the walk goes on; false when any occurred.
-bool remove_in(Client& c, Ino parent, const std::string& name, const std::string& shown, bool top = false) {
-  const Cred& cred = c.default_cred();
-  auto gone = [](const Status& s) { return s.code() == Code::kNotFound; };
-  auto n = c.lookup(cred, parent, name);
-  if (!n) {
-    if (gone(n.error()) && !top) return true;
-    fail(fmt::format("{}: {}", shown, n.error().message()));
-    return false;
-  }
-  bool ok = true;
-  if (n->is_dir()) {
-    // Page by page: removing entries does not disturb the cookie (meta
-    // resumes strictly after a name, gone or not).
-    std::string cookie;
-    for (;;) {
-      auto page = c.readdir(cred, n->ino, cookie, 1024);
-      if (!page) {
-        if (gone(page.error())) return ok;
-        fail(fmt::format("{}: {}", shown, page.error().message()));
-        return false;
-      }
-      for (const auto& e : page->entries)
-        if (e.name != "." && e.name != "..") ok = remove_in(c, n->ino, e.name, shown + "/" + e.name) && ok;
-      if (page->eof || page->entries.empty()) break;
-      cookie = page->cookie;
-    }
-  }
-  if (!ok) return false;  // a directory not emptied stays, as rm's does
-  auto r = n->is_dir() ? c.rmdir(cred, parent, name) : c.unlink(cred, parent, name);
-  if (r || gone(r.error())) return true;
-  fail(fmt::format("{}: {}", shown, r.error().message()));
-  return false;
-}
-
-// rm -r of `path`: its parent is resolved as any path is, its last name is
-// not followed.
-void remove_tree(Client& c, const std::string& path) {
-  auto parts = split_path(path);
-  if (!parts) return fail(fmt::format("{}: {}", path, parts.error().message()));
-  std::string parent;
-  for (size_t i = 0; i + 1 < parts->size(); ++i) parent += "/" + (*parts)[i];
-  auto dir = c.resolve(c.default_cred(), parent.empty() ? "/" : parent, true);
-  if (!dir) return fail(dir.error().message());
-  remove_in(c, dir->ino, parts->back(), path, /*top=*/true);
+  if (auto r = c->mkdir_path(c->default_cred(), path, mode); !r) fail(r.error().message());
 }
 
 // As GNU rm: a path ending in "." or ".." and the root are never removed
-// (`rm -r /data/..` would empty the root, entry by entry).
+// (`rm -r /data/..` would empty the root, entry by entry). remove_tree
+// checks the same for -r.
 Result<void> check_removable(Client& c, const std::string& path) {
   std::string_view p = path;
   while (p.size() > 1 && p.back() == '/') p.remove_suffix(1);
@@ -290,15 +234,16 @@ Result<void> check_removable(Client& c, const std::string& path) {
   return {};
 }
 
+// rm -r prints every error and goes on (remove_tree), as rm does.
 void cmd_rm(const FileFlags& f, const std::vector<std::string>& paths, bool recursive) {
   auto c = connect(f);
   if (!c) return;
   for (const auto& p : paths) {
-    auto r = check_removable(*c, p);
-    if (r && recursive) {
-      remove_tree(*c, p);
+    if (recursive) {
+      (void)c->remove_tree(c->default_cred(), p, [](const Status& s) { fail(s.message()); });
       continue;
     }
+    auto r = check_removable(*c, p);
     if (r) r = c->remove_path(c->default_cred(), p);
     if (!r) fail(r.error().message());
   }

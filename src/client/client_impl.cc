@@ -16,6 +16,7 @@
 #include "client/file_impl.h"
 #include "client/placement.h"
 #include "client/read_holder.h"
+#include "client/remove_tree.h"
 #include "client/truncate.h"
 #include "common/fault.h"
 #include "common/logging.h"
@@ -356,23 +357,41 @@ class ClientImpl final : public Client {
     }
   }
 
+  // mkdir -p: level by level from the root, each asked of meta, nothing
+  // from the directory cache (a directory another client moved meanwhile is
+  // never made under, nor the missing levels made there).
   Result<void> mkdirs(const Cred& cred, std::string_view path, uint32_t mode) override {
     WEFT_TRY(auto parts, split_path(path));
     Ino dir = kRootIno;
     std::string so_far;
     for (const auto& part : parts) {
       so_far += "/" + part;
-      auto made = core_->meta->mkdir(cred, dir, part, mode);
-      if (made) {
-        dir = made->ino;
-        continue;
-      }
-      if (made.error().code() != Code::kExists) return error(path_error(made.error(), so_far));
-      WEFT_TRY(Inode n, resolve(cred, so_far, true));
-      if (!n.is_dir()) return error(Code::kNotDirectory, "{} exists and is not a directory", so_far);
-      dir = n.ino;
+      WEFT_TRY(dir, mkdirs_level(cred, dir, part, so_far, mode));
     }
     return {};
+  }
+
+  // One level of mkdirs: directory `name` in `dir` (`so_far`: its path),
+  // made if missing. Looked up first: an existing level needs no write
+  // permission on its parent (mkdir -p /usr/bin works for anyone). A symlink
+  // there is followed, as mkdir -p follows it.
+  Result<Ino> mkdirs_level(const Cred& cred, Ino dir, const std::string& name, const std::string& so_far,
+                           uint32_t mode) {
+    for (int tries = 0;; ++tries) {
+      auto n = core_->meta->lookup(cred, dir, name);
+      if (n && n->is_symlink()) {
+        int depth = 0;
+        n = resolve_from(cred, kRootIno, so_far, true, depth, nullptr, nullptr, /*fresh=*/true);
+        if (!n) return error(path_error(n.error(), so_far));
+      }
+      if (n && n->is_dir()) return n->ino;
+      if (n) return error(Code::kNotDirectory, "{} exists and is not a directory", so_far);
+      if (n.error().code() != Code::kNotFound) return error(path_error(n.error(), so_far));
+      auto made = core_->meta->mkdir(cred, dir, name, mode);
+      if (made) return made->ino;
+      // kExists: another client made it (or something else) since the lookup.
+      if (made.error().code() != Code::kExists || tries == 3) return error(path_error(made.error(), so_far));
+    }
   }
 
   Result<void> remove_path(const Cred& cred, std::string_view path) override {
@@ -389,6 +408,17 @@ class ClientImpl final : public Client {
     });
     if (!r) return error(path_error(r.error(), path));
     return {};
+  }
+
+  Result<void> remove_tree(const Cred& cred, std::string_view path, const TreeErrorFn& on_error) override {
+    auto checked = tree_top(cred, path);
+    if (!checked) {
+      if (on_error) on_error(checked.error());
+      return std::unexpected(checked.error());
+    }
+    std::string shown(path);
+    while (shown.size() > 1 && shown.back() == '/') shown.pop_back();
+    return remove_tree_at(*this, cred, checked->dir.ino, checked->name, shown, on_error);
   }
 
   Result<void> unlink_path(const Cred& cred, std::string_view path) override {
@@ -754,6 +784,24 @@ class ClientImpl final : public Client {
     forget_dirs();
     WEFT_TRY(parent, resolve_parent(cred, path, ParentFrom::kFresh));
     return op(parent, std::nullopt);
+  }
+
+  // remove_tree's top: its parent afresh, after the refusals.
+  Result<ParentDir> tree_top(const Cred& cred, std::string_view path) {
+    // As GNU rm: "a/.." would empty a's parent, "/" the whole cluster.
+    auto parts = split_path(path);
+    if (!parts) return error(path_error(parts.error(), path));
+    if (parts->empty()) return error(Code::kInvalidArgument, "{}: refusing to remove the root", path);
+    if (parts->back() == "." || parts->back() == "..")
+      return error(Code::kInvalidArgument, "{}: refusing to remove '.' or '..'", path);
+    auto parent = resolve_parent(cred, path, ParentFrom::kFresh);
+    if (!parent) return error(path_error(parent.error(), path));
+    if (names_directory(path)) {
+      auto n = core_->meta->lookup(cred, parent->dir.ino, parent->name);
+      if (!n) return error(path_error(n.error(), path));
+      if (!n->is_dir()) return error(Code::kNotDirectory, "{}: not a directory", path);
+    }
+    return parent;
   }
 
   // What meta checks of a walk that took something from the cache (nothing

@@ -1315,6 +1315,85 @@ TEST_F(ClientTest, MutationsByPathGoWhereThePathLeadsAfterAnotherClientMovedADir
   EXPECT_TRUE((*other)->resolve(ocred, d + "/a.old/b/f1", false).has_value());
 }
 
+// mkdirs and remove_tree too: mkdirs asks meta level by level, remove_tree
+// asks for its top's parent afresh, then walks by inode (its parent taken
+// from the cache, it removed /a.old/b: seen failing that way).
+TEST_F(ClientTest, MkdirsAndRemoveTreeGoWhereThePathLeadsAfterAnotherClientMovedADirectory) {
+  std::string d = dir();
+  const Cred& cred = client_->default_cred();
+  ASSERT_TRUE(client_->mkdirs(cred, d + "/a/b").has_value());
+  ASSERT_TRUE(write_new(d + "/a/b/f1", pattern(10, 1)));  // caches "a" and "b"
+  auto other = connect_another();
+  ASSERT_TRUE(other.has_value()) << other.error();
+  const Cred& ocred = (*other)->default_cred();
+  ASSERT_TRUE((*other)->rename_path(ocred, d + "/a", d + "/a.old").has_value());
+  ASSERT_TRUE((*other)->mkdirs(ocred, d + "/a/b").has_value());
+  ASSERT_TRUE(client_->mkdirs(cred, d + "/a/b/c").has_value());
+  EXPECT_TRUE((*other)->resolve(ocred, d + "/a/b/c").has_value());
+  EXPECT_FALSE((*other)->resolve(ocred, d + "/a.old/b/c").has_value()) << "made in the moved tree";
+
+  ASSERT_TRUE(client_->resolve(cred, d + "/a.old/b/f1").has_value());  // caches "a.old"
+  ASSERT_TRUE((*other)->rename_path(ocred, d + "/a", d + "/a.new").has_value());
+  ASSERT_TRUE((*other)->rename_path(ocred, d + "/a.old", d + "/a").has_value());
+  ASSERT_TRUE((*other)->mkdirs(ocred, d + "/a.old/b").has_value());
+  ASSERT_TRUE(client_->remove_tree(cred, d + "/a.old/b").has_value());
+  EXPECT_TRUE((*other)->resolve(ocred, d + "/a/b/f1", false).has_value()) << "removed from the moved tree";
+  EXPECT_FALSE((*other)->resolve(ocred, d + "/a.old/b").has_value());
+}
+
+// remove_tree: the tree under a directory, or one file or link (not its
+// target); refusals named and heard; an error leaves what it could not
+// remove and the rest goes.
+TEST_F(ClientTest, RemoveTreeRemovesWhatItCanAndNamesEachError) {
+  std::string d = dir();
+  const Cred& root = client_->default_cred();
+  ASSERT_TRUE(client_->mkdirs(root, d + "/t/x/y").has_value());
+  ASSERT_TRUE(client_->mkdirs(root, d + "/keep").has_value());
+  ASSERT_TRUE(write_new(d + "/t/x/y/f", pattern(100, 1)));
+  ASSERT_TRUE(write_new(d + "/keep/k", pattern(100, 2)));
+  ASSERT_TRUE(client_->symlink_path(root, d + "/keep", d + "/t/x/link").has_value());
+  ASSERT_TRUE(client_->symlink_path(root, d + "/keep", d + "/top-link").has_value());
+  ASSERT_TRUE(write_new(d + "/file", pattern(10, 3)));
+
+  std::vector<std::string> heard;
+  auto record = [&](const Status& s) { heard.push_back(s.message()); };
+  for (const std::string& refused : {std::string("/"), d + "/t/..", d + "/t/.", d + "/file/", d + "/missing"}) {
+    heard.clear();
+    auto r = client_->remove_tree(root, refused, record);
+    ASSERT_FALSE(r.has_value()) << refused;
+    ASSERT_EQ(heard.size(), 1u) << refused;
+    EXPECT_EQ(heard[0], r.error().message());
+    EXPECT_NE(r.error().message().find(refused), std::string::npos) << r.error();
+  }
+  EXPECT_EQ(client_->remove_tree(root, "/").error().code(), Code::kInvalidArgument);
+  EXPECT_EQ(client_->remove_tree(root, d + "/t/..").error().code(), Code::kInvalidArgument);
+  EXPECT_EQ(client_->remove_tree(root, d + "/file/").error().code(), Code::kNotDirectory);
+  EXPECT_EQ(client_->remove_tree(root, d + "/missing").error().code(), Code::kNotFound);
+
+  ASSERT_TRUE(client_->remove_tree(root, d + "/top-link").has_value());
+  ASSERT_TRUE(client_->remove_tree(root, d + "/file").has_value());
+  EXPECT_FALSE(client_->resolve(root, d + "/file").has_value());
+
+  // A user who may not write in x/y: y's file stays (and so do y and x), the
+  // link in x goes, as rm -r does; the first error names the file.
+  ASSERT_TRUE(client_->setattr(root, client_->resolve(root, d + "/t")->ino, SetAttr{.mode = 0777}).has_value());
+  ASSERT_TRUE(client_->setattr(root, client_->resolve(root, d + "/t/x")->ino, SetAttr{.mode = 0777}).has_value());
+  Cred user{.uid = 4242, .gid = 4242, .groups = {}};
+  heard.clear();
+  auto partial = client_->remove_tree(user, d + "/t", record);
+  ASSERT_FALSE(partial.has_value());
+  EXPECT_EQ(partial.error().code(), Code::kPermissionDenied) << partial.error();
+  EXPECT_NE(partial.error().message().find(d + "/t/x/y/f"), std::string::npos) << partial.error();
+  ASSERT_EQ(heard.size(), 1u);
+  EXPECT_TRUE(client_->resolve(root, d + "/t/x/y/f").has_value());
+  EXPECT_FALSE(client_->resolve(root, d + "/t/x/link", false).has_value());
+  EXPECT_EQ(read_all(d + "/keep/k"), pattern(100, 2)) << "a link's target is not entered";
+
+  ASSERT_TRUE(client_->remove_tree(root, d + "/t/").has_value());
+  EXPECT_FALSE(client_->resolve(root, d + "/t").has_value());
+  EXPECT_TRUE(client_->resolve(root, d + "/keep/k").has_value());
+}
+
 TEST_F(ClientTest, CreateByPathFollowsASymlinkAtTheLastName) {
   std::string d = dir();
   const Cred& root = client_->default_cred();

@@ -2232,8 +2232,18 @@ TEST_F(FuseTest, MaxThreadsServesMoreThanTenRequestsAtOnce) {
   // Capped at 10 workers, never more than 10 would carry the name.
   bool together = eventually([&] { return threads_named(wide.pid, "weft-fuse") >= kWaiters; }, 10s);
   int seen = threads_named(wide.pid, "weft-fuse");
+  // Where each child waits, for a failure to say which request never
+  // reached a worker (the kernel's stack of each: root reads it).
+  std::string where;
+  if (!together) {
+    for (pid_t child : waiters.children) {
+      std::ifstream in("/proc/" + std::to_string(child) + "/stack");
+      std::string frames((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      where += "child " + std::to_string(child) + ":\n" + frames;
+    }
+  }
   waiters.resume_and_reap();
-  EXPECT_TRUE(together) << seen << " workers while " << kWaiters << " lookups waited for meta";
+  EXPECT_TRUE(together) << seen << " workers while " << kWaiters << " lookups waited for meta\n" << where;
   for (int code : waiters.codes) EXPECT_EQ(code, ENOENT);
 }
 
