@@ -99,6 +99,25 @@ Result<std::optional<TargetId>> known_target(const PersistedState& state, NodeId
                  "it: two servers on one target's data (a copied directory?)",
                  reg.name, reg.data_id, t.id, t.name, t.node_id, n == state.routing.nodes.end() ? "?" : n->second.address);
   }
+  // Taken over from another node, it must not join one of its chains a
+  // second time on this node: both copies would fail with it (a chain's
+  // targets sit on distinct nodes, cluster_state.h).
+  if (t.node_id != node) {
+    for (const auto& [chain_id, chain] : state.routing.chains) {
+      bool holds = std::any_of(chain.entries.begin(), chain.entries.end(),
+                               [&](const ChainEntry& e) { return e.target_id == t.id; });
+      if (!holds) continue;
+      for (const ChainEntry& e : chain.entries) {
+        auto other = targets.find(e.target_id);
+        if (e.target_id != t.id && other != targets.end() && other->second.node_id == node)
+          return error(Code::kExists,
+                       "target {}: its data (data id {:016x}) is target {} of chain {}, which already has target {} ({}) "
+                       "on this node: two copies of one chain on one node fail together; serve this directory from "
+                       "another node",
+                       reg.name, reg.data_id, t.id, chain_id, e.target_id, other->second.name);
+      }
+    }
+  }
   return it->first;
 }
 

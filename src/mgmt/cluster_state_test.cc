@@ -458,6 +458,34 @@ TEST(ClusterState, ATargetBackUnderAnotherAddressKeepsItsIdAndChains) {
   EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, Y}})) << "it rejoins to resync";
 }
 
+// A dead node's target directory moved to the node that holds the other
+// replica of its chain: taking it over would put both copies on one node
+// (they would fail together), so the registration is refused and the chain
+// stays as it was.
+TEST(ClusterState, ATargetMovedOntoTheNodeOfItsChainsOtherReplicaIsRefused) {
+  Harness h;
+  auto [id, head, tail, head_node, tail_node] = h.two_replica_chain();
+  const std::string head_address = h.snapshot.nodes.at(head_node).address;
+  const int tail_host = head_address == "host1:9000" ? 2 : 1;
+  const int head_host = 3 - tail_host;
+  const uint64_t tail_data = (uint64_t{1} << 32) | (uint64_t(tail_host) << 16) | 1;
+  const uint64_t head_data = (uint64_t{1} << 32) | (uint64_t(head_host) << 16) | 1;
+  h.clock.advance(16s);  // the tail's server is gone
+  h.beat(head_node);
+  ASSERT_TRUE(h.state->tick().has_value());
+  ASSERT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, O}}));
+  const std::string head_name = h.state->routing().targets.at(head).name;
+  auto both = h.state->register_node({.kind = NodeKind::kStorage, .address = head_address, .incarnation = 1,
+                                      .targets = {{.name = head_name, .capacity_bytes = 1ull << 40, .data_id = head_data},
+                                                  {.name = "/moved/t0", .capacity_bytes = 1ull << 40, .data_id = tail_data}}});
+  ASSERT_FALSE(both.has_value()) << "both replicas of chain " << id << " on node " << head_node;
+  EXPECT_EQ(both.error().code(), Code::kExists) << both.error();
+  EXPECT_NE(both.error().message().find("on this node"), std::string::npos) << both.error();
+  RoutingInfo r = h.state->routing();
+  EXPECT_EQ(r.targets.at(tail).node_id, tail_node);
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, O}}));
+}
+
 // Both replicas offline, and one came back without its data: promoting that
 // one would have the other resync from it and lose what it holds, so it
 // needs --force; the other may be promoted. The mark survives an mgmtd
