@@ -487,7 +487,15 @@ Result<void> Runner::start(const Role& r) {
   auto& st = state_[r.name];
   st.started = true;
   st.pid = pid;
-  WEFT_RETURN_IF_ERROR(write_text(L_.pid_file(r.name), fmt::format("{}\n", pid)));
+  if (auto written = write_text(L_.pid_file(r.name), fmt::format("{}\n", pid)); !written) {
+    // Unrecorded, `weft down` could not find it (and the next `up` would find
+    // its port taken): it is stopped here instead.
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    children_.erase(pid);
+    st.pid.reset();
+    return error(written.error().with_context(fmt::format("{}: its pid file (the server was stopped)", r.name)));
+  }
   return {};
 }
 
@@ -725,7 +733,11 @@ Result<void> Runner::mount() {
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     return error(Code::kIoError, "weft mount {} {}; see {}{}", path, describe_wait_status(status), log, log_tail(log));
-  WEFT_RETURN_IF_ERROR(write_text(L_.mount_file(), path + "\n"));
+  if (auto written = write_text(L_.mount_file(), path + "\n"); !written) {
+    // Unrecorded, `weft down` would not unmount it: undone here.
+    (void)run_and_wait({"fusermount3", "-u", path}, log, 10s);
+    return error(written.error().with_context(fmt::format("mount {}: its record (unmounted again)", path)));
+  }
   mounted_ = path;
   return {};
 }

@@ -408,6 +408,22 @@ TEST_F(UpDownTest, AMountThatNeverServesLeavesNothingBehind) {
   EXPECT_TRUE(daemons.empty()) << daemons.size() << " mount process(es) left running";
 }
 
+// A server whose pid file cannot be written (a full disk; here a directory
+// where the temporary goes) is stopped by `weft up`, which fails: unrecorded,
+// `weft down` could not find it and the next `up` would find its port taken.
+TEST_F(UpDownTest, AServerWhosePidFileCannotBeWrittenIsStoppedByUp) {
+  std::filesystem::create_directories(data_ + "/run/storage-2.pid.tmp");
+  auto r = up();
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("storage-2: its pid file"), std::string::npos) << r.output;
+  auto left = processes_with({"serve", "storage", data_ + "/conf/storage-2.toml"});
+  for (pid_t pid : left) ::kill(pid, SIGKILL);
+  EXPECT_TRUE(left.empty()) << "storage-2 left running, unrecorded";
+  std::filesystem::remove_all(data_ + "/run/storage-2.pid.tmp");
+  auto again = up();
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+}
+
 // `weft down` stops the mount daemon `weft up --mount` started, and only it:
 // a pid file naming another process whose first argument is "mount" (its pid
 // reused, say) leaves that process alone.
