@@ -3,9 +3,14 @@
 // cluster (ClusterControl): what each figure measures, and that "alone" and
 // "under load" are measured the same way.
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -40,6 +45,10 @@ struct FakeFs {
   std::string lengthen_on_close;  // one byte appended at its close
   std::atomic<uint64_t> drops{0};
   std::atomic<uint64_t> read_opens{0};
+  bool fail_reads_once_killed = false;  // every pread fails from the kill on
+  std::string fail_reads_of;            // every pread of this file fails
+  std::chrono::milliseconds drop_takes{0};  // each page cache drop sleeps this long
+  std::atomic<bool> reads_failing{false};
 
   void event(std::string e) {
     std::lock_guard lock(mu);
@@ -51,7 +60,9 @@ class FakeHandle final : public Handle {
  public:
   FakeHandle(FakeFs& fs, std::string name) : fs_(fs), name_(std::move(name)) {}
   Result<size_t> pread(std::span<std::byte> dst, uint64_t offset) override {
+    if (fs_.reads_failing) return error(Code::kUnavailable, "injected read failure");
     std::lock_guard lock(fs_.mu);
+    if (name_ == fs_.fail_reads_of) return error(Code::kIoError, "injected read failure of {}", name_);
     auto& f = fs_.files[name_];
     if (offset >= f.size()) return size_t{0};
     size_t n = std::min<size_t>(dst.size(), f.size() - offset);
@@ -72,7 +83,10 @@ class FakeHandle final : public Handle {
     if (name_ == fs_.lengthen_on_close) fs_.files[name_].push_back(std::byte{0});
     return {};
   }
-  void drop_cache() override { fs_.drops.fetch_add(1); }
+  void drop_cache() override {
+    std::this_thread::sleep_for(fs_.drop_takes);
+    fs_.drops.fetch_add(1);
+  }
 
  private:
   FakeFs& fs_;
@@ -147,6 +161,7 @@ class FakeCluster final : public ClusterControl {
   Result<pid_t> kill(const std::string&) override {
     killed_ = true;
     fs_.block_next_writer_open = true;
+    if (fs_.fail_reads_once_killed) fs_.reads_failing = true;
     return pid_t{4242};
   }
   Result<void> start_up(const std::string&) override {
@@ -255,6 +270,20 @@ TEST(W7, StallMaxCountsAWriterBlockedInOpenWhileReadsKeepSucceeding) {
   EXPECT_GT(reads_during_block, 0u);
 }
 
+// Readers whose every read fails from the kill until the load stops stalled
+// all that time: a failed read is no progress (their lanes used to end
+// "done" with the stall before the kill only).
+TEST(W7, ReadersThatFailUntilTheEndStalledUntilTheEnd) {
+  FakeTarget t("native", Cluster::kControlled);
+  t.fs.fail_reads_once_killed = true;
+  bench::Run r = t.run("W7");
+  EXPECT_GT(r.errors, 0u) << notes(r);
+  ASSERT_TRUE(r.events.contains("kill") && r.events.contains("end"));
+  const double failing = r.events.at("end") - r.events.at("kill");
+  EXPECT_GE(r.figures.at("read_stall_max_s"), failing - 0.2) << notes(r);
+  EXPECT_GE(r.figures.at("stall_max_s"), failing - 0.2);
+}
+
 TEST(W7, AloneAndUnderLoadWritersRewriteFreshFilesTheSameWay) {
   FakeTarget t("native", Cluster::kControlled);
   Options o = small();
@@ -337,6 +366,67 @@ TEST(W4, AloneAndUnderLoadWritesBothCreateFreshFilesAfterTheSameColdStep) {
   EXPECT_GT(r.figures.at("read_latency_p99_alone_ms"), 0);
 }
 
+// A stand-in for a server: `/bin/sh serve KIND --config CONFIG` runs the
+// script "serve" of `dir` (a sleep), so its command line has a server's
+// exact shape. Killed and reaped by the destructor.
+struct FakeServer {
+  pid_t pid = -1;
+  FakeServer(const std::string& dir, const std::string& config) {
+    std::vector<std::string> args = {"/bin/sh", "serve", "storage", "--config", config};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid = ::fork();
+    if (pid == 0) {
+      if (::chdir(dir.c_str()) == 0) ::execv("/bin/sh", argv.data());  // argv made before the fork
+      ::_exit(127);
+    }
+  }
+  bool running() const { return pid > 0 && ::kill(pid, 0) == 0 && ::waitpid(pid, nullptr, WNOHANG) == 0; }
+  ~FakeServer() {
+    if (pid <= 0) return;  // never kill(-1): that is every process
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+};
+
+// kill_role signals only the server `weft up` started for this cluster's
+// role: a pid file naming another cluster's server (a reused pid) is refused.
+TEST(ClusterControl, KillRoleSignalsOnlyThisClustersServer) {
+  const auto base = std::filesystem::temp_directory_path() / ("benchsuite-kill-" + std::to_string(::getpid()));
+  const std::string ours = base / "a", other = base / "b";
+  std::filesystem::create_directories(ours + "/run");
+  std::filesystem::create_directories(other + "/conf");
+  { std::ofstream(ours + "/serve") << "sleep 30; :\n"; }
+  auto write_pid = [&](pid_t pid) { std::ofstream(ours + "/run/storage-1.pid") << pid << "\n"; };
+  FakeServer elsewhere(ours, other + "/conf/storage-1.toml");
+  FakeServer mine(ours, ours + "/conf/storage-1.toml");
+  auto shaped = [](pid_t pid) {
+    for (int i = 0; i < 200; ++i) {  // until the child has exec'd
+      std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+      std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (cmd.starts_with(std::string("/bin/sh\0serve", 13))) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  };
+  ASSERT_TRUE(shaped(elsewhere.pid) && shaped(mine.pid));
+  write_pid(elsewhere.pid);
+  auto refused = kill_role(ours, "storage-1");
+  ASSERT_FALSE(refused.has_value()) << "killed pid " << *refused << ", another cluster's server";
+  EXPECT_EQ(refused.error().code(), Code::kNotFound) << refused.error();
+  EXPECT_TRUE(elsewhere.running());
+  write_pid(mine.pid);
+  auto killed = kill_role(ours, "storage-1");
+  ASSERT_TRUE(killed.has_value()) << killed.error();
+  EXPECT_EQ(*killed, mine.pid);
+  int status = 0;
+  ASSERT_EQ(::waitpid(mine.pid, &status, 0), mine.pid);
+  mine.pid = -1;  // reaped: its pid may be another process's by now
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  std::filesystem::remove_all(base);
+}
+
 TEST(W1, ThroughputCountsOnlyTheBytesWritten) {
   FakeTarget t("directory", Cluster::kNone);
   t.fs.fail_writes_of = "w1/ckpt-0";
@@ -347,6 +437,35 @@ TEST(W1, ThroughputCountsOnlyTheBytesWritten) {
   double bytes = r.figures.at("gib_per_s") * r.figures.at("seconds") * kGiB;
   double expected = 3.0 * static_cast<double>(o.checkpoint_bytes) + static_cast<double>(o.io_bytes);
   EXPECT_NEAR(bytes, expected, expected * 1e-6);
+}
+
+// A reader that failed at once read nothing: the rate counts the bytes read
+// (it used to credit every file's whole size).
+TEST(W2, ThroughputCountsOnlyTheBytesRead) {
+  FakeTarget t("directory", Cluster::kNone);
+  Options o = small();
+  o.writers = 4;
+  ASSERT_EQ(t.run("W1", o).errors, 0u);
+  t.fs.fail_reads_of = "w1/ckpt-0";
+  bench::Run r = t.run("W2", o);
+  EXPECT_EQ(r.errors, 1u) << notes(r);
+  double bytes = r.figures.at("gib_per_s") * r.figures.at("seconds") * kGiB;
+  double expected = 3.0 * static_cast<double>(o.checkpoint_bytes);
+  EXPECT_NEAR(bytes, expected, expected * 1e-6);
+}
+
+// The page cache drop after each file (POSIX targets only) is not read time:
+// not in the latencies, nor in the rate (a 5 ms drop per file held the rate
+// of 2 readers near 400 files/s, whatever the reads cost).
+TEST(W3, ThePageCacheDropsAreNotInTheRate) {
+  FakeTarget t("directory", Cluster::kNone);
+  t.fs.drop_takes = std::chrono::milliseconds(5);
+  Options o = small();
+  bench::Run r = t.run("W3", o);
+  EXPECT_EQ(r.errors, 0u) << notes(r);
+  EXPECT_GE(t.fs.drops.load(), o.files);
+  EXPECT_LT(r.figures.at("latency_p50_ms"), 2.5);
+  EXPECT_GT(r.figures.at("files_per_s"), 10 * o.readers / 0.005) << "the drops' time counted";
 }
 
 TEST(W3, AFileLongerThanExpectedFailsVerification) {

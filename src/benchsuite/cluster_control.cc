@@ -6,12 +6,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
 #include <vector>
 
 #include "client/cluster_config.h"
+#include "common/processes.h"
 #include "mgmt/mgmt_rpc.h"
 #include "mgmt/proto_convert.h"
 #include "mgmt/service_methods.h"
@@ -66,8 +68,10 @@ class WatchImpl final : public ClusterWatch {
 
 namespace {
 
-// The live pid of `role` from DATA_DIR/run/<role>.pid, checked to be
-// `... serve ... <role>.toml`.
+// The live pid of `role` from DATA_DIR/run/<role>.pid, checked to be the
+// server `weft up` started for it (`... serve KIND --config
+// DATA_DIR/conf/<role>.toml`, DATA_DIR absolute as `weft up` writes it): the
+// pid file may name a reused pid by now, another cluster's server even.
 Result<pid_t> role_pid(const std::string& data_dir, const std::string& role) {
   std::string pid_file = data_dir + "/run/" + role + ".pid";
   std::string text = read_text(pid_file);
@@ -78,19 +82,16 @@ Result<pid_t> role_pid(const std::string& data_dir, const std::string& role) {
   } catch (...) {
     return error(Code::kInvalidArgument, "{}: not a pid: {}", pid_file, text);
   }
-  std::string cmdline = read_text(fmt::format("/proc/{}/cmdline", pid));
-  for (auto& c : cmdline)
-    if (c == '\0') c = ' ';
-  if (cmdline.find(" serve ") == std::string::npos || cmdline.find(role + ".toml") == std::string::npos)
-    return error(Code::kNotFound, "{}: pid {} is not {} (cmdline '{}')", pid_file, pid, role, cmdline);
+  std::error_code ec;
+  std::string dir = std::filesystem::weakly_canonical(std::filesystem::absolute(data_dir, ec), ec).string();
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  const std::string kind = role.starts_with("storage-") ? "storage" : role;
+  if (!is_server_process(pid, kind, dir + "/conf/" + role + ".toml")) {
+    std::string cmdline;
+    for (const auto& a : proc_cmdline(pid)) cmdline += (cmdline.empty() ? "" : " ") + a;
+    return error(Code::kNotFound, "{}: pid {} is not {} of this cluster (cmdline '{}')", pid_file, pid, role, cmdline);
+  }
   return pid;
-}
-
-bool alive(pid_t pid) {
-  if (::kill(pid, 0) != 0) return false;
-  std::string stat = read_text(fmt::format("/proc/{}/stat", pid));
-  auto paren = stat.rfind(')');
-  return !(paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z');
 }
 
 // Waits up to `timeout` for the child `pid` to end; its status, or nullopt.
@@ -152,13 +153,13 @@ class ControlImpl final : public ClusterControl {
     if (::kill(pid, SIGTERM) != 0) return errno_error(errno, fmt::format("kill -TERM {} (meta)", pid));
     std::string how = "SIGTERM";
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (alive(pid) && std::chrono::steady_clock::now() < until)
+    while (pid_running(pid) && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (alive(pid)) {
+    if (pid_running(pid)) {
       ::kill(pid, SIGKILL);
       how = "SIGKILL after 30 s";
       until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (alive(pid) && std::chrono::steady_clock::now() < until)
+      while (pid_running(pid) && std::chrono::steady_clock::now() < until)
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     std::string log = data_dir_ + "/logs/bench-up.log";
@@ -193,20 +194,22 @@ Result<pid_t> kill_role(const std::string& data_dir, const std::string& role) {
 }
 
 Result<pid_t> spawn_up(const std::string& binary, const std::string& data_dir, const std::string& log_path) {
+  // Everything the child needs is made before the fork: the bench's other
+  // threads run on (W7's readers and writers), and the child only execs.
+  std::vector<std::string> args = {binary, "up", "--data-dir", data_dir};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
   pid_t pid = ::fork();
   if (pid < 0) return errno_error(errno, "fork");
   if (pid == 0) {
-    int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    int null = ::open("/dev/null", O_RDONLY);
+    int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (null >= 0) ::dup2(null, 0);
     if (fd >= 0) {
       ::dup2(fd, 1);
       ::dup2(fd, 2);
     }
-    std::vector<std::string> args = {binary, "up", "--data-dir", data_dir};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
     ::execv(binary.c_str(), argv.data());
     ::_exit(127);
   }

@@ -29,6 +29,7 @@
 #include "common/config.h"
 #include "common/durable_file.h"
 #include "common/port_window.h"
+#include "common/processes.h"
 #include "meta/meta_client.h"
 #include "meta/types.h"
 #include "mgmt/mgmt_rpc.h"
@@ -175,32 +176,6 @@ Result<std::vector<uint16_t>> probe_ports(size_t count) {
   std::vector<uint16_t> out(chosen.begin(), chosen.end());
   std::shuffle(out.begin(), out.end(), gen);
   return out;
-}
-
-std::vector<std::string> proc_cmdline(pid_t pid) {
-  std::string raw = read_text(fmt::format("/proc/{}/cmdline", pid));
-  std::vector<std::string> args;
-  std::string cur;
-  for (char c : raw) {
-    if (c == '\0') {
-      args.push_back(cur);
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
-  if (!cur.empty()) args.push_back(cur);
-  return args;
-}
-
-// False for a zombie, a dead process or no such pid.
-bool pid_running(pid_t pid) {
-  if (pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH)) return false;
-  std::string stat = read_text(fmt::format("/proc/{}/stat", pid));
-  auto close = stat.rfind(')');
-  if (close == std::string::npos || close + 2 >= stat.size()) return false;
-  char state = stat[close + 2];
-  return state != 'Z' && state != 'X' && state != 'x';
 }
 
 // --- configs -----------------------------------------------------------------
@@ -513,7 +488,7 @@ Result<void> Runner::check_alive(const Role& r, const std::string& waiting_for) 
     }
     return {};
   }
-  if (!is_our_process(pid, r.kind, L_.config(r.name)))
+  if (!is_server_process(pid, r.kind, L_.config(r.name)))
     return error(Code::kUnavailable, "{} (pid {}) stopped while {}; see {}{}", r.name, pid, waiting_for, L_.log(r.name),
                  log_tail(L_.log(r.name)));
   return {};
@@ -986,15 +961,15 @@ std::string ClusterSpec::to_toml() const {
 Result<ClusterSpec> ClusterSpec::parse(const std::string& text, const std::string& source) {
   WEFT_TRY(Config c, Config::parse(text, source));
   ClusterSpec s;
-  WEFT_TRY(int64_t n, c.get_int_in("storage_servers", 0, 1, 64));
-  WEFT_TRY(int64_t m, c.get_int_in("targets_per_server", 0, 1, 64));
-  WEFT_TRY(int64_t r, c.get_int_in("replicas", 0, 1, 16));
+  WEFT_TRY(int64_t n, c.get_int_in("storage_servers", 1, 64));
+  WEFT_TRY(int64_t m, c.get_int_in("targets_per_server", 1, 64));
+  WEFT_TRY(int64_t r, c.get_int_in("replicas", 1, 16));
   WEFT_TRY(s.cluster_token, c.get_string("cluster_token"));
-  WEFT_TRY(int64_t mp, c.get_int_in("mgmtd_port", 0, 1, 65535));
-  WEFT_TRY(int64_t meta, c.get_int_in("meta_port", 0, 1, 65535));
+  WEFT_TRY(int64_t mp, c.get_int_in("mgmtd_port", 1, 65535));
+  WEFT_TRY(int64_t meta, c.get_int_in("meta_port", 1, 65535));
   WEFT_TRY(auto servers, c.tables("storage"));
   for (const auto& t : servers) {
-    WEFT_TRY(int64_t port, t.get_int_in("port", 0, 1, 65535));
+    WEFT_TRY(int64_t port, t.get_int_in("port", 1, 65535));
     s.storage_ports.push_back(static_cast<uint16_t>(port));
   }
   s.storage_servers = static_cast<uint32_t>(n);
@@ -1015,12 +990,6 @@ std::vector<Role> roles(const ClusterSpec& spec) {
     out.push_back({"storage-" + std::to_string(i + 1), "storage", spec.storage_ports.at(i)});
   out.push_back({"meta", "meta", spec.meta_port});
   return out;
-}
-
-bool is_our_process(pid_t pid, const std::string& kind, const std::string& config_path) {
-  if (!pid_running(pid)) return false;
-  auto args = proc_cmdline(pid);
-  return args.size() == 5 && args[1] == "serve" && args[2] == kind && args[3] == "--config" && args[4] == config_path;
 }
 
 std::vector<std::string> mount_daemon_args(const Layout& layout, const std::string& mount_path, int ready_timeout_s) {
@@ -1047,7 +1016,7 @@ std::optional<pid_t> live_pid(const Layout& layout, const Role& role) {
   std::string text = read_text(path);
   char* end = nullptr;
   long pid = std::strtol(text.c_str(), &end, 10);
-  if (pid > 0 && is_our_process(static_cast<pid_t>(pid), role.kind, layout.config(role.name)))
+  if (pid > 0 && is_server_process(static_cast<pid_t>(pid), role.kind, layout.config(role.name)))
     return static_cast<pid_t>(pid);
   remove_file(path);  // stale: the process is gone, a zombie, or another program
   return std::nullopt;
@@ -1160,7 +1129,7 @@ Result<void> down(const std::string& data_dir, std::FILE* out) {
       bool all_done = true;
       for (size_t i = 0; i < running.size(); ++i) {
         if (!done[i])
-          done[i] = !is_our_process(running[i].second, running[i].first.kind, L.config(running[i].first.name));
+          done[i] = !is_server_process(running[i].second, running[i].first.kind, L.config(running[i].first.name));
         all_done = all_done && done[i];
       }
       if (all_done || Clock::now() > until) break;
@@ -1172,9 +1141,9 @@ Result<void> down(const std::string& data_dir, std::FILE* out) {
       if (!done[i]) {
         ::kill(pid, SIGKILL);
         auto kill_until = Clock::now() + 5s;
-        while (is_our_process(pid, r.kind, L.config(r.name)) && Clock::now() < kill_until)
+        while (is_server_process(pid, r.kind, L.config(r.name)) && Clock::now() < kill_until)
           std::this_thread::sleep_for(20ms);
-        if (is_our_process(pid, r.kind, L.config(r.name))) {
+        if (is_server_process(pid, r.kind, L.config(r.name))) {
           // Still there (stuck in the kernel on a hung disk): its pid file
           // stays, so a later `weft down` finds it and `weft up` says so.
           Status why(Code::kBusy, fmt::format("{} (pid {}) is still running after SIGKILL", r.name, pid));

@@ -84,10 +84,6 @@ struct Layout {
   }
 };
 
-// True when `pid` is alive (not a zombie) and its argv is
-// `<anything> serve <kind> --config <config_path>`.
-bool is_our_process(pid_t pid, const std::string& kind, const std::string& config_path);
-
 // The arguments after argv[0] `weft up --mount` starts the mount daemon with.
 std::vector<std::string> mount_daemon_args(const Layout& layout, const std::string& mount_path, int ready_timeout_s);
 

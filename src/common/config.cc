@@ -129,6 +129,15 @@ Result<double> Config::get_double(const std::string& key, double fallback) const
 
 Result<int64_t> Config::get_int_in(const std::string& key, int64_t fallback, int64_t min, int64_t max) const {
   WEFT_TRY(int64_t v, get_int(key, fallback));
+  return in_range(key, v, min, max);
+}
+
+Result<int64_t> Config::get_int_in(const std::string& key, int64_t min, int64_t max) const {
+  WEFT_TRY(int64_t v, get_int(key));
+  return in_range(key, v, min, max);
+}
+
+Result<int64_t> Config::in_range(const std::string& key, int64_t v, int64_t min, int64_t max) const {
   if (v < min || v > max)
     return error(Code::kConfig, "{}: key '{}': expected an integer in [{}, {}], found {}", source_, prefix_ + key, min,
                  max, v);

@@ -35,8 +35,9 @@ class Config {
   Result<int64_t> get_int(const std::string& key, int64_t fallback) const;
   Result<double> get_double(const std::string& key, double fallback) const;
   Result<bool> get_bool(const std::string& key, bool fallback) const;
-  // An integer within [min, max].
+  // An integer within [min, max]; without a fallback the key must be there.
   Result<int64_t> get_int_in(const std::string& key, int64_t fallback, int64_t min, int64_t max) const;
+  Result<int64_t> get_int_in(const std::string& key, int64_t min, int64_t max) const;
   // 0 (off), or an integer within [min, max].
   Result<int64_t> get_int_off_or_in(const std::string& key, int64_t fallback, int64_t min, int64_t max) const;
 
@@ -56,6 +57,7 @@ class Config {
   Config(std::shared_ptr<const Node> root, const void* node, std::string source, std::string prefix);
   Result<const void*> find(const std::string& key) const;  // nullptr value when absent
   std::unexpected<Status> type_error(const std::string& key, const void* value, const char* expected) const;
+  Result<int64_t> in_range(const std::string& key, int64_t v, int64_t min, int64_t max) const;
 
   std::shared_ptr<const Node> root_;
   const void* node_ = nullptr;  // const toml::value*

@@ -66,6 +66,12 @@ TEST(Config, ErrorsNameFileKeyAndExpectation) {
   auto range = cfg->get_int_in("server.port", 0, 1, 1024);
   ASSERT_FALSE(range);
   EXPECT_NE(range.error().message().find("[1, 1024]"), std::string::npos);
+  EXPECT_NE(cfg->get_int_in("server.port", 1, 1024).error().message().find("[1, 1024]"), std::string::npos);
+  // Required and absent: said so (not "found 0", a value nobody wrote).
+  auto absent = cfg->get_int_in("server.replicas", 1, 16);
+  ASSERT_FALSE(absent);
+  EXPECT_NE(absent.error().message().find("missing key 'server.replicas'"), std::string::npos)
+      << absent.error().message();
 }
 
 // 0 means off; any other value is bounded, and the error names the key with its table.
