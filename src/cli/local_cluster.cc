@@ -579,6 +579,12 @@ Result<void> Runner::wait_storage() {
         waiting.push_back(r.name + " (down)");
         continue;
       }
+      // A server registers before it opens its targets and listens (its
+      // port file comes then): until that, clients would be refused.
+      if (state_[r.name].started && !exists(L_.port_file(r.name))) {
+        waiting.push_back(r.name + " (not listening yet)");
+        continue;
+      }
       uint32_t serving = 0, reported = 0;
       std::string states;
       for (const auto& [id, t] : routing->targets) {

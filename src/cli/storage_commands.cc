@@ -1,7 +1,11 @@
 // Commands of the storage module: `weft serve storage --config FILE`.
+#include <chrono>
+#include <thread>
+
 #include "cli/commands.h"
 #include "common/assert.h"
 #include "common/config.h"
+#include "common/fault.h"
 #include "common/logging.h"
 #include "rpc/service_runtime.h"
 #include "meta/meta_client.h"
@@ -129,6 +133,9 @@ void serve_storage(const std::string& config_path) {
     if (!joined) return fail(joined.error().message());
     link = std::move(*joined);
   }
+  // Tests: targets that take long to open (a large chunk index rebuilt),
+  // while mgmtd already counts this server registered.
+  if (WEFT_FAULT("storage.serve.slow_open")) std::this_thread::sleep_for(std::chrono::seconds(3));
   std::function<bool()> fence;
   if (link) fence = [l = link.get()] { return l->can_serve_writes(); };
   auto service = storage::open_storage_service(runtime.io(), *storage_config, *sc, metrics::Registry::global(),

@@ -424,6 +424,20 @@ TEST_F(UpDownTest, AServerWhosePidFileCannotBeWrittenIsStoppedByUp) {
   EXPECT_EQ(again.exit_code, 0) << again.output;
 }
 
+// A storage server registers with mgmtd before it opens its targets and
+// listens: `up` says "up" only once every server it started listens (its
+// port file), not when mgmtd counts it registered and serving.
+TEST_F(UpDownTest, UpWaitsForEveryStorageServerToListen) {
+  Process p({testing::weft_binary(), "up", "--data-dir", data_, "--timeout", "30"}, tmp_.file("up-slow.log"),
+            {"WEFT_FAULTS=storage.serve.slow_open"});
+  auto status = p.wait_exit(90s);
+  ASSERT_TRUE(status.has_value()) << "weft up did not return";
+  ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << p.log();
+  for (const std::string role : {"storage-1", "storage-2"})
+    EXPECT_TRUE(std::filesystem::exists(data_ + "/run/" + role + ".ports")) << role << " not listening yet:\n"
+                                                                            << p.log();
+}
+
 // `weft down` stops the mount daemon `weft up --mount` started, and only it:
 // a pid file naming another process whose first argument is "mount" (its pid
 // reused, say) leaves that process alone.
