@@ -36,6 +36,16 @@ void Client::close_all() {
   }
 }
 
+void Client::shut_down() {
+  {
+    // Under mu_: a connection made before the flag is in channels_ when
+    // close_all() takes them, none is made after.
+    std::lock_guard lock(mu_);
+    shut_ = true;
+  }
+  close_all();
+}
+
 size_t Client::channel_count() {
   std::lock_guard lock(mu_);
   return channels_.size();
@@ -73,6 +83,7 @@ Result<std::shared_ptr<ClientConnection>> Client::connection_for(const Endpoint&
   const size_t per = options_.connections_per_endpoint;
   const size_t here = io_.current_index();  // io_.size() outside the pool
   std::lock_guard lock(mu_);
+  if (shut_) return error(Code::kDisconnected, "call to {}: the client is shut down", ep.to_string());
   if (!channels_.contains(ep)) sweep_channels_locked();
   Channel& ch = channels_[ep];
   if (ch.conns.empty()) {
@@ -150,6 +161,7 @@ thread_local std::vector<SyncSlot> t_sync_slots;
 Result<RawResponse> Client::call_blocking(const Endpoint& ep, MethodId method, const std::string& body,
                                           std::span<std::byte> response_payload, uint32_t timeout_ms) {
   WEFT_ASSERT_MSG(IoPool::current_context() == nullptr, "call_blocking on an I/O thread would stall its loop");
+  if (shut_) return error(Code::kDisconnected, "call to {}: the client is shut down", ep.to_string());
   auto& slots = t_sync_slots;
   const uint64_t generation = generation_.load(std::memory_order_relaxed);
   auto it = std::find_if(slots.begin(), slots.end(), [&](const SyncSlot& s) {

@@ -165,6 +165,9 @@ class Client {
   const ClientOptions& options() const { return options_; }
   // Closes every connection; in-flight calls fail with kDisconnected.
   void close_all();
+  // close_all(), and every later call fails at once with kDisconnected: for
+  // an owner about to be destroyed whose coroutines may still be calling.
+  void shut_down();
   size_t channel_count();  // for tests: endpoints with state here
 
  private:
@@ -193,6 +196,7 @@ class Client {
   // gone are never used again (they are dropped on the thread's next miss).
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);
   std::atomic<uint64_t> generation_{0};  // close_all() retires every per-thread channel
+  std::atomic<bool> shut_{false};        // shut_down(): no call gets a connection any more
 };
 
 }  // namespace weft::rpc

@@ -202,6 +202,10 @@ Task<Result<pb::RepairChunkReply>> StorageService::repair_chunk(const pb::Repair
     asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::milliseconds(300));
     co_await timer.async_wait(use_nothrow);
   }
+  while (WEFT_FAULT("storage.repair.hold_locked") && !stopping_) {  // tests: a head that does not answer
+    asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::milliseconds(20));
+    co_await timer.async_wait(use_nothrow);
+  }
   StatJob stat{&p.target->engine(), id};
   auto want = co_await pool_.run(stat);
   if (!want)

@@ -96,19 +96,30 @@ StorageService::StorageService(rpc::IoPool& io, StorageServiceOptions options, s
 
 StorageService::~StorageService() {
   stop();
+  // The background coroutines (repairs, reconciles, resyncs, the replica
+  // check) use this object's members until they end: their calls to peers are
+  // cut now (one stuck on a peer that does not answer would wait its whole
+  // timeout), and they are waited for, however long that takes.
+  client_.shut_down();
+  for (int i = 1; background_busy(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (i % 2000 == 0) WEFT_LOG_WARN("{}: still waiting for repairs, resyncs or checks to end", options_.name);
+  }
   registry_.remove_callbacks(this);
   pool_.stop();
+}
+
+bool StorageService::background_busy() {
+  std::scoped_lock lock(repairs_.mu, reconciles_.mu);
+  return resyncs_running_.load() > 0 || repairs_.worker || reconciles_.worker || replica_check_running_.load();
 }
 
 void StorageService::stop() {
   stopping_ = true;
   stray_->stop();
   for (auto& [id, scrubber] : scrubbers_) scrubber->stop();
-  auto busy = [this] {
-    std::scoped_lock lock(repairs_.mu, reconciles_.mu);
-    return resyncs_running_.load() > 0 || repairs_.worker || reconciles_.worker || replica_check_running_.load();
-  };
-  for (int i = 0; i < 3000 && busy(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  // The background coroutines end at their next step; the destructor waits
+  // for them (a wait here would not help one stuck on a peer).
 }
 
 StorageTarget* StorageService::target(mgmt::TargetId id) {

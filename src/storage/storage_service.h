@@ -277,7 +277,9 @@ class StorageService {
   void register_methods(rpc::Server& server);
   // Hook for the mgmtd client: a local syncing target was brought up to date.
   void set_sync_listener(SyncListener listener);
-  // Stops resyncs and waits for them (bounded); call before destroying.
+  // Tells resyncs, repairs, reconciles and the replica check to stop (they
+  // end at their next step) and stops the scrubbers and the stray sweep; the
+  // destructor cuts their calls to peers and waits for them.
   void stop();
 
   StorageTarget* target(mgmt::TargetId id);
@@ -464,6 +466,8 @@ class StorageService {
   std::map<ResyncKey, std::shared_ptr<Delivered>> delivered_;                   // GUARDED_BY(mu_): running
   std::atomic<size_t> resyncs_running_{0};
   std::atomic<bool> stopping_{false};
+  // A repair, reconcile or resync worker or the replica check still runs.
+  bool background_busy();
   // Repairs to make (repair.cc). Invariant: a key is in `queued` iff it is in
   // `todo` or being repaired; `worker` iff a repair_worker runs.
   using RepairKey = std::pair<mgmt::TargetId, ChunkId>;

@@ -1654,6 +1654,25 @@ TEST_F(StorageServiceTest, AWriteRacingARepairIsNeverRolledBack) {
   }
 }
 
+// A server destroyed while its repair waits on a head that does not answer
+// (forward timeout 40 s): the repair's call is cut and the repair ends before
+// the service's members go (it used to wait 15 s, then free them under the
+// still-waiting repair, which touched them when the call ended).
+TEST_F(StorageServiceTest, AServiceDestroyedWhileItsRepairWaitsOnAPeerCutsTheCallAndWaitsForTheRepair) {
+  ChunkId id{13, 0};
+  start(2, 0, /*forward_timeout_ms=*/40000);
+  route({0, 1}, 1);
+  ASSERT_TRUE(write(0, 1, id, 0, pattern(8192, 18)).has_value());
+  ASSERT_NO_FATAL_FAILURE(corrupt(1, id, 100));
+  fault::Scope hold("storage.repair.hold_locked");
+  EXPECT_EQ(read(1, 1, id).result.code(), static_cast<uint32_t>(Code::kCorruption));
+  for (int i = 0; i < 500 && hold.triggered() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_GT(hold.triggered(), 0) << "the repair did not reach the head";
+  auto t0 = std::chrono::steady_clock::now();
+  nodes_[1].reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << "the repair's call was not cut";
+}
+
 // A repair never moves a replica backwards: a repair of a version the
 // replica no longer has committed is refused there (it moved on), whatever
 // the sender.
