@@ -256,16 +256,18 @@ void serve_meta(const std::string& config_path, bool accept_store_change) {
     // been cut off from its clients too: their read holds lapsed here
     // meanwhile, so it waits for their renewals before it collects again
     // (meta/read_holds.h).
-    hooks.pending = [s, client = (*membership)->client.get(), gaps = uint64_t{0}](
-                        size_t limit, std::optional<meta::Ino> after) mutable -> Result<std::vector<meta::GcItem>> {
-      if (!client->lease().can_serve_writes()) return std::vector<meta::GcItem>{};
+    // (Refused passes keep the files' back-off: an empty answer of
+    // `pending` would say the queue was empty and drop it.)
+    hooks.may_run = [s, client = (*membership)->client.get(), gaps = uint64_t{0}]() mutable {
+      if (!client->lease().can_serve_writes()) return false;
       if (uint64_t now = client->lease().gaps(); now != gaps) {
         gaps = now;
         s->read_holds().restart_window();
-        return std::vector<meta::GcItem>{};
+        return false;
       }
-      return s->gc_pending(limit, after);
+      return true;
     };
+    hooks.pending = [s](size_t limit, std::optional<meta::Ino> after) { return s->gc_pending(limit, after); };
     // Not while a reader may still have the file open (meta/read_holds.h).
     hooks.may_collect = [s](const meta::GcItem& item) {
       return s->read_holds().may_collect(item.ino, item.inode.ctime_ns);

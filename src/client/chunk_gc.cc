@@ -102,6 +102,7 @@ void ChunkGc::stop() {
 }
 
 Result<ChunkGc::Pass> ChunkGc::collect_once() {
+  if (hooks_.may_run && !hooks_.may_run()) return Pass{.queue_end = true};  // not now: the next pass asks again
   WEFT_RETURN_IF_ERROR(storage_->start());
   auto routing = storage_->routing().current();
   const TimePoint now = clock_.now();

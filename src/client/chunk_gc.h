@@ -41,6 +41,11 @@ struct ChunkGcHooks {
   // the next pass that reaches it (meta: a reader may still have it open,
   // meta/read_holds.h).
   std::function<bool(const meta::GcItem&)> may_collect;
+  // Whether a pass may run now (unset: always). A pass it refuses asks
+  // nothing, removes nothing and keeps every file's back-off (meta: not
+  // without a lease from mgmtd). An empty `pending` answer, by contrast,
+  // says no file is queued there.
+  std::function<bool()> may_run;
 };
 
 struct ChunkGcOptions {

@@ -693,6 +693,40 @@ TEST_F(ChunkGcTest, AFailingFileWaitsItsBackOffDoublingUpToTheCap) {
   EXPECT_EQ(gc.files_in_backoff(), 0u) << "the entry of a file meta no longer hands out is dropped";
 }
 
+// A pass that may not run (meta without a lease) asks nothing and keeps the
+// files' back-off: it used to be told "nothing queued" and forget it, so a
+// file failing for long was tried again at once after every lease gap.
+TEST_F(ChunkGcTest, APassThatMayNotRunKeepsTheBackOff) {
+  TestQueue queue;
+  queue.items = {failing_file(100)};
+  ManualClock clock;
+  bool may = true;
+  int asked = 0;
+  client::ChunkGcHooks hooks = queue.hooks();
+  auto pending = hooks.pending;
+  hooks.pending = [&](size_t limit, std::optional<meta::Ino> after) {
+    ++asked;
+    return pending(limit, after);
+  };
+  hooks.may_run = [&] { return may; };
+  client::ChunkGc gc({rpc::Endpoint{"127.0.0.1", cluster_.mgmtd_port()}}, gc_rpc_options(), hooks,
+                     {.backoff_first = 4s, .backoff_max = 4s}, clock);
+  ASSERT_TRUE(gc.collect_once().has_value());
+  ASSERT_EQ(gc.files_in_backoff(), 1u);
+  may = false;
+  const int asked_before = asked;
+  auto refused = gc.collect_once();
+  ASSERT_TRUE(refused.has_value()) << refused.error();
+  EXPECT_EQ(refused->taken, 0u);
+  EXPECT_EQ(asked, asked_before) << "the queue was asked for";
+  EXPECT_EQ(gc.files_in_backoff(), 1u) << "the back-off was dropped";
+  may = true;
+  auto again = gc.collect_once();
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->taken, 1u);
+  EXPECT_EQ(again->waiting, 1u) << "tried again before its back-off ended";
+}
+
 // Files that stay queued are logged when one starts to fail, else at most
 // once a minute: not at every try of the same files.
 TEST_F(ChunkGcTest, FilesThatKeepFailingAreNotLoggedAtEveryTry) {
