@@ -57,9 +57,22 @@ void ClientLease::stop() {
 
 Duration ClientLease::renew() {
   auto granted = heartbeat();
-  if (granted && *granted > Duration::zero()) return *granted / 3;
-  if (!granted) WEFT_LOG_DEBUG("client {:016x}: lease heartbeat: {}", client_id_, granted.error());
-  return granted ? Duration(kDefaultInterval) : Duration(kRetryInterval);
+  if (granted) {
+    if (failures_in_a_row_ > 0)
+      WEFT_LOG_INFO("client {:016x}: lease at mgmtd renewed again after {} failed heartbeats", client_id_,
+                    failures_in_a_row_);
+    failures_in_a_row_ = 0;
+    return *granted > Duration::zero() ? *granted / 3 : Duration(kDefaultInterval);
+  }
+  // Said aloud (a line a minute): once the lease runs out, meta closes this
+  // client's write sessions as a dead client's, and its writes then fail
+  // with EBADF; the log is where the user learns why.
+  ++failures_in_a_row_;
+  if (auto held = failure_log_.admit())
+    WEFT_LOG_WARN("client {:016x}: lease heartbeat to mgmtd failed ({} in a row): {}; if this lasts past the lease, "
+                  "meta closes this client's files open for writing{}",
+                  client_id_, failures_in_a_row_, granted.error(), LogThrottle::held_back(*held));
+  return Duration(kRetryInterval);
 }
 
 }  // namespace weft::client

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/log_throttle.h"
 #include "common/periodic.h"
 #include "common/status.h"
 #include "mgmt/mgmt_rpc.h"
@@ -51,6 +52,8 @@ class ClientLease {
   const uint64_t client_id_;
   const std::string label_;
   std::atomic<uint64_t> heartbeats_ok_{0};
+  uint64_t failures_in_a_row_ = 0;  // on the renewal thread only
+  LogThrottle failure_log_{std::chrono::minutes(1)};
 
   std::optional<PeriodicThread> thread_;  // from start()
 };

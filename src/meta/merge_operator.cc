@@ -19,7 +19,14 @@ namespace {
 // (ctime takes the maximum: no call sets it, and the inode record's ctime,
 // which other changes move, counts too: txn.h apply_dir_stat.)
 constexpr int64_t kStepBackNs = 10'000'000'000;
-int64_t changed_time(int64_t acc, int64_t next) { return next < acc - kStepBackNs ? next : std::max(acc, next); }
+// (`acc - kStepBackNs` would overflow for an mtime set near INT64_MIN:
+// compared as next + kStepBackNs < acc, which cannot overflow for a change's
+// clock reading, and is checked for any other.)
+int64_t changed_time(int64_t acc, int64_t next) {
+  int64_t next_ahead = 0;
+  const bool behind = !__builtin_add_overflow(next, kStepBackNs, &next_ahead) && next_ahead < acc;
+  return behind ? next : std::max(acc, next);
+}
 
 // The two merged value kinds: how to read, combine and write them.
 struct DirStatValue {
