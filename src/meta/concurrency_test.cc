@@ -246,6 +246,36 @@ TEST_F(ConcurrencyTest, RenamesOverHardLinksOfEachOthersInodesDoNotDeadlock) {
       << "transactions aborted by deadlock detection (or lock timeouts)";
 }
 
+// rename("a/x", "a"), rename("a", "a/y") and link(a, a, "x") hold a shared
+// lock on a and used to take a's inode exclusively before they refused:
+// two at once each waited for the other's shared lock (a deadlock, broken by
+// aborting one and retrying it). They answer from the entries now.
+TEST_F(ConcurrencyTest, RefusedRenamesAndLinksOfADirectoryIntoItselfDoNotDeadlock) {
+  const Ino a = mkdir("a");
+  create("x", a);
+  const uint64_t retries = registry_.counter("weft_meta_commit_retries_total", "").value();
+  constexpr int kRounds = 200;
+  std::atomic<int> wrong{0};
+  auto expect = [&](const Result<void>& r, Code code) {
+    if (r || r.error().code() != code) wrong.fetch_add(1);
+  };
+  auto worker = [&] {
+    for (int i = 0; i < kRounds; ++i) {
+      expect(s().rename(root(), a, "x", kRootIno, "a"), Code::kNotEmpty);
+      expect(s().rename(root(), a, "x", kRootIno, "a", RenameFlags::kExchange), Code::kInvalidArgument);
+      expect(s().rename(root(), kRootIno, "a", a, "y"), Code::kInvalidArgument);
+      auto linked = s().link(root(), a, a, "self");
+      expect(linked ? Result<void>{} : Result<void>(std::unexpected(linked.error())), Code::kNotPermitted);
+    }
+  };
+  std::thread t1(worker), t2(worker);
+  t1.join();
+  t2.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(registry_.counter("weft_meta_commit_retries_total", "").value(), retries)
+      << "transactions aborted by deadlock detection (or lock timeouts)";
+}
+
 class DurableTest : public StoreTest {
  protected:
   StoreOptions options() override {

@@ -76,6 +76,15 @@ Result<void> MetaStore::do_rename(Txn& txn, const Context& ctx, Ino sp, std::str
   if (exchange && !dd) return error(Code::kNotFound, "no '{}' in directory {}", dn, dp);
   if (dd && noreplace) return error(Code::kExists, "'{}' exists in {}", dn, dp);
   if (dd && dd->ino == sd->ino) return {};  // same inode (itself or a hard link): nothing to do
+  // The source's directory as the target (rename("a/x", "a")) or the source
+  // as the target's directory (rename("a", "a/y")): step 3's answers, known
+  // from the entries alone, given before the inode locks below, which would
+  // upgrade the shared lock this transaction holds on that directory (two
+  // such renames at once deadlocked, and were aborted and retried).
+  if (dd && dd->ino == sp)
+    return exchange ? error(Code::kInvalidArgument, "'{}' is an ancestor of '{}'", dn, sn)
+                    : error(Code::kNotEmpty, "'{}' is an ancestor of '{}'", dn, sn);
+  if (sd->ino == dp) return error(Code::kInvalidArgument, "cannot move '{}' into itself", sn);
   // The two inodes in inode order: by their names' order, two renames whose
   // names are hard links of each other's inodes took them in opposite
   // orders (a deadlock, broken by aborting one, over and over).
