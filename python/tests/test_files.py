@@ -275,6 +275,15 @@ def test_path_mutations_go_where_the_path_leads_after_another_client_moved_a_dir
     client.rmtree(f"{root}/a/b")
     assert not other.exists(f"{root}/a/b")
     assert sorted(other.listdir(f"{root}/a.old11/b")) == ["c10", "n"], "emptied the moved tree"
+    # What the cached check saw is a directory; what is there now, a file.
+    client.makedirs(f"{root}/a2/b")
+    client.write_file(f"{root}/a2/b/c", b"x")  # caches "a2" and "b"
+    other.rename(f"{root}/a2", f"{root}/a2.old")
+    other.makedirs(f"{root}/a2")
+    other.write_file(f"{root}/a2/b", b"a file")
+    with pytest.raises(NotADirectoryError):
+        client.rmtree(f"{root}/a2/b")
+    assert other.read_file(f"{root}/a2/b") == b"a file"
 
 
 def test_write_file_with_data_it_cannot_take_leaves_the_file(client, root):

@@ -639,7 +639,10 @@ class Client:
         # replaced by a symlink meanwhile is not followed, one moved away is
         # not reached through the old path. The walk goes on past an error
         # and raises the first one at the end.
-        self.native.remove_tree(p.rstrip(b"/") or b"/")
+        # With a trailing '/': the checks above took the cached way, and the
+        # name may be a file or a symlink by now (another client): named as
+        # a directory, remove_tree looks at it afresh and refuses one.
+        self.native.remove_tree(p.rstrip(b"/") + b"/")
 
     def rename(self, src, dst, *, exchange: bool = False, noreplace: bool = False) -> None:
         """Renames src to dst, replacing dst (a file, or an empty directory)

@@ -378,16 +378,21 @@ struct FakeServer {
     argv.push_back(nullptr);
     pid = ::fork();
     if (pid == 0) {
+      ::setpgid(0, 0);  // a group of its own: the destructor kills the script's sleep too
       if (::chdir(dir.c_str()) == 0) ::execv("/bin/sh", argv.data());  // argv made before the fork
       ::_exit(127);
+    }
+    if (pid > 0) {
+      ::setpgid(pid, pid);  // here too: whichever runs first
+      group = pid;
     }
   }
   bool running() const { return pid > 0 && ::kill(pid, 0) == 0 && ::waitpid(pid, nullptr, WNOHANG) == 0; }
   ~FakeServer() {
-    if (pid <= 0) return;  // never kill(-1): that is every process
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
+    if (group > 0) ::kill(-group, SIGKILL);  // the group outlives its leader's pid: never reused meanwhile
+    if (pid > 0) ::waitpid(pid, nullptr, 0);  // never kill(-1) or wait(-1): every process
   }
+  pid_t group = -1;
 };
 
 // kill_role signals only the server `weft up` started for this cluster's
@@ -461,11 +466,13 @@ TEST(W3, ThePageCacheDropsAreNotInTheRate) {
   FakeTarget t("directory", Cluster::kNone);
   t.fs.drop_takes = std::chrono::milliseconds(5);
   Options o = small();
+  o.files = 200;  // ~0.5 s of drops per reader: their uneven split stays small beside it
   bench::Run r = t.run("W3", o);
   EXPECT_EQ(r.errors, 0u) << notes(r);
   EXPECT_GE(t.fs.drops.load(), o.files);
   EXPECT_LT(r.figures.at("latency_p50_ms"), 2.5);
-  EXPECT_GT(r.figures.at("files_per_s"), 10 * o.readers / 0.005) << "the drops' time counted";
+  // With the drops counted the rate is at most readers / 5 ms = 400 files/s.
+  EXPECT_GT(r.figures.at("files_per_s"), 3 * o.readers / 0.005) << "the drops' time counted";
 }
 
 TEST(W3, AFileLongerThanExpectedFailsVerification) {

@@ -68,6 +68,15 @@ class WatchImpl final : public ClusterWatch {
 
 namespace {
 
+// Whether `pid` is the server `weft up` started for `role` of DATA_DIR.
+bool is_role_process(pid_t pid, const std::string& data_dir, const std::string& role) {
+  std::error_code ec;
+  std::string dir = std::filesystem::weakly_canonical(std::filesystem::absolute(data_dir, ec), ec).string();
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  const std::string kind = role.starts_with("storage-") ? "storage" : role;
+  return is_server_process(pid, kind, dir + "/conf/" + role + ".toml");
+}
+
 // The live pid of `role` from DATA_DIR/run/<role>.pid, checked to be the
 // server `weft up` started for it (`... serve KIND --config
 // DATA_DIR/conf/<role>.toml`, DATA_DIR absolute as `weft up` writes it): the
@@ -82,11 +91,7 @@ Result<pid_t> role_pid(const std::string& data_dir, const std::string& role) {
   } catch (...) {
     return error(Code::kInvalidArgument, "{}: not a pid: {}", pid_file, text);
   }
-  std::error_code ec;
-  std::string dir = std::filesystem::weakly_canonical(std::filesystem::absolute(data_dir, ec), ec).string();
-  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  const std::string kind = role.starts_with("storage-") ? "storage" : role;
-  if (!is_server_process(pid, kind, dir + "/conf/" + role + ".toml")) {
+  if (!is_role_process(pid, data_dir, role)) {
     std::string cmdline;
     for (const auto& a : proc_cmdline(pid)) cmdline += (cmdline.empty() ? "" : " ") + a;
     return error(Code::kNotFound, "{}: pid {} is not {} of this cluster (cmdline '{}')", pid_file, pid, role, cmdline);
@@ -152,14 +157,16 @@ class ControlImpl final : public ClusterControl {
     WEFT_TRY(pid_t pid, role_pid(data_dir_, "meta"));
     if (::kill(pid, SIGTERM) != 0) return errno_error(errno, fmt::format("kill -TERM {} (meta)", pid));
     std::string how = "SIGTERM";
+    // Checked at every look, not by pid alone: once it exited, its pid may be another process's.
+    auto still = [&] { return is_role_process(pid, data_dir_, "meta"); };
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (pid_running(pid) && std::chrono::steady_clock::now() < until)
+    while (still() && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (pid_running(pid)) {
+    if (still()) {
       ::kill(pid, SIGKILL);
       how = "SIGKILL after 30 s";
       until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (pid_running(pid) && std::chrono::steady_clock::now() < until)
+      while (still() && std::chrono::steady_clock::now() < until)
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     std::string log = data_dir_ + "/logs/bench-up.log";

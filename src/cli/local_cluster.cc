@@ -466,10 +466,16 @@ Result<void> Runner::start(const Role& r) {
     // Unrecorded, `weft down` could not find it (and the next `up` would find
     // its port taken): it is stopped here instead.
     ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
+    // Bounded, as `weft down`'s: a child stuck in the kernel on a failing
+    // disk may not die at once.
+    bool reaped = false;
+    for (auto until = Clock::now() + 5s; !reaped && Clock::now() < until; std::this_thread::sleep_for(20ms))
+      reaped = ::waitpid(pid, nullptr, WNOHANG) == pid;
     children_.erase(pid);
     st.pid.reset();
-    return error(written.error().with_context(fmt::format("{}: its pid file (the server was stopped)", r.name)));
+    return error(written.error().with_context(
+        fmt::format("{}: its pid file ({})", r.name,
+                    reaped ? "the server was stopped" : fmt::format("pid {} still running after SIGKILL", pid))));
   }
   return {};
 }
@@ -715,9 +721,13 @@ Result<void> Runner::mount() {
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     return error(Code::kIoError, "weft mount {} {}; see {}{}", path, describe_wait_status(status), log, log_tail(log));
   if (auto written = write_text(L_.mount_file(), path + "\n"); !written) {
-    // Unrecorded, `weft down` would not unmount it: undone here.
-    (void)run_and_wait({"fusermount3", "-u", path}, log, 10s);
-    return error(written.error().with_context(fmt::format("mount {}: its record (unmounted again)", path)));
+    // Unrecorded, `weft down` would not unmount it: undone here, as down does.
+    auto rc = run_and_wait({"fusermount3", "-u", path}, log, 10s);
+    if (!rc || *rc != 0 || is_mounted(path)) rc = run_and_wait({"fusermount3", "-uz", path}, log, 10s);
+    const bool undone = rc && *rc == 0 && !is_mounted(path);
+    return error(written.error().with_context(
+        fmt::format("mount {}: its record ({})", path,
+                    undone ? "unmounted again" : "could not unmount it either: fusermount3 -u " + path)));
   }
   mounted_ = path;
   return {};

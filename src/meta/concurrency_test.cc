@@ -249,9 +249,10 @@ TEST_F(ConcurrencyTest, RenamesOverHardLinksOfEachOthersInodesDoNotDeadlock) {
 // rename("a/x", "a"), rename("a", "a/y") and link(a, a, "x") hold a shared
 // lock on a and used to take a's inode exclusively before they refused:
 // two at once each waited for the other's shared lock (a deadlock, broken by
-// aborting one and retrying it). They answer from the entries now.
+// aborting one and retrying it); so did link(a, b, "x") beside
+// link(b, a, "y"). They answer from the entries and the type now.
 TEST_F(ConcurrencyTest, RefusedRenamesAndLinksOfADirectoryIntoItselfDoNotDeadlock) {
-  const Ino a = mkdir("a");
+  const Ino a = mkdir("a"), b = mkdir("b");
   create("x", a);
   const uint64_t retries = registry_.counter("weft_meta_commit_retries_total", "").value();
   constexpr int kRounds = 200;
@@ -264,8 +265,10 @@ TEST_F(ConcurrencyTest, RefusedRenamesAndLinksOfADirectoryIntoItselfDoNotDeadloc
       expect(s().rename(root(), a, "x", kRootIno, "a"), Code::kNotEmpty);
       expect(s().rename(root(), a, "x", kRootIno, "a", RenameFlags::kExchange), Code::kInvalidArgument);
       expect(s().rename(root(), kRootIno, "a", a, "y"), Code::kInvalidArgument);
-      auto linked = s().link(root(), a, a, "self");
-      expect(linked ? Result<void>{} : Result<void>(std::unexpected(linked.error())), Code::kNotPermitted);
+      for (auto [dir, into] : {std::pair{a, a}, std::pair{a, b}, std::pair{b, a}}) {
+        auto linked = s().link(root(), dir, into, "link");
+        expect(linked ? Result<void>{} : Result<void>(std::unexpected(linked.error())), Code::kNotPermitted);
+      }
     }
   };
   std::thread t1(worker), t2(worker);

@@ -291,10 +291,15 @@ Result<Inode> MetaStore::link(const Context& ctx, Ino ino, Ino parent_ino, std::
   return to_inode(mutate(Op::kLink, ctx, [&](Txn& txn) -> Result<Reply> {
     WEFT_RETURN_IF_ERROR(check_name(name));
     WEFT_TRY(Inode parent, lock_free_name(txn, ctx, parent_ino, name, "link"));
-    // A directory is refused before its inode is locked: as the parent too
-    // (link(a, a, "x")), that lock would upgrade the shared one just taken.
-    // An inode's type never changes, so the unlocked read decides it.
-    if (ino == parent_ino) return error(Code::kNotPermitted, "hard link to directory {}", ino);
+    // A directory is refused before its inode is locked exclusively: as the
+    // parent (link(a, a, "x")) that lock would upgrade the shared one just
+    // taken, and link(a, b, "x") beside link(b, a, "y") would each wait for
+    // the other's. An inode's type never changes: the unlocked read decides.
+    WEFT_TRY(auto raw_target, txn.get_raw(key::inode(ino)));
+    if (raw_target) {
+      WEFT_TRY(Inode peek, decode_inode(*raw_target));
+      if (peek.is_dir()) return error(Code::kNotPermitted, "hard link to directory {}", ino);
+    }
     WEFT_TRY(Inode target, txn.lock_existing(ino, true));
     if (target.is_dir()) return error(Code::kNotPermitted, "hard link to directory {}", ino);
     if (target.nlink == 0) return error(Code::kNotFound, "inode {} was unlinked", ino);

@@ -70,7 +70,7 @@ void StorageService::request_repair(mgmt::TargetId t, const ChunkId& id) {
   const auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard lock(repairs_.mu);
-    // Under the lock: stop() waits for a worker it sees, and sees one started here.
+    // Under the lock: the destructor waits for a worker it sees, and sees one started here.
     if (stopping_ || repairs_.queued.contains(key)) return;
     auto failed = repairs_.not_before.find(key);
     if (failed != repairs_.not_before.end()) {

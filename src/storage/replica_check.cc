@@ -184,7 +184,7 @@ void StorageService::start_replica_check() {
   asio::co_spawn(io_.next(), replica_check_loop(), asio::detached);
 }
 
-// Sleeps in slices so that stop() cuts the wait short.
+// Sleeps in slices so that stop() cuts the wait short (the destructor waits for the loop).
 Task<void> StorageService::replica_check_loop() {
   asio::steady_timer timer(co_await asio::this_coro::executor);
   auto next = std::chrono::steady_clock::now() + options_.replica_check_interval;

@@ -222,7 +222,7 @@ Task<void> StorageService::resync(mgmt::ChainId chain, mgmt::ChainVersion versio
   resyncs_running_--;
 }
 
-// Sleeps in slices so that stop() (which waits a bounded time for resyncs)
+// Sleeps in slices so that stop() (the destructor then waits for resyncs)
 // and a routing change (the chain may have moved on, or healed) cut it short.
 Task<void> StorageService::resync_pause(std::chrono::milliseconds delay) {
   const auto until = std::chrono::steady_clock::now() + delay;

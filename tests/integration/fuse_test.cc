@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <grp.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <linux/fs.h>
 #include <stdio.h>
@@ -2174,6 +2175,22 @@ int threads_named(pid_t pid, const std::string& name) {
   return n;
 }
 
+// Whether every thread of `pid` is stopped (state T): a SIGSTOP takes effect
+// when each thread next handles it, which on a loaded machine can be after
+// the sender went on.
+bool all_threads_stopped(pid_t pid) {
+  std::error_code ec;
+  int threads = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::ifstream in(task.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto close = stat.rfind(')');
+    if (close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] != 'T') return false;
+    ++threads;
+  }
+  return !ec && threads > 0;
+}
+
 // With max_threads above libfuse's default of 10 workers, that many
 // requests are served at once: with meta paused, 24 lookups wait in the
 // daemon together, each on a worker of its own (named "weft-fuse"), and
@@ -2220,6 +2237,10 @@ TEST_F(FuseTest, MaxThreadsServesMoreThanTenRequestsAtOnce) {
     ~Waiters() { resume_and_reap(); }
   } waiters{meta, {}, {}};
   ASSERT_EQ(::kill(meta, SIGSTOP), 0);
+  // Not before meta really stopped: under load it answered the first few
+  // lookups, whose workers were then free for the next ones, and fewer than
+  // 24 were ever busy at once (seen 1 run in 10 beside python_tests).
+  ASSERT_TRUE(eventually([&] { return all_threads_stopped(meta); }, 10s)) << "meta did not stop";
   for (int i = 0; i < kWaiters; ++i) {
     std::string missing = there + "/d" + std::to_string(i) + "/missing";
     pid_t child = ::fork();
@@ -2236,10 +2257,28 @@ TEST_F(FuseTest, MaxThreadsServesMoreThanTenRequestsAtOnce) {
   // reached a worker (the kernel's stack of each: root reads it).
   std::string where;
   if (!together) {
-    for (pid_t child : waiters.children) {
-      std::ifstream in("/proc/" + std::to_string(child) + "/stack");
-      std::string frames((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      where += "child " + std::to_string(child) + ":\n" + frames;
+    auto read_all_of = [](const std::string& path) {
+      std::ifstream in(path);
+      return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    };
+    for (size_t i = 0; i < waiters.children.size(); ++i) {
+      const pid_t child = waiters.children[i];
+      int status = 0;
+      if (::waitpid(child, &status, WNOHANG) == child) {  // done before meta ran again: how?
+        where += fmt::format("child {}: exited, status {:#x}\n", child, status);
+        waiters.children[i] = -1;
+        continue;
+      }
+      std::string stat = read_all_of("/proc/" + std::to_string(child) + "/stat");
+      where += fmt::format("child {}: {}\n{}", child, stat.substr(stat.rfind(')') + 1, 3),
+                           read_all_of("/proc/" + std::to_string(child) + "/stack"));
+    }
+    std::error_code ec;
+    for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(wide.pid) + "/task", ec)) {
+      std::string comm = read_all_of((task.path() / "comm").string());
+      std::string stack = read_all_of((task.path() / "stack").string());
+      where += fmt::format("daemon thread {} {}{}", task.path().filename().string(), comm,
+                           stack.substr(0, std::min<size_t>(stack.size(), 300)));
     }
   }
   waiters.resume_and_reap();
