@@ -229,8 +229,9 @@ std::vector<ChunkGc::Outcome> ChunkGc::remove_chunks(const std::vector<meta::GcI
     files[k] = FileChunks{items[k].ino, layout.chunk_bytes, std::move(*stripe)};
     // A file of fewer chunks than its stripe has chains (a dataset's small
     // files): one removal per chunk meta knows, fewer calls than one
-    // RemoveRange per chain. Chunks a dead writer sent past that length are
-    // then the orphan sweep's (the inode is gone).
+    // RemoveRange per chain. A file whose last writer died is queued by
+    // meta's session reaper as reaching every chain (MetaStore::close_dead),
+    // so what that writer stored past its reports goes by range too.
     const uint64_t known = meta::chunk_count(items[k].inode.size, layout.chunk_bytes);
     const std::vector<mgmt::ChainId> chains = distinct_chains(files[k].stripe);
     std::vector<Call> mine;

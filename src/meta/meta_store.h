@@ -264,6 +264,13 @@ class MetaStore {
   // session reaper drops only sessions of clients without a lease). See
   // service.cc (Run::kInlineUnsynced) for the other closes.
   Result<void> close(const Context& ctx, Ino ino, uint64_t session_id);
+  // The session reaper's close of a dead writer's session (as root): as
+  // close(), except that an unlinked file it takes with it is queued for GC
+  // as reaching every chain of its stripe whatever its length. The writer
+  // may have stored chunks past the length it reported (or reported none):
+  // the GC then removes by range on every chain (client/chunk_gc.h), not
+  // only the chunks of the known length.
+  Result<void> close_dead(Ino ino, uint64_t session_id);
   // A writer reports the highest offset written after writing; the length
   // only grows, and mtime and ctime become now. A caller other than root
   // drops the file's setuid (and group-executable setgid), as a write does.
@@ -400,10 +407,11 @@ class MetaStore {
   // lookup's reads, at `snapshot` or (null) each at the latest state.
   Result<Inode> lookup_at(const Context& ctx, Ino parent_ino, std::string_view name,
                           const rocksdb::Snapshot* snapshot);
-  Result<void> close_session(const Context& ctx, Ino ino, uint64_t session_id);
+  Result<void> close_session(const Context& ctx, Ino ino, uint64_t session_id, bool writer_gone = false);
   // Inside a mutation: ends write session `session_id` of `n` (locked) after
   // checking its caller; the last writer of an unlinked file destroys it.
-  Result<void> end_session(Txn& txn, const Context& ctx, Inode& n, uint64_t session_id);
+  // `writer_gone`: see close_dead.
+  Result<void> end_session(Txn& txn, const Context& ctx, Inode& n, uint64_t session_id, bool writer_gone = false);
   // A writer's length report applied to `n` (not written).
   Result<void> apply_length(const Context& ctx, Inode& n, uint64_t length) const;
   // report_length's body on `n` (locked) through session `session_id`: the

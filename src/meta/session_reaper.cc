@@ -66,7 +66,7 @@ Result<Reaped> reap_one(MetaStore& store, const SessionRef& s, const StoredEnd& 
     if (closed) return Reaped::kLengthened;
     if (round + 1 == kListRounds) return Reaped::kChanged;
   }
-  WEFT_RETURN_IF_ERROR(store.close(root, s.ino, s.session_id));
+  WEFT_RETURN_IF_ERROR(store.close_dead(s.ino, s.session_id));
   return Reaped::kClosed;
 }
 

@@ -81,11 +81,18 @@ Result<void> MetaStore::close(const Context& ctx, Ino ino, uint64_t session_id) 
   return {};
 }
 
-Result<void> MetaStore::close_session(const Context& ctx, Ino ino, uint64_t session_id) {
+Result<void> MetaStore::close_dead(Ino ino, uint64_t session_id) {
+  const Context root{Cred::root(), {}};
+  WEFT_RETURN_IF_ERROR(close_session(root, ino, session_id, /*writer_gone=*/true));
+  if (DeferSync* d = DeferSync::current()) d->set_must_wait();  // as close(): an unlinked file may go with it
+  return {};
+}
+
+Result<void> MetaStore::close_session(const Context& ctx, Ino ino, uint64_t session_id, bool writer_gone) {
   return to_void(mutate(Op::kClose, ctx, [&](Txn& txn) -> Result<Reply> {
     WEFT_TRY(auto n, txn.lock_inode(ino, true));
     if (!n) return error(Code::kBadHandle, "no inode {} for session {}", ino, session_id);
-    WEFT_RETURN_IF_ERROR(end_session(txn, ctx, *n, session_id));
+    WEFT_RETURN_IF_ERROR(end_session(txn, ctx, *n, session_id, writer_gone));
     return Reply{};
   }));
 }
@@ -224,7 +231,8 @@ Result<bool> MetaStore::close_dead_session(Ino ino, uint64_t session_id, uint64_
 
 // Deletes the session; the last writer of an unlinked file takes the inode
 // with it (its chunks queued for GC). `n` is the session's inode, locked.
-Result<void> MetaStore::end_session(Txn& txn, const Context& ctx, Inode& n, uint64_t session_id) {
+Result<void> MetaStore::end_session(Txn& txn, const Context& ctx, Inode& n, uint64_t session_id,
+                                    bool writer_gone) {
   const Ino ino = n.ino;
   WEFT_TRY(auto s, txn.lock_raw(key::session(ino, session_id), true));
   if (!s) return error(Code::kBadHandle, "no session {} on inode {}", session_id, ino);
@@ -237,6 +245,14 @@ Result<void> MetaStore::end_session(Txn& txn, const Context& ctx, Inode& n, uint
   // The queued ctime is when (read_holds.h: readers keep it that long).
   WEFT_RETURN_IF_ERROR(destroy_inode(txn, n));
   n.ctime_ns = now_ns();
+  if (writer_gone) {
+    // A length of one chunk per stripe slot: the GC removes by range on each
+    // of the stripe's chains (what a dead writer stored past its reports too).
+    Inode queued = n;
+    const uint64_t reach = uint64_t{std::max<uint32_t>(n.layout.stripe_count, 1)} * n.layout.chunk_bytes;
+    queued.size = std::max(queued.size, reach);
+    return txn.queue_chunk_gc(queued);
+  }
   return txn.queue_chunk_gc(n);
 }
 

@@ -26,6 +26,10 @@
 #include "cluster_fixture.h"
 #include "common/crash_child.h"
 #include "common/fault.h"
+#include "proto/storage.pb.h"
+#include "rpc/client.h"
+#include "rpc/io_pool.h"
+#include "storage/service_methods.h"
 #include "weft/client.h"
 
 namespace weft::testing {
@@ -208,6 +212,62 @@ TEST_F(ClientLeaseTest, ADeadWritersDataCountsOnceItsSessionIsReaped) {
   for (size_t i = 0; i < kDeadWriteBytes; ++i) same = same && back[kDeadWriteAt + i] == dead_writer_byte(i);
   EXPECT_TRUE(same) << "the dead writer's bytes";
   ASSERT_TRUE((*f)->close().has_value());
+}
+
+// The same dead writer, its file unlinked while it still had it open (never
+// a length reported: meta's length is 0): once the reaper closes the session
+// the file goes, and the chunk GC removes what the writer stored on every
+// chain of the stripe. Queued with its length (0: not queued at all; a small
+// one: only the chunks of that length), the chunks stayed for the orphan sweep.
+TEST_F(ClientLeaseTest, AnUnlinkedFileOfADeadWriterHasAllItsChunksRemoved) {
+#if !(defined(WEFT_FAULT_INJECTION) && WEFT_FAULT_INJECTION)
+  GTEST_SKIP() << "the dead writer needs fault injection (client.report_length.lost)";
+#endif
+  const std::string path = "/dead-unlinked";
+  const Cred& cred = client_->default_cred();
+  uint64_t acked = 0;
+  ASSERT_NO_FATAL_FAILURE(run_child_until_killed(
+      "DeadWriterChild.WritesPastTheLengthThenWaits", "WEFT_DEAD_WRITER_FD",
+      {{"WEFT_DEAD_WRITER_CONFIG", cluster_.dir().file("client.toml")}, {"WEFT_DEAD_WRITER_PATH", path}}, 1, &acked));
+  ASSERT_EQ(acked, 1u);
+  auto n = client_->resolve(cred, path);
+  ASSERT_TRUE(n) << n.error();
+  ASSERT_TRUE(client_->remove_path(cred, path).has_value());  // before the lease runs out: the reaper finds it unlinked
+  rpc::IoPool io(1);
+  rpc::Client lister(io, rpc::ClientOptions::in_cluster(cluster_.options().token, "lister"));
+  // Chunks of the file on every target of every chain (nullopt: a listing failed).
+  auto stored = [&]() -> std::optional<size_t> {
+    auto r = cluster_.routing();
+    if (!r) return std::nullopt;
+    size_t count = 0;
+    for (const auto& [cid, chain] : r->chains) {
+      for (const auto& e : chain.entries) {
+        auto address = r->target_address(e.target_id);
+        if (!address) return std::nullopt;
+        auto ep = rpc::Endpoint::parse(*address);
+        if (!ep) return std::nullopt;
+        proto::storage::ListChunksRequest req;
+        req.set_target_id(e.target_id);
+        req.set_chain_id(cid);
+        req.set_count_max(65536);
+        auto l = lister.call_blocking<proto::storage::ListChunksReply>(*ep, storage::methods::kListChunks, req, {}, 5000);
+        if (!l) return std::nullopt;
+        for (const auto& c : l->chunks()) count += c.chunk().inode() == n->ino ? 1 : 0;
+      }
+    }
+    return count;
+  };
+  auto before = stored();
+  ASSERT_TRUE(before.has_value());
+  ASSERT_GT(*before, 0u) << "the dead writer's chunks are on storage";
+  auto gone = [&] {
+    auto m = client_->getattr(cred, n->ino);
+    return !m && m.error().code() == Code::kNotFound;
+  };
+  EXPECT_TRUE(eventually(gone, 20s)) << "the reaper closed the session and the file went\n" << meta_->log();
+  EXPECT_TRUE(eventually([&] { return stored() == std::optional<size_t>(0); }, 30s))
+      << "chunks of the dead writer's unlinked file left on storage: " << stored().value_or(9999) << "\n"
+      << meta_->log();
 }
 
 // A close whose length report fails (meta or storage unreachable for the
