@@ -1,7 +1,10 @@
-"""Chunks a killed writer sent but never reported (the file's known length
-stays 0, so meta's chunk GC never looks for them) are removed by the storage
-servers' orphan sweep once meta no longer has the file. A cluster of its own:
-its servers run with [storage] orphan_grace_s = 10 and a quick session reaper."""
+"""Chunks nobody queued for meta's chunk GC are removed by the storage
+servers' orphan sweep once meta no longer has their file. Here a killed
+writer's (sent, never reported), with meta's queueing switched off by a fault
+point (meta.gc.queue_skip): meta's session reaper queues a dead writer's
+unlinked file for every chain now, and the GC would take them first. A
+cluster of its own: its servers run with [storage] orphan_grace_s = 10 and a
+quick session reaper."""
 
 import json
 import os
@@ -38,7 +41,11 @@ def test_killed_writers_chunks_go_once_the_file_is_gone(tmp_path):
         for name in ("storage-1", "storage-2", "meta"):
             os.kill(int((d / "run" / f"{name}.pid").read_text()), 15)
         time.sleep(2)
-        code, out = _run(up, timeout=180)
+        os.environ["WEFT_FAULTS"] = "meta.gc.queue_skip"  # the servers `up` starts inherit it
+        try:
+            code, out = _run(up, timeout=180)
+        finally:
+            del os.environ["WEFT_FAULTS"]
         assert code == 0, out
         config = str(d / "client.toml")
         writer = f"""
