@@ -68,14 +68,19 @@ class WatchImpl final : public ClusterWatch {
 
 namespace {
 
-// Whether `pid` is the server `weft up` started for `role` of DATA_DIR.
-bool is_role_process(pid_t pid, const std::string& data_dir, const std::string& role) {
-  std::error_code ec;
-  std::string dir = std::filesystem::weakly_canonical(std::filesystem::absolute(data_dir, ec), ec).string();
-  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  const std::string kind = role.starts_with("storage-") ? "storage" : role;
-  return is_server_process(pid, kind, dir + "/conf/" + role + ".toml");
-}
+// The server `weft up` starts for `role` of DATA_DIR: `serve KIND --config
+// DIR/conf/<role>.toml`, DIR absolute as `weft up` writes it.
+struct RoleServer {
+  std::string kind, config;
+  RoleServer(const std::string& data_dir, const std::string& role)
+      : kind(role.starts_with("storage-") ? "storage" : role) {
+    std::error_code ec;
+    std::string dir = std::filesystem::weakly_canonical(std::filesystem::absolute(data_dir, ec), ec).string();
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    config = dir + "/conf/" + role + ".toml";
+  }
+  bool is(pid_t pid) const { return is_server_process(pid, kind, config); }
+};
 
 // The live pid of `role` from DATA_DIR/run/<role>.pid, checked to be the
 // server `weft up` started for it (`... serve KIND --config
@@ -91,7 +96,7 @@ Result<pid_t> role_pid(const std::string& data_dir, const std::string& role) {
   } catch (...) {
     return error(Code::kInvalidArgument, "{}: not a pid: {}", pid_file, text);
   }
-  if (!is_role_process(pid, data_dir, role)) {
+  if (!RoleServer(data_dir, role).is(pid)) {
     std::string cmdline;
     for (const auto& a : proc_cmdline(pid)) cmdline += (cmdline.empty() ? "" : " ") + a;
     return error(Code::kNotFound, "{}: pid {} is not {} of this cluster (cmdline '{}')", pid_file, pid, role, cmdline);
@@ -158,7 +163,8 @@ class ControlImpl final : public ClusterControl {
     if (::kill(pid, SIGTERM) != 0) return errno_error(errno, fmt::format("kill -TERM {} (meta)", pid));
     std::string how = "SIGTERM";
     // Checked at every look, not by pid alone: once it exited, its pid may be another process's.
-    auto still = [&] { return is_role_process(pid, data_dir_, "meta"); };
+    const RoleServer meta(data_dir_, "meta");
+    auto still = [&] { return meta.is(pid); };
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (still() && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -376,6 +376,14 @@ Result<int> run_and_wait(const std::vector<std::string>& argv, const std::string
 
 bool is_mounted(const std::string& path) { return mount_at(path).has_value(); }
 
+// Unmounts `path` (fusermount3 -u, then -uz: lazily, if something holds it);
+// true once it is no longer mounted. Output to `log`.
+bool unmount(const std::string& path, const std::string& log) {
+  auto rc = run_and_wait({"fusermount3", "-u", path}, log, 10s);
+  if (!rc || *rc != 0 || is_mounted(path)) rc = run_and_wait({"fusermount3", "-uz", path}, log, 10s);
+  return rc && *rc == 0 && !is_mounted(path);
+}
+
 // A connection to the cluster for the waits (mgmtd Status, meta getattr).
 struct ClusterRpc {
   explicit ClusterRpc(const ClusterSpec& spec)
@@ -722,9 +730,7 @@ Result<void> Runner::mount() {
     return error(Code::kIoError, "weft mount {} {}; see {}{}", path, describe_wait_status(status), log, log_tail(log));
   if (auto written = write_text(L_.mount_file(), path + "\n"); !written) {
     // Unrecorded, `weft down` would not unmount it: undone here, as down does.
-    auto rc = run_and_wait({"fusermount3", "-u", path}, log, 10s);
-    if (!rc || *rc != 0 || is_mounted(path)) rc = run_and_wait({"fusermount3", "-uz", path}, log, 10s);
-    const bool undone = rc && *rc == 0 && !is_mounted(path);
+    const bool undone = unmount(path, log);
     return error(written.error().with_context(
         fmt::format("mount {}: its record ({})", path,
                     undone ? "unmounted again" : "could not unmount it either: fusermount3 -u " + path)));
@@ -1087,9 +1093,7 @@ Result<void> down(const std::string& data_dir, std::FILE* out) {
     if (!path.empty() && is_mounted(path)) {
       did_something = true;
       std::string log = L.log("mount");
-      auto rc = run_and_wait({"fusermount3", "-u", path}, log, 10s);
-      if (!rc || *rc != 0 || is_mounted(path)) rc = run_and_wait({"fusermount3", "-uz", path}, log, 10s);
-      if (rc && *rc == 0 && !is_mounted(path)) {
+      if (unmount(path, log)) {
         fmt::print(out, "unmounted {}\n", path);
       } else {
         first_error = Status(Code::kIoError,

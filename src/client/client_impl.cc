@@ -423,12 +423,9 @@ class ClientImpl final : public Client {
 
   Result<void> unlink_path(const Cred& cred, std::string_view path) override {
     const bool dir_only = names_directory(path);
-    auto r = with_parent(cred, path, [&](const ParentDir& parent, const std::optional<meta::ParentCheck>& check) {
-      if (dir_only) {  // "f/": a directory is named; unlink refuses one anyway
-        auto n = core_->meta->lookup(cred, parent.dir.ino, parent.name);
-        if (!n) return Result<void>(std::unexpected(n.error()));
-        if (!n->is_dir()) return Result<void>(error(Code::kNotDirectory, "{} is not a directory", parent.name));
-      }
+    auto r = with_parent(cred, path, [&](const ParentDir& parent, const std::optional<meta::ParentCheck>& check)
+                                         -> Result<void> {
+      if (dir_only) WEFT_RETURN_IF_ERROR(must_be_dir(cred, parent.dir.ino, parent.name));  // unlink refuses one anyway
       return unlink_at(cred, parent.dir.ino, parent.name, check);
     });
     if (!r) return error(path_error(r.error(), path));
@@ -468,9 +465,8 @@ class ClientImpl final : public Client {
     WEFT_TRY(auto src, resolve_parent(cred, from, ParentFrom::kFresh));
     WEFT_TRY(auto dst, resolve_parent(cred, to, ParentFrom::kFresh));
     if (names_directory(from) || names_directory(to)) {
-      auto moved = core_->meta->lookup(cred, src.dir.ino, src.name);
-      if (!moved) return error(path_error(moved.error(), from));
-      if (!moved->is_dir()) return error(Code::kNotDirectory, "rename {} -> {}: {} is not a directory", from, to, from);
+      if (auto d = must_be_dir(cred, src.dir.ino, src.name); !d)
+        return error(d.error().with_context(fmt::format("rename {} -> {}", from, to)));
     }
     auto r = moving_dirs([&] { return core_->meta->rename(cred, src.dir.ino, src.name, dst.dir.ino, dst.name, flags); });
     if (!r) return error(r.error().with_context(fmt::format("rename {} -> {}", from, to)));
@@ -797,11 +793,17 @@ class ClientImpl final : public Client {
     auto parent = resolve_parent(cred, path, ParentFrom::kFresh);
     if (!parent) return error(path_error(parent.error(), path));
     if (names_directory(path)) {
-      auto n = core_->meta->lookup(cred, parent->dir.ino, parent->name);
-      if (!n) return error(path_error(n.error(), path));
-      if (!n->is_dir()) return error(Code::kNotDirectory, "{}: not a directory", path);
+      if (auto d = must_be_dir(cred, parent->dir.ino, parent->name); !d) return error(path_error(d.error(), path));
     }
     return parent;
+  }
+
+  // A path ending in '/' names a directory: the entry there must be one
+  // (asked of meta; a symlink is not followed), else kNotDirectory.
+  Result<void> must_be_dir(const Cred& cred, Ino dir, const std::string& name) {
+    WEFT_TRY(Inode n, core_->meta->lookup(cred, dir, name));
+    if (!n.is_dir()) return error(Code::kNotDirectory, "{} is not a directory", name);
+    return {};
   }
 
   // What meta checks of a walk that took something from the cache (nothing

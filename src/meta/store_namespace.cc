@@ -74,15 +74,7 @@ Result<void> MetaStore::check_entry(Txn& txn, const Context& ctx, const EntryChe
   // a directory the caller may not search), the directory's inode before its
   // entry (rename's lock order). Locked shared: a rename or removal of the
   // entry waits for this commit.
-  std::optional<Inode> dir;
-  if (lock) {
-    WEFT_TRY(dir, txn.lock_inode(e.dir, /*exclusive=*/false, /*with_stat=*/false));
-  } else {
-    WEFT_TRY(auto raw_dir, txn.get_raw(key::inode(e.dir)));
-    if (raw_dir) {
-      WEFT_TRY(dir, decode_inode(*raw_dir));
-    }
-  }
+  WEFT_TRY(auto dir, lock ? txn.lock_inode(e.dir, /*exclusive=*/false, /*with_stat=*/false) : txn.get_inode(e.dir));
   if (dir) WEFT_RETURN_IF_ERROR(check_access(*dir, ctx.cred, kAccessExec));
   WEFT_TRY(auto raw, lock ? txn.lock_raw(key::dentry(e.dir, e.name), /*exclusive=*/false)
                           : txn.get_raw(key::dentry(e.dir, e.name)));
@@ -295,11 +287,8 @@ Result<Inode> MetaStore::link(const Context& ctx, Ino ino, Ino parent_ino, std::
     // parent (link(a, a, "x")) that lock would upgrade the shared one just
     // taken, and link(a, b, "x") beside link(b, a, "y") would each wait for
     // the other's. An inode's type never changes: the unlocked read decides.
-    WEFT_TRY(auto raw_target, txn.get_raw(key::inode(ino)));
-    if (raw_target) {
-      WEFT_TRY(Inode peek, decode_inode(*raw_target));
-      if (peek.is_dir()) return error(Code::kNotPermitted, "hard link to directory {}", ino);
-    }
+    WEFT_TRY(auto peek, txn.get_inode(ino));
+    if (peek && peek->is_dir()) return error(Code::kNotPermitted, "hard link to directory {}", ino);
     WEFT_TRY(Inode target, txn.lock_existing(ino, true));
     if (target.is_dir()) return error(Code::kNotPermitted, "hard link to directory {}", ino);
     if (target.nlink == 0) return error(Code::kNotFound, "inode {} was unlinked", ino);

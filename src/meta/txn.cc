@@ -50,6 +50,12 @@ Result<std::optional<Inode>> Txn::lock_inode(Ino ino, bool exclusive, bool with_
   return inode;
 }
 
+Result<std::optional<Inode>> Txn::get_inode(Ino ino) {
+  WEFT_TRY(auto raw, get_raw(key::inode(ino)));
+  if (!raw) return std::nullopt;
+  return decode_inode(*raw);
+}
+
 Result<Inode> Txn::lock_existing(Ino ino, bool exclusive, bool with_stat) {
   WEFT_TRY(auto inode, lock_inode(ino, exclusive, with_stat));
   if (!inode) return error(Code::kNotFound, "no inode {}", ino);

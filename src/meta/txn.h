@@ -43,6 +43,9 @@ class Txn {
   // with_stat: merge a directory's DirStat in (nlink, mtime, ctime). Without
   // it a directory's nlink, mtime and ctime are the stored base values.
   Result<std::optional<Inode>> lock_inode(Ino ino, bool exclusive, bool with_stat = true);
+  // Reads an inode without locking it (its attributes may change meanwhile;
+  // its type never does); nullopt if absent. No DirStat merged in.
+  Result<std::optional<Inode>> get_inode(Ino ino);
   // Like lock_inode but kNotFound when absent.
   Result<Inode> lock_existing(Ino ino, bool exclusive, bool with_stat = true);
   Result<std::optional<DentryValue>> lock_dentry(Ino parent, std::string_view name);

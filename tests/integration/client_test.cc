@@ -123,6 +123,20 @@ class ClientTest : public ::testing::Test {
     return Client::connect(o);
   }
 
+  // This client caches d/a and d/a/b (it writes d/a/b/f1); then `other`, a
+  // client of its own, moves d/a to d/a.old and makes d/a/b anew.
+  void move_cached_dir_away(const std::string& d, std::unique_ptr<Client>& other) {
+    const Cred& cred = client_->default_cred();
+    ASSERT_TRUE(client_->mkdirs(cred, d + "/a/b").has_value());
+    ASSERT_TRUE(write_new(d + "/a/b/f1", pattern(10, 1)));
+    auto connected = connect_another();
+    ASSERT_TRUE(connected.has_value()) << connected.error();
+    other = std::move(*connected);
+    const Cred& ocred = other->default_cred();
+    ASSERT_TRUE(other->rename_path(ocred, d + "/a", d + "/a.old").has_value());
+    ASSERT_TRUE(other->mkdirs(ocred, d + "/a/b").has_value());
+  }
+
   // Another client's writer of `path` (written here first: 1 MiB of
   // pattern(seed)) with [1 MiB, 3 MiB) of pattern(seed + 1) on storage and
   // its length report held on its way (`finish`, its fsync or close, runs on
@@ -1299,20 +1313,16 @@ TEST_F(ClientTest, PathsFollowWhatThisClientChangedNotWhatItCached) {
 TEST_F(ClientTest, MutationsByPathGoWhereThePathLeadsAfterAnotherClientMovedADirectoryOnTheWay) {
   std::string d = dir();
   const Cred& cred = client_->default_cred();
-  ASSERT_TRUE(client_->mkdirs(cred, d + "/a/b").has_value());
-  ASSERT_TRUE(write_new(d + "/a/b/f1", pattern(10, 1)));  // caches "a" and "b"
-  auto other = connect_another();
-  ASSERT_TRUE(other.has_value()) << other.error();
-  const Cred& ocred = (*other)->default_cred();
-  ASSERT_TRUE((*other)->rename_path(ocred, d + "/a", d + "/a.old").has_value());
-  ASSERT_TRUE((*other)->mkdirs(ocred, d + "/a/b").has_value());
+  std::unique_ptr<Client> other;
+  ASSERT_NO_FATAL_FAILURE(move_cached_dir_away(d, other));  // caches "a" and "b", then moves "a"
+  const Cred& ocred = other->default_cred();
   ASSERT_TRUE(write_new(d + "/a/b/f2", pattern(10, 2)));
-  EXPECT_TRUE((*other)->resolve(ocred, d + "/a/b/f2", false).has_value());
-  EXPECT_FALSE((*other)->resolve(ocred, d + "/a.old/b/f2", false).has_value()) << "created in the moved tree";
+  EXPECT_TRUE(other->resolve(ocred, d + "/a/b/f2", false).has_value());
+  EXPECT_FALSE(other->resolve(ocred, d + "/a.old/b/f2", false).has_value()) << "created in the moved tree";
   auto removed = client_->remove_path(cred, d + "/a/b/f1");
   ASSERT_FALSE(removed.has_value()) << "removed from the moved tree";
   EXPECT_EQ(removed.error().code(), Code::kNotFound) << removed.error();
-  EXPECT_TRUE((*other)->resolve(ocred, d + "/a.old/b/f1", false).has_value());
+  EXPECT_TRUE(other->resolve(ocred, d + "/a.old/b/f1", false).has_value());
 }
 
 // mkdirs and remove_tree too: mkdirs asks meta level by level, remove_tree
@@ -1321,24 +1331,20 @@ TEST_F(ClientTest, MutationsByPathGoWhereThePathLeadsAfterAnotherClientMovedADir
 TEST_F(ClientTest, MkdirsAndRemoveTreeGoWhereThePathLeadsAfterAnotherClientMovedADirectory) {
   std::string d = dir();
   const Cred& cred = client_->default_cred();
-  ASSERT_TRUE(client_->mkdirs(cred, d + "/a/b").has_value());
-  ASSERT_TRUE(write_new(d + "/a/b/f1", pattern(10, 1)));  // caches "a" and "b"
-  auto other = connect_another();
-  ASSERT_TRUE(other.has_value()) << other.error();
-  const Cred& ocred = (*other)->default_cred();
-  ASSERT_TRUE((*other)->rename_path(ocred, d + "/a", d + "/a.old").has_value());
-  ASSERT_TRUE((*other)->mkdirs(ocred, d + "/a/b").has_value());
+  std::unique_ptr<Client> other;
+  ASSERT_NO_FATAL_FAILURE(move_cached_dir_away(d, other));  // caches "a" and "b", then moves "a"
+  const Cred& ocred = other->default_cred();
   ASSERT_TRUE(client_->mkdirs(cred, d + "/a/b/c").has_value());
-  EXPECT_TRUE((*other)->resolve(ocred, d + "/a/b/c").has_value());
-  EXPECT_FALSE((*other)->resolve(ocred, d + "/a.old/b/c").has_value()) << "made in the moved tree";
+  EXPECT_TRUE(other->resolve(ocred, d + "/a/b/c").has_value());
+  EXPECT_FALSE(other->resolve(ocred, d + "/a.old/b/c").has_value()) << "made in the moved tree";
 
   ASSERT_TRUE(client_->resolve(cred, d + "/a.old/b/f1").has_value());  // caches "a.old"
-  ASSERT_TRUE((*other)->rename_path(ocred, d + "/a", d + "/a.new").has_value());
-  ASSERT_TRUE((*other)->rename_path(ocred, d + "/a.old", d + "/a").has_value());
-  ASSERT_TRUE((*other)->mkdirs(ocred, d + "/a.old/b").has_value());
+  ASSERT_TRUE(other->rename_path(ocred, d + "/a", d + "/a.new").has_value());
+  ASSERT_TRUE(other->rename_path(ocred, d + "/a.old", d + "/a").has_value());
+  ASSERT_TRUE(other->mkdirs(ocred, d + "/a.old/b").has_value());
   ASSERT_TRUE(client_->remove_tree(cred, d + "/a.old/b").has_value());
-  EXPECT_TRUE((*other)->resolve(ocred, d + "/a/b/f1", false).has_value()) << "removed from the moved tree";
-  EXPECT_FALSE((*other)->resolve(ocred, d + "/a.old/b").has_value());
+  EXPECT_TRUE(other->resolve(ocred, d + "/a/b/f1", false).has_value()) << "removed from the moved tree";
+  EXPECT_FALSE(other->resolve(ocred, d + "/a.old/b").has_value());
 }
 
 // remove_tree: the tree under a directory, or one file or link (not its
