@@ -272,9 +272,10 @@ class Client {
   // client moved or replaced meanwhile is removed through the old path. The
   // root and a last name "." or ".." are refused (kInvalidArgument); a path
   // ending in '/' must name a directory (kNotDirectory). Entries another
-  // remover took first are not errors. An error does not stop the walk:
-  // `on_error` hears each, named by its path, the first is returned, and
-  // directories not emptied stay.
+  // remover took first are not errors. A directory it may not list is
+  // removed all the same when it is empty (as rm -r). An error does not stop
+  // the walk: `on_error` hears each, named by its path, the first is
+  // returned, and directories not emptied stay.
   virtual Result<void> remove_tree(const Cred& cred, std::string_view path, const TreeErrorFn& on_error = {}) = 0;
   // unlink(2) and rmdir(2) by path: kIsDirectory / kNotDirectory for the
   // other type; a path ending in '/' names a directory (unlink: kNotDirectory

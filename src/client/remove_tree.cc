@@ -44,8 +44,15 @@ class TreeRemover {
           top_ok = finish(f.ok);
           continue;
         }
-        f.ok = failed(f.shown, page.error());
-        f.eof = true;
+        // As rm(1): a directory that cannot be listed (no read permission)
+        // may be empty all the same, so it is removed if rmdir can; if not,
+        // the listing's error is the one named (rmdir's would be ENOTEMPTY).
+        Frame unread = std::move(f);
+        auto r = client_.rmdir(cred_, unread.parent, unread.name);
+        const bool removed = r || gone(r.error());
+        if (!removed) failed(unread.shown, page.error());
+        top_ok = finish(removed);
+        continue;
       }
       // Emptied (or not: a directory not emptied stays, as rm's does).
       const bool ok = f.ok;

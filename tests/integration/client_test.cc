@@ -1400,6 +1400,37 @@ TEST_F(ClientTest, RemoveTreeRemovesWhatItCanAndNamesEachError) {
   EXPECT_TRUE(client_->resolve(root, d + "/keep/k").has_value());
 }
 
+// As rm -r: a directory the user may not list is removed when it is empty
+// (rmdir needs no read permission on it); one that is not empty stays, and
+// the error named is the listing's (EACCES), not rmdir's ENOTEMPTY.
+TEST_F(ClientTest, RemoveTreeRemovesAnEmptyDirectoryItCannotList) {
+  std::string d = dir();
+  const Cred& root = client_->default_cred();
+  ASSERT_TRUE(client_->mkdirs(root, d + "/u/empty").has_value());
+  ASSERT_TRUE(client_->mkdirs(root, d + "/u/full").has_value());
+  ASSERT_TRUE(write_new(d + "/u/full/f", pattern(10, 4)));
+  Cred user{.uid = 4242, .gid = 4242, .groups = {}};
+  for (const char* p : {"/u", "/u/empty", "/u/full"})
+    ASSERT_TRUE(client_->setattr(root, client_->resolve(root, d + p)->ino, SetAttr{.uid = 4242, .gid = 4242}).has_value());
+  for (const char* p : {"/u/empty", "/u/full"})
+    ASSERT_TRUE(client_->setattr(root, client_->resolve(root, d + p)->ino, SetAttr{.mode = 0300}).has_value());
+
+  std::vector<std::string> heard;
+  auto r = client_->remove_tree(user, d + "/u", [&](const Status& s) { heard.push_back(s.message()); });
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), Code::kPermissionDenied) << r.error();
+  EXPECT_NE(r.error().message().find(d + "/u/full"), std::string::npos) << r.error();
+  EXPECT_EQ(heard.size(), 1u);
+  EXPECT_FALSE(client_->resolve(root, d + "/u/empty").has_value()) << "the empty unlistable directory went";
+  EXPECT_TRUE(client_->resolve(root, d + "/u/full/f").has_value());
+
+  ASSERT_TRUE(client_->setattr(root, client_->resolve(root, d + "/u/full")->ino, SetAttr{.mode = 0700}).has_value());
+  auto rest = client_->remove_tree(user, d + "/u");
+  ASSERT_FALSE(rest.has_value());
+  EXPECT_EQ(rest.error().code(), Code::kPermissionDenied) << "u's parent is root's: " << rest.error();
+  EXPECT_FALSE(client_->resolve(root, d + "/u/full").has_value()) << "what the user may list went";
+}
+
 TEST_F(ClientTest, CreateByPathFollowsASymlinkAtTheLastName) {
   std::string d = dir();
   const Cred& root = client_->default_cred();
