@@ -301,6 +301,7 @@ class ClientImpl final : public Client {
 
   Result<std::shared_ptr<File>> open_path(const Cred& cred, std::string_view path, int flags, uint32_t mode) override {
     const bool dir_only = names_directory(path);
+    if (flags & O_CREAT) WEFT_RETURN_IF_ERROR(not_root(path, (flags & O_EXCL) ? Code::kExists : Code::kIsDirectory));
     if ((flags & O_CREAT) && dir_only) return error(Code::kIsDirectory, "{}: names a directory (ends in '/')", path);
     if (flags & O_CREAT) return create_path(cred, path, flags, mode);
     if (auto parts = split_path(path); !wants_write(flags) && !dir_only && parts && !parts->empty()) {
@@ -397,6 +398,7 @@ class ClientImpl final : public Client {
   Result<void> remove_path(const Cred& cred, std::string_view path) override {
     // Files first: one round trip (a lookup to learn the type would double it);
     // meta refuses to unlink a directory with kIsDirectory, and then it is rmdir.
+    WEFT_RETURN_IF_ERROR(not_root(path, Code::kBusy));
     const bool dir_only = names_directory(path);
     auto r = with_parent(cred, path, [&](const ParentDir& parent, const std::optional<meta::ParentCheck>& check) {
       auto rmdir = [&] { return moving_dirs([&] { return core_->meta->rmdir(cred, parent.dir.ino, parent.name, check); }); };
@@ -422,6 +424,7 @@ class ClientImpl final : public Client {
   }
 
   Result<void> unlink_path(const Cred& cred, std::string_view path) override {
+    WEFT_RETURN_IF_ERROR(not_root(path, Code::kIsDirectory));
     const bool dir_only = names_directory(path);
     auto r = with_parent(cred, path, [&](const ParentDir& parent, const std::optional<meta::ParentCheck>& check)
                                          -> Result<void> {
@@ -433,6 +436,7 @@ class ClientImpl final : public Client {
   }
 
   Result<Inode> mkdir_path(const Cred& cred, std::string_view path, uint32_t mode) override {
+    WEFT_RETURN_IF_ERROR(not_root(path, Code::kExists));
     auto r = with_parent(cred, path, [&](const ParentDir& parent, const std::optional<meta::ParentCheck>& check) {
       return core_->meta->mkdir(cred, parent.dir.ino, parent.name, mode, check);
     });
@@ -441,6 +445,7 @@ class ClientImpl final : public Client {
   }
 
   Result<Inode> symlink_path(const Cred& cred, std::string_view target, std::string_view path) override {
+    WEFT_RETURN_IF_ERROR(not_root(path, Code::kExists));
     auto r = with_parent(cred, path, [&](const ParentDir& parent, const std::optional<meta::ParentCheck>& check) {
       return core_->meta->symlink(cred, parent.dir.ino, parent.name, target, check);
     });
@@ -449,6 +454,7 @@ class ClientImpl final : public Client {
   }
 
   Result<void> rmdir_path(const Cred& cred, std::string_view path) override {
+    WEFT_RETURN_IF_ERROR(not_root(path, Code::kBusy));
     auto r = with_parent(cred, path, [&](const ParentDir& parent, const std::optional<meta::ParentCheck>& check) {
       if (parent.name == "." || parent.name == "..")
         return Result<void>(error(Code::kInvalidArgument, "rmdir of '{}'", parent.name));
@@ -462,6 +468,8 @@ class ClientImpl final : public Client {
                            RenameFlags flags) override {
     // Both parents asked of meta level by level: nothing moved by another
     // client meanwhile steers the rename (it takes no ParentCheck).
+    WEFT_RETURN_IF_ERROR(not_root(from, Code::kBusy));
+    WEFT_RETURN_IF_ERROR(not_root(to, (flags == RenameFlags::kNoReplace) ? Code::kExists : Code::kBusy));
     WEFT_TRY(auto src, resolve_parent(cred, from, ParentFrom::kFresh));
     WEFT_TRY(auto dst, resolve_parent(cred, to, ParentFrom::kFresh));
     if (names_directory(from) || names_directory(to)) {
@@ -780,6 +788,15 @@ class ClientImpl final : public Client {
     forget_dirs();
     WEFT_TRY(parent, resolve_parent(cred, path, ParentFrom::kFresh));
     return op(parent, std::nullopt);
+  }
+
+  // What Linux answers when a path mutation names the root, which has no
+  // parent to do it in (mkdir "/": EEXIST, unlink: EISDIR, rmdir and
+  // rename: EBUSY); a path that does not name the root passes.
+  static Result<void> not_root(std::string_view path, Code code) {
+    auto parts = split_path(path);
+    if (!parts || !parts->empty()) return {};
+    return error(code, "{}: the root", path);
   }
 
   // remove_tree's top: its parent afresh, after the refusals.

@@ -1431,6 +1431,28 @@ TEST_F(ClientTest, RemoveTreeRemovesAnEmptyDirectoryItCannotList) {
   EXPECT_FALSE(client_->resolve(root, d + "/u/full").has_value()) << "what the user may list went";
 }
 
+// A path mutation of the root answers what Linux answers (the root has no
+// parent to do it in).
+TEST_F(ClientTest, PathMutationsOfTheRootAnswerAsLinuxDoes) {
+  const Cred& root = client_->default_cred();
+  std::string d = dir();
+  for (std::string r : {"/", "//"}) {
+    SCOPED_TRACE(r);
+    EXPECT_EQ(client_->mkdir_path(root, r).error().code(), Code::kExists);
+    EXPECT_EQ(client_->symlink_path(root, "x", r).error().code(), Code::kExists);
+    EXPECT_EQ(client_->unlink_path(root, r).error().code(), Code::kIsDirectory);
+    EXPECT_EQ(client_->rmdir_path(root, r).error().code(), Code::kBusy);
+    EXPECT_EQ(client_->remove_path(root, r).error().code(), Code::kBusy);
+    EXPECT_EQ(client_->open_path(root, r, O_CREAT | O_WRONLY).error().code(), Code::kIsDirectory);
+    EXPECT_EQ(client_->open_path(root, r, O_CREAT | O_EXCL | O_WRONLY).error().code(), Code::kExists);
+    EXPECT_EQ(client_->rename_path(root, r, d + "/moved").error().code(), Code::kBusy);
+    EXPECT_EQ(client_->rename_path(root, d, r).error().code(), Code::kBusy);
+    EXPECT_EQ(client_->rename_path(root, d, r, RenameFlags::kNoReplace).error().code(), Code::kExists);
+  }
+  EXPECT_TRUE(client_->resolve(root, d).has_value());
+  EXPECT_FALSE(client_->resolve(root, d + "/moved").has_value());
+}
+
 TEST_F(ClientTest, CreateByPathFollowsASymlinkAtTheLastName) {
   std::string d = dir();
   const Cred& root = client_->default_cred();
