@@ -53,6 +53,21 @@ void OrphanSweep::pace(size_t count) {
                                                                               std::chrono::milliseconds(20)));
 }
 
+std::optional<OrphanSweep::TimePoint> OrphanSweep::Orphans::first(uint64_t t, uint64_t ino) const {
+  auto it = by_target.find(t);
+  if (it == by_target.end()) return std::nullopt;
+  auto at = std::ranges::lower_bound(it->second, ino, {}, &Orphan::ino);
+  if (at == it->second.end() || at->ino != ino) return std::nullopt;
+  return at->first;
+}
+
+void OrphanSweep::Orphans::forget(uint64_t t) {
+  if (auto it = by_target.find(t); it != by_target.end()) {
+    count -= it->second.size();
+    by_target.erase(it);
+  }
+}
+
 uint64_t OrphanSweep::run_once() {
   std::lock_guard run(run_mu_);
   if (options_.write_fence && !options_.write_fence()) return 0;
@@ -60,7 +75,8 @@ uint64_t OrphanSweep::run_once() {
   pass_start_ = now;
   asked_this_pass_ = 0;
   persisted_this_pass_.clear();
-  std::map<Key, std::chrono::steady_clock::time_point> seen;
+  untracked_this_pass_ = 0;
+  Orphans seen;
   uint64_t removed = 0;
   for (const Target& t : targets_) {
     std::vector<uint64_t> inos;  // ascending, distinct (an inode split across pages may come twice: harmless)
@@ -86,12 +102,13 @@ uint64_t OrphanSweep::run_once() {
     if (!stopping()) removed += judge(t, inos, now, seen);
   }
   since_ = std::move(seen);  // an inode no longer orphaned (or gone) starts over
+  if (untracked_this_pass_ > 0)
+    WEFT_LOG_WARN("{}: orphan sweep: {} more inodes meta no longer has are left for later passes (at most {} are "
+                  "timed at once)", options_.name, untracked_this_pass_, options_.tracked_max);
   return removed;
 }
 
-uint64_t OrphanSweep::judge(const Target& t, const std::vector<uint64_t>& inos,
-                            std::chrono::steady_clock::time_point now,
-                            std::map<Key, std::chrono::steady_clock::time_point>& seen) {
+uint64_t OrphanSweep::judge(const Target& t, const std::vector<uint64_t>& inos, TimePoint now, Orphans& seen) {
   if (inos.empty()) return 0;
   pace(inos.size());
   if (stopping()) return 0;
@@ -125,24 +142,33 @@ uint64_t OrphanSweep::judge(const Target& t, const std::vector<uint64_t>& inos,
   if (!same_store(t, *before, seen)) return 0;
   const uint64_t* below = &before->ids_issued_below;
   uint64_t removed = 0;
+  std::vector<Orphan>& timed = seen.by_target[t.id];
+  uint64_t fresh = 0, fresh_first = 0;  // orphans first seen now (logged below)
   for (size_t i = 0; i < inos.size(); ++i) {
     if ((*exist)[i] || inos[i] >= *below) continue;
-    Key key{t.id, inos[i]};
-    auto it = since_.find(key);
-    auto first = it == since_.end() ? now : it->second;
-    seen[key] = first;
-    if (it == since_.end())
-      WEFT_LOG_INFO("{}: target {} holds chunks of inode {}, which meta no longer has: they go in {} s", options_.name,
-                    t.id, inos[i], std::chrono::duration_cast<std::chrono::seconds>(options_.grace).count());
+    auto known = since_.first(t.id, inos[i]);
+    if (!known && seen.count >= options_.tracked_max) {
+      ++untracked_this_pass_;
+      continue;
+    }
+    const TimePoint first = known.value_or(now);
+    if (timed.empty() || timed.back().ino < inos[i]) {  // a page boundary may bring an inode twice
+      timed.push_back(Orphan{inos[i], first});
+      ++seen.count;
+    }
+    if (!known && fresh++ == 0) fresh_first = inos[i];
     if (now - first < options_.grace) continue;
-    if (must_not_remove()) return removed;
+    if (must_not_remove()) break;
     removed += remove_inode(t, inos[i]);
   }
+  if (fresh > 0)
+    WEFT_LOG_INFO("{}: target {} holds chunks of {} inodes meta no longer has ({}{}): they go in {} s", options_.name,
+                  t.id, fresh, fresh_first, fresh > 1 ? " and later ones" : "",
+                  std::chrono::duration_cast<std::chrono::seconds>(options_.grace).count());
   return removed;
 }
 
-bool OrphanSweep::same_store(const Target& t, const MetaMark& m,
-                             std::map<Key, std::chrono::steady_clock::time_point>& seen) {
+bool OrphanSweep::same_store(const Target& t, const MetaMark& m, Orphans& seen) {
   const std::filesystem::path file = std::filesystem::path(t.engine->dir()) / kStateFile;
   auto it = remembered_.find(t.id);
   if (it == remembered_.end()) {
@@ -173,8 +199,8 @@ bool OrphanSweep::same_store(const Target& t, const MetaMark& m,
     WEFT_LOG_WARN("{}: target {}: meta's store changed from {:x} to {:x}, which mgmtd records as the cluster's meta "
                   "store (an accepted `--accept-store-change`): the orphan sweep starts over with it",
                   options_.name, t.id, known.store_id, m.store_id);
-    std::erase_if(since_, [&](const auto& entry) { return entry.first.first == t.id; });
-    std::erase_if(seen, [&](const auto& entry) { return entry.first.first == t.id; });
+    since_.forget(t.id);
+    seen.forget(t.id);
     known = MetaMark{};
     persisted_this_pass_.erase(t.id);
   }

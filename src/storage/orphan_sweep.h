@@ -31,6 +31,11 @@
 // it may lag by one pass.
 // Load: at most `inodes_per_s` inodes asked per second; removal of one
 // orphan's chunks checks the stop and the lease fence per page.
+// Memory: 16 bytes per orphan inode being timed (twice that during a pass),
+// at most `tracked_max` of them: after an accepted store change every inode
+// on a target may be an orphan at once (millions); those past the cap are
+// timed by a later pass, once the first ones went. New orphans are logged
+// one line per question to meta, not one per inode.
 // Threading: one thread, started by start(), joined by stop(); run_once() is
 // thread-safe (one pass at a time).
 // Ownership: borrows the engines; the oracle is owned.
@@ -85,6 +90,7 @@ struct OrphanSweepOptions {
   // limit): every replica of every file is asked about each pass, and meta
   // serves its clients meanwhile.
   size_t inodes_per_s = 10000;
+  size_t tracked_max = 1000000;  // orphan inodes timed at once (see Memory above)
 };
 
 class OrphanSweep {
@@ -109,10 +115,22 @@ class OrphanSweep {
   static OrphanSweepOptions from_grace(std::chrono::seconds grace);
 
  private:
-  using Key = std::pair<uint64_t, uint64_t>;  // (target, inode)
+  using TimePoint = std::chrono::steady_clock::time_point;
+  struct Orphan {
+    uint64_t ino;
+    TimePoint first;  // first seen orphaned (this process's clock)
+  };
+  // The orphans timed, by target, each target's in ascending inode order (a
+  // pass lists a target's inodes in that order). `count`: all targets'.
+  struct Orphans {
+    std::map<uint64_t, std::vector<Orphan>> by_target;
+    size_t count = 0;
+    // When `ino` of target t was first seen orphaned, if it is timed here.
+    std::optional<TimePoint> first(uint64_t t, uint64_t ino) const;
+    void forget(uint64_t t);
+  };
   // Asks meta about `inos` (ascending, distinct) of target t; removes what is due.
-  uint64_t judge(const Target& t, const std::vector<uint64_t>& inos, std::chrono::steady_clock::time_point now,
-                 std::map<Key, std::chrono::steady_clock::time_point>& seen);
+  uint64_t judge(const Target& t, const std::vector<uint64_t>& inos, TimePoint now, Orphans& seen);
   uint64_t remove_inode(const Target& t, uint64_t ino);
   bool stopping() const;
   // Whether nothing may be removed now (stopping, or the lease fence down).
@@ -123,7 +141,7 @@ class OrphanSweep {
   // Whether `m` comes from the store target t remembers (remembering it, and
   // a higher mark, first); false stops the sweep of t. A store change mgmtd
   // accepted starts t's sweep over (forgetting t's orphans in since_ and `seen`).
-  bool same_store(const Target& t, const MetaMark& m, std::map<Key, std::chrono::steady_clock::time_point>& seen);
+  bool same_store(const Target& t, const MetaMark& m, Orphans& seen);
 
  public:
   static constexpr const char* kStateFile = "orphan-sweep.state";  // "<store id> <highest mark>\n"
@@ -144,7 +162,8 @@ class OrphanSweep {
   LogThrottle log_{std::chrono::minutes(1)};
 
   std::mutex run_mu_;  // one pass at a time
-  std::map<Key, std::chrono::steady_clock::time_point> since_;  // GUARDED_BY(run_mu_): first seen orphaned
+  Orphans since_;                // GUARDED_BY(run_mu_): the last pass's orphans, first seen when
+  uint64_t untracked_this_pass_ = 0;  // GUARDED_BY(run_mu_): orphans past tracked_max, left for later passes
 
   RepeatingPass passes_;  // last: stopped before the rest goes
 };

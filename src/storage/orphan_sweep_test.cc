@@ -58,6 +58,7 @@ class OrphanSweepTest : public ::testing::Test {
     o.inodes_per_s = inodes_per_s;
     o.list_page = list_page;
     o.write_fence = std::move(fence);
+    o.tracked_max = tracked_max_;
     auto meta = std::make_unique<FakeMeta>();
     meta->live = &live_;
     meta->below = &below_;
@@ -95,6 +96,7 @@ class OrphanSweepTest : public ::testing::Test {
   bool down_ = false;
   uint64_t switch_store_ = 0;
   uint64_t cluster_store_ = 0;  // 0: an mgmtd that does not say
+  size_t tracked_max_ = 1000000;
 };
 
 TEST_F(OrphanSweepTest, ChunksOfInodesMetaNoLongerHasGoAfterTheGrace) {
@@ -107,6 +109,38 @@ TEST_F(OrphanSweepTest, ChunksOfInodesMetaNoLongerHasGoAfterTheGrace) {
   EXPECT_EQ(s->run_once(), 7u);
   EXPECT_EQ(inodes_held(), (std::set<uint64_t>{10, 12, 150}));
   EXPECT_EQ(engine_->list(std::nullopt, 1000)->size(), 6u);
+}
+
+// At most tracked_max orphans are timed at once (after a store change every
+// inode may be one): the others wait for a later pass, which takes them.
+TEST_F(OrphanSweepTest, OrphansPastTheTrackedLimitGoInALaterPass) {
+  for (uint64_t ino : {21, 22, 23, 24, 25}) put(ino, 2);
+  put(10, 1);  // live
+  tracked_max_ = 2;
+  auto s = sweep(std::chrono::milliseconds(0));
+  EXPECT_EQ(s->run_once(), 4u);
+  EXPECT_EQ(inodes_held(), (std::set<uint64_t>{10, 23, 24, 25}));
+  EXPECT_EQ(s->run_once(), 4u);
+  EXPECT_EQ(inodes_held(), (std::set<uint64_t>{10, 25}));
+  EXPECT_EQ(s->run_once(), 2u);
+  EXPECT_EQ(inodes_held(), (std::set<uint64_t>{10}));
+}
+
+// With a grace, the cap keeps the first ones' times: they go once the grace
+// has passed, while the rest start their own grace only once timed (here in
+// the pass after the first two went: those count in the pass that removes them).
+TEST_F(OrphanSweepTest, TheTrackedLimitKeepsTheTimesOfTheOrphansItTimes) {
+  for (uint64_t ino : {21, 22, 23}) put(ino, 1);
+  tracked_max_ = 2;
+  auto s = sweep(std::chrono::milliseconds(300));
+  EXPECT_EQ(s->run_once(), 0u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(350));
+  EXPECT_EQ(s->run_once(), 2u);  // 21 and 22, timed since the first pass
+  EXPECT_EQ(inodes_held(), (std::set<uint64_t>{23}));
+  EXPECT_EQ(s->run_once(), 0u);  // 23 timed from here
+  std::this_thread::sleep_for(std::chrono::milliseconds(350));
+  EXPECT_EQ(s->run_once(), 1u);
+  EXPECT_TRUE(inodes_held().empty());
 }
 
 TEST_F(OrphanSweepTest, NothingGoesWithinTheGraceWhileMetaIsDownOrTheFenceIsUp) {
