@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -95,8 +96,15 @@ class Process {
   // Runs argv[0] with the given arguments; stdout+stderr go to log_path.
   Process(std::vector<std::string> argv, const std::string& log_path,
           std::vector<std::string> extra_env = {}) : log_path_(log_path) {
+    const pid_t parent = ::getpid();
     pid_ = ::fork();
     if (pid_ == 0) {
+      // Dies with the test: a test binary that crashes runs no destructor,
+      // and its servers would run on. (PR_SET_PDEATHSIG fires when the
+      // thread that forked exits: a Process must not outlive the thread that
+      // made it; the fixtures make theirs on the test's main thread.)
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);  // the test died before the prctl
       int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       if (fd >= 0) {
         ::dup2(fd, 1);

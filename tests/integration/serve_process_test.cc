@@ -70,6 +70,39 @@ TEST(ServeProcess, ServesRefusesWrongTokenExportsMetricsAndStopsCleanly) {
   EXPECT_NE(server.log().find("wrong cluster token"), std::string::npos) << server.log();
 }
 
+// A test binary that dies without its destructors (a crash) takes the
+// processes it started with it: none is left running for later tests.
+TEST(TestProcess, DiesWithTheTestThatStartedIt) {
+  TempDir dir;
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  pid_t test = ::fork();
+  ASSERT_GE(test, 0);
+  if (test == 0) {  // the "test": starts a process, says its pid, dies at once
+    ::close(fds[0]);
+    Process sleeper({"/bin/sleep", "1000"}, dir.file("sleep.log"));
+    pid_t pid = sleeper.pid();
+    if (::write(fds[1], &pid, sizeof pid) != sizeof pid) ::_exit(2);
+    ::_exit(3);  // no destructor runs, as in a crash
+  }
+  ::close(fds[1]);
+  pid_t sleeper = 0;
+  ASSERT_EQ(::read(fds[0], &sleeper, sizeof sleeper), static_cast<ssize_t>(sizeof sleeper));
+  ::close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(test, &status, 0), test);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3);
+  // Gone, or a zombie until init reaps it.
+  auto alive = [&] {
+    std::ifstream stat("/proc/" + std::to_string(sleeper) + "/stat");
+    std::string pid, comm, state;
+    return static_cast<bool>(stat >> pid >> comm >> state) && state != "Z";
+  };
+  bool gone = testing::eventually([&] { return !alive(); }, std::chrono::seconds(10));
+  if (!gone) ::kill(sleeper, SIGKILL);
+  EXPECT_TRUE(gone) << "pid " << sleeper << " outlived the test that started it";
+}
+
 TEST(ServeProcess, BadConfigGivesOneClearLine) {
   TempDir dir;
   testing::write_file(dir.file("bad.toml"), "[server]\nlisten = \"127.0.0.1:0\"\ncluster_token = 42\n");
