@@ -138,6 +138,10 @@ void MetaClient::finish_seq(uint64_t seq) {
     std::lock_guard lock(seq_mu_);
     unfinished_.erase(seq);
   }
+  // Counted with its sequence number: a mutation refused before it took
+  // one (no address, a synchronous call on an I/O thread of this client) is
+  // neither sent nor done.
+  done_.fetch_add(1);
   seq_cv_.notify_all();
 }
 
@@ -231,9 +235,7 @@ Result<Rep> MetaClient::read(rpc::MethodId method, const Cred& cred, Req req) {
 
 Result<Rep> MetaClient::mutate(rpc::MethodId method, const Cred& cred, Req req) {
   to_proto(cred, req.mutable_cred());
-  auto r = call(method, std::move(req), true);
-  done_.fetch_add(1);
-  return r;
+  return call(method, std::move(req), true);
 }
 
 Result<Inode> MetaClient::lookup(const Cred& cred, Ino parent, std::string_view name) {

@@ -485,6 +485,15 @@ TEST_F(ServiceTest, SyncCallsFromTheClientsOwnIoThreadsFailInsteadOfHanging) {
   EXPECT_EQ(r.error().code(), Code::kInternal) << r.error();
   auto ok = on_other.get();
   EXPECT_TRUE(ok.has_value()) << ok.error();
+  // A mutation refused so (before it took a sequence number) is neither sent
+  // nor done: the counts stay equal, or statahead (which lists only while
+  // they are) would be off for good.
+  auto mutated = std::make_shared<std::promise<Result<Inode>>>();
+  auto mutated_result = mutated->get_future();
+  asio::post(own->at(0), [client, mutated] { mutated->set_value(client->mkdir(kRoot, kRootIno, "refused", 0755)); });
+  ASSERT_EQ(mutated_result.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_EQ(mutated_result.get().error().code(), Code::kInternal);
+  EXPECT_EQ(client->mutations_sent(), client->mutations_done());
   delete other;
   delete client;
   delete rpc;
