@@ -68,6 +68,11 @@ void OrphanSweep::Orphans::forget(uint64_t t) {
   }
 }
 
+size_t OrphanSweep::orphans_timed() {
+  std::lock_guard run(run_mu_);
+  return since_.count;
+}
+
 uint64_t OrphanSweep::run_once() {
   std::lock_guard run(run_mu_);
   if (options_.write_fence && !options_.write_fence()) return 0;
@@ -76,6 +81,7 @@ uint64_t OrphanSweep::run_once() {
   asked_this_pass_ = 0;
   persisted_this_pass_.clear();
   untracked_this_pass_ = 0;
+  met_this_pass_ = 0;
   Orphans seen;
   uint64_t removed = 0;
   for (const Target& t : targets_) {
@@ -147,19 +153,25 @@ uint64_t OrphanSweep::judge(const Target& t, const std::vector<uint64_t>& inos, 
   for (size_t i = 0; i < inos.size(); ++i) {
     if ((*exist)[i] || inos[i] >= *below) continue;
     auto known = since_.first(t.id, inos[i]);
-    if (!known && seen.count >= options_.tracked_max) {
-      ++untracked_this_pass_;
+    if (known) {
+      ++met_this_pass_;
+    } else if (seen.count + (since_.count - std::min(met_this_pass_, since_.count)) >= options_.tracked_max) {
+      ++untracked_this_pass_;  // room kept for those timed before, which may come later in this pass
       continue;
     }
     const TimePoint first = known.value_or(now);
-    if (timed.empty() || timed.back().ino < inos[i]) {  // a page boundary may bring an inode twice
-      timed.push_back(Orphan{inos[i], first});
-      ++seen.count;
-    }
+    if (!timed.empty() && timed.back().ino >= inos[i]) continue;  // never: a target's inodes come ascending
+    timed.push_back(Orphan{inos[i], first});
+    ++seen.count;
     if (!known && fresh++ == 0) fresh_first = inos[i];
     if (now - first < options_.grace) continue;
     if (must_not_remove()) break;
-    removed += remove_inode(t, inos[i]);
+    bool all_gone = false;
+    removed += remove_inode(t, inos[i], all_gone);
+    if (all_gone) {  // nothing left to time
+      timed.pop_back();
+      --seen.count;
+    }
   }
   if (fresh > 0)
     WEFT_LOG_INFO("{}: target {} holds chunks of {} inodes meta no longer has ({}{}): they go in {} s", options_.name,
@@ -241,8 +253,10 @@ bool OrphanSweep::same_store(const Target& t, const MetaMark& m, Orphans& seen) 
   return true;
 }
 
-uint64_t OrphanSweep::remove_inode(const Target& t, uint64_t ino) {
+uint64_t OrphanSweep::remove_inode(const Target& t, uint64_t ino, bool& all_gone) {
+  all_gone = false;
   uint64_t removed = 0;
+  bool kept = false;  // a chunk stayed (an update pending, or moved to another chain)
   std::optional<ChunkId> start = ChunkId{ino, 0};
   while (start && !must_not_remove()) {  // a huge orphan must not hold a stop, nor go on past the lease
     auto page = t.engine->list(start, options_.list_page);
@@ -263,10 +277,13 @@ uint64_t OrphanSweep::remove_inode(const Target& t, uint64_t ino) {
       if (*r) {
         ++removed;
         removed_.at(t.id)->inc();
+      } else {
+        kept = true;
       }
     }
     if (start) start = page->size() == options_.list_page ? page->back().id.successor() : std::nullopt;
   }
+  all_gone = !start && !kept;  // listed to the end (not stopped), nothing stayed
   if (removed > 0)
     WEFT_LOG_INFO("{}: target {}: removed {} chunks of inode {}, which meta no longer has", options_.name, t.id,
                   removed, ino);

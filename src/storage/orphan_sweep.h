@@ -32,10 +32,13 @@
 // Load: at most `inodes_per_s` inodes asked per second; removal of one
 // orphan's chunks checks the stop and the lease fence per page.
 // Memory: 16 bytes per orphan inode being timed (twice that during a pass),
-// at most `tracked_max` of them: after an accepted store change every inode
-// on a target may be an orphan at once (millions); those past the cap are
-// timed by a later pass, once the first ones went. New orphans are logged
-// one line per question to meta, not one per inode.
+// at most `tracked_max` of them over all targets: after an accepted store
+// change every inode on a server may be an orphan at once (millions). A new
+// orphan is timed only while the ones timed already (this pass's, and the
+// last pass's not yet met again) leave room; the others wait for a later
+// pass, once the first ones went (an inode whose chunks all went is not
+// kept). New orphans are logged one line per question to meta, not one per
+// inode.
 // Threading: one thread, started by start(), joined by stop(); run_once() is
 // thread-safe (one pass at a time).
 // Ownership: borrows the engines; the oracle is owned.
@@ -110,6 +113,8 @@ class OrphanSweep {
   void stop();
   // One pass over every target; returns the chunks removed.
   uint64_t run_once();
+  // Orphan inodes being timed now (observability, tests).
+  size_t orphans_timed();
 
   // `[storage] orphan_grace_s`: checks every quarter of it, 1 s to 10 min apart.
   static OrphanSweepOptions from_grace(std::chrono::seconds grace);
@@ -131,7 +136,8 @@ class OrphanSweep {
   };
   // Asks meta about `inos` (ascending, distinct) of target t; removes what is due.
   uint64_t judge(const Target& t, const std::vector<uint64_t>& inos, TimePoint now, Orphans& seen);
-  uint64_t remove_inode(const Target& t, uint64_t ino);
+  // Removes the chunks of `ino`; `all_gone`: none is left (as far as listed).
+  uint64_t remove_inode(const Target& t, uint64_t ino, bool& all_gone);
   bool stopping() const;
   // Whether nothing may be removed now (stopping, or the lease fence down).
   bool must_not_remove() const;
@@ -164,6 +170,7 @@ class OrphanSweep {
   std::mutex run_mu_;  // one pass at a time
   Orphans since_;                // GUARDED_BY(run_mu_): the last pass's orphans, first seen when
   uint64_t untracked_this_pass_ = 0;  // GUARDED_BY(run_mu_): orphans past tracked_max, left for later passes
+  size_t met_this_pass_ = 0;          // GUARDED_BY(run_mu_): orphans of since_ met again this pass
 
   RepeatingPass passes_;  // last: stopped before the rest goes
 };
