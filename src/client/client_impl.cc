@@ -398,7 +398,7 @@ class ClientImpl final : public Client {
   Result<void> remove_path(const Cred& cred, std::string_view path) override {
     // Files first: one round trip (a lookup to learn the type would double it);
     // meta refuses to unlink a directory with kIsDirectory, and then it is rmdir.
-    WEFT_RETURN_IF_ERROR(not_root(path, Code::kBusy));
+    WEFT_RETURN_IF_ERROR(not_root_rmdir(path));
     const bool dir_only = names_directory(path);
     auto r = with_parent(cred, path, [&](const ParentDir& parent, const std::optional<meta::ParentCheck>& check) {
       auto rmdir = [&] { return moving_dirs([&] { return core_->meta->rmdir(cred, parent.dir.ino, parent.name, check); }); };
@@ -454,7 +454,7 @@ class ClientImpl final : public Client {
   }
 
   Result<void> rmdir_path(const Cred& cred, std::string_view path) override {
-    WEFT_RETURN_IF_ERROR(not_root(path, Code::kBusy));
+    WEFT_RETURN_IF_ERROR(not_root_rmdir(path));
     auto r = with_parent(cred, path, [&](const ParentDir& parent, const std::optional<meta::ParentCheck>& check) {
       if (parent.name == "." || parent.name == "..")
         return Result<void>(error(Code::kInvalidArgument, "rmdir of '{}'", parent.name));
@@ -467,11 +467,17 @@ class ClientImpl final : public Client {
   Result<void> rename_path(const Cred& cred, std::string_view from, std::string_view to,
                            RenameFlags flags) override {
     // Both parents asked of meta level by level: nothing moved by another
-    // client meanwhile steers the rename (it takes no ParentCheck).
+    // client meanwhile steers the rename (it takes no ParentCheck). As
+    // Linux: both parents first, then the root's refusals.
+    auto parent_of = [&](std::string_view path) -> Result<ParentDir> {
+      if (path.empty()) return error(Code::kNotFound, "an empty path");
+      if (is_root(path)) return ParentDir{};
+      return resolve_parent(cred, path, ParentFrom::kFresh);
+    };
+    WEFT_TRY(auto src, parent_of(from));
+    WEFT_TRY(auto dst, parent_of(to));
     WEFT_RETURN_IF_ERROR(not_root(from, Code::kBusy));
     WEFT_RETURN_IF_ERROR(not_root(to, (flags == RenameFlags::kNoReplace) ? Code::kExists : Code::kBusy));
-    WEFT_TRY(auto src, resolve_parent(cred, from, ParentFrom::kFresh));
-    WEFT_TRY(auto dst, resolve_parent(cred, to, ParentFrom::kFresh));
     if (names_directory(from) || names_directory(to)) {
       if (auto d = must_be_dir(cred, src.dir.ino, src.name); !d)
         return error(d.error().with_context(fmt::format("rename {} -> {}", from, to)));
@@ -792,11 +798,26 @@ class ClientImpl final : public Client {
 
   // What Linux answers when a path mutation names the root, which has no
   // parent to do it in (mkdir "/": EEXIST, unlink: EISDIR, rmdir and
-  // rename: EBUSY); a path that does not name the root passes.
-  static Result<void> not_root(std::string_view path, Code code) {
+  // rename: EBUSY), or an empty path (ENOENT); another path passes.
+  static bool is_root(std::string_view path) {
     auto parts = split_path(path);
-    if (!parts || !parts->empty()) return {};
+    return !path.empty() && parts && parts->empty();
+  }
+  static Result<void> not_root(std::string_view path, Code code) {
+    if (path.empty()) return error(Code::kNotFound, "an empty path");
+    if (!is_root(path)) return {};
     return error(code, "{}: the root", path);
+  }
+  // rmdir(2)'s answer for the root: by its last name as written, "/." is
+  // EINVAL and "/.." ENOTEMPTY, as for any other "." and ".."; else EBUSY.
+  static Result<void> not_root_rmdir(std::string_view path) {
+    if (!is_root(path)) return not_root(path, Code::kBusy);
+    std::string_view last = path;
+    while (!last.empty() && last.back() == '/') last.remove_suffix(1);
+    last = last.substr(last.rfind('/') == std::string_view::npos ? 0 : last.rfind('/') + 1);
+    if (last == ".") return error(Code::kInvalidArgument, "{}: rmdir of '.'", path);
+    if (last == "..") return error(Code::kNotEmpty, "{}: rmdir of '..'", path);
+    return not_root(path, Code::kBusy);
   }
 
   // remove_tree's top: its parent afresh, after the refusals.

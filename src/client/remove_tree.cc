@@ -46,11 +46,13 @@ class TreeRemover {
         }
         // As rm(1): a directory that cannot be listed (no read permission)
         // may be empty all the same, so it is removed if rmdir can; if not,
-        // the listing's error is the one named (rmdir's would be ENOTEMPTY).
+        // the listing's error is the one named when rmdir's only says that
+        // the directory holds something (ENOTEMPTY), else rmdir's own (EPERM
+        // of a sticky parent, say).
         Frame unread = std::move(f);
         auto r = client_.rmdir(cred_, unread.parent, unread.name);
         const bool removed = r || gone(r.error());
-        if (!removed) failed(unread.shown, page.error());
+        if (!removed) failed(unread.shown, r.error().code() == Code::kNotEmpty ? page.error() : r.error());
         top_ok = finish(removed);
         continue;
       }

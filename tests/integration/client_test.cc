@@ -1449,6 +1449,19 @@ TEST_F(ClientTest, PathMutationsOfTheRootAnswerAsLinuxDoes) {
     EXPECT_EQ(client_->rename_path(root, d, r).error().code(), Code::kBusy);
     EXPECT_EQ(client_->rename_path(root, d, r, RenameFlags::kNoReplace).error().code(), Code::kExists);
   }
+  // By its last name as written: "." EINVAL, ".." ENOTEMPTY.
+  EXPECT_EQ(client_->rmdir_path(root, "/.").error().code(), Code::kInvalidArgument);
+  EXPECT_EQ(client_->remove_path(root, "/./").error().code(), Code::kInvalidArgument);
+  EXPECT_EQ(client_->rmdir_path(root, "/..").error().code(), Code::kNotEmpty);
+  EXPECT_EQ(client_->mkdir_path(root, "/.").error().code(), Code::kExists);
+  // The parents first: a missing one is ENOENT before the root's EBUSY.
+  EXPECT_EQ(client_->rename_path(root, d + "/missing/a", "/").error().code(), Code::kNotFound);
+  EXPECT_EQ(client_->rename_path(root, "/", d + "/missing/a").error().code(), Code::kNotFound);
+  // An empty path names nothing.
+  EXPECT_EQ(client_->mkdir_path(root, "").error().code(), Code::kNotFound);
+  EXPECT_EQ(client_->rmdir_path(root, "").error().code(), Code::kNotFound);
+  EXPECT_EQ(client_->rename_path(root, "", d + "/x").error().code(), Code::kNotFound);
+  EXPECT_EQ(client_->open_path(root, "", O_CREAT | O_WRONLY).error().code(), Code::kNotFound);
   EXPECT_TRUE(client_->resolve(root, d).has_value());
   EXPECT_FALSE(client_->resolve(root, d + "/moved").has_value());
 }

@@ -93,12 +93,7 @@ TEST(TestProcess, DiesWithTheTestThatStartedIt) {
   ASSERT_EQ(::waitpid(test, &status, 0), test);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3);
   // Gone, or a zombie until init reaps it.
-  auto alive = [&] {
-    std::ifstream stat("/proc/" + std::to_string(sleeper) + "/stat");
-    std::string pid, comm, state;
-    return static_cast<bool>(stat >> pid >> comm >> state) && state != "Z";
-  };
-  bool gone = testing::eventually([&] { return !alive(); }, std::chrono::seconds(10));
+  bool gone = testing::eventually([&] { return !testing::pid_alive(sleeper); }, std::chrono::seconds(10));
   if (!gone) ::kill(sleeper, SIGKILL);
   EXPECT_TRUE(gone) << "pid " << sleeper << " outlived the test that started it";
 }
