@@ -112,34 +112,55 @@ TEST_F(OrphanSweepTest, ChunksOfInodesMetaNoLongerHasGoAfterTheGrace) {
 }
 
 // At most tracked_max orphans are timed at once (after a store change every
-// inode may be one): the others wait for a later pass, which takes them.
-TEST_F(OrphanSweepTest, OrphansPastTheTrackedLimitGoInALaterPass) {
+// inode may be one); an orphan whose chunks all went is not kept, so with no
+// grace the limit holds nothing back.
+TEST_F(OrphanSweepTest, OrphansWhoseChunksWentAreNotKeptTimed) {
   for (uint64_t ino : {21, 22, 23, 24, 25}) put(ino, 2);
   put(10, 1);  // live
   tracked_max_ = 2;
   auto s = sweep(std::chrono::milliseconds(0));
-  EXPECT_EQ(s->run_once(), 4u);
-  EXPECT_EQ(inodes_held(), (std::set<uint64_t>{10, 23, 24, 25}));
-  EXPECT_EQ(s->run_once(), 4u);
-  EXPECT_EQ(inodes_held(), (std::set<uint64_t>{10, 25}));
-  EXPECT_EQ(s->run_once(), 2u);
+  EXPECT_EQ(s->run_once(), 10u);
   EXPECT_EQ(inodes_held(), (std::set<uint64_t>{10}));
+  EXPECT_EQ(s->orphans_timed(), 0u);
 }
 
-// With a grace, the cap keeps the first ones' times: they go once the grace
-// has passed, while the rest start their own grace only once timed (here in
-// the pass after the first two went: those count in the pass that removes them).
-TEST_F(OrphanSweepTest, TheTrackedLimitKeepsTheTimesOfTheOrphansItTimes) {
+// With a grace, the orphans past the limit are timed once the first ones went.
+TEST_F(OrphanSweepTest, OrphansPastTheTrackedLimitAreTimedInALaterPass) {
   for (uint64_t ino : {21, 22, 23}) put(ino, 1);
   tracked_max_ = 2;
   auto s = sweep(std::chrono::milliseconds(300));
   EXPECT_EQ(s->run_once(), 0u);
+  EXPECT_EQ(s->orphans_timed(), 2u);
   std::this_thread::sleep_for(std::chrono::milliseconds(350));
-  EXPECT_EQ(s->run_once(), 2u);  // 21 and 22, timed since the first pass
+  EXPECT_EQ(s->run_once(), 2u);  // 21 and 22, timed since the first pass; 23 timed from here
   EXPECT_EQ(inodes_held(), (std::set<uint64_t>{23}));
-  EXPECT_EQ(s->run_once(), 0u);  // 23 timed from here
+  EXPECT_EQ(s->orphans_timed(), 1u);
+  EXPECT_EQ(s->run_once(), 0u);
   std::this_thread::sleep_for(std::chrono::milliseconds(350));
   EXPECT_EQ(s->run_once(), 1u);
+  EXPECT_TRUE(inodes_held().empty());
+  EXPECT_EQ(s->orphans_timed(), 0u);
+}
+
+// The limit counts the orphans timed before that a pass has not met yet:
+// new orphans listed before them do not push the count past it.
+TEST_F(OrphanSweepTest, TheTrackedLimitKeepsRoomForOrphansTimedBefore) {
+  put(30, 1);
+  put(31, 1);
+  tracked_max_ = 2;
+  auto s = sweep(std::chrono::milliseconds(300));
+  EXPECT_EQ(s->run_once(), 0u);
+  put(21, 1);  // new orphans, listed before 30 and 31
+  put(22, 1);
+  EXPECT_EQ(s->run_once(), 0u);
+  EXPECT_EQ(s->orphans_timed(), 2u) << "30 and 31 only";
+  std::this_thread::sleep_for(std::chrono::milliseconds(350));
+  EXPECT_EQ(s->run_once(), 2u);
+  EXPECT_EQ(inodes_held(), (std::set<uint64_t>{21, 22}));
+  EXPECT_EQ(s->run_once(), 0u);  // 21 and 22 timed from here
+  EXPECT_EQ(s->orphans_timed(), 2u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(350));
+  EXPECT_EQ(s->run_once(), 2u);
   EXPECT_TRUE(inodes_held().empty());
 }
 
