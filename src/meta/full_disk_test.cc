@@ -16,6 +16,7 @@ namespace {
 using weft::testing::SmallFs;
 
 constexpr uint64_t kReserve = 8 << 20;
+constexpr uint64_t kWindow = 4;  // retry records kept per client
 
 class FullDiskTest : public StoreTest {
  protected:
@@ -34,6 +35,7 @@ class FullDiskTest : public StoreTest {
     o.path = fs_->path() + "/db";
     o.sync = true;  // the real path: group-synced WAL
     o.reserve_bytes = kReserve;
+    o.request_window = kWindow;
     return o;
   }
   std::unique_ptr<SmallFs> fs_;
@@ -71,6 +73,22 @@ TEST_F(FullDiskTest, RefusesGrowthKeepsRemovalsAndLosesNothing) {
   EXPECT_TRUE(s().lookup(root(), dir, "renamed"));
   EXPECT_TRUE(s().lookup(root(), dir, "retried"));
   EXPECT_TRUE(s().lookup(root(), dir, "after"));
+}
+
+// A request refused for space still takes its number's place in the
+// client's retry window: the record a window behind it goes, as when a
+// request is recorded (else it stayed until the client went idle).
+TEST_F(FullDiskTest, ARefusedRequestMovesItsClientsRetryWindowOn) {
+  Ino dir = mkdir("d");
+  ASSERT_TRUE(s().create(with_req(root(), 9, 1), dir, "a", 0644, true, false));
+  ASSERT_TRUE(s().create(with_req(root(), 9, 1), dir, "a", 0644, true, false)) << "a retry: its first answer";
+  ASSERT_TRUE(fs_->fill_until(kReserve - (2 << 20)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // free space is read again
+  EXPECT_CODE(s().create(with_req(root(), 9, 1 + kWindow), dir, "b", 0644, true, false), Code::kNoSpace);
+  fs_->unfill();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Record 1 went: the same request now runs afresh (the name exists: O_EXCL).
+  EXPECT_CODE(s().create(with_req(root(), 9, 1), dir, "a", 0644, true, false), Code::kExists);
 }
 
 }  // namespace

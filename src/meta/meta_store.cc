@@ -250,7 +250,10 @@ std::optional<Result<Reply>> MetaStore::attempt(Op op, const Context& ctx, const
   }
   // After the retry record: a retried request that succeeded is answered as
   // it was, however full the disk is now.
-  if (auto admitted = space_->admit(space_kind(op)); !admitted) return Result<Reply>(std::unexpected(admitted.error()));
+  if (auto admitted = space_->admit(space_kind(op)); !admitted) {
+    forget_window_tail(txn, ctx);
+    return Result<Reply>(std::unexpected(admitted.error()));
+  }
   txn.set_save_point();
   Result<Reply> r = body(txn);
   if (!r && txn.conflict()) return std::nullopt;
@@ -289,6 +292,18 @@ Result<void> MetaStore::await_sync() {
 void MetaStore::when_durable(std::move_only_function<void(Result<void>)> done) {
   if (!syncer_) return done(Result<void>());
   syncer_->when_durable(std::move(done));
+}
+
+// A request refused before its record (the disk full): the client used its
+// number all the same, and records go by the window (recording N deletes
+// N - window), so N - window is deleted here, or it would stay until the
+// client goes idle (expire_requests). A tombstone, written only where the
+// free-space guard admits removals; not waited for (nothing acknowledges it).
+void MetaStore::forget_window_tail(Txn& txn, const Context& ctx) {
+  if (!ctx.req.valid() || ctx.req.seq < options_.request_window) return;
+  if (!space_->admit(FreeSpaceGuard::Kind::kRelease)) return;
+  if (!txn.del_untracked(key::request(ctx.req.client_id, ctx.req.seq - options_.request_window))) return;
+  (void)txn.commit();
 }
 
 static_assert(kOpCount < 255, "RequestRecord::op stores 1 + an Op in a byte");

@@ -363,6 +363,7 @@ class MetaStore {
   // Runs `body` in a transaction with request de-duplication and bounded retries.
   Result<Reply> mutate(Op op, const Context& ctx, const Body& body);
   std::optional<Result<Reply>> attempt(Op op, const Context& ctx, const Body& body);
+  void forget_window_tail(Txn& txn, const Context& ctx);
   Result<void> record_request(Txn& txn, Op op, const Context& ctx, const Result<Reply>& r);
   // After a commit (or a replayed record): waits for its WAL sync, or leaves
   // that to the caller's DeferSync.
