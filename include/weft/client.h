@@ -163,8 +163,8 @@ class File {
   virtual Result<void> close() = 0;
 };
 
-// One read of a batch: `length` bytes at `offset` of file `ino`, into `dst`
-// (dst.size() >= length). What the reads of one inode need of it comes, once
+// One read of a batch: up to dst.size() bytes at `offset` of file `ino`, into
+// `dst` (fewer at the end of the file). What the reads of one inode need of it comes, once
 // per batch, from the `attrs` of its first op that has them (a lookup or
 // listing the caller made, of this very inode, else EINVAL: its layout and
 // size; `file_size` is then not used), else from meta if any of its ops

@@ -546,7 +546,8 @@ class ClientImpl final : public Client {
   // One submitted read batch, from its plan to the promised results.
   struct ReadJob {
     Cred cred;
-    std::vector<Ino> inos;  // per op
+    std::vector<Ino> inos;          // per op
+    std::vector<uint64_t> offsets;  // per op
     std::vector<Result<size_t>> out;
     std::vector<GroupedRead> reads;                  // the ops split at chunk boundaries
     std::vector<size_t> owner;                       // per read: the index of its op
@@ -1075,7 +1076,11 @@ void ClientImpl::plan_reads(const Cred& cred, std::span<const ReadOp> ops, ReadJ
   job.cred = cred;
   job.out.assign(ops.size(), Result<size_t>(0));
   job.inos.reserve(ops.size());
-  for (const ReadOp& op : ops) job.inos.push_back(op.ino);
+  job.offsets.reserve(ops.size());
+  for (const ReadOp& op : ops) {
+    job.inos.push_back(op.ino);
+    job.offsets.push_back(op.offset);
+  }
   // Layouts and sizes: once per inode. The read permission is checked, as a
   // read-only open checks it (open_read_known), when any op of the inode
   // brings attributes (the first such op's are used) or asks meta; only
@@ -1140,7 +1145,10 @@ void ClientImpl::plan_reads(const Cred& cred, std::span<const ReadOp> ops, ReadJ
     job.out[i] = want;
     for (const ChunkSpan& s : split_range(op.offset, want, info.inode->layout.chunk_bytes)) {
       ChunkAddress a{op.ino, s.chunk_index, chain_of_chunk(info.stripe, s.chunk_index), info.inode->layout.chunk_bytes};
-      job.reads.push_back(GroupedRead{a, s.offset, op.dst.subspan(s.buffer_offset, s.length), 0u, false});
+      // Not read until read_group or read() says what it read: a range a
+      // group left untouched (it failed on its way) is read alone.
+      job.reads.push_back(GroupedRead{a, s.offset, op.dst.subspan(s.buffer_offset, s.length),
+                                      error(Code::kInternal, "not read"), false});
       job.owner.push_back(i);
     }
   }
@@ -1159,7 +1167,7 @@ void ClientImpl::start_single_reads(std::shared_ptr<ReadJob> job) {
   std::vector<Task<Result<uint32_t>>> singles;
   for (size_t k = 0; k < job->reads.size(); ++k) {
     GroupedRead& r = job->reads[k];
-    if (!r.retry_alone) continue;
+    if (!r.retry_alone && r.result) continue;
     alone.push_back(k);
     singles.push_back(core_->chunks->read(r.chunk, r.offset, r.dst));
   }
@@ -1177,15 +1185,31 @@ void ClientImpl::finish_reads(std::shared_ptr<ReadJob> job) {
     if (r.result && *r.result < r.dst.size()) short_files.insert(job->inos[job->owner[k]]);
   }
   if (short_files.empty()) return fulfil_reads(*job);
+  // A short range is a hole, or the file was cut or removed meanwhile (its
+  // chunks gone): meta says which, as pread asks (FileImpl::check_not_removed).
   read_checks_.submit([this, job = std::move(job), short_files = std::move(short_files)] {
-    std::set<Ino> gone;
+    std::map<Ino, Result<uint64_t>> now;  // the length now (with this client's unreported writes), or why not known
     for (Ino ino : short_files) {
       auto n = core_->meta->getattr(job->cred, ino);
-      if (!n && n.error().code() == Code::kNotFound) gone.insert(ino);
+      if (n) {
+        now.emplace(ino, std::max(n->size, core_->unreported_end ? core_->unreported_end(ino) : 0));
+      } else if (n.error().code() == Code::kNotFound) {
+        now.emplace(ino, error(Code::kStaleHandle, "file {} was removed while being read: its data is gone", ino));
+      } else {  // not known: zeros there could be data lost, not a hole
+        now.emplace(ino, error(n.error().with_context(fmt::format("file {}: a short read, and its length", ino))));
+      }
     }
-    for (size_t i = 0; i < job->out.size(); ++i)
-      if (job->out[i] && gone.contains(job->inos[i]))
-        job->out[i] = error(Code::kStaleHandle, "file {} was removed while being read: its data is gone", job->inos[i]);
+    for (size_t i = 0; i < job->out.size(); ++i) {
+      auto it = now.find(job->inos[i]);
+      if (!job->out[i] || it == now.end()) continue;
+      if (!it->second) {
+        job->out[i] = std::unexpected(it->second.error());
+        continue;
+      }
+      // Cut to the length now: a truncate meanwhile (the caller's size, or ours, was older).
+      const uint64_t end = *it->second;
+      job->out[i] = job->offsets[i] >= end ? 0 : std::min<uint64_t>(*job->out[i], end - job->offsets[i]);
+    }
     fulfil_reads(*job);
   });
 }

@@ -270,7 +270,10 @@ void FileImpl::send_all_locked() {
 void FileImpl::on_sent(uint64_t index, size_t charged, Result<void> r) {
   core_.dirty->release(charged);
   if (r && WEFT_FAULT("client.write.fail")) r = error(Code::kIoError, "injected: write of chunk {}", index);  // tests
-  if (r) core_.chunk_written(inode_.ino, index, this);  // before mu_: it locks the other Files
+  // Success or not (a failed send may have written some extents, or been
+  // applied before the client gave up): the siblings' read-ahead of the
+  // chunk goes. Before mu_: it locks the other Files.
+  core_.chunk_written(inode_.ino, index, this);
   std::lock_guard lock(mu_);
   in_flight_.erase(index);
   if (!r) {
@@ -554,9 +557,11 @@ Result<size_t> FileImpl::pread_page_fill(std::span<std::byte> dst, uint64_t offs
     // belong to it: concurrent readers of one handle (the mount's FUSE
     // threads serving the kernel's read-ahead) arrive slightly out of order.
     const uint64_t slack = uint64_t{kReorderChunks} * inode_.layout.chunk_bytes;
-    sequential = offset == next_read_ ||
-                 (ra_window_ > 0 && offset + slack >= next_read_ && offset <= next_read_ + slack);
-    next_read_ = sequential ? std::max(next_read_, offset + dst.size()) : offset + dst.size();
+    const uint64_t distance = offset >= next_read_ ? offset - next_read_ : next_read_ - offset;
+    sequential = offset == next_read_ || (ra_window_ > 0 && distance <= slack);
+    // Saturated: an offset near 2^64 (read as past the end below) must not wrap to a small "sequential" one.
+    const uint64_t end = offset > UINT64_MAX - dst.size() ? UINT64_MAX : offset + dst.size();
+    next_read_ = sequential ? std::max(next_read_, end) : end;
     if (!sequential) {
       ra_window_ = 0;
       prefetched_.clear();

@@ -806,6 +806,34 @@ TEST_F(ClientTest, ReadBatchManySmallFiles) {
   for (auto& r : fut.get()) EXPECT_TRUE(r.has_value());
 }
 
+// A batch read given a length older than a truncate (the caller's attributes,
+// taken before another client cut the file) counts the bytes the file has
+// now, as pread does: not the old length, with zeros past the end.
+TEST_F(ClientTest, ABatchReadCountsTheLengthAfterATruncateItWasNotToldOf) {
+  std::string d = dir();
+  auto data = pattern(3 * 100000, 17);
+  ASSERT_TRUE(write_new(d + "/cut", data));
+  auto n = client_->resolve(client_->default_cred(), d + "/cut");
+  ASSERT_TRUE(n.has_value()) << n.error();
+  auto other = connect_another();
+  ASSERT_TRUE(other.has_value()) << other.error();
+  ASSERT_TRUE((*other)->setattr((*other)->default_cred(), n->ino, SetAttr{.size = 1000}).has_value());
+
+  std::vector<std::byte> buf(data.size()), tail(4096);
+  std::vector<ReadOp> ops{ReadOp{n->ino, 0, buf, n->layout, n->size},
+                          ReadOp{n->ino, 200000, tail, n->layout, n->size}};
+  for (int pass = 0; pass < 2; ++pass) {
+    auto results = pass == 0 ? client_->read_batch(client_->default_cred(), ops)
+                             : client_->submit_reads(client_->default_cred(), ops).get();
+    ASSERT_EQ(results.size(), 2u);
+    ASSERT_TRUE(results[0].has_value()) << results[0].error();
+    EXPECT_EQ(*results[0], 1000u);
+    EXPECT_TRUE(std::equal(data.begin(), data.begin() + 1000, buf.begin()));
+    ASSERT_TRUE(results[1].has_value()) << results[1].error();
+    EXPECT_EQ(*results[1], 0u) << "past the end now";
+  }
+}
+
 // The path API keeps parent directories for a second. Another client that
 // removes a directory and makes it again inside that second must not make
 // this one's creates, opens, removals or renames fail or land in the removed
