@@ -54,6 +54,10 @@ int errno_of(const Status& s) {
   // not ENOSYS, which the kernel takes as "never send this request again"
   // for the life of the mount (xattrs, create, flush, fsync, access).
   if (s.code() == Code::kUnknownMethod) return EOPNOTSUPP;
+  // What libweft retries until it gives up (a lease or version that did not
+  // come right in time): EAGAIN from a blocking read, write or open makes
+  // many programs spin (Python raises BlockingIOError). An I/O error.
+  if (s.code() == Code::kLeaseExpired || s.code() == Code::kVersionMismatch) return EIO;
   int e = s.posix_errno();
   return e > 0 ? e : EIO;
 }
@@ -386,6 +390,19 @@ class FuseServer::Impl {
 
   // ---- credentials, attributes ----
 
+  // libfuse reads a caller's supplementary groups from /proc, which it cannot
+  // in another PID namespace (a container) or under hidepid: meta then checks
+  // without them, and a user whose access comes from one is refused. Said
+  // once per mount, with the first reason.
+  static void groups_unread(int err) {
+    static std::once_flag said;
+    std::call_once(said, [err] {
+      WEFT_LOG_WARN("mount: cannot read a caller's supplementary groups ({}: /proc not readable for its process, "
+                    "e.g. another PID namespace or hidepid): access is checked without them",
+                    std::strerror(err));
+    });
+  }
+
   static Cred cred_of(fuse_req_t req) {
     const fuse_ctx* ctx = fuse_req_ctx(req);
     Cred cred;
@@ -394,6 +411,7 @@ class FuseServer::Impl {
     if (ctx->uid != 0) {  // root passes every check: skip reading /proc
       gid_t groups[64];
       int n = fuse_req_getgroups(req, 64, groups);
+      if (n < 0) groups_unread(-n);
       if (n > 64) {
         std::vector<gid_t> more(n);
         n = fuse_req_getgroups(req, n, more.data());
@@ -734,6 +752,12 @@ class FuseServer::Impl {
       sa.mtime_ns = SetAttr::kTimeNow;
     } else if (to_set & FUSE_SET_ATTR_MTIME) {
       sa.mtime_ns = ns_of(attr->st_mtim);
+    }
+    // A size Weft cannot hold fails before anything changes, as Linux
+    // checks it (inode_newsize_ok) before it changes a mode or a time.
+    if (sa.size && *sa.size > meta::kFileBytesMax) {
+      fuse_reply_err(req, EFBIG);
+      return;
     }
     Cred cred = cred_of(req);
     OpenFile* handle = fi && fi->fh && file_of(fi)->writable ? file_of(fi) : nullptr;
