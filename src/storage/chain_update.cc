@@ -272,6 +272,7 @@ pb::ForwardRequest forward_request(const Placement& p, const ChainUpdate& u, con
   req.set_sync_recorded(sync && u.sync_recorded);
   set_held(req, u.held);
   req.set_repair(u.repair);
+  req.set_forget_dedup(u.kind == pb::UPDATE_REMOVE && u.forget_dedup);
   return req;
 }
 
@@ -335,8 +336,9 @@ Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const Ch
     if (Clock::now() > u.commit_by) co_return error(past_commit_by(u.id, "removal refused"));
     RemoveJob job{engine, u.id, p.route.chain_id, u.sync};
     auto removed = co_await pool_.run(admitted, job);
-    // A resync removal: the source never had what this replica recorded.
-    if (u.sync && (!removed || *removed)) p.target->dedup().forget_chunk(u.id);
+    // A resync removal, or a reconcile's: the source never had what this
+    // replica recorded (an update that failed, never acknowledged).
+    if ((u.sync || u.forget_dedup) && (!removed || *removed)) p.target->dedup().forget_chunk(u.id);
     if (!removed) co_return error(removed.error());
     if (p.successor) note_delivered(p, u.id);
     co_return WriteResult{};
@@ -639,6 +641,7 @@ Task<Result<pb::ForwardReply>> StorageService::forward_in(const pb::ForwardReque
   u.sync_recorded = req.sync() && req.sync_recorded();
   u.held = held_of(req);
   u.repair = req.repair();
+  u.forget_dedup = req.kind() == pb::UPDATE_REMOVE && req.forget_dedup();
   if (u.repair && u.kind != pb::UPDATE_REPLACE)
     co_return error(Code::kInvalidArgument, "repair of chunk {} as update kind {}", u.id, u.kind);
   Expect expect{req.expect_chunk_length(), req.expect_chunk_crc32c()};

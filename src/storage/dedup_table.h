@@ -20,7 +20,7 @@
 // resync copy) keeps the entries of the updates the sender's content holds
 // (the sender's own entries for the chunk, sent with it: `replaced`) and
 // forgets the others, whose retries must be applied again; a removal by a
-// resync forgets them all. Invariant: a member's entries for a chunk name
+// resync or by a reconcile (the head never had the chunk) forgets them all. Invariant: a member's entries for a chunk name
 // updates its committed content holds.
 // Threading: thread-safe.
 #pragma once

@@ -245,6 +245,7 @@ Task<StorageService::ReconcileOutcome> StorageService::reconcile_one(mgmt::Chain
     u.held = p->target->dedup().keys_of(id, kHeldKeysMax);
   } else {
     u.kind = pb::UPDATE_REMOVE;
+    u.forget_dedup = true;
   }
   u.id = id;
   auto r = co_await replicate(*p, u, 0, nullptr);

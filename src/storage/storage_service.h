@@ -245,6 +245,9 @@ struct ChainUpdate {
   bool sync_recorded = false;  // with sync: the source recorded the chunk as the chain's (ForwardRequest)
   // REPLACE: the client updates its content holds (ForwardRequest.held).
   std::vector<std::pair<uint64_t, uint64_t>> held;
+  // REMOVE by a reconcile: every member forgets the chunk's dedup entries
+  // (ForwardRequest.forget_dedup).
+  bool forget_dedup = false;
   // A repair (REPLACE of the committed version, repair.cc): applied only over
   // the same version, length and CRC; never forwarded on.
   bool repair = false;

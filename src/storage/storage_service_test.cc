@@ -1248,6 +1248,35 @@ TEST_F(StorageServiceTest, AChunkAFailedUpdateLeftDifferentOnTheReplicasIsReconc
   expect_identical({0, 1, 2}, 1);
 }
 
+// A chunk's first write whose ack was lost on its way back: the head aborts
+// (it has no chunk), the tail committed it and recorded the client's
+// request. The reconcile removes it there, and the tail's record of that
+// request goes too: after a failover a retry is applied afresh, not answered
+// "done" over a chunk that is no longer there.
+TEST_F(StorageServiceTest, AReconcileThatRemovesAChunkForgetsTheRequestsItsReplicasRecorded) {
+  start(3, 0, /*forward_timeout_ms=*/400);
+  route({0, 1, 2}, 1);
+  ChunkId id{16, 0};
+  auto a = pattern(kChunk, 61);
+  {
+    fault::Scope lost("storage.forward.drop_reply", {.hits_max = 1});  // the tail's reply back
+    auto w = write(0, 1, id, 0, a, 14, 1);
+    if (lost.triggered() == 0) GTEST_SKIP() << "fault injection compiled out";
+    EXPECT_FALSE(w.has_value());
+  }
+  auto held = [&](size_t n) { return read(n, 1, id).result.length() > 0; };
+  for (int i = 0; i < 100 && (held(0) || held(1) || held(2)); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (size_t n = 0; n < 3; ++n) ASSERT_FALSE(held(n)) << "node " << n << " kept the chunk the head never had";
+  // The tail (the one member that committed: the middle aborted when its
+  // forward's reply was lost) is all that is left; the client retries its
+  // write there.
+  route({2}, 2);
+  auto retried = write(2, 2, id, 0, a, 14, 1);
+  ASSERT_TRUE(retried.has_value()) << retried.error();
+  EXPECT_EQ(read(2, 2, id).data, a);
+}
+
 // A Forward that never went out leaves the replicas as they were: the
 // reconciliation finds them equal and rewrites nothing.
 TEST_F(StorageServiceTest, AFailedUpdateThatChangedNoReplicaIsNotRewritten) {
