@@ -387,7 +387,7 @@ Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const Ch
   // must be applied again. After a failed commit (its entry may have reached
   // the disk, or not) every entry goes. A repair restores the content the
   // entries describe: they stay.
-  if (u.kind == pb::UPDATE_REPLACE && !u.repair) {
+  if (u.kind == pb::UPDATE_REPLACE && !u.repair && !u.own_content) {
     if (committed)
       p.target->dedup().replaced(u.id, u.held, pb::UPDATE_REPLACE,
                                  {staged.result.version, staged.result.length, staged.result.chunk_crc});

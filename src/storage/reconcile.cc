@@ -243,6 +243,7 @@ Task<StorageService::ReconcileOutcome> StorageService::reconcile_one(mgmt::Chain
     u.data = content.data();
     u.length = static_cast<uint32_t>(u.data.size());
     u.held = p->target->dedup().keys_of(id, kHeldKeysMax);
+    u.own_content = true;
   } else {
     u.kind = pb::UPDATE_REMOVE;
     u.forget_dedup = true;

@@ -248,6 +248,10 @@ struct ChainUpdate {
   // REMOVE by a reconcile: every member forgets the chunk's dedup entries
   // (ForwardRequest.forget_dedup).
   bool forget_dedup = false;
+  // REPLACE of this member's own committed content (a reconcile at the
+  // head): its dedup entries describe that content already; `held` is for
+  // the successors (and may be cut to kHeldKeysMax), not to trim its own.
+  bool own_content = false;
   // A repair (REPLACE of the committed version, repair.cc): applied only over
   // the same version, length and CRC; never forwarded on.
   bool repair = false;
