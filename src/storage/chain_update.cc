@@ -498,6 +498,7 @@ Task<Result<void>> StorageService::forward_out(const Placement& p, const ChainUp
   options.timeout_ms = forward_timeout_ms(u.commit_by, options_.forward_timeout_ms);
   if (options.timeout_ms == 0) co_return error(past_commit_by(u.id, "not forwarded"));
   if (!u.data.empty()) options.payload.push_back(u.data);
+  u.forward_sent = true;
   auto r = co_await client_.call<pb::ForwardReply>(p.successor->endpoint, methods::kForward, req, std::move(options));
   if (r && WEFT_FAULT("storage.forward.drop_reply"))  // tests: delivered and applied, the reply lost
     co_return error(Code::kDisconnected, "injected: the reply of target {} was lost", p.successor->id);
@@ -570,8 +571,11 @@ Task<Result<WriteResult>> StorageService::head_update(mgmt::ChainId chain, mgmt:
   }
   auto r = co_await replicate(*p, u, 0, nullptr);
   if (r) t.dedup().record(u.client_id, u.sequence, {u.id, u.kind, {r->version, r->length, r->chunk_crc}});
-  // Failed after (maybe) forwarding: the members after this one may have committed it (reconcile.cc).
-  if (!r && committed) note_in_doubt(*p, u.id, *committed, "after a failed update");
+  // Failed after forwarding: the members after this one may have committed
+  // it (reconcile.cc). Failed before (no room, the disk pool full, the local
+  // stage): nothing changed elsewhere, and under overload such notes would
+  // crowd out the ones that matter.
+  if (!r && committed && u.forward_sent) note_in_doubt(*p, u.id, *committed, "after a failed update");
   observe(t.metrics(), op, r.has_value(), u.data.size(), start);
   co_return r;
 }

@@ -252,6 +252,10 @@ struct ChainUpdate {
   // head): its dedup entries describe that content already; `held` is for
   // the successors (and may be cut to kHeldKeysMax), not to trim its own.
   bool own_content = false;
+  // Set once a Forward of it went out (forward_out): a failure before that
+  // changed no other member, and needs no reconcile. Mutable: the update
+  // travels as const; this records what happened to it.
+  mutable bool forward_sent = false;
   // A repair (REPLACE of the committed version, repair.cc): applied only over
   // the same version, length and CRC; never forwarded on.
   bool repair = false;
