@@ -5,6 +5,7 @@
 // operator delete for some coroutine bodies.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
+#include <thread>
 #include <chrono>
 #include <cstring>
 
@@ -109,11 +110,27 @@ struct PrepareJob {
   Result<void> operator()() const { return engine->prepare(*reserved); }
 };
 
+Status past_commit_by(const ChunkId& id, std::string_view what);
+
+// ChainUpdate::commit_by is checked when the job runs, not only when it was
+// queued: a commit that waited in the disk pool's queue past it must not
+// commit what the predecessor has aborted by then (kTimeout; the stage is
+// aborted here instead).
 struct CommitJob {
   ChunkEngine* engine;
   ChunkId id;
   uint64_t version;
-  Result<WriteResult> operator()() const { return engine->commit(id, version); }
+  std::chrono::steady_clock::time_point commit_by = std::chrono::steady_clock::time_point::max();
+  Result<WriteResult> operator()() const {
+    // Tests: a commit whose turn at the disk comes late (a long queue).
+    if (WEFT_FAULT("storage.chain.commit.queued")) std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    if (std::chrono::steady_clock::now() > commit_by) {
+      (void)engine->abort(id, version);
+      return error(past_commit_by(id, fmt::format("version {} aborted, not committed (its turn at the disk came "
+                                                  "too late)", version)));
+    }
+    return engine->commit(id, version);
+  }
 };
 
 struct AbortJob {
@@ -130,7 +147,9 @@ struct RemoveJob {
   ChunkId id;
   uint32_t chain;
   bool sync;
+  std::chrono::steady_clock::time_point commit_by = std::chrono::steady_clock::time_point::max();  // as CommitJob's
   Result<bool> operator()() const {
+    if (std::chrono::steady_clock::now() > commit_by) return error(past_commit_by(id, "removal refused (its turn at the disk came too late)"));
     if (sync) {
       auto info = engine->stat(id);
       if (!info) return info.error().code() == Code::kNotFound ? Result<bool>{false} : error(info.error());
@@ -334,7 +353,7 @@ Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const Ch
       if (!fwd) co_return error(fwd.error());
     }
     if (Clock::now() > u.commit_by) co_return error(past_commit_by(u.id, "removal refused"));
-    RemoveJob job{engine, u.id, p.route.chain_id, u.sync};
+    RemoveJob job{engine, u.id, p.route.chain_id, u.sync, u.commit_by};
     auto removed = co_await pool_.run(admitted, job);
     // A resync removal, or a reconcile's: the source never had what this
     // replica recorded (an update that failed, never acknowledged).
@@ -378,7 +397,7 @@ Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const Ch
     (void)co_await pool_.finish(abort);
     co_return error(past_commit_by(u.id, fmt::format("version {} aborted, not committed", staged.result.version)));
   }
-  CommitJob commit{engine, u.id, staged.result.version};
+  CommitJob commit{engine, u.id, staged.result.version, u.commit_by};
   auto committed = co_await pool_.finish(commit);
   // The whole content came from the predecessor (it was rebuilt for a replica
   // that differed, or is a resync copy), maybe at the version this replica
@@ -391,7 +410,7 @@ Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const Ch
     if (committed)
       p.target->dedup().replaced(u.id, u.held, pb::UPDATE_REPLACE,
                                  {staged.result.version, staged.result.length, staged.result.chunk_crc});
-    else
+    else if (committed.error().code() != Code::kTimeout)  // aborted in time: the content is as it was
       p.target->dedup().forget_chunk(u.id);
   }
   if (committed && p.successor) note_delivered(p, u.id);

@@ -26,10 +26,13 @@
 //      (serving and syncing) has committed it. On any failure a member
 //      aborts its staged version and the error travels back. A successor
 //      commits only before its predecessor's timeout for the Forward, less a
-//      margin for the commit and the reply (ChainUpdate::commit_by), and
-//      gives its own successor a timeout that ends before then: a member
-//      never commits what a slower-to-answer chain made its predecessor
-//      abort (kTimeout instead; the client's retry applies it everywhere).
+//      margin for the commit and the reply (ChainUpdate::commit_by, checked
+//      when the commit job starts on a disk thread, after its wait in the
+//      queue), and gives its own successor a timeout that ends before then:
+//      a member does not commit what a slower-to-answer chain made its
+//      predecessor abort (kTimeout instead; the client's retry applies it
+//      everywhere), as long as the commit itself (a group sync) fits the
+//      margin; one that overruns it leaves the replicas to the reconcile.
 // A successor whose staged result differs from its predecessor's (it fell
 // behind, e.g. while syncing) answers kVersionMismatch and receives the full
 // chunk (UPDATE_REPLACE) instead.

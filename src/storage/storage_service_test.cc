@@ -1215,6 +1215,31 @@ TEST_F(StorageServiceTest, AMemberDoesNotCommitAnUpdateItsPredecessorGaveUpOn) {
   expect_identical({0, 1, 2}, 1);
 }
 
+// The same when the tail's commit job waits in the disk pool's queue past
+// the deadline: the deadline is checked when the job runs, not when it was
+// queued, and the tail aborts.
+TEST_F(StorageServiceTest, AMemberWhoseCommitWaitedTooLongForTheDiskAbortsIt) {
+  start(3, 0, /*forward_timeout_ms=*/300);
+  route({0, 1, 2}, 1);
+  ChunkId id{18, 0};
+  auto a = pattern(kChunk, 34), b = pattern(kChunk, 35);
+  ASSERT_TRUE(write(0, 1, id, 0, a, 16, 1).has_value());
+  {
+    fault::Scope late("storage.chain.commit.queued", {.hits_max = 1});  // the tail's, the first to commit
+    auto w = write(0, 1, id, 0, b, 16, 2);
+    if (late.triggered() == 0) GTEST_SKIP() << "fault injection compiled out";
+    EXPECT_FALSE(w.has_value()) << "the head's forward timed out";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // the job's wait (800 ms) ends; the tail decides
+  }
+  for (size_t n = 0; n < 3; ++n) {
+    auto r = read(n, 1, id);
+    EXPECT_EQ(r.result.version(), 1u) << "node " << n;
+    EXPECT_TRUE(r.data == a) << "node " << n << " serves the failed write's bytes";
+    EXPECT_EQ(pending_on(n, id), 0u) << "node " << n;
+  }
+  expect_identical({0, 1, 2}, 1);
+}
+
 // Reads never go back in time: while an update is between the tail's
 // commit and the head's, a read at the tail gives the new version, and a
 // read at the head after it must not give the old one (the head waits for
