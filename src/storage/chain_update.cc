@@ -148,6 +148,7 @@ struct RemoveJob {
   uint32_t chain;
   bool sync;
   std::chrono::steady_clock::time_point commit_by = std::chrono::steady_clock::time_point::max();  // as CommitJob's
+  bool space_checked = false;  // before the forward (ChunkEngine::remove)
   Result<bool> operator()() const {
     if (std::chrono::steady_clock::now() > commit_by) return error(past_commit_by(id, "removal refused (its turn at the disk came too late)"));
     if (sync) {
@@ -155,7 +156,7 @@ struct RemoveJob {
       if (!info) return info.error().code() == Code::kNotFound ? Result<bool>{false} : error(info.error());
       if (info->chain_id != chain) return false;
     }
-    auto r = engine->remove(id);
+    auto r = engine->remove(id, space_checked);
     if (!r && r.error().code() != Code::kNotFound) return error(r.error());
     return true;
   }
@@ -353,7 +354,7 @@ Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const Ch
       if (!fwd) co_return error(fwd.error());
     }
     if (Clock::now() > u.commit_by) co_return error(past_commit_by(u.id, "removal refused"));
-    RemoveJob job{engine, u.id, p.route.chain_id, u.sync, u.commit_by};
+    RemoveJob job{engine, u.id, p.route.chain_id, u.sync, u.commit_by, /*space_checked=*/p.successor.has_value()};
     auto removed = co_await pool_.run(admitted, job);
     // A resync removal, or a reconcile's: the source never had what this
     // replica recorded (an update that failed, never acknowledged).

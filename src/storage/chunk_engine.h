@@ -245,7 +245,10 @@ class ChunkEngine {
   // Drops the pending version (if it is `version`).
   Result<void> abort(const ChunkId& id, uint64_t version);
   // Removes the committed and any pending version. kNotFound if neither exists.
-  Result<void> remove(const ChunkId& id);
+  // `space_checked`: the caller checked the free space (check_space) before
+  // it had other replicas remove the chunk; not checked again, so this one
+  // is not refused after they removed it (the space guard re-reads the disk).
+  Result<void> remove(const ChunkId& id, bool space_checked = false);
   // Removes the committed chunk if its record names `chain_id` and no update
   // of it is pending; false (nothing removed) otherwise. For chunks of chains
   // the target left (storage/stray_sweep.cc).

@@ -308,9 +308,9 @@ Result<void> ChunkEngine::abort(const ChunkId& id, uint64_t version) {
   return {};
 }
 
-Result<void> ChunkEngine::remove(const ChunkId& id) {
+Result<void> ChunkEngine::remove(const ChunkId& id, bool space_checked) {
   WEFT_RETURN_IF_ERROR(check_not_failed());
-  WEFT_RETURN_IF_ERROR(check_space());
+  if (!space_checked) WEFT_RETURN_IF_ERROR(check_space());
   ChunkLock lock(*this, id);
   WEFT_TRY(auto old, get_meta(id));
   std::optional<Pending> pending = take_pending(id);
