@@ -62,13 +62,15 @@ int errno_of(const Status& s) {
   return e > 0 ? e : EIO;
 }
 
-// An OPEN names an inode the kernel looked up before it let go of the
-// directory: an unlink (here or elsewhere) may have destroyed it since. Linux
-// would open the unlinked inode; meta has nothing left to open. ESTALE makes
-// the kernel walk the path again once (LOOKUP_REVAL): open(O_CREAT) then
-// creates the name afresh, a plain open finds it gone (ENOENT) or finds the
-// file now there.
-int open_errno(const Status& s) { return s.code() == Code::kNotFound ? ESTALE : errno_of(s); }
+// A request naming an inode (OPEN, GETATTR, OPENDIR, READLINK, SETATTR, the
+// xattrs, ACCESS) names one the kernel looked up earlier and still caches
+// (entry_timeout): another client (or an unlink here) may have removed it
+// since, and put something else under its name. Meta has nothing left of it.
+// ESTALE makes the kernel walk the path again once (LOOKUP_REVAL), as for
+// NFS: stat(2), chmod(2), opendir, open... then find the name's inode now, or
+// ENOENT; open(O_CREAT) creates the name afresh. (A call on a descriptor has
+// no path to walk again: ESTALE reaches it, as on NFS.)
+int inode_errno(const Status& s) { return s.code() == Code::kNotFound ? ESTALE : errno_of(s); }
 
 timespec timespec_of(int64_t ns) {
   timespec ts{};
@@ -727,7 +729,7 @@ class FuseServer::Impl {
       }
     }
     if (!r) {
-      fuse_reply_err(req, errno_of(r.error()));
+      fuse_reply_err(req, inode_errno(r.error()));
       return;
     }
     s->remember(*r, f);
@@ -922,7 +924,7 @@ class FuseServer::Impl {
   static void op_readlink(fuse_req_t req, fuse_ino_t ino) {
     auto r = self(req)->client_.readlink(cred_of(req), ino);
     if (!r) {
-      fuse_reply_err(req, errno_of(r.error()));
+      fuse_reply_err(req, inode_errno(r.error()));
       return;
     }
     fuse_reply_readlink(req, r->c_str());
@@ -1039,7 +1041,7 @@ class FuseServer::Impl {
       return known ? s->client_.open_read_known(cred, *known) : s->client_.open(cred, ino, flags);
     }();
     if (!r) {
-      fuse_reply_err(req, open_errno(r.error()));
+      fuse_reply_err(req, inode_errno(r.error()));
       return;
     }
     if ((flags & O_TRUNC) && !writable) {
@@ -1240,7 +1242,7 @@ class FuseServer::Impl {
     auto* s = self(req);
     auto r = s->client_.getattr(cred_of(req), ino);
     if (!r) {
-      fuse_reply_err(req, errno_of(r.error()));
+      fuse_reply_err(req, inode_errno(r.error()));
       return;
     }
     if (!r->is_dir()) {
@@ -1424,7 +1426,7 @@ class FuseServer::Impl {
     if ((flags & XATTR_CREATE) && (flags & XATTR_REPLACE)) {
       // Both: never set (as ext4): ENODATA if absent, else EEXIST.
       auto old = self(req)->client_.getxattr(cred_of(req), ino, name);
-      fuse_reply_err(req, old ? EEXIST : errno_of(old.error()));
+      fuse_reply_err(req, old ? EEXIST : inode_errno(old.error()));
       return;
     }
     XattrFlags xf = XattrFlags::kAny;
@@ -1435,7 +1437,7 @@ class FuseServer::Impl {
     }
     auto r = self(req)->client_.setxattr(cred_of(req), ino, name, std::string_view(value, size), xf);
     self(req)->changed();
-    fuse_reply_err(req, r ? 0 : errno_of(r.error()));
+    fuse_reply_err(req, r ? 0 : inode_errno(r.error()));
   }
 
   static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
@@ -1447,7 +1449,7 @@ class FuseServer::Impl {
     }
     auto r = self(req)->client_.getxattr(cred_of(req), ino, name);
     if (!r) {
-      fuse_reply_err(req, errno_of(r.error()));
+      fuse_reply_err(req, inode_errno(r.error()));
       return;
     }
     if (size == 0) {
@@ -1462,7 +1464,7 @@ class FuseServer::Impl {
   static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
     auto r = self(req)->client_.listxattr(cred_of(req), ino);
     if (!r) {
-      fuse_reply_err(req, errno_of(r.error()));
+      fuse_reply_err(req, inode_errno(r.error()));
       return;
     }
     std::string names;
@@ -1482,7 +1484,7 @@ class FuseServer::Impl {
   static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
     auto r = self(req)->client_.removexattr(cred_of(req), ino, name);
     self(req)->changed();
-    fuse_reply_err(req, r ? 0 : errno_of(r.error()));
+    fuse_reply_err(req, r ? 0 : inode_errno(r.error()));
   }
 
   // Used only without -o default_permissions (the kernel checks otherwise):
@@ -1491,7 +1493,7 @@ class FuseServer::Impl {
     Cred cred = cred_of(req);
     auto r = self(req)->client_.getattr(cred, ino);
     if (!r) {
-      fuse_reply_err(req, errno_of(r.error()));
+      fuse_reply_err(req, inode_errno(r.error()));
       return;
     }
     if (mask == F_OK) {

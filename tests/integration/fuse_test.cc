@@ -1902,6 +1902,53 @@ TEST_F(FuseTest, BackgroundMountStopsADaemonThatNeverServes) {
   EXPECT_EQ(stat_with_timeout(mp, 5000ms), 0);
 }
 
+// A directory another client replaced (removed and made again under the
+// same name) while this mount still caches its name (entry_timeout): the
+// request for the old inode's attributes or listing is answered ESTALE, so
+// the kernel looks the name up again and stat(2) and opendir(3) find the new
+// directory (with ENOENT they failed on a path that exists).
+TEST_F(FuseTest, ADirectoryAnotherClientReplacedIsFoundThroughACachedName) {
+  std::string mp = dir_->file("mnt-cached");
+  ASSERT_EQ(::mkdir(mp.c_str(), 0755), 0);
+  Process daemon({testing::weft_binary(), "mount", mp, "--config", data_ + "/client.toml", "-o",
+                  "entry_timeout=60,attr_timeout=0"},
+                 dir_->file("mount-cached.log"));
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!is_mounted(mp) && daemon.running() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(is_mounted(mp)) << daemon.log();
+  const std::string cached = mp + "/" + base_.substr(mnt_.size() + 1) + "/out";
+  struct stat st {};
+  auto replace = [&](const std::string& file) {
+    // Through the suite's own mount: another client of the cluster.
+    ASSERT_EQ(::system(("rm -rf '" + p("out") + "'").c_str()), 0);
+    ASSERT_EQ(::mkdir(p("out").c_str(), 0755), 0);
+    ASSERT_TRUE(write_all(p("out/" + file), "new"));
+  };
+  ASSERT_EQ(::mkdir(cached.c_str(), 0755), 0);
+  ASSERT_TRUE(write_all(cached + "/old", "old"));
+  ASSERT_EQ(::stat(cached.c_str(), &st), 0);  // the name is cached from here
+  const ino_t before = st.st_ino;
+
+  replace("a");
+  ASSERT_EQ(::stat(cached.c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_NE(st.st_ino, before);
+  struct stat fresh {};
+  ASSERT_EQ(::stat(p("out").c_str(), &fresh), 0);
+  EXPECT_EQ(st.st_ino, fresh.st_ino);
+
+  replace("b");
+  DIR* d = ::opendir(cached.c_str());
+  ASSERT_NE(d, nullptr) << std::strerror(errno);
+  std::set<std::string> names;
+  while (dirent* e = ::readdir(d)) names.insert(e->d_name);
+  ::closedir(d);
+  EXPECT_TRUE(names.contains("b") && !names.contains("a") && !names.contains("old")) << names.size();
+
+  daemon.signal(SIGTERM);
+  EXPECT_TRUE(daemon.wait_exit(30s).has_value());
+}
+
 // With writeback_cache: the kernel writes back the mtime of its cached
 // writes as an explicit time, which a writer who is not the owner may not set
 // (fsync and close failed with EPERM); and what a process wrote to a file it
