@@ -1185,59 +1185,47 @@ TEST_F(StorageServiceTest, FailedForwardAbortsAndRetrySucceeds) {
 // A member whose predecessor gave up on an update (its Forward timed out)
 // must not commit it: the predecessor aborted, so the replicas would differ
 // and reads would return a write that failed, until the next write rolled it
-// back. Here the tail is slow to commit (an injected delay past every hop's
-// timeout): each member's commit deadline comes from its Forward's, a margin
-// before it, so the tail aborts too and every replica keeps the old content.
-TEST_F(StorageServiceTest, AMemberDoesNotCommitAnUpdateItsPredecessorGaveUpOn) {
-  start(3, 0, /*forward_timeout_ms=*/300);
-  route({0, 1, 2}, 1);
-  ChunkId id{13, 0};
-  auto a = pattern(kChunk, 31), b = pattern(kChunk, 32), c = pattern(kChunk, 33);
-  ASSERT_TRUE(write(0, 1, id, 0, a, 11, 1).has_value());
-  {
-    // The first member to reach its commit is the tail (the others wait for their forward).
-    fault::Scope slow("storage.chain.commit.delay", {.hits_max = 1});
-    auto w = write(0, 1, id, 0, b, 11, 2);
-    if (slow.triggered() == 0) GTEST_SKIP() << "fault injection compiled out";
-    EXPECT_FALSE(w.has_value()) << "the head's forward timed out";
-    // The delay (800 ms) ends; the tail decides.
-    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+// back. The tail is slow to commit (`fault`: an 800 ms delay past every hop's
+// timeout, hit first by the tail, the others waiting for their forward): each
+// member's commit deadline comes from its Forward's, a margin before it, so
+// the tail aborts too and every replica keeps the old content.
+class GiveUpTest : public StorageServiceTest {
+ protected:
+  void check(const char* fault, ChunkId id, uint64_t client) {
+    start(3, 0, /*forward_timeout_ms=*/300);
+    route({0, 1, 2}, 1);
+    auto a = pattern(kChunk, 31), b = pattern(kChunk, 32), c = pattern(kChunk, 33);
+    ASSERT_TRUE(write(0, 1, id, 0, a, client, 1).has_value());
+    {
+      fault::Scope slow(fault, {.hits_max = 1});
+      auto w = write(0, 1, id, 0, b, client, 2);
+      if (slow.triggered() == 0) GTEST_SKIP() << "fault injection compiled out";
+      EXPECT_FALSE(w.has_value()) << "the head's forward timed out";
+      std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // the delay ends; the tail decides
+    }
+    for (size_t n = 0; n < 3; ++n) {
+      auto r = read(n, 1, id);
+      EXPECT_EQ(r.result.version(), 1u) << "node " << n;
+      EXPECT_TRUE(r.data == a) << "node " << n << " serves the failed write's bytes";
+      EXPECT_EQ(pending_on(n, id), 0u) << "node " << n;
+    }
+    auto w = write(0, 1, id, 0, c, client, 3);
+    ASSERT_TRUE(w.has_value()) << w.error();
+    EXPECT_EQ(w->version(), 2u);
+    expect_identical({0, 1, 2}, 1);
   }
-  for (size_t n = 0; n < 3; ++n) {
-    auto r = read(n, 1, id);
-    EXPECT_EQ(r.result.version(), 1u) << "node " << n;
-    EXPECT_TRUE(r.data == a) << "node " << n << " serves the failed write's bytes";
-    EXPECT_EQ(pending_on(n, id), 0u) << "node " << n;
-  }
-  auto w = write(0, 1, id, 0, c, 11, 3);
-  ASSERT_TRUE(w.has_value()) << w.error();
-  EXPECT_EQ(w->version(), 2u);
-  expect_identical({0, 1, 2}, 1);
+};
+
+// The tail's commit is slow before it is queued (storage.chain.commit.delay).
+TEST_F(GiveUpTest, AMemberDoesNotCommitAnUpdateItsPredecessorGaveUpOn) {
+  check("storage.chain.commit.delay", ChunkId{13, 0}, 11);
 }
 
-// The same when the tail's commit job waits in the disk pool's queue past
-// the deadline: the deadline is checked when the job runs, not when it was
-// queued, and the tail aborts.
-TEST_F(StorageServiceTest, AMemberWhoseCommitWaitedTooLongForTheDiskAbortsIt) {
-  start(3, 0, /*forward_timeout_ms=*/300);
-  route({0, 1, 2}, 1);
-  ChunkId id{18, 0};
-  auto a = pattern(kChunk, 34), b = pattern(kChunk, 35);
-  ASSERT_TRUE(write(0, 1, id, 0, a, 16, 1).has_value());
-  {
-    fault::Scope late("storage.chain.commit.queued", {.hits_max = 1});  // the tail's, the first to commit
-    auto w = write(0, 1, id, 0, b, 16, 2);
-    if (late.triggered() == 0) GTEST_SKIP() << "fault injection compiled out";
-    EXPECT_FALSE(w.has_value()) << "the head's forward timed out";
-    std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // the job's wait (800 ms) ends; the tail decides
-  }
-  for (size_t n = 0; n < 3; ++n) {
-    auto r = read(n, 1, id);
-    EXPECT_EQ(r.result.version(), 1u) << "node " << n;
-    EXPECT_TRUE(r.data == a) << "node " << n << " serves the failed write's bytes";
-    EXPECT_EQ(pending_on(n, id), 0u) << "node " << n;
-  }
-  expect_identical({0, 1, 2}, 1);
+// The tail's commit job waits in the disk pool's queue past the deadline
+// (storage.chain.commit.queued): the deadline is checked when the job runs,
+// not only when it was queued.
+TEST_F(GiveUpTest, AMemberWhoseCommitWaitedTooLongForTheDiskAbortsIt) {
+  check("storage.chain.commit.queued", ChunkId{18, 0}, 16);
 }
 
 // Reads never go back in time: while an update is between the tail's

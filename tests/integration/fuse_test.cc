@@ -226,6 +226,26 @@ class FuseTest : public ::testing::Test {
   }
 
   std::string p(const std::string& name) const { return base_ + "/" + name; }
+  // A second mount of the cluster at dir_/`name`, with `-o options`, in the
+  // foreground (the Process is the daemon); null (and a failure) if it does
+  // not come up within 30 s.
+  std::unique_ptr<Process> extra_mount(const std::string& name, const std::string& options) {
+    const std::string mp = dir_->file(name);
+    EXPECT_EQ(::mkdir(mp.c_str(), 0755), 0);
+    auto daemon = std::make_unique<Process>(
+        std::vector<std::string>{testing::weft_binary(), "mount", mp, "--config", data_ + "/client.toml", "-o", options},
+        dir_->file(name + ".log"));
+    auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (!is_mounted(mp) && daemon->running() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(20ms);
+    if (!is_mounted(mp)) {
+      ADD_FAILURE() << "mount " << mp << " -o " << options << " did not come up:\n" << daemon->log();
+      return nullptr;
+    }
+    return daemon;
+  }
+  // This test's directory as seen through the extra mount `name`.
+  std::string base_in(const std::string& name) const { return dir_->file(name) + "/" + base_.substr(mnt_.size() + 1); }
   // Empty files entry-0000 .. entry-<n-1> in the test's directory.
   void create_entries(int n) {
     for (int i = 0; i < n; ++i) {
@@ -1908,16 +1928,9 @@ TEST_F(FuseTest, BackgroundMountStopsADaemonThatNeverServes) {
 // the kernel looks the name up again and stat(2) and opendir(3) find the new
 // directory (with ENOENT they failed on a path that exists).
 TEST_F(FuseTest, ADirectoryAnotherClientReplacedIsFoundThroughACachedName) {
-  std::string mp = dir_->file("mnt-cached");
-  ASSERT_EQ(::mkdir(mp.c_str(), 0755), 0);
-  Process daemon({testing::weft_binary(), "mount", mp, "--config", data_ + "/client.toml", "-o",
-                  "entry_timeout=60,attr_timeout=0"},
-                 dir_->file("mount-cached.log"));
-  auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (!is_mounted(mp) && daemon.running() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(20ms);
-  ASSERT_TRUE(is_mounted(mp)) << daemon.log();
-  const std::string cached = mp + "/" + base_.substr(mnt_.size() + 1) + "/out";
+  auto daemon = extra_mount("mnt-cached", "entry_timeout=60,attr_timeout=0");
+  ASSERT_TRUE(daemon);
+  const std::string cached = base_in("mnt-cached") + "/out";
   struct stat st {};
   auto replace = [&](const std::string& file) {
     // Through the suite's own mount: another client of the cluster.
@@ -1945,8 +1958,8 @@ TEST_F(FuseTest, ADirectoryAnotherClientReplacedIsFoundThroughACachedName) {
   ::closedir(d);
   EXPECT_TRUE(names.contains("b") && !names.contains("a") && !names.contains("old")) << names.size();
 
-  daemon.signal(SIGTERM);
-  EXPECT_TRUE(daemon.wait_exit(30s).has_value());
+  daemon->signal(SIGTERM);
+  EXPECT_TRUE(daemon->wait_exit(30s).has_value());
 }
 
 // With writeback_cache: the kernel writes back the mtime of its cached
@@ -1956,16 +1969,11 @@ TEST_F(FuseTest, ADirectoryAnotherClientReplacedIsFoundThroughACachedName) {
 // the kernel write it back (served by the still running daemon) before the
 // mount goes.
 TEST_F(FuseTest, AStopSignalWritesBackWhatTheKernelCachedWithWritebackCache) {
-  std::string mp4 = dir_->file("mnt4");
-  ASSERT_EQ(::mkdir(mp4.c_str(), 0755), 0);
-  Process daemon({testing::weft_binary(), "mount", mp4, "--config", data_ + "/client.toml", "-o",
-                  "writeback_cache,allow_other,default_permissions"},
-                 dir_->file("mount4.log"));
-  auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (!is_mounted(mp4) && daemon.running() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(20ms);
-  ASSERT_TRUE(is_mounted(mp4)) << daemon.log();
-  std::string dir4 = mp4 + "/" + base_.substr(mnt_.size() + 1);
+  const std::string mp4 = dir_->file("mnt4");
+  auto mounted = extra_mount("mnt4", "writeback_cache,allow_other,default_permissions");
+  ASSERT_TRUE(mounted);
+  Process& daemon = *mounted;
+  std::string dir4 = base_in("mnt4");
   ASSERT_TRUE(write_all(dir4 + "/shared", "", 0666));  // root's, writable by all
   ASSERT_EQ(::chmod((dir4 + "/shared").c_str(), 0666), 0);
   EXPECT_EQ(as_other_user([&] {
