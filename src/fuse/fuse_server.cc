@@ -581,19 +581,24 @@ class FuseServer::Impl {
     return it->second;
   }
 
-  // Syncs every handle open for writing on `ino` here; the errno of the
-  // first that failed, 0 if none did. Through `caller`: its own failure
-  // every time, another handle's only the first time (first_report_of).
-  int sync_inode(Ino ino, OpenFile* caller) {
+  // Runs `op` (fsync or flush) on every handle open for writing on `ino`
+  // here; the errno of the first that failed, 0 if none did. Through
+  // `caller`: its own failure every time, another handle's only the first
+  // time (first_report_of).
+  template <class Op>
+  int each_writer(Ino ino, OpenFile* caller, Op op) {
     int err = 0;
     for (auto& f : files_of(ino)) {
       if (!f->writable) continue;
-      auto r = f->file->fsync();
-      // (kBadHandle: released meanwhile, its close synced it.)
+      Result<void> r = op(*f->file);
+      // (kBadHandle: released meanwhile, its close flushed it.)
       if (r || r.error().code() == Code::kBadHandle || err != 0) continue;
       if (caller == nullptr || f.get() == caller || caller->first_report_of(*f)) err = errno_of(r.error());
     }
     return err;
+  }
+  int sync_inode(Ino ino, OpenFile* caller) {
+    return each_writer(ino, caller, [](File& f) { return f.fsync(); });
   }
 
   bool has_other_writers(Ino ino, const OpenFile* except) {
@@ -1156,15 +1161,21 @@ class FuseServer::Impl {
     fuse_reply_write(req, *r);
   }
 
-  static void op_flush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
+  // close(2) makes what went through its descriptor visible to other
+  // clients (close to open). The kernel writes cached pages (writeback_cache,
+  // shared mappings) back through the newest writable handle of the inode,
+  // which may not be the one closing: every writable handle of the inode
+  // here is flushed, not only this one.
+  static void op_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+    auto* s = self(req);
     OpenFile* of = file_of(fi);
     if (!of->writable) {
       fuse_reply_err(req, 0);
       return;
     }
-    auto r = of->file->flush();
-    self(req)->data_changed();  // it reported the length (and mtime) to meta
-    fuse_reply_err(req, r ? 0 : errno_of(r.error()));
+    int err = s->each_writer(ino, of, [](File& f) { return f.flush(); });
+    s->data_changed();  // they reported the length (and mtime) to meta
+    fuse_reply_err(req, err);
   }
 
   static void op_release(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {

@@ -1446,6 +1446,40 @@ TEST_F(FuseTest, ACloseMakesItsWritesVisibleElsewhereWhicheverHandleCarriedThem)
   EXPECT_EQ(::close(b), 0);
 }
 
+// The same with a shared mapping, whose dirty pages the kernel may write
+// back through the inode's newest writable handle (b) at the FLUSH of the
+// descriptor closed (a; so with writeback_cache, where no setattr of times
+// flushed b first): that FLUSH flushes every writable handle of the inode,
+// so another client sees the bytes once close(2) returned.
+TEST_F(FuseTest, ACloseMakesWritesThroughASharedMappingVisibleElsewhere) {
+  if (mount_options().find("direct_io") != std::string::npos) GTEST_SKIP() << "direct_io: no shared mappings";
+  const std::string f = p("mapped");
+  int a = ::open(f.c_str(), O_CREAT | O_RDWR, 0644);
+  ASSERT_GE(a, 0) << std::strerror(errno);
+  const size_t size = 5000;  // less than a chunk: nothing is sent before a flush
+  ASSERT_EQ(::ftruncate(a, size), 0);
+  void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, a, 0);
+  ASSERT_NE(m, MAP_FAILED) << std::strerror(errno);
+  std::memset(m, 'm', size);
+  int b = ::open(f.c_str(), O_RDWR);  // the newest writable handle
+  ASSERT_GE(b, 0) << std::strerror(errno);
+  ASSERT_EQ(::close(a), 0) << std::strerror(errno);
+  ClientOptions o;
+  o.config_path = data_ + "/client.toml";
+  auto native = Client::connect(o);
+  ASSERT_TRUE(native.has_value()) << native.error();
+  auto file = (*native)->open_path((*native)->default_cred(), "/" + base_.substr(mnt_.size() + 1) + "/mapped", O_RDONLY);
+  ASSERT_TRUE(file.has_value()) << file.error();
+  std::vector<std::byte> got(size + 1);
+  auto n = (*file)->pread(got, 0);
+  ASSERT_TRUE(n.has_value()) << n.error();
+  EXPECT_EQ(*n, size);
+  EXPECT_EQ(std::count(got.begin(), got.begin() + size, std::byte{'m'}), static_cast<long>(size))
+      << "another client does not see what was written through the mapping before close(2)";
+  ::munmap(m, size);
+  EXPECT_EQ(::close(b), 0);
+}
+
 // A rename (or link, unlink, xattr change) of a file by a user who does not
 // own it is a ctime change the writeback_cache kernel writes back with that
 // user's credentials at the file's next close: a write-back of times meta
