@@ -14,6 +14,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cerrno>
@@ -62,14 +63,15 @@ int errno_of(const Status& s) {
   return e > 0 ? e : EIO;
 }
 
-// A request naming an inode (OPEN, GETATTR, OPENDIR, READLINK, SETATTR, the
-// xattrs, ACCESS) names one the kernel looked up earlier and still caches
+// A request naming an inode (OPEN, GETATTR, OPENDIR, READLINK, the xattrs,
+// ACCESS; not SETATTR yet) names one the kernel looked up earlier and still caches
 // (entry_timeout): another client (or an unlink here) may have removed it
 // since, and put something else under its name. Meta has nothing left of it.
 // ESTALE makes the kernel walk the path again once (LOOKUP_REVAL), as for
-// NFS: stat(2), chmod(2), opendir, open... then find the name's inode now, or
-// ENOENT; open(O_CREAT) creates the name afresh. (A call on a descriptor has
-// no path to walk again: ESTALE reaches it, as on NFS.)
+// NFS: stat(2), opendir, open, getxattr... then find the name's inode now,
+// or ENOENT; open(O_CREAT) creates the name afresh. (A call on a descriptor
+// has no path to walk again: fstat of a file open here is answered from its
+// handle, but a directory descriptor's fstat or xattr call gets the ESTALE.)
 int inode_errno(const Status& s) { return s.code() == Code::kNotFound ? ESTALE : errno_of(s); }
 
 timespec timespec_of(int64_t ns) {
@@ -389,16 +391,17 @@ class FuseServer::Impl {
   }
   static inline std::atomic<int> stop_pipe_{-1};  // write end: signal handler -> stopper thread
   bool stop_signals_ignored_ = false;             // run() ignored them until the final flush is done
+  std::once_flag groups_warned_;                  // groups_unread
 
   // ---- credentials, attributes ----
 
   // libfuse reads a caller's supplementary groups from /proc, which it cannot
   // in another PID namespace (a container) or under hidepid: meta then checks
   // without them, and a user whose access comes from one is refused. Said
-  // once per mount, with the first reason.
-  static void groups_unread(int err) {
-    static std::once_flag said;
-    std::call_once(said, [err] {
+  // once per mount, with the first reason (not ENOENT: a caller that exited).
+  void groups_unread(int err) {
+    if (err == ENOENT) return;
+    std::call_once(groups_warned_, [err] {
       WEFT_LOG_WARN("mount: cannot read a caller's supplementary groups ({}: /proc not readable for its process, "
                     "e.g. another PID namespace or hidepid): access is checked without them",
                     std::strerror(err));
@@ -413,7 +416,7 @@ class FuseServer::Impl {
     if (ctx->uid != 0) {  // root passes every check: skip reading /proc
       gid_t groups[64];
       int n = fuse_req_getgroups(req, 64, groups);
-      if (n < 0) groups_unread(-n);
+      if (n < 0) self(req)->groups_unread(-n);
       if (n > 64) {
         std::vector<gid_t> more(n);
         n = fuse_req_getgroups(req, n, more.data());
@@ -588,7 +591,10 @@ class FuseServer::Impl {
   template <class Op>
   int each_writer(Ino ino, OpenFile* caller, Op op) {
     int err = 0;
-    for (auto& f : files_of(ino)) {
+    auto files = files_of(ino);
+    // The caller first: its own error is the one reported when it has one.
+    std::stable_partition(files.begin(), files.end(), [&](const auto& f) { return f.get() == caller; });
+    for (auto& f : files) {
       if (!f->writable) continue;
       Result<void> r = op(*f->file);
       // (kBadHandle: released meanwhile, its close flushed it.)
@@ -887,7 +893,7 @@ class FuseServer::Impl {
   // applies them, so they are what this mount last knew of the file (else a
   // mode of 0), with no link and a timeout of 0: the kernel's next use asks
   // getattr, answered from a handle still open here (reply_attr_of_removed),
-  // else ENOENT.
+  // else ESTALE (inode_errno).
   void reply_times_of_removed(fuse_req_t req, Ino ino, const struct stat& asked) {
     WEFT_LOG_DEBUG("setattr of the times of inode {}: meta has no such inode (removed while open for reading "
                    "here); their write-back succeeds",

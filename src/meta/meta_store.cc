@@ -298,7 +298,8 @@ void MetaStore::when_durable(std::move_only_function<void(Result<void>)> done) {
 // number all the same, and records go by the window (recording N deletes
 // N - window), so N - window is deleted here, or it would stay until the
 // client goes idle (expire_requests). A tombstone, written only where the
-// free-space guard admits removals; not waited for (nothing acknowledges it).
+// free-space guard admits removals; no group sync is waited for (nothing
+// acknowledges it), though without a syncer a synced store writes it synced.
 void MetaStore::forget_window_tail(Txn& txn, const Context& ctx) {
   if (!ctx.req.valid() || ctx.req.seq < options_.request_window) return;
   if (!space_->admit(FreeSpaceGuard::Kind::kRelease)) return;

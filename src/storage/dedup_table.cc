@@ -88,11 +88,7 @@ size_t DedupTable::replaced(const ChunkId& chunk, const std::vector<Key>& held, 
       here.insert(it->second);
       if (!keep.contains(it->second)) drop.push_back(it->second);
     }
-    const bool cut = held.size() >= kHeldKeysMax;
-    for (const Key& k : drop) {
-      if (cut) raise_floor(k);
-      erase(entries_.find(k));
-    }
+    for (const Key& k : drop) erase(entries_.find(k));
     gone = drop.size();
     for (const Key& k : keep)
       if (!here.contains(k)) missing.push_back(k);

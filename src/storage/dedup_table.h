@@ -76,10 +76,9 @@ class DedupTable {
   // keys_of): entries naming it that are not in `held` go, as in
   // forget_chunk; those in it stay, or are recorded (as `outcome`, kind
   // `kind`, the replacement's) when missing here. Returns how many went.
-  // A `held` of kHeldKeysMax keys may have been cut (keys_of): an entry it
-  // does not name may be of an update the content holds, so the entries
-  // that go raise their clients' floors, as an eviction does (a retry of
-  // one is refused, kOutcomeUnknown, not applied a second time).
+  // (A `held` cut to kHeldKeysMax by keys_of may omit updates the content
+  // holds: their retries would be applied again. Raising the client's floor
+  // instead would refuse that client's retries on every chunk: left so.)
   size_t replaced(const ChunkId& chunk, const std::vector<Key>& held, int kind, DedupOutcome outcome);
   size_t size() const;
 

@@ -85,7 +85,7 @@ uint64_t OrphanSweep::run_once() {
   Orphans seen;
   uint64_t removed = 0;
   for (const Target& t : targets_) {
-    std::vector<uint64_t> inos;  // ascending, distinct (an inode split across pages may come twice: harmless)
+    std::vector<uint64_t> inos;  // ascending, distinct (an inode split across pages is taken once)
     std::optional<ChunkId> start = ChunkId{};
     while (start && !stopping()) {
       auto page = t.engine->list(start, options_.list_page);

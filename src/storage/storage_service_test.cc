@@ -372,26 +372,6 @@ TEST(DedupTable, KeepsWhatTheReplacingContentHolds) {
   EXPECT_TRUE(t.find(2, 7).has_value()) << "another chunk's";
 }
 
-// More entries for a chunk than a REPLACE carries: the keys sent are cut to
-// kHeldKeysMax, so an entry the receiver drops may be of an update the
-// content holds. Its retry is refused (the floor rises), not applied again
-// over later writes; with a list that was not cut, nothing rises.
-TEST(DedupTable, EntriesDroppedByACutListRaiseTheFloor) {
-  DedupTable t;
-  const ChunkId c{5, 0};
-  for (uint64_t s = 1; s <= kHeldKeysMax + 6; ++s) t.record(7, s, {c, 1, {s, 10, 0}});
-  auto held = t.keys_of(c, kHeldKeysMax);
-  ASSERT_EQ(held.size(), kHeldKeysMax);
-  EXPECT_EQ(t.replaced(c, held, 6, {1, 10, 0}), 6u);
-  EXPECT_FALSE(t.find(7, 3).has_value());
-  EXPECT_TRUE(t.forgotten(7, 3)) << "a retry of a dropped entry cannot be told from one the content holds";
-  DedupTable u;
-  u.record(8, 1, {c, 1, {1, 10, 0}});
-  u.record(8, 2, {c, 1, {2, 10, 0}});
-  EXPECT_EQ(u.replaced(c, {{8, 2}}, 6, {2, 10, 0}), 1u);
-  EXPECT_FALSE(u.forgotten(8, 1)) << "a whole list: the dropped update is not in the content, its retry applies";
-}
-
 // Each client's floor is the highest sequence evicted; entries dropped with
 // their chunk raise none; the floors of the clients least recently raised go
 // first past clients_max.
