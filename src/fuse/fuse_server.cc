@@ -63,12 +63,12 @@ int errno_of(const Status& s) {
   return e > 0 ? e : EIO;
 }
 
-// A request naming an inode (OPEN, GETATTR, OPENDIR, READLINK, the xattrs,
-// ACCESS; not SETATTR yet) names one the kernel looked up earlier and still caches
+// A request naming an inode (OPEN, GETATTR, SETATTR, OPENDIR, READLINK, the
+// xattrs, ACCESS) names one the kernel looked up earlier and still caches
 // (entry_timeout): another client (or an unlink here) may have removed it
 // since, and put something else under its name. Meta has nothing left of it.
 // ESTALE makes the kernel walk the path again once (LOOKUP_REVAL), as for
-// NFS: stat(2), opendir, open, getxattr... then find the name's inode now,
+// NFS: stat(2), chmod(2), opendir, open, getxattr... then find the name's inode now,
 // or ENOENT; open(O_CREAT) creates the name afresh. (A call on a descriptor
 // has no path to walk again: fstat of a file open here is answered from its
 // handle, but a directory descriptor's fstat or xattr call gets the ESTALE.)
@@ -815,7 +815,7 @@ class FuseServer::Impl {
         r = s->client_.getattr(cred, ino);
       }
       if (!r) {
-        fuse_reply_err(req, errno_of(r.error()));
+        fuse_reply_err(req, inode_errno(r.error()));
         return;
       }
       updated = std::move(*r);
@@ -832,7 +832,7 @@ class FuseServer::Impl {
       }();
       s->changed();
       if (!r) {
-        fuse_reply_err(req, errno_of(r.error()));
+        fuse_reply_err(req, inode_errno(r.error()));
         return;
       }
       if (!handle) {
@@ -843,7 +843,7 @@ class FuseServer::Impl {
     if (!updated) {  // ctime only, or nothing Weft keeps: the attributes as they are
       auto r = s->client_.getattr(cred, ino);
       if (!r) {
-        fuse_reply_err(req, errno_of(r.error()));
+        fuse_reply_err(req, inode_errno(r.error()));
         return;
       }
       updated = std::move(*r);

@@ -1958,9 +1958,10 @@ TEST_F(FuseTest, BackgroundMountStopsADaemonThatNeverServes) {
 
 // A directory another client replaced (removed and made again under the
 // same name) while this mount still caches its name (entry_timeout): the
-// request for the old inode's attributes or listing is answered ESTALE, so
-// the kernel looks the name up again and stat(2) and opendir(3) find the new
-// directory (with ENOENT they failed on a path that exists).
+// request for the old inode's attributes, a change of them or its listing
+// is answered ESTALE, so the kernel looks the name up again and stat(2),
+// chmod(2) and opendir(3) find the new directory (with ENOENT they failed on
+// a path that exists).
 TEST_F(FuseTest, ADirectoryAnotherClientReplacedIsFoundThroughACachedName) {
   auto daemon = extra_mount("mnt-cached", "entry_timeout=60,attr_timeout=0");
   ASSERT_TRUE(daemon);
@@ -1983,6 +1984,11 @@ TEST_F(FuseTest, ADirectoryAnotherClientReplacedIsFoundThroughACachedName) {
   struct stat fresh {};
   ASSERT_EQ(::stat(p("out").c_str(), &fresh), 0);
   EXPECT_EQ(st.st_ino, fresh.st_ino);
+
+  replace("c");
+  ASSERT_EQ(::chmod(cached.c_str(), 0700), 0) << std::strerror(errno);  // setattr of the old inode: ESTALE, again
+  ASSERT_EQ(::stat(p("out").c_str(), &fresh), 0);
+  EXPECT_EQ(fresh.st_mode & 07777, 0700u) << "the new directory's mode";
 
   replace("b");
   DIR* d = ::opendir(cached.c_str());
