@@ -168,6 +168,35 @@ std::string mount_options() {
 // that changes say what the mode does instead (docs/fuse.md).
 bool writeback_cache_mode() { return mount_options().find("writeback_cache") != std::string::npos; }
 
+// A second mount of the suite's cluster, served by a foreground daemon with
+// its own options (and environment, e.g. WEFT_FAULTS). The destructor always
+// unmounts it and waits for the daemon, whatever the test did.
+class ExtraMount {
+ public:
+  ExtraMount(const std::string& mp, const std::string& config, const std::string& options, const std::string& log,
+             std::vector<std::string> env = {})
+      : mp_(mp) {
+    ::mkdir(mp.c_str(), 0755);
+    std::vector<std::string> argv = {testing::weft_binary(), "mount", mp, "--config", config};
+    if (!options.empty()) argv.insert(argv.end(), {"-o", options});
+    daemon_ = std::make_unique<Process>(std::move(argv), log, std::move(env));
+    auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (!is_mounted(mp) && daemon_->running() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(20ms);
+  }
+  ~ExtraMount() {
+    unmount_hard(mp_);
+    if (!daemon_->wait_exit(20s)) daemon_->signal(SIGKILL);
+  }
+  bool mounted() const { return is_mounted(mp_); }
+  std::string log() const { return daemon_->log(); }
+  Process& daemon() { return *daemon_; }
+
+ private:
+  std::string mp_;
+  std::unique_ptr<Process> daemon_;
+};
+
 class FuseTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -226,23 +255,15 @@ class FuseTest : public ::testing::Test {
   }
 
   std::string p(const std::string& name) const { return base_ + "/" + name; }
-  // A second mount of the cluster at dir_/`name`, with `-o options`, in the
-  // foreground (the Process is the daemon); null (and a failure) if it does
-  // not come up within 30 s.
-  std::unique_ptr<Process> extra_mount(const std::string& name, const std::string& options) {
-    const std::string mp = dir_->file(name);
-    EXPECT_EQ(::mkdir(mp.c_str(), 0755), 0);
-    auto daemon = std::make_unique<Process>(
-        std::vector<std::string>{testing::weft_binary(), "mount", mp, "--config", data_ + "/client.toml", "-o", options},
-        dir_->file(name + ".log"));
-    auto deadline = std::chrono::steady_clock::now() + 30s;
-    while (!is_mounted(mp) && daemon->running() && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(20ms);
-    if (!is_mounted(mp)) {
-      ADD_FAILURE() << "mount " << mp << " -o " << options << " did not come up:\n" << daemon->log();
+  // A second mount at dir_/`name` with `-o options` (unmounted when it goes);
+  // null (and a failure) if it does not come up within 30 s.
+  std::unique_ptr<ExtraMount> extra_mount(const std::string& name, const std::string& options) {
+    auto m = std::make_unique<ExtraMount>(dir_->file(name), data_ + "/client.toml", options, dir_->file(name + ".log"));
+    if (!m->mounted()) {
+      ADD_FAILURE() << "mount " << name << " -o " << options << " did not come up:\n" << m->log();
       return nullptr;
     }
-    return daemon;
+    return m;
   }
   // This test's directory as seen through the extra mount `name`.
   std::string base_in(const std::string& name) const { return dir_->file(name) + "/" + base_.substr(mnt_.size() + 1); }
@@ -1998,8 +2019,8 @@ TEST_F(FuseTest, ADirectoryAnotherClientReplacedIsFoundThroughACachedName) {
   ::closedir(d);
   EXPECT_TRUE(names.contains("b") && !names.contains("a") && !names.contains("old")) << names.size();
 
-  daemon->signal(SIGTERM);
-  EXPECT_TRUE(daemon->wait_exit(30s).has_value());
+  daemon->daemon().signal(SIGTERM);
+  EXPECT_TRUE(daemon->daemon().wait_exit(30s).has_value());
 }
 
 // With writeback_cache: the kernel writes back the mtime of its cached
@@ -2012,7 +2033,7 @@ TEST_F(FuseTest, AStopSignalWritesBackWhatTheKernelCachedWithWritebackCache) {
   const std::string mp4 = dir_->file("mnt4");
   auto mounted = extra_mount("mnt4", "writeback_cache,allow_other,default_permissions");
   ASSERT_TRUE(mounted);
-  Process& daemon = *mounted;
+  Process& daemon = mounted->daemon();
   std::string dir4 = base_in("mnt4");
   ASSERT_TRUE(write_all(dir4 + "/shared", "", 0666));  // root's, writable by all
   ASSERT_EQ(::chmod((dir4 + "/shared").c_str(), 0666), 0);
@@ -2407,34 +2428,6 @@ TEST_F(FuseTest, ReadsSurviveAStorageServerKilledAndRestarted) {
   EXPECT_EQ(read_all(p("survivor")), data) << "read after the restart";
   EXPECT_EQ(read_all(p("written-while-down")), later);
 }
-
-// A second mount of the suite's cluster, served by a foreground daemon with
-// its own options (and environment, e.g. WEFT_FAULTS). The destructor always
-// unmounts it and waits for the daemon, whatever the test did.
-class ExtraMount {
- public:
-  ExtraMount(const std::string& mp, const std::string& config, const std::string& options, const std::string& log,
-             std::vector<std::string> env = {})
-      : mp_(mp) {
-    ::mkdir(mp.c_str(), 0755);
-    std::vector<std::string> argv = {testing::weft_binary(), "mount", mp, "--config", config};
-    if (!options.empty()) argv.insert(argv.end(), {"-o", options});
-    daemon_ = std::make_unique<Process>(std::move(argv), log, std::move(env));
-    auto deadline = std::chrono::steady_clock::now() + 30s;
-    while (!is_mounted(mp) && daemon_->running() && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(20ms);
-  }
-  ~ExtraMount() {
-    unmount_hard(mp_);
-    if (!daemon_->wait_exit(20s)) daemon_->signal(SIGKILL);
-  }
-  bool mounted() const { return is_mounted(mp_); }
-  std::string log() const { return daemon_->log(); }
-
- private:
-  std::string mp_;
-  std::unique_ptr<Process> daemon_;
-};
 
 // The current test's directory as another client names it.
 std::string remote_dir() { return "/" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()); }
