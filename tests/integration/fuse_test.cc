@@ -265,6 +265,19 @@ class FuseTest : public ::testing::Test {
     }
     return m;
   }
+  // The file `name` of this test's directory as a native client of the
+  // cluster reads it (another client than this mount): its bytes, or why not.
+  Result<std::string> read_natively(const std::string& name) {
+    ClientOptions o;
+    o.config_path = data_ + "/client.toml";
+    WEFT_TRY(auto native, Client::connect(o));
+    WEFT_TRY(auto file, native->open_path(native->default_cred(), "/" + base_.substr(mnt_.size() + 1) + "/" + name,
+                                          O_RDONLY));
+    std::string out(file->size() + 1, '\0');
+    WEFT_TRY(size_t n, file->pread(std::as_writable_bytes(std::span(out)), 0));
+    out.resize(n);
+    return out;
+  }
   // This test's directory as seen through the extra mount `name`.
   std::string base_in(const std::string& name) const { return dir_->file(name) + "/" + base_.substr(mnt_.size() + 1); }
   // Empty files entry-0000 .. entry-<n-1> in the test's directory.
@@ -1453,17 +1466,9 @@ TEST_F(FuseTest, ACloseMakesItsWritesVisibleElsewhereWhicheverHandleCarriedThem)
   int b = ::open(f.c_str(), O_RDWR);
   ASSERT_GE(b, 0) << std::strerror(errno);
   ASSERT_EQ(::close(a), 0) << std::strerror(errno);
-  ClientOptions o;
-  o.config_path = data_ + "/client.toml";
-  auto native = Client::connect(o);
-  ASSERT_TRUE(native.has_value()) << native.error();
-  const Cred cred = (*native)->default_cred();
-  auto file = (*native)->open_path(cred, "/" + base_.substr(mnt_.size() + 1) + "/shared", O_RDONLY);
-  ASSERT_TRUE(file.has_value()) << file.error();
-  std::vector<std::byte> got(data.size() + 1);
-  auto n = (*file)->pread(got, 0);
-  ASSERT_TRUE(n.has_value()) << n.error();
-  EXPECT_EQ(*n, data.size()) << "another client does not see what was written before close(2)";
+  auto got = read_natively("shared");
+  ASSERT_TRUE(got.has_value()) << got.error();
+  EXPECT_EQ(got->size(), data.size()) << "another client does not see what was written before close(2)";
   EXPECT_EQ(::close(b), 0);
 }
 
@@ -1485,18 +1490,9 @@ TEST_F(FuseTest, ACloseMakesWritesThroughASharedMappingVisibleElsewhere) {
   int b = ::open(f.c_str(), O_RDWR);  // the newest writable handle
   ASSERT_GE(b, 0) << std::strerror(errno);
   ASSERT_EQ(::close(a), 0) << std::strerror(errno);
-  ClientOptions o;
-  o.config_path = data_ + "/client.toml";
-  auto native = Client::connect(o);
-  ASSERT_TRUE(native.has_value()) << native.error();
-  auto file = (*native)->open_path((*native)->default_cred(), "/" + base_.substr(mnt_.size() + 1) + "/mapped", O_RDONLY);
-  ASSERT_TRUE(file.has_value()) << file.error();
-  std::vector<std::byte> got(size + 1);
-  auto n = (*file)->pread(got, 0);
-  ASSERT_TRUE(n.has_value()) << n.error();
-  EXPECT_EQ(*n, size);
-  EXPECT_EQ(std::count(got.begin(), got.begin() + size, std::byte{'m'}), static_cast<long>(size))
-      << "another client does not see what was written through the mapping before close(2)";
+  auto got = read_natively("mapped");
+  ASSERT_TRUE(got.has_value()) << got.error();
+  EXPECT_EQ(*got, std::string(size, 'm')) << "another client does not see what was written through the mapping before close(2)";
   ::munmap(m, size);
   EXPECT_EQ(::close(b), 0);
 }
