@@ -812,13 +812,13 @@ class ClientImpl final : public Client {
   // rmdir(2)'s answer for the root: by its last name as written, "/." is
   // EINVAL and "/.." ENOTEMPTY, as for any other "." and ".."; else EBUSY.
   static Result<void> not_root_rmdir(std::string_view path) {
-    if (!is_root(path)) return not_root(path, Code::kBusy);
+    if (path.empty() || !is_root(path)) return not_root(path, Code::kBusy);
     std::string_view last = path;
     while (!last.empty() && last.back() == '/') last.remove_suffix(1);
     last = last.substr(last.rfind('/') == std::string_view::npos ? 0 : last.rfind('/') + 1);
     if (last == ".") return error(Code::kInvalidArgument, "{}: rmdir of '.'", path);
     if (last == "..") return error(Code::kNotEmpty, "{}: rmdir of '..'", path);
-    return not_root(path, Code::kBusy);
+    return error(Code::kBusy, "{}: the root", path);
   }
 
   // remove_tree's top: its parent afresh, after the refusals.
@@ -1192,7 +1192,7 @@ void ClientImpl::finish_reads(std::shared_ptr<ReadJob> job) {
     for (Ino ino : short_files) {
       auto n = core_->meta->getattr(job->cred, ino);
       if (n) {
-        now.emplace(ino, std::max(n->size, core_->unreported_end ? core_->unreported_end(ino) : 0));
+        now.emplace(ino, std::max(n->size, core_->unreported_end(ino)));
       } else if (n.error().code() == Code::kNotFound) {
         now.emplace(ino, error(Code::kStaleHandle, "file {} was removed while being read: its data is gone", ino));
       } else {  // not known: zeros there could be data lost, not a hole

@@ -112,10 +112,10 @@ struct PrepareJob {
 
 Status past_commit_by(const ChunkId& id, std::string_view what);
 
-// ChainUpdate::commit_by is checked when the job runs, not only when it was
-// queued: a commit that waited in the disk pool's queue past it must not
-// commit what the predecessor has aborted by then (kTimeout; the stage is
-// aborted here instead).
+// ChainUpdate::commit_by is checked when the job runs on a disk thread (the
+// one place it is checked before a commit): a commit that waited for the
+// disk past it must not commit what the predecessor has aborted by then
+// (kTimeout; the stage is aborted here instead).
 struct CommitJob {
   ChunkEngine* engine;
   ChunkId id;
@@ -150,7 +150,8 @@ struct RemoveJob {
   std::chrono::steady_clock::time_point commit_by = std::chrono::steady_clock::time_point::max();  // as CommitJob's
   bool space_checked = false;  // before the forward (ChunkEngine::remove)
   Result<bool> operator()() const {
-    if (std::chrono::steady_clock::now() > commit_by) return error(past_commit_by(id, "removal refused (its turn at the disk came too late)"));
+    if (std::chrono::steady_clock::now() > commit_by)
+      return error(past_commit_by(id, "removal refused (its turn at the disk came too late)"));
     if (sync) {
       auto info = engine->stat(id);
       if (!info) return info.error().code() == Code::kNotFound ? Result<bool>{false} : error(info.error());
@@ -353,7 +354,6 @@ Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const Ch
       auto fwd = co_await forward_out(p, u, WriteResult{}, false);
       if (!fwd) co_return error(fwd.error());
     }
-    if (Clock::now() > u.commit_by) co_return error(past_commit_by(u.id, "removal refused"));
     RemoveJob job{engine, u.id, p.route.chain_id, u.sync, u.commit_by, /*space_checked=*/p.successor.has_value()};
     auto removed = co_await pool_.run(admitted, job);
     // A resync removal, or a reconcile's: the source never had what this
@@ -392,11 +392,6 @@ Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const Ch
   if (WEFT_FAULT("storage.chain.commit.delay")) {  // tests: a member slow to commit
     asio::steady_timer pause(co_await asio::this_coro::executor, std::chrono::milliseconds(800));
     co_await pause.async_wait(asio::use_awaitable);
-  }
-  if (Clock::now() > u.commit_by) {
-    AbortJob abort{engine, u.id, staged.result.version};
-    (void)co_await pool_.finish(abort);
-    co_return error(past_commit_by(u.id, fmt::format("version {} aborted, not committed", staged.result.version)));
   }
   CommitJob commit{engine, u.id, staged.result.version, u.commit_by};
   auto committed = co_await pool_.finish(commit);

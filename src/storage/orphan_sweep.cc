@@ -155,13 +155,12 @@ uint64_t OrphanSweep::judge(const Target& t, const std::vector<uint64_t>& inos, 
     auto known = since_.first(t.id, inos[i]);
     if (known) {
       ++met_this_pass_;
-    } else if (seen.count + (since_.count - std::min(met_this_pass_, since_.count)) >= options_.tracked_max) {
+    } else if (seen.count + (since_.count - met_this_pass_) >= options_.tracked_max) {  // met <= since_.count
       ++untracked_this_pass_;  // room kept for those timed before, which may come later in this pass
       continue;
     }
     const TimePoint first = known.value_or(now);
-    if (!timed.empty() && timed.back().ino >= inos[i]) continue;  // never: a target's inodes come ascending
-    timed.push_back(Orphan{inos[i], first});
+    timed.push_back(Orphan{inos[i], first});  // ascending: a target's inodes come so (Orphans::first searches)
     ++seen.count;
     if (!known && fresh++ == 0) fresh_first = inos[i];
     if (now - first < options_.grace) continue;
