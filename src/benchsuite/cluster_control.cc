@@ -39,6 +39,7 @@ class WatchImpl final : public ClusterWatch {
     rpc::ClientOptions co = rpc::ClientOptions::in_cluster(cc.cluster_token, "weft bench");
     co.call_timeout_ms = 2000;
     co.tcp = cc.tcp;
+    co.local_socket = cc.local_socket;
     return co;
   }
 

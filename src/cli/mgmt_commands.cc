@@ -76,6 +76,7 @@ void with_mgmtd(const ClusterFlags& flags, Fn fn) {
   co.connect_timeout_ms = 2000;
   co.call_timeout_ms = 10000;
   co.tcp = cc->tcp;
+  co.local_socket = cc->local_socket;
   rpc::Client client(io, co);
   mgmt::MgmtRpc rpc(io, client, cc->mgmtd, 10000);
   fn(rpc);

@@ -1267,6 +1267,7 @@ Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
   ro.call_timeout_ms = options.call_timeout_ms;
   ro.client_id = client_id;
   ro.tcp = core->cluster.tcp;
+  ro.local_socket = core->cluster.local_socket;
   // A storage server that refuses connections is reported to mgmtd, which
   // declares it dead without waiting for its lease (mgmt/refusal_probe.h).
   core->refusals = std::make_shared<mgmt::RefusalReporter>();

@@ -56,6 +56,7 @@ Result<ClusterConfig> from_config(const Config& c) {
     out.meta.push_back(*ep);
   }
   WEFT_TRY(out.tcp, rpc::tcp_liveness_from(c));
+  WEFT_TRY(out.local_socket, c.get_bool("local_socket", true));
   WEFT_RETURN_IF_ERROR(no_unknown_keys(c));
   return out;
 }
@@ -89,10 +90,12 @@ Result<ClusterConfig> load_cluster_config(const ClusterConfigQuery& query) {
     WEFT_TRY(std::string token, c.get_string("cluster_token"));
     if (token.empty()) return error(Code::kConfig, "{}: key 'cluster_token' must not be empty", c.source());
     WEFT_TRY(rpc::TcpLiveness tcp, rpc::tcp_liveness_from(c));
+    WEFT_TRY(bool local_socket, c.get_bool("local_socket", true));
     (void)c.has("mgmtd");  // replaced by --cluster, and `meta` unused with it: both known keys
     (void)c.has("meta");
     WEFT_RETURN_IF_ERROR(no_unknown_keys(c));
-    return ClusterConfig{.mgmtd = {*ep}, .cluster_token = token, .tcp = tcp, .source = c.source()};
+    return ClusterConfig{
+        .mgmtd = {*ep}, .cluster_token = token, .tcp = tcp, .local_socket = local_socket, .source = c.source()};
   }
   return from_config(c);
 }

@@ -7,6 +7,8 @@
 //   tcp_keepalive_interval_s = 5     #   keepalive and TCP_USER_TIMEOUT on every connection
 //   tcp_keepalive_count = 4          #   the client opens; 0 turns keepalive (idle) or the
 //   tcp_user_timeout_ms = 60000      #   user timeout off
+//   local_socket = true              # optional: servers on this host through their Unix
+//                                    #   socket (rpc/local_socket.h); false: TCP only
 // looked up at --config FILE, else $WEFT_CONFIG, else ./weft-data/client.toml
 // (the file `weft up` writes). --cluster ADDR replaces the mgmtd list.
 // Every error is one line saying where the config was looked for and why it
@@ -31,6 +33,7 @@ struct ClusterConfig {
   std::string cluster_token;
   std::vector<rpc::Endpoint> meta;  // optional
   rpc::TcpLiveness tcp;             // the tcp_* keys; absent ones keep rpc's defaults
+  bool local_socket = true;         // local_socket: servers on this host through their Unix socket
   std::string source;               // the file it came from
 };
 

@@ -155,6 +155,20 @@ TEST(ClusterConfig, TcpLivenessKeys) {
   EXPECT_EQ(off->tcp.user_timeout_ms, 0u);
 }
 
+// local_socket: on unless the file says false; not a boolean is an error
+// naming the key.
+TEST(ClusterConfig, LocalSocketKey) {
+  auto absent = parse_cluster_config(kBase, "x.toml");
+  ASSERT_TRUE(absent) << absent.error();
+  EXPECT_TRUE(absent->local_socket);
+  auto off = parse_cluster_config(std::string(kBase) + "local_socket = false\n", "x.toml");
+  ASSERT_TRUE(off) << off.error();
+  EXPECT_FALSE(off->local_socket);
+  auto bad = parse_cluster_config(std::string(kBase) + "local_socket = \"no\"\n", "x.toml");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message().find("local_socket"), std::string::npos) << bad.error();
+}
+
 // Out of range or of the wrong type: one line naming the file and the key.
 TEST(ClusterConfig, BadTcpLivenessNamesFileAndKey) {
   for (std::string bad : {"tcp_keepalive_idle_s = 32768", "tcp_keepalive_idle_s = -1", "tcp_keepalive_interval_s = 0",

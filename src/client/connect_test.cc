@@ -59,13 +59,15 @@ TEST(ClientConnect, AnEmptyClusterIsAClearErrorNotACrash) {
       << refused.error();
 }
 
+// With local_socket = false the client reaches mgmtd (on this host) over
+// TCP, not its Unix socket: that key is honoured too.
 TEST(ClientConnect, ItsConnectionsTakeTheConfigsTcpLiveness) {
   Mgmtd mgmtd;
   testing::TempDir dir;
   ClientOptions o;
   o.config_path = write_config(dir, mgmtd.port,
                                "tcp_keepalive_idle_s = 11\ntcp_keepalive_interval_s = 2\ntcp_keepalive_count = 6\n"
-                               "tcp_user_timeout_ms = 50000\n");
+                               "tcp_user_timeout_ms = 50000\nlocal_socket = false\n");
   auto client = Client::connect(o);
   ASSERT_TRUE(client) << client.error();
   // connect() fetched the routing and the lease started: mgmtd's peers in

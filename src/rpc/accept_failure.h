@@ -6,7 +6,7 @@
 
 #include <string_view>
 
-#include <asio/ip/tcp.hpp>
+#include <asio/any_io_executor.hpp>
 
 #include "common/log_throttle.h"
 #include "common/metrics.h"
@@ -15,8 +15,8 @@
 namespace weft::rpc {
 
 // Counts the failure, logs it (at most once a second through `log`, naming
-// `who`) and waits kAcceptRetryDelay on the acceptor's executor.
-Task<void> pause_after_accept_failure(asio::ip::tcp::acceptor& acceptor, const asio::error_code& ec,
+// `who`) and waits kAcceptRetryDelay on the acceptor's executor `executor`.
+Task<void> pause_after_accept_failure(const asio::any_io_executor& executor, const asio::error_code& ec,
                                       metrics::Counter& errors, LogThrottle& log, std::string_view who);
 
 }  // namespace weft::rpc

@@ -72,6 +72,9 @@ struct ClientOptions {
   // this Client (rpc/tcp_liveness.h).
   TcpLiveness tcp;
   FrameLimits limits;
+  // A server on this host is reached through its Unix socket when it has
+  // one (rpc/local_socket.h), else over TCP.
+  bool local_socket = true;
   // Null: refusals are only errors of the calls (mgmt/refusal_reporter.h tells mgmtd).
   std::shared_ptr<RefusalListener> refusals;
 

@@ -1,5 +1,8 @@
 #include "rpc/client_connection.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <asio/connect.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
 #include <asio/ip/tcp.hpp>
@@ -8,6 +11,7 @@
 
 #include "common/logging.h"
 #include "proto/rpc.pb.h"
+#include "rpc/local_socket.h"
 
 namespace weft::rpc {
 
@@ -16,7 +20,7 @@ using SteadyClock = std::chrono::steady_clock;
 
 ClientConnection::ClientConnection(asio::io_context& io, Endpoint ep, std::shared_ptr<const ClientOptions> options,
                                    std::shared_ptr<ChannelBackoff> backoff)
-    : FrameStream(asio::ip::tcp::socket(io), options->limits),
+    : FrameStream(Socket(io), options->limits),
       ep_(std::move(ep)),
       owned_options_(std::move(options)),
       options_(*owned_options_),
@@ -51,21 +55,28 @@ Task<void> ClientConnection::run_connect() {
     connect_failed(Status(Code::kUnavailable, fmt::format("cannot resolve {}: {}", ep_.to_string(), rec.message())));
     co_return;
   }
-  asio::steady_timer timer(executor(), std::chrono::milliseconds(options_.connect_timeout_ms));
-  auto outcome = co_await (asio::async_connect(socket_, results, use_nothrow) || timer.async_wait(use_nothrow));
-  if (outcome.index() == 1) {
-    connect_failed(Status(Code::kUnavailable, fmt::format("connect to {} timed out after {} ms", ep_.to_string(),
-                                                          options_.connect_timeout_ms)));
-    co_return;
-  }
-  auto [cec, unused] = std::get<0>(outcome);
-  if (cec == asio::error::connection_refused && options_.refusals) options_.refusals->refused(ep_);
-  if (cec) {
-    connect_failed(Status(Code::kUnavailable, fmt::format("cannot connect to {}: {}", ep_.to_string(), cec.message())));
-    co_return;
+  if (closed()) co_return;  // closed while resolving: nothing to connect for
+  if (!connect_local_first(results)) {
+    // Into socket_ itself, so that close() meanwhile cancels the connect.
+    std::vector<asio::generic::stream_protocol::endpoint> addresses;
+    for (const auto& entry : results) addresses.emplace_back(entry.endpoint());
+    asio::steady_timer timer(executor(), std::chrono::milliseconds(options_.connect_timeout_ms));
+    auto outcome = co_await (asio::async_connect(socket_, addresses, use_nothrow) || timer.async_wait(use_nothrow));
+    if (outcome.index() == 1) {
+      connect_failed(Status(Code::kUnavailable, fmt::format("connect to {} timed out after {} ms", ep_.to_string(),
+                                                            options_.connect_timeout_ms)));
+      co_return;
+    }
+    auto [cec, unused] = std::get<0>(outcome);
+    if (cec == asio::error::connection_refused && options_.refusals) options_.refusals->refused(ep_);
+    if (cec) {
+      connect_failed(
+          Status(Code::kUnavailable, fmt::format("cannot connect to {}: {}", ep_.to_string(), cec.message())));
+      co_return;
+    }
+    apply_tcp_liveness(socket_.native_handle(), options_.tcp);
   }
   on_connected();
-  apply_tcp_liveness(socket_.native_handle(), options_.tcp);
   Status hs = co_await handshake();
   if (!hs.ok()) {
     if (hs.code() == Code::kUnauthenticated) WEFT_LOG_ERROR("{}", hs.message());
@@ -79,6 +90,19 @@ Task<void> ClientConnection::run_connect() {
   }
   start();
   set_ready();
+}
+
+bool ClientConnection::connect_local_first(const asio::ip::tcp::resolver::results_type& results) {
+  if (!options_.local_socket) return false;
+  for (const auto& entry : results) {
+    int fd = connect_local(entry.endpoint().address().to_string(), ep_.port);
+    if (fd < 0) continue;
+    asio::error_code ec;
+    socket_.assign(asio::generic::stream_protocol(AF_UNIX, 0), fd, ec);
+    if (!ec) return true;
+    ::close(fd);
+  }
+  return false;
 }
 
 // Sends Hello and waits for its reply before any queued call is written;

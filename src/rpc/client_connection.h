@@ -20,6 +20,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include <asio/ip/tcp.hpp>
 #include <asio/steady_timer.hpp>
 
 #include "common/clock.h"
@@ -69,6 +70,9 @@ class ClientConnection final : public FrameStream {
   };
 
   Task<void> run_connect();
+  // Connects socket_ through the Unix socket of a server on this host
+  // (rpc/local_socket.h) when there is one; false: connect over TCP.
+  bool connect_local_first(const asio::ip::tcp::resolver::results_type& results);
   Task<Status> handshake();
   Task<Status> exchange_hello();  // handshake() bounds it in time
   Task<void> sweep_deadlines();

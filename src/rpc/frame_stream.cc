@@ -7,10 +7,12 @@
 #include <cstring>
 
 #include <asio/bind_cancellation_slot.hpp>
+#include <asio/ip/tcp.hpp>
 #include <asio/write.hpp>
 
 #include "common/log_throttle.h"
 #include "common/logging.h"
+#include "rpc/local_socket.h"
 
 namespace weft::rpc {
 namespace {
@@ -23,11 +25,11 @@ constexpr size_t kReadBufferBytes = 64 * 1024;
 constexpr size_t kWriteBatchFramesMax = 128;
 constexpr size_t kWriteBatchBuffersMax = 512;  // under IOV_MAX (1024)
 
-std::string describe(const asio::ip::tcp::socket& s) {
+// TCP_NODELAY on a TCP socket; a Unix socket has no Nagle delay.
+void set_no_delay(FrameStream::Socket& s) {
+  if (is_local_socket(s.native_handle())) return;
   asio::error_code ec;
-  auto ep = s.remote_endpoint(ec);
-  if (ec) return "unknown peer";
-  return ep.address().to_string() + ":" + std::to_string(ep.port());
+  s.set_option(asio::ip::tcp::no_delay(true), ec);
 }
 
 // Header, body and payload spans of one frame, skipping empty parts.
@@ -60,22 +62,20 @@ Status frame_size_error(const FrameLimits& limits, size_t body, size_t payload, 
   return {};
 }
 
-FrameStream::FrameStream(asio::ip::tcp::socket socket, FrameLimits limits)
+FrameStream::FrameStream(Socket socket, FrameLimits limits)
     : socket_(std::move(socket)),
       limits_(limits),
       rbuf_(kReadBufferBytes),
       resume_(socket_.get_executor()),
       stall_timer_(socket_.get_executor()),
       read_stall_timer_(socket_.get_executor()) {
-  peer_ = describe(socket_);
-  asio::error_code ec;
-  socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+  peer_ = describe_peer(socket_.native_handle());
+  set_no_delay(socket_);
 }
 
 void FrameStream::on_connected() {
-  peer_ = describe(socket_);
-  asio::error_code ec;
-  socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+  peer_ = describe_peer(socket_.native_handle());
+  set_no_delay(socket_);
 }
 
 void FrameStream::close_for(std::exception_ptr e, const char* loop) {
@@ -195,7 +195,7 @@ void FrameStream::close(Status why) {
   if (closed_) return;
   closed_ = true;
   asio::error_code ec;
-  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+  socket_.shutdown(Socket::shutdown_both, ec);
   socket_.close(ec);
   resume_.cancel();
   stall_timer_.cancel();

@@ -1,5 +1,6 @@
 // rpc/frame_stream.h (internal to rpc)
-// One TCP connection carrying frames in both directions: a buffered reader
+// One connection (TCP, or a Unix socket to a server on this host:
+// rpc/local_socket.h) carrying frames in both directions: a buffered reader
 // that parses frames and reads large payloads straight into their final
 // destination, and a writer that gathers many queued frames (header, body
 // and caller-owned payload spans) into one writev.
@@ -34,7 +35,7 @@
 #include <vector>
 
 #include <asio/cancellation_signal.hpp>
-#include <asio/ip/tcp.hpp>
+#include <asio/generic/stream_protocol.hpp>
 #include <asio/steady_timer.hpp>
 
 #include "common/buffer.h"
@@ -74,7 +75,9 @@ Status frame_size_error(const FrameLimits& limits, size_t body, size_t payload, 
 
 class FrameStream : public std::enable_shared_from_this<FrameStream> {
  public:
-  FrameStream(asio::ip::tcp::socket socket, FrameLimits limits);
+  using Socket = asio::generic::stream_protocol::socket;
+
+  FrameStream(Socket socket, FrameLimits limits);
   virtual ~FrameStream() = default;
 
   asio::any_io_executor executor() { return socket_.get_executor(); }
@@ -136,7 +139,7 @@ class FrameStream : public std::enable_shared_from_this<FrameStream> {
   // Bytes of frames sent and not yet written to the socket (a peer that does
   // not read makes this grow).
   size_t queued_bytes() const { return queued_bytes_; }
-  // After an outgoing connect: learns the peer address and sets TCP_NODELAY.
+  // After an outgoing connect: learns the peer address and sets TCP_NODELAY (TCP).
   void on_connected();
   // Bounds how long the writer may wait with no byte written or acknowledged
   // by the peer; 0 (the default) waits forever. Set before start().
@@ -151,7 +154,7 @@ class FrameStream : public std::enable_shared_from_this<FrameStream> {
   // Called when that bound passed; by default it closes the stream (kTimeout).
   virtual void on_read_stalled(std::chrono::steady_clock::duration stalled_for);
 
-  asio::ip::tcp::socket socket_;
+  Socket socket_;
 
  private:
   Task<void> read_loop();

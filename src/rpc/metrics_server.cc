@@ -83,7 +83,8 @@ struct MetricsServer::Impl : std::enable_shared_from_this<Impl> {
       auto& [ec, socket] = ec_socket_result;
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
       if (ec) {
-        co_await pause_after_accept_failure(acceptor, ec, *accept_errors, accept_log, "metrics endpoint");
+        co_await pause_after_accept_failure(acceptor.get_executor(), ec, *accept_errors, accept_log,
+                                            "metrics endpoint");
         continue;
       }
       if (connections->value() >= options.connections_max) {

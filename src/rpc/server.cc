@@ -3,6 +3,10 @@
 #include <future>
 #include <thread>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <asio/ip/tcp.hpp>
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
@@ -10,6 +14,7 @@
 #include "common/fault.h"
 #include "common/logging.h"
 #include "rpc/accept_failure.h"
+#include "rpc/local_socket.h"
 #include "rpc/server_connection.h"
 #include "rpc/server_state.h"
 
@@ -60,13 +65,16 @@ void Server::add_blocking(MethodId id, std::string name, BlockingHandler handler
 
 namespace {
 
-Task<void> accept_loop(std::shared_ptr<ServerState> state, asio::ip::tcp::acceptor* acceptor) {
+using Acceptor = ServerState::Acceptor;
+
+Task<void> accept_loop(std::shared_ptr<ServerState> state, Acceptor* acceptor) {
   while (true) {
     auto ec_socket_result = co_await acceptor->async_accept(state->io.next(), use_nothrow);
     auto& [ec, socket] = ec_socket_result;
     if (ec == asio::error::operation_aborted || state->stopped) co_return;
     if (ec) {
-      co_await pause_after_accept_failure(*acceptor, ec, *state->accept_errors, state->accept_log, state->options.name);
+      co_await pause_after_accept_failure(acceptor->get_executor(), ec, *state->accept_errors, state->accept_log,
+                                          state->options.name);
       if (state->stopped) co_return;
       continue;
     }
@@ -90,26 +98,43 @@ Task<void> accept_loop(std::shared_ptr<ServerState> state, asio::ip::tcp::accept
   }
 }
 
+void accept_on(const std::shared_ptr<ServerState>& state, std::unique_ptr<Acceptor> acceptor) {
+  auto* raw = acceptor.get();
+  {
+    std::lock_guard lock(state->mu);
+    state->acceptors.push_back(std::move(acceptor));
+  }
+  asio::co_spawn(raw->get_executor(), accept_loop(state, raw), asio::detached);
+}
+
 }  // namespace
 
 Result<uint16_t> Server::listen(const std::string& host, uint16_t port) {
   asio::error_code ec;
   auto address = asio::ip::make_address(host, ec);
   if (ec) return error(Code::kInvalidArgument, "cannot listen on '{}': not an IP address", host);
-  auto acceptor = std::make_unique<asio::ip::tcp::acceptor>(state_->io.at(0));
+  asio::ip::tcp::acceptor acceptor(state_->io.at(0));
   asio::ip::tcp::endpoint ep(address, port);
-  acceptor->open(ep.protocol(), ec);
-  if (!ec) acceptor->set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) acceptor->bind(ep, ec);
-  if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  acceptor.open(ep.protocol(), ec);
+  if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(ep, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return error(code_from_errno(ec.value()), "cannot listen on {}:{}: {}", host, port, ec.message());
-  uint16_t bound = acceptor->local_endpoint().port();
-  auto* raw = acceptor.get();
-  {
-    std::lock_guard lock(state_->mu);
-    state_->acceptors.push_back(std::move(acceptor));
+  uint16_t bound = acceptor.local_endpoint().port();
+  accept_on(state_, std::make_unique<Acceptor>(std::move(acceptor)));
+  // Only after the TCP bind: the name then stands for a listener of this
+  // network namespace (rpc/local_socket.h). Without it, TCP still serves.
+  if (state_->options.local_socket) {
+    auto fd = listen_local(address.to_string(), bound);
+    auto local = std::make_unique<Acceptor>(state_->io.at(0));
+    if (fd) local->assign(asio::generic::stream_protocol(AF_UNIX, 0), *fd, ec);
+    if (fd && ec) ::close(*fd);
+    if (!fd || ec)
+      WEFT_LOG_WARN("{}: clients on this host connect over TCP: {}", state_->options.name,
+                    fd ? ec.message() : fd.error().message());
+    else
+      accept_on(state_, std::move(local));
   }
-  asio::co_spawn(raw->get_executor(), accept_loop(state_, raw), asio::detached);
   return bound;
 }
 

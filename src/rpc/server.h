@@ -68,8 +68,11 @@ struct ServerOptions {
   // forever. A peer that announced a large payload and stalled otherwise
   // holds a buffer of that size for as long as it stays connected.
   uint32_t read_stall_timeout_ms = 30000;
-  TcpLiveness tcp;  // on every accepted socket
+  TcpLiveness tcp;  // on every accepted TCP socket
   FrameLimits limits;
+  // Each listen() also listens on the Unix socket named for its address, for
+  // clients on this host (rpc/local_socket.h).
+  bool local_socket = true;
 };
 
 // One request as a handler sees it, and the reply it fills in.
@@ -106,7 +109,9 @@ class Server {
   void add_async(MethodId id, std::string name, AsyncHandler handler);
   void add_blocking(MethodId id, std::string name, BlockingHandler handler);
 
-  // Binds and starts accepting; port 0 picks a free port. Returns the bound port.
+  // Binds and starts accepting; port 0 picks a free port. Returns the bound
+  // port. A Unix twin that cannot be bound (its name taken) is logged, not
+  // an error: clients of this host then come over TCP.
   Result<uint16_t> listen(const std::string& host, uint16_t port);
   void stop();
   // Handlers running now (stop() waits for them only a few seconds).

@@ -24,7 +24,7 @@ bool same_token(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-ServerConnection::ServerConnection(asio::ip::tcp::socket socket, std::shared_ptr<ServerState> server)
+ServerConnection::ServerConnection(Socket socket, std::shared_ptr<ServerState> server)
     : FrameStream(std::move(socket), server->options.limits),
       state_(std::move(server)),
       server_(*state_),

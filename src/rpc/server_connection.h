@@ -19,7 +19,7 @@ inline constexpr size_t kHelloBodyMax = 64 << 10;
 
 class ServerConnection final : public FrameStream {
  public:
-  ServerConnection(asio::ip::tcp::socket socket, std::shared_ptr<ServerState> server);
+  ServerConnection(Socket socket, std::shared_ptr<ServerState> server);
   ~ServerConnection() override;
 
   // Starts reading, and the Hello timer.

@@ -3,7 +3,8 @@
 // connection finishing after Server::stop() never touches freed memory.
 #pragma once
 
-#include <asio/ip/tcp.hpp>
+#include <asio/basic_socket_acceptor.hpp>
+#include <asio/generic/stream_protocol.hpp>
 #include <asio/thread_pool.hpp>
 
 #include "common/log_throttle.h"
@@ -14,6 +15,7 @@ namespace weft::rpc {
 class ServerConnection;
 
 struct ServerState {
+  using Acceptor = asio::basic_socket_acceptor<asio::generic::stream_protocol>;
   struct Method {
     std::string name;
     AsyncHandler async;
@@ -35,8 +37,9 @@ struct ServerState {
   std::unordered_map<uint32_t, Method> methods;  // fixed before listen()
   asio::thread_pool pool;
   std::mutex mu;
-  std::vector<std::unique_ptr<asio::ip::tcp::acceptor>> acceptors;  // guarded by mu
-  std::vector<std::weak_ptr<ServerConnection>> connections;         // guarded by mu
+  // TCP listeners and their Unix twins (rpc/local_socket.h).
+  std::vector<std::unique_ptr<Acceptor>> acceptors;          // guarded by mu
+  std::vector<std::weak_ptr<ServerConnection>> connections;  // guarded by mu
   std::atomic<size_t> active_calls{0};
   std::atomic<size_t> blocking_inflight{0};
   std::atomic<bool> stopped{false};

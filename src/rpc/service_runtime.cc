@@ -58,6 +58,7 @@ Result<ServiceConfig> ServiceConfig::from(const Config& config, const std::strin
   WEFT_TRY(int64_t read_stall_ms, s.get_int_off_or_in("read_stall_timeout_ms", c.read_stall_timeout_ms, 1000, 3600000));
   c.read_stall_timeout_ms = static_cast<uint32_t>(read_stall_ms);
   WEFT_TRY(c.tcp, tcp_liveness_from(s));
+  WEFT_TRY(c.local_socket, s.get_bool("local_socket", c.local_socket));
   // The kernel would end a peer that stopped reading at the user timeout,
   // without the write-stall warning and metric: keep the stall check first.
   if (c.tcp.user_timeout_ms != 0 && c.write_stall_timeout_ms >= c.tcp.user_timeout_ms)
@@ -74,6 +75,7 @@ Result<ServiceConfig> ServiceConfig::from(const Config& config, const std::strin
 ClientOptions ServiceConfig::client_options(std::string client_name) const {
   ClientOptions o = ClientOptions::in_cluster(cluster_token, std::move(client_name));
   o.tcp = tcp;
+  o.local_socket = local_socket;
   return o;
 }
 
@@ -115,6 +117,7 @@ Result<void> ServiceRuntime::init() {
   so.hello_timeout_ms = config_.hello_timeout_ms;
   so.read_stall_timeout_ms = config_.read_stall_timeout_ms;
   so.tcp = config_.tcp;
+  so.local_socket = config_.local_socket;
   server_ = std::make_unique<Server>(*io_, so);
   register_echo_service(*server_);  // lets any tool probe any server
   return {};

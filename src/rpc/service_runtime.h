@@ -52,6 +52,9 @@ struct ServiceConfig {
   uint32_t hello_timeout_ms = 10000;
   uint32_t read_stall_timeout_ms = 30000;
   TcpLiveness tcp;
+  // Also listen on a Unix socket for clients on this host, and reach
+  // co-located servers through theirs (rpc/local_socket.h).
+  bool local_socket = true;
   std::string log_level = "info";
   std::string log_file;
   std::string port_file;

@@ -16,6 +16,7 @@
 
 #include "proto/rpc.pb.h"
 #include "rpc/frame_stream.h"
+#include "rpc/local_socket.h"
 
 namespace weft::rpc {
 namespace {
@@ -60,6 +61,12 @@ Result<int> connect_to_any(const Endpoint& ep, const addrinfo* addresses, const 
       why = fmt::format("timed out after {} ms", timeout_ms);
       all_refused = false;  // addresses left untried prove nothing
       break;
+    }
+    if (options.local_socket) {
+      if (int fd = connect_local(a->ai_addr, ep.port); fd >= 0) {
+        ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+        return fd;
+      }
     }
     int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {

@@ -184,6 +184,7 @@ TEST(SyncChannel, ConnectTriesEveryResolvedAddress) {
   }
   AddressList list({closed, f.port});
   ClientOptions co;
+  co.local_socket = false;  // the TCP addresses themselves are tried
   bool refused = true;
   auto fd = connect_to_any(f.ep, list.infos.data(), co, &refused);
   ASSERT_TRUE(fd) << fd.error();

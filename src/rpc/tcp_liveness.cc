@@ -11,6 +11,7 @@
 
 #include "common/config.h"
 #include "common/logging.h"
+#include "rpc/local_socket.h"
 
 namespace weft::rpc {
 namespace {
@@ -55,6 +56,7 @@ Result<TcpLiveness> tcp_liveness_from(const Config& s) {
 
 void apply_tcp_liveness(int fd, const TcpLiveness& options) {
   static std::atomic<bool> warned{false};
+  if (is_local_socket(fd)) return;  // a Unix peer is on this host: its kernel closes the socket when it dies
   Status s = set_tcp_liveness(fd, options);
   if (s.ok()) return;
   if (!warned.exchange(true))

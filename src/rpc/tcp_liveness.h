@@ -52,7 +52,8 @@ Status set_tcp_liveness(int fd, const TcpLiveness& options);
 // its default. Errors name the file and the key.
 Result<TcpLiveness> tcp_liveness_from(const Config& table);
 
-// set_tcp_liveness, logging a failure as a warning. A failure is the same
+// set_tcp_liveness, logging a failure as a warning; nothing on a Unix
+// socket (rpc/local_socket.h). A failure is the same
 // for every socket (an old kernel, a sandbox), so it is logged once per
 // process, then at debug level.
 void apply_tcp_liveness(int fd, const TcpLiveness& options);

@@ -36,9 +36,11 @@ proto::EchoRequest ping() {
 }
 
 // Distinct values per end (and not the kernel's defaults) show each end
-// sets its own.
+// sets its own. The servers here have no Unix twin (local_socket off), so
+// the clients on this host come over TCP.
 TEST(TcpLiveness, BothEndsOfEveryConnectionHaveIt) {
   ServerOptions so;
+  so.local_socket = false;
   so.tcp = {.keepalive_idle_s = 7, .keepalive_interval_s = 3, .keepalive_count = 5, .user_timeout_ms = 45000};
   ClientOptions co;
   co.tcp = {.keepalive_idle_s = 11, .keepalive_interval_s = 2, .keepalive_count = 6, .user_timeout_ms = 50000};
@@ -55,6 +57,7 @@ TEST(TcpLiveness, BothEndsOfEveryConnectionHaveIt) {
 
 TEST(TcpLiveness, ZeroTurnsEachOff) {
   ServerOptions so;
+  so.local_socket = false;
   so.tcp = {.keepalive_idle_s = 0, .keepalive_interval_s = 3, .keepalive_count = 5, .user_timeout_ms = 0};
   ClientOptions co;
   co.tcp = so.tcp;
@@ -102,6 +105,8 @@ TEST(ServiceConfig, HelloTimeoutAndTcpLivenessAreReadAndBounded) {
   EXPECT_EQ(absent->tcp.keepalive_interval_s, 5u);
   EXPECT_EQ(absent->tcp.keepalive_count, 4u);
   EXPECT_EQ(absent->tcp.user_timeout_ms, 60000u);
+  EXPECT_TRUE(absent->local_socket);
+  EXPECT_TRUE(absent->client_options("x").local_socket);
   auto set = parse_server(
       "hello_timeout_ms = 2000\nread_stall_timeout_ms = 5000\ntcp_keepalive_idle_s = 10\ntcp_keepalive_interval_s = 2\n"
       "tcp_keepalive_count = 3\ntcp_user_timeout_ms = 20000\nwrite_stall_timeout_ms = 10000\n");
@@ -114,6 +119,10 @@ TEST(ServiceConfig, HelloTimeoutAndTcpLivenessAreReadAndBounded) {
   EXPECT_EQ(set->tcp.user_timeout_ms, 20000u);
   auto off = parse_server("tcp_keepalive_idle_s = 0\ntcp_user_timeout_ms = 0\nhello_timeout_ms = 0\nread_stall_timeout_ms = 0\n");
   ASSERT_TRUE(off) << off.error();
+  auto tcp_only = parse_server("local_socket = false\n");
+  ASSERT_TRUE(tcp_only) << tcp_only.error();
+  EXPECT_FALSE(tcp_only->local_socket);
+  EXPECT_FALSE(tcp_only->client_options("x").local_socket);
   EXPECT_EQ(off->tcp.keepalive_idle_s, 0u);
   EXPECT_EQ(off->tcp.user_timeout_ms, 0u);
   EXPECT_EQ(off->hello_timeout_ms, 0u);
@@ -148,7 +157,7 @@ TEST(ServiceConfig, ItsClientOptionsCarryTheServersTcpLiveness) {
   EXPECT_EQ(co.connect_timeout_ms, ClientOptions::in_cluster("t", "x").connect_timeout_ms);
   // And they are set on the socket such a Client connects.
   co.cluster_token = testing::kTestToken;
-  testing::EchoCluster c({}, co);
+  testing::EchoCluster c({.local_socket = false}, co);
   ASSERT_TRUE(c.echo(ping()));
   auto connected = tcp_fds(c.port, /*peer=*/true);
   ASSERT_EQ(connected.size(), 1u);

@@ -1,11 +1,12 @@
-// rpc/test_sockets.h — for tests: this process's TCP sockets by port, and the
-// keepalive and TCP_USER_TIMEOUT options the kernel reports for one.
+// rpc/test_sockets.h — for tests: this process's TCP sockets by port, its
+// Unix sockets by name, and the keepalive and TCP_USER_TIMEOUT options the kernel reports for one.
 #pragma once
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -54,7 +55,10 @@ inline uint16_t port_of(const sockaddr_storage& a) {
 // This process's connected TCP sockets (IPv4) whose local port (peer: the
 // peer's port) is `port`: with a server in the same process, `peer` false
 // finds its accepted sockets, true the ones connected to it.
-inline std::vector<int> tcp_fds(uint16_t port, bool peer) {
+// This process's connected sockets whose local address (peer: the peer's)
+// matches `is`.
+template <typename Match>
+std::vector<int> connected_fds(bool peer, Match is) {
   std::vector<int> out;
   for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
     int fd = std::stoi(e.path().filename().string());
@@ -64,10 +68,28 @@ inline std::vector<int> tcp_fds(uint16_t port, bool peer) {
     socklen_t len = sizeof a;
     int rc = peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len)
                   : ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    if (rc == 0 && port_of(a) == port && (peer || ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0))
-      out.push_back(fd);
+    if (rc != 0 || !is(a, len)) continue;
+    sockaddr_storage other{};
+    socklen_t other_len = sizeof other;
+    if (peer || ::getpeername(fd, reinterpret_cast<sockaddr*>(&other), &other_len) == 0) out.push_back(fd);
   }
   return out;
+}
+
+inline std::vector<int> tcp_fds(uint16_t port, bool peer) {
+  return connected_fds(peer, [port](const sockaddr_storage& a, socklen_t) { return port_of(a) == port; });
+}
+
+// The same for connected Unix sockets and an abstract `name` (leading NUL
+// included): with a server in the same process, `peer` false finds its
+// accepted sockets, true the ones connected to it.
+inline std::vector<int> unix_fds(const std::string& name, bool peer) {
+  return connected_fds(peer, [&name](const sockaddr_storage& a, socklen_t len) {
+    if (a.ss_family != AF_UNIX) return false;
+    const auto& u = reinterpret_cast<const sockaddr_un&>(a);
+    size_t n = len - offsetof(sockaddr_un, sun_path);
+    return std::string(u.sun_path, n) == name;
+  });
 }
 
 }  // namespace weft::rpc::testing
