@@ -18,6 +18,7 @@ bool probe_refused(const rpc::Endpoint& ep, const RefusalProbeOptions& options) 
   unsigned char buf[sizeof(in6_addr)];
   if (::inet_pton(AF_INET, ep.host.c_str(), buf) != 1 && ::inet_pton(AF_INET6, ep.host.c_str(), buf) != 1) return false;
   rpc::ClientOptions co;
+  co.local_socket = false;  // the TCP address is what the reporter found refusing
   co.connect_timeout_ms = static_cast<uint32_t>(options.connect_timeout.count());
   for (int i = 0; i < options.attempts; ++i) {
     if (i > 0) std::this_thread::sleep_for(options.between);

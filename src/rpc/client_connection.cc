@@ -56,7 +56,10 @@ Task<void> ClientConnection::run_connect() {
     co_return;
   }
   if (closed()) co_return;  // closed while resolving: nothing to connect for
-  if (!connect_local_first(results)) {
+  std::string peer;  // a Unix socket's peer is named by the address it stands for
+  if (connect_local_first(results)) {
+    peer = fmt::format("{} (local socket)", ep_.to_string());
+  } else {
     // Into socket_ itself, so that close() meanwhile cancels the connect.
     std::vector<asio::generic::stream_protocol::endpoint> addresses;
     for (const auto& entry : results) addresses.emplace_back(entry.endpoint());
@@ -76,7 +79,7 @@ Task<void> ClientConnection::run_connect() {
     }
     apply_tcp_liveness(socket_.native_handle(), options_.tcp);
   }
-  on_connected();
+  on_connected(std::move(peer));
   Status hs = co_await handshake();
   if (!hs.ok()) {
     if (hs.code() == Code::kUnauthenticated) WEFT_LOG_ERROR("{}", hs.message());

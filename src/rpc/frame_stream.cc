@@ -73,8 +73,8 @@ FrameStream::FrameStream(Socket socket, FrameLimits limits)
   set_no_delay(socket_);
 }
 
-void FrameStream::on_connected() {
-  peer_ = describe_peer(socket_.native_handle());
+void FrameStream::on_connected(std::string peer) {
+  peer_ = peer.empty() ? describe_peer(socket_.native_handle()) : std::move(peer);
   set_no_delay(socket_);
 }
 

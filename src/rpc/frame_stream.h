@@ -139,8 +139,9 @@ class FrameStream : public std::enable_shared_from_this<FrameStream> {
   // Bytes of frames sent and not yet written to the socket (a peer that does
   // not read makes this grow).
   size_t queued_bytes() const { return queued_bytes_; }
-  // After an outgoing connect: learns the peer address and sets TCP_NODELAY (TCP).
-  void on_connected();
+  // After an outgoing connect: names the peer (`peer`, else its address)
+  // and sets TCP_NODELAY (TCP).
+  void on_connected(std::string peer = {});
   // Bounds how long the writer may wait with no byte written or acknowledged
   // by the peer; 0 (the default) waits forever. Set before start().
   void set_write_stall_timeout(std::chrono::milliseconds timeout) { write_stall_timeout_ = timeout; }

@@ -1,6 +1,7 @@
 #include "rpc/local_socket.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <fmt/format.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -44,6 +45,27 @@ Result<int> listen_local(const std::string& numeric_address, uint16_t port) {
     return errno_error(err, fmt::format("local socket @{}", name.substr(1)));
   }
   return fd;
+}
+
+bool is_own_address(const std::string& numeric_address) {
+  in_addr v4{};
+  in6_addr v6{};
+  const bool is_v4 = ::inet_pton(AF_INET, numeric_address.c_str(), &v4) == 1;
+  if (!is_v4 && ::inet_pton(AF_INET6, numeric_address.c_str(), &v6) != 1) return false;
+  if (is_v4 && ((ntohl(v4.s_addr) >> 24) == 127 || v4.s_addr == htonl(INADDR_ANY))) return true;
+  if (!is_v4 && (IN6_IS_ADDR_LOOPBACK(&v6) || IN6_IS_ADDR_UNSPECIFIED(&v6))) return true;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return false;
+  bool own = false;
+  for (const ifaddrs* i = list; i != nullptr && !own; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr) continue;
+    if (is_v4 && i->ifa_addr->sa_family == AF_INET)
+      own = reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == v4.s_addr;
+    else if (!is_v4 && i->ifa_addr->sa_family == AF_INET6)
+      own = IN6_ARE_ADDR_EQUAL(&reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr, &v6);
+  }
+  ::freeifaddrs(list);
+  return own;
 }
 
 int connect_local(const std::string& numeric_address, uint16_t port) {

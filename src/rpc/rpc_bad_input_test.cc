@@ -182,7 +182,7 @@ class BadInput : public ::testing::Test {
 
   // A raw connection past the handshake.
   std::unique_ptr<RawSocket> authenticated() {
-    auto s = std::make_unique<RawSocket>(port_);
+    auto s = std::make_unique<RawSocket>(port_, local_);
     FrameHeader h;
     h.method = kHello.wire();
     EXPECT_TRUE(s->send_frame(h, hello_body("tok")));
@@ -193,6 +193,7 @@ class BadInput : public ::testing::Test {
     return s;
   }
 
+  bool local_ = false;  // authenticated() connects through the server's Unix socket
   metrics::Registry registry_;
   IoPool io_{1, "srv"};
   IoPool client_io_{1, "cli"};
@@ -410,6 +411,8 @@ class WriteStall : public BadInput {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     return done();
   }
+  void stopped_reader_is_closed();
+  void slow_reader_is_kept();
   // Asks for `n` echo replies of `bytes` payload each.
   static void request_replies(RawSocket& s, int n, uint32_t bytes) {
     proto::EchoRequest req;
@@ -428,7 +431,16 @@ class WriteStall : public BadInput {
 // more is written, and kTimeout (to 1.5 kTimeout) later the server closes
 // that connection (its queued replies go with it) and counts it. Another
 // client is served throughout.
-TEST_F(WriteStall, APeerThatStopsReadingIsClosedAfterTheTimeout) {
+TEST_F(WriteStall, APeerThatStopsReadingIsClosedAfterTheTimeout) { stopped_reader_is_closed(); }
+
+// The same over the server's Unix socket: the writer's progress there is
+// what the peer read (SIOCOUTQ), not what TCP acknowledged.
+TEST_F(WriteStall, APeerThatStopsReadingOverTheLocalSocketIsClosedAfterTheTimeout) {
+  local_ = true;
+  stopped_reader_is_closed();
+}
+
+void WriteStall::stopped_reader_is_closed() {
   auto start = std::chrono::steady_clock::now();
   auto s = authenticated();
   ASSERT_NO_FATAL_FAILURE(request_replies(*s, 40, 1 << 20));
@@ -446,7 +458,14 @@ TEST_F(WriteStall, APeerThatStopsReadingIsClosedAfterTheTimeout) {
 // (At this pace the kernel lets the server's writer in only about every
 // 0.7 s, once a third of its send buffer is free: the bytes the peer
 // acknowledges in between count too.)
-TEST_F(WriteStall, ASlowReaderThatKeepsReadingIsNotClosed) {
+TEST_F(WriteStall, ASlowReaderThatKeepsReadingIsNotClosed) { slow_reader_is_kept(); }
+
+TEST_F(WriteStall, ASlowReaderOverTheLocalSocketIsNotClosed) {
+  local_ = true;
+  slow_reader_is_kept();
+}
+
+void WriteStall::slow_reader_is_kept() {
   auto s = authenticated();
   ASSERT_NO_FATAL_FAILURE(request_replies(*s, 1, 6 << 20));
   s->pace_reads(32 << 10, std::chrono::milliseconds(15));

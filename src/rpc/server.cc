@@ -121,20 +121,30 @@ Result<uint16_t> Server::listen(const std::string& host, uint16_t port) {
   if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return error(code_from_errno(ec.value()), "cannot listen on {}:{}: {}", host, port, ec.message());
   uint16_t bound = acceptor.local_endpoint().port();
-  accept_on(state_, std::make_unique<Acceptor>(std::move(acceptor)));
-  // Only after the TCP bind: the name then stands for a listener of this
-  // network namespace (rpc/local_socket.h). Without it, TCP still serves.
-  if (state_->options.local_socket) {
-    auto fd = listen_local(address.to_string(), bound);
-    auto local = std::make_unique<Acceptor>(state_->io.at(0));
-    if (fd) local->assign(asio::generic::stream_protocol(AF_UNIX, 0), *fd, ec);
-    if (fd && ec) ::close(*fd);
-    if (!fd || ec)
-      WEFT_LOG_WARN("{}: clients on this host connect over TCP: {}", state_->options.name,
-                    fd ? ec.message() : fd.error().message());
-    else
-      accept_on(state_, std::move(local));
+  // The Unix twin, bound only after the TCP bind and only for an address of
+  // this host: the name then stands for this listener (rpc/local_socket.h).
+  // A taken name fails the listen as a taken port does, since clients of
+  // this host would otherwise reach whoever holds it.
+  std::unique_ptr<Acceptor> local;
+  const std::string numeric = address.to_string();
+  if (state_->options.local_socket && !is_own_address(numeric)) {
+    WEFT_LOG_INFO("{}: {} is not an address of this host (non-local bind): clients on this host connect over TCP",
+                  state_->options.name, numeric);
+  } else if (state_->options.local_socket) {
+    auto fd = listen_local(numeric, bound);
+    if (!fd)
+      return error(fd.error().code(), "cannot listen on {}:{}: {} ([server] local_socket = false listens on TCP only)",
+                   host, bound, fd.error().message());
+    local = std::make_unique<Acceptor>(state_->io.at(0));
+    local->assign(asio::generic::stream_protocol(AF_UNIX, 0), *fd, ec);
+    if (ec) {
+      ::close(*fd);
+      return error(code_from_errno(ec.value()), "cannot listen on {}:{}: its local socket: {}", host, bound,
+                   ec.message());
+    }
   }
+  accept_on(state_, std::make_unique<Acceptor>(std::move(acceptor)));
+  if (local) accept_on(state_, std::move(local));
   return bound;
 }
 

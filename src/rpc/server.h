@@ -110,8 +110,8 @@ class Server {
   void add_blocking(MethodId id, std::string name, BlockingHandler handler);
 
   // Binds and starts accepting; port 0 picks a free port. Returns the bound
-  // port. A Unix twin that cannot be bound (its name taken) is logged, not
-  // an error: clients of this host then come over TCP.
+  // port. With local_socket, a Unix twin that cannot be bound (its name
+  // taken by another process) fails the listen, as a taken port does.
   Result<uint16_t> listen(const std::string& host, uint16_t port);
   void stop();
   // Handlers running now (stop() waits for them only a few seconds).

@@ -28,13 +28,21 @@
 #include <spdlog/spdlog.h>
 
 #include "rpc/frame.h"
+#include "rpc/local_socket.h"
 #include "rpc/method.h"
 
 namespace weft::rpc::testing {
 
 class RawSocket {
  public:
-  explicit RawSocket(uint16_t port) {
+  // `local`: through the server's Unix socket (rpc/local_socket.h), not TCP.
+  explicit RawSocket(uint16_t port, bool local = false) {
+    if (local) {
+      fd_ = connect_local("127.0.0.1", port);
+      connected_ = fd_ >= 0;
+      if (connected_) ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
+      return;
+    }
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
