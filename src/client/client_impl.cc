@@ -1154,12 +1154,22 @@ void ClientImpl::plan_reads(const Cred& cred, std::span<const ReadOp> ops, ReadJ
   }
 }
 
+// A group's reply is held whole (up to kGroupBytesMax) until copied out:
+// groups run within inflight_bytes_max at a time, so a batch of many GiB
+// holds about that much, not all of it.
 void ClientImpl::start_grouped_reads(std::shared_ptr<ReadJob> job) {
   std::span<GroupedRead> all(job->reads);
-  std::vector<Task<Result<void>>> groups;
-  for (auto& members : core_->chunks->group_reads(all)) groups.push_back(core_->chunks->read_group(all, std::move(members)));
-  spawn_all(*core_->io, std::move(groups),
-            [this, job](std::vector<Result<void>>) mutable { start_single_reads(std::move(job)); });
+  auto groups = std::make_shared<std::vector<std::vector<size_t>>>(core_->chunks->group_reads(all));
+  std::vector<size_t> bytes;
+  for (const auto& members : *groups) {
+    size_t n = 0;
+    for (size_t k : members) n += all[k].dst.size();
+    bytes.push_back(n);
+  }
+  spawn_windowed(
+      *core_->io, std::move(bytes), core_->options.inflight_bytes_max,
+      [this, all, groups](size_t i) { return core_->chunks->read_group(all, std::move((*groups)[i])); },
+      [this, job]() mutable { start_single_reads(std::move(job)); });
 }
 
 void ClientImpl::start_single_reads(std::shared_ptr<ReadJob> job) {

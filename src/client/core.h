@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <thread>
 #include <vector>
@@ -267,6 +268,56 @@ void spawn_all(rpc::IoPool& io, std::vector<Task<Result<T>>> tasks, Then then) {
       if (state->left.fetch_sub(1, std::memory_order_acq_rel) == 1) state->then(std::move(state->results));
     });
   }
+}
+
+namespace detail {
+template <class State>
+void window_step(rpc::IoPool& io, const std::shared_ptr<State>& s, std::optional<size_t> ended) {
+  std::vector<size_t> start;
+  bool finished = false;
+  {
+    std::lock_guard lock(s->mu);
+    if (ended) {
+      s->held -= s->bytes[*ended];
+      --s->running;
+    }
+    while (s->next < s->bytes.size() && (s->running == 0 || s->held + s->bytes[s->next] <= s->budget)) {
+      start.push_back(s->next);
+      s->held += s->bytes[s->next++];
+      ++s->running;
+    }
+    // Decided under the lock, by the one step that saw the last task end
+    // (or by the first, when there is none): `then` runs once.
+    finished = s->running == 0 && s->next == s->bytes.size();
+  }
+  if (finished) return s->then();
+  for (size_t i : start)
+    asio::co_spawn(io.next().get_executor(), s->make(i),
+                   [&io, s, i](std::exception_ptr, auto&&...) { window_step(io, s, i); });
+}
+}  // namespace detail
+
+// As spawn_all, for tasks that hold memory in proportion to their bytes
+// while they run (grouped read replies land in RPC buffers before they are
+// copied out): task i, made by make(i) when it starts, holds bytes[i]; tasks
+// start in order while what the running ones hold fits in `budget` (one
+// always runs), and each end starts the next that fit. `then()` runs once,
+// after the last; the tasks report through their own state (a task's
+// exception is dropped: its work must show as not done there).
+template <class Make, class Then>
+void spawn_windowed(rpc::IoPool& io, std::vector<size_t> bytes, size_t budget, Make make, Then then) {
+  struct State {
+    State(std::vector<size_t> b, size_t n, Make m, Then t)
+        : bytes(std::move(b)), budget(n), make(std::move(m)), then(std::move(t)) {}
+    std::mutex mu;
+    std::vector<size_t> bytes;
+    size_t budget;
+    Make make;
+    Then then;
+    size_t next = 0, running = 0, held = 0;  // GUARDED_BY(mu)
+  };
+  auto s = std::make_shared<State>(std::move(bytes), budget, std::move(make), std::move(then));
+  detail::window_step(io, s, std::nullopt);
 }
 
 // Runs every task on the I/O threads and waits for all; results in order.

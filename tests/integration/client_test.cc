@@ -2163,6 +2163,58 @@ TEST_F(ClientTest, ReadAheadOfManyOpenFilesStaysWithinTheClientsBound) {
   }
 }
 
+// The process's peak resident bytes since the last reset_peak_resident().
+size_t peak_resident_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.starts_with("VmHWM:")) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
+bool reset_peak_resident() { return static_cast<bool>(std::ofstream("/proc/self/clear_refs") << "5"); }
+
+// A batch's grouped reads stay within the client's bound (inflight_bytes_max):
+// each group's reply (up to 16 MiB) is held whole before it is copied out,
+// and every group used to start at once, so a batch of many GiB held as
+// much. Here 48 chunks over three servers, a bound of two chunks: one group
+// at a time.
+TEST_F(ClientTest, ABatchReadsGroupsStayWithinTheClientsBound) {
+  std::string d = dir();
+  auto first = open(d + "/b0", O_CREAT | O_WRONLY);
+  ASSERT_TRUE(first);
+  const size_t cb = first->layout().chunk_bytes;
+  ASSERT_TRUE(first->close().has_value());
+  constexpr int kFiles = 48;
+  std::vector<std::vector<std::byte>> contents;
+  for (int i = 0; i < kFiles; ++i) {
+    contents.push_back(pattern(cb, 300 + i));
+    ASSERT_TRUE(write_new(fmt::format("{}/g{}", d, i), contents.back()));
+  }
+  ClientOptions o;
+  o.config_path = config_;
+  o.inflight_bytes_max = 2 * cb;
+  auto c = Client::connect(o);
+  ASSERT_TRUE(c.has_value()) << c.error();
+  std::vector<std::vector<std::byte>> bufs(kFiles, std::vector<std::byte>(cb, std::byte{1}));  // touched
+  std::vector<ReadOp> ops;
+  for (int i = 0; i < kFiles; ++i) {
+    auto n = (*c)->resolve((*c)->default_cred(), fmt::format("{}/g{}", d, i));
+    ASSERT_TRUE(n.has_value()) << n.error();
+    ops.push_back(ReadOp{n->ino, 0, bufs[i], n->layout, n->size});
+  }
+  if (!reset_peak_resident()) GTEST_SKIP() << "/proc/self/clear_refs cannot reset the peak here";
+  const size_t before = peak_resident_bytes();
+  auto results = (*c)->read_batch((*c)->default_cred(), ops);
+  const size_t grown = peak_resident_bytes() - before;
+  for (int i = 0; i < kFiles; ++i) {
+    ASSERT_TRUE(results[i].has_value()) << results[i].error();
+    ASSERT_EQ(*results[i], cb);
+    EXPECT_TRUE(bufs[i] == contents[i]) << "file " << i;
+  }
+  // One group of up to 16 chunks at a time, and some slack.
+  EXPECT_LT(grown, 24 * cb) << "the batch's replies held " << grown / cb << " chunks at their peak";
+}
+
 // A write racing a truncate of the same File lands wholly before the cut
 // (cut away) or after it (kept, and inside the reported length): it used to
 // be sent after the chunks were removed and then left out of the length, so
