@@ -457,9 +457,17 @@ std::vector<std::vector<size_t>> ChunkIo::group_reads(std::span<GroupedRead> rea
     groups.back().members.push_back(i);
     groups.back().bytes += g.dst.size();
   }
+  // Round-robin over the servers: a caller that starts them in order within
+  // a budget (submit_reads) keeps every server busy, not one after another.
   std::vector<std::vector<size_t>> out;
-  for (auto& entry : by_server)
-    for (auto& g : entry.second) out.push_back(std::move(g.members));
+  for (size_t round = 0, left = by_server.size(); left > 0; ++round) {
+    left = 0;
+    for (auto& entry : by_server) {
+      if (round >= entry.second.size()) continue;
+      out.push_back(std::move(entry.second[round].members));
+      left += round + 1 < entry.second.size() ? 1 : 0;
+    }
+  }
   return out;
 }
 

@@ -108,7 +108,8 @@ class ChunkIo {
   static constexpr size_t kGroupBytesMax = 16u << 20;
   static constexpr size_t kGroupRangesMax = 4096;  // storage::kBatchReadRangesMax
   // Indexes of `reads` grouped by the server of their first-choice replica
-  // (at most kGroupBytesMax and kGroupRangesMax per group). Ranges whose chain has no route now
+  // (at most kGroupBytesMax and kGroupRangesMax per group), the servers'
+  // groups taken in turn. Ranges whose chain has no route now
   // are marked retry_alone and left out.
   std::vector<std::vector<size_t>> group_reads(std::span<GroupedRead> reads);
   // One BatchRead for `members`; fills their result, or marks them retry_alone.

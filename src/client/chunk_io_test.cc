@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <fmt/format.h>
 
 #include "client/chunk_io.h"
 #include "common/fault.h"
@@ -243,6 +244,41 @@ TEST(ChunkIo, ChunksOnAHeadOlderThanRemoveRangeAreRemovedIndexByIndex) {
   ASSERT_TRUE(removed.has_value()) << removed.error();
   EXPECT_EQ(*removed, 0u) << "RemoveRange removed nothing";
   EXPECT_EQ(storage.removed_sorted(), (std::vector<uint64_t>{3, 4, 5, 6, 7, 8, 9}));
+  routing.stop();
+}
+
+// A batch's groups come with the servers taken in turn: submit_reads starts
+// them in order within a byte budget, so a batch listed server by server kept
+// one server busy at a time. Nothing is sent: three nodes nobody serves.
+TEST(ChunkIo, GroupedReadsTakeTheServersInTurn) {
+  Mgmtd mgmtd;
+  for (int i = 1; i <= 3; ++i) {
+    auto node = mgmtd.state->register_node({.kind = mgmt::NodeKind::kStorage,
+                                            .address = fmt::format("127.0.0.1:{}", 40000 + i),
+                                            .incarnation = 1,
+                                            .targets = {{.name = "t0"}}});
+    ASSERT_TRUE(node.has_value()) << node.error();
+  }
+  ASSERT_TRUE(mgmtd.state->create_chain_table({.replicas = 1}).has_value());
+  rpc::IoPool io{1};
+  rpc::Client rpc(io, rpc::ClientOptions::in_cluster(kToken, "chunk-io-test"));
+  RoutingCache routing(io, rpc, {rpc::Endpoint{"127.0.0.1", mgmtd.port}});
+  ASSERT_TRUE(routing.start());
+  ChunkIo chunks(io, rpc, routing, ChunkIoOptions{});
+  auto table = routing.current()->tables.find(1);
+  ASSERT_NE(table, routing.current()->tables.end());
+  ASSERT_EQ(table->second.chains.size(), 3u);
+  // Four ranges of a whole group's size per chain: one group each.
+  std::vector<std::byte> buf(ChunkIo::kGroupBytesMax);
+  std::vector<GroupedRead> reads;
+  for (mgmt::ChainId chain : table->second.chains)
+    for (uint64_t k = 0; k < 4; ++k)
+      reads.push_back(GroupedRead{ChunkAddress{7, k, chain, 64 << 20}, 0, buf});
+  auto groups = chunks.group_reads(reads);
+  ASSERT_EQ(groups.size(), 12u);
+  auto chain_of = [&](size_t g) { return reads[groups[g].at(0)].chunk.chain; };
+  for (size_t g = 0; g + 1 < groups.size(); ++g)
+    EXPECT_NE(chain_of(g), chain_of(g + 1)) << "groups " << g << " and " << g + 1 << " go to one server";
   routing.stop();
 }
 

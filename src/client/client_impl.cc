@@ -1156,7 +1156,9 @@ void ClientImpl::plan_reads(const Cred& cred, std::span<const ReadOp> ops, ReadJ
 
 // A group's reply is held whole (up to kGroupBytesMax) until copied out:
 // groups run within inflight_bytes_max at a time, so a batch of many GiB
-// holds about that much, not all of it.
+// holds about that much, not all of it. The bound is per batch (concurrent
+// batches and File reads each have their own), in requested bytes (reply
+// buffers come in power-of-two sizes).
 void ClientImpl::start_grouped_reads(std::shared_ptr<ReadJob> job) {
   std::span<GroupedRead> all(job->reads);
   auto groups = std::make_shared<std::vector<std::vector<size_t>>>(core_->chunks->group_reads(all));
