@@ -26,6 +26,7 @@
 #include "rpc/server.h"
 #include "rpc/service_runtime.h"
 #include "rpc/test_cluster.h"
+#include "rpc/test_sockets.h"
 #include "rpc/test_util.h"
 
 namespace weft::rpc {
@@ -83,8 +84,9 @@ TEST(Rpc, EchoRoundTrip) {
   EXPECT_EQ(r->data(), "hello");
 }
 
-TEST(Rpc, PayloadsGatherAndScatterWithoutLoss) {
-  Cluster c;
+// Payloads gathered from caller spans and scattered into a caller buffer,
+// and one into an owned buffer, arrive whole.
+void check_payloads(Cluster& c) {
   std::vector<std::byte> a(1 << 20), b(4097);
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<std::byte>(i * 13);
   for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::byte>(i * 7 + 1);
@@ -110,6 +112,18 @@ TEST(Rpc, PayloadsGatherAndScatterWithoutLoss) {
   EXPECT_FALSE(owned.payload_in_destination);
   ASSERT_EQ(owned.payload.size(), 3u << 20);
   EXPECT_EQ(owned.payload.data()[12345], static_cast<std::byte>(12345 * 31 + 7));
+}
+
+TEST(Rpc, PayloadsGatherAndScatterWithoutLoss) {
+  Cluster c;  // on this host: through the server's Unix socket (rpc/local_socket.h)
+  check_payloads(c);
+}
+
+// The same over TCP (the server without its Unix twin), as between hosts.
+TEST(Rpc, PayloadsGatherAndScatterWithoutLossOverTcp) {
+  Cluster c({.local_socket = false});
+  check_payloads(c);
+  EXPECT_EQ(testing::tcp_fds(c.port, /*peer=*/true).size(), 1u);
 }
 
 // A server connection whose read loop throws (an allocation for a payload

@@ -2106,13 +2106,16 @@ TEST_F(ClientTest, PathsReachADirectoryAnotherClientJustReplaced) {
   }
 }
 
-size_t resident_bytes() {
+// A size of /proc/self/status in bytes: `field` is "VmRSS:" (resident now)
+// or "VmHWM:" (the peak since the last reset_peak_resident()).
+size_t status_bytes(std::string_view field) {
   std::ifstream in("/proc/self/status");
   std::string line;
   while (std::getline(in, line))
-    if (line.starts_with("VmRSS:")) return std::stoull(line.substr(6)) * 1024;
+    if (line.starts_with(field)) return std::stoull(line.substr(field.size())) * 1024;
   return 0;
 }
+size_t resident_bytes() { return status_bytes("VmRSS:"); }
 
 // Read-ahead of every File of a client together stays within its memory
 // bound (inflight_bytes_max): it used to be bounded per File only, so many
@@ -2163,14 +2166,7 @@ TEST_F(ClientTest, ReadAheadOfManyOpenFilesStaysWithinTheClientsBound) {
   }
 }
 
-// The process's peak resident bytes since the last reset_peak_resident().
-size_t peak_resident_bytes() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.starts_with("VmHWM:")) return std::stoull(line.substr(6)) * 1024;
-  return 0;
-}
+size_t peak_resident_bytes() { return status_bytes("VmHWM:"); }
 bool reset_peak_resident() {
   std::ofstream f("/proc/self/clear_refs");
   f << "5";
