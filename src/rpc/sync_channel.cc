@@ -149,13 +149,13 @@ Status SyncChannel::fail(Status why) {
   return why;
 }
 
-Status SyncChannel::set_timeout(int option, Deadline deadline) {
+Status SyncChannel::set_send_timeout(Deadline deadline) {
   long us = remaining_us(deadline);
-  long& current = option == SO_RCVTIMEO ? rcv_timeout_us_ : snd_timeout_us_;
+  long& current = snd_timeout_us_;
   // Within 10% is close enough: saves a setsockopt per call at a fixed timeout.
   if (current > 0 && us <= current && us * 10 >= current * 9) return {};
   timeval tv{us / 1000000, us % 1000000};
-  if (::setsockopt(fd_, SOL_SOCKET, option, &tv, sizeof tv) < 0)
+  if (::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) < 0)
     return fail(Status(Code::kInternal, fmt::format("setsockopt: {}", std::strerror(errno))));
   current = us;
   return {};
@@ -170,7 +170,7 @@ Status SyncChannel::send_frame(const FrameHeader& header, const std::string& bod
   std::array<iovec, 2> iov{iovec{hdr.data(), hdr.size()}, iovec{const_cast<char*>(body.data()), body.size()}};
   size_t first = 0;
   while (first < iov.size()) {
-    if (Status s = set_timeout(SO_SNDTIMEO, deadline); !s.ok()) return s;
+    if (Status s = set_send_timeout(deadline); !s.ok()) return s;
     msghdr msg{};
     msg.msg_iov = &iov[first];
     msg.msg_iovlen = iov.size() - first;
@@ -189,10 +189,14 @@ Status SyncChannel::send_frame(const FrameHeader& header, const std::string& bod
   return {};
 }
 
+// Waits in ppoll for input, not in a blocking recv: a thread blocked in recv
+// sleeps on the socket's one wait queue, which a Unix peer also wakes each
+// time it takes bytes this end sent (write space), so every request the
+// server read woke the caller once for nothing: a context switch per call,
+// costly on a VM. poll's wake-ups are filtered by the events asked for.
 Status SyncChannel::recv_some(void* dst, size_t n, Deadline deadline, size_t* got) {
   while (true) {
-    if (Status s = set_timeout(SO_RCVTIMEO, deadline); !s.ok()) return s;
-    ssize_t r = ::recv(fd_, dst, n, 0);
+    ssize_t r = ::recv(fd_, dst, n, MSG_DONTWAIT);
     if (r > 0) {
       *got = static_cast<size_t>(r);
       return {};
@@ -200,8 +204,14 @@ Status SyncChannel::recv_some(void* dst, size_t n, Deadline deadline, size_t* go
     if (r < 0 && errno == EINTR) continue;
     if (r == 0) return fail(Status(Code::kDisconnected, fmt::format("connection closed by {}", ep_.to_string())));
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (SteadyClock::now() < deadline) continue;  // woke early (timeout rounding)
-      return fail(Status(Code::kTimeout, fmt::format("call to {} timed out", ep_.to_string())));
+      if (SteadyClock::now() >= deadline)
+        return fail(Status(Code::kTimeout, fmt::format("call to {} timed out", ep_.to_string())));
+      const long us = remaining_us(deadline);
+      const timespec wait{us / 1000000, (us % 1000000) * 1000};
+      pollfd p{fd_, POLLIN, 0};
+      if (::ppoll(&p, 1, &wait, nullptr) < 0 && errno != EINTR)
+        return fail(Status(Code::kDisconnected, fmt::format("poll of {}: {}", ep_.to_string(), std::strerror(errno))));
+      continue;
     }
     return fail(Status(Code::kDisconnected, fmt::format("read from {}: {}", ep_.to_string(), std::strerror(errno))));
   }

@@ -60,7 +60,7 @@ class SyncChannel {
   // Makes sure at least n bytes are buffered (n <= rbuf_.size()).
   Status fill(size_t n, Deadline deadline);
   Status recv_some(void* dst, size_t n, Deadline deadline, size_t* got);
-  Status set_timeout(int option, Deadline deadline);
+  Status set_send_timeout(Deadline deadline);
 
   int fd_ = -1;
   Endpoint ep_;
@@ -69,8 +69,7 @@ class SyncChannel {
   bool answered_ = false;  // a reply came: a malformed frame is kProtocol (before: kUnavailable, maybe no Weft server)
   std::vector<std::byte> rbuf_;
   size_t rpos_ = 0, rend_ = 0;
-  long rcv_timeout_us_ = -1;  // SO_RCVTIMEO / SO_SNDTIMEO currently set
-  long snd_timeout_us_ = -1;
+  long snd_timeout_us_ = -1;  // SO_SNDTIMEO currently set
 };
 
 }  // namespace weft::rpc
