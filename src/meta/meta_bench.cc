@@ -13,7 +13,7 @@
 // holds up on a shared machine better than ops/s.
 // Usage: meta_bench [--files N] [--clients 4] [--wide-clients 16] [--dir PATH]
 //                   [--posix-dir PATH] [--server HOST:PORT --token T] [--nosync] [--no-linger]
-//                   [--json FILE] [--no-posix] [--own-only] [--server-threads 2]
+//                   [--json FILE] [--no-posix] [--own-only] [--server-threads 2] [--tcp]
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -56,6 +56,7 @@ struct Args {
   bool posix = true;       // --no-posix: skip the baseline (profiling runs)
   bool own_only = false;   // --own-only: only the own-directory phases
   int server_threads = 2;  // --server-threads: RPC I/O threads of the in-process server
+  bool tcp = false;        // --tcp: loopback TCP, not the server's Unix socket (rpc/local_socket.h)
   std::string json;
 };
 
@@ -76,6 +77,7 @@ Args parse(int argc, char** argv) {
     else if (s == "--json") a.json = next();
     else if (s == "--no-posix") a.posix = false;
     else if (s == "--own-only") a.own_only = true;
+    else if (s == "--tcp") a.tcp = true;
     else if (s == "--server-threads") a.server_threads = std::max(1, std::atoi(next().c_str()));
     else {
       fmt::print(stderr, "unknown argument {}\n", s);
@@ -178,7 +180,8 @@ struct RpcBench {
   RpcBench(const Args& a, rpc::Endpoint ep) {
     int n = std::max(a.clients, a.wide_clients);
     for (int i = 0; i < n; ++i) {
-      rpcs.push_back(std::make_unique<rpc::Client>(io, rpc::ClientOptions{.cluster_token = a.token}));
+      rpcs.push_back(
+          std::make_unique<rpc::Client>(io, rpc::ClientOptions{.cluster_token = a.token, .local_socket = !a.tcp}));
       clients.push_back(std::make_unique<MetaClient>(io, *rpcs.back(), MetaClientOptions{.addresses = {ep}}));
     }
   }
@@ -291,8 +294,9 @@ int run(const Args& a) {
     if (!parsed) return fmt::print(stderr, "--server: {}\n", parsed.error()), 1;
     ep = *parsed;
   }
-  fmt::print("W5 meta_bench: {} files per client, {} clients (+{} for creates), sync={}, server={}, cores={}\n",
+  fmt::print("W5 meta_bench: {} files per client, {} clients (+{} for creates), sync={}, server={} ({}), cores={}\n",
              a.files, a.clients, a.wide_clients, a.sync, a.server.empty() ? "in-process" : a.server,
+             a.tcp ? "loopback TCP" : "Unix socket on this host, else TCP",
              std::thread::hardware_concurrency());
   fmt::print("cache: none (every operation is an RPC; POSIX baseline goes through the kernel dcache)\n");
   auto tag = fmt::format("run{}", ::getpid());
