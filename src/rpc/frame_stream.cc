@@ -69,6 +69,10 @@ FrameStream::FrameStream(Socket socket, FrameLimits limits)
       resume_(socket_.get_executor()),
       stall_timer_(socket_.get_executor()),
       read_stall_timer_(socket_.get_executor()) {
+  if (!socket_.is_open()) {  // a client's, before its connect: on_connected() names it
+    peer_ = "unknown peer";
+    return;
+  }
   peer_ = describe_peer(socket_.native_handle());
   set_no_delay(socket_);
 }

@@ -127,10 +127,11 @@ Result<uint16_t> Server::listen(const std::string& host, uint16_t port) {
   // this host would otherwise reach whoever holds it.
   std::unique_ptr<Acceptor> local;
   const std::string numeric = address.to_string();
-  if (state_->options.local_socket && !is_own_address(numeric)) {
+  const bool twin = state_->options.local_socket && is_own_address(numeric);
+  if (state_->options.local_socket && !twin)
     WEFT_LOG_INFO("{}: {} is not an address of this host (non-local bind): clients on this host connect over TCP",
                   state_->options.name, numeric);
-  } else if (state_->options.local_socket) {
+  if (twin) {
     auto fd = listen_local(numeric, bound);
     if (!fd)
       return error(fd.error().code(), "cannot listen on {}:{}: {} ([server] local_socket = false listens on TCP only)",
