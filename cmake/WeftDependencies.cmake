@@ -11,6 +11,9 @@ find_package(GTest REQUIRED)
 find_package(benchmark REQUIRED)
 
 pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)
+if(WEFT_JEMALLOC)
+  pkg_check_modules(JEMALLOC REQUIRED IMPORTED_TARGET jemalloc)
+endif()
 pkg_check_modules(FUSE3 REQUIRED IMPORTED_TARGET fuse3>=3.12)  # fuse_loop_cfg_* (FUSE_USE_VERSION 312)
 
 # ISA-L ships no CMake or pkg-config file on Debian.

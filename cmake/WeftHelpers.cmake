@@ -14,6 +14,17 @@ function(weft_library name)
   endif()
 endfunction()
 
+# weft_executable_allocator(TARGET): the allocator the servers run on. With
+# WEFT_JEMALLOC, jemalloc replaces malloc in that executable: per-thread
+# caches and retained pages cut the malloc/free and page-fault cost of the
+# RPC and RocksDB paths (docs/BENCHMARKS.md, "jemalloc"). Executables only.
+function(weft_executable_allocator target)
+  if(WEFT_JEMALLOC)
+    target_link_libraries(${target} PRIVATE PkgConfig::JEMALLOC)
+    target_compile_definitions(${target} PRIVATE WEFT_JEMALLOC=1)
+  endif()
+endfunction()
+
 # weft_test(NAME SOURCES ... DEPS ... [LABELS ...] [TIMEOUT s])
 # Every test file is registered here; a test outside the build rots.
 function(weft_test name)

@@ -8,7 +8,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   clang libclang-rt-14-dev clang-format
   libasio-dev libprotobuf-dev protobuf-compiler
-  librocksdb-dev liburing-dev libfuse3-dev fuse3 libisal-dev
+  librocksdb-dev liburing-dev libfuse3-dev fuse3 libisal-dev libjemalloc-dev
   libspdlog-dev libfmt-dev libcli11-dev libtoml11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   pybind11-dev python3-dev python3-pybind11

@@ -1,5 +1,8 @@
 // The `weft` binary: servers (`weft serve <role>`), cluster tools and file tools.
 #include <cstdio>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "cli/commands.h"
 
@@ -34,10 +37,35 @@ CLI::App& admin_subcommand(CLI::App& app) {
 
 }  // namespace weft::cli
 
+#ifdef WEFT_JEMALLOC
+// jemalloc's control interface (declared here, not from <jemalloc/jemalloc.h>,
+// which redeclares malloc and friends). The reference also keeps the library
+// linked under --as-needed, so it is the process's malloc.
+extern "C" int mallctl(const char* name, void* oldp, size_t* oldlenp, void* newp, size_t newlen);
+#endif
+
+namespace weft::cli {
+namespace {
+
+// "weft 0.1.0 (jemalloc 5.3.0-...)": the allocator is part of how a server
+// performs (WEFT_JEMALLOC, cmake/WeftHelpers.cmake).
+std::string version_text() {
+  std::string text = "weft 0.1.0";
+#ifdef WEFT_JEMALLOC
+  const char* version = nullptr;
+  size_t len = sizeof(version);
+  if (mallctl("version", &version, &len, nullptr, 0) == 0 && version) text += fmt::format(" (jemalloc {})", version);
+#endif
+  return text;
+}
+
+}  // namespace
+}  // namespace weft::cli
+
 int main(int argc, char** argv) {
   CLI::App app{"weft: a parallel file system for AI training clusters"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "weft 0.1.0");
+  app.set_version_flag("--version", weft::cli::version_text());
   auto* serve = app.add_subcommand("serve", "Run a server process (one role per process)");
   serve->require_subcommand(1);
   weft::cli::add_serve_commands(app, *serve);

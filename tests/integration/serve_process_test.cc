@@ -3,6 +3,10 @@
 // a clean stop on SIGTERM.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+#include <string>
+
 #include "process.h"
 #include "proto/rpc.pb.h"
 #include "rpc/client.h"
@@ -126,6 +130,27 @@ TEST(ServeProcess, MalformedFaultSpecIsRefused) {
   ASSERT_TRUE(status);
   EXPECT_NE(WEXITSTATUS(*status), 0);
   EXPECT_NE(p.log().find("WEFT_FAULTS"), std::string::npos) << p.log();
+}
+
+// Built with WEFT_JEMALLOC, a server process's malloc is jemalloc (the
+// library is mapped) and `weft --version` names it.
+TEST(ServeProcess, RunsOnJemallocWhenBuiltWithIt) {
+#ifndef WEFT_JEMALLOC
+  GTEST_SKIP() << "built with WEFT_JEMALLOC=OFF";
+#endif
+  TempDir dir;
+  testing::write_file(dir.file("echo.toml"), config_text(dir, "t"));
+  Process server({testing::weft_binary(), "serve", "echo", "--config", dir.file("echo.toml")}, dir.file("log"));
+  ASSERT_TRUE(read_ports(dir)) << server.log();
+  std::ifstream maps("/proc/" + std::to_string(server.pid()) + "/maps");
+  std::string text((std::istreambuf_iterator<char>(maps)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("libjemalloc"), std::string::npos) << "no libjemalloc in /proc/" << server.pid() << "/maps";
+
+  Process version({testing::weft_binary(), "--version"}, dir.file("version"));
+  auto status = version.wait_exit(std::chrono::seconds(10));
+  ASSERT_TRUE(status);
+  EXPECT_EQ(WEXITSTATUS(*status), 0);
+  EXPECT_NE(version.log().find("(jemalloc 5."), std::string::npos) << version.log();
 }
 
 }  // namespace
