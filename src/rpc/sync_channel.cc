@@ -193,30 +193,31 @@ Status SyncChannel::send_frame(const FrameHeader& header, const std::string& bod
 // time it takes bytes this end sent (write space), so every request the
 // server read woke the caller once for nothing: a context switch per call,
 // costly on a VM. poll's wake-ups are filtered by the events asked for.
-Status SyncChannel::recv_some(void* dst, size_t n, Deadline deadline, size_t* got) {
-  while (true) {
+// wait_first: the caller knows nothing is there yet (a reply just asked
+// for), so the recv that would only say EAGAIN is skipped: a syscall a call.
+Status SyncChannel::recv_some(void* dst, size_t n, Deadline deadline, size_t* got, bool wait_first) {
+  for (bool wait = wait_first;; wait = true) {
+    if (wait) {
+      if (SteadyClock::now() >= deadline)
+        return fail(Status(Code::kTimeout, fmt::format("call to {} timed out", ep_.to_string())));
+      const long us = remaining_us(deadline);
+      const timespec timeout{us / 1000000, (us % 1000000) * 1000};
+      pollfd p{fd_, POLLIN, 0};
+      if (::ppoll(&p, 1, &timeout, nullptr) < 0 && errno != EINTR)
+        return fail(Status(Code::kDisconnected, fmt::format("poll of {}: {}", ep_.to_string(), std::strerror(errno))));
+    }
     ssize_t r = ::recv(fd_, dst, n, MSG_DONTWAIT);
     if (r > 0) {
       *got = static_cast<size_t>(r);
       return {};
     }
-    if (r < 0 && errno == EINTR) continue;
     if (r == 0) return fail(Status(Code::kDisconnected, fmt::format("connection closed by {}", ep_.to_string())));
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (SteadyClock::now() >= deadline)
-        return fail(Status(Code::kTimeout, fmt::format("call to {} timed out", ep_.to_string())));
-      const long us = remaining_us(deadline);
-      const timespec wait{us / 1000000, (us % 1000000) * 1000};
-      pollfd p{fd_, POLLIN, 0};
-      if (::ppoll(&p, 1, &wait, nullptr) < 0 && errno != EINTR)
-        return fail(Status(Code::kDisconnected, fmt::format("poll of {}: {}", ep_.to_string(), std::strerror(errno))));
-      continue;
-    }
+    if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
     return fail(Status(Code::kDisconnected, fmt::format("read from {}: {}", ep_.to_string(), std::strerror(errno))));
   }
 }
 
-Status SyncChannel::fill(size_t n, Deadline deadline) {
+Status SyncChannel::fill(size_t n, Deadline deadline, bool wait_first) {
   if (rend_ - rpos_ >= n) return {};
   if (rpos_ + n > rbuf_.size()) {
     std::memmove(rbuf_.data(), rbuf_.data() + rpos_, rend_ - rpos_);
@@ -225,14 +226,17 @@ Status SyncChannel::fill(size_t n, Deadline deadline) {
   }
   while (rend_ - rpos_ < n) {
     size_t got = 0;
-    if (Status s = recv_some(rbuf_.data() + rend_, rbuf_.size() - rend_, deadline, &got); !s.ok()) return s;
+    if (Status s = recv_some(rbuf_.data() + rend_, rbuf_.size() - rend_, deadline, &got, wait_first); !s.ok())
+      return s;
+    wait_first = false;
     rend_ += got;
   }
   return {};
 }
 
 Status SyncChannel::read_frame(FrameHeader* h, std::string* body, Deadline deadline) {
-  if (Status s = fill(kFrameHeaderSize, deadline); !s.ok()) return s;
+  // Nothing buffered: the reply to the request just sent cannot be here yet.
+  if (Status s = fill(kFrameHeaderSize, deadline, /*wait_first=*/rend_ == rpos_); !s.ok()) return s;
   DecodeError err = decode_header(rbuf_.data() + rpos_, limits_, h);
   if (err != DecodeError::kOk)
     return fail(Status(Code::kProtocol, fmt::format("malformed frame from {}: {}", ep_.to_string(), decode_error_name(err))));
