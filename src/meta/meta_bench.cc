@@ -13,7 +13,7 @@
 // holds up on a shared machine better than ops/s.
 // Usage: meta_bench [--files N] [--clients 4] [--wide-clients 16] [--dir PATH]
 //                   [--posix-dir PATH] [--server HOST:PORT --token T] [--nosync] [--no-linger]
-//                   [--json FILE] [--no-posix] [--own-only] [--server-threads 2] [--tcp]
+//                   [--json FILE] [--no-posix] [--own-only | --wide-only] [--server-threads 2] [--tcp]
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -55,6 +55,7 @@ struct Args {
   bool linger = true;
   bool posix = true;       // --no-posix: skip the baseline (profiling runs)
   bool own_only = false;   // --own-only: only the own-directory phases
+  bool wide_only = false;  // --wide-only: only the many-client creates
   int server_threads = 2;  // --server-threads: RPC I/O threads of the in-process server
   bool tcp = false;        // --tcp: loopback TCP, not the server's Unix socket (rpc/local_socket.h)
   std::string json;
@@ -77,6 +78,7 @@ Args parse(int argc, char** argv) {
     else if (s == "--json") a.json = next();
     else if (s == "--no-posix") a.posix = false;
     else if (s == "--own-only") a.own_only = true;
+    else if (s == "--wide-only") a.wide_only = true;
     else if (s == "--tcp") a.tcp = true;
     else if (s == "--server-threads") a.server_threads = std::max(1, std::atoi(next().c_str()));
     else {
@@ -147,7 +149,7 @@ std::string file_name(bool shared, int client, int i) {
 std::map<std::string, PhaseResult> run_w5(Backend& b, const Args& a, const std::string& tag) {
   std::map<std::string, PhaseResult> out;
   for (bool shared : {false, true}) {
-    if (shared && a.own_only) break;
+    if (a.wide_only || (shared && a.own_only)) break;
     auto dir_of = [&](int c) { return shared ? tag + "-shared" : fmt::format("{}-own{}", tag, c); };
     if (shared) b.mkdir(0, dir_of(0));
     else
