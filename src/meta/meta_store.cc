@@ -307,6 +307,14 @@ void MetaStore::forget_window_tail(Txn& txn, const Context& ctx) {
   (void)txn.commit();
 }
 
+void MetaStore::forget_window_tail(const Context& ctx) {
+  if (!ctx.req.valid()) return;
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync && !syncer_;  // as attempt()'s transactions
+  Txn txn(std::unique_ptr<rocksdb::Transaction>(db_->BeginTransaction(wo)));
+  forget_window_tail(txn, ctx);
+}
+
 static_assert(kOpCount < 255, "RequestRecord::op stores 1 + an Op in a byte");
 
 Result<void> MetaStore::record_request(Txn& txn, Op op, const Context& ctx, const Result<Reply>& r) {

@@ -364,6 +364,8 @@ class MetaStore {
   Result<Reply> mutate(Op op, const Context& ctx, const Body& body);
   std::optional<Result<Reply>> attempt(Op op, const Context& ctx, const Body& body);
   void forget_window_tail(Txn& txn, const Context& ctx);
+  // The same for a request refused before mutate() (set_layout's checks).
+  void forget_window_tail(const Context& ctx);
   Result<void> record_request(Txn& txn, Op op, const Context& ctx, const Result<Reply>& r);
   // After a commit (or a replayed record): waits for its WAL sync, or leaves
   // that to the caller's DeferSync.

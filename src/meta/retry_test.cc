@@ -137,6 +137,21 @@ TEST_F(WindowTest, OnlyTheLastWindowIsKept) {
   EXPECT_LE(records, 5u);
 }
 
+// A set_layout refused before its transaction (mgmtd away) records nothing
+// but used its number: the record a window behind it goes, as when a request
+// is recorded (else it stayed until the client went idle).
+TEST_F(WindowTest, ASetLayoutRefusedBeforeItsRecordMovesTheWindowOn) {
+  ASSERT_OK(s().create(with_req(root(), 3, 1), kRootIno, "a", 0644, true, false));
+  s().set_chain_table_check([](uint32_t) -> Result<void> { return error(Code::kUnavailable, "mgmtd unreachable"); });
+  Layout l = *s().get_layout(root(), kRootIno);
+  l.chain_table_id = 7;
+  EXPECT_CODE(s().set_layout(with_req(root(), 3, 5), kRootIno, l), Code::kBusy);
+  l.stripe_count = 0;  // refused by validate_layout, before mgmtd is asked
+  EXPECT_CODE(s().set_layout(with_req(root(), 3, 6), kRootIno, l), Code::kInvalidArgument);
+  // Record 1 went: the same request now runs afresh (the name exists: O_EXCL).
+  EXPECT_CODE(s().create(with_req(root(), 3, 1), kRootIno, "a", 0644, true, false), Code::kExists);
+}
+
 TEST_F(RetryTest, ExpireByAge) {
   ASSERT_OK(s().mkdir(with_req(root(), 1, 1), kRootIno, "a", 0755));
   ASSERT_OK(s().mkdir(with_req(root(), 2, 1), kRootIno, "b", 0755));

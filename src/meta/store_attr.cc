@@ -226,16 +226,22 @@ Result<void> MetaStore::set_layout(const Context& ctx, Ino dir, const Layout& la
   // The default table and the directory's own need no asking (a stripe
   // change works while mgmtd is away), nor does a retry of a request meta
   // already answered: it gets that answer (mutate), whatever mgmtd says now.
-  if (chain_table_check_ && layout.chain_table_id != options_.chain_table_id && !answered_before(ctx)) {
+  // A refusal here records nothing, but the request's number is used: its
+  // client's retry window moves on all the same (forget_window_tail).
+  auto table_known = [&]() -> Result<void> {
     WEFT_RETURN_IF_ERROR(validate_layout(layout));
     auto now = read_inode(dir, nullptr, /*with_stat=*/false);
-    if (!now || now->layout.chain_table_id != layout.chain_table_id) {
-      if (auto known = chain_table_check_(layout.chain_table_id); !known) {
-        if (known.error().code() == Code::kInvalidArgument) return known;
-        // Not a failure of this meta server: no failover to another one.
-        return error(Code::kBusy, "cannot check that chain table {} exists: {}", layout.chain_table_id,
-                     known.error().message());
-      }
+    if (now && now->layout.chain_table_id == layout.chain_table_id) return {};
+    auto known = chain_table_check_(layout.chain_table_id);
+    if (known || known.error().code() == Code::kInvalidArgument) return known;
+    // Not a failure of this meta server: no failover to another one.
+    return error(Code::kBusy, "cannot check that chain table {} exists: {}", layout.chain_table_id,
+                 known.error().message());
+  };
+  if (chain_table_check_ && layout.chain_table_id != options_.chain_table_id && !answered_before(ctx)) {
+    if (auto known = table_known(); !known) {
+      forget_window_tail(ctx);
+      return known;
     }
   }
   return to_void(mutate(Op::kSetLayout, ctx, [&](Txn& txn) -> Result<Reply> {
