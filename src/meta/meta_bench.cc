@@ -86,6 +86,10 @@ Args parse(int argc, char** argv) {
       std::exit(2);
     }
   }
+  if (a.own_only && a.wide_only) {
+    fmt::print(stderr, "--own-only and --wide-only leave no phase to run\n");
+    std::exit(2);
+  }
   return a;
 }
 

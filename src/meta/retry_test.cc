@@ -142,14 +142,16 @@ TEST_F(WindowTest, OnlyTheLastWindowIsKept) {
 // is recorded (else it stayed until the client went idle).
 TEST_F(WindowTest, ASetLayoutRefusedBeforeItsRecordMovesTheWindowOn) {
   ASSERT_OK(s().create(with_req(root(), 3, 1), kRootIno, "a", 0644, true, false));
+  ASSERT_OK(s().create(with_req(root(), 3, 2), kRootIno, "b", 0644, true, false));
   s().set_chain_table_check([](uint32_t) -> Result<void> { return error(Code::kUnavailable, "mgmtd unreachable"); });
   Layout l = *s().get_layout(root(), kRootIno);
   l.chain_table_id = 7;
   EXPECT_CODE(s().set_layout(with_req(root(), 3, 5), kRootIno, l), Code::kBusy);
   l.stripe_count = 0;  // refused by validate_layout, before mgmtd is asked
   EXPECT_CODE(s().set_layout(with_req(root(), 3, 6), kRootIno, l), Code::kInvalidArgument);
-  // Record 1 went: the same request now runs afresh (the name exists: O_EXCL).
+  // Records 1 and 2 went: the same requests now run afresh (the names exist: O_EXCL).
   EXPECT_CODE(s().create(with_req(root(), 3, 1), kRootIno, "a", 0644, true, false), Code::kExists);
+  EXPECT_CODE(s().create(with_req(root(), 3, 2), kRootIno, "b", 0644, true, false), Code::kExists);
 }
 
 TEST_F(RetryTest, ExpireByAge) {
