@@ -61,11 +61,7 @@ Result<void> check_xattr_name(std::string_view name) {
 }
 
 // As Linux's xattr_permission: what may not be read reads as absent (ENODATA).
-Result<void> check_xattr_access(const Inode& n, const Cred& c, std::string_view name, bool write) {
-  WEFT_RETURN_IF_ERROR(check_xattr_name(name));
-  // As Linux's xattr_resolve_name: a namespace prefix alone names nothing.
-  for (std::string_view prefix : {"user.", "trusted.", "security."})
-    if (name == prefix) return error(Code::kInvalidArgument, "xattr name '{}' is a namespace without a name", name);
+Result<void> check_xattr_permission(const Inode& n, const Cred& c, std::string_view name, bool write) {
   if (name.starts_with("user.")) {
     if (!n.is_file() && !n.is_dir()) {
       if (!write) return error(Code::kNoData, "no xattr '{}': user xattrs only on files and directories", name);
@@ -82,6 +78,16 @@ Result<void> check_xattr_access(const Inode& n, const Cred& c, std::string_view 
   }
   if (name.starts_with("security.")) return {};
   return error(Code::kNotSupported, "xattr namespace of '{}' not supported", name);
+}
+
+Result<void> check_xattr_access(const Inode& n, const Cred& c, std::string_view name, bool write) {
+  WEFT_RETURN_IF_ERROR(check_xattr_name(name));
+  WEFT_RETURN_IF_ERROR(check_xattr_permission(n, c, name, write));
+  // As Linux's xattr_resolve_name, which vfs_setxattr and vfs_getxattr call
+  // after the permission check: a namespace prefix alone names nothing.
+  for (std::string_view prefix : {"user.", "trusted.", "security."})
+    if (name == prefix) return error(Code::kInvalidArgument, "xattr name '{}' is a namespace without a name", name);
+  return {};
 }
 
 struct XattrUsage {

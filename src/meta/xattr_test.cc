@@ -48,6 +48,16 @@ TEST_F(XattrTest, LimitsLikeLinux) {
     EXPECT_CODE(s().getxattr(root(), f, ns), Code::kInvalidArgument);
     EXPECT_CODE(s().removexattr(root(), f, ns), Code::kInvalidArgument);
   }
+  // The permission check comes first, as in Linux's vfs_setxattr/vfs_getxattr
+  // (xattr_permission and the security hook, then xattr_resolve_name).
+  Context alice = user(1000, 100);
+  EXPECT_CODE(s().setxattr(alice, f, "trusted.", "v", XattrFlags::kAny), Code::kNotPermitted);
+  EXPECT_CODE(s().getxattr(alice, f, "trusted."), Code::kNoData);
+  EXPECT_CODE(s().setxattr(alice, f, "security.", "v", XattrFlags::kAny), Code::kNotPermitted);
+  EXPECT_CODE(s().setxattr(alice, f, "user.", "v", XattrFlags::kAny), Code::kPermissionDenied);  // not her file
+  auto link = s().symlink(root(), kRootIno, "l", "f");
+  ASSERT_OK(link);
+  EXPECT_CODE(s().setxattr(root(), link->ino, "user.", "v", XattrFlags::kAny), Code::kNotPermitted);
 }
 
 // Per inode at most 256 xattrs and 1 MiB of names and values (ENOSPC, as
