@@ -342,7 +342,6 @@ Result<HeartbeatReply> ClusterState::heartbeat_locked(const HeartbeatRequest& re
   WEFT_RETURN_IF_ERROR(check_meta_heartbeat_locked(request));
   WEFT_TRY(NodeInfo * node, find_heartbeat_node(state_, request));
   size_t ignored = 0;
-  note_revived_after_refusal_locked(*node, now);
   if (node->state == NodeState::kDown || !request.sync_done.empty() ||
       has_new_target_failures(state_, request.node_id, request.usage)) {
     std::vector<Status> refused;
@@ -361,6 +360,9 @@ Result<HeartbeatReply> ClusterState::heartbeat_locked(const HeartbeatRequest& re
     for (const Status& s : refused) WEFT_LOG_INFO("mgmt: node {}: ignored {}", request.node_id, s);
     ignored = refused.size();
   }
+  // Once the revival is recorded: a heartbeat that failed revived nothing
+  // and begins no misled-probe pause.
+  note_revived_after_refusal_locked(*node, now);
   revive_node(*node, now, lease);  // in place: leases are neither versioned nor persisted
   ignored += apply_usage(state_, request.node_id, request.usage);
   if (!request.usage.empty()) ++usage_generation_;

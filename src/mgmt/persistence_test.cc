@@ -194,6 +194,33 @@ TEST(Persistence, FailedWriteLeavesStateUnchanged) {
   EXPECT_EQ(h.add_storage(2, 1).node_id, 2u) << "the failed registration consumed no id";
 }
 
+// A node declared dead for refusing connections heartbeats, but its revival
+// cannot be recorded: the heartbeat fails and mgmtd's refusal watch is left
+// as it was (no "the probe was misled" pause begins), so the same node
+// restarted afterwards is declared by refusal again at once.
+TEST(Persistence, AHeartbeatWhoseRevivalFailedToPersistStartsNoRefusalPause) {
+  TempDir dir;
+  Harness h(dir.path());
+  auto c = h.two_replica_chain();
+  h.clock.advance(1ms);
+  h.beat(c.tail_node);  // heard since it registered: a refusal now means dead
+  TimePoint probe = h.clock.now();
+  h.clock.advance(1ms);
+  ASSERT_TRUE(*h.state->declare_refusing(c.tail_node, 1, probe));
+  {
+    fault::Scope fail("mgmt.store.write");
+    auto r = h.state->heartbeat({.node_id = c.tail_node, .incarnation = 1});
+    ASSERT_FALSE(r.has_value()) << "the revival could not be recorded";
+    EXPECT_EQ(r.error().code(), Code::kIoError);
+  }
+  EXPECT_EQ(h.state->routing().nodes.at(c.tail_node).state, NodeState::kDown);
+  // Restarted there (a new incarnation): its refusal is right, no pause.
+  h.add_storage(h.state->routing().nodes.at(c.tail_node).address == "host1:9000" ? 1 : 2, 1, /*incarnation=*/2);
+  h.beat(c.tail_node, 2);
+  h.clock.advance(1ms);
+  EXPECT_TRUE(*h.state->declare_refusing(c.tail_node, 2, h.clock.now()));
+}
+
 TEST(Persistence, CorruptStateRefusesToOpen) {
   TempDir dir;
   {
