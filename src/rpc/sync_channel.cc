@@ -217,7 +217,7 @@ Status SyncChannel::recv_some(void* dst, size_t n, Deadline deadline, size_t* go
   }
 }
 
-Status SyncChannel::fill(size_t n, Deadline deadline, bool wait_first) {
+Status SyncChannel::fill(size_t n, Deadline deadline) {
   if (rend_ - rpos_ >= n) return {};
   if (rpos_ + n > rbuf_.size()) {
     std::memmove(rbuf_.data(), rbuf_.data() + rpos_, rend_ - rpos_);
@@ -226,17 +226,18 @@ Status SyncChannel::fill(size_t n, Deadline deadline, bool wait_first) {
   }
   while (rend_ - rpos_ < n) {
     size_t got = 0;
-    if (Status s = recv_some(rbuf_.data() + rend_, rbuf_.size() - rend_, deadline, &got, wait_first); !s.ok())
+    // Nothing buffered: every byte that was there came with the last read (the
+    // whole reply to a request just sent is still to come): wait before reading.
+    if (Status s = recv_some(rbuf_.data() + rend_, rbuf_.size() - rend_, deadline, &got, /*wait_first=*/rend_ == rpos_);
+        !s.ok())
       return s;
-    wait_first = false;
     rend_ += got;
   }
   return {};
 }
 
 Status SyncChannel::read_frame(FrameHeader* h, std::string* body, Deadline deadline) {
-  // Nothing buffered: the reply to the request just sent cannot be here yet.
-  if (Status s = fill(kFrameHeaderSize, deadline, /*wait_first=*/rend_ == rpos_); !s.ok()) return s;
+  if (Status s = fill(kFrameHeaderSize, deadline); !s.ok()) return s;
   DecodeError err = decode_header(rbuf_.data() + rpos_, limits_, h);
   if (err != DecodeError::kOk)
     return fail(Status(Code::kProtocol, fmt::format("malformed frame from {}: {}", ep_.to_string(), decode_error_name(err))));

@@ -58,7 +58,7 @@ class SyncChannel {
   Status read_frame(FrameHeader* h, std::string* body, Deadline deadline);
   Status read_payload(std::byte* dst, size_t n, Deadline deadline);
   // Makes sure at least n bytes are buffered (n <= rbuf_.size()).
-  Status fill(size_t n, Deadline deadline, bool wait_first = false);
+  Status fill(size_t n, Deadline deadline);
   Status recv_some(void* dst, size_t n, Deadline deadline, size_t* got, bool wait_first = false);
   Status set_send_timeout(Deadline deadline);
 
