@@ -25,8 +25,11 @@
 // writes again: its targets are then syncing, not serving.
 //
 // LeaseKeeper is the storage side. Thread-safe (one mutex; short calls).
+// can_serve_writes(), remaining() and valid_until() take no lock: a meta
+// server asks on every request (valid_until_ is written under the mutex).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 
@@ -70,7 +73,8 @@ class LeaseKeeper {
   mutable std::mutex mu_;
   uint64_t next_sequence_ = 1;
   uint64_t revoked_before_ = 0;  // tickets with a lower sequence cannot grant
-  TimePoint valid_until_{};      // epoch: never granted
+  // Nanoseconds since the clock's epoch (0: never granted); written under mu_.
+  std::atomic<int64_t> valid_until_ns_{0};
   uint64_t gaps_ = 0;
 };
 
