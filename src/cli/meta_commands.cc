@@ -32,6 +32,9 @@ struct ClusterMembership {
   std::unique_ptr<rpc::Client> rpc;
   std::unique_ptr<mgmt::MgmtRpc> mgmt_rpc;
   std::unique_ptr<mgmt::MgmtClient> client;
+  // An accepted store change serves from then on (BootClock, as the lease;
+  // epoch: at once): a meta on the replaced store may hold a lease until then.
+  TimePoint serve_from{};
 };
 
 // Registers once before anything is served: mgmtd checks the store
@@ -119,9 +122,16 @@ Result<std::optional<ClusterMembership>> join_cluster(const Config& config, rpc:
   mo.meta_ids_mark = [&store] { return store.ids_reserved_below(); };
   m.client = std::make_unique<mgmt::MgmtClient>(*m.mgmt_rpc, mo);
   WEFT_RETURN_IF_ERROR(register_store(*m.client, store, accept_store_change));
+  if (const Duration wait = m.client->meta_store_check().serve_after; wait > Duration::zero()) {
+    // Timed from now, after mgmtd's reply: later than mgmtd's own reckoning.
+    m.serve_from = BootClock::instance().now() + wait;
+    WEFT_LOG_WARN("meta: serving the new store in {} ms, once no meta on the store it replaces can hold a lease "
+                  "from mgmtd (requests are refused with kUnavailable until then)",
+                  std::chrono::duration_cast<std::chrono::milliseconds>(wait).count());
+  }
   // Fenced later (another meta's accepted store change replaced this store,
   // or a newer process took this address): the service refuses every request
-  // (fence_check), the chunk GC and the session reaper stop.
+  // (serve_check), the chunk GC and the session reaper stop.
   m.client->set_fence_listener([address = advertise](const Status& why) {
     WEFT_LOG_ERROR("meta {}: mgmtd fenced this meta server: refusing every request from now on (clients try their "
                    "next meta address), no chunk GC, no session reaping; restart it once the cause is fixed: {}",
@@ -132,14 +142,32 @@ Result<std::optional<ClusterMembership>> join_cluster(const Config& config, rpc:
   return std::optional<ClusterMembership>(std::move(m));
 }
 
-// The meta service's check (meta/service.h): kUnavailable once mgmtd fenced
-// this server. Null outside a cluster.
-meta::ServeCheck fence_check(const std::optional<ClusterMembership>& membership) {
+// The meta service's check (meta/service.h), kUnavailable (clients retry, on
+// their next meta address too): once mgmtd fenced this server; while it holds
+// no lease from mgmtd (cut off from mgmtd it would not learn that another
+// meta's --accept-store-change replaced its store, and would acknowledge
+// operations the cluster's store never sees: like a storage server, it
+// serves nothing then, reads included); and, after an accepted store change,
+// until no meta on the replaced store can hold a lease (serve_from). Null
+// outside a cluster.
+meta::ServeCheck serve_check(const std::optional<ClusterMembership>& membership) {
   if (!membership) return nullptr;
-  return [client = membership->client.get()]() -> Result<void> {
-    if (!client->fenced()) return {};
-    return error(Code::kUnavailable, "this meta server was fenced by mgmtd and serves nothing: {}",
-                 client->fence_reason());
+  return [client = membership->client.get(), serve_from = membership->serve_from]() -> Result<void> {
+    if (client->fenced())
+      return error(Code::kUnavailable, "this meta server was fenced by mgmtd and serves nothing: {}",
+                   client->fence_reason());
+    if (!client->lease().can_serve_writes())
+      return error(Code::kUnavailable,
+                   "this meta server holds no lease from mgmtd (its heartbeats are not answered) and serves nothing "
+                   "until it does: another meta may have taken over its store meanwhile");
+    if (serve_from != TimePoint{}) {
+      if (const TimePoint now = BootClock::instance().now(); now < serve_from)
+        return error(Code::kUnavailable,
+                     "this meta server took over the cluster's meta store (--accept-store-change) and serves in {} "
+                     "ms, once no meta on the store it replaced can hold a lease from mgmtd",
+                     std::chrono::duration_cast<std::chrono::milliseconds>(serve_from - now).count() + 1);
+    }
+    return {};
   };
 }
 
@@ -240,7 +268,7 @@ void serve_meta(const std::string& config_path, bool accept_store_change) {
   auto membership = join_cluster(*config, runtime, mc->data_dir, **store, accept_store_change);
   if (!membership) return fail(membership.error().message());
   // Before runtime.run(): nothing is served yet.
-  meta::register_meta_service(runtime.server(), **store, fence_check(*membership));
+  meta::register_meta_service(runtime.server(), **store, serve_check(*membership));
   if (*membership) (*store)->set_chain_table_check(chain_table_check(*(*membership)->mgmt_rpc));
   // In a cluster, the chunks of unlinked files are removed from storage in the background.
   std::unique_ptr<client::ChunkGc> gc;
@@ -286,7 +314,7 @@ void serve_meta(const std::string& config_path, bool accept_store_change) {
   }
   std::unique_ptr<meta::SessionReaper> reaper;
   if (*membership) {
-    reaper = start_session_reaper(*reaping, **store, *(*membership)->mgmt_rpc, fence_check(*membership),
+    reaper = start_session_reaper(*reaping, **store, *(*membership)->mgmt_rpc, serve_check(*membership),
                                   gc->storage());
   }
   meta::RequestRecordExpirer expirer(**store, std::chrono::seconds(mc->request_record_age_s),

@@ -360,12 +360,31 @@ size_t apply_usage(PersistedState& state, NodeId node, const std::vector<TargetU
   return ignored;
 }
 
+TimePoint lease_surely_over(const NodeInfo& node, const LeaseConfig& lease) {
+  return std::max(node.last_heartbeat + lease.lease, node.lease_expiry) + lease.grace;
+}
+
 std::vector<NodeId> expired_nodes(const PersistedState& state, TimePoint now, const LeaseConfig& lease) {
   std::vector<NodeId> out;
   for (const auto& [id, node] : state.routing.nodes)
-    if (node.state == NodeState::kUp && now >= std::max(node.last_heartbeat + lease.lease, node.lease_expiry) + lease.grace)
-      out.push_back(id);
+    if (node.state == NodeState::kUp && now >= lease_surely_over(node, lease)) out.push_back(id);
   return out;
+}
+
+Duration replaced_meta_lease_left(const PersistedState& state, const RegisterRequest& r, TimePoint now,
+                                  const LeaseConfig& lease) {
+  if (r.kind != NodeKind::kMeta || !r.accept_store_change) return Duration::zero();
+  // Every up meta counts, a former incarnation at this address too (it may
+  // still run where clients reach it); only this process itself does not (a
+  // retried registration whose first reply was lost: the store is recorded
+  // already, and the wait must be told again).
+  TimePoint until = now;
+  for (const auto& [id, node] : state.routing.nodes) {
+    if (node.kind != NodeKind::kMeta || node.state != NodeState::kUp) continue;
+    if (node.address == r.address && node.incarnation == r.incarnation) continue;
+    until = std::max(until, lease_surely_over(node, lease));
+  }
+  return until - now;
 }
 
 Result<ChainTableId> apply_create_table(PersistedState& state, const ChainTableSpec& spec) {

@@ -61,6 +61,16 @@ void declare_dead(PersistedState& state, NodeId node);
 // Nodes up whose last heartbeat is at least lease + grace old and whose
 // lease_expiry (a longer lease granted before a restart) is at least grace past.
 std::vector<NodeId> expired_nodes(const PersistedState& state, TimePoint now, const LeaseConfig& lease);
+// When mgmtd may declare the up node `node` dead: no lease it was granted can
+// be held any more (mgmt/lease.h).
+TimePoint lease_surely_over(const NodeInfo& node, const LeaseConfig& lease);
+// A meta registering with accept_store_change: how long until no other meta
+// node (one up, other than this very process) can still hold a lease, i.e.
+// serve the store being replaced. Zero for other registrations. Such a meta
+// serves only after it (split brain: the replaced store would otherwise
+// acknowledge operations a partitioned meta takes until its lease runs out).
+Duration replaced_meta_lease_left(const PersistedState& state, const RegisterRequest& request, TimePoint now,
+                                  const LeaseConfig& lease);
 Result<ChainTableId> apply_create_table(PersistedState& state, const ChainTableSpec& spec);
 // Puts `new_target` where `old_target` stands, offline, in every chain that
 // holds it; reconcile() then RETURNs it (syncing: its chain's serving targets

@@ -230,6 +230,7 @@ Result<RegisterReply> ClusterState::register_node(const RegisterRequest& request
   WEFT_RETURN_IF_ERROR(check_reported_locked(request.installed_routing_version, request.address));
   TimePoint now = clock_.now();
   const MetaStoreRecord store_before = state_.meta_store;
+  const Duration serve_after = replaced_meta_lease_left(state_, request, now, options_.lease);
   uint64_t mark_before = 0;
   WEFT_TRY(RegisterReply reply, mutate([&](PersistedState& next) -> Result<RegisterReply> {
              auto checked = apply_meta_store(next, request, options_.accept_older_state);
@@ -244,6 +245,7 @@ Result<RegisterReply> ClusterState::register_node(const RegisterRequest& request
     log_meta_store_locked(request, store_before);
     reply.meta_store_checked = request.meta_store.store_id != 0;
     reply.meta_ids_mark = mark_before;
+    reply.serve_after = serve_after;
   }
   reply.routing_version = state_.routing.version;
   refusal_watch_[reply.node_id].heard.reset();  // a registering process may not listen yet

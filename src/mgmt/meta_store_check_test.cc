@@ -13,6 +13,7 @@ namespace {
 
 using testing::Harness;
 using testing::TempDir;
+using namespace std::chrono_literals;
 
 constexpr uint64_t kStore = 0xa11ce, kOtherStore = 0xb0b;
 
@@ -203,6 +204,48 @@ TEST(MetaStoreCheck, AHeartbeatOfAReplacedStoreIsRefused) {
   EXPECT_EQ(h.state->routing_version(), after_change) << "a mark is not a routing change";
   // A meta older than the store id in heartbeats is not checked.
   EXPECT_TRUE(h.state->heartbeat({.node_id = old_meta.node_id, .incarnation = 1}));
+}
+
+// Split brain: a meta cut off from mgmtd keeps its lease until it runs out,
+// and serves the replaced store meanwhile. The meta taking over is told to
+// wait until no other meta can hold a lease: lease + grace after the last
+// heartbeat mgmtd accepted from any of them (mgmt/lease.h), a longer lease
+// granted before a restart of mgmtd too; a meta declared dead holds none. A
+// retried registration of the same process (its first reply lost) is told
+// again; the registrations that change no store wait for nothing.
+TEST(MetaStoreCheck, AStoreChangeServesOnlyOnceNoMetaOnTheReplacedStoreCanHoldALease) {
+  Harness h;  // lease 10 s, grace 5 s
+  RegisterReply old_meta = h.state->register_node(meta(kStore, 5000)).value();
+  EXPECT_EQ(old_meta.serve_after, Duration::zero()) << "no change";
+  h.clock.advance(4s);
+  ASSERT_TRUE(h.state->heartbeat({.node_id = old_meta.node_id, .incarnation = 1, .meta_store_id = kStore}));
+  h.clock.advance(3s);  // the old meta's lease (sent before mgmtd got it) ends at most 10 s after that heartbeat
+  RegisterRequest other = meta(kOtherStore, 2, 7, /*accept=*/true);
+  other.address = "meta2:8000";
+  auto changed = h.state->register_node(other);
+  ASSERT_TRUE(changed) << changed.error();
+  EXPECT_EQ(changed->serve_after, 12s) << "10 s lease + 5 s grace after the heartbeat 3 s ago";
+  // The old meta's next heartbeat is refused and renews nothing.
+  h.clock.advance(1s);
+  ASSERT_FALSE(h.state->heartbeat({.node_id = old_meta.node_id, .incarnation = 1, .meta_store_id = kStore}));
+  auto retried = h.state->register_node(other);  // its first reply was lost
+  ASSERT_TRUE(retried) << retried.error();
+  EXPECT_EQ(retried->serve_after, 11s) << "the same deadline, not the retried process's own lease";
+  // Past the deadline mgmtd declares the old meta dead: it counts no more. A
+  // former incarnation at the new meta's own address does (it may still run
+  // where clients reach it): the new meta restarted with the flag again.
+  h.clock.advance(11s);
+  ASSERT_TRUE(h.state->tick());
+  EXPECT_EQ(h.state->routing().nodes.at(old_meta.node_id).state, NodeState::kDown);
+  other.incarnation = 8;
+  auto restarted = h.state->register_node(other);
+  ASSERT_TRUE(restarted) << restarted.error();
+  EXPECT_EQ(restarted->serve_after, 4s) << "incarnation 7 re-registered 11 s ago, its lease then ended 15 s later";
+  h.clock.advance(5s);
+  other.incarnation = 9;
+  EXPECT_EQ(h.state->register_node(other)->serve_after, 10s) << "incarnation 8 registered 5 s ago";
+  // Storage nodes and a meta without the flag never wait.
+  EXPECT_EQ(h.add_storage(0, 1).serve_after, Duration::zero());
 }
 
 // mgmtd restored from a backup older than a store change: the meta serving

@@ -173,7 +173,8 @@ Result<void> MgmtClient::register_now() {
       granted_ = got.lease;
       accept_any_version_ = true;
       accept_store_change_ = false;  // the operator's decision was for this start's store
-      meta_store_check_ = {.checked = got.meta_store_checked, .recorded_mark = got.meta_ids_mark};
+      meta_store_check_ = {
+          .checked = got.meta_store_checked, .recorded_mark = got.meta_ids_mark, .serve_after = got.serve_after};
     }
   }
   if (forgotten) {

@@ -133,10 +133,12 @@ class MgmtClient {
   // The highest routing version installed (or recorded in state_dirs).
   RoutingVersion installed_routing_version() const;
   // Meta nodes: what the last registration mgmtd accepted said of the store
-  // (RegisterReply: checked, and the mark mgmtd had recorded before it).
+  // (RegisterReply: checked, the mark mgmtd had recorded before it, and how
+  // long an accepted store change waits before serving).
   struct MetaStoreCheck {
     bool checked = false;
     uint64_t recorded_mark = 0;
+    Duration serve_after{};
   };
   MetaStoreCheck meta_store_check() const;
 

@@ -1,5 +1,7 @@
 #include "mgmt/proto_convert.h"
 
+#include <algorithm>
+
 namespace weft::mgmt {
 
 int64_t to_ns(TimePoint t) { return t.time_since_epoch().count(); }
@@ -109,6 +111,7 @@ void to_proto(const RegisterReply& in, pb::RegisterReply* out) {
   out->set_lease_ns(in.lease.count());
   out->set_meta_store_checked(in.meta_store_checked);
   out->set_meta_ids_mark(in.meta_ids_mark);
+  out->set_serve_after_ns(in.serve_after.count());
 }
 
 void to_proto(const HeartbeatRequest& in, pb::HeartbeatRequest* out) {
@@ -230,6 +233,7 @@ RegisterReply from_proto(const pb::RegisterReply& in) {
   r.lease = Duration(in.lease_ns());
   r.meta_store_checked = in.meta_store_checked();
   r.meta_ids_mark = in.meta_ids_mark();
+  r.serve_after = std::max(Duration::zero(), Duration(in.serve_after_ns()));
   return r;
 }
 

@@ -158,12 +158,16 @@ TEST(ProtoConvert, MetaStoreFieldsRoundTrip) {
   ASSERT_TRUE(reg2);
   EXPECT_EQ(reg2->meta_store, reg.meta_store);
   EXPECT_TRUE(reg2->accept_store_change);
-  RegisterReply rr{.node_id = 1, .meta_store_checked = true, .meta_ids_mark = 77};
+  RegisterReply rr{
+      .node_id = 1, .meta_store_checked = true, .meta_ids_mark = 77, .serve_after = std::chrono::milliseconds(1500)};
   pb::RegisterReply prr;
   to_proto(rr, &prr);
   RegisterReply rr2 = from_proto(prr);
   EXPECT_TRUE(rr2.meta_store_checked);
   EXPECT_EQ(rr2.meta_ids_mark, 77u);
+  EXPECT_EQ(rr2.serve_after, std::chrono::milliseconds(1500));
+  prr.set_serve_after_ns(-5);
+  EXPECT_EQ(from_proto(prr).serve_after, Duration::zero()) << "a negative wait is none";
   pb::HeartbeatRequest phb;
   to_proto(HeartbeatRequest{.node_id = 1, .incarnation = 2, .meta_ids_issued_below = 9000, .meta_store_id = 0xabc},
            &phb);
@@ -184,6 +188,7 @@ TEST(ProtoConvert, MetaStoreFieldsRoundTrip) {
   EXPECT_EQ(old2->meta_store, MetaStoreRecord{});
   EXPECT_FALSE(old2->accept_store_change);
   EXPECT_FALSE(from_proto(pb::RegisterReply{}).meta_store_checked);
+  EXPECT_EQ(from_proto(pb::RegisterReply{}).serve_after, Duration::zero()) << "an older mgmtd asks no wait";
 }
 
 TEST(ProtoConvert, OutOfRangeEnumsAreProtocolErrors) {

@@ -4,7 +4,9 @@
 // started once with --accept-store-change it serves, and its new files get
 // inode ids above every id the old store issued (mgmt/cluster_state.h,
 // "Meta's store"). A meta still running on the replaced store is fenced and
-// refuses every request; mgmtd restored from a backup older than a store
+// refuses every request, and the meta taking over serves only once the
+// replaced one can hold no lease; a meta cut off from mgmtd serves nothing
+// while it has no lease; mgmtd restored from a backup older than a store
 // change takes the new store with --accept-older-state only, and never a
 // fresh one. Every process is stopped by PID, on failure too (Process).
 #include <sys/wait.h>
@@ -50,7 +52,7 @@ class StoreChange : public ::testing::Test {
   // meta.ports unless told otherwise).
   std::unique_ptr<Process> start_meta(const std::string& data, std::vector<std::string> flags = {},
                                       uint16_t port = 0, const std::string& ports = "meta.ports",
-                                      const std::string& token = "tok") {
+                                      const std::string& token = "tok", std::vector<std::string> env = {}) {
     const std::string config = dir_.file("meta-" + std::to_string(starts_) + ".toml");
     testing::write_file(config, fmt::format("[server]\nlisten = \"127.0.0.1:{}\"\nmetrics_listen = \"\"\n"
                                             "cluster_token = \"{}\"\nname = \"meta-it\"\nport_file = \"{}\"\n"
@@ -60,7 +62,7 @@ class StoreChange : public ::testing::Test {
     std::filesystem::remove(dir_.file(ports));
     std::vector<std::string> argv{testing::weft_binary(), "serve", "meta", "--config", config};
     argv.insert(argv.end(), flags.begin(), flags.end());
-    return std::make_unique<Process>(argv, dir_.file("meta.log." + std::to_string(starts_++)));
+    return std::make_unique<Process>(argv, dir_.file("meta.log." + std::to_string(starts_++)), env);
   }
 
   static void stop(Process& p) {
@@ -68,13 +70,15 @@ class StoreChange : public ::testing::Test {
     ASSERT_TRUE(p.wait_exit(20s)) << p.log();
   }
 
-  // Creates `name` in / through the meta at `port` (meta_port_ if 0).
-  Result<meta::Ino> try_create(const std::string& name, uint16_t port = 0) {
+  // Creates `name` in / through the meta at `port` (meta_port_ if 0),
+  // retrying kUnavailable for up to `retry_ms` (a meta taking over a store
+  // serves once the replaced one's lease is surely over: lease + grace, 0.9 s).
+  Result<meta::Ino> try_create(const std::string& name, uint16_t port = 0, uint32_t retry_ms = 5000) {
     rpc::Client rpc(io_, rpc::ClientOptions{.cluster_token = "tok"});
     meta::MetaClientOptions o;
     o.addresses = {rpc::Endpoint{"127.0.0.1", port == 0 ? meta_port_ : port}};
     o.call_timeout_ms = 3000;
-    o.retry_time_ms_max = 1000;
+    o.retry_time_ms_max = retry_ms;
     meta::MetaClient client(io_, rpc, o);
     auto r = client.create(meta::Cred::root(), meta::kRootIno, name, 0644, true, false);
     if (!r) return std::unexpected(r.error());
@@ -168,10 +172,15 @@ TEST_F(StoreChange, ARunningMetaWhoseStoreWasReplacedStopsServing) {
   auto new_meta = start_meta("new", {"--accept-store-change"}, new_port, "new-meta.ports");
   ASSERT_TRUE(testing::wait_for_file(dir_.file("new-meta.ports"), 20s)) << new_meta->log();
   EXPECT_GE(create("after", new_port), uint64_t{1} << 32);
-  Result<meta::Ino> refused = 0;
-  for (int i = 0; i < 100; ++i) {  // its next heartbeat (every 200 ms) is refused
-    refused = try_create("late" + std::to_string(i));
-    if (!refused) break;
+  // The new meta served only once the old one could hold no lease: mgmtd
+  // told it to wait (lease + grace after the old meta's last heartbeat).
+  EXPECT_NE(new_meta->log().find("meta: serving the new store in "), std::string::npos) << new_meta->log();
+  Result<meta::Ino> refused = try_create("late", 0, /*retry_ms=*/0);
+  ASSERT_FALSE(refused.has_value()) << "both metas served at once: " << old_meta->log();
+  EXPECT_EQ(refused.error().code(), Code::kUnavailable) << refused.error();
+  for (int i = 0; i < 100; ++i) {  // its next heartbeat (every 200 ms) is refused: fenced
+    refused = try_create("late" + std::to_string(i), 0, 0);
+    if (!refused && refused.error().message().find("fenced by mgmtd") != std::string::npos) break;
     std::this_thread::sleep_for(100ms);
   }
   ASSERT_FALSE(refused.has_value()) << "the replaced meta still serves: " << old_meta->log();
@@ -194,6 +203,29 @@ TEST_F(StoreChange, ARunningMetaWhoseStoreWasReplacedStopsServing) {
       << "the new meta's store id, as its log named it\n" << status.log() << new_meta->log();
   ASSERT_NO_FATAL_FAILURE(stop(*old_meta));
   ASSERT_NO_FATAL_FAILURE(stop(*new_meta));
+  ASSERT_NO_FATAL_FAILURE(stop_mgmtd());
+}
+
+// A meta cut off from mgmtd (its heartbeats fail: fault point
+// mgmt_client.heartbeat, from the 6th for 12 tries) would not hear that
+// another meta's --accept-store-change replaced its store: once its lease ran
+// out it serves nothing (kUnavailable, saying why), and it serves again once
+// a heartbeat is answered.
+TEST_F(StoreChange, AMetaWithoutALeaseFromMgmtdServesNothingUntilItHasOneAgain) {
+  ASSERT_NO_FATAL_FAILURE(start_mgmtd());
+  auto meta = start_meta("meta", {}, 0, "meta.ports", "tok", {"WEFT_FAULTS=mgmt_client.heartbeat=1:12:5"});
+  ASSERT_TRUE(testing::wait_for_file(dir_.file("meta.ports"), 20s)) << meta->log();
+  Result<meta::Ino> refused = 0;
+  for (int i = 0; i < 200 && refused; ++i) {  // heartbeats every 200 ms: they fail from about 1 s on
+    refused = try_create("cut" + std::to_string(i), 0, 0);
+    if (refused) std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_FALSE(refused.has_value()) << "served on without a lease: " << meta->log();
+  EXPECT_EQ(refused.error().code(), Code::kUnavailable) << refused.error();
+  EXPECT_NE(refused.error().message().find("holds no lease from mgmtd"), std::string::npos) << refused.error();
+  // The 12 failed heartbeats over (one each 200 ms), the next one renews the lease.
+  EXPECT_GT(create("back"), 0u) << meta->log();
+  ASSERT_NO_FATAL_FAILURE(stop(*meta));
   ASSERT_NO_FATAL_FAILURE(stop_mgmtd());
 }
 
