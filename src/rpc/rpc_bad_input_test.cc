@@ -949,7 +949,11 @@ TEST(Server, OutOfDescriptorsItPausesAcceptingAndLogsOnceASecond) {
       },
       20, 1000ms);
   EXPECT_GE(seen.value, 1) << "no accept failed: the test did not run out of descriptors";
-  EXPECT_LE(seen.value, 20) << "accept failures in 1 s: the accept loop spins";
+  // Two acceptors pause 100 ms after each failure: the TCP listener and its
+  // Unix twin (accept(2) takes a descriptor number before it looks for a
+  // connection, so the idle twin fails with EMFILE too): ~11 each in the
+  // second the test holds, more than twice that only if a loop spins.
+  EXPECT_LE(seen.value, 30) << "accept failures in 1 s: an accept loop spins";
   size_t lines = testing::lines_with(seen.log, "accept failed");
   EXPECT_GE(lines, 1u);
   EXPECT_LE(lines, 2u) << seen.log.substr(0, 2000);
