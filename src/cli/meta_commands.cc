@@ -1,5 +1,6 @@
 // Commands of the meta module: `weft serve meta --config FILE` runs the
 // metadata service (meta/service.h) on a RocksDB store in [meta] data_dir.
+#include <atomic>
 #include <filesystem>
 #include <thread>
 #include <unordered_set>
@@ -9,6 +10,7 @@
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "meta/fsck.h"
+#include "meta/gc_gate.h"
 #include "meta/meta_store.h"
 #include "meta/service.h"
 #include "meta/session_reaper.h"
@@ -32,8 +34,8 @@ struct ClusterMembership {
   std::unique_ptr<rpc::Client> rpc;
   std::unique_ptr<mgmt::MgmtRpc> mgmt_rpc;
   std::unique_ptr<mgmt::MgmtClient> client;
-  // An accepted store change serves from then on (BootClock, as the lease;
-  // epoch: at once): a meta on the replaced store may hold a lease until then.
+  // Serving starts then (BootClock, as the lease; epoch: at once): another
+  // meta, on a store this one replaces, may hold a lease until then.
   TimePoint serve_from{};
 };
 
@@ -125,7 +127,7 @@ Result<std::optional<ClusterMembership>> join_cluster(const Config& config, rpc:
   if (const Duration wait = m.client->meta_store_check().serve_after; wait > Duration::zero()) {
     // Timed from now, after mgmtd's reply: later than mgmtd's own reckoning.
     m.serve_from = BootClock::instance().now() + wait;
-    WEFT_LOG_WARN("meta: serving the new store in {} ms, once no meta on the store it replaces can hold a lease "
+    WEFT_LOG_WARN("meta: serving in {} ms, once no other meta (one on a store this one replaces) can hold a lease "
                   "from mgmtd (requests are refused with kUnavailable until then)",
                   std::chrono::duration_cast<std::chrono::milliseconds>(wait).count());
   }
@@ -147,12 +149,14 @@ Result<std::optional<ClusterMembership>> join_cluster(const Config& config, rpc:
 // no lease from mgmtd (cut off from mgmtd it would not learn that another
 // meta's --accept-store-change replaced its store, and would acknowledge
 // operations the cluster's store never sees: like a storage server, it
-// serves nothing then, reads included); and, after an accepted store change,
-// until no meta on the replaced store can hold a lease (serve_from). Null
-// outside a cluster.
+// serves nothing then, reads included); and until serve_from (mgmtd's
+// serve_after: another meta, on a store this one replaces, may hold a lease
+// until then). Null outside a cluster.
 meta::ServeCheck serve_check(const std::optional<ClusterMembership>& membership) {
   if (!membership) return nullptr;
-  return [client = membership->client.get(), serve_from = membership->serve_from]() -> Result<void> {
+  // Cleared once serve_from passed: the clock is read no more for it.
+  auto waiting = std::make_shared<std::atomic<bool>>(membership->serve_from != TimePoint{});
+  return [client = membership->client.get(), serve_from = membership->serve_from, waiting]() -> Result<void> {
     if (client->fenced())
       return error(Code::kUnavailable, "this meta server was fenced by mgmtd and serves nothing: {}",
                    client->fence_reason());
@@ -160,12 +164,13 @@ meta::ServeCheck serve_check(const std::optional<ClusterMembership>& membership)
       return error(Code::kUnavailable,
                    "this meta server holds no lease from mgmtd (its heartbeats are not answered) and serves nothing "
                    "until it does: another meta may have taken over its store meanwhile");
-    if (serve_from != TimePoint{}) {
+    if (waiting->load(std::memory_order_relaxed)) {
       if (const TimePoint now = BootClock::instance().now(); now < serve_from)
         return error(Code::kUnavailable,
-                     "this meta server took over the cluster's meta store (--accept-store-change) and serves in {} "
-                     "ms, once no meta on the store it replaced can hold a lease from mgmtd",
+                     "this meta server serves in {} ms, once no other meta (one on a store this one replaces, "
+                     "--accept-store-change) can hold a lease from mgmtd",
                      std::chrono::duration_cast<std::chrono::milliseconds>(serve_from - now).count() + 1);
+      waiting->store(false, std::memory_order_relaxed);
     }
     return {};
   };
@@ -275,25 +280,14 @@ void serve_meta(const std::string& config_path, bool accept_store_change) {
   if (*membership) {
     meta::MetaStore* s = store->get();
     client::ChunkGcHooks hooks;
-    // Only under a valid lease from mgmtd (a fence revokes it for good): a
-    // fenced meta's store is no longer the cluster's, and its queue may name
-    // files the cluster's store still has; cut off from mgmtd, a meta would
-    // not learn that another meta's --accept-store-change replaced its store.
-    // (A pass already running finishes its batch.)
-    // A meta that was without a lease (even between two passes) may have
-    // been cut off from its clients too: their read holds lapsed here
-    // meanwhile, so it waits for their renewals before it collects again
-    // (meta/read_holds.h).
-    // (Refused passes keep the files' back-off: an empty answer of
-    // `pending` would say the queue was empty and drop it.)
-    hooks.may_run = [s, client = (*membership)->client.get(), gaps = uint64_t{0}]() mutable {
-      if (!client->lease().can_serve_writes()) return false;
-      if (uint64_t now = client->lease().gaps(); now != gaps) {
-        gaps = now;
-        s->read_holds().restart_window();
-        return false;
-      }
-      return true;
+    // Under a valid lease, once serving, after a window for readers' holds
+    // (meta/gc_gate.h; a fence revokes the lease for good). (Refused passes
+    // keep the files' back-off: an empty answer of `pending` would say the
+    // queue was empty and drop it.)
+    hooks.may_run = [client = (*membership)->client.get(),
+                     gate = std::make_shared<meta::GcGate>(s->read_holds(), (*membership)->serve_from)] {
+      const mgmt::LeaseKeeper& lease = client->lease();
+      return gate->may_run(lease.can_serve_writes(), lease.gaps(), BootClock::instance().now());
     };
     hooks.pending = [s](size_t limit, std::optional<meta::Ino> after) { return s->gc_pending(limit, after); };
     // Not while a reader may still have the file open (meta/read_holds.h).

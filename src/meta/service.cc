@@ -383,6 +383,10 @@ struct InlineMutation {
       Result<void> durable = co_await std::move(synced);
       if (!durable) co_return std::unexpected(durable.error());
     }
+    // Again before the acknowledgement: a server that lost the right to serve
+    // while the WAL synced must not acknowledge (the client retries the same
+    // request id, on its next meta address too).
+    if (auto ok = may_serve(check); !ok) co_return std::unexpected(ok.error());
     co_return answer_mutation(std::move(d.reply));
   }
 };
@@ -403,7 +407,9 @@ void register_meta_service(rpc::Server& server, MetaStore& store, ServeCheck ser
     } else if (m.mutation) {
       rpc::add_blocking_method<Req, Rep>(server, m.id, m.name, [h, s, check](const Req& q, rpc::ServerCall& call) -> Result<Rep> {
         WEFT_RETURN_IF_ERROR(may_serve(check));
-        return answer_mutation(h(*s, q, context_of(q, call)));
+        Result<Rep> r = h(*s, q, context_of(q, call));
+        WEFT_RETURN_IF_ERROR(may_serve(check));  // as InlineMutation: not acknowledged once refused
+        return answer_mutation(std::move(r));
       });
     } else {
       rpc::add_blocking_method<Req, Rep>(server, m.id, m.name,

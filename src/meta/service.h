@@ -60,7 +60,8 @@ struct MetaServiceConfig {
 // (a meta server mgmtd fenced: its store is no longer the cluster's, or a
 // newer process took its place; `weft serve meta` answers kUnavailable, which
 // clients retry on their next meta address). Called for every request, on
-// I/O threads: cheap and non-blocking.
+// I/O threads, and again before a mutation is acknowledged (after its WAL
+// sync): cheap and non-blocking.
 using ServeCheck = std::function<Result<void>()>;
 
 // Registers every meta method on `server`; `store` must outlive it. `check`

@@ -49,7 +49,11 @@ class ServiceTest : public ::testing::Test {
     opts.blocking_threads = 8;
     server_ = std::make_unique<rpc::Server>(io_, opts, registry_);
     register_meta_service(*server_, *store_, [this]() -> Result<void> {
-      if (fenced_) return error(Code::kUnavailable, "meta test: fenced by mgmtd: the reason");
+      if (checks_left_.load() >= 0 && checks_left_.fetch_sub(1) <= 0) fenced_ = true;
+      if (fenced_) {
+        refusals_.fetch_add(1);
+        return error(Code::kUnavailable, "meta test: fenced by mgmtd: the reason");
+      }
       return {};
     });
     auto port = server_->listen("127.0.0.1", 0);
@@ -86,6 +90,8 @@ class ServiceTest : public ::testing::Test {
   std::unique_ptr<rpc::Client> rpc_;
   std::unique_ptr<MetaClient> client_;
   std::atomic<bool> fenced_{false};  // what the service's check answers
+  std::atomic<int> checks_left_{-1};  // >= 0: fenced_ is set once that many checks passed
+  std::atomic<int> refusals_{0};
 };
 
 #define ASSERT_CODE(expr, want)                            \
@@ -552,6 +558,37 @@ TEST_F(ServiceTest, EveryMethodAnswersTheServeChecksErrorWhileItFails) {
   fenced_ = false;
   EXPECT_TRUE(c().lookup(kRoot, kRootIno, "d").has_value()) << "nothing changed";
   ASSERT_CODE(c().lookup(kRoot, kRootIno, "f"), Code::kNotFound);
+}
+
+// The check runs again before a mutation is acknowledged: a server that lost
+// the right to serve while the commit synced answers the check's error, and
+// the client's retry (the same request id, once the server serves again)
+// gets the original result, inline (create) or on the pool (rename).
+TEST_F(ServiceTest, AMutationIsNotAcknowledgedOnceTheCheckFailsBeforeItsAnswer) {
+  using namespace std::chrono_literals;
+  ASSERT_TRUE(c().mkdir(kRoot, kRootIno, "d", 0755).has_value());
+  for (const char* what : {"create", "rename"}) {
+    refusals_ = 0;
+    checks_left_ = 1;  // the check before the operation passes, the one before its answer refuses
+    std::thread serve_again([this] {
+      std::this_thread::sleep_for(300ms);
+      fenced_ = false;
+    });
+    const bool create = std::string(what) == "create";
+    Result<void> r;
+    if (create) {
+      auto made = c().create(kRoot, kRootIno, "f", 0644, /*exclusive=*/true, false);
+      if (!made) r = std::unexpected(made.error());
+    } else {
+      r = c().rename(kRoot, kRootIno, "d", kRootIno, "e");
+    }
+    serve_again.join();
+    ASSERT_TRUE(r.has_value()) << what << ": " << r.error() << " (a retry ran it twice?)";
+    EXPECT_GE(refusals_.load(), 1) << what << ": acknowledged although the check refused before the answer";
+  }
+  EXPECT_TRUE(c().lookup(kRoot, kRootIno, "f").has_value());
+  EXPECT_TRUE(c().lookup(kRoot, kRootIno, "e").has_value());
+  ASSERT_CODE(c().lookup(kRoot, kRootIno, "d"), Code::kNotFound);
 }
 
 TEST_F(ServiceTest, TwoMetaClientsOnOneRpcClientDoNotShareRequestIds) {

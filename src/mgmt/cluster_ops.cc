@@ -373,15 +373,19 @@ std::vector<NodeId> expired_nodes(const PersistedState& state, TimePoint now, co
 
 Duration replaced_meta_lease_left(const PersistedState& state, const RegisterRequest& r, TimePoint now,
                                   const LeaseConfig& lease) {
-  if (r.kind != NodeKind::kMeta || !r.accept_store_change) return Duration::zero();
-  // Every up meta counts, a former incarnation at this address too (it may
-  // still run where clients reach it); only this process itself does not (a
-  // retried registration whose first reply was lost: the store is recorded
-  // already, and the wait must be told again).
+  if (r.kind != NodeKind::kMeta) return Duration::zero();
+  // Every up meta at another address counts: with the flag it serves the
+  // store being replaced; without it, a meta that registered with the flag
+  // and restarted before its wait was over is back on the cluster's store
+  // while such a meta may still serve. With the flag the record at this
+  // address counts too, whatever its incarnation: a former process (it may
+  // still run where clients reach it) or this very one, whose first reply
+  // was lost (that registration overwrote the former one's record, raising
+  // its lease end past the former's).
   TimePoint until = now;
   for (const auto& [id, node] : state.routing.nodes) {
     if (node.kind != NodeKind::kMeta || node.state != NodeState::kUp) continue;
-    if (node.address == r.address && node.incarnation == r.incarnation) continue;
+    if (node.address == r.address && !r.accept_store_change) continue;
     until = std::max(until, lease_surely_over(node, lease));
   }
   return until - now;

@@ -64,11 +64,13 @@ std::vector<NodeId> expired_nodes(const PersistedState& state, TimePoint now, co
 // When mgmtd may declare the up node `node` dead: no lease it was granted can
 // be held any more (mgmt/lease.h).
 TimePoint lease_surely_over(const NodeInfo& node, const LeaseConfig& lease);
-// A meta registering with accept_store_change: how long until no other meta
-// node (one up, other than this very process) can still hold a lease, i.e.
-// serve the store being replaced. Zero for other registrations. Such a meta
-// serves only after it (split brain: the replaced store would otherwise
-// acknowledge operations a partitioned meta takes until its lease runs out).
+// A meta registering: how long until no meta that may serve another store
+// can still hold a lease: every up meta at another address, and with
+// accept_store_change the record at its own address too (a former process,
+// or this one when its first reply was lost). The meta serves only after it
+// (split brain: a meta cut off from mgmtd serves the replaced store until
+// its lease runs out). Zero for other nodes, and for a meta alone in the
+// cluster that restarts on the cluster's store.
 Duration replaced_meta_lease_left(const PersistedState& state, const RegisterRequest& request, TimePoint now,
                                   const LeaseConfig& lease);
 Result<ChainTableId> apply_create_table(PersistedState& state, const ChainTableSpec& spec);

@@ -61,9 +61,9 @@
 // the cluster's (another meta's accepted change replaced it) is refused
 // (kNotPermitted): its MgmtClient fences itself and the meta stops serving.
 // One cut off from mgmtd hears no refusal but loses its lease (and a meta
-// without one serves nothing); the registration that changes the store is
-// answered with serve_after, the time until no other meta can hold a lease
-// (cluster_ops.h replaced_meta_lease_left), and that meta serves only then.
+// without one serves nothing); a meta's registration is answered with
+// serve_after, the time until no meta that may serve another store can hold
+// a lease (cluster_ops.h replaced_meta_lease_left), and it serves only then.
 // mgmtd older than the cluster (see "Behind"): a meta store other than the
 // recorded one whose mark is at least the recorded mark plus
 // kStoreChangeIdMargin can only have come from an accepted change mgmtd's
@@ -187,9 +187,9 @@ struct RegisterReply {
   // before this registration (0: none yet).
   bool meta_store_checked = false;
   uint64_t meta_ids_mark = 0;
-  // A meta registering with accept_store_change waits this long before it
-  // serves: until then another meta may still hold a lease and serve the
-  // store it replaces (cluster_ops.h replaced_meta_lease_left).
+  // A meta waits this long before it serves: until then another meta may
+  // still hold a lease and serve a store this one replaces (cluster_ops.h
+  // replaced_meta_lease_left).
   Duration serve_after{};
 };
 

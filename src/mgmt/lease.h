@@ -24,9 +24,10 @@
 // refetch routing (the reply carries the routing version) before serving
 // writes again: its targets are then syncing, not serving.
 //
-// LeaseKeeper is the storage side. Thread-safe (one mutex; short calls).
-// can_serve_writes(), remaining() and valid_until() take no lock: a meta
-// server asks on every request (valid_until_ is written under the mutex).
+// LeaseKeeper is the server side (storage and meta servers). Thread-safe (one
+// mutex; short calls). can_serve_writes(), remaining() and valid_until() take
+// no lock: a meta server asks on every request (valid_until_ns_ is written
+// under the mutex).
 #pragma once
 
 #include <atomic>

@@ -212,7 +212,8 @@ TEST(MetaStoreCheck, AHeartbeatOfAReplacedStoreIsRefused) {
 // heartbeat mgmtd accepted from any of them (mgmt/lease.h), a longer lease
 // granted before a restart of mgmtd too; a meta declared dead holds none. A
 // retried registration of the same process (its first reply lost) is told
-// again; the registrations that change no store wait for nothing.
+// again, its own first registration counting (it overwrote the record of a
+// former process at its address).
 TEST(MetaStoreCheck, AStoreChangeServesOnlyOnceNoMetaOnTheReplacedStoreCanHoldALease) {
   Harness h;  // lease 10 s, grace 5 s
   RegisterReply old_meta = h.state->register_node(meta(kStore, 5000)).value();
@@ -230,7 +231,7 @@ TEST(MetaStoreCheck, AStoreChangeServesOnlyOnceNoMetaOnTheReplacedStoreCanHoldAL
   ASSERT_FALSE(h.state->heartbeat({.node_id = old_meta.node_id, .incarnation = 1, .meta_store_id = kStore}));
   auto retried = h.state->register_node(other);  // its first reply was lost
   ASSERT_TRUE(retried) << retried.error();
-  EXPECT_EQ(retried->serve_after, 11s) << "the same deadline, not the retried process's own lease";
+  EXPECT_EQ(retried->serve_after, 14s) << "its own first registration's record counts: 15 s after it";
   // Past the deadline mgmtd declares the old meta dead: it counts no more. A
   // former incarnation at the new meta's own address does (it may still run
   // where clients reach it): the new meta restarted with the flag again.
@@ -246,6 +247,29 @@ TEST(MetaStoreCheck, AStoreChangeServesOnlyOnceNoMetaOnTheReplacedStoreCanHoldAL
   EXPECT_EQ(h.state->register_node(other)->serve_after, 10s) << "incarnation 8 registered 5 s ago";
   // Storage nodes and a meta without the flag never wait.
   EXPECT_EQ(h.add_storage(0, 1).serve_after, Duration::zero());
+}
+
+// The wait goes with the change, not with the flag: a meta that registered
+// with --accept-store-change and restarts without it before its wait is over
+// still waits for a meta at another address; alone at its address, a meta
+// restarting on the cluster's store waits for nothing.
+TEST(MetaStoreCheck, AMetaRestartedWithoutTheFlagStillWaitsForAnotherMetasLease) {
+  Harness h;  // lease 10 s, grace 5 s
+  ASSERT_TRUE(h.state->register_node(meta(kStore, 5000)));
+  RegisterRequest other = meta(kOtherStore, 2, 1, /*accept=*/true);
+  other.address = "meta2:8000";
+  EXPECT_EQ(h.state->register_node(other)->serve_after, 15s);
+  h.clock.advance(2s);
+  RegisterRequest restarted = meta(kOtherStore, h.state->meta_store().ids_issued_below, 2);
+  restarted.address = "meta2:8000";
+  auto r = h.state->register_node(restarted);
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_EQ(r->serve_after, 13s) << "the meta on the replaced store may still serve";
+  h.clock.advance(13s);
+  ASSERT_TRUE(h.state->tick());
+  restarted.incarnation = 3;
+  EXPECT_EQ(h.state->register_node(restarted)->serve_after, Duration::zero())
+      << "the other meta is down; its own former incarnation is the cluster's store";
 }
 
 // mgmtd restored from a backup older than a store change: the meta serving
