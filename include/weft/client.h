@@ -161,6 +161,10 @@ class File {
   virtual Result<void> extend(uint64_t length) = 0;
   // flush() and end the session; later calls fail with kBadHandle.
   virtual Result<void> close() = 0;
+  // A write through this File failed for good: every later call but pread
+  // returns that error (close() too). A failed length report is not such a
+  // failure: the next flush reports again.
+  virtual bool failed() const = 0;
 };
 
 // One read of a batch: up to dst.size() bytes at `offset` of file `ino`, into

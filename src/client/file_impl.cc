@@ -115,6 +115,11 @@ Result<ChunkAddress> FileImpl::address(uint64_t index) const {
   return ChunkAddress{inode_.ino, index, chain_of_chunk(stripe_, index), inode_.layout.chunk_bytes};
 }
 
+bool FileImpl::failed() const {
+  std::lock_guard lock(mu_);
+  return failed_.has_value();
+}
+
 Result<void> FileImpl::check_usable_locked() const {
   if (closed_ || closing_) return error(Code::kBadHandle, "file {} is closed", inode_.ino);
   if (failed_) return std::unexpected(*failed_);

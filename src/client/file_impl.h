@@ -51,6 +51,7 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   Inode opened() const override { return inode_; }
   bool readable() const override { return readable_; }
   bool writable() const override { return writable_; }
+  bool failed() const override;
   Result<size_t> pread(std::span<std::byte> dst, uint64_t offset) override;
   Result<size_t> pread_page_fill(std::span<std::byte> dst, uint64_t offset) override;
   Result<size_t> pwrite(std::span<const std::byte> src, uint64_t offset) override;
@@ -301,6 +302,7 @@ class FileHandle final : public File {
   Inode opened() const override { return impl_->opened(); }
   bool readable() const override { return impl_->readable(); }
   bool writable() const override { return impl_->writable(); }
+  bool failed() const override { return impl_->failed(); }
   Result<size_t> pread(std::span<std::byte> dst, uint64_t offset) override { return impl_->pread(dst, offset); }
   Result<size_t> pread_page_fill(std::span<std::byte> dst, uint64_t offset) override {
     return impl_->pread_page_fill(dst, offset);

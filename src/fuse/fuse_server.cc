@@ -126,22 +126,17 @@ struct OpenFile {
   // short read asks again once that is older than the attribute timeout.
   std::atomic<int64_t> size_known_ns{0};
 
-  // An fsync through this handle reports another handle's write failure
-  // once, as Linux reports a writeback error once per descriptor (else one
-  // failed handle failed every fsync of the inode until it was closed).
-  bool first_report_of(const OpenFile& other) {
-    std::lock_guard lk(reported_mu);
-    return reported.insert(other.id).second;
-  }
-  const uint64_t id = next_id();
-
- private:
-  static uint64_t next_id() {
-    static std::atomic<uint64_t> last{0};
-    return last.fetch_add(1, std::memory_order_relaxed) + 1;
-  }
-  std::mutex reported_mu;
-  std::set<uint64_t> reported;  // GUARDED_BY(reported_mu): ids of handles whose failure it reported
+  // Released (op_release): its close ran or runs. close_mu is held across
+  // that close and the counting of its outcome, so an fsync through another
+  // handle that finds it closed waits until the outcome is on the inode.
+  std::atomic<bool> released{false};
+  std::mutex close_mu;
+  // How many of the inode's write-back failures (the server's wb_errors_)
+  // this handle reported or was opened after. GUARDED_BY the server's files_mu_.
+  uint64_t errors_seen = 0;
+  // This handle's failure for good (File::failed: every later call repeats
+  // it) is counted on the inode already. GUARDED_BY the server's files_mu_.
+  bool failure_counted = false;
 };
 
 int64_t steady_ns() {
@@ -554,6 +549,10 @@ class FuseServer::Impl {
     of->size_known_ns = steady_ns();
     std::lock_guard lk(files_mu_);
     open_files_[ino].push_back(of);
+    // Linux's errseq_sample: the latest failure is this handle's to hear of
+    // too unless some descriptor has reported it already.
+    if (auto e = wb_errors_.find(ino); e != wb_errors_.end())
+      of->errors_seen = e->second.count - (e->second.reported ? 0 : 1);
     return of;
   }
 
@@ -570,7 +569,10 @@ class FuseServer::Impl {
       if (v[i].get() == raw) {
         auto of = std::move(v[i]);
         v.erase(v.begin() + static_cast<ptrdiff_t>(i));
-        if (v.empty()) open_files_.erase(it);
+        if (v.empty()) {
+          open_files_.erase(it);
+          wb_errors_.erase(raw->ino);  // no descriptor is left to tell
+        }
         return of;
       }
     }
@@ -584,23 +586,57 @@ class FuseServer::Impl {
     return it->second;
   }
 
+  // Counts a failed flush, fsync or close of `f` on its inode's write-back
+  // errors (wb_errors_); a failure for good of the File only once.
+  void count_failure(OpenFile& f, int err) {
+    const bool for_good = f.file->failed();
+    std::lock_guard lk(files_mu_);
+    if (for_good && f.failure_counted) return;
+    f.failure_counted = f.failure_counted || for_good;
+    WritebackErrors& e = wb_errors_[f.ino];
+    ++e.count;
+    e.err = err;
+    e.reported = false;
+  }
+
+  // The errno of a failed flush, fsync or close of a handle. kBadHandle from
+  // one not released here is meta's: the write session is gone (reaped while
+  // this client held no lease, or the file removed), so what it wrote past
+  // the length meta holds may not count: EIO, as a lost write.
+  static int writeback_errno(const Status& s) { return s.code() == Code::kBadHandle ? EIO : errno_of(s); }
+
   // Runs `op` (fsync or flush) on every handle open for writing on `ino`
-  // here; the errno of the first that failed, 0 if none did. Through
-  // `caller`: its own failure every time, another handle's only the first
-  // time (first_report_of).
+  // here, counting each failure on the inode, and answers for `caller`: its
+  // own failure every time, else the latest failure of the inode it has not
+  // reported yet (another handle's, one closed since too), once, as Linux
+  // reports a write-back error once per descriptor (errseq: a descriptor
+  // opened after it was reported does not hear of it). Without a
+  // caller: the first failure of this call. A handle released meanwhile is
+  // not asked: its close's outcome is counted by op_release (waited for).
   template <class Op>
   int each_writer(Ino ino, OpenFile* caller, Op op) {
-    int err = 0;
-    auto files = files_of(ino);
-    // The caller first: its own error is the one reported when it has one.
-    std::stable_partition(files.begin(), files.end(), [&](const auto& f) { return f.get() == caller; });
-    for (auto& f : files) {
+    int first = 0, own = 0;
+    for (auto& f : files_of(ino)) {
       if (!f->writable) continue;
       Result<void> r = op(*f->file);
-      // (kBadHandle: released meanwhile, its close flushed it.)
-      if (r || r.error().code() == Code::kBadHandle || err != 0) continue;
-      if (caller == nullptr || f.get() == caller || caller->first_report_of(*f)) err = errno_of(r.error());
+      if (r) continue;
+      if (f->released.load()) {
+        std::lock_guard counted(f->close_mu);
+        continue;
+      }
+      const int err = writeback_errno(r.error());
+      count_failure(*f, err);
+      if (first == 0) first = err;
+      if (f.get() == caller) own = err;
     }
+    if (caller == nullptr) return first;
+    std::lock_guard lk(files_mu_);
+    auto e = wb_errors_.find(ino);
+    if (e == wb_errors_.end()) return own;
+    const bool unreported = e->second.count != caller->errors_seen;
+    caller->errors_seen = e->second.count;
+    const int err = own != 0 ? own : unreported ? e->second.err : 0;
+    if (err != 0) e->second.reported = true;
     return err;
   }
   int sync_inode(Ino ino, OpenFile* caller) {
@@ -1191,7 +1227,14 @@ class FuseServer::Impl {
     // inode meanwhile waits for this close's flush (sync_inode), rather than
     // missing what it still sends (pages written back at release: shared
     // mappings, writeback_cache).
-    auto r = raw->file->close();
+    raw->released = true;
+    Result<void> r;
+    {
+      // Counted before other handles' fsyncs pass over this one (each_writer).
+      std::lock_guard counting(raw->close_mu);
+      r = raw->file->close();
+      if (!r && raw->writable) s->count_failure(*raw, writeback_errno(r.error()));
+    }
     // A writable one's close reported the length: unregistering drops the
     // attributes fetched meanwhile.
     (void)s->unregister_file(raw);
@@ -1593,6 +1636,15 @@ class FuseServer::Impl {
 
   std::mutex files_mu_;
   std::unordered_map<Ino, std::vector<std::shared_ptr<OpenFile>>> open_files_;
+  // Write-back failures of an inode while a handle of it is open here, as
+  // Linux's errseq_t of a mapping (each_writer): how many, and the errno of
+  // the latest. GUARDED_BY(files_mu_).
+  struct WritebackErrors {
+    uint64_t count = 0;
+    int err = 0;
+    bool reported = false;  // the latest, to some descriptor
+  };
+  std::unordered_map<Ino, WritebackErrors> wb_errors_;
   // Directory handles the kernel has not released: freed at unmount (a
   // directory still open when the daemon stops gets no RELEASEDIR).
   std::mutex dirs_mu_;

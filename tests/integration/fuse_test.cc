@@ -2837,13 +2837,18 @@ TEST_F(FuseTest, AnotherHandlesFailedWriteDoesNotFailReads) {
     ASSERT_GE(n, 10) << "read " << i << ": " << std::strerror(errno);
     EXPECT_EQ(std::string(buf, 10), "0123456789");
   }
+  int w2 = ::open(f.c_str(), O_WRONLY);  // open before the failure is reported
+  ASSERT_GE(w2, 0) << std::strerror(errno);
   EXPECT_EQ(::fsync(w), -1) << "the writer's own failure is reported to it";
   // Through another descriptor: once (as Linux reports a writeback error
   // once per descriptor), not at every fsync while the failed one is open.
-  int w2 = ::open(f.c_str(), O_WRONLY);
-  ASSERT_GE(w2, 0) << std::strerror(errno);
   EXPECT_EQ(::fsync(w2), -1) << "another handle's failure, the first time";
   EXPECT_EQ(::fsync(w2), 0) << std::strerror(errno);
+  // One opened after the failure was reported does not hear of it (Linux's errseq).
+  int w3 = ::open(f.c_str(), O_WRONLY);
+  ASSERT_GE(w3, 0) << std::strerror(errno);
+  EXPECT_EQ(::fsync(w3), 0) << std::strerror(errno);
+  ::close(w3);
   // (With writeback_cache the kernel writes cached pages back through a
   // handle of its choosing, maybe the failed one: docs/fuse.md.)
   if (!writeback_cache_mode()) {
@@ -2854,6 +2859,52 @@ TEST_F(FuseTest, AnotherHandlesFailedWriteDoesNotFailReads) {
   ::close(w2);
   ::close(w);
   ::close(r);
+}
+
+// A failed length report is no failure for good: the next flush reports
+// again. Each fsync through another descriptor that finds it failing again
+// says so (it used to say it once per pair of handles, then 0 while the
+// length meta holds still left the bytes out).
+TEST_F(FuseTest, AnFsyncReportsEveryFailedLengthReportOfAnotherHandle) {
+  ExtraMount m(dir_->file("mnt-report"), data_ + "/client.toml", "", dir_->file("mount-report.log"),
+               {"WEFT_FAULTS=client.report_length.lost=1:2"});
+  ASSERT_TRUE(m.mounted()) << m.log();
+  const std::string f = dir_->file("mnt-report") + remote_dir() + "/lost-report";
+  int w = ::open(f.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(w, 0) << std::strerror(errno);
+  int w2 = ::open(f.c_str(), O_WRONLY);
+  ASSERT_GE(w2, 0) << std::strerror(errno);
+  ASSERT_EQ(::pwrite(w, "abcdef", 6, 0), 6);
+  EXPECT_EQ(::fsync(w2), -1) << "the first lost report";
+  EXPECT_EQ(errno, EIO) << std::strerror(errno);
+  EXPECT_EQ(::fsync(w2), -1) << "the second, lost again: the length is still not meta's";
+  EXPECT_EQ(::fsync(w2), 0) << "the third goes through: " << std::strerror(errno);
+  ::close(w2);
+  ::close(w);
+  struct stat st{};
+  ASSERT_EQ(::stat(p("lost-report").c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.st_size, 6);
+}
+
+// A handle's write-back failure reaches the other descriptors of the file
+// after that handle was closed too (as Linux keeps a mapping's write-back
+// error for every descriptor): close(2) of the failed one says so, and the
+// next fsync of another descriptor open then, once.
+TEST_F(FuseTest, AClosedHandlesFailureIsReportedToTheOtherDescriptorsOnce) {
+  ASSERT_TRUE(write_all(p("closed-fail"), "0123456789"));
+  ExtraMount m(dir_->file("mnt-cf"), data_ + "/client.toml", "", dir_->file("mount-cf.log"),
+               {"WEFT_FAULTS=client.write.fail=1:1"});
+  ASSERT_TRUE(m.mounted()) << m.log();
+  const std::string f = dir_->file("mnt-cf") + remote_dir() + "/closed-fail";
+  int w = ::open(f.c_str(), O_WRONLY);
+  ASSERT_GE(w, 0) << std::strerror(errno);
+  int w2 = ::open(f.c_str(), O_WRONLY);
+  ASSERT_GE(w2, 0) << std::strerror(errno);
+  ASSERT_EQ(::pwrite(w, "ab", 2, 20), 2);
+  EXPECT_EQ(::close(w), -1) << "the failed write's own descriptor";
+  EXPECT_EQ(::fsync(w2), -1) << "another descriptor, after the failed one was closed";
+  EXPECT_EQ(::fsync(w2), 0) << std::strerror(errno);
+  EXPECT_EQ(::close(w2), 0) << std::strerror(errno);
 }
 
 // A READDIR's reply lets the kernel finish getdents: the process may close
