@@ -135,7 +135,8 @@ struct OpenFile {
   // this handle reported or was opened after. GUARDED_BY the server's files_mu_.
   uint64_t errors_seen = 0;
   // This handle's failure for good (File::failed: every later call repeats
-  // it) is counted on the inode already. GUARDED_BY the server's files_mu_.
+  // it; or its close at release failed) is counted on the inode already.
+  // GUARDED_BY the server's files_mu_.
   bool failure_counted = false;
 };
 
@@ -586,13 +587,13 @@ class FuseServer::Impl {
     return it->second;
   }
 
-  // Counts a failed flush, fsync or close of `f` on its inode's write-back
-  // errors (wb_errors_); a failure for good of the File only once.
+  // Counts a failure of `f` for good (its File failed: every later call
+  // repeats it; or its close failed at release, after which nothing retries)
+  // on its inode's write-back errors (wb_errors_), once per handle.
   void count_failure(OpenFile& f, int err) {
-    const bool for_good = f.file->failed();
     std::lock_guard lk(files_mu_);
-    if (for_good && f.failure_counted) return;
-    f.failure_counted = f.failure_counted || for_good;
+    if (f.failure_counted) return;
+    f.failure_counted = true;
     WritebackErrors& e = wb_errors_[f.ino];
     ++e.count;
     e.err = err;
@@ -600,22 +601,26 @@ class FuseServer::Impl {
   }
 
   // The errno of a failed flush, fsync or close of a handle. kBadHandle from
-  // one not released here is meta's: the write session is gone (reaped while
-  // this client held no lease, or the file removed), so what it wrote past
+  // one not released here is meta's: its write session is gone (the session
+  // reaper closed it while this client held no lease), so what it wrote past
   // the length meta holds may not count: EIO, as a lost write.
   static int writeback_errno(const Status& s) { return s.code() == Code::kBadHandle ? EIO : errno_of(s); }
 
   // Runs `op` (fsync or flush) on every handle open for writing on `ino`
-  // here, counting each failure on the inode, and answers for `caller`: its
-  // own failure every time, else the latest failure of the inode it has not
-  // reported yet (another handle's, one closed since too), once, as Linux
-  // reports a write-back error once per descriptor (errseq: a descriptor
-  // opened after it was reported does not hear of it). Without a
-  // caller: the first failure of this call. A handle released meanwhile is
-  // not asked: its close's outcome is counted by op_release (waited for).
+  // here and answers for `caller`: its own failure every time; else the
+  // first failure of another handle in this call that the next flush retries
+  // (a length report: answered while it fails, forgotten once it went
+  // through); else the latest failure for good of the inode's handles (one
+  // closed since too) that `caller` has not been told of, once per open file
+  // description, as Linux's errseq (one opened after it was told to some
+  // descriptor does not hear of it). `consume` false (a flush: close(2) of
+  // one of several descriptors sharing the handle) tells without marking it
+  // told. Without a caller: the first failure of this call. A handle
+  // released meanwhile is not asked: its close's outcome is counted by
+  // op_release (waited for).
   template <class Op>
-  int each_writer(Ino ino, OpenFile* caller, Op op) {
-    int first = 0, own = 0;
+  int each_writer(Ino ino, OpenFile* caller, Op op, bool consume = true) {
+    int first = 0, own = 0, passing = 0;
     for (auto& f : files_of(ino)) {
       if (!f->writable) continue;
       Result<void> r = op(*f->file);
@@ -625,19 +630,21 @@ class FuseServer::Impl {
         continue;
       }
       const int err = writeback_errno(r.error());
-      count_failure(*f, err);
+      if (f->file->failed()) count_failure(*f, err);
+      else if (passing == 0) passing = err;
       if (first == 0) first = err;
       if (f.get() == caller) own = err;
     }
     if (caller == nullptr) return first;
+    if (own != 0) return own;
     std::lock_guard lk(files_mu_);
     auto e = wb_errors_.find(ino);
-    if (e == wb_errors_.end()) return own;
-    const bool unreported = e->second.count != caller->errors_seen;
-    caller->errors_seen = e->second.count;
-    const int err = own != 0 ? own : unreported ? e->second.err : 0;
-    if (err != 0) e->second.reported = true;
-    return err;
+    if (e == wb_errors_.end() || e->second.count == caller->errors_seen) return passing;
+    if (consume) {
+      caller->errors_seen = e->second.count;
+      e->second.reported = true;
+    }
+    return e->second.err;
   }
   int sync_inode(Ino ino, OpenFile* caller) {
     return each_writer(ino, caller, [](File& f) { return f.fsync(); });
@@ -1215,7 +1222,7 @@ class FuseServer::Impl {
       fuse_reply_err(req, 0);
       return;
     }
-    int err = s->each_writer(ino, of, [](File& f) { return f.flush(); });
+    int err = s->each_writer(ino, of, [](File& f) { return f.flush(); }, /*consume=*/false);
     s->data_changed();  // they reported the length (and mtime) to meta
     fuse_reply_err(req, err);
   }
@@ -1227,11 +1234,13 @@ class FuseServer::Impl {
     // inode meanwhile waits for this close's flush (sync_inode), rather than
     // missing what it still sends (pages written back at release: shared
     // mappings, writeback_cache).
-    raw->released = true;
     Result<void> r;
     {
-      // Counted before other handles' fsyncs pass over this one (each_writer).
+      // Marked and counted under close_mu: an fsync through another handle
+      // that finds this one released waits for its outcome to be counted
+      // (each_writer); one that found it failing before counted it itself.
       std::lock_guard counting(raw->close_mu);
+      raw->released = true;
       r = raw->file->close();
       if (!r && raw->writable) s->count_failure(*raw, writeback_errno(r.error()));
     }
