@@ -600,12 +600,7 @@ class ClientImpl final : public Client {
     std::lock_guard lock(files_mu_);
     OpenList& list = files_[ino];
     std::erase_if(list.files, file_gone);
-    auto shared = list.shared.lock();
-    if (!shared) {
-      shared = std::make_shared<OpenInode>();
-      list.shared = shared;
-    }
-    file->set_shared(std::move(shared));  // before anyone else can see the File
+    file->set_shared(shared_of_locked(list));  // before anyone else can see the File
     list.files.push_back(file);
     sweep_files_locked();
     return file;
@@ -620,7 +615,7 @@ class ClientImpl final : public Client {
     if (files_.size() < 2 * files_after_sweep_ + 64) return;
     for (auto it = files_.begin(); it != files_.end();) {
       std::erase_if(it->second.files, file_gone);
-      it = it->second.files.empty() ? files_.erase(it) : std::next(it);
+      it = it->second.files.empty() && it->second.pins == 0 ? files_.erase(it) : std::next(it);
     }
     files_after_sweep_ = files_.size();
   }
@@ -637,7 +632,7 @@ class ClientImpl final : public Client {
       if (auto f = w.lock(); f && f->is_open()) out.push_back(std::move(f));
     if (closed_end != nullptr)
       if (auto shared = it->second.shared.lock()) *closed_end = shared->closed_end.load();
-    if (out.empty()) files_.erase(it);
+    if (out.empty() && it->second.pins == 0) files_.erase(it);
     return out;
   }
 
@@ -671,10 +666,42 @@ class ClientImpl final : public Client {
   }
 
   // What the Files of `ino` open here share; null when none is.
-  std::shared_ptr<OpenInode> open_inode(Ino ino) {
-    std::lock_guard lock(files_mu_);
-    auto it = files_.find(ino);
-    return it == files_.end() ? nullptr : it->second.shared.lock();
+  struct OpenList;  // below, with files_
+
+  // An inode's shared state held by a truncate, made if no File of it holds
+  // one. Its entry stays while pinned (open_files and the sweep keep it), so
+  // a File made meanwhile shares it (make_file) and waits for its locks.
+  class InodePin {
+   public:
+    InodePin(ClientImpl& owner, Ino ino) : owner_(owner), ino_(ino) {
+      std::lock_guard lock(owner_.files_mu_);
+      OpenList& list = owner_.files_[ino];
+      ++list.pins;
+      shared_ = shared_of_locked(list);
+    }
+    ~InodePin() {
+      std::lock_guard lock(owner_.files_mu_);
+      auto it = owner_.files_.find(ino_);
+      if (it != owner_.files_.end()) --it->second.pins;  // dropped by the next open_files or sweep
+    }
+    InodePin(const InodePin&) = delete;
+    InodePin& operator=(const InodePin&) = delete;
+    OpenInode& operator*() const { return *shared_; }
+    OpenInode* operator->() const { return shared_.get(); }
+
+   private:
+    ClientImpl& owner_;
+    const Ino ino_;
+    std::shared_ptr<OpenInode> shared_;
+  };
+
+  static std::shared_ptr<OpenInode> shared_of_locked(OpenList& list) {
+    auto shared = list.shared.lock();
+    if (!shared) {
+      shared = std::make_shared<OpenInode>();
+      list.shared = shared;
+    }
+    return shared;
   }
 
   void send_all_dirty() {
@@ -693,24 +720,24 @@ class ClientImpl final : public Client {
   // are removed up to the longest length anyone here knows (writes a File
   // sent but did not report yet included), and each File learns the length.
   Result<void> truncate_open(const Cred& cred, Ino ino, uint64_t length, uint64_t session = 0) {
-    // No write of a File open here buffers until every File learned the length (OpenInode::cut).
-    std::shared_ptr<OpenInode> shared = open_inode(ino);
-    std::unique_lock<std::shared_mutex> cut;
-    if (shared) cut = std::unique_lock(shared->cut);
+    // No write of a File open here buffers until every File learned the length
+    // (OpenInode::cut). Made if no File is open: one opened meanwhile shares it
+    // and waits (meta does not cap this client's own reports for its truncate,
+    // so a write and report of such a File during the cut would leave its
+    // bytes past the new end, its fsync answered).
+    InodePin shared(*this, ino);
+    std::unique_lock cut(shared->cut);
     auto files = open_files(ino);
     flush_writers_of(files);
     // No length report of a File here reaches meta from now until every File learned the cut (OpenInode::reports).
-    std::unique_lock<std::shared_mutex> no_reports;
-    if (shared) no_reports = std::unique_lock(shared->reports);
+    std::unique_lock no_reports(shared->reports);
     WEFT_TRY(Inode n, core_->meta->getattr(cred, ino));
     uint64_t old_size = n.size;
     for (auto& f : files) old_size = std::max(old_size, f->size());
     WEFT_RETURN_IF_ERROR(truncate_file(*core_, cred, n, old_size, length, session));
     for (auto& f : files) f->truncated_to(length);
-    if (shared) {
-      uint64_t end = shared->closed_end.load();
-      while (end > length && !shared->closed_end.compare_exchange_weak(end, length)) {
-      }
+    uint64_t end = shared->closed_end.load();
+    while (end > length && !shared->closed_end.compare_exchange_weak(end, length)) {
     }
     return {};
   }
@@ -1055,6 +1082,7 @@ class ClientImpl final : public Client {
   struct OpenList {
     std::weak_ptr<OpenInode> shared;  // the Files' OpenInode
     std::vector<std::weak_ptr<FileImpl>> files;
+    int pins = 0;  // InodePins holding `shared`: the entry stays
   };
   std::map<Ino, OpenList> files_;  // GUARDED_BY(files_mu_)
   size_t files_after_sweep_ = 0;                                 // GUARDED_BY(files_mu_)

@@ -126,6 +126,7 @@ Result<void> truncate_file(Core& core, const Cred& cred, const Inode& inode, uin
       WEFT_TRY(seen, check_may_truncate(core, cred, seen, session));
     }
     if (cuts) {
+      while (WEFT_FAULT("client.truncate.before_cut.hold")) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // tests
       WEFT_RETURN_IF_ERROR(cut_storage(core, inode, std::max(old_size, seen.size), new_size));
       cut_any = true;
     }

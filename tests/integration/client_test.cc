@@ -404,6 +404,63 @@ TEST_F(ClientTest, ATruncateRacingAWriterLeavesNoBytesPastTheEnd) {
   }
 }
 
+// A truncate of an inode no File of this client has open, and a File of the
+// same client opened during it (meta does not cap a client's own reports for
+// its truncate: the client orders them). Without order: the File's chunk
+// lands before the truncate's removal, its length report after the
+// truncate's length, and the file ends 4 KiB of zeros with the write's fsync
+// answered. The File's write waits for the truncate instead, as a File open
+// before it would.
+TEST_F(ClientTest, AFileOpenedDuringATruncateWithNoFileOpenWritesAfterIt) {
+  using namespace std::chrono_literals;
+  const std::string path = dir() + "/cut-unopened";
+  ASSERT_TRUE(write_new(path, pattern(3 << 20, 61)));
+  auto n = client_->resolve(client_->default_cred(), path);
+  ASSERT_TRUE(n.has_value()) << n.error();
+  std::optional<fault::Scope> before_cut(std::in_place, "client.truncate.before_cut.hold");
+  std::optional<fault::Scope> report(std::in_place, "client.report_length.hold");
+  std::thread cutter([&] {
+    SetAttr attr;
+    attr.size = 0;
+    auto t = client_->setattr(client_->default_cred(), n->ino, attr);
+    EXPECT_TRUE(t.has_value()) << t.error();
+  });
+  while (before_cut->triggered() == 0) std::this_thread::sleep_for(1ms);
+  std::atomic<bool> synced{false};
+  std::thread writer([&] {
+    auto w = open(path, O_WRONLY);
+    ASSERT_TRUE(w);
+    auto wrote = w->pwrite(pattern(4096, 62), 0);
+    EXPECT_TRUE(wrote.has_value()) << wrote.error();
+    auto s = w->fsync();
+    EXPECT_TRUE(s.has_value()) << s.error();
+    synced = true;
+    EXPECT_TRUE(w->close().has_value());
+  });
+  // Unordered, the chunk is on storage and its report held within this time.
+  for (int i = 0; i < 300 && report->triggered() == 0; ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(report->triggered(), 0) << "the write went on beside the truncate";
+  before_cut.reset();
+  cutter.join();  // the removal, then meta's length 0
+  report.reset();
+  writer.join();
+  EXPECT_TRUE(synced.load());
+  auto f = open(path, O_RDWR);
+  ASSERT_TRUE(f);
+  ASSERT_TRUE(f->refresh_size().has_value());
+  if (f->size() == 0) {  // the truncate came last: nothing of the write may be left
+    ASSERT_TRUE(f->truncate(4096).has_value());
+    EXPECT_TRUE(zeros_at(*f, 0, 4096)) << "the write's bytes stayed past the truncate's end";
+  } else {
+    EXPECT_EQ(f->size(), 4096u);
+    std::vector<std::byte> got(4096);
+    auto r = f->pread(got, 0);
+    ASSERT_TRUE(r.has_value()) << r.error();
+    EXPECT_TRUE(got == pattern(4096, 62)) << "the write's fsync was answered, its bytes are gone";
+  }
+  ASSERT_TRUE(f->close().has_value());
+}
+
 // Another client's writes that reached storage before this client's
 // truncate, their length report still on its way: the truncate removed them,
 // so the report must not raise the length over the range as zeros (neither
