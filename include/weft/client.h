@@ -155,8 +155,9 @@ class File {
   // Makes the length at least `length`, never less: this File's writes go
   // out first, then one length report of `length`, before it returns. What
   // lies past the old length reads as zeros (unless a writer that died left
-  // chunks there, as after a truncate that lengthens). Allocates no space
-  // (chunks are written when data is). Past meta::kFileBytesMax:
+  // chunks there, as after a truncate that lengthens); the other Files of
+  // the inode open in this client count it (their appends go after it).
+  // Allocates no space (chunks are written when data is). Past meta::kFileBytesMax:
   // kFileTooBig; a failure changes nothing in this File.
   virtual Result<void> extend(uint64_t length) = 0;
   // flush() and end the session; later calls fail with kBadHandle.

@@ -151,10 +151,11 @@ struct OpenInode {
   // appends of this client never land on one offset.
   std::mutex append;
   // The end of what Files of this inode wrote here and closed (their close
-  // reported it to meta): the others go on counting it as they count an open
-  // File's written end (an append goes after it, a read sees up to it), else
-  // a File that knew an older length would append over it. Raised by a close
-  // before it is seen as closed; a truncate here lowers it.
+  // reported it to meta), or extended to (File::extend): the others go on
+  // counting it as they count an open File's written end (an append goes
+  // after it, a read sees up to it), else a File that knew an older length
+  // would append over it. Raised by a close before it is seen as closed; a
+  // truncate here lowers it.
   std::atomic<uint64_t> closed_end{0};
   void raise_closed_end(uint64_t end) {
     uint64_t now = closed_end.load();

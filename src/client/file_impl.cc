@@ -791,6 +791,9 @@ Result<void> FileImpl::extend(uint64_t length) {
     if (!r) return error(r.error().with_context(fmt::format("extend file {} to {}", inode_.ino, length)));
     if (r->cut.gen == 0) {
       size_ = std::max(size_, r->inode.size);
+      // The siblings here count it as written: their appends go after it,
+      // their reads see up to it (OpenInode::closed_end).
+      shared_->raise_closed_end(length);
       return {};
     }
     // Every write here reported (each report answered the cuts it met):

@@ -2649,6 +2649,32 @@ TEST_F(ClientTest, AFileClosedHereStillCountsForItsSiblingsAppendsAndReads) {
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(all.data()), all.size()), second + "Z");
 }
 
+// An extend (fallocate) here makes the file that long for its siblings too:
+// an append through another File goes after it, a read sees up to it.
+TEST_F(ClientTest, AnExtendHereCountsForItsSiblingsAppendsAndReads) {
+  std::string d = dir();
+  const std::string start = "0123456789";
+  ASSERT_TRUE(write_new(d + "/ext", std::as_bytes(std::span(start))));
+  auto a = open(d + "/ext", O_WRONLY | O_APPEND);
+  auto e = open(d + "/ext", O_WRONLY);
+  auto r = open(d + "/ext", O_RDONLY);
+  ASSERT_TRUE(a && e && r);
+  ASSERT_TRUE(e->extend(100).has_value());
+  std::vector<std::byte> buf(400);
+  auto n = r->pread(buf, 0);
+  ASSERT_TRUE(n.has_value()) << n.error();
+  EXPECT_EQ(*n, 100u) << "a read missed the extension made here";
+  const std::string xy = "xy";
+  ASSERT_TRUE(a->pwrite(std::as_bytes(std::span(xy)), 0).has_value());
+  ASSERT_TRUE(a->close().has_value());
+  ASSERT_TRUE(e->close().has_value());
+  ASSERT_TRUE(r->close().has_value());
+  auto all = read_all(d + "/ext");
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(all.data()), all.size()),
+            start + std::string(90, '\0') + xy)
+      << "the append landed inside the extension";
+}
+
 // The last reference going away without close() closes the File, flushing
 // what it buffered (it used to abort the process: std::bad_weak_ptr). Sends
 // in flight hold references too, so the close may come a moment later.
