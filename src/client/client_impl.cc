@@ -665,7 +665,6 @@ class ClientImpl final : public Client {
     return out;
   }
 
-  // What the Files of `ino` open here share; null when none is.
   struct OpenList;  // below, with files_
 
   // An inode's shared state held by a truncate, made if no File of it holds
@@ -676,13 +675,17 @@ class ClientImpl final : public Client {
     InodePin(ClientImpl& owner, Ino ino) : owner_(owner), ino_(ino) {
       std::lock_guard lock(owner_.files_mu_);
       OpenList& list = owner_.files_[ino];
-      ++list.pins;
       shared_ = shared_of_locked(list);
+      ++list.pins;
     }
     ~InodePin() {
       std::lock_guard lock(owner_.files_mu_);
       auto it = owner_.files_.find(ino_);
-      if (it != owner_.files_.end()) --it->second.pins;  // dropped by the next open_files or sweep
+      if (it == owner_.files_.end() || --it->second.pins > 0) return;
+      // Unpinned with no File left (a truncate that failed, or of a file
+      // not open here): not kept for a later open_files or sweep to find.
+      std::erase_if(it->second.files, file_gone);
+      if (it->second.files.empty()) owner_.files_.erase(it);
     }
     InodePin(const InodePin&) = delete;
     InodePin& operator=(const InodePin&) = delete;
@@ -736,9 +739,11 @@ class ClientImpl final : public Client {
     for (auto& f : files) old_size = std::max(old_size, f->size());
     WEFT_RETURN_IF_ERROR(truncate_file(*core_, cred, n, old_size, length, session));
     for (auto& f : files) f->truncated_to(length);
-    uint64_t end = shared->closed_end.load();
-    while (end > length && !shared->closed_end.compare_exchange_weak(end, length)) {
-    }
+    // Files made during the cut (they waited on it; meta may have answered
+    // their open with the old length): they learn it too.
+    for (auto& f : open_files(ino))
+      if (std::find(files.begin(), files.end(), f) == files.end()) f->truncated_to(length);
+    shared->lower_closed_end(length);
     return {};
   }
 

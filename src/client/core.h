@@ -155,11 +155,19 @@ struct OpenInode {
   // counting it as they count an open File's written end (an append goes
   // after it, a read sees up to it), else a File that knew an older length
   // would append over it. Raised by a close before it is seen as closed; a
-  // truncate here lowers it.
+  // truncate here lowers it. Another client's truncate does not (a File
+  // learning of it cannot tell a sibling's close that raised it meanwhile):
+  // an append here after one goes after this end, leaving zeros before it
+  // (appends across clients are not ordered by close-to-open anyway).
   std::atomic<uint64_t> closed_end{0};
   void raise_closed_end(uint64_t end) {
     uint64_t now = closed_end.load();
     while (now < end && !closed_end.compare_exchange_weak(now, end)) {
+    }
+  }
+  void lower_closed_end(uint64_t end) {
+    uint64_t now = closed_end.load();
+    while (now > end && !closed_end.compare_exchange_weak(now, end)) {
     }
   }
 };

@@ -437,11 +437,14 @@ TEST_F(ClientTest, AFileOpenedDuringATruncateWithNoFileOpenWritesAfterIt) {
     synced = true;
     EXPECT_TRUE(w->close().has_value());
   });
+  auto late = open(path, O_RDONLY);  // meta answers with the old length
+  ASSERT_TRUE(late);
   // Unordered, the chunk is on storage and its report held within this time.
   for (int i = 0; i < 300 && report->triggered() == 0; ++i) std::this_thread::sleep_for(1ms);
   EXPECT_EQ(report->triggered(), 0) << "the write went on beside the truncate";
   before_cut.reset();
   cutter.join();  // the removal, then meta's length 0
+  EXPECT_EQ(late->size(), 0u) << "a File opened during the truncate learns its length";
   report.reset();
   writer.join();
   EXPECT_TRUE(synced.load());
