@@ -587,9 +587,10 @@ class FuseServer::Impl {
     return it->second;
   }
 
-  // Counts a failure of `f` for good (its File failed: every later call
-  // repeats it; or its close failed at release, after which nothing retries)
-  // on its inode's write-back errors (wb_errors_), once per handle.
+  // Counts a failure of `f` for good (its File failed or lost its session:
+  // every later call repeats it; or its close failed at release, after which
+  // nothing retries) on its inode's write-back errors (wb_errors_), once per
+  // handle.
   void count_failure(OpenFile& f, int err) {
     std::lock_guard lk(files_mu_);
     if (f.failure_counted) return;
@@ -630,7 +631,9 @@ class FuseServer::Impl {
         continue;
       }
       const int err = writeback_errno(r.error());
-      if (f->file->failed()) count_failure(*f, err);
+      // For good: a failed write, or meta's end of the session (kBadHandle:
+      // every later call of that File answers so).
+      if (f->file->failed() || r.error().code() == Code::kBadHandle) count_failure(*f, err);
       else if (passing == 0) passing = err;
       if (first == 0) first = err;
       if (f.get() == caller) own = err;
