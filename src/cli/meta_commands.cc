@@ -1,6 +1,5 @@
 // Commands of the meta module: `weft serve meta --config FILE` runs the
 // metadata service (meta/service.h) on a RocksDB store in [meta] data_dir.
-#include <atomic>
 #include <filesystem>
 #include <thread>
 #include <unordered_set>
@@ -154,9 +153,7 @@ Result<std::optional<ClusterMembership>> join_cluster(const Config& config, rpc:
 // until then). Null outside a cluster.
 meta::ServeCheck serve_check(const std::optional<ClusterMembership>& membership) {
   if (!membership) return nullptr;
-  // Cleared once serve_from passed: the clock is read no more for it.
-  auto waiting = std::make_shared<std::atomic<bool>>(membership->serve_from != TimePoint{});
-  return [client = membership->client.get(), serve_from = membership->serve_from, waiting]() -> Result<void> {
+  return [client = membership->client.get(), serve_from = membership->serve_from]() -> Result<void> {
     if (client->fenced())
       return error(Code::kUnavailable, "this meta server was fenced by mgmtd and serves nothing: {}",
                    client->fence_reason());
@@ -164,13 +161,12 @@ meta::ServeCheck serve_check(const std::optional<ClusterMembership>& membership)
       return error(Code::kUnavailable,
                    "this meta server holds no lease from mgmtd (its heartbeats are not answered) and serves nothing "
                    "until it does: another meta may have taken over its store meanwhile");
-    if (waiting->load(std::memory_order_relaxed)) {
+    if (serve_from != TimePoint{}) {  // the clock is read only after a wait was asked for
       if (const TimePoint now = BootClock::instance().now(); now < serve_from)
         return error(Code::kUnavailable,
                      "this meta server serves in {} ms, once no other meta (one on a store this one replaces, "
                      "--accept-store-change) can hold a lease from mgmtd",
                      std::chrono::duration_cast<std::chrono::milliseconds>(serve_from - now).count() + 1);
-      waiting->store(false, std::memory_order_relaxed);
     }
     return {};
   };

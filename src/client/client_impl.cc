@@ -613,10 +613,8 @@ class ClientImpl final : public Client {
   // FileImpl ever opened stayed allocated.
   void sweep_files_locked() {
     if (files_.size() < 2 * files_after_sweep_ + 64) return;
-    for (auto it = files_.begin(); it != files_.end();) {
-      std::erase_if(it->second.files, file_gone);
-      it = it->second.files.empty() && it->second.pins == 0 ? files_.erase(it) : std::next(it);
-    }
+    for (auto it = files_.begin(); it != files_.end();)
+      it = unused_locked(it->second) ? files_.erase(it) : std::next(it);
     files_after_sweep_ = files_.size();
   }
 
@@ -681,11 +679,11 @@ class ClientImpl final : public Client {
     ~InodePin() {
       std::lock_guard lock(owner_.files_mu_);
       auto it = owner_.files_.find(ino_);
-      if (it == owner_.files_.end() || --it->second.pins > 0) return;
+      if (it == owner_.files_.end()) return;
+      --it->second.pins;
       // Unpinned with no File left (a truncate that failed, or of a file
       // not open here): not kept for a later open_files or sweep to find.
-      std::erase_if(it->second.files, file_gone);
-      if (it->second.files.empty()) owner_.files_.erase(it);
+      if (unused_locked(it->second)) owner_.files_.erase(it);
     }
     InodePin(const InodePin&) = delete;
     InodePin& operator=(const InodePin&) = delete;
@@ -697,6 +695,13 @@ class ClientImpl final : public Client {
     const Ino ino_;
     std::shared_ptr<OpenInode> shared_;
   };
+
+  // Drops the list's gone Files; whether the entry is needed no more (no
+  // File left, no pin).
+  static bool unused_locked(OpenList& list) {
+    std::erase_if(list.files, file_gone);
+    return list.files.empty() && list.pins == 0;
+  }
 
   static std::shared_ptr<OpenInode> shared_of_locked(OpenList& list) {
     auto shared = list.shared.lock();
