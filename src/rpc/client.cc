@@ -152,14 +152,14 @@ struct SyncSlot {
   const Client* owner;
   std::weak_ptr<int> alive;
   uint64_t generation;
-  std::unique_ptr<SyncChannel> channel;
+  // Shared with a PendingCall: a slot dropped meanwhile leaves it its channel.
+  std::shared_ptr<SyncChannel> channel;
 };
 thread_local std::vector<SyncSlot> t_sync_slots;
 
 }  // namespace
 
-Result<RawResponse> Client::call_blocking(const Endpoint& ep, MethodId method, const std::string& body,
-                                          std::span<std::byte> response_payload, uint32_t timeout_ms) {
+Result<std::shared_ptr<SyncChannel>> Client::sync_channel_for(const Endpoint& ep) {
   WEFT_ASSERT_MSG(IoPool::current_context() == nullptr, "call_blocking on an I/O thread would stall its loop");
   if (shut_) return error(Code::kDisconnected, "call to {}: the client is shut down", ep.to_string());
   auto& slots = t_sync_slots;
@@ -203,7 +203,43 @@ Result<RawResponse> Client::call_blocking(const Endpoint& ep, MethodId method, c
     std::rotate(it, it + 1, slots.end());  // most recently used last
     it = slots.end() - 1;
   }
-  return it->channel->call(method, body, response_payload, timeout_ms ? timeout_ms : options_.call_timeout_ms);
+  return it->channel;
+}
+
+Result<RawResponse> Client::call_blocking(const Endpoint& ep, MethodId method, const std::string& body,
+                                          std::span<std::byte> response_payload, uint32_t timeout_ms) {
+  WEFT_TRY(std::shared_ptr<SyncChannel> channel, sync_channel_for(ep));
+  return channel->call(method, body, response_payload, timeout_ms ? timeout_ms : options_.call_timeout_ms);
+}
+
+PendingCall::~PendingCall() {
+  if (channel_) channel_->abandon();
+}
+
+PendingCall& PendingCall::operator=(PendingCall&& other) noexcept {
+  if (this == &other) return *this;
+  if (channel_) channel_->abandon();
+  channel_ = std::move(other.channel_);
+  request_id_ = other.request_id_;
+  deadline_ = other.deadline_;
+  return *this;
+}
+
+Result<PendingCall> Client::start_blocking(const Endpoint& ep, MethodId method, const std::string& body,
+                                           uint32_t timeout_ms) {
+  WEFT_TRY(std::shared_ptr<SyncChannel> channel, sync_channel_for(ep));
+  WEFT_TRY(SyncChannel::Sent sent, channel->send(method, body, timeout_ms ? timeout_ms : options_.call_timeout_ms));
+  PendingCall call;
+  call.channel_ = std::move(channel);
+  call.request_id_ = sent.request_id;
+  call.deadline_ = sent.deadline;
+  return call;
+}
+
+Result<RawResponse> Client::finish_blocking(PendingCall& call, std::span<std::byte> response_payload) {
+  if (!call.channel_) return error(Code::kInternal, "no call to finish");
+  auto channel = std::move(call.channel_);
+  return channel->receive(SyncChannel::Sent{call.request_id_, call.deadline_}, response_payload);
 }
 
 }  // namespace weft::rpc

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -115,6 +116,24 @@ struct RawResponse {
 
 class ClientConnection;
 struct ChannelBackoff;
+class SyncChannel;
+
+// A request sent by Client::start_blocking whose answer is still to read
+// (Client::finish_blocking). Move-only; dropped unfinished, it closes the
+// channel it was sent on (the answer must not be read as another call's).
+class PendingCall {
+ public:
+  PendingCall() = default;
+  PendingCall(PendingCall&&) = default;
+  PendingCall& operator=(PendingCall&& other) noexcept;
+  ~PendingCall();
+
+ private:
+  friend class Client;
+  std::shared_ptr<SyncChannel> channel_;
+  uint64_t request_id_ = 0;
+  std::chrono::steady_clock::time_point deadline_;
+};
 
 class Client {
  public:
@@ -162,6 +181,14 @@ class Client {
     if (raw) *raw = std::move(r);
     return resp;
   }
+  // call_blocking in two halves on the calling thread: the request goes out
+  // now, and finish_blocking reads its answer, so that the thread can make a
+  // call to another endpoint meanwhile. Until then this thread's channel to
+  // `ep` is busy (a call_blocking to `ep` here fails with kInternal); a
+  // PendingCall dropped unfinished closes it. Same REQUIRES as call_blocking.
+  Result<PendingCall> start_blocking(const Endpoint& ep, MethodId method, const std::string& body,
+                                     uint32_t timeout_ms = 0);
+  Result<RawResponse> finish_blocking(PendingCall& call, std::span<std::byte> response_payload = {});
   static constexpr size_t kSyncChannelsPerThreadMax = 64;
 
   uint64_t client_id() const { return options_.client_id; }
@@ -180,6 +207,8 @@ class Client {
     size_t next = 0;
     std::shared_ptr<ChannelBackoff> backoff;
   };
+  // The calling thread's blocking channel to `ep` (call_blocking), made if needed.
+  Result<std::shared_ptr<SyncChannel>> sync_channel_for(const Endpoint& ep);
   // `lane`: CallOptions::lane.
   Result<std::shared_ptr<ClientConnection>> connection_for(const Endpoint& ep, std::optional<uint32_t> lane = std::nullopt);
   std::shared_ptr<ChannelBackoff> backoff_for(const Endpoint& ep);

@@ -266,7 +266,13 @@ Status SyncChannel::read_payload(std::byte* dst, size_t n, Deadline deadline) {
 
 Result<RawResponse> SyncChannel::call(MethodId method, const std::string& body, std::span<std::byte> response_payload,
                                       uint32_t timeout_ms) {
+  WEFT_TRY(Sent sent, send(method, body, timeout_ms));
+  return receive(sent, response_payload);
+}
+
+Result<SyncChannel::Sent> SyncChannel::send(MethodId method, const std::string& body, uint32_t timeout_ms) {
   if (broken()) return error(Code::kDisconnected, "connection to {} is closed", ep_.to_string());
+  if (awaiting_) return error(Code::kInternal, "connection to {} awaits the answer to another call", ep_.to_string());
   if (Status s = frame_size_error(limits_, body.size(), 0, "request"); !s.ok())
     return error(Code::kInvalidArgument, "call to {}: {}", ep_.to_string(), s.message());
   const auto deadline = SteadyClock::now() + std::chrono::milliseconds(timeout_ms);
@@ -275,6 +281,19 @@ Result<RawResponse> SyncChannel::call(MethodId method, const std::string& body, 
   h.request_id = next_id_++;
   h.timeout_ms = timeout_ms;
   if (Status s = send_frame(h, body, deadline); !s.ok()) return error(std::move(s));
+  awaiting_ = true;
+  return Sent{h.request_id, deadline};
+}
+
+void SyncChannel::abandon() {
+  if (awaiting_) (void)fail(Status(Code::kCancelled, "call abandoned"));
+  awaiting_ = false;
+}
+
+Result<RawResponse> SyncChannel::receive(const Sent& sent, std::span<std::byte> response_payload) {
+  if (!awaiting_) return error(Code::kInternal, "no call to {} awaits an answer", ep_.to_string());
+  awaiting_ = false;
+  const auto deadline = sent.deadline;
   FrameHeader reply;
   RawResponse r;
   if (Status s = read_frame(&reply, &r.body, deadline); !s.ok()) {
@@ -282,9 +301,9 @@ Result<RawResponse> SyncChannel::call(MethodId method, const std::string& body, 
     return error(std::move(s));
   }
   answered_ = true;
-  if (reply.request_id != h.request_id)
+  if (reply.request_id != sent.request_id)
     return error(fail(Status(Code::kProtocol, fmt::format("{} answered request {} while {} was expected",
-                                                          ep_.to_string(), reply.request_id, h.request_id))));
+                                                          ep_.to_string(), reply.request_id, sent.request_id))));
   r.payload_len = reply.payload_len;
   std::byte* dst = nullptr;
   if (reply.payload_len > 0 && response_payload.size() >= reply.payload_len) {

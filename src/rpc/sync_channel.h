@@ -46,6 +46,18 @@ class SyncChannel {
 
   Result<RawResponse> call(MethodId method, const std::string& body, std::span<std::byte> response_payload,
                            uint32_t timeout_ms);
+  // call() in two halves: the request goes out, and receive() reads its
+  // answer later. In between the channel is awaiting(): no other call on it.
+  struct Sent {
+    uint64_t request_id = 0;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  Result<Sent> send(MethodId method, const std::string& body, uint32_t timeout_ms);
+  Result<RawResponse> receive(const Sent& sent, std::span<std::byte> response_payload);
+  // A sent request whose answer nobody will read: the connection goes (the
+  // answer would be taken for the next call's).
+  void abandon();
+  bool awaiting() const { return awaiting_; }
   bool broken() const { return fd_ < 0; }
   const Endpoint& endpoint() const { return ep_; }
 
@@ -66,6 +78,7 @@ class SyncChannel {
   Endpoint ep_;
   FrameLimits limits_;
   uint64_t next_id_ = 1;
+  bool awaiting_ = false;  // send() done, receive() not yet
   bool answered_ = false;  // a reply came: a malformed frame is kProtocol (before: kUnavailable, maybe no Weft server)
   std::vector<std::byte> rbuf_;
   size_t rpos_ = 0, rend_ = 0;

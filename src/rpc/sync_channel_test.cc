@@ -120,6 +120,52 @@ TEST(SyncChannel, DeadlinePassedFailsTheCallAndTheNextCallReconnects) {
   EXPECT_EQ(ok->data(), "after the timeout");
 }
 
+// start_blocking / finish_blocking: the answer is read later, while the
+// thread calls another endpoint; the channel is busy until then; a pending
+// call dropped unfinished closes its channel, so its answer is never taken
+// for the next call's.
+TEST(SyncChannel, ASplitCallIsAnsweredLaterAndHoldsItsChannelUntilThen) {
+  Fixture f;
+  Fixture other;
+  proto::EchoRequest slow;
+  slow.set_data("split");
+  slow.set_sleep_ms(50);
+  slow.set_reply_payload_bytes(100);
+  auto pending = f.client->start_blocking(f.ep, kEcho, slow.SerializeAsString(), 2000);
+  ASSERT_TRUE(pending) << pending.error();
+  proto::EchoRequest quick;
+  quick.set_data("meanwhile");
+  auto busy = f.echo(quick);
+  ASSERT_FALSE(busy) << "the channel awaits the first answer";
+  EXPECT_EQ(busy.error().code(), Code::kInternal) << busy.error();
+  auto elsewhere = f.client->call_blocking<proto::EchoReply>(other.ep, kEcho, quick, {}, 2000);
+  ASSERT_TRUE(elsewhere) << elsewhere.error();
+  EXPECT_EQ(elsewhere->data(), "meanwhile");
+  std::vector<std::byte> dst(100);
+  auto raw = f.client->finish_blocking(*pending, dst);
+  ASSERT_TRUE(raw) << raw.error();
+  proto::EchoReply reply;
+  ASSERT_TRUE(reply.ParseFromString(raw->body));
+  EXPECT_EQ(reply.data(), "split");
+  EXPECT_TRUE(raw->payload_in_destination);
+  EXPECT_TRUE(pattern_ok(dst.data(), dst.size()));
+  auto again = f.echo(quick);
+  ASSERT_TRUE(again) << again.error();
+  EXPECT_EQ(again->data(), "meanwhile");
+
+  // Dropped unfinished (and replaced by another pending call): its answer
+  // is not read as a later call's.
+  {
+    auto dropped = f.client->start_blocking(f.ep, kEcho, slow.SerializeAsString(), 2000);
+    ASSERT_TRUE(dropped) << dropped.error();
+    PendingCall held = std::move(*dropped);
+    held = PendingCall();
+  }
+  auto after = f.echo(quick, {}, nullptr, 2000);
+  ASSERT_TRUE(after) << after.error();
+  EXPECT_EQ(after->data(), "meanwhile");
+}
+
 TEST(SyncChannel, WrongTokenIsRefused) {
   Fixture f("not-the-token");
   auto r = f.echo(proto::EchoRequest());
