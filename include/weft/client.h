@@ -92,6 +92,16 @@ struct ClientOptions {
   // For data sets that do not change while they are read (a first epoch).
   // At most a day (larger values count as a day).
   double statahead_ttl_s = 0;
+  // Early reads for read-only opens by path while statahead is off: when
+  // such opens keep asking meta for names in one directory (of at most 4096
+  // entries), the directory is listed once, and a later open there of a file
+  // the listing names with at most this many bytes reads it (whole, or its
+  // first chunk) from storage while meta answers the open. The bytes are
+  // kept for the File's first read only if meta's answer matches the listing
+  // (same inode, length, mtime, ctime, layout), so reads see what a read
+  // after the open would (close-to-open); else they are dropped. One round
+  // trip's wait less per small file. 0: off.
+  size_t early_read_bytes_max = 1u << 20;
   // Files open here keep their data while they are open, even once another
   // client (or this one) unlinks or replaces them: every File open here is
   // named to meta every few seconds (one call for all of them), and meta's
@@ -199,6 +209,12 @@ class Client {
   virtual ~Client() = default;
 
   virtual const Cred& default_cred() const = 0;
+  // Counts since connect, for tests and tuning.
+  struct Stats {
+    uint64_t early_reads = 0;       // started (ClientOptions::early_read_bytes_max)
+    uint64_t early_reads_kept = 0;  // handed to the File opened (meta's answer matched)
+  };
+  virtual Stats stats() const = 0;
   virtual std::string cluster_description() const = 0;  // "mgmtd 127.0.0.1:7000 (from ./weft-data/client.toml)"
 
   // ---- inode-level namespace (FUSE) ----

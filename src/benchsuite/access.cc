@@ -200,6 +200,7 @@ class NativeAccess final : public Access {
       what = "fresh native client FAILED (" + c.error().message() + "); kept the old one";
     }
     if (options_.statahead_ttl_s > 0) what += fmt::format(" (statahead {:g} s)", options_.statahead_ttl_s);
+    if (options_.early_read_bytes_max == 0) what += " (early reads off)";
     return what + "; " + drop_page_cache();
   }
 
@@ -244,7 +245,7 @@ std::string drop_page_cache() {
 }
 
 Result<std::unique_ptr<Access>> open_access(const std::string& target, const std::string& config,
-                                            double statahead_s) {
+                                            double statahead_s, std::optional<size_t> early_read_bytes) {
   constexpr std::string_view kScheme = "weft://";
   if (target.starts_with(kScheme)) {
     std::string rest = target.substr(kScheme.size());
@@ -257,6 +258,7 @@ Result<std::unique_ptr<Access>> open_access(const std::string& target, const std
     o.cluster = addr;
     o.name = "weft-bench";
     o.statahead_ttl_s = statahead_s;
+    if (early_read_bytes) o.early_read_bytes_max = *early_read_bytes;
     auto a = NativeAccess::connect(target, o, root);
     if (!a) return std::unexpected(a.error());
     if (root != "/") {

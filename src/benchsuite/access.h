@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -65,7 +66,7 @@ class Access {
 // config, MGMTD_ADDR overrides its mgmtd address), otherwise a directory
 // (created if missing; "mount" when it is on a FUSE file system).
 Result<std::unique_ptr<Access>> open_access(const std::string& target, const std::string& config,
-                                            double statahead_s);
+                                            double statahead_s, std::optional<size_t> early_read_bytes = {});
 
 // sync(), then `echo 3 > /proc/sys/vm/drop_caches`. Returns what happened
 // ("page cache dropped" or why not).

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@ struct Options {
   std::string target;          // weft://ADDR/PATH, weft:///PATH or a directory
   std::string config;          // client config for native targets
   double statahead_s = 0;      // native targets: ClientOptions::statahead_ttl_s
+  std::optional<size_t> early_read_bytes;  // native targets: ClientOptions::early_read_bytes_max (unset: its default)
   std::string baseline;        // a directory; empty: none
   std::string json_path;       // --json
   std::string report_path;     // --report (HTML)

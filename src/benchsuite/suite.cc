@@ -61,7 +61,7 @@ int run(const Options& o) {
     std::fprintf(stderr, "weft: bench: --target is required (weft://MGMTD/PATH, weft:///PATH or a directory)\n");
     return 2;
   }
-  auto target = open_access(o.target, o.config, o.statahead_s);
+  auto target = open_access(o.target, o.config, o.statahead_s, o.early_read_bytes);
   if (!target) {
     std::fprintf(stderr, "weft: bench: target %s: %s\n", o.target.c_str(), target.error().message().c_str());
     return 2;

@@ -45,6 +45,10 @@ void add_bench_commands(CLI::App& app) {
                   "native targets: answer read-only opens from directory listings up to this many seconds old "
                   "(ClientOptions::statahead_ttl_s; default 0: every open asks meta)")
       ->check(CLI::Range(0.0, 3600.0));
+  cmd->add_option("--early-read", o.early_read_bytes,
+                  "native targets: bytes of a listed file read while meta answers its open "
+                  "(ClientOptions::early_read_bytes_max; default 1MiB, 0: off)")
+      ->transform(CLI::AsSizeValue(false));
   cmd->add_option("--baseline", o.baseline, "a plain directory: the same workloads run there too, with ratios");
   cmd->add_option("--json", o.json_path, "write the results as JSON (WORKLOADS.md format)");
   cmd->add_option("--report", o.report_path, "write a self-contained HTML report");

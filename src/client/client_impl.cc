@@ -13,6 +13,7 @@
 #include "client/client_lease.h"
 #include "client/core.h"
 #include "client/dir_ahead.h"
+#include "client/early_read.h"
 #include "client/file_impl.h"
 #include "client/placement.h"
 #include "client/read_holder.h"
@@ -52,7 +53,10 @@ bool wants_read(int flags) { return (flags & O_ACCMODE) != O_WRONLY; }
 class ClientImpl final : public Client {
  public:
   ClientImpl(std::unique_ptr<Core> core, std::unique_ptr<ClientLease> lease)
-      : core_(std::move(core)), ahead_(ahead_options(core_->options)), lease_(std::move(lease)) {
+      : core_(std::move(core)),
+        ahead_(ahead_options(core_->options)),
+        hints_(hint_options(core_->options)),
+        lease_(std::move(lease)) {
     if (core_->options.hold_open_files) {
       holder_ = std::make_unique<ReadHolder>(
           [this](std::span<const Ino> inos, std::chrono::milliseconds timeout, uint64_t seq) {
@@ -125,6 +129,9 @@ class ClientImpl final : public Client {
   }
 
   const Cred& default_cred() const override { return core_->cred; }
+  Stats stats() const override {
+    return Stats{.early_reads = early_reads_.load(), .early_reads_kept = early_reads_kept_.load()};
+  }
   std::string cluster_description() const override {
     std::string addrs;
     for (const auto& ep : core_->cluster.mgmtd) addrs += (addrs.empty() ? "" : ",") + ep.to_string();
@@ -307,11 +314,14 @@ class ClientImpl final : public Client {
     if (auto parts = split_path(path); !wants_write(flags) && !dir_only && parts && !parts->empty()) {
       // The first-epoch case: parent from the directory cache, then lookup +
       // permission check in one round trip; symlinks take the general path.
-      auto opened = open_read_at_path(cred, path);
+      std::shared_ptr<EarlyRead> early;
+      auto opened = open_read_at_path(cred, path, &early);
       if (!opened) return error(path_error(opened.error(), path));
       if (!opened->is_symlink()) {
         if (opened->is_dir()) return error(Code::kIsDirectory, "{} is a directory", path);
+        const bool early_valid = early && EarlyRead::matches(early->listed(), *opened);
         WEFT_TRY(auto file, make_file(cred, std::move(*opened), 0, meta::OpenFlags{}));
+        if (early_valid) keep_early_read(*file, *early);
         return handed_out(std::move(file));
       }
       if (flags & O_NOFOLLOW) return error(Code::kLoop, "{} is a symlink (O_NOFOLLOW)", path);
@@ -733,6 +743,7 @@ class ClientImpl final : public Client {
     // and waits (meta does not cap this client's own reports for its truncate,
     // so a write and report of such a File during the cut would leave its
     // bytes past the new end, its fsync answered).
+    core_->local_changes.fetch_add(1);  // client/early_read.h
     InodePin shared(*this, ino);
     std::unique_lock cut(shared->cut);
     auto files = open_files(ino);
@@ -905,7 +916,10 @@ class ClientImpl final : public Client {
   // costs one lookup more, as without the cache. (A parent moved away and
   // replaced within the second is read from where it went: the staleness of a
   // FUSE mount's entry cache.)
-  Result<Inode> open_read_at_path(const Cred& cred, std::string_view path) {
+  // `early` given: an early read of the file may start beside the open
+  // (client/early_read.h); the caller checks it against the answer.
+  Result<Inode> open_read_at_path(const Cred& cred, std::string_view path,
+                                  std::shared_ptr<EarlyRead>* early = nullptr) {
     WEFT_TRY(ParentDir parent, resolve_parent(cred, path, ParentFrom::kCache));
     if (auto listed = statahead(cred, parent.dir.ino, parent.name)) {
       // Meta's rules for a read-only open (a directory: EACCES before EISDIR).
@@ -914,7 +928,9 @@ class ClientImpl final : public Client {
       if (!listed->is_symlink()) WEFT_RETURN_IF_ERROR(meta::check_access(*listed, cred, meta::kAccessRead));
       return std::move(*listed);
     }
-    auto r = core_->meta->open_read_at(cred, parent.dir.ino, parent.name);
+    if (early != nullptr) *early = start_early_read(cred, parent.dir.ino, parent.name);
+    auto r = early != nullptr && *early ? open_beside(**early, cred, parent.dir.ino, parent.name)
+                                        : core_->meta->open_read_at(cred, parent.dir.ino, parent.name);
     if (r || r.error().code() != Code::kNotFound || !parent.cached) return r;
     forget_dir(parent.cached->key);
     auto fresh = resolve_parent(cred, path, ParentFrom::kMeta);
@@ -928,6 +944,16 @@ class ClientImpl final : public Client {
     return a;
   }
 
+  // Listings for early reads only: with statahead on, its own listings answer
+  // the opens (no meta round trip to overlap). A listing is a hint checked
+  // against meta's answer, so its age bounds only the reads it wastes.
+  static DirAhead::Options hint_options(const ClientOptions& o) {
+    DirAhead::Options a;
+    a.ttl_s = o.early_read_bytes_max > 0 && o.statahead_ttl_s <= 0 ? kHintTtlS : 0;
+    return a;
+  }
+  static constexpr double kHintTtlS = 10;
+
   // `name` in `dir` from a statahead listing (ClientOptions::statahead_ttl_s),
   // listing `dir` first when opens keep missing there; nullopt: ask meta.
   // Rules against this client's own mutations (any thread): a mutation sent
@@ -936,18 +962,75 @@ class ClientImpl final : public Client {
   // directory is listed only while no mutation is under way, since one in
   // flight may land after the fetch read the directory.
   std::optional<Inode> statahead(const Cred& cred, Ino dir, const std::string& name) {
-    if (!ahead_.enabled()) return std::nullopt;
+    return listed_entry(ahead_, cred, dir, name);
+  }
+
+  // `name` in `dir` from `listings` (nullopt: none), listing `dir` first
+  // when they say so; the rules above.
+  std::optional<Inode> listed_entry(DirAhead& listings, const Cred& cred, Ino dir, const std::string& name) {
+    if (!listings.enabled()) return std::nullopt;
     meta::MetaClient& meta = *core_->meta;
-    ahead_.sync(meta.mutations_sent());
+    listings.sync(meta.mutations_sent());
     auto now = DirAhead::Clock::now();
-    auto hit = ahead_.find(dir, name, cred, now);
-    if (!hit && meta.mutations_done() == meta.mutations_sent() && ahead_.note_miss(dir, now)) {
-      ahead_.list(*this, cred, dir);
-      ahead_.sync(meta.mutations_sent());
-      hit = ahead_.find(dir, name, cred, DirAhead::Clock::now());
+    auto hit = listings.find(dir, name, cred, now);
+    if (!hit && meta.mutations_done() == meta.mutations_sent() && listings.note_miss(dir, now)) {
+      listings.list(*this, cred, dir);
+      listings.sync(meta.mutations_sent());
+      hit = listings.find(dir, name, cred, DirAhead::Clock::now());
     }
     if (!hit) return std::nullopt;
     return std::move(hit->inode);
+  }
+
+  // An early read of `name` in `dir` if a listing (hints_) names a regular
+  // file no File open here for writing (or a truncate) may be changing;
+  // null otherwise. The change count is read before that look (early_read.h).
+  std::shared_ptr<EarlyRead> start_early_read(const Cred& cred, Ino dir, const std::string& name) {
+    const uint64_t changes = core_->local_changes.load();
+    auto listed = listed_entry(hints_, cred, dir, name);
+    if (!listed || listed->ino == 0 || !listed->is_file() || changing_here(listed->ino)) return nullptr;
+    auto early = EarlyRead::prepare(*core_, *listed, changes);
+    if (early) early_reads_.fetch_add(1, std::memory_order_relaxed);
+    return early;
+  }
+
+  // Meta's answer to the open of `name` in `dir`, asked before this thread
+  // reads `early`'s bytes and read after (both calls on this thread: asking
+  // through the I/O threads cost a hand-off and a wake-up more per open,
+  // which lost more than the overlap gained on 4 KiB files).
+  Result<Inode> open_beside(EarlyRead& early, const Cred& cred, Ino dir, const std::string& name) {
+    // Tests: meta is asked only after the read and the hold below, as if its
+    // answer came late (a change elsewhere meanwhile is then in it).
+    const bool late = WEFT_FAULT("client.early_read.open_late");
+    std::optional<meta::MetaClient::PendingOpen> open;
+    if (!late) open = core_->meta->start_open_read_at(cred, dir, name);
+    early.read_here();
+    while (WEFT_FAULT("client.early_read.hold")) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // tests
+    if (late) open = core_->meta->start_open_read_at(cred, dir, name);
+    return core_->meta->finish_open_read_at(*open);
+  }
+
+  // Whether a File open here for writing, or a truncate, holds `ino`.
+  bool changing_here(Ino ino) {
+    for (const auto& f : open_files(ino))
+      if (f->writable()) return true;
+    std::lock_guard lock(files_mu_);
+    auto it = files_.find(ino);
+    return it != files_.end() && it->second.pins > 0;
+  }
+
+  // `file`, just made from an answer that matched `early`'s listing, takes
+  // its bytes for its first read, unless data changed through this client
+  // since the read began. Checked after the File holds them: from then on
+  // a write here drops them as it drops read-ahead (chunk_written).
+  void keep_early_read(FileImpl& file, EarlyRead& early) {
+    const auto& got = early.got();
+    if (!got || *got == 0) return;  // the File reads for itself
+    size_t charged = 0;
+    Buffer data = early.take_buffer(&charged);
+    file.adopt_early_read(std::move(data), *got, charged);
+    if (core_->local_changes.load() != early.changes_at_start()) return file.drop_early_read();
+    early_reads_kept_.fetch_add(1, std::memory_order_relaxed);
   }
 
   // `last_cached` given: the path names a directory the caller goes on
@@ -1079,6 +1162,9 @@ class ClientImpl final : public Client {
 
   std::unique_ptr<Core> core_;
   DirAhead ahead_;
+  DirAhead hints_;  // early reads' listings (hint_options)
+  std::atomic<uint64_t> early_reads_{0};
+  std::atomic<uint64_t> early_reads_kept_{0};
   std::unique_ptr<ClientLease> lease_;
   std::unique_ptr<ReadHolder> holder_;  // with ClientOptions::hold_open_files
   std::mutex reads_mu_;

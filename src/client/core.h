@@ -223,6 +223,10 @@ struct Core {
   // The end of the bytes Files of `ino` open here wrote that meta may not
   // count yet (FileImpl::unreported_end): what they add to a length fresh from meta.
   std::function<uint64_t(Ino)> unreported_end;
+  // Counts every data change begun through this client (a File's write,
+  // truncate or extend, a truncate by path): an early read started before
+  // one is not kept (client/early_read.h).
+  std::atomic<uint64_t> local_changes{0};
   // Cleared when meta answers close_with_length with kUnknownMethod (a meta
   // from before it, during an upgrade): Files then report, then close.
   std::atomic<bool> meta_closes_with_length{true};

@@ -156,6 +156,7 @@ Result<size_t> FileImpl::pwrite(std::span<const std::byte> src, uint64_t offset)
 }
 
 Result<size_t> FileImpl::write_at(std::span<const std::byte> src, uint64_t offset) {
+  core_.local_changes.fetch_add(1);  // before any byte is buffered (client/early_read.h)
   // As Linux: no byte at or past the maximum length; a write that crosses it is cut short there.
   if (offset >= meta::kFileBytesMax)
     return error(Code::kFileTooBig, "write at {} of file {}: the maximum file size is {}", offset, inode_.ino,
@@ -778,6 +779,7 @@ Result<void> FileImpl::extend(uint64_t length) {
   if (length > meta::kFileBytesMax)
     return error(Code::kFileTooBig, "extend file {} to {}: the maximum file size is {}", inode_.ino, length,
                  meta::kFileBytesMax);
+  core_.local_changes.fetch_add(1);  // client/early_read.h
   std::unique_lock lock(mu_);
   WEFT_RETURN_IF_ERROR(check_usable_locked());
   for (uint64_t ack = 0;;) {
@@ -807,6 +809,20 @@ void FileImpl::drop_read_ahead(uint64_t index) {
   std::lock_guard lock(mu_);
   prefetched_.erase(index);
 }
+
+void FileImpl::adopt_early_read(Buffer data, uint32_t got, size_t charged) {
+  auto p = std::make_shared<Prefetch>(*core_.readahead, charged);
+  p->data = std::move(data);
+  p->got = got;
+  std::lock_guard lock(mu_);
+  p->done = true;
+  prefetched_.emplace(0, std::move(p));
+  // A first read from offset 0 is then a sequential one, which keeps
+  // read-ahead (a first read elsewhere drops it, as any unused read-ahead).
+  next_read_ = 0;
+}
+
+void FileImpl::drop_early_read() { drop_read_ahead(0); }
 
 void FileImpl::truncated_to(uint64_t length) {
   std::lock_guard lock(mu_);

@@ -74,6 +74,13 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   void send_dirty();
   // For Client: after a truncate through another path, the length is `length`.
   void truncated_to(uint64_t length);
+  // For Client, on a File just made: `data` holds the first `got` bytes of
+  // chunk 0, read while meta answered the open (client/early_read.h); the
+  // first read takes them as read-ahead. `charged`: data's charge to
+  // Core::readahead, released when the File lets it go.
+  void adopt_early_read(Buffer data, uint32_t got, size_t charged);
+  // Drops what adopt_early_read gave, unless a read took it already.
+  void drop_early_read();
   // For another File of this inode (the same client) about to write
   // [offset, offset + length): sends what this File buffers over that range
   // and waits until every send of it over the range is acknowledged, so the

@@ -427,6 +427,40 @@ Result<Inode> MetaClient::open_read_at(const Cred& cred, Ino parent, std::string
   return inode_of(read(method::kOpenReadAt, cred, std::move(q)));
 }
 
+MetaClient::PendingOpen MetaClient::start_open_read_at(const Cred& cred, Ino parent, std::string_view name) {
+  PendingOpen open;
+  open.req_ = named(parent, name);
+  open.req_.set_open_read(true);
+  to_proto(cred, open.req_.mutable_cred());
+  // No first attempt here: finish calls open_read_at as it is (or says why not).
+  if (options_.addresses.empty() || rpc::IoPool::current_context() != nullptr) return open;
+  open.addr_ = current_.load() % options_.addresses.size();
+  std::string body;
+  if (!open.req_.SerializeToString(&body)) return open;
+  auto call = rpc_.start_blocking(options_.addresses[open.addr_], method::kOpenReadAt, body, options_.call_timeout_ms);
+  if (call) open.call_ = std::move(*call);
+  return open;
+}
+
+Result<Inode> MetaClient::finish_open_read_at(PendingOpen& open) {
+  if (open.call_) {
+    auto raw = rpc_.finish_blocking(*open.call_);
+    open.call_.reset();
+    Result<Rep> r = [&]() -> Result<Rep> {
+      if (!raw) return std::unexpected(std::move(raw).error());
+      Rep rep;
+      if (!rep.ParseFromString(raw->body))
+        return error(Code::kProtocol, "cannot parse the reply of open_read_at from {}",
+                     options_.addresses[open.addr_].to_string());
+      return rep;
+    }();
+    if (r) current_.store(open.addr_);
+    if (r || !r.error().retryable()) return inode_of(std::move(r));
+    retries_.fetch_add(1);
+  }
+  return inode_of(call(method::kOpenReadAt, std::move(open.req_), false));
+}
+
 Result<void> MetaClient::close(const Cred& cred, Ino ino, uint64_t session_id, bool abandon) {
   Req q = of_ino(ino);
   q.set_session_id(session_id);

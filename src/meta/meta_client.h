@@ -126,6 +126,20 @@ class MetaClient {
   Result<LengthReply> close_with_length(const Cred& cred, Ino ino, uint64_t session_id, uint64_t length,
                                         uint64_t ack_cut = 0);
 
+  // open_read_at in two halves on the calling thread (rpc::Client::
+  // start_blocking): the request goes out to the current meta address now,
+  // and finish reads the answer; when that first attempt failed in a way a
+  // retry may mend, finish goes on as open_read_at does (retries, failover).
+  // REQUIRES: as open_read_at's, on one thread, start before finish.
+  class PendingOpen {
+   private:
+    friend class MetaClient;
+    proto::meta::MetaRequest req_;
+    size_t addr_ = 0;
+    std::optional<rpc::PendingCall> call_;
+  };
+  PendingOpen start_open_read_at(const Cred& cred, Ino parent, std::string_view name);
+  Result<Inode> finish_open_read_at(PendingOpen& open);
   // The coroutine form: sends `req` (cred set by the caller) with retries and
   // failover; a mutation gets a fresh request id first.
   Task<Result<proto::meta::MetaReply>> call_async(rpc::MethodId method, proto::meta::MetaRequest req, bool mutation);
