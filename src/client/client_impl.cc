@@ -743,8 +743,10 @@ class ClientImpl final : public Client {
     // and waits (meta does not cap this client's own reports for its truncate,
     // so a write and report of such a File during the cut would leave its
     // bytes past the new end, its fsync answered).
-    core_->local_changes.fetch_add(1);  // client/early_read.h
     InodePin shared(*this, ino);
+    // After the pin: an early read that counted this change saw the pin too
+    // (client/early_read.h; counted before, a read could miss both).
+    core_->local_changes.fetch_add(1);
     std::unique_lock cut(shared->cut);
     auto files = open_files(ino);
     flush_writers_of(files);
@@ -932,6 +934,7 @@ class ClientImpl final : public Client {
     auto r = early != nullptr && *early ? open_beside(**early, cred, parent.dir.ino, parent.name)
                                         : core_->meta->open_read_at(cred, parent.dir.ino, parent.name);
     if (r || r.error().code() != Code::kNotFound || !parent.cached) return r;
+    if (early != nullptr) early->reset();  // read from the stale parent's listing
     forget_dir(parent.cached->key);
     auto fresh = resolve_parent(cred, path, ParentFrom::kMeta);
     if (!fresh || fresh->dir.ino == parent.dir.ino) return r;  // the first answer stands
@@ -1432,6 +1435,7 @@ Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
   core->dirty = std::make_unique<ByteBudget>(options.write_buffer_bytes);
   core->inflight = std::make_unique<ByteBudget>(options.inflight_bytes_max);
   core->readahead = std::make_unique<ByteBudget>(options.inflight_bytes_max);
+  core->early_reads = std::make_unique<ByteBudget>(std::min(options.inflight_bytes_max, kEarlyReadBytesTotal));
   return std::unique_ptr<Client>(new ClientImpl(std::move(core), std::move(lease)));
 }
 

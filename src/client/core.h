@@ -172,6 +172,9 @@ struct OpenInode {
   }
 };
 
+// Core::early_reads: at most this many bytes (or inflight_bytes_max) of early reads held at once.
+inline constexpr size_t kEarlyReadBytesTotal = size_t{64} << 20;
+
 struct Core {
   // Before any member goes: the reporter's thread uses mgmt_rpc (a Client
   // that failed to connect never reaches ~ClientImpl's stop).
@@ -187,6 +190,10 @@ struct Core {
   // skips reading ahead rather than wait).
   // Before io: destroyed after the I/O threads that may still hold a buffer.
   std::unique_ptr<ByteBudget> readahead;
+  // Early reads' buffers (client/early_read.h), held by the File opened
+  // until its first read or close: apart from `readahead`, so that files
+  // opened and not read yet cannot take what streams read ahead with.
+  std::unique_ptr<ByteBudget> early_reads;
   std::unique_ptr<rpc::IoPool> io;
   // Set in rpc's options before it exists; sends over mgmt_rpc (stopped before io).
   std::shared_ptr<mgmt::RefusalReporter> refusals;

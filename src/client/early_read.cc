@@ -14,7 +14,7 @@ std::shared_ptr<EarlyRead> EarlyRead::prepare(Core& core, const Inode& listed, u
   auto stripe = file_stripe(core, listed.layout);
   if (!stripe || stripe->empty()) return nullptr;  // the open's own read tells what is wrong
   const ChunkAddress address{listed.ino, 0, chain_of_chunk(*stripe, 0), listed.layout.chunk_bytes};
-  if (!core.readahead->try_acquire(bytes)) return nullptr;
+  if (!core.early_reads->try_acquire(bytes)) return nullptr;
   return std::shared_ptr<EarlyRead>(new EarlyRead(core, listed, address, bytes, changes_at_start));
 }
 
@@ -32,7 +32,7 @@ EarlyRead::EarlyRead(Core& core, Inode listed, ChunkAddress address, size_t byte
       data_(Buffer::allocate(bytes)) {}
 
 EarlyRead::~EarlyRead() {
-  if (charged_ > 0) core_.readahead->release(charged_);
+  if (charged_ > 0) core_.early_reads->release(charged_);
 }
 
 void EarlyRead::read_here() { got_ = core_.chunks->read_blocking(address_, 0, data_.span()); }

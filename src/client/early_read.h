@@ -23,9 +23,9 @@
 // Both calls run on the opening thread: the open's request goes to meta, the
 // read is made, then meta's answer is read (MetaClient::start_open_read_at;
 // through the I/O threads, either call cost a hand-off and a wake-up more
-// than the overlap saved). The buffer is charged to Core::readahead (no
-// early read when that is spent) until the File holding it lets it go, or
-// the EarlyRead is dropped.
+// than the overlap saved). The buffer is charged to Core::early_reads (no
+// early read when that is spent) until the File holding it lets it go (its
+// first read, or its close), or the EarlyRead is dropped.
 // Threading: one thread's.
 #pragma once
 
@@ -61,7 +61,7 @@ class EarlyRead {
   const Result<uint32_t>& got() const { return got_; }
   const Inode& listed() const { return listed_; }
   uint64_t changes_at_start() const { return changes_at_start_; }
-  // After read_here(): hands the buffer (and its charge to Core::readahead)
+  // After read_here(): hands the buffer (and its charge to Core::early_reads)
   // to the caller, who then owns both; the EarlyRead releases nothing after.
   Buffer take_buffer(size_t* charged);
 

@@ -811,7 +811,7 @@ void FileImpl::drop_read_ahead(uint64_t index) {
 }
 
 void FileImpl::adopt_early_read(Buffer data, uint32_t got, size_t charged) {
-  auto p = std::make_shared<Prefetch>(*core_.readahead, charged);
+  auto p = std::make_shared<Prefetch>(*core_.early_reads, charged);
   p->data = std::move(data);
   p->got = got;
   std::lock_guard lock(mu_);

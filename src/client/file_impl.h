@@ -77,7 +77,7 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   // For Client, on a File just made: `data` holds the first `got` bytes of
   // chunk 0, read while meta answered the open (client/early_read.h); the
   // first read takes them as read-ahead. `charged`: data's charge to
-  // Core::readahead, released when the File lets it go.
+  // Core::early_reads, released when the File lets it go.
   void adopt_early_read(Buffer data, uint32_t got, size_t charged);
   // Drops what adopt_early_read gave, unless a read took it already.
   void drop_early_read();
@@ -237,7 +237,7 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
     ~Prefetch() { budget.release(charged); }
     Prefetch(const Prefetch&) = delete;
     Prefetch& operator=(const Prefetch&) = delete;
-    ByteBudget& budget;  // Core::readahead, charged until the last holder lets go
+    ByteBudget& budget;  // Core::readahead (early_reads: adopt_early_read), charged until the last holder lets go
     const size_t charged;
     Buffer data;
     bool done = false;  // GUARDED_BY(FileImpl::mu_)

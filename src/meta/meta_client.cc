@@ -212,10 +212,15 @@ Result<Rep> MetaClient::call(rpc::MethodId method, Req req, bool mutation) {
 // (rpc::Client::call_blocking): a lookup or a create then costs one send and
 // one blocking receive here instead of two hand-offs through an I/O thread,
 // which on 2 cores cost more than the round trip.
-Result<Rep> MetaClient::call_here(rpc::MethodId method, Req req, bool mutation) {
+Result<Rep> MetaClient::call_here(rpc::MethodId method, Req req, bool mutation, const Status* failed_first) {
   WEFT_RETURN_IF_ERROR(prepare(req, mutation));
   SeqDone seq_done{this, mutation ? req.req().seq() : 0};
   Attempts attempts(*this);
+  if (failed_first != nullptr) {
+    auto wait = attempts.after_failure(*failed_first);
+    if (!wait) return std::unexpected(*failed_first);
+    std::this_thread::sleep_for(*wait);
+  }
   for (;;) {
     auto r = rpc_.call_blocking<Rep>(attempts.address(), method, req, {}, options_.call_timeout_ms);
     if (r) {
@@ -456,7 +461,9 @@ Result<Inode> MetaClient::finish_open_read_at(PendingOpen& open) {
     }();
     if (r) current_.store(open.addr_);
     if (r || !r.error().retryable()) return inode_of(std::move(r));
-    retries_.fetch_add(1);
+    // Retried as open_read_at's loop would after its first attempt.
+    const Status failed = r.error();
+    return inode_of(call_here(method::kOpenReadAt, std::move(open.req_), false, &failed));
   }
   return inode_of(call(method::kOpenReadAt, std::move(open.req_), false));
 }

@@ -150,7 +150,10 @@ class MetaClient {
 
  private:
   Result<proto::meta::MetaReply> call(rpc::MethodId method, proto::meta::MetaRequest req, bool mutation);
-  Result<proto::meta::MetaReply> call_here(rpc::MethodId method, proto::meta::MetaRequest req, bool mutation);
+  // `failed_first`: the first attempt was made elsewhere and failed so (on
+  // the current address): the loop goes on from there (backoff, failover).
+  Result<proto::meta::MetaReply> call_here(rpc::MethodId method, proto::meta::MetaRequest req, bool mutation,
+                                           const Status* failed_first = nullptr);
   class Attempts;
   // Checks there is a server to ask; gives a mutation its request id (once,
   // for all attempts; blocks while the window is full, see above).

@@ -121,6 +121,8 @@ class SyncChannel;
 // A request sent by Client::start_blocking whose answer is still to read
 // (Client::finish_blocking). Move-only; dropped unfinished, it closes the
 // channel it was sent on (the answer must not be read as another call's).
+// Threading: finished, moved and dropped on the thread that started it
+// (its channel is that thread's).
 class PendingCall {
  public:
   PendingCall() = default;

@@ -293,7 +293,9 @@ void SyncChannel::abandon() {
 Result<RawResponse> SyncChannel::receive(const Sent& sent, std::span<std::byte> response_payload) {
   if (!awaiting_) return error(Code::kInternal, "no call to {} awaits an answer", ep_.to_string());
   awaiting_ = false;
-  const auto deadline = sent.deadline;
+  // A caller that comes for the answer after the call's deadline (it made
+  // another call meanwhile) still takes one that is already here.
+  const auto deadline = std::max(sent.deadline, SteadyClock::now() + std::chrono::milliseconds(1));
   FrameHeader reply;
   RawResponse r;
   if (Status s = read_frame(&reply, &r.body, deadline); !s.ok()) {
