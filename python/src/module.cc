@@ -371,9 +371,12 @@ class PyClient {
  public:
   // call_timeout, retry_time: seconds, 0 = libweft's default.
   PyClient(std::string config, std::string cluster, size_t io_threads, size_t write_buffer_bytes, std::string name,
-           double statahead_ttl, double call_timeout, double retry_time, bool hold_open_files) {
+           double statahead_ttl, double call_timeout, double retry_time, bool hold_open_files,
+           int64_t early_read_bytes) {
     if (!(statahead_ttl >= 0 && statahead_ttl <= 86400))
       throw py::value_error("statahead_ttl must be between 0 and 86400 seconds");
+    if (early_read_bytes < -1) throw py::value_error("early_read_bytes must be >= 0 (or -1: the default)");
+    if (early_read_bytes >= 0) options_.early_read_bytes_max = static_cast<size_t>(early_read_bytes);
     if (!(call_timeout >= 0 && call_timeout <= 3600))
       throw py::value_error("call_timeout must be between 0 and 3600 seconds");
     if (!(retry_time >= 0 && retry_time <= 86400))
@@ -402,6 +405,14 @@ class PyClient {
   }
 
   std::string description() { return conn()->client->cluster_description(); }
+  // weft::Client::stats() of this process's connection, as a dict.
+  py::dict stats() {
+    const weft::Client::Stats st = conn()->client->stats();
+    py::dict d;
+    d["early_reads"] = st.early_reads;
+    d["early_reads_kept"] = st.early_reads_kept;
+    return d;
+  }
 
   // ---- files ----
   std::unique_ptr<PyFile> open(const std::string& path, int flags, uint32_t mode) {
@@ -777,11 +788,13 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("path", &PyFile::path);
 
   py::class_<PyClient>(m, "Client")
-      .def(py::init<std::string, std::string, size_t, size_t, std::string, double, double, double, bool>(),
+      .def(py::init<std::string, std::string, size_t, size_t, std::string, double, double, double, bool, int64_t>(),
            py::arg("config") = "", py::arg("cluster") = "", py::arg("io_threads") = 0,
            py::arg("write_buffer_bytes") = 0, py::arg("name") = "weft-python", py::arg("statahead_ttl") = 0.0,
-           py::arg("call_timeout") = 0.0, py::arg("retry_time") = 0.0, py::arg("hold_open_files") = true)
+           py::arg("call_timeout") = 0.0, py::arg("retry_time") = 0.0, py::arg("hold_open_files") = true,
+           py::arg("early_read_bytes") = -1)
       .def("description", &PyClient::description)
+      .def("stats", &PyClient::stats)
       .def("open", &PyClient::open, py::arg("path"), py::arg("flags"), py::arg("mode") = 0644)
       .def("stat", &PyClient::stat, py::arg("path"), py::arg("follow") = true)
       .def("stat_many", &PyClient::stat_many, py::arg("paths"), py::arg("follow") = true)

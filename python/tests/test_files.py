@@ -454,6 +454,30 @@ def test_statahead_client(client, cluster, root):
         weft.connect(config=str(cluster / "client.toml"), statahead_ttl=float("inf"))
 
 
+def test_early_reads(client, cluster, root):
+    import pickle
+
+    import weft
+
+    for i in range(6):
+        client.write_file(f"{root}/e{i}", bytes([i]) * (3000 + i))
+    on = weft.connect(config=str(cluster / "client.toml"))
+    off = weft.connect(config=str(cluster / "client.toml"), early_read_bytes=0)
+    for c in (on, off):
+        for i in range(6):  # two opens that ask meta list the directory; later ones read early
+            assert c.read_file(f"{root}/e{i}") == bytes([i]) * (3000 + i)
+    assert on.native.stats()["early_reads_kept"] >= 3
+    assert off.native.stats() == {"early_reads": 0, "early_reads_kept": 0}
+    client.write_file(f"{root}/e4", b"changed" * 100)  # another client rewrites one: meta's answer differs
+    assert on.read_file(f"{root}/e4") == b"changed" * 100
+    copy = pickle.loads(pickle.dumps(off))  # the option travels with the client
+    for i in range(6):
+        copy.read_file(f"{root}/e{i}")
+    assert copy.native.stats()["early_reads"] == 0
+    with pytest.raises(ValueError):
+        weft.connect(config=str(cluster / "client.toml"), early_read_bytes=-2)
+
+
 def test_native_file_dropped_without_close_keeps_its_data(client, root):
     # The native File object dropped with writes still buffered (no close):
     # it flushes and closes itself; this used to abort the interpreter.

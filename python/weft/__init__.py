@@ -47,7 +47,8 @@ DEFAULT_BUFFER_SIZE = 1 << 20
 
 def connect(addr: str | None = None, config: str | None = None, *, io_threads: int = 0,
             write_buffer_bytes: int = 0, name: str = "weft-python", statahead_ttl: float = 0.0,
-            call_timeout: float = 0.0, retry_time: float = 0.0, hold_open_files: bool = True) -> "Client":
+            call_timeout: float = 0.0, retry_time: float = 0.0, hold_open_files: bool = True,
+            early_read_bytes: int = -1) -> "Client":
     """Connects to a cluster.
 
     addr: mgmtd "host:port", overriding the config's list. config: the client
@@ -67,10 +68,15 @@ def connect(addr: str | None = None, config: str | None = None, *, io_threads: i
     meta every few seconds while files are open). False: no such calls, and
     reads of a file removed elsewhere while open fail with ESTALE once its
     data is collected. Reads by inode (read_batch, the datasets) never hold.
+    early_read_bytes: with statahead off, a read-only open by path of a file
+    of at most this many bytes that a directory listing names reads it while
+    metadata answers the open, and keeps the bytes only if the answer matches
+    the listing (close-to-open holds). -1 (default): libweft's 1 MiB; 0: off.
     """
     return Client(addr=addr, config=config, io_threads=io_threads,
                   write_buffer_bytes=write_buffer_bytes, name=name, statahead_ttl=statahead_ttl,
-                  call_timeout=call_timeout, retry_time=retry_time, hold_open_files=hold_open_files)
+                  call_timeout=call_timeout, retry_time=retry_time, hold_open_files=hold_open_files,
+                  early_read_bytes=early_read_bytes)
 
 
 def _raise(err: int, message: str, path: str):
@@ -398,11 +404,12 @@ class Client:
 
     def __init__(self, addr: str | None = None, config: str | None = None, *, io_threads: int = 0,
                  write_buffer_bytes: int = 0, name: str = "weft-python", statahead_ttl: float = 0.0,
-                 call_timeout: float = 0.0, retry_time: float = 0.0, hold_open_files: bool = True):
+                 call_timeout: float = 0.0, retry_time: float = 0.0, hold_open_files: bool = True,
+                 early_read_bytes: int = -1):
         self._args = dict(addr=addr, config=config, io_threads=io_threads,
                           write_buffer_bytes=write_buffer_bytes, name=name, statahead_ttl=statahead_ttl,
                           call_timeout=call_timeout, retry_time=retry_time,
-                          hold_open_files=bool(hold_open_files))
+                          hold_open_files=bool(hold_open_files), early_read_bytes=int(early_read_bytes))
         self._lock = threading.Lock()
         self._native = None
         self._native_connect()
@@ -414,7 +421,8 @@ class Client:
                                       io_threads=a["io_threads"], write_buffer_bytes=a["write_buffer_bytes"],
                                       name=a["name"], statahead_ttl=a["statahead_ttl"],
                                       call_timeout=a.get("call_timeout", 0.0), retry_time=a.get("retry_time", 0.0),
-                                      hold_open_files=a.get("hold_open_files", True))
+                                      hold_open_files=a.get("hold_open_files", True),
+                                      early_read_bytes=a.get("early_read_bytes", -1))
 
     @property
     def native(self):
