@@ -314,7 +314,7 @@ class ClientImpl final : public Client {
     if (auto parts = split_path(path); !wants_write(flags) && !dir_only && parts && !parts->empty()) {
       // The first-epoch case: parent from the directory cache, then lookup +
       // permission check in one round trip; symlinks take the general path.
-      std::shared_ptr<EarlyRead> early;
+      std::unique_ptr<EarlyRead> early;
       auto opened = open_read_at_path(cred, path, &early);
       if (!opened) return error(path_error(opened.error(), path));
       if (!opened->is_symlink()) {
@@ -921,7 +921,7 @@ class ClientImpl final : public Client {
   // `early` given: an early read of the file may start beside the open
   // (client/early_read.h); the caller checks it against the answer.
   Result<Inode> open_read_at_path(const Cred& cred, std::string_view path,
-                                  std::shared_ptr<EarlyRead>* early = nullptr) {
+                                  std::unique_ptr<EarlyRead>* early = nullptr) {
     WEFT_TRY(ParentDir parent, resolve_parent(cred, path, ParentFrom::kCache));
     if (auto listed = statahead(cred, parent.dir.ino, parent.name)) {
       // Meta's rules for a read-only open (a directory: EACCES before EISDIR).
@@ -988,7 +988,7 @@ class ClientImpl final : public Client {
   // An early read of `name` in `dir` if a listing (hints_) names a regular
   // file no File open here for writing (or a truncate) may be changing;
   // null otherwise. The change count is read before that look (early_read.h).
-  std::shared_ptr<EarlyRead> start_early_read(const Cred& cred, Ino dir, const std::string& name) {
+  std::unique_ptr<EarlyRead> start_early_read(const Cred& cred, Ino dir, const std::string& name) {
     const uint64_t changes = core_->local_changes.load();
     auto listed = listed_entry(hints_, cred, dir, name);
     if (!listed || listed->ino == 0 || !listed->is_file() || changing_here(listed->ino)) return nullptr;

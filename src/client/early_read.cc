@@ -5,7 +5,7 @@
 
 namespace weft::client {
 
-std::shared_ptr<EarlyRead> EarlyRead::prepare(Core& core, const Inode& listed, uint64_t changes_at_start) {
+std::unique_ptr<EarlyRead> EarlyRead::prepare(Core& core, const Inode& listed, uint64_t changes_at_start) {
   const size_t max = core.options.early_read_bytes_max;
   // Small files only, read whole (within chunk 0): a reader of a larger file
   // may want a few bytes of it, anywhere.
@@ -15,7 +15,7 @@ std::shared_ptr<EarlyRead> EarlyRead::prepare(Core& core, const Inode& listed, u
   if (!stripe || stripe->empty()) return nullptr;  // the open's own read tells what is wrong
   const ChunkAddress address{listed.ino, 0, chain_of_chunk(*stripe, 0), listed.layout.chunk_bytes};
   if (!core.early_reads->try_acquire(bytes)) return nullptr;
-  return std::shared_ptr<EarlyRead>(new EarlyRead(core, listed, address, bytes, changes_at_start));
+  return std::unique_ptr<EarlyRead>(new EarlyRead(core, listed, address, bytes, changes_at_start));
 }
 
 bool EarlyRead::matches(const Inode& listed, const Inode& opened) {

@@ -15,11 +15,12 @@
 //     (A write not reported yet need not be seen: close-to-open.)
 //   - A truncate, unlink, rename over the name, layout or link change
 //     moves ctime or answers another inode (or an error).
-//   - This client's own writes: the read is not started while any File of
-//     the inode is open (or pinned by a truncate) here, and is dropped when
-//     any data changed through this client (Core::local_changes) between its
-//     start and the moment the File holding it is registered, after which a
-//     write here drops it as it drops read-ahead (Core::chunk_written).
+//   - This client's own writes: the read is not started while a File of
+//     the inode is open here for writing (or a truncate pins it), and is
+//     dropped when any data changed through this client (Core::local_changes)
+//     between its start and the moment the File holding it is registered,
+//     after which a write here drops it as it drops read-ahead
+//     (Core::chunk_written).
 // Both calls run on the opening thread: the open's request goes to meta, the
 // read is made, then meta's answer is read (MetaClient::start_open_read_at;
 // through the I/O threads, either call cost a hand-off and a wake-up more
@@ -42,11 +43,11 @@ class EarlyRead {
  public:
   // Prepares to read `listed` (a regular file's attributes from a listing)
   // whole, or its first chunk, if it holds at most early_read_bytes_max
-  // bytes; null when there is nothing to read (empty, larger) or no
-  // read-ahead memory to read into. REQUIRES:
-  // `changes_at_start` is Core::local_changes as read before the caller saw
-  // no File of the inode open here.
-  static std::shared_ptr<EarlyRead> prepare(Core& core, const Inode& listed, uint64_t changes_at_start);
+  // bytes; null when there is nothing to read (empty, larger) or no room
+  // left in Core::early_reads. REQUIRES: `changes_at_start` is
+  // Core::local_changes as read before the caller saw no File of the inode
+  // open here for writing.
+  static std::unique_ptr<EarlyRead> prepare(Core& core, const Inode& listed, uint64_t changes_at_start);
   // Whether meta's answer `opened` leaves the listing's bytes valid.
   static bool matches(const Inode& listed, const Inode& opened);
 
