@@ -297,27 +297,31 @@ Task<Result<uint32_t>> ChunkIo::read_from(const mgmt::RoutingInfo& routing, mgmt
 }
 
 Result<uint32_t> ChunkIo::read_from_blocking(const mgmt::RoutingInfo& routing, const pb::BatchReadRequest& req,
-                                             mgmt::TargetId target, ChunkAddress c, std::span<std::byte> dst) {
+                                             mgmt::TargetId target, ChunkAddress c, std::span<std::byte> dst,
+                                             uint32_t timeout_ms) {
   WEFT_TRY(rpc::Endpoint ep, endpoint_of(routing, target));
   rpc::RawResponse raw;
-  auto reply = rpc_.call_blocking<pb::BatchReadReply>(ep, methods::kBatchRead, req, dst, options_.call_timeout_ms, &raw);
+  auto reply = rpc_.call_blocking<pb::BatchReadReply>(ep, methods::kBatchRead, req, dst, timeout_ms, &raw);
   return read_reply(reply, raw, ep, target, c, dst);
 }
 
-Result<uint32_t> ChunkIo::read_blocking(ChunkAddress c, uint32_t offset, std::span<std::byte> dst) {
+Result<uint32_t> ChunkIo::read_blocking(ChunkAddress c, uint32_t offset, std::span<std::byte> dst,
+                                        ReadBounds bounds) {
   RoutingPtr routing = routing_.current();
   WEFT_TRY(mgmt::ChainRoute route, route_of(*routing, c.chain));
   if (route.readable.empty()) return error(Code::kUnavailable, "chain {} has no serving replica", c.chain);
   const size_t n = route.readable.size();
+  const size_t tries = std::min(n, std::max<size_t>(bounds.replicas_max, 1));
+  const uint32_t timeout_ms = bounds.timeout_ms > 0 ? bounds.timeout_ms : options_.call_timeout_ms;
   const size_t first = first_replica(c, n);
   const pb::BatchReadRequest req = read_request(route.version, c, offset, dst.size());
   Status last;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < tries; ++i) {
     mgmt::TargetId target = route.readable[(first + i) % n];
-    auto r = read_from_blocking(*routing, req, target, c, dst);
+    auto r = read_from_blocking(*routing, req, target, c, dst, timeout_ms);
     if (r) return r;
     last = r.error();
-    if (i + 1 < n) {
+    if (i + 1 < tries) {
       replica_failovers_.fetch_add(1);
       WEFT_LOG_DEBUG("read chunk {}:{}: {}; trying the next replica", c.ino, c.index, last);
     }

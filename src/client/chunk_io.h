@@ -76,6 +76,13 @@ struct GroupedRead {
   bool retry_alone = false;     // out: the grouped request could not serve it; use read()
 };
 
+// Bounds of ChunkIo::read_blocking: `timeout_ms` per replica (0:
+// ClientOptions::call_timeout_ms), at most `replicas_max` replicas tried.
+struct ReadBounds {
+  uint32_t timeout_ms = 0;
+  size_t replicas_max = SIZE_MAX;
+};
+
 class ChunkIo {
  public:
   ChunkIo(rpc::IoPool& io, rpc::Client& rpc, RoutingCache& routing, ChunkIoOptions options);
@@ -93,7 +100,9 @@ class ChunkIo {
   Task<Result<std::optional<uint64_t>>> data_end(uint64_t ino, mgmt::ChainId chain, uint32_t chunk_bytes,
                                                  uint64_t first_index, uint64_t end_index);
   // One round of read() on the calling thread. REQUIRES: not on an I/O thread.
-  Result<uint32_t> read_blocking(ChunkAddress c, uint32_t offset, std::span<std::byte> dst);
+  // A guess made for a caller (an early read) may bound it (ReadBounds).
+  Result<uint32_t> read_blocking(ChunkAddress c, uint32_t offset, std::span<std::byte> dst,
+                                 ReadBounds bounds = {});
   Task<Result<void>> write(ChunkAddress c, uint32_t offset, std::span<const std::byte> src);
   Task<Result<void>> truncate(ChunkAddress c, uint32_t length);
   Task<Result<void>> remove(ChunkAddress c);
@@ -155,7 +164,8 @@ class ChunkIo {
                                      const rpc::Endpoint& ep, mgmt::TargetId target, ChunkAddress c,
                                      std::span<std::byte> dst);
   Result<uint32_t> read_from_blocking(const mgmt::RoutingInfo& routing, const proto::storage::BatchReadRequest& req,
-                                      mgmt::TargetId target, ChunkAddress c, std::span<std::byte> dst);
+                                      mgmt::TargetId target, ChunkAddress c, std::span<std::byte> dst,
+                                      uint32_t timeout_ms);
   Task<Result<uint32_t>> read_from(const mgmt::RoutingInfo& routing, mgmt::ChainVersion cv, mgmt::TargetId target,
                                    ChunkAddress c, uint32_t offset, std::span<std::byte> dst);
   // Where a retry loop is: attempts since the routing version it last saw.

@@ -35,7 +35,13 @@ EarlyRead::~EarlyRead() {
   if (charged_ > 0) core_.early_reads->release(charged_);
 }
 
-void EarlyRead::read_here() { got_ = core_.chunks->read_blocking(address_, 0, data_.span()); }
+// One replica, a short wait: the open waits for this read, and a replica
+// that does not answer must not hold an open for the call timeout (the
+// File's own read then goes through the usual retries and fail-over).
+void EarlyRead::read_here() {
+  got_ = core_.chunks->read_blocking(address_, 0, data_.span(),
+                                     ReadBounds{.timeout_ms = kTimeoutMs, .replicas_max = 1});
+}
 
 Buffer EarlyRead::take_buffer(size_t* charged) {
   *charged = std::exchange(charged_, 0);

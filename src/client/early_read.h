@@ -55,9 +55,10 @@ class EarlyRead {
   EarlyRead(const EarlyRead&) = delete;
   EarlyRead& operator=(const EarlyRead&) = delete;
 
-  // Reads them on the calling thread (one round over the replicas, as a
-  // File's read of one chunk on its caller's thread).
+  // Reads them on the calling thread from one replica, waiting at most
+  // kTimeoutMs (an error then: the File reads for itself).
   void read_here();
+  static constexpr uint32_t kTimeoutMs = 500;
   // After read_here(): the bytes read (from offset 0 of chunk 0) or the error.
   const Result<uint32_t>& got() const { return got_; }
   const Inode& listed() const { return listed_; }

@@ -1205,6 +1205,58 @@ TEST_F(ClientTest, AnEarlyReadIsKeptOnlyWhenMetaAgreesWithTheListing) {
   ASSERT_TRUE((*w)->close().has_value());
 }
 
+// An early read waits for one replica, at most EarlyRead::kTimeoutMs:
+// storage servers that stop answering do not hold an open for the call
+// timeout (meta answers it); the File's own read then has its usual retries.
+TEST_F(ClientTest, AnEarlyReadDoesNotHoldAnOpenWhileStorageDoesNotAnswer) {
+  if (dir_ == nullptr) GTEST_SKIP() << "needs the cluster this test starts";
+  std::string d = dir();
+  auto path = [&](int i) { return fmt::format("{}/f{}", d, i); };
+  std::vector<std::vector<std::byte>> data;
+  for (int i = 0; i < 3; ++i) {
+    data.push_back(pattern(5000, 60 + i));
+    ASSERT_TRUE(write_new(path(i), data.back()));
+  }
+  auto r = connect_another();
+  ASSERT_TRUE(r.has_value()) << r.error();
+  Client& c = **r;
+  for (int i = 0; i < 2; ++i) {  // two opens that ask meta list the directory
+    auto f = c.open_path(c.default_cred(), path(i), O_RDONLY);
+    ASSERT_TRUE(f.has_value()) << f.error();
+  }
+  std::vector<pid_t> storage;
+  for (int i = 1; i <= 3; ++i) {
+    std::ifstream pidfile(fmt::format("{}/run/storage-{}.pid", data_, i));
+    pid_t pid = 0;
+    pidfile >> pid;
+    ASSERT_GT(pid, 0);
+    storage.push_back(pid);
+  }
+  // Resumed however the test ends (well within mgmtd's lease: they stay in their chains).
+  struct Resume {
+    std::vector<pid_t>& pids;
+    ~Resume() {
+      for (pid_t p : pids) ::kill(p, SIGCONT);
+    }
+  } resume{storage};
+  for (pid_t p : storage) ASSERT_EQ(::kill(p, SIGSTOP), 0);
+  auto before = c.stats();
+  auto t0 = std::chrono::steady_clock::now();
+  auto f = c.open_path(c.default_cred(), path(2), O_RDONLY);
+  auto took = std::chrono::steady_clock::now() - t0;
+  for (pid_t p : storage) ::kill(p, SIGCONT);
+  ASSERT_TRUE(f.has_value()) << f.error();
+  EXPECT_EQ(c.stats().early_reads, before.early_reads + 1);
+  EXPECT_EQ(c.stats().early_reads_kept, before.early_reads_kept) << "it failed: nothing to keep";
+  // The call timeout is 10 s; the early read gives up after 0.5 s.
+  EXPECT_LT(took, std::chrono::seconds(4)) << std::chrono::duration_cast<std::chrono::milliseconds>(took).count();
+  std::vector<std::byte> out(5001);
+  auto n = (*f)->pread(out, 0);
+  ASSERT_TRUE(n.has_value()) << n.error();
+  out.resize(*n);
+  EXPECT_EQ(out, data[2]);
+}
+
 // A write through this client that begins while an early read is under way
 // (here: while it waits for meta's answer) drops the early bytes, even when
 // meta answered the open before the write's length report: a read in this
