@@ -440,25 +440,16 @@ MetaClient::PendingOpen MetaClient::start_open_read_at(const Cred& cred, Ino par
   // No first attempt here: finish calls open_read_at as it is (or says why not).
   if (options_.addresses.empty() || rpc::IoPool::current_context() != nullptr) return open;
   open.addr_ = current_.load() % options_.addresses.size();
-  std::string body;
-  if (!open.req_.SerializeToString(&body)) return open;
-  auto call = rpc_.start_blocking(options_.addresses[open.addr_], method::kOpenReadAt, body, options_.call_timeout_ms);
+  auto call =
+      rpc_.start_blocking(options_.addresses[open.addr_], method::kOpenReadAt, open.req_, options_.call_timeout_ms);
   if (call) open.call_ = std::move(*call);
   return open;
 }
 
 Result<Inode> MetaClient::finish_open_read_at(PendingOpen& open) {
   if (open.call_) {
-    auto raw = rpc_.finish_blocking(*open.call_);
+    Result<Rep> r = rpc_.finish_blocking<Rep>(*open.call_);
     open.call_.reset();
-    Result<Rep> r = [&]() -> Result<Rep> {
-      if (!raw) return std::unexpected(std::move(raw).error());
-      Rep rep;
-      if (!rep.ParseFromString(raw->body))
-        return error(Code::kProtocol, "cannot parse the reply of open_read_at from {}",
-                     options_.addresses[open.addr_].to_string());
-      return rep;
-    }();
     if (r) current_.store(open.addr_);
     if (r || !r.error().retryable()) return inode_of(std::move(r));
     // Retried as open_read_at's loop would after its first attempt.

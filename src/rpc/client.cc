@@ -220,6 +220,8 @@ PendingCall& PendingCall::operator=(PendingCall&& other) noexcept {
   if (this == &other) return *this;
   if (channel_) channel_->abandon();
   channel_ = std::move(other.channel_);
+  ep_ = std::move(other.ep_);
+  method_ = other.method_;
   request_id_ = other.request_id_;
   deadline_ = other.deadline_;
   return *this;
@@ -231,6 +233,8 @@ Result<PendingCall> Client::start_blocking(const Endpoint& ep, MethodId method, 
   WEFT_TRY(SyncChannel::Sent sent, channel->send(method, body, timeout_ms ? timeout_ms : options_.call_timeout_ms));
   PendingCall call;
   call.channel_ = std::move(channel);
+  call.ep_ = ep;
+  call.method_ = method;
   call.request_id_ = sent.request_id;
   call.deadline_ = sent.deadline;
   return call;

@@ -133,6 +133,8 @@ class PendingCall {
  private:
   friend class Client;
   std::shared_ptr<SyncChannel> channel_;
+  Endpoint ep_;
+  MethodId method_;
   uint64_t request_id_ = 0;
   std::chrono::steady_clock::time_point deadline_;
 };
@@ -176,12 +178,7 @@ class Client {
     std::string body;
     if (!req.SerializeToString(&body)) return error(Code::kInvalidArgument, "cannot serialize request");
     WEFT_TRY(RawResponse r, call_blocking(ep, method, body, response_payload, timeout_ms));
-    Resp resp;
-    if (!resp.ParseFromString(r.body))
-      return error(Code::kProtocol, "cannot parse the reply of method {}.{} from {}", method.service, method.method,
-                   ep.to_string());
-    if (raw) *raw = std::move(r);
-    return resp;
+    return parse_reply<Resp>(std::move(r), method, ep, raw);
   }
   // call_blocking in two halves on the calling thread: the request goes out
   // now, and finish_blocking reads its answer, so that the thread can make a
@@ -191,6 +188,19 @@ class Client {
   Result<PendingCall> start_blocking(const Endpoint& ep, MethodId method, const std::string& body,
                                      uint32_t timeout_ms = 0);
   Result<RawResponse> finish_blocking(PendingCall& call, std::span<std::byte> response_payload = {});
+  template <class Req>
+  Result<PendingCall> start_blocking(const Endpoint& ep, MethodId method, const Req& req, uint32_t timeout_ms) {
+    std::string body;
+    if (!req.SerializeToString(&body)) return error(Code::kInvalidArgument, "cannot serialize request");
+    return start_blocking(ep, method, body, timeout_ms);
+  }
+  template <class Resp>
+  Result<Resp> finish_blocking(PendingCall& call) {
+    const Endpoint ep = call.ep_;
+    const MethodId method = call.method_;
+    WEFT_TRY(RawResponse r, finish_blocking(call, std::span<std::byte>{}));
+    return parse_reply<Resp>(std::move(r), method, ep, nullptr);
+  }
   static constexpr size_t kSyncChannelsPerThreadMax = 64;
 
   uint64_t client_id() const { return options_.client_id; }
@@ -203,6 +213,16 @@ class Client {
   size_t channel_count();  // for tests: endpoints with state here
 
  private:
+  // The reply body of `method` from `ep` as a Resp; `raw` (if given) keeps the rest.
+  template <class Resp>
+  static Result<Resp> parse_reply(RawResponse r, MethodId method, const Endpoint& ep, RawResponse* raw) {
+    Resp resp;
+    if (!resp.ParseFromString(r.body))
+      return error(Code::kProtocol, "cannot parse the reply of method {}.{} from {}", method.service, method.method,
+                   ep.to_string());
+    if (raw) *raw = std::move(r);
+    return resp;
+  }
   struct Channel {
     std::vector<std::shared_ptr<ClientConnection>> conns;  // for threads outside the pool
     std::vector<std::shared_ptr<ClientConnection>> local;  // per I/O thread: [thread * per_endpoint + k]

@@ -192,6 +192,31 @@ class ClientTest : public ::testing::Test {
     return n && closed;
   }
   bool write_new(const std::string& path, std::span<const std::byte> data) { return write_new_with(*client_, path, data); }
+
+  // Files d/f0..f{n-1} of `bytes` bytes each (pattern(bytes, seed + i)), and
+  // another client that opened d/f0 and d/f1 by path: two opens that asked
+  // meta, so it has listed d (statahead's rule, which early reads share).
+  struct ListedDir {
+    std::vector<std::vector<std::byte>> data;
+    std::unique_ptr<Client> client;
+  };
+  std::optional<ListedDir> listed_dir(const std::string& d, int n, size_t bytes, uint64_t seed) {
+    ListedDir out;
+    for (int i = 0; i < n; ++i) {
+      out.data.push_back(pattern(bytes, seed + i));
+      if (!write_new(fmt::format("{}/f{}", d, i), out.data.back())) return std::nullopt;
+    }
+    auto c = connect_another();
+    EXPECT_TRUE(c.has_value()) << c.error();
+    if (!c) return std::nullopt;
+    out.client = std::move(*c);
+    for (int i = 0; i < 2; ++i) {
+      auto f = out.client->open_path(out.client->default_cred(), fmt::format("{}/f{}", d, i), O_RDONLY);
+      EXPECT_TRUE(f.has_value()) << f.error();
+      if (!f) return std::nullopt;
+    }
+    return out;
+  }
   // Through `other`: empties d/sub, removes it and makes it again holding only y.
   static void remake_again(Client& other, const std::string& d, std::span<const std::byte> data) {
     auto list = other.list_path(other.default_cred(), d + "/sub");
@@ -1212,18 +1237,10 @@ TEST_F(ClientTest, AnEarlyReadDoesNotHoldAnOpenWhileStorageDoesNotAnswer) {
   if (dir_ == nullptr) GTEST_SKIP() << "needs the cluster this test starts";
   std::string d = dir();
   auto path = [&](int i) { return fmt::format("{}/f{}", d, i); };
-  std::vector<std::vector<std::byte>> data;
-  for (int i = 0; i < 3; ++i) {
-    data.push_back(pattern(5000, 60 + i));
-    ASSERT_TRUE(write_new(path(i), data.back()));
-  }
-  auto r = connect_another();
-  ASSERT_TRUE(r.has_value()) << r.error();
-  Client& c = **r;
-  for (int i = 0; i < 2; ++i) {  // two opens that ask meta list the directory
-    auto f = c.open_path(c.default_cred(), path(i), O_RDONLY);
-    ASSERT_TRUE(f.has_value()) << f.error();
-  }
+  auto listed = listed_dir(d, 3, 5000, 60);
+  ASSERT_TRUE(listed);
+  const auto& data = listed->data;
+  Client& c = *listed->client;
   std::vector<pid_t> storage;
   for (int i = 1; i <= 3; ++i) {
     std::ifstream pidfile(fmt::format("{}/run/storage-{}.pid", data_, i));
@@ -1264,18 +1281,9 @@ TEST_F(ClientTest, AnEarlyReadDoesNotHoldAnOpenWhileStorageDoesNotAnswer) {
 TEST_F(ClientTest, AWriteHereDuringAnEarlyReadDropsItsBytes) {
   std::string d = dir();
   auto path = [&](int i) { return fmt::format("{}/f{}", d, i); };
-  std::vector<std::vector<std::byte>> data;
-  for (int i = 0; i < 3; ++i) {
-    data.push_back(pattern(8000, 80 + i));
-    ASSERT_TRUE(write_new(path(i), data.back()));
-  }
-  auto r = connect_another();
-  ASSERT_TRUE(r.has_value()) << r.error();
-  Client& c = **r;
-  for (int i = 0; i < 2; ++i) {
-    auto f = c.open_path(c.default_cred(), path(i), O_RDONLY);
-    ASSERT_TRUE(f.has_value()) << f.error();
-  }
+  auto listed = listed_dir(d, 3, 8000, 80);
+  ASSERT_TRUE(listed);
+  Client& c = *listed->client;
   auto before = c.stats();
   std::optional<fault::Scope> hold(std::in_place, "client.early_read.hold");
   std::shared_ptr<File> opened;
