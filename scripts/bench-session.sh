@@ -3,8 +3,9 @@
 # (meta_bench, twice), then a local cluster (`weft up`, 3 storage servers x 2
 # targets, replicas 1) measured through the native client (4 KiB random reads
 # x3; W1, W2, W3, W5, W6 beside a local directory; W3 twice more) and through
-# a FUSE mount (W1-W3 beside the local directory, then W3 alternated with a
-# bindfs passthrough of a local directory, 3 times each); random reads again
+# a FUSE mount (W1-W3 beside the local directory; W1, W2 through a bindfs
+# passthrough of a local directory, FUSE's own ceiling for them; then W3
+# alternated with that passthrough, 3 times each); random reads again
 # on a cluster with one storage server (pread and submit_reads batches).
 # Usage: scripts/bench-session.sh [OUT_DIR]   (default /var/tmp/weft-bench-<UTC time>)
 # Writes OUT_DIR/session.log (the printed tables), OUT_DIR/progress.log (the
@@ -74,6 +75,8 @@ step "mount W1,W2,W3 beside $B"
 run "$W" mount "$MNT" --config "$D/client.toml" --background || exit 1
 bench --target "$MNT/m" --baseline "$B" --workloads W1,W2,W3 --json "$J/mount.json"
 if command -v bindfs >/dev/null && bindfs -o multithreaded "$SRC" "$BIND"; then
+  step "bindfs W1,W2"
+  bench --target "$BIND/c" --workloads W1,W2 --json "$J/bindfs_w12.json"
   for r in 1 2 3; do
     step "bindfs W3, run $r"
     bench --target "$BIND/b$r" --workloads W3 --json "$J/bindfs_w3_$r.json"
