@@ -356,9 +356,15 @@ Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const Ch
     }
     RemoveJob job{engine, u.id, p.route.chain_id, u.sync, u.commit_by, /*space_checked=*/p.successor.has_value()};
     auto removed = co_await pool_.run(admitted, job);
-    // A resync removal, or a reconcile's: the source never had what this
-    // replica recorded (an update that failed, never acknowledged).
-    if ((u.sync || u.forget_dedup) && (!removed || *removed)) p.target->dedup().forget_chunk(u.id);
+    // A resync removal, or a reconcile's: of what this replica recorded for
+    // the chunk, what the sender did not (u.held, its keys_of) is an update
+    // that failed, never acknowledged, whose retry must be applied afresh;
+    // what the sender recorded too was applied there as well (a write the
+    // chunk's acknowledged removal then undid): its retry is answered from the
+    // record, not applied again over the removal. The reconcile's head keeps
+    // all of its own (own_content): they describe what it holds.
+    if ((u.sync || u.forget_dedup) && !u.own_content && (!removed || *removed))
+      p.target->dedup().forget_chunk_except(u.id, u.held);
     if (!removed) co_return error(removed.error());
     if (p.successor) note_delivered(p, u.id);
     co_return WriteResult{};

@@ -76,25 +76,34 @@ std::vector<DedupTable::Key> DedupTable::keys_of(const ChunkId& chunk, size_t ma
   return keys;
 }
 
+size_t DedupTable::forget_chunk_except(const ChunkId& chunk, const std::vector<Key>& held) {
+  std::lock_guard lock(mu_);
+  return drop_unheld_locked(chunk, std::set<Key>(held.begin(), held.end()), nullptr);
+}
+
 size_t DedupTable::replaced(const ChunkId& chunk, const std::vector<Key>& held, int kind, DedupOutcome outcome) {
   std::vector<Key> missing;
   size_t gone = 0;
   {
     std::lock_guard lock(mu_);
     const std::set<Key> keep(held.begin(), held.end());
-    std::vector<Key> drop;
     std::set<Key> here;
-    for (auto it = by_chunk_.lower_bound({chunk, Key{0, 0}}); it != by_chunk_.end() && it->first == chunk; ++it) {
-      here.insert(it->second);
-      if (!keep.contains(it->second)) drop.push_back(it->second);
-    }
-    for (const Key& k : drop) erase(entries_.find(k));
-    gone = drop.size();
+    gone = drop_unheld_locked(chunk, keep, &here);
     for (const Key& k : keep)
       if (!here.contains(k)) missing.push_back(k);
   }
   for (const Key& k : missing) record(k.first, k.second, DedupEntry{chunk, kind, outcome});
   return gone;
+}
+
+size_t DedupTable::drop_unheld_locked(const ChunkId& chunk, const std::set<Key>& keep, std::set<Key>* here) {
+  std::vector<Key> drop;
+  for (auto it = by_chunk_.lower_bound({chunk, Key{0, 0}}); it != by_chunk_.end() && it->first == chunk; ++it) {
+    if (here != nullptr) here->insert(it->second);
+    if (!keep.contains(it->second)) drop.push_back(it->second);
+  }
+  for (const Key& k : drop) erase(entries_.find(k));
+  return drop.size();
 }
 
 void DedupTable::erase(std::map<Key, Slot>::iterator it) {

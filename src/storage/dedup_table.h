@@ -80,6 +80,10 @@ class DedupTable {
   // holds: their retries would be applied again. Raising the client's floor
   // instead would refuse that client's retries on every chunk: left so.)
   size_t replaced(const ChunkId& chunk, const std::vector<Key>& held, int kind, DedupOutcome outcome);
+  // `chunk` was removed by a sender whose table holds `held` for it (its
+  // keys_of): entries naming it that are not in `held` go; those in it stay
+  // (nothing is recorded for the missing ones). Returns how many went.
+  size_t forget_chunk_except(const ChunkId& chunk, const std::vector<Key>& held);
   size_t size() const;
 
  private:
@@ -93,6 +97,9 @@ class DedupTable {
     std::list<uint64_t>::iterator age;  // in floor_order_
   };
   void erase(std::map<Key, Slot>::iterator it);  // REQUIRES: mu_ held
+  // Erases the entries naming `chunk` whose keys are not in `keep`, adding
+  // every key it saw to `here` (if given); how many went. REQUIRES: mu_ held.
+  size_t drop_unheld_locked(const ChunkId& chunk, const std::set<Key>& keep, std::set<Key>* here);
   void raise_floor(const Key& evicted);          // REQUIRES: mu_ held
 
   const size_t entries_max_;

@@ -235,6 +235,10 @@ Task<StorageService::ReconcileOutcome> StorageService::reconcile_one(mgmt::Chain
   // This member's content, as the whole chunk, through the chain.
   ChainUpdate u;
   ReadResult content;
+  // The head's records describe its content (or the removal that left it
+  // without the chunk): it keeps them, and members keep the same ones.
+  u.held = p->target->dedup().keys_of(id, kHeldKeysMax);
+  u.own_content = true;
   if (mine) {
     auto read = co_await pool_.run(ReadCommittedJob{engine, id});
     if (!read) co_return ReconcileOutcome::kRetry;
@@ -242,8 +246,6 @@ Task<StorageService::ReconcileOutcome> StorageService::reconcile_one(mgmt::Chain
     u.kind = pb::UPDATE_REPLACE;
     u.data = content.data();
     u.length = static_cast<uint32_t>(u.data.size());
-    u.held = p->target->dedup().keys_of(id, kHeldKeysMax);
-    u.own_content = true;
   } else {
     u.kind = pb::UPDATE_REMOVE;
     u.forget_dedup = true;

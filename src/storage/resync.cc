@@ -412,11 +412,11 @@ Task<Result<StorageService::CopyOutcome>> StorageService::copy_chunk_once(Resync
   ChainUpdate u;
   u.id = id;
   u.sync = true;
+  u.held = pass.source->dedup().keys_of(id, kHeldKeysMax);  // also for a removal (replicate)
   WriteResult state;
   if (data) {
     auto info = pass.source->engine().stat(id);  // memory; the lock holds it still
     u.sync_recorded = info && info->chain_id == pass.chain;
-    u.held = pass.source->dedup().keys_of(id, kHeldKeysMax);
     u.kind = pb::UPDATE_REPLACE;
     u.data = data->data();
     u.length = static_cast<uint32_t>(u.data.size());

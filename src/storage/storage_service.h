@@ -246,14 +246,16 @@ struct ChainUpdate {
   bool retry = false;  // from a client: not the first send of (client_id, sequence)
   bool sync = false;  // a resync copy (Forward with sync): never touches another chain's chunk
   bool sync_recorded = false;  // with sync: the source recorded the chunk as the chain's (ForwardRequest)
-  // REPLACE: the client updates its content holds (ForwardRequest.held).
+  // REPLACE, and a resync's or reconcile's REMOVE: the client updates the
+  // sender recorded for the chunk (its content holds them, or its removal
+  // followed them) (ForwardRequest.held).
   std::vector<std::pair<uint64_t, uint64_t>> held;
   // REMOVE by a reconcile: every member forgets the chunk's dedup entries
-  // (ForwardRequest.forget_dedup).
+  // but those in `held` (ForwardRequest.forget_dedup).
   bool forget_dedup = false;
-  // REPLACE of this member's own committed content (a reconcile at the
-  // head): its dedup entries describe that content already; `held` is for
-  // the successors (and may be cut to kHeldKeysMax), not to trim its own.
+  // REPLACE or REMOVE of this member's own state (a reconcile at the head):
+  // its dedup entries describe that state already; `held` is for the
+  // successors (and may be cut to kHeldKeysMax), not to trim its own.
   bool own_content = false;
   // Set once a Forward of it went out (forward_out): a failure before that
   // changed no other member, and needs no reconcile. Mutable: the update

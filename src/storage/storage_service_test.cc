@@ -372,6 +372,25 @@ TEST(DedupTable, KeepsWhatTheReplacingContentHolds) {
   EXPECT_TRUE(t.find(2, 7).has_value()) << "another chunk's";
 }
 
+// A chunk removed by a sender that recorded some of the updates recorded
+// here: those stay as they were, the others go, and nothing is recorded for
+// the sender's keys missing here.
+TEST(DedupTable, KeepsWhatTheRemovingSenderRecordedToo) {
+  DedupTable t;
+  const ChunkId c{5, 0};
+  t.record(1, 1, {c, 1, {1, 10, 0}});
+  t.record(1, 2, {c, 1, {2, 10, 0}});
+  t.record(2, 7, {ChunkId{5, 1}, 1, {1, 10, 0}});
+  EXPECT_EQ(t.forget_chunk_except(c, {{1, 2}, {3, 4}}), 1u);
+  EXPECT_FALSE(t.find(1, 1).has_value()) << "the sender never applied it: its retry is applied afresh";
+  ASSERT_TRUE(t.find(1, 2).has_value()) << "applied there too: its retry is answered from the record";
+  EXPECT_EQ(t.find(1, 2)->outcome.version, 2u);
+  EXPECT_FALSE(t.find(3, 4).has_value()) << "nothing recorded for a key missing here";
+  EXPECT_TRUE(t.find(2, 7).has_value()) << "another chunk's";
+  EXPECT_EQ(t.forget_chunk_except(c, {}), 1u);
+  EXPECT_EQ(t.size(), 1u);
+}
+
 // Each client's floor is the highest sequence evicted; entries dropped with
 // their chunk raise none; the floors of the clients least recently raised go
 // first past clients_max.
@@ -1288,6 +1307,42 @@ TEST_F(StorageServiceTest, AReconcileThatRemovesAChunkForgetsTheRequestsItsRepli
   auto retried = write(2, 2, id, 0, a, 14, 1);
   ASSERT_TRUE(retried.has_value()) << retried.error();
   EXPECT_EQ(read(2, 2, id).data, a);
+}
+
+// The same removal where the head's own history of the chunk is real: a
+// write acknowledged (its reply lost, the client retries it later), then the
+// chunk removed (acknowledged), then a write that only the tail committed.
+// The reconcile removes the tail's chunk; the head keeps its record of the
+// first write (and the members keep what the head holds), so that write's
+// retry is answered from it, not applied again over the removal.
+TEST_F(StorageServiceTest, AReconcileThatRemovesAChunkKeepsTheRequestsItsHeadApplied) {
+  start(3, 0, /*forward_timeout_ms=*/400);
+  route({0, 1, 2}, 1);
+  ChunkId id{24, 0};
+  auto a = pattern(kChunk, 101), b = pattern(kChunk, 102);
+  auto first = write(0, 1, id, 0, a, 30, 1);
+  ASSERT_TRUE(first.has_value()) << first.error();
+  ASSERT_TRUE(client_.remove(nodes_[0]->ep(), 1, 1, id).has_value());
+  {
+    fault::Scope lost("storage.forward.drop_reply", {.hits_max = 1});  // the tail's reply back
+    auto w = write(0, 1, id, 0, b, 31, 1);
+    if (lost.triggered() == 0) GTEST_SKIP() << "fault injection compiled out";
+    EXPECT_FALSE(w.has_value());
+  }
+  auto held = [&](size_t n) { return read(n, 1, id).result.length() > 0; };
+  for (int i = 0; i < 100 && (held(0) || held(1) || held(2)); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (size_t n = 0; n < 3; ++n) ASSERT_FALSE(held(n)) << "node " << n << " kept the chunk the head never had";
+  auto retried = write(0, 1, id, 0, a, 30, 1);
+  ASSERT_TRUE(retried.has_value()) << retried.error();
+  EXPECT_EQ(retried->version(), first->version()) << "answered from the record";
+  for (size_t n = 0; n < 3; ++n) EXPECT_FALSE(held(n)) << "node " << n << ": the retry brought the removed chunk back";
+  // After a failover to the middle, which holds the head's record too.
+  route({1, 2}, 2);
+  auto again = write(1, 2, id, 0, a, 30, 1);
+  ASSERT_TRUE(again.has_value()) << again.error();
+  EXPECT_EQ(again->version(), first->version());
+  EXPECT_EQ(read(1, 2, id).result.length(), 0u) << "the retry after the failover brought the removed chunk back";
 }
 
 // A Forward that never went out leaves the replicas as they were: no
