@@ -1186,6 +1186,12 @@ class FuseServer::Impl {
         if (more) n += *more;
       }
     }
+    // The read flushed the inode's writers here and reported their length
+    // to meta: a listing page fetched before (readdirplus) may hold meta's
+    // older length, which apply_local_size no longer covers (those writes
+    // are reported now) and which would shrink the kernel's size under the
+    // writer (its next O_APPEND write would land over acknowledged bytes).
+    if (of->writable || s->has_other_writers(ino, of)) s->data_changed();
     fuse_reply_buf(req, reinterpret_cast<const char*>(buf.data()), n);
   }
 
