@@ -6,18 +6,20 @@ namespace weft::fuse {
 
 Result<void> DirCursor::load(uint64_t start, std::string cookie, const Fetch& fetch) {
   // A page may come back empty without being the last one; give up only if
-  // the cookie stops moving.
+  // the cookie stops moving. Nothing changes until a page with entries (or
+  // the last) is in hand: a failure on the way leaves the page in use, and
+  // the cookie it goes on from, as they were.
   for (int empty_pages = 0;; ++empty_pages) {
     auto page = fetch(cookie);
-    ++pages_fetched_;
     if (!page) return std::unexpected(page.error());
-    loaded_ = true;
-    reload_ = false;
-    cur_start_ = start;
-    cur_cookie_ = cookie;
-    cur_ = std::move(page->entries);
-    cur_eof_ = page->eof;
-    if (!cur_.empty() || cur_eof_) {
+    if (!page->entries.empty() || page->eof) {
+      ++pages_fetched_;
+      loaded_ = true;
+      reload_ = false;
+      cur_start_ = start;
+      cur_cookie_ = std::move(cookie);
+      cur_ = std::move(page->entries);
+      cur_eof_ = page->eof;
       cur_next_ = std::move(page->cookie);
       break;
     }

@@ -49,6 +49,7 @@ class DirCursor {
     return index < cur_start_ + cur_.size() || cur_eof_;
   }
 
+  // Pages loaded so far (a load that failed on the way counts none).
   size_t pages_fetched() const { return pages_fetched_; }
 
  private:

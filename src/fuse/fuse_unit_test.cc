@@ -206,6 +206,42 @@ TEST(DirCursor, ReloadsTheCurrentPage) {
   EXPECT_EQ(at(100), "<none>");
 }
 
+// A reload whose first page comes back empty (not the last) and whose next
+// fetch fails leaves the cursor where it was: the retry lists from the
+// entry asked for, skipping none; failed fetches are not counted.
+TEST(DirCursor, AFailedReloadAfterAnEmptyPageSkipsNothing) {
+  FakeDir d{100, 10};
+  DirCursor c;
+  int script = 0;  // 2: an empty page next, 1: then a failure
+  auto fetch = [&](std::string_view k) -> Result<meta::DirPage> {
+    if (script == 2) {
+      --script;
+      meta::DirPage empty;
+      empty.cookie = std::string(k) + "~";  // moves on, past no name
+      return empty;
+    }
+    if (script == 1) {
+      --script;
+      return error(Code::kUnavailable, "meta away");
+    }
+    return d.fetch(k);
+  };
+  auto e = c.at(2, fetch);
+  ASSERT_TRUE(e && *e);
+  c.reload_page();
+  script = 2;
+  const size_t fetched = c.pages_fetched();
+  EXPECT_FALSE(c.at(5, fetch));
+  EXPECT_EQ(c.pages_fetched(), fetched) << "no page was fetched";
+  e = c.at(5, fetch);
+  ASSERT_TRUE(e) << e.error();
+  ASSERT_NE(*e, nullptr);
+  EXPECT_EQ((*e)->name, FakeDir::name(5));
+  e = c.at(6, fetch);
+  ASSERT_TRUE(e && *e);
+  EXPECT_EQ((*e)->name, FakeDir::name(6));
+}
+
 // Reads a listing as the kernel does, `batch` entries per request, calling
 // reload_page() before every request and `between` after it with the names
 // it returned: what the listing returned, in order.
