@@ -215,6 +215,12 @@ class Client {
     uint64_t early_reads_kept = 0;  // handed to the File opened (meta's answer matched)
   };
   virtual Stats stats() const = 0;
+  // How many lengths Files of this client have reported to meta. It moves
+  // before the reported writes stop counting in the local size added to
+  // meta's answers (lookup, getattr): a caller holding attributes fetched
+  // before it moved (a listing page) may hold a length older than this
+  // client's writes and should fetch them again.
+  virtual uint64_t length_reports() const = 0;
   virtual std::string cluster_description() const = 0;  // "mgmtd 127.0.0.1:7000 (from ./weft-data/client.toml)"
 
   // ---- inode-level namespace (FUSE) ----

@@ -132,6 +132,7 @@ class ClientImpl final : public Client {
   Stats stats() const override {
     return Stats{.early_reads = early_reads_.load(), .early_reads_kept = early_reads_kept_.load()};
   }
+  uint64_t length_reports() const override { return core_->length_reports.load(); }
   std::string cluster_description() const override {
     std::string addrs;
     for (const auto& ep : core_->cluster.mgmtd) addrs += (addrs.empty() ? "" : ",") + ep.to_string();

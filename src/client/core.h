@@ -234,6 +234,11 @@ struct Core {
   // truncate or extend, a truncate by path): an early read started before
   // one is not kept (client/early_read.h).
   std::atomic<uint64_t> local_changes{0};
+  // Counts the lengths meta took from a File here (FileImpl::reported_locked),
+  // moved before those writes stop counting in unreported_end: an answer
+  // from meta fetched before it may hold an older length that unreported_end
+  // then no longer covers (Client::length_reports).
+  std::atomic<uint64_t> length_reports{0};
   // Cleared when meta answers close_with_length with kUnknownMethod (a meta
   // from before it, during an upgrade): Files then report, then close.
   std::atomic<bool> meta_closes_with_length{true};

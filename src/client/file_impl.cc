@@ -429,6 +429,7 @@ void FileImpl::reported_locked(const LengthReport& report, uint64_t meta_size, b
                                std::optional<uint64_t> answered) {
   reported_ = std::max(reported_, report.length);
   reported_gen_ = std::max(reported_gen_, report.upto);
+  core_.length_reports.fetch_add(1);  // before unreported_end stops covering them (core.h)
   if (write_gen_ == report.upto) unreported_end_ = 0;  // else later writes keep theirs (and this end)
   size_ = std::max(size_, meta_size);
   if (!probed && !answered) return;

@@ -1166,9 +1166,21 @@ class FuseServer::Impl {
     // failed write is that handle's, reported by its own next call.
     // pread_page_fill: a read of a write-only handle is the kernel filling
     // a page (writeback_cache); read(2) on one never gets here (EBADF).
+    // The read flushes the inode's writers here and may report their length
+    // to meta (also when it then fails), after which apply_local_size no
+    // longer adds those writes: a listing page fetched before (readdirplus)
+    // may hold meta's older length, which would shrink the kernel's size
+    // under the writer (its next O_APPEND write would land over acknowledged
+    // bytes). Such a read counts as a change here, so the page is fetched again.
+    // (Before the reply: the caller's next request may be that listing's.)
+    const uint64_t reports_before = s->client_.length_reports();
+    auto note_reports = [&] {
+      if (s->client_.length_reports() != reports_before) s->data_changed();
+    };
     auto& buf = read_buffer(size);
     auto r = of->file->pread_page_fill(std::span<std::byte>(buf.data(), size), static_cast<uint64_t>(off));
     if (!r) {
+      note_reports();
       fuse_reply_err(req, errno_of(r.error()));
       return;
     }
@@ -1186,12 +1198,7 @@ class FuseServer::Impl {
         if (more) n += *more;
       }
     }
-    // The read flushed the inode's writers here and reported their length
-    // to meta: a listing page fetched before (readdirplus) may hold meta's
-    // older length, which apply_local_size no longer covers (those writes
-    // are reported now) and which would shrink the kernel's size under the
-    // writer (its next O_APPEND write would land over acknowledged bytes).
-    if (of->writable || s->has_other_writers(ino, of)) s->data_changed();
+    note_reports();
     fuse_reply_buf(req, reinterpret_cast<const char*>(buf.data()), n);
   }
 
@@ -1211,6 +1218,7 @@ class FuseServer::Impl {
     // FOPEN_DIRECT_IO it does not, so the write is durable before it returns here.
     if (of->direct_io && (fi->flags & O_DSYNC)) {
       if (auto synced = of->file->fsync(); !synced) {
+        self(req)->data_changed();  // the write is buffered, and the fsync may have reported a length (op_read)
         fuse_reply_err(req, errno_of(synced.error()));
         return;
       }
@@ -1307,11 +1315,12 @@ class FuseServer::Impl {
       }
     }
     if (!(mode & FALLOC_FL_KEEP_SIZE)) {
-      if (auto r = of->file->extend(static_cast<uint64_t>(offset) + static_cast<uint64_t>(length)); !r) {
+      auto r = of->file->extend(static_cast<uint64_t>(offset) + static_cast<uint64_t>(length));
+      s->data_changed();  // failed too: its flush may have reported a length (op_read)
+      if (!r) {
         fuse_reply_err(req, errno_of(r.error()));
         return;
       }
-      s->data_changed();
     }
     fuse_reply_err(req, 0);
   }
