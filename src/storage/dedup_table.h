@@ -20,8 +20,11 @@
 // resync copy) keeps the entries of the updates the sender's content holds
 // (the sender's own entries for the chunk, sent with it: `replaced`) and
 // forgets the others, whose retries must be applied again; a removal by a
-// resync or by a reconcile (the head never had the chunk) forgets them all. Invariant: a member's entries for a chunk name
-// updates its committed content holds.
+// resync or by a reconcile keeps the entries the sender holds for the chunk
+// (updates it applied too, which a removal then undid: `forget_chunk_except`)
+// and forgets the others. Invariant: a member's entries for a chunk name
+// updates its committed content holds, or updates a later removal of the
+// chunk undid.
 // Threading: thread-safe.
 #pragma once
 
@@ -38,7 +41,8 @@
 
 namespace weft::storage {
 
-// Entries a REPLACE carries at most (DedupTable::keys_of): a bound on its request.
+// Entries a REPLACE, or a resync's or reconcile's removal, carries at most
+// (DedupTable::keys_of): a bound on its request.
 inline constexpr size_t kHeldKeysMax = 1024;
 
 struct DedupOutcome {
@@ -82,7 +86,9 @@ class DedupTable {
   size_t replaced(const ChunkId& chunk, const std::vector<Key>& held, int kind, DedupOutcome outcome);
   // `chunk` was removed by a sender whose table holds `held` for it (its
   // keys_of): entries naming it that are not in `held` go; those in it stay
-  // (nothing is recorded for the missing ones). Returns how many went.
+  // (nothing is recorded for the missing ones). Returns how many went. (A
+  // `held` cut to kHeldKeysMax omits the sender's older entries: their
+  // retries are applied again, as `replaced` says.)
   size_t forget_chunk_except(const ChunkId& chunk, const std::vector<Key>& held);
   size_t size() const;
 
