@@ -280,14 +280,13 @@ class FuseTest : public ::testing::Test {
   }
   // This test's directory as seen through the extra mount `name`.
   std::string base_in(const std::string& name) const { return dir_->file(name) + "/" + base_.substr(mnt_.size() + 1); }
-  // Empty files entry-0000 .. entry-<n-1> in the test's directory.
-  void create_entries(int n) {
+  // Files <prefix>0000 .. <prefix><n-1> in the test's directory, holding
+  // `content` (empty by default).
+  void create_entries(int n, const char* prefix = "entry-", const std::string& content = "") {
     for (int i = 0; i < n; ++i) {
       char name[32];
-      std::snprintf(name, sizeof name, "entry-%04d", i);
-      int fd = ::open(p(name).c_str(), O_CREAT | O_WRONLY, 0644);
-      ASSERT_GE(fd, 0) << name << ": " << std::strerror(errno);
-      ::close(fd);
+      std::snprintf(name, sizeof name, "%s%04d", prefix, i);
+      ASSERT_TRUE(write_all(p(name), content)) << name << ": " << std::strerror(errno);
     }
   }
 
@@ -2467,11 +2466,7 @@ TEST_F(FuseTest, AReadThroughAnotherDescriptorSeesWhatWasWrittenBefore) {
 // until the attribute timeout.
 TEST_F(FuseTest, AListingInProgressGivesNoAttributesOlderThanAChangeHere) {
   constexpr int kFiles = 200;
-  for (int i = 0; i < kFiles; ++i) {
-    char name[16];
-    std::snprintf(name, sizeof name, "f%04d", i);
-    ASSERT_TRUE(write_all(p(name), "x"));
-  }
+  ASSERT_NO_FATAL_FAILURE(create_entries(kFiles, "f", "x"));
   std::vector<std::string> order;  // the listing's order
   {
     int fd = ::open(base_.c_str(), O_RDONLY | O_DIRECTORY);
@@ -2517,11 +2512,7 @@ TEST_F(FuseTest, AListingInProgressGivesNoAttributesOlderThanAChangeHere) {
 // mount with long timeouts, so that no page is fetched again for its age.
 TEST_F(FuseTest, AListingPageFromBeforeAReadHereGivesNoLengthOlderThanTheWriters) {
   constexpr int kFiles = 200;
-  for (int i = 0; i < kFiles; ++i) {
-    char name[16];
-    std::snprintf(name, sizeof name, "f%04d", i);
-    ASSERT_TRUE(write_all(p(name), "x"));
-  }
+  ASSERT_NO_FATAL_FAILURE(create_entries(kFiles, "f", "x"));
   ExtraMount m(dir_->file("mnt-long"), data_ + "/client.toml", "attr_timeout=60,entry_timeout=60",
                dir_->file("mount-long.log"));
   ASSERT_TRUE(m.mounted()) << m.log();
