@@ -502,14 +502,14 @@ class FuseServer::Impl {
   // fetched across a change made through this mount (a flush, a release, a
   // write) may be older than what meta has now: those are not remembered.
   struct Fetched {
-    uint64_t changes = 0;  // changes_ then
+    uint64_t changes = 0;  // change_count() then
     std::chrono::steady_clock::time_point at;
   };
-  Fetched fetching() const { return {changes_.load(std::memory_order_acquire), std::chrono::steady_clock::now()}; }
+  Fetched fetching() const { return {change_count(), std::chrono::steady_clock::now()}; }
   void remember(const Inode& in, const Fetched& f) {
     if (!in.is_file() || options_.attr_timeout_s <= 0) return;
     std::lock_guard lk(lookups_mu_);
-    if (changes_.load(std::memory_order_acquire) != f.changes) return;
+    if (change_count() != f.changes) return;
     known_[in.ino] = KnownInode{in, f.at};
   }
   void drop_known(Ino ino) {
@@ -725,6 +725,14 @@ class FuseServer::Impl {
   // The data (so the size or mtime) of a file may have changed through this
   // mount: a write, a flush. Called once the change is made, before the reply.
   void data_changed() { changes_.fetch_add(1, std::memory_order_acq_rel); }
+  // What attributes fetched from meta are checked against: the changes above
+  // plus every length libweft reported to meta. A read, flush or fsync through
+  // any handle may report one, after which apply_local_size no longer adds
+  // those writes: attributes fetched before (a listing page, a remembered
+  // inode) may hold meta's older length, which would shrink the kernel's size
+  // under the writer (its next O_APPEND write would land over acknowledged
+  // bytes). Both counters only grow, so the sum moves when either does.
+  uint64_t change_count() const { return changes_.load(std::memory_order_acquire) + client_.length_reports(); }
 
   static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     auto* s = self(req);
@@ -742,7 +750,7 @@ class FuseServer::Impl {
       if (hit && s->has_other_writers(hit->inode.ino, nullptr)) hit.reset();
       if (hit) {
         // DirAhead drops its listings at every change (changed()) itself.
-        s->reply_entry(req, hit->inode, Fetched{s->changes_.load(std::memory_order_acquire), hit->fetched});
+        s->reply_entry(req, hit->inode, Fetched{s->change_count(), hit->fetched});
         return;
       }
     }
@@ -1166,21 +1174,10 @@ class FuseServer::Impl {
     // failed write is that handle's, reported by its own next call.
     // pread_page_fill: a read of a write-only handle is the kernel filling
     // a page (writeback_cache); read(2) on one never gets here (EBADF).
-    // The read flushes the inode's writers here and may report their length
-    // to meta (also when it then fails), after which apply_local_size no
-    // longer adds those writes: a listing page fetched before (readdirplus)
-    // may hold meta's older length, which would shrink the kernel's size
-    // under the writer (its next O_APPEND write would land over acknowledged
-    // bytes). Such a read counts as a change here, so the page is fetched again.
-    // (Before the reply: the caller's next request may be that listing's.)
-    const uint64_t reports_before = s->client_.length_reports();
-    auto note_reports = [&] {
-      if (s->client_.length_reports() != reports_before) s->data_changed();
-    };
+    // A length it reports moves change_count() before the reply.
     auto& buf = read_buffer(size);
     auto r = of->file->pread_page_fill(std::span<std::byte>(buf.data(), size), static_cast<uint64_t>(off));
     if (!r) {
-      note_reports();
       fuse_reply_err(req, errno_of(r.error()));
       return;
     }
@@ -1198,7 +1195,6 @@ class FuseServer::Impl {
         if (more) n += *more;
       }
     }
-    note_reports();
     fuse_reply_buf(req, reinterpret_cast<const char*>(buf.data()), n);
   }
 
@@ -1218,7 +1214,6 @@ class FuseServer::Impl {
     // FOPEN_DIRECT_IO it does not, so the write is durable before it returns here.
     if (of->direct_io && (fi->flags & O_DSYNC)) {
       if (auto synced = of->file->fsync(); !synced) {
-        self(req)->data_changed();  // the write is buffered, and the fsync may have reported a length (op_read)
         fuse_reply_err(req, errno_of(synced.error()));
         return;
       }
@@ -1315,12 +1310,11 @@ class FuseServer::Impl {
       }
     }
     if (!(mode & FALLOC_FL_KEEP_SIZE)) {
-      auto r = of->file->extend(static_cast<uint64_t>(offset) + static_cast<uint64_t>(length));
-      s->data_changed();  // failed too: its flush may have reported a length (op_read)
-      if (!r) {
+      if (auto r = of->file->extend(static_cast<uint64_t>(offset) + static_cast<uint64_t>(length)); !r) {
         fuse_reply_err(req, errno_of(r.error()));
         return;
       }
+      s->data_changed();
     }
     fuse_reply_err(req, 0);
   }
@@ -1387,7 +1381,7 @@ class FuseServer::Impl {
     // unlink) since, nor of one older than the timeouts (another client's
     // append would shrink the kernel's size back). The rest of that page is
     // fetched again (as the kernel's next request arrives, not per change).
-    if (plus && (d->page_changes != changes_.load(std::memory_order_acquire) ||
+    if (plus && (d->page_changes != change_count() ||
                  std::chrono::steady_clock::now() - d->page_at >= page_ttl_))
       d->cursor.reload_page();
     for (uint64_t o = static_cast<uint64_t>(off);; ++o) {
@@ -1404,7 +1398,7 @@ class FuseServer::Impl {
         if (took_entry && !d->cursor.holds(o - 2)) break;
         took_entry = true;
         const size_t fetched = d->cursor.pages_fetched();
-        const uint64_t changes = changes_.load(std::memory_order_acquire);
+        const uint64_t changes = change_count();
         const auto fetch_at = std::chrono::steady_clock::now();
         auto r = d->cursor.at(o - 2, fetch);
         if (d->cursor.pages_fetched() != fetched) {
@@ -1677,7 +1671,8 @@ class FuseServer::Impl {
   std::mutex dirs_mu_;
   std::unordered_set<OpenDir*> open_dirs_;  // GUARDED_BY(dirs_mu_)
   // Changes made through this mount (changed(), data_changed()): a listing's
-  // page fetched before the count moved may hold stale attributes.
+  // page fetched before the count moved may hold stale attributes
+  // (change_count() adds libweft's length reports).
   std::atomic<uint64_t> changes_{0};
   // WRITE requests begun and in progress (wait_for_written_back_pages).
   std::atomic<uint64_t> writes_seen_{0};

@@ -56,11 +56,7 @@ void DedupTable::raise_floor(const Key& evicted) {
 
 size_t DedupTable::forget_chunk(const ChunkId& chunk) {
   std::lock_guard lock(mu_);
-  std::vector<Key> keys;
-  for (auto it = by_chunk_.lower_bound({chunk, Key{0, 0}}); it != by_chunk_.end() && it->first == chunk; ++it)
-    keys.push_back(it->second);
-  for (const Key& k : keys) erase(entries_.find(k));
-  return keys.size();
+  return drop_unheld_locked(chunk, {}, nullptr);
 }
 
 std::vector<DedupTable::Key> DedupTable::keys_of(const ChunkId& chunk, size_t max) const {
