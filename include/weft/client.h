@@ -172,6 +172,10 @@ class File {
   virtual Result<void> extend(uint64_t length) = 0;
   // flush() and end the session; later calls fail with kBadHandle.
   virtual Result<void> close() = 0;
+  // After close(): what its flush answered. A close can fail after a flush
+  // that went through (meta's end of the session lost: no data is, and meta's
+  // session reaper ends it); this tells the two apart. Before close(): success.
+  virtual Result<void> close_flushed() const = 0;
   // A write through this File failed for good: every later call but pread
   // returns that error (close() too). A failed length report is not such a
   // failure: the next flush reports again.
@@ -254,6 +258,7 @@ class Client {
   virtual Result<void> set_layout(const Cred& cred, Ino dir, const Layout& layout) = 0;
 
   // `flags`: O_RDONLY/O_WRONLY/O_RDWR, O_TRUNC, O_APPEND (O_CREAT/O_EXCL: create()).
+  // O_TRUNC truncates with any access mode, as Linux (write permission needed).
   // O_APPEND: each pwrite ignores its offset and writes at the end of the file
   // as this client knows it (meta's length when each File of it opened here,
   // grown by every write here); appends of one client never overlap, those of

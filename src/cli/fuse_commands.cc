@@ -124,7 +124,9 @@ void run_mount(const MountArgs& a) {
   std::string mountpoint = absolute_path(a.mountpoint);
   // Report the common mistakes before connecting (and before forking).
   if (auto r = fuse::check_mountpoint(mountpoint, options->nonempty); !r) return fail(r.error().message());
-  if (::access("/dev/fuse", R_OK | W_OK) != 0) {
+  // As open(2) will check it: with the effective ids (a daemon started with
+  // only its real uid set to the mount's user still opens it as root).
+  if (::faccessat(AT_FDCWD, "/dev/fuse", R_OK | W_OK, AT_EACCESS) != 0) {
     return fail(fmt::format("cannot use /dev/fuse: {} (is the fuse module loaded?)", std::strerror(errno)));
   }
   if (!a.background) return serve_mount(a, *options, mountpoint, -1);

@@ -240,9 +240,19 @@ class ClientImpl final : public Client {
       return error(Code::kIsDirectory, "inode {} is a directory", ino);
     }
     WEFT_TRY(auto file, make_file_or_close(cred, std::move(reply.inode), reply.session_id, {wants_read(flags), write}));
-    if ((flags & O_TRUNC) && write) WEFT_RETURN_IF_ERROR(file->truncate(0));
+    if (flags & O_TRUNC) WEFT_RETURN_IF_ERROR(truncate_opened(cred, *file, write));
     if ((flags & O_APPEND) && write) file->set_append();
     return handed_out(std::move(file));
+  }
+
+  // O_TRUNC of an open: through the File's write session, or without one:
+  // Linux truncates for O_RDONLY | O_TRUNC too (POSIX leaves it open), which
+  // needs write permission as any truncate without a session does (meta
+  // checks it, after the open checked read permission: a refusal of either
+  // leaves the file as it was). The File, registered here, learns the length.
+  Result<void> truncate_opened(const Cred& cred, FileImpl& file, bool write) {
+    if (write) return file.truncate(0);
+    return truncate_open(cred, file.ino(), 0);
   }
 
   Result<std::shared_ptr<File>> open_read_known(const Cred& cred, const Inode& inode) override {
@@ -276,8 +286,8 @@ class ClientImpl final : public Client {
     // removes them all, as open() with O_TRUNC does. (The length here counts
     // what Files open in this client wrote and did not report yet; a meta
     // from before `existed` never says so.)
-    if ((flags & O_TRUNC) && write && (reply.existed || with_local_size(inode).size > 0)) {
-      WEFT_RETURN_IF_ERROR(file->truncate(0));
+    if ((flags & O_TRUNC) && (reply.existed || with_local_size(inode).size > 0)) {
+      WEFT_RETURN_IF_ERROR(truncate_opened(cred, *file, write));
       inode.size = 0;
     }
     if ((flags & O_APPEND) && write) file->set_append();
@@ -312,7 +322,8 @@ class ClientImpl final : public Client {
     if (flags & O_CREAT) WEFT_RETURN_IF_ERROR(not_root(path, (flags & O_EXCL) ? Code::kExists : Code::kIsDirectory));
     if ((flags & O_CREAT) && dir_only) return error(Code::kIsDirectory, "{}: names a directory (ends in '/')", path);
     if (flags & O_CREAT) return create_path(cred, path, flags, mode);
-    if (auto parts = split_path(path); !wants_write(flags) && !dir_only && parts && !parts->empty()) {
+    const bool read_only = !wants_write(flags) && !(flags & O_TRUNC);
+    if (auto parts = split_path(path); read_only && !dir_only && parts && !parts->empty()) {
       // The first-epoch case: parent from the directory cache, then lookup +
       // permission check in one round trip; symlinks take the general path.
       std::unique_ptr<EarlyRead> early;

@@ -540,6 +540,11 @@ Result<void> FileImpl::close() {
   return flushed;
 }
 
+Result<void> FileImpl::close_flushed() const {
+  std::lock_guard lock(mu_);
+  return close_flushed_;
+}
+
 Result<size_t> FileImpl::pread(std::span<std::byte> dst, uint64_t offset) {
   if (!readable_) return error(Code::kBadHandle, "file {} is not open for reading", inode_.ino);
   return pread_page_fill(dst, offset);

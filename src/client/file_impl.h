@@ -52,6 +52,7 @@ class FileImpl final : public File, public std::enable_shared_from_this<FileImpl
   bool readable() const override { return readable_; }
   bool writable() const override { return writable_; }
   bool failed() const override;
+  Result<void> close_flushed() const override;
   Result<size_t> pread(std::span<std::byte> dst, uint64_t offset) override;
   Result<size_t> pread_page_fill(std::span<std::byte> dst, uint64_t offset) override;
   Result<size_t> pwrite(std::span<const std::byte> src, uint64_t offset) override;
@@ -322,6 +323,7 @@ class FileHandle final : public File {
   Result<void> truncate(uint64_t length) override { return impl_->truncate(length); }
   Result<void> extend(uint64_t length) override { return impl_->extend(length); }
   Result<void> close() override { return impl_->close(); }
+  Result<void> close_flushed() const override { return impl_->close_flushed(); }
 
  private:
   const std::shared_ptr<FileImpl> impl_;

@@ -149,6 +149,7 @@ int64_t steady_ns() {
 struct OpenDir {
   Ino ino = 0;
   Ino parent = 0;
+  Inode opened;  // the directory's attributes at OPENDIR (its permission checks)
   std::mutex mu;
   DirCursor cursor;
   // The cursor's current page: the mount's change count before it was
@@ -505,6 +506,10 @@ class FuseServer::Impl {
     uint64_t changes = 0;  // change_count() then
     std::chrono::steady_clock::time_point at;
   };
+  struct KnownInode {
+    Inode inode;
+    std::chrono::steady_clock::time_point at;  // Fetched::at
+  };
   Fetched fetching() const { return {change_count(), std::chrono::steady_clock::now()}; }
   void remember(const Inode& in, const Fetched& f) {
     if (!in.is_file() || options_.attr_timeout_s <= 0) return;
@@ -517,13 +522,13 @@ class FuseServer::Impl {
     known_.erase(ino);
     data_changed();  // a fetch under way must not put it back (remember() compares under the same lock)
   }
-  std::optional<Inode> fresh_known(Ino ino) {
+  std::optional<KnownInode> fresh_known(Ino ino) {
     std::lock_guard lk(lookups_mu_);
     auto it = known_.find(ino);
     if (it == known_.end()) return std::nullopt;
     std::chrono::duration<double> age = std::chrono::steady_clock::now() - it->second.at;
     if (age.count() >= options_.attr_timeout_s) return std::nullopt;
-    return it->second.inode;
+    return it->second;
   }
 
   void reply_entry(fuse_req_t req, const Inode& in, const Fetched& f) {
@@ -538,7 +543,9 @@ class FuseServer::Impl {
 
   // ---- open files ----
 
-  std::shared_ptr<OpenFile> register_file(Ino ino, std::shared_ptr<File> file, bool writable) {
+  // `size_known_at`: when the length `file` holds was fetched from meta.
+  std::shared_ptr<OpenFile> register_file(Ino ino, std::shared_ptr<File> file, bool writable,
+                                          std::chrono::steady_clock::time_point size_known_at) {
     if (writable) {
       drop_known(ino);
       changed();
@@ -547,7 +554,7 @@ class FuseServer::Impl {
     of->ino = ino;
     of->file = std::move(file);
     of->writable = writable;
-    of->size_known_ns = steady_ns();
+    of->size_known_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(size_known_at.time_since_epoch()).count();
     std::lock_guard lk(files_mu_);
     open_files_[ino].push_back(of);
     // Linux's errseq_sample: the latest failure is this handle's to hear of
@@ -555,6 +562,20 @@ class FuseServer::Impl {
     if (auto e = wb_errors_.find(ino); e != wb_errors_.end())
       of->errors_seen = e->second.count - (e->second.reported ? 0 : 1);
     return of;
+  }
+
+  // A handle whose open the kernel never took (the reply failed: the request
+  // was interrupted) is closed as op_release closes one, marked released
+  // first: an fsync through another handle holding it meanwhile must not
+  // count its closed File's kBadHandle as the inode's failure. Nothing was
+  // written through it, so its close's outcome is nobody's to hear.
+  void close_unreplied(const std::shared_ptr<OpenFile>& of) {
+    {
+      std::lock_guard counting(of->close_mu);
+      of->released = true;
+      (void)of->file->close();
+    }
+    unregister_file(of.get());
   }
 
   std::shared_ptr<OpenFile> unregister_file(OpenFile* raw) {
@@ -1099,48 +1120,37 @@ class FuseServer::Impl {
     int flags = s->open_flags(fi->flags, false);
     bool writable = (flags & O_ACCMODE) != O_RDONLY;
     Cred cred = cred_of(req);
+    // The length the File starts with: from meta now, or as fetched earlier
+    // (a short read counts its age from then, as the kernel does).
+    auto size_known_at = std::chrono::steady_clock::now();
     auto r = [&]() -> Result<std::shared_ptr<File>> {
       if ((fi->flags & kFmodeExec) && !writable && !(flags & O_TRUNC)) return s->open_for_exec(cred, ino);
-      std::optional<Inode> known;
+      std::optional<KnownInode> known;
       if (!writable && !(flags & O_TRUNC) && !s->has_other_writers(ino, nullptr)) known = s->fresh_known(ino);
-      return known ? s->client_.open_read_known(cred, *known) : s->client_.open(cred, ino, flags);
+      if (!known) return s->client_.open(cred, ino, flags);
+      size_known_at = known->at;
+      return s->client_.open_read_known(cred, known->inode);
     }();
+    // O_TRUNC (any access mode: libweft truncates for O_RDONLY too, as
+    // Linux) may have cut the file even if the open then failed: attributes
+    // fetched before are stale (libweft told the inode's other Files here).
+    if (flags & O_TRUNC) {
+      s->changed();
+      s->drop_known(ino);
+    }
     if (!r) {
       fuse_reply_err(req, inode_errno(r.error()));
       return;
     }
-    if ((flags & O_TRUNC) && !writable) {
-      // Linux truncates for O_RDONLY | O_TRUNC too, which needs write
-      // permission (EACCES), as any truncate without a write session: meta
-      // checks it. After the open, which checked read permission: a refusal
-      // of either leaves the file as it was.
-      SetAttr empty;
-      empty.size = 0;
-      auto t = s->client_.setattr(cred, ino, empty);
-      s->changed();
-      if (!t) {
-        (void)(*r)->close();
-        fuse_reply_err(req, errno_of(t.error()));
-        return;
-      }
-      s->drop_known(ino);
-    }
-    auto of = s->register_file(ino, std::move(*r), writable);
-    if (flags & O_TRUNC) {
-      for (auto& f : s->files_of(ino)) {
-        if (f != of) (void)f->file->refresh_size();
-      }
-    }
+    auto of = s->register_file(ino, std::move(*r), writable, size_known_at);
     s->set_open_reply(fi, of.get());
-    if (fuse_reply_open(req, fi) != 0) {  // interrupted: the kernel will not release it
-      s->unregister_file(of.get());
-      (void)of->file->close();
-    }
+    if (fuse_reply_open(req, fi) != 0) s->close_unreplied(of);  // interrupted: the kernel will not release it
   }
 
   static void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
     auto* s = self(req);
     int flags = s->open_flags(fi->flags, true);
+    const auto size_known_at = std::chrono::steady_clock::now();
     auto r = s->client_.create(cred_of(req), parent, name, mode & 07777, flags);
     s->changed();
     if (!r) {
@@ -1154,14 +1164,16 @@ class FuseServer::Impl {
       return;
     }
     auto& [inode, file] = *r;
-    auto of = s->register_file(inode.ino, std::move(file), (flags & O_ACCMODE) != O_RDONLY);
+    // A file that existed (made by another client since the kernel's
+    // negative entry) was truncated as by an open: as op_open.
+    if (flags & O_TRUNC) s->drop_known(inode.ino);
+    auto of = s->register_file(inode.ino, std::move(file), (flags & O_ACCMODE) != O_RDONLY, size_known_at);
     s->set_open_reply(fi, of.get());
     fuse_entry_param e = s->entry_of(inode);
     s->add_lookup(inode.ino);  // before the reply, as in reply_entry
     if (fuse_reply_create(req, &e, fi) != 0) {
       s->forget_ino(inode.ino, 1);
-      s->unregister_file(of.get());
-      (void)of->file->close();
+      s->close_unreplied(of);
     }
   }
 
@@ -1254,7 +1266,10 @@ class FuseServer::Impl {
       std::lock_guard counting(raw->close_mu);
       raw->released = true;
       r = raw->file->close();
-      if (!r && raw->writable) s->count_failure(*raw, writeback_errno(r.error()));
+      // What it wrote failed: not a lost end of its session at meta after
+      // data and length went through (meta's session reaper ends it).
+      if (auto flushed = raw->file->close_flushed(); !flushed && raw->writable)
+        s->count_failure(*raw, writeback_errno(flushed.error()));
     }
     // A writable one's close reported the length: unregistering drops the
     // attributes fetched meanwhile.
@@ -1339,6 +1354,7 @@ class FuseServer::Impl {
     auto* d = new OpenDir;
     d->ino = ino;
     d->parent = r->parent ? r->parent : ino;
+    d->opened = *r;
     fi->fh = reinterpret_cast<uint64_t>(d);
     {
       std::lock_guard lk(s->dirs_mu_);
@@ -1384,6 +1400,14 @@ class FuseServer::Impl {
     if (plus && (d->page_changes != change_count() ||
                  std::chrono::steady_clock::now() - d->page_at >= page_ttl_))
       d->cursor.reload_page();
+    // Attributes only for a caller that may search the directory: the kernel
+    // links them as its entries, and without default_permissions it asks
+    // nothing more for a name it holds, so stat or open of dir/name would
+    // succeed where Linux says EACCES. (With default_permissions the kernel
+    // checks search permission itself. As read permission, checked against
+    // the directory as it was at OPENDIR.) Others get bare entries.
+    const bool with_attrs =
+        plus && (options_.default_permissions || meta::check_access(d->opened, cred, meta::kAccessExec).has_value());
     for (uint64_t o = static_cast<uint64_t>(off);; ++o) {
       std::string name;
       fuse_entry_param e{};
@@ -1416,7 +1440,7 @@ class FuseServer::Impl {
         const DirEntry* de = *r;
         if (!de) break;
         name = de->name;
-        if (plus) {
+        if (with_attrs) {
           Inode attr = de->attr;
           std::chrono::duration<double> age = std::chrono::steady_clock::now() - d->page_at;
           if (attr.ino == 0) {  // no attributes in the page: ask
@@ -1434,7 +1458,7 @@ class FuseServer::Impl {
           }
           e = entry_of(attr, age.count());
           counted = true;
-        } else {
+        } else {  // e.ino 0: the kernel links no entry for it (fuse_direntplus_link)
           e.attr.st_ino = de->ino;
           e.attr.st_mode = type_bits(de->type);
         }
@@ -1646,10 +1670,6 @@ class FuseServer::Impl {
   std::mutex mount_mu_;
   bool mounted_ = false;
 
-  struct KnownInode {
-    Inode inode;
-    std::chrono::steady_clock::time_point at;
-  };
   std::mutex lookups_mu_;
   std::unordered_map<Ino, uint64_t> lookups_;
   std::unordered_map<Ino, KnownInode> known_;  // see remember()

@@ -2731,6 +2731,28 @@ TEST_F(ClientTest, AccessModeThreeNeedsReadAndWritePermission) {
   EXPECT_EQ(read_all(d + "/f").size(), 0u);
 }
 
+// open and create with O_RDONLY | O_TRUNC truncate an existing file, as
+// Linux does (the mount's CREATE for a name the kernel held as missing
+// comes here); that needs write permission: EACCES, the file as it was.
+TEST_F(ClientTest, ReadOnlyOpenOrCreateWithOTruncTruncates) {
+  std::string d = dir();
+  const Cred& root = client_->default_cred();
+  Cred other{.uid = 4321, .gid = 4321, .groups = {}};
+  for (int creating : {0, O_CREAT}) {
+    const std::string f = d + (creating ? "/created" : "/opened");
+    ASSERT_TRUE(write_new(f, pattern(5000, 3)));
+    auto refused = client_->open_path(other, f, O_RDONLY | O_TRUNC | creating, 0644);
+    ASSERT_FALSE(refused.has_value()) << f << ": truncated without write permission";
+    EXPECT_EQ(refused.error().posix_errno(), EACCES) << refused.error();
+    EXPECT_EQ(read_all(f).size(), 5000u);
+    auto opened = client_->open_path(root, f, O_RDONLY | O_TRUNC | creating, 0644);
+    ASSERT_TRUE(opened.has_value()) << f << ": " << opened.error();
+    EXPECT_EQ((*opened)->size(), 0u) << f;
+    ASSERT_TRUE((*opened)->close().has_value());
+    EXPECT_EQ(read_all(f).size(), 0u) << f;
+  }
+}
+
 // As read(2) on a descriptor opened O_WRONLY: EBADF, and nothing read. A
 // page cache over the File (the mount's writeback_cache) reads through it
 // with pread_page_fill.

@@ -145,6 +145,13 @@ bool write_all(const std::string& path, const std::string& data, mode_t mode = 0
   return ::close(fd) == 0 && ok;
 }
 
+bool append_all(const std::string& path, const std::string& data) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_APPEND);
+  if (fd < 0) return false;
+  bool ok = ::write(fd, data.data(), data.size()) == static_cast<ssize_t>(data.size());
+  return ::close(fd) == 0 && ok;
+}
+
 // Deterministic content: byte i of a stream seeded with `seed`.
 void fill_pattern(char* dst, size_t n, uint64_t seed, uint64_t offset) {
   for (size_t i = 0; i < n; ++i) {
@@ -170,14 +177,22 @@ bool writeback_cache_mode() { return mount_options().find("writeback_cache") != 
 
 // A second mount of the suite's cluster, served by a foreground daemon with
 // its own options (and environment, e.g. WEFT_FAULTS). The destructor always
-// unmounts it and waits for the daemon, whatever the test did.
+// unmounts it and waits for the daemon, whatever the test did. `user`: the
+// mount is that user's (the daemon's real uid and gid, which the kernel
+// takes for the mount's owner; it runs as root otherwise): without
+// allow_other, only that user's processes may use it.
 class ExtraMount {
  public:
   ExtraMount(const std::string& mp, const std::string& config, const std::string& options, const std::string& log,
-             std::vector<std::string> env = {})
+             std::vector<std::string> env = {}, uid_t user = 0)
       : mp_(mp) {
     ::mkdir(mp.c_str(), 0755);
-    std::vector<std::string> argv = {testing::weft_binary(), "mount", mp, "--config", config};
+    std::vector<std::string> argv;
+    if (user != 0) {
+      const std::string id = std::to_string(user);
+      argv = {"/usr/bin/setpriv", "--ruid=" + id, "--rgid=" + id, "--clear-groups"};
+    }
+    argv.insert(argv.end(), {testing::weft_binary(), "mount", mp, "--config", config});
     if (!options.empty()) argv.insert(argv.end(), {"-o", options});
     daemon_ = std::make_unique<Process>(std::move(argv), log, std::move(env));
     auto deadline = std::chrono::steady_clock::now() + 30s;
@@ -2504,6 +2519,30 @@ TEST_F(FuseTest, AListingInProgressGivesNoAttributesOlderThanAChangeHere) {
   EXPECT_EQ(errno, ENOENT);
 }
 
+// A read-only open from attributes a lookup fetched trusts their length as
+// long as the kernel does, counted from that fetch, not from the open: a
+// read past it once they are older asks meta and finds another client's
+// append (a short reply would cut the kernel's size back to the old length
+// for up to another attr_timeout).
+TEST_F(FuseTest, AnOpenFromFetchedAttributesTrustsTheirLengthFromTheFetch) {
+  ASSERT_TRUE(write_all(p("f"), "0123456789"));
+  ExtraMount m(dir_->file("mnt-age"), data_ + "/client.toml", "attr_timeout=2,entry_timeout=2",
+               dir_->file("mount-age.log"));
+  ASSERT_TRUE(m.mounted()) << m.log();
+  const std::string f = dir_->file("mnt-age") + remote_dir() + "/f";
+  const auto fetched = std::chrono::steady_clock::now();
+  struct stat st {};
+  ASSERT_EQ(::stat(f.c_str(), &st), 0);  // looked up there: remembered
+  ASSERT_EQ(st.st_size, 10);
+  ASSERT_TRUE(append_all(p("f"), "abcde"));  // through the suite's mount: another client
+  std::this_thread::sleep_until(fetched + 1s);
+  int fd = ::open(f.c_str(), O_RDONLY);  // from the attributes fetched 1 s ago
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  std::this_thread::sleep_until(fetched + 2500ms);  // past the kernel's 2 s, 1.5 s after the open
+  EXPECT_EQ(read_fd(fd, 100), "0123456789abcde");
+  ::close(fd);
+}
+
 // A read through another descriptor makes libweft report the writer's length
 // to meta (it flushes the inode's writers first): a listing page fetched
 // before that read, with meta's older length, must not give the kernel that
@@ -2806,6 +2845,59 @@ TEST_F(FuseTest, ReadOnlyOpenWithOTruncTruncates) {
   EXPECT_EQ(read_all(f), "0123456789");
 }
 
+// The kernel sends CREATE, not OPEN, for a name it holds as missing (a
+// negative entry, here kept 60 s) though another client made the file
+// since: O_TRUNC truncates it there too, with any access mode.
+TEST_F(FuseTest, ACreateOfAFileMadeElsewhereSinceTruncatesIt) {
+  auto m = extra_mount("mnt-neg", "negative_timeout=60");
+  ASSERT_TRUE(m);
+  const std::string there = dir_->file("mnt-neg") + remote_dir();
+  for (int access : {O_RDONLY, O_RDWR}) {
+    const std::string name = access == O_RDONLY ? "ro" : "rw";
+    struct stat st {};
+    ASSERT_EQ(::stat((there + "/" + name).c_str(), &st), -1);
+    ASSERT_EQ(errno, ENOENT);
+    ASSERT_TRUE(write_all(p(name), "0123456789"));
+    int fd = ::open((there + "/" + name).c_str(), O_CREAT | access | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0) << name << ": " << std::strerror(errno);
+    ASSERT_EQ(::fstat(fd, &st), 0);
+    EXPECT_EQ(st.st_size, 0) << name;
+    char c;
+    EXPECT_EQ(::read(fd, &c, 1), 0) << name;
+    ::close(fd);
+    auto held = read_natively(name);  // the suite's mount may keep its cached pages (writeback_cache)
+    ASSERT_TRUE(held.has_value()) << held.error();
+    EXPECT_EQ(*held, "") << name;
+  }
+}
+
+// On a mount without default_permissions (one user's alone), a listing with
+// attributes (readdirplus) of a directory its caller may read but not search
+// links no entries in the kernel: stat of a name there says EACCES, as Linux
+// (it said 0: the kernel asks nothing more for a name it holds).
+TEST_F(FuseTest, AListingOfADirectoryTheCallerMayNotSearchLinksNoEntries) {
+  ASSERT_EQ(::mkdir(p("nosearch").c_str(), 0755), 0);
+  ASSERT_TRUE(write_all(p("nosearch/f"), "z"));
+  ASSERT_EQ(::chown(p("nosearch").c_str(), 4321, 4321), 0);
+  ASSERT_EQ(::chmod(p("nosearch").c_str(), 0600), 0);  // its owner may read it, not search it
+  ExtraMount m(dir_->file("mnt-user"), data_ + "/client.toml", "", dir_->file("mount-user.log"), {}, 4321);
+  ASSERT_TRUE(m.mounted()) << m.log();
+  const std::string dir = dir_->file("mnt-user") + remote_dir() + "/nosearch";
+  EXPECT_EQ(as_other_user([&] {
+              DIR* d = ::opendir(dir.c_str());
+              if (d == nullptr) return 10 + errno;
+              int named = 0;
+              while (dirent* e = ::readdir(d)) named += std::string(e->d_name) == "f";
+              ::closedir(d);
+              if (named != 1) return 1;
+              struct stat st {};
+              if (::stat((dir + "/f").c_str(), &st) == 0) return 2;
+              return errno == EACCES ? 0 : 100 + errno;
+            }),
+            0)
+      << "1: not listed; 2: stat through the directory succeeded; 10 + errno: opendir; 100 + errno: stat";
+}
+
 // A write-only open needs write permission only, with writeback_cache too
 // (where the kernel fills partial pages with reads through the handle).
 TEST_F(FuseTest, AWriteOnlyOpenNeedsNoReadPermission) {
@@ -2963,6 +3055,27 @@ TEST_F(FuseTest, AClosedHandlesFailureIsReportedToTheOtherDescriptorsOnce) {
   EXPECT_EQ(::fsync(w2), -1) << "another descriptor, after the failed one was closed";
   EXPECT_EQ(::fsync(w2), 0) << std::strerror(errno);
   EXPECT_EQ(::close(w2), 0) << std::strerror(errno);
+}
+
+// A close whose data and length went through but whose end of the session
+// at meta was lost (meta's session reaper ends it) lost nothing: it is no
+// write-back failure for the file's other descriptors (their fsync said EIO).
+TEST_F(FuseTest, ALostEndOfSessionAtCloseIsNoFailureForOtherDescriptors) {
+  ExtraMount m(dir_->file("mnt-cl"), data_ + "/client.toml", "", dir_->file("mount-cl.log"),
+               {"WEFT_FAULTS=client.close.lost=1:1"});
+  ASSERT_TRUE(m.mounted()) << m.log();
+  const std::string f = dir_->file("mnt-cl") + remote_dir() + "/f";
+  int w = ::open(f.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(w, 0) << std::strerror(errno);
+  int w2 = ::open(f.c_str(), O_WRONLY);
+  ASSERT_GE(w2, 0) << std::strerror(errno);
+  ASSERT_EQ(::pwrite(w, "abcdef", 6, 0), 6);
+  ASSERT_EQ(::fsync(w), 0) << std::strerror(errno);  // so that the close has only the session to end
+  ::close(w);                                        // its RELEASE (the lost end of session) follows
+  std::this_thread::sleep_for(500ms);
+  EXPECT_EQ(::fsync(w2), 0) << std::strerror(errno);
+  EXPECT_EQ(::close(w2), 0) << std::strerror(errno);
+  EXPECT_EQ(read_all(p("f")), "abcdef");
 }
 
 // A READDIR's reply lets the kernel finish getdents: the process may close
