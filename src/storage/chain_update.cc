@@ -514,6 +514,7 @@ Task<Result<void>> StorageService::forward_out(const Placement& p, const ChainUp
                                                bool sync) {
   if (WEFT_FAULT("storage.forward.fail")) co_return error(Code::kUnavailable, "injected: forward of {}", u.id);
   pb::ForwardRequest req = forward_request(p, u, staged, sync);
+  req.set_order(next_forward_order());
   rpc::CallOptions options;
   options.lane = forward_lane(p, sync || u.repair);
   options.timeout_ms = forward_timeout_ms(u.commit_by, options_.forward_timeout_ms);
@@ -532,6 +533,7 @@ Task<Result<void>> StorageService::forward_out(const Placement& p, const ChainUp
   if (!full && full.error().code() == Code::kCorruption) co_return error(own_copy_corrupt(p, u.id, full.error()));
   if (!full) co_return error(full.error());
   req.set_kind(pb::UPDATE_REPLACE);
+  req.set_order(next_forward_order());
   req.set_offset(0);
   req.set_length(static_cast<uint32_t>(full->size()));
   req.set_data_crc32c(crc32c(*full));
@@ -662,6 +664,17 @@ Task<Result<pb::ForwardReply>> StorageService::forward_in(const pb::ForwardReque
   auto p = locate(req.chain_id(), req.chain_version());
   if (!p) co_return error(p.error());
   if (req.sync() || req.repair()) p->successor.reset();  // resync copies and repairs stop at the target addressed
+  // A resync copy held up until after an update the source sent later was
+  // applied here must not move the chunk back under it (sync_order.h).
+  if (p->readable) {
+    t.sync_order().serving(req.chain_id());
+  } else if (req.sync() && req.order() != 0) {
+    if (uint64_t last = t.sync_order().last_applied(req.chain_id(), req.chain_version(), u.id); last > req.order())
+      co_return error(Code::kVersionMismatch,
+                      "resync copy of chunk {} refused: it was sent (order {}) before an update applied here since "
+                      "(order {})",
+                      u.id, req.order(), last);
+  }
   u.sync = req.sync();
   u.sync_recorded = req.sync() && req.sync_recorded();
   u.held = held_of(req);
@@ -672,6 +685,8 @@ Task<Result<pb::ForwardReply>> StorageService::forward_in(const pb::ForwardReque
   Expect expect{req.expect_chunk_length(), req.expect_chunk_crc32c()};
   auto r = co_await replicate(*p, u, req.version(), req.kind() == pb::UPDATE_REMOVE ? nullptr : &expect);
   if (r) t.dedup().record(u.client_id, u.sequence, {u.id, u.kind, {r->version, r->length, r->chunk_crc}});
+  if (r && !p->readable && !req.sync() && !req.repair() && req.order() != 0)
+    t.sync_order().applied(req.chain_id(), req.chain_version(), u.id, req.order());
   observe(t.metrics(), req.sync() || req.repair() ? Op::kSync : Op::kForward, r.has_value(), u.data.size(), start);
   if (!r) co_return error(r.error());
   co_return write_reply<pb::ForwardReply>(*r);

@@ -54,7 +54,8 @@
 // sync listener. Updates of C reach the syncing target through the chain
 // meanwhile; each copy is made under the source's chunk lock, so it is
 // ordered with them, and a chunk whose update already reached the successor
-// at this chain version is not copied again. A failed copy is retried alone;
+// at this chain version is not copied again; a copy that arrives after an
+// update the source sent later is refused there (sync_order.h). A failed copy is retried alone;
 // a bounded number of copies run at once. A copy never touches the
 // successor's chunks of other chains.
 //
@@ -456,6 +457,10 @@ class StorageService {
   // resync to that successor runs, the chunk no longer needs copying.
   void note_delivered(const Placement& p, const ChunkId& id);
 
+  // The order of the next Forward sent (ForwardRequest.order, sync_order.h).
+  // Taken under the chunk's lock, so it orders a chunk's Forwards as sent.
+  uint64_t next_forward_order() { return forward_order_.fetch_add(1, std::memory_order_relaxed); }
+
   rpc::IoPool& io_;
   const StorageServiceOptions options_;
  public:
@@ -482,6 +487,11 @@ class StorageService {
   std::map<ResyncKey, std::shared_ptr<Delivered>> delivered_;                   // GUARDED_BY(mu_): running
   std::atomic<size_t> resyncs_running_{0};
   std::atomic<bool> stopping_{false};
+  // Starts at the wall clock's nanoseconds, so that it keeps growing across
+  // restarts (orders are compared by the successors of this server's targets).
+  std::atomic<uint64_t> forward_order_{static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count())};
   // A repair, reconcile or resync worker or the replica check still runs.
   bool background_busy();
   // Repairs to make (repair.cc). Invariant: a key is in `queued` iff it is in

@@ -214,6 +214,19 @@ class StorageServiceTest : public ::testing::Test {
     req.set_version(version);
     return req;
   }
+  // Sends `req` (as from forward_to_node1) to node 1 as an UPDATE_REPLACE of
+  // `data`, the content its sender staged.
+  Result<proto::storage::ForwardReply> replace_at_node1(proto::storage::ForwardRequest req,
+                                                        const std::vector<std::byte>& data) {
+    req.set_kind(proto::storage::UPDATE_REPLACE);
+    req.set_length(static_cast<uint32_t>(data.size()));
+    req.set_data_crc32c(crc32c(data));
+    req.set_expect_chunk_length(static_cast<uint32_t>(data.size()));
+    req.set_expect_chunk_crc32c(crc32c(data));
+    rpc::CallOptions o;
+    o.payload.push_back(data);
+    return client_.call<proto::storage::ForwardReply>(nodes_[1]->ep(), methods::kForward, req, std::move(o));
+  }
   // Fails node 1's engine for good: a write of `u` to `id` there meets the
   // fault `point` once (skips the test where fault injection is compiled out).
   void fail_second_engine(const std::string& point, ChunkId id, const Update& u) {
@@ -1786,14 +1799,8 @@ TEST_F(StorageServiceTest, ARepairOfAnotherVersionIsRefused) {
   ASSERT_NO_FATAL_FAILURE(start_with_chunk(2, {0, 1}, id, v1));
   ASSERT_TRUE(write(0, 1, id, 0, v2).has_value());
   auto req = forward_to_node1(id, proto::storage::UPDATE_REPLACE, 1);
-  req.set_length(static_cast<uint32_t>(v1.size()));
-  req.set_data_crc32c(crc32c(v1));
-  req.set_expect_chunk_length(static_cast<uint32_t>(v1.size()));
-  req.set_expect_chunk_crc32c(crc32c(v1));
   req.set_repair(true);
-  rpc::CallOptions o;
-  o.payload.push_back(v1);
-  auto r = client_.call<proto::storage::ForwardReply>(nodes_[1]->ep(), methods::kForward, req, std::move(o));
+  auto r = replace_at_node1(req, v1);
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().code(), Code::kVersionMismatch) << r.error();
   auto now = read(1, 1, id);
@@ -2047,6 +2054,44 @@ TEST_F(StorageServiceTest, AResyncFarBehindCopiesAWindowAtATime) {
   ASSERT_TRUE(wait_synced(1, 2));
   expect_identical({0, 1}, 2);
   for (uint64_t i = 100; i < 104; ++i) EXPECT_FALSE(dest.stat(ChunkId{9, i}).has_value()) << i;
+}
+
+// A resync copy that reaches the syncing target after an update of the same
+// chunk the source forwarded later (the copy was held up past the source's
+// timeout, which released the chunk's lock, and a client's write then went
+// through the chain) is older than what the target holds: refused, where it
+// was staged below the committed version and rolled the chunk back (the
+// retry then skipped it as delivered). The source orders its Forwards; a
+// copy it sends after the update is applied.
+TEST_F(StorageServiceTest, AResyncCopyOlderThanAnUpdateAppliedSinceIsRefused) {
+  ChunkId id{14, 0};
+  auto v1 = pattern(8192, 31), v2 = pattern(8192, 32), v3 = pattern(8192, 33);
+  start(2);
+  route({0}, 1);
+  ASSERT_TRUE(write(0, 1, id, 0, v1).has_value());
+  route({0}, 2, {1});
+  ASSERT_TRUE(wait_synced(1, 2));
+  auto w = write(0, 2, id, 0, v2);  // through the chain: node 1 syncs still (the routing says so)
+  ASSERT_TRUE(w.has_value()) << w.error();
+  ChunkEngine& syncing = nodes_[1]->engine(target_of(1));
+  ASSERT_EQ(syncing.stat(id)->version, 2u);
+  auto copy = [&](const std::vector<std::byte>& data, uint64_t version, uint64_t order) {
+    auto req = forward_to_node1(id, proto::storage::UPDATE_REPLACE, version);
+    req.set_chain_version(2);
+    req.set_sync(true);
+    req.set_sync_recorded(true);
+    req.set_order(order);
+    return replace_at_node1(req, data);
+  };
+  auto late = copy(v1, 1, 1);  // ordered before the write
+  ASSERT_FALSE(late.has_value()) << "staged as version " << late->version();
+  EXPECT_EQ(late.error().code(), Code::kVersionMismatch) << late.error();
+  EXPECT_EQ(syncing.stat(id)->version, 2u);
+  EXPECT_EQ(syncing.stat(id)->chunk_crc, crc32c(v2));
+  auto later = copy(v3, 3, UINT64_MAX);  // ordered after it
+  ASSERT_TRUE(later.has_value()) << later.error();
+  EXPECT_EQ(syncing.stat(id)->version, 3u);
+  EXPECT_EQ(syncing.stat(id)->chunk_crc, crc32c(v3));
 }
 
 // A resync remembers which chunks an update delivered to the successor

@@ -15,6 +15,7 @@
 #include "storage/chunk_engine.h"
 #include "storage/chunk_locks.h"
 #include "storage/dedup_table.h"
+#include "storage/sync_order.h"
 
 namespace weft::storage {
 
@@ -45,6 +46,7 @@ class StorageTarget {
   ChunkEngine& engine() { return *engine_; }
   ChunkLocks& locks() { return locks_; }
   DedupTable& dedup() { return dedup_; }
+  SyncOrder& sync_order() { return sync_order_; }
   TargetMetrics& metrics() { return metrics_; }
 
   // Why the target is out of service, if it is: its engine refuses every
@@ -64,6 +66,7 @@ class StorageTarget {
   metrics::Registry& registry_;
   ChunkLocks locks_;
   DedupTable dedup_;
+  SyncOrder sync_order_;
   TargetMetrics metrics_;
   mutable std::mutex mu_;
   std::map<mgmt::ChainId, mgmt::ChainVersion> synced_;  // GUARDED_BY(mu_)

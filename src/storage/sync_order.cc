@@ -1,0 +1,53 @@
+#include "storage/sync_order.h"
+
+#include "common/logging.h"
+
+namespace weft::storage {
+
+void SyncOrder::applied(mgmt::ChainId chain, mgmt::ChainVersion version, const ChunkId& id, uint64_t order) {
+  std::lock_guard lock(mu_);
+  Chain& c = chains_[chain];
+  if (c.version != version) {
+    entries_ -= c.orders.size();
+    c.orders.clear();
+    c.version = version;
+  }
+  auto it = c.orders.find(id);
+  if (it != c.orders.end()) {
+    it->second = std::max(it->second, order);
+  } else if (entries_ < kEntriesMax) {
+    c.orders.emplace(id, order);
+    ++entries_;
+    empty_.store(false, std::memory_order_relaxed);
+  } else if (!full_logged_) {
+    full_logged_ = true;
+    WEFT_LOG_WARN("sync order: {} chunks updated during resyncs are remembered, the most kept; a resync copy of "
+                  "another chunk that arrives after an update of it is no longer caught",
+                  kEntriesMax);
+  }
+}
+
+uint64_t SyncOrder::last_applied(mgmt::ChainId chain, mgmt::ChainVersion version, const ChunkId& id) const {
+  std::lock_guard lock(mu_);
+  auto c = chains_.find(chain);
+  if (c == chains_.end() || c->second.version != version) return 0;
+  auto it = c->second.orders.find(id);
+  return it == c->second.orders.end() ? 0 : it->second;
+}
+
+void SyncOrder::serving(mgmt::ChainId chain) {
+  if (empty_.load(std::memory_order_relaxed)) return;
+  std::lock_guard lock(mu_);
+  auto c = chains_.find(chain);
+  if (c == chains_.end()) return;
+  entries_ -= c->second.orders.size();
+  chains_.erase(c);
+  if (entries_ == 0) empty_.store(true, std::memory_order_relaxed);
+}
+
+size_t SyncOrder::size() const {
+  std::lock_guard lock(mu_);
+  return entries_;
+}
+
+}  // namespace weft::storage

@@ -1,0 +1,64 @@
+// storage/sync_order.h
+// A syncing replica's guard against resync copies that arrive late.
+//
+// The source sends each resync copy under its chunk lock, so at the source
+// the copy is ordered with the chain's updates of that chunk. At the syncing
+// target it can still arrive after an update the source sent later: the
+// copy was held up (queued behind other copies on its connection, which is
+// not the one updates to the target take when another member follows it)
+// past the source's timeout, the source released the lock, and a client's
+// write went through the chain. A copy replaces whatever the target holds
+// (it may stage below the committed version), so staged then it would move
+// the chunk back under an acknowledged write, and the source's retry skips
+// the chunk as delivered.
+//
+// Every Forward carries the sender's order (ForwardRequest.order). While a
+// target syncs a chain, it remembers per chunk the order of the last update
+// it applied from the chain (not a copy), and the service refuses a copy
+// ordered before it (kVersionMismatch; a copy the source still waits for is
+// retried with a new order). Entries are kept per chain for one chain
+// version: a sync ends with a new version, and a Forward of an older one is
+// refused as stale routing. At most kEntriesMax chunks are remembered per
+// target: past that, updates are not (a late copy of such a chunk is not
+// caught; logged once).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+
+#include "mgmt/routing.h"
+#include "storage/chunk_id.h"
+
+namespace weft::storage {
+
+class SyncOrder {
+ public:
+  static constexpr size_t kEntriesMax = size_t{1} << 20;
+
+  // An update ordered `order` (not a resync copy) was applied to `id` while
+  // this target syncs `chain` at `version`. Forgets the chain's entries of
+  // another version.
+  void applied(mgmt::ChainId chain, mgmt::ChainVersion version, const ChunkId& id, uint64_t order);
+  // The order of the last update applied to `id` while syncing `chain` at
+  // `version`; 0 if none is remembered.
+  uint64_t last_applied(mgmt::ChainId chain, mgmt::ChainVersion version, const ChunkId& id) const;
+  // The target serves `chain` (its sync ended): forgets the chain's entries.
+  void serving(mgmt::ChainId chain);
+
+  size_t size() const;
+
+ private:
+  struct Chain {
+    mgmt::ChainVersion version = 0;
+    std::unordered_map<ChunkId, uint64_t, ChunkIdHash> orders;
+  };
+  mutable std::mutex mu_;
+  std::unordered_map<mgmt::ChainId, Chain> chains_;  // GUARDED_BY(mu_)
+  size_t entries_ = 0;                               // GUARDED_BY(mu_): over all chains
+  bool full_logged_ = false;                         // GUARDED_BY(mu_)
+  std::atomic<bool> empty_{true};                    // serving() skips the lock while nothing is kept
+};
+
+}  // namespace weft::storage
