@@ -141,12 +141,10 @@ class ClientImpl final : public Client {
 
   // ---- namespace ----
   Result<Inode> lookup(const Cred& cred, Ino parent, std::string_view name) override {
-    WEFT_TRY(Inode n, core_->meta->lookup(cred, parent, name));
-    return with_local_size(std::move(n));
+    return asked_with_local_size([&] { return core_->meta->lookup(cred, parent, name); });
   }
   Result<Inode> getattr(const Cred& cred, Ino ino) override {
-    WEFT_TRY(Inode n, core_->meta->getattr(cred, ino));
-    return with_local_size(std::move(n));
+    return asked_with_local_size([&] { return core_->meta->getattr(cred, ino); });
   }
   Result<Inode> setattr(const Cred& cred, Ino ino, const SetAttr& attr) override {
     // Writes buffered here stamp mtime when they are reported (at a flush):
@@ -783,6 +781,25 @@ class ClientImpl final : public Client {
   // failed has nothing on its way to order after.
   static void flush_writers_of(const std::vector<std::shared_ptr<FileImpl>>& files) {
     for (auto& f : files) f->flush_before_read();
+  }
+
+  // An answer `ask` gets from meta, with_local_size. A length report of this
+  // client that completes between meta's answer and with_local_size is in
+  // neither (its writes no longer unreported, the answer older): the length
+  // would be the one from before those writes, which the mount hands the
+  // kernel (an O_APPEND writer's next write then lands at that old end). So
+  // an answer across which a report completed is asked for again, at most
+  // kAttrAsksMax times in all (the last answer is taken as it is).
+  static constexpr int kAttrAsksMax = 3;
+  template <class Ask>
+  Result<Inode> asked_with_local_size(Ask ask) {
+    for (int asked = 1;; ++asked) {
+      const uint64_t reports = core_->length_reports.load();
+      WEFT_TRY(Inode n, ask());
+      while (WEFT_FAULT("client.attr_answer.hold")) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // tests
+      n = with_local_size(std::move(n));
+      if (!n.is_file() || core_->length_reports.load() == reports || asked == kAttrAsksMax) return n;
+    }
   }
 
   // A file open here may be longer than meta knows (unreported writes).

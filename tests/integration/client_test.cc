@@ -2731,6 +2731,35 @@ TEST_F(ClientTest, AccessModeThreeNeedsReadAndWritePermission) {
   EXPECT_EQ(read_all(d + "/f").size(), 0u);
 }
 
+// A length report of this client that completes between meta's answer to
+// a getattr or lookup and the client adding its unreported writes is in
+// neither: the answer had the length from before those writes (the mount
+// hands it to the kernel, and an O_APPEND writer's next write landed at that
+// old end). Such an answer is asked for again.
+TEST_F(ClientTest, AnAttributeAnswerOlderThanALengthReportHereIsAskedAgain) {
+  std::string d = dir();
+  const Cred& root = client_->default_cred();
+  auto parent = client_->resolve(root, d);
+  ASSERT_TRUE(parent.has_value()) << parent.error();
+  auto f = open(d + "/f", O_CREAT | O_WRONLY);
+  ASSERT_TRUE(f);
+  for (uint64_t i = 0; i < 2; ++i) {
+    const bool by_lookup = i == 1;
+    ASSERT_TRUE(f->pwrite(pattern(1000, 61), i * 1000).has_value());  // buffered: not reported
+    std::optional<fault::Scope> hold(std::in_place, "client.attr_answer.hold");
+    auto answer = std::async(std::launch::async, [&] {
+      return by_lookup ? client_->lookup(root, parent->ino, "f") : client_->getattr(root, f->ino());
+    });
+    while (hold->triggered() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_TRUE(f->flush().has_value());  // meta's answer is in hand: the report completes after it
+    hold.reset();
+    auto n = answer.get();
+    ASSERT_TRUE(n.has_value()) << n.error();
+    EXPECT_EQ(n->size, (i + 1) * 1000) << (by_lookup ? "lookup" : "getattr");
+  }
+  ASSERT_TRUE(f->close().has_value());
+}
+
 // open and create with O_RDONLY | O_TRUNC truncate an existing file, as
 // Linux does (the mount's CREATE for a name the kernel held as missing
 // comes here); that needs write permission: EACCES, the file as it was.
