@@ -666,9 +666,7 @@ Task<Result<pb::ForwardReply>> StorageService::forward_in(const pb::ForwardReque
   if (req.sync() || req.repair()) p->successor.reset();  // resync copies and repairs stop at the target addressed
   // A resync copy held up until after an update the source sent later was
   // applied here must not move the chunk back under it (sync_order.h).
-  if (p->readable) {
-    t.sync_order().serving(req.chain_id());
-  } else if (req.sync() && req.order() != 0) {
+  if (!p->readable && req.sync() && req.order() != 0) {
     if (uint64_t last = t.sync_order().last_applied(req.chain_id(), req.chain_version(), u.id); last > req.order())
       co_return error(Code::kVersionMismatch,
                       "resync copy of chunk {} refused: it was sent (order {}) before an update applied here since "

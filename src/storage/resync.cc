@@ -145,6 +145,17 @@ void StorageService::start_resyncs() {
   }
 }
 
+void StorageService::trim_sync_orders() {
+  RoutingSnapshot routing = routing_->current();
+  for (auto& [id, t] : targets_) {
+    std::unordered_map<mgmt::ChainId, mgmt::ChainVersion> syncing;
+    for (const auto& [chain_id, chain] : routing->chains)
+      for (const auto& e : chain.entries)
+        if (e.target_id == id && e.state == mgmt::TargetState::kSyncing) syncing[chain_id] = chain.version;
+    t->sync_order().retain(syncing);
+  }
+}
+
 void StorageService::note_delivered(const Placement& p, const ChunkId& id) {
   if (resyncs_running_.load(std::memory_order_relaxed) == 0 || !p.successor) return;
   std::shared_ptr<Delivered> d;

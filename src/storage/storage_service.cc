@@ -73,7 +73,10 @@ StorageService::StorageService(rpc::IoPool& io, StorageServiceOptions options, s
   registry_.gauge_fn("weft_storage_resyncs_running", "Resyncs this server drives as predecessor",
                      {{"server", options_.name}}, [this] { return static_cast<double>(resyncs_running_.load()); },
                      this);
-  routing_->on_change([this] { start_resyncs(); });
+  routing_->on_change([this] {
+    trim_sync_orders();
+    start_resyncs();
+  });
   StraySweepOptions so = StraySweep::from_grace(options_.stray_chunk_grace);
   so.name = options_.name;
   so.write_fence = options_.write_fence;

@@ -387,6 +387,8 @@ class StorageService {
   Result<pb::TargetStatusReply> target_status(const pb::TargetStatusRequest& req);
   Result<pb::SyncDoneReply> sync_done(const pb::SyncDoneRequest& req);
   void start_resyncs();
+  // Routing changed: each local target's SyncOrder keeps only the chains it syncs now.
+  void trim_sync_orders();
   Task<void> resync(mgmt::ChainId chain, mgmt::ChainVersion version, StorageTarget* source, Placement::Peer dest);
   // `failed_chunk`: set to the chunk whose copy failed the pass, if one did.
   Task<Result<std::pair<uint64_t, uint64_t>>> resync_once(mgmt::ChainId chain, mgmt::ChainVersion version,

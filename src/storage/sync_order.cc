@@ -7,7 +7,8 @@ namespace weft::storage {
 void SyncOrder::applied(mgmt::ChainId chain, mgmt::ChainVersion version, const ChunkId& id, uint64_t order) {
   std::lock_guard lock(mu_);
   Chain& c = chains_[chain];
-  if (c.version != version) {
+  if (version < c.version) return;  // finished after the chain moved on: its entries are not this version's
+  if (version > c.version) {
     entries_ -= c.orders.size();
     c.orders.clear();
     c.version = version;
@@ -18,7 +19,6 @@ void SyncOrder::applied(mgmt::ChainId chain, mgmt::ChainVersion version, const C
   } else if (entries_ < kEntriesMax) {
     c.orders.emplace(id, order);
     ++entries_;
-    empty_.store(false, std::memory_order_relaxed);
   } else if (!full_logged_) {
     full_logged_ = true;
     WEFT_LOG_WARN("sync order: {} chunks updated during resyncs are remembered, the most kept; a resync copy of "
@@ -35,14 +35,18 @@ uint64_t SyncOrder::last_applied(mgmt::ChainId chain, mgmt::ChainVersion version
   return it == c->second.orders.end() ? 0 : it->second;
 }
 
-void SyncOrder::serving(mgmt::ChainId chain) {
-  if (empty_.load(std::memory_order_relaxed)) return;
+void SyncOrder::retain(const std::unordered_map<mgmt::ChainId, mgmt::ChainVersion>& syncing) {
   std::lock_guard lock(mu_);
-  auto c = chains_.find(chain);
-  if (c == chains_.end()) return;
-  entries_ -= c->second.orders.size();
-  chains_.erase(c);
-  if (entries_ == 0) empty_.store(true, std::memory_order_relaxed);
+  for (auto c = chains_.begin(); c != chains_.end();) {
+    auto now = syncing.find(c->first);
+    if (now != syncing.end() && now->second == c->second.version) {
+      ++c;
+      continue;
+    }
+    entries_ -= c->second.orders.size();
+    c = chains_.erase(c);
+  }
+  if (entries_ < kEntriesMax) full_logged_ = false;
 }
 
 size_t SyncOrder::size() const {

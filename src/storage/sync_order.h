@@ -15,15 +15,16 @@
 // Every Forward carries the sender's order (ForwardRequest.order). While a
 // target syncs a chain, it remembers per chunk the order of the last update
 // it applied from the chain (not a copy), and the service refuses a copy
-// ordered before it (kVersionMismatch; a copy the source still waits for is
-// retried with a new order). Entries are kept per chain for one chain
-// version: a sync ends with a new version, and a Forward of an older one is
-// refused as stale routing. At most kEntriesMax chunks are remembered per
-// target: past that, updates are not (a late copy of such a chunk is not
-// caught; logged once).
+// ordered before it (kVersionMismatch; the source cannot be waiting for such
+// a copy: it sends no update of the chunk while it holds the lock). Entries
+// are kept per chain for one chain version (an update still on its way from
+// an older version changes nothing): a sync ends with a new version, and a
+// Forward of an older one is refused as stale routing; each routing change
+// drops the chains the target no longer syncs at their version (retain). At
+// most kEntriesMax chunks are remembered per target: past that, updates are
+// not (a late copy of such a chunk is not caught; logged once per overflow).
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
@@ -38,14 +39,14 @@ class SyncOrder {
   static constexpr size_t kEntriesMax = size_t{1} << 20;
 
   // An update ordered `order` (not a resync copy) was applied to `id` while
-  // this target syncs `chain` at `version`. Forgets the chain's entries of
-  // another version.
+  // this target syncs `chain` at `version`. A newer version forgets the
+  // chain's entries of the older one; one older than the entries' is ignored.
   void applied(mgmt::ChainId chain, mgmt::ChainVersion version, const ChunkId& id, uint64_t order);
   // The order of the last update applied to `id` while syncing `chain` at
   // `version`; 0 if none is remembered.
   uint64_t last_applied(mgmt::ChainId chain, mgmt::ChainVersion version, const ChunkId& id) const;
-  // The target serves `chain` (its sync ended): forgets the chain's entries.
-  void serving(mgmt::ChainId chain);
+  // Keeps only the chains the target syncs now, each at its version there.
+  void retain(const std::unordered_map<mgmt::ChainId, mgmt::ChainVersion>& syncing);
 
   size_t size() const;
 
@@ -57,8 +58,7 @@ class SyncOrder {
   mutable std::mutex mu_;
   std::unordered_map<mgmt::ChainId, Chain> chains_;  // GUARDED_BY(mu_)
   size_t entries_ = 0;                               // GUARDED_BY(mu_): over all chains
-  bool full_logged_ = false;                         // GUARDED_BY(mu_)
-  std::atomic<bool> empty_{true};                    // serving() skips the lock while nothing is kept
+  bool full_logged_ = false;                         // GUARDED_BY(mu_): since the last time below the bound
 };
 
 }  // namespace weft::storage

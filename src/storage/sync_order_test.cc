@@ -20,22 +20,27 @@ TEST(SyncOrder, RemembersTheLastUpdateOfEachChunkAtOneChainVersion) {
   EXPECT_EQ(s.size(), 2u);
 }
 
-// A new chain version (another sync) starts over; the end of the sync
-// (serving) forgets the chain's entries, not other chains'.
-TEST(SyncOrder, ForgetsAChainsEntriesAtANewVersionAndWhenItServes) {
+// A new chain version (another sync) starts over; an update that finishes
+// after its chain moved on changes nothing (it wiped the newer version's
+// entries, and a late copy of such a chunk went through). A routing change
+// keeps only the chains the target syncs, at their version there.
+TEST(SyncOrder, KeepsOnlyTheChainVersionsTheTargetSyncs) {
   SyncOrder s;
-  const ChunkId a{1, 0};
+  const ChunkId a{1, 0}, b{2, 0};
   s.applied(7, 2, a, 100);
   s.applied(8, 5, a, 60);
-  s.applied(7, 3, ChunkId{2, 0}, 10);
+  s.applied(7, 3, b, 10);
   EXPECT_EQ(s.last_applied(7, 2, a), 0u);
-  EXPECT_EQ(s.last_applied(7, 3, ChunkId{2, 0}), 10u);
+  EXPECT_EQ(s.last_applied(7, 3, b), 10u);
+  s.applied(7, 2, a, 200);  // of version 2, finished late
+  EXPECT_EQ(s.last_applied(7, 3, b), 10u) << "version 3's entries were dropped";
+  EXPECT_EQ(s.last_applied(7, 2, a), 0u);
   EXPECT_EQ(s.size(), 2u);
-  s.serving(7);
-  EXPECT_EQ(s.last_applied(7, 3, ChunkId{2, 0}), 0u);
+  s.retain({{8, 5}, {7, 4}});  // chain 7 moved on to version 4 (another sync), chain 8 is still synced
+  EXPECT_EQ(s.last_applied(7, 3, b), 0u);
   EXPECT_EQ(s.last_applied(8, 5, a), 60u);
   EXPECT_EQ(s.size(), 1u);
-  s.serving(8);
+  s.retain({});  // serves every chain
   EXPECT_EQ(s.size(), 0u);
 }
 
