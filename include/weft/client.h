@@ -172,9 +172,10 @@ class File {
   virtual Result<void> extend(uint64_t length) = 0;
   // flush() and end the session; later calls fail with kBadHandle.
   virtual Result<void> close() = 0;
-  // After close(): what its flush answered. A close can fail after a flush
-  // that went through (meta's end of the session lost: no data is, and meta's
-  // session reaper ends it); this tells the two apart. Before close(): success.
+  // Once close() returned: what its flush answered. A close can fail after a
+  // flush that went through (meta's end of the session lost: no data is; the
+  // session stays open at meta until this client's lease ends, as a dead
+  // writer's); this tells the two apart. Before close(): success.
   virtual Result<void> close_flushed() const = 0;
   // A write through this File failed for good: every later call but pread
   // returns that error (close() too). A failed length report is not such a

@@ -149,7 +149,7 @@ int64_t steady_ns() {
 struct OpenDir {
   Ino ino = 0;
   Ino parent = 0;
-  Inode opened;  // the directory's attributes at OPENDIR (its permission checks)
+  Inode opened;  // the directory's attributes at OPENDIR, then at each page's fetch (search checks)
   std::mutex mu;
   DirCursor cursor;
   // The cursor's current page: the mount's change count before it was
@@ -1000,8 +1000,12 @@ class FuseServer::Impl {
   // keeps: what this mount last knew of it, else what the File opened, with
   // no link. Nobody can change it any more (a writer anywhere would have
   // kept it at meta), so the kernel may keep them for the attribute timeout.
+  // The length is the File's now: what it opened with may predate a truncate
+  // since (an O_TRUNC open's own), which dropped what the mount knew.
   void reply_attr_of_removed(fuse_req_t req, const OpenFile& open) {
-    Inode in = removed_inode(open.ino, open.file->opened());
+    Inode opened = open.file->opened();
+    opened.size = open.file->size();
+    Inode in = removed_inode(open.ino, opened);
     in.size = std::max(in.size, open.file->size());
     struct stat st = stat_of(in);
     fuse_reply_attr(req, &st, options_.attr_timeout_s);
@@ -1267,7 +1271,8 @@ class FuseServer::Impl {
       raw->released = true;
       r = raw->file->close();
       // What it wrote failed: not a lost end of its session at meta after
-      // data and length went through (meta's session reaper ends it).
+      // data and length went through (nothing lost; the session stays open
+      // at meta until this client's lease ends).
       if (auto flushed = raw->file->close_flushed(); !flushed && raw->writable)
         s->count_failure(*raw, writeback_errno(flushed.error()));
     }
@@ -1384,8 +1389,14 @@ class FuseServer::Impl {
     bool took_entry = false;        // of Weft's (not "." or "..")
     // Read permission was checked at OPENDIR, as open(2) does; a mode changed
     // since (or a descriptor passed to another user) does not stop the
-    // listing: its pages are fetched as root.
+    // listing: its pages are fetched as root. Search permission, which Linux
+    // checks at every use, is judged (below) on the directory as it was at
+    // the page's fetch.
+    const bool checks_search = plus && !options_.default_permissions && cred.uid != 0;
     auto fetch = [&](std::string_view cookie) {
+      if (checks_search) {
+        if (auto now = client_.getattr(Cred::root(), ino)) d->opened = *now;  // else as it was
+      }
       return client_.readdir(Cred::root(), ino, cookie, kReaddirPageEntries);
     };
     // Offset 0 again (rewinddir): a new listing, not the pages read before.
@@ -1404,10 +1415,10 @@ class FuseServer::Impl {
     // links them as its entries, and without default_permissions it asks
     // nothing more for a name it holds, so stat or open of dir/name would
     // succeed where Linux says EACCES. (With default_permissions the kernel
-    // checks search permission itself. As read permission, checked against
-    // the directory as it was at OPENDIR.) Others get bare entries.
-    const bool with_attrs =
-        plus && (options_.default_permissions || meta::check_access(d->opened, cred, meta::kAccessExec).has_value());
+    // checks search permission itself.) Others get bare entries.
+    auto may_search = [&] {
+      return !checks_search || meta::check_access(d->opened, cred, meta::kAccessExec).has_value();
+    };
     for (uint64_t o = static_cast<uint64_t>(off);; ++o) {
       std::string name;
       fuse_entry_param e{};
@@ -1440,7 +1451,7 @@ class FuseServer::Impl {
         const DirEntry* de = *r;
         if (!de) break;
         name = de->name;
-        if (with_attrs) {
+        if (plus && may_search()) {
           Inode attr = de->attr;
           std::chrono::duration<double> age = std::chrono::steady_clock::now() - d->page_at;
           if (attr.ino == 0) {  // no attributes in the page: ask
