@@ -53,7 +53,7 @@ class BenchTest : public ::testing::Test {
     up_ok_ = rc == 0;
   }
   static void TearDownTestSuite() {
-    run(fmt::format("{} down --data-dir {} > /dev/null 2>&1", bin(), data_));
+    weft::testing::stop_cluster(data_);
     delete dir_;
     dir_ = nullptr;
   }

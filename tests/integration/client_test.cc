@@ -73,7 +73,7 @@ class ClientTest : public ::testing::Test {
     delete client_;
     client_ = nullptr;
     if (dir_) {
-      run(fmt::format("{} down --data-dir {} > /dev/null 2>&1", weft_bin(), data_));
+      testing::stop_cluster(data_);
       delete dir_;
       dir_ = nullptr;
     }

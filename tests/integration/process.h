@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -89,6 +90,24 @@ inline std::string read_file(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// Stops the cluster `weft up` started in `data_dir` (a suite's tear-down):
+// `weft down`, tried again up to twice a second apart when it fails (it
+// refuses at once while another `weft up`/`down` holds the directory's
+// lock), its output printed when it never succeeds. A suite that deleted the
+// directory after a failed `down` left its servers running (seen once).
+inline bool stop_cluster(const std::string& data_dir) {
+  const std::string log = data_dir + ".down.log";
+  for (int attempt = 1;; ++attempt) {
+    const std::string cmd = weft_binary() + " down --data-dir '" + data_dir + "' > '" + log + "' 2>&1";
+    if (std::system(cmd.c_str()) == 0) return true;
+    if (attempt == 3) break;
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  std::fprintf(stderr, "weft down --data-dir %s failed 3 times; its servers may still run:\n%s\n", data_dir.c_str(),
+               read_file(log).c_str());
+  return false;
 }
 
 class Process {

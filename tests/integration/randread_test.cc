@@ -55,8 +55,7 @@ class RandReadTest : public ::testing::Test {
   }
   void TearDown() override {
     client_.reset();
-    if (!data_.empty())
-      (void)std::system(fmt::format("{} down --data-dir {} > /dev/null 2>&1", weft::testing::weft_binary(), data_).c_str());
+    if (!data_.empty()) weft::testing::stop_cluster(data_);
   }
 
   // `threads` threads each read `reads` random aligned 4 KiB blocks; returns the wrong ones.
