@@ -140,9 +140,8 @@ struct OpenFile {
   bool failure_counted = false;
 };
 
-int64_t steady_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+int64_t steady_ns(std::chrono::steady_clock::time_point t = std::chrono::steady_clock::now()) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
 // An open directory: fi->fh points at it.
@@ -554,7 +553,7 @@ class FuseServer::Impl {
     of->ino = ino;
     of->file = std::move(file);
     of->writable = writable;
-    of->size_known_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(size_known_at.time_since_epoch()).count();
+    of->size_known_ns = steady_ns(size_known_at);
     std::lock_guard lk(files_mu_);
     open_files_[ino].push_back(of);
     // Linux's errseq_sample: the latest failure is this handle's to hear of

@@ -147,13 +147,12 @@ void StorageService::start_resyncs() {
 
 void StorageService::trim_sync_orders() {
   RoutingSnapshot routing = routing_->current();
-  for (auto& [id, t] : targets_) {
-    std::unordered_map<mgmt::ChainId, mgmt::ChainVersion> syncing;
-    for (const auto& [chain_id, chain] : routing->chains)
-      for (const auto& e : chain.entries)
-        if (e.target_id == id && e.state == mgmt::TargetState::kSyncing) syncing[chain_id] = chain.version;
-    t->sync_order().retain(syncing);
-  }
+  // Per target: the chains it syncs, at their version (one pass over the chains).
+  std::unordered_map<mgmt::TargetId, std::unordered_map<mgmt::ChainId, mgmt::ChainVersion>> syncing;
+  for (const auto& [chain_id, chain] : routing->chains)
+    for (const auto& e : chain.entries)
+      if (e.state == mgmt::TargetState::kSyncing) syncing[e.target_id][chain_id] = chain.version;
+  for (auto& [id, t] : targets_) t->sync_order().retain(syncing[id]);
 }
 
 void StorageService::note_delivered(const Placement& p, const ChunkId& id) {

@@ -489,8 +489,9 @@ class StorageService {
   std::map<ResyncKey, std::shared_ptr<Delivered>> delivered_;                   // GUARDED_BY(mu_): running
   std::atomic<size_t> resyncs_running_{0};
   std::atomic<bool> stopping_{false};
-  // Starts at the wall clock's nanoseconds, so that it keeps growing across
-  // restarts (orders are compared by the successors of this server's targets).
+  // Starts at the wall clock's nanoseconds (orders are compared by the
+  // successors of this server's targets, one chain version at a time; a
+  // restart moves its chains to a new version anyway).
   std::atomic<uint64_t> forward_order_{static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
           .count())};

@@ -384,15 +384,22 @@ TEST(DedupTable, BoundedKeysAreTheMostRecentlyRecorded) {
   EXPECT_EQ(t.keys_of(c, 2), (std::vector<DedupTable::Key>{{6, 1}, {5, 3}}));
 }
 
+// Records client 1's updates 1 and 2 (versions 1, 2) of chunk {5, 0}, and
+// client 2's update 7 of chunk {5, 1}; returns {5, 0}.
+ChunkId record_two_updates_and_another_chunks(DedupTable& t) {
+  const ChunkId c{5, 0};
+  t.record(1, 1, {c, 1, {1, 10, 0}});
+  t.record(1, 2, {c, 1, {2, 10, 0}});
+  t.record(2, 7, {ChunkId{5, 1}, 1, {1, 10, 0}});
+  return c;
+}
+
 // A chunk replaced by content holding some of the updates recorded for it:
 // those stay (or are recorded, as the replacement), the others go; the keys
 // sent with it are bounded, the most recently recorded first.
 TEST(DedupTable, KeepsWhatTheReplacingContentHolds) {
   DedupTable t;
-  const ChunkId c{5, 0};
-  t.record(1, 1, {c, 1, {1, 10, 0}});
-  t.record(1, 2, {c, 1, {2, 10, 0}});
-  t.record(2, 7, {ChunkId{5, 1}, 1, {1, 10, 0}});
+  const ChunkId c = record_two_updates_and_another_chunks(t);
   EXPECT_EQ(t.keys_of(c, 10), (std::vector<DedupTable::Key>{{1, 1}, {1, 2}}));
   EXPECT_EQ(t.keys_of(c, 1), (std::vector<DedupTable::Key>{{1, 2}}));
   EXPECT_EQ(t.replaced(c, {{1, 2}, {3, 4}}, 6, {9, 20, 0}), 1u);
@@ -409,10 +416,7 @@ TEST(DedupTable, KeepsWhatTheReplacingContentHolds) {
 // the sender's keys missing here.
 TEST(DedupTable, KeepsWhatTheRemovingSenderRecordedToo) {
   DedupTable t;
-  const ChunkId c{5, 0};
-  t.record(1, 1, {c, 1, {1, 10, 0}});
-  t.record(1, 2, {c, 1, {2, 10, 0}});
-  t.record(2, 7, {ChunkId{5, 1}, 1, {1, 10, 0}});
+  const ChunkId c = record_two_updates_and_another_chunks(t);
   EXPECT_EQ(t.forget_chunk_except(c, {{1, 2}, {3, 4}}), 1u);
   EXPECT_FALSE(t.find(1, 1).has_value()) << "the sender never applied it: its retry is applied afresh";
   ASSERT_TRUE(t.find(1, 2).has_value()) << "applied there too: its retry is answered from the record";
