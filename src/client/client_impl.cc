@@ -121,6 +121,7 @@ class ClientImpl final : public Client {
       reads_cv_.wait(lock, [&] { return reads_running_ == 0; });
     }
     if (holder_) holder_->stop();
+    core_->closer->stop();  // before the lease: what it drops, the lease's end closes
     lease_->stop();
     core_->refusals->stop();
     core_->releaser->stop();
@@ -234,7 +235,7 @@ class ClientImpl final : public Client {
       WEFT_TRY(reply.inode, core_->meta->getattr(cred, ino));
     }
     if (reply.inode.is_dir()) {
-      if (reply.session_id) (void)core_->meta->close(cred, ino, reply.session_id);
+      if (reply.session_id) (void)core_->closer->close(cred, ino, reply.session_id, false);
       return error(Code::kIsDirectory, "inode {} is a directory", ino);
     }
     WEFT_TRY(auto file, make_file_or_close(cred, std::move(reply.inode), reply.session_id, {wants_read(flags), write}));
@@ -606,7 +607,7 @@ class ClientImpl final : public Client {
                                                         meta::OpenFlags access) {
     const Ino ino = inode.ino;
     auto file = make_file(cred, std::move(inode), session, access);
-    if (!file && session != 0) (void)core_->meta->close(cred, ino, session);
+    if (!file && session != 0) (void)core_->closer->close(cred, ino, session, false);
     return file;
   }
 
@@ -1456,6 +1457,10 @@ Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
   mo.call_timeout_ms = options.call_timeout_ms;
   mo.retry_time_ms_max = options.retry_time_ms_max;
   core->meta = std::make_unique<meta::MetaClient>(*core->io, *core->rpc, mo);
+  core->closer = std::make_unique<SessionCloser>(
+      [m = core->meta.get()](const Cred& cred, Ino ino, uint64_t session, bool abandon) {
+        return m->close(cred, ino, session, abandon);
+      });
   ChunkIoOptions co;
   co.client_id = client_id;
   co.call_timeout_ms = options.call_timeout_ms;

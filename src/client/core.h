@@ -21,6 +21,7 @@
 #include "client/chunk_io.h"
 #include "client/cluster_config.h"
 #include "client/routing_cache.h"
+#include "client/session_closer.h"
 #include "mgmt/mgmt_rpc.h"
 #include "mgmt/refusal_reporter.h"
 #include "meta/meta_client.h"
@@ -201,6 +202,9 @@ struct Core {
   std::unique_ptr<mgmt::MgmtRpc> mgmt_rpc;
   std::unique_ptr<RoutingCache> routing;
   std::unique_ptr<meta::MetaClient> meta;
+  // Every end of a write session goes through it: one that failed for want
+  // of meta is tried again (set by the client, after meta).
+  std::unique_ptr<SessionCloser> closer;
   std::unique_ptr<ChunkIo> chunks;
   std::unique_ptr<ByteBudget> dirty;     // write-behind bytes, held until acknowledged
   std::unique_ptr<ByteBudget> inflight;  // read bytes in flight

@@ -534,7 +534,7 @@ Result<void> FileImpl::close() {
     // length meta knows: the session is abandoned, and meta's session reaper
     // closes it with what storage holds (meta/meta_store.h abandon_session),
     // rather than closed here without them.
-    auto r = core_.meta->close(cred_, inode_.ino, session_id_, /*abandon=*/!flushed);
+    auto r = core_.closer->close(cred_, inode_.ino, session_id_, /*abandon=*/!flushed);
     if (!r && flushed) return error(r.error().with_context(fmt::format("close file {}", inode_.ino)));
   }
   return flushed;

@@ -781,6 +781,37 @@ TEST_F(ClientTest, AWriterClosesWithOneCallToMetaOrTwoToAnOldMeta) {
   EXPECT_EQ(ops("report_length"), reports + 2);
 }
 
+// A close whose end of session never reached meta (meta out of reach past
+// the meta client's retries) fails, and the session is ended later by the
+// client's own retry: else meta kept it open as long as this client holds
+// its lease, and with it a file unlinked while open for writing.
+TEST_F(ClientTest, AnEndOfSessionThatDidNotReachMetaIsSentAgain) {
+  if (dir_ == nullptr) GTEST_SKIP() << "needs the cluster this test starts (its meta's /metrics)";
+  auto count = [](const char* name) {
+    return meta_metric(std::string(name) + "{op=\"close\"}").value_or(0);
+  };
+  const std::string path = dir() + "/unlinked-while-open";
+  auto f = open(path, O_CREAT | O_WRONLY | O_EXCL);
+  ASSERT_TRUE(f);
+  ASSERT_TRUE(client_->unlink_path(client_->default_cred(), path).has_value());
+  const double closes = count("weft_meta_ops_total"), refused = count("weft_meta_op_errors_total");
+  {
+    fault::Scope away("client.session_close.fail", {.hits_max = 1});
+    auto closed = f->close();
+    ASSERT_FALSE(closed.has_value()) << "the end of the session did not reach meta";
+    EXPECT_EQ(closed.error().code(), Code::kUnavailable);
+    EXPECT_EQ(away.triggered(), 1);
+  }
+  EXPECT_EQ(count("weft_meta_ops_total"), closes) << "meta heard the close the fault kept away";
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (count("weft_meta_ops_total") == closes && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(count("weft_meta_ops_total"), closes + 1) << "the session was never ended";
+  EXPECT_EQ(count("weft_meta_op_errors_total"), refused) << "meta refused the retried close";
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(count("weft_meta_ops_total"), closes + 1) << "sent again after it landed";
+}
+
 // A flush and a close of one File on two threads: both owe meta the same
 // length; when the close's close_with_length ends the session first, the
 // flush's report finds no session, and the close's report stands for it.
