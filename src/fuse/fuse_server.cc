@@ -1418,6 +1418,7 @@ class FuseServer::Impl {
     auto may_search = [&] {
       return !checks_search || meta::check_access(d->opened, cred, meta::kAccessExec).has_value();
     };
+    int page_reloads = 0;  // for a change while the reply was being made (below)
     for (uint64_t o = static_cast<uint64_t>(off);; ++o) {
       std::string name;
       fuse_entry_param e{};
@@ -1430,6 +1431,7 @@ class FuseServer::Impl {
         // One page per reply (DirCursor::holds): the kernel may ask next
         // from any entry of this reply its caller did not take.
         if (took_entry && !d->cursor.holds(o - 2)) break;
+        const bool first_of_reply = !took_entry;
         took_entry = true;
         const size_t fetched = d->cursor.pages_fetched();
         const uint64_t changes = change_count();
@@ -1439,6 +1441,9 @@ class FuseServer::Impl {
           d->page_changes = changes;
           d->page_at = fetch_at;
         }
+        // tests: a change here while the reply is made from the page in hand
+        if (plus && first_of_reply && WEFT_FAULT("fuse.readdirplus.hold"))
+          std::this_thread::sleep_for(std::chrono::milliseconds(400));
         if (!r) {
           if (used == 0) {
             lk.unlock();
@@ -1453,7 +1458,8 @@ class FuseServer::Impl {
         if (plus && may_search()) {
           Inode attr = de->attr;
           std::chrono::duration<double> age = std::chrono::steady_clock::now() - d->page_at;
-          if (attr.ino == 0) {  // no attributes in the page: ask
+          const bool from_page = attr.ino != 0;
+          if (!from_page) {  // no attributes in the page: ask
             auto l = client_.lookup(cred, ino, de->name);
             if (!l) {
               if (used == 0) {
@@ -1467,7 +1473,26 @@ class FuseServer::Impl {
             age = {};
           }
           e = entry_of(attr, age.count());
-          counted = true;
+          // A change here since the page's fetch (checked after entry_of:
+          // a length report moves the count before its writes stop counting
+          // in the local size entry_of adds) leaves the page's length older
+          // than this mount's writes: not for the kernel. Stop before this
+          // entry (the kernel's next request reloads the page), or, when it
+          // would be the reply's first, reload now and make it again.
+          if (from_page && change_count() != d->page_changes) {
+            if (used > 0) break;
+            if (page_reloads++ < 3) {
+              d->cursor.reload_page();
+              took_entry = false;
+              --o;
+              continue;
+            }
+            e = fuse_entry_param{};  // changes keep coming: a bare entry, linked by nobody
+            e.attr.st_ino = de->ino;
+            e.attr.st_mode = type_bits(de->type);
+          } else {
+            counted = true;
+          }
         } else {  // e.ino 0: the kernel links no entry for it (fuse_direntplus_link)
           e.attr.st_ino = de->ino;
           e.attr.st_mode = type_bits(de->type);

@@ -2602,6 +2602,54 @@ TEST_F(FuseTest, AListingPageFromBeforeAReadHereGivesNoLengthOlderThanTheWriters
   EXPECT_EQ(read_all(grown), "x" + std::string(1000, 'y') + "z");
 }
 
+// The same while the reply is being made: a listing request checks its page
+// (fetched after the write, so it adds the writer's unreported bytes) and is
+// held (fault) while the writer's fsync reports the length (an fsync, not a
+// read: the kernel drops a listing's attributes asked for before a short
+// read of that file updated its size);
+// the entries made after it must not give the kernel the page's length
+// (meta's, from before the report) without those bytes.
+TEST_F(FuseTest, AListingReplyMadeAcrossALengthReportGivesNoLengthOlderThanTheWriters) {
+  constexpr int kFiles = 200;
+  ASSERT_NO_FATAL_FAILURE(create_entries(kFiles, "f", "x"));
+  ExtraMount m(dir_->file("mnt-hold"), data_ + "/client.toml", "attr_timeout=60,entry_timeout=60",
+               dir_->file("mount-hold.log"), {"WEFT_FAULTS=fuse.readdirplus.hold"});
+  ASSERT_TRUE(m.mounted()) << m.log();
+  const std::string dir = dir_->file("mnt-hold") + remote_dir();
+  struct Fds {
+    int a = -1, d = -1;
+    ~Fds() { ::close(a), ::close(d); }
+  } fds;
+  fds.d = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(fds.d, 0);
+  auto first = getdents(fds.d, 4096);  // fetches the page
+  size_t listed = 0;
+  for (auto& n : first) listed += n != "." && n != "..";
+  ASSERT_GT(listed, 0u);
+  ASSERT_LT(listed, size_t(kFiles));
+  char name[32];
+  std::snprintf(name, sizeof name, "f%04zu", listed);  // the next part's first name (names in order)
+  const std::string grown = dir + "/" + name;
+  fds.a = ::open(grown.c_str(), O_RDWR | O_APPEND);
+  ASSERT_GE(fds.a, 0) << std::strerror(errno);
+  ASSERT_EQ(::write(fds.a, std::string(1000, 'y').data(), 1000), 1000);  // buffered in libweft, not reported
+  struct stat looked {};
+  ASSERT_EQ(::stat((dir + "/" + first.back()).c_str(), &looked), 0);  // READDIRPLUS_AUTO: attributes next
+  std::vector<std::string> part;
+  std::thread lister([&] { part = getdents(fds.d, 4096); });  // held 400 ms in the daemon
+  std::this_thread::sleep_for(150ms);
+  EXPECT_EQ(::fsync(fds.a), 0) << std::strerror(errno);  // reports 1001
+  lister.join();
+  EXPECT_EQ(std::count(part.begin(), part.end(), std::string(name)), 1) << "not in the held part";
+  struct stat st {};
+  ASSERT_EQ(::fstat(fds.a, &st), 0);
+  EXPECT_EQ(st.st_size, 1001) << "the listing gave the length from before the report";
+  ASSERT_EQ(::write(fds.a, "z", 1), 1);
+  ASSERT_EQ(::close(fds.a), 0);
+  fds.a = -1;
+  EXPECT_EQ(read_all(grown), "x" + std::string(1000, 'y') + "z");
+}
+
 // Another client truncates a file this mount holds open, for reading and
 // for writing (every write reported): past the attribute timeout the mount
 // shows the new length, and a reader here gets the new bytes only, not the
