@@ -182,6 +182,11 @@ struct FullContentJob {
     } else if (old.error().code() != Code::kNotFound) {
       return error(old.error());
     }
+    // replicate() checked the update's geometry; this bounds the buffer whatever a caller does.
+    const uint64_t end = u->kind == pb::UPDATE_TRUNCATE ? u->length : uint64_t{u->offset} + u->data.size();
+    if (end > engine->chunk_size_max())
+      return error(Code::kInvalidArgument, "chunk {}: an update ending at {} is past the chunk size maximum {}", u->id,
+                   end, engine->chunk_size_max());
     if (u->kind == pb::UPDATE_TRUNCATE) {
       out.resize(u->length);
     } else {
@@ -368,6 +373,13 @@ Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const Ch
     if (!removed) co_return error(removed.error());
     if (p.successor) note_delivered(p, u.id);
     co_return WriteResult{};
+  }
+  if (p.successor) {
+    // Refused before anything is forwarded: a member that stages while it
+    // forwards would pass on (and rebuild its successor's chunk for, at up to
+    // 4 GiB) an update its own stage then refuses.
+    WEFT_CO_TRY(Update staged_as, to_engine_update(u, p.route.chain_id));
+    WEFT_CO_RETURN_IF_ERROR(engine->check_update(staged_as));
   }
   std::optional<WriteResult> predicted;
   if (p.successor) {

@@ -230,6 +230,14 @@ class ChunkEngine {
   // lack of space then.
   Result<WriteResult> stage(const ChunkId& id, uint64_t version, const Update& update,
                             Reservation* reserved = nullptr);
+  // What stage() refuses of an update whatever the chunk holds (kInvalidArgument:
+  // a chunk size above the maximum, a write or truncate past the chunk size,
+  // an empty write). No I/O, no lock.
+  Result<void> check_update(const Update& update) const {
+    auto length = new_length(update, 0);
+    if (!length) return std::unexpected(length.error());
+    return {};
+  }
   // Everything that could refuse a stage of `length` bytes for lack of
   // space, done ahead: the space guard (check_space), the capacity (the
   // slot is allocated). No I/O (an I/O thread may call it): a slot that

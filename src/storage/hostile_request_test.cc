@@ -520,18 +520,6 @@ void add_held(Hostile& h, pb::ForwardRequest& q) {
   }
 }
 
-// KNOWN BUG, not sent: a member with a successor (here the middle) that gets
-// a WRITE ending far past the chunk size (offset up to UINT32_MAX), or a
-// TRUNCATE to such a length, and whose successor answers kVersionMismatch
-// (any version but the successor's committed + 1), rebuilds the chunk's full
-// content at that length (chain_update.cc, FullContentJob: up to 4 GiB,
-// zero-filled) under the chunk's lock: the call outlives its timeout and the
-// server's memory grows by gigabytes. Such updates go to the tail only.
-void spare_the_rebuild(pb::ForwardRequest& q) {
-  q.set_offset(std::min(q.offset(), kChunkMax + 1));
-  if (q.kind() == pb::UPDATE_TRUNCATE) q.set_length(std::min(q.length(), kChunkMax + 1));
-}
-
 Shot forward_shot(Hostile& h) {
   const ChunkId id = h.chunk();
   size_t server = h.successor_mostly();
@@ -564,7 +552,6 @@ Shot forward_shot(Hostile& h) {
   if (h.chance(10)) q.set_data_crc32c(q.data_crc32c() ^ h.nonzero());
   std::string why;
   if (is_known_inode(id)) why = poison_forward(h, q, data, server);
-  if (server == 1) spare_the_rebuild(q);
   Shot s = make_shot("forward", methods::kForward, server, q, std::move(data));
   s.why = std::move(why);
   s.must_fail = is_known_inode(id);
@@ -630,10 +617,7 @@ std::string valid_address(Hostile& h) {
 
 // Entries of a shape the routing accepts: serving, then syncing, then
 // offline targets (at least one serving), or one last-serving and offline ones.
-// KNOWN BUG, not sent: a chain of any other shape (no entries, a target twice,
-// states out of order, syncing targets and none serving, last-serving beside
-// serving or syncing ones, two last-serving) is refused with kInternal, at any
-// routing version (mgmt::check_chain's code, passed on by routing_from_proto).
+// (Other shapes: spoil_routing.)
 void add_entries(Hostile& h, pb::RoutingChain& chain, std::vector<uint64_t> ids) {
   std::shuffle(ids.begin(), ids.end(), h.rng());
   ids.resize(1 + h.below(ids.size()));
@@ -670,8 +654,41 @@ void random_routing(Hostile& h, pb::Routing& r) {
   }
 }
 
+// A chain of a shape no routing has (mgmt::check_chain): none of its
+// targets, one twice, states out of order, syncing and none serving,
+// last-serving beside serving, two last-serving.
+void add_misshapen_chain(Hostile& h, pb::Routing& r) {
+  auto* t = r.add_targets();
+  t->set_id(h.u64() | 1);
+  t->set_address(valid_address(h));
+  auto* c = r.add_chains();
+  c->set_id(h.chance(50) ? kChain : h.u32());
+  c->set_version(kCv + 1);
+  using S = mgmt::TargetState;
+  const std::vector<std::vector<S>> shapes = {
+      {}, {S::kServing, S::kServing}, {S::kSyncing, S::kServing}, {S::kSyncing},
+      {S::kLastServing, S::kServing}, {S::kLastServing, S::kLastServing}};
+  const auto& shape = shapes[h.below(shapes.size())];
+  for (size_t i = 0; i < shape.size(); ++i) {
+    auto* e = c->add_entries();
+    // A second entry names the same target (the "twice" shape) or another one.
+    uint64_t id = t->id();
+    if (i > 0 && shape[0] != S::kServing) {
+      auto* other = r.add_targets();
+      other->set_id(t->id() + 2 * i);
+      other->set_address(valid_address(h));
+      id = other->id();
+    }
+    e->set_target_id(id);
+    e->set_state(static_cast<uint32_t>(shape[i]));
+  }
+}
+
 std::string spoil_routing(Hostile& h, pb::Routing& r) {
-  switch (h.below(3)) {
+  switch (h.below(4)) {
+    case 3:
+      add_misshapen_chain(h, r);
+      return "a misshapen chain";
     case 0: {
       auto* t = r.add_targets();
       t->set_id(h.u64());
@@ -1177,6 +1194,52 @@ TEST_F(HostileRequestTest, EveryMethodAnswersHostileRequestsClearlyAndKeepsAckno
   print_outcomes(sent, std::chrono::steady_clock::now() - start);
   expect_known_intact();
   expect_still_serving();
+}
+
+// SyncDones may name any chain: those of chains the routing here does not
+// know are refused (the sender's resync tries again once it does), and the
+// record TargetStatus reports keeps only what mgmtd may still need
+// (StorageTarget::retain_synced). They used to pile up, one per chain id ever
+// sent, until TargetStatus's reply outgrew the frame limit (kInternal).
+TEST_F(HostileRequestTest, SyncDonesOfUnknownChainsAreRefusedAndTheRecordStaysSmall) {
+  const size_t tail = kServers - 1;
+  auto sync_done = [&](uint64_t chain, uint64_t version) {
+    pb::SyncDoneRequest q;
+    q.set_target_id(target_of(tail));
+    q.set_chain_id(static_cast<uint32_t>(chain));
+    q.set_chain_version(version);
+    return client_.call<pb::SyncDoneReply>(ep(tail), methods::kSyncDone, q);
+  };
+  auto synced = [&] {
+    pb::TargetStatusRequest q;
+    q.set_target_id(target_of(tail));
+    auto r = client_.call<pb::TargetStatusReply>(ep(tail), methods::kTargetStatus, q);
+    EXPECT_TRUE(r.has_value()) << r.error();
+    std::map<uint64_t, uint64_t> out;
+    if (r && r->targets_size() == 1)
+      for (const auto& c : r->targets(0).synced()) out[c.chain_id()] = c.synced_chain_version();
+    return out;
+  };
+  for (uint64_t i = 0; i < 2000; ++i) {
+    auto r = sync_done(0x80000000u + i, UINT64_MAX);
+    ASSERT_FALSE(r.has_value()) << "a SyncDone of chain " << 0x80000000u + i << ", in no routing, was taken";
+    EXPECT_EQ(r.error().code(), Code::kStaleRouting) << r.error();
+  }
+  EXPECT_TRUE(synced().empty());
+  // Of the chain in force: recorded until a routing change shows mgmtd moved
+  // on (the target serves at that version); at a version the routing here
+  // does not know yet, kept.
+  ASSERT_TRUE(sync_done(kChain, kCv).has_value());
+  EXPECT_EQ(synced(), (std::map<uint64_t, uint64_t>{{kChain, kCv}}));
+  pb::SetRoutingRequest again;
+  *again.mutable_routing() = routing_;
+  again.mutable_routing()->set_version(kRoutingVersion + 1);
+  ASSERT_TRUE(client_.call<pb::SetRoutingReply>(ep(tail), methods::kSetRouting, again).has_value());
+  EXPECT_TRUE(synced().empty()) << "kept after the routing showed the target serving at that version";
+  ASSERT_TRUE(sync_done(kChain, kCv + 1).has_value());
+  again.mutable_routing()->set_version(kRoutingVersion + 2);
+  ASSERT_TRUE(client_.call<pb::SetRoutingReply>(ep(tail), methods::kSetRouting, again).has_value());
+  EXPECT_EQ(synced(), (std::map<uint64_t, uint64_t>{{kChain, kCv + 1}})) << "a version ahead of the routing here";
 }
 
 }  // namespace

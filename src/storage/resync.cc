@@ -149,10 +149,18 @@ void StorageService::trim_sync_orders() {
   RoutingSnapshot routing = routing_->current();
   // Per target: the chains it syncs, at their version (one pass over the chains).
   std::unordered_map<mgmt::TargetId, std::unordered_map<mgmt::ChainId, mgmt::ChainVersion>> syncing;
+  // Per target: the chains that list it, at their version, and whether it syncs there.
+  std::unordered_map<mgmt::TargetId, StorageTarget::MemberOf> member_of;
   for (const auto& [chain_id, chain] : routing->chains)
-    for (const auto& e : chain.entries)
-      if (e.state == mgmt::TargetState::kSyncing) syncing[e.target_id][chain_id] = chain.version;
-  for (auto& [id, t] : targets_) t->sync_order().retain(syncing[id]);
+    for (const auto& e : chain.entries) {
+      const bool syncs = e.state == mgmt::TargetState::kSyncing;
+      if (syncs) syncing[e.target_id][chain_id] = chain.version;
+      member_of[e.target_id][chain_id] = {chain.version, syncs};
+    }
+  for (auto& [id, t] : targets_) {
+    t->sync_order().retain(syncing[id]);
+    t->retain_synced(member_of[id]);
+  }
 }
 
 void StorageService::note_delivered(const Placement& p, const ChunkId& id) {

@@ -86,7 +86,9 @@ Result<mgmt::RoutingInfo> routing_from_proto(const proto::storage::Routing& p) {
         return error(Code::kInvalidArgument, "chain {} names target {} without an address", c.id(), e.target_id());
       chain.entries.push_back({e.target_id(), state});
     }
-    WEFT_RETURN_IF_ERROR(mgmt::check_chain(chain));
+    // check_chain's kInternal means a broken invariant at mgmtd; from the wire it is bad input.
+    if (auto ok = mgmt::check_chain(chain); !ok)
+      return error(Code::kInvalidArgument, "routing version {}: {}", info.version, ok.error().message());
     info.chains[chain.id] = std::move(chain);
   }
   return info;

@@ -46,8 +46,15 @@ Result<pb::SyncDoneReply> StorageService::sync_done(const pb::SyncDoneRequest& r
   // A SyncDone of a resync at an older chain version (delayed on the way) says
   // nothing about the round running now. (A newer one than this server's
   // routing knows is passed on: mgmtd checks it against the chain itself.)
+  // A chain this server's routing does not know is refused (the sender's
+  // resync tries again, by when the routing here has caught up): recorded,
+  // such SyncDones would pile up without bound (any chain id may be sent).
   RoutingSnapshot routing = routing_->current();
-  if (auto chain = routing->chain(req.chain_id()); chain && (*chain)->version > req.chain_version())
+  auto chain = routing->chain(req.chain_id());
+  if (!chain)
+    return error(Code::kStaleRouting, "sync done of target {} in chain {}: no such chain in routing version {}",
+                 req.target_id(), req.chain_id(), routing->version);
+  if ((*chain)->version > req.chain_version())
     return error(Code::kStaleRouting, "sync done of target {} in chain {} at version {}: the chain is at version {}",
                  req.target_id(), req.chain_id(), req.chain_version(), (*chain)->version);
   t->mark_synced(req.chain_id(), req.chain_version());

@@ -387,7 +387,9 @@ class StorageService {
   Result<pb::TargetStatusReply> target_status(const pb::TargetStatusRequest& req);
   Result<pb::SyncDoneReply> sync_done(const pb::SyncDoneRequest& req);
   void start_resyncs();
-  // Routing changed: each local target's SyncOrder keeps only the chains it syncs now.
+  // Routing changed: each local target's SyncOrder keeps only the chains it
+  // syncs now, and its record of SyncDones (StorageTarget::retain_synced)
+  // only what mgmtd may still need to hear.
   void trim_sync_orders();
   Task<void> resync(mgmt::ChainId chain, mgmt::ChainVersion version, StorageTarget* source, Placement::Peer dest);
   // `failed_chunk`: set to the chunk whose copy failed the pass, if one did.

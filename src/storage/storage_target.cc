@@ -65,6 +65,16 @@ void StorageTarget::mark_synced(mgmt::ChainId chain, mgmt::ChainVersion version)
   v = std::max(v, version);
 }
 
+void StorageTarget::retain_synced(const MemberOf& member_of) {
+  std::lock_guard lock(mu_);
+  std::erase_if(synced_, [&](const auto& entry) {
+    auto it = member_of.find(entry.first);
+    if (it == member_of.end()) return true;
+    const Membership& m = it->second;
+    return !(m.version < entry.second || (m.version == entry.second && m.syncing));
+  });
+}
+
 std::map<mgmt::ChainId, mgmt::ChainVersion> StorageTarget::synced() const {
   std::lock_guard lock(mu_);
   return synced_;
