@@ -15,25 +15,6 @@ NodeInfo* find_by_address(PersistedState& state, const std::string& address) {
   return nullptr;
 }
 
-Result<void> check_register(const RegisterRequest& r) {
-  WEFT_RETURN_IF_ERROR(check_address(r.address));
-  if (r.kind != NodeKind::kStorage && r.kind != NodeKind::kMeta && r.kind != NodeKind::kClient)
-    return error(Code::kInvalidArgument, "register {}: unknown node kind", r.address);
-  if (r.incarnation == 0) return error(Code::kInvalidArgument, "register {}: incarnation must be > 0", r.address);
-  if (r.kind != NodeKind::kStorage && !r.targets.empty())
-    return error(Code::kInvalidArgument, "register {}: only storage nodes have targets", r.address);
-  if (r.targets.size() > kTargetsPerNodeMax)
-    return error(Code::kInvalidArgument, "register {}: {} targets exceed {}", r.address, r.targets.size(),
-                 kTargetsPerNodeMax);
-  std::set<std::string> names;
-  for (const auto& t : r.targets) {
-    if (t.name.empty() || t.name.size() > 1024)
-      return error(Code::kInvalidArgument, "register {}: target names must be 1..1024 bytes", r.address);
-    if (!names.insert(t.name).second)
-      return error(Code::kInvalidArgument, "register {}: target '{}' listed twice", r.address, t.name);
-  }
-  return {};
-}
 
 // A change may grow the routing up to kRoutingBytesMax; past it, only if it
 // does not grow it (a re-registration of the same shape, in a state that got
@@ -152,6 +133,26 @@ Result<std::vector<TargetId>> sync_targets(PersistedState& state, NodeId node, c
 }
 
 }  // namespace
+
+Result<void> check_register(const RegisterRequest& r) {
+  WEFT_RETURN_IF_ERROR(check_address(r.address));
+  if (r.kind != NodeKind::kStorage && r.kind != NodeKind::kMeta && r.kind != NodeKind::kClient)
+    return error(Code::kInvalidArgument, "register {}: unknown node kind", r.address);
+  if (r.incarnation == 0) return error(Code::kInvalidArgument, "register {}: incarnation must be > 0", r.address);
+  if (r.kind != NodeKind::kStorage && !r.targets.empty())
+    return error(Code::kInvalidArgument, "register {}: only storage nodes have targets", r.address);
+  if (r.targets.size() > kTargetsPerNodeMax)
+    return error(Code::kInvalidArgument, "register {}: {} targets exceed {}", r.address, r.targets.size(),
+                 kTargetsPerNodeMax);
+  std::set<std::string> names;
+  for (const auto& t : r.targets) {
+    if (t.name.empty() || t.name.size() > 1024)
+      return error(Code::kInvalidArgument, "register {}: target names must be 1..1024 bytes", r.address);
+    if (!names.insert(t.name).second)
+      return error(Code::kInvalidArgument, "register {}: target '{}' listed twice", r.address, t.name);
+  }
+  return {};
+}
 
 bool target_alive(const PersistedState& state, TargetId target) {
   auto t = state.routing.targets.find(target);

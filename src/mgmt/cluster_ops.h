@@ -38,6 +38,9 @@ Result<void> check_meta_store(const MetaStoreRecord& known, const MetaStoreRecor
 // raise past). Returns the mark recorded before. Other nodes, and a meta that
 // reports no store, change nothing.
 Result<uint64_t> apply_meta_store(PersistedState& state, const RegisterRequest& request, bool accept_older_state);
+// What a registration must be whatever the state (an address, a kind, an
+// incarnation, target names): kInvalidArgument otherwise.
+Result<void> check_register(const RegisterRequest& r);
 // Errors for unknown nodes and wrong incarnations; renews the lease otherwise.
 Result<NodeInfo*> find_heartbeat_node(PersistedState& state, const HeartbeatRequest& request);
 // Applies sync-done reports of `node`: a report makes its target serving only

@@ -170,6 +170,11 @@ Result<void> ClusterState::refuse_if_behind_locked() const {
 
 Result<void> ClusterState::check_reported_locked(RoutingVersion reported, const std::string& who) {
   const RoutingVersion own = state_.routing.version;
+  // Garbage, not a history: no cluster makes 2^32 routing changes (raising
+  // the versions past it would also wrap them back to 0).
+  if (reported > own && reported - own > kReportedGapMax)
+    return error(Code::kInvalidArgument, "{} reports routing version {}, {} past mgmtd's {}: not a version", who,
+                 reported, reported - own, own);
   if (reported > own && options_.accept_older_state) {
     // Every routing version bump moves a chain's version by at most one: the
     // chains end above any version the cluster used for them since our state.
@@ -227,6 +232,9 @@ void ClusterState::log_lost_target_locked(TargetId target) const {
 
 Result<RegisterReply> ClusterState::register_node(const RegisterRequest& request) {
   std::lock_guard lock(mu_);
+  // Only a well-formed registration may say mgmtd is behind (which stops
+  // every server): a malformed one is refused for what it is.
+  WEFT_RETURN_IF_ERROR(check_register(request));
   WEFT_RETURN_IF_ERROR(check_reported_locked(request.installed_routing_version, request.address));
   TimePoint now = clock_.now();
   const MetaStoreRecord store_before = state_.meta_store;
@@ -256,6 +264,9 @@ Result<RegisterReply> ClusterState::register_node(const RegisterRequest& request
 
 Result<HeartbeatReply> ClusterState::heartbeat(const HeartbeatRequest& request) {
   std::lock_guard lock(mu_);
+  // Only a registered node (at its incarnation) may say mgmtd is behind; any
+  // other heartbeat is refused for what it is (find_heartbeat_node).
+  if (auto node = find_heartbeat_node(state_, request); !node) return std::unexpected(node.error());
   WEFT_RETURN_IF_ERROR(check_reported_locked(request.installed_routing_version,
                                              fmt::format("node {}", request.node_id)));
   return heartbeat_locked(request);

@@ -119,8 +119,9 @@ class Listener {
 // mgmtd in this process, its state in `db_dir` (empty: in memory).
 class Mgmtd {
  public:
-  Mgmtd(const Clock& clock, const std::string& db_dir) {
+  Mgmtd(const Clock& clock, const std::string& db_dir, bool accept_older_state = false) {
     ClusterOptions o{.lease = kLease, .db_dir = db_dir, .client_lease = kClientLease};
+    o.accept_older_state = accept_older_state;
     auto opened = ClusterState::open(o, clock, registry_);
     EXPECT_TRUE(opened.has_value()) << opened.error();
     if (!opened) return;
@@ -365,17 +366,12 @@ std::string hostile_address(Rng& r, Verdict& v) {
   return r.one_of<std::string>({"\xff\xfe:7000", "h\xc0\xaf:1", std::string("\x80", 1) + ":9"});
 }
 
-// Byte counts of every size up to kAbsurdBytes, used above capacity too.
-// KNOWN BUG, not sent: counts near UINT64_MAX. mgmtd takes any count and
-// hands it out in every routing, and cluster_space (mgmt/routing.cc, what a
-// client's statfs and fallocate read) adds them up without saturating: after
-// HeartbeatRequest{node_id, incarnation of a storage node, usage: [{target_id:
-// its target, used_bytes: UINT64_MAX, capacity_bytes: UINT64_MAX}]} beside
-// seven targets of 2^30 used bytes, the cluster's used bytes are 7 x 2^30 - 1
-// (wrapped) and its capacity 7696581394431.
-constexpr uint64_t kAbsurdBytes = uint64_t{1} << 48;  // thousands of them add up without wrapping
+// Byte counts of every size, used above capacity too, up to UINT64_MAX
+// (cluster_space saturates its sums: they once wrapped to a small total).
+constexpr uint64_t kAbsurdBytes = uint64_t{1} << 48;
 uint64_t absurd_bytes(Rng& r) {
-  return r.one_of<uint64_t>({0, 1, 4096, uint64_t{1} << 40, kAbsurdBytes - 1, kAbsurdBytes, r.below(kAbsurdBytes)});
+  return r.one_of<uint64_t>({0, 1, 4096, uint64_t{1} << 40, kAbsurdBytes - 1, kAbsurdBytes, r.below(kAbsurdBytes),
+                             UINT64_MAX - 1, UINT64_MAX});
 }
 
 // Installed routing versions: never above mgmtd's (a future one makes mgmtd
@@ -928,12 +924,10 @@ Shot promote_target_shot(Rng& r, World& w) {
     else
       q.set_target(any_target(r, w));
   } else {
-    // KNOWN BUG, not sent: chain ids above UINT32_MAX. The field is 64 bits,
-    // chain ids 32, and mgmtd truncates: PromoteTarget{chain: 4294967297,
-    // target: 1} is answered for chain 1 ("promote target 1: chain 1 still
-    // has a serving or last-serving target", kNotPermitted, not kNotFound),
-    // and promotes target 1 in chain 1 if that chain lost its last copy.
-    q.set_chain(r.one_of<uint64_t>({0, UINT32_MAX, 0x80000000u | r.u32()}));
+    // Chain ids above UINT32_MAX too: the field is 64 bits, chain ids 32 (they
+    // were cut to another chain's: 2^32 + 1 promoted in chain 1).
+    q.set_chain(r.one_of<uint64_t>({0, UINT32_MAX, 0x80000000u | r.u32(), (uint64_t{1} << 32) | (w.chains.empty() ? 1 : w.chains.begin()->first),
+                                    UINT64_MAX}));
     q.set_target(any_target(r, w));
     v.refuse("an unknown chain");
   }
@@ -1314,23 +1308,6 @@ TEST_F(HostileRequestTest, EveryMethodAnswersHostileRequestsClearlyAndKeepsTheVa
 // older than the cluster's (cluster_state.h, "Behind"). It must refuse every
 // server clearly (kVersionMismatch, which they retry) and change no routing,
 // still answer routing queries, and serve again once restarted.
-// KNOWN BUG, not sent (here or in the storm): a future installed version in
-// a request that is itself invalid. The version is checked before anything
-// else, so RegisterRequest{kind: 1, address: "", incarnation: 0,
-// installed_routing_version: 1000} (refused anyway: no address, incarnation
-// 0) or HeartbeatRequest{node_id: 0, installed_routing_version: UINT64_MAX}
-// (node id 0 is never a node's) make mgmtd behind just the same: every valid
-// node's heartbeat is refused from then on (their leases run out, the
-// cluster stops) until mgmtd restarts; the first logs "...below version 1000
-// that  has installed" (no one's name).
-// KNOWN BUG, not sent: with --accept-older-state, a report of version
-// UINT64_MAX (any node's heartbeat or registration: HeartbeatRequest{node_id:
-// 1, incarnation: 1, installed_routing_version: 18446744073709551615})
-// raises the routing version to UINT64_MAX + 1, which wraps to 0, and every
-// chain's version by UINT64_MAX - version + 1 (chain version 1 at routing
-// version 3 becomes 18446744073709551614), and persists that: the routing
-// version goes back (3 -> 0, also after a restart), so every server and
-// client keeps the routing it has and ignores mgmtd's from then on.
 TEST_F(HostileRequestTest, AFutureRoutingVersionMakesMgmtdRefuseClearlyUntilItRestarts) {
   QuietLogs quiet;
   const KnownNode& reporter = world_.valid[0];
@@ -1364,6 +1341,37 @@ TEST_F(HostileRequestTest, AFutureRoutingVersionMakesMgmtdRefuseClearlyUntilItRe
   ASSERT_NO_FATAL_FAILURE(expect_reloads());
   auto again = call<pb::HeartbeatReply>(kHeartbeat, beat);
   EXPECT_TRUE(again.has_value()) << "not serving after the restart: " << again.error();
+}
+
+// A future routing version in a request that is itself malformed (no
+// address, incarnation 0) or not a registered node's, or absurdly far ahead
+// (2^32 past mgmtd's: garbage, not a history), is refused for what it is:
+// mgmtd does not become behind, which would refuse every server until it
+// restarts (such requests once did just that).
+TEST_F(HostileRequestTest, AFutureVersionInAMalformedOrAbsurdReportStopsNothing) {
+  QuietLogs quiet;
+  auto refused = [&](const auto& r, Code want, const char* what) {
+    ASSERT_FALSE(r.has_value()) << what << " taken";
+    EXPECT_EQ(r.error().code(), want) << what << ": " << r.error();
+  };
+  pb::RegisterRequest malformed;
+  malformed.set_kind(static_cast<uint32_t>(NodeKind::kStorage));
+  malformed.set_installed_routing_version(world_.version + 1);  // no address, incarnation 0
+  refused(call<pb::RegisterReply>(kRegister, malformed), Code::kInvalidArgument, "a malformed registration");
+  pb::HeartbeatRequest unknown;
+  unknown.set_installed_routing_version(UINT64_MAX);  // node 0: never a node's
+  refused(call<pb::HeartbeatReply>(kHeartbeat, unknown), Code::kNotFound, "an unknown node's heartbeat");
+  const KnownNode& n = world_.valid[0];
+  pb::HeartbeatRequest absurd;
+  absurd.set_node_id(n.id);
+  absurd.set_incarnation(n.incarnation);
+  absurd.set_installed_routing_version(UINT64_MAX);
+  refused(call<pb::HeartbeatReply>(kHeartbeat, absurd), Code::kInvalidArgument, "a report of 2^64 - 1");
+  pb::HeartbeatRequest beat = absurd;
+  beat.set_installed_routing_version(world_.version);
+  auto ok = call<pb::HeartbeatReply>(kHeartbeat, beat);
+  EXPECT_TRUE(ok.has_value()) << "mgmtd stopped serving: " << ok.error();
+  EXPECT_EQ(must<pb::StatusReply>(kStatus, pb::StatusRequest{}).behind(), "");
 }
 
 // ---- Floods: what grows with the number of nodes, tables and clients is
@@ -1546,6 +1554,33 @@ TEST_F(FloodTest, ChainTablesAndChainsAreRefusedAtTheirBounds) {
 
 // Thousands of clients with the longest labels: Status carries one page of
 // them, ListClients pages through all in id order, every reply fits.
+// With --accept-older-state a report above mgmtd's routing version raises
+// mgmtd's versions past it. One absurdly far ahead is refused: UINT64_MAX
+// raised the routing version to UINT64_MAX + 1, wrapped to 0 and persisted,
+// and every server and client ignored mgmtd's routing from then on. A
+// plausible one is still taken.
+TEST_F(FloodTest, AcceptingAnOlderStateTakesNoAbsurdVersion) {
+  QuietLogs quiet;
+  mgmtd_.reset();
+  mgmtd_ = std::make_unique<Mgmtd>(clock_, dir_.path() + "/older", /*accept_older_state=*/true);
+  ASSERT_TRUE(mgmtd_->ok());
+  auto reg = call<pb::RegisterReply>(kRegister, storage("127.0.0.1:7001", 1));
+  ASSERT_TRUE(reg.has_value()) << reg.error();
+  const uint64_t before = mgmtd_->state().routing().version;
+  pb::HeartbeatRequest beat;
+  beat.set_node_id(reg->node_id());
+  beat.set_incarnation(1);
+  beat.set_installed_routing_version(UINT64_MAX);
+  auto absurd = call<pb::HeartbeatReply>(kHeartbeat, beat);
+  ASSERT_FALSE(absurd.has_value()) << "a report of 2^64 - 1 taken";
+  EXPECT_EQ(absurd.error().code(), Code::kInvalidArgument) << absurd.error();
+  EXPECT_EQ(mgmtd_->state().routing().version, before);
+  beat.set_installed_routing_version(before + 5);
+  auto plausible = call<pb::HeartbeatReply>(kHeartbeat, beat);
+  ASSERT_TRUE(plausible.has_value()) << plausible.error();
+  EXPECT_EQ(mgmtd_->state().routing().version, before + 6);
+}
+
 TEST_F(FloodTest, ThousandsOfClientsAreListedInPagesThatFit) {
   constexpr size_t kClients = 3 * kClientsPerPage / 2;
   Rng r(storm_seed());

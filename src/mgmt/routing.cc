@@ -197,21 +197,24 @@ SpaceTotals cluster_space(const RoutingInfo& info) {
     uint64_t fs_free = 0;
   };
   std::map<uint64_t, Fs> shared;  // by fs_id
+  // Sums saturate: the counts are what servers report, and a wrapped total
+  // would tell clients (statfs, fallocate) of a nearly empty cluster.
+  auto add = [](uint64_t a, uint64_t b) { return b > UINT64_MAX - a ? UINT64_MAX : a + b; };
   SpaceTotals out;
   uint64_t free = 0;
   for (const auto& [id, t] : info.targets) {
-    out.used_bytes += t.used_bytes;
+    out.used_bytes = add(out.used_bytes, t.used_bytes);
     const uint64_t own = t.capacity_bytes > t.used_bytes ? t.capacity_bytes - t.used_bytes : 0;
     if (t.fs_id == 0) {
-      free += own;
+      free = add(free, own);
       continue;
     }
     Fs& fs = shared[t.fs_id];
-    fs.free_sum += own;
+    fs.free_sum = add(fs.free_sum, own);
     fs.fs_free = std::max(fs.fs_free, t.fs_free_bytes);  // the freshest reading is not known: the largest
   }
-  for (const auto& [fs_id, fs] : shared) free += std::min(fs.free_sum, fs.fs_free);
-  out.capacity_bytes = out.used_bytes + free;
+  for (const auto& [fs_id, fs] : shared) free = add(free, std::min(fs.free_sum, fs.fs_free));
+  out.capacity_bytes = add(out.used_bytes, free);
   return out;
 }
 

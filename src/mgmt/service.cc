@@ -1,5 +1,7 @@
 #include "mgmt/service.h"
 
+#include <limits>
+
 #include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
 
@@ -71,6 +73,9 @@ Result<pb::ReplaceTargetReply> do_replace_target(ClusterState& state, const pb::
 }
 
 Result<pb::PromoteTargetReply> do_promote_target(ClusterState& state, const pb::PromoteTargetRequest& req) {
+  // The wire field is wider than a chain id: not cut to another chain's.
+  if (req.chain() > std::numeric_limits<ChainId>::max())
+    return error(Code::kNotFound, "promote target {}: no chain {}", req.target(), req.chain());
   WEFT_RETURN_IF_ERROR(state.promote_target(req.chain(), req.target(), req.force()));
   RoutingInfo routing = state.routing();
   pb::PromoteTargetReply out;
