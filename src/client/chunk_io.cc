@@ -235,8 +235,14 @@ Task<Result<uint64_t>> ChunkIo::remove_from(uint64_t ino, mgmt::ChainId chain, u
     auto page = co_await at_head<pb::RemoveRangeReply>(
         chain, attempt, fmt::format("chunks {}:{}.. on chain {}", ino, next, chain));
     if (!page) co_return error(page.error());
-    removed += page->removed();
+    removed = page->removed() > UINT64_MAX - removed ? UINT64_MAX : removed + page->removed();
     if (!page->more()) co_return removed;
+    // A page goes on past where it started: a cursor that stays would ask
+    // again for ever, one that goes back would remove chunks before
+    // first_index, which the caller keeps.
+    if (page->next_index() <= next)
+      co_return error(Code::kProtocol, "removal of chunks {}:{}.. on chain {}: the server continues at index {}",
+                      ino, next, chain, page->next_index());
     next = page->next_index();
   }
 }
@@ -262,10 +268,18 @@ pb::BatchReadRequest ChunkIo::read_request(mgmt::ChainVersion cv, ChunkAddress c
   return req;
 }
 
+// Whether a range's answer has the bytes the chunk holds in [offset, offset
+// + asked): all of them, as its own chunk_length says, no fewer (the rest
+// would read as a hole) and none past the chunk's end.
+static bool holds_what_was_asked(const pb::RangeResult& rr, uint32_t offset, size_t asked) {
+  const uint64_t held = rr.chunk_length() > offset ? rr.chunk_length() - offset : 0;
+  return rr.length() == std::min<uint64_t>(asked, held);
+}
+
 // Checks one replica's answer and its CRC32C over the bytes in dst.
 Result<uint32_t> ChunkIo::read_reply(const Result<pb::BatchReadReply>& reply, const rpc::RawResponse& raw,
                                      const rpc::Endpoint& ep, mgmt::TargetId target, ChunkAddress c,
-                                     std::span<std::byte> dst) {
+                                     uint32_t offset, std::span<std::byte> dst) {
   if (!reply) return error(reply.error());
   if (reply->results_size() != 1)
     return error(Code::kProtocol, "batch read from {}: {} results for 1 range", ep.to_string(), reply->results_size());
@@ -273,9 +287,9 @@ Result<uint32_t> ChunkIo::read_reply(const Result<pb::BatchReadReply>& reply, co
   Code code = code_from_wire(rr.code());
   if (code == Code::kNotFound) return 0u;  // no such chunk: a hole
   if (code != Code::kOk) return error(code, "target {} at {}: {}", target, ep.to_string(), rr.message());
-  if (rr.length() > dst.size() || rr.length() != raw.payload_len)
-    return error(Code::kProtocol, "batch read from {}: {} bytes for a range of {}", ep.to_string(), rr.length(),
-                 dst.size());
+  if (rr.length() != raw.payload_len || !holds_what_was_asked(rr, offset, dst.size()))
+    return error(Code::kProtocol, "batch read from {}: {} bytes for a range of {} at {} of a chunk of {}",
+                 ep.to_string(), rr.length(), dst.size(), offset, rr.chunk_length());
   if (!raw.payload_in_destination && rr.length() > 0) std::copy_n(raw.payload.data(), rr.length(), dst.data());
   if (crc32c(dst.first(rr.length())) != rr.crc32c())
     return error(Code::kCorruption, "target {} at {}: checksum mismatch on chunk {}:{}", target, ep.to_string(), c.ino,
@@ -293,7 +307,7 @@ Task<Result<uint32_t>> ChunkIo::read_from(const mgmt::RoutingInfo& routing, mgmt
   o.response_payload = dst;
   rpc::RawResponse raw;
   auto reply = co_await rpc_.call<pb::BatchReadReply>(ep, methods::kBatchRead, req, std::move(o), &raw);
-  co_return read_reply(reply, raw, ep, target, c, dst);
+  co_return read_reply(reply, raw, ep, target, c, offset, dst);
 }
 
 Result<uint32_t> ChunkIo::read_from_blocking(const mgmt::RoutingInfo& routing, const pb::BatchReadRequest& req,
@@ -302,7 +316,7 @@ Result<uint32_t> ChunkIo::read_from_blocking(const mgmt::RoutingInfo& routing, c
   WEFT_TRY(rpc::Endpoint ep, endpoint_of(routing, target));
   rpc::RawResponse raw;
   auto reply = rpc_.call_blocking<pb::BatchReadReply>(ep, methods::kBatchRead, req, dst, timeout_ms, &raw);
-  return read_reply(reply, raw, ep, target, c, dst);
+  return read_reply(reply, raw, ep, target, c, req.ranges(0).offset(), dst);
 }
 
 Result<uint32_t> ChunkIo::read_blocking(ChunkAddress c, uint32_t offset, std::span<std::byte> dst,
@@ -396,16 +410,27 @@ Task<Result<std::optional<uint64_t>>> ChunkIo::data_end_at(rpc::Endpoint ep, mgm
     o.timeout_ms = options_.call_timeout_ms;
     auto page = co_await rpc_.call<pb::ListChunksReply>(ep, methods::kListChunks, req, std::move(o));
     if (!page) co_return error(page.error().with_context(fmt::format("list chunks of {} on target {}", ino, target)));
-    for (const auto& c : page->chunks()) {
-      // In id order; the end bound is the server's to keep (one that
-      // predates it ignores it).
-      if (c.chunk().inode() != ino || c.chunk().index() >= end_index) co_return end;
-      if (c.length() > 0) end = c.chunk().index() * chunk_bytes + c.length();
+    const uint64_t from = req.start().index();
+    uint64_t prev = from;  // entries come in id order, from `from` on
+    for (int i = 0; i < page->chunks_size(); ++i) {
+      const auto& c = page->chunks(i);
+      // The end bound is the server's to keep (one that predates it ignores
+      // it): the file's entries end at the first past it, or of another inode.
+      if (c.chunk().inode() > ino || (c.chunk().inode() == ino && c.chunk().index() >= end_index)) co_return end;
+      if (c.chunk().inode() < ino || c.chunk().index() < prev || (i > 0 && c.chunk().index() == prev))
+        co_return error(Code::kProtocol, "list chunks of {} on target {}: chunk {}:{} out of order (from index {})",
+                        ino, target, c.chunk().inode(), c.chunk().index(), from);
+      if (c.length() > chunk_bytes)
+        co_return error(Code::kProtocol, "list chunks of {} on target {}: chunk {}:{} of {} bytes, past the chunk "
+                        "size {}", ino, target, c.chunk().inode(), c.chunk().index(), c.length(), chunk_bytes);
+      prev = c.chunk().index();
+      if (c.length() > 0) end = prev * chunk_bytes + c.length();
     }
-    if (!page->more() || page->chunks().empty()) co_return end;
-    const auto& last = page->chunks(page->chunks_size() - 1).chunk();
-    if (last.index() + 1 >= end_index) co_return end;
-    req.mutable_start()->set_index(last.index() + 1);
+    if (!page->more()) co_return end;
+    if (page->chunks().empty())
+      co_return error(Code::kProtocol, "list chunks of {} on target {}: an empty page with more to come", ino, target);
+    if (prev + 1 >= end_index) co_return end;
+    req.mutable_start()->set_index(prev + 1);  // past every entry seen: each page moves on
   }
 }
 
@@ -419,8 +444,13 @@ Task<Result<std::optional<uint64_t>>> ChunkIo::data_end(uint64_t ino, mgmt::Chai
     Status last(Code::kUnavailable, fmt::format("chain {} has no serving replica", chain));
     for (mgmt::TargetId target : route.readable) {
       auto ep = endpoint_of(*routing, target);
-      auto r = ep ? co_await data_end_at(*ep, target, route.version, ino, chain, chunk_bytes, first_index, end_index)
-                  : Result<T>(std::unexpected(ep.error()));
+      if (!ep) {
+        last = ep.error();
+        continue;
+      }
+      // Not `ep ? co_await ... : ...`: g++ 12 destroys the result of a
+      // co_await inside ?: twice (a double free at the first failed listing).
+      auto r = co_await data_end_at(*ep, target, route.version, ino, chain, chunk_bytes, first_index, end_index);
       if (r) co_return r;
       last = r.error();
       replica_failovers_.fetch_add(1);
@@ -520,7 +550,7 @@ Task<Result<void>> ChunkIo::read_group(std::span<GroupedRead> reads, std::vector
       g.result = 0u;
       continue;
     }
-    if (code != Code::kOk || rr.length() > g.dst.size() || pos + rr.length() > raw.payload_len) {
+    if (code != Code::kOk || !holds_what_was_asked(rr, g.offset, g.dst.size()) || pos + rr.length() > raw.payload_len) {
       g.retry_alone = true;
       pos += code == Code::kOk ? rr.length() : 0;
       continue;

@@ -162,7 +162,7 @@ class ChunkIo {
                                                        size_t length);
   static Result<uint32_t> read_reply(const Result<proto::storage::BatchReadReply>& reply, const rpc::RawResponse& raw,
                                      const rpc::Endpoint& ep, mgmt::TargetId target, ChunkAddress c,
-                                     std::span<std::byte> dst);
+                                     uint32_t offset, std::span<std::byte> dst);
   Result<uint32_t> read_from_blocking(const mgmt::RoutingInfo& routing, const proto::storage::BatchReadRequest& req,
                                       mgmt::TargetId target, ChunkAddress c, std::span<std::byte> dst,
                                       uint32_t timeout_ms);
