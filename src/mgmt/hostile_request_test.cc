@@ -358,10 +358,14 @@ std::string hostile_address(Rng& r, Verdict& v) {
                                   "host:99999999999999999999", "a:b:7000", "[::1:7000", "[]:1", "host:7000 ",
                                   std::string(kAddressBytesMax, 'h') + ":1", std::string(100000, 'h') + ":7000"});
   }
-  if (kind < 8)  // taken: check_address looks at the shape only
+  if (kind < 7) {  // a host with a byte no host name or IP has (they were taken and handed out)
+    v.refuse("address byte");
     return r.one_of<std::string>({std::string("127.0.0.2\0x:7000", 16), "host name:7000", "\x1b[2J:7000", "h\tx:1",
-                                  std::string(kAddressBytesMax - 2, 'h') + ":1", "0.0.0.0:1", "h\xc3\xa9llo:7000",
-                                  fmt::format("odd-{}:{}", r.below(1000), 1 + r.below(65535))});
+                                  "h\xc3\xa9llo:7000", "[::1 ]:7000", "[::1]]:7000"});
+  }
+  if (kind < 8)  // odd but taken
+    return r.one_of<std::string>({std::string(kAddressBytesMax - 2, 'h') + ":1", "0.0.0.0:1", "[fe80::1%eth0]:7000",
+                                  fmt::format("odd_{}-x:{}", r.below(1000), 1 + r.below(65535))});
   v.protocol("non-UTF-8 address");
   return r.one_of<std::string>({"\xff\xfe:7000", "h\xc0\xaf:1", std::string("\x80", 1) + ":9"});
 }

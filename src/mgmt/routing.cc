@@ -1,5 +1,7 @@
 #include "mgmt/routing.h"
 
+#include <cctype>
+
 #include <algorithm>
 #include <charconv>
 #include <map>
@@ -129,9 +131,18 @@ Result<void> check_address(std::string_view address) {
   if (colon == std::string_view::npos || colon == 0 || colon + 1 == address.size())
     return error(Code::kInvalidArgument, "address '{}' is not host:port", address);
   std::string_view host = address.substr(0, colon), port = address.substr(colon + 1);
-  if (host.front() == '[' ? (host.size() < 3 || host.back() != ']')
-                          : host.find(':') != std::string_view::npos)
+  const bool bracketed = host.front() == '[';
+  if (bracketed ? (host.size() < 3 || host.back() != ']') : host.find(':') != std::string_view::npos)
     return error(Code::kInvalidArgument, "address '{}': bad host (IPv6 needs [brackets])", address);
+  // A host name or an IP address: no NUL, space, control or non-ASCII byte
+  // (every routing hands the address out, and logs print it).
+  const std::string_view inner = bracketed ? host.substr(1, host.size() - 2) : host;
+  for (unsigned char ch : inner) {
+    const bool ok = std::isalnum(ch) || ch == '.' || ch == '-' || ch == '_' || (bracketed && (ch == ':' || ch == '%'));
+    if (!ok || ch > 0x7f)
+      return error(Code::kInvalidArgument, "address of {} bytes: host has a byte 0x{:02x} no host name or IP has",
+                   address.size(), ch);
+  }
   unsigned value = 0;
   auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
   if (ec != std::errc() || end != port.data() + port.size() || value == 0 || value > 65535)

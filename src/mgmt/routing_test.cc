@@ -48,8 +48,12 @@ TEST(Routing, Addresses) {
   EXPECT_TRUE(check_address("10.0.0.1:9000").has_value());
   EXPECT_TRUE(check_address("host-a:1").has_value());
   EXPECT_TRUE(check_address("[::1]:65535").has_value());
-  for (const char* bad : {"", "host", ":80", "host:", "host:0", "host:65536", "host:8x", "::1:80", "[]:80"})
+  EXPECT_TRUE(check_address("[fe80::1%eth0]:7000").has_value());
+  EXPECT_TRUE(check_address("node_7.rack-2:7000").has_value());
+  for (const char* bad : {"", "host", ":80", "host:", "host:0", "host:65536", "host:8x", "::1:80", "[]:80",
+                          "host name:80", "h\tx:80", "\x1b[2J:80", "h\xc3\xa9llo:80", "[::1 ]:80", "h%x:80"})
     EXPECT_EQ(check_address(bad).error().code(), Code::kInvalidArgument) << bad;
+  EXPECT_FALSE(check_address(std::string("127.0.0.2\0x:7000", 16)).has_value()) << "a NUL in the host";
   std::string host(kAddressBytesMax - 6, 'h');
   EXPECT_TRUE(check_address(host + ":65535").has_value());
   EXPECT_EQ(check_address(host + "h:65535").error().code(), Code::kInvalidArgument) << "longer than kAddressBytesMax";
