@@ -1,0 +1,622 @@
+// Hostile replies from a meta server, as MetaClient meets them. A fake meta
+// server (an rpc::Server answering every meta method id) answers each call
+// as the case says: a frame status defined or not, a body that does not
+// parse or is another message, a reply after the call's timeout (drawn by a
+// fixed-seed mt19937_64, printed; WEFT_HOSTILE_SEED overrides), or replies
+// of spoiled fields: undefined inode and entry types, batch_stat replies of
+// too many or too few inodes or codes, codes undefined, prefixes, readdir
+// pages huge or of a cookie that never moves, renew_ms 0 and UINT32_MAX,
+// statfs of used past capacity.
+// Why: a buggy or hostile meta must cost the caller a clear error, never a
+// crash, a hang (every call is timed) or kInternal (but for an undefined
+// code). What MetaClient hands on as good unchecked is listed below as
+// "KNOWN BUG, not sent:" (it does not compare a reply with its request).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "meta/meta_client.h"
+#include "meta/proto_convert.h"
+#include "meta/service_methods.h"
+#include "rpc/server.h"
+
+namespace weft::meta {
+namespace {
+
+using namespace std::chrono_literals;
+using Rep = pb::MetaReply;
+using Req = pb::MetaRequest;
+using SteadyClock = std::chrono::steady_clock;
+
+constexpr char kToken[] = "hostile-meta-reply-token";
+constexpr uint64_t kDefaultSeed = 0x5eed'3e7a'0001;
+constexpr uint32_t kCallTimeoutMs = 150;
+constexpr uint32_t kRetryTimeMs = 250;
+constexpr auto kLate = std::chrono::milliseconds(2 * kCallTimeoutMs);
+constexpr auto kHung = 5s;  // a call slower than this hung
+constexpr int kRounds = 300;
+constexpr Ino kDir = 0x100;
+constexpr Ino kFile = 0x101;
+constexpr Ino kLink = 0x102;
+
+const std::vector<rpc::MethodId> kMethods = {
+    method::kLookup,     method::kGetattr,   method::kReadlink,       method::kReaddir,      method::kStatfs,
+    method::kGetxattr,   method::kListxattr, method::kGetLayout,      method::kBatchStat,    method::kHoldReads,
+    method::kCreate,     method::kMkdir,     method::kSymlink,        method::kLink,         method::kUnlink,
+    method::kRmdir,      method::kRename,    method::kSetattr,        method::kSetxattr,     method::kRemovexattr,
+    method::kSetLayout,  method::kOpen,      method::kClose,          method::kReportLength, method::kOpenRead,
+    method::kOpenReadAt, method::kMknod,     method::kCloseWithLength};
+
+uint64_t hostile_seed() {
+  const char* env = std::getenv("WEFT_HOSTILE_SEED");
+  return env != nullptr && *env != '\0' ? std::strtoull(env, nullptr, 0) : kDefaultSeed;
+}
+
+bool undefined(uint32_t v) {
+  return code_from_wire(v) == Code::kInternal && v != static_cast<uint32_t>(Code::kInternal);
+}
+
+// ---- Honest answers ----
+
+pb::Inode inode_proto(Ino ino, InodeType type, uint64_t size = 0) {
+  Inode i;
+  i.ino = ino;
+  i.type = type;
+  i.mode = 0644;
+  i.nlink = 1;
+  i.size = size;
+  pb::Inode out;
+  to_proto(i, &out);
+  return out;
+}
+
+// What an honest meta would answer `req` of `m` (enough for these calls).
+Rep honest(rpc::MethodId m, const Req& req) {
+  Rep r;
+  if (m == method::kLookup || m == method::kOpenReadAt) *r.mutable_inode() = inode_proto(kFile, InodeType::kFile);
+  if (m == method::kGetattr || m == method::kSetattr || m == method::kOpenRead)
+    *r.mutable_inode() = inode_proto(req.ino(), req.ino() == kDir ? InodeType::kDirectory : InodeType::kFile);
+  if (m == method::kMkdir) *r.mutable_inode() = inode_proto(0x200, InodeType::kDirectory);
+  if (m == method::kCreate || m == method::kOpen) {
+    r.set_inode_present(true);
+    *r.mutable_inode() = inode_proto(m == method::kCreate ? 0x201 : req.ino(), InodeType::kFile);
+    r.set_session_id(0x77);
+  }
+  if (m == method::kReportLength || m == method::kCloseWithLength)
+    *r.mutable_inode() = inode_proto(req.ino(), InodeType::kFile, req.length());
+  if (m == method::kReadlink || m == method::kGetxattr) r.set_value("target");
+  if (m == method::kListxattr) r.add_names("user.a");
+  if (m == method::kGetLayout) to_proto(Layout{}, r.mutable_layout());
+  if (m == method::kStatfs) to_proto(StatFs{1 << 30, 1 << 20, 5, 1000, 0x300, 9}, r.mutable_statfs());
+  if (m == method::kHoldReads) r.set_renew_ms(1000);
+  if (m == method::kReaddir) {
+    auto* e = r.add_entries();
+    e->set_name("f");
+    e->set_ino(kFile);
+    e->set_type(static_cast<uint32_t>(InodeType::kFile));
+    r.set_eof(true);
+  }
+  if (m == method::kBatchStat)
+    for (Ino ino : req.inos()) {
+      *r.add_inodes() = inode_proto(ino, InodeType::kFile);
+      r.add_codes(0);
+    }
+  return r;
+}
+
+// ---- The fake meta server ----
+
+// How one call is answered.
+struct Answer {
+  uint32_t status = 0;             // nonzero: this frame status, no body
+  std::optional<std::string> raw;  // else this body as is
+  Rep reply;                       // else this reply
+  bool late = false;               // after the call's timeout
+};
+using Answerer = std::function<Answer(rpc::MethodId, const Req&)>;
+
+class FakeMeta {
+ public:
+  FakeMeta() {
+    server_ = std::make_unique<rpc::Server>(io_, rpc::ServerOptions{.cluster_token = kToken, .name = "hostile-meta"},
+                                            registry_);
+    for (rpc::MethodId m : kMethods)
+      server_->add_async(m, fmt::format("meta.{}", m.method), [this](rpc::ServerCall& call) { return serve(call); });
+    port_ = server_->listen("127.0.0.1", 0).value();
+  }
+  ~FakeMeta() {
+    server_->stop();
+    io_.stop();
+  }
+  uint16_t port() const { return port_; }
+  void set(Answerer a) {
+    std::lock_guard lock(mu_);
+    answerer_ = std::move(a);
+    calls_ = 0;
+  }
+  // While set, every call is refused (ends a hung client).
+  void refuse(bool on) { refusing_ = on; }
+  int calls() const { return calls_.load(); }
+  int bad_requests() const { return bad_requests_.load(); }
+
+ private:
+  Answerer current() {
+    std::lock_guard lock(mu_);
+    return answerer_;
+  }
+
+  Task<Status> serve(rpc::ServerCall& call) {
+    ++calls_;
+    Req req;
+    if (!req.ParseFromString(call.body)) {
+      ++bad_requests_;
+      co_return Status(Code::kProtocol, "test: bad request");
+    }
+    Answerer answerer = current();
+    if (refusing_ || !answerer) co_return Status(Code::kNotSupported, "refused: the test ended a hung call");
+    Answer a = answerer(call.method, req);
+    if (a.late) {
+      asio::steady_timer timer(co_await asio::this_coro::executor, kLate);
+      auto waited = co_await timer.async_wait(use_nothrow);
+      (void)waited;
+    }
+    if (a.status != 0) co_return Status(static_cast<Code>(a.status), "hostile status");
+    call.response_body = a.raw ? *a.raw : a.reply.SerializeAsString();
+    co_return Status();
+  }
+
+  metrics::Registry registry_;
+  rpc::IoPool io_{1};
+  std::unique_ptr<rpc::Server> server_;
+  uint16_t port_ = 0;
+  std::mutex mu_;
+  Answerer answerer_;  // GUARDED_BY(mu_)
+  std::atomic<bool> refusing_{false};
+  std::atomic<int> calls_{0};
+  std::atomic<int> bad_requests_{0};
+};
+
+// ---- The calls, as a caller makes them ----
+
+// One call's outcome: its error, or a check of what it returned (empty: good).
+struct Outcome {
+  Status error;
+  std::string absurd;  // what is absurd about a good result
+};
+
+template <class T>
+Outcome outcome(const Result<T>& r, const std::function<std::string(const T&)>& check = nullptr) {
+  if (!r) return Outcome{r.error(), ""};
+  return Outcome{Status(), check ? check(*r) : ""};
+}
+
+Outcome outcome(const Result<void>& r) { return r ? Outcome{} : Outcome{r.error(), ""}; }
+
+std::string inode_check(const Inode& i, Ino want) {
+  if (!is_special_type(i.type) && static_cast<uint32_t>(i.type) - 1 >= kInodeTypeMax)
+    return fmt::format("type {}", static_cast<uint32_t>(i.type));
+  return want != 0 && i.ino != want ? fmt::format("ino {} for {}", i.ino, want) : "";
+}
+
+struct Call {
+  const char* name;
+  std::function<Outcome(MetaClient&)> run;
+};
+
+const Cred kCred{};
+
+std::vector<Call> calls() {
+  using I = Inode;
+  return {
+      {"lookup",
+       [](MetaClient& c) {
+         return outcome<I>(c.lookup(kCred, kDir, "f"), [](const I& i) { return inode_check(i, 0); });
+       }},
+      {"getattr",
+       [](MetaClient& c) {
+         return outcome<I>(c.getattr(kCred, kFile), [](const I& i) { return inode_check(i, kFile); });
+       }},
+      {"readlink", [](MetaClient& c) { return outcome(c.readlink(kCred, kLink)); }},
+      {"readdir", [](MetaClient& c) { return outcome(c.readdir(kCred, kDir, "", 100)); }},
+      {"statfs", [](MetaClient& c) { return outcome(c.statfs(kCred)); }},
+      {"getxattr", [](MetaClient& c) { return outcome(c.getxattr(kCred, kFile, "user.a")); }},
+      {"listxattr", [](MetaClient& c) { return outcome(c.listxattr(kCred, kFile)); }},
+      {"get_layout", [](MetaClient& c) { return outcome(c.get_layout(kCred, kDir)); }},
+      {"batch_stat",
+       [](MetaClient& c) {
+         return outcome<std::vector<Result<I>>>(c.batch_stat(kCred, {kFile, kDir, kLink}), [](const auto& v) {
+           return v.size() == 3 ? std::string() : fmt::format("{} results for 3", v.size());
+         });
+       }},
+      {"hold_reads",
+       [](MetaClient& c) {
+         const Ino inos[] = {kFile};
+         return outcome(c.hold_reads(kCred, inos, 100ms));
+       }},
+      {"create", [](MetaClient& c) { return outcome(c.create(kCred, kDir, "n", 0644, false, true)); }},
+      {"mkdir", [](MetaClient& c) { return outcome(c.mkdir(kCred, kDir, "d", 0755)); }},
+      {"unlink", [](MetaClient& c) { return outcome(c.unlink(kCred, kDir, "f")); }},
+      {"rename", [](MetaClient& c) { return outcome(c.rename(kCred, kDir, "f", kDir, "g")); }},
+      {"setattr",
+       [](MetaClient& c) {
+         SetAttr a;
+         a.mode = 0600;
+         return outcome<I>(c.setattr(kCred, kFile, a), [](const I& i) { return inode_check(i, 0); });
+       }},
+      {"open_write",
+       [](MetaClient& c) {
+         return outcome(c.open(kCred, kFile, OpenFlags{false, true}));
+       }},
+      {"open_read",
+       [](MetaClient& c) {
+         return outcome(c.open(kCred, kFile, OpenFlags{true, false}));
+       }},
+      {"open_read_at", [](MetaClient& c) { return outcome(c.open_read_at(kCred, kDir, "f")); }},
+      {"close", [](MetaClient& c) { return outcome(c.close(kCred, kFile, 0x77)); }},
+      {"report_length", [](MetaClient& c) { return outcome(c.report_length(kCred, kFile, 0x77, 4096)); }},
+      {"close_with_length", [](MetaClient& c) { return outcome(c.close_with_length(kCred, kFile, 0x77, 4096)); }},
+  };
+}
+
+// ---- Hostile values ----
+
+std::string unparsable(std::mt19937_64& rng) {
+  switch (rng() % 5) {
+    case 0:
+      return std::string(1, '\0') + "junk";
+    case 1:
+      return std::string("\x0a\xff\xff\xff\xff\x0f", 6);
+    case 2:
+      return std::string("\x08\x80", 2);
+    case 3:
+      return std::string("\x0f", 1);
+    default:
+      return std::string("\x0b\x08\x01", 3);
+  }
+}
+
+// Another message's body that parses as a MetaReply: a request's.
+std::string another_message(std::mt19937_64& rng) {
+  Req q;
+  to_proto(Cred{7, 8, {9}}, q.mutable_cred());
+  q.set_ino(rng());
+  q.set_name("not a reply");
+  q.add_inos(rng());
+  return q.SerializeAsString();
+}
+
+uint32_t undefined_code(std::mt19937_64& rng) {
+  for (uint32_t v : {static_cast<uint32_t>(rng() % 0xffff), 1000u, 0x7fffu, 0xffffu})
+    if (undefined(v)) return v;
+  return 0xffff;
+}
+
+uint32_t defined_code(std::mt19937_64& rng) {
+  for (;;) {
+    const uint32_t v = 1 + static_cast<uint32_t>(rng() % 64);
+    if (static_cast<uint32_t>(code_from_wire(v)) == v) return v;
+  }
+}
+
+// ---- The fixture ----
+
+class MetaHostileReplyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    seed_ = hostile_seed();
+    std::printf("hostile meta reply seed: %llu (WEFT_HOSTILE_SEED overrides)\n",
+                static_cast<unsigned long long>(seed_));
+  }
+  void TearDown() override { EXPECT_EQ(fake_.bad_requests(), 0) << "requests the client got wrong"; }
+
+  // Runs `call` against `answer`, bounded: a call past kHung is a hang.
+  Outcome run(const Call& call, Answerer answer, const std::string& text) {
+    fake_.set(std::move(answer));
+    const auto t0 = SteadyClock::now();
+    auto f = std::async(std::launch::async, [&] { return call.run(client_); });
+    if (f.wait_for(kHung) != std::future_status::ready) {
+      ADD_FAILURE() << call.name << " hung: " << text;
+      fake_.refuse(true);
+    }
+    Outcome o = f.get();
+    fake_.refuse(false);
+    slowest_ = std::max(slowest_, SteadyClock::now() - t0);
+    return o;
+  }
+
+  // Runs `call` against a reply made from the honest one by `spoil`.
+  Outcome run_spoiled(const Call& call, std::function<void(rpc::MethodId, const Req&, Rep&)> spoil,
+                      const std::string& text) {
+    return run(
+        call,
+        [spoil](rpc::MethodId m, const Req& q) {
+          Answer a;
+          a.reply = honest(m, q);
+          spoil(m, q, a.reply);
+          return a;
+        },
+        text);
+  }
+
+  const Call& call_named(const std::string& name) {
+    for (const Call& c : calls_)
+      if (name == c.name) return c;
+    throw std::runtime_error("no call " + name);
+  }
+
+  FakeMeta fake_;
+  rpc::IoPool io_{1};
+  rpc::Client rpc_{io_, rpc::ClientOptions::in_cluster(kToken, "hostile-meta-reply-test")};
+  MetaClient client_{io_, rpc_,
+                     MetaClientOptions{.addresses = {rpc::Endpoint{"127.0.0.1", fake_.port()}},
+                                       .call_timeout_ms = kCallTimeoutMs,
+                                       .attempts_max = 3,
+                                       .retry_time_ms_max = kRetryTimeMs,
+                                       .backoff_min_ms = 5,
+                                       .backoff_max_ms = 20}};
+  std::vector<Call> calls_ = calls();
+  uint64_t seed_ = 0;
+  SteadyClock::duration slowest_{};
+};
+
+void expect_protocol(const Outcome& o, const std::string& text) {
+  EXPECT_EQ(o.error.code(), Code::kProtocol) << text << ": " << o.error << (o.absurd.empty() ? "" : " / ") << o.absurd;
+}
+
+// ---- KNOWN BUGS, not sent ----
+// MetaClient checks an inode's type and batch_stat's counts only: nothing
+// compares a reply with its request or bounds its fields. Each of these was
+// answered once (a probe, since removed) and returned as GOOD:
+//   getattr(0x101) answered inode {ino 0x999, type file}: Inode of ino 0x999
+//     (another inode's attributes); answered {ino 0}: ino 0.
+//   getattr answered mode 0xffffffff (bits past 07777), or size UINT64_MAX
+//     (past kFileBytesMax, 16 TiB): returned as is.
+//   readdir answered an entry named "", ".", "..", "a/b", "a\0b" (3 bytes)
+//     or 300 bytes (past kNameBytesMax), or of ino 0: returned as entries.
+//   readdir(limit 100) answered 20000 entries: returned (ReaddirPages... below).
+//   batch_stat({0x101, 0x100, 0x102}) answered, for the 2nd, code 0 and an
+//     inode of ino 0x999: Result<Inode> of ino 0x999 for 0x100.
+//   create(for write) and open(write) answered session_id 0 (no session):
+//     Reply{session_id 0}; create answered inode_present false: Reply
+//     {has_inode false} (a create that made nothing the caller can name).
+//   report_length(0x101, 0x77, 4096) answered cut_gen UINT64_MAX, cut_length
+//     UINT64_MAX (past the length reported) and an inode of ino 0x999:
+//     LengthReply of those.
+//   get_layout answered chunk_bytes 0, stripe_count 0; open(read) answered an
+//     inode of layout chunk_bytes 3: returned (chunk_bytes must be a power of
+//     two in [64 KiB, 64 MiB], stripe_count >= 1).
+//   listxattr answered names "" and one of 70000 bytes; readlink answered a
+//     100000-byte target (past kSymlinkBytesMax): returned.
+// And in libweft (driven by a probe with Client::connect, an InProcessMgmtd
+// and this fake; not sent: weft_client is not a dependency here):
+//   Client::list_path("/") with every readdir answered {entries: [] or
+//     [{"f", 0x101, file}], value "stuck", eof false}: called readdir 2000
+//     times with cookie "stuck" until the fake refused (client_impl.cc
+//     list_path loops while !eof, never checks that the cookie moved; with
+//     entries, its vector grows without bound).
+//   Client::remove_tree("/d") with readdir of d answered {[{"f"}], "stuck",
+//     eof false} and unlink answering ok: unlinked "f" 999 times until the
+//     fake refused (remove_tree.cc: a page is no end while it has entries).
+//   Client::remove_tree("/d") with d listing {"sub", dir} whose lookup
+//     answers d's own ino: descends /d/sub/sub/... (1500 levels, one heap
+//     frame and a longer path each) until the fake refused.
+
+// ---- Whole calls spoiled ----
+
+TEST_F(MetaHostileReplyTest, HonestRepliesAreGood) {
+  for (const Call& call : calls_) {
+    Outcome o = run(
+        call, [](rpc::MethodId m, const Req& q) { return Answer{.reply = honest(m, q)}; }, "honest");
+    EXPECT_TRUE(o.error.ok()) << call.name << ": " << o.error;
+    EXPECT_EQ(o.absurd, "") << call.name;
+  }
+}
+
+TEST_F(MetaHostileReplyTest, WholeCallsSpoiled) {
+  std::mt19937_64 rng(seed_);
+  int late = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    const Call& call = calls_[rng() % calls_.size()];
+    const size_t pick = rng() % 100;
+    Answer a;
+    std::string text;
+    if (pick < 35) {
+      a.status = defined_code(rng);
+      text = fmt::format("status {}", a.status);
+    } else if (pick < 60) {
+      a.status = undefined_code(rng);
+      text = fmt::format("undefined status {}", a.status);
+    } else if (pick < 78) {
+      a.raw = unparsable(rng);
+      text = "unparsable body";
+    } else if (pick < 97 || late >= 6) {
+      a.raw = another_message(rng);
+      text = "another message's body";
+    } else {
+      ++late;
+      a.late = true;
+      text = "late";
+    }
+    text = fmt::format("round {} {}: {}", round, call.name, text);
+    Outcome o = run(
+        call, [a](rpc::MethodId, const Req&) { return a; }, text);
+    if (a.status != 0) {
+      const Code want = undefined(a.status) ? Code::kInternal : code_from_wire(a.status);
+      EXPECT_EQ(o.error.code(), want) << text << ": " << o.error;
+    } else if (a.late) {
+      EXPECT_EQ(o.error.code(), Code::kTimeout) << text << ": " << o.error;
+    } else if (!a.raw->empty() && a.raw->find("not a reply") == std::string::npos) {
+      expect_protocol(o, text);
+    } else {  // another message: an error, or what the client cannot tell from a reply
+      EXPECT_NE(o.error.code(), Code::kInternal) << text << ": " << o.error;
+      EXPECT_EQ(o.absurd, "") << text;
+    }
+  }
+  std::printf("slowest call: %lld ms\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(slowest_).count()));
+}
+
+// ---- Inodes of undefined types ----
+
+TEST_F(MetaHostileReplyTest, UndefinedInodeTypesAreProtocolErrors) {
+  for (const char* name : {"lookup", "getattr", "setattr", "open_read_at", "report_length", "close_with_length",
+                           "open_write", "open_read", "create", "mkdir"})
+    for (uint32_t type : {0u, 8u, 255u, 0x101u, UINT32_MAX}) {
+      const std::string text = fmt::format("{} answered an inode of type {}", name, type);
+      expect_protocol(run_spoiled(
+                          call_named(name),
+                          [type](rpc::MethodId, const Req&, Rep& r) {
+                            r.set_inode_present(true);
+                            r.mutable_inode()->set_type(type);
+                          },
+                          text),
+                      text);
+    }
+}
+
+TEST_F(MetaHostileReplyTest, ReaddirEntriesOfUndefinedTypesAreProtocolErrors) {
+  for (uint32_t type : {0u, 8u, UINT32_MAX})
+    for (bool in_attr : {false, true}) {
+      const std::string text = fmt::format("readdir entry of type {} (in its attr: {})", type, in_attr);
+      expect_protocol(run_spoiled(
+                          call_named("readdir"),
+                          [=](rpc::MethodId, const Req&, Rep& r) {
+                            auto* e = r.mutable_entries(0);
+                            if (in_attr) {
+                              *e->mutable_attr() = inode_proto(kFile, InodeType::kFile);
+                              e->mutable_attr()->set_type(type);
+                            } else {
+                              e->set_type(type);
+                            }
+                          },
+                          text),
+                      text);
+    }
+}
+
+// ---- batch_stat ----
+
+TEST_F(MetaHostileReplyTest, BatchStatOfWrongCountsIsProtocolError) {
+  struct Spoil {
+    const char* text;
+    int inodes;
+    int codes;
+  };
+  for (Spoil s : {Spoil{"no inodes", 0, 0}, Spoil{"4 inodes of 3", 4, 4}, Spoil{"1000 inodes of 3", 1000, 1000},
+                  Spoil{"3 inodes, 2 codes", 3, 2}, Spoil{"2 inodes, 3 codes", 2, 3}, Spoil{"0 inodes, 3 codes", 0, 3},
+                  Spoil{"3 inodes, no codes", 3, 0}}) {
+    expect_protocol(run_spoiled(
+                        call_named("batch_stat"),
+                        [s](rpc::MethodId, const Req& q, Rep& r) {
+                          r.Clear();
+                          for (int i = 0; i < s.inodes; ++i)
+                            *r.add_inodes() = inode_proto(q.inos(i % q.inos_size()), InodeType::kFile);
+                          for (int i = 0; i < s.codes; ++i) r.add_codes(0);
+                        },
+                        s.text),
+                    s.text);
+  }
+}
+
+TEST_F(MetaHostileReplyTest, BatchStatPrefixesAndCodes) {
+  // One inode per reply: three calls, each asking for the rest.
+  std::vector<size_t> asked;
+  fake_.set([&](rpc::MethodId m, const Req& q) {
+    asked.push_back(static_cast<size_t>(q.inos_size()));
+    Rep r;
+    *r.add_inodes() = inode_proto(q.inos(0), InodeType::kFile);
+    r.add_codes(q.inos(0) == kDir ? static_cast<uint32_t>(Code::kNotFound) : q.inos(0) == kLink ? 0xfffe : 0);
+    (void)m;
+    return Answer{.reply = r};
+  });
+  auto v = client_.batch_stat(kCred, {kFile, kDir, kLink});
+  ASSERT_TRUE(v.has_value()) << v.error();
+  ASSERT_EQ(v->size(), 3u);
+  EXPECT_EQ(asked, (std::vector<size_t>{3, 2, 1}));
+  ASSERT_TRUE((*v)[0].has_value());
+  EXPECT_EQ((*v)[0]->ino, kFile);
+  EXPECT_EQ((*v)[1].error().code(), Code::kNotFound);
+  EXPECT_EQ((*v)[2].error().code(), Code::kInternal) << "an undefined code";
+  // A found inode of an undefined type, or an undefined code up to
+  // UINT32_MAX: that entry fails (kProtocol, kInternal), the rest stand.
+  fake_.set([](rpc::MethodId m, const Req& q) {
+    Answer a{.reply = honest(m, q)};
+    a.reply.mutable_inodes(1)->set_type(99);
+    a.reply.set_codes(2, UINT32_MAX);
+    return a;
+  });
+  auto w = client_.batch_stat(kCred, {kFile, kDir, kLink});
+  ASSERT_TRUE(w.has_value()) << w.error();
+  ASSERT_EQ(w->size(), 3u);
+  EXPECT_TRUE((*w)[0].has_value());
+  EXPECT_EQ((*w)[1].error().code(), Code::kProtocol);
+  EXPECT_EQ((*w)[2].error().code(), Code::kInternal);
+}
+
+// ---- readdir pages ----
+
+TEST_F(MetaHostileReplyTest, ReaddirPagesAreReturnedAsSent) {
+  // A page of 20000 entries (a limit of 100 asked) and one whose cookie never
+  // moves: MetaClient::readdir answers one page; it neither crashes nor loops.
+  // KNOWN BUG, not sent as an expectation: the 20000 entries for a limit of
+  // 100 are returned as good (nothing compares a page with its limit).
+  Outcome big = run_spoiled(
+      call_named("readdir"),
+      [](rpc::MethodId, const Req&, Rep& r) {
+        for (int i = 0; i < 20000; ++i) {
+          auto* e = r.add_entries();
+          e->set_name(fmt::format("e{}", i));
+          e->set_ino(0x1000 + i);
+          e->set_type(1);
+        }
+        r.set_eof(false);
+        r.set_value("c");
+      },
+      "huge page");
+  EXPECT_TRUE(big.error.ok()) << big.error;
+  for (int i = 0; i < 10; ++i) {
+    auto page = client_.readdir(kCred, kDir, "c", 100);
+    ASSERT_TRUE(page.has_value()) << page.error();
+    EXPECT_EQ(page->cookie, "c");
+  }
+}
+
+// ---- hold_reads, statfs ----
+
+TEST_F(MetaHostileReplyTest, RenewAndStatfsExtremesAreReturnedAsSent) {
+  for (uint32_t renew : {0u, 1u, UINT32_MAX}) {
+    fake_.set([renew](rpc::MethodId, const Req&) {
+      Answer a;
+      a.reply.set_renew_ms(renew);
+      return a;
+    });
+    const Ino inos[] = {kFile};
+    auto r = client_.hold_reads(kCred, inos, 100ms);
+    ASSERT_TRUE(r.has_value()) << r.error();
+    EXPECT_EQ(r->count(), renew);  // ReadHolder clamps it (read_holder.cc)
+  }
+  fake_.set([](rpc::MethodId, const Req&) {
+    Answer a;
+    to_proto(StatFs{10, UINT64_MAX, UINT64_MAX, 1, 0, 0}, a.reply.mutable_statfs());
+    return a;
+  });
+  auto s = client_.statfs(kCred);
+  ASSERT_TRUE(s.has_value()) << s.error();
+  EXPECT_EQ(s->used_bytes, UINT64_MAX);  // the FUSE statfs clamps free counts (fuse_server.cc)
+}
+
+}  // namespace
+}  // namespace weft::meta
