@@ -1,6 +1,9 @@
 #include "client/remove_tree.h"
 
+#include <fmt/format.h>
+
 #include <optional>
+#include <unordered_set>
 #include <vector>
 
 namespace weft::client {
@@ -19,7 +22,7 @@ class TreeRemover {
     auto n = client_.lookup(cred_, parent, name);
     if (!n) return failed(shown, n.error());
     if (!n->is_dir()) return unlink(parent, name, shown);
-    stack_.push_back(Frame{parent, name, shown, n->ino});
+    push(Frame{parent, name, shown, n->ino});
     bool top_ok = false;
     while (!stack_.empty()) {
       Frame& f = stack_.back();
@@ -95,13 +98,24 @@ class TreeRemover {
       f.ok = unlink(f.ino, name, shown) && f.ok;
       return;
     }
-    Frame child{f.ino, name, shown, n->ino};
-    stack_.push_back(std::move(child));  // `f` may move: not used after this
+    // A directory already being emptied on the way here: a cycle, which no
+    // POSIX tree has (a broken or hostile meta): descending would never end.
+    if (on_stack_.contains(n->ino)) {
+      f.ok = failed(shown, Status(Code::kLoop, fmt::format("directory {} is its own ancestor", n->ino)));
+      return;
+    }
+    push(Frame{f.ino, name, shown, n->ino});  // `f` may move: not used after this
+  }
+
+  void push(Frame frame) {
+    on_stack_.insert(frame.ino);
+    stack_.push_back(std::move(frame));
   }
 
   // Pops the top frame; `gone_now` tells its parent frame whether it went
   // (removed here or by another). Returns it, for the top one.
   bool finish(bool gone_now) {
+    on_stack_.erase(stack_.back().ino);
     stack_.pop_back();
     if (!stack_.empty() && !gone_now) stack_.back().ok = false;
     return gone_now;
@@ -129,6 +143,7 @@ class TreeRemover {
   const Cred& cred_;
   const TreeErrorFn& on_error_;
   std::vector<Frame> stack_;
+  std::unordered_set<Ino> on_stack_;  // the inodes of stack_'s frames
   std::optional<Status> first_;
 };
 

@@ -380,8 +380,11 @@ void expect_protocol(const Outcome& o, const std::string& text) {
 // MetaClient checks an inode's type and batch_stat's counts only: nothing
 // compares a reply with its request or bounds its fields. Each of these was
 // answered once (a probe, since removed) and returned as GOOD:
-//   getattr(0x101) answered inode {ino 0x999, type file}: Inode of ino 0x999
-//     (another inode's attributes); answered {ino 0}: ino 0.
+//   (Fixed and sent above since: getattr or batch_stat answered another
+//   inode's attributes; readdir pages past their limit, of names no
+//   directory holds, out of order or not moving on; libweft's list_path,
+//   remove_tree and DirAhead then loop no more, and remove_tree refuses a
+//   directory cycle, kLoop.)
 //   getattr answered mode 0xffffffff (bits past 07777), or size UINT64_MAX
 //     (past kFileBytesMax, 16 TiB): returned as is.
 //   readdir answered an entry named "", ".", "..", "a/b", "a\0b" (3 bytes)
@@ -568,30 +571,88 @@ TEST_F(MetaHostileReplyTest, BatchStatPrefixesAndCodes) {
 
 // ---- readdir pages ----
 
-TEST_F(MetaHostileReplyTest, ReaddirPagesAreReturnedAsSent) {
-  // A page of 20000 entries (a limit of 100 asked) and one whose cookie never
-  // moves: MetaClient::readdir answers one page; it neither crashes nor loops.
-  // KNOWN BUG, not sent as an expectation: the 20000 entries for a limit of
-  // 100 are returned as good (nothing compares a page with its limit).
-  Outcome big = run_spoiled(
-      call_named("readdir"),
-      [](rpc::MethodId, const Req&, Rep& r) {
-        for (int i = 0; i < 20000; ++i) {
-          auto* e = r.add_entries();
-          e->set_name(fmt::format("e{}", i));
-          e->set_ino(0x1000 + i);
-          e->set_type(1);
-        }
-        r.set_eof(false);
-        r.set_value("c");
-      },
-      "huge page");
-  EXPECT_TRUE(big.error.ok()) << big.error;
-  for (int i = 0; i < 10; ++i) {
-    auto page = client_.readdir(kCred, kDir, "c", 100);
-    ASSERT_TRUE(page.has_value()) << page.error();
-    EXPECT_EQ(page->cookie, "c");
-  }
+// What no meta's readdir answers (MetaStore::readdir) is refused: a page
+// past its limit, names no directory holds, entries out of order, and a page
+// that is not the last but does not move on (its callers, libweft's listing,
+// rmtree and statahead, looped for ever on a cookie that stayed). They were
+// returned as good.
+TEST_F(MetaHostileReplyTest, ReaddirPagesNoMetaSendsAreProtocolErrors) {
+  auto add = [](Rep& r, const std::string& name, Ino ino) {
+    auto* e = r.add_entries();
+    e->set_name(name);
+    e->set_ino(ino);
+    e->set_type(1);
+  };
+  struct Spoil {
+    std::string text;
+    std::function<void(Rep&)> fill;
+  };
+  const std::vector<Spoil> spoils = {
+      {"20000 entries for a limit of 100",
+       [&](Rep& r) {
+         for (int i = 0; i < 20000; ++i) add(r, fmt::format("e{:05}", i), 0x1000 + i);
+         r.set_value("e19999");
+       }},
+      {"a cookie that is not the last name", [&](Rep& r) { add(r, "a", 0x1001), r.set_value("0"); }},
+      {"an empty page that is not the last", [](Rep& r) { r.set_value("c"); }},
+      {"an empty name", [&](Rep& r) { add(r, "", 0x1001), r.set_value(""); }},
+      {"\".\"", [&](Rep& r) { add(r, ".", 0x1001), r.set_value("."); }},
+      {"\"..\"", [&](Rep& r) { add(r, "..", 0x1001), r.set_value(".."); }},
+      {"a/b", [&](Rep& r) { add(r, "a/b", 0x1001), r.set_value("a/b"); }},
+      {"a NUL", [&](Rep& r) { add(r, std::string("a\0b", 3), 0x1001), r.set_value(std::string("a\0b", 3)); }},
+      {"300 bytes", [&](Rep& r) { add(r, std::string(300, 'n'), 0x1001), r.set_value(std::string(300, 'n')); }},
+      {"inode 0", [&](Rep& r) { add(r, "a", 0), r.set_value("a"); }},
+      {"out of order", [&](Rep& r) { add(r, "b", 0x1001), add(r, "a", 0x1002), r.set_value("a"); }},
+      {"a name twice", [&](Rep& r) { add(r, "a", 0x1001), add(r, "a", 0x1002), r.set_value("a"); }},
+      {"attributes of another inode",
+       [&](Rep& r) {
+         add(r, "a", 0x1001);
+         *r.mutable_entries(0)->mutable_attr() = inode_proto(0x999, InodeType::kFile);
+         r.set_value("a");
+       }},
+  };
+  for (const Spoil& sp : spoils)
+    expect_protocol(run_spoiled(
+                        call_named("readdir"),
+                        [&](rpc::MethodId, const Req&, Rep& r) {
+                          r.Clear();
+                          sp.fill(r);
+                          r.set_eof(false);
+                        },
+                        sp.text),
+                    sp.text);
+  // Asked from a cookie: an entry not after it (meta resumes strictly after a name).
+  fake_.set([&](rpc::MethodId, const Req&) {
+    Answer a;
+    add(a.reply, "c", 0x1001);
+    a.reply.set_value("c");
+    return a;
+  });
+  auto page = client_.readdir(kCred, kDir, "c", 100);
+  ASSERT_FALSE(page.has_value()) << "a page that does not move past its cookie";
+  EXPECT_EQ(page.error().code(), Code::kProtocol) << page.error();
+}
+
+// An inode answered for another's (getattr, batch_stat) is refused: it was
+// returned as the asked inode's attributes.
+TEST_F(MetaHostileReplyTest, AnotherInodesAttributesAreProtocolErrors) {
+  expect_protocol(run_spoiled(
+                      call_named("getattr"),
+                      [](rpc::MethodId, const Req&, Rep& r) { *r.mutable_inode() = inode_proto(0x999, InodeType::kFile); },
+                      "getattr answered inode 0x999"),
+                  "getattr answered inode 0x999");
+  fake_.set([](rpc::MethodId m, const Req& q) {
+    Answer a{.reply = honest(m, q)};
+    *a.reply.mutable_inodes(1) = inode_proto(0x999, InodeType::kFile);
+    return a;
+  });
+  auto v = client_.batch_stat(kCred, {kFile, kDir, kLink});
+  ASSERT_TRUE(v.has_value()) << v.error();
+  ASSERT_EQ(v->size(), 3u);
+  EXPECT_TRUE((*v)[0].has_value());
+  ASSERT_FALSE((*v)[1].has_value()) << "inode 0x999 taken for inode " << kDir;
+  EXPECT_EQ((*v)[1].error().code(), Code::kProtocol);
+  EXPECT_TRUE((*v)[2].has_value());
 }
 
 // ---- hold_reads, statfs ----

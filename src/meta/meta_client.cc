@@ -15,6 +15,7 @@
 
 #include "common/logging.h"
 #include "common/random.h"
+#include "meta/permission.h"
 #include "meta/proto_convert.h"
 #include "meta/service_methods.h"
 
@@ -32,6 +33,36 @@ bool is_transport_failure(Code c) {
 Result<Inode> inode_of(Result<Rep> r) {
   if (!r) return std::unexpected(std::move(r).error());
   return from_proto(r->inode());
+}
+
+// An inode answered for `asked`: its own attributes, not another's.
+Result<Inode> inode_of(Result<Rep> r, Ino asked) {
+  WEFT_TRY(Inode in, inode_of(std::move(r)));
+  if (in.ino != asked) return error(Code::kProtocol, "meta answered inode {} for inode {}", in.ino, asked);
+  return in;
+}
+
+// What any meta's readdir answers (MetaStore::readdir): at most `limit`
+// entries, of valid names other than "." and "..", in strictly increasing
+// byte order after the cookie; a page that is not the last has entries and
+// its cookie is its last name. A broken or hostile meta would otherwise keep
+// its callers listing for ever (a cookie that stays or goes back) or hand
+// them names no directory holds.
+Result<void> check_dir_page(const DirPage& page, std::string_view asked, uint32_t limit) {
+  if (limit != 0 && page.entries.size() > limit)
+    return error(Code::kProtocol, "readdir answered {} entries for a limit of {}", page.entries.size(), limit);
+  std::string_view prev = asked;
+  for (const DirEntry& e : page.entries) {
+    if (!check_name(e.name) || e.name == "." || e.name == "..")
+      return error(Code::kProtocol, "readdir answered an entry of {} bytes that is no name", e.name.size());
+    if (e.name <= prev) return error(Code::kProtocol, "readdir answered entries out of order (after the cookie)");
+    if (e.ino == 0 || (e.attr.ino != 0 && e.attr.ino != e.ino))
+      return error(Code::kProtocol, "readdir answered entry inode {} with attributes of inode {}", e.ino, e.attr.ino);
+    prev = e.name;
+  }
+  if (!page.eof && (page.entries.empty() || page.cookie != page.entries.back().name))
+    return error(Code::kProtocol, "readdir answered a page that is not the last without moving on");
+  return {};
 }
 
 Result<LengthReply> length_reply_of(Result<Rep> r) {
@@ -248,7 +279,7 @@ Result<Inode> MetaClient::lookup(const Cred& cred, Ino parent, std::string_view 
 }
 
 Result<Inode> MetaClient::getattr(const Cred& cred, Ino ino) {
-  return inode_of(read(method::kGetattr, cred, of_ino(ino)));
+  return inode_of(read(method::kGetattr, cred, of_ino(ino)), ino);
 }
 
 Result<std::string> MetaClient::readlink(const Cred& cred, Ino ino) {
@@ -260,7 +291,9 @@ Result<DirPage> MetaClient::readdir(const Cred& cred, Ino dir, std::string_view 
   q.set_value(std::string(cookie));
   q.set_limit(limit);
   WEFT_TRY(Rep r, read(method::kReaddir, cred, std::move(q)));
-  return dir_page_from(r);
+  WEFT_TRY(DirPage page, dir_page_from(r));
+  WEFT_RETURN_IF_ERROR(check_dir_page(page, cookie, limit));
+  return page;
 }
 
 Result<StatFs> MetaClient::statfs(const Cred& cred) {
@@ -300,7 +333,10 @@ Result<std::vector<Result<Inode>>> MetaClient::batch_stat(const Cred& cred, cons
       if (r.codes(i) != 0) {
         out.push_back(error(code_from_wire(r.codes(i)), "batch_stat of inode {}", ino));
       } else {
-        out.push_back(from_proto(r.inodes(i)));
+        auto in = from_proto(r.inodes(i));
+        if (in && in->ino != ino)
+          in = error(Code::kProtocol, "batch_stat answered inode {} for inode {}", in->ino, ino);
+        out.push_back(std::move(in));
       }
     }
   }
