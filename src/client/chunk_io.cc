@@ -446,6 +446,7 @@ Task<Result<std::optional<uint64_t>>> ChunkIo::data_end(uint64_t ino, mgmt::Chai
       auto ep = endpoint_of(*routing, target);
       if (!ep) {
         last = ep.error();
+        replica_failovers_.fetch_add(1);
         continue;
       }
       // Not `ep ? co_await ... : ...`: g++ 12 destroys the result of a

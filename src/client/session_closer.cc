@@ -84,7 +84,13 @@ bool SessionCloser::pass(std::unique_lock<std::mutex>& lock) {
     auto r = attempt(p);
     lock.lock();
     if (stopping_) return true;  // stop() cleared the queue
-    if (!r && worth_retrying(r.error().code())) return false;  // still away: the entry stays first
+    if (!r && worth_retrying(r.error().code())) {
+      // Still away (or this session's commit fails): the entry goes last, so
+      // one that keeps failing holds up no other for good.
+      queue_.push_back(queue_.front());
+      queue_.pop_front();
+      return false;
+    }
     // Ended, or answered (kBadHandle: the session is gone already).
     if (r)
       ++retried_ok_;

@@ -9,7 +9,8 @@
 // tried again on a thread of this class: after kFirstRetry, then backing
 // off (doubling) to kRetryMax while meta stays unreachable. A pass tries the
 // queue in order and stops at the first close that fails that way again (meta
-// is still away: the others would only wait out their own retries). An answer
+// is still away: the others would only wait out their own retries), which
+// goes to the back (one that fails for good holds up no other). An answer
 // that is not such a failure ends the entry: kBadHandle says the session is
 // gone already (a lost reply of a close that landed, or the reaper).
 // The queue holds at most kQueuedMax sessions; past that a failed close is

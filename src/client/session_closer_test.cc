@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -90,8 +91,8 @@ TEST(SessionCloser, ACloseMetaNeverHeardIsTriedAgainUntilItLands) {
 }
 
 // While meta stays away, a pass stops at the first close (the others would
-// only wait out their own retries) and the passes back off.
-TEST(SessionCloser, WhileMetaStaysAwayOnlyTheFirstIsTriedAndLessOftenEachTime) {
+// only wait out their own retries), which goes last, and the passes back off.
+TEST(SessionCloser, WhileMetaStaysAwayOnePerPassIsTriedLessOftenEachTime) {
   FakeMeta meta;
   meta.set(Code::kUnavailable);
   SessionCloser closer(meta.fn(), milliseconds(10));
@@ -101,15 +102,40 @@ TEST(SessionCloser, WhileMetaStaysAwayOnlyTheFirstIsTriedAndLessOftenEachTime) {
   ASSERT_GE(seen.size(), 5u);  // 3 closes, then retries after 10, 20, 40 ... ms
   // Doubling from 10 ms: at most ~6 retries fit in 400 ms (one every 10 ms would be 40).
   EXPECT_LE(seen.size(), 3u + 8u) << "no back-off";
-  for (size_t i = 3; i < seen.size(); ++i) EXPECT_EQ(seen[i].session, 1u) << "tried past the first while meta is away";
+  for (size_t i = 3; i < seen.size(); ++i)
+    EXPECT_EQ(seen[i].session, (i - 3) % 3 + 1) << "one close per pass, in turn";
   meta.set(Code::kOk);
   ASSERT_TRUE(wait_for([&] { return closer.queued() == 0; }));
   EXPECT_EQ(closer.retried_ok(), 3u);
   seen = meta.seen();
   ASSERT_GE(seen.size(), 3u);
-  EXPECT_EQ(seen[seen.size() - 3].session, 1u);  // in the order they were queued
-  EXPECT_EQ(seen[seen.size() - 2].session, 2u);
-  EXPECT_EQ(seen[seen.size() - 1].session, 3u);
+  std::set<uint64_t> last{seen[seen.size() - 3].session, seen[seen.size() - 2].session, seen.back().session};
+  EXPECT_EQ(last, (std::set<uint64_t>{1, 2, 3})) << "each ended once";
+}
+
+// A session whose close keeps failing (its commit at meta fails) holds up
+// no other: it goes last after each try.
+TEST(SessionCloser, OneThatKeepsFailingHoldsUpNoOther) {
+  std::mutex mu;
+  std::vector<uint64_t> ended;
+  // Sessions 2 and 3 fail once too (meta away for them), then meta answers them.
+  std::atomic<bool> away{true};
+  SessionCloser other(
+      [&](const meta::Cred&, meta::Ino, uint64_t session, bool) -> Result<void> {
+        if (session == 1) return error(Code::kIoError, "fake meta: this inode's commit fails");
+        if (away.load()) return error(Code::kUnavailable, "fake meta: away");
+        std::lock_guard lock(mu);
+        ended.push_back(session);
+        return {};
+      },
+      milliseconds(5));
+  (void)other.close({}, 101, 1, false);
+  (void)other.close({}, 102, 2, false);
+  (void)other.close({}, 103, 3, false);
+  away = false;
+  ASSERT_TRUE(wait_for([&] { return other.queued() == 1; })) << "sessions 2 and 3 never ended behind session 1";
+  std::lock_guard lock(mu);
+  EXPECT_EQ(std::set<uint64_t>(ended.begin(), ended.end()), (std::set<uint64_t>{2, 3}));
 }
 
 TEST(SessionCloser, StopDropsWhatWaits) {

@@ -154,6 +154,9 @@ struct OpenDir {
   // The cursor's current page: the mount's change count before it was
   // fetched, and when its fetch began (readdirplus).
   uint64_t page_changes = 0;
+  // Client::length_reports() when it was fetched: a report since makes its
+  // lengths older than this mount's writes (checked per entry, readdir_common).
+  uint64_t page_reports = 0;
   std::chrono::steady_clock::time_point page_at{};
 };
 
@@ -1434,11 +1437,13 @@ class FuseServer::Impl {
         const bool first_of_reply = !took_entry;
         took_entry = true;
         const size_t fetched = d->cursor.pages_fetched();
+        const uint64_t reports = client_.length_reports();
         const uint64_t changes = change_count();
         const auto fetch_at = std::chrono::steady_clock::now();
         auto r = d->cursor.at(o - 2, fetch);
         if (d->cursor.pages_fetched() != fetched) {
           d->page_changes = changes;
+          d->page_reports = reports;
           d->page_at = fetch_at;
         }
         // tests: a change here while the reply is made from the page in hand
@@ -1473,13 +1478,15 @@ class FuseServer::Impl {
             age = {};
           }
           e = entry_of(attr, age.count());
-          // A change here since the page's fetch (checked after entry_of:
-          // a length report moves the count before its writes stop counting
-          // in the local size entry_of adds) leaves the page's length older
-          // than this mount's writes: not for the kernel. Stop before this
-          // entry (the kernel's next request reloads the page), or, when it
-          // would be the reply's first, reload now and make it again.
-          if (from_page && change_count() != d->page_changes) {
+          // A length report here since the page's fetch (checked after
+          // entry_of: a report moves the count before its writes stop
+          // counting in the local size entry_of adds) leaves the page's
+          // length older than this mount's writes: not for the kernel. Stop
+          // before this entry (the kernel's next request reloads the page),
+          // or, when it would be the reply's first, reload now and make it
+          // again. Only reports: a write since is in that local size, and
+          // every write would otherwise cut a listing to an entry per reply.
+          if (from_page && client_.length_reports() != d->page_reports) {
             if (used > 0) break;
             if (page_reloads++ < 3) {
               d->cursor.reload_page();

@@ -149,17 +149,17 @@ void StorageService::trim_sync_orders() {
   RoutingSnapshot routing = routing_->current();
   // Per target: the chains it syncs, at their version (one pass over the chains).
   std::unordered_map<mgmt::TargetId, std::unordered_map<mgmt::ChainId, mgmt::ChainVersion>> syncing;
-  // Per target: the chains that list it, at their version, and whether it syncs there.
-  std::unordered_map<mgmt::TargetId, StorageTarget::MemberOf> member_of;
   for (const auto& [chain_id, chain] : routing->chains)
-    for (const auto& e : chain.entries) {
-      const bool syncs = e.state == mgmt::TargetState::kSyncing;
-      if (syncs) syncing[e.target_id][chain_id] = chain.version;
-      member_of[e.target_id][chain_id] = {chain.version, syncs};
-    }
+    for (const auto& e : chain.entries)
+      if (e.state == mgmt::TargetState::kSyncing) syncing[e.target_id][chain_id] = chain.version;
   for (auto& [id, t] : targets_) {
     t->sync_order().retain(syncing[id]);
-    t->retain_synced(member_of[id]);
+    // Every chain at its version (a SyncDone at a version the routing here
+    // lags stays, listed there or not), with whether this target syncs in it.
+    StorageTarget::MemberOf chains;
+    for (const auto& [chain_id, chain] : routing->chains)
+      chains[chain_id] = {chain.version, syncing[id].contains(chain_id)};
+    t->retain_synced(chains);
   }
 }
 

@@ -65,11 +65,11 @@ void StorageTarget::mark_synced(mgmt::ChainId chain, mgmt::ChainVersion version)
   v = std::max(v, version);
 }
 
-void StorageTarget::retain_synced(const MemberOf& member_of) {
+void StorageTarget::retain_synced(const MemberOf& chains) {
   std::lock_guard lock(mu_);
   std::erase_if(synced_, [&](const auto& entry) {
-    auto it = member_of.find(entry.first);
-    if (it == member_of.end()) return true;
+    auto it = chains.find(entry.first);
+    if (it == chains.end()) return true;
     const Membership& m = it->second;
     return !(m.version < entry.second || (m.version == entry.second && m.syncing));
   });

@@ -61,18 +61,18 @@ class StorageTarget {
   // predecessor): told to mgmtd (synced()) until retain_synced drops it.
   void mark_synced(mgmt::ChainId chain, mgmt::ChainVersion version);
   std::map<mgmt::ChainId, mgmt::ChainVersion> synced() const;
-  // The chains whose routing lists this target: their version, and whether it syncs there.
+  // Every chain of the routing: its version, and whether this target syncs there.
   struct Membership {
     mgmt::ChainVersion version = 0;
     bool syncing = false;
   };
   using MemberOf = std::unordered_map<mgmt::ChainId, Membership>;
   // At a routing change: keeps the SyncDones mgmtd may still need, of a
-  // chain that lists this target at that version and has it syncing, or
-  // at a version the routing here does not know yet (it lags the sender's);
-  // drops the others (mgmtd moved on, or the chain is gone), so the record
-  // stays as small as the chains this target is in.
-  void retain_synced(const MemberOf& member_of);
+  // chain at that version with this target syncing, or at a version the
+  // routing here does not know yet (it lags the sender's); drops the others
+  // (mgmtd moved on, or the chain is gone), so the record stays within the
+  // routing's chains.
+  void retain_synced(const MemberOf& chains);
 
  private:
   const mgmt::TargetId id_;
