@@ -374,15 +374,13 @@ Task<Result<WriteResult>> StorageService::replicate(const Placement& p, const Ch
     if (p.successor) note_delivered(p, u.id);
     co_return WriteResult{};
   }
+  std::optional<WriteResult> predicted;
   if (p.successor) {
     // Refused before anything is forwarded: a member that stages while it
     // forwards would pass on (and rebuild its successor's chunk for, at up to
     // 4 GiB) an update its own stage then refuses.
     WEFT_CO_TRY(Update staged_as, to_engine_update(u, p.route.chain_id));
     WEFT_CO_RETURN_IF_ERROR(engine->check_update(staged_as));
-  }
-  std::optional<WriteResult> predicted;
-  if (p.successor) {
     std::optional<std::pair<uint32_t, uint32_t>> told;
     if (expect) told.emplace(expect->length, expect->crc);
     predicted = predict(*engine, u, version, told);

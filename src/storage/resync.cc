@@ -148,18 +148,16 @@ void StorageService::start_resyncs() {
 void StorageService::trim_sync_orders() {
   RoutingSnapshot routing = routing_->current();
   // Per target: the chains it syncs, at their version (one pass over the chains).
-  std::unordered_map<mgmt::TargetId, std::unordered_map<mgmt::ChainId, mgmt::ChainVersion>> syncing;
-  for (const auto& [chain_id, chain] : routing->chains)
+  std::unordered_map<mgmt::TargetId, StorageTarget::ChainVersions> syncing;
+  StorageTarget::ChainVersions versions;  // every chain (SyncDones of a version the routing here lags stay)
+  for (const auto& [chain_id, chain] : routing->chains) {
+    versions[chain_id] = chain.version;
     for (const auto& e : chain.entries)
       if (e.state == mgmt::TargetState::kSyncing) syncing[e.target_id][chain_id] = chain.version;
+  }
   for (auto& [id, t] : targets_) {
     t->sync_order().retain(syncing[id]);
-    // Every chain at its version (a SyncDone at a version the routing here
-    // lags stays, listed there or not), with whether this target syncs in it.
-    StorageTarget::MemberOf chains;
-    for (const auto& [chain_id, chain] : routing->chains)
-      chains[chain_id] = {chain.version, syncing[id].contains(chain_id)};
-    t->retain_synced(chains);
+    t->retain_synced(versions, syncing[id]);
   }
 }
 

@@ -65,13 +65,13 @@ void StorageTarget::mark_synced(mgmt::ChainId chain, mgmt::ChainVersion version)
   v = std::max(v, version);
 }
 
-void StorageTarget::retain_synced(const MemberOf& chains) {
+void StorageTarget::retain_synced(const ChainVersions& chains, const ChainVersions& syncing_here) {
   std::lock_guard lock(mu_);
   std::erase_if(synced_, [&](const auto& entry) {
-    auto it = chains.find(entry.first);
+    const auto& [chain, version] = entry;
+    auto it = chains.find(chain);
     if (it == chains.end()) return true;
-    const Membership& m = it->second;
-    return !(m.version < entry.second || (m.version == entry.second && m.syncing));
+    return !(it->second < version || (it->second == version && syncing_here.contains(chain)));
   });
 }
 

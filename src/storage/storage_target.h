@@ -61,18 +61,14 @@ class StorageTarget {
   // predecessor): told to mgmtd (synced()) until retain_synced drops it.
   void mark_synced(mgmt::ChainId chain, mgmt::ChainVersion version);
   std::map<mgmt::ChainId, mgmt::ChainVersion> synced() const;
-  // Every chain of the routing: its version, and whether this target syncs there.
-  struct Membership {
-    mgmt::ChainVersion version = 0;
-    bool syncing = false;
-  };
-  using MemberOf = std::unordered_map<mgmt::ChainId, Membership>;
-  // At a routing change: keeps the SyncDones mgmtd may still need, of a
-  // chain at that version with this target syncing, or at a version the
-  // routing here does not know yet (it lags the sender's); drops the others
-  // (mgmtd moved on, or the chain is gone), so the record stays within the
-  // routing's chains.
-  void retain_synced(const MemberOf& chains);
+  using ChainVersions = std::unordered_map<mgmt::ChainId, mgmt::ChainVersion>;
+  // At a routing change (`chains`: every chain of the routing at its version;
+  // `syncing_here`: those where this target syncs): keeps the SyncDones
+  // mgmtd may still need, of a chain at that version with this target
+  // syncing, or at a version the routing here does not know yet (it lags the
+  // sender's); drops the others (mgmtd moved on, or the chain is gone), so
+  // the record stays within the routing's chains.
+  void retain_synced(const ChainVersions& chains, const ChainVersions& syncing_here);
 
  private:
   const mgmt::TargetId id_;
