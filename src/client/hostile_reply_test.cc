@@ -43,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "common/hostile_draw.h"
 #include "client/chunk_io.h"
 #include "client/in_process_mgmtd.h"
 #include "client/routing_cache.h"
@@ -77,10 +78,7 @@ constexpr int kUpdates = 150;
 constexpr int kRangeRemovals = 100;
 constexpr int kListings = 100;
 
-uint64_t hostile_seed() {
-  const char* env = std::getenv("WEFT_HOSTILE_SEED");
-  return env != nullptr && *env != '\0' ? std::strtoull(env, nullptr, 0) : kDefaultSeed;
-}
+uint64_t hostile_seed() { return weft::hostile_seed(kDefaultSeed); }
 
 // ---- What the fake storage holds ----
 
@@ -305,19 +303,10 @@ bool undefined(uint32_t v) {
 }
 
 // Hostile values, from the seed.
-class Hostile {
+class Hostile : public HostileDraw {
  public:
-  explicit Hostile(uint64_t seed) : rng_(seed), codes_(defined_codes()) {}
+  explicit Hostile(uint64_t seed) : HostileDraw(seed), codes_(defined_codes()) {}
 
-  uint64_t u64() { return rng_(); }
-  uint32_t u32() { return static_cast<uint32_t>(rng_()); }
-  size_t below(size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng_); }
-  uint64_t between(uint64_t lo, uint64_t hi) { return std::uniform_int_distribution<uint64_t>(lo, hi)(rng_); }
-  bool chance(int percent) { return below(100) < static_cast<size_t>(percent); }
-  template <class T>
-  T one_of(std::initializer_list<T> values) {
-    return values.begin()[below(values.size())];
-  }
 
   uint32_t defined_code() { return codes_[below(codes_.size())]; }
   // An undefined code of at most `max` (a frame's status: 16 bits; a range's: 32).
@@ -381,7 +370,6 @@ class Hostile {
   }
 
  private:
-  std::mt19937_64 rng_;
   std::vector<uint32_t> codes_;
 };
 

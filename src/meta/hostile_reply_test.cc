@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "common/hostile_draw.h"
 #include "meta/meta_client.h"
 #include "meta/proto_convert.h"
 #include "meta/service_methods.h"
@@ -60,10 +61,7 @@ const std::vector<rpc::MethodId> kMethods = {
     method::kSetLayout,  method::kOpen,      method::kClose,          method::kReportLength, method::kOpenRead,
     method::kOpenReadAt, method::kMknod,     method::kCloseWithLength};
 
-uint64_t hostile_seed() {
-  const char* env = std::getenv("WEFT_HOSTILE_SEED");
-  return env != nullptr && *env != '\0' ? std::strtoull(env, nullptr, 0) : kDefaultSeed;
-}
+uint64_t hostile_seed() { return weft::hostile_seed(kDefaultSeed); }
 
 bool undefined(uint32_t v) {
   return code_from_wire(v) == Code::kInternal && v != static_cast<uint32_t>(Code::kInternal);

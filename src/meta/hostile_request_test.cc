@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/hostile_draw.h"
 #include "meta/proto_convert.h"
 #include "meta/service.h"
 #include "meta/service_methods.h"
@@ -68,10 +69,7 @@ constexpr Method kMethods[] = {
     {method::kMknod, "mknod"},          {method::kCloseWithLength, "close_with_length"},
 };
 
-uint64_t storm_seed() {
-  const char* env = std::getenv("WEFT_HOSTILE_SEED");
-  return env != nullptr && *env != '\0' ? std::strtoull(env, nullptr, 0) : kDefaultSeed;
-}
+uint64_t storm_seed() { return weft::hostile_seed(kDefaultSeed); }
 
 // Failures that no request may cause: an unforeseen path, a hung or broken
 // server, a damaged store, or a reply that is not a MetaReply.

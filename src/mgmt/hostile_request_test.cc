@@ -46,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include "common/hostile_draw.h"
 #include "common/temp_dir.h"
 #include "mgmt/client_list.h"
 #include "mgmt/proto_convert.h"
@@ -81,10 +82,7 @@ constexpr size_t kStormNodesKept = 48;  // nodes the storm registered that it st
 constexpr size_t kStormChains = 1500;   // the storm makes chain tables up to about this many chains
 constexpr uint32_t kFrameBodyMax = rpc::FrameLimits{}.body_max;
 
-uint64_t storm_seed() {
-  const char* env = std::getenv("WEFT_HOSTILE_SEED");
-  return env != nullptr && *env != '\0' ? std::strtoull(env, nullptr, 0) : kDefaultSeed;
-}
+uint64_t storm_seed() { return weft::hostile_seed(kDefaultSeed); }
 
 // A TCP port on 127.0.0.1 that listens while the object lives (a valid
 // storage node's address: mgmtd's probe of a refusal report finds it
@@ -155,19 +153,9 @@ class Mgmtd {
   rpc::Endpoint ep_;
 };
 
-class Rng {
+class Rng : public HostileDraw {
  public:
-  explicit Rng(uint64_t seed) : rng_(seed) {}
-  std::mt19937_64& engine() { return rng_; }
-  uint64_t u64() { return rng_(); }
-  uint32_t u32() { return static_cast<uint32_t>(rng_()); }
-  size_t below(size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng_); }
-  uint64_t between(uint64_t lo, uint64_t hi) { return std::uniform_int_distribution<uint64_t>(lo, hi)(rng_); }
-  bool chance(int percent) { return below(100) < static_cast<size_t>(percent); }
-  template <class T>
-  T one_of(std::initializer_list<T> values) {
-    return values.begin()[below(values.size())];
-  }
+  explicit Rng(uint64_t seed) : HostileDraw(seed) {}
   template <class T>
   const T& pick(const std::vector<T>& values) {
     return values[below(values.size())];
@@ -177,9 +165,6 @@ class Rng {
     for (char& c : s) c = static_cast<char>(between(0x20, 0x7e));
     return s;
   }
-
- private:
-  std::mt19937_64 rng_;
 };
 
 // A node as the storm knows it.
@@ -1293,7 +1278,7 @@ TEST_F(HostileRequestTest, EveryMethodAnswersHostileRequestsClearlyAndKeepsTheVa
   const auto start = std::chrono::steady_clock::now();
   int sent = 0;
   for (int round = 0; round < kRounds; ++round) {
-    std::shuffle(order.begin(), order.end(), r.engine());
+    std::shuffle(order.begin(), order.end(), r.rng());
     for (size_t i : order) {
       Shot s = kMethods[i].shot(r, world_);
       maybe_spoil(r, s);

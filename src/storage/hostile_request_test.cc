@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "common/hostile_draw.h"
 #include "common/crc32c.h"
 #include "proto/storage.pb.h"
 #include "rpc/server.h"
@@ -65,10 +66,7 @@ constexpr uint64_t kKnownClient = 0xacced;  // client id of the acknowledged upd
 mgmt::TargetId target_of(size_t server) { return 101 + 100 * server; }
 bool is_known_inode(const ChunkId& id) { return id.inode == kKnownInode; }
 
-uint64_t storm_seed() {
-  const char* env = std::getenv("WEFT_HOSTILE_SEED");
-  return env != nullptr && *env != '\0' ? std::strtoull(env, nullptr, 0) : kDefaultSeed;
-}
+uint64_t storm_seed() { return weft::hostile_seed(kDefaultSeed); }
 
 // One storage server with one target, in this process.
 class Server {
@@ -122,20 +120,10 @@ struct Acked {
 };
 
 // Hostile field values.
-class Hostile {
+class Hostile : public HostileDraw {
  public:
-  Hostile(uint64_t seed, std::vector<ChunkId> known) : rng_(seed), known_(std::move(known)) {}
-  std::mt19937_64& rng() { return rng_; }
+  Hostile(uint64_t seed, std::vector<ChunkId> known) : HostileDraw(seed), known_(std::move(known)) {}
 
-  uint64_t u64() { return rng_(); }
-  uint32_t u32() { return static_cast<uint32_t>(rng_()); }
-  size_t below(size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng_); }
-  uint64_t between(uint64_t lo, uint64_t hi) { return std::uniform_int_distribution<uint64_t>(lo, hi)(rng_); }
-  bool chance(int percent) { return below(100) < static_cast<size_t>(percent); }
-  template <class T>
-  T one_of(std::initializer_list<T> values) {
-    return values.begin()[below(values.size())];
-  }
 
   // Starts a request: half of them name the chain as it is (they reach the
   // checks past the routing), the others anything.
@@ -222,7 +210,6 @@ class Hostile {
   uint32_t attempt() { return chance(80) ? 0 : one_of<uint32_t>({1, 2, UINT32_MAX}); }
 
  private:
-  std::mt19937_64 rng_;
   std::vector<ChunkId> known_;
   bool routed_ = false;
 };
