@@ -52,6 +52,17 @@ class Pool {
   }
   size_t cached() const { return cached_.load(std::memory_order_relaxed); }
 
+  void taken_out(size_t bytes) {
+    size_t now = held_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    size_t peak = peak_.load(std::memory_order_relaxed);
+    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+  }
+  void put_back(size_t bytes) { held_.fetch_sub(bytes, std::memory_order_relaxed); }
+  size_t held() const { return held_.load(std::memory_order_relaxed); }
+  size_t peak() const { return peak_.load(std::memory_order_relaxed); }
+  void reset_peak() { peak_.store(held(), std::memory_order_relaxed); }
+
  private:
   void lock_all() {
     for (auto& m : mu_) m.lock();
@@ -64,6 +75,7 @@ class Pool {
   std::mutex mu_[kClasses];
   std::vector<void*> free_[kClasses];
   std::atomic<size_t> cached_{0};
+  std::atomic<size_t> held_{0}, peak_{0};  // pool-sized buffers out of the pool, by capacity
 };
 
 Pool& pool() {
@@ -80,13 +92,17 @@ int class_of(size_t size) {
 }  // namespace
 
 void detail::BufferFree::operator()(std::byte* p) const {
-  if (pooled_capacity != 0)
+  if (pooled_capacity != 0) {
+    pool().put_back(pooled_capacity);
     pool().give(std::countr_zero(pooled_capacity), p);
-  else
+  } else
     std::free(p);
 }
 
 size_t Buffer::pool_cached_bytes() { return pool().cached(); }
+size_t Buffer::pooled_bytes_held() { return pool().held(); }
+size_t Buffer::pooled_bytes_peak() { return pool().peak(); }
+void Buffer::reset_pooled_peak() { pool().reset_peak(); }
 
 Buffer Buffer::allocate(size_t size, size_t align) {
   Buffer b;
@@ -96,6 +112,7 @@ Buffer Buffer::allocate(size_t size, size_t align) {
     void* p = pool().take(cls);
     if (p == nullptr) p = std::aligned_alloc(kDefaultAlign, capacity);
     if (p == nullptr) throw std::bad_alloc();
+    pool().taken_out(capacity);
     b.data_ = std::unique_ptr<std::byte, Free>(static_cast<std::byte*>(p), Free{capacity});
     b.size_ = size;
     b.capacity_ = capacity;

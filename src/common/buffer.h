@@ -42,6 +42,13 @@ class Buffer {
 
   // Bytes currently cached by the pool (for metrics and tests).
   static size_t pool_cached_bytes();
+  // Bytes of pool-sized buffers (64 KiB to 128 MiB, counted by capacity)
+  // held by the process now, and the most held at once since the last
+  // reset_pooled_peak(): what a bounded operation held, whatever the pool or
+  // the heap already had (resident memory cannot tell these apart).
+  static size_t pooled_bytes_held();
+  static size_t pooled_bytes_peak();
+  static void reset_pooled_peak();
 
  private:
   using Free = detail::BufferFree;

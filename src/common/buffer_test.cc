@@ -41,6 +41,26 @@ TEST(Buffer, LargeBuffersAreReusedFromThePool) {
   EXPECT_EQ(copy.size(), 100u);
 }
 
+TEST(Buffer, PooledBytesHeldAndTheirPeakAreCountedByCapacity) {
+  const size_t before = Buffer::pooled_bytes_held();
+  Buffer::reset_pooled_peak();
+  EXPECT_EQ(Buffer::pooled_bytes_peak(), before);
+  {
+    Buffer a = Buffer::allocate(3 << 20);  // a 4 MiB class
+    Buffer small = Buffer::allocate(1000);  // not pool-sized: not counted
+    EXPECT_EQ(Buffer::pooled_bytes_held(), before + (4u << 20));
+    {
+      Buffer b = Buffer::allocate(1 << 20);
+      EXPECT_EQ(Buffer::pooled_bytes_held(), before + (5u << 20));
+    }
+    EXPECT_EQ(Buffer::pooled_bytes_held(), before + (4u << 20));
+  }
+  EXPECT_EQ(Buffer::pooled_bytes_held(), before);
+  EXPECT_EQ(Buffer::pooled_bytes_peak(), before + (5u << 20));
+  Buffer::reset_pooled_peak();
+  EXPECT_EQ(Buffer::pooled_bytes_peak(), before);
+}
+
 // A process forked while another thread held one of the pool's locks (a
 // client's I/O thread freeing a reply while Python forks a DataLoader
 // worker) must not find it held forever: the child's first buffer of that
