@@ -15,6 +15,7 @@
 
 #include "common/logging.h"
 #include "common/random.h"
+#include "meta/layout.h"
 #include "meta/permission.h"
 #include "meta/proto_convert.h"
 #include "meta/service_methods.h"
@@ -65,10 +66,16 @@ Result<void> check_dir_page(const DirPage& page, std::string_view asked, uint32_
   return {};
 }
 
-Result<LengthReply> length_reply_of(Result<Rep> r) {
+// A length report's answer: the file reported on, and a cut (the shortest
+// truncate the writer has not acknowledged) no longer than any file.
+Result<LengthReply> length_reply_of(Result<Rep> r, Ino asked) {
   if (!r) return std::unexpected(std::move(r).error());
-  WEFT_TRY(Inode inode, from_proto(r->inode()));
-  return LengthReply{std::move(inode), SessionCut{r->cut_gen(), r->cut_length()}};
+  const SessionCut cut{r->cut_gen(), r->cut_length()};
+  WEFT_TRY(Inode inode, inode_of(std::move(r), asked));
+  if (!inode.is_file()) return error(Code::kProtocol, "a length report on {} answered a non-file", asked);
+  if (cut.length > kFileBytesMax)
+    return error(Code::kProtocol, "a length report on {} answered a cut at {}", asked, cut.length);
+  return LengthReply{std::move(inode), cut};
 }
 
 Result<void> void_of(Result<Rep> r) {
@@ -76,14 +83,30 @@ Result<void> void_of(Result<Rep> r) {
   return {};
 }
 
-Result<Reply> reply_of_rep(Result<Rep> r) {
+// An open's or create's answer: the inode opened (`asked`, when named by
+// number), and a write session when one was asked for (0 is none: its
+// writes could be neither reported nor closed).
+Result<Reply> open_reply_of(Result<Rep> r, std::optional<Ino> asked, bool write) {
   if (!r) return std::unexpected(std::move(r).error());
-  return reply_from(*r);
+  WEFT_TRY(Reply reply, reply_from(*r));
+  if (!reply.has_inode) return error(Code::kProtocol, "an open answered no inode");
+  if (asked && reply.inode.ino != *asked)
+    return error(Code::kProtocol, "an open of inode {} answered inode {}", *asked, reply.inode.ino);
+  if (write && reply.session_id == 0) return error(Code::kProtocol, "an open for writing answered no session");
+  return reply;
 }
 
 Result<std::string> value_of(Result<Rep> r) {
   if (!r) return std::unexpected(std::move(r).error());
   return std::move(*r->mutable_value());
+}
+
+// A value meta holds at most `max` bytes of, never empty (a symlink target).
+Result<std::string> bounded_value_of(Result<Rep> r, size_t max, std::string_view what) {
+  WEFT_TRY(std::string v, value_of(std::move(r)));
+  if (v.empty() || v.size() > max || v.find('\0') != std::string::npos)
+    return error(Code::kProtocol, "meta answered a {} of {} bytes", what, v.size());
+  return v;
 }
 
 Req named(Ino ino, std::string_view name, const std::optional<ParentCheck>& expect_parent = std::nullopt) {
@@ -283,7 +306,7 @@ Result<Inode> MetaClient::getattr(const Cred& cred, Ino ino) {
 }
 
 Result<std::string> MetaClient::readlink(const Cred& cred, Ino ino) {
-  return value_of(read(method::kReadlink, cred, of_ino(ino)));
+  return bounded_value_of(read(method::kReadlink, cred, of_ino(ino)), kSymlinkBytesMax, "symlink target");
 }
 
 Result<DirPage> MetaClient::readdir(const Cred& cred, Ino dir, std::string_view cookie, uint32_t limit) {
@@ -302,17 +325,31 @@ Result<StatFs> MetaClient::statfs(const Cred& cred) {
 }
 
 Result<std::string> MetaClient::getxattr(const Cred& cred, Ino ino, std::string_view name) {
-  return value_of(read(method::kGetxattr, cred, named(ino, name)));
+  WEFT_TRY(std::string v, value_of(read(method::kGetxattr, cred, named(ino, name))));
+  if (v.size() > kXattrValueBytesMax) return error(Code::kProtocol, "meta answered an xattr value of {} bytes", v.size());
+  return v;
 }
 
+// Names as setxattr takes them (a NUL would split one in listxattr(2)'s
+// list), within XATTR_LIST_MAX together.
 Result<std::vector<std::string>> MetaClient::listxattr(const Cred& cred, Ino ino) {
   WEFT_TRY(Rep r, read(method::kListxattr, cred, of_ino(ino)));
+  size_t list_bytes = 0;
+  for (const std::string& name : r.names()) {
+    list_bytes += name.size() + 1;
+    if (name.empty() || name.size() > kXattrNameBytesMax || name.find('\0') != std::string::npos)
+      return error(Code::kProtocol, "listxattr answered a name of {} bytes", name.size());
+  }
+  if (list_bytes > kXattrListBytesMax) return error(Code::kProtocol, "listxattr answered {} bytes of names", list_bytes);
   return std::vector<std::string>(r.names().begin(), r.names().end());
 }
 
 Result<Layout> MetaClient::get_layout(const Cred& cred, Ino dir) {
   WEFT_TRY(Rep r, read(method::kGetLayout, cred, of_ino(dir)));
-  return from_proto(r.layout());
+  Layout layout = from_proto(r.layout());
+  if (auto valid = validate_layout(layout); !valid)
+    return error(Code::kProtocol, "get_layout of {}: {}", dir, valid.error().message());
+  return layout;
 }
 
 Result<std::vector<Result<Inode>>> MetaClient::batch_stat(const Cred& cred, const std::vector<Ino>& inos,
@@ -371,7 +408,7 @@ Result<Reply> MetaClient::create(const Cred& cred, Ino parent, std::string_view 
   q.set_open_read(open.read || !open.write);
   q.set_open_write(open.write);
   q.set_answers_cuts(open.answers_cuts);
-  return reply_of_rep(mutate(method::kCreate, cred, std::move(q)));
+  return open_reply_of(mutate(method::kCreate, cred, std::move(q)), std::nullopt, open.write);
 }
 
 Result<Reply> MetaClient::create(const Cred& cred, Ino parent, std::string_view name, uint32_t mode, bool exclusive,
@@ -458,8 +495,8 @@ Result<Reply> MetaClient::open(const Cred& cred, Ino ino, OpenFlags flags) {
   q.set_open_write(flags.write);
   q.set_answers_cuts(flags.answers_cuts);
   // Read-only opens write nothing: no request id, served inline by the server.
-  if (!flags.write) return reply_of_rep(read(method::kOpenRead, cred, std::move(q)));
-  return reply_of_rep(mutate(method::kOpen, cred, std::move(q)));
+  if (!flags.write) return open_reply_of(read(method::kOpenRead, cred, std::move(q)), ino, false);
+  return open_reply_of(mutate(method::kOpen, cred, std::move(q)), ino, true);
 }
 
 Result<Inode> MetaClient::open_read_at(const Cred& cred, Ino parent, std::string_view name) {
@@ -508,7 +545,7 @@ Result<LengthReply> MetaClient::report_length(const Cred& cred, Ino ino, uint64_
   q.set_session_id(session_id);
   q.set_length(length);
   q.set_ack_cut(ack_cut);
-  return length_reply_of(mutate(method::kReportLength, cred, std::move(q)));
+  return length_reply_of(mutate(method::kReportLength, cred, std::move(q)), ino);
 }
 
 Result<LengthReply> MetaClient::close_with_length(const Cred& cred, Ino ino, uint64_t session_id, uint64_t length,
@@ -517,7 +554,7 @@ Result<LengthReply> MetaClient::close_with_length(const Cred& cred, Ino ino, uin
   q.set_session_id(session_id);
   q.set_length(length);
   q.set_ack_cut(ack_cut);
-  return length_reply_of(mutate(method::kCloseWithLength, cred, std::move(q)));
+  return length_reply_of(mutate(method::kCloseWithLength, cred, std::move(q)), ino);
 }
 
 }  // namespace weft::meta

@@ -1,5 +1,7 @@
 #include "meta/proto_convert.h"
 
+#include "meta/layout.h"
+
 namespace weft::meta {
 
 void to_proto(const Cred& c, pb::Cred* out) {
@@ -63,6 +65,10 @@ void to_proto(const Inode& i, pb::Inode* out) {
   out->set_rdev(i.rdev);
 }
 
+// An inode off the wire holds what meta holds of any inode (meta/types.h);
+// one no meta could hold comes from a broken or hostile peer: kProtocol,
+// never handed on to place chunks by (a chunk size of 0 divides by zero) or
+// to show as a stat (mode bits past 07777 become other file types).
 Result<Inode> from_proto(const pb::Inode& i) {
   WEFT_TRY(InodeType type, inode_type_from_wire(i.type()));
   Inode r;
@@ -80,6 +86,14 @@ Result<Inode> from_proto(const pb::Inode& i) {
   r.layout = from_proto(i.layout());
   r.symlink_target = i.symlink_target();
   r.rdev = i.rdev();
+  if (r.ino == 0) return error(Code::kProtocol, "an inode numbered 0");
+  if ((r.mode & ~kModePermMask) != 0) return error(Code::kProtocol, "inode {} of mode {:o}", r.ino, r.mode);
+  if (r.size > kFileBytesMax) return error(Code::kProtocol, "inode {} of {} bytes", r.ino, r.size);
+  if (r.symlink_target.size() > kSymlinkBytesMax)
+    return error(Code::kProtocol, "inode {} of a {}-byte symlink target", r.ino, r.symlink_target.size());
+  if (r.is_file())
+    if (auto valid = validate_layout(r.layout); !valid)
+      return error(Code::kProtocol, "file {}: {}", r.ino, valid.error().message());
   return r;
 }
 

@@ -13,9 +13,6 @@
 namespace weft::meta {
 namespace {
 
-constexpr size_t kXattrNameBytesMax = 255;    // XATTR_NAME_MAX
-constexpr size_t kXattrValueBytesMax = 65536; // XATTR_SIZE_MAX
-constexpr size_t kXattrListBytesMax = 65536;  // XATTR_LIST_MAX: listxattr's names, each with its NUL
 // Per inode: at most this many xattrs and this many bytes of names and values
 // (ENOSPC beyond, as Linux when a filesystem's xattr space is full). They bound
 // what setxattr's usage scan and an inode's removal go through, and the count

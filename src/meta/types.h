@@ -17,6 +17,9 @@ inline constexpr Ino kRootIno = 1;
 inline constexpr size_t kNameBytesMax = 255;
 inline constexpr size_t kSymlinkBytesMax = 4095;
 inline constexpr uint32_t kLinkCountMax = 65000;  // EMLINK beyond this
+inline constexpr size_t kXattrNameBytesMax = 255;    // XATTR_NAME_MAX
+inline constexpr size_t kXattrValueBytesMax = 65536;  // XATTR_SIZE_MAX
+inline constexpr size_t kXattrListBytesMax = 65536;   // XATTR_LIST_MAX: listxattr's names, each with its NUL
 // Largest file length (16 TiB, as ext4 with 4 KiB blocks); EFBIG beyond it.
 // The chunk GC and truncate remove every chunk index below a file's length,
 // written or not (nothing records which chunks of a sparse file exist), so the
