@@ -89,8 +89,7 @@ Registry::Entry* Registry::find_or_add(Kind kind, const std::string& name, const
                                        const Labels& labels) {
   std::string rendered = render_labels(labels);
   std::lock_guard lock(mu_);
-  for (auto& e : entries_)
-    if (e->kind == kind && e->name == name && e->labels == rendered) return e.get();
+  if (auto it = index_.find(Key{kind, name, rendered}); it != index_.end()) return it->second;
   auto e = std::make_unique<Entry>();
   e->kind = kind;
   e->name = name;
@@ -99,8 +98,10 @@ Registry::Entry* Registry::find_or_add(Kind kind, const std::string& name, const
   if (kind == Kind::kCounter) e->counter = std::make_unique<Counter>();
   if (kind == Kind::kGauge) e->gauge = std::make_unique<Gauge>();
   if (kind == Kind::kHistogram) e->histogram = std::make_unique<Histogram>();
+  Entry* added = e.get();
   entries_.push_back(std::move(e));
-  return entries_.back().get();
+  index_.emplace(Key{kind, added->name, added->labels}, added);
+  return added;
 }
 
 Counter& Registry::counter(const std::string& name, const std::string& help, const Labels& labels) {
@@ -131,6 +132,25 @@ void Registry::gauge_fn(const std::string& name, const std::string& help, const 
 void Registry::remove_callbacks(const void* owner) {
   std::lock_guard lock(mu_);
   std::erase_if(entries_, [&](const auto& e) { return e->kind == Kind::kGaugeFn && e->owner == owner; });
+}
+
+bool Registry::remove(const std::string& name, const Labels& labels) {
+  const std::string rendered = render_labels(labels);
+  std::lock_guard lock(mu_);
+  std::vector<const Entry*> gone;
+  for (Kind kind : {Kind::kCounter, Kind::kGauge, Kind::kHistogram}) {
+    if (auto it = index_.find(Key{kind, name, rendered}); it != index_.end()) {
+      gone.push_back(it->second);
+      index_.erase(it);  // before the entry whose strings its key views
+    }
+  }
+  std::erase_if(entries_, [&](const auto& e) { return std::find(gone.begin(), gone.end(), e.get()) != gone.end(); });
+  return !gone.empty();
+}
+
+size_t Registry::size() const {
+  std::lock_guard lock(mu_);
+  return entries_.size();
 }
 
 std::string Registry::prometheus_text() const {

@@ -2,8 +2,10 @@
 // Process-wide metrics: counters, gauges and log-bucketed latency histograms,
 // exported in the Prometheus text format (served by rpc/metrics_server.h).
 // Hot paths only touch relaxed atomics: no lock, no allocation. Registration
-// takes the registry mutex once; the returned reference stays valid for the
-// life of the process (metrics are never unregistered).
+// takes the registry mutex once and finds an existing series by an index
+// (O(log n) in the series registered). The returned reference stays valid
+// until the series is removed (remove(); most never are: then for the life
+// of the registry).
 // Names follow Prometheus conventions with the unit last
 // (weft_rpc_latency_us, weft_storage_bytes_written_total).
 #pragma once
@@ -12,9 +14,11 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -76,6 +80,18 @@ class Registry {
   void gauge_fn(const std::string& name, const std::string& help, const Labels& labels,
                 std::function<double()> fn, const void* owner = nullptr);
   void remove_callbacks(const void* owner);
+  // Removes the counter, gauge or histogram series `name` with `labels` (not
+  // gauge_fn ones: remove_callbacks); returns whether there was one. For
+  // series named after something that goes away (a removed node), so a
+  // registry does not grow with everything that ever came and went.
+  // REQUIRES: the series has one owner (the one that made it; nobody else
+  // asks for that name and labels), and the owner has dropped every pointer
+  // and reference to it first: remove() destroys it, and they would dangle.
+  // Asking for it again afterwards makes a new series (counting from 0).
+  // Linear in the series registered (removals are rare; lookups are not).
+  bool remove(const std::string& name, const Labels& labels);
+  // The number of series registered (each gauge_fn counts one).
+  size_t size() const;
 
   std::string prometheus_text() const;
 
@@ -92,10 +108,20 @@ class Registry {
     std::function<double()> fn;
     const void* owner = nullptr;
   };
+  // Views into an Entry's own name and labels (an Entry never moves: they stay valid while it lives).
+  struct Key {
+    Kind kind;
+    std::string_view name, labels;
+    auto operator<=>(const Key&) const = default;
+  };
   Entry* find_or_add(Kind kind, const std::string& name, const std::string& help, const Labels& labels);
 
   mutable std::mutex mu_;
-  std::vector<std::unique_ptr<Entry>> entries_;
+  // In registration order (the order of series within a family when rendered).
+  std::vector<std::unique_ptr<Entry>> entries_;  // GUARDED_BY(mu_)
+  // Every counter, gauge and histogram of entries_ by (kind, name, labels);
+  // gauge_fn entries are not looked up and not indexed.
+  std::map<Key, Entry*> index_;  // GUARDED_BY(mu_)
 };
 
 // Records the time from construction to destruction into a histogram (µs).

@@ -1,7 +1,11 @@
 #include "common/metrics.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -71,6 +75,71 @@ TEST(Registry, PrometheusText) {
   EXPECT_NE(text.find("weft_test_free_bytes{target=\"1\"} 42"), std::string::npos);
   r.remove_callbacks(&owner);
   EXPECT_EQ(r.prometheus_text().find("weft_test_free_bytes"), std::string::npos);
+}
+
+// A series named after something that went away (a removed node) is removed
+// whole: it leaves the text and the count, and asked for again it is new.
+// Other series, of the same family or another kind, stay.
+TEST(Registry, RemovedSeriesLeaveTheTextAndComeBackNew) {
+  Registry r;
+  r.gauge("weft_test_age_ms", "Age", {{"node", "1"}}).set(5);
+  r.gauge("weft_test_age_ms", "Age", {{"node", "2"}}).set(7);
+  r.counter("weft_test_beats_total", "Beats", {{"node", "1"}}).inc(3);
+  int owner = 0;
+  r.gauge_fn("weft_test_age_ms", "Age", {{"node", "3"}}, [] { return 9.0; }, &owner);
+  ASSERT_EQ(r.size(), 4u);
+
+  EXPECT_TRUE(r.remove("weft_test_age_ms", {{"node", "1"}}));
+  EXPECT_FALSE(r.remove("weft_test_age_ms", {{"node", "1"}})) << "gone already";
+  EXPECT_FALSE(r.remove("weft_test_age_ms", {{"node", "3"}})) << "a gauge_fn goes with remove_callbacks";
+  EXPECT_FALSE(r.remove("weft_test_age_ms", {})) << "another series";
+  EXPECT_EQ(r.size(), 3u);
+  std::string text = r.prometheus_text();
+  EXPECT_EQ(text.find("weft_test_age_ms{node=\"1\"}"), std::string::npos) << text;
+  EXPECT_NE(text.find("weft_test_age_ms{node=\"2\"} 7"), std::string::npos) << text;
+  EXPECT_NE(text.find("weft_test_age_ms{node=\"3\"} 9"), std::string::npos) << text;
+  EXPECT_NE(text.find("weft_test_beats_total{node=\"1\"} 3"), std::string::npos) << "another name: kept";
+
+  EXPECT_TRUE(r.remove("weft_test_beats_total", {{"node", "1"}}));
+  EXPECT_EQ(r.counter("weft_test_beats_total", "Beats", {{"node", "1"}}).value(), 0u) << "a new series";
+  EXPECT_EQ(r.gauge("weft_test_age_ms", "Age", {{"node", "1"}}).value(), 0);
+  EXPECT_EQ(r.size(), 4u);
+  r.remove_callbacks(&owner);
+  EXPECT_EQ(r.size(), 3u);
+}
+
+// mgmtd makes a gauge per chain: 32,768 for a full table, under its state
+// lock. Each is found again as the same object (the index distinguishes the
+// kind: a counter of the same name and labels is another series), and the
+// text lists a family's series in registration order, as before the index.
+// Prints the time taken (not asserted: it depends on the machine).
+TEST(Registry, ManyLabelledSeriesAreFoundAgainAndRenderedInRegistrationOrder) {
+  constexpr int kSeries = 32768;
+  Registry r;
+  std::vector<Gauge*> gauges;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kSeries; ++i) {
+    gauges.push_back(&r.gauge("weft_test_chain_version", "Version", {{"chain", std::to_string(i)}}));
+    gauges.back()->set(i);
+  }
+  const auto created = std::chrono::steady_clock::now();
+  for (int i = 0; i < kSeries; ++i)
+    ASSERT_EQ(&r.gauge("weft_test_chain_version", "Version", {{"chain", std::to_string(i)}}), gauges[i]) << i;
+  const auto found = std::chrono::steady_clock::now();
+  std::printf("%d labelled gauges created in %.1f ms, found again in %.1f ms\n", kSeries,
+              std::chrono::duration<double, std::milli>(created - start).count(),
+              std::chrono::duration<double, std::milli>(found - created).count());
+  Counter& same_name = r.counter("weft_test_chain_version", "Version", {{"chain", "7"}});
+  EXPECT_NE(static_cast<void*>(&same_name), static_cast<void*>(gauges[7]));
+  EXPECT_EQ(r.size(), static_cast<size_t>(kSeries) + 1);
+
+  const std::string text = r.prometheus_text();
+  size_t at = 0;
+  for (int i : {0, 1, 2, 9, 10, 11, 100, 1000, 32767}) {  // numeric, not text order ("10" < "2")
+    const size_t next = text.find(fmt::format("weft_test_chain_version{{chain=\"{}\"}} {}\n", i, i), at);
+    ASSERT_NE(next, std::string::npos) << "chain " << i << " missing or out of order";
+    at = next;
+  }
 }
 
 }  // namespace

@@ -44,8 +44,15 @@ class ClusterState::Metrics {
       labelled(heartbeat_age_, "weft_mgmt_heartbeat_age_ms", "Time since the node's last heartbeat", "node", id)
           .set(age.count());
     }
-    for (auto& [id, g] : heartbeat_age_)  // -1: the node was removed
-      if (!state.routing.nodes.contains(id)) g->set(-1);
+    for (auto it = heartbeat_age_.begin(); it != heartbeat_age_.end();) {  // removed nodes' series go
+      if (state.routing.nodes.contains(it->first)) {
+        ++it;
+        continue;
+      }
+      const NodeId id = it->first;
+      it = heartbeat_age_.erase(it);  // the pointer first: remove() destroys the gauge
+      registry_.remove("weft_mgmt_heartbeat_age_ms", {{"node", std::to_string(id)}});
+    }
     for (auto& [s, g] : nodes_) g->set(per_node[s]);
     for (const auto& [id, c] : state.routing.chains)
       labelled(chain_version_, "weft_mgmt_chain_version", "Version of each chain", "chain", id)
@@ -59,6 +66,7 @@ class ClusterState::Metrics {
   metrics::Counter& ignored_reports() { return ignored_reports_; }
   metrics::Gauge& behind() { return behind_; }
   metrics::Counter& refused() { return refused_; }
+  size_t heartbeat_series() const { return heartbeat_age_.size(); }
 
  private:
   template <class Id>
@@ -369,8 +377,11 @@ Result<HeartbeatReply> ClusterState::heartbeat_locked(const HeartbeatRequest& re
     for (TargetId t : failed)
       WEFT_LOG_WARN("mgmt: node {} reports target {} failed (it refuses updates until restarted): out of its chains",
                     request.node_id, t);
-    // Not an error of the heartbeat (it still renews the lease): logged.
-    for (const Status& s : refused) WEFT_LOG_INFO("mgmt: node {}: ignored {}", request.node_id, s);
+    // Not an error of the heartbeat (it still renews the lease): logged, in
+    // one line however many it carried (tens of thousands from a broken peer).
+    if (!refused.empty())
+      WEFT_LOG_INFO("mgmt: node {}: ignored {} sync-done report(s), the first: {}", request.node_id, refused.size(),
+                    refused.front());
     ignored = refused.size();
   }
   // Once the revival is recorded: a heartbeat that failed revived nothing
@@ -505,7 +516,14 @@ Result<void> ClusterState::promote_target(ChainId chain, TargetId target, bool f
 Result<void> ClusterState::remove_node(NodeId node) {
   std::lock_guard lock(mu_);
   WEFT_RETURN_IF_ERROR(refuse_if_behind_locked());
-  return mutate([&](PersistedState& next) { return apply_remove_node(next, node); });
+  WEFT_RETURN_IF_ERROR(mutate([&](PersistedState& next) { return apply_remove_node(next, node); }));
+  refusal_watch_.erase(node);  // its metrics went with the commit (Metrics::refresh)
+  return {};
+}
+
+ClusterState::PerNodeEntries ClusterState::per_node_entries() const {
+  std::lock_guard lock(mu_);
+  return {.refusal_watches = refusal_watch_.size(), .heartbeat_series = metrics_->heartbeat_series()};
 }
 
 RoutingInfo ClusterState::routing() const {

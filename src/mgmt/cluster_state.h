@@ -251,7 +251,9 @@ class ClusterState {
   // A new target takes an offline one's place in its chains (apply_replace_target
   // in mgmt/cluster_ops.h); returns the chains that changed.
   Result<std::vector<ChainId>> replace_target(TargetId old_target, TargetId new_target, bool force = false);
-  // Forgets a dead node whose targets are in no chain (apply_remove_node).
+  // Forgets a dead node whose targets are in no chain (apply_remove_node),
+  // and everything kept of it in memory: its refusal watch and its
+  // weft_mgmt_heartbeat_age_ms series (removed from the registry).
   Result<void> remove_node(NodeId node);
   // An operator's decision for a chain that lost its last copy (every entry
   // offline, target_states.h LOST): `target` serves as it is once up, the
@@ -300,6 +302,13 @@ class ClusterState {
   // The longest leases recorded now: those of this open until the ticker
   // records the configured (lowered) ones, once no grant of the old is held.
   GrantedLeases recorded_leases() const;
+  // What is kept in memory per node beyond the routing (tests: none of it
+  // outlives its node, so nodes that come and go do not grow mgmtd).
+  struct PerNodeEntries {
+    size_t refusal_watches = 0;   // declare_refusing's watches
+    size_t heartbeat_series = 0;  // weft_mgmt_heartbeat_age_ms series
+  };
+  PerNodeEntries per_node_entries() const;
 
  private:
   class Metrics;

@@ -1,9 +1,14 @@
 #include "mgmt/cluster_state.h"
 
+#include <algorithm>
 #include <set>
+#include <sstream>
 #include <thread>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "mgmt/test_util.h"
 
@@ -1092,6 +1097,86 @@ TEST(ClusterState, MetricsFollowTheState) {
   EXPECT_EQ(gauge("weft_mgmt_routing_version", {}), static_cast<int64_t>(h.state->routing_version()));
   EXPECT_EQ(gauge("weft_mgmt_nodes", {{"state", "down"}}), 1);
   EXPECT_NE(h.registry.prometheus_text().find("weft_mgmt_targets{state=\"offline\"} 1"), std::string::npos);
+}
+
+// Nodes that come and go (each new address a new node id: registered,
+// heard, declared dead, removed) leave nothing behind: no refusal watch, no
+// weft_mgmt_heartbeat_age_ms series (in the registry or the text), so a flood
+// of them does not grow mgmtd. The node that stays keeps its own.
+TEST(ClusterState, RemovedNodesLeaveNoWatchOrMetricsSeriesBehind) {
+  Harness h;
+  const NodeId stays = h.add_storage(0, 1).node_id;
+  h.beat(stays);
+  ASSERT_TRUE(h.state->tick().has_value());
+  const size_t series = h.registry.size();
+  for (int i = 1; i <= 300; ++i) {
+    const NodeId n = h.add_storage(i, 1).node_id;
+    h.beat(n);
+    h.clock.advance(16s);
+    h.beat(stays);
+    ASSERT_TRUE(h.state->tick().has_value());
+    ASSERT_EQ(h.state->routing().nodes.at(n).state, NodeState::kDown) << n;
+    ASSERT_TRUE(h.state->remove_node(n).has_value()) << n;
+  }
+  ASSERT_TRUE(h.state->tick().has_value());
+  EXPECT_EQ(h.state->routing().nodes.size(), 1u);
+  const ClusterState::PerNodeEntries kept = h.state->per_node_entries();
+  EXPECT_EQ(kept.refusal_watches, 1u);
+  EXPECT_EQ(kept.heartbeat_series, 1u);
+  EXPECT_EQ(h.registry.size(), series) << "a series per removed node stayed";
+  const std::string text = h.registry.prometheus_text();
+  EXPECT_NE(text.find(fmt::format("weft_mgmt_heartbeat_age_ms{{node=\"{}\"}} 0", stays)), std::string::npos) << text;
+  EXPECT_EQ(text.find("weft_mgmt_heartbeat_age_ms{node=\"2\"}"), std::string::npos) << text;
+  EXPECT_EQ(text.find("weft_mgmt_heartbeat_age_ms{node=\"301\"}"), std::string::npos) << text;
+}
+
+// Lines logged while it lives, through a logger of its own (spdlog's default
+// one is put back after).
+class LogCapture {
+ public:
+  LogCapture() : previous_(spdlog::default_logger()) {
+    auto logger = std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(out_));
+    logger->set_level(spdlog::level::info);
+    logger->set_pattern("%v");
+    spdlog::set_default_logger(std::move(logger));
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+  std::vector<std::string> lines() {
+    spdlog::default_logger()->flush();
+    std::vector<std::string> out;
+    std::istringstream in(out_.str());
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  }
+
+ private:
+  std::shared_ptr<spdlog::logger> previous_;
+  std::ostringstream out_;
+};
+
+// A heartbeat of a broken or hostile node may carry tens of thousands of
+// sync-done reports mgmtd ignores: one line says how many, with the first,
+// however many there were. Every one is still counted.
+TEST(ClusterState, IgnoredSyncDoneReportsOfAHeartbeatAreLoggedInOneLine) {
+  Harness h;
+  for (int i = 1; i <= 2; ++i) h.add_storage(i, 1);
+  ASSERT_TRUE(h.state->create_chain_table({.replicas = 2}).has_value());
+  std::vector<SyncDoneReport> bogus;
+  for (uint32_t i = 0; i < 40000; ++i) bogus.push_back({.chain_id = 1000 + i, .target_id = 1, .chain_version = 1});
+  std::vector<std::string> lines;
+  {
+    LogCapture capture;
+    h.beat(1, 1, std::move(bogus));
+    lines = capture.lines();
+  }
+  EXPECT_LE(lines.size(), 2u) << (lines.empty() ? "" : lines.front());
+  EXPECT_EQ(std::count_if(lines.begin(), lines.end(),
+                          [](const std::string& l) { return l.find("ignored 40000 sync-done") != std::string::npos; }),
+            1)
+      << (lines.empty() ? "nothing logged" : lines.front());
+  EXPECT_EQ(h.registry.counter("weft_mgmt_ignored_reports_total", "").value(), 40000u);
 }
 
 TEST(ClusterState, ConcurrentHeartbeatsAndTicksKeepInvariants) {

@@ -143,6 +143,8 @@ class Mgmtd {
   bool ok() const { return ep_.port != 0; }
   const rpc::Endpoint& ep() const { return ep_; }
   ClusterState& state() { return *state_; }
+  const MgmtService& service() const { return *service_; }
+  const metrics::Registry& registry() const { return registry_; }
 
  private:
   metrics::Registry registry_;
@@ -221,7 +223,7 @@ struct World {
 // What makes a request invalid by construction.
 struct Verdict {
   std::vector<std::string> why;  // each reason it must be refused
-  bool undecodable = false;      // kProtocol is its due (a body that does not parse, an undefined kind)
+  bool undecodable = false;      // kProtocol is its due (a body that does not parse)
   void refuse(std::string reason) { why.push_back(std::move(reason)); }
   void protocol(std::string reason) {
     undecodable = true;
@@ -482,7 +484,7 @@ Shot register_shot(Rng& r, World& w) {
   // The kind: a known node's mostly, any defined one, or an undefined one.
   if (r.chance(8)) {
     q.set_kind(r.one_of<uint32_t>({0, 4, 5, 255, 0x80000001u, UINT32_MAX}));
-    v.protocol("undefined node kind");
+    v.refuse("undefined node kind");  // kInvalidArgument: the request parsed
   } else if (known != nullptr && r.chance(85)) {
     q.set_kind(static_cast<uint32_t>(known->kind));
   } else {
@@ -1366,14 +1368,8 @@ TEST_F(HostileRequestTest, AFutureVersionInAMalformedOrAbsurdReportStopsNothing)
 // ---- Floods: what grows with the number of nodes, tables and clients is
 // refused clearly at its bound (kTooBig, kOverloaded), and every reply that
 // carries it still fits its frame.
-// KNOWN BUG, not sent: nodes that come and go. A node registered, declared
-// dead and removed (RemoveNode) leaves its weft_mgmt_heartbeat_age_ms{node=
-// "<id>"} gauge behind for good (set to -1), and its entries in
-// ClusterState's refusal_watch_ and RefusalProbes' map; every new address
-// is a new node id: 300 cycles of register {kind: 1, address:
-// "127.0.0.1:<10000+i>", incarnation: 1}, lease expiry, RemoveNode leave 0
-// nodes and 300 such series (the metrics text grows by ~150 bytes a cycle)
-// without bound.
+// Nodes that come and go (NodesThatComeAndGoLeaveNothingBehind) leave
+// nothing of theirs in mgmtd's memory or metrics.
 class FloodTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -1455,6 +1451,49 @@ class FloodTest : public ::testing::Test {
   rpc::Client client_{io_, rpc::ClientOptions{.cluster_token = kToken}};
   QuietLogs quiet_;
 };
+
+// Every new address is a new node id: 300 cycles of a node registered,
+// reported refusing (mgmtd probes it and keeps the probe's time), heartbeating,
+// declared dead and removed (RemoveNode) leave no node, no
+// weft_mgmt_heartbeat_age_ms series, no refusal watch and no probe record;
+// the registry holds as many series after the 300th cycle as after the first.
+TEST_F(FloodTest, NodesThatComeAndGoLeaveNothingBehind) {
+  mgmtd_ = std::make_unique<Mgmtd>(clock_, "");
+  ASSERT_TRUE(mgmtd_->ok());
+  size_t series_after_first = 0;
+  for (int i = 0; i < 300; ++i) {
+    Listener gone;
+    gone.close();  // nothing listens there: the probe is refused
+    auto reg = call<pb::RegisterReply>(kRegister, storage(gone.address(), 1));
+    ASSERT_TRUE(reg.has_value()) << reg.error();
+    pb::ReportRefusalRequest report;
+    report.set_address(gone.address());
+    auto reported = call<pb::ReportRefusalReply>(kReportRefusal, report);
+    ASSERT_TRUE(reported.has_value()) << reported.error();
+    EXPECT_EQ(reported->outcome(), "kept") << "probed, and not declared before its first heartbeat";
+    pb::HeartbeatRequest beat;
+    beat.set_node_id(reg->node_id());
+    beat.set_incarnation(1);
+    ASSERT_TRUE(call<pb::HeartbeatReply>(kHeartbeat, beat).has_value());
+    clock_.advance(kLease.lease + kLease.grace + 1s);
+    auto dead = mgmtd_->state().tick();
+    ASSERT_TRUE(dead.has_value()) << dead.error();
+    ASSERT_EQ(*dead, std::vector<NodeId>{reg->node_id()});
+    pb::RemoveNodeRequest remove;
+    remove.set_node_id(reg->node_id());
+    auto removed = call<pb::RemoveNodeReply>(kRemoveNode, remove);
+    ASSERT_TRUE(removed.has_value()) << removed.error();
+    if (i == 0) series_after_first = mgmtd_->registry().size();
+  }
+  EXPECT_TRUE(mgmtd_->state().routing().nodes.empty());
+  const ClusterState::PerNodeEntries kept = mgmtd_->state().per_node_entries();
+  EXPECT_EQ(kept.refusal_watches, 0u);
+  EXPECT_EQ(kept.heartbeat_series, 0u);
+  EXPECT_EQ(mgmtd_->service().probes().tracked(), 0u);
+  EXPECT_EQ(mgmtd_->registry().size(), series_after_first) << "series grew with the nodes that came and went";
+  const std::string text = mgmtd_->registry().prometheus_text();
+  EXPECT_EQ(text.find("weft_mgmt_heartbeat_age_ms{"), std::string::npos) << text;
+}
 
 // Storage nodes of four targets with 1000-byte names: the routing fills up
 // (kRoutingBytesMax) long before kNodesMax. A node already in still comes

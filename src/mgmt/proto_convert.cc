@@ -211,7 +211,10 @@ Result<RoutingInfo> from_proto(const pb::Routing& in) {
 
 Result<RegisterRequest> from_proto(const pb::RegisterRequest& in) {
   RegisterRequest r;
-  WEFT_TRY(r.kind, node_kind_from_wire(in.kind()));
+  // The request parsed; one field's value is wrong (a kind this mgmtd does not know).
+  auto kind = node_kind_from_wire(in.kind());
+  if (!kind) return error(Code::kInvalidArgument, "mgmt: register: undefined node kind {}", in.kind());
+  r.kind = *kind;
   r.address = in.address();
   r.incarnation = in.incarnation();
   r.installed_routing_version = in.installed_routing_version();

@@ -3,7 +3,9 @@
 // mgmt/cluster_state.h) and their protobuf messages (proto/mgmt.proto).
 // to_proto never fails; from_proto validates what came off the wire (enum
 // values in range) and returns kProtocol naming the field otherwise: bytes
-// from the network are never trusted. Round trips are exact.
+// from the network are never trusted. Except a RegisterRequest's undefined
+// node kind: kInvalidArgument (the request parsed; the caller's value is
+// wrong, as with its address or incarnation). Round trips are exact.
 // Threading: pure functions.
 #pragma once
 

@@ -206,9 +206,20 @@ TEST(ProtoConvert, OutOfRangeEnumsAreProtocolErrors) {
   pb::Routing bad_entry = wire;
   bad_entry.mutable_chains(0)->mutable_entries(1)->set_state(0);
   EXPECT_EQ(from_proto(bad_entry).error().code(), Code::kProtocol);
-  pb::RegisterRequest reg;
-  reg.set_kind(0);
-  EXPECT_EQ(from_proto(reg).error().code(), Code::kProtocol);
+}
+
+// A registration that parsed but names a kind mgmtd does not know is the
+// caller's wrong value (kInvalidArgument), not a broken frame (kProtocol).
+TEST(ProtoConvert, AnUndefinedNodeKindInARegistrationIsAnInvalidArgument) {
+  for (uint32_t kind : {0u, 4u, 255u, UINT32_MAX}) {
+    pb::RegisterRequest reg;
+    reg.set_kind(kind);
+    reg.set_address("host1:9000");
+    reg.set_incarnation(1);
+    auto r = from_proto(reg);
+    ASSERT_FALSE(r.has_value()) << kind;
+    EXPECT_EQ(r.error().code(), Code::kInvalidArgument) << kind << ": " << r.error();
+  }
 }
 
 }  // namespace

@@ -43,7 +43,18 @@ bool RefusalProbes::begin(NodeId node, TimePoint now) {
 void RefusalProbes::end(NodeId node, TimePoint now) {
   std::lock_guard lock(mu_);
   running_ = false;
+  std::erase_if(ended_, [&](const auto& kv) { return now >= kv.second + quiet_; });  // begin() ignores them
   ended_[node] = now;
+}
+
+void RefusalProbes::forget(NodeId node) {
+  std::lock_guard lock(mu_);
+  ended_.erase(node);
+}
+
+size_t RefusalProbes::tracked() const {
+  std::lock_guard lock(mu_);
+  return ended_.size();
 }
 
 }  // namespace weft::mgmt

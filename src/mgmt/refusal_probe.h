@@ -50,12 +50,18 @@ class RefusalProbes {
   // any node) and none of it ended within `quiet`. Pair with end().
   bool begin(NodeId node, TimePoint now);
   void end(NodeId node, TimePoint now);
+  // A removed node: nothing of it is kept.
+  void forget(NodeId node);
+  // Nodes whose last probe ended within `quiet` (as of the last end()).
+  size_t tracked() const;
 
  private:
   const Duration quiet_;
-  std::mutex mu_;
-  bool running_ = false;                // GUARDED_BY(mu_)
-  std::map<NodeId, TimePoint> ended_;  // GUARDED_BY(mu_): when each node's last probe ended
+  mutable std::mutex mu_;
+  bool running_ = false;  // GUARDED_BY(mu_)
+  // When each node's last probe ended; only those within `quiet` matter, and
+  // end() forgets the others (nodes come and go: the map must not grow with them).
+  std::map<NodeId, TimePoint> ended_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace weft::mgmt

@@ -156,7 +156,11 @@ void MgmtService::register_methods(rpc::Server& server) {
       [this](const pb::PromoteTargetRequest& req, rpc::ServerCall&) { return do_promote_target(state_, req); });
   rpc::add_blocking_method<pb::RemoveNodeRequest, pb::RemoveNodeReply>(
       server, kRemoveNode, "mgmt.remove_node",
-      [this](const pb::RemoveNodeRequest& req, rpc::ServerCall&) { return do_remove_node(state_, req); });
+      [this](const pb::RemoveNodeRequest& req, rpc::ServerCall&) -> Result<pb::RemoveNodeReply> {
+        WEFT_TRY(pb::RemoveNodeReply out, do_remove_node(state_, req));
+        probes_.forget(req.node_id());
+        return out;
+      });
   rpc::add_blocking_method<pb::ReportRefusalRequest, pb::ReportRefusalReply>(
       server, kReportRefusal, "mgmt.report_refusal",
       [this](const pb::ReportRefusalRequest& req, rpc::ServerCall&) { return report_refusal(req); });

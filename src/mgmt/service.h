@@ -78,6 +78,7 @@ class MgmtService {
   void stop();
 
   const ClientTable& clients() const { return clients_; }
+  const RefusalProbes& probes() const { return probes_; }
 
  private:
   struct Snapshot {

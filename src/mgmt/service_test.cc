@@ -300,6 +300,29 @@ TEST(MgmtService, AReportedRefusalIsProbedAndOnlyANodeWhereNothingListensIsDecla
   ::close(listener);
 }
 
+// A probe's record of a node matters for `quiet` after it (begin() refuses
+// that node till then): older ones are forgotten as probes end, and a removed
+// node's at once, so nodes that come and go leave nothing.
+TEST(RefusalProbes, KeepOnlyRecordsWithinTheQuietTimeAndForgetRemovedNodes) {
+  RefusalProbes probes(1s);
+  TimePoint now{};
+  for (NodeId n = 1; n <= 100; ++n) {
+    ASSERT_TRUE(probes.begin(n, now)) << n;
+    EXPECT_FALSE(probes.begin(n + 1, now)) << "one probe at a time";
+    probes.end(n, now);
+    now += 400ms;
+  }
+  EXPECT_EQ(probes.tracked(), 3u) << "the probes of the last second";
+  EXPECT_FALSE(probes.begin(100, now)) << "probed 400 ms ago";
+  EXPECT_TRUE(probes.begin(98, now)) << "1.2 s ago";
+  probes.end(98, now);
+  probes.forget(98);
+  probes.forget(99);
+  probes.forget(100);
+  EXPECT_EQ(probes.tracked(), 0u);
+  EXPECT_TRUE(probes.begin(100, now)) << "a removed node's record went with it";
+}
+
 TEST(MgmtdConfig, ProbingRefusalsCanBeTurnedOff) {
   auto on = MgmtdConfig::from(*Config::parse("[mgmtd]\ndata_dir = \"x\"\n", "test"));
   ASSERT_TRUE(on) << on.error();
