@@ -68,6 +68,15 @@ void set_chunk(pb::ChunkRef* ref, const ChunkAddress& c) {
   ref->set_index(c.index);
 }
 
+// A range's code and message as a Status. A value no weft::Code has is
+// kInternal (the reply itself is impossible), its message naming the value.
+Status range_status(const pb::RangeResult& rr) {
+  const Code code = code_from_wire(rr.code());
+  if (code == Code::kInternal && rr.code() != static_cast<uint32_t>(Code::kInternal))
+    return Status(code, fmt::format("storage answered undefined code {}: {}", rr.code(), rr.message()));
+  return Status(code, rr.message());
+}
+
 // Spreads a file's reads over the replicas of a chain: the same chunk always
 // starts at the same replica (its cache stays warm), different chunks differ.
 size_t first_replica(const ChunkAddress& c, size_t n) {
@@ -125,7 +134,7 @@ Task<Result<void>> ChunkIo::send_update(UpdateKind kind, rpc::Endpoint ep, mgmt:
     o.payload.push_back(src);
     auto w = co_await rpc_.call<pb::WriteReply>(ep, methods::kWrite, req, std::move(o));
     if (!w) co_return error(w.error());
-    co_return Result<void>{};
+    co_return check_update_reply(kind, *w, ep, c, offset, length, crc, attempt);
   }
   if (kind == UpdateKind::kTruncate) {
     pb::TruncateRequest req;
@@ -139,7 +148,7 @@ Task<Result<void>> ChunkIo::send_update(UpdateKind kind, rpc::Endpoint ep, mgmt:
     req.set_attempt(attempt);
     auto w = co_await rpc_.call<pb::WriteReply>(ep, methods::kTruncate, req, std::move(o));
     if (!w) co_return error(w.error());
-    co_return Result<void>{};
+    co_return check_update_reply(kind, *w, ep, c, offset, length, crc, attempt);
   }
   pb::RemoveRequest req;
   req.set_chain_id(c.chain);
@@ -151,6 +160,45 @@ Task<Result<void>> ChunkIo::send_update(UpdateKind kind, rpc::Endpoint ep, mgmt:
   auto w = co_await rpc_.call<pb::RemoveReply>(ep, methods::kRemove, req, std::move(o));
   if (!w) co_return error(w.error());
   co_return Result<void>{};
+}
+
+// What a head's success answers, from storage (chain_update.cc's
+// write_reply of the engine's WriteResult, chunk_engine_update.cc): the
+// chunk's version (from 1: 0 is "absent"), its length (within the chunk size
+// the update was sent with) and the CRC32C of its whole content. A first send
+// (attempt 0: no send before it may have been applied) is answered with the
+// chunk as this update left it, under the chunk's lock: a write's chunk
+// reaches at least its end, and one written from offset 0 that ends there is
+// exactly the bytes sent; a truncate's chunk has its length (empty: CRC 0).
+// A retry may be answered with a recorded outcome that a member whose chunk
+// was replaced wholesale since holds as the replacement's, later updates of
+// other writers in it (storage/dedup_table.h): only its version (>= 1) and
+// the bound are checked then. Versions are not compared across updates: a
+// removal starts them over, other writers move them on.
+Result<void> ChunkIo::check_update_reply(UpdateKind kind, const pb::WriteReply& w, const rpc::Endpoint& ep,
+                                         ChunkAddress c, uint32_t offset, uint32_t length, uint32_t crc,
+                                         uint32_t attempt) {
+  const bool write = kind == UpdateKind::kWrite;
+  const uint64_t end = write ? uint64_t{offset} + length : length;
+  const bool first = attempt == 0;
+  // The whole content is known where it is the bytes written from offset 0
+  // (`crc`), or nothing (a truncate's `crc` is 0, the CRC32C of no bytes).
+  const bool content_known = first && w.chunk_length() == end && (write ? offset == 0 : end == 0);
+  std::string_view broken;
+  if (w.version() == 0)
+    broken = "version 0";
+  else if (c.chunk_bytes != 0 && w.chunk_length() > c.chunk_bytes)
+    broken = "a length past the chunk size";
+  else if (first && write && w.chunk_length() < end)
+    broken = "a length short of the write's end";
+  else if (first && !write && w.chunk_length() != end)
+    broken = "a length other than the truncate's";
+  else if (content_known && w.chunk_crc32c() != crc)
+    broken = "a CRC other than of the bytes the chunk then holds";
+  if (broken.empty()) return {};
+  return error(Code::kProtocol, "{} answered the {} of chunk {}:{} (end {}, chunk size {}, attempt {}) with {}: "
+               "version {}, length {}, CRC {:08x}", ep.to_string(), write ? "write" : "truncate", c.ino, c.index,
+               end, c.chunk_bytes, attempt, broken, w.version(), w.chunk_length(), w.chunk_crc32c());
 }
 
 // The head of the chain now, and the chain version to send.
@@ -284,9 +332,9 @@ Result<uint32_t> ChunkIo::read_reply(const Result<pb::BatchReadReply>& reply, co
   if (reply->results_size() != 1)
     return error(Code::kProtocol, "batch read from {}: {} results for 1 range", ep.to_string(), reply->results_size());
   const pb::RangeResult& rr = reply->results(0);
-  Code code = code_from_wire(rr.code());
-  if (code == Code::kNotFound) return 0u;  // no such chunk: a hole
-  if (code != Code::kOk) return error(code, "target {} at {}: {}", target, ep.to_string(), rr.message());
+  const Status status = range_status(rr);
+  if (status.code() == Code::kNotFound) return 0u;  // no such chunk: a hole
+  if (!status.ok()) return error(status.with_context(fmt::format("target {} at {}", target, ep.to_string())));
   if (rr.length() != raw.payload_len || !holds_what_was_asked(rr, offset, dst.size()))
     return error(Code::kProtocol, "batch read from {}: {} bytes for a range of {} at {} of a chunk of {}",
                  ep.to_string(), rr.length(), dst.size(), offset, rr.chunk_length());
@@ -538,7 +586,15 @@ Task<Result<void>> ChunkIo::read_group(std::span<GroupedRead> reads, std::vector
   o.timeout_ms = options_.call_timeout_ms;
   rpc::RawResponse raw;
   auto reply = co_await rpc_.call<pb::BatchReadReply>(*ep, methods::kBatchRead, req, std::move(o), &raw);
-  if (!reply || reply->results_size() != static_cast<int>(members.size())) {
+  // A reply broken as a whole places no range's bytes for sure: every range
+  // is read alone. The payload is the ranges' bytes in order, each result's
+  // `length` of them (an error's 0): bytes cut short or past the last
+  // range's, like a count of results other than the ranges', leave where
+  // each range's bytes start in doubt.
+  uint64_t framed = 0;
+  if (reply)
+    for (const pb::RangeResult& rr : reply->results()) framed += rr.length();
+  if (!reply || reply->results_size() != static_cast<int>(members.size()) || framed != raw.payload_len) {
     for (size_t i : members) reads[i].retry_alone = true;
     co_return Result<void>{};
   }
@@ -546,19 +602,15 @@ Task<Result<void>> ChunkIo::read_group(std::span<GroupedRead> reads, std::vector
   for (size_t k = 0; k < members.size(); ++k) {
     GroupedRead& g = reads[members[k]];
     const pb::RangeResult& rr = reply->results(static_cast<int>(k));
+    std::span<const std::byte> bytes(raw.payload.data() + pos, rr.length());
+    pos += rr.length();
     Code code = code_from_wire(rr.code());
     if (code == Code::kNotFound) {
       g.result = 0u;
       continue;
     }
-    if (code != Code::kOk || !holds_what_was_asked(rr, g.offset, g.dst.size()) || pos + rr.length() > raw.payload_len) {
-      g.retry_alone = true;
-      pos += code == Code::kOk ? rr.length() : 0;
-      continue;
-    }
-    std::span<const std::byte> bytes(raw.payload.data() + pos, rr.length());
-    pos += rr.length();
-    if (crc32c(bytes) != rr.crc32c()) {
+    // holds_what_was_asked: no more bytes than g.dst takes.
+    if (code != Code::kOk || !holds_what_was_asked(rr, g.offset, g.dst.size()) || crc32c(bytes) != rr.crc32c()) {
       g.retry_alone = true;
       continue;
     }

@@ -4,7 +4,9 @@
 // cache, talks to the right replica, and rides out failures.
 //   - Updates (write, truncate, remove) go to the chain head with the chain
 //     version and a (client id, sequence) pair fixed for all attempts, so the
-//     head applies a retried update once. Retryable errors (stale routing, not
+//     head applies a retried update once. A success whose version, length
+//     or CRC no head could answer for the update is kProtocol, not retried
+//     (as a listing or range removal no server sends). Retryable errors (stale routing, not
 //     head, lease expired, unreachable, timeouts...) refresh the routing and
 //     retry with backoff until `retry_time_ms_max`; an update or read()
 //     still failing with a retryable code then fails with kIoError (EIO), the
@@ -28,7 +30,10 @@
 //     kGroupBytesMax and kGroupRangesMax ranges per request (a BatchRead
 //     past the server's limits would be refused whole, every range then read
 //     alone); the reply is copied out of the RPC payload
-//     (ranges of one request land in unrelated caller buffers).
+//     (ranges of one request land in unrelated caller buffers). A reply
+//     broken as a whole (results for other ranges than asked, a payload
+//     other than their bytes) has every range read alone, as does a range
+//     whose own answer is broken.
 // Threading: thread-safe; the coroutines run on any I/O thread of `io`.
 #pragma once
 
@@ -50,6 +55,7 @@
 namespace weft::proto::storage {
 class BatchReadRequest;
 class BatchReadReply;
+class WriteReply;
 }  // namespace weft::proto::storage
 
 namespace weft::client {
@@ -150,6 +156,11 @@ class ChunkIo {
   Task<Result<void>> send_update(UpdateKind kind, rpc::Endpoint ep, mgmt::ChainVersion cv, ChunkAddress c,
                                  uint32_t offset, uint32_t length, std::span<const std::byte> src, uint32_t crc,
                                  uint64_t seq, uint32_t attempt);
+  // Whether a Write or Truncate success (`w`) can answer the update sent
+  // (send_update's arguments); kProtocol if not (see the definition).
+  static Result<void> check_update_reply(UpdateKind kind, const proto::storage::WriteReply& w,
+                                         const rpc::Endpoint& ep, ChunkAddress c, uint32_t offset, uint32_t length,
+                                         uint32_t crc, uint32_t attempt);
   Result<std::pair<rpc::Endpoint, mgmt::ChainVersion>> head_of(mgmt::ChainId chain) const;
   // data_end() at one replica.
   Task<Result<std::optional<uint64_t>>> data_end_at(rpc::Endpoint ep, mgmt::TargetId target, mgmt::ChainVersion cv,

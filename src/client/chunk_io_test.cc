@@ -70,8 +70,9 @@ struct OldStorage {
   std::vector<uint64_t> removed;  // GUARDED_BY(mu)
 };
 
-// A storage server whose writes answer the codes of `script` in turn (kOk
-// once it runs out), recording each request's (sequence, attempt).
+// A storage server whose writes answer the codes of `script` in turn (kOk,
+// as a write to an empty chunk, once it runs out), recording each request's
+// (sequence, attempt).
 struct ScriptedStorage {
   explicit ScriptedStorage(std::vector<Code> script) : script(std::move(script)) {
     namespace pb = proto::storage;
@@ -83,7 +84,12 @@ struct ScriptedStorage {
           sends.emplace_back(r.sequence(), r.attempt());
           if (sends.size() <= this->script.size() && this->script[sends.size() - 1] != Code::kOk)
             return error(this->script[sends.size() - 1], "scripted");
-          return pb::WriteReply{};
+          // As a head answers a write to an empty chunk (ChunkIo checks it).
+          pb::WriteReply w;
+          w.set_version(1);
+          w.set_chunk_length(r.offset() + r.length());
+          w.set_chunk_crc32c(r.offset() == 0 ? r.data_crc32c() : 0);
+          return w;
         });
     port = server->listen("127.0.0.1", 0).value();
   }

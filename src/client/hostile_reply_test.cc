@@ -8,7 +8,8 @@
 // trailing, wrong CRCs, results missing, duplicated, extra or swapped, error
 // codes defined and undefined (per range and for the whole call, up to
 // UINT32_MAX), versions going backwards and chunk lengths past the chunk
-// size, update replies of absurd versions, lengths and CRCs, RemoveRange
+// size, update replies of absurd versions, lengths and CRCs (or of another
+// message: version 0), RemoveRange
 // cursors that jump to UINT64_MAX, listings paged, past their bound or of
 // absurd fields, bodies that do not parse or are another message, and
 // replies that come after the call's timeout.
@@ -28,6 +29,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
 #include <atomic>
@@ -218,6 +220,8 @@ struct Case {
   std::function<Result<pb::ListChunksReply>(const pb::ListChunksRequest&)> list_fn;
   std::function<Result<pb::RemoveRangeReply>(const pb::RemoveRangeRequest&)> range_fn;
   std::function<std::pair<pb::BatchReadReply, std::vector<std::byte>>(const pb::BatchReadRequest&)> read_fn;
+  // Write and Truncate, by the request's `attempt`.
+  std::function<Result<pb::WriteReply>(uint32_t attempt)> update_fn;
 };
 
 const char* name(CallSpoil s) {
@@ -659,22 +663,32 @@ class HostileStorage {
     return Status();
   }
 
+  // Honest answers are of a chunk that was not there before: zeros up to the
+  // write's offset, then its bytes; zeros up to the truncate's length.
   Status update_answer(const Case& c, rpc::ServerCall& call) {
     pb::WriteReply reply;
+    uint32_t attempt = 0;
     if (call.method == methods::kWrite) {
       auto req = parse<pb::WriteRequest>(call);
       if (!req) return Status(Code::kProtocol, "test: bad Write");
-      if (call.payload_len != req->length() ||
-          crc32c(std::span<const std::byte>(call.payload.data(), call.payload_len)) != req->data_crc32c())
-        bad_requests_.fetch_add(1);
+      const std::span<const std::byte> data(call.payload.data(), call.payload_len);
+      if (call.payload_len != req->length() || crc32c(data) != req->data_crc32c()) bad_requests_.fetch_add(1);
+      std::vector<std::byte> content(req->offset());
+      content.insert(content.end(), data.begin(), data.end());
       reply.set_chunk_length(req->offset() + req->length());
+      reply.set_chunk_crc32c(crc32c(content));
+      attempt = req->attempt();
     } else {
       auto req = parse<pb::TruncateRequest>(call);
       if (!req) return Status(Code::kProtocol, "test: bad Truncate");
+      if (req->length() > req->chunk_size())  // as storage's ChunkEngine::new_length
+        return Status(Code::kInvalidArgument, "test: truncate past the chunk size");
       reply.set_chunk_length(req->length());
+      reply.set_chunk_crc32c(crc32c(std::vector<std::byte>(req->length())));
+      attempt = req->attempt();
     }
+    if (c.update_fn) return serialized(c.update_fn(attempt), call);
     reply.set_version(9);
-    reply.set_chunk_crc32c(0x1234);
     if (c.update == UpdateSpoil::kAbsurdFields) {
       reply.set_version(c.big);
       reply.set_chunk_length(c.wide);
@@ -1015,6 +1029,10 @@ TEST_F(HostileReplyTest, ReadsReturnTheChunksBytesOrAClearError) {
       ASSERT_FALSE(r.has_value()) << "returned " << *r << " bytes as good\n  " << c->text;
       EXPECT_EQ(r.error().code(), *want.code) << r.error() << "\n  " << c->text;
       expect_clear(r.error(), *c);
+      if (c->call == CallSpoil::kNone && c->read == ReadSpoil::kUndefinedRangeCode) {
+        EXPECT_NE(r.error().message().find(fmt::format("undefined code {}", c->code)), std::string::npos)
+            << "the code sent is not named: " << r.error() << "\n  " << c->text;
+      }
       continue;
     }
     ASSERT_TRUE(r.has_value()) << r.error() << "\n  " << c->text;
@@ -1086,8 +1104,8 @@ GroupWant want_group(const Case& c, size_t i) {
     case ReadSpoil::kExtraResults:
       return {.alone = true};
     case ReadSpoil::kPayloadCut:
-    case ReadSpoil::kPayloadTrailing:
-      return {.alone = true, .exact = true};
+    case ReadSpoil::kPayloadTrailing:  // where each range's bytes start is in doubt
+      return {.alone = true};
     default:
       break;
   }
@@ -1192,7 +1210,7 @@ std::string update_wrong_type(Hostile& h) {
 }
 
 // The code an update must fail with; nullopt: it must succeed.
-std::optional<Code> want_update(const Case& c, UpdateOp op) {
+std::optional<Code> want_update(const Case& c, UpdateOp op, uint32_t truncate_length) {
   switch (c.call) {
     case CallSpoil::kCode: {
       const Code code = code_from_wire(c.code);
@@ -1206,10 +1224,15 @@ std::optional<Code> want_update(const Case& c, UpdateOp op) {
       return Code::kProtocol;
     case CallSpoil::kLate:
       return Code::kIoError;
-    case CallSpoil::kWrongType:
+    case CallSpoil::kWrongType:  // parses as a WriteReply of version 0, which no head answers
+      return op == UpdateOp::kRemove ? std::nullopt : std::optional(Code::kProtocol);
     case CallSpoil::kNone:
-      return std::nullopt;
+      break;
   }
+  if (op == UpdateOp::kRemove) return std::nullopt;  // RemoveReply has no field
+  if (op == UpdateOp::kTruncate && truncate_length > kChunkBytes) return Code::kInvalidArgument;
+  // A length past the chunk size.
+  if (c.update == UpdateSpoil::kAbsurdFields) return Code::kProtocol;
   return std::nullopt;
 }
 
@@ -1237,7 +1260,7 @@ TEST_F(HostileReplyTest, UpdatesSucceedOrFailClearlyWhateverTheirReplySays) {
                                                           : chunks_.remove(address(index));
     auto r = bounded(std::move(task), shared->text);
     note(name(op), r ? "ok" : code_label(r.error()));
-    const auto want = want_update(*shared, op);
+    const auto want = want_update(*shared, op, length);
     if (!want) {
       EXPECT_TRUE(r.has_value()) << r.error() << "\n  " << shared->text;
       continue;
@@ -1401,7 +1424,9 @@ TEST(HostileReplyBodies, UnparsableOnesFailAndWrongTypesParse) {
       EXPECT_EQ(r.code(), 0u);
       EXPECT_GT(r.length(), 0u) << "a result of no bytes needs no payload";
     }
-    EXPECT_TRUE(pb::WriteReply().ParseFromString(update_wrong_type(h)));
+    pb::WriteReply update;
+    EXPECT_TRUE(update.ParseFromString(update_wrong_type(h)));
+    EXPECT_EQ(update.version(), 0u) << "refused for version 0 (want_update)";
     EXPECT_TRUE(pb::RemoveReply().ParseFromString(update_wrong_type(h)));
     pb::RemoveRangeReply range;
     ASSERT_TRUE(range.ParseFromString(range_wrong_type(h)));
@@ -1530,6 +1555,175 @@ TEST_F(HostileReplyTest, ReadsOfOtherThanTheBytesTheChunkHoldsAreRefused) {
     for (size_t i = 0; i < group.size(); ++i) group[i] = {.chunk = address(i + 1), .offset = 0, .dst = dst};
     (void)bounded(chunks_.read_group(group, {0, 1}), "a grouped read");
     for (const auto& g : group) EXPECT_TRUE(g.retry_alone) << "a grouped read took " << (g.result ? *g.result : 0u);
+  }
+}
+
+// A grouped read whose payload has bytes past the last range's (no storage
+// server sends them: batch_read.cc's payload is the ranges' bytes): every
+// range is read alone, as for any reply broken as a whole. Each range's
+// length and CRC were right, and read_group took them as good.
+TEST_F(HostileReplyTest, GroupedReadsWithBytesPastTheLastRangesAreReadAlone) {
+  const World world = {{1, kChunkBytes}, {2, 3000}};
+  const std::vector<ReadAsk> asks = {{1, 0, 4096}, {2, 100, 4096}, {5, 0, 4096}};  // chunk 5: a hole
+  for (uint64_t trailing : {uint64_t{0}, uint64_t{1}, uint64_t{4096}}) {
+    SCOPED_TRACE(fmt::format("{} bytes past the last range's", trailing));
+    Case c;
+    c.read_fn = [world, trailing](const pb::BatchReadRequest& q) {
+      std::pair<pb::BatchReadReply, std::vector<std::byte>> out;
+      for (const auto& r : q.ranges()) {
+        Piece p = honest_piece(world, r);
+        *out.first.add_results() = p.result;
+        out.second.insert(out.second.end(), p.bytes.begin(), p.bytes.end());
+      }
+      out.second.resize(out.second.size() + trailing, std::byte{0x5a});
+      return out;
+    };
+    serve(std::move(c));
+    Guarded buf({4096, 4096, 4096});
+    std::vector<GroupedRead> group;
+    for (size_t i = 0; i < asks.size(); ++i)
+      group.push_back({.chunk = address(asks[i].index), .offset = asks[i].offset, .dst = buf.dst(i)});
+    ASSERT_TRUE(bounded(chunks_.read_group(group, {0, 1, 2}), "a grouped read").has_value());
+    EXPECT_FALSE(buf.overrun());
+    for (size_t i = 0; i < group.size(); ++i) {
+      const GroupedRead& g = group[i];
+      const uint32_t n = held(world, asks[i].index, asks[i].offset, asks[i].size);
+      if (trailing > 0) {
+        EXPECT_TRUE(g.retry_alone) << "range " << i << " taken: " << (g.result ? *g.result : 0u) << " bytes";
+        continue;
+      }
+      ASSERT_FALSE(g.retry_alone) << i;
+      ASSERT_TRUE(g.result.has_value()) << g.result.error();
+      EXPECT_EQ(*g.result, n) << i;
+      EXPECT_TRUE(std::ranges::equal(g.dst.first(n), truth(asks[i].index, asks[i].offset, n))) << i;
+    }
+  }
+}
+
+pb::WriteReply write_reply(uint64_t version, uint32_t length, uint32_t crc) {
+  pb::WriteReply w;
+  w.set_version(version);
+  w.set_chunk_length(length);
+  w.set_chunk_crc32c(crc);
+  return w;
+}
+
+// A Write or Truncate sent once, answered `reply`.
+struct UpdateLie {
+  const char* what;
+  UpdateOp op;
+  uint32_t offset;  // write: where; truncate: the length
+  pb::WriteReply reply;
+  bool good;        // an answer a head may send: the update succeeds
+};
+
+// The fields of an update's success against what storage guarantees of a
+// first send (ChunkIo::check_update_reply): a version (from 1), a length
+// within the chunk size, at least a write's end, a truncate's own; where the
+// reply's length says the chunk is exactly the bytes written from offset 0
+// (or empty), their CRC. Each was taken as a success before.
+TEST_F(HostileReplyTest, UpdateRepliesNoHeadSendsAreProtocolErrors) {
+  const auto data = truth(1, 0, 1000);
+  const uint32_t crc = crc32c(data);
+  const std::vector<UpdateLie> lies = {
+      {"write: version 0", UpdateOp::kWrite, 100, write_reply(0, 1100, 1), false},
+      {"write: a length short of its end", UpdateOp::kWrite, 100, write_reply(3, 500, 1), false},
+      {"write: a length past the chunk size", UpdateOp::kWrite, 100, write_reply(3, kChunkBytes + 1, 1), false},
+      {"write from 0: another CRC", UpdateOp::kWrite, 0, write_reply(3, 1000, crc ^ 1), false},
+      {"truncate: version 0", UpdateOp::kTruncate, 1000, write_reply(0, 1000, 1), false},
+      {"truncate: another length", UpdateOp::kTruncate, 1000, write_reply(3, 2000, 1), false},
+      {"truncate to 0: a CRC of bytes", UpdateOp::kTruncate, 0, write_reply(3, 0, 0x1234), false},
+      // Answers a head may send: a chunk longer than the write, bytes before
+      // the write's offset, a truncate's content: their CRC is not the client's to know.
+      {"write from 0 of a longer chunk", UpdateOp::kWrite, 0, write_reply(3, 5000, 1), true},
+      {"write from 0: its bytes", UpdateOp::kWrite, 0, write_reply(3, 1000, crc), true},
+      {"write at 100", UpdateOp::kWrite, 100, write_reply(UINT64_MAX, kChunkBytes, 1), true},
+      {"truncate", UpdateOp::kTruncate, 1000, write_reply(1, 1000, 1), true},
+      {"truncate to 0", UpdateOp::kTruncate, 0, write_reply(2, 0, 0), true},
+  };
+  for (const UpdateLie& lie : lies) {
+    SCOPED_TRACE(lie.what);
+    Case c;
+    c.update_fn = [reply = lie.reply](uint32_t) -> Result<pb::WriteReply> { return reply; };
+    serve(std::move(c));
+    auto r = bounded(lie.op == UpdateOp::kWrite ? chunks_.write(address(1), lie.offset, data)
+                                                : chunks_.truncate(address(1), lie.offset),
+                     lie.what);
+    if (lie.good) {
+      EXPECT_TRUE(r.has_value()) << r.error();
+      continue;
+    }
+    if (r) {
+      ADD_FAILURE() << "taken as a success";
+      continue;
+    }
+    EXPECT_EQ(r.error().code(), Code::kProtocol) << r.error();
+  }
+}
+
+// A retry may be answered with the outcome a head recorded for the first
+// send, which a member whose chunk was replaced since (a resync) records as
+// the replacement's: later updates of other writers in it, maybe a length
+// short of the write's end or other than the truncate's. A success still,
+// if within the chunk size.
+TEST_F(HostileReplyTest, RetriesTakeTheOutcomeTheHeadRecorded) {
+  const auto data = truth(1, 0, 1000);
+  for (const UpdateLie& lie : {UpdateLie{"write", UpdateOp::kWrite, 100, write_reply(12, 50, 1), true},
+                               UpdateLie{"truncate", UpdateOp::kTruncate, 1000, write_reply(12, 3000, 1), true},
+                               UpdateLie{"past the chunk size", UpdateOp::kWrite, 100,
+                                         write_reply(12, kChunkBytes + 1, 1), false},
+                               UpdateLie{"version 0", UpdateOp::kWrite, 100, write_reply(0, 1100, 1), false}}) {
+    SCOPED_TRACE(lie.what);
+    Case c;
+    std::array<std::atomic<int>, 3> sends{};  // of attempt 0, 1 and more
+    c.update_fn = [reply = lie.reply, &sends](uint32_t attempt) -> Result<pb::WriteReply> {
+      ++sends[std::min<uint32_t>(attempt, 2)];
+      if (attempt == 0) return error(Code::kUnavailable, "test: the first send's answer was lost");
+      return reply;
+    };
+    serve(std::move(c));
+    auto r = bounded(lie.op == UpdateOp::kWrite ? chunks_.write(address(1), lie.offset, data)
+                                                : chunks_.truncate(address(1), lie.offset),
+                     lie.what);
+    EXPECT_EQ(sends[0].load(), 1);
+    EXPECT_EQ(sends[1].load(), 1);
+    EXPECT_EQ(sends[2].load(), 0);
+    if (lie.good) {
+      EXPECT_TRUE(r.has_value()) << r.error();
+      continue;
+    }
+    if (r) {
+      ADD_FAILURE() << "taken as a success";
+      continue;
+    }
+    EXPECT_EQ(r.error().code(), Code::kProtocol) << r.error();
+  }
+}
+
+// A range's code no weft::Code has is kInternal, its value in the message.
+TEST_F(HostileReplyTest, AnUndefinedRangeCodeIsNamedInTheError) {
+  for (uint32_t code : {uint32_t{4242}, UINT32_MAX}) {
+    SCOPED_TRACE(code);
+    ASSERT_TRUE(undefined(code));
+    Case c;
+    c.read_fn = [code](const pb::BatchReadRequest& q) {
+      std::pair<pb::BatchReadReply, std::vector<std::byte>> out;
+      for (int i = 0; i < q.ranges_size(); ++i) {
+        auto* rr = out.first.add_results();
+        rr->set_code(code);
+        rr->set_message("hostile");
+      }
+      return out;
+    };
+    serve(std::move(c));
+    std::vector<std::byte> dst(4096);
+    for (Entry e : {Entry::kRead, Entry::kReadOnce, Entry::kReadBlocking}) {
+      auto r = read_via(e, address(1), 0, dst, "an undefined range code");
+      ASSERT_FALSE(r.has_value()) << name(e);
+      EXPECT_EQ(r.error().code(), Code::kInternal) << name(e) << ": " << r.error();
+      EXPECT_NE(r.error().message().find(fmt::format("undefined code {}", code)), std::string::npos)
+          << name(e) << ": " << r.error();
+    }
   }
 }
 
