@@ -55,7 +55,10 @@ milliseconds ReadHolder::renew_once() {
     return interval_ = kIdle;
   }
   meta_holds_some_ = !inos.empty();
-  return interval_ = std::min(*r, kIdle);
+  // Never sooner than kTimeoutMin: meta asks for a quarter of its hold, at
+  // least 1 s ([meta] read_hold_ms >= 4000); 1 ms from a broken one would
+  // have this thread call it a thousand times a second.
+  return interval_ = std::clamp(*r, kTimeoutMin, kIdle);
 }
 
 milliseconds ReadHolder::after_failure(const Status& s, size_t inodes) {

@@ -2,7 +2,8 @@
 // Keeps this client's read holds at meta (meta/read_holds.h): on a thread of
 // its own, it sends meta the inodes this client has open for reading only
 // (Files open for writing hold a write session, which keeps the file), in one
-// call, as often as meta asks (its renew_ms; kDefault until meta said). So
+// call, as often as meta asks (its renew_ms, within [kTimeoutMin, kIdle];
+// kDefault until meta said). So
 // a file unlinked or renamed over by anyone while it is open here keeps its
 // data until it is closed here, as a local file does. Nothing is sent while
 // nothing is open and meta already knows that.

@@ -74,6 +74,17 @@ TEST(ReadHolder, AFailedRenewalIsTriedAgainSoonAndARefusedOneAfterTheInterval) {
   EXPECT_EQ(m.sent.size(), 5u);
 }
 
+// A renewal interval past what any meta asks is kept within bounds: 1 ms
+// had this thread call meta a thousand times a second.
+TEST(ReadHolder, MetasIntervalIsKeptWithinBounds) {
+  FakeMeta m;
+  m.open = {1};
+  m.answer = 1ms;
+  EXPECT_EQ(m.holder.renew_once(), ReadHolder::kTimeoutMin);
+  m.answer = std::chrono::milliseconds(UINT32_MAX);
+  EXPECT_EQ(m.holder.renew_once(), ReadHolder::kIdle);
+}
+
 TEST(ReadHolder, AMetaThatKeepsNoHoldsIsAskedRarely) {
   FakeMeta m;
   m.open = {1};

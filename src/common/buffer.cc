@@ -51,17 +51,22 @@ class Pool {
     free_[cls - kMinClassLog2].push_back(p);
   }
   size_t cached() const { return cached_.load(std::memory_order_relaxed); }
-
-  void taken_out(size_t bytes) {
-    size_t now = held_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  void raise_peak(size_t now) {
     size_t peak = peak_.load(std::memory_order_relaxed);
     while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
     }
   }
+
+  void taken_out(size_t bytes) { raise_peak(held_.fetch_add(bytes, std::memory_order_relaxed) + bytes); }
   void put_back(size_t bytes) { held_.fetch_sub(bytes, std::memory_order_relaxed); }
   size_t held() const { return held_.load(std::memory_order_relaxed); }
   size_t peak() const { return peak_.load(std::memory_order_relaxed); }
-  void reset_peak() { peak_.store(held(), std::memory_order_relaxed); }
+  // A buffer taken between the load and the store may have raised the peak
+  // before the store lowered it: raised again to what is held after.
+  void reset_peak() {
+    peak_.store(held(), std::memory_order_relaxed);
+    raise_peak(held());
+  }
 
  private:
   void lock_all() {

@@ -379,23 +379,26 @@ void expect_protocol(const Outcome& o, const std::string& text) {
 // Found by this suite (sessions 43 and 44) and refused since (kProtocol),
 // each sent by a test below; before, MetaClient refused nothing but
 // undefined inode types and batch_stat's counts and returned these as good:
-// getattr or batch_stat answering another inode's attributes; readdir pages
-// past their limit, of names no directory holds, out of order or not moving
-// on (libweft's list_path, remove_tree and DirAhead looped for ever on a
-// stuck cookie; remove_tree also refuses a directory cycle, kLoop, untested
-// here: weft_client is not a dependency); inodes numbered 0, of mode bits
-// past 07777, of sizes past kFileBytesMax or symlink targets past
-// kSymlinkBytesMax, files of layouts validate_layout refuses (a chunk size of
-// 0 divided by zero where chunks are placed); create or open for writing
-// answering no inode or no session, open answering another inode; length
-// reports answering another inode, a non-file or a cut past kFileBytesMax;
-// get_layout answering a layout validate_layout refuses; readlink answering
-// an empty, NUL-holding or over-long target; listxattr answering names
-// setxattr refuses or more than XATTR_LIST_MAX of them; getxattr answering
-// more than XATTR_SIZE_MAX.
+// getattr, setattr or batch_stat answering another inode's attributes;
+// readdir pages past their limit, of names no directory holds, out of order
+// or not moving on (libweft's list_path, remove_tree and DirAhead looped for
+// ever on a stuck cookie; remove_tree also refuses a directory cycle, kLoop,
+// untested here: weft_client is not a dependency); inodes numbered 0, of
+// mode bits past 07777, of sizes past INT64_MAX (not kFileBytesMax: meta
+// before it took longer files) or symlink targets past kSymlinkBytesMax,
+// files of layouts validate_layout refuses (a chunk size of 0 divided by
+// zero where chunks are placed); mkdir, symlink or mknod answering another
+// type, create answering a non-file; create or open for writing answering no
+// inode or no session, open answering another inode; length reports
+// answering another inode, a non-file or a cut past kFileBytesMax; get_layout
+// answering a layout validate_layout refuses; readlink answering an empty,
+// NUL-holding or over-long target; listxattr answering names setxattr
+// refuses or more than XATTR_LIST_MAX of them; getxattr answering more than
+// XATTR_SIZE_MAX.
 // Not checked (no meta rule bounds them, or the caller clamps): times, uid,
-// gid, nlink, rdev, cut_gen, renew_ms (ReadHolder clamps), statfs counts (the
-// FUSE statfs clamps).
+// gid, nlink, rdev, cut_gen, a read-only open's session (unused), renew_ms
+// (ReadHolder keeps it within [250 ms, 5 s]), statfs counts (the FUSE statfs
+// clamps).
 
 // ---- Whole calls spoiled ----
 
@@ -654,7 +657,8 @@ TEST_F(MetaHostileReplyTest, FieldsNoMetaHoldsAreProtocolErrors) {
       {"mode 0xffffffff", inode_calls, [](Rep& r) { r.mutable_inode()->set_mode(0xffffffff); }},
       {"mode 0100644 (a type in the mode)", inode_calls, [](Rep& r) { r.mutable_inode()->set_mode(0100644); }},
       {"size UINT64_MAX", inode_calls, [](Rep& r) { r.mutable_inode()->set_size(UINT64_MAX); }},
-      {"size 16 TiB + 1", inode_calls, [](Rep& r) { r.mutable_inode()->set_size(kFileBytesMax + 1); }},
+      {"size 2^63 (a negative st_size)", inode_calls,
+       [](Rep& r) { r.mutable_inode()->set_size(uint64_t{1} << 63); }},
       {"a 100000-byte symlink target", inode_calls,
        [](Rep& r) { r.mutable_inode()->set_symlink_target(std::string(100000, 't')); }},
       {"chunk size 0", file_calls, [](Rep& r) { r.mutable_inode()->mutable_layout()->set_chunk_bytes(0); }},
@@ -663,11 +667,12 @@ TEST_F(MetaHostileReplyTest, FieldsNoMetaHoldsAreProtocolErrors) {
        [](Rep& r) { r.mutable_inode()->mutable_layout()->set_chunk_bytes(uint32_t{1} << 31); }},
       {"stripe count 0", file_calls, [](Rep& r) { r.mutable_inode()->mutable_layout()->set_stripe_count(0); }},
       {"no inode", {"create", "open_write", "open_read"}, [](Rep& r) { r.set_inode_present(false); }},
-      {"another inode", {"open_write", "open_read", "report_length", "close_with_length"},
+      {"another inode", {"open_write", "open_read", "report_length", "close_with_length", "setattr"},
        [](Rep& r) { r.mutable_inode()->set_ino(0x999); }},
       {"session 0", {"create", "open_write"}, [](Rep& r) { r.set_session_id(0); }},
-      {"a directory", {"report_length", "close_with_length"},
+      {"a directory", {"report_length", "close_with_length", "create"},
        [](Rep& r) { r.mutable_inode()->set_type(static_cast<uint32_t>(InodeType::kDirectory)); }},
+      {"a file", {"mkdir"}, [](Rep& r) { r.mutable_inode()->set_type(static_cast<uint32_t>(InodeType::kFile)); }},
       {"a cut at UINT64_MAX", {"report_length", "close_with_length"},
        [](Rep& r) {
          r.set_cut_gen(UINT64_MAX);
@@ -695,12 +700,13 @@ TEST_F(MetaHostileReplyTest, FieldsNoMetaHoldsAreProtocolErrors) {
       expect_protocol(run_spoiled(call_named(name), [&](rpc::MethodId, const Req&, Rep& r) { sp.spoil(r); }, text),
                       text);
     }
-  // The largest values meta holds pass.
+  // The largest values meta holds pass (sizes up to off_t's: a meta from
+  // before kFileBytesMax took longer files).
   auto largest = run_spoiled(
       call_named("getattr"),
       [](rpc::MethodId, const Req&, Rep& r) {
         r.mutable_inode()->set_mode(07777);
-        r.mutable_inode()->set_size(kFileBytesMax);
+        r.mutable_inode()->set_size(uint64_t{INT64_MAX});
         r.mutable_inode()->mutable_layout()->set_chunk_bytes(Layout::kChunkBytesMax);
         r.mutable_inode()->mutable_layout()->set_stripe_count(4096);
       },

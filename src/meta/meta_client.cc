@@ -43,6 +43,15 @@ Result<Inode> inode_of(Result<Rep> r, Ino asked) {
   return in;
 }
 
+// A new inode answered for a request that makes one of `type`.
+Result<Inode> made_of(Result<Rep> r, InodeType type) {
+  WEFT_TRY(Inode in, inode_of(std::move(r)));
+  if (in.type != type)
+    return error(Code::kProtocol, "meta made inode {} of type {}, asked for type {}", in.ino,
+                 static_cast<uint32_t>(in.type), static_cast<uint32_t>(type));
+  return in;
+}
+
 // What any meta's readdir answers (MetaStore::readdir): at most `limit`
 // entries, of valid names other than "." and "..", in strictly increasing
 // byte order after the cookie; a page that is not the last has entries and
@@ -93,6 +102,13 @@ Result<Reply> open_reply_of(Result<Rep> r, std::optional<Ino> asked, bool write)
   if (asked && reply.inode.ino != *asked)
     return error(Code::kProtocol, "an open of inode {} answered inode {}", *asked, reply.inode.ino);
   if (write && reply.session_id == 0) return error(Code::kProtocol, "an open for writing answered no session");
+  return reply;
+}
+
+// A create's answer: as an open's, of a file (meta creates or opens nothing else by name).
+Result<Reply> create_reply_of(Result<Rep> r, bool write) {
+  WEFT_TRY(Reply reply, open_reply_of(std::move(r), std::nullopt, write));
+  if (!reply.inode.is_file()) return error(Code::kProtocol, "a create answered inode {}, not a file", reply.inode.ino);
   return reply;
 }
 
@@ -408,7 +424,7 @@ Result<Reply> MetaClient::create(const Cred& cred, Ino parent, std::string_view 
   q.set_open_read(open.read || !open.write);
   q.set_open_write(open.write);
   q.set_answers_cuts(open.answers_cuts);
-  return open_reply_of(mutate(method::kCreate, cred, std::move(q)), std::nullopt, open.write);
+  return create_reply_of(mutate(method::kCreate, cred, std::move(q)), open.write);
 }
 
 Result<Reply> MetaClient::create(const Cred& cred, Ino parent, std::string_view name, uint32_t mode, bool exclusive,
@@ -420,14 +436,14 @@ Result<Inode> MetaClient::mkdir(const Cred& cred, Ino parent, std::string_view n
                                 const std::optional<ParentCheck>& expect_parent) {
   Req q = named(parent, name, expect_parent);
   q.set_mode(mode);
-  return inode_of(mutate(method::kMkdir, cred, std::move(q)));
+  return made_of(mutate(method::kMkdir, cred, std::move(q)), InodeType::kDirectory);
 }
 
 Result<Inode> MetaClient::symlink(const Cred& cred, Ino parent, std::string_view name, std::string_view target,
                                   const std::optional<ParentCheck>& expect_parent) {
   Req q = named(parent, name, expect_parent);
   q.set_value(std::string(target));
-  return inode_of(mutate(method::kSymlink, cred, std::move(q)));
+  return made_of(mutate(method::kSymlink, cred, std::move(q)), InodeType::kSymlink);
 }
 
 Result<Inode> MetaClient::mknod(const Cred& cred, Ino parent, std::string_view name, InodeType type, uint32_t mode,
@@ -436,14 +452,14 @@ Result<Inode> MetaClient::mknod(const Cred& cred, Ino parent, std::string_view n
   q.set_mode(mode);
   q.set_node_type(static_cast<uint32_t>(type));
   q.set_rdev(rdev);
-  return inode_of(mutate(method::kMknod, cred, std::move(q)));
+  return made_of(mutate(method::kMknod, cred, std::move(q)), type);
 }
 
 Result<Inode> MetaClient::link(const Cred& cred, Ino ino, Ino new_parent, std::string_view new_name) {
   Req q = of_ino(ino);
   q.set_new_parent(new_parent);
   q.set_new_name(std::string(new_name));
-  return inode_of(mutate(method::kLink, cred, std::move(q)));
+  return inode_of(mutate(method::kLink, cred, std::move(q)), ino);
 }
 
 Result<void> MetaClient::unlink(const Cred& cred, Ino parent, std::string_view name,
@@ -468,7 +484,7 @@ Result<void> MetaClient::rename(const Cred& cred, Ino src_parent, std::string_vi
 Result<Inode> MetaClient::setattr(const Cred& cred, Ino ino, const SetAttr& attr) {
   Req q = of_ino(ino);
   to_proto(attr, q.mutable_attr());
-  return inode_of(mutate(method::kSetattr, cred, std::move(q)));
+  return inode_of(mutate(method::kSetattr, cred, std::move(q)), ino);
 }
 
 Result<void> MetaClient::setxattr(const Cred& cred, Ino ino, std::string_view name, std::string_view value,

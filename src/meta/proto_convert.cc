@@ -68,7 +68,8 @@ void to_proto(const Inode& i, pb::Inode* out) {
 // An inode off the wire holds what meta holds of any inode (meta/types.h);
 // one no meta could hold comes from a broken or hostile peer: kProtocol,
 // never handed on to place chunks by (a chunk size of 0 divides by zero) or
-// to show as a stat (mode bits past 07777 become other file types).
+// to show as a stat (mode bits past 07777 become other file types, a size
+// past INT64_MAX a negative st_size).
 Result<Inode> from_proto(const pb::Inode& i) {
   WEFT_TRY(InodeType type, inode_type_from_wire(i.type()));
   Inode r;
@@ -88,7 +89,9 @@ Result<Inode> from_proto(const pb::Inode& i) {
   r.rdev = i.rdev();
   if (r.ino == 0) return error(Code::kProtocol, "an inode numbered 0");
   if ((r.mode & ~kModePermMask) != 0) return error(Code::kProtocol, "inode {} of mode {:o}", r.ino, r.mode);
-  if (r.size > kFileBytesMax) return error(Code::kProtocol, "inode {} of {} bytes", r.ino, r.size);
+  // What off_t holds (st_size), not kFileBytesMax: meta before 5a3ab3e took
+  // longer files, and they must stay reachable (to read, cut or remove).
+  if (r.size > uint64_t{INT64_MAX}) return error(Code::kProtocol, "inode {} of {} bytes", r.ino, r.size);
   if (r.symlink_target.size() > kSymlinkBytesMax)
     return error(Code::kProtocol, "inode {} of a {}-byte symlink target", r.ino, r.symlink_target.size());
   if (r.is_file())
