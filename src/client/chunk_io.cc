@@ -10,6 +10,7 @@
 #include "common/crc32c.h"
 #include "common/logging.h"
 #include "common/random.h"
+#include "common/wire_status.h"
 #include "proto/storage.pb.h"
 #include "storage/service_methods.h"
 
@@ -66,15 +67,6 @@ Result<mgmt::ChainRoute> route_of(const mgmt::RoutingInfo& routing, mgmt::ChainI
 void set_chunk(pb::ChunkRef* ref, const ChunkAddress& c) {
   ref->set_inode(c.ino);
   ref->set_index(c.index);
-}
-
-// A range's code and message as a Status. A value no weft::Code has is
-// kInternal (the reply itself is impossible), its message naming the value.
-Status range_status(const pb::RangeResult& rr) {
-  const Code code = code_from_wire(rr.code());
-  if (code == Code::kInternal && rr.code() != static_cast<uint32_t>(Code::kInternal))
-    return Status(code, fmt::format("storage answered undefined code {}: {}", rr.code(), rr.message()));
-  return Status(code, rr.message());
 }
 
 // Spreads a file's reads over the replicas of a chain: the same chunk always
@@ -332,7 +324,7 @@ Result<uint32_t> ChunkIo::read_reply(const Result<pb::BatchReadReply>& reply, co
   if (reply->results_size() != 1)
     return error(Code::kProtocol, "batch read from {}: {} results for 1 range", ep.to_string(), reply->results_size());
   const pb::RangeResult& rr = reply->results(0);
-  const Status status = range_status(rr);
+  const Status status = status_from_wire(rr.code(), rr.message());
   if (status.code() == Code::kNotFound) return 0u;  // no such chunk: a hole
   if (!status.ok()) return error(status.with_context(fmt::format("target {} at {}", target, ep.to_string())));
   if (rr.length() != raw.payload_len || !holds_what_was_asked(rr, offset, dst.size()))

@@ -1,4 +1,5 @@
 #include "common/status.h"
+#include "common/wire_status.h"
 
 #include <gtest/gtest.h>
 
@@ -33,6 +34,18 @@ TEST(Status, CodesCarryErrnoAndRetryable) {
 TEST(Status, WireValuesRoundTripAndUnknownIsInternal) {
   EXPECT_EQ(code_from_wire(static_cast<uint32_t>(Code::kNoSpace)), Code::kNoSpace);
   EXPECT_EQ(code_from_wire(60000), Code::kInternal);
+}
+
+// A peer's status: an undefined value is kInternal and named in the message.
+TEST(Status, AStatusFromTheWireNamesAnUndefinedCode) {
+  Status known = status_from_wire(static_cast<uint32_t>(Code::kNotFound), "no such file");
+  EXPECT_EQ(known.code(), Code::kNotFound);
+  EXPECT_EQ(known.message(), "no such file");
+  Status internal = status_from_wire(static_cast<uint32_t>(Code::kInternal), "broke");
+  EXPECT_EQ(internal.message(), "broke");
+  Status undefined = status_from_wire(4242, "what");
+  EXPECT_EQ(undefined.code(), Code::kInternal);
+  EXPECT_EQ(undefined.message(), "undefined code 4242: what");
 }
 
 TEST(Status, ErrnoMapping) {

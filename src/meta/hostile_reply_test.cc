@@ -442,6 +442,10 @@ TEST_F(MetaHostileReplyTest, WholeCallsSpoiled) {
     if (a.status != 0) {
       const Code want = undefined(a.status) ? Code::kInternal : code_from_wire(a.status);
       EXPECT_EQ(o.error.code(), want) << text << ": " << o.error;
+      if (undefined(a.status)) {  // named: kInternal alone hides what meta said
+        EXPECT_NE(o.error.message().find(fmt::format("undefined code {}", a.status)), std::string::npos)
+            << text << ": " << o.error;
+      }
     } else if (a.late) {
       EXPECT_EQ(o.error.code(), Code::kTimeout) << text << ": " << o.error;
     } else if (!a.raw->empty() && a.raw->find("not a reply") == std::string::npos) {

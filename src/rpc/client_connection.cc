@@ -10,6 +10,7 @@
 #include <asio/write.hpp>
 
 #include "common/logging.h"
+#include "common/wire_status.h"
 #include "proto/rpc.pb.h"
 #include "rpc/local_socket.h"
 
@@ -326,7 +327,7 @@ void ClientConnection::on_frame(const FrameHeader& h, std::string body, PayloadT
   auto it = pending_.find(h.request_id);
   if (it == pending_.end()) return;  // answer to a call that timed out or was cancelled
   if (h.status != 0) {
-    complete(h.request_id, error(code_from_wire(h.status), std::move(body)));
+    complete(h.request_id, error(status_from_wire(h.status, std::move(body))));
     return;
   }
   RawResponse r;

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/wire_status.h"
 #include "proto/rpc.pb.h"
 #include "rpc/frame_stream.h"
 #include "rpc/local_socket.h"
@@ -320,7 +321,7 @@ Result<RawResponse> SyncChannel::receive(const Sent& sent, std::span<std::byte> 
   } else if (rpos_ == rend_) {
     rpos_ = rend_ = 0;
   }
-  if (reply.status != 0) return error(code_from_wire(reply.status), std::move(r.body));
+  if (reply.status != 0) return error(status_from_wire(reply.status, std::move(r.body)));
   return r;
 }
 
