@@ -12,6 +12,7 @@
 #include <rocksdb/db.h>
 
 #include "meta/codec.h"
+#include "meta/layout.h"
 #include "meta/rocks_options.h"
 #include "meta/txn.h"
 
@@ -133,6 +134,15 @@ void check_inodes(Namespace& ns, std::map<Ino, std::vector<const Dentry*>>& link
     }
     if (base.nlink != ls.size())
       p.push_back(fmt::format("inode {}: nlink {} but {} dentries", ino, base.nlink, ls.size()));
+    // Meta before 5a3ab3e took any length: such a file still works (clients
+    // take lengths up to off_t's), but its GC and truncates span more chunk
+    // indexes than kFileBytesMax bounds them to (meta/types.h).
+    if (base.is_file() && base.size > kFileBytesMax)
+      p.push_back(fmt::format("file {}: {} bytes, past the {}-byte maximum (truncate it to within)", ino, base.size,
+                              kFileBytesMax));
+    if (base.is_file())
+      if (auto valid = validate_layout(base.layout); !valid)
+        p.push_back(fmt::format("file {}: {} (no chunk of it can be placed)", ino, valid.error().message()));
     if (ls.empty() && !(base.is_file() && base.nlink == 0 && ns.sessions.contains(ino)))
       p.push_back(fmt::format("orphan inode {} (nlink {}, no session)", ino, base.nlink));
     if (ns.gc.contains(ino)) p.push_back(fmt::format("inode {} is live and queued for GC", ino));

@@ -8,7 +8,8 @@
 // inodes have no live inode and hold their own; sessions, xattrs and DirStats
 // belong to live inodes; sessions are of files, readable and owned by a client
 // (else the reaper could never close them); no inode, session or GC id at or
-// above the id high-water mark (Mnext_ino); the inode counter matches.
+// above the id high-water mark (Mnext_ino); the inode counter matches; files
+// are within kFileBytesMax and of layouts validate_layout takes.
 // Threading: reads through one snapshot, so it may run on a live store, but
 // holds the whole namespace in memory (fine up to a few million inodes).
 #pragma once

@@ -2,6 +2,8 @@
 
 #include <rocksdb/db.h>
 
+#include <algorithm>
+
 #include "meta/codec.h"
 #include "meta/test_util.h"
 
@@ -56,6 +58,24 @@ TEST_F(FsckTest, WrongLinkCountAndOrphan) {
   EXPECT_NE(p.find("nlink 2 but 1 dentries"), std::string::npos) << p;
   EXPECT_NE(p.find("orphan inode 999999"), std::string::npos) << p;
   EXPECT_NE(p.find("inode counter"), std::string::npos) << p;
+}
+
+// A file longer than kFileBytesMax (meta before 5a3ab3e took one) and a
+// file whose layout places no chunk are named.
+TEST_F(FsckTest, FilesPastTheLengthBoundOrOfNoValidLayout) {
+  Ino big = create("big");
+  Inode n = *s().getattr(root(), big);
+  n.size = kFileBytesMax + 1;
+  put(key::inode(big), encode_inode(n));
+  Ino bad = create("bad");
+  Inode b = *s().getattr(root(), bad);
+  b.layout.chunk_bytes = 3;
+  put(key::inode(bad), encode_inode(b));
+  create("fine");
+  std::string p = problems();
+  EXPECT_NE(p.find(fmt::format("file {}: {} bytes, past", big, kFileBytesMax + 1)), std::string::npos) << p;
+  EXPECT_NE(p.find(fmt::format("file {}: chunk size 3", bad)), std::string::npos) << p;
+  EXPECT_EQ(std::count(p.begin(), p.end(), '\n'), 2) << p;
 }
 
 TEST_F(FsckTest, DirectoryCycleIsUnreachable) {
