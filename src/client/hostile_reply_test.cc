@@ -780,6 +780,8 @@ const char* name(Entry e) {
   return "?";
 }
 
+struct UpdateLie;
+
 class HostileReplyTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -813,6 +815,9 @@ class HostileReplyTest : public ::testing::Test {
   ChunkAddress address(uint64_t index) const {
     return {.ino = kIno, .index = index, .chain = chain_, .chunk_bytes = kChunkBytes};
   }
+
+  // Sends `lie`'s update: a write of `data` at its offset, or a truncate to it.
+  Result<void> send_update(const UpdateLie& lie, std::span<const std::byte> data);
 
   // Runs `task` on the client's I/O thread, at most kHung: past it, the
   // storage refuses every call (whatever loop the client is in ends) and the
@@ -1618,6 +1623,23 @@ struct UpdateLie {
   bool good;        // an answer a head may send: the update succeeds
 };
 
+Result<void> HostileReplyTest::send_update(const UpdateLie& lie, std::span<const std::byte> data) {
+  return bounded(lie.op == UpdateOp::kWrite ? chunks_.write(address(1), lie.offset, data)
+                                            : chunks_.truncate(address(1), lie.offset),
+                 lie.what);
+}
+
+// A good lie's update succeeds; any other fails, kProtocol.
+void expect_taken_only_if_good(const UpdateLie& lie, const Result<void>& r) {
+  if (lie.good) {
+    EXPECT_TRUE(r.has_value()) << r.error();
+  } else if (r) {
+    ADD_FAILURE() << "taken as a success";
+  } else {
+    EXPECT_EQ(r.error().code(), Code::kProtocol) << r.error();
+  }
+}
+
 // The fields of an update's success against what storage guarantees of a
 // first send (ChunkIo::check_update_reply): a version (from 1), a length
 // within the chunk size, at least a write's end, a truncate's own; where the
@@ -1647,18 +1669,7 @@ TEST_F(HostileReplyTest, UpdateRepliesNoHeadSendsAreProtocolErrors) {
     Case c;
     c.update_fn = [reply = lie.reply](uint32_t) -> Result<pb::WriteReply> { return reply; };
     serve(std::move(c));
-    auto r = bounded(lie.op == UpdateOp::kWrite ? chunks_.write(address(1), lie.offset, data)
-                                                : chunks_.truncate(address(1), lie.offset),
-                     lie.what);
-    if (lie.good) {
-      EXPECT_TRUE(r.has_value()) << r.error();
-      continue;
-    }
-    if (r) {
-      ADD_FAILURE() << "taken as a success";
-      continue;
-    }
-    EXPECT_EQ(r.error().code(), Code::kProtocol) << r.error();
+    expect_taken_only_if_good(lie, send_update(lie, data));
   }
 }
 
@@ -1683,21 +1694,11 @@ TEST_F(HostileReplyTest, RetriesTakeTheOutcomeTheHeadRecorded) {
       return reply;
     };
     serve(std::move(c));
-    auto r = bounded(lie.op == UpdateOp::kWrite ? chunks_.write(address(1), lie.offset, data)
-                                                : chunks_.truncate(address(1), lie.offset),
-                     lie.what);
+    auto r = send_update(lie, data);
     EXPECT_EQ(sends[0].load(), 1);
     EXPECT_EQ(sends[1].load(), 1);
     EXPECT_EQ(sends[2].load(), 0);
-    if (lie.good) {
-      EXPECT_TRUE(r.has_value()) << r.error();
-      continue;
-    }
-    if (r) {
-      ADD_FAILURE() << "taken as a success";
-      continue;
-    }
-    EXPECT_EQ(r.error().code(), Code::kProtocol) << r.error();
+    expect_taken_only_if_good(lie, r);
   }
 }
 
