@@ -70,6 +70,19 @@ Result<RoutingPtr> RoutingCache::get_routing(mgmt::RoutingVersion known, uint32_
   fetches_.fetch_add(1);
   if (reply.unchanged()) return current();
   WEFT_TRY(mgmt::RoutingInfo info, mgmt::from_proto(reply.routing()));
+  // kNoneHeld is no version mgmtd can hand out: held, it would be sent back
+  // as "none held", and as never older than anything it would wedge this
+  // client (every later snapshot refused as older) until mgmtd restarts
+  // from 1 (hostile_routing_test.cc, VersionsBackwardsAndUint64Max).
+  if (info.version == kNoneHeld)
+    return error(Code::kProtocol, "mgmtd handed out routing version {}, which no routing has", info.version);
+  // Nor a jump of more than 2^32 (as mgmtd refuses such reports:
+  // ClusterState::kReportedGapMax): no cluster makes that many routing
+  // changes, and held it would wedge this client the same way.
+  constexpr mgmt::RoutingVersion kJumpMax = mgmt::RoutingVersion{1} << 32;
+  if (RoutingPtr held = current(); held && info.version > held->version && info.version - held->version > kJumpMax)
+    return error(Code::kProtocol, "mgmtd handed out routing version {}, {} past the one held: not a version",
+                 info.version, info.version - held->version);
   return install(std::move(info));
 }
 
@@ -101,6 +114,7 @@ void RoutingCache::run() {
     }
     const uint64_t refused_before = older_refused_.load();
     const mgmt::RoutingVersion known = version_.load();
+    const auto started = std::chrono::steady_clock::now();
     auto r = get_routing(known, wait_ms, cancel->token());
     std::unique_lock lock(loop_mu_);
     poll_cancel_.reset();
@@ -118,6 +132,13 @@ void RoutingCache::run() {
                       known);
       }
       loop_cv_.wait_for(lock, kBehindDelay, [this] { return stopping_ || refresh_wanted_; });
+    } else if (r && wait_ms > 0 && version_.load() == known &&
+               std::chrono::steady_clock::now() - started < kRetryDelay) {
+      // A long poll answered at once with nothing new: an mgmtd that ignores
+      // wait_ms (broken, or not mgmtd) would otherwise be polled in a tight
+      // loop (thousands of GetRouting a second, hostile_routing_test.cc,
+      // EagerUnchangedDoesNotSpin). A refresh request still ends the pause.
+      loop_cv_.wait_for(lock, kRetryDelay, [this] { return stopping_ || refresh_wanted_; });
     }
   }
 }
