@@ -76,11 +76,10 @@ Result<RoutingPtr> RoutingCache::get_routing(mgmt::RoutingVersion known, uint32_
   // from 1 (hostile_routing_test.cc, VersionsBackwardsAndUint64Max).
   if (info.version == kNoneHeld)
     return error(Code::kProtocol, "mgmtd handed out routing version {}, which no routing has", info.version);
-  // Nor a jump of more than 2^32 (as mgmtd refuses such reports:
-  // ClusterState::kReportedGapMax): no cluster makes that many routing
-  // changes, and held it would wedge this client the same way.
-  constexpr mgmt::RoutingVersion kJumpMax = mgmt::RoutingVersion{1} << 32;
-  if (RoutingPtr held = current(); held && info.version > held->version && info.version - held->version > kJumpMax)
+  // Nor a far jump (mgmt::kRoutingVersionJumpMax), which held would wedge
+  // this client the same way.
+  if (RoutingPtr held = current();
+      held && info.version > held->version && info.version - held->version > mgmt::kRoutingVersionJumpMax)
     return error(Code::kProtocol, "mgmtd handed out routing version {}, {} past the one held: not a version",
                  info.version, info.version - held->version);
   return install(std::move(info));

@@ -281,6 +281,13 @@ Result<std::shared_ptr<const RoutingInfo>> MgmtClient::refresh(uint32_t wait_ms,
   if (!reply) return std::unexpected(reply.error().with_context("get routing"));
   if (!reply->unchanged()) {
     WEFT_TRY(RoutingInfo info, from_proto(reply->routing()));
+    // A far jump is no version (kRoutingVersionJumpMax): held, it would have
+    // this server refuse every later routing as older until it registers
+    // again. (After a registration any version is taken: `force`.)
+    if (auto held = routing(); !force && held && info.version > held->version &&
+                               info.version - held->version > kRoutingVersionJumpMax)
+      return error(Code::kProtocol, "get routing: mgmtd handed out routing version {}, {} past the one held ({})",
+                   info.version, info.version - held->version, held->version);
     auto snapshot = std::make_shared<const RoutingInfo>(std::move(info));
     std::lock_guard deliver(deliver_mu_);
     if (install(snapshot, force)) {

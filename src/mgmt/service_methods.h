@@ -4,6 +4,8 @@
 // renumber; add new methods at the end.
 #pragma once
 
+#include <cstdint>
+
 #include "rpc/method.h"
 
 namespace weft::mgmt {
@@ -23,6 +25,12 @@ inline constexpr rpc::MethodId kReportRefusal{rpc::service::kMgmt, 12};
 
 // How long clients' and servers' routing long polls wait at mgmtd.
 inline constexpr uint32_t kRoutingLongPollMs = 20'000;
+
+// No cluster makes this many routing changes: a routing version further
+// than this past the one held (or mgmtd's own) is garbage. mgmtd refuses
+// such reports; clients and servers such routings (held, a far version
+// wedges them: every later routing refused as older).
+inline constexpr uint64_t kRoutingVersionJumpMax = uint64_t{1} << 32;
 
 // Upper bound on GetRoutingRequest.wait_ms (a long poll holds no thread, only a timer).
 inline constexpr uint32_t kRoutingWaitMsMax = 60'000;

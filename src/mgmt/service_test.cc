@@ -22,6 +22,7 @@
 #include "mgmt/refusal_reporter.h"
 #include "mgmt/service_methods.h"
 #include "mgmt/test_util.h"
+#include "rpc/service.h"
 
 namespace weft::mgmt {
 namespace {
@@ -111,6 +112,45 @@ bool eventually(Pred pred, Duration timeout = 5s) {
     std::this_thread::sleep_for(10ms);
   }
   return pred();
+}
+
+// A routing version far past the one held (kRoutingVersionJumpMax) from a
+// broken or hostile mgmtd is refused, the held routing kept and the next sane
+// one taken. Held, it had the server refuse every later routing as older
+// until it registered again.
+TEST(MgmtClientRouting, AFarVersionJumpIsRefused) {
+  Fixture f;  // its client plumbing; the routing comes from a fake mgmtd
+  metrics::Registry registry;
+  rpc::IoPool io{1};
+  std::atomic<RoutingVersion> version{10};
+  rpc::Server fake(io, rpc::ServerOptions{.cluster_token = "t", .name = "fake-mgmtd"}, registry);
+  rpc::add_blocking_method<pb::GetRoutingRequest, pb::GetRoutingReply>(
+      fake, kGetRouting, "mgmt.get_routing", [&](const pb::GetRoutingRequest&, rpc::ServerCall&) {
+        pb::GetRoutingReply r;
+        r.mutable_routing()->set_version(version.load());
+        return Result<pb::GetRoutingReply>(std::move(r));
+      });
+  auto port = fake.listen("127.0.0.1", 0);
+  ASSERT_TRUE(port) << port.error();
+  MgmtRpc to_fake(f.client_io, f.client, {{"127.0.0.1", *port}}, 2000);
+  MgmtClient node(to_fake, f.storage(0));
+  ASSERT_TRUE(node.refresh());
+  EXPECT_EQ(node.routing()->version, 10u);
+  for (RoutingVersion far : {UINT64_MAX, UINT64_MAX - 1, RoutingVersion{10} + kRoutingVersionJumpMax + 1}) {
+    version = far;
+    auto r = node.refresh();
+    ASSERT_FALSE(r) << "took routing version " << far;
+    EXPECT_EQ(r.error().code(), Code::kProtocol) << r.error();
+    EXPECT_EQ(node.routing()->version, 10u);
+  }
+  version = 11;
+  ASSERT_TRUE(node.refresh());
+  EXPECT_EQ(node.routing()->version, 11u);
+  version = 11 + kRoutingVersionJumpMax;  // the furthest jump taken
+  ASSERT_TRUE(node.refresh());
+  EXPECT_EQ(node.routing()->version, 11 + kRoutingVersionJumpMax);
+  fake.stop();
+  io.stop();
 }
 
 TEST(MgmtService, RegisterHeartbeatCreateTableAndRouting) {
