@@ -229,6 +229,15 @@ class HostileRoutingTest : public ::testing::Test {
     return {.ino = kIno, .index = index, .chain = chain, .chunk_bytes = kChunkBytes};
   }
 
+  // A read and a data_end of a chunk on `chain`, both failing; how long they took.
+  SteadyClock::duration read_and_data_end_fail(mgmt::ChainId chain, const std::string& what) {
+    std::vector<std::byte> buf(4096);
+    const auto start = SteadyClock::now();
+    EXPECT_FALSE(bounded(chunks_.read(at(chain), 0, buf), "read on " + what));
+    EXPECT_FALSE(bounded(chunks_.data_end(kIno, chain, kChunkBytes, 0, 8), "data_end on " + what));
+    return SteadyClock::now() - start;
+  }
+
   // Write, read, truncate and data_end of a chunk on `chain`: each must fail
   // with a clear error (not kInternal, not kOk) within the bound.
   void expect_all_fail(mgmt::ChainId chain, const std::string& what) {
@@ -370,13 +379,7 @@ TEST_F(HostileRoutingTest, ChainOfTenThousandCopiesOfOneTarget) {
   pb::Routing r = base(2);
   add_chain(r, 2, std::vector<uint64_t>(10'000, 1));
   install(r);
-  std::vector<std::byte> buf(4096);
-  const auto start = SteadyClock::now();
-  auto rd = bounded(chunks_.read(at(2), 0, buf), "read on 10000 copies of one target");
-  EXPECT_FALSE(rd);
-  auto d = bounded(chunks_.data_end(kIno, 2, kChunkBytes, 0, 8), "data_end on 10000 copies of one target");
-  EXPECT_FALSE(d);
-  const auto took = SteadyClock::now() - start;
+  const auto took = read_and_data_end_fail(2, "10000 copies of one target");
   std::printf("  10000 copies: read and data_end took %lld ms, %d connections\n",
               static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()),
               storage_.accepted.load());
@@ -526,14 +529,10 @@ TEST_F(HostileRoutingTest, ChainOfTenThousandCopiesOfOneSilentTarget) {
   add_target(r, 9, 9);
   add_chain(r, 2, std::vector<uint64_t>(10'000, 9));
   install(r);
-  std::vector<std::byte> buf(4096);
   const auto start = SteadyClock::now();
-  auto rd = bounded(chunks_.read(at(2), 0, buf), "read on 10000 copies of one silent target");
-  EXPECT_FALSE(rd);
-  auto d = bounded(chunks_.data_end(kIno, 2, kChunkBytes, 0, 8), "data_end on 10000 copies of one silent target");
-  EXPECT_FALSE(d);
-  auto w = bounded(chunks_.write(at(2), 0, buf), "write on 10000 copies of one silent target");
-  EXPECT_FALSE(w);
+  read_and_data_end_fail(2, "10000 copies of one silent target");
+  std::vector<std::byte> buf(4096);
+  EXPECT_FALSE(bounded(chunks_.write(at(2), 0, buf), "write on 10000 copies of one silent target"));
   const auto took = SteadyClock::now() - start;
   std::printf("  10000 silent copies: read, data_end and write took %lld ms\n",
               static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));

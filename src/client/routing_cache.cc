@@ -76,10 +76,9 @@ Result<RoutingPtr> RoutingCache::get_routing(mgmt::RoutingVersion known, uint32_
   // from 1 (hostile_routing_test.cc, VersionsBackwardsAndUint64Max).
   if (info.version == kNoneHeld)
     return error(Code::kProtocol, "mgmtd handed out routing version {}, which no routing has", info.version);
-  // Nor a far jump (mgmt::kRoutingVersionJumpMax), which held would wedge
-  // this client the same way.
-  if (RoutingPtr held = current();
-      held && info.version > held->version && info.version - held->version > mgmt::kRoutingVersionJumpMax)
+  // Nor a far jump (mgmt::is_far_version_jump), which held would wedge this
+  // client the same way.
+  if (RoutingPtr held = current(); held && mgmt::is_far_version_jump(held->version, info.version))
     return error(Code::kProtocol, "mgmtd handed out routing version {}, {} past the one held: not a version",
                  info.version, info.version - held->version);
   return install(std::move(info));

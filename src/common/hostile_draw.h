@@ -9,9 +9,26 @@
 #include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
+#include <map>
 #include <random>
+#include <string>
+#include <utility>
 
 namespace weft {
+
+// How a storm's requests to one method were answered: code name -> count.
+using HostileCodeCounts = std::map<std::string, int>;
+
+// One method's summary line part, " kOk 12 kNotFound 3", and its total.
+inline std::pair<std::string, int> describe_counts(const HostileCodeCounts& codes) {
+  std::string line;
+  int total = 0;
+  for (const auto& [code, n] : codes) {
+    line += " " + code + " " + std::to_string(n);
+    total += n;
+  }
+  return {line, total};
+}
 
 inline uint64_t hostile_seed(uint64_t fixed) {
   const char* env = std::getenv("WEFT_HOSTILE_SEED");

@@ -405,7 +405,7 @@ class HostileRequestTest : public ::testing::Test {
   std::unique_ptr<rpc::Client> rpc_;
   uint64_t setup_seq_ = 0;
   uint64_t seed_ = storm_seed();
-  std::map<std::string, std::map<std::string, int>> outcomes_;  // method -> code name -> count
+  std::map<std::string, HostileCodeCounts> outcomes_;  // method -> code name -> count
 };
 
 // /d (layout, trusted xattr) with sub/, f (4 KiB, open for writing, user
@@ -525,9 +525,8 @@ TEST_F(HostileRequestTest, EveryMethodAnswersHostileRequestsWithAClearError) {
   std::printf("%d requests (%d per method) in %lld ms\n", sent, kRequestsPerMethod,
               static_cast<long long>(took.count()));
   for (const auto& [name, codes] : outcomes_) {
-    std::string line;
-    for (const auto& [code, n] : codes) line += fmt::format(" {} {}", code, n);
-    std::printf("  meta.%s:%s\n", name.c_str(), line.c_str());
+    const auto [line, total] = describe_counts(codes);
+    std::printf("  meta.%s: %d:%s\n", name.c_str(), total, line.c_str());
   }
 
   pb::MetaRequest root;

@@ -181,8 +181,7 @@ Result<void> ClusterState::check_reported_locked(RoutingVersion reported, const 
   const RoutingVersion own = state_.routing.version;
   // Garbage, not a history: no cluster makes 2^32 routing changes (raising
   // the versions past it would also wrap them back to 0).
-  static_assert(kReportedGapMax == kRoutingVersionJumpMax);
-  if (reported > own && reported - own > kReportedGapMax)
+  if (is_far_version_jump(own, reported))
     return error(Code::kInvalidArgument, "{} reports routing version {}, {} past mgmtd's {}: not a version", who,
                  reported, reported - own, own);
   if (reported > own && options_.accept_older_state) {

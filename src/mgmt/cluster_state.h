@@ -333,10 +333,9 @@ class ClusterState {
                                      const MetaStoreRecord& got) const;
   // Checks a node's reported routing version: refuses while behind (becoming
   // behind on a report above ours), or raises our versions (accept_older_state).
-  // A report more than kReportedGapMax above ours is refused (kInvalidArgument).
+  // A report far above ours (is_far_version_jump) is refused (kInvalidArgument).
   // REQUIRES: the report comes from a well-formed registration or a registered node.
   Result<void> check_reported_locked(RoutingVersion reported, const std::string& who);
-  static constexpr RoutingVersion kReportedGapMax = RoutingVersion{1} << 32;
   Result<void> refuse_if_behind_locked() const;
   void log_lost_target_locked(TargetId target) const;  // REQUIRES: mu_ held
   void note_revived_after_refusal_locked(const NodeInfo& node, TimePoint now);  // REQUIRES: mu_ held

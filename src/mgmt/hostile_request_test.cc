@@ -1150,12 +1150,7 @@ class HostileRequestTest : public ::testing::Test {
     std::printf("%d requests in %lld ms\n", sent,
                 static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
     for (const auto& [name, codes] : outcomes_) {
-      int total = 0;
-      std::string line;
-      for (const auto& [code, n] : codes) {
-        total += n;
-        line += fmt::format(" {} {}", code, n);
-      }
+      const auto [line, total] = describe_counts(codes);
       std::printf("  mgmt.%s: %d in %lld ms:%s\n", name.c_str(), total,
                   static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took_.at(name)).count()),
                   line.c_str());
@@ -1266,7 +1261,7 @@ class HostileRequestTest : public ::testing::Test {
   rpc::Client client_{client_io_, rpc::ClientOptions{.cluster_token = kToken}};
   World world_;
   RoutingInfo before_;                                               // right after the valid cluster was built
-  std::map<std::string, std::map<std::string, int>> outcomes_;       // method -> code name -> count
+  std::map<std::string, HostileCodeCounts> outcomes_;       // method -> code name -> count
   std::map<std::string, std::chrono::steady_clock::duration> took_;  // method -> time answering it
 };
 

@@ -284,8 +284,7 @@ Result<std::shared_ptr<const RoutingInfo>> MgmtClient::refresh(uint32_t wait_ms,
     // A far jump is no version (kRoutingVersionJumpMax): held, it would have
     // this server refuse every later routing as older until it registers
     // again. (After a registration any version is taken: `force`.)
-    if (auto held = routing(); !force && held && info.version > held->version &&
-                               info.version - held->version > kRoutingVersionJumpMax)
+    if (auto held = routing(); !force && held && is_far_version_jump(held->version, info.version))
       return error(Code::kProtocol, "get routing: mgmtd handed out routing version {}, {} past the one held ({})",
                    info.version, info.version - held->version, held->version);
     auto snapshot = std::make_shared<const RoutingInfo>(std::move(info));

@@ -31,6 +31,9 @@ inline constexpr uint32_t kRoutingLongPollMs = 20'000;
 // such reports; clients and servers such routings (held, a far version
 // wedges them: every later routing refused as older).
 inline constexpr uint64_t kRoutingVersionJumpMax = uint64_t{1} << 32;
+inline constexpr bool is_far_version_jump(uint64_t held, uint64_t got) {
+  return got > held && got - held > kRoutingVersionJumpMax;
+}
 
 // Upper bound on GetRoutingRequest.wait_ms (a long poll holds no thread, only a timer).
 inline constexpr uint32_t kRoutingWaitMsMax = 60'000;

@@ -1102,12 +1102,7 @@ class HostileRequestTest : public ::testing::Test {
     std::printf("%d requests in %lld ms\n", sent,
                 static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
     for (const auto& [name, codes] : outcomes_) {
-      int total = 0;
-      std::string line;
-      for (const auto& [code, n] : codes) {
-        total += n;
-        line += fmt::format(" {} {}", code, n);
-      }
+      const auto [line, total] = describe_counts(codes);
       std::printf("  storage.%s: %d:%s\n", name.c_str(), total, line.c_str());
     }
   }
@@ -1158,7 +1153,7 @@ class HostileRequestTest : public ::testing::Test {
   KnownChunks known_;
   std::vector<Acked> acked_;
   uint64_t sequence_ = 0;
-  std::map<std::string, std::map<std::string, int>> outcomes_;
+  std::map<std::string, HostileCodeCounts> outcomes_;
 };
 
 TEST_F(HostileRequestTest, EveryMethodAnswersHostileRequestsClearlyAndKeepsAcknowledgedData) {
