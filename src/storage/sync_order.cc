@@ -4,6 +4,8 @@
 
 namespace weft::storage {
 
+size_t SyncOrder::bucket_of(const ChunkId& id) { return ChunkIdHash{}(id) % kOverflowBuckets; }
+
 void SyncOrder::applied(mgmt::ChainId chain, mgmt::ChainVersion version, const ChunkId& id, uint64_t order) {
   std::lock_guard lock(mu_);
   Chain& c = chains_[chain];
@@ -11,18 +13,27 @@ void SyncOrder::applied(mgmt::ChainId chain, mgmt::ChainVersion version, const C
   if (version > c.version) {
     entries_ -= c.orders.size();
     c.orders.clear();
+    c.floors.clear();
     c.version = version;
   }
   auto it = c.orders.find(id);
   if (it != c.orders.end()) {
     it->second = std::max(it->second, order);
-  } else if (entries_ < kEntriesMax) {
+    return;
+  }
+  if (entries_ < kEntriesMax) {
     c.orders.emplace(id, order);
     ++entries_;
-  } else if (!full_logged_) {
+    return;
+  }
+  if (c.floors.empty()) c.floors.assign(kOverflowBuckets, 0);
+  uint64_t& floor = c.floors[bucket_of(id)];
+  floor = std::max(floor, order);
+  if (!full_logged_) {
     full_logged_ = true;
-    WEFT_LOG_WARN("sync order: {} chunks updated during resyncs are remembered, the most kept; a resync copy of "
-                  "another chunk that arrives after an update of it is no longer caught",
+    WEFT_LOG_WARN("sync order: {} chunks updated during resyncs are remembered, the most kept; resync copies of "
+                  "chunks updated since are refused when sent before any update of a chunk of the same bucket "
+                  "(the source sends them again)",
                   kEntriesMax);
   }
 }
@@ -32,7 +43,9 @@ uint64_t SyncOrder::last_applied(mgmt::ChainId chain, mgmt::ChainVersion version
   auto c = chains_.find(chain);
   if (c == chains_.end() || c->second.version != version) return 0;
   auto it = c->second.orders.find(id);
-  return it == c->second.orders.end() ? 0 : it->second;
+  uint64_t last = it == c->second.orders.end() ? 0 : it->second;
+  if (!c->second.floors.empty()) last = std::max(last, c->second.floors[bucket_of(id)]);
+  return last;
 }
 
 void SyncOrder::retain(const std::unordered_map<mgmt::ChainId, mgmt::ChainVersion>& syncing) {

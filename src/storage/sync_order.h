@@ -21,13 +21,20 @@
 // an older version changes nothing): a sync ends with a new version, and a
 // Forward of an older one is refused as stale routing; each routing change
 // drops the chains the target no longer syncs at their version (retain). At
-// most kEntriesMax chunks are remembered per target: past that, updates are
-// not (a late copy of such a chunk is not caught; logged once per overflow).
+// most kEntriesMax chunks are remembered per target. Past that the guard
+// fails closed: an update of a chunk not remembered raises the floor of its
+// bucket (one of kOverflowBuckets per chain, by chunk hash), and a copy of
+// any chunk of that bucket ordered before the floor is refused too. The
+// source sends such a copy again (with a later order) after a pause; a
+// refusal costs a retry, a late copy let through would cost an acknowledged
+// write. Invariant: last_applied(id) >= the order of every update applied to
+// `id` at this chain version.
 #pragma once
 
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "mgmt/routing.h"
 #include "storage/chunk_id.h"
@@ -37,13 +44,15 @@ namespace weft::storage {
 class SyncOrder {
  public:
   static constexpr size_t kEntriesMax = size_t{1} << 20;
+  static constexpr size_t kOverflowBuckets = 4096;
 
   // An update ordered `order` (not a resync copy) was applied to `id` while
   // this target syncs `chain` at `version`. A newer version forgets the
   // chain's entries of the older one; one older than the entries' is ignored.
   void applied(mgmt::ChainId chain, mgmt::ChainVersion version, const ChunkId& id, uint64_t order);
   // The order of the last update applied to `id` while syncing `chain` at
-  // `version`; 0 if none is remembered.
+  // `version` (its bucket's floor when that is higher: the chunk may have
+  // been updated without being remembered); 0 if none.
   uint64_t last_applied(mgmt::ChainId chain, mgmt::ChainVersion version, const ChunkId& id) const;
   // Keeps only the chains the target syncs now, each at its version there.
   void retain(const std::unordered_map<mgmt::ChainId, mgmt::ChainVersion>& syncing);
@@ -54,7 +63,11 @@ class SyncOrder {
   struct Chain {
     mgmt::ChainVersion version = 0;
     std::unordered_map<ChunkId, uint64_t, ChunkIdHash> orders;
+    // Once updates went unremembered: per bucket, the highest such order.
+    std::vector<uint64_t> floors;
   };
+  static size_t bucket_of(const ChunkId& id);
+
   mutable std::mutex mu_;
   std::unordered_map<mgmt::ChainId, Chain> chains_;  // GUARDED_BY(mu_)
   size_t entries_ = 0;                               // GUARDED_BY(mu_): over all chains

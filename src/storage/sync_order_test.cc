@@ -44,16 +44,40 @@ TEST(SyncOrder, KeepsOnlyTheChainVersionsTheTargetSyncs) {
   EXPECT_EQ(s.size(), 0u);
 }
 
-// Bounded: past kEntriesMax chunks, new ones are not remembered; known ones
-// still move on.
-TEST(SyncOrder, RemembersAtMostItsBoundOfChunks) {
+// Bounded: past kEntriesMax chunks, new ones are not remembered one by one;
+// known ones still move on. The guard fails closed: an update of a chunk not
+// remembered raises its bucket's floor, so a copy of that chunk (or of any
+// chunk of its bucket) sent before the update is still refused; other
+// buckets and other chains are not held back, and the next chain version
+// starts over.
+TEST(SyncOrder, PastItsBoundItRefusesByBucket) {
   SyncOrder s;
   for (uint64_t i = 0; i < SyncOrder::kEntriesMax; ++i) s.applied(1, 1, ChunkId{i, 0}, i + 1);
-  s.applied(1, 1, ChunkId{UINT64_MAX, 0}, 5);
   EXPECT_EQ(s.size(), SyncOrder::kEntriesMax);
-  EXPECT_EQ(s.last_applied(1, 1, ChunkId{UINT64_MAX, 0}), 0u);
+  const ChunkId late{UINT64_MAX, 0};
+  EXPECT_EQ(s.last_applied(1, 1, late), 0u) << "not updated yet: nothing to refuse";
+  const uint64_t update_order = uint64_t{1} << 40;
+  s.applied(1, 1, late, update_order);
+  EXPECT_EQ(s.size(), SyncOrder::kEntriesMax);
+  EXPECT_GE(s.last_applied(1, 1, late), update_order) << "a copy sent before the update must be refused";
+  // Chunks of other buckets keep their own orders; a remembered chunk's
+  // later update still moves it on.
+  size_t same_bucket = 0, other_bucket = 0;
+  for (uint64_t i = 0; i < 4 * SyncOrder::kOverflowBuckets; ++i) {
+    const ChunkId other{UINT64_MAX - 1, i};
+    const uint64_t last = s.last_applied(1, 1, other);
+    if (last == update_order) ++same_bucket;
+    else if (last == 0) ++other_bucket;
+    else ADD_FAILURE() << "unexpected order " << last;
+  }
+  EXPECT_GT(other_bucket, 3 * SyncOrder::kOverflowBuckets) << "the floor holds back its bucket only";
+  EXPECT_GT(same_bucket, 0u);
   s.applied(1, 1, ChunkId{3, 0}, UINT64_MAX);
   EXPECT_EQ(s.last_applied(1, 1, ChunkId{3, 0}), UINT64_MAX);
+  EXPECT_EQ(s.last_applied(2, 1, late), 0u) << "another chain";
+  s.applied(1, 2, ChunkId{5, 0}, 7);  // the chain's next sync
+  EXPECT_EQ(s.last_applied(1, 2, late), 0u) << "a new chain version forgets the floors";
+  EXPECT_EQ(s.size(), 1u);
 }
 
 }  // namespace
