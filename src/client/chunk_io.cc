@@ -54,7 +54,7 @@ Status unknown_is_stale(const mgmt::RoutingInfo& routing, Status s) {
 Result<rpc::Endpoint> endpoint_of(const mgmt::RoutingInfo& routing, mgmt::TargetId target) {
   auto address = routing.target_address(target);
   if (!address) return error(unknown_is_stale(routing, address.error()));
-  return rpc::Endpoint::parse(*address);
+  return routing_endpoint(*address);
 }
 
 // The chain's route now (see unknown_is_stale).

@@ -1406,7 +1406,7 @@ Result<std::vector<rpc::Endpoint>> meta_addresses(const ClusterConfig& cluster, 
   std::vector<rpc::Endpoint> out;
   for (const auto& [id, node] : routing.nodes) {
     if (node.kind != mgmt::NodeKind::kMeta) continue;
-    WEFT_TRY(rpc::Endpoint ep, rpc::Endpoint::parse(node.address));
+    WEFT_TRY(rpc::Endpoint ep, routing_endpoint(node.address));
     if (node.state == mgmt::NodeState::kUp) out.insert(out.begin(), ep);
     else out.push_back(ep);
   }

@@ -319,8 +319,18 @@ TEST_F(HostileRoutingTest, MalformedAddresses) {
     add_target(r, 7, 7);
     add_chain(r, 2, {7});
     install(r);
-    expect_all_fail(2, fmt::format("node address '{}' ({} bytes)", a.size() > 20 ? a.substr(0, 20) + "..." : a,
-                                   a.size()));
+    const std::string what =
+        fmt::format("node address '{}' ({} bytes)", a.size() > 20 ? a.substr(0, 20) + "..." : a, a.size());
+    expect_all_fail(2, what);
+    // Refused at once (no connect retried for the whole retry time): an
+    // address no mgmtd registers is the routing's error, not the network's.
+    std::vector<std::byte> buf(4096);
+    auto w = bounded(chunks_.write(at(2), 0, buf), what);
+    ASSERT_FALSE(w);
+    EXPECT_EQ(w.error().code(), Code::kInvalidArgument) << what << ": " << w.error();
+    auto ro = bounded(chunks_.read_once(at(2), 0, buf), what);
+    ASSERT_FALSE(ro);
+    EXPECT_EQ(ro.error().code(), Code::kInvalidArgument) << what << ": " << ro.error();
   }
   EXPECT_EQ(storage_.accepted.load(), 0);
 }

@@ -10,6 +10,12 @@
 
 namespace weft::client {
 
+Result<rpc::Endpoint> routing_endpoint(const std::string& address) {
+  if (auto ok = mgmt::check_address(address); !ok)
+    return error(Code::kInvalidArgument, "the routing's node address: {}", ok.error().message());
+  return rpc::Endpoint::parse(address);
+}
+
 namespace {
 constexpr auto kRetryDelay = std::chrono::milliseconds(200);
 // Between polls of an mgmtd whose routing is older than ours: it answers such

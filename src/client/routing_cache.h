@@ -30,6 +30,12 @@ namespace weft::client {
 
 using RoutingPtr = std::shared_ptr<const mgmt::RoutingInfo>;
 
+// A node's address as the routing names it, as an endpoint to connect to:
+// kInvalidArgument at once for one mgmtd would never have registered
+// (mgmt::check_address: "[::1", "a:b:c:1", port 0...), which a connect would
+// only fail after the whole retry time.
+Result<rpc::Endpoint> routing_endpoint(const std::string& address);
+
 class RoutingCache {
  public:
   RoutingCache(rpc::IoPool& io, rpc::Client& rpc, std::vector<rpc::Endpoint> mgmtd);
