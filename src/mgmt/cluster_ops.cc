@@ -295,7 +295,7 @@ Result<NodeInfo*> find_heartbeat_node(PersistedState& state, const HeartbeatRequ
 
 namespace {
 
-Result<void> apply_one_sync_done(PersistedState& state, NodeId node, const SyncDoneReport& r) {
+Result<void> check_one_sync_done(const PersistedState& state, NodeId node, const SyncDoneReport& r) {
   auto t = state.routing.targets.find(r.target_id);
   if (t == state.routing.targets.end() || t->second.node_id != node)
     return error(Code::kNotPermitted, "sync done of target {}: not a target of node {}", r.target_id, node);
@@ -308,7 +308,9 @@ Result<void> apply_one_sync_done(PersistedState& state, NodeId node, const SyncD
   if (c->second.version != r.chain_version)
     return error(Code::kStaleRouting, "sync done of target {} in chain {} at version {}: the chain is at version {}",
                  r.target_id, r.chain_id, r.chain_version, c->second.version);
-  if (!sync_done(c->second, r.target_id))
+  const auto& entries = c->second.entries;
+  auto e = std::find_if(entries.begin(), entries.end(), [&](const ChainEntry& x) { return x.target_id == r.target_id; });
+  if (e == entries.end() || e->state != TargetState::kSyncing)
     return error(Code::kStaleRouting, "sync done of target {} in chain {}: the target is not syncing there",
                  r.target_id, r.chain_id);
   return {};
@@ -316,10 +318,26 @@ Result<void> apply_one_sync_done(PersistedState& state, NodeId node, const SyncD
 
 }  // namespace
 
-std::vector<Status> apply_sync_done(PersistedState& state, NodeId node, const std::vector<SyncDoneReport>& reports) {
+std::vector<Status> check_sync_done(const PersistedState& state, NodeId node,
+                                    const std::vector<SyncDoneReport>& reports) {
   std::vector<Status> ignored;
   for (const SyncDoneReport& r : reports)
-    if (auto applied = apply_one_sync_done(state, node, r); !applied) ignored.push_back(applied.error());
+    if (auto ok = check_one_sync_done(state, node, r); !ok) ignored.push_back(ok.error());
+  return ignored;
+}
+
+std::vector<Status> apply_sync_done(PersistedState& state, NodeId node, const std::vector<SyncDoneReport>& reports) {
+  std::vector<Status> ignored;
+  for (const SyncDoneReport& r : reports) {
+    // Checked against the state as the reports before it left it (two
+    // reports of one target: the second finds it serving).
+    if (auto ok = check_one_sync_done(state, node, r); !ok) {
+      ignored.push_back(ok.error());
+      continue;
+    }
+    const bool moved = sync_done(state.routing.chains.at(r.chain_id), r.target_id);
+    WEFT_ASSERT(moved);  // checked: the target is syncing there
+  }
   return ignored;
 }
 

@@ -364,9 +364,12 @@ Result<HeartbeatReply> ClusterState::heartbeat_locked(const HeartbeatRequest& re
   WEFT_RETURN_IF_ERROR(check_meta_heartbeat_locked(request));
   WEFT_TRY(NodeInfo * node, find_heartbeat_node(state_, request));
   size_t ignored = 0;
-  if (node->state == NodeState::kDown || !request.sync_done.empty() ||
+  // Reports that would all be ignored change nothing persisted: no copy of
+  // the state for them (a broken peer may resend thousands every beat).
+  std::vector<Status> refused = check_sync_done(state_, request.node_id, request.sync_done);
+  const bool sync_done_applies = refused.size() < request.sync_done.size();
+  if (node->state == NodeState::kDown || sync_done_applies ||
       has_new_target_failures(state_, request.node_id, request.usage)) {
-    std::vector<Status> refused;
     std::vector<TargetId> failed;
     WEFT_RETURN_IF_ERROR(mutate([&](PersistedState& next) -> Result<void> {
       revive_node(next.routing.nodes.at(request.node_id), now, lease);
@@ -378,13 +381,13 @@ Result<HeartbeatReply> ClusterState::heartbeat_locked(const HeartbeatRequest& re
     for (TargetId t : failed)
       WEFT_LOG_WARN("mgmt: node {} reports target {} failed (it refuses updates until restarted): out of its chains",
                     request.node_id, t);
-    // Not an error of the heartbeat (it still renews the lease): logged, in
-    // one line however many it carried (tens of thousands from a broken peer).
-    if (!refused.empty())
-      WEFT_LOG_INFO("mgmt: node {}: ignored {} sync-done report(s), the first: {}", request.node_id, refused.size(),
-                    refused.front());
-    ignored = refused.size();
   }
+  // Not an error of the heartbeat (it still renews the lease): logged, in
+  // one line however many it carried (tens of thousands from a broken peer).
+  if (!refused.empty())
+    WEFT_LOG_INFO("mgmt: node {}: ignored {} sync-done report(s), the first: {}", request.node_id, refused.size(),
+                  refused.front());
+  ignored = refused.size();
   // Once the revival is recorded: a heartbeat that failed revived nothing
   // and begins no misled-probe pause.
   note_revived_after_refusal_locked(*node, now);

@@ -1179,6 +1179,43 @@ TEST(ClusterState, IgnoredSyncDoneReportsOfAHeartbeatAreLoggedInOneLine) {
   EXPECT_EQ(h.registry.counter("weft_mgmt_ignored_reports_total", "").value(), 40000u);
 }
 
+// A heartbeat whose sync-done reports would all be ignored changes nothing
+// persisted, so it costs no copy of the state and no refresh of every
+// node's and chain's metrics (seen here: another node's heartbeat-age gauge
+// is not touched). One good report among bogus ones still applies, the rest
+// are counted.
+TEST(ClusterState, OnlyIgnoredSyncDoneReportsChangeNothing) {
+  Harness h;
+  auto [id, head, tail, head_node, tail_node] = h.two_replica_chain();
+  h.clock.advance(16s);
+  h.beat(head_node);
+  ASSERT_TRUE(h.state->tick().has_value());
+  h.beat(tail_node);
+  ASSERT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, Y}}));
+  const ChainVersion round = h.chain(id).version;
+  const RoutingVersion before = h.state->routing_version();
+  auto& head_age = h.registry.gauge("weft_mgmt_heartbeat_age_ms", "", {{"node", std::to_string(head_node)}});
+  const int64_t head_age_before = head_age.value();
+
+  h.clock.advance(3s);
+  std::vector<SyncDoneReport> bogus;
+  for (uint32_t i = 0; i < 1000; ++i) bogus.push_back({.chain_id = 1000 + i, .target_id = tail, .chain_version = 1});
+  bogus.push_back({.chain_id = id, .target_id = tail, .chain_version = round + 1});  // a version it never had
+  bogus.push_back({.chain_id = id, .target_id = head, .chain_version = round});      // not the node's target
+  h.beat(tail_node, 1, bogus);
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, Y}}));
+  EXPECT_EQ(h.state->routing_version(), before);
+  EXPECT_EQ(head_age.value(), head_age_before) << "the state was copied and every node's metrics refreshed";
+  EXPECT_EQ(h.registry.counter("weft_mgmt_ignored_reports_total", "").value(), 1002u);
+
+  bogus.push_back({.chain_id = id, .target_id = tail, .chain_version = round});
+  bogus.push_back({.chain_id = id, .target_id = tail, .chain_version = round});  // twice: the second finds it serving
+  h.beat(tail_node, 1, bogus);
+  EXPECT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, S}}));
+  EXPECT_GT(h.state->routing_version(), before);
+  EXPECT_EQ(h.registry.counter("weft_mgmt_ignored_reports_total", "").value(), 1002u + 1003u);
+}
+
 TEST(ClusterState, ConcurrentHeartbeatsAndTicksKeepInvariants) {
   Harness h;
   for (int i = 1; i <= 4; ++i) h.add_storage(i, 2);
