@@ -143,6 +143,17 @@ void check_inodes(Namespace& ns, std::map<Ino, std::vector<const Dentry*>>& link
     if (base.is_file())
       if (auto valid = validate_layout(base.layout); !valid)
         p.push_back(fmt::format("file {}: {} (no chunk of it can be placed)", ino, valid.error().message()));
+    // Meta between 4602f0c and 15e7ff9 stored a target with a NUL byte (only
+    // the native and Python APIs could send one); clients refuse such a
+    // target, and an empty one, from readlink (kProtocol). (The codec refuses
+    // one past kSymlinkBytesMax: a malformed inode.)
+    if (base.is_symlink()) {
+      const std::string& target = base.symlink_target;
+      const bool nul = target.find('\0') != std::string::npos;
+      if (target.empty() || nul)
+        p.push_back(fmt::format("symlink {}: a target of {} bytes{} no readlink takes (make the link again)", ino,
+                                target.size(), nul ? " holding a NUL byte" : ""));
+    }
     if (ls.empty() && !(base.is_file() && base.nlink == 0 && ns.sessions.contains(ino)))
       p.push_back(fmt::format("orphan inode {} (nlink {}, no session)", ino, base.nlink));
     if (ns.gc.contains(ino)) p.push_back(fmt::format("inode {} is live and queued for GC", ino));

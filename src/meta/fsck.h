@@ -9,7 +9,8 @@
 // belong to live inodes; sessions are of files, readable and owned by a client
 // (else the reaper could never close them); no inode, session or GC id at or
 // above the id high-water mark (Mnext_ino); the inode counter matches; files
-// are within kFileBytesMax and of layouts validate_layout takes.
+// are within kFileBytesMax and of layouts validate_layout takes; symlink
+// targets are not empty and hold no NUL.
 // Threading: reads through one snapshot, so it may run on a live store, but
 // holds the whole namespace in memory (fine up to a few million inodes).
 #pragma once

@@ -78,6 +78,27 @@ TEST_F(FsckTest, FilesPastTheLengthBoundOrOfNoValidLayout) {
   EXPECT_EQ(std::count(p.begin(), p.end(), '\n'), 2) << p;
 }
 
+// Symlink targets no readlink takes (meta stored one with a NUL byte for a
+// while) are named. (One past kSymlinkBytesMax does not decode: a malformed
+// inode, TypeMismatchBadParentAndGarbage.)
+TEST_F(FsckTest, SymlinkTargetsNoReadlinkTakes) {
+  ASSERT_OK(s().symlink(root(), kRootIno, "fine", "f"));
+  std::vector<Ino> bad;
+  for (std::string target : {std::string("a\0b", 3), std::string()}) {
+    auto l = s().symlink(root(), kRootIno, "l" + std::to_string(bad.size()), "t");
+    ASSERT_OK(l);
+    Inode n = *l;
+    n.symlink_target = target;
+    n.size = target.size();
+    put(key::inode(n.ino), encode_inode(n));
+    bad.push_back(n.ino);
+  }
+  std::string p = problems();
+  EXPECT_NE(p.find(fmt::format("symlink {}: a target of 3 bytes holding a NUL byte", bad[0])), std::string::npos) << p;
+  EXPECT_NE(p.find(fmt::format("symlink {}: a target of 0 bytes", bad[1])), std::string::npos) << p;
+  EXPECT_EQ(std::count(p.begin(), p.end(), '\n'), 2) << p;
+}
+
 TEST_F(FsckTest, DirectoryCycleIsUnreachable) {
   Ino a = mkdir("a");
   Ino b = mkdir("b", a);
