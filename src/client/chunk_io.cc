@@ -26,6 +26,15 @@ using SteadyClock = std::chrono::steady_clock;
 // Codes after which another attempt (maybe on a newer routing) can succeed.
 bool worth_retrying(Code c) { return code_retryable(c) || c == Code::kIoError; }
 
+// A round over a chain's replicas answers with the last replica's error,
+// except that one worth retrying is not replaced by one that is not: a
+// replica briefly down, then one the routing names wrongly, must leave the
+// read to be tried again (on this routing or a fixed one), not fail it.
+void keep_retryable(Status& last, Status next) {
+  if (worth_retrying(last.code()) && !worth_retrying(next.code())) return;
+  last = std::move(next);
+}
+
 // Refusals a head (or a member it forwarded to) answers before any member
 // staged the update: the routing it was sent under, the head's place, the
 // lease. Such a send applied nothing anywhere.
@@ -374,7 +383,7 @@ Result<uint32_t> ChunkIo::read_blocking(ChunkAddress c, uint32_t offset, std::sp
     mgmt::TargetId target = route.readable[(first + i) % n];
     auto r = read_from_blocking(*routing, req, target, c, dst, timeout_ms);
     if (r) return r;
-    last = r.error();
+    keep_retryable(last, r.error());
     if (i + 1 < tries) {
       replica_failovers_.fetch_add(1);
       WEFT_LOG_DEBUG("read chunk {}:{}: {}; trying the next replica", c.ino, c.index, last);
@@ -394,7 +403,7 @@ Task<Result<uint32_t>> ChunkIo::read_round(const mgmt::RoutingInfo& routing, Chu
     mgmt::TargetId target = route.readable[(first + i) % n];
     auto r = co_await read_from(routing, route.version, target, c, offset, dst);
     if (r) co_return r;
-    last = r.error();
+    keep_retryable(last, r.error());
     if (i + 1 < n) {
       replica_failovers_.fetch_add(1);
       WEFT_LOG_DEBUG("read chunk {}:{}: {}; trying the next replica", c.ino, c.index, last);
@@ -477,15 +486,16 @@ Task<Result<std::optional<uint64_t>>> ChunkIo::data_end_at(rpc::Endpoint ep, mgm
 Task<Result<std::optional<uint64_t>>> ChunkIo::data_end(uint64_t ino, mgmt::ChainId chain, uint32_t chunk_bytes,
                                                         uint64_t first_index, uint64_t end_index) {
   using T = std::optional<uint64_t>;
-  // One round: each serving replica in turn; the last one's error.
+  // One round: each serving replica in turn; the last one's error (keep_retryable).
   Round<T> round = [=, this]() -> Task<Result<T>> {
     RoutingPtr routing = routing_.current();
     WEFT_CO_TRY(mgmt::ChainRoute route, route_of(*routing, chain));
-    Status last(Code::kUnavailable, fmt::format("chain {} has no serving replica", chain));
+    if (route.readable.empty()) co_return error(Code::kUnavailable, "chain {} has no serving replica", chain);
+    Status last;
     for (mgmt::TargetId target : route.readable) {
       auto ep = endpoint_of(*routing, target);
       if (!ep) {
-        last = ep.error();
+        keep_retryable(last, ep.error());
         replica_failovers_.fetch_add(1);
         continue;
       }
@@ -493,7 +503,7 @@ Task<Result<std::optional<uint64_t>>> ChunkIo::data_end(uint64_t ino, mgmt::Chai
       // co_await inside ?: twice (a double free at the first failed listing).
       auto r = co_await data_end_at(*ep, target, route.version, ino, chain, chunk_bytes, first_index, end_index);
       if (r) co_return r;
-      last = r.error();
+      keep_retryable(last, r.error());
       replica_failovers_.fetch_add(1);
     }
     co_return error(last);

@@ -1404,12 +1404,19 @@ void ClientImpl::fulfil_reads(ReadJob& job) {
 Result<std::vector<rpc::Endpoint>> meta_addresses(const ClusterConfig& cluster, const mgmt::RoutingInfo& routing) {
   if (!cluster.meta.empty()) return cluster.meta;
   std::vector<rpc::Endpoint> out;
+  std::optional<Status> bad;
   for (const auto& [id, node] : routing.nodes) {
     if (node.kind != mgmt::NodeKind::kMeta) continue;
-    WEFT_TRY(rpc::Endpoint ep, routing_endpoint(node.address));
-    if (node.state == mgmt::NodeState::kUp) out.insert(out.begin(), ep);
-    else out.push_back(ep);
+    auto ep = routing_endpoint(node.address);
+    if (!ep) {  // the others may serve: one bad entry does not stop the client
+      WEFT_LOG_WARN("meta node {} left out: {}", id, ep.error());
+      bad = ep.error().with_context(fmt::format("meta node {}", id));
+      continue;
+    }
+    if (node.state == mgmt::NodeState::kUp) out.insert(out.begin(), *ep);
+    else out.push_back(*ep);
   }
+  if (out.empty() && bad) return error(*bad);
   if (out.empty())
     return error(Code::kUnavailable, "no metadata server has registered with mgmtd (and {} lists none under 'meta')",
                  cluster.source);

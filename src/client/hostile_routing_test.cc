@@ -28,10 +28,12 @@
 //   - any other far jump forward (UINT64_MAX - 1, 10^18) then back wedged
 //     the client the same way: a jump of more than 2^32 past the version
 //     held is refused, as mgmtd refuses such reports (AFarJumpIsRefused).
-// Seen, not faults: addresses Endpoint::parse takes but check_address would
-// not ("[::1" -> host "[:" port 1, "a:b:c:1", "127.0.0.1:0", 300-byte
-// host:1) are connected to and fail (kIoError after the retry time); the
-// others fail at once (kInvalidArgument).
+//   - addresses Endpoint::parse takes but check_address would not ("[::1"
+//     -> host "[:" port 1, "a:b:c:1", "127.0.0.1:0", 300-byte host:1) were
+//     connected to and failed only after the retry time (kIoError); every
+//     address mgmtd would not register now fails at once (kProtocol:
+//     MalformedAddresses), and a round over replicas keeps a retryable
+//     error of one over such an address's (ABadReplicaAddressDoesNotEndRetries).
 #include <gtest/gtest.h>
 
 #include <asio/co_spawn.hpp>
@@ -327,12 +329,36 @@ TEST_F(HostileRoutingTest, MalformedAddresses) {
     std::vector<std::byte> buf(4096);
     auto w = bounded(chunks_.write(at(2), 0, buf), what);
     ASSERT_FALSE(w);
-    EXPECT_EQ(w.error().code(), Code::kInvalidArgument) << what << ": " << w.error();
+    EXPECT_EQ(w.error().code(), Code::kProtocol) << what << ": " << w.error();
     auto ro = bounded(chunks_.read_once(at(2), 0, buf), what);
     ASSERT_FALSE(ro);
-    EXPECT_EQ(ro.error().code(), Code::kInvalidArgument) << what << ": " << ro.error();
+    EXPECT_EQ(ro.error().code(), Code::kProtocol) << what << ": " << ro.error();
   }
   EXPECT_EQ(storage_.accepted.load(), 0);
+}
+
+// A chain of a replica that is only unreachable (the dropping storage) and
+// one the routing names by an address mgmtd would not register: reads and
+// listings keep trying for the retry time (the first may come back), and do
+// not end at once with the bad address's kProtocol, whichever replica a
+// round tries last.
+TEST_F(HostileRoutingTest, ABadReplicaAddressDoesNotEndRetries) {
+  pb::Routing r = base(2);
+  add_node(r, 7, "[::1");
+  add_target(r, 7, 7);
+  add_chain(r, 2, {1, 7});
+  install(r);
+  std::vector<std::byte> buf(4096);
+  for (uint64_t index = 0; index < 4; ++index) {  // both replicas come first in some round
+    const auto start = SteadyClock::now();
+    auto rd = bounded(chunks_.read(at(2, index), 0, buf), "read");
+    ASSERT_FALSE(rd);
+    EXPECT_NE(rd.error().code(), Code::kProtocol) << rd.error();
+    auto de = bounded(chunks_.data_end(kIno, 2, kChunkBytes, index, index + 1), "data_end");
+    ASSERT_FALSE(de);
+    EXPECT_NE(de.error().code(), Code::kProtocol) << de.error();
+    EXPECT_GE(SteadyClock::now() - start, 2 * std::chrono::milliseconds(kRetryTimeMs)) << "no retry";
+  }
 }
 
 TEST_F(HostileRoutingTest, TablesWithoutOrOfUnknownChains) {

@@ -12,7 +12,7 @@ namespace weft::client {
 
 Result<rpc::Endpoint> routing_endpoint(const std::string& address) {
   if (auto ok = mgmt::check_address(address); !ok)
-    return error(Code::kInvalidArgument, "the routing's node address: {}", ok.error().message());
+    return error(Code::kProtocol, "the routing's node address: {}", ok.error().message());
   return rpc::Endpoint::parse(address);
 }
 

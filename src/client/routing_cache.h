@@ -31,9 +31,10 @@ namespace weft::client {
 using RoutingPtr = std::shared_ptr<const mgmt::RoutingInfo>;
 
 // A node's address as the routing names it, as an endpoint to connect to:
-// kInvalidArgument at once for one mgmtd would never have registered
-// (mgmt::check_address: "[::1", "a:b:c:1", port 0...), which a connect would
-// only fail after the whole retry time.
+// kProtocol (mgmtd's fault, not the caller's) at once for one mgmtd would
+// never have registered (mgmt::check_address: "[::1", "a:b:c:1", port 0...),
+// which a connect would only fail after the whole retry time. A fixed
+// routing arrives through the cache's long poll like any other.
 Result<rpc::Endpoint> routing_endpoint(const std::string& address);
 
 class RoutingCache {
