@@ -680,7 +680,8 @@ Task<Result<pb::ForwardReply>> StorageService::forward_in(const pb::ForwardReque
     if (uint64_t last = t.sync_order().last_applied(req.chain_id(), req.chain_version(), u.id); last > req.order())
       co_return error(Code::kVersionMismatch,
                       "resync copy of chunk {} refused: it was sent (order {}) before an update applied here since "
-                      "(order {})",
+                      "(order {}; of this chunk, or of its bucket once too many chunks were updated to remember "
+                      "each: sync_order.h)",
                       u.id, req.order(), last);
   }
   u.sync = req.sync();

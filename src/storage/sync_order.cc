@@ -22,7 +22,10 @@ void SyncOrder::applied(mgmt::ChainId chain, mgmt::ChainVersion version, const C
     return;
   }
   if (entries_ < kEntriesMax) {
-    c.orders.emplace(id, order);
+    // Room again (another chain's entries went): updates of `id` made while
+    // it was not remembered are below its bucket's floor.
+    const uint64_t floor = c.floors.empty() ? 0 : c.floors[bucket_of(id)];
+    c.orders.emplace(id, std::max(order, floor));
     ++entries_;
     return;
   }
@@ -42,10 +45,11 @@ uint64_t SyncOrder::last_applied(mgmt::ChainId chain, mgmt::ChainVersion version
   std::lock_guard lock(mu_);
   auto c = chains_.find(chain);
   if (c == chains_.end() || c->second.version != version) return 0;
+  // A remembered chunk's entry covers every update of it (it started at its
+  // bucket's floor); the floor speaks only for chunks not remembered.
   auto it = c->second.orders.find(id);
-  uint64_t last = it == c->second.orders.end() ? 0 : it->second;
-  if (!c->second.floors.empty()) last = std::max(last, c->second.floors[bucket_of(id)]);
-  return last;
+  if (it != c->second.orders.end()) return it->second;
+  return c->second.floors.empty() ? 0 : c->second.floors[bucket_of(id)];
 }
 
 void SyncOrder::retain(const std::unordered_map<mgmt::ChainId, mgmt::ChainVersion>& syncing) {

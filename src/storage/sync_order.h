@@ -23,12 +23,14 @@
 // drops the chains the target no longer syncs at their version (retain). At
 // most kEntriesMax chunks are remembered per target. Past that the guard
 // fails closed: an update of a chunk not remembered raises the floor of its
-// bucket (one of kOverflowBuckets per chain, by chunk hash), and a copy of
-// any chunk of that bucket ordered before the floor is refused too. The
-// source sends such a copy again (with a later order) after a pause; a
-// refusal costs a retry, a late copy let through would cost an acknowledged
-// write. Invariant: last_applied(id) >= the order of every update applied to
-// `id` at this chain version.
+// bucket (one of kOverflowBuckets per chain, by chunk hash; 512 KiB, only
+// for a chain that overflowed), and a copy of any chunk of that bucket not
+// remembered, ordered before the floor, is refused too. The source sends
+// such a copy again (with a later order) after a pause; a refusal costs a
+// retry, a late copy let through would cost an acknowledged write. A chunk
+// remembered later (room again) starts at its bucket's floor.
+// Invariant: last_applied(id) >= the order of every update applied to `id`
+// at this chain version.
 #pragma once
 
 #include <cstdint>
@@ -44,15 +46,15 @@ namespace weft::storage {
 class SyncOrder {
  public:
   static constexpr size_t kEntriesMax = size_t{1} << 20;
-  static constexpr size_t kOverflowBuckets = 4096;
+  static constexpr size_t kOverflowBuckets = size_t{1} << 16;
 
   // An update ordered `order` (not a resync copy) was applied to `id` while
   // this target syncs `chain` at `version`. A newer version forgets the
   // chain's entries of the older one; one older than the entries' is ignored.
   void applied(mgmt::ChainId chain, mgmt::ChainVersion version, const ChunkId& id, uint64_t order);
   // The order of the last update applied to `id` while syncing `chain` at
-  // `version` (its bucket's floor when that is higher: the chunk may have
-  // been updated without being remembered); 0 if none.
+  // `version` (its bucket's floor when `id` is not remembered: it may have
+  // been updated unremembered); 0 if none.
   uint64_t last_applied(mgmt::ChainId chain, mgmt::ChainVersion version, const ChunkId& id) const;
   // Keeps only the chains the target syncs now, each at its version there.
   void retain(const std::unordered_map<mgmt::ChainId, mgmt::ChainVersion>& syncing);

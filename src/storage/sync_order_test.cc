@@ -72,12 +72,31 @@ TEST(SyncOrder, PastItsBoundItRefusesByBucket) {
   }
   EXPECT_GT(other_bucket, 3 * SyncOrder::kOverflowBuckets) << "the floor holds back its bucket only";
   EXPECT_GT(same_bucket, 0u);
+  for (uint64_t i = 0; i < SyncOrder::kEntriesMax; ++i)
+    if (s.last_applied(1, 1, ChunkId{i, 0}) != i + 1)
+      FAIL() << "remembered chunk " << i << " is held back by a floor: " << s.last_applied(1, 1, ChunkId{i, 0});
   s.applied(1, 1, ChunkId{3, 0}, UINT64_MAX);
   EXPECT_EQ(s.last_applied(1, 1, ChunkId{3, 0}), UINT64_MAX);
   EXPECT_EQ(s.last_applied(2, 1, late), 0u) << "another chain";
   s.applied(1, 2, ChunkId{5, 0}, 7);  // the chain's next sync
   EXPECT_EQ(s.last_applied(1, 2, late), 0u) << "a new chain version forgets the floors";
   EXPECT_EQ(s.size(), 1u);
+}
+
+// A chunk updated while not remembered, then remembered once there is room
+// again (another chain's entries went), keeps its bucket's floor: the
+// update made unremembered still refuses a copy sent before it.
+TEST(SyncOrder, AChunkRememberedLaterStartsAtItsBucketsFloor) {
+  SyncOrder s;
+  for (uint64_t i = 0; i < SyncOrder::kEntriesMax; ++i) s.applied(2, 1, ChunkId{i, 0}, 1);
+  const ChunkId x{UINT64_MAX, 3};
+  s.applied(1, 1, x, 1000);  // not remembered: the floor
+  EXPECT_GE(s.last_applied(1, 1, x), 1000u);
+  s.retain({{1, 1}});  // chain 2 synced: its entries go
+  EXPECT_EQ(s.size(), 0u);
+  s.applied(1, 1, x, 10);  // remembered now (an update that finished late)
+  EXPECT_EQ(s.size(), 1u);
+  EXPECT_GE(s.last_applied(1, 1, x), 1000u);
 }
 
 }  // namespace
