@@ -308,9 +308,7 @@ Result<void> check_one_sync_done(const PersistedState& state, NodeId node, const
   if (c->second.version != r.chain_version)
     return error(Code::kStaleRouting, "sync done of target {} in chain {} at version {}: the chain is at version {}",
                  r.target_id, r.chain_id, r.chain_version, c->second.version);
-  const auto& entries = c->second.entries;
-  auto e = std::find_if(entries.begin(), entries.end(), [&](const ChainEntry& x) { return x.target_id == r.target_id; });
-  if (e == entries.end() || e->state != TargetState::kSyncing)
+  if (!is_syncing(c->second, r.target_id))
     return error(Code::kStaleRouting, "sync done of target {} in chain {}: the target is not syncing there",
                  r.target_id, r.chain_id);
   return {};
@@ -336,7 +334,7 @@ std::vector<Status> apply_sync_done(PersistedState& state, NodeId node, const st
       continue;
     }
     const bool moved = sync_done(state.routing.chains.at(r.chain_id), r.target_id);
-    WEFT_ASSERT(moved);  // checked: the target is syncing there
+    WEFT_ASSERT(moved);  // checked (is_syncing, the predicate sync_done uses)
   }
   return ignored;
 }

@@ -48,8 +48,10 @@ Result<NodeInfo*> find_heartbeat_node(PersistedState& state, const HeartbeatRequ
 // the version the resync ran at. Returns why each other report was ignored
 // (kStaleRouting: the chain moved on since; a later resync round reports again).
 std::vector<Status> apply_sync_done(PersistedState& state, NodeId node, const std::vector<SyncDoneReport>& reports);
-// Why each report apply_sync_done would ignore on `state` is ignored, without
-// changing it: when every report is, a heartbeat changes nothing persisted.
+// Why each report that does not fit `state` is ignored, without changing it:
+// when every report is, apply_sync_done would change nothing (it may ignore
+// more: a second report of one target finds it serving), so a heartbeat
+// changes nothing persisted.
 std::vector<Status> check_sync_done(const PersistedState& state, NodeId node,
                                     const std::vector<SyncDoneReport>& reports);
 // The node's own targets its usage reports as failed and that are still

@@ -78,9 +78,15 @@ bool return_target(ChainInfo& chain, TargetId target) {
   return true;
 }
 
+bool is_syncing(const ChainInfo& chain, TargetId target) {
+  auto it = std::find_if(chain.entries.begin(), chain.entries.end(),
+                         [&](const ChainEntry& e) { return e.target_id == target; });
+  return it != chain.entries.end() && it->state == TargetState::kSyncing;
+}
+
 bool sync_done(ChainInfo& chain, TargetId target) {
+  if (!is_syncing(chain, target)) return false;
   auto it = find_entry(chain.entries, target);
-  if (it == chain.entries.end() || it->state != TargetState::kSyncing) return false;
   size_t serving = count_state(chain.entries, TargetState::kServing);
   move_entry(chain.entries, it, {target, TargetState::kServing}, serving);
   return true;

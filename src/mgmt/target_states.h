@@ -50,6 +50,8 @@ namespace weft::mgmt {
 bool fail_target(ChainInfo& chain, TargetId target);
 bool return_target(ChainInfo& chain, TargetId target);
 bool sync_done(ChainInfo& chain, TargetId target);
+// Whether sync_done would move `target`: it is syncing in the chain.
+bool is_syncing(const ChainInfo& chain, TargetId target);
 bool lose_target_data(ChainInfo& chain, TargetId target);
 // kNotFound: not in the chain; kNotPermitted: the chain still has a serving
 // or last-serving entry (nothing to decide), or the target is not offline.
