@@ -496,14 +496,22 @@ class FuseServer::Impl {
   }
 
   // ---- inodes as meta last returned them here ----
-  // A read-only open of an inode fetched less than attr_timeout_s ago skips
+  // A read-only open of a file fetched less than attr_timeout_s ago skips
   // meta (one round trip of the three a first-epoch file costs): the kernel
-  // trusts the same attributes that long. Entries live while the kernel
+  // trusts the same attributes that long. So does a getxattr or listxattr
+  // of an inode meta said has no xattrs (ls -l asks every entry for
+  // security.selinux): answered here, as meta would (the same rules on the
+  // same attributes), without a round trip. Entries live while the kernel
   // holds the inode (forget erases them) and are dropped when a handle that
-  // may change the file opens or closes here.
+  // may change the file opens or closes here, or an xattr is set or removed
+  // here. Another client's change shows after attr_timeout_s, as its other
+  // attribute changes do.
   // When attributes were asked for: taken before the meta call. Attributes
   // fetched across a change made through this mount (a flush, a release, a
   // write) may be older than what meta has now: those are not remembered.
+  // Attributes from a listing page (readdirplus) serve the xattr answer
+  // only: opens keep to what a lookup or getattr fetched (a page's lengths
+  // have their own rules, readdir_reply).
   struct Fetched {
     uint64_t changes = 0;  // change_count() then
     std::chrono::steady_clock::time_point at;
@@ -511,20 +519,35 @@ class FuseServer::Impl {
   struct KnownInode {
     Inode inode;
     std::chrono::steady_clock::time_point at;  // Fetched::at
+    bool listed = false;                       // from a listing page
   };
   Fetched fetching() const { return {change_count(), std::chrono::steady_clock::now()}; }
-  void remember(const Inode& in, const Fetched& f) {
-    if (!in.is_file() || options_.attr_timeout_s <= 0) return;
+  void remember(const Inode& in, const Fetched& f, bool listed = false) {
+    if (options_.attr_timeout_s <= 0) return;
     std::lock_guard lk(lookups_mu_);
     if (change_count() != f.changes) return;
-    known_[in.ino] = KnownInode{in, f.at};
+    auto [it, added] = known_.try_emplace(in.ino, KnownInode{in, f.at, listed});
+    // A page's older view does not replace what a lookup fetched since.
+    if (!added && !(listed && !it->second.listed && it->second.at > f.at)) it->second = KnownInode{in, f.at, listed};
   }
   void drop_known(Ino ino) {
     std::lock_guard lk(lookups_mu_);
     known_.erase(ino);
     data_changed();  // a fetch under way must not put it back (remember() compares under the same lock)
   }
+  // What an open may go by (fetched by a lookup or getattr).
   std::optional<KnownInode> fresh_known(Ino ino) {
+    auto k = fresh_known_any(ino);
+    if (k && k->listed) return std::nullopt;
+    return k;
+  }
+  // The inode's fresh attributes when meta said it has no xattrs.
+  std::optional<Inode> known_without_xattrs(Ino ino) {
+    auto k = fresh_known_any(ino);
+    if (!k || k->inode.xattrs != meta::XattrPresence::kNone) return std::nullopt;
+    return k->inode;
+  }
+  std::optional<KnownInode> fresh_known_any(Ino ino) {
     std::lock_guard lk(lookups_mu_);
     auto it = known_.find(ino);
     if (it == known_.end()) return std::nullopt;
@@ -1499,6 +1522,7 @@ class FuseServer::Impl {
             e.attr.st_mode = type_bits(de->type);
           } else {
             counted = true;
+            if (from_page) remember(attr, Fetched{d->page_changes, d->page_at}, /*listed=*/true);
           }
         } else {  // e.ino 0: the kernel links no entry for it (fuse_direntplus_link)
           e.attr.st_ino = de->ino;
@@ -1583,6 +1607,7 @@ class FuseServer::Impl {
       xf = XattrFlags::kReplace;
     }
     auto r = self(req)->client_.setxattr(cred_of(req), ino, name, std::string_view(value, size), xf);
+    self(req)->drop_known(ino);  // it may have xattrs now (also after a failure: the outcome may be unknown)
     self(req)->changed();
     fuse_reply_err(req, r ? 0 : inode_errno(r.error()));
   }
@@ -1594,7 +1619,14 @@ class FuseServer::Impl {
       fuse_reply_err(req, ENODATA);
       return;
     }
-    auto r = self(req)->client_.getxattr(cred_of(req), ino, name);
+    auto* s = self(req);
+    const Cred cred = cred_of(req);
+    if (auto none = s->known_without_xattrs(ino)) {  // see remember()
+      auto allowed = meta::check_xattr_access(*none, cred, name, /*write=*/false);
+      fuse_reply_err(req, allowed ? ENODATA : inode_errno(allowed.error()));
+      return;
+    }
+    auto r = s->client_.getxattr(cred, ino, name);
     if (!r) {
       fuse_reply_err(req, inode_errno(r.error()));
       return;
@@ -1609,7 +1641,13 @@ class FuseServer::Impl {
   }
 
   static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
-    auto r = self(req)->client_.listxattr(cred_of(req), ino);
+    auto* s = self(req);
+    if (s->known_without_xattrs(ino)) {  // see remember(); meta checks nothing more for a list
+      if (size == 0) fuse_reply_xattr(req, 0);
+      else fuse_reply_buf(req, nullptr, 0);
+      return;
+    }
+    auto r = s->client_.listxattr(cred_of(req), ino);
     if (!r) {
       fuse_reply_err(req, inode_errno(r.error()));
       return;
@@ -1630,6 +1668,7 @@ class FuseServer::Impl {
 
   static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
     auto r = self(req)->client_.removexattr(cred_of(req), ino, name);
+    self(req)->drop_known(ino);
     self(req)->changed();
     fuse_reply_err(req, r ? 0 : inode_errno(r.error()));
   }

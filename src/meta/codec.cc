@@ -171,15 +171,27 @@ Result<uint64_t> u64_at(std::string_view k, size_t offset) {
 }
 }  // namespace key
 
+// The xattr presence follows the fields in the inode record only (the retry
+// table's replies embed the fields before more of their own: replayed, an
+// inode's presence reads as unknown, which only costs a round trip).
+// Inodes stored before it end after the fields: unknown.
 std::string encode_inode(const Inode& inode) {
   Writer w;
   write_inode_fields(w, inode);
+  if (inode.xattrs != XattrPresence::kUnknown) w.u8(static_cast<uint8_t>(inode.xattrs));
   return w.take();
 }
 
 Result<Inode> decode_inode(std::string_view bytes) {
   Reader r(bytes, "inode");
   Inode n = read_inode_fields(r);
+  if (!r.at_end()) {
+    const uint8_t presence = r.u8();
+    if (presence != static_cast<uint8_t>(XattrPresence::kNone) &&
+        presence != static_cast<uint8_t>(XattrPresence::kSome))
+      r.fail();
+    n.xattrs = static_cast<XattrPresence>(presence);
+  }
   WEFT_RETURN_IF_ERROR(r.finish());
   return n;
 }

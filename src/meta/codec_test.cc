@@ -127,6 +127,28 @@ TEST(Codec, RequestRecordsKeepABoundedMessage) {
   EXPECT_EQ(r->message, rec.message.substr(0, kRecordMessageBytesMax - 1));
 }
 
+// The xattr presence is one byte after the fields, in inode records only:
+// an inode stored before it reads as unknown, a byte other than none or
+// some is corruption, and the retry table's replies leave it out (a
+// replayed reply's inode reads as unknown: a mount then asks meta).
+TEST(Codec, XattrPresenceFollowsTheInodeFields) {
+  const Inode unknown = sample_inode();
+  const std::string old_bytes = encode_inode(unknown);
+  for (XattrPresence p : {XattrPresence::kNone, XattrPresence::kSome}) {
+    Inode n = unknown;
+    n.xattrs = p;
+    const std::string bytes = encode_inode(n);
+    EXPECT_EQ(bytes, old_bytes + static_cast<char>(p));
+    EXPECT_EQ(*decode_inode(bytes), n);
+    auto rec = decode_request(encode_request({Code::kOk, "m", reply_of(n), 1, 3}));
+    ASSERT_TRUE(rec.has_value()) << rec.error();
+    EXPECT_EQ(rec->reply.inode, unknown);
+  }
+  EXPECT_EQ(decode_inode(old_bytes)->xattrs, XattrPresence::kUnknown);
+  for (char bad : {'\0', '\3', '\xff'})
+    EXPECT_EQ(decode_inode(old_bytes + bad).error().code(), Code::kCorruption) << int(bad);
+}
+
 TEST(Codec, EveryTruncationIsCorruption) {
   std::string bytes = encode_inode(sample_inode());
   for (size_t n = 0; n < bytes.size(); ++n) {

@@ -154,6 +154,14 @@ void check_inodes(Namespace& ns, std::map<Ino, std::vector<const Dentry*>>& link
         p.push_back(fmt::format("symlink {}: a target of {} bytes{} no readlink takes (make the link again)", ino,
                                 target.size(), nul ? " holding a NUL byte" : ""));
     }
+    // A mount answers "no xattrs" from the record without asking: a record
+    // of none over xattrs hides them there.
+    const bool has_xattrs = ns.xattrs.contains(ino);
+    if (base.xattrs == XattrPresence::kNone && has_xattrs)
+      p.push_back(fmt::format("inode {} records no xattrs but has some (mounts do not show them: set or remove one "
+                              "to put the record right)", ino));
+    if (base.xattrs == XattrPresence::kSome && !has_xattrs)
+      p.push_back(fmt::format("inode {} records xattrs but has none", ino));
     if (ls.empty() && !(base.is_file() && base.nlink == 0 && ns.sessions.contains(ino)))
       p.push_back(fmt::format("orphan inode {} (nlink {}, no session)", ino, base.nlink));
     if (ns.gc.contains(ino)) p.push_back(fmt::format("inode {} is live and queued for GC", ino));

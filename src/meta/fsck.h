@@ -10,7 +10,8 @@
 // (else the reaper could never close them); no inode, session or GC id at or
 // above the id high-water mark (Mnext_ino); the inode counter matches; files
 // are within kFileBytesMax and of layouts validate_layout takes; symlink
-// targets are not empty and hold no NUL.
+// targets are not empty and hold no NUL; an inode's record of having xattrs
+// (XattrPresence) matches its xattrs.
 // Threading: reads through one snapshot, so it may run on a live store, but
 // holds the whole namespace in memory (fine up to a few million inodes).
 #pragma once

@@ -99,6 +99,31 @@ TEST_F(FsckTest, SymlinkTargetsNoReadlinkTakes) {
   EXPECT_EQ(std::count(p.begin(), p.end(), '\n'), 2) << p;
 }
 
+// An inode whose record says it has no xattrs over xattrs it has (a mount
+// would hide them) is named, and one recording some over none.
+TEST_F(FsckTest, XattrPresenceMatchesTheXattrs) {
+  Ino hidden = create("hidden");
+  ASSERT_OK(s().setxattr(root(), hidden, "user.a", "1", XattrFlags::kAny));
+  Inode h = *s().getattr(root(), hidden);
+  h.xattrs = XattrPresence::kNone;
+  put(key::inode(hidden), encode_inode(h));
+  Ino claimed = create("claimed");
+  Inode c = *s().getattr(root(), claimed);
+  c.xattrs = XattrPresence::kSome;
+  put(key::inode(claimed), encode_inode(c));
+  Ino unknown = create("unknown");  // stored before the record: fine either way
+  ASSERT_OK(s().setxattr(root(), unknown, "user.a", "1", XattrFlags::kAny));
+  Inode u = *s().getattr(root(), unknown);
+  u.xattrs = XattrPresence::kUnknown;
+  put(key::inode(unknown), encode_inode(u));
+  Ino with = create("with");
+  ASSERT_OK(s().setxattr(root(), with, "user.a", "1", XattrFlags::kAny));
+  std::string p = problems();
+  EXPECT_NE(p.find(fmt::format("inode {} records no xattrs but has some", hidden)), std::string::npos) << p;
+  EXPECT_NE(p.find(fmt::format("inode {} records xattrs but has none", claimed)), std::string::npos) << p;
+  EXPECT_EQ(std::count(p.begin(), p.end(), '\n'), 2) << p;
+}
+
 TEST_F(FsckTest, DirectoryCycleIsUnreachable) {
   Ino a = mkdir("a");
   Ino b = mkdir("b", a);

@@ -663,6 +663,7 @@ TEST_F(MetaHostileReplyTest, FieldsNoMetaHoldsAreProtocolErrors) {
       {"size UINT64_MAX", inode_calls, [](Rep& r) { r.mutable_inode()->set_size(UINT64_MAX); }},
       {"size 2^63 (a negative st_size)", inode_calls,
        [](Rep& r) { r.mutable_inode()->set_size(uint64_t{1} << 63); }},
+      {"xattr presence 3", inode_calls, [](Rep& r) { r.mutable_inode()->set_xattrs(3); }},
       {"a 100000-byte symlink target", inode_calls,
        [](Rep& r) { r.mutable_inode()->set_symlink_target(std::string(100000, 't')); }},
       {"chunk size 0", file_calls, [](Rep& r) { r.mutable_inode()->mutable_layout()->set_chunk_bytes(0); }},

@@ -43,4 +43,46 @@ Result<void> check_name(std::string_view name) {
   return {};
 }
 
+Result<void> check_xattr_name(std::string_view name) {
+  if (name.empty() || name.size() > kXattrNameBytesMax)
+    return error(Code::kOutOfRange, "xattr name of {} bytes", name.size());
+  if (name.find('\0') != std::string_view::npos) return error(Code::kInvalidArgument, "xattr name contains NUL");
+  return {};
+}
+
+namespace {
+
+// As Linux's xattr_permission: what may not be read reads as absent (ENODATA).
+Result<void> check_xattr_permission(const Inode& n, const Cred& c, std::string_view name, bool write) {
+  if (name.starts_with("user.")) {
+    if (!n.is_file() && !n.is_dir()) {
+      if (!write) return error(Code::kNoData, "no xattr '{}': user xattrs only on files and directories", name);
+      return error(Code::kNotPermitted, "user xattrs only on files and directories");
+    }
+    const bool owner_or_root = c.uid == 0 || c.uid == n.uid;
+    if (write && n.is_dir() && (n.mode & kModeSticky) && !owner_or_root)
+      return error(Code::kNotPermitted, "only the owner may set user xattrs of sticky directory {}", n.ino);
+    return check_access(n, c, write ? kAccessWrite : kAccessRead);
+  }
+  if (name.starts_with("trusted.") && !write && c.uid != 0) return error(Code::kNoData, "no xattr '{}'", name);
+  if (name.starts_with("trusted.") || (write && name.starts_with("security."))) {
+    if (c.uid != 0) return error(Code::kNotPermitted, "xattr '{}' needs root", name);
+    return {};
+  }
+  if (name.starts_with("security.")) return {};
+  return error(Code::kNotSupported, "xattr namespace of '{}' not supported", name);
+}
+
+}  // namespace
+
+Result<void> check_xattr_access(const Inode& n, const Cred& c, std::string_view name, bool write) {
+  WEFT_RETURN_IF_ERROR(check_xattr_name(name));
+  WEFT_RETURN_IF_ERROR(check_xattr_permission(n, c, name, write));
+  // As Linux's xattr_resolve_name, which vfs_setxattr and vfs_getxattr call
+  // after the permission check: a namespace prefix alone names nothing.
+  for (std::string_view prefix : {"user.", "trusted.", "security."})
+    if (name == prefix) return error(Code::kInvalidArgument, "xattr name '{}' is a namespace without a name", name);
+  return {};
+}
+
 }  // namespace weft::meta

@@ -29,6 +29,16 @@ inline std::unexpected<Status> special_not_openable(Ino ino) {
   return error(Code::kNotSupported, "inode {} is a FIFO, socket or device: open it through a mount", ino);
 }
 
+// May `cred` read (`write` false) or set/remove `name` of inode `n`, as
+// Linux's xattr_permission and xattr_resolve_name: kOutOfRange (ERANGE) /
+// kInvalidArgument for a bad name, kNoData for what may not be read (it
+// reads as absent), kNotPermitted / kPermissionDenied, kNotSupported for a
+// namespace other than user, trusted, security. Meta decides by it; a mount
+// answers by it too where it knows the inode has no xattrs.
+Result<void> check_xattr_access(const Inode& n, const Cred& cred, std::string_view name, bool write);
+// The name alone: 1..kXattrNameBytesMax bytes (kOutOfRange), no NUL (kInvalidArgument).
+Result<void> check_xattr_name(std::string_view name);
+
 // A single path component: not empty, no '/' or NUL (kInvalidArgument), at
 // most 255 bytes (kNameTooLong). "." and ".." pass; callers decide.
 Result<void> check_name(std::string_view name);

@@ -63,6 +63,7 @@ void to_proto(const Inode& i, pb::Inode* out) {
   to_proto(i.layout, out->mutable_layout());
   out->set_symlink_target(i.symlink_target);
   out->set_rdev(i.rdev);
+  out->set_xattrs(static_cast<uint32_t>(i.xattrs));
 }
 
 // An inode off the wire holds what meta holds of any inode (meta/types.h);
@@ -87,6 +88,9 @@ Result<Inode> from_proto(const pb::Inode& i) {
   r.layout = from_proto(i.layout());
   r.symlink_target = i.symlink_target();
   r.rdev = i.rdev();
+  if (i.xattrs() > static_cast<uint32_t>(XattrPresence::kSome))
+    return error(Code::kProtocol, "inode {} of xattr presence {}", r.ino, i.xattrs());
+  r.xattrs = static_cast<XattrPresence>(i.xattrs());
   if (r.ino == 0) return error(Code::kProtocol, "an inode numbered 0");
   if ((r.mode & ~kModePermMask) != 0) return error(Code::kProtocol, "inode {} of mode {:o}", r.ino, r.mode);
   // What off_t holds (st_size), not kFileBytesMax: meta before 5a3ab3e took

@@ -44,6 +44,7 @@ TEST(ProtoConvert, DirEntryFixedBytesBoundTheEncoding) {
   widest.ino = widest.parent = UINT64_MAX;
   widest.size = UINT64_MAX;
   widest.rdev = UINT64_MAX;  // only devices carry one, but every field at its widest
+  widest.xattrs = XattrPresence::kSome;
   widest.type = InodeType::kSymlink;
   widest.mode = widest.uid = widest.gid = widest.nlink = UINT32_MAX;
   widest.atime_ns = widest.mtime_ns = widest.ctime_ns = INT64_MIN;
@@ -91,11 +92,14 @@ TEST(ProtoConvert, LayoutAndInode) {
   Layout l{1 << 16, 4096, 9, 1, 3};
   EXPECT_EQ((round_trip<Layout, pb::Layout>(l)), l);
   Inode i = sample_inode();
-  pb::Inode p;
-  to_proto(i, &p);
-  auto back = from_proto(p);
-  ASSERT_TRUE(back.has_value());
-  EXPECT_EQ(*back, i);
+  for (XattrPresence x : {XattrPresence::kUnknown, XattrPresence::kNone, XattrPresence::kSome}) {
+    i.xattrs = x;
+    pb::Inode p;
+    to_proto(i, &p);
+    auto back = from_proto(p);
+    ASSERT_TRUE(back.has_value());
+    EXPECT_EQ(*back, i);
+  }
 }
 
 TEST(ProtoConvert, UnknownInodeTypeIsProtocolError) {

@@ -110,6 +110,7 @@ Result<Inode> MetaStore::new_inode(Txn& txn, const Context& ctx, const Inode& pa
     n.mode &= ~kModeSetGid;
   n.atime_ns = n.mtime_ns = n.ctime_ns = now_ns();
   n.nlink = type == InodeType::kDirectory ? 2 : 1;
+  n.xattrs = XattrPresence::kNone;
   n.layout = parent.layout;
   if (type == InodeType::kDirectory) {
     n.parent = parent.ino;

@@ -103,6 +103,12 @@ inline constexpr uint64_t chunk_count(uint64_t size, uint32_t chunk_bytes) {
   return chunk_bytes == 0 ? 0 : size / chunk_bytes + (size % chunk_bytes != 0 ? 1 : 0);
 }
 
+// Whether an inode has extended attributes, as meta records it beside the
+// inode so a mount can answer "no such attribute" (ls -l asks every file for
+// security.selinux) without a round trip. kUnknown: not recorded (inodes
+// stored before it, replies replayed from the retry table): ask meta.
+enum class XattrPresence : uint8_t { kUnknown = 0, kNone = 1, kSome = 2 };
+
 struct Inode {
   Ino ino = 0;
   InodeType type = InodeType::kFile;
@@ -118,6 +124,7 @@ struct Inode {
   Layout layout;
   std::string symlink_target;
   uint64_t rdev = 0;  // character and block devices only: the device number (Linux dev_t encoding)
+  XattrPresence xattrs = XattrPresence::kUnknown;
 
   bool is_dir() const { return type == InodeType::kDirectory; }
   bool is_file() const { return type == InodeType::kFile; }

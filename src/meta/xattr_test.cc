@@ -23,6 +23,43 @@ TEST_F(XattrTest, SetGetListRemove) {
   EXPECT_EQ(*s().getxattr(root(), f, "user.e"), "");
 }
 
+// Meta records beside each inode whether it has xattrs (a mount answers
+// "none" from it without asking): new inodes of every type have none, a set
+// gives some, removing the last one none again; an inode stored before the
+// record (unknown) gets it at its next set or remove.
+TEST_F(XattrTest, PresenceFollowsTheInodesXattrs) {
+  auto presence = [&](Ino ino) { return s().getattr(root(), ino)->xattrs; };
+  Ino f = create("f");
+  Ino d = mkdir("d");
+  auto l = s().symlink(root(), kRootIno, "l", "f");
+  ASSERT_OK(l);
+  auto fifo = s().mknod(root(), kRootIno, "p", InodeType::kFifo, 0644, 0);
+  ASSERT_OK(fifo);
+  for (Ino ino : {f, d, l->ino, fifo->ino}) EXPECT_EQ(presence(ino), XattrPresence::kNone) << ino;
+  EXPECT_EQ(l->xattrs, XattrPresence::kNone) << "as the creating call answers it";
+  ASSERT_OK(s().setxattr(root(), f, "user.a", "1", XattrFlags::kAny));
+  EXPECT_EQ(presence(f), XattrPresence::kSome);
+  ASSERT_OK(s().setxattr(root(), f, "user.b", "2", XattrFlags::kAny));
+  ASSERT_OK(s().removexattr(root(), f, "user.b"));
+  EXPECT_EQ(presence(f), XattrPresence::kSome) << "user.a is left";
+  ASSERT_OK(s().removexattr(root(), f, "user.a"));
+  EXPECT_EQ(presence(f), XattrPresence::kNone);
+  EXPECT_CODE(s().removexattr(root(), f, "user.a"), Code::kNoData);
+  EXPECT_EQ(presence(f), XattrPresence::kNone);
+  ASSERT_OK(s().setxattr(root(), l->ino, "security.x", "v", XattrFlags::kAny));
+  EXPECT_EQ(presence(l->ino), XattrPresence::kSome);
+  EXPECT_EQ(presence(f), XattrPresence::kNone) << "another inode's set changes nothing here";
+
+  // An inode stored before the record: unknown, until its next change.
+  Inode old = *s().getattr(root(), d);
+  old.xattrs = XattrPresence::kUnknown;
+  ASSERT_TRUE(s().db()->Put(rocksdb::WriteOptions(), key::inode(d), encode_inode(old)).ok());
+  EXPECT_EQ(presence(d), XattrPresence::kUnknown);
+  ASSERT_OK(s().setxattr(root(), d, "user.a", "1", XattrFlags::kAny));
+  ASSERT_OK(s().removexattr(root(), d, "user.a"));
+  EXPECT_EQ(presence(d), XattrPresence::kNone);
+}
+
 TEST_F(XattrTest, CreateAndReplaceFlags) {
   Ino f = create("f");
   EXPECT_CODE(s().setxattr(root(), f, "user.a", "x", XattrFlags::kReplace), Code::kNoData);

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "process.h"
+#include "rpc/test_util.h"
 #include "weft/client.h"
 
 namespace weft {
@@ -292,6 +293,16 @@ class FuseTest : public ::testing::Test {
     WEFT_TRY(size_t n, file->pread(std::as_writable_bytes(std::span(out)), 0));
     out.resize(n);
     return out;
+  }
+  // A counter of the cluster's meta server, from its /metrics page
+  // (`series` as printed there, labels included); -1 if not found.
+  static double meta_metric(const std::string& series) {
+    std::ifstream ports(data_ + "/run/meta.ports");
+    uint16_t rpc_port = 0, metrics_port = 0;
+    if (!(ports >> rpc_port >> metrics_port) || metrics_port == 0) return -1;
+    const std::string text = rpc::testing::scrape_metrics(metrics_port);
+    size_t at = text.find("\n" + series + " ");
+    return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
   }
   // This test's directory as seen through the extra mount `name`.
   std::string base_in(const std::string& name) const { return dir_->file(name) + "/" + base_.substr(mnt_.size() + 1); }
@@ -989,6 +1000,62 @@ TEST_F(FuseTest, Xattrs) {
   // On a directory too.
   ASSERT_EQ(::setxattr(base_.c_str(), "user.dir", "1", 1, 0), 0);
   EXPECT_EQ(::getxattr(base_.c_str(), "user.dir", buf, sizeof buf), 1);
+}
+
+// `ls -l` asks every entry for security.selinux: a mount that holds an
+// inode's attributes fresh (from a lookup, a getattr or a readdirplus page)
+// with meta's record that it has no xattrs answers getxattr (ENODATA) and
+// listxattr (empty) itself, by meta's rules, without a round trip; an xattr
+// set or removed through the mount is seen at once, and an inode with
+// xattrs is asked about as before. (Another client's set shows after
+// attr_timeout, as its other changes do.)
+TEST_F(FuseTest, GetxattrOfInodesWithoutXattrsNeedsNoMetaCall) {
+  constexpr int kFiles = 50;
+  ASSERT_NO_FATAL_FAILURE(create_entries(kFiles, "f"));
+  ASSERT_EQ(::mkdir(p("sub").c_str(), 0755), 0);
+  auto m = extra_mount("mnt-xattr", "attr_timeout=60,entry_timeout=60");
+  ASSERT_TRUE(m);
+  const std::string base = base_in("mnt-xattr");
+  const std::string gets = "weft_meta_ops_total{op=\"getxattr\"}";
+  const std::string lists = "weft_meta_ops_total{op=\"listxattr\"}";
+  ASSERT_GE(meta_metric(gets), 0) << "no meta /metrics";
+  // Listed with attributes (readdirplus), then each entry looked at as ls -l does.
+  DIR* d = ::opendir(base.c_str());
+  ASSERT_NE(d, nullptr) << std::strerror(errno);
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d))
+    if (e->d_name[0] != '.') names.push_back(e->d_name);
+  ::closedir(d);
+  ASSERT_EQ(names.size(), size_t{kFiles + 1});
+  const double gets_before = meta_metric(gets), lists_before = meta_metric(lists);
+  char buf[64];
+  for (const std::string& n : names) {
+    const std::string f = base + "/" + n;
+    struct stat st {};
+    ASSERT_EQ(::lstat(f.c_str(), &st), 0) << f;
+    EXPECT_EQ(::lgetxattr(f.c_str(), "security.selinux", buf, sizeof buf), -1) << f;
+    EXPECT_EQ(errno, ENODATA) << f;
+    EXPECT_EQ(::getxattr(f.c_str(), "user.color", buf, sizeof buf), -1) << f;
+    EXPECT_EQ(errno, ENODATA) << f;
+    EXPECT_EQ(::getxattr(f.c_str(), "bogus.ns", buf, sizeof buf), -1) << f;
+    EXPECT_EQ(errno, EOPNOTSUPP) << f << ": as meta answers";
+    EXPECT_EQ(::listxattr(f.c_str(), buf, sizeof buf), 0) << f;
+    EXPECT_EQ(::listxattr(f.c_str(), nullptr, 0), 0) << f;
+  }
+  EXPECT_EQ(meta_metric(gets), gets_before) << "getxattr went to meta";
+  EXPECT_EQ(meta_metric(lists), lists_before) << "listxattr went to meta";
+
+  // Set and removed through this mount: seen at once.
+  const std::string f0 = base + "/" + names.front();
+  ASSERT_EQ(::setxattr(f0.c_str(), "user.color", "blue", 4, 0), 0) << std::strerror(errno);
+  ASSERT_EQ(::getxattr(f0.c_str(), "user.color", buf, sizeof buf), 4);
+  EXPECT_EQ(std::string(buf, 4), "blue");
+  EXPECT_EQ(::listxattr(f0.c_str(), buf, sizeof buf), 11);
+  EXPECT_GT(meta_metric(gets), gets_before) << "an inode with xattrs is asked about";
+  ASSERT_EQ(::removexattr(f0.c_str(), "user.color"), 0);
+  EXPECT_EQ(::getxattr(f0.c_str(), "user.color", buf, sizeof buf), -1);
+  EXPECT_EQ(errno, ENODATA);
+  EXPECT_EQ(::listxattr(f0.c_str(), buf, sizeof buf), 0);
 }
 
 // Runs `fn` as uid/gid 4321 in a forked child; returns its exit code.
