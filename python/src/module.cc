@@ -147,14 +147,35 @@ py::tuple error_tuple(const Status& s) { return py::make_tuple(s.posix_errno(), 
   std::string text = std::strerror(err);
   if (!s.message().empty()) text += " (" + s.message() + ")";
   py::object os_error = py::reinterpret_borrow<py::object>(PyExc_OSError);
-  py::object exc = path2 ? os_error(err, message_str(text), fs_str(path), py::none(), fs_str(*path2))
-                         : os_error(err, message_str(text), fs_str(path));
+  py::object exc = path2          ? os_error(err, message_str(text), fs_str(path), py::none(), fs_str(*path2))
+                   : path.empty() ? os_error(err, message_str(text))
+                                  : os_error(err, message_str(text), fs_str(path));
   PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
   throw py::error_already_set();
 }
 
 [[noreturn]] void raise_errno(int err, const std::string& message, const std::string& path) {
   raise_status(Status(weft::code_from_errno(err), message), path);
+}
+
+// An offset or length given by Python for a uint64_t. Taken as any object
+// rather than converted by pybind11, which refuses a negative int or one past
+// 64 bits only with "incompatible function arguments" (a TypeError for a
+// value of the right type). As os.pread and io's files: an int or anything
+// with __index__ (numpy integers), else TypeError; a negative one is OSError
+// EINVAL, one past 64 bits OverflowError. A path "" (a batch read names
+// none): the OSError has no filename.
+uint64_t u64_arg(py::handle arg, const char* what, const std::string& path) {
+  auto v = py::reinterpret_steal<py::object>(PyNumber_Index(arg.ptr()));
+  if (!v) throw py::error_already_set();
+  int overflow = 0;
+  const long long s = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+  if (s == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if (overflow < 0 || (overflow == 0 && s < 0)) raise_errno(EINVAL, std::string("negative ") + what, path);
+  if (overflow == 0) return static_cast<uint64_t>(s);
+  const unsigned long long u = PyLong_AsUnsignedLongLong(v.ptr());
+  if (u == static_cast<unsigned long long>(-1) && PyErr_Occurred()) throw py::error_already_set();  // OverflowError
+  return u;
 }
 
 template <class T>
@@ -255,8 +276,9 @@ class PyFile {
     }
   }
 
-  size_t pread(py::handle buffer, uint64_t offset) {
+  size_t pread(py::handle buffer, py::handle offset_arg) {
     auto f = usable();
+    const uint64_t offset = u64_arg(offset_arg, "offset", path_);
     BufferView b(buffer, true);
     weft::Result<size_t> r;
     {
@@ -268,9 +290,15 @@ class PyFile {
 
   // pread into a new bytes object of `n` bytes, shrunk to what was read: a
   // large read is not copied a second time (readall).
-  py::bytes pread_bytes(size_t n, uint64_t offset) {
+  py::bytes pread_bytes(py::handle length, py::handle offset_arg) {
     auto f = usable();
-    if (n > static_cast<size_t>(PY_SSIZE_T_MAX)) raise_errno(EOVERFLOW, "read too large", path_);
+    const uint64_t n = u64_arg(length, "length", path_);
+    const uint64_t offset = u64_arg(offset_arg, "offset", path_);
+    // As os.read: OverflowError (EOVERFLOW became EIO on the way through Status).
+    if (n > static_cast<uint64_t>(PY_SSIZE_T_MAX)) {
+      PyErr_SetString(PyExc_OverflowError, "read length too large");
+      throw py::error_already_set();
+    }
     PyObject* raw = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(n));
     if (raw == nullptr) throw py::error_already_set();
     auto out = py::reinterpret_steal<py::bytes>(raw);
@@ -286,8 +314,9 @@ class PyFile {
     return py::reinterpret_steal<py::bytes>(shrunk);
   }
 
-  size_t pwrite(py::handle buffer, uint64_t offset) {
+  size_t pwrite(py::handle buffer, py::handle offset_arg) {
     auto f = usable();
+    const uint64_t offset = u64_arg(offset_arg, "offset", path_);
     BufferView b(buffer, false);
     weft::Result<size_t> r;
     {
@@ -309,7 +338,10 @@ class PyFile {
   }
   void flush() { call_void([](weft::File& f) { return f.flush(); }); }
   void fsync() { call_void([](weft::File& f) { return f.fsync(); }); }
-  void truncate(uint64_t length) { call_void([length](weft::File& f) { return f.truncate(length); }); }
+  void truncate(py::handle length_arg) {
+    const uint64_t length = u64_arg(length_arg, "length", path_);
+    call_void([length](weft::File& f) { return f.truncate(length); });
+  }
 
   // Idempotent; a file from before a fork is just forgotten.
   void close() {
@@ -362,9 +394,10 @@ class PyFile {
 };
 
 // One read of read_batch: (ino, offset, buffer, Inode or layout or None, file
-// size or None). An Inode (from stat or scandir) gives layout and size and has
-// the read permission checked; a layout and a size are read as given.
-using ReadSpec = std::tuple<uint64_t, uint64_t, py::object, std::optional<std::variant<weft::Inode, LayoutTuple>>,
+// size or None); the offset as File.pread takes it (u64_arg). An Inode (from
+// stat or scandir) gives layout and size and has the read permission
+// checked; a layout and a size are read as given.
+using ReadSpec = std::tuple<uint64_t, py::object, py::object, std::optional<std::variant<weft::Inode, LayoutTuple>>,
                             std::optional<uint64_t>>;
 
 class PyClient {
@@ -376,6 +409,10 @@ class PyClient {
     if (!(statahead_ttl >= 0 && statahead_ttl <= 86400))
       throw py::value_error("statahead_ttl must be between 0 and 86400 seconds");
     if (early_read_bytes < -1) throw py::value_error("early_read_bytes must be >= 0 (or -1: the default)");
+    // libweft refuses more too (OSError EINVAL); a ValueError, as for the
+    // other arguments.
+    if (io_threads > weft::ClientOptions::kIoThreadsMax)
+      throw py::value_error("io_threads must be between 0 and " + std::to_string(weft::ClientOptions::kIoThreadsMax));
     if (early_read_bytes >= 0) options_.early_read_bytes_max = static_cast<size_t>(early_read_bytes);
     if (!(call_timeout >= 0 && call_timeout <= 3600))
       throw py::value_error("call_timeout must be between 0 and 3600 seconds");
@@ -625,7 +662,7 @@ class PyClient {
       views.emplace_back(buffer, true);
       weft::ReadOp op;
       op.ino = ino;
-      op.offset = offset;
+      op.offset = u64_arg(offset, "offset", "");
       op.dst = std::span<std::byte>(views.back().data(), views.back().size());
       if (layout && std::holds_alternative<weft::Inode>(*layout)) {
         op.attrs = std::get<weft::Inode>(*layout);
@@ -689,6 +726,69 @@ class PyClient {
   std::shared_ptr<Conn> conn_;
 };
 
+// An Inode's pickled state: every field, so the copy reads and checks as the
+// original (datasets hold Inodes and go to DataLoader workers by pickle).
+py::tuple inode_state(const weft::Inode& n) {
+  return py::make_tuple(n.ino, static_cast<int>(n.type), n.mode, n.uid, n.gid, n.nlink, n.size, n.atime_ns,
+                        n.mtime_ns, n.ctime_ns, n.parent, to_tuple(n.layout), py::bytes(n.symlink_target), n.rdev);
+}
+
+weft::Inode inode_from_state(const py::tuple& t) {
+  if (t.size() != 14)
+    throw py::value_error("weft Inode: pickled state has " + std::to_string(t.size()) + " fields, not 14");
+  weft::Inode n;
+  n.ino = t[0].cast<uint64_t>();
+  int type = t[1].cast<int>();
+  if (type < 1 || type > weft::meta::kInodeTypeMax)
+    throw py::value_error("weft Inode: pickled type " + std::to_string(type) + " is not a known type");
+  n.type = static_cast<weft::InodeType>(type);
+  n.mode = t[2].cast<uint32_t>();
+  n.uid = t[3].cast<uint32_t>();
+  n.gid = t[4].cast<uint32_t>();
+  n.nlink = t[5].cast<uint32_t>();
+  n.size = t[6].cast<uint64_t>();
+  n.atime_ns = t[7].cast<int64_t>();
+  n.mtime_ns = t[8].cast<int64_t>();
+  n.ctime_ns = t[9].cast<int64_t>();
+  n.parent = t[10].cast<uint64_t>();
+  n.layout = from_tuple(t[11].cast<LayoutTuple>());
+  n.symlink_target = t[12].cast<std::string>();
+  n.rdev = t[13].cast<uint64_t>();
+  return n;
+}
+
+// __reduce__ of File and Client: they cannot be pickled. Without it pickle
+// protocols 0 and 1 (copyreg._reduce_ex), or a call of x.__reduce__(), call
+// pybind11_object(x), which aborts the process (std::terminate: "no
+// pybind11-registered base types").
+[[noreturn]] void refuse_reduce(const py::handle& self) {
+  throw py::type_error("cannot pickle '" + std::string(Py_TYPE(self.ptr())->tp_name) + "' object");
+}
+
+// The tp_new of File, Inode and Client. pybind11's own makes an instance
+// whose C++ object is allocated, uninitialized, at its first use: a method of
+// T.__new__(T) read garbage (a shared_ptr, a std::string) and could crash
+// the interpreter, and __init__ or __setstate__ called again on a live one
+// leaked it. Instances come only from this module's functions, which
+// pybind11 builds without tp_new.
+PyObject* refuse_new(PyTypeObject* type, PyObject*, PyObject*) {
+  PyErr_Format(PyExc_TypeError, "cannot create '%s' instances (made by weft only)", type->tp_name);
+  return nullptr;
+}
+
+void refuse_new_for(const py::handle& cls) {
+  // T.__new__ of its own (else pybind11_object's, whose refusal reads "not
+  // safe"), then the slot itself: setting __new__ made it a call of that
+  // attribute, which pybind11_object.__new__(T) would get around.
+  const std::string name = py::str(cls.attr("__name__"));
+  cls.attr("__new__") = py::cpp_function([name](const py::args&, const py::kwargs&) -> py::object {
+    throw py::type_error("cannot create 'weft._native." + name + "' instances (made by weft only)");
+  });
+  auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+  type->tp_new = refuse_new;
+  PyType_Modified(type);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
@@ -716,7 +816,8 @@ PYBIND11_MODULE(_native, m) {
         "True once the interpreter exits (after the module's atexit hook): only the exiting thread may still "
         "make calls, any other waits forever.");
 
-  py::class_<weft::Inode>(m, "Inode")
+  py::class_<weft::Inode> inode_class(m, "Inode");
+  inode_class
       .def_readonly("ino", &weft::Inode::ino)
       .def_property_readonly("type", [](const weft::Inode& n) { return static_cast<int>(n.type); })
       .def_readonly("mode", &weft::Inode::mode)
@@ -738,39 +839,18 @@ PYBIND11_MODULE(_native, m) {
                     " size " + std::to_string(n.size) + ">";
            })
       // Datasets hold Inodes and go to DataLoader workers by pickle (spawn,
-      // forkserver): every field, so the copy reads and checks as the original.
-      .def(py::pickle(
-          [](const weft::Inode& n) {
-            return py::make_tuple(n.ino, static_cast<int>(n.type), n.mode, n.uid, n.gid, n.nlink, n.size, n.atime_ns,
-                                  n.mtime_ns, n.ctime_ns, n.parent, to_tuple(n.layout), py::bytes(n.symlink_target),
-                                  n.rdev);
-          },
-          [](const py::tuple& t) {
-            if (t.size() != 14) throw std::runtime_error("weft Inode: pickled state has " + std::to_string(t.size()) +
-                                                         " fields, not 14");
-            weft::Inode n;
-            n.ino = t[0].cast<uint64_t>();
-            int type = t[1].cast<int>();
-            if (type < 1 || type > weft::meta::kInodeTypeMax)
-              throw std::runtime_error("weft Inode: pickled type " + std::to_string(type) + " is not a known type");
-            n.type = static_cast<weft::InodeType>(type);
-            n.mode = t[2].cast<uint32_t>();
-            n.uid = t[3].cast<uint32_t>();
-            n.gid = t[4].cast<uint32_t>();
-            n.nlink = t[5].cast<uint32_t>();
-            n.size = t[6].cast<uint64_t>();
-            n.atime_ns = t[7].cast<int64_t>();
-            n.mtime_ns = t[8].cast<int64_t>();
-            n.ctime_ns = t[9].cast<int64_t>();
-            n.parent = t[10].cast<uint64_t>();
-            n.layout = from_tuple(t[11].cast<LayoutTuple>());
-            n.symlink_target = t[12].cast<std::string>();
-            n.rdev = t[13].cast<uint64_t>();
-            return n;
-          }));
+      // forkserver). Rebuilt by weft._inode_from_state (not __setstate__,
+      // which needs Inode.__new__: see refuse_new; a Python function, as
+      // pickle cannot name a pybind11 one).
+      .def("__reduce__", [](const weft::Inode& n) {
+        return py::make_tuple(py::module_::import("weft").attr("_inode_from_state"),
+                              py::make_tuple(inode_state(n)));
+      });
+  m.def("_inode_from_state", &inode_from_state, py::arg("state"), "Unpickles an Inode.");
+  refuse_new_for(inode_class);
 
-  py::class_<PyFile>(m, "File")
-      .def("pread", &PyFile::pread, py::arg("buffer"), py::arg("offset"),
+  py::class_<PyFile> file_class(m, "File");
+  file_class.def("pread", &PyFile::pread, py::arg("buffer"), py::arg("offset"),
            "Reads into a writable contiguous buffer at offset; returns the bytes read (short only at EOF).")
       .def("pread_bytes", &PyFile::pread_bytes, py::arg("length"), py::arg("offset"))
       .def("pwrite", &PyFile::pwrite, py::arg("buffer"), py::arg("offset"))
@@ -785,15 +865,13 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("writable", &PyFile::writable)
       .def_property_readonly("ino", &PyFile::ino)
       .def_property_readonly("layout", &PyFile::layout)
-      .def_property_readonly("path", &PyFile::path);
+      .def_property_readonly("path", &PyFile::path)
+      .def("__reduce__", &refuse_reduce);
+  refuse_new_for(file_class);
 
-  py::class_<PyClient>(m, "Client")
-      .def(py::init<std::string, std::string, size_t, size_t, std::string, double, double, double, bool, int64_t>(),
-           py::arg("config") = "", py::arg("cluster") = "", py::arg("io_threads") = 0,
-           py::arg("write_buffer_bytes") = 0, py::arg("name") = "weft-python", py::arg("statahead_ttl") = 0.0,
-           py::arg("call_timeout") = 0.0, py::arg("retry_time") = 0.0, py::arg("hold_open_files") = true,
-           py::arg("early_read_bytes") = -1)
-      .def("description", &PyClient::description)
+  // Made by connect(), not Client(...): a constructor needs Client.__new__ (see refuse_new).
+  py::class_<PyClient> client_class(m, "Client");
+  client_class.def("description", &PyClient::description)
       .def("stats", &PyClient::stats)
       .def("open", &PyClient::open, py::arg("path"), py::arg("flags"), py::arg("mode") = 0644)
       .def("stat", &PyClient::stat, py::arg("path"), py::arg("follow") = true)
@@ -810,5 +888,19 @@ PYBIND11_MODULE(_native, m) {
       .def("readlink", &PyClient::readlink, py::arg("path"))
       .def("get_layout", &PyClient::get_layout, py::arg("path"))
       .def("set_layout", &PyClient::set_layout, py::arg("path"), py::arg("layout"))
-      .def("read_batch", &PyClient::read_batch, py::arg("specs"));
+      .def("read_batch", &PyClient::read_batch, py::arg("specs"))
+      .def("__reduce__", &refuse_reduce);  // weft.Client pickles (its arguments); this does not
+  refuse_new_for(client_class);
+  m.def(
+      "connect",
+      [](std::string config, std::string cluster, size_t io_threads, size_t write_buffer_bytes, std::string name,
+         double statahead_ttl, double call_timeout, double retry_time, bool hold_open_files, int64_t early_read_bytes) {
+        return std::make_unique<PyClient>(std::move(config), std::move(cluster), io_threads, write_buffer_bytes,
+                                          std::move(name), statahead_ttl, call_timeout, retry_time, hold_open_files,
+                                          early_read_bytes);
+      },
+      py::arg("config") = "", py::arg("cluster") = "", py::arg("io_threads") = 0, py::arg("write_buffer_bytes") = 0,
+      py::arg("name") = "weft-python", py::arg("statahead_ttl") = 0.0, py::arg("call_timeout") = 0.0,
+      py::arg("retry_time") = 0.0, py::arg("hold_open_files") = true, py::arg("early_read_bytes") = -1,
+      "A connected Client.");
 }

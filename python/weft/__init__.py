@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import io
+import operator
 import os
 import stat as _stat
 import threading
@@ -43,6 +44,9 @@ _TYPE_BITS = {1: _stat.S_IFREG, 2: _stat.S_IFDIR, 3: _stat.S_IFLNK, 4: _stat.S_I
 # Buffered file objects use chunk-sized buffers: a round trip costs far more
 # than a copy.
 DEFAULT_BUFFER_SIZE = 1 << 20
+
+# The largest file position (off_t), as io.FileIO.seek takes.
+_OFF_MAX = (1 << 63) - 1
 
 
 def connect(addr: str | None = None, config: str | None = None, *, io_threads: int = 0,
@@ -90,7 +94,15 @@ def _fs(path) -> bytes:
     p = os.fsencode(path)
     if not p:
         raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
+    _check_nul(p)
     return p
+
+
+def _check_nul(p: bytes) -> None:
+    # As os calls: ValueError (libweft would answer OSError EINVAL, the
+    # wrong type for a string that can never name a file).
+    if b"\0" in p:
+        raise ValueError("embedded null byte")
 
 
 def _name_like(path, name: bytes):
@@ -313,6 +325,10 @@ class WeftFile(io.RawIOBase):
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         self._check_open()
+        # As io.FileIO: a float (or None) is a TypeError now, not at the next
+        # read or write; a position past off_t an OverflowError.
+        offset = operator.index(offset)
+        whence = operator.index(whence)
         if whence == io.SEEK_SET:
             pos = offset
         elif whence == io.SEEK_CUR:
@@ -323,6 +339,8 @@ class WeftFile(io.RawIOBase):
             raise ValueError(f"invalid whence ({whence}, should be 0, 1 or 2)")
         if pos < 0:
             raise OSError(22, "Invalid argument (negative seek position)", self.name)
+        if pos > _OFF_MAX:
+            raise OverflowError("seek position too large")
         self._pos = pos
         return pos
 
@@ -334,8 +352,9 @@ class WeftFile(io.RawIOBase):
         self._check_open()
         if not self._writable:
             raise io.UnsupportedOperation("not writable")
-        if size is None:
-            size = self._pos
+        # As io.FileIO: TypeError for a float, OSError EINVAL for a negative
+        # size (the native call), OverflowError past 64 bits.
+        size = self._pos if size is None else operator.index(size)
         self._f.truncate(size)
         return size
 
@@ -369,6 +388,14 @@ class WeftFile(io.RawIOBase):
     @property
     def native(self):
         return self._f
+
+    # As io.FileIO: not picklable nor copyable (a copy shared the native file:
+    # closing one closed both).
+    def __reduce_ex__(self, protocol):
+        raise TypeError(f"cannot pickle {type(self).__name__!r} object")
+
+    def __reduce__(self):
+        raise TypeError(f"cannot pickle {type(self).__name__!r} object")
 
     def _check_open(self):
         if self.closed:
@@ -417,12 +444,12 @@ class Client:
 
     def _native_connect(self):
         a = self._args
-        self._native = _native.Client(config=a["config"] or "", cluster=a["addr"] or "",
-                                      io_threads=a["io_threads"], write_buffer_bytes=a["write_buffer_bytes"],
-                                      name=a["name"], statahead_ttl=a["statahead_ttl"],
-                                      call_timeout=a.get("call_timeout", 0.0), retry_time=a.get("retry_time", 0.0),
-                                      hold_open_files=a.get("hold_open_files", True),
-                                      early_read_bytes=a.get("early_read_bytes", -1))
+        self._native = _native.connect(config=a["config"] or "", cluster=a["addr"] or "",
+                                       io_threads=a["io_threads"], write_buffer_bytes=a["write_buffer_bytes"],
+                                       name=a["name"], statahead_ttl=a["statahead_ttl"],
+                                       call_timeout=a.get("call_timeout", 0.0), retry_time=a.get("retry_time", 0.0),
+                                       hold_open_files=a.get("hold_open_files", True),
+                                       early_read_bytes=a.get("early_read_bytes", -1))
 
     @property
     def native(self):
@@ -506,11 +533,21 @@ class Client:
         """
         if _np is None:
             raise ImportError("weft.Client.read_batch needs numpy")
+        if errors not in ("raise", "return"):
+            raise ValueError(f"errors must be 'raise' or 'return', not {errors!r}")
         requests = list(requests)
         paths = list(dict.fromkeys(r[0] for r in requests))
         inodes = dict(zip(paths, self.native.stat_many([_fs(p) for p in paths])))
         specs, arrays, failed = [], [], {}
         for i, (path, offset, length) in enumerate(requests):
+            # Checked before any read (as File.pread: TypeError, OSError EINVAL, OverflowError).
+            offset = operator.index(offset)
+            if offset < 0:
+                raise OSError(errno.EINVAL, "Invalid argument (negative offset)", path)
+            if offset > _OFF_MAX:
+                raise OverflowError("read_batch offset too large")
+            if length is not None:
+                length = operator.index(length)
             n = inodes[path]
             if isinstance(n, tuple):
                 failed[i] = OSError(n[0], f"{os.strerror(n[0])} ({n[1]})", path)
@@ -664,7 +701,9 @@ class Client:
     replace = rename
 
     def symlink(self, target, path) -> None:
-        self.native.symlink(os.fsencode(target), _fs(path))
+        t = os.fsencode(target)
+        _check_nul(t)
+        self.native.symlink(t, _fs(path))
 
     def readlink(self, path):
         """The target: str (os.fsdecode), or bytes for a bytes path, as os.readlink."""
@@ -683,6 +722,11 @@ class Client:
 
 def _reconnect(args):
     return Client(**args)
+
+
+def _inode_from_state(state):
+    """Unpickles a native Inode (what its __reduce__ names)."""
+    return _native._inode_from_state(state)
 
 
 # Native clients dropped after a fork: kept referenced so that they are never

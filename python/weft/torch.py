@@ -35,6 +35,7 @@ import errno
 import hashlib
 import io
 import logging
+import operator
 import os
 import pickle
 import socket
@@ -288,7 +289,8 @@ class _BatchedDataset(_data.Dataset):
         return self._finish(self._read([index])[0])
 
     def __getitems__(self, indices):
-        key = tuple(int(i) for i in indices)
+        # operator.index, as list indexing: int() would take index 0.5 as 0.
+        key = tuple(operator.index(i) for i in indices)
         n = len(self)
         for i in key:
             if not 0 <= i < n:
@@ -359,7 +361,13 @@ class ShardDataset(_BatchedDataset):
 
     def __init__(self, records, client=None, transform=None, output: str = "numpy", prefetch: bool = True):
         super().__init__(client, transform, output, prefetch)
-        records = [(os.fsdecode(p), int(o), int(n)) for p, o, n in records]
+        # operator.index: int() would take an offset 0.5 as 0. A negative
+        # offset or length would be read from elsewhere in the batch's buffer
+        # (a wrong sample, no error) or fail only at the first read.
+        records = [(os.fsdecode(p), operator.index(o), operator.index(n)) for p, o, n in records]
+        for p, o, n in records:
+            if o < 0 or n < 0:
+                raise ValueError(f"record ({p!r}, {o}, {n}): negative offset or length")
         paths = list(dict.fromkeys(p for p, _, _ in records))
         inodes = {}
         for p, n in zip(paths, self.client.native.stat_many([_weft._fs(p) for p in paths])):
@@ -865,15 +873,60 @@ def _swap_bytes(raw: torch.Tensor, dtype: torch.dtype) -> None:
         raw.numpy().view(f"u{size}").byteswap(inplace=True)
 
 
+def _corrupt(path: str, why: str) -> ValueError:
+    return ValueError(f"{path}: corrupt checkpoint manifest ({why})")
+
+
+def _check_records(manifest: dict, path: str, data_size: int) -> list:
+    """The manifest's tensor records, checked before any byte is read: a
+    damaged or crafted manifest raises ValueError naming what is wrong, not
+    a KeyError, a TypeError from the native read or a torch RuntimeError
+    (and no tensor of a wrong length, or bytes swapped by a bad byteorder)."""
+    if manifest.get("byteorder", "little") not in ("little", "big"):
+        raise _corrupt(path, f"byteorder {manifest.get('byteorder')!r}")
+    if not isinstance(manifest.get("object"), bytes):
+        raise _corrupt(path, "no pickled object")
+    records = manifest.get("tensors")
+    if not isinstance(records, list):
+        raise _corrupt(path, "no tensor list")
+    for i, r in enumerate(records):
+        if not isinstance(r, dict):
+            raise _corrupt(path, f"tensor {i} is not a record")
+        offset, nbytes, shape = r.get("offset"), r.get("nbytes"), r.get("shape")
+        if type(offset) is not int or type(nbytes) is not int or offset < 0 or nbytes < 0:
+            raise _corrupt(path, f"tensor {i}: offset {offset!r}, nbytes {nbytes!r}")
+        if nbytes and offset + nbytes > data_size:  # (an empty tensor's offset may be past the end: alignment)
+            raise _corrupt(path, f"tensor {i}: bytes {offset}..{offset + nbytes} past the data's {data_size}")
+        if not isinstance(shape, (tuple, list)) or not all(type(d) is int and d >= 0 for d in shape):
+            raise _corrupt(path, f"tensor {i}: shape {shape!r}")
+        try:
+            dtype = _dtype_from_name(r.get("dtype"))
+        except (ValueError, AttributeError):
+            raise _corrupt(path, f"tensor {i}: dtype {r.get('dtype')!r}") from None
+        numel = 1
+        for d in shape:
+            numel *= d
+        if numel * torch.empty(0, dtype=dtype).element_size() != nbytes:
+            raise _corrupt(path, f"tensor {i}: {nbytes} bytes for shape {tuple(shape)} of {r['dtype']}")
+        perm = r.get("perm")
+        if perm and (not isinstance(perm, (list, tuple)) or not all(type(d) is int for d in perm)
+                     or sorted(perm) != list(range(len(shape)))):
+            raise _corrupt(path, f"tensor {i}: perm {perm!r}")
+    return records
+
+
 def _load_once(client, path: str, map_location, threads: int, weights_only: bool):
     manifest = _read_manifest(client, path)
     if manifest.get("version") not in _VERSIONS:
         raise ValueError(f"{path}: checkpoint version {manifest.get('version')} (this reads {_VERSIONS})")
-    records = manifest["tensors"]
-    data_path = f"{path}/{manifest['data']}"
+    data = manifest.get("data")
+    if not isinstance(data, str) or not data or "/" in data or data in (".", ".."):
+        raise _corrupt(path, f"data file name {data!r}")
+    data_path = f"{path}/{data}"
     node = client.inode(data_path)
     if manifest.get("data_ino", node.ino) != node.ino:  # (a checkpoint saved before data_ino: not checked)
         raise _Mixed(path)
+    records = _check_records(manifest, path, node.size)
 
     buffers = [torch.empty(r["nbytes"], dtype=torch.uint8) for r in records]
     # Pieces of at most _PIECE bytes, grouped into batches of ~_READ_BATCH_BYTES.
