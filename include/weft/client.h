@@ -67,6 +67,10 @@ using TreeErrorFn = std::function<void(const Status&)>;
 inline constexpr Ino kRootIno = meta::kRootIno;
 
 struct ClientOptions {
+  // Threads a client may ask for (connect refuses more: each is a thread
+  // and an io_context started at once).
+  static constexpr size_t kIoThreadsMax = 256;
+
   // Where the cluster is (client/cluster_config.h): --config FILE, else
   // $WEFT_CONFIG, else ./weft-data/client.toml; `cluster` replaces the mgmtd list.
   // The file's tcp_* keys set keepalive and TCP_USER_TIMEOUT on every connection.
@@ -75,7 +79,7 @@ struct ClientOptions {
   // Default credentials; unset: the process's uid, gid and supplementary groups.
   std::optional<Cred> cred;
 
-  size_t io_threads = 2;
+  size_t io_threads = 2;  // 1..kIoThreadsMax (0: 1)
   size_t write_buffer_bytes = 256u << 20;   // dirty bytes buffered per client before writers wait
   size_t inflight_bytes_max = 256u << 20;   // bytes in flight to storage per client
   size_t readahead_bytes_max = 16u << 20;   // per sequential stream

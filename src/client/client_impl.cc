@@ -1435,7 +1435,14 @@ Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
   core->cred = options.cred ? *options.cred : process_cred();
   WEFT_TRY(core->cluster, load_cluster_config(ClusterConfigQuery::from_flags(options.config_path, options.cluster)));
   WEFT_RETURN_IF_ERROR(check_tcp_user_timeout(core->cluster, options.call_timeout_ms));
-  core->io = std::make_unique<rpc::IoPool>(std::max<size_t>(1, options.io_threads), "weft-client");
+  if (options.io_threads > ClientOptions::kIoThreadsMax)
+    return error(Code::kInvalidArgument, "ClientOptions::io_threads {} (at most {})", options.io_threads,
+                 ClientOptions::kIoThreadsMax);
+  try {
+    core->io = std::make_unique<rpc::IoPool>(std::max<size_t>(1, options.io_threads), "weft-client");
+  } catch (const std::system_error& e) {  // the system refused a thread (a process or memory limit)
+    return error(Code::kOverloaded, "cannot start the client's {} I/O threads: {}", options.io_threads, e.what());
+  }
   // One id for the lease, the connections' Hello, meta's request ids (write
   // sessions record it; meta takes the Hello's for a request without one) and storage's dedup.
   const uint64_t client_id = random_id();

@@ -59,6 +59,22 @@ TEST(ClientConnect, AnEmptyClusterIsAClearErrorNotACrash) {
       << refused.error();
 }
 
+// A client asks for at most ClientOptions::kIoThreadsMax I/O threads: more
+// are refused before anything starts (100,000 aborted the process when the
+// system refused a thread; 2^40 never returned).
+TEST(ClientConnect, TooManyIoThreadsAreRefused) {
+  Mgmtd mgmtd;
+  testing::TempDir dir;
+  ClientOptions o;
+  o.config_path = write_config(dir, mgmtd.port, "");
+  for (size_t n : {ClientOptions::kIoThreadsMax + 1, size_t{100000}, size_t{1} << 40}) {
+    o.io_threads = n;
+    auto refused = Client::connect(o);
+    ASSERT_FALSE(refused) << n;
+    EXPECT_EQ(refused.error().code(), Code::kInvalidArgument) << refused.error();
+  }
+}
+
 // With local_socket = false the client reaches mgmtd (on this host) over
 // TCP, not its Unix socket: that key is honoured too.
 TEST(ClientConnect, ItsConnectionsTakeTheConfigsTcpLiveness) {

@@ -17,15 +17,20 @@ IoPool::IoPool(size_t threads, std::string name) {
     contexts_.push_back(std::make_unique<asio::io_context>(1));
     guards_.emplace_back(contexts_.back()->get_executor());
   }
-  for (size_t i = 0; i < threads; ++i) {
-    threads_.emplace_back([this, i, name] {
-      t_pool = this;
-      t_context = contexts_[i].get();
-      t_index = i;
-      std::string thread_name = (name + "-" + std::to_string(i)).substr(0, 15);
-      pthread_setname_np(pthread_self(), thread_name.c_str());
-      contexts_[i]->run();
-    });
+  try {
+    for (size_t i = 0; i < threads; ++i) {
+      threads_.emplace_back([this, i, name] {
+        t_pool = this;
+        t_context = contexts_[i].get();
+        t_index = i;
+        std::string thread_name = (name + "-" + std::to_string(i)).substr(0, 15);
+        pthread_setname_np(pthread_self(), thread_name.c_str());
+        contexts_[i]->run();
+      });
+    }
+  } catch (...) {
+    stop();  // joinable threads left to the members' destructors would terminate the process
+    throw;
   }
 }
 

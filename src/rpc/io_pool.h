@@ -17,6 +17,9 @@ namespace weft::rpc {
 
 class IoPool {
  public:
+  // Throws std::system_error when the system refuses a thread (EAGAIN: a
+  // process or memory limit), after stopping the ones it started: an
+  // exception the caller may catch, not std::terminate.
   explicit IoPool(size_t threads, std::string name = "io");
   ~IoPool();
   IoPool(const IoPool&) = delete;
