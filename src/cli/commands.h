@@ -23,6 +23,11 @@ CLI::App& admin_subcommand(CLI::App& app);
 // peer to itself, so it is a config error (cli/serve_commands.cc).
 Result<void> check_advertised_address(const std::string& address, const std::string& source);
 
+// A server's config with another role's section ([meta] given to mgmtd, ...)
+// and none of its own is the wrong file: an error naming it
+// (cli/serve_commands.cc).
+Result<void> check_config_role(const Config& config, const std::string& role);
+
 // Logs a warning for each key of a server's config that it did not read
 // (Config::unread_keys: a misspelt or misplaced setting is otherwise silently
 // ignored). Call once the role has read all of its settings.

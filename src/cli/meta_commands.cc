@@ -96,8 +96,9 @@ Result<std::optional<ClusterMembership>> join_cluster(const Config& config, rpc:
   WEFT_RETURN_IF_ERROR(check_advertised_address(advertise, config.source()));
   std::vector<rpc::Endpoint> mgmtd;
   for (const auto& a : addresses) {
-    WEFT_TRY(rpc::Endpoint ep, rpc::Endpoint::parse(a));
-    mgmtd.push_back(ep);
+    auto ep = rpc::Endpoint::parse(a);
+    if (!ep) return error(Code::kConfig, "{}: key 'cluster.mgmtd': {}", config.source(), ep.error().message());
+    mgmtd.push_back(*ep);
   }
   ClusterMembership m;
   m.mgmtd = mgmtd;
@@ -244,6 +245,7 @@ void register_gc_metrics(const client::ChunkGc& gc, meta::MetaStore& store) {
 void serve_meta(const std::string& config_path, bool accept_store_change) {
   auto config = Config::load_file(config_path);
   if (!config) return fail(config.error().message());
+  if (auto role = check_config_role(*config, "meta"); !role) return fail(role.error().message());
   auto sc = rpc::ServiceConfig::from(*config, "meta");
   if (!sc) return fail(sc.error().message());
   auto mc = meta::MetaServiceConfig::from(*config);
@@ -256,7 +258,8 @@ void serve_meta(const std::string& config_path, bool accept_store_change) {
   if (auto r = runtime.init(); !r) return fail(r.error().message());
   std::error_code ec;
   std::filesystem::create_directories(mc->data_dir, ec);
-  if (ec) return fail("cannot create meta.data_dir " + mc->data_dir + ": " + ec.message());
+  if (ec)
+    return fail(fmt::format("{}: key 'meta.data_dir': cannot create {}: {}", config_path, mc->data_dir, ec.message()));
   meta::StoreOptions store_options = mc->store_options();
   // Outside a cluster there is no chunk GC: nothing to hold, clients are told so.
   if (!config->has("cluster")) store_options.read_hold = std::chrono::milliseconds(0);

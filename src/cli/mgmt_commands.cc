@@ -26,6 +26,7 @@ namespace {
 void serve_mgmtd(const std::string& path, bool accept_older_state) {
   auto config = Config::load_file(path);
   if (!config) return fail(config.error().message());
+  if (auto role = check_config_role(*config, "mgmtd"); !role) return fail(role.error().message());
   auto sc = rpc::ServiceConfig::from(*config, "mgmtd");
   if (!sc) return fail(sc.error().message());
   auto mc = mgmt::MgmtdConfig::from(*config);

@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "common/config.h"
 #include "common/logging.h"
+#include "mgmt/routing.h"
 #include "rpc/service_runtime.h"
 
 namespace weft::cli {
@@ -35,7 +36,27 @@ void warn_unread_keys(const Config& config) {
                   config.source(), key);
 }
 
+Result<void> check_config_role(const Config& config, const std::string& role) {
+  // mgmtd has a default for every setting: given a meta or storage server's
+  // file it once started, with a data_dir under the working directory. A
+  // file with a section of the role's own is its file: another role's
+  // section there is a misplaced setting, named by warn_unread_keys.
+  static constexpr std::array<std::pair<const char*, const char*>, 4> kSections = {
+      {{"mgmtd", "mgmtd"}, {"meta", "meta"}, {"storage", "storage"}, {"targets", "storage"}}};
+  for (const auto& [section, owner] : kSections)
+    if (owner == role && config.has(section)) return {};
+  for (const auto& [section, owner] : kSections)
+    if (owner != role && config.has(section))
+      return error(Code::kConfig, "{}: [{}] is a setting of a {} server, not of {}: is this the {} server's config?",
+                   config.source(), section, owner, role, role);
+  return {};
+}
+
 Result<void> check_advertised_address(const std::string& address, const std::string& source) {
+  // mgmtd refuses to register an address it could not hand out: a server
+  // advertising one would retry for ever.
+  if (auto valid = mgmt::check_address(address); !valid)
+    return error(Code::kConfig, "{}: key 'cluster.advertise': {}", source, valid.error().message());
   WEFT_TRY(rpc::Endpoint ep, rpc::Endpoint::parse(address));
   std::array<unsigned char, 16> bytes{};
   bool ip = ::inet_pton(AF_INET, ep.host.c_str(), bytes.data()) == 1 ||

@@ -95,18 +95,21 @@ std::unique_ptr<storage::OrphanSweep> start_orphan_sweep(rpc::ServiceRuntime& ru
 
 // Registers with mgmtd (which assigns the target ids) when [cluster] is set.
 Result<std::unique_ptr<storage::MgmtLink>> join_cluster(rpc::ServiceRuntime& runtime,
-                                                         storage::StorageConfig& config) {
+                                                         storage::StorageConfig& config, const std::string& source) {
   const rpc::ServiceConfig& sc = runtime.config();
   if (sc.listen.port == 0)
-    return error(Code::kConfig, "[server] listen needs a fixed port when [cluster] is set (it is the server's identity)");
+    return error(Code::kConfig,
+                 "{}: key 'server.listen' needs a fixed port when [cluster] is set (it is the server's identity)",
+                 source);
   storage::MgmtLinkOptions o;
   for (const auto& a : config.mgmtd) {
-    WEFT_TRY(rpc::Endpoint ep, rpc::Endpoint::parse(a));
-    o.mgmtd.push_back(ep);
+    auto ep = rpc::Endpoint::parse(a);
+    if (!ep) return error(Code::kConfig, "{}: key 'cluster.mgmtd': {}", source, ep.error().message());
+    o.mgmtd.push_back(*ep);
   }
   o.rpc = sc.client_options("storage-mgmt");
   o.address = config.advertise.empty() ? sc.listen.to_string() : config.advertise;
-  WEFT_RETURN_IF_ERROR(check_advertised_address(o.address, "storage server"));
+  WEFT_RETURN_IF_ERROR(check_advertised_address(o.address, source));
   for (const auto& t : config.targets) {
     // Before registering: mgmtd must learn whether the target still holds its data.
     WEFT_TRY(uint64_t data_id, storage::ChunkEngine::ensure_data_id(t.path));
@@ -121,6 +124,7 @@ Result<std::unique_ptr<storage::MgmtLink>> join_cluster(rpc::ServiceRuntime& run
 void serve_storage(const std::string& config_path) {
   auto config = Config::load_file(config_path);
   if (!config) return fail(config.error().message());
+  if (auto role = check_config_role(*config, "storage"); !role) return fail(role.error().message());
   auto sc = rpc::ServiceConfig::from(*config, "storage");
   if (!sc) return fail(sc.error().message());
   auto storage_config = storage::StorageConfig::from(*config, *sc);
@@ -129,7 +133,7 @@ void serve_storage(const std::string& config_path) {
   if (auto r = runtime.init(); !r) return fail(r.error().message());
   std::unique_ptr<storage::MgmtLink> link;
   if (!storage_config->mgmtd.empty()) {
-    auto joined = join_cluster(runtime, *storage_config);
+    auto joined = join_cluster(runtime, *storage_config, config_path);
     if (!joined) return fail(joined.error().message());
     link = std::move(*joined);
   }

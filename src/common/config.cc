@@ -1,6 +1,10 @@
 #include "common/config.h"
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -35,19 +39,82 @@ const char* type_name(const toml::value& v) {
   }
 }
 
+// toml11 parses nested arrays and inline tables by recursion: a few
+// thousand levels (`a = [[[[...`) overflow the stack and kill the process
+// before any message, and a dotted key thousands of levels deep takes
+// seconds per thousand. No setting nests more than a few levels: refuse
+// deeper text before parsing, outside strings and comments. (A dot between
+// two digits is a float's or a date's, not a key's.)
+constexpr int kNestingMax = 64;
+
+std::optional<size_t> too_deep(std::string_view text) {
+  int depth = 0, dots = 0;
+  size_t line = 1;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      dots = 0;
+    } else if (c == '#') {
+      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
+    } else if (c == '"' || c == '\'') {
+      const bool multi = text.substr(i, 3) == std::string(3, c);
+      const std::string close(multi ? 3 : 1, c);
+      for (i += close.size(); i < text.size() && text.substr(i, close.size()) != close; ++i) {
+        if (c == '"' && text[i] == '\\') ++i;  // an escape: the next character is no quote
+        if (i < text.size() && text[i] == '\n') ++line;
+      }
+      i += close.size() - 1;
+      // A multi-line string may end in up to two more quotes of its own.
+      while (multi && i + 1 < text.size() && text[i + 1] == c) ++i;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kNestingMax) return line;
+    } else if (c == ']' || c == '}') {
+      depth = std::max(depth - 1, 0);
+    } else if (c == '.') {
+      const bool digits = i > 0 && i + 1 < text.size() && std::isdigit(static_cast<unsigned char>(text[i - 1])) &&
+                          std::isdigit(static_cast<unsigned char>(text[i + 1]));
+      if (!digits && ++dots > kNestingMax) return line;
+    }
+  }
+  return std::nullopt;
+}
+
+// toml11's messages span several lines (the file, the line quoted, a caret,
+// hints); a server's error is one line: the problem and its line number.
+std::string one_line(const std::string& what) {
+  std::istringstream in(what);
+  std::string first, l, at;
+  std::getline(in, first);
+  while (std::getline(in, l)) {
+    size_t bar = l.find(" | ");
+    if (bar == std::string::npos) continue;
+    std::string num = l.substr(0, bar);
+    num.erase(0, num.find_first_not_of(' '));
+    const auto digit = [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)) != 0; };
+    if (!num.empty() && std::all_of(num.begin(), num.end(), digit))
+      at = num;  // the last line quoted is the offending one (a duplicate's second definition)
+  }
+  if (first.starts_with("[error] ")) first.erase(0, 8);
+  // "toml::parse_key: an invalid key appeared." -> "an invalid key appeared."
+  if (size_t colon = first.find(": "); colon != std::string::npos && first.find(' ') > colon) first.erase(0, colon + 2);
+  return at.empty() ? first : fmt::format("line {}: {}", at, first);
+}
+
 }  // namespace
 
 Config::Config(std::shared_ptr<const Node> root, const void* node, std::string source, std::string prefix)
     : root_(std::move(root)), node_(node), source_(std::move(source)), prefix_(std::move(prefix)) {}
 
 Result<Config> Config::parse(const std::string& text, const std::string& source) {
+  if (auto line = too_deep(text))
+    return error(Code::kConfig, "{}: invalid TOML: line {}: nested deeper than {} levels", source, *line, kNestingMax);
   auto node = std::make_shared<Node>();
   try {
     std::istringstream in(text);
     node->value = toml::parse(in, source);
   } catch (const std::exception& e) {
-    // toml11 messages already carry the file name and line.
-    return error(Code::kConfig, "{}: invalid TOML: {}", source, e.what());
+    return error(Code::kConfig, "{}: invalid TOML: {}", source, one_line(e.what()));
   }
   if (!node->value.is_table()) return error(Code::kConfig, "{}: top level is not a table", source);
   const void* root = &node->value;
@@ -55,6 +122,10 @@ Result<Config> Config::parse(const std::string& text, const std::string& source)
 }
 
 Result<Config> Config::load_file(const std::string& path) {
+  // An ifstream opens a directory and reads nothing from it: it passed for an empty file.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return error(Code::kConfig, "{}: cannot read config file: it is a directory", path);
   std::ifstream in(path);
   if (!in) return error(Code::kConfig, "{}: cannot read config file: {}", path, std::strerror(errno));
   std::stringstream ss;
@@ -107,10 +178,73 @@ bool Config::has(const std::string& key) const {
     return Name(key);                                                                                  \
   }
 
-WEFT_CONFIG_GETTER(std::string, get_string, is_string, as_string, "a string")
-WEFT_CONFIG_GETTER(int64_t, get_int, is_integer, as_integer, "an integer")
 WEFT_CONFIG_GETTER(bool, get_bool, is_boolean, as_boolean, "a boolean")
 #undef WEFT_CONFIG_GETTER
+
+namespace {
+
+// toml11 reads an integer past int64 (2^63) as the largest one (or the
+// smallest) without a word, and a range check then quoted a number the file
+// does not have: the literal of a value at either end is read again.
+bool out_of_int64(const toml::value& v) {
+  const int64_t i = v.as_integer();
+  if (i != INT64_MAX && i != INT64_MIN) return false;
+  const toml::source_location loc = v.location();
+  if (loc.column() == 0 || loc.column() - 1 + loc.region() > loc.line_str().size()) return false;
+  std::string token = loc.line_str().substr(loc.column() - 1, loc.region());
+  std::erase(token, '_');
+  if (token.starts_with('+')) token.erase(0, 1);
+  int base = 10;
+  if (token.starts_with("0x") || token.starts_with("0o") || token.starts_with("0b")) {
+    base = token[1] == 'x' ? 16 : token[1] == 'o' ? 8 : 2;
+    token.erase(0, 2);
+  }
+  int64_t parsed = 0;
+  return std::from_chars(token.data(), token.data() + token.size(), parsed, base).ec == std::errc::result_out_of_range;
+}
+
+// A NUL ("\u0000") would cut a path or an address short where the string
+// reaches the system (data_dir = "/srv/a\u0000b" used /srv/a): no setting has one.
+bool has_nul(const toml::value& v) { return v.as_string().str.find('\0') != std::string::npos; }
+
+std::unexpected<Status> nul_error(const std::string& source, const std::string& key, const toml::value& v) {
+  return error(Code::kConfig, "{}: key '{}' (line {}): a string with a NUL character", source, key,
+               v.location().line());
+}
+
+}  // namespace
+
+Result<int64_t> Config::get_int(const std::string& key) const {
+  WEFT_TRY(const void* p, find(key));
+  if (p == nullptr) return error(Code::kConfig, "{}: missing key '{}' (an integer)", source_, prefix_ + key);
+  const toml::value& v = *as_value(p);
+  if (!v.is_integer()) return type_error(key, p, "an integer");
+  if (out_of_int64(v))
+    return error(Code::kConfig, "{}: key '{}' (line {}): an integer beyond 64 bits", source_, prefix_ + key,
+                 v.location().line());
+  return static_cast<int64_t>(v.as_integer());
+}
+
+Result<int64_t> Config::get_int(const std::string& key, int64_t fallback) const {
+  WEFT_TRY(const void* p, find(key));
+  if (p == nullptr) return fallback;
+  return get_int(key);
+}
+
+Result<std::string> Config::get_string(const std::string& key) const {
+  WEFT_TRY(const void* p, find(key));
+  if (p == nullptr) return error(Code::kConfig, "{}: missing key '{}' (a string)", source_, prefix_ + key);
+  const toml::value& v = *as_value(p);
+  if (!v.is_string()) return type_error(key, p, "a string");
+  if (has_nul(v)) return nul_error(source_, prefix_ + key, v);
+  return v.as_string().str;
+}
+
+Result<std::string> Config::get_string(const std::string& key, std::string fallback) const {
+  WEFT_TRY(const void* p, find(key));
+  if (p == nullptr) return fallback;
+  return get_string(key);
+}
 
 Result<double> Config::get_double(const std::string& key) const {
   WEFT_TRY(const void* p, find(key));
@@ -160,6 +294,7 @@ Result<std::vector<std::string>> Config::get_strings(const std::string& key) con
   std::vector<std::string> out;
   for (const auto& item : v.as_array()) {
     if (!item.is_string()) return type_error(key, &item, "an array of strings");
+    if (has_nul(item)) return nul_error(source_, prefix_ + key, item);
     out.push_back(item.as_string());
   }
   return out;

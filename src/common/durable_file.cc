@@ -18,8 +18,16 @@ Result<void> replace_file_durably(const std::string& path, std::string_view text
   bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fdatasync(fd) == 0;
   int err = errno;
   ::close(fd);
-  if (!ok) return errno_error(err, "write " + tmp);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return errno_error(errno, "rename " + tmp);
+  // A failed replace leaves nothing behind (path a directory, a full disk).
+  if (!ok) {
+    ::unlink(tmp.c_str());
+    return errno_error(err, "write " + tmp);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    err = errno;
+    ::unlink(tmp.c_str());
+    return errno_error(err, "rename " + tmp + " to " + path);
+  }
   if (int d = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); d >= 0) {
     ::fsync(d);
     ::close(d);

@@ -280,6 +280,7 @@ Result<MetaServiceConfig> MetaServiceConfig::from(const Config& config) {
   WEFT_TRY(Config meta, config.table("meta"));
   MetaServiceConfig c;
   WEFT_TRY(c.data_dir, meta.get_string("data_dir"));
+  if (c.data_dir.empty()) return error(Code::kConfig, "{}: key 'meta.data_dir' must not be empty", config.source());
   WEFT_TRY(int64_t chains, meta.get_int_in("chain_count", 1, 1, 1 << 20));
   WEFT_TRY(int64_t table, meta.get_int_in("chain_table_id", 1, 1, UINT32_MAX));
   // At least the clients' MetaClientOptions::request_window (1024).

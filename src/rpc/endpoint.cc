@@ -15,7 +15,10 @@ Result<Endpoint> Endpoint::parse(const std::string& text) {
   if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
     return error(Code::kInvalidArgument, "address '{}' is not host:port", text);
   std::string host = text.substr(0, colon);
-  if (host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  // "[::1" once parsed as host "[:" port 1: a bracket must be closed, around the host only.
+  if ((host.front() == '[') != (host.back() == ']') || host == "[]")
+    return error(Code::kInvalidArgument, "address '{}' is not host:port (unbalanced [brackets])", text);
+  if (host.front() == '[') host = host.substr(1, host.size() - 2);
   unsigned port = 0;
   const char* begin = text.data() + colon + 1;
   const char* end = text.data() + text.size();

@@ -1,5 +1,6 @@
 #include "rpc/service_runtime.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -29,6 +30,11 @@ void on_signal(int sig) {
   }
 }
 
+bool ip_literal(const std::string& host) {
+  unsigned char bytes[16];
+  return ::inet_pton(AF_INET, host.c_str(), bytes) == 1 || ::inet_pton(AF_INET6, host.c_str(), bytes) == 1;
+}
+
 }  // namespace
 
 Result<ServiceConfig> ServiceConfig::from(const Config& config, const std::string& default_name) {
@@ -37,11 +43,18 @@ Result<ServiceConfig> ServiceConfig::from(const Config& config, const std::strin
   WEFT_TRY(std::string listen, s.get_string("listen", "127.0.0.1:0"));
   auto ep = Endpoint::parse(listen);
   if (!ep) return error(Code::kConfig, "{}: key 'server.listen': {}", config.source(), ep.error().message());
+  // Checked here, not when listening, so that the message names the file and the key.
+  if (!ip_literal(ep->host))
+    return error(Code::kConfig, "{}: key 'server.listen': '{}' is not an IP address (a server listens on an IP: "
+                 "\"10.0.0.1:7000\", \"[fd00::1]:7000\")", config.source(), ep->host);
   c.listen = *ep;
   WEFT_TRY(c.metrics_listen, s.get_string("metrics_listen", c.metrics_listen));
   if (!c.metrics_listen.empty()) {
     auto m = Endpoint::parse(c.metrics_listen);
     if (!m) return error(Code::kConfig, "{}: key 'server.metrics_listen': {}", config.source(), m.error().message());
+    if (!ip_literal(m->host))
+      return error(Code::kConfig, "{}: key 'server.metrics_listen': '{}' is not an IP address", config.source(),
+                   m->host);
   }
   WEFT_TRY(c.cluster_token, s.get_string("cluster_token"));
   if (c.cluster_token.empty())
@@ -67,6 +80,11 @@ Result<ServiceConfig> ServiceConfig::from(const Config& config, const std::strin
                  "or the kernel cuts a peer that stopped reading before the stall check sees it",
                  config.source(), c.write_stall_timeout_ms, c.tcp.user_timeout_ms);
   WEFT_TRY(c.log_level, s.get_string("log_level", "info"));
+  // Checked here, not when the log starts, so that the message names the file and the key
+  // (spdlog maps names it does not know to "off").
+  if (spdlog::level::from_str(c.log_level) == spdlog::level::off && c.log_level != "off")
+    return error(Code::kConfig, "{}: key 'server.log_level': unknown level '{}' (expected trace, debug, info, warn, "
+                 "error, critical or off)", config.source(), c.log_level);
   WEFT_TRY(c.log_file, s.get_string("log_file", ""));
   WEFT_TRY(c.port_file, s.get_string("port_file", ""));
   return c;
@@ -161,8 +179,8 @@ Result<void> ServiceRuntime::run(std::function<void()> on_listening, std::functi
   }
   if (!config_.port_file.empty()) {
     // Whole or absent (a reader polls for it), and a write error (full disk) is reported.
-    WEFT_RETURN_IF_ERROR(
-        replace_file_durably(config_.port_file, fmt::format("{} {}\n", rpc_port_, metrics_port_)));
+    if (auto r = replace_file_durably(config_.port_file, fmt::format("{} {}\n", rpc_port_, metrics_port_)); !r)
+      return error(r.error().with_context(fmt::format("server.port_file {}", config_.port_file)));
   }
   WEFT_LOG_INFO("{} serving on {}:{} (metrics on port {})", config_.name, config_.listen.host, rpc_port_,
                 metrics_port_);

@@ -5,7 +5,7 @@
 namespace weft::storage {
 namespace {
 
-Result<TargetConfig> target_from(const Config& t, bool ids_assigned) {
+Result<TargetConfig> target_from(const Config& t, size_t index, bool ids_assigned) {
   TargetConfig tc;
   if (ids_assigned && t.has("id"))
     return error(Code::kConfig, "{}: target ids are assigned by mgmtd when [cluster] is set: remove 'id'", t.source());
@@ -14,11 +14,16 @@ Result<TargetConfig> target_from(const Config& t, bool ids_assigned) {
   WEFT_TRY(int64_t id, t.get_int_in("id", 0, ids_assigned ? 0 : 1, INT64_MAX));
   tc.id = static_cast<mgmt::TargetId>(id);
   WEFT_TRY(tc.path, t.get_string("path"));
+  if (tc.path.empty()) return error(Code::kConfig, "{}: key 'targets[{}].path' must not be empty", t.source(), index);
   WEFT_TRY(int64_t capacity, t.get_int_in("capacity", 0, 0, INT64_MAX));
   tc.capacity_bytes = static_cast<uint64_t>(capacity);
   WEFT_TRY(int64_t reserve_mib, t.get_int_in("reserve_mib", 256, 0, int64_t{1} << 30));
   tc.reserve_bytes = static_cast<uint64_t>(reserve_mib) << 20;
   WEFT_TRY(int64_t chunk_max, t.get_int_in("chunk_size_max", 0, 0, 64 << 20));
+  // Checked here too (ChunkEngine::open refuses it), so that the message names the file and the key.
+  if (chunk_max != 0 && (chunk_max < 4096 || (chunk_max & (chunk_max - 1)) != 0))
+    return error(Code::kConfig, "{}: key 'targets[{}].chunk_size_max' ({}) must be a power of two in [4096, 67108864]",
+                 t.source(), index, chunk_max);
   tc.chunk_size_max = static_cast<uint32_t>(chunk_max);
   return tc;
 }
@@ -40,8 +45,8 @@ Result<StorageConfig> StorageConfig::from(const Config& config, const rpc::Servi
   }
   WEFT_TRY(auto targets, config.tables("targets"));
   if (targets.empty()) return error(Code::kConfig, "{}: no [[targets]]", config.source());
-  for (const auto& t : targets) {
-    WEFT_TRY(TargetConfig tc, target_from(t, !sc.mgmtd.empty()));
+  for (size_t i = 0; i < targets.size(); ++i) {
+    WEFT_TRY(TargetConfig tc, target_from(targets[i], i, !sc.mgmtd.empty()));
     for (const auto& other : sc.targets)
       if (other.path == tc.path) return error(Code::kConfig, "{}: target path {} appears twice", config.source(), tc.path);
     for (const auto& other : sc.targets)
