@@ -154,6 +154,7 @@ struct OpenDir {
   // The cursor's current page: the mount's change count before it was
   // fetched, and when its fetch began (readdirplus).
   uint64_t page_changes = 0;
+  uint64_t page_xattr_changes = 0;  // the mount's xattr_change_count() then
   // Client::length_reports() when it was fetched: a report since makes its
   // lengths older than this mount's writes (checked per entry, readdir_common).
   uint64_t page_reports = 0;
@@ -515,25 +516,52 @@ class FuseServer::Impl {
   struct Fetched {
     uint64_t changes = 0;  // change_count() then
     std::chrono::steady_clock::time_point at;
+    // xattr_change_count() before the meta call (its reply's xattr presence
+    // holds only if none was set or removed here since); kXattrsUnknown:
+    // not known (statahead hits), the presence is not remembered.
+    uint64_t xattr_changes = kXattrsUnknown;
   };
+  static constexpr uint64_t kXattrsUnknown = UINT64_MAX;
   struct KnownInode {
     Inode inode;
     std::chrono::steady_clock::time_point at;  // Fetched::at
     bool listed = false;                       // from a listing page
   };
-  Fetched fetching() const { return {change_count(), std::chrono::steady_clock::now()}; }
+  Fetched fetching() const { return {change_count(), std::chrono::steady_clock::now(), xattr_change_count()}; }
+  // For the result of this mount's own change (which moves change_count()
+  // itself): `xattrs_before` is xattr_change_count() read before the call.
+  Fetched own_change(uint64_t xattrs_before) const {
+    Fetched f = fetching();
+    f.xattr_changes = xattrs_before;
+    return f;
+  }
+  uint64_t xattr_change_count() const { return xattr_changes_.load(std::memory_order_acquire); }
   void remember(const Inode& in, const Fetched& f, bool listed = false) {
     if (options_.attr_timeout_s <= 0) return;
     std::lock_guard lk(lookups_mu_);
     if (change_count() != f.changes) return;
-    auto [it, added] = known_.try_emplace(in.ino, KnownInode{in, f.at, listed});
-    // A page's older view does not replace what a lookup fetched since.
-    if (!added && !(listed && !it->second.listed && it->second.at > f.at)) it->second = KnownInode{in, f.at, listed};
+    KnownInode k{in, f.at, listed};
+    if (f.xattr_changes != xattr_change_count()) k.inode.xattrs = meta::XattrPresence::kUnknown;
+    auto [it, added] = known_.try_emplace(in.ino, k);
+    if (added) return;
+    // A page does not replace what a lookup or getattr fetched that an open
+    // may still go by (fresh_known).
+    const std::chrono::duration<double> age = std::chrono::steady_clock::now() - it->second.at;
+    const bool open_may_use = !it->second.listed && age.count() < options_.attr_timeout_s;
+    if (!(listed && open_may_use)) it->second = k;
   }
   void drop_known(Ino ino) {
     std::lock_guard lk(lookups_mu_);
     known_.erase(ino);
     data_changed();  // a fetch under way must not put it back (remember() compares under the same lock)
+  }
+  // An xattr of `ino` set or removed here (or maybe: the call failed): its
+  // remembered attributes go, and no reply fetched before counts as to xattrs.
+  void xattrs_changed(Ino ino) {
+    std::lock_guard lk(lookups_mu_);
+    xattr_changes_.fetch_add(1, std::memory_order_acq_rel);
+    known_.erase(ino);
+    data_changed();
   }
   // What an open may go by (fetched by a lookup or getattr).
   std::optional<KnownInode> fresh_known(Ino ino) {
@@ -796,6 +824,7 @@ class FuseServer::Impl {
       if (hit && s->has_other_writers(hit->inode.ino, nullptr)) hit.reset();
       if (hit) {
         // DirAhead drops its listings at every change (changed()) itself.
+        // (Its xattr presence is not remembered: kXattrsUnknown.)
         s->reply_entry(req, hit->inode, Fetched{s->change_count(), hit->fetched});
         return;
       }
@@ -851,6 +880,7 @@ class FuseServer::Impl {
 
   static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
     auto* s = self(req);
+    const uint64_t xattrs_before = s->xattr_change_count();
     SetAttr sa;
     if (to_set & FUSE_SET_ATTR_MODE) sa.mode = attr->st_mode & 07777;
     if (to_set & FUSE_SET_ATTR_UID) sa.uid = attr->st_uid;
@@ -915,6 +945,7 @@ class FuseServer::Impl {
         r = s->client_.getattr(cred, ino);
       }
       if (!r) {
+        s->drop_known(ino);  // it may have changed all the same (an outcome unknown)
         fuse_reply_err(req, inode_errno(r.error()));
         return;
       }
@@ -932,6 +963,7 @@ class FuseServer::Impl {
       }();
       s->changed();
       if (!r) {
+        s->drop_known(ino);  // the mode or times above may have changed, or the size
         fuse_reply_err(req, inode_errno(r.error()));
         return;
       }
@@ -948,7 +980,7 @@ class FuseServer::Impl {
       }
       updated = std::move(*r);
     }
-    s->remember(*updated, s->fetching());  // this mount's own change: its result
+    s->remember(*updated, s->own_change(xattrs_before));  // this mount's own change: its result
     s->apply_local_size(*updated);
     struct stat st = s->stat_of(*updated);
     fuse_reply_attr(req, &st, s->options_.attr_timeout_s);
@@ -1047,6 +1079,7 @@ class FuseServer::Impl {
 
   static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
     auto* s = self(req);
+    const uint64_t xattrs_before = s->xattr_change_count();
     if (auto special = special_type_of(mode)) {
       auto r = s->client_.mknod(cred_of(req), parent, name, *special, mode & 07777, rdev);
       s->changed();
@@ -1054,7 +1087,7 @@ class FuseServer::Impl {
         fuse_reply_err(req, errno_of(r.error()));
         return;
       }
-      s->reply_entry(req, *r, s->fetching());  // this mount's own change: its result
+      s->reply_entry(req, *r, s->own_change(xattrs_before));  // this mount's own change: its result
       return;
     }
     if (!S_ISREG(mode)) {
@@ -1068,18 +1101,19 @@ class FuseServer::Impl {
       return;
     }
     (void)r->second->close();
-    s->reply_entry(req, r->first, s->fetching());  // this mount's own change: its result
+    s->reply_entry(req, r->first, s->own_change(xattrs_before));  // this mount's own change: its result
   }
 
   static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
     auto* s = self(req);
+    const uint64_t xattrs_before = s->xattr_change_count();
     auto r = s->client_.mkdir(cred_of(req), parent, name, mode & 07777);
     s->changed();
     if (!r) {
       fuse_reply_err(req, errno_of(r.error()));
       return;
     }
-    s->reply_entry(req, *r, s->fetching());  // this mount's own change: its result
+    s->reply_entry(req, *r, s->own_change(xattrs_before));  // this mount's own change: its result
   }
 
   static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -1096,13 +1130,14 @@ class FuseServer::Impl {
 
   static void op_symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
     auto* s = self(req);
+    const uint64_t xattrs_before = s->xattr_change_count();
     auto r = s->client_.symlink(cred_of(req), parent, name, link);
     s->changed();
     if (!r) {
       fuse_reply_err(req, errno_of(r.error()));
       return;
     }
-    s->reply_entry(req, *r, s->fetching());  // this mount's own change: its result
+    s->reply_entry(req, *r, s->own_change(xattrs_before));  // this mount's own change: its result
   }
 
   static void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
@@ -1123,13 +1158,14 @@ class FuseServer::Impl {
 
   static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
     auto* s = self(req);
+    const uint64_t xattrs_before = s->xattr_change_count();
     auto r = s->client_.link(cred_of(req), ino, newparent, newname);
     s->changed();
     if (!r) {
       fuse_reply_err(req, errno_of(r.error()));
       return;
     }
-    s->reply_entry(req, *r, s->fetching());  // this mount's own change: its result
+    s->reply_entry(req, *r, s->own_change(xattrs_before));  // this mount's own change: its result
   }
 
   // exec(2) opens with __FMODE_EXEC, which the kernel passes on in the
@@ -1449,6 +1485,8 @@ class FuseServer::Impl {
       std::string name;
       fuse_entry_param e{};
       bool counted = false;
+      Inode de_attr;  // the page's attributes of a counted entry (de_attr_from_page)
+      bool de_attr_from_page = false;
       if (o == 0 || o == 1) {
         name = o == 0 ? "." : "..";
         e.attr.st_ino = o == 0 ? d->ino : d->parent;
@@ -1462,10 +1500,12 @@ class FuseServer::Impl {
         const size_t fetched = d->cursor.pages_fetched();
         const uint64_t reports = client_.length_reports();
         const uint64_t changes = change_count();
+        const uint64_t xattr_changes = xattr_change_count();
         const auto fetch_at = std::chrono::steady_clock::now();
         auto r = d->cursor.at(o - 2, fetch);
         if (d->cursor.pages_fetched() != fetched) {
           d->page_changes = changes;
+          d->page_xattr_changes = xattr_changes;
           d->page_reports = reports;
           d->page_at = fetch_at;
         }
@@ -1522,7 +1562,8 @@ class FuseServer::Impl {
             e.attr.st_mode = type_bits(de->type);
           } else {
             counted = true;
-            if (from_page) remember(attr, Fetched{d->page_changes, d->page_at}, /*listed=*/true);
+            de_attr_from_page = from_page;
+            if (from_page) de_attr = attr;
           }
         } else {  // e.ino 0: the kernel links no entry for it (fuse_direntplus_link)
           e.attr.st_ino = de->ino;
@@ -1537,6 +1578,9 @@ class FuseServer::Impl {
       if (counted) {
         add_lookup(e.ino);  // before the reply, as in reply_entry
         counted_inos.push_back(e.ino);
+        // For the xattr answer only (see remember()); a page's attributes
+        // carry the entry's presence as of the page's fetch.
+        if (de_attr_from_page) remember(de_attr, Fetched{d->page_changes, d->page_at, d->page_xattr_changes}, true);
       }
     }
     lk.unlock();
@@ -1607,7 +1651,7 @@ class FuseServer::Impl {
       xf = XattrFlags::kReplace;
     }
     auto r = self(req)->client_.setxattr(cred_of(req), ino, name, std::string_view(value, size), xf);
-    self(req)->drop_known(ino);  // it may have xattrs now (also after a failure: the outcome may be unknown)
+    self(req)->xattrs_changed(ino);  // it may have xattrs now (also after a failure: the outcome may be unknown)
     self(req)->changed();
     fuse_reply_err(req, r ? 0 : inode_errno(r.error()));
   }
@@ -1668,7 +1712,7 @@ class FuseServer::Impl {
 
   static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
     auto r = self(req)->client_.removexattr(cred_of(req), ino, name);
-    self(req)->drop_known(ino);
+    self(req)->xattrs_changed(ino);
     self(req)->changed();
     fuse_reply_err(req, r ? 0 : inode_errno(r.error()));
   }
@@ -1775,6 +1819,7 @@ class FuseServer::Impl {
   // page fetched before the count moved may hold stale attributes
   // (change_count() adds libweft's length reports).
   std::atomic<uint64_t> changes_{0};
+  std::atomic<uint64_t> xattr_changes_{0};  // see xattrs_changed()
   // WRITE requests begun and in progress (wait_for_written_back_pages).
   std::atomic<uint64_t> writes_seen_{0};
   std::atomic<int> writes_in_progress_{0};

@@ -123,6 +123,7 @@ Result<void> MetaStore::create_root() {
   root.parent = kRootIno;
   root.atime_ns = root.mtime_ns = root.ctime_ns = now_ns();
   root.layout = default_layout();
+  root.xattrs = XattrPresence::kNone;
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync;
   Txn txn(std::unique_ptr<rocksdb::Transaction>(db_->BeginTransaction(wo)));

@@ -35,7 +35,7 @@ TEST_F(XattrTest, PresenceFollowsTheInodesXattrs) {
   ASSERT_OK(l);
   auto fifo = s().mknod(root(), kRootIno, "p", InodeType::kFifo, 0644, 0);
   ASSERT_OK(fifo);
-  for (Ino ino : {f, d, l->ino, fifo->ino}) EXPECT_EQ(presence(ino), XattrPresence::kNone) << ino;
+  for (Ino ino : {f, d, l->ino, fifo->ino, kRootIno}) EXPECT_EQ(presence(ino), XattrPresence::kNone) << ino;
   EXPECT_EQ(l->xattrs, XattrPresence::kNone) << "as the creating call answers it";
   ASSERT_OK(s().setxattr(root(), f, "user.a", "1", XattrFlags::kAny));
   EXPECT_EQ(presence(f), XattrPresence::kSome);
