@@ -24,6 +24,18 @@ constexpr auto Y = TargetState::kSyncing;
 constexpr auto O = TargetState::kOffline;
 constexpr auto L = TargetState::kLastServing;
 
+// Two storage nodes of one target each in one chain, the tail's lease run
+// out and its node back: the tail syncs (a resync round at the chain's version).
+Harness::TwoReplicaChain chain_with_a_syncing_tail(Harness& h) {
+  Harness::TwoReplicaChain c = h.two_replica_chain();
+  h.clock.advance(16s);
+  h.beat(c.head_node);
+  EXPECT_TRUE(h.state->tick().has_value());
+  h.beat(c.tail_node);
+  EXPECT_EQ(h.chain(c.id).entries, (std::vector<ChainEntry>{{c.head, S}, {c.tail, Y}}));
+  return c;
+}
+
 TEST(ClusterState, RegisterAssignsIdsAndSameIncarnationIsIdempotent) {
   Harness h;
   RoutingVersion v0 = h.state->routing_version();
@@ -931,12 +943,9 @@ TEST(ClusterState, SyncDoneOfAnEarlierChainVersionDoesNotPromote) {
 // the target would never be promoted.
 TEST(ClusterState, RestartOfASyncingTargetsServerStartsANewResyncRound) {
   Harness h;
-  auto [id, head, tail, head_node, tail_node] = h.two_replica_chain();
-  h.clock.advance(16s);
-  h.beat(head_node);
-  ASSERT_TRUE(h.state->tick().has_value());
-  h.beat(tail_node);
-  ASSERT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, Y}}));
+  Harness::TwoReplicaChain c;
+  ASSERT_NO_FATAL_FAILURE(c = chain_with_a_syncing_tail(h));
+  auto [id, head, tail, head_node, tail_node] = c;
   ChainVersion round = h.chain(id).version;
   RoutingVersion before = h.state->routing_version();
 
@@ -1186,12 +1195,9 @@ TEST(ClusterState, IgnoredSyncDoneReportsOfAHeartbeatAreLoggedInOneLine) {
 // are counted.
 TEST(ClusterState, OnlyIgnoredSyncDoneReportsChangeNothing) {
   Harness h;
-  auto [id, head, tail, head_node, tail_node] = h.two_replica_chain();
-  h.clock.advance(16s);
-  h.beat(head_node);
-  ASSERT_TRUE(h.state->tick().has_value());
-  h.beat(tail_node);
-  ASSERT_EQ(h.chain(id).entries, (std::vector<ChainEntry>{{head, S}, {tail, Y}}));
+  Harness::TwoReplicaChain c;
+  ASSERT_NO_FATAL_FAILURE(c = chain_with_a_syncing_tail(h));
+  auto [id, head, tail, head_node, tail_node] = c;
   const ChainVersion round = h.chain(id).version;
   const RoutingVersion before = h.state->routing_version();
   auto& head_age = h.registry.gauge("weft_mgmt_heartbeat_age_ms", "", {{"node", std::to_string(head_node)}});

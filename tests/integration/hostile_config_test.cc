@@ -34,6 +34,27 @@ const std::array<std::string, 3> kRoles = {"mgmtd", "meta", "storage"};
 
 // A minimal valid config of `role` whose paths are under `dir` (the marker
 // @EXTRA@ is where a case adds [server] keys).
+// A loopback port this test holds (listening) while it lives: taken for
+// any server told to listen there.
+class HeldPort {
+ public:
+  HeldPort() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in a = testing::loopback(0);
+    socklen_t len = sizeof a;
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(fd_, 1) == 0 &&
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+      port_ = ntohs(a.sin_port);
+  }
+  ~HeldPort() { ::close(fd_); }
+  HeldPort(const HeldPort&) = delete;
+  HeldPort& operator=(const HeldPort&) = delete;
+  uint16_t port() const { return port_; }  // 0: none could be held
+
+ private:
+  int fd_;
+  uint16_t port_ = 0;
+};
+
 std::string base_config(const std::string& role, const std::string& dir, uint16_t port = 0) {
   std::string server = "[server]\nlisten = \"127.0.0.1:" + std::to_string(port) +
                        "\"\ncluster_token = \"t\"\nport_file = \"" + dir + "/ports\"\n@EXTRA@\n";
@@ -230,13 +251,9 @@ TEST(HostileConfig, MalformedFilesAndWrongFilesAreRefusedInOneLine) {
 // Addresses and the other [server] strings.
 TEST(HostileConfig, BadAddressesAndServerStringsNameTheKey) {
   // A port another process (this test) holds.
-  int held = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a = testing::loopback(0);
-  ASSERT_EQ(::bind(held, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::listen(held, 1), 0);
-  socklen_t len = sizeof a;
-  ::getsockname(held, reinterpret_cast<sockaddr*>(&a), &len);
-  const std::string taken = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  HeldPort held;
+  ASSERT_NE(held.port(), 0);
+  const std::string taken = "127.0.0.1:" + std::to_string(held.port());
 
   std::vector<Case> cases;
   for (const auto& role : kRoles) {
@@ -278,7 +295,6 @@ TEST(HostileConfig, BadAddressesAndServerStringsNameTheKey) {
                      false});
   }
   expect_refused(cases);
-  ::close(held);
 }
 
 // Paths: a file where a directory belongs, a device, too long, empty, with a NUL.
@@ -399,13 +415,9 @@ TEST(HostileConfig, ExtremeAcceptedValuesServeAndStopCleanly) {
 // second target, a port file that is a directory) leaves nothing that stops
 // a correct start on the same paths; the port file's temporary goes too.
 TEST(HostileConfig, ARefusedStartLeavesNothingThatStopsACorrectOne) {
-  int held = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a = testing::loopback(0);
-  ASSERT_EQ(::bind(held, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::listen(held, 1), 0);
-  socklen_t len = sizeof a;
-  ::getsockname(held, reinterpret_cast<sockaddr*>(&a), &len);
-  const uint16_t taken = ntohs(a.sin_port);
+  HeldPort held;
+  ASSERT_NE(held.port(), 0);
+  const uint16_t taken = held.port();
 
   for (const auto& role : kRoles) {
     SCOPED_TRACE(role);
@@ -434,7 +446,6 @@ TEST(HostileConfig, ARefusedStartLeavesNothingThatStopsACorrectOne) {
     ASSERT_TRUE(status) << p.log();
     EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << p.log();
   }
-  ::close(held);
 }
 
 }  // namespace
