@@ -641,6 +641,12 @@ print("OK")
 
 
 def test_fork_after_connect(cluster):
+    # Under ASan (the module built with it, the runtime preloaded) the child
+    # can hang in the sanitizer's own allocator lock, held by another thread
+    # at the fork: glibc's malloc and jemalloc take theirs around fork(),
+    # ASan's (gcc 12) does not. Not Weft's to fix.
+    if "libasan" in os.environ.get("LD_PRELOAD", ""):
+        pytest.skip("fork() under ASan can deadlock in the sanitizer's allocator")
     r = _run_script(_FORK)
     _ok(r)
     assert r.stdout.strip().endswith("OK")
