@@ -207,6 +207,15 @@ class HostileRoutingTest : public ::testing::Test {
   }
 
   // Hands `r` out and waits (bounded) until the client holds its version.
+  // Hands `r` out and checks, after a poll's time, that the client still
+  // holds routing version `held` (it refused `r`).
+  void offer_refused(const pb::Routing& r, uint64_t held) {
+    mgmtd_.set(r);
+    routing_.request_refresh();
+    std::this_thread::sleep_for(300ms);
+    EXPECT_EQ(routing_.version(), held);
+  }
+
   void install(const pb::Routing& r) {
     mgmtd_.set(r);
     routing_.request_refresh();
@@ -425,20 +434,14 @@ TEST_F(HostileRoutingTest, ChainOfTenThousandCopiesOfOneTarget) {
 TEST_F(HostileRoutingTest, VersionsBackwardsAndUint64Max) {
   install(base(10));
   // Backwards: refused, the newer one kept.
-  mgmtd_.set(base(5));
-  routing_.request_refresh();
-  std::this_thread::sleep_for(300ms);
-  EXPECT_EQ(routing_.version(), 10u);
+  offer_refused(base(5), 10);
   EXPECT_GT(routing_.older_refused(), 0u);
   // To UINT64_MAX (the request's "none held" value), then back to a sane
   // one: UINT64_MAX is refused (held, it wedged the client: every later
   // snapshot refused as older), the sane one taken.
   pb::Routing max = base(UINT64_MAX);
   add_chain(max, 2, {1});
-  mgmtd_.set(max);
-  routing_.request_refresh();
-  std::this_thread::sleep_for(300ms);
-  EXPECT_EQ(routing_.version(), 10u);
+  offer_refused(max, 10);
   {
     RoutingCache fresh{io_, rpc_, {rpc::Endpoint{"127.0.0.1", mgmtd_.port()}}};
     auto s = fresh.start();
@@ -464,10 +467,7 @@ TEST_F(HostileRoutingTest, AFarJumpIsRefused) {
     SCOPED_TRACE(far);
     pb::Routing r = base(far);
     add_chain(r, 2, {1});
-    mgmtd_.set(r);
-    routing_.request_refresh();
-    std::this_thread::sleep_for(300ms);
-    EXPECT_EQ(routing_.version(), 10u);
+    offer_refused(r, 10);
   }
   install(base(10 + (uint64_t{1} << 32)));  // the largest jump taken
   install(base(11 + (uint64_t{1} << 32)));
@@ -499,10 +499,7 @@ TEST_F(HostileRoutingTest, UnparsableReplyKeepsLastRouting) {
   // A reply whose routing holds a bad enum (target state 9): refused whole.
   pb::Routing r = base(3);
   r.mutable_targets(0)->set_state(9);
-  mgmtd_.set(r);
-  routing_.request_refresh();
-  std::this_thread::sleep_for(300ms);
-  EXPECT_EQ(routing_.version(), 1u);
+  offer_refused(r, 1);
 }
 
 TEST_F(HostileRoutingTest, HundredThousandChains) {
