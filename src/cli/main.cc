@@ -1,6 +1,8 @@
 // The `weft` binary: servers (`weft serve <role>`), cluster tools and file tools.
 #include <cstdio>
+#include <new>
 #include <string>
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -85,6 +87,15 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const std::system_error& e) {
+    // The system refused a resource a command needed on its own thread (a
+    // thread: EAGAIN at a process or memory limit): one line, not
+    // std::terminate's abort. Callers that can go on catch it themselves.
+    weft::cli::fail(fmt::format("the system refused a resource: {}", e.what()));
+    return weft::cli::exit_code();
+  } catch (const std::bad_alloc&) {
+    weft::cli::fail("out of memory");
+    return weft::cli::exit_code();
   }
   // What was printed must have reached stdout (`weft status --json > f` on
   // a full disk): the buffered rest is written here, at the latest.

@@ -13,6 +13,8 @@
 // Threading: submit() is thread-safe. Jobs must not call submit() and wait
 // for the result (with every worker waiting, nothing would run it).
 // Lifetime: the destructor runs the jobs still queued, then joins.
+// Threads refused (EAGAIN: a process or memory limit): the queue waits for
+// the workers there are; with none, submit() refuses the job.
 #pragma once
 
 #include <algorithm>
@@ -23,8 +25,11 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <system_error>
 #include <thread>
 #include <vector>
+
+#include "common/fault.h"
 
 namespace weft::client {
 
@@ -43,17 +48,25 @@ class BatchWorkers {
   BatchWorkers& operator=(const BatchWorkers&) = delete;
 
   // `keys`: what the job must not run alongside (see above); none: it may
-  // run beside any job.
-  void submit(std::move_only_function<void()> job, std::vector<uint64_t> keys = {}) {
+  // run beside any job. False: the system refused the first worker thread;
+  // the job was dropped unrun (the caller fails what it stood for).
+  [[nodiscard]] bool submit(std::move_only_function<void()> job, std::vector<uint64_t> keys = {}) {
     std::sort(keys.begin(), keys.end());
     keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
     {
       std::lock_guard lock(mu_);
       queue_.push_back(Job{std::move(job), std::move(keys)});
       // One more thread while some are busy and the pool is not full.
-      if (idle_ == 0 && threads_.size() < threads_max_) threads_.emplace_back([this] { run(); });
+      if (idle_ == 0 && threads_.size() < threads_max_ && !start_thread_locked()) {
+        if (threads_.empty()) {
+          queue_.pop_back();
+          return false;
+        }
+        // The running workers take it when they are free.
+      }
     }
     cv_.notify_one();
+    return true;
   }
 
  private:
@@ -74,6 +87,18 @@ class BatchWorkers {
       ahead.insert(keys.begin(), keys.end());
     }
     return std::nullopt;
+  }
+
+  // REQUIRES(mu_). False when the system refuses the thread.
+  bool start_thread_locked() {
+    try {
+      if (WEFT_FAULT("client.batch_workers.thread_refused"))
+        throw std::system_error(EAGAIN, std::generic_category(), "injected");
+      threads_.emplace_back([this] { run(); });
+      return true;
+    } catch (const std::system_error&) {
+      return false;  // the caller's error says it when it matters (no worker at all)
+    }
   }
 
   void run() {

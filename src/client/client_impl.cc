@@ -536,7 +536,8 @@ class ClientImpl final : public Client {
     std::vector<uint64_t> inodes;
     for (const auto& op : ops)
       if (op.file) inodes.push_back(op.file->ino());
-    write_batches_->submit([done, ops = std::move(ops)] {
+    const size_t n = ops.size();
+    bool queued = write_batches_->submit([done, ops = std::move(ops)] {
       try {
         std::vector<Result<size_t>> out;
         for (const auto& op : ops) {
@@ -560,6 +561,12 @@ class ClientImpl final : public Client {
         done->set_exception(std::current_exception());  // as std::async did; not a terminate on the worker
       }
     }, std::move(inodes));
+    if (!queued) {
+      std::vector<Result<size_t>> refused;
+      for (size_t i = 0; i < n; ++i)
+        refused.push_back(error(Code::kOverloaded, "write batch not run: the system refused a worker thread"));
+      done->set_value(std::move(refused));
+    }
     return future;
   }
 
@@ -1356,7 +1363,8 @@ void ClientImpl::finish_reads(std::shared_ptr<ReadJob> job) {
   if (short_files.empty()) return fulfil_reads(*job);
   // A short range is a hole, or the file was cut or removed meanwhile (its
   // chunks gone): meta says which, as pread asks (FileImpl::check_not_removed).
-  read_checks_.submit([this, job = std::move(job), short_files = std::move(short_files)] {
+  auto kept = job;  // the job and its short files outlive a refused submit
+  bool queued = read_checks_.submit([this, job = std::move(job), short_files] {
     std::map<Ino, Result<uint64_t>> now;  // the length now (with this client's unreported writes), or why not known
     for (Ino ino : short_files) {
       auto n = core_->meta->getattr(job->cred, ino);
@@ -1381,6 +1389,15 @@ void ClientImpl::finish_reads(std::shared_ptr<ReadJob> job) {
     }
     fulfil_reads(*job);
   });
+  if (!queued) {
+    // Without the length check a short read could hand back zeros for data
+    // lost: those ops fail (the others' bytes are whole).
+    for (size_t i = 0; i < kept->out.size(); ++i)
+      if (kept->out[i] && short_files.contains(kept->inos[i]))
+        kept->out[i] = error(Code::kOverloaded, "read of file {}: its length could not be checked (the system "
+                                                "refused a worker thread)", kept->inos[i]);
+    fulfil_reads(*kept);
+  }
 }
 
 void ClientImpl::fulfil_reads(ReadJob& job) {

@@ -15,6 +15,7 @@
 #include <future>
 #include <thread>
 
+#include "common/fault.h"
 #include "common/temp_dir.h"
 #include "client/in_process_meta.h"
 #include "client/in_process_mgmtd.h"
@@ -254,6 +255,26 @@ TEST_F(ClientWithoutStorage, AFlushThatWaitsForACloseGetsItsResult) {
   ASSERT_FALSE(synced.has_value()) << "an fsync waiting for a failed close reported success";
   EXPECT_EQ(synced.error().code(), close_result.error().code()) << synced.error();
   EXPECT_GT(storage.accepted.load(), 0);
+}
+
+// A write batch the system refuses a worker thread for fails each op with
+// kOverloaded (it threw std::system_error out of submit_writes, or would
+// wait for ever), and writes nothing.
+TEST_F(ClientWithoutStorage, AWriteBatchWithoutAWorkerThreadFailsEachOp) {
+  auto created = client->create(root, kRootIno, "f", 0644, O_RDWR | O_CREAT);
+  ASSERT_TRUE(created) << created.error();
+  std::shared_ptr<File> file = created->second;
+  std::vector<std::byte> data(4096, std::byte{7});
+  fault::Scope refused("client.batch_workers.thread_refused");
+  auto out = client->submit_writes({WriteOp{file, 0, data}, WriteOp{file, 8192, data}});
+  ASSERT_EQ(out.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  auto results = out.get();
+  ASSERT_EQ(results.size(), 2u);
+  for (const auto& r : results) {
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().code(), Code::kOverloaded) << r.error();
+  }
+  EXPECT_EQ(storage.accepted.load(), 0);
 }
 
 }  // namespace

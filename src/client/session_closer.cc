@@ -1,6 +1,8 @@
 #include "client/session_closer.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <system_error>
 
 #include "common/fault.h"
 #include "common/logging.h"
@@ -26,8 +28,19 @@ Result<void> SessionCloser::close(const meta::Cred& cred, meta::Ino ino, uint64_
                   session, ino, r.error(), queue_.size());
     return r;
   }
+  if (!thread_.joinable()) {
+    try {
+      if (WEFT_FAULT("client.session_closer.thread_refused"))
+        throw std::system_error(EAGAIN, std::generic_category(), "injected");
+      thread_ = std::thread([this] { run(); });
+    } catch (const std::system_error& e) {  // EAGAIN: a process or memory limit
+      WEFT_LOG_WARN("the end of write session {} of file {} did not reach meta ({}), and no thread could start to "
+                    "try it again ({}): it stays open at meta until this client's lease ends",
+                    session, ino, r.error(), e.what());
+      return r;
+    }
+  }
   queue_.push_back(std::move(p));
-  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
   return r;
 }
 

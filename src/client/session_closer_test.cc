@@ -8,6 +8,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/fault.h"
+
 namespace weft::client {
 namespace {
 
@@ -92,6 +94,26 @@ TEST(SessionCloser, ACloseMetaNeverHeardIsTriedAgainUntilItLands) {
 
 // While meta stays away, a pass stops at the first close (the others would
 // only wait out their own retries), which goes last, and the passes back off.
+// The system refusing the retry thread leaves the caller's error (the
+// session stays open at meta until the lease ends), not std::terminate.
+TEST(SessionCloser, WithoutARetryThreadTheCloseIsNotQueued) {
+  FakeMeta meta;
+  meta.set(Code::kUnavailable);
+  SessionCloser closer(meta.fn(), milliseconds(5));
+  {
+    fault::Scope refused("client.session_closer.thread_refused");
+    auto r = closer.close({}, 9, 90, false);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().code(), Code::kUnavailable);
+    EXPECT_EQ(refused.triggered(), 1);
+  }
+  EXPECT_EQ(closer.queued(), 0u);
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_EQ(meta.seen().size(), 1u);
+  EXPECT_FALSE(closer.close({}, 10, 100, false).has_value());  // the thread starts now
+  EXPECT_EQ(closer.queued(), 1u);
+}
+
 TEST(SessionCloser, WhileMetaStaysAwayOnePerPassIsTriedLessOftenEachTime) {
   FakeMeta meta;
   meta.set(Code::kUnavailable);

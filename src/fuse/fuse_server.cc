@@ -284,24 +284,33 @@ class FuseServer::Impl {
     pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
     std::atomic<bool> loop_done{false};
     const pthread_t loop_thread = pthread_self();
-    std::thread stopper([&, read_fd = pipe_fds[0]] {
-      char sig = 0;
-      while (::read(read_fd, &sig, 1) < 0 && errno == EINTR) {
-      }
-      if (loop_done) return;
-      WEFT_LOG_INFO("signal {}: writing back and unmounting {}", static_cast<int>(sig), mountpoint_);
-      // In every cache mode: shared writable mappings dirty the kernel's
-      // pages without writeback_cache too.
-      sync_mount();
-      wait_for_written_back_pages();
-      fuse_session_exit(session_);
-      // The loop's thread notices the exit once its wait is interrupted;
-      // again until it has (a signal just before it waits is lost).
-      while (!loop_done) {
-        pthread_kill(loop_thread, SIGUSR1);
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-    });
+    std::thread stopper;
+    try {
+      stopper = std::thread([&, read_fd = pipe_fds[0]] {
+        char sig = 0;
+        while (::read(read_fd, &sig, 1) < 0 && errno == EINTR) {
+        }
+        if (loop_done) return;
+        WEFT_LOG_INFO("signal {}: writing back and unmounting {}", static_cast<int>(sig), mountpoint_);
+        // In every cache mode: shared writable mappings dirty the kernel's
+        // pages without writeback_cache too.
+        sync_mount();
+        wait_for_written_back_pages();
+        fuse_session_exit(session_);
+        // The loop's thread notices the exit once its wait is interrupted;
+        // again until it has (a signal just before it waits is lost).
+        while (!loop_done) {
+          pthread_kill(loop_thread, SIGUSR1);
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+      });
+    } catch (const std::system_error& e) {  // EAGAIN: a process or memory limit
+      stop_pipe_ = -1;
+      ::close(pipe_fds[0]);
+      ::close(pipe_fds[1]);
+      unmount();
+      return error(Code::kOverloaded, "cannot start the mount's stop thread: {}", e.what());
+    }
     std::unique_ptr<fuse_loop_config, decltype(&fuse_loop_cfg_destroy)> config(fuse_loop_cfg_create(),
                                                                                &fuse_loop_cfg_destroy);
     WEFT_ASSERT_MSG(config != nullptr, "fuse_loop_cfg_create: out of memory");
