@@ -6,7 +6,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
-  clang libclang-rt-14-dev clang-format
+  clang-16 libclang-rt-16-dev clang-format
   libasio-dev libprotobuf-dev protobuf-compiler
   librocksdb-dev liburing-dev libfuse3-dev fuse3 libisal-dev libjemalloc-dev
   libspdlog-dev libfmt-dev libcli11-dev libtoml11-dev

@@ -248,6 +248,8 @@ Result<SessionValue> decode_session(std::string_view bytes) {
     s.acked_gen = r.u64();
     s.cut_length = r.u64();
     if (flags > 3 || s.acked_gen > s.cut_gen) r.fail();
+    // Never cut: no cut length means anything (nor is one written back).
+    if (s.cut_gen == 0) s.cut_length = 0;
   }
   WEFT_RETURN_IF_ERROR(r.finish());
   return s;
