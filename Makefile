@@ -36,7 +36,8 @@ test: deps
 
 # Decoders of bytes from disk or the network, fuzzed with libFuzzer (clang):
 # the RPC frame, meta's store values, a storage target's chunk records,
-# mgmtd's persisted state, and meta replies and routing off the wire
+# mgmtd's persisted state, meta replies and routing off the wire, and the
+# config files every server and client reads
 # (fuzz/*.cc say what each checks). FUZZ_SECONDS each; corpora in
 # fuzz/corpus/NAME. Clang 16 does what libstdc++ 12's <expected> needs but
 # does not claim all of C++20 concepts (__cpp_concepts 201907L hides the
@@ -45,7 +46,7 @@ FUZZ_BUILD := build/fuzz
 FUZZ_CXX := $(shell command -v ccache >/dev/null 2>&1 && echo ccache) clang++-16
 FUZZ_FLAGS := -std=c++2b -D__cpp_concepts=202002L -Wno-macro-redefined -O1 -g -Isrc -Iinclude -I$(BUILD)/src \
   -fsanitize=address,undefined -fno-sanitize-recover=undefined
-FUZZ_TARGETS := frame meta_codec chunk_meta mgmt_state wire_convert
+FUZZ_TARGETS := frame meta_codec chunk_meta mgmt_state wire_convert config
 fuzz_frame_SRC := src/rpc/frame.cc src/common/crc32c.cc
 fuzz_frame_LIBS := -lisal
 fuzz_meta_codec_SRC := src/meta/codec.cc src/common/status.cc
@@ -57,6 +58,8 @@ fuzz_mgmt_state_LIBS := -lfmt
 fuzz_wire_convert_SRC := $(BUILD)/src/proto/meta.pb.cc $(BUILD)/src/proto/mgmt.pb.cc src/meta/proto_convert.cc \
   src/mgmt/proto_convert.cc src/common/status.cc
 fuzz_wire_convert_LIBS := -lprotobuf -lfmt
+fuzz_config_SRC := src/common/config.cc src/common/status.cc
+fuzz_config_LIBS := -lfmt
 
 $(FUZZ_BUILD)/obj/%.o: %.cc
 	@mkdir -p $(dir $@)

@@ -80,6 +80,45 @@ std::optional<size_t> too_deep(std::string_view text) {
   return std::nullopt;
 }
 
+// A TOML document is UTF-8 (the spec). toml11 3.7 reads out of bounds when
+// a literal string ('...') holds an invalid sequence (it reports the error
+// at an offset into the wrong buffer; found by fuzz/config_fuzz.cc): refuse
+// such text before parsing. Returns the line of the first invalid sequence
+// (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF).
+std::optional<size_t> invalid_utf8(std::string_view text) {
+  size_t line = 1;
+  for (size_t i = 0; i < text.size();) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    if (b < 0x80) {
+      line += b == '\n';
+      ++i;
+      continue;
+    }
+    size_t n = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte
+    if (b >= 0xC2 && b <= 0xDF) {
+      n = 1;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+      n = 2;
+      if (b == 0xE0) lo = 0xA0;  // overlong
+      if (b == 0xED) hi = 0x9F;  // surrogates
+    } else if (b >= 0xF0 && b <= 0xF4) {
+      n = 3;
+      if (b == 0xF0) lo = 0x90;  // overlong
+      if (b == 0xF4) hi = 0x8F;  // past U+10FFFF
+    } else {
+      return line;
+    }
+    if (i + n >= text.size()) return line;  // cut short
+    for (size_t k = 1; k <= n; ++k) {
+      const auto c = static_cast<unsigned char>(text[i + k]);
+      if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xBF)) return line;
+    }
+    i += n + 1;
+  }
+  return std::nullopt;
+}
+
 // toml11's messages span several lines (the file, the line quoted, a caret,
 // hints); a server's error is one line: the problem and its line number.
 std::string one_line(const std::string& what) {
@@ -107,6 +146,8 @@ Config::Config(std::shared_ptr<const Node> root, const void* node, std::string s
     : root_(std::move(root)), node_(node), source_(std::move(source)), prefix_(std::move(prefix)) {}
 
 Result<Config> Config::parse(const std::string& text, const std::string& source) {
+  if (auto line = invalid_utf8(text))
+    return error(Code::kConfig, "{}: invalid TOML: line {}: not UTF-8", source, *line);
   if (auto line = too_deep(text))
     return error(Code::kConfig, "{}: invalid TOML: line {}: nested deeper than {} levels", source, *line, kNestingMax);
   auto node = std::make_shared<Node>();

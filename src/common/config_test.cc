@@ -118,5 +118,28 @@ TEST(Config, SyntaxErrorsAndMissingFiles) {
   EXPECT_NE(none.error().message().find("/nonexistent/weft.toml"), std::string::npos);
 }
 
+// TOML is UTF-8: other bytes are refused with their line, before toml11
+// sees them (its literal-string error path read out of bounds on them).
+TEST(Config, TextThatIsNotUtf8IsRefusedWithItsLine) {
+  const std::string cases[] = {
+      "a = 1\nb = '\xd4'\n",        // a lead byte and no continuation
+      "a = 1\nb = \"\xc0\xaf\"\n",  // overlong '/'
+      "a = 1\nb = '\xed\xa0\x80'\n",  // a surrogate
+      "a = 1\nb = '\xf4\x90\x80\x80'\n",  // past U+10FFFF
+      "a = 1\nb = '\xe2\x82",       // cut short at the end
+      "a = 1\n# \xff\n",             // in a comment too
+  };
+  for (const std::string& text : cases) {
+    auto r = Config::parse(text, "u.toml");
+    ASSERT_FALSE(r.has_value()) << text;
+    EXPECT_EQ(r.error().code(), Code::kConfig);
+    EXPECT_NE(r.error().message().find("u.toml: invalid TOML: line 2: not UTF-8"), std::string::npos)
+        << r.error().message();
+  }
+  auto fine = Config::parse("name = 'caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x92\xbe'\n", "u.toml");
+  ASSERT_TRUE(fine.has_value()) << fine.error();
+  EXPECT_EQ(*fine->get_string("name"), "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x92\xbe");
+}
+
 }  // namespace
 }  // namespace weft
