@@ -58,7 +58,8 @@ fuzz_mgmt_state_LIBS := -lfmt
 fuzz_wire_convert_SRC := $(BUILD)/src/proto/meta.pb.cc $(BUILD)/src/proto/mgmt.pb.cc src/meta/proto_convert.cc \
   src/mgmt/proto_convert.cc src/common/status.cc
 fuzz_wire_convert_LIBS := -lprotobuf -lfmt
-fuzz_config_SRC := src/common/config.cc src/common/status.cc
+fuzz_config_SRC := src/common/config.cc src/common/status.cc src/client/cluster_config.cc src/rpc/endpoint.cc \
+  src/rpc/tcp_liveness.cc src/rpc/local_socket.cc
 fuzz_config_LIBS := -lfmt
 
 $(FUZZ_BUILD)/obj/%.o: %.cc
