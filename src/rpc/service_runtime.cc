@@ -39,6 +39,7 @@ bool ip_literal(const std::string& host) {
 
 Result<ServiceConfig> ServiceConfig::from(const Config& config, const std::string& default_name) {
   ServiceConfig c;
+  c.source = config.source();
   WEFT_TRY(Config s, config.table("server"));
   WEFT_TRY(std::string listen, s.get_string("listen", "127.0.0.1:0"));
   auto ep = Endpoint::parse(listen);
@@ -120,7 +121,8 @@ ServiceRuntime::~ServiceRuntime() {
 }
 
 Result<void> ServiceRuntime::init() {
-  WEFT_RETURN_IF_ERROR(log_init({config_.log_level, config_.log_file, config_.name}));
+  if (auto logging = log_init({config_.log_level, config_.log_file, config_.name}); !logging)
+    return error(in_config(logging.error(), "log_file"));
   std::string fault_error = fault::load_from_env();
   if (!fault_error.empty()) return error(Code::kConfig, "{}", fault_error);
   if (auto limit = raise_open_files_limit(); !limit)
@@ -154,6 +156,14 @@ void ServiceRuntime::drain_or_exit(std::chrono::seconds limit) {
   }
 }
 
+// "storage.toml: key 'server.listen': <why>": a setting that parsed but
+// failed when used (a port in use, a log file that is a directory) names
+// where it was set. No source (a config built in code): the error as is.
+Status ServiceRuntime::in_config(const Status& s, std::string_view key) const {
+  if (config_.source.empty()) return s;
+  return s.with_context(fmt::format("{}: key 'server.{}'", config_.source, key));
+}
+
 void ServiceRuntime::request_stop() {
   char c = 's';
   [[maybe_unused]] ssize_t n = ::write(stop_pipe_[1], &c, 1);
@@ -171,16 +181,20 @@ Result<void> ServiceRuntime::run(std::function<void()> on_listening, std::functi
   ::sigaction(SIGTERM, &sa, nullptr);
   ::sigaction(SIGHUP, &sa, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
-  WEFT_TRY(rpc_port_, server_->listen(config_.listen.host, config_.listen.port));
+  auto rpc_port = server_->listen(config_.listen.host, config_.listen.port);
+  if (!rpc_port) return error(in_config(rpc_port.error(), "listen"));
+  rpc_port_ = *rpc_port;
   if (!config_.metrics_listen.empty()) {
     auto m = Endpoint::parse(config_.metrics_listen);
     metrics_ = std::make_unique<MetricsServer>(*io_);
-    WEFT_TRY(metrics_port_, metrics_->listen(m->host, m->port));
+    auto metrics_port = metrics_->listen(m->host, m->port);
+    if (!metrics_port) return error(in_config(metrics_port.error(), "metrics_listen"));
+    metrics_port_ = *metrics_port;
   }
   if (!config_.port_file.empty()) {
     // Whole or absent (a reader polls for it), and a write error (full disk) is reported.
     if (auto r = replace_file_durably(config_.port_file, fmt::format("{} {}\n", rpc_port_, metrics_port_)); !r)
-      return error(r.error().with_context(fmt::format("server.port_file {}", config_.port_file)));
+      return error(in_config(r.error(), "port_file"));
   }
   WEFT_LOG_INFO("{} serving on {}:{} (metrics on port {})", config_.name, config_.listen.host, rpc_port_,
                 metrics_port_);

@@ -58,6 +58,7 @@ struct ServiceConfig {
   std::string log_level = "info";
   std::string log_file;
   std::string port_file;
+  std::string source;  // the config file, for errors found when the server starts
 
   static Result<ServiceConfig> from(const Config& config, const std::string& default_name);
   // Options for a connection this process opens (to mgmtd, meta, another
@@ -99,6 +100,8 @@ class ServiceRuntime {
   void drain_or_exit(std::chrono::seconds limit = std::chrono::seconds(30));
 
  private:
+  Status in_config(const Status& s, std::string_view key) const;
+
   ServiceConfig config_;
   std::unique_ptr<IoPool> io_;
   std::unique_ptr<Server> server_;
