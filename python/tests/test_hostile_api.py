@@ -194,6 +194,44 @@ def test_buffers(client, root):
 
 
 # ---------------------------------------------------------------------------
+# Modes and layouts
+
+
+def test_directory_modes_are_checked_as_os_mkdir(client, root):
+    # Not an integer: TypeError, as os.mkdir; negative: ValueError; past 32
+    # bits: OverflowError (all three were pybind11's TypeError, whose message
+    # names C++ types). Nothing is made for any of them.
+    for mode, exc in (("755", TypeError), (7.5, TypeError), (None, TypeError), (-1, ValueError),
+                      (2 ** 32, OverflowError), (2 ** 70, OverflowError)):
+        with pytest.raises(exc):
+            client.mkdir(f"{root}/m", mode)
+        with pytest.raises(exc):
+            client.makedirs(f"{root}/n/o", mode)
+    assert client.listdir(root) == []
+    # A stat's st_mode works: its type bits are dropped, as os.mkdir does.
+    client.mkdir(f"{root}/m", 0o40750)
+    assert client.stat(f"{root}/m").st_mode & 0o7777 == 0o750
+
+
+def test_layout_counts_are_positive_32_bit_integers(client, root):
+    client.mkdir(f"{root}/d")
+    before = client.get_layout(f"{root}/d")
+    for kwargs, exc in (({"chunk_bytes": 0}, ValueError), ({"chunk_bytes": -1}, ValueError),
+                        ({"chunk_bytes": 2 ** 32}, ValueError), ({"stripe_count": 0}, ValueError),
+                        ({"stripe_count": -4}, ValueError), ({"stripe_count": 2 ** 40}, ValueError),
+                        ({"chunk_bytes": 1.5}, TypeError), ({"stripe_count": "2"}, TypeError)):
+        with pytest.raises(exc):
+            client.set_layout(f"{root}/d", **kwargs)
+    assert client.get_layout(f"{root}/d") == before, "a refused set_layout changed the layout"
+    # In range but not a layout meta takes (not a power of two): EINVAL.
+    with pytest.raises(OSError) as e:
+        client.set_layout(f"{root}/d", chunk_bytes=3 * 4096 + 1)
+    assert e.value.errno == errno.EINVAL
+    client.set_layout(f"{root}/d", stripe_count=1)
+    assert client.get_layout(f"{root}/d")["stripe_count"] == 1
+
+
+# ---------------------------------------------------------------------------
 # Paths
 
 

@@ -645,10 +645,10 @@ class Client:
             n = None
         if n is not None and (not exist_ok or not n.is_dir()):
             raise FileExistsError(17, "File exists", path)
-        self.native.mkdirs(p, mode)
+        self.native.mkdirs(p, _dir_mode(mode))
 
     def mkdir(self, path, mode: int = 0o755) -> None:
-        self.native.mkdir(_fs(path), mode)
+        self.native.mkdir(_fs(path), _dir_mode(mode))
 
     def remove(self, path) -> None:
         """Removes a file or symlink (IsADirectoryError on a directory)."""
@@ -717,7 +717,30 @@ class Client:
         """Sets the layout new files of directory `path` get."""
         p = _fs(path)
         c, s, t, f, seed = self.native.get_layout(p)
-        self.native.set_layout(p, (chunk_bytes or c, stripe_count or s, t, f, seed))
+        c = c if chunk_bytes is None else _layout_count("chunk_bytes", chunk_bytes)
+        s = s if stripe_count is None else _layout_count("stripe_count", stripe_count)
+        self.native.set_layout(p, (c, s, t, f, seed))
+
+
+def _dir_mode(mode) -> int:
+    """A directory's mode as os.mkdir takes it: an integer (TypeError
+    otherwise), its permission bits kept (a stat's st_mode works); negative
+    is ValueError, past 32 bits OverflowError (pybind11's TypeError before)."""
+    mode = operator.index(mode)
+    if mode < 0:
+        raise ValueError(f"mode must not be negative: {mode}")
+    if mode > 0xFFFFFFFF:
+        raise OverflowError("mode too large")
+    return mode & 0o7777
+
+
+def _layout_count(name: str, value) -> int:
+    """A layout's chunk size or stripe count: a positive 32-bit integer
+    (meta checks the rest: a power of two, the bounds, EINVAL)."""
+    value = operator.index(value)
+    if not 0 < value <= 0xFFFFFFFF:
+        raise ValueError(f"{name} must be a positive 32-bit integer, not {value}")
+    return value
 
 
 def _reconnect(args):
