@@ -62,12 +62,16 @@ fuzz_config_SRC := src/common/config.cc src/common/status.cc src/client/cluster_
   src/rpc/tcp_liveness.cc src/rpc/local_socket.cc
 fuzz_config_LIBS := -lfmt
 
-$(FUZZ_BUILD)/obj/%.o: %.cc
+# Order-only on `build`: it generates the protobuf headers some include.
+# -MMD: a changed header rebuilds the objects that include it.
+$(FUZZ_BUILD)/obj/%.o: %.cc Makefile | build
 	@mkdir -p $(dir $@)
-	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+	$(FUZZ_CXX) $(FUZZ_FLAGS) -MMD -MP -fsanitize=fuzzer-no-link -c $< -o $@
+-include $(shell find $(FUZZ_BUILD)/obj -name '*.d' 2>/dev/null)
 
-.SECONDARY:  # keep the objects: a second run compiles nothing
 fuzz_objects = $(patsubst %.cc,$(FUZZ_BUILD)/obj/%.o,$(1))
+# Kept (not removed as intermediates): a second run compiles nothing.
+.SECONDARY: $(foreach t,$(FUZZ_TARGETS),$(call fuzz_objects,$(fuzz_$(t)_SRC)))
 .SECONDEXPANSION:
 $(FUZZ_BUILD)/%_fuzz: fuzz/%_fuzz.cc $$(call fuzz_objects,$$(fuzz_$$*_SRC))
 	@mkdir -p $(dir $@)

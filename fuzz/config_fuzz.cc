@@ -6,8 +6,7 @@
 //  - parsing arbitrary text never crashes, overflows the stack or trips UB,
 //    and never lets an exception out;
 //  - a refusal is Code::kConfig with a message naming the source;
-//  - what parses can be walked: every key reported unread is readable as a
-//    value of some type or as a table;
+//  - what parses can be asked for its unread keys (what servers warn about);
 //  - a client config accepted names at least one mgmtd and a token.
 #include <cstddef>
 #include <cstdint>
@@ -44,12 +43,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     refused_well(config.error());
     return 0;
   }
-  for (const std::string& key : config->unread_keys()) {
-    bool readable = config->get_string(key).has_value() || config->get_int(key).has_value() ||
-                    config->get_double(key).has_value() || config->get_bool(key).has_value() ||
-                    config->get_strings(key).has_value() || config->table(key).has_value() ||
-                    config->tables(key).has_value() || config->has(key);
-    if (!readable) std::abort();
-  }
+  // Only that it runs: a quoted key may be empty ("" = 1) or hold a dot
+  // ("a.b" = 1, reported as a.b, which a lookup would split): the keys are
+  // for the servers' warning, not for reading back.
+  (void)config->unread_keys();
   return 0;
 }

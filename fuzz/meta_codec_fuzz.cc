@@ -12,8 +12,19 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "meta/codec.h"
+
+// These files are built by clang 16 with __cpp_concepts raised so that
+// libstdc++'s <expected> compiles (Makefile, `fuzz`). clang 16 implements
+// conditionally trivial special members in part: a Result holding strings
+// taken as trivially copyable or destructible would copy or leak them
+// unseen. Pinned here, at compile time.
+static_assert(!std::is_trivially_copyable_v<weft::Result<std::string>>);
+static_assert(!std::is_trivially_destructible_v<weft::Result<weft::meta::Inode>>);
+static_assert(!std::is_trivially_destructible_v<weft::Result<void>>);
+static_assert(!std::is_trivially_copyable_v<weft::Result<int>>);  // its error holds a string
 
 namespace {
 

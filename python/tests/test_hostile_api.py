@@ -208,6 +208,10 @@ def test_directory_modes_are_checked_as_os_mkdir(client, root):
         with pytest.raises(exc):
             client.makedirs(f"{root}/n/o", mode)
     assert client.listdir(root) == []
+    client.mkdir(f"{root}/e")
+    with pytest.raises(ValueError):  # checked although the directory exists (as os.makedirs's TypeError)
+        client.makedirs(f"{root}/e", -1, exist_ok=True)
+    client.rmdir(f"{root}/e")
     # A stat's st_mode works: its type bits are dropped, as os.mkdir does.
     client.mkdir(f"{root}/m", 0o40750)
     assert client.stat(f"{root}/m").st_mode & 0o7777 == 0o750

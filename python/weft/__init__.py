@@ -639,13 +639,14 @@ class Client:
 
     def makedirs(self, path, mode: int = 0o755, exist_ok: bool = False) -> None:
         p = _fs(path)
+        mode = _dir_mode(mode)  # checked whether or not the directory exists
         try:
             n = self.native.stat(p, True)
         except (FileNotFoundError, NotADirectoryError):
             n = None
         if n is not None and (not exist_ok or not n.is_dir()):
             raise FileExistsError(17, "File exists", path)
-        self.native.mkdirs(p, _dir_mode(mode))
+        self.native.mkdirs(p, mode)
 
     def mkdir(self, path, mode: int = 0o755) -> None:
         self.native.mkdir(_fs(path), _dir_mode(mode))
@@ -723,9 +724,11 @@ class Client:
 
 
 def _dir_mode(mode) -> int:
-    """A directory's mode as os.mkdir takes it: an integer (TypeError
-    otherwise), its permission bits kept (a stat's st_mode works); negative
-    is ValueError, past 32 bits OverflowError (pybind11's TypeError before)."""
+    """A directory's mode: an integer (TypeError otherwise, as os.mkdir),
+    its permission bits kept (a stat's st_mode works, as with os.mkdir).
+    Negative is ValueError and past 32 bits OverflowError (os.mkdir takes -1
+    as all bits and stops at 2**31 - 1; pybind11 gave a TypeError naming C++
+    types)."""
     mode = operator.index(mode)
     if mode < 0:
         raise ValueError(f"mode must not be negative: {mode}")

@@ -88,10 +88,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const std::system_error& e) {
-    // The system refused a resource a command needed on its own thread (a
-    // thread: EAGAIN at a process or memory limit): one line, not
-    // std::terminate's abort. Callers that can go on catch it themselves.
-    weft::cli::fail(fmt::format("the system refused a resource: {}", e.what()));
+    // What a command did not expect on its own thread (a thread the system
+    // refused: EAGAIN at a process or memory limit; a filesystem_error):
+    // one line, not std::terminate's abort. Callers that can go on catch
+    // it themselves.
+    weft::cli::fail(e.what());
     return weft::cli::exit_code();
   } catch (const std::bad_alloc&) {
     weft::cli::fail("out of memory");

@@ -53,18 +53,20 @@ class BatchWorkers {
   [[nodiscard]] bool submit(std::move_only_function<void()> job, std::vector<uint64_t> keys = {}) {
     std::sort(keys.begin(), keys.end());
     keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    std::optional<Job> dropped;  // destroyed outside the lock (a File's last reference closes it)
     {
       std::lock_guard lock(mu_);
       queue_.push_back(Job{std::move(job), std::move(keys)});
       // One more thread while some are busy and the pool is not full.
       if (idle_ == 0 && threads_.size() < threads_max_ && !start_thread_locked()) {
         if (threads_.empty()) {
+          dropped = std::move(queue_.back());
           queue_.pop_back();
-          return false;
         }
-        // The running workers take it when they are free.
+        // Else the running workers take it when they are free.
       }
     }
+    if (dropped) return false;
     cv_.notify_one();
     return true;
   }
@@ -89,14 +91,14 @@ class BatchWorkers {
     return std::nullopt;
   }
 
-  // REQUIRES(mu_). False when the system refuses the thread.
+  // REQUIRES(mu_). False when the system refuses the thread (or the memory for it).
   bool start_thread_locked() {
     try {
       if (WEFT_FAULT("client.batch_workers.thread_refused"))
         throw std::system_error(EAGAIN, std::generic_category(), "injected");
       threads_.emplace_back([this] { run(); });
       return true;
-    } catch (const std::system_error&) {
+    } catch (const std::exception&) {  // std::system_error (EAGAIN), or bad_alloc growing threads_
       return false;  // the caller's error says it when it matters (no worker at all)
     }
   }

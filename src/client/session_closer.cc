@@ -33,7 +33,7 @@ Result<void> SessionCloser::close(const meta::Cred& cred, meta::Ino ino, uint64_
       if (WEFT_FAULT("client.session_closer.thread_refused"))
         throw std::system_error(EAGAIN, std::generic_category(), "injected");
       thread_ = std::thread([this] { run(); });
-    } catch (const std::system_error& e) {  // EAGAIN: a process or memory limit
+    } catch (const std::exception& e) {  // std::system_error (EAGAIN: a process or memory limit), bad_alloc
       WEFT_LOG_WARN("the end of write session {} of file {} did not reach meta ({}), and no thread could start to "
                     "try it again ({}): it stays open at meta until this client's lease ends",
                     session, ino, r.error(), e.what());

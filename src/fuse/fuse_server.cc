@@ -304,8 +304,9 @@ class FuseServer::Impl {
           std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
       });
-    } catch (const std::system_error& e) {  // EAGAIN: a process or memory limit
+    } catch (const std::exception& e) {  // std::system_error (EAGAIN: a process or memory limit), bad_alloc
       stop_pipe_ = -1;
+      for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);  // the handler would swallow them now
       ::close(pipe_fds[0]);
       ::close(pipe_fds[1]);
       unmount();

@@ -122,7 +122,7 @@ ServiceRuntime::~ServiceRuntime() {
 
 Result<void> ServiceRuntime::init() {
   if (auto logging = log_init({config_.log_level, config_.log_file, config_.name}); !logging)
-    return error(in_config(logging.error(), "log_file"));
+    return error(config_.log_file.empty() ? logging.error() : in_config(logging.error(), "log_file"));
   std::string fault_error = fault::load_from_env();
   if (!fault_error.empty()) return error(Code::kConfig, "{}", fault_error);
   if (auto limit = raise_open_files_limit(); !limit)
