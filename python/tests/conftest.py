@@ -11,6 +11,12 @@ import uuid
 
 import pytest
 
+# Every `weft up` (and `weft mount`) a test runs, and what it starts, stops on
+# its own when this process dies without reaching `weft down` (SIGKILL, a
+# crash): they watch WEFT_OWNER_PID (docs/local-cluster.md). Set here, for the
+# whole process, so that tests running `weft up` themselves get it too.
+os.environ["WEFT_OWNER_PID"] = str(os.getpid())
+
 
 def _weft_bin() -> str:
     b = os.environ.get("WEFT_BIN") or shutil.which("weft")

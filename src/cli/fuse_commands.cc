@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "common/fault.h"
 #include "common/mount_table.h"
+#include "common/owner_watch.h"
 #include "fuse/fuse_server.h"
 #include "fuse/mount_options.h"
 #include "weft/client.h"
@@ -40,6 +41,8 @@ struct MountArgs {
   // --background waits this long for the daemon to serve; connecting alone
   // retries for up to a minute while the cluster is away.
   double ready_timeout_s = 90;
+  // --owner-pid / WEFT_OWNER_PID: unmount and exit, as on SIGTERM, when this process exits (0: none).
+  pid_t owner_pid = 0;
 };
 
 struct UmountArgs {
@@ -68,6 +71,16 @@ void serve_mount(const MountArgs& a, const fuse::MountOptions& options, const st
   if (std::string e = fault::load_from_env(); !e.empty()) return fail(e);
   // The Client's threads must never take SIGINT/SIGTERM: they stop the loop.
   fuse::block_stop_signals();
+  // Its owner gone, the mount stops as on SIGTERM: the signal waits (blocked
+  // in every thread, the watch's too) until run() takes it in this thread,
+  // whenever the owner went. A thread, so started in the daemon (after the
+  // fork of --background).
+  OwnerWatch owner;
+  if (a.owner_pid != 0) {
+    auto watch = watch_owner(a.owner_pid, [] { ::kill(::getpid(), SIGTERM); });
+    if (!watch) return fail(owner_pid_error(watch.error()));
+    owner = std::move(*watch);
+  }
   ClientOptions co;
   co.config_path = a.config.empty() ? std::string() : absolute_path(a.config);
   co.cluster = a.cluster;
@@ -111,6 +124,7 @@ void serve_mount(const MountArgs& a, const fuse::MountOptions& options, const st
                  (*client)->cluster_description().c_str(), mountpoint.c_str(), mountpoint.c_str());
   }
   auto r = (*server)->run();
+  owner = OwnerWatch();  // no SIGTERM once run() is over: it could end the flush below
   server->reset();  // closes (flushes) what the kernel left open
   if (!r) return fail(r.error().message());
   exit_code() = 0;
@@ -130,6 +144,11 @@ void run_mount(const MountArgs& a) {
     return fail(fmt::format("cannot use /dev/fuse: {} (is the fuse module loaded?)", std::strerror(errno)));
   }
   if (!a.background) return serve_mount(a, *options, mountpoint, -1);
+  // Checked here too, so that a gone owner is this command's one-line error;
+  // the daemon watches it (a thread would not survive the fork).
+  if (a.owner_pid != 0) {
+    if (auto alive = check_owner(a.owner_pid); !alive) return fail(owner_pid_error(alive.error()));
+  }
 
   // Fork before connecting: the Client starts threads, which a fork would lose.
   int fds[2];
@@ -247,6 +266,7 @@ void add_fuse_commands(CLI::App& app) {
   mount->add_option("--ready-timeout", mount_args.ready_timeout_s,
                     "with --background: seconds to wait for the daemon to serve, then stop it (default 90)")
       ->check(CLI::Range(1.0, 3600.0));
+  add_owner_pid_option(*mount, mount_args.owner_pid);
   mount->callback([] { run_mount(mount_args); });
 
   static UmountArgs umount_args;

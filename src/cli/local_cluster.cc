@@ -28,6 +28,7 @@
 #include "common/assert.h"
 #include "common/config.h"
 #include "common/durable_file.h"
+#include "common/owner_watch.h"
 #include "common/port_window.h"
 #include "common/processes.h"
 #include "meta/meta_client.h"
@@ -312,12 +313,34 @@ std::string self_binary() {
   return s.empty() ? "weft" : s;
 }
 
+constexpr std::string_view kOwnerEnv = "WEFT_OWNER_PID=";
+
+// This process's environment with WEFT_OWNER_PID set to `owner_pid` (which
+// replaces whatever value it had).
+std::vector<std::string> environment_with_owner(pid_t owner_pid) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e)
+    if (!std::string_view(*e).starts_with(kOwnerEnv)) env.emplace_back(*e);
+  env.push_back(fmt::format("{}{}", kOwnerEnv, owner_pid));
+  return env;
+}
+
 // Runs `exec_path argv...` detached: its own session, stdin from /dev/null,
-// stdout and stderr appended to `log`. Returns the child's pid.
-Result<pid_t> spawn(const std::string& exec_path, const std::vector<std::string>& argv, const std::string& log) {
+// stdout and stderr appended to `log`; with `owner_pid` > 0, WEFT_OWNER_PID
+// set to it in its environment (it stops when that process exits). Returns
+// the child's pid.
+Result<pid_t> spawn(const std::string& exec_path, const std::vector<std::string>& argv, const std::string& log,
+                    pid_t owner_pid = 0) {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // Built before the fork: the child may only make async-signal-safe calls.
+  const std::vector<std::string> env_strings =
+      owner_pid > 0 ? environment_with_owner(owner_pid) : std::vector<std::string>{};
+  std::vector<char*> env;
+  for (const auto& e : env_strings) env.push_back(const_cast<char*>(e.c_str()));
+  env.push_back(nullptr);
+  char** const envp = owner_pid > 0 ? env.data() : environ;
   // Where close_range(2) is missing (kernels before 5.9) or filtered
   // (seccomp), the child closes descriptors one by one up to this limit.
   struct rlimit files {};
@@ -343,9 +366,9 @@ Result<pid_t> spawn(const std::string& exec_path, const std::vector<std::string>
     if (::close_range(3, ~0U, 0) != 0)  // no asio socket of this process is close-on-exec
       for (int f = 3; f < fd_end; ++f) ::close(f);
     if (exec_path.find('/') == std::string::npos)
-      ::execvp(exec_path.c_str(), args.data());
+      ::execvpe(exec_path.c_str(), args.data(), envp);
     else
-      ::execv(exec_path.c_str(), args.data());
+      ::execve(exec_path.c_str(), args.data(), envp);
     ::_exit(127);
   }
   return pid;
@@ -420,6 +443,10 @@ class Runner {
   };
 
   Clock::time_point deadline() const { return Clock::now() + std::chrono::seconds(options_.timeout_s); }
+  // For the logs: how a process started by this call learns its owner.
+  std::string owner_note() const {
+    return options_.owner_pid > 0 ? fmt::format("; {}{}", kOwnerEnv, options_.owner_pid) : "";
+  }
   const Role& role(const std::string& name) const {
     for (const auto& r : roles_)
       if (r.name == name) return r;
@@ -462,10 +489,11 @@ Result<void> Runner::start(const Role& r) {
   remove_file(L_.port_file(r.name));
   {
     std::ofstream log(L_.log(r.name), std::ios::app);
-    log << fmt::format("=== weft up: starting {} ({} serve {} --config {}) ===\n", r.name, argv0_, r.kind,
-                       L_.config(r.name));
+    log << fmt::format("=== weft up: starting {} ({} serve {} --config {}{}) ===\n", r.name, argv0_, r.kind,
+                       L_.config(r.name), owner_note());
   }
-  WEFT_TRY(pid_t pid, spawn(exec_path_, {argv0_, "serve", r.kind, "--config", L_.config(r.name)}, L_.log(r.name)));
+  WEFT_TRY(pid_t pid, spawn(exec_path_, {argv0_, "serve", r.kind, "--config", L_.config(r.name)}, L_.log(r.name),
+                            options_.owner_pid));
   children_[pid] = r.name;
   auto& st = state_[r.name];
   st.started = true;
@@ -715,7 +743,7 @@ Result<void> Runner::mount() {
   // daemon, in a session of its own, holding a dead mount).
   std::vector<std::string> argv = {argv0_};
   for (auto& a : mount_daemon_args(L_, path, options_.timeout_s)) argv.push_back(std::move(a));  // log: its --log-file
-  WEFT_TRY(pid_t pid, spawn(exec_path_, argv, log));
+  WEFT_TRY(pid_t pid, spawn(exec_path_, argv, log, options_.owner_pid));
   auto until = deadline() + 30s;
   int status = 0;
   while (::waitpid(pid, &status, WNOHANG) != pid) {
@@ -750,6 +778,8 @@ void Runner::summary(bool was_running) {
                st.what, L_.log(r.name));
   }
   fmt::print(out_, "client config: {}\n", L_.client_config());
+  if (options_.owner_pid > 0 && !was_running)
+    fmt::print(out_, "what this `up` started stops when process {} exits (--owner-pid)\n", options_.owner_pid);
   if (!mounted_.empty())
     fmt::print(out_, "mounted at:    {}\n", mounted_);
   else
@@ -1046,6 +1076,7 @@ std::optional<pid_t> live_pid(const Layout& layout, const Role& role) {
 
 Result<void> up(const UpOptions& options, std::FILE* out) {
   Layout L{absolute_dir(options.data_dir)};
+  if (options.owner_pid != 0) WEFT_RETURN_IF_ERROR(check_owner(options.owner_pid));  // before anything starts
   if (!options.mount.empty() && !options.mount_available)
     return error(Code::kNotSupported,
                  "--mount: this weft binary has no `weft mount` command yet; start without --mount and mount later");

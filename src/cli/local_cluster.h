@@ -35,6 +35,11 @@ struct UpOptions {
   uint32_t timeout_s = 30;                     // every wait
   std::string binary;                          // what to run; empty: /proc/self/exe
   bool mount_available = false;                // this binary has `weft mount`
+  // --owner-pid: every process `up` starts (servers, mount) gets
+  // WEFT_OWNER_PID=owner_pid in its environment and stops when that process
+  // exits. 0: none. (The environment, not the command line: `up`, `down` and
+  // `weft bench` recognise their servers by their exact command line.)
+  pid_t owner_pid = 0;
 };
 
 inline constexpr uint32_t kDefaultStorageServers = 3;

@@ -242,7 +242,7 @@ void register_gc_metrics(const client::ChunkGc& gc, meta::MetaStore& store) {
                [&store] { return static_cast<double>(store.read_holds().held()); }, kGcMetricsOwner);
 }
 
-void serve_meta(const std::string& config_path, bool accept_store_change) {
+void serve_meta(const std::string& config_path, bool accept_store_change, pid_t owner_pid) {
   auto config = Config::load_file(config_path);
   if (!config) return fail(config.error().message());
   if (auto role = check_config_role(*config, "meta"); !role) return fail(role.error().message());
@@ -256,6 +256,9 @@ void serve_meta(const std::string& config_path, bool accept_store_change) {
   if (!config->has("server.blocking_threads")) sc->blocking_threads = 16;
   rpc::ServiceRuntime runtime(*sc);
   if (auto r = runtime.init(); !r) return fail(r.error().message());
+  // From here: an owner that exits while meta still joins the cluster stops it once joined.
+  auto owner = watch_server_owner(owner_pid, runtime);
+  if (!owner) return fail(owner_pid_error(owner.error()));
   std::error_code ec;
   std::filesystem::create_directories(mc->data_dir, ec);
   if (ec)
@@ -356,7 +359,9 @@ void add_meta_commands(CLI::App& app, CLI::App& serve) {
                  "Serve a store other than the one mgmtd recorded for the cluster, or one that issued fewer inode "
                  "ids (a restore from backup, a deliberately new namespace): the store gets a new id, mgmtd "
                  "records it, and meta first raises its next inode id past every id the cluster issued");
-  meta->callback([] { serve_meta(config_path, accept_store_change); });
+  static pid_t owner_pid = 0;
+  add_owner_pid_option(*meta, owner_pid);
+  meta->callback([] { serve_meta(config_path, accept_store_change, owner_pid); });
 
   static std::string fsck_dir, fsck_config;
   auto* fsck = admin_subcommand(app).add_subcommand(

@@ -23,7 +23,7 @@ namespace {
 // `weft serve mgmtd --config FILE`: [server] (rpc/service_runtime.h) and [mgmtd] (mgmt/service.h).
 // --accept-older-state: mgmt/cluster_state.h ("Behind"); a flag rather than a
 // config key so that it applies to the one start the operator decided on.
-void serve_mgmtd(const std::string& path, bool accept_older_state) {
+void serve_mgmtd(const std::string& path, bool accept_older_state, pid_t owner_pid) {
   auto config = Config::load_file(path);
   if (!config) return fail(config.error().message());
   if (auto role = check_config_role(*config, "mgmtd"); !role) return fail(role.error().message());
@@ -37,6 +37,8 @@ void serve_mgmtd(const std::string& path, bool accept_older_state) {
   std::unique_ptr<mgmt::MgmtService> service;
   rpc::ServiceRuntime runtime(*sc);
   if (auto r = runtime.init(); !r) return fail(r.error().message());
+  auto owner = watch_server_owner(owner_pid, runtime);
+  if (!owner) return fail(owner_pid_error(owner.error()));
   std::error_code ec;
   std::filesystem::create_directories(mc->data_dir, ec);
   if (ec) return fail(fmt::format("{}: key 'mgmtd.data_dir': cannot create {}: {}", path, mc->data_dir, ec.message()));
@@ -211,7 +213,9 @@ void add_mgmt_commands(CLI::App& app, CLI::App& serve) {
   mgmtd->add_flag("--accept-older-state", accept_older_state,
                   "Proceed when servers hold a newer routing version than mgmtd's state (a restored backup): "
                   "raise mgmtd's versions above theirs and make the cluster take mgmtd's older view");
-  mgmtd->callback([] { serve_mgmtd(config_path, accept_older_state); });
+  static pid_t owner_pid = 0;
+  add_owner_pid_option(*mgmtd, owner_pid);
+  mgmtd->callback([] { serve_mgmtd(config_path, accept_older_state, owner_pid); });
 
   static ClusterFlags status_flags;
   static bool json = false;

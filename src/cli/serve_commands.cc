@@ -2,6 +2,8 @@
 #include <arpa/inet.h>
 
 #include <array>
+#include <chrono>
+#include <limits>
 
 #include "cli/commands.h"
 #include "common/config.h"
@@ -20,15 +22,45 @@ Result<rpc::ServiceConfig> load_service_config(const std::string& path, const st
 
 // `weft serve echo`: a server with only the diagnostic echo service. Useful
 // to check tokens, ports and metrics scraping on a new machine.
-void serve_echo(const std::string& config_path) {
+void serve_echo(const std::string& config_path, pid_t owner_pid) {
   auto sc = load_service_config(config_path, "echo");
   if (!sc) return fail(sc.error().message());
   rpc::ServiceRuntime runtime(*sc);
   if (auto r = runtime.init(); !r) return fail(r.error().message());
+  auto owner = watch_server_owner(owner_pid, runtime);
+  if (!owner) return fail(owner_pid_error(owner.error()));
   if (auto r = runtime.run(); !r) return fail(r.error().message());
 }
 
+// How long a server whose owner exited serves on: the mount and the clients
+// the same owner started stop at the same moment and flush through the
+// servers (a mount whose cluster went first waits out its client's retries,
+// close to a minute, before it can unmount).
+constexpr std::chrono::seconds kOwnerGoneGrace{5};
+
 }  // namespace
+
+void add_owner_pid_option(CLI::App& cmd, pid_t& pid) {
+  cmd.add_option("--owner-pid", pid,
+                 "stop as on SIGTERM when process PID exits (a server 5 s later); a PID that is gone already is "
+                 "an error (default: $WEFT_OWNER_PID)")
+      ->envname("WEFT_OWNER_PID")
+      ->check(CLI::Range(1, std::numeric_limits<pid_t>::max()));
+}
+
+Result<OwnerWatch> watch_server_owner(pid_t pid, rpc::ServiceRuntime& runtime) {
+  if (pid == 0) return OwnerWatch();
+  const std::string name = runtime.config().name;
+  auto stop = [&runtime, name, pid] {
+    WEFT_LOG_INFO("{}: its owner, process {}, exited {} s ago (--owner-pid): stopping", name, pid,
+                  kOwnerGoneGrace.count());
+    runtime.request_stop();
+  };
+  WEFT_TRY(OwnerWatch watch, watch_owner(pid, std::move(stop), kOwnerGoneGrace));
+  WEFT_LOG_INFO("{}: stops {} s after its owner, process {}, exits (--owner-pid / WEFT_OWNER_PID)", name,
+                kOwnerGoneGrace.count(), pid);
+  return watch;
+}
 
 void warn_unread_keys(const Config& config) {
   for (const std::string& key : config.unread_keys())
@@ -71,9 +103,11 @@ Result<void> check_advertised_address(const std::string& address, const std::str
 
 void add_serve_commands(CLI::App& /*app*/, CLI::App& serve) {
   static std::string config_path;
+  static pid_t owner_pid = 0;
   auto* echo = serve.add_subcommand("echo", "Diagnostic server answering only the echo service");
   echo->add_option("--config", config_path, "TOML config file")->required();
-  echo->callback([] { serve_echo(config_path); });
+  add_owner_pid_option(*echo, owner_pid);
+  echo->callback([] { serve_echo(config_path, owner_pid); });
 }
 
 }  // namespace weft::cli

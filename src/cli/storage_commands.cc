@@ -121,7 +121,7 @@ Result<std::unique_ptr<storage::MgmtLink>> join_cluster(rpc::ServiceRuntime& run
   return link;
 }
 
-void serve_storage(const std::string& config_path) {
+void serve_storage(const std::string& config_path, pid_t owner_pid) {
   auto config = Config::load_file(config_path);
   if (!config) return fail(config.error().message());
   if (auto role = check_config_role(*config, "storage"); !role) return fail(role.error().message());
@@ -131,6 +131,9 @@ void serve_storage(const std::string& config_path) {
   if (!storage_config) return fail(storage_config.error().message());
   rpc::ServiceRuntime runtime(*sc);
   if (auto r = runtime.init(); !r) return fail(r.error().message());
+  // From here: an owner that exits while the server joins stops it once joined.
+  auto owner = watch_server_owner(owner_pid, runtime);
+  if (!owner) return fail(owner_pid_error(owner.error()));
   std::unique_ptr<storage::MgmtLink> link;
   if (!storage_config->mgmtd.empty()) {
     auto joined = join_cluster(runtime, *storage_config, config_path);
@@ -178,7 +181,9 @@ void add_storage_commands(CLI::App& /*app*/, CLI::App& serve) {
   static std::string config_path;
   auto* storage = serve.add_subcommand("storage", "Storage server: chunk targets with chain replication");
   storage->add_option("--config", config_path, "TOML config file")->required();
-  storage->callback([] { serve_storage(config_path); });
+  static pid_t owner_pid = 0;
+  add_owner_pid_option(*storage, owner_pid);
+  storage->callback([] { serve_storage(config_path, owner_pid); });
 }
 
 }  // namespace weft::cli

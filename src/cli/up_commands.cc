@@ -1,7 +1,11 @@
 // `weft up` and `weft down`: a whole cluster on this machine under one data
 // directory (cli/local_cluster.h, docs/local-cluster.md).
+#include <signal.h>
+#include <unistd.h>
+
 #include "cli/commands.h"
 #include "cli/local_cluster.h"
+#include "common/owner_watch.h"
 
 namespace weft::cli {
 namespace {
@@ -37,6 +41,7 @@ void add_up_commands(CLI::App& app) {
   up->add_option("--timeout", o.timeout_s, "seconds to wait for each step")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600));
+  add_owner_pid_option(*up, o.owner_pid);
   up->callback([&app, n, m, r, p] {
     auto& f = up_flags;
     auto& opts = f.options;
@@ -46,6 +51,14 @@ void add_up_commands(CLI::App& app) {
     if (p->count() > 0) opts.base_port = f.base_port;
     auto named_mount = [](CLI::App* sub) { return sub->get_name() == "mount"; };
     opts.mount_available = !app.get_subcommands(named_mount).empty();
+    // `up` itself stops too (SIGTERM's default action) when its owner exits
+    // while it starts the cluster; what it started stops on its own.
+    OwnerWatch owner;
+    if (opts.owner_pid != 0) {
+      auto watch = watch_owner(opts.owner_pid, [] { ::kill(::getpid(), SIGTERM); });
+      if (!watch) return fail("up: " + owner_pid_error(watch.error()));
+      owner = std::move(*watch);
+    }
     if (auto res = local::up(opts, stdout); !res) fail("up: " + res.error().message());
   });
 

@@ -1,7 +1,11 @@
 // tests/integration/process.h
 // Starts real processes for integration tests and always stops them: a
 // Process kills its child (SIGKILL, by PID) in its destructor unless it
-// already exited, so a failing test never leaves servers behind.
+// already exited, so a failing test never leaves servers behind. What the
+// child starts in a session of its own (`weft up`'s servers, the daemon of
+// `weft mount --background`) stops when the test process dies, however it
+// dies (ctest's timeout, Ctrl-C): every child gets WEFT_OWNER_PID=<this
+// process> (docs/local-cluster.md), unless extra_env sets it.
 #pragma once
 
 #include <arpa/inet.h>
@@ -116,6 +120,7 @@ class Process {
   Process(std::vector<std::string> argv, const std::string& log_path,
           std::vector<std::string> extra_env = {}) : log_path_(log_path) {
     const pid_t parent = ::getpid();
+    std::string owner = "WEFT_OWNER_PID=" + std::to_string(parent);  // built before the fork
     pid_ = ::fork();
     if (pid_ == 0) {
       // Dies with the test: a test binary that crashes runs no destructor,
@@ -129,6 +134,7 @@ class Process {
         ::dup2(fd, 1);
         ::dup2(fd, 2);
       }
+      ::putenv(owner.data());  // first: an extra_env entry replaces it
       for (auto& e : extra_env) ::putenv(const_cast<char*>(e.c_str()));
       std::vector<char*> args;
       for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));

@@ -604,6 +604,103 @@ TEST_F(UpDownTest, ConfigsMustAgreeWithClusterTomlAndAnUnfinishedFirstUpsAreRewr
   EXPECT_GE(count(st.output, "serving"), 2u) << st.output;
 }
 
+// `up --owner-pid P` (the test process's own pid reaches every `weft` it
+// runs as WEFT_OWNER_PID, process.h): when P exits, every server `up`
+// started and the mount it made stop on their own, the mount first (it
+// flushes through the servers, which wait a few seconds), with no `weft down`.
+TEST_F(UpDownTest, EverythingUpStartedStopsWhenItsOwnerExits) {
+  Process owner({"/bin/sleep", "600"}, tmp_.file("owner.log"));
+  ASSERT_TRUE(pid_alive(owner.pid()));
+  const std::string owner_pid = std::to_string(owner.pid());
+  const std::string mp = tmp_.file("mnt");
+  std::filesystem::create_directories(mp);
+  const bool fuse = ::access("/dev/fuse", R_OK | W_OK) == 0;
+  std::vector<std::string> flags = {"--storage-servers", "2", "--targets-per-server", "1", "--replicas", "2",
+                                    "--owner-pid", owner_pid};
+  if (fuse) flags.insert(flags.end(), {"--mount", mp});
+  auto first = up(flags);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("stops when process " + owner_pid + " exits"), std::string::npos) << first.output;
+  expect_status_serving();
+  std::vector<std::string> roles = kRoles;
+  if (fuse) {
+    roles.push_back("mount");
+    testing::write_file(mp + "/through-the-mount", "served");
+    EXPECT_EQ(read_text(mp + "/through-the-mount"), "served");
+  } else {
+    std::fprintf(stderr, "no usable /dev/fuse: the mount part is skipped\n");
+  }
+  std::map<std::string, pid_t> started;
+  for (const auto& role : roles) {
+    started[role] = pid_of(role);
+    ASSERT_TRUE(pid_alive(started[role])) << role;
+    // The flag, not the WEFT_OWNER_PID `up` itself got (this test's pid).
+    std::string env = read_text("/proc/" + std::to_string(started[role]) + "/environ");
+    std::replace(env.begin(), env.end(), '\0', '\n');
+    EXPECT_NE(("\n" + env).find("\nWEFT_OWNER_PID=" + owner_pid + "\n"), std::string::npos) << role << ":\n" << env;
+  }
+
+  owner.signal(SIGKILL);
+  ASSERT_TRUE(owner.wait_exit(10s));
+  const auto killed = std::chrono::steady_clock::now();
+  auto mounted = [&] { return read_text("/proc/mounts").find(" " + mp + " ") != std::string::npos; };
+  auto all_gone = [&] {
+    for (const auto& [role, pid] : started)
+      if (pid_alive(pid)) return false;
+    return !mounted();
+  };
+  const bool stopped = testing::eventually(all_gone, 20s, 100ms);
+  const double took_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  EXPECT_TRUE(stopped) << "still there 20 s after the owner exited";
+  for (const auto& [role, pid] : started) EXPECT_FALSE(pid_alive(pid)) << role << " (pid " << pid << ")";
+  EXPECT_FALSE(mounted()) << mp;
+  if (stopped) std::fprintf(stderr, "everything stopped %.1f s after the owner exited\n", took_s);
+  // Stopped as on SIGTERM: each server said why, and the mount wrote back and unmounted.
+  for (const auto& role : kRoles)
+    EXPECT_NE(read_text(data_ + "/logs/" + role + ".log").find("its owner, process " + owner_pid + ", exited"),
+              std::string::npos)
+        << role;
+  if (fuse) {
+    EXPECT_NE(read_text(data_ + "/logs/mount.log").find("writing back and unmounting"), std::string::npos)
+        << read_text(data_ + "/logs/mount.log");
+  }
+  // Left over only when the test failed: TearDown's `down` stops the servers.
+  if (fuse && mounted()) std::system(("fusermount3 -uz '" + mp + "'").c_str());
+}
+
+// An owner that is gone already: `up`, `mount` and `serve` fail with one line
+// and start nothing.
+TEST_F(UpDownTest, AnOwnerThatIsGoneAlreadyIsAOneLineError) {
+  pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  ASSERT_GT(gone, 0);
+  ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);  // reaped: the pid names no process now
+  const std::string gone_pid = std::to_string(gone);
+  auto r = up({"--owner-pid", gone_pid});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("owner pid " + gone_pid + ": no such process"), std::string::npos) << r.output;
+  EXPECT_EQ(count(r.output, "\n"), 1u) << "one line:\n" << r.output;
+  EXPECT_FALSE(std::filesystem::exists(data_)) << "up created " << data_;
+
+  // The same owner from the environment, for a server and a mount.
+  const std::string conf = tmp_.file("echo.toml");
+  testing::write_file(conf, "[server]\nlisten = \"127.0.0.1:0\"\ncluster_token = \"t\"\n");
+  std::vector<std::vector<std::string>> commands = {{"serve", "echo", "--config", conf}};
+  const std::string mp = tmp_.file("mnt-gone");
+  std::filesystem::create_directories(mp);
+  if (::access("/dev/fuse", R_OK | W_OK) == 0)
+    commands.push_back({"mount", mp, "--cluster", "127.0.0.1:1", "--background"});
+  for (auto args : commands) {
+    args.insert(args.begin(), testing::weft_binary());
+    Process p(args, tmp_.file("gone-" + args[1] + ".log"), {"WEFT_OWNER_PID=" + gone_pid});
+    auto status = p.wait_exit(30s);
+    ASSERT_TRUE(status.has_value()) << args[1] << " did not return";
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) != 0) << args[1] << ": " << p.log();
+    EXPECT_NE(p.log().find("owner pid " + gone_pid + ": no such process"), std::string::npos) << p.log();
+  }
+  EXPECT_EQ(read_text("/proc/mounts").find(" " + mp + " "), std::string::npos);
+}
+
 TEST_F(UpDownTest, BadFlagsAreClearErrors) {
   auto r = up({"--storage-servers", "1", "--replicas", "2"});
   EXPECT_NE(r.exit_code, 0) << r.output;
