@@ -369,7 +369,12 @@ class FuseServer::Impl {
   // syncfs(2) on the mount: the kernel sends what its page cache holds for
   // this file system (served by the running workers).
   void sync_mount() {
+    // This open reaches op_opendir from this thread: answered without meta
+    // (own_open_tid_), so a cluster gone before the mount does not hold the
+    // stop for the client's whole retry time.
+    own_open_tid_ = ::gettid();
     int fd = ::open(mount_path_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    own_open_tid_ = 0;
     if (fd < 0) {
       WEFT_LOG_WARN("open {} to write it back: {}", mount_path_, std::strerror(errno));
       return;
@@ -400,6 +405,8 @@ class FuseServer::Impl {
     return static_cast<Impl*>(fuse_req_userdata(req));
   }
   static inline std::atomic<int> stop_pipe_{-1};  // write end: signal handler -> stopper thread
+  // The thread whose open of the root is sync_mount's (see op_opendir); 0: none.
+  std::atomic<pid_t> own_open_tid_{0};
   bool stop_signals_ignored_ = false;             // run() ignored them until the final flush is done
   std::once_flag groups_warned_;                  // groups_unread
 
@@ -1412,6 +1419,15 @@ class FuseServer::Impl {
 
   static void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     auto* s = self(req);
+    // The stop path's open (sync_mount; FUSE names the calling thread),
+    // only for syncfs and a close: no listing, no permission to check (this
+    // process runs the mount). With meta gone a getattr would wait out the
+    // retry time (close to a minute) before the unmount.
+    if (const pid_t own = s->own_open_tid_; own != 0 && ino == FUSE_ROOT_ID && fuse_req_ctx(req)->pid == own) {
+      auto* d = new OpenDir;
+      d->ino = d->parent = ino;
+      return s->hand_out_dir(req, fi, d);
+    }
     auto r = s->client_.getattr(cred_of(req), ino);
     if (!r) {
       fuse_reply_err(req, inode_errno(r.error()));
@@ -1431,12 +1447,17 @@ class FuseServer::Impl {
     d->ino = ino;
     d->parent = r->parent ? r->parent : ino;
     d->opened = *r;
+    s->hand_out_dir(req, fi, d);
+  }
+
+  // Answers OPENDIR with `d` as the kernel's handle (fi->fh).
+  void hand_out_dir(fuse_req_t req, fuse_file_info* fi, OpenDir* d) {
     fi->fh = reinterpret_cast<uint64_t>(d);
     {
-      std::lock_guard lk(s->dirs_mu_);
-      s->open_dirs_.insert(d);
+      std::lock_guard lk(dirs_mu_);
+      open_dirs_.insert(d);
     }
-    if (fuse_reply_open(req, fi) != 0) s->release_dir(d);
+    if (fuse_reply_open(req, fi) != 0) release_dir(d);
   }
 
   // Deletes an open directory's handle (RELEASEDIR, or a failed OPENDIR reply).

@@ -668,6 +668,38 @@ TEST_F(UpDownTest, EverythingUpStartedStopsWhenItsOwnerExits) {
   if (fuse && mounted()) std::system(("fusermount3 -uz '" + mp + "'").c_str());
 }
 
+// A mount whose cluster went first stops at once on SIGTERM: its stop path
+// opens the root to write back, and that open asked meta, which it retried
+// for the client's whole retry time (close to a minute) before unmounting.
+TEST_F(UpDownTest, AMountWhoseClusterIsGoneStopsPromptlyOnSigterm) {
+  if (::access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "no usable /dev/fuse";
+  const std::string mp = tmp_.file("mnt");
+  std::filesystem::create_directories(mp);
+  auto first = up({"--storage-servers", "1", "--targets-per-server", "1", "--replicas", "1", "--mount", mp});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  testing::write_file(mp + "/f", "written and closed");
+  EXPECT_EQ(read_text(mp + "/f"), "written and closed");
+  auto mounted = [&] { return read_text("/proc/mounts").find(" " + mp + " ") != std::string::npos; };
+  ASSERT_TRUE(mounted());
+  const pid_t mount_pid = pid_of("mount");
+  ASSERT_TRUE(pid_alive(mount_pid));
+  for (const std::string role : {"mgmtd", "storage-1", "meta"}) {
+    const pid_t pid = pid_of(role);
+    ASSERT_GT(pid, 0) << role;
+    ASSERT_EQ(::kill(pid, SIGKILL), 0) << role;
+    ASSERT_TRUE(testing::eventually([&] { return !pid_alive(pid); }, 10s, 50ms)) << role;
+  }
+
+  const auto sent = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(mount_pid, SIGTERM), 0);
+  const bool stopped = testing::eventually([&] { return !pid_alive(mount_pid) && !mounted(); }, 15s, 50ms);
+  const double took_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  EXPECT_TRUE(stopped) << "the mount still there " << took_s << " s after SIGTERM:\n"
+                       << read_text(data_ + "/logs/mount.log");
+  if (stopped) std::fprintf(stderr, "the mount stopped %.1f s after SIGTERM\n", took_s);
+  if (mounted()) std::system(("fusermount3 -uz '" + mp + "'").c_str());
+}
+
 // An owner that is gone already: `up`, `mount` and `serve` fail with one line
 // and start nothing.
 TEST_F(UpDownTest, AnOwnerThatIsGoneAlreadyIsAOneLineError) {
