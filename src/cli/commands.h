@@ -35,20 +35,23 @@ Result<void> check_advertised_address(const std::string& address, const std::str
 // (cli/serve_commands.cc).
 Result<void> check_config_role(const Config& config, const std::string& role);
 
-// `--owner-pid PID`, by default $WEFT_OWNER_PID, on `cmd`: the command stops
-// as on SIGTERM when process PID exits (common/owner_watch.h,
-// docs/local-cluster.md). `pid` stays 0 when neither is given
+// `--owner-pid PID` on `cmd`: the command stops as on SIGTERM when process
+// PID exits (common/owner_watch.h, docs/local-cluster.md). `pid` stays 0
+// when not given; the command then asks owner_pid_or_env
 // (cli/serve_commands.cc).
 void add_owner_pid_option(CLI::App& cmd, pid_t& pid);
+// The --owner-pid given (non-zero), else $WEFT_OWNER_PID; 0: none (unset,
+// empty or "0"). Another value is an error naming the variable.
+Result<pid_t> owner_pid_or_env(pid_t flag);
 // An error of the owner's watch, saying where the pid came from.
 inline std::string owner_pid_error(const Status& s) { return s.message() + " (--owner-pid, else $WEFT_OWNER_PID)"; }
 
-// A server's watch of its owner `pid` (none when 0): the runtime stops as on
+// A server's watch of its owner `flag`, else $WEFT_OWNER_PID (none when 0): the runtime stops as on
 // SIGTERM (request_stop) 5 s after the owner exits (a mount the same owner
 // started stops first: it flushes through the servers). Call after runtime.init(),
 // before run(), and declare the watch after the runtime (it goes first). An
 // owner that is gone already is an error (cli/serve_commands.cc).
-Result<OwnerWatch> watch_server_owner(pid_t pid, rpc::ServiceRuntime& runtime);
+Result<OwnerWatch> watch_server_owner(pid_t flag, rpc::ServiceRuntime& runtime);
 
 // Logs a warning for each key of a server's config that it did not read
 // (Config::unread_keys: a misspelt or misplaced setting is otherwise silently

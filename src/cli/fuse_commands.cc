@@ -124,7 +124,10 @@ void serve_mount(const MountArgs& a, const fuse::MountOptions& options, const st
                  (*client)->cluster_description().c_str(), mountpoint.c_str(), mountpoint.c_str());
   }
   auto r = (*server)->run();
-  owner = OwnerWatch();  // no SIGTERM once run() is over: it could end the flush below
+  // No SIGTERM from the watch once run() is over: blocked first (a run()
+  // that failed restored its default action), then the watch is joined.
+  fuse::block_stop_signals();
+  owner = OwnerWatch();
   server->reset();  // closes (flushes) what the kernel left open
   if (!r) return fail(r.error().message());
   exit_code() = 0;
@@ -267,7 +270,12 @@ void add_fuse_commands(CLI::App& app) {
                     "with --background: seconds to wait for the daemon to serve, then stop it (default 90)")
       ->check(CLI::Range(1.0, 3600.0));
   add_owner_pid_option(*mount, mount_args.owner_pid);
-  mount->callback([] { run_mount(mount_args); });
+  mount->callback([] {
+    auto owner = owner_pid_or_env(mount_args.owner_pid);
+    if (!owner) return fail(owner.error().message());
+    mount_args.owner_pid = *owner;
+    run_mount(mount_args);
+  });
 
   static UmountArgs umount_args;
   auto* umount = app.add_subcommand("umount", "Unmount a weft mount");

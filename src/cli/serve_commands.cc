@@ -2,8 +2,11 @@
 #include <arpa/inet.h>
 
 #include <array>
+#include <charconv>
 #include <chrono>
+#include <cstdlib>
 #include <limits>
+#include <string_view>
 
 #include "cli/commands.h"
 #include "common/config.h"
@@ -41,14 +44,31 @@ constexpr std::chrono::seconds kOwnerGoneGrace{5};
 }  // namespace
 
 void add_owner_pid_option(CLI::App& cmd, pid_t& pid) {
+  // $WEFT_OWNER_PID is read by owner_pid_or_env, not CLI11's envname: CLI11
+  // 2.1 checks an option's variable for every subcommand, used or not (a
+  // bad value failed `weft down` and `weft --help`), and later versions drop
+  // a bad value without a word.
   cmd.add_option("--owner-pid", pid,
                  "stop as on SIGTERM when process PID exits (a server 5 s later); a PID that is gone already is "
-                 "an error (default: $WEFT_OWNER_PID)")
-      ->envname("WEFT_OWNER_PID")
+                 "an error (default: $WEFT_OWNER_PID; unset, empty or 0: none)")
       ->check(CLI::Range(1, std::numeric_limits<pid_t>::max()));
 }
 
-Result<OwnerWatch> watch_server_owner(pid_t pid, rpc::ServiceRuntime& runtime) {
+Result<pid_t> owner_pid_or_env(pid_t flag) {
+  if (flag != 0) return flag;
+  const char* env = std::getenv("WEFT_OWNER_PID");
+  const std::string_view text = env ? env : "";
+  if (text.empty() || text == "0") return 0;
+  int64_t pid = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), pid);
+  if (ec != std::errc() || end != text.data() + text.size() || pid < 1 || pid > std::numeric_limits<pid_t>::max())
+    return error(Code::kInvalidArgument, "$WEFT_OWNER_PID '{}' is not a process id (unset, empty or 0: no owner)",
+                 text.substr(0, 64));
+  return static_cast<pid_t>(pid);
+}
+
+Result<OwnerWatch> watch_server_owner(pid_t flag, rpc::ServiceRuntime& runtime) {
+  WEFT_TRY(pid_t pid, owner_pid_or_env(flag));
   if (pid == 0) return OwnerWatch();
   const std::string name = runtime.config().name;
   auto stop = [&runtime, name, pid] {

@@ -3,6 +3,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
+
 #include "cli/commands.h"
 #include "cli/local_cluster.h"
 #include "common/owner_watch.h"
@@ -53,9 +55,16 @@ void add_up_commands(CLI::App& app) {
     opts.mount_available = !app.get_subcommands(named_mount).empty();
     // `up` itself stops too (SIGTERM's default action) when its owner exits
     // while it starts the cluster; what it started stops on its own.
+    auto owner_pid = owner_pid_or_env(opts.owner_pid);
+    if (!owner_pid) return fail("up: " + owner_pid.error().message());
+    opts.owner_pid = *owner_pid;
     OwnerWatch owner;
     if (opts.owner_pid != 0) {
-      auto watch = watch_owner(opts.owner_pid, [] { ::kill(::getpid(), SIGTERM); });
+      auto watch = watch_owner(opts.owner_pid, [pid = opts.owner_pid] {
+        std::fprintf(stderr, "weft: up: its owner, process %d, exited: stopping (what it started stops too)\n",
+                     static_cast<int>(pid));
+        ::kill(::getpid(), SIGTERM);
+      });
       if (!watch) return fail("up: " + owner_pid_error(watch.error()));
       owner = std::move(*watch);
     }

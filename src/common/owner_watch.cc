@@ -126,7 +126,7 @@ Result<OwnerWatch> watch_owner(pid_t pid, std::function<void()> on_gone, std::ch
     if (WEFT_FAULT("common.owner_watch.thread_refused"))
       throw std::system_error(EAGAIN, std::generic_category(), "injected");
     state->thread = std::thread([s = state.get()] { s->run(); });
-  } catch (const std::system_error& e) {  // EAGAIN: a process or memory limit
+  } catch (const std::exception& e) {  // std::system_error (EAGAIN: a process or memory limit), bad_alloc
     ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
     return error(Code::kOverloaded, "owner pid {}: cannot start the thread that watches it: {}", pid, e.what());
   }

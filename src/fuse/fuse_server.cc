@@ -875,6 +875,28 @@ class FuseServer::Impl {
 
   static void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
     auto* s = self(req);
+    if (s->is_own_open(req, ino)) {
+      // The kernel's permission check before sync_mount's open (with
+      // default_permissions, once the root's attributes are stale): what
+      // this mount last knew of the root, else a directory of this
+      // process's own; cached by nobody (timeout 0).
+      Inode root;
+      {
+        std::lock_guard lk(s->lookups_mu_);
+        if (auto it = s->known_.find(ino); it != s->known_.end()) root = it->second.inode;
+      }
+      if (root.ino != ino) {
+        root.ino = ino;
+        root.type = InodeType::kDirectory;
+        root.mode = 0700;
+        root.nlink = 2;
+        root.uid = ::geteuid();
+        root.gid = ::getegid();
+      }
+      struct stat st = s->stat_of(root);
+      fuse_reply_attr(req, &st, 0);
+      return;
+    }
     const Fetched f = s->fetching();
     auto r = s->client_.getattr(cred_of(req), ino);
     if (!r && r.error().code() == Code::kNotFound) {
@@ -1419,11 +1441,9 @@ class FuseServer::Impl {
 
   static void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     auto* s = self(req);
-    // The stop path's open (sync_mount; FUSE names the calling thread),
-    // only for syncfs and a close: no listing, no permission to check (this
-    // process runs the mount). With meta gone a getattr would wait out the
-    // retry time (close to a minute) before the unmount.
-    if (const pid_t own = s->own_open_tid_; own != 0 && ino == FUSE_ROOT_ID && fuse_req_ctx(req)->pid == own) {
+    // The stop path's open (sync_mount), only for syncfs and a close: no
+    // listing, no permission to check (this process runs the mount).
+    if (s->is_own_open(req, ino)) {
       auto* d = new OpenDir;
       d->ino = d->parent = ino;
       return s->hand_out_dir(req, fi, d);
@@ -1448,6 +1468,14 @@ class FuseServer::Impl {
     d->parent = r->parent ? r->parent : ino;
     d->opened = *r;
     s->hand_out_dir(req, fi, d);
+  }
+
+  // A request of sync_mount's open of the root (FUSE names the calling
+  // thread): answered without meta, which may be gone (a getattr would then
+  // wait out the client's retry time, close to a minute, before the unmount).
+  bool is_own_open(fuse_req_t req, fuse_ino_t ino) const {
+    const pid_t own = own_open_tid_;
+    return own != 0 && ino == FUSE_ROOT_ID && fuse_req_ctx(req)->pid == own;
   }
 
   // Answers OPENDIR with `d` as the kernel's handle (fi->fh).
