@@ -366,6 +366,19 @@ namespace {
 
 // Appends the keys under `v` (a table, or an array whose tables were handed
 // out by tables()) that no lookup reached.
+// One key of a dotted path as TOML writes it: bare (A-Z a-z 0-9 _ -), else
+// quoted ("a.b" = 1 is one key, not b under a; "" = 1 is a key too).
+std::string key_part(const std::string& key) {
+  const auto bare = [](unsigned char c) { return std::isalnum(c) || c == '_' || c == '-'; };
+  if (!key.empty() && std::all_of(key.begin(), key.end(), bare)) return key;
+  std::string quoted = "\"";
+  for (char c : key) {
+    if (c == '"' || c == '\\') quoted += '\\';
+    quoted += c;
+  }
+  return quoted + "\"";
+}
+
 void collect_unread(const toml::value& v, const std::string& prefix, const std::unordered_set<const void*>& read,
                     std::vector<std::string>& out) {
   if (v.is_array()) {
@@ -379,9 +392,9 @@ void collect_unread(const toml::value& v, const std::string& prefix, const std::
   if (!v.is_table()) return;
   for (const auto& [key, child] : v.as_table()) {
     if (!read.contains(&child)) {
-      out.push_back(prefix + key);
+      out.push_back(prefix + key_part(key));
     } else if (child.is_table() || child.is_array()) {
-      collect_unread(child, prefix + key + ".", read, out);
+      collect_unread(child, prefix + key_part(key) + ".", read, out);
     }
   }
 }

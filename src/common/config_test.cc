@@ -107,6 +107,12 @@ TEST(Config, UnreadKeysAreTheOnesNothingAskedFor) {
   auto server = c->table("server");
   ASSERT_TRUE(server);
   EXPECT_EQ(server->unread_keys(), std::vector<std::string>{"server.listn"});
+  // Keys that are not bare are named as TOML writes them: "a.b" is one key.
+  auto quoted = Config::parse("\"a.b\" = 1\n\"\" = 2\n[server]\n\"x y\" = 3\n", "q.toml");
+  ASSERT_TRUE(quoted) << quoted.error();
+  EXPECT_EQ(quoted->unread_keys(), (std::vector<std::string>{"\"\"", "\"a.b\"", "server"}));
+  ASSERT_TRUE(quoted->table("server"));
+  EXPECT_EQ(quoted->unread_keys(), (std::vector<std::string>{"\"\"", "\"a.b\"", "server.\"x y\""}));
 }
 
 TEST(Config, SyntaxErrorsAndMissingFiles) {
