@@ -43,9 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     refused_well(config.error());
     return 0;
   }
-  // Only that it runs: a quoted key may be empty ("" = 1) or hold a dot
-  // ("a.b" = 1, reported as a.b, which a lookup would split): the keys are
-  // for the servers' warning, not for reading back.
+  // Only that it runs: the keys are for the servers' warning, written as
+  // TOML writes them ("a.b" = 1 as "a.b"), which no lookup takes back.
   (void)config->unread_keys();
   return 0;
 }

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <concepts>
 #include <type_traits>
 
 #include "meta/codec.h"
@@ -39,19 +40,11 @@ void check(std::string_view bytes, Decode decode, Encode encode) {
   }
   const std::string encoded = encode(*first);
   auto second = decode(encoded);
-  if (!second) std::abort();
-  if (encode(*second) != encoded) std::abort();
-}
-
-// Reply has no operator== (the codec compares what it stores); the fixed
-// point of the bytes above covers every field it stores.
-template <typename T, typename Decode, typename Encode>
-void check_equal(std::string_view bytes, Decode decode, Encode encode) {
-  check(bytes, decode, encode);
-  auto first = decode(bytes);
-  if (!first) return;
-  auto second = decode(encode(*first));
-  if (!second || !(*second == *first)) std::abort();
+  if (!second || encode(*second) != encoded) std::abort();
+  // RequestRecord has no operator== (its Reply neither): the fixed point of
+  // the bytes covers every field the codec stores.
+  if constexpr (std::equality_comparable<std::remove_cvref_t<decltype(*first)>>)
+    if (!(*second == *first)) std::abort();
 }
 
 }  // namespace
@@ -61,16 +54,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
   switch (data[0] % 6) {
     case 0:
-      check_equal<Inode>(bytes, decode_inode, encode_inode);
+      check(bytes, decode_inode, encode_inode);
       break;
     case 1:
-      check_equal<DentryValue>(bytes, decode_dentry, encode_dentry);
+      check(bytes, decode_dentry, encode_dentry);
       break;
     case 2:
-      check_equal<DirStat>(bytes, decode_dir_stat, encode_dir_stat);
+      check(bytes, decode_dir_stat, encode_dir_stat);
       break;
     case 3:
-      check_equal<SessionValue>(bytes, decode_session, encode_session);
+      check(bytes, decode_session, encode_session);
       break;
     case 4:
       check(bytes, decode_request, encode_request);

@@ -1363,8 +1363,8 @@ void ClientImpl::finish_reads(std::shared_ptr<ReadJob> job) {
   if (short_files.empty()) return fulfil_reads(*job);
   // A short range is a hole, or the file was cut or removed meanwhile (its
   // chunks gone): meta says which, as pread asks (FileImpl::check_not_removed).
-  auto kept = job;  // the job and its short files outlive a refused submit
-  bool queued = read_checks_.submit([this, job = std::move(job), short_files] {
+  // Copies: the job and its short files outlive a refused submit.
+  bool queued = read_checks_.submit([this, job, short_files] {
     std::map<Ino, Result<uint64_t>> now;  // the length now (with this client's unreported writes), or why not known
     for (Ino ino : short_files) {
       auto n = core_->meta->getattr(job->cred, ino);
@@ -1392,11 +1392,11 @@ void ClientImpl::finish_reads(std::shared_ptr<ReadJob> job) {
   if (!queued) {
     // Without the length check a short read could hand back zeros for data
     // lost: those ops fail (the others' bytes are whole).
-    for (size_t i = 0; i < kept->out.size(); ++i)
-      if (kept->out[i] && short_files.contains(kept->inos[i]))
-        kept->out[i] = error(Code::kOverloaded, "read of file {}: its length could not be checked (the system "
-                                                "refused a worker thread)", kept->inos[i]);
-    fulfil_reads(*kept);
+    for (size_t i = 0; i < job->out.size(); ++i)
+      if (job->out[i] && short_files.contains(job->inos[i]))
+        job->out[i] = error(Code::kOverloaded, "read of file {}: its length could not be checked (the system "
+                                                "refused a worker thread)", job->inos[i]);
+    fulfil_reads(*job);
   }
 }
 

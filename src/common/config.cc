@@ -364,8 +364,6 @@ Result<std::vector<Config>> Config::tables(const std::string& key) const {
 
 namespace {
 
-// Appends the keys under `v` (a table, or an array whose tables were handed
-// out by tables()) that no lookup reached.
 // One key of a dotted path as TOML writes it: bare (A-Z a-z 0-9 _ -), else
 // quoted ("a.b" = 1 is one key, not b under a; "" = 1 is a key too).
 std::string key_part(const std::string& key) {
@@ -379,6 +377,8 @@ std::string key_part(const std::string& key) {
   return quoted + "\"";
 }
 
+// Appends the keys under `v` (a table, or an array whose tables were handed
+// out by tables()) that no lookup reached.
 void collect_unread(const toml::value& v, const std::string& prefix, const std::unordered_set<const void*>& read,
                     std::vector<std::string>& out) {
   if (v.is_array()) {

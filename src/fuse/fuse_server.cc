@@ -574,17 +574,24 @@ class FuseServer::Impl {
   }
   // An xattr of `ino` set or removed here (or maybe: the call failed): its
   // remembered attributes go, and no reply fetched before counts as to xattrs.
+  // The count moves first: a remember() after it (under lookups_mu_) marks
+  // the presence unknown, one before it is erased by drop_known.
   void xattrs_changed(Ino ino) {
-    std::lock_guard lk(lookups_mu_);
     xattr_changes_.fetch_add(1, std::memory_order_acq_rel);
-    known_.erase(ino);
-    data_changed();
+    drop_known(ino);
   }
   // What an open may go by (fetched by a lookup or getattr).
   std::optional<KnownInode> fresh_known(Ino ino) {
     auto k = fresh_known_any(ino);
     if (k && k->listed) return std::nullopt;
     return k;
+  }
+  // What this mount last knew of `ino`, however old.
+  std::optional<Inode> last_known(Ino ino) {
+    std::lock_guard lk(lookups_mu_);
+    auto it = known_.find(ino);
+    if (it == known_.end()) return std::nullopt;
+    return it->second.inode;
   }
   // The inode's fresh attributes when meta said it has no xattrs.
   std::optional<Inode> known_without_xattrs(Ino ino) {
@@ -880,11 +887,7 @@ class FuseServer::Impl {
       // default_permissions, once the root's attributes are stale): what
       // this mount last knew of the root, else a directory of this
       // process's own; cached by nobody (timeout 0).
-      Inode root;
-      {
-        std::lock_guard lk(s->lookups_mu_);
-        if (auto it = s->known_.find(ino); it != s->known_.end()) root = it->second.inode;
-      }
+      Inode root = s->last_known(ino).value_or(Inode{});
       if (root.ino != ino) {
         root.ino = ino;
         root.type = InodeType::kDirectory;
@@ -1080,11 +1083,7 @@ class FuseServer::Impl {
   // mount last knew of it, else `otherwise`, with no link and the length the
   // handles open here know.
   Inode removed_inode(Ino ino, Inode otherwise) {
-    Inode in = std::move(otherwise);
-    {
-      std::lock_guard lk(lookups_mu_);
-      if (auto it = known_.find(ino); it != known_.end()) in = it->second.inode;
-    }
+    Inode in = last_known(ino).value_or(std::move(otherwise));
     in.ino = ino;
     in.type = InodeType::kFile;
     in.nlink = 0;
